@@ -1,0 +1,40 @@
+# verispec — the two commands a newcomer runs: `make demo` and `make test`.
+# Both are idempotent: they build .venv from a fresh machine if needed, then run.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+MODELS := $(VENV)/.models-stamp
+
+.PHONY: demo test setup models lint typecheck pytest clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+models: $(MODELS)
+
+$(MODELS): $(STAMP) verispec/registry.py
+	$(VENV)/bin/verispec models fetch smollm2-135m
+	$(VENV)/bin/verispec models fetch gemma3-270m
+	touch $(MODELS)
+
+demo: models
+	$(VENV)/bin/verispec inspect smollm2-135m
+	$(VENV)/bin/verispec tokenize --model smollm2-135m "Certified fast decoding keeps what the model says."
+
+pytest: models
+	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+
+typecheck: $(STAMP)
+	$(PY) -m mypy --strict
+
+test: pytest typecheck
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""verispec engine: the fast production path (NumPy + BLAS), same contracts as reference/."""

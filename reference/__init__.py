@@ -1,0 +1,1 @@
+"""verispec reference: pure-NumPy, readable; the executable meaning of every step."""

@@ -1,0 +1,1 @@
+"""verispec spec: executable specifications (exact laws, powered statistics, mutants)."""

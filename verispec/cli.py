@@ -1,0 +1,49 @@
+"""`verispec` command line: a thin layer that parses, calls the library, prints text or --json.
+
+Each subcommand lives in its own module under :mod:`verispec.commands` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to a ``run(args) -> int``.
+Typed verispec errors become one line on stderr and exit status 2; nothing else is swallowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from reference.errors import VerispecError
+
+# One entry per subcommand module in verispec/commands/ (add yours here).
+COMMAND_MODULES: tuple[str, ...] = (
+    "models",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="verispec",
+        description="Certified fast decoding of quantized GGUF models, and the spec that checks it.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"verispec.commands.{name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status: int = args.func(args)
+    except VerispecError as exc:
+        print(f"verispec: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `verispec ... | head`
+        return 0
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `verispec` subcommand; each exposes ``register(subparsers)``."""
