@@ -17,6 +17,7 @@ from reference.errors import VerispecError
 # One entry per subcommand module in verispec/commands/ (add yours here).
 COMMAND_MODULES: tuple[str, ...] = (
     "models",
+    "inspect",
 )
 
 
