@@ -1,0 +1,376 @@
+"""Lossless speculative verification (model-free), and the random-draw protocol it follows.
+
+A draft proposed tokens x_1..x_k, drawing x_i from the law q_i (the EXACT law it sampled from,
+after its own processors). The target scored the same positions in one pass, giving p_0..p_k
+(``target_distribution`` of :mod:`reference.sampling`, with the history including x_1..x_i for row
+i). Verification accepts a prefix of the drafts and emits one more token, so that the emitted
+tokens are distributed exactly as if the target had sampled them one by one.
+
+Indexing in code (0-based): ``q[i]`` is the law of ``drafts[i]``; ``p[i]`` is the target law at
+the position of ``drafts[i]``; ``p[k]`` is the target law after all k drafts (the bonus row).
+
+THE RANDOM-DRAW PROTOCOL (version 1). Two implementations fed the same uniforms must return the
+same verdict, bit for bit. A verification with k drafts over a vocabulary of V ids consumes
+EXACTLY k + 1 uniforms u_0..u_k in [0, 1) (float64), whatever the outcome: u_i for the acceptance
+test of drafts[i] (tests after the first rejection consume theirs unused), u_k for the final draw.
+
+    for i = 0 .. k-1:
+        x = drafts[i]
+        if u_i * q[i][x] < p[i][x]:  continue                   # accept (float64 product, strict <)
+        r = max(p[i] - q[i], 0)     elementwise, float64        # the residual
+        w = r if some id has r > 0 else p[i]                    # all-zero residual: draw from p[i]
+        return Verdict(accepted=i, token=draw(w, u_k), kind="repair")
+    return Verdict(accepted=k, token=draw(p[k], u_k), kind="bonus")
+
+    draw(w, u):  c = running sum of w over ids 0, 1, .., V-1 (float64, left to right: np.cumsum);
+                 total = c[V-1];  return the first id t with u * total < c[t];
+                 (if there is none, which needs a subnormal total, the largest id with w > 0)
+
+Why this is the law: P(accept x) = P(u < p(x)/q(x)) = min(1, p(x)/q(x)); the overall rejection
+probability at a row is 1 - sum_x min(p(x), q(x)) = sum_x (p(x) - q(x))^+, which is the residual's
+mass, so p = min(p, q) + (p - q)^+ splits exactly into "accepted draft" and "repair" mass
+(``proofs/lossless.py`` proves the one-step identity in z3). The draw returns id t with probability
+w[t] / total, and by construction an id < V with w[t] > 0: u * total < total for u < 1, and a
+zero-weight id repeats its predecessor's running sum so it is never the first strict crossing.
+This is the fix for the bug class of vLLM GHSA-8wr5-jm2h-8r4f (recovered id >= vocab on ties).
+
+All-zero residual: if p[i] == q[i] exactly, no rejection can happen in exact arithmetic
+(u < 1 = p(x)/q(x)), and in float64 u * q(x) < q(x) whenever q(x) is a normal number. A rejection
+with no positive residual therefore needs p[i] <= q[i] everywhere while p[i] != q[i] (rows that
+sum to 1 only within the tolerance) or a subnormal q(x); the protocol then draws from p[i], which
+keeps the verdict total, the id in range and of positive target mass.
+
+Contract (checked, :class:`VerificationError` otherwise): k >= 1; p is [k+1, V] and q is [k, V]
+with the same V; every row is finite, non-negative and sums to 1 within ``PROB_TOLERANCE``; each
+draft id is in [0, V) and has q[i][drafts[i]] > 0 (a draft cannot propose what its law excludes);
+uniforms are k + 1 finite floats in [0, 1).
+
+A seeded generator feeds the protocol as ``rng.random(k + 1)`` per verification (so N
+verifications in a row read the same stream as one ``rng.random((N, k + 1))``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from reference.errors import VerificationError
+from reference.sampling import SamplingParams, inverse_cdf, target_distribution
+
+PROTOCOL_VERSION = 1
+
+# Rows must sum to 1 within this (float64 pairwise sum). Wide enough for float32-computed
+# softmax rows, narrow enough that a forgotten normalization (sums like 0.9) is caught.
+PROB_TOLERANCE = 1e-6
+
+Probs2D = npt.NDArray[np.float64]
+ArrayLike = npt.ArrayLike
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of one verification: ``accepted`` drafts kept, then one ``token`` emitted.
+
+    ``kind`` is ``"bonus"`` when all k drafts were accepted (token drawn from p[k]) and
+    ``"repair"`` otherwise (token drawn from the residual at the first rejected position).
+    """
+
+    accepted: int
+    token: int
+    kind: Literal["repair", "bonus"]
+
+    def emitted(self, drafts: Sequence[int]) -> list[int]:
+        """The tokens this verdict commits: ``drafts[:accepted] + [token]``."""
+        return [int(x) for x in drafts[: self.accepted]] + [self.token]
+
+
+class BatchVerdict(NamedTuple):
+    """N verdicts at once: ``accepted`` [N], ``token`` [N] (int64), ``is_bonus`` [N] (bool)."""
+
+    accepted: npt.NDArray[np.int64]
+    token: npt.NDArray[np.int64]
+    is_bonus: npt.NDArray[np.bool_]
+
+
+class Verifier(Protocol):
+    """A sampled verifier: ``(p [k+1, V], q [k, V], drafts [k], uniforms [k+1]) -> Verdict``.
+
+    It must follow the random-draw protocol of this module and raise :class:`VerificationError`
+    on a contract violation. The reference is :func:`verify_sampled`; ``spec.mutants`` holds broken
+    ones; external implementations are wrapped to this signature.
+    """
+
+    def __call__(
+        self, p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]
+    ) -> Verdict: ...
+
+
+class BatchVerifier(Protocol):
+    """N independent verifications: ``(p, q, drafts [N, k], uniforms [N, k+1]) -> BatchVerdict``.
+
+    ``p`` is [N, k+1, V] or a shared [k+1, V]; ``q`` is [N, k, V] or a shared [k, V]. Item n must
+    equal the :class:`Verifier` on item n (same protocol, same uniforms).
+    """
+
+    def __call__(
+        self, p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms: ArrayLike
+    ) -> BatchVerdict: ...
+
+
+# -----------------------------------------------------------------------------------------------
+# contract checks
+
+
+def _check_rows(rows: npt.NDArray[Any], name: str) -> None:
+    """Rows (any leading shape, last axis V) are finite, non-negative, and sum to 1."""
+    if not np.all(np.isfinite(rows)):
+        raise VerificationError(f"{name} contains a non-finite value")
+    if np.any(rows < 0):
+        bad = np.argwhere(rows < 0)[0]
+        raise VerificationError(f"{name} has a negative probability {rows[tuple(bad)]} at {tuple(int(i) for i in bad)}")
+    sums = np.asarray(rows.sum(axis=-1), dtype=np.float64)
+    off = np.abs(sums - 1.0) > PROB_TOLERANCE
+    if np.any(off):
+        where = np.argwhere(off)[0]
+        raise VerificationError(
+            f"{name} row {tuple(int(i) for i in where)} sums to {float(sums[tuple(where)])!r}, "
+            f"not 1 within {PROB_TOLERANCE}"
+        )
+
+
+def _as_rows(value: ArrayLike, name: str) -> Probs2D:
+    try:
+        rows = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise VerificationError(f"{name} is not a numeric array: {exc}") from None
+    return rows
+
+
+def check_sampled_inputs(
+    p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]
+) -> tuple[Probs2D, Probs2D, npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Validate one verification's inputs against the contract; return them as arrays.
+
+    Returns ``(p [k+1, V], q [k, V], drafts [k] int64, uniforms [k+1] float64)``.
+    """
+    p_rows, q_rows = _as_rows(p, "p"), _as_rows(q, "q")
+    draft_ids, draws = _check_draft_shapes(p_rows, q_rows, drafts, uniforms, batched=False)
+    _check_rows(p_rows, "p")
+    _check_rows(q_rows, "q")
+    _check_draft_mass(q_rows[None], draft_ids[None])
+    return p_rows, q_rows, draft_ids, draws
+
+
+def _check_draft_shapes(
+    p: Probs2D, q: Probs2D, drafts: ArrayLike, uniforms: ArrayLike, *, batched: bool
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    lead = 1 if batched else 0
+    draft_arr = np.asarray(drafts)
+    if draft_arr.ndim != 1 + lead:
+        raise VerificationError(f"drafts must be {'[N, k]' if batched else '[k]'}, got shape {draft_arr.shape}")
+    if draft_arr.size and not np.issubdtype(draft_arr.dtype, np.integer):
+        raise VerificationError(f"draft ids must be integers, got dtype {draft_arr.dtype}")
+    k = draft_arr.shape[-1]
+    if k < 1:
+        raise VerificationError(f"need k >= 1 draft tokens, got k = {k}")
+    if p.ndim not in (2, 2 + lead) or q.ndim not in (2, 2 + lead):
+        raise VerificationError(f"p and q must be row matrices, got shapes {p.shape} and {q.shape}")
+    if p.shape[-2] != k + 1:
+        raise VerificationError(f"p must have k + 1 = {k + 1} rows, got {p.shape[-2]}")
+    if q.shape[-2] != k:
+        raise VerificationError(f"q must have k = {k} rows, got {q.shape[-2]}")
+    if p.shape[-1] != q.shape[-1]:
+        raise VerificationError(f"vocab sizes disagree: p has {p.shape[-1]}, q has {q.shape[-1]}")
+    if p.shape[-1] < 1:
+        raise VerificationError("vocab size must be >= 1")
+    vocab = p.shape[-1]
+    if np.any(draft_arr < 0) or np.any(draft_arr >= vocab):
+        bad = draft_arr[(draft_arr < 0) | (draft_arr >= vocab)].flat[0]
+        raise VerificationError(f"draft id {int(bad)} is outside the vocabulary [0, {vocab})")
+    try:
+        draws = np.asarray(uniforms, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise VerificationError(f"uniforms are not numeric: {exc}") from None
+    if draws.shape != draft_arr.shape[:-1] + (k + 1,):
+        raise VerificationError(f"need k + 1 = {k + 1} uniforms per verification, got shape {draws.shape}")
+    if not np.all((draws >= 0.0) & (draws < 1.0)):  # also rejects NaN
+        bad_u = draws[~((draws >= 0.0) & (draws < 1.0))].flat[0]
+        raise VerificationError(f"uniform {float(bad_u)!r} is outside [0, 1)")
+    return draft_arr.astype(np.int64), draws
+
+
+def _check_draft_mass(q: Probs2D, drafts: npt.NDArray[np.int64]) -> None:
+    """q[n, i, drafts[n, i]] > 0 for every item (q is [N or 1, k, V], drafts [N, k])."""
+    q_x = np.take_along_axis(np.broadcast_to(q, drafts.shape + q.shape[-1:]), drafts[..., None], axis=-1)[..., 0]
+    if np.any(q_x <= 0):
+        n, i = (int(v) for v in np.argwhere(q_x <= 0)[0])
+        raise VerificationError(
+            f"draft token {int(drafts[n, i])} at position {i} has q = 0: the draft cannot have sampled it"
+        )
+
+
+# -----------------------------------------------------------------------------------------------
+# the verifiers
+
+
+def _final_weights(p_row: Probs2D, q_row: Probs2D) -> Probs2D:
+    """The repair law's weights at a rejected row: max(p - q, 0), or p if that is all zero."""
+    residual = np.maximum(p_row - q_row, 0.0)  # [V]
+    return residual if bool(np.any(residual > 0)) else p_row
+
+
+def verify_sampled(p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict:
+    """Sampled verification of k drafts, following the random-draw protocol exactly.
+
+    p [k+1, V] target rows, q [k, V] draft rows (the laws the drafts were drawn from),
+    drafts [k], uniforms [k+1] in [0, 1). Raises :class:`VerificationError` on a contract breach.
+    """
+    p_rows, q_rows, draft_ids, draws = check_sampled_inputs(p, q, drafts, uniforms)
+    k = draft_ids.shape[0]
+    for i in range(k):
+        x = int(draft_ids[i])
+        if draws[i] * q_rows[i, x] < p_rows[i, x]:
+            continue  # accepted with probability min(1, p/q)
+        weights = _final_weights(p_rows[i], q_rows[i])
+        return Verdict(accepted=i, token=inverse_cdf(weights, float(draws[k])), kind="repair")
+    return Verdict(accepted=k, token=inverse_cdf(p_rows[k], float(draws[k])), kind="bonus")
+
+
+def verify_sampled_rng(p: ArrayLike, q: ArrayLike, drafts: Sequence[int], rng: np.random.Generator) -> Verdict:
+    """:func:`verify_sampled` fed by ``rng.random(k + 1)`` (the protocol's uniforms, in order)."""
+    return verify_sampled(p, q, drafts, rng.random(len(drafts) + 1).tolist())
+
+
+def verify_greedy(p: ArrayLike, drafts: Sequence[int]) -> Verdict:
+    """Greedy verification: accept while drafts[i] == argmax p[i] (lowest id on ties), emit argmax.
+
+    ``p`` is [k+1, V]: target probability rows or raw logits rows (only the argmax matters).
+    Consumes no randomness. Raises :class:`VerificationError` on bad shapes, NaN, or ids.
+    """
+    rows = _as_rows(p, "p")
+    draft_arr = np.asarray(drafts)
+    if draft_arr.ndim != 1 or draft_arr.shape[0] < 1:
+        raise VerificationError(f"need k >= 1 draft tokens as a 1-D sequence, got shape {draft_arr.shape}")
+    k = draft_arr.shape[0]
+    if rows.ndim != 2 or rows.shape[0] != k + 1 or rows.shape[1] < 1:
+        raise VerificationError(f"p must be [k+1 = {k + 1}, V], got shape {rows.shape}")
+    if np.any(np.isnan(rows)):
+        raise VerificationError("p contains NaN")
+    vocab = rows.shape[1]
+    for i in range(k):
+        x = int(draft_arr[i])
+        if not 0 <= x < vocab:
+            raise VerificationError(f"draft id {x} is outside the vocabulary [0, {vocab})")
+        best = int(np.argmax(rows[i]))  # first maximum: lowest id on ties
+        if x != best:
+            return Verdict(accepted=i, token=best, kind="repair")
+    return Verdict(accepted=k, token=int(np.argmax(rows[k])), kind="bonus")
+
+
+def verify_sampled_batch(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms: ArrayLike) -> BatchVerdict:
+    """N independent sampled verifications at once, item n identical to :func:`verify_sampled`.
+
+    p [N, k+1, V] or shared [k+1, V]; q [N, k, V] or shared [k, V]; drafts [N, k];
+    uniforms [N, k+1]. Shared rows are checked once and never copied N times.
+    """
+    p_rows, q_rows = _as_rows(p, "p"), _as_rows(q, "q")
+    draft_ids, draws = _check_draft_shapes(p_rows, q_rows, drafts, uniforms, batched=True)
+    _check_rows(p_rows, "p")
+    _check_rows(q_rows, "q")
+    n, k = draft_ids.shape
+    vocab = p_rows.shape[-1]
+    p_all = np.broadcast_to(p_rows, (n, k + 1, vocab))  # [N, k+1, V] (a view when shared)
+    q_all = np.broadcast_to(q_rows, (n, k, vocab))  # [N, k, V]
+    _check_draft_mass(q_all, draft_ids)
+
+    p_x = np.take_along_axis(p_all[:, :k, :], draft_ids[..., None], axis=-1)[..., 0]  # [N, k]
+    q_x = np.take_along_axis(q_all, draft_ids[..., None], axis=-1)[..., 0]  # [N, k]
+    accept = draws[:, :k] * q_x < p_x  # [N, k]
+    all_accepted = np.asarray(accept.all(axis=1), dtype=np.bool_)  # [N]
+    accepted = np.where(all_accepted, k, np.argmin(accept, axis=1)).astype(np.int64)  # [N]
+
+    items = np.arange(n)
+    target_row = p_all[items, accepted]  # [N, V]: p[a] (the bonus row when a == k)
+    draft_row = q_all[items, np.minimum(accepted, k - 1)]  # [N, V]: meaningful only for repairs
+    residual = np.maximum(target_row - draft_row, 0.0)
+    use_residual = ~all_accepted & np.any(residual > 0, axis=1)
+    weights = np.where(use_residual[:, None], residual, target_row)  # [N, V]
+
+    cumulative = np.cumsum(weights, axis=1)  # [N, V], left to right per row
+    threshold = draws[:, k] * cumulative[:, -1]  # [N]
+    token = np.sum(cumulative <= threshold[:, None], axis=1).astype(np.int64)  # first c[t] > u*total
+    overflow = token == vocab  # only for a subnormal total: the largest id with positive weight
+    if np.any(overflow):
+        last_positive = vocab - 1 - np.argmax((weights > 0)[:, ::-1], axis=1)
+        token = np.where(overflow, last_positive, token).astype(np.int64)
+    return BatchVerdict(accepted=accepted, token=token, is_bonus=all_accepted)
+
+
+def verify_sampled_batch_rng(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, rng: np.random.Generator) -> BatchVerdict:
+    """:func:`verify_sampled_batch` fed by ``rng.random((N, k + 1))`` (same stream as N
+    :func:`verify_sampled_rng` calls in a row)."""
+    draft_arr = np.asarray(drafts)
+    return verify_sampled_batch(p, q, draft_arr, rng.random((draft_arr.shape[0], draft_arr.shape[1] + 1)))
+
+
+# -----------------------------------------------------------------------------------------------
+# from logits to rows: the ONE place where p and q of a speculative step are computed
+
+
+def speculative_rows(
+    target_logits: ArrayLike,
+    draft_logits: ArrayLike,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    target_params: SamplingParams,
+    draft_params: SamplingParams,
+) -> tuple[Probs2D, Probs2D]:
+    """p [k+1, V] and q [k, V] of one speculative step, through the ONE target law.
+
+    target_logits [k+1, V] and draft_logits [k, V] are the raw logits at the positions of
+    drafts[0..k-1] (and after drafts[k-1] for the target). Row i uses the history
+    ``history + drafts[:i]``: the context plus the drafts before that position (accepted if we
+    get there). ``q`` uses the draft's own params: it must be the exact law the draft sampled
+    from (a greedy draft has one-hot rows).
+    """
+    t_logits = np.asarray(target_logits)
+    d_logits = np.asarray(draft_logits)
+    k = len(drafts)
+    if t_logits.ndim != 2 or t_logits.shape[0] != k + 1:
+        raise VerificationError(f"target logits must be [k+1 = {k + 1}, V], got shape {t_logits.shape}")
+    if d_logits.ndim != 2 or d_logits.shape[0] != k:
+        raise VerificationError(f"draft logits must be [k = {k}, V], got shape {d_logits.shape}")
+    context = [int(t) for t in history]
+    prefixes = [context + [int(x) for x in drafts[:i]] for i in range(k + 1)]
+    p = np.stack([target_distribution(t_logits[i], prefixes[i], target_params) for i in range(k + 1)])
+    q = np.stack([target_distribution(d_logits[i], prefixes[i], draft_params) for i in range(k)])
+    return p, q
+
+
+def verification_mode(target_params: SamplingParams, draft_params: SamplingParams) -> Literal["greedy", "sampled"]:
+    """Greedy verification exactly when the TARGET is greedy; the draft's params never decide."""
+    return "greedy" if target_params.greedy else "sampled"
+
+
+def verify_step(
+    target_logits: ArrayLike,
+    draft_logits: ArrayLike,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    uniforms: Sequence[float],
+    target_params: SamplingParams,
+    draft_params: SamplingParams,
+) -> Verdict:
+    """One speculative step from logits: rows by :func:`speculative_rows`, then verify.
+
+    Greedy targets are verified by :func:`verify_greedy` (uniforms unused), sampled targets by
+    :func:`verify_sampled` with the k + 1 uniforms.
+    """
+    p, q = speculative_rows(target_logits, draft_logits, history, drafts, target_params, draft_params)
+    if verification_mode(target_params, draft_params) == "greedy":
+        return verify_greedy(p, drafts)
+    return verify_sampled(p, q, drafts, uniforms)
