@@ -53,3 +53,7 @@ class VerificationError(VerispecError):
 
 class CalibrationError(VerispecError):
     """A calibration artifact is malformed, for another model, or cannot be built."""
+
+
+class CertificateError(VerispecError):
+    """Early-exit certificate inputs violate the contract (NaN/inf logits, fewer than 2 logits, ...)."""
