@@ -18,6 +18,7 @@ from reference.errors import VerispecError
 COMMAND_MODULES: tuple[str, ...] = (
     "models",
     "inspect",
+    "tokenize",
 )
 
 
