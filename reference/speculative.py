@@ -165,6 +165,26 @@ def check_sampled_inputs(
     return p_rows, q_rows, draft_ids, draws
 
 
+def check_batch_inputs(
+    p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms: ArrayLike
+) -> tuple[Probs2D, Probs2D, npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Validate N verifications' inputs against the contract; return them as arrays.
+
+    Returns ``(p [N, k+1, V], q [N, k, V], drafts [N, k] int64, uniforms [N, k+1] float64)``;
+    shared rows ([k+1, V], [k, V]) are checked once and returned as broadcast views.
+    """
+    p_rows, q_rows = _as_rows(p, "p"), _as_rows(q, "q")
+    draft_ids, draws = _check_draft_shapes(p_rows, q_rows, drafts, uniforms, batched=True)
+    _check_rows(p_rows, "p")
+    _check_rows(q_rows, "q")
+    n, k = draft_ids.shape
+    vocab = p_rows.shape[-1]
+    p_all = np.broadcast_to(p_rows, (n, k + 1, vocab))  # [N, k+1, V] (a view when shared)
+    q_all = np.broadcast_to(q_rows, (n, k, vocab))  # [N, k, V]
+    _check_draft_mass(q_all, draft_ids)
+    return p_all, q_all, draft_ids, draws
+
+
 def _check_draft_shapes(
     p: Probs2D, q: Probs2D, drafts: ArrayLike, uniforms: ArrayLike, *, batched: bool
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
@@ -277,15 +297,9 @@ def verify_sampled_batch(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms
     p [N, k+1, V] or shared [k+1, V]; q [N, k, V] or shared [k, V]; drafts [N, k];
     uniforms [N, k+1]. Shared rows are checked once and never copied N times.
     """
-    p_rows, q_rows = _as_rows(p, "p"), _as_rows(q, "q")
-    draft_ids, draws = _check_draft_shapes(p_rows, q_rows, drafts, uniforms, batched=True)
-    _check_rows(p_rows, "p")
-    _check_rows(q_rows, "q")
+    p_all, q_all, draft_ids, draws = check_batch_inputs(p, q, drafts, uniforms)
     n, k = draft_ids.shape
-    vocab = p_rows.shape[-1]
-    p_all = np.broadcast_to(p_rows, (n, k + 1, vocab))  # [N, k+1, V] (a view when shared)
-    q_all = np.broadcast_to(q_rows, (n, k, vocab))  # [N, k, V]
-    _check_draft_mass(q_all, draft_ids)
+    vocab = p_all.shape[-1]
 
     p_x = np.take_along_axis(p_all[:, :k, :], draft_ids[..., None], axis=-1)[..., 0]  # [N, k]
     q_x = np.take_along_axis(q_all, draft_ids[..., None], axis=-1)[..., 0]  # [N, k]

@@ -1,0 +1,315 @@
+"""The spec has teeth: broken verifiers, each modelled on a real bug class, that it must kill.
+
+Each mutant is the reference with ONE realistic mistake, either in the verifier (row level: what
+it does with p, q, drafts and uniforms) or in the pipeline (how p and q are computed from logits
+before the verifier sees them). ``python -m spec.mutants [--json]`` runs every property of
+:mod:`spec.properties` against the reference and every mutant and prints which properties killed
+each one; it exits 0 only if the reference passes everything and every mutant is killed.
+
+Row-level mutants are written in the vectorized batch form (statistics need millions of draws)
+and used one at a time through :func:`spec.properties.as_verifier`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from reference.sampling import SamplingParams, target_distribution
+from reference.speculative import (
+    BatchVerdict,
+    BatchVerifier,
+    Probs2D,
+    Verifier,
+    check_batch_inputs,
+    verify_sampled,
+    verify_sampled_batch,
+)
+from spec.properties import (
+    Mode,
+    Pipeline,
+    PropertyResult,
+    ReferencePipeline,
+    as_verifier,
+    run_properties,
+)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A broken implementation: its name, the real bug class it models, and its parts."""
+
+    name: str
+    bug_class: str
+    batch: BatchVerifier
+    pipeline: Pipeline
+    verifier: Verifier
+
+
+# -----------------------------------------------------------------------------------------------
+# row-level mutants: one configurable vectorized verifier
+
+
+@dataclass(frozen=True)
+class Bugs:
+    """Which single mistake the row-level verifier makes (all False/"protocol" = the reference)."""
+
+    accept: str = "protocol"  # protocol | always | inverted | le | greedy | off_by_one
+    repair: str = "residual"  # residual | from_p | from_q | unnormalized | reuse_uniform | padded_tie
+    bonus: str = "p_k"  # p_k | none | previous_row
+
+
+def _inverse_cdf_rows(weights: Probs2D, u: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """The protocol's draw, row by row: the first id with u * total < cumsum."""
+    cumulative = np.cumsum(weights, axis=1)
+    token = np.sum(cumulative <= (u * cumulative[:, -1])[:, None], axis=1)
+    return np.asarray(np.minimum(token, weights.shape[1] - 1), dtype=np.int64)
+
+
+def broken_batch(bugs: Bugs) -> BatchVerifier:
+    """A vectorized sampled verifier with the mistakes named in ``bugs``."""
+
+    def verify(p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike) -> BatchVerdict:
+        p_all, q_all, x, u = check_batch_inputs(p, q, drafts, uniforms)  # mutants keep the contract
+        n, k = x.shape
+        vocab = p_all.shape[-1]
+        items = np.arange(n)
+        rows_for_test = p_all[:, 1 : k + 1, :] if bugs.accept == "off_by_one" else p_all[:, :k, :]
+        p_x = np.take_along_axis(rows_for_test, x[..., None], axis=-1)[..., 0]  # [N, k]
+        q_x = np.take_along_axis(q_all, x[..., None], axis=-1)[..., 0]
+        if bugs.accept == "always":
+            accept = np.ones((n, k), dtype=np.bool_)
+        elif bugs.accept == "inverted":  # min(1, q/p)
+            accept = u[:, :k] * p_x < q_x
+        elif bugs.accept == "le":
+            accept = u[:, :k] * q_x <= p_x
+        elif bugs.accept == "greedy":  # accept iff the draft is the target's argmax
+            accept = x == np.argmax(p_all[:, :k, :], axis=-1)
+        else:
+            accept = u[:, :k] * q_x < p_x
+        all_accepted = np.asarray(accept.all(axis=1), dtype=np.bool_)
+        accepted = np.where(all_accepted, k, np.argmin(accept, axis=1)).astype(np.int64)
+
+        row = np.minimum(accepted, k - 1)
+        shift = 1 if bugs.accept == "off_by_one" else 0
+        target_row = p_all[items, np.minimum(row + shift, k)]  # [N, V] (repair rows)
+        draft_row = q_all[items, row]
+        residual = np.maximum(target_row - draft_row, 0.0)
+        has_residual = np.any(residual > 0, axis=1)
+        final_u = u[:, k]
+        if bugs.repair == "from_p":
+            weights = target_row
+        elif bugs.repair == "from_q":
+            weights = draft_row
+        else:
+            weights = np.where(has_residual[:, None], residual, target_row)
+        if bugs.repair == "reuse_uniform":  # the rejecting uniform drives the repair draw too
+            final_u = u[items, row]
+        repair_token = _inverse_cdf_rows(weights, final_u)
+        if bugs.repair == "unnormalized":  # u compared with the raw residual's running sum
+            cumulative = np.cumsum(residual, axis=1)
+            repair_token = np.asarray(np.minimum(np.sum(cumulative <= final_u[:, None], axis=1), vocab - 1), dtype=np.int64)
+        if bugs.accept == "greedy":
+            repair_token = np.asarray(np.argmax(target_row, axis=1), dtype=np.int64)
+        if bugs.repair == "padded_tie":  # a zero residual: the padded tail wins the tie
+            padded_last = -(-vocab // 8) * 8 - 1
+            repair_token = np.where(has_residual, repair_token, padded_last).astype(np.int64)
+
+        bonus_row = p_all[:, k - 1 if bugs.bonus == "previous_row" else k, :]
+        bonus_token = _inverse_cdf_rows(bonus_row, u[:, k])
+        if bugs.accept == "greedy":
+            bonus_token = np.asarray(np.argmax(p_all[:, k, :], axis=1), dtype=np.int64)
+        token = np.where(all_accepted, bonus_token, repair_token).astype(np.int64)
+        is_bonus = all_accepted.copy()
+        if bugs.bonus == "none":  # all accepted: emit the drafts and nothing more
+            accepted = np.where(all_accepted, k - 1, accepted).astype(np.int64)
+            token = np.where(all_accepted, x[:, k - 1], token).astype(np.int64)
+            is_bonus[:] = False
+        return BatchVerdict(accepted, token, is_bonus)
+
+    return verify
+
+
+# -----------------------------------------------------------------------------------------------
+# pipeline mutants: wrong rows handed to a correct verifier
+
+
+class _PipelineBug(ReferencePipeline):
+    """The reference pipeline with one row computed wrongly (override ``rows``)."""
+
+
+class DraftQFromRawLogits(_PipelineBug):
+    """q is softmax of the draft's RAW logits, though the draft sampled from processed ones."""
+
+    def rows(self, target_logits: npt.NDArray[np.float64], draft_logits: npt.NDArray[np.float64], history: Sequence[int], drafts: Sequence[int], target_params: SamplingParams, draft_params: SamplingParams) -> tuple[Probs2D, Probs2D]:
+        p, _ = super().rows(target_logits, draft_logits, history, drafts, target_params, draft_params)
+        q = np.stack([target_distribution(row, [], SamplingParams()) for row in draft_logits])
+        return p, q
+
+
+class GreedyDraftScoredWithSoftmax(_PipelineBug):
+    """A greedy draft (one-hot law) is scored with its softmax at the request's temperature."""
+
+    def rows(self, target_logits: npt.NDArray[np.float64], draft_logits: npt.NDArray[np.float64], history: Sequence[int], drafts: Sequence[int], target_params: SamplingParams, draft_params: SamplingParams) -> tuple[Probs2D, Probs2D]:
+        scored = SamplingParams(temperature=target_params.temperature or 1.0) if draft_params.greedy else draft_params
+        return super().rows(target_logits, draft_logits, history, drafts, target_params, scored)
+
+
+class ProcessorsOnDraftNotTarget(_PipelineBug):
+    """The request's processors reach the draft but the target rows keep only the temperature."""
+
+    def rows(self, target_logits: npt.NDArray[np.float64], draft_logits: npt.NDArray[np.float64], history: Sequence[int], drafts: Sequence[int], target_params: SamplingParams, draft_params: SamplingParams) -> tuple[Probs2D, Probs2D]:
+        bare = SamplingParams(temperature=target_params.temperature)
+        return super().rows(target_logits, draft_logits, history, drafts, bare, draft_params)
+
+
+class HistoryWithoutAcceptedDrafts(_PipelineBug):
+    """Every target row is processed with the step's starting history (penalties miss drafts)."""
+
+    def rows(self, target_logits: npt.NDArray[np.float64], draft_logits: npt.NDArray[np.float64], history: Sequence[int], drafts: Sequence[int], target_params: SamplingParams, draft_params: SamplingParams) -> tuple[Probs2D, Probs2D]:
+        _, q = super().rows(target_logits, draft_logits, history, drafts, target_params, draft_params)
+        p = np.stack([target_distribution(row, list(history), target_params) for row in target_logits])
+        return p, q
+
+
+def _row_mutant(name: str, bug_class: str, bugs: Bugs) -> Mutant:
+    batch = broken_batch(bugs)
+    return Mutant(name, bug_class, batch, ReferencePipeline(), as_verifier(batch))
+
+
+def _pipeline_mutant(name: str, bug_class: str, pipeline: Pipeline) -> Mutant:
+    return Mutant(name, bug_class, verify_sampled_batch, pipeline, verify_sampled)
+
+
+def catalogue() -> list[Mutant]:
+    """Every mutant, in a stable order."""
+    return [
+        _row_mutant("resample_from_target", "on rejection, resample from p instead of the residual (p - q)+", Bugs(repair="from_p")),
+        _row_mutant("resample_from_draft", "on rejection, resample from q", Bugs(repair="from_q")),
+        _row_mutant("no_bonus_token", "all k accepted: no bonus token from p_k", Bugs(bonus="none")),
+        _row_mutant("bonus_from_wrong_row", "bonus token drawn from p_{k-1} instead of p_k", Bugs(bonus="previous_row")),
+        _row_mutant("always_accept", "drafts accepted without a test (transformers PR #28508)", Bugs(accept="always")),
+        _row_mutant("residual_not_renormalized", "inverse CDF over the raw residual, not divided by its mass", Bugs(repair="unnormalized")),
+        _row_mutant("recovered_id_out_of_vocab_on_ties", "zero residual: padded tail wins the tie, id >= V (vLLM GHSA-8wr5-jm2h-8r4f)", Bugs(repair="padded_tie")),
+        _row_mutant("ratio_inverted", "accept with min(1, q/p) instead of min(1, p/q)", Bugs(accept="inverted")),
+        _row_mutant("sampling_verified_greedily", "a sampling request verified by argmax match (sglang #32922)", Bugs(accept="greedy")),
+        _row_mutant("acceptance_uniform_reused_for_repair", "the rejecting uniform also drives the repair draw", Bugs(repair="reuse_uniform")),
+        _row_mutant("accept_on_equality", "u * q <= p instead of <: breaks bit-exact portability", Bugs(accept="le")),
+        _row_mutant("target_rows_off_by_one", "draft i tested against target row i+1 (transformers PR #28166 indexing)", Bugs(accept="off_by_one")),
+        _pipeline_mutant("draft_q_from_raw_logits", "q from raw logits while the draft sampled top-k/processed logits (transformers #47932)", DraftQFromRawLogits()),
+        _pipeline_mutant("greedy_draft_scored_with_softmax", "greedy draft scored with its softmax, not one-hot (transformers #32867)", GreedyDraftScoredWithSoftmax()),
+        _pipeline_mutant("processors_on_draft_not_target", "processors applied to the draft but not to the target rows (vLLM #42744)", ProcessorsOnDraftNotTarget()),
+        _pipeline_mutant("history_without_accepted_drafts", "target rows penalized with the step's stale history, not history + drafts", HistoryWithoutAcceptedDrafts()),
+    ]
+
+
+# -----------------------------------------------------------------------------------------------
+# running the catalogue
+
+
+@dataclass(frozen=True)
+class MutantReport:
+    """Which properties failed for one implementation."""
+
+    name: str
+    bug_class: str
+    killed_by: list[str]
+    results: list[PropertyResult]
+    seconds: float
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.killed_by)
+
+
+def evaluate(
+    name: str,
+    bug_class: str,
+    verifier: Verifier,
+    batch: BatchVerifier,
+    pipeline: Pipeline,
+    *,
+    fail_fast: bool,
+    only: Sequence[str] | None = None,
+    scale: float = 1.0,
+) -> MutantReport:
+    """Run the properties on one implementation and record the failing ones."""
+    start = time.perf_counter()
+    results = run_properties(verifier, batch, pipeline, fail_fast=fail_fast, only=only, scale=scale)
+    failed = [r.name for r in results if not r.passed]
+    return MutantReport(name, bug_class, failed, results, time.perf_counter() - start)
+
+
+def run_catalogue(
+    *, fail_fast: bool = False, only: Sequence[str] | None = None, scale: float = 1.0, log: Callable[[str], None] | None = None
+) -> tuple[MutantReport, list[MutantReport]]:
+    """(report on the reference, one report per mutant)."""
+    reference = evaluate("reference", "-", verify_sampled, verify_sampled_batch, ReferencePipeline(), fail_fast=False, only=only, scale=scale)
+    if log:
+        log(_line(reference))
+    reports = []
+    for mutant in catalogue():
+        report = evaluate(mutant.name, mutant.bug_class, mutant.verifier, mutant.batch, mutant.pipeline, fail_fast=fail_fast, only=only, scale=scale)
+        reports.append(report)
+        if log:
+            log(_line(report))
+    return reference, reports
+
+
+def _line(report: MutantReport) -> str:
+    if report.name == "reference":
+        state = "passes all" if not report.killed else f"FAILS {', '.join(report.killed_by)}"
+    else:
+        state = f"killed by {', '.join(report.killed_by)}" if report.killed else "SURVIVED"
+    return f"{report.name:<38} {state}  ({report.seconds:.1f}s)"
+
+
+def _as_json(report: MutantReport) -> dict[str, Any]:
+    return {
+        "name": report.name,
+        "bug_class": report.bug_class,
+        "killed": report.killed,
+        "killed_by": report.killed_by,
+        "seconds": round(report.seconds, 3),
+        "properties": [
+            {"name": r.name, "passed": r.passed, "n": r.n, "alpha": r.alpha, "power": round(r.power, 6), "detail": r.detail}
+            for r in report.results
+        ],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m spec.mutants [--json] [--fail-fast] [--only NAME ...] [--scale S]``."""
+    parser = argparse.ArgumentParser(prog="python -m spec.mutants", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--fail-fast", action="store_true", help="stop each mutant at its first failing property")
+    parser.add_argument("--only", nargs="+", metavar="PROPERTY", help="run only these properties")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply statistical sample sizes (power is reported)")
+    args = parser.parse_args(argv)
+    if not args.scale > 0:
+        parser.error(f"--scale must be > 0, got {args.scale}")
+    log = None if args.json else print
+    try:
+        reference, reports = run_catalogue(fail_fast=args.fail_fast, only=args.only, scale=args.scale, log=log)
+    except ValueError as exc:
+        print(f"spec.mutants: error: {exc}", file=sys.stderr)
+        return 2
+    killed = sum(r.killed for r in reports)
+    ok = not reference.killed and killed == len(reports)
+    if args.json:
+        print(json.dumps({"reference": _as_json(reference), "mutants": [_as_json(r) for r in reports], "killed": killed, "total": len(reports), "ok": ok}, indent=2))
+    else:
+        print(f"\n{killed}/{len(reports)} mutants killed; reference {'passes every property' if not reference.killed else 'FAILS'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
