@@ -27,6 +27,7 @@ import z3
 
 from proofs.core import Obligation, implies
 
+INDEX = ("reference.conformal.conformal_index",)
 CODE = ("reference.conformal.conformal_index", "reference.conformal.conformal_quantile")
 
 
@@ -80,13 +81,13 @@ OBLIGATIONS: list[Obligation] = [
         "proofs.conformal.index_tight",
         "n >= 1 int, 0 < q < 1, k int, k-1 < (n+1)q <= k => k/(n+1) < q + 1/(n+1)",
         _index_tight,
-        CODE,
+        INDEX,
     ),
     Obligation(
         "proofs.conformal.index_positive",
         "n >= 1 int, 0 < q < 1, k int, k-1 < (n+1)q <= k => k >= 1",
         _index_positive,
-        CODE,
+        INDEX,
     ),
     Obligation(
         "proofs.conformal.never_admits_iff",
@@ -98,6 +99,6 @@ OBLIGATIONS: list[Obligation] = [
         "proofs.conformal.ceil_by_floor_division",
         "m, b ints, b >= 1, k = -((-m) div b) => b(k-1) < m <= bk   (k = ceil(m/b))",
         _ceil_by_floor_division,
-        CODE,
+        INDEX,
     ),
 ]

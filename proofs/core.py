@@ -78,6 +78,8 @@ class Result:
 def _model_lines(model: z3.ModelRef) -> tuple[str, ...]:
     lines = []
     for decl in model.decls():
+        if decl.arity() > 0:  # interpretations of functions z3 left open (fp.max on +-0): no values
+            continue
         value = model[decl]
         text = str(value)
         if isinstance(value, z3.FPNumRef):  # show the exact rational too: it is what was claimed

@@ -23,11 +23,9 @@ import z3
 
 from proofs.core import Obligation, implies, rabs
 
-CODE = (
-    "reference.certificate.bisquare_rho",
-    "reference.certificate.bisquare_weight",
-    "reference.certificate.inside_bowl",
-)
+RHO = "reference.certificate.bisquare_rho"
+WEIGHT = "reference.certificate.bisquare_weight"
+BOWL = "reference.certificate.inside_bowl"
 
 
 def rho(r: z3.ArithRef, c: z3.ArithRef) -> z3.ArithRef:
@@ -79,30 +77,30 @@ OBLIGATIONS: list[Obligation] = [
         "proofs.tukey.rho_branches_agree",
         "c > 0, |r| = c => c^2/6 (1 - (1 - (r/c)^2)^3) = c^2/6   (rho is continuous at the bowl's rim)",
         _branches_agree,
-        CODE,
+        (RHO,),
     ),
     Obligation(
         "proofs.tukey.rho_below_cap_iff_inside",
         "c > 0 => (rho(r) < c^2/6 <=> |r| < c)",
         _below_cap_iff_inside,
-        CODE,
+        (RHO, BOWL),
     ),
     Obligation(
         "proofs.tukey.weight_positive_iff_inside",
         "c > 0 => ((1 - (r/c)^2)^2 [|r| <= c, else 0] > 0 <=> |r| < c)",
         _weight_positive_iff_inside,
-        CODE,
+        (WEIGHT,),
     ),
     Obligation(
         "proofs.tukey.rho_monotone",
         "c > 0, |r1| <= |r2| => rho(r1) <= rho(r2)   (rho nondecreasing in |r|)",
         _monotone,
-        CODE,
+        (RHO,),
     ),
     Obligation(
         "proofs.tukey.bowl_preserves_argmax",
         "gamma > 0, c = gamma/2, d_a-d_b >= gamma, rho(d_a-t_a) < c^2/6, rho(d_b-t_b) < c^2/6 => t_a > t_b",
         _bowl_preserves_argmax,
-        CODE,
+        (BOWL,),
     ),
 ]

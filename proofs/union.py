@@ -28,10 +28,9 @@ import z3
 
 from proofs.core import Obligation, implies
 
-CODE = (
-    "reference.conformal.bonferroni",
-    "reference.conformal.margin_threshold",
-)
+BOOLE = ("reference.conformal.bonferroni", "reference.conformal.margin_threshold")
+LEVEL = ("reference.conformal.bonferroni",)
+RISK = ("reference.conformal.margin_threshold", "reference.certificate.margin_admits")
 MAX_ATOMS_K = 6
 MAX_LAYERS = 16
 
@@ -124,20 +123,20 @@ OBLIGATIONS: list[Obligation] = [
         "proofs.union.two_events",
         "any law on 2 events: P(A u B) <= P(A) + P(B)",
         _two_events,
-        CODE,
+        BOOLE,
     ),
     Obligation(
         "proofs.union.induction_step",
         "U_K <= S_K, U_{K+1} <= U_K + p_{K+1} => U_{K+1} <= S_K + p_{K+1}   (Boole for every K)",
         _induction_step,
-        CODE,
+        BOOLE,
     ),
     *[
         Obligation(
             f"proofs.union.boole_atoms[K={k}]",
             f"any law on {k} events (2^{k} atoms): P(E_1 u .. u E_{k}) <= sum_k P(E_k)",
             partial(_boole_atoms, k),
-            CODE,
+            BOOLE,
         )
         for k in range(1, MAX_ATOMS_K + 1)
     ],
@@ -145,14 +144,14 @@ OBLIGATIONS: list[Obligation] = [
         "proofs.union.bonferroni_level",
         "K >= 1 int, 0 < q < 1, q' = 1 - (1-q)/K => K (1 - q') = 1 - q, q <= q' < 1",
         _bonferroni_level,
-        CODE,
+        LEVEL,
     ),
     *[
         Obligation(
             f"proofs.union.bonferroni_joint[K={k}]",
             f"any law on {k} events, P(E_k) <= 1 - q' with q' = 1 - (1-q)/{k} => P(union) <= 1 - q",
             partial(_bonferroni_joint, k),
-            CODE,
+            LEVEL,
         )
         for k in range(1, MAX_ATOMS_K + 1)
     ],
@@ -160,12 +159,12 @@ OBLIGATIONS: list[Obligation] = [
         "proofs.union.first_exit_event",
         f"K <= {MAX_LAYERS}: served token flips (exit at first admitting layer) => some layer admitted and flipped",
         _first_exit_event,
-        CODE,
+        RISK,
     ),
     Obligation(
         "proofs.union.residual_gate_event",
         f"K <= {MAX_LAYERS}, (admit_k & covered_k => no flip_k) => (served flip => some layer uncovered)",
         _residual_gate_event,
-        CODE,
+        LEVEL,
     ),
 ]
