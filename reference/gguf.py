@@ -56,6 +56,7 @@ __all__ = [
     "GGUFBigEndian",
     "GGUFBadAlignment",
     "GGUFLimitExceeded",
+    "GGUFSizeExceedsFile",
     "GGUFBadString",
     "GGUFBadKey",
     "GGUFDuplicateKey",
@@ -110,6 +111,14 @@ class GGUFLimitExceeded(GGUFError):
     """A count, length or size is absurd: more than the file could hold, negative, or overflowing."""
 
 
+class GGUFSizeExceedsFile(GGUFLimitExceeded, GGUFTruncated):
+    """A count or length announces more bytes than the file has left.
+
+    From the bytes alone an absurd value and a truncated file look the same, so this error is both
+    a :class:`GGUFLimitExceeded` and a :class:`GGUFTruncated`.
+    """
+
+
 class GGUFBadString(GGUFError):
     """A string is not valid UTF-8."""
 
@@ -139,7 +148,7 @@ class GGUFBadTensorType(GGUFError):
 
 
 class GGUFBadShape(GGUFError):
-    """A tensor has too many dims, a negative dim, or a row that is not whole blocks; or a long name."""
+    """A tensor has too many dims, a negative dim, or a row that is not a whole number of blocks."""
 
 
 class GGUFTensorOutOfBounds(GGUFError):
@@ -272,7 +281,7 @@ class _Cursor:
         start = self.pos
         length = self.u64(f"{field} length")
         if length > self.remaining():
-            raise GGUFLimitExceeded(
+            raise GGUFSizeExceedsFile(
                 f"offset {start}: {field} length {length} exceeds the {self.remaining()} bytes left in the file"
             )
         raw = self.view[self.pos : self.pos + length]
@@ -313,7 +322,7 @@ class _Cursor:
         count = self.u64(f"{field} count")
         least = count * _MIN_VALUE_BYTES[item_kind]
         if least > self.remaining():
-            raise GGUFLimitExceeded(
+            raise GGUFSizeExceedsFile(
                 f"offset {start}: {field} count {count} of {item_kind.name} needs at least {least} bytes, "
                 f"only {self.remaining()} left in the file"
             )
@@ -322,7 +331,8 @@ class _Cursor:
             items = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos)
             self.pos += count * dtype.itemsize
             if item_kind == GGUFValueType.BOOL:
-                return [bool(b) for b in (items != 0).tolist()]
+                flags: list[MetadataValue] = (items != 0).tolist()
+                return flags
             values: list[MetadataValue] = items.tolist()
             return values
         if item_kind == GGUFValueType.STRING:
@@ -362,7 +372,7 @@ def _read_header(cur: _Cursor) -> tuple[int, int, int]:
         )
     least = kv_count * _MIN_KV_BYTES + tensor_count * _MIN_TENSOR_INFO_BYTES
     if least > cur.remaining():
-        raise GGUFLimitExceeded(
+        raise GGUFSizeExceedsFile(
             f"offset {counts_at}: header tensor_count {tensor_count} and kv_count {kv_count} need at least "
             f"{least} bytes, only {cur.remaining()} left in the file"
         )
@@ -386,7 +396,7 @@ def _read_tensor_info(cur: _Cursor, index: int) -> tuple[str, int, tuple[int, ..
     name = cur.string(f"tensor[{index}] name")
     label = f"tensor[{index}] {name!r}"
     if len(name.encode("utf-8")) > MAX_NAME_BYTES:
-        raise GGUFBadShape(f"offset {row_at}: {label} name is longer than {MAX_NAME_BYTES} bytes")
+        raise GGUFLimitExceeded(f"offset {row_at}: {label} name is longer than {MAX_NAME_BYTES} bytes")
     dims_at = cur.pos
     n_dims = cur.u32(f"{label} n_dims")
     if n_dims > MAX_DIMS:

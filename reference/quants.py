@@ -521,8 +521,9 @@ def dequantize(raw: U8, ggml_type: int, n_elements: int, *, tensor_name: str = "
     blocks = flat.reshape(n_blocks, block_bytes)  # [n_blocks, block_bytes]
     out = np.empty((n_blocks, block_elements), dtype=np.float32)  # [n_blocks, block_elements]
     step = max(1, _CHUNK_BYTES // block_bytes)
-    for start in range(0, n_blocks, step):
-        out[start : start + step] = decoder(blocks[start : start + step])
+    with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN scales propagate silently, as in C
+        for start in range(0, n_blocks, step):
+            out[start : start + step] = decoder(blocks[start : start + step])
     return out.reshape(n_elements)
 
 
@@ -581,8 +582,9 @@ def _affine_scale(blocks: F32, levels: int) -> tuple[F32, F32, F32]:
 
 
 def _half_bytes(values: F32) -> U8:
-    """float32 ``[n, 1]`` -> fp16 little-endian bytes ``[n, 2]`` (round to nearest even)."""
-    return values.astype("<f2").view(np.uint8)
+    """float32 ``[n, 1]`` -> fp16 little-endian bytes ``[n, 2]`` (round to nearest even, overflow -> inf)."""
+    with np.errstate(over="ignore"):
+        return values.astype("<f2").view(np.uint8)
 
 
 def _pack_nibbles(q: U8) -> U8:
