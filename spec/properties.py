@@ -12,6 +12,11 @@ Properties, cheapest first (deterministic ones have alpha 0 and power 1):
 - ``range_and_mass``: 0 <= accepted <= k, kind is bonus iff accepted == k, token < V with positive
   mass in the law it was drawn from, accepted drafts have positive target mass; on random rows and
   on edge rows (subnormal draft mass, rows summing to 1 - 1e-9, V not a multiple of 8).
+- ``pipeline_processors``: toy autoregressive logits models with processors (top-k, top-p, min-p,
+  temperature, logit bias, repetition penalty, greedy draft, greedy target): the exact law of the
+  first 2 emitted tokens, with the pipeline's rows and the verifier's implied law (see
+  ``protocol_cells``), equals the
+  processed target law (within 1e-9 TV: float rows sum to 1 only to rounding).
 - ``protocol_boundaries``: dyadic rows and uniforms, many ON the protocol's boundaries
   (u * q(x) == p(x), u * total == cumsum); every float64 step is then exact, so the verdict must
   equal the exact protocol's (:func:`spec.exact.protocol_verdict`) bit for bit.
@@ -22,10 +27,6 @@ Properties, cheapest first (deterministic ones have alpha 0 and power 1):
   the product of the target rows EXACTLY (Fractions), for rows with zeros, ties, one-hot rows,
   p == q and disjoint supports.
 - ``batch_matches_sequential``: the batch form equals the single form item by item.
-- ``pipeline_processors``: toy autoregressive logits models with processors (top-k, top-p, min-p,
-  temperature, logit bias, repetition penalty, greedy draft, greedy target): the exact law of the
-  first 2 emitted tokens, with the pipeline's rows and the verifier's implied law, equals the
-  processed target law (within 1e-9 TV: float rows sum to 1 only to rounding).
 - ``stat_*``: chi-square tests of the verifier's real draws against exact laws
   (:mod:`spec.statistics`): the verdict law for k = 1, 2, 3, 5, 8 with position-dependent rows,
   and the first-3-token law of autoregressive toys for k = 1, 2, 4 and a processed one for k = 3.
@@ -253,9 +254,12 @@ def _draw_from_rows(rng: np.random.Generator, rows: Probs2D) -> npt.NDArray[np.i
     return np.asarray(np.minimum(np.sum(cumulative <= u[:, None], axis=1), rows.shape[1] - 1), dtype=np.int64)
 
 
+MAX_FAILURES = 3  # a property stops collecting (and running) cases after this many failures
+
+
 def _result(name: str, failures: list[str], cases: int) -> PropertyResult:
     if failures:
-        more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
+        more = f" (+{len(failures) - 1} more before stopping)" if len(failures) > 1 else ""
         return PropertyResult(name, False, cases, 0.0, 1.0, failures[0] + more)
     return PropertyResult(name, True, cases, 0.0, 1.0, f"{cases} cases agree")
 
@@ -363,6 +367,8 @@ def prop_range_and_mass(subject: Subject) -> PropertyResult:
         problem = outcome if isinstance(outcome, str) else _mass_failures(p, q, drafts, outcome)
         if problem:
             failures.append(f"{label}, drafts={drafts}, u={uniforms}: {problem}")
+            if len(failures) >= MAX_FAILURES:
+                break
     return _result("range_and_mass", failures, len(cases))
 
 
@@ -396,6 +402,8 @@ def prop_protocol_boundaries(subject: Subject) -> PropertyResult:
                 f"p={p.tolist()}, q={q.tolist()}, drafts={drafts}, u={[str(u) for u in us]}: "
                 f"protocol gives {expected}, verifier gives {got}"
             )
+            if len(failures) >= MAX_FAILURES:
+                break
     return _result("protocol_boundaries", failures, cases)
 
 
@@ -503,6 +511,8 @@ def prop_protocol_cells(subject: Subject) -> PropertyResult:
             if implied.errors or implied.mismatches:
                 failures.append(f"{label}, p={p.tolist()}, q={q.tolist()}: {(implied.errors + implied.mismatches)[0]}")
                 break
+        if len(failures) >= MAX_FAILURES:
+            break
     return _result("protocol_cells", failures, len(cases))
 
 
@@ -536,6 +546,8 @@ def prop_exact_lossless(subject: Subject) -> PropertyResult:
         if got != want:
             tv = exact.total_variation(got, want)
             failures.append(f"{label}, p={p.tolist()}, q={q.tolist()}: emitted law off the target by TV {float(tv):.6g}")
+            if len(failures) >= MAX_FAILURES:
+                break
     return _result("exact_lossless", failures, len(cases))
 
 
@@ -890,11 +902,11 @@ def _stat_lossless(k: int, processed: bool = False) -> Property:
 PROPERTIES: tuple[tuple[str, Property], ...] = (
     ("contract", prop_contract),
     ("range_and_mass", prop_range_and_mass),
+    ("pipeline_processors", prop_pipeline_processors),
     ("protocol_boundaries", prop_protocol_boundaries),
     ("protocol_cells", prop_protocol_cells),
     ("exact_lossless", prop_exact_lossless),
     ("batch_matches_sequential", prop_batch_matches_sequential),
-    ("pipeline_processors", prop_pipeline_processors),
     ("stat_verdict_law_k1", _stat_verdict_law(1)),
     ("stat_verdict_law_k2", _stat_verdict_law(2)),
     ("stat_verdict_law_k3", _stat_verdict_law(3)),

@@ -19,6 +19,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "models",
     "inspect",
     "tokenize",
+    "vectors",
+    "check",
+    "witness",
 )
 
 

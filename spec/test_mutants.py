@@ -1,0 +1,78 @@
+"""The spec has teeth: every mutant is killed, the reference passes, and the statistical and
+exact properties each kill the mutants that change the law on their own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reference.speculative import verify_sampled, verify_sampled_batch
+from spec import mutants
+from spec.properties import PROPERTY_NAMES, STATISTICAL, ReferencePipeline, run_properties
+
+# Row-level mutants that change the law of the emitted tokens on ordinary rows (the others only
+# break the protocol or an edge case: no bonus is lossless but slower and off-protocol, a padded
+# tie needs a zero residual, `<=` differs on a set of uniforms of measure zero).
+LAW_CHANGING = (
+    "resample_from_target",
+    "resample_from_draft",
+    "bonus_from_wrong_row",
+    "always_accept",
+    "residual_not_renormalized",
+    "ratio_inverted",
+    "sampling_verified_greedily",
+    "acceptance_uniform_reused_for_repair",
+    "target_rows_off_by_one",
+)
+BY_NAME = {m.name: m for m in mutants.catalogue()}
+
+
+def test_catalogue_is_large_and_named_after_bug_classes() -> None:
+    catalogue = mutants.catalogue()
+    assert len(catalogue) >= 12
+    assert len(BY_NAME) == len(catalogue)
+    assert all(m.bug_class for m in catalogue)
+    for reference in ("transformers #47932", "transformers #32867", "transformers PR #28508", "vLLM #42744", "sglang #32922", "GHSA-8wr5-jm2h-8r4f"):
+        assert any(reference in m.bug_class for m in catalogue), reference
+
+
+def test_every_mutant_is_killed() -> None:
+    reference, reports = mutants.run_catalogue(fail_fast=True, only=[n for n in PROPERTY_NAMES if n not in STATISTICAL])
+    assert not reference.killed, reference.results
+    survivors = [r.name for r in reports if not r.killed]
+    assert survivors == []
+
+
+@pytest.mark.parametrize("name", LAW_CHANGING)
+def test_statistics_alone_kill_the_law_changing_mutants(name: str) -> None:
+    mutant = BY_NAME[name]
+    results = run_properties(mutant.verifier, mutant.batch, mutant.pipeline, only=sorted(STATISTICAL), fail_fast=True)
+    assert not results[-1].passed, f"{name} survived every statistical test"
+
+
+@pytest.mark.parametrize("name", LAW_CHANGING)
+def test_exact_law_alone_kills_the_law_changing_mutants(name: str) -> None:
+    mutant = BY_NAME[name]
+    [result] = run_properties(mutant.verifier, mutant.batch, mutant.pipeline, only=["exact_lossless"])
+    assert not result.passed
+
+
+def test_reference_passes_every_deterministic_property() -> None:
+    """(The statistical ones run in spec/test_statistics.py.)"""
+    results = run_properties(verify_sampled, verify_sampled_batch, ReferencePipeline(), only=[n for n in PROPERTY_NAMES if n not in STATISTICAL])
+    assert [r.name for r in results if not r.passed] == []
+
+
+def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status = mutants.main(["--json", "--fail-fast", "--only", "contract", "range_and_mass", "protocol_boundaries", "pipeline_processors"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0 and report["ok"] and report["killed"] == report["total"] == len(BY_NAME)
+    by_name = {m["name"]: m for m in report["mutants"]}
+    assert by_name["accept_on_equality"]["killed_by"] == ["protocol_boundaries"]
+    assert by_name["draft_q_from_raw_logits"]["killed_by"] == ["pipeline_processors"]
+
+
+def test_cli_rejects_unknown_property(capsys: pytest.CaptureFixture[str]) -> None:
+    assert mutants.main(["--only", "no_such_property"]) == 2
+    assert "unknown properties" in capsys.readouterr().err
