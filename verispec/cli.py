@@ -19,8 +19,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "models",
     "inspect",
     "tokenize",
-    "vectors",
-    "check",
     "witness",
 )
 
