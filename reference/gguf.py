@@ -68,6 +68,7 @@ __all__ = [
     "GGUFTensorOutOfBounds",
     "GGUFTensorMisaligned",
     "GGUFClosed",
+    "GGUFUnreadable",
     "UnsupportedQuantType",
 ]
 
@@ -76,6 +77,7 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NAME_BYTES = 63  # GGML_MAX_NAME is 64 including the terminating NUL
+MAX_ARRAY_DEPTH = 64  # arrays of arrays: real files nest at most once; this bounds the recursion
 
 # A Python list, not a numpy array: metadata is small, except the tokenizer's arrays, which the
 # tokenizer wants as Python objects anyway.
@@ -161,6 +163,10 @@ class GGUFTensorMisaligned(GGUFError):
 
 class GGUFClosed(GGUFError):
     """The file was closed."""
+
+
+class GGUFUnreadable(GGUFError):
+    """The operating system could not open or map the file (missing, a directory, no permission)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,7 +312,7 @@ class _Cursor:
         if kind == GGUFValueType.STRING:
             return self.string(field)
         if kind == GGUFValueType.ARRAY:
-            return self.array(field)
+            return self.array(field, depth=1)
         dtype = np.dtype(_SCALAR_DTYPES[kind])
         self.need(dtype.itemsize, field)
         item = np.frombuffer(self.buf, dtype=dtype, count=1, offset=self.pos)[0]
@@ -316,7 +322,9 @@ class _Cursor:
         result: int | float = item.item()
         return result
 
-    def array(self, field: str) -> list[MetadataValue]:
+    def array(self, field: str, depth: int) -> list[MetadataValue]:
+        if depth > MAX_ARRAY_DEPTH:
+            raise GGUFLimitExceeded(f"offset {self.pos}: {field} nests arrays deeper than {MAX_ARRAY_DEPTH}")
         item_kind = self.value_type(f"{field} item")
         start = self.pos
         count = self.u64(f"{field} count")
@@ -337,7 +345,7 @@ class _Cursor:
             return values
         if item_kind == GGUFValueType.STRING:
             return [self.string(f"{field}[{i}]") for i in range(count)]
-        return [self.array(f"{field}[{i}]") for i in range(count)]
+        return [self.array(f"{field}[{i}]", depth + 1) for i in range(count)]
 
 
 def _align(offset: int, alignment: int) -> int:
@@ -379,14 +387,39 @@ def _read_header(cur: _Cursor) -> tuple[int, int, int]:
     return version, tensor_count, kv_count
 
 
-def _read_alignment(metadata: dict[str, MetadataValue], raw_types: dict[str, int]) -> int:
-    if "general.alignment" not in metadata:
+@dataclass
+class _Metadata:
+    values: dict[str, MetadataValue]
+    types: dict[str, int]  # key -> GGUFValueType tag of the value
+    offsets: dict[str, int]  # key -> file offset of the value's type tag
+
+
+def _read_metadata(cur: _Cursor, kv_count: int) -> _Metadata:
+    meta = _Metadata({}, {}, {})
+    for i in range(kv_count):
+        start = cur.pos
+        key = cur.string(f"kv[{i}] key")
+        if not key:
+            raise GGUFBadKey(f"offset {start}: kv[{i}] key is empty")
+        if key in meta.values:
+            raise GGUFDuplicateKey(f"offset {start}: kv[{i}] key {key!r} appears twice")
+        meta.offsets[key] = cur.pos
+        kind = cur.value_type(f"kv {key!r} value")
+        meta.types[key] = int(kind)
+        meta.values[key] = cur.value(kind, f"kv {key!r} value")
+    return meta
+
+
+def _read_alignment(meta: _Metadata) -> int:
+    key = "general.alignment"
+    if key not in meta.values:
         return DEFAULT_ALIGNMENT
-    value = metadata["general.alignment"]
-    if raw_types.get("general.alignment") != GGUFValueType.UINT32 or isinstance(value, bool):
-        raise GGUFBadAlignment(f"metadata general.alignment must be a u32, got {value!r}")
-    if not isinstance(value, int) or value <= 0 or value & (value - 1):
-        raise GGUFBadAlignment(f"metadata general.alignment {value!r} is not a power of two")
+    value, at = meta.values[key], meta.offsets[key]
+    if meta.types[key] != GGUFValueType.UINT32 or not isinstance(value, int):
+        name = GGUFValueType(meta.types[key]).name
+        raise GGUFBadAlignment(f"offset {at}: kv {key!r} value must be a u32, got {name} {value!r}")
+    if value <= 0 or value & (value - 1):
+        raise GGUFBadAlignment(f"offset {at}: kv {key!r} value {value} is not a power of two")
     return value
 
 
@@ -450,29 +483,12 @@ class GGUFFile:
         self.file_size = int(buf.size)
         cur = _Cursor(buf)
         self.version, tensor_count, kv_count = _read_header(cur)
-        self.metadata, self.metadata_types = self._read_metadata_with_types(cur, kv_count)
-        self.alignment = _read_alignment(self.metadata, self.metadata_types)
+        meta = _read_metadata(cur, kv_count)
+        self.metadata, self.metadata_types = meta.values, meta.types
+        self.alignment = _read_alignment(meta)
         rows = [_read_tensor_info(cur, i) for i in range(tensor_count)]
         self.data_offset = _align(cur.pos, self.alignment) if tensor_count else cur.pos
         self.tensors = self._build_table(rows)
-
-    @staticmethod
-    def _read_metadata_with_types(
-        cur: _Cursor, kv_count: int
-    ) -> tuple[dict[str, MetadataValue], dict[str, int]]:
-        types: dict[str, int] = {}
-        metadata: dict[str, MetadataValue] = {}
-        for i in range(kv_count):
-            start = cur.pos
-            key = cur.string(f"kv[{i}] key")
-            if not key:
-                raise GGUFBadKey(f"offset {start}: kv[{i}] key is empty")
-            if key in metadata:
-                raise GGUFDuplicateKey(f"offset {start}: kv[{i}] key {key!r} appears twice")
-            kind = cur.value_type(f"kv {key!r} value")
-            types[key] = int(kind)
-            metadata[key] = cur.value(kind, f"kv {key!r} value")
-        return metadata, types
 
     def _build_table(self, rows: list[tuple[str, int, tuple[int, ...], int, int]]) -> dict[str, TensorInfo]:
         tensors: dict[str, TensorInfo] = {}
@@ -512,10 +528,13 @@ class GGUFFile:
     def open(cls, path: str | os.PathLike[str]) -> GGUFFile:
         """Map ``path`` read-only and parse it. Raises a GGUFError subclass on a malformed file."""
         file_path = Path(path)
-        size = file_path.stat().st_size
-        if size == 0:  # np.memmap cannot map an empty file
-            raise GGUFTruncated(f"offset 0: header magic needs 4 bytes but {file_path} is empty")
-        buf: npt.NDArray[np.uint8] = np.memmap(file_path, dtype=np.uint8, mode="r")
+        try:
+            size = file_path.stat().st_size
+            if size == 0:  # np.memmap cannot map an empty file
+                raise GGUFTruncated(f"offset 0: header magic needs 4 bytes but {file_path} is empty")
+            buf: npt.NDArray[np.uint8] = np.memmap(file_path, dtype=np.uint8, mode="r")
+        except OSError as exc:
+            raise GGUFUnreadable(f"cannot read {file_path}: {exc.strerror or exc}") from exc
         return cls(buf, file_path)
 
     @classmethod

@@ -32,6 +32,7 @@ from reference.errors import GGUFError, UnsupportedQuantType
 
 __all__ = [
     "GGMLType",
+    "NonFiniteQuantInput",
     "QuantSizeMismatch",
     "SUPPORTED_DEQUANT",
     "SUPPORTED_QUANT",
@@ -133,6 +134,10 @@ _LAYOUT: dict[GGMLType, tuple[int, int]] = {
 
 class QuantSizeMismatch(GGUFError):
     """Raw bytes do not hold a whole number of blocks for the requested element count."""
+
+
+class NonFiniteQuantInput(GGUFError, ValueError):
+    """:func:`quantize` was given NaN or inf (ggml's reference quantizers are undefined there)."""
 
 
 def _known_type(ggml_type: int, tensor_name: str = "") -> GGMLType:
@@ -654,7 +659,12 @@ def quantize(values: npt.NDArray[np.float32], ggml_type: int) -> U8:
     Returns the flat uint8 bytes, block after block, bit-identical to ggml's
     ``quantize_row_*_ref`` for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0. Raises ``UnsupportedQuantType``
     for any other type, :class:`QuantSizeMismatch` if the size is not a whole number of blocks and
-    ``ValueError`` if a value is not finite (ggml's reference is undefined there).
+    :class:`NonFiniteQuantInput` (a ValueError too) if a value is NaN or inf.
+
+    gguf-py's ``quantize`` gives the same bytes except where a block's extreme is a zero whose sign
+    matters (ggml starts from ``max = +0.0`` and keeps the first strict extreme; gguf-py takes
+    ``x[argmax |x|]`` or numpy's max/min), e.g. an all-zero Q4_0 block starting with -0.0: ggml and
+    we store d = -0.0, gguf-py +0.0. Both decode to zeros.
     """
     kind = _known_type(ggml_type)
     encoder = _ENCODERS.get(kind)
@@ -664,8 +674,11 @@ def quantize(values: npt.NDArray[np.float32], ggml_type: int) -> U8:
     block_elements, block_bytes = _LAYOUT[kind]
     if flat.size % block_elements:
         raise QuantSizeMismatch(f"{flat.size} values is not a multiple of the {kind.name} block of {block_elements}")
-    if not np.all(np.isfinite(flat)):
-        raise ValueError(f"quantize({kind.name}): values must be finite")
+    bad = np.flatnonzero(~np.isfinite(flat))
+    if bad.size:
+        raise NonFiniteQuantInput(
+            f"quantize({kind.name}): values must be finite; value {flat[bad[0]]} at index {bad[0]} is not"
+        )
     blocks = flat.reshape(-1, block_elements)  # [n_blocks, 32]
     out = encoder(blocks)  # [n_blocks, block_bytes]
     assert out.shape == (blocks.shape[0], block_bytes)

@@ -23,6 +23,8 @@ from reference.gguf import (
     GGUFClosed,
     GGUFFile,
     GGUFMissingKey,
+    GGUFTruncated,
+    GGUFUnreadable,
     GGUFValueType,
     TensorInfo,
 )
@@ -262,11 +264,15 @@ def test_architecture_must_be_a_present_string() -> None:
         _ = GGUFFile.from_bytes(build([("general.architecture", Value(VT.UINT32, 1))]).data).architecture
 
 
-def test_empty_file(tmp_path: Path) -> None:
+def test_empty_missing_or_unreadable_file(tmp_path: Path) -> None:
     path = tmp_path / "empty.gguf"
     path.write_bytes(b"")
-    with pytest.raises(GGUFError, match="offset 0"):
+    with pytest.raises(GGUFTruncated, match="offset 0"):
         GGUFFile.open(path)
+    with pytest.raises(GGUFUnreadable, match="missing.gguf"):
+        GGUFFile.open(tmp_path / "missing.gguf")
+    with pytest.raises(GGUFUnreadable):
+        GGUFFile.open(tmp_path)  # a directory
 
 
 # ---------------------------------------------------------------------------------------------

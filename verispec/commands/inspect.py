@@ -24,18 +24,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.set_defaults(func=run)
 
 
-def _short(value: MetadataValue) -> MetadataValue | str:
-    """Scalars as they are; arrays summarised (``[12 items]``) unless short."""
-    if isinstance(value, list) and len(value) > 8:
-        return f"[{len(value)} items]"
-    return value
-
-
 def describe(gguf: GGUFFile) -> dict[str, Any]:
     """The inspect report of an open file as a JSON-ready dict (the schema of ``--json``)."""
     arch = gguf.architecture
     prefix = f"{arch}."
-    hyperparameters = {key: _short(value) for key, value in gguf.metadata.items() if key.startswith(prefix)}
+    hyperparameters = {key: value for key, value in gguf.metadata.items() if key.startswith(prefix)}
     tokens = gguf.get("tokenizer.ggml.tokens")
     tensors = [
         {"name": t.name, "type": t.type_name, "shape": list(t.shape), "bytes": t.nbytes}
@@ -64,8 +57,11 @@ def describe(gguf: GGUFFile) -> dict[str, Any]:
     }
 
 
-def _display(gguf: GGUFFile, key: str, value: object) -> str:
-    """A metadata value for humans: f32 values in their shortest float32 form (1e-05, not 9.99e-06)."""
+def _display(gguf: GGUFFile, key: str, value: MetadataValue) -> str:
+    """A metadata value for humans: f32 values in their shortest float32 form (1e-05, not 9.99e-06),
+    long arrays summarised (``[30 items]``)."""
+    if isinstance(value, list) and len(value) > 8:
+        return f"[{len(value)} items]"
     if isinstance(value, float) and gguf.metadata_types.get(key) == GGUFValueType.FLOAT32:
         return str(np.float32(value))
     return str(value)
