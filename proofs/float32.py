@@ -21,14 +21,18 @@ module docstring of reference.certificate lists as [M], [E_j], [R], [S], [B], [C
   s~ <= Q, margin rounded ([M]) from d_a - d_b with d_b >= d_j, threshold b~ = fl(Q + slack) [B],
   c~ = fl(b~ + b~) [C], slack >= 8 u Q, admitted c~ < margin  =>  t_a > t_j (exact, strict).
 - ``halfrange_slack_sound[f32|f64]``: the same with hi >= e~_a, lo <= e~_j, big >= |e~_a|, |e~_j|,
-  allowance A >= 4 u big, r~ = fl(hi - lo) [R], s~ = fl(r~ + A) [S], h~ >= s~/2 (halving rounded
+  allowance A >= 8 u big, r~ = fl(hi - lo) [R], s~ = fl(r~ + A) [S], h~ >= s~/2 (halving rounded
   up), h~ <= Q  =>  t_a > t_j.
+- ``halfrange_upper_bound[f32|f64]``: the computed half-range is an honest upper bound, without any
+  gate: 2 h~ >= e_a - e_j for every pair, i.e. h~ >= (max e - min e)/2 exactly.
 
 Both are pairwise (a = the exit's top-1, j any other id, b the runner-up), hence hold for every
 vocabulary size. The ``*_needs_*`` witnesses show the model is not vacuous and the constants are
-not arbitrary: with slack >= 4 u Q (instead of 8 u Q) the same hypotheses are satisfiable together
-with a flip, and so they are with allowance A >= u max|e~| (instead of 4 u max|e~|). (Probing
-further, 5 u Q and 2 u max|e~| already suffice in the model; the code's 8 and 4 keep a factor 2.)
+not arbitrary: the same hypotheses are satisfiable together with a flip when the slack is only
+>= 4 u Q (sup-norm) or >= 2 u Q (half-range) instead of 8 u Q, and when the half-range allowance is
+only >= u max|e~| instead of 8 u max|e~|. (Probing further, in the model the sup-norm gate needs
+5 u Q, the half-range gate 3 u Q; the code's 8 keeps headroom, and the allowance of 8 u max|e~|
+also makes h~ an upper bound of the exact half-range.)
 The model is coarser than IEEE arithmetic: the strict sup-norm gate without slack may well be sound
 in exact float32 (a grid argument suggests so), but the rounding model cannot see that, and a slack
 of 2^-21 relative costs nothing.
@@ -46,7 +50,7 @@ from proofs.core import Obligation, implies, rabs, rounded
 U32 = Fraction(1, 2**24)
 U64 = Fraction(1, 2**53)
 SLACK_FACTOR = 8  # slack >= 8 u Q   (reference.certificate.SLACK_ULPS * spacing(Q) > 8 u Q)
-ALLOWANCE_FACTOR = 4  # A >= 4 u max|e~|   (reference.certificate.ALLOWANCE_ULPS)
+ALLOWANCE_FACTOR = 8  # A >= 8 u max|e~|   (reference.certificate.ALLOWANCE_ULPS)
 
 SUPNORM_CODE = (
     "reference.certificate.supnorm_admits",
@@ -100,12 +104,12 @@ def _supnorm_hyps(u: z3.ArithRef, slack_factor: int) -> tuple[list[z3.BoolRef], 
     return hyps, v
 
 
-def _halfrange_hyps(
-    u: z3.ArithRef, slack_factor: int, allowance_factor: int
-) -> tuple[list[z3.BoolRef], dict[str, z3.ArithRef]]:
-    hyps, v = _gate(u, slack_factor)
+def _halfrange_score(
+    u: z3.ArithRef, allowance_factor: int, v: dict[str, z3.ArithRef]
+) -> tuple[list[z3.BoolRef], z3.ArithRef]:
+    """The half-range score's computation for the pair (a, j): hypotheses and the score h~."""
     ea, ej, hi, lo, big, allowance, spread, total, half = z3.Reals("e~_a e~_j hi lo big A r~ s~ h~")
-    hyps += [
+    hyps = [
         rounded(v["d_a"] - v["t_a"], ea, u),  # [E_a]
         rounded(v["d_j"] - v["t_j"], ej, u),  # [E_j]
         hi >= ea,
@@ -117,9 +121,23 @@ def _halfrange_hyps(
         rounded(hi - lo, spread, u),  # [R]
         rounded(spread + allowance, total, u),  # [S]
         2 * half >= total,  # halving rounded up
-        half <= v["Q"],  # the conformal event
     ]
-    return hyps, v
+    return hyps, half
+
+
+def _halfrange_hyps(
+    u: z3.ArithRef, slack_factor: int, allowance_factor: int
+) -> tuple[list[z3.BoolRef], dict[str, z3.ArithRef]]:
+    hyps, v = _gate(u, slack_factor)
+    score_hyps, half = _halfrange_score(u, allowance_factor, v)
+    return hyps + score_hyps + [half <= v["Q"]], v  # the conformal event
+
+
+def _halfrange_upper_bound(u: Fraction) -> z3.BoolRef:
+    # no gate, no ordering of the logits: the score alone bounds every exact pairwise spread
+    v = dict(zip(["d_a", "t_a", "d_j", "t_j"], z3.Reals("d_a t_a d_j t_j")))
+    hyps, half = _halfrange_score(_real(u), ALLOWANCE_FACTOR, v)
+    return implies(hyps, 2 * half >= (v["d_a"] - v["t_a"]) - (v["d_j"] - v["t_j"]))
 
 
 def _supnorm_sound(u: Fraction) -> z3.BoolRef:
@@ -139,7 +157,7 @@ def _supnorm_needs_slack() -> z3.BoolRef:
 
 
 def _halfrange_needs_slack() -> z3.BoolRef:
-    hyps, v = _halfrange_hyps(_real(U32), 4, ALLOWANCE_FACTOR)
+    hyps, v = _halfrange_hyps(_real(U32), 2, ALLOWANCE_FACTOR)
     result: z3.BoolRef = z3.And(*hyps, v["t_a"] <= v["t_j"])
     return result
 
@@ -217,10 +235,19 @@ OBLIGATIONS: list[Obligation] = [
     *[
         Obligation(
             f"proofs.float32.halfrange_slack_sound[{tag}]",
-            f"u = {u}: [E],[R],[S],[M],[B],[C] rounded, A >= 4u max|e~|, h~ >= s~/2, h~ <= Q, slack >= 8uQ, "
+            f"u = {u}: [E],[R],[S],[M],[B],[C] rounded, A >= 8u max|e~|, h~ >= s~/2, h~ <= Q, slack >= 8uQ, "
             "admitted => t_a > t_j",
             partial(_halfrange_sound, u),
             HALFRANGE_CODE,
+        )
+        for tag, u in (("f32", U32), ("f64", U64))
+    ],
+    *[
+        Obligation(
+            f"proofs.float32.halfrange_upper_bound[{tag}]",
+            f"u = {u}: [E],[R],[S] rounded, A >= 8u max|e~|, h~ >= s~/2 => 2 h~ >= e_a - e_j (exact, any a, j)",
+            partial(_halfrange_upper_bound, u),
+            ("reference.certificate.halfrange_residual_rows",),
         )
         for tag, u in (("f32", U32), ("f64", U64))
     ],
@@ -233,14 +260,14 @@ OBLIGATIONS: list[Obligation] = [
     ),
     Obligation(
         "proofs.float32.halfrange_needs_slack",
-        "SAT (u = 2^-24): the half-range hypotheses with slack >= 4uQ only (not 8uQ), and t_a <= t_j",
+        "SAT (u = 2^-24): the half-range hypotheses with slack >= 2uQ only (not 8uQ), and t_a <= t_j",
         _halfrange_needs_slack,
         ("reference.certificate.rounding_slack",),
         kind="witness",
     ),
     Obligation(
         "proofs.float32.halfrange_needs_allowance",
-        "SAT (u = 2^-24): the half-range hypotheses with allowance A >= 1u max|e~| only (not 4u), and t_a <= t_j",
+        "SAT (u = 2^-24): the half-range hypotheses with allowance A >= 1u max|e~| only (not 8u), and t_a <= t_j",
         _halfrange_needs_allowance,
         ("reference.certificate.halfrange_residual_rows",),
         kind="witness",
