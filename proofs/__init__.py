@@ -1,1 +1,11 @@
-"""verispec proofs: z3 obligations about the math the code relies on (`python -m proofs`)."""
+"""verispec proofs: z3 obligations about the math the code relies on (`python -m proofs`).
+
+- :mod:`proofs.core`      Obligation, the runner (Solver on the negation, rlimit, unsat required)
+- :mod:`proofs.lossless`  speculative sampling emits exactly p (lemmas + composition, n = 2..6)
+- :mod:`proofs.argmax`    argmax invariance under the 2 tau <= gamma certificate, and its tightness
+- :mod:`proofs.tukey`     Tukey's bisquare with c = gamma/2: the bowl is the certificate
+- :mod:`proofs.conformal` the order-statistic index ceil((n+1) q) and its level
+- :mod:`proofs.union`     several exit layers: Boole's inequality and Bonferroni
+- :mod:`proofs.float32`   float rounding in the gates: a counterexample without slack, a slack proved
+- :mod:`proofs.catalog`   every obligation, in print order
+"""
