@@ -544,8 +544,10 @@ def dequantize(raw: U8, ggml_type: int, n_elements: int, *, tensor_name: str = "
 #
 # All arithmetic is float32, as in C. The inputs must be finite; for finite inputs the quantities
 # x*id + 8.5 etc. stay inside the integer range the C casts assume, except when 1/d overflows
-# (|max| below ~1e-37), where ggml's float -> int cast is undefined behaviour; we then produce
-# q = 0 for zero inputs and the clamped extreme otherwise.
+# (block extreme below ~1e-37 in magnitude), where ggml's float -> int cast is undefined
+# behaviour. There we take the limit: a zero times id = inf is 0 (the level of 0.0), a non-zero one
+# is +-inf and clamps to the extreme level. (d itself is then 0 in fp16, so the block decodes to
+# its offset m, or to zeros.)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -561,12 +563,17 @@ def _reciprocal(d: F32) -> F32:
         return np.asarray(np.where(d == 0, np.float32(0), np.float32(1) / safe), dtype=np.float32)
 
 
+def _scaled(values: F32, inv: F32) -> F32:
+    """``values * id`` in float32, with ``0 * inf`` taken as 0 (see the note on overflowing id)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.asarray(np.where(values == 0, np.float32(0), values * inv), dtype=np.float32)
+
+
 def _trunc_to_level(scaled: F32, offset: float, top: int) -> U8:
     """``min(top, trunc(scaled + offset))`` as in ``MIN(top, (int8_t)(x + offset))``, clamped at 0."""
     with np.errstate(invalid="ignore", over="ignore"):
         shifted = np.asarray(scaled + np.float32(offset), dtype=np.float32)
-        shifted = np.nan_to_num(shifted, nan=0.0, posinf=float(top), neginf=0.0)
-        return np.clip(np.trunc(shifted), 0, top).astype(np.uint8)
+        return np.clip(np.trunc(shifted), 0, top).astype(np.uint8)  # clip maps +-inf to the ends
 
 
 def _symmetric_scale(blocks: F32, levels_below_zero: int) -> tuple[F32, F32]:
@@ -604,35 +611,33 @@ def _pack_fifth_bits(q: U8) -> U8:
 
 def _quant_q4_0(blocks: F32) -> U8:
     d, inv = _symmetric_scale(blocks, 8)
-    q = _trunc_to_level(blocks * inv, 8.5, 15)
+    q = _trunc_to_level(_scaled(blocks, inv), 8.5, 15)
     return np.concatenate([_half_bytes(d), _pack_nibbles(q)], axis=1)
 
 
 def _quant_q4_1(blocks: F32) -> U8:
     d, inv, low = _affine_scale(blocks, 15)
-    q = _trunc_to_level((blocks - low) * inv, 0.5, 15)
+    q = _trunc_to_level(_scaled(blocks - low, inv), 0.5, 15)
     return np.concatenate([_half_bytes(d), _half_bytes(low), _pack_nibbles(q)], axis=1)
 
 
 def _quant_q5_0(blocks: F32) -> U8:
     d, inv = _symmetric_scale(blocks, 16)
-    q = _trunc_to_level(blocks * inv, 16.5, 31)
+    q = _trunc_to_level(_scaled(blocks, inv), 16.5, 31)
     return np.concatenate([_half_bytes(d), _pack_fifth_bits(q), _pack_nibbles(q)], axis=1)
 
 
 def _quant_q5_1(blocks: F32) -> U8:
     d, inv, low = _affine_scale(blocks, 31)
-    q = _trunc_to_level((blocks - low) * inv, 0.5, 31)
+    q = _trunc_to_level(_scaled(blocks - low, inv), 0.5, 31)
     return np.concatenate([_half_bytes(d), _half_bytes(low), _pack_fifth_bits(q), _pack_nibbles(q)], axis=1)
 
 
 def _quant_q8_0(blocks: F32) -> U8:
     amax = np.asarray(np.max(np.abs(blocks), axis=1, keepdims=True), dtype=np.float32)
     d = np.asarray(amax / np.float32(127), dtype=np.float32)
-    inv = _reciprocal(d)
-    with np.errstate(invalid="ignore", over="ignore"):
-        scaled = np.asarray(blocks * inv, dtype=np.float32)
-        scaled = np.nan_to_num(scaled, nan=0.0, posinf=127.0, neginf=-127.0)
+    scaled = _scaled(blocks, _reciprocal(d))
+    scaled = np.clip(scaled, np.float32(-127), np.float32(127))  # only bites when id overflowed
     # roundf (half away from zero), exactly: |x| = f + r with f = floor|x|, r in [0, 1) exact, and
     # 2r exact, so floor(2r) is 1 iff r >= 0.5. (floor(|x| + 0.5) would round 0.49999997 up.)
     magnitude = np.abs(scaled)

@@ -303,6 +303,22 @@ def test_signed_zero_blocks_follow_ggml() -> None:
     assert quants.quantize(y, GGMLType.Q4_1)[2:4].tobytes() == b"\x00\x00"
 
 
+def test_quantize_when_the_reciprocal_scale_overflows() -> None:
+    # Block extreme x[0] = -1e-39 (an fp32 subnormal): d = -1e-39 / -8 = 1.25e-40 but 1/d = inf in
+    # float32, where ggml's float -> int8 cast is undefined. We take the limit: zeros get the level
+    # of 0.0 (8), -1e-39 * inf = -inf the lowest level (0), +1e-39 the highest (15). d rounds to
+    # fp16 +0.0, so the block decodes to zeros whatever the levels.
+    x = np.zeros(32, np.float32)
+    x[0], x[1] = -1e-39, 1e-39
+    raw = quants.quantize(x, GGMLType.Q4_0)
+    assert raw[:2].tobytes() == b"\x00\x00"
+    assert raw[2] == 0 | (8 << 4) and raw[3] == 15 | (8 << 4) and set(raw[4:].tolist()) == {0x88}
+    q8 = quants.quantize(x, GGMLType.Q8_0)
+    assert q8[2:4].view(np.int8).tolist() == [-127, 127] and set(q8[4:].tolist()) == {0}
+    with np.errstate(all="ignore"):
+        assert not np.any(quants.dequantize(raw, GGMLType.Q4_0, 32))
+
+
 def test_quantize_rejects_bad_input() -> None:
     with pytest.raises(UnsupportedQuantType, match="Q4_K"):
         quants.quantize(np.zeros(256, np.float32), GGMLType.Q4_K)
