@@ -25,8 +25,8 @@ the *support* of the law does not depend on the temperature.
                          token); top_p = 1 disables it.
     5. min-p             keep survivors with l[t] >= max(l) + log(min_p), i.e. p[t] >= min_p * p_max
                          at temperature 1; min_p = 0 disables it.
-    6. temperature       l = l / T on the survivors.
-    7. softmax           over the survivors (max subtracted), zeros elsewhere.
+    6. temperature       l = (l - max(l)) / T on the survivors (shifted first: no overflow).
+    7. softmax           exp and normalize over the survivors, zeros elsewhere.
 
 Everything is computed in float64 whatever the dtype of the logits. Temperature 0 means greedy: the
 law is one-hot at the argmax of the logits after steps 1-2 (steps 3-5 never remove that token), ties
@@ -136,8 +136,9 @@ def _check_history(history: Sequence[int], vocab_size: int) -> None:
 
 
 def _apply_logit_bias(logits: npt.NDArray[np.float64], bias: Mapping[int, float] | None) -> None:
-    for token, value in (bias or {}).items():
-        logits[int(token)] += float(value)  # -inf bans the token
+    with np.errstate(over="ignore"):  # an overflow to +inf is reported by the caller
+        for token, value in (bias or {}).items():
+            logits[int(token)] += float(value)  # -inf bans the token
 
 
 def _apply_repeat_penalty(
@@ -160,11 +161,15 @@ def _order(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_]) -> npt
     return ids[np.lexsort((ids, -keys))]
 
 
-def _softmax_over(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_]) -> Probs:
-    """softmax over the surviving ids, zeros elsewhere. [V] -> [V]"""
+def _softmax_over(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], temperature: float = 1.0) -> Probs:
+    """softmax((l - max l) / T) over the surviving ids, zeros elsewhere. [V] -> [V]
+
+    Shifting before dividing keeps every exponent <= 0, so no temperature overflows to NaN.
+    """
     probs = np.zeros(logits.shape[0], dtype=np.float64)
     live = logits[alive]
-    weights = np.exp(live - live.max())
+    with np.errstate(over="ignore"):  # (l - max) / T may reach -inf: exp gives the 0 it means
+        weights = np.exp((live - live.max()) / temperature)
     probs[alive] = weights / weights.sum()
     return probs
 
@@ -214,7 +219,9 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
     working = row.copy()  # [V]
     _apply_logit_bias(working, params.logit_bias)
     _apply_repeat_penalty(working, history, params.repeat_penalty, params.repeat_last_n)
-    alive = np.isfinite(working)  # [V] bool; only -inf biases can make a logit non-finite
+    if np.any(working == np.inf):
+        raise SamplingError(f"logit of token id {int(np.flatnonzero(working == np.inf)[0])} overflows to +inf after the bias")
+    alive = np.isfinite(working)  # [V] bool; -inf biases ban tokens
     if not alive.any():
         raise SamplingError("empty support: every token is banned by a -inf logit bias")
 
@@ -226,8 +233,7 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
     _apply_top_k(working, alive, params.top_k)
     _apply_top_p(working, alive, params.top_p)
     _apply_min_p(working, alive, params.min_p)
-    working[alive] /= params.temperature
-    return _softmax_over(working, alive)
+    return _softmax_over(working, alive, params.temperature)
 
 
 def target_distributions(

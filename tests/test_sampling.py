@@ -164,6 +164,16 @@ def test_bad_history_and_shapes() -> None:
         target_distribution(np.zeros(2), [], SamplingParams(logit_bias={0: -math.inf, 1: -math.inf}))
 
 
+def test_tiny_temperature_is_argmax_without_nan() -> None:
+    got = target_distribution(np.array([1e10, 2e10, 0.0]), [], SamplingParams(temperature=1e-300))
+    np.testing.assert_array_equal(got, [0.0, 1.0, 0.0])
+
+
+def test_bias_overflow_is_an_error() -> None:
+    with pytest.raises(SamplingError, match="token id 0 overflows"):
+        target_distribution(np.array([1e308, 0.0]), [], SamplingParams(logit_bias={0: 1e308}))
+
+
 def test_rows_form_uses_each_rows_history() -> None:
     logits = np.stack([LOGITS, LOGITS])
     params = SamplingParams(repeat_penalty=2.0)
