@@ -548,6 +548,14 @@ def dequantize(raw: U8, ggml_type: int, n_elements: int, *, tensor_name: str = "
 # behaviour. There we take the limit: a zero times id = inf is 0 (the level of 0.0), a non-zero one
 # is +-inf and clamps to the extreme level. (d itself is then 0 in fp16, so the block decodes to
 # its offset m, or to zeros.)
+#
+# gguf-py (gguf/quants.py) vectorises the same formulas and gives the same bytes on finite input
+# (tests/test_quants.py checks it), with these differences from ggml, which we follow:
+#   - extremes that are zeros: ggml keeps max = +0.0 for an all-zero Q4_0/Q5_0 block (d = -0.0),
+#     gguf-py uses x[argmax |x|], so a block starting with -0.0 gets d = +0.0; for Q4_1/Q5_1 ggml
+#     keeps the first of equal extremes, gguf-py whichever zero numpy's min/max returns;
+#   - Q5_1: ggml has no MIN(31, ...) on the level, gguf-py clips; x*id + 0.5 < 32 always, so moot;
+#   - non-finite input: undefined in ggml, arbitrary in gguf-py, refused here.
 # ---------------------------------------------------------------------------------------------
 
 
