@@ -34,7 +34,7 @@ SUITE_ALPHA = 1e-3  # false-alarm probability of the whole statistical suite
 MIN_EXPECTED = 5.0  # cells expected below this are pooled
 
 # The alpha budget: one line per statistical test of the suite (spec/properties.py uses these
-# names; spec/test_witness.py, tests/test_witness.py use the witness line).
+# names; tests/test_witness.py uses the witness line).
 ALPHA_BUDGET: dict[str, float] = {
     "stat_verdict_law_k1": 1e-4,
     "stat_verdict_law_k2": 1e-4,
