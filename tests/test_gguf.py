@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.errors import GGUFError, UnsupportedQuantType
+from reference.errors import UnsupportedQuantType
 from reference.gguf import (
     GGMLType,
     GGUFBadMetadataType,
@@ -43,10 +43,6 @@ def _path(model_name: str, request: pytest.FixtureRequest) -> Path:
 # ---------------------------------------------------------------------------------------------
 # Real models against gguf-py.
 # ---------------------------------------------------------------------------------------------
-
-
-def _oracle_value(field: gguf.ReaderField) -> object:
-    return field.contents()
 
 
 @pytest.mark.model
