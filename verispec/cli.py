@@ -19,6 +19,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "models",
     "inspect",
     "tokenize",
+    "vectors",
+    "check",
     "witness",
 )
 

@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""A speculative-sampling verifier in plain Python, speaking the verispec wire protocol (v1).
+
+It does not import verispec or numpy: it is written from the protocol text (README, "Checking
+another implementation") the way a Rust or TypeScript implementation would be, and it is checked
+the same way:
+
+    verispec check --verifier-cmd "python examples/external_verifier.py"
+
+Reads one JSON request per line on stdin, writes one JSON response per line on stdout:
+``{"id", "op", "input"}`` -> ``{"id", "output"}`` | ``{"id", "error"}`` | ``{"id", "unsupported"}``.
+Ops served: sampled, sampled_batch, greedy, rows, target_law, conformal_index. Not served (answered
+"unsupported", which the checker reports as skipped): gate, dequantize.
+
+THE RANDOM-DRAW PROTOCOL, version 1 (k drafts, k + 1 uniforms, all float64):
+
+    for i in 0 .. k-1:
+        x = drafts[i]
+        if uniforms[i] * q[i][x] < p[i][x]: accept, continue
+        w = max(p[i] - q[i], 0) elementwise; if no entry of w is > 0: w = p[i]
+        return (i, draw(w, uniforms[k]), "repair")
+    return (k, draw(p[k], uniforms[k]), "bonus")
+
+    draw(w, u): running sums c over ids 0..V-1 (left to right); the first id t with
+                u * c[V-1] < c[t]; if none, the largest id with w > 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+TOLERANCE = 1e-6  # rows must sum to 1 within this
+
+
+class Rejected(Exception):
+    """The input breaks the contract; answered with an error response."""
+
+
+# --- contract checks ---------------------------------------------------------------------------
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_rows(rows, count, vocab, name):
+    if not isinstance(rows, list) or len(rows) != count:
+        raise Rejected(f"{name} must have {count} rows")
+    for row in rows:
+        if not isinstance(row, list) or len(row) != vocab:
+            raise Rejected(f"{name} rows must have {vocab} entries")
+        for value in row:
+            if not is_number(value) or value < 0:
+                raise Rejected(f"{name} has an entry that is not a finite number >= 0: {value!r}")
+        if abs(math.fsum(row) - 1.0) > TOLERANCE:
+            raise Rejected(f"a row of {name} sums to {math.fsum(row)!r}")
+
+
+def check_item(q, drafts, uniforms, k, vocab):
+    if not isinstance(drafts, list) or len(drafts) != k:
+        raise Rejected(f"need {k} drafts")
+    if not isinstance(uniforms, list) or len(uniforms) != k + 1:
+        raise Rejected(f"need k + 1 = {k + 1} uniforms")
+    for i, x in enumerate(drafts):
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < vocab:
+            raise Rejected(f"draft {x!r} is not an id in [0, {vocab})")
+        if not q[i][x] > 0:
+            raise Rejected(f"draft {x} at position {i} has q = 0")
+    for u in uniforms:
+        if not is_number(u) or not 0.0 <= u < 1.0:
+            raise Rejected(f"uniform {u!r} is not in [0, 1)")
+
+
+def check_shapes(p, q, k):
+    if k < 1:
+        raise Rejected("need at least one draft")
+    if not isinstance(p, list) or not p or not isinstance(p[0], list):
+        raise Rejected("p must be a list of rows")
+    vocab = len(p[0])
+    if vocab < 1:
+        raise Rejected("empty vocabulary")
+    check_rows(p, k + 1, vocab, "p")
+    check_rows(q, k, vocab, "q")
+    return vocab
+
+
+# --- the protocol -----------------------------------------------------------------------------
+
+
+def draw(weights, u):
+    """Inverse CDF over ascending ids: the first t with u * total < running_sum[t]."""
+    running = []
+    total = 0.0
+    for w in weights:
+        total += w
+        running.append(total)
+    threshold = u * total
+    for t, c in enumerate(running):
+        if threshold < c:
+            return t
+    return max(t for t, w in enumerate(weights) if w > 0)
+
+
+def verify(p, q, drafts, uniforms):
+    """(accepted, token, kind) for one verification; the inputs are already checked."""
+    k = len(drafts)
+    for i in range(k):
+        x = drafts[i]
+        if uniforms[i] * q[i][x] < p[i][x]:
+            continue
+        residual = [a - b if a > b else 0.0 for a, b in zip(p[i], q[i])]
+        weights = residual if any(r > 0 for r in residual) else p[i]
+        return i, draw(weights, uniforms[k]), "repair"
+    return k, draw(p[k], uniforms[k]), "bonus"
+
+
+def op_sampled(inp):
+    p, q, drafts, uniforms = inp["p"], inp["q"], inp["drafts"], inp["uniforms"]
+    k = len(drafts) if isinstance(drafts, list) else 0
+    vocab = check_shapes(p, q, k)
+    check_item(q, drafts, uniforms, k, vocab)
+    accepted, token, kind = verify(p, q, drafts, uniforms)
+    return {"accepted": accepted, "token": token, "kind": kind}
+
+
+def op_sampled_batch(inp):
+    p, q, all_drafts, all_uniforms = inp["p"], inp["q"], inp["drafts"], inp["uniforms"]
+    if not isinstance(all_drafts, list) or not isinstance(all_uniforms, list) or len(all_drafts) != len(all_uniforms):
+        raise Rejected("drafts and uniforms must be lists of the same length")
+    k = len(q) if isinstance(q, list) else 0
+    vocab = check_shapes(p, q, k)
+    accepted, tokens, kinds = [], [], []
+    for drafts, uniforms in zip(all_drafts, all_uniforms):
+        check_item(q, drafts, uniforms, k, vocab)
+        a, t, kind = verify(p, q, drafts, uniforms)
+        accepted.append(a)
+        tokens.append(t)
+        kinds.append(kind)
+    return {"accepted": accepted, "token": tokens, "kind": kinds}
+
+
+def argmax(row):
+    best = 0
+    for i, value in enumerate(row):
+        if value > row[best]:
+            best = i
+    return best
+
+
+def op_greedy(inp):
+    p, drafts = inp["p"], inp["drafts"]
+    k = len(drafts)
+    if k < 1 or not isinstance(p, list) or len(p) != k + 1:
+        raise Rejected("greedy needs k >= 1 drafts and k + 1 rows")
+    vocab = len(p[0])
+    for row in p:
+        if len(row) != vocab or not all(is_number(v) for v in row):
+            raise Rejected("p rows must be finite numbers of one length")
+    for i, x in enumerate(drafts):
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < vocab:
+            raise Rejected(f"draft {x!r} is not an id in [0, {vocab})")
+        best = argmax(p[i])
+        if x != best:
+            return {"accepted": i, "token": best, "kind": "repair"}
+    return {"accepted": k, "token": argmax(p[k]), "kind": "bonus"}
+
+
+# --- the target law (llama.cpp's processor order) --------------------------------------------
+#   logit bias, repeat penalty (distinct ids of the last repeat_last_n history ids: l/r if l > 0
+#   else l*r; 0 disables, -1 = whole history), top-k (order: logit descending, id ascending),
+#   top-p (shortest prefix in that order whose softmax mass at temperature 1 is >= top_p), min-p
+#   (keep l >= max + log(min_p)), temperature, softmax over the survivors. Temperature 0: one-hot
+#   at the argmax (lowest id) of the biased, penalized logits.
+
+
+def target_law(logits, history, params):
+    logits = [float(v) for v in logits]
+    vocab = len(logits)
+    for token, bias in params["logit_bias"]:
+        logits[token] += -math.inf if bias == "-inf" else bias
+    penalty, last_n = params["repeat_penalty"], params["repeat_last_n"]
+    if penalty != 1.0 and last_n != 0 and history:
+        window = history if last_n == -1 else history[-last_n:]
+        for token in sorted(set(window)):
+            logits[token] = logits[token] / penalty if logits[token] > 0 else logits[token] * penalty
+    alive = [t for t in range(vocab) if logits[t] != -math.inf]
+    if not alive:
+        raise Rejected("every token is banned")
+    if params["temperature"] == 0:
+        best = max(alive, key=lambda t: (logits[t], -t))
+        return [1.0 if t == best else 0.0 for t in range(vocab)]
+    order = sorted(alive, key=lambda t: (-logits[t], t))
+    top_k = params["top_k"]
+    if 0 < top_k < len(order):
+        order = order[:top_k]
+    if params["top_p"] < 1.0:
+        probs = softmax([logits[t] for t in order])
+        running, keep = 0.0, len(order)
+        for i, mass in enumerate(probs):
+            running += mass
+            if running >= params["top_p"]:
+                keep = i + 1
+                break
+        order = order[:keep]
+    if params["min_p"] > 0.0:
+        threshold = max(logits[t] for t in order) + math.log(params["min_p"])
+        order = [t for t in order if logits[t] >= threshold]
+    survivors = sorted(order)
+    probs = softmax([logits[t] / params["temperature"] for t in survivors])
+    out = [0.0] * vocab
+    for t, mass in zip(survivors, probs):
+        out[t] = mass
+    return out
+
+
+def softmax(values):
+    top = max(values)
+    weights = [math.exp(v - top) for v in values]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def check_params(params, vocab):
+    if not is_number(params["temperature"]) or params["temperature"] < 0:
+        raise Rejected("temperature must be >= 0")
+    if not 0.0 < params["top_p"] <= 1.0 or not 0.0 <= params["min_p"] <= 1.0:
+        raise Rejected("top_p must be in (0, 1], min_p in [0, 1]")
+    if params["top_k"] < 0 or params["repeat_penalty"] <= 0 or params["repeat_last_n"] < -1:
+        raise Rejected("bad top_k, repeat_penalty or repeat_last_n")
+    for token, _bias in params["logit_bias"]:
+        if not 0 <= token < vocab:
+            raise Rejected(f"logit_bias id {token} outside the vocabulary")
+
+
+def op_target_law(inp):
+    logits, history, params = inp["logits"], inp["history"], inp["params"]
+    if not logits or not all(is_number(v) for v in logits):
+        raise Rejected("logits must be finite numbers")
+    check_params(params, len(logits))
+    return {"probs": target_law(logits, history, params)}
+
+
+def op_rows(inp):
+    target_logits, draft_logits = inp["target_logits"], inp["draft_logits"]
+    history, drafts = inp["history"], inp["drafts"]
+    k = len(drafts)
+    if len(target_logits) != k + 1 or len(draft_logits) != k:
+        raise Rejected("need k + 1 target rows and k draft rows")
+    tp, dp = inp["target_params"], inp["draft_params"]
+    for rows in (target_logits, draft_logits):
+        for row in rows:
+            if not all(is_number(v) for v in row):
+                raise Rejected("logits must be finite numbers")
+            check_params(tp, len(row))
+            check_params(dp, len(row))
+    # row i sees the history plus the drafts before it; q is the draft's own (exact) law
+    p = [target_law(target_logits[i], history + drafts[:i], tp) for i in range(k + 1)]
+    q = [target_law(draft_logits[i], history + drafts[:i], dp) for i in range(k)]
+    return {"p": p, "q": q, "mode": "greedy" if tp["temperature"] == 0 else "sampled"}
+
+
+def op_conformal_index(inp):
+    """ceil((n + 1) q) in integer arithmetic (q is an exact decimal or a/b string); null if > n."""
+    n, level = inp["n"], inp["q"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(level, str):
+        raise Rejected("n must be an int >= 1 and q a string")
+    if "/" in level:
+        num_text, den_text = level.split("/")
+        num, den = int(num_text), int(den_text)
+    else:
+        whole, _, frac = level.partition(".")
+        num, den = int(whole + frac), 10 ** len(frac)
+    if not 0 < num < den:
+        raise Rejected(f"q = {level} is not in (0, 1)")
+    index = -((-(n + 1) * num) // den)
+    return {"index": index if index <= n else None}
+
+
+OPS = {
+    "sampled": op_sampled,
+    "sampled_batch": op_sampled_batch,
+    "greedy": op_greedy,
+    "rows": op_rows,
+    "target_law": op_target_law,
+    "conformal_index": op_conformal_index,
+}
+
+
+def main():
+    out = sys.stdout
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request_id = None
+        try:
+            request = json.loads(line)
+            request_id = request["id"]
+            handler = OPS.get(request["op"])
+            if handler is None:
+                response = {"id": request_id, "unsupported": request["op"]}
+            else:
+                response = {"id": request_id, "output": handler(request["input"])}
+        except Exception as exc:  # contract violations and malformed input alike are rejections
+            response = {"id": request_id, "error": f"{type(exc).__name__}: {exc}"}
+        out.write(json.dumps(response) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,610 @@
+"""The JSON-lines wire protocol (version 1) between ``verispec check`` and a program under test.
+
+``verispec check --verifier-cmd "CMD"`` starts CMD once (``/bin/sh -c CMD``), keeps it alive for
+the whole run, writes requests to its stdin and reads responses from its stdout: one JSON object
+per line (UTF-8, ``\\n``-terminated), exactly one response per request, in request order. stderr is
+free for the program's logs (its tail is quoted when something goes wrong). Requests may be
+pipelined: the checker can write many before reading, so read and answer line by line.
+
+Request::
+
+    {"id": "sampled/0007", "op": "sampled", "input": {...}}
+
+Response, one of::
+
+    {"id": "sampled/0007", "output": {...}}          the answer
+    {"id": "sampled/0007", "error": "why"}           the input breaks the contract: rejected
+    {"id": "sampled/0007", "unsupported": "op"}      this program does not implement the op
+
+``id`` is echoed verbatim. Ops, inputs and outputs (k drafts, vocabulary V, N items):
+
+======================  ==================================================  ==========================
+op                      input                                               output
+======================  ==================================================  ==========================
+``sampled`` (required)  p [k+1][V], q [k][V], drafts [k], uniforms [k+1]    accepted, token, kind
+``sampled_batch`` (req) p [k+1][V], q [k][V] (shared by all items),          accepted [N], token [N],
+                        drafts [N][k], uniforms [N][k+1]                    kind [N]
+``greedy`` (required)   p [k+1][V] (logits or probabilities), drafts [k]    accepted, token, kind
+``rows``                target_logits [k+1][V], draft_logits [k][V],         p [k+1][V], q [k][V],
+                        history [..], drafts [k], target_params,            mode ("sampled" or
+                        draft_params                                        "greedy")
+``target_law``          logits [V], history [..], params                    probs [V]
+``gate``                gate ("supnorm", "halfrange", "margin"), margin,     admit (bool)
+                        quantile + slack (null: default) or threshold,
+                        dtype ("float32" or "float64")
+``conformal_index``     n (int), q (string: "0.9", "2/3": exact rational)   index (int or null)
+``dequantize``          ggml_type, type_name, n_elements, raw_hex           bits [n]: "3f800000"...
+======================  ==================================================  ==========================
+
+``kind`` is ``"repair"`` or ``"bonus"``; the sampled ops follow the random-draw protocol of
+:mod:`reference.speculative` (version 1) exactly: accept drafts[i] iff uniforms[i] * q[i][x] <
+p[i][x] (float64), final draw by inverse CDF over ascending ids with the last uniform. Sampling
+params: ``{"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
+"logit_bias": [[id, bias], ...]}`` with bias a number or ``"-inf"`` (a ban); meaning: the target
+law of :mod:`reference.sampling`. Numbers are JSON numbers (float64); a request may carry the
+strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` where a float is expected (only in inputs that
+test the contract): they must be rejected with an error response. Contract violations (rows not
+summing to 1 within 1e-6, negative entries, q[i][drafts[i]] == 0, ids outside [0, V), uniforms
+outside [0, 1), wrong shapes, k < 1) must be answered with ``error``, never with a verdict. A
+``sampled_batch`` request with any invalid item is rejected as a whole.
+
+Unsupported optional ops are reported as skipped; an unsupported required op, a malformed
+response, a response out of order, a crash or a response slower than the timeout are failures.
+
+This module holds both ends: :class:`CommandTransport` / :class:`WireImplementation` (the
+checker's side, adapting a program to the :class:`~reference.speculative.Verifier`,
+:class:`~reference.speculative.BatchVerifier` and :class:`~spec.properties.Pipeline` protocols)
+and :func:`serve` (a program's side): ``python -m spec.external --reference`` serves the
+reference, ``python -m spec.external --mutant NAME`` a mutant of :mod:`spec.mutants`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import IO, Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from reference.errors import VerificationError, VerispecError
+from reference.sampling import SamplingParams
+from reference.speculative import PROTOCOL_VERSION, BatchVerdict, Probs2D, Verdict, verify_greedy, verify_sampled_batch
+from spec.vectors import ANSWERS, Json, params_from_json, params_to_json
+
+REQUIRED_OPS: tuple[str, ...] = ("sampled", "sampled_batch", "greedy")
+OPTIONAL_OPS: tuple[str, ...] = ("rows", "target_law", "gate", "conformal_index", "dequantize")
+DEFAULT_TIMEOUT = 60.0  # seconds to wait for any one response
+BATCH_ITEMS = 20_000  # items per sampled_batch request (the checker splits bigger batches)
+
+
+class ExternalError(VerispecError):
+    """The program under test broke the wire protocol: crashed, timed out, answered malformed
+    JSON, out of order, or without a required field. Never a VerificationError, so a crash on
+    bad input does not pass for a rejection."""
+
+
+class Unsupported(ExternalError):
+    """The program answered ``{"unsupported": op}``."""
+
+
+# -----------------------------------------------------------------------------------------------
+# JSON values for requests
+
+
+def _jsonable(value: Any) -> Any:
+    """numpy arrays/scalars -> JSON-ready lists and numbers; non-finite floats -> strings."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and not bool(np.all(np.isfinite(value))):
+            return [_jsonable(v) for v in value]
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        if math.isnan(f):
+            return "NaN"
+        if math.isinf(f):
+            return "Infinity" if f > 0 else "-Infinity"
+        return f
+    return value
+
+
+def encode_line(obj: Mapping[str, Any]) -> bytes:
+    """One request or response line (compact JSON, strict: no bare NaN)."""
+    return (json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+# -----------------------------------------------------------------------------------------------
+# the checker's side: a long-lived subprocess
+
+
+class CommandTransport:
+    """A program under test behind ``/bin/sh -c COMMAND``, spoken to in JSON lines.
+
+    :meth:`exchange` writes a list of requests (pipelined, from a writer thread) and returns one
+    parsed response per request, in order; a reader thread drains stdout and another keeps the
+    tail of stderr. A crash, a timeout or a malformed line raises :class:`ExternalError` and
+    stops the process; the next exchange starts a fresh one (``restarts`` counts them).
+    """
+
+    def __init__(self, command: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.command = command
+        self.timeout = timeout
+        self.restarts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._stderr: collections.deque[str] = collections.deque(maxlen=20)
+        self._counter = 0
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        if self._proc is not None:
+            self.restarts += 1
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", self.command],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except OSError as exc:
+            raise ExternalError(f"cannot start {self.command!r}: {exc}") from None
+        self._proc = proc
+        self._lines = queue.Queue()
+        self._stderr.clear()
+        assert proc.stdout is not None and proc.stderr is not None
+        threading.Thread(target=self._read_stdout, args=(proc.stdout, self._lines), daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(proc.stderr, self._stderr), daemon=True).start()
+        return proc
+
+    @staticmethod
+    def _read_stdout(stream: IO[bytes], lines: "queue.Queue[bytes | None]") -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)  # EOF
+
+    @staticmethod
+    def _read_stderr(stream: IO[bytes], tail: "collections.deque[str]") -> None:
+        for line in stream:
+            tail.append(line.decode("utf-8", "replace").rstrip())
+
+    @staticmethod
+    def _write(stdin: IO[bytes], requests: Sequence[Json]) -> None:
+        """Encode and write request by request (overlapping with the program's work)."""
+        try:
+            pending: list[bytes] = []
+            size = 0
+            for request in requests:
+                line = encode_line(request)
+                pending.append(line)
+                size += len(line)
+                if size >= 1 << 16:
+                    stdin.write(b"".join(pending))
+                    stdin.flush()
+                    pending, size = [], 0
+            stdin.write(b"".join(pending))
+            stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the process died; the reader reports it
+
+    def _stderr_tail(self) -> str:
+        tail = " | ".join(list(self._stderr)[-5:])
+        return f"; stderr: {tail}" if tail else ""
+
+    def close(self) -> None:
+        """Close stdin (the program should exit), then make sure it is gone."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin:
+                proc.stdin.close()
+            proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+
+    def _fail(self, message: str) -> ExternalError:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        return ExternalError(message + self._stderr_tail())
+
+    def next_id(self, op: str) -> str:
+        """A fresh request id for checker-made requests."""
+        self._counter += 1
+        return f"{op}#{self._counter}"
+
+    def exchange(self, requests: Sequence[Json]) -> list[Json]:
+        """Send ``requests``; return their responses (validated envelopes), in order."""
+        if not requests:
+            return []
+        proc = self._start()
+        assert proc.stdin is not None
+        writer = threading.Thread(target=self._write, args=(proc.stdin, requests), daemon=True)
+        writer.start()
+        responses: list[Json] = []
+        for request in requests:
+            try:
+                line = self._lines.get(timeout=self.timeout)
+            except queue.Empty:
+                raise self._fail(f"no response to request {request['id']!r} ({request['op']}) within {self.timeout:g} s") from None
+            if line is None:
+                status = proc.wait()
+                raise self._fail(f"the program exited (status {status}) before answering request {request['id']!r} ({request['op']})")
+            responses.append(self._envelope(line, request))
+        writer.join(timeout=self.timeout)
+        return responses
+
+    def _envelope(self, line: bytes, request: Mapping[str, Any]) -> Json:
+        where = f"request {request['id']!r} ({request['op']})"
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise self._fail(f"malformed response to {where}: not JSON: {line[:120]!r}") from None
+        if not isinstance(obj, dict):
+            raise self._fail(f"malformed response to {where}: not a JSON object: {line[:120]!r}")
+        if obj.get("id") != request["id"]:
+            raise self._fail(f"response out of order: expected id {request['id']!r}, got {obj.get('id')!r}")
+        present = [key for key in ("output", "error", "unsupported") if key in obj]
+        if len(present) != 1:
+            raise self._fail(f"malformed response to {where}: needs exactly one of output/error/unsupported, got keys {sorted(obj)}")
+        if "output" in obj and not isinstance(obj["output"], dict):
+            raise self._fail(f"malformed response to {where}: output must be a JSON object")
+        return obj
+
+
+# -----------------------------------------------------------------------------------------------
+# the checker's side: a program as a Verifier / BatchVerifier / Pipeline
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ExternalError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _kind(value: Any, what: str) -> Literal["repair", "bonus"]:
+    if value == "repair":
+        return "repair"
+    if value == "bonus":
+        return "bonus"
+    raise ExternalError(f"{what} must be \"repair\" or \"bonus\", got {value!r}")
+
+
+def parse_verdict(output: Mapping[str, Any], where: str = "verdict") -> Verdict:
+    """An ``{"accepted", "token", "kind"}`` output as a Verdict; ExternalError if malformed."""
+    try:
+        return Verdict(
+            accepted=_int(output["accepted"], f"{where}.accepted"),
+            token=_int(output["token"], f"{where}.token"),
+            kind=_kind(output["kind"], f"{where}.kind"),
+        )
+    except KeyError as exc:
+        raise ExternalError(f"{where} lacks field {exc.args[0]!r}") from None
+
+
+class WireImplementation:
+    """A program under test, seen through the wire protocol as the spec's protocols.
+
+    ``verify`` is a :class:`~reference.speculative.Verifier`, ``verify_batch`` a
+    :class:`~reference.speculative.BatchVerifier` (items with different rows are grouped by their
+    rows, each group sent as ``sampled_batch`` requests of at most ``batch_items``), and the object
+    itself a :class:`~spec.properties.Pipeline` (``rows``/``mode`` via the ``rows`` op).
+    An ``error`` response becomes :class:`VerificationError`; protocol breaches
+    :class:`ExternalError`.
+    """
+
+    def __init__(self, transport: CommandTransport, batch_items: int = BATCH_ITEMS) -> None:
+        self.transport = transport
+        self.batch_items = batch_items
+        self.description = f"command: {transport.command}"
+
+    def close(self) -> None:
+        self.transport.close()
+
+    # --- raw calls
+
+    def call(self, op: str, inp: Mapping[str, Any]) -> Json:
+        """One request; the output object, VerificationError on ``error``, Unsupported."""
+        (output,) = self.call_many(op, [inp])
+        return output
+
+    def call_many(self, op: str, inputs: Sequence[Mapping[str, Any]]) -> list[Json]:
+        requests = [{"id": self.transport.next_id(op), "op": op, "input": dict(inp)} for inp in inputs]
+        outputs = []
+        for response in self.transport.exchange(requests):
+            if "unsupported" in response:
+                raise Unsupported(f"the program does not support op {op!r}")
+            if "error" in response:
+                raise VerificationError(f"the program rejected the {op} input: {str(response['error'])[:300]}")
+            outputs.append(response["output"])
+        return outputs
+
+    def replay(self, cases: Sequence[Mapping[str, Any]]) -> list[Json | None]:
+        """Send vector cases as requests (their own ids); per case the output, ``{"error": msg}``,
+        or None if the op is unsupported. ExternalError on a protocol breach."""
+        requests = [{"id": case["id"], "op": case["op"], "input": case["input"]} for case in cases]
+        results: list[Json | None] = []
+        for response in self.transport.exchange(requests):
+            if "unsupported" in response:
+                results.append(None)
+            elif "error" in response:
+                results.append({"error": str(response["error"])})
+            else:
+                results.append(response["output"])
+        return results
+
+    # --- Verifier
+
+    def verify(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict:
+        """The program's sampled verification of one case (the ``sampled`` op)."""
+        output = self.call("sampled", {"p": _jsonable(np.asarray(p)), "q": _jsonable(np.asarray(q)), "drafts": _jsonable(np.asarray(drafts)), "uniforms": _jsonable(np.asarray(uniforms, dtype=np.float64))})
+        return parse_verdict(output, "sampled output")
+
+    def greedy(self, p: npt.ArrayLike, drafts: Sequence[int]) -> Verdict:
+        """The program's greedy verification of one case (the ``greedy`` op)."""
+        output = self.call("greedy", {"p": _jsonable(np.asarray(p)), "drafts": _jsonable(np.asarray(drafts))})
+        return parse_verdict(output, "greedy output")
+
+    # --- BatchVerifier
+
+    def verify_batch(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike) -> BatchVerdict:
+        """N verifications through ``sampled_batch``; p/q shared ([k+1, V], [k, V]) or per item."""
+        p_arr, q_arr = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+        draft_arr, draws = np.asarray(drafts), np.asarray(uniforms, dtype=np.float64)
+        if draft_arr.ndim != 2 or draws.ndim != 2 or draws.shape[0] != draft_arr.shape[0]:
+            raise VerificationError(f"batch needs drafts [N, k] and uniforms [N, k+1], got {draft_arr.shape} and {draws.shape}")
+        n = draft_arr.shape[0]
+        groups = self._groups(p_arr, q_arr, n)
+        requests: list[tuple[npt.NDArray[np.intp], Json]] = []
+        for items, p_rows, q_rows in groups:
+            p_json, q_json = _jsonable(p_rows), _jsonable(q_rows)
+            for start in range(0, items.shape[0], self.batch_items):
+                chunk = items[start : start + self.batch_items]
+                inp = {"p": p_json, "q": q_json, "drafts": _jsonable(draft_arr[chunk]), "uniforms": _jsonable(draws[chunk])}
+                requests.append((chunk, inp))
+        outputs = self.call_many("sampled_batch", [inp for _, inp in requests])
+        accepted = np.zeros(n, dtype=np.int64)
+        token = np.zeros(n, dtype=np.int64)
+        bonus = np.zeros(n, dtype=np.bool_)
+        for (chunk, _), output in zip(requests, outputs):
+            a, t, b = _batch_columns(output, chunk.shape[0])
+            accepted[chunk], token[chunk], bonus[chunk] = a, t, b
+        return BatchVerdict(accepted, token, bonus)
+
+    @staticmethod
+    def _groups(p: Probs2D, q: Probs2D, n: int) -> list[tuple[npt.NDArray[np.intp], Probs2D, Probs2D]]:
+        """Items grouped by identical (p, q) rows: [(item ids, p [k+1, V], q [k, V]), ...]."""
+        if p.ndim == 2 and q.ndim == 2:
+            return [(np.arange(n), p, q)]
+        p_all = np.broadcast_to(p, (n,) + p.shape[-2:]) if p.ndim == 2 else p
+        q_all = np.broadcast_to(q, (n,) + q.shape[-2:]) if q.ndim == 2 else q
+        if p_all.shape[0] != n or q_all.shape[0] != n:
+            raise VerificationError(f"per-item rows must have N = {n} items, got p {p.shape}, q {q.shape}")
+        keys = np.concatenate([p_all.reshape(n, -1), q_all.reshape(n, -1)], axis=1)  # [N, (2k+1) V]
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.flatnonzero(np.diff(inverse[order])) + 1
+        groups = []
+        for items in np.split(order, bounds):
+            head = int(items[0])
+            groups.append((items, np.asarray(p_all[head]), np.asarray(q_all[head])))
+        del first
+        return groups
+
+    # --- Pipeline
+
+    def rows(
+        self,
+        target_logits: npt.NDArray[np.float64],
+        draft_logits: npt.NDArray[np.float64],
+        history: Sequence[int],
+        drafts: Sequence[int],
+        target_params: SamplingParams,
+        draft_params: SamplingParams,
+    ) -> tuple[Probs2D, Probs2D]:
+        """The program's p [k+1, V] and q [k, V] for one speculative step (the ``rows`` op)."""
+        output = self._rows(target_logits, draft_logits, history, drafts, target_params, draft_params)
+        return _matrix(output.get("p"), "rows output p"), _matrix(output.get("q"), "rows output q")
+
+    def mode(self, target_params: SamplingParams, draft_params: SamplingParams) -> Literal["greedy", "sampled"]:
+        """Which verification the program runs for these params (the ``mode`` of a ``rows``
+        answer on a two-token dummy step)."""
+        vocab = 1 + max([1] + [int(t) for t in (target_params.logit_bias or {})] + [int(t) for t in (draft_params.logit_bias or {})])
+        logits = np.zeros((2, vocab))
+        output = self._rows(logits, logits[:1], [], [0], target_params, draft_params)
+        mode = output.get("mode")
+        if mode not in ("greedy", "sampled"):
+            raise ExternalError(f"rows output mode must be \"greedy\" or \"sampled\", got {mode!r}")
+        return "greedy" if mode == "greedy" else "sampled"
+
+    def _rows(
+        self,
+        target_logits: npt.ArrayLike,
+        draft_logits: npt.ArrayLike,
+        history: Sequence[int],
+        drafts: Sequence[int],
+        target_params: SamplingParams,
+        draft_params: SamplingParams,
+    ) -> Json:
+        return self.call(
+            "rows",
+            {
+                "target_logits": _jsonable(np.asarray(target_logits, dtype=np.float64)),
+                "draft_logits": _jsonable(np.asarray(draft_logits, dtype=np.float64)),
+                "history": [int(t) for t in history],
+                "drafts": [int(t) for t in drafts],
+                "target_params": params_to_json(target_params),
+                "draft_params": params_to_json(draft_params),
+            },
+        )
+
+
+def _matrix(value: Any, what: str) -> Probs2D:
+    try:
+        rows = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ExternalError(f"{what} must be a matrix of numbers, got {str(value)[:80]}") from None
+    if rows.ndim != 2:
+        raise ExternalError(f"{what} must be a matrix [rows][V], got shape {rows.shape}")
+    return rows
+
+
+def _batch_columns(output: Mapping[str, Any], n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    columns = []
+    for field in ("accepted", "token", "kind"):
+        value = output.get(field)
+        if not isinstance(value, list) or len(value) != n:
+            raise ExternalError(f"sampled_batch output.{field} must be a list of {n} items, got {str(value)[:80]}")
+        columns.append(value)
+    try:
+        accepted = np.asarray(columns[0], dtype=np.int64)
+        token = np.asarray(columns[1], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise ExternalError("sampled_batch output.accepted/token must hold integers") from None
+    if any(isinstance(v, (bool, float)) for v in columns[0][:1] + columns[1][:1]):
+        raise ExternalError("sampled_batch output.accepted/token must hold integers")
+    kinds = columns[2]
+    bonus = np.fromiter((k == "bonus" for k in kinds), dtype=np.bool_, count=n)
+    if int(bonus.sum()) + sum(1 for k in kinds if k == "repair") != n:
+        raise ExternalError("sampled_batch output.kind must hold only \"repair\" and \"bonus\"")
+    return accepted, token, bonus
+
+
+# -----------------------------------------------------------------------------------------------
+# the program's side: serve ops from a handler
+
+
+Handler = Callable[[str, Mapping[str, Any]], Json]
+
+
+def serve(handle: Handler, stdin: IO[bytes], stdout: IO[bytes], ops: Iterable[str]) -> int:
+    """Answer JSON-lines requests until EOF: ``handle(op, input) -> output``.
+
+    A VerispecError (or any other exception from the handler) becomes an ``error`` response, an
+    op outside ``ops`` an ``unsupported`` one; the server itself never dies on bad input.
+    """
+    known = set(ops)
+    for line in stdin:
+        if not line.strip():
+            continue
+        request_id: Any = None
+        try:
+            request = json.loads(line)
+            request_id = request.get("id")
+            op = request["op"]
+            if op not in known:
+                response: Json = {"id": request_id, "unsupported": op}
+            else:
+                response = {"id": request_id, "output": handle(op, request["input"])}
+        except Exception as exc:  # noqa: BLE001 - every failure is an answer, never a crash
+            response = {"id": request_id, "error": f"{type(exc).__name__}: {exc}"}
+        stdout.write(encode_line(response))
+        stdout.flush()
+    return 0
+
+
+def _check_finite(value: Any) -> None:
+    """Reject the wire's non-finite markers before any numpy conversion sees them."""
+    if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
+        raise VerificationError(f"non-finite value {value} in the input")
+    if isinstance(value, list):
+        for v in value:
+            _check_finite(v)
+
+
+def _batch_output(verdicts: BatchVerdict) -> Json:
+    return {
+        "accepted": verdicts.accepted.tolist(),
+        "token": verdicts.token.tolist(),
+        "kind": ["bonus" if b else "repair" for b in verdicts.is_bonus.tolist()],
+    }
+
+
+def reference_handler(op: str, inp: Mapping[str, Any]) -> Json:
+    """The reference implementation of every op (what ``--reference`` serves)."""
+    for key in ("p", "q", "uniforms", "logits", "target_logits", "draft_logits"):
+        _check_finite(inp.get(key))
+    if op == "sampled_batch":
+        return _batch_output(verify_sampled_batch(inp["p"], inp["q"], np.asarray(inp["drafts"]), inp["uniforms"]))
+    return ANSWERS[op](inp)
+
+
+def mutant_handler(name: str) -> Handler:
+    """The reference with one mutant of :mod:`spec.mutants` in place of its verifier or pipeline."""
+    from spec.mutants import catalogue
+
+    by_name = {m.name: m for m in catalogue()}
+    if name not in by_name:
+        raise VerispecError(f"unknown mutant {name!r}; known: {', '.join(by_name)}")
+    mutant = by_name[name]
+
+    def handle(op: str, inp: Mapping[str, Any]) -> Json:
+        for key in ("p", "q", "uniforms", "logits", "target_logits", "draft_logits"):
+            _check_finite(inp.get(key))
+        if op == "sampled":
+            v = mutant.verifier(inp["p"], inp["q"], inp["drafts"], inp["uniforms"])
+            return {"accepted": int(v.accepted), "token": int(v.token), "kind": v.kind}
+        if op == "sampled_batch":
+            return _batch_output(mutant.batch(inp["p"], inp["q"], np.asarray(inp["drafts"]), inp["uniforms"]))
+        if op == "rows":
+            tp, dp = params_from_json(inp["target_params"]), params_from_json(inp["draft_params"])
+            p, q = mutant.pipeline.rows(
+                np.asarray(inp["target_logits"], dtype=np.float64),
+                np.asarray(inp["draft_logits"], dtype=np.float64),
+                [int(t) for t in inp["history"]],
+                [int(t) for t in inp["drafts"]],
+                tp,
+                dp,
+            )
+            return {"p": np.asarray(p).tolist(), "q": np.asarray(q).tolist(), "mode": mutant.pipeline.mode(tp, dp)}
+        if op == "greedy":
+            v = verify_greedy(inp["p"], inp["drafts"])
+            return {"accepted": v.accepted, "token": v.token, "kind": v.kind}
+        return reference_handler(op, inp)
+
+    return handle
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m spec.external (--reference | --mutant NAME | --list-mutants)``: serve the wire
+    protocol on stdin/stdout."""
+    parser = argparse.ArgumentParser(prog="python -m spec.external", description="Serve the verispec wire protocol (JSON lines on stdin/stdout).")
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--reference", action="store_true", help="serve the reference implementation")
+    group.add_argument("--mutant", metavar="NAME", help="serve the reference with one mutant of spec.mutants")
+    group.add_argument("--list-mutants", action="store_true", help="print the mutant names and exit")
+    args = parser.parse_args(argv)
+    if args.list_mutants:
+        from spec.mutants import catalogue
+
+        for mutant in catalogue():
+            print(mutant.name)
+        return 0
+    try:
+        handle = reference_handler if args.reference else mutant_handler(args.mutant)
+    except VerispecError as exc:
+        print(f"spec.external: error: {exc}", file=sys.stderr)
+        return 2
+    ops = REQUIRED_OPS + OPTIONAL_OPS
+    return serve(handle, sys.stdin.buffer, sys.stdout.buffer, ops)
+
+
+assert PROTOCOL_VERSION == 1, "spec.external speaks protocol version 1"
+
+if __name__ == "__main__":
+    sys.exit(main())
