@@ -161,14 +161,14 @@ def load_callable(spec: str) -> Any:
 def as_verdict(result: Any, where: str) -> Verdict:
     """A Python verifier's result (Verdict-like object, mapping, or 3-tuple) as a Verdict."""
     if isinstance(result, Mapping):
-        return parse_verdict(result, where)
-    if isinstance(result, (tuple, list)) and len(result) == 3:
-        return parse_verdict({"accepted": result[0], "token": result[1], "kind": result[2]}, where)
-    if all(hasattr(result, a) for a in ("accepted", "token", "kind")):
+        fields = {key: result.get(key) for key in ("accepted", "token", "kind") if key in result}
+    elif isinstance(result, (tuple, list)) and len(result) == 3:
+        fields = dict(zip(("accepted", "token", "kind"), result))
+    elif all(hasattr(result, a) for a in ("accepted", "token", "kind")):
         fields = {"accepted": result.accepted, "token": result.token, "kind": result.kind}
-        fields = {k: int(v) if isinstance(v, np.integer) else v for k, v in fields.items()}
-        return parse_verdict(fields, where)
-    raise ExternalError(f"{where}: expected a verdict (accepted, token, kind), got {result!r:.100}")
+    else:
+        raise ExternalError(f"{where}: expected a verdict (accepted, token, kind), got {result!r:.100}")
+    return parse_verdict({k: int(v) if isinstance(v, np.integer) else v for k, v in fields.items()}, where)
 
 
 def _rejecting(fn: Callable[..., Any], name: str) -> Callable[..., Any]:

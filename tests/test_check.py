@@ -1,0 +1,199 @@
+"""`verispec check`: the reference passes through both interfaces, the plain-Python example passes,
+every mutant of spec/mutants.py served as a program fails, and broken programs (garbage, silence,
+crashes, wrong ids) are failures with a clear message, never a crash of the checker.
+
+Statistical sample sizes: the Python interface runs at full power (N from the power analysis,
+TV bias 0.005 detected with power 0.99). Through a subprocess every draw crosses a pipe as JSON,
+so the command-interface tests run the statistical properties at ``COMMAND_SCALE`` of N (the
+reported power drops accordingly and is asserted to be what the report says); the vectors and the
+deterministic properties run in full. `verispec check` itself defaults to scale 1.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reference.speculative import verify_greedy, verify_sampled, verify_sampled_batch
+from spec.check import CheckReport, CommandImplementation, PythonImplementation, as_verdict, property_names, run_check
+from spec.external import ExternalError
+from spec.mutants import catalogue
+from spec.properties import PROPERTY_NAMES, ReferencePipeline
+from spec.statistics import ALPHA_BUDGET, POWER
+from spec.vectors import DEFAULT_COUNT, DEFAULT_SEED, KINDS, VectorSet, build_vectors
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+REFERENCE_CMD = f"{PY} -m spec.external --reference"
+EXAMPLE_CMD = f"{PY} {REPO / 'examples' / 'external_verifier.py'}"
+COMMAND_SCALE = 0.02  # of the statistical N through a pipe (see the module docstring)
+STATISTICAL = [name for name in PROPERTY_NAMES if name.startswith("stat_")]
+
+
+@pytest.fixture(scope="module")
+def vectors() -> VectorSet:
+    return build_vectors(DEFAULT_COUNT, DEFAULT_SEED)
+
+
+def _statuses(report: CheckReport) -> dict[str, str]:
+    return {p.name: p.status for p in report.properties}
+
+
+def _run_command(command: str, vectors: VectorSet, **kwargs: object) -> CheckReport:
+    impl = CommandImplementation(command, timeout=30.0)
+    try:
+        return run_check(impl, vectors, **kwargs)  # type: ignore[arg-type]
+    finally:
+        impl.close()
+
+
+# -----------------------------------------------------------------------------------------------
+# what must pass
+
+
+def test_reference_passes_through_the_python_interface_at_full_power(vectors: VectorSet) -> None:
+    impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch, greedy=verify_greedy, pipeline=ReferencePipeline)
+    report = run_check(impl, vectors)
+    assert report.passed, [p for p in report.properties if p.status == "failed"]
+    statuses = _statuses(report)
+    assert [p.name for p in report.properties] == property_names()
+    # the Python interface covers the verifier ops; the other vector kinds are skipped, not passed
+    assert {k for k in KINDS if statuses[f"vectors_{k}"] == "passed"} == {"sampled", "greedy", "rows"}
+    assert all(statuses[name] == "passed" for name in PROPERTY_NAMES)
+    for outcome in report.properties:
+        if outcome.name in STATISTICAL:
+            assert outcome.power >= POWER and outcome.alpha == ALPHA_BUDGET[outcome.name] and outcome.n >= 500_000
+
+
+def test_reference_passes_through_the_command_interface(vectors: VectorSet) -> None:
+    report = _run_command(REFERENCE_CMD, vectors, scale=COMMAND_SCALE)
+    assert report.passed, [p for p in report.properties if p.status == "failed"]
+    assert set(_statuses(report).values()) == {"passed"}  # every vector kind and every property
+    for outcome in report.properties:
+        if outcome.name in STATISTICAL:
+            assert 0 < outcome.power < POWER and outcome.n >= 1000  # reduced N, honestly reported
+
+
+def test_example_external_verifier_passes(vectors: VectorSet) -> None:
+    """examples/external_verifier.py: plain Python from the protocol text, no verispec, no numpy."""
+    source = (REPO / "examples" / "external_verifier.py").read_text()
+    imports = {line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))}
+    assert imports == {"__future__", "json", "math", "sys"}
+    report = _run_command(EXAMPLE_CMD, vectors, scale=COMMAND_SCALE)
+    assert report.passed, [p for p in report.properties if p.status == "failed"]
+    statuses = _statuses(report)
+    assert statuses["vectors_gate"] == statuses["vectors_dequantize"] == "skipped"  # not offered
+    assert all(statuses[f"vectors_{k}"] == "passed" for k in ("sampled", "greedy", "rows", "target_law", "conformal_index"))
+    assert all(statuses[name] == "passed" for name in PROPERTY_NAMES)
+
+
+# -----------------------------------------------------------------------------------------------
+# what must fail
+
+
+@pytest.mark.parametrize("mutant", [m.name for m in catalogue()])
+def test_every_mutant_served_as_a_command_is_rejected(mutant: str, vectors: VectorSet) -> None:
+    report = _run_command(f"{PY} -m spec.external --mutant {mutant}", vectors, fail_fast=True)
+    assert not report.passed
+    assert report.properties[-1].status == "failed" and len(report.failed) == 1  # stopped at the first
+    assert report.properties[-1].name.startswith("vectors_"), report.properties[-1]  # replay kills it
+
+
+def test_a_broken_python_verifier_is_rejected(vectors: VectorSet) -> None:
+    mutant = next(m for m in catalogue() if m.name == "accept_on_equality")
+    report = run_check(PythonImplementation(mutant.verifier, batch=mutant.batch), vectors, fail_fast=False, scale=0.01)
+    failed = {p.name for p in report.failed}
+    assert "vectors_sampled" in failed and "protocol_boundaries" in failed
+    assert _statuses(report)["pipeline_processors"] == "skipped"  # no pipeline given
+
+
+_FAKES = {
+    # a program that answers garbage
+    "garbage": ("import sys\nfor line in sys.stdin:\n    print('hello', flush=True)\n", "not JSON"),
+    # answers with the wrong id
+    "wrong_id": ("import sys, json\nfor line in sys.stdin:\n    print(json.dumps({'id': 'x', 'output': {}}), flush=True)\n", "out of order"),
+    # never answers
+    "silent": ("import sys, time\nfor line in sys.stdin:\n    time.sleep(60)\n", "within 1 s"),
+    # dies at once, complaining on stderr
+    "crash": ("import sys\nsys.stderr.write('boom: cannot start\\n')\nsys.exit(3)\n", "boom: cannot start"),
+    # offers nothing
+    "unsupported": ("import sys, json\nfor line in sys.stdin:\n    r = json.loads(line)\n    print(json.dumps({'id': r['id'], 'unsupported': r['op']}), flush=True)\n", "every verifier must"),
+    # a verdict without its fields
+    "fieldless": ("import sys, json\nfor line in sys.stdin:\n    r = json.loads(line)\n    print(json.dumps({'id': r['id'], 'output': {'token': 0}}), flush=True)\n", "lacks field"),
+}
+
+
+@pytest.mark.parametrize("fake", sorted(_FAKES))
+def test_broken_programs_fail_with_a_clear_message(fake: str, tmp_path: Path, vectors: VectorSet) -> None:
+    source, message = _FAKES[fake]
+    script = tmp_path / f"{fake}.py"
+    script.write_text(source)
+    impl = CommandImplementation(f"{PY} {script}", timeout=1.0)
+    try:
+        report = run_check(impl, vectors, only=["vectors_sampled", "vectors_greedy"])
+    finally:
+        impl.close()
+    assert not report.passed
+    first = report.failed[0]
+    assert first.name == "vectors_sampled" and message in first.detail, first.detail
+    assert len(report.properties) == 2  # the checker went on after the failure
+
+
+def test_a_program_that_crashes_on_bad_input_fails_the_contract(tmp_path: Path, vectors: VectorSet) -> None:
+    """Dying on an invalid input is not rejecting it: the contract needs an error response."""
+    script = tmp_path / "fragile.py"
+    script.write_text(
+        "import sys, subprocess\n"
+        f"ref = subprocess.Popen([{PY!r}, '-m', 'spec.external', '--reference'], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+        "for line in sys.stdin.buffer:\n"
+        "    ref.stdin.write(line); ref.stdin.flush()\n"
+        "    answer = ref.stdout.readline()\n"
+        "    if b'\"error\"' in answer:\n"
+        "        sys.exit(1)\n"
+        "    sys.stdout.buffer.write(answer); sys.stdout.flush()\n"
+    )
+    impl = CommandImplementation(f"{PY} {script}", timeout=20.0)
+    try:
+        report = run_check(impl, vectors, only=["vectors_greedy", "contract"])
+    finally:
+        impl.close()
+    assert _statuses(report) == {"vectors_greedy": "failed", "contract": "failed"}
+    assert "exited" in report.failed[0].detail
+    assert impl.wire.transport.restarts >= 1  # a fresh process served the next property
+
+
+# -----------------------------------------------------------------------------------------------
+# the CLI and small pieces
+
+
+def test_cli_exit_status_and_json(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "verispec", "check", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+    ok = run("--verifier-cmd", REFERENCE_CMD, "--only", "vectors_sampled", "vectors_greedy", "--count", "4", "--json")
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["passed"] and [p["name"] for p in report["properties"]] == ["vectors_sampled", "vectors_greedy"]
+    assert {"status", "n", "alpha", "power", "detail"} <= set(report["properties"][0])
+    bad = run("--verifier-cmd", f"{PY} -m spec.external --mutant always_accept", "--fail-fast", "--count", "4")
+    assert bad.returncode == 1 and "FAIL  vectors_sampled" in bad.stdout and "FAILED: vectors_sampled" in bad.stdout
+    assert bad.stdout.count("FAIL  ") == 1 and "vectors_greedy" not in bad.stdout  # --fail-fast stopped there
+    subprocess.run([PY, "-m", "verispec", "vectors", "--out", str(tmp_path), "--count", "3"], cwd=REPO, check=True, capture_output=True)
+    py = run("--verifier", "reference.speculative:verify_sampled", "--vectors", str(tmp_path), "--only", "vectors_sampled", "contract")
+    assert py.returncode == 0 and "PASSED" in py.stdout, py.stdout + py.stderr
+    missing = run("--verifier", "reference.speculative:no_such_function")
+    assert missing.returncode == 2 and "no_such_function" in missing.stderr
+
+
+def test_python_verdict_forms() -> None:
+    assert as_verdict((1, 2, "bonus"), "t").kind == "bonus"
+    assert as_verdict({"accepted": 0, "token": 3, "kind": "repair"}, "t").token == 3
+    assert as_verdict(verify_greedy([[0.0, 1.0], [1.0, 0.0]], [1]), "t").accepted == 1
+    with pytest.raises(ExternalError):
+        as_verdict((1, 2, "maybe"), "t")
+    with pytest.raises(ExternalError):
+        as_verdict(42, "t")
