@@ -205,7 +205,7 @@ class _RejectingPipeline:
     def mode(self, target_params: SamplingParams, draft_params: SamplingParams) -> Literal["greedy", "sampled"]:
         mode = self._mode(target_params, draft_params)
         if mode not in ("greedy", "sampled"):
-            raise ExternalError(f"pipeline.mode must return \"greedy\" or \"sampled\", got {mode!r}")
+            raise ExternalError(f'pipeline.mode must return "greedy" or "sampled", got {mode!r}')
         return "greedy" if mode == "greedy" else "sampled"
 
 
@@ -230,9 +230,13 @@ class PythonImplementation:
         self.description = description
 
     @classmethod
-    def from_specs(cls, verifier: str, batch: str | None = None, greedy: str | None = None, pipeline: str | None = None) -> PythonImplementation:
+    def from_specs(
+        cls, verifier: str, batch: str | None = None, greedy: str | None = None, pipeline: str | None = None
+    ) -> PythonImplementation:
         """Load the callables from ``module:function`` strings."""
-        parts = [f"verifier {verifier}"] + [f"{label} {spec}" for label, spec in (("batch", batch), ("greedy", greedy), ("pipeline", pipeline)) if spec]
+        parts = [f"verifier {verifier}"] + [
+            f"{label} {spec}" for label, spec in (("batch", batch), ("greedy", greedy), ("pipeline", pipeline)) if spec
+        ]
         return cls(
             load_callable(verifier),
             batch=load_callable(batch) if batch else None,
@@ -245,7 +249,9 @@ class PythonImplementation:
         """The sampled verifier, with its result normalized to a Verdict."""
         return as_verdict(self._verifier(p, q, drafts, uniforms), "verifier result")
 
-    def verify_batch(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike) -> BatchVerdict:
+    def verify_batch(
+        self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike
+    ) -> BatchVerdict:
         """The batch verifier, with its result as int64/bool arrays."""
         assert self._batch is not None
         result = self._batch(p, q, drafts, uniforms)
@@ -256,7 +262,9 @@ class PythonImplementation:
                 np.asarray(result.is_bonus, dtype=np.bool_),
             )
         except AttributeError:
-            raise ExternalError(f"batch verifier must return accepted/token/is_bonus arrays, got {result!r:.100}") from None
+            raise ExternalError(
+                f"batch verifier must return accepted/token/is_bonus arrays, got {result!r:.100}"
+            ) from None
 
     def verifier_parts(self) -> tuple[Verifier, BatchVerifier | None, Pipeline | None]:
         return self.verify, (self.verify_batch if self._batch is not None else None), self._pipeline
@@ -268,9 +276,16 @@ class PythonImplementation:
         op, inp = case["op"], case["input"]
         try:
             if op == "sampled":
-                v = self.verify(np.asarray(inp["p"], dtype=np.float64), np.asarray(inp["q"], dtype=np.float64), list(inp["drafts"]), list(inp["uniforms"]))
+                v = self.verify(
+                    np.asarray(inp["p"], dtype=np.float64),
+                    np.asarray(inp["q"], dtype=np.float64),
+                    list(inp["drafts"]),
+                    list(inp["uniforms"]),
+                )
             elif op == "greedy" and self._greedy is not None:
-                v = as_verdict(self._greedy(np.asarray(inp["p"], dtype=np.float64), list(inp["drafts"])), "greedy result")
+                v = as_verdict(
+                    self._greedy(np.asarray(inp["p"], dtype=np.float64), list(inp["drafts"])), "greedy result"
+                )
             elif op == "rows" and self._pipeline is not None:
                 from spec.vectors import params_from_json
 
@@ -382,7 +397,9 @@ def run_check(
         raise CheckError(f"unknown properties {unknown}; known: {', '.join(known)}")
     if not scale > 0:
         raise CheckError(f"scale must be > 0, got {scale}")
-    report = CheckReport(impl.description, {"source": vectors.source, "seed": vectors.seed, "count": vectors.count}, scale)
+    report = CheckReport(
+        impl.description, {"source": vectors.source, "seed": vectors.seed, "count": vectors.count}, scale
+    )
     start = time.perf_counter()
 
     def record(outcome: PropertyOutcome) -> bool:
@@ -406,12 +423,24 @@ def run_check(
                 parts = impl.verifier_parts()
             verifier, batch, pipeline = parts
             if name == "pipeline_processors" and pipeline is None:
-                record(PropertyOutcome(name, "skipped", 0, 0.0, 0.0, "no pipeline: the implementation computes no rows from logits", 0.0))
+                record(
+                    PropertyOutcome(
+                        name,
+                        "skipped",
+                        0,
+                        0.0,
+                        0.0,
+                        "no pipeline: the implementation computes no rows from logits",
+                        0.0,
+                    )
+                )
                 continue
             began = time.perf_counter()
             (result,) = run_properties(verifier, batch, pipeline, only=[name], scale=scale)
             status: Status = "passed" if result.passed else "failed"
-            outcome = PropertyOutcome(name, status, result.n, result.alpha, result.power, result.detail, time.perf_counter() - began)
+            outcome = PropertyOutcome(
+                name, status, result.n, result.alpha, result.power, result.detail, time.perf_counter() - began
+            )
             if record(outcome):
                 return report
         return report
@@ -422,5 +451,9 @@ def run_check(
 def format_outcome(outcome: PropertyOutcome) -> str:
     """One line for humans: status, name, N, alpha, power, time, detail."""
     mark = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}[outcome.status]
-    stats = f"N={outcome.n:<8} alpha={outcome.alpha:<7.2g} power={outcome.power:<6.4f}" if outcome.status != "skipped" else " " * 38
+    stats = (
+        f"N={outcome.n:<8} alpha={outcome.alpha:<7.2g} power={outcome.power:<6.4f}"
+        if outcome.status != "skipped"
+        else " " * 38
+    )
     return f"{mark}  {outcome.name:<28} {stats} {outcome.seconds:6.1f}s  {outcome.detail}"

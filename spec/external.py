@@ -240,10 +240,14 @@ class CommandTransport:
             try:
                 line = self._lines.get(timeout=self.timeout)
             except queue.Empty:
-                raise self._fail(f"no response to request {request['id']!r} ({request['op']}) within {self.timeout:g} s") from None
+                raise self._fail(
+                    f"no response to request {request['id']!r} ({request['op']}) within {self.timeout:g} s"
+                ) from None
             if line is None:
                 status = proc.wait()
-                raise self._fail(f"the program exited (status {status}) before answering request {request['id']!r} ({request['op']})")
+                raise self._fail(
+                    f"the program exited (status {status}) before answering request {request['id']!r} ({request['op']})"
+                )
             responses.append(self._envelope(line, request))
         writer.join(timeout=self.timeout)
         return responses
@@ -260,7 +264,9 @@ class CommandTransport:
             raise self._fail(f"response out of order: expected id {request['id']!r}, got {obj.get('id')!r}")
         present = [key for key in ("output", "error", "unsupported") if key in obj]
         if len(present) != 1:
-            raise self._fail(f"malformed response to {where}: needs exactly one of output/error/unsupported, got keys {sorted(obj)}")
+            raise self._fail(
+                f"malformed response to {where}: needs exactly one of output/error/unsupported, got keys {sorted(obj)}"
+            )
         if "output" in obj and not isinstance(obj["output"], dict):
             raise self._fail(f"malformed response to {where}: output must be a JSON object")
         return obj
@@ -281,7 +287,7 @@ def _kind(value: Any, what: str) -> Literal["repair", "bonus"]:
         return "repair"
     if value == "bonus":
         return "bonus"
-    raise ExternalError(f"{what} must be \"repair\" or \"bonus\", got {value!r}")
+    raise ExternalError(f'{what} must be "repair" or "bonus", got {value!r}')
 
 
 def parse_verdict(output: Mapping[str, Any], where: str = "verdict") -> Verdict:
@@ -351,7 +357,15 @@ class WireImplementation:
 
     def verify(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict:
         """The program's sampled verification of one case (the ``sampled`` op)."""
-        output = self.call("sampled", {"p": _jsonable(np.asarray(p)), "q": _jsonable(np.asarray(q)), "drafts": _jsonable(np.asarray(drafts)), "uniforms": _jsonable(np.asarray(uniforms, dtype=np.float64))})
+        output = self.call(
+            "sampled",
+            {
+                "p": _jsonable(np.asarray(p)),
+                "q": _jsonable(np.asarray(q)),
+                "drafts": _jsonable(np.asarray(drafts)),
+                "uniforms": _jsonable(np.asarray(uniforms, dtype=np.float64)),
+            },
+        )
         return parse_verdict(output, "sampled output")
 
     def greedy(self, p: npt.ArrayLike, drafts: Sequence[int]) -> Verdict:
@@ -361,12 +375,16 @@ class WireImplementation:
 
     # --- BatchVerifier
 
-    def verify_batch(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike) -> BatchVerdict:
+    def verify_batch(
+        self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike
+    ) -> BatchVerdict:
         """N verifications through ``sampled_batch``; p/q shared ([k+1, V], [k, V]) or per item."""
         p_arr, q_arr = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
         draft_arr, draws = np.asarray(drafts), np.asarray(uniforms, dtype=np.float64)
         if draft_arr.ndim != 2 or draws.ndim != 2 or draws.shape[0] != draft_arr.shape[0]:
-            raise VerificationError(f"batch needs drafts [N, k] and uniforms [N, k+1], got {draft_arr.shape} and {draws.shape}")
+            raise VerificationError(
+                f"batch needs drafts [N, k] and uniforms [N, k+1], got {draft_arr.shape} and {draws.shape}"
+            )
         n = draft_arr.shape[0]
         groups = self._groups(p_arr, q_arr, n)
         requests: list[tuple[npt.NDArray[np.intp], Json]] = []
@@ -374,7 +392,12 @@ class WireImplementation:
             p_json, q_json = _jsonable(p_rows), _jsonable(q_rows)
             for start in range(0, items.shape[0], self.batch_items):
                 chunk = items[start : start + self.batch_items]
-                inp = {"p": p_json, "q": q_json, "drafts": _jsonable(draft_arr[chunk]), "uniforms": _jsonable(draws[chunk])}
+                inp = {
+                    "p": p_json,
+                    "q": q_json,
+                    "drafts": _jsonable(draft_arr[chunk]),
+                    "uniforms": _jsonable(draws[chunk]),
+                }
                 requests.append((chunk, inp))
         outputs = self.call_many("sampled_batch", [inp for _, inp in requests])
         accepted = np.zeros(n, dtype=np.int64)
@@ -395,15 +418,14 @@ class WireImplementation:
         if p_all.shape[0] != n or q_all.shape[0] != n:
             raise VerificationError(f"per-item rows must have N = {n} items, got p {p.shape}, q {q.shape}")
         keys = np.concatenate([p_all.reshape(n, -1), q_all.reshape(n, -1)], axis=1)  # [N, (2k+1) V]
-        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        _, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)  # [N]: the group of each item
         order = np.argsort(inverse, kind="stable")
         bounds = np.flatnonzero(np.diff(inverse[order])) + 1
         groups = []
         for items in np.split(order, bounds):
             head = int(items[0])
             groups.append((items, np.asarray(p_all[head]), np.asarray(q_all[head])))
-        del first
         return groups
 
     # --- Pipeline
@@ -424,12 +446,14 @@ class WireImplementation:
     def mode(self, target_params: SamplingParams, draft_params: SamplingParams) -> Literal["greedy", "sampled"]:
         """Which verification the program runs for these params (the ``mode`` of a ``rows``
         answer on a two-token dummy step)."""
-        vocab = 1 + max([1] + [int(t) for t in (target_params.logit_bias or {})] + [int(t) for t in (draft_params.logit_bias or {})])
+        vocab = 1 + max(
+            [1] + [int(t) for t in (target_params.logit_bias or {})] + [int(t) for t in (draft_params.logit_bias or {})]
+        )
         logits = np.zeros((2, vocab))
         output = self._rows(logits, logits[:1], [], [0], target_params, draft_params)
         mode = output.get("mode")
         if mode not in ("greedy", "sampled"):
-            raise ExternalError(f"rows output mode must be \"greedy\" or \"sampled\", got {mode!r}")
+            raise ExternalError(f'rows output mode must be "greedy" or "sampled", got {mode!r}')
         return "greedy" if mode == "greedy" else "sampled"
 
     def _rows(
@@ -464,7 +488,9 @@ def _matrix(value: Any, what: str) -> Probs2D:
     return rows
 
 
-def _batch_columns(output: Mapping[str, Any], n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+def _batch_columns(
+    output: Mapping[str, Any], n: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     columns = []
     for field in ("accepted", "token", "kind"):
         value = output.get(field)
@@ -481,7 +507,7 @@ def _batch_columns(output: Mapping[str, Any], n: int) -> tuple[npt.NDArray[np.in
     kinds = columns[2]
     bonus = np.fromiter((k == "bonus" for k in kinds), dtype=np.bool_, count=n)
     if int(bonus.sum()) + sum(1 for k in kinds if k == "repair") != n:
-        raise ExternalError("sampled_batch output.kind must hold only \"repair\" and \"bonus\"")
+        raise ExternalError('sampled_batch output.kind must hold only "repair" and "bonus"')
     return accepted, token, bonus
 
 
@@ -583,7 +609,9 @@ def mutant_handler(name: str) -> Handler:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m spec.external (--reference | --mutant NAME | --list-mutants)``: serve the wire
     protocol on stdin/stdout."""
-    parser = argparse.ArgumentParser(prog="python -m spec.external", description="Serve the verispec wire protocol (JSON lines on stdin/stdout).")
+    parser = argparse.ArgumentParser(
+        prog="python -m spec.external", description="Serve the verispec wire protocol (JSON lines on stdin/stdout)."
+    )
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--reference", action="store_true", help="serve the reference implementation")
     group.add_argument("--mutant", metavar="NAME", help="serve the reference with one mutant of spec.mutants")

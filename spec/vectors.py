@@ -177,7 +177,7 @@ def _answer_gate(inp: Mapping[str, Any]) -> Json:
 def _answer_conformal_index(inp: Mapping[str, Any]) -> Json:
     level = inp["q"]
     if not isinstance(level, str):  # the wire carries levels as exact decimal/fraction strings
-        raise CalibrationError(f"conformal level must be a string like \"0.9\" or \"2/3\", got {level!r}")
+        raise CalibrationError(f'conformal level must be a string like "0.9" or "2/3", got {level!r}')
     return {"index": conformal_index(int(inp["n"]), level)}
 
 
@@ -217,8 +217,9 @@ def compare(case: Mapping[str, Any], got: Mapping[str, Any]) -> str | None:
     Rules: an expected ``{"error": true}`` needs a response with an ``"error"`` field; otherwise
     every expected field must be present. Fields named in ``case["tolerance"]`` (probability
     rows) must agree within that absolute tolerance per entry, with exactly the same zero entries
-    and the same shape; every other field must be equal exactly (JSON equality; floats
-    bit for bit).
+    and the same shape; every other field must be equal exactly: integers as integers (``2.0``
+    is not a token id), booleans as booleans, strings and null as themselves, and a float by value
+    (an integer-valued float may come back as a JSON integer, as JavaScript writes it).
     """
     expected: Mapping[str, Any] = case["expected"]
     if expected.get("error"):
@@ -245,9 +246,13 @@ def _exactly_equal(want: Any, have: Any) -> bool:
     if isinstance(want, bool) or isinstance(have, bool):
         return type(want) is type(have) and want == have
     if isinstance(want, list):
-        return isinstance(have, list) and len(want) == len(have) and all(_exactly_equal(a, b) for a, b in zip(want, have))
-    if isinstance(want, (int, float)) and isinstance(have, (int, float)):
-        return want == have
+        return (
+            isinstance(have, list) and len(want) == len(have) and all(_exactly_equal(a, b) for a, b in zip(want, have))
+        )
+    if isinstance(want, int):
+        return isinstance(have, int) and want == have
+    if isinstance(want, float):
+        return isinstance(have, (int, float)) and want == have
     return bool(want == have) and type(want) is type(have)
 
 
@@ -334,65 +339,74 @@ def sampled_items(rng: np.random.Generator, count: int) -> list[Item]:
 
 def _sampled_edges(rng: np.random.Generator) -> list[Item]:
     items: list[Item] = []
+
+    def add(tags: list[str], p: npt.ArrayLike, q: npt.ArrayLike, drafts: list[int], uniforms: list[float]) -> None:
+        items.append((_sampled(p, q, drafts, uniforms), tags))
+
     for k in (1, 8):  # the shortest and the longest draft
         for _ in range(3):
             items.append((_random_sampled(rng, int(rng.integers(2, 9)), k, 0.2), [f"k{k}"]))
     for k in (1, 3, 8):  # p == q: every draft accepted, bonus from p_k
         q = np.stack([_random_row(rng, 6, 0.3) for _ in range(k)])
         p = np.concatenate([q, _random_row(rng, 6)[None]])
-        items.append((_sampled(p, q, [_draw(rng, r) for r in q], rng.random(k + 1).tolist()), ["p_equals_q", f"k{k}"]))
+        add(["p_equals_q", f"k{k}"], p, q, [_draw(rng, r) for r in q], rng.random(k + 1).tolist())
     for _ in range(3):  # zeros in q where p has mass: the residual lives there
-        vocab, k = 6, 3
-        q = np.stack([_random_row(rng, vocab) for _ in range(k)])
+        q = np.stack([_random_row(rng, 6) for _ in range(3)])
         q[:, :3] = 0.0
         q = q / q.sum(axis=1, keepdims=True)
-        p = np.stack([_random_row(rng, vocab) for _ in range(k + 1)])
-        items.append((_sampled(p, q, [_draw(rng, r) for r in q], [0.97, 0.99, 0.995, float(rng.random())]), ["zeros_in_q"]))
-    # one-hot rows: a greedy draft (q one-hot) and a point-mass target
-    p = np.stack([_random_row(rng, 5) for _ in range(3)])
-    items.append((_sampled(p, np.stack([_one_hot(5, 2), _one_hot(5, 4)]), [2, 4], [0.3, 0.6, 0.8]), ["one_hot_q"]))
-    items.append((_sampled(np.stack([_one_hot(5, 4), _one_hot(5, 0)]), _random_row(rng, 5)[None], [1], [0.0, 0.5]), ["one_hot_p", "last_vocab_id"]))
-    items.append((_sampled(np.stack([_one_hot(4, 1), _one_hot(4, 3)]), _one_hot(4, 1)[None], [1], [U_MAX, U_MAX]), ["one_hot_p", "one_hot_q", "p_equals_q", "last_vocab_id"]))
-    # ties: uniform rows, residual with tied entries, draws landing between tied ids
-    tie = np.full(4, 0.25)
-    items.append((_sampled(np.stack([tie, tie]), np.array([[0.5, 0.5, 0.0, 0.0]]), [1], [0.75, 0.5]), ["ties", "zeros_in_q"]))
-    items.append((_sampled(np.stack([np.array([0.0, 0.5, 0.0, 0.5]), tie]), np.array([[0.5, 0.0, 0.5, 0.0]]), [0], [0.1, 0.5]), ["ties", "disjoint_supports"]))
-    # the last vocab id: repair and bonus mass only there, and the top uniform
-    last = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]])
-    items.append((_sampled(np.concatenate([np.full((1, 8), 0.125), last]), np.full((1, 8), 0.125), [7], [0.5, U_MAX]), ["last_vocab_id", "bonus"]))
-    items.append((_sampled(np.array([[0.0, 0.25, 0.25, 0.5], [0.25, 0.25, 0.25, 0.25]]), np.array([[0.5, 0.5, 0.0, 0.0]]), [0], [0.5, U_MAX]), ["last_vocab_id", "repair"]))
-    items.append((_sampled(np.array([[0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]]), np.array([[0.5, 0.5, 0.0, 0.0]]), [1], [0.5, U_MAX]), ["trailing_zeros", "u_max"]))
-    # protocol boundaries (dyadic, so every float64 step is exact): strict < in the acceptance test
-    bound_p = np.array([[0.25, 0.5, 0.25], [0.5, 0.25, 0.25]])
-    bound_q = np.array([[0.5, 0.25, 0.25]])
-    items.append((_sampled(bound_p, bound_q, [0], [0.5, 0.5]), ["accept_boundary"]))  # 0.25 < 0.25: reject
-    items.append((_sampled(bound_p, bound_q, [0], [float(np.nextafter(0.5, 0.0)), 0.5]), ["accept_boundary"]))
+        p = np.stack([_random_row(rng, 6) for _ in range(4)])
+        add(["zeros_in_q"], p, q, [_draw(rng, r) for r in q], [0.97, 0.99, 0.995, float(rng.random())])
+
+    # one-hot rows: a greedy draft (q one-hot), a point-mass target, both
+    e = _one_hot
+    p_random = np.stack([_random_row(rng, 5) for _ in range(3)])
+    add(["one_hot_q"], p_random, np.stack([e(5, 2), e(5, 4)]), [2, 4], [0.3, 0.6, 0.8])
+    add(["one_hot_p", "last_vocab_id"], np.stack([e(5, 4), e(5, 0)]), _random_row(rng, 5)[None], [1], [0.0, 0.5])
+    both = ["one_hot_p", "one_hot_q", "p_equals_q", "last_vocab_id"]
+    add(both, np.stack([e(4, 1), e(4, 3)]), e(4, 1)[None], [1], [U_MAX, U_MAX])
+
+    # ties: uniform rows, a residual with tied entries, disjoint supports
+    tie = [0.25, 0.25, 0.25, 0.25]
+    add(["ties", "zeros_in_q"], [tie, tie], [[0.5, 0.5, 0.0, 0.0]], [1], [0.75, 0.5])
+    add(["ties", "disjoint_supports"], [[0.0, 0.5, 0.0, 0.5], tie], [[0.5, 0.0, 0.5, 0.0]], [0], [0.1, 0.5])
+
+    # the last vocab id: repair and bonus mass only there, the top uniform, trailing zeros
+    eighth = [0.125] * 8
+    add(["last_vocab_id", "bonus"], [eighth, list(e(8, 7))], [eighth], [7], [0.5, U_MAX])
+    add(["last_vocab_id", "repair"], [[0.0, 0.25, 0.25, 0.5], tie], [[0.5, 0.5, 0.0, 0.0]], [0], [0.5, U_MAX])
+    halves = [0.5, 0.5, 0.0, 0.0]
+    add(["trailing_zeros", "u_max"], [halves, halves], [halves], [1], [0.5, U_MAX])
+
+    # protocol boundaries (dyadic, so every float64 step is exact): the strict < of the test;
+    # 0.5 * 0.5 == 0.25 rejects, one ulp below 0.5 accepts
+    bound_p, bound_q = [[0.25, 0.5, 0.25], [0.5, 0.25, 0.25]], [[0.5, 0.25, 0.25]]
+    add(["accept_boundary"], bound_p, bound_q, [0], [0.5, 0.5])
+    add(["accept_boundary"], bound_p, bound_q, [0], [float(np.nextafter(0.5, 0.0)), 0.5])
     # the final draw exactly on a running-sum boundary: u * total == cumsum[t] picks t + 1
-    cdf = np.array([[0.25, 0.25, 0.5], [0.25, 0.25, 0.5]])
-    items.append((_sampled(cdf, cdf[:1], [2], [0.5, 0.5]), ["cdf_boundary", "bonus"]))
-    items.append((_sampled(cdf, cdf[:1], [2], [0.5, 0.25]), ["cdf_boundary", "bonus"]))
-    items.append((_sampled(np.array([[0.125, 0.375, 0.5], [1.0, 0.0, 0.0]]), np.array([[0.625, 0.125, 0.25]]), [0], [0.5, 0.5]), ["cdf_boundary", "repair"]))
-    # u = 0: accept every draft of positive target mass, final draw = first id of positive weight
-    items.append((_sampled(np.array([[0.0, 0.5, 0.5], [0.0, 0.0, 1.0], [0.0, 0.5, 0.5]]), np.array([[0.0, 0.5, 0.5], [0.5, 0.0, 0.5]]), [1, 2], [0.0, 0.0, 0.0]), ["u_zero", "bonus"]))
+    cdf = [0.25, 0.25, 0.5]
+    add(["cdf_boundary", "bonus"], [cdf, cdf], [cdf], [2], [0.5, 0.5])
+    add(["cdf_boundary", "bonus"], [cdf, cdf], [cdf], [2], [0.5, 0.25])
+    add(["cdf_boundary", "repair"], [[0.125, 0.375, 0.5], [1.0, 0.0, 0.0]], [[0.625, 0.125, 0.25]], [0], [0.5, 0.5])
+    # u = 0: every draft of positive target mass accepted, the draw is the first positive id
+    u0_p = [[0.0, 0.5, 0.5], [0.0, 0.0, 1.0], [0.0, 0.5, 0.5]]
+    add(["u_zero", "bonus"], u0_p, [[0.0, 0.5, 0.5], [0.5, 0.0, 0.5]], [1, 2], [0.0, 0.0, 0.0])
     # p(x) = 0 at the draft: rejected whatever u
-    items.append((_sampled(np.array([[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]]), np.array([[0.5, 0.25, 0.25]]), [0], [0.0, 0.3]), ["p_zero_at_draft", "u_zero"]))
+    add(["p_zero_at_draft", "u_zero"], [[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]], [[0.5, 0.25, 0.25]], [0], [0.0, 0.3])
     # a rejection with no positive residual: p <= q everywhere, p summing to 1 - 2^-30
-    deficit = np.array([[0.5, 0.5 - 2.0**-30], [0.5, 0.5]])
-    items.append((_sampled(deficit, np.array([[0.5, 0.5]]), [1], [0.9999999999, 0.75]), ["zero_residual"]))
+    add(["zero_residual"], [[0.5, 0.5 - 2.0**-30], [0.5, 0.5]], [[0.5, 0.5]], [1], [0.9999999999, 0.75])
     # a subnormal residual total (u * total rounds up to total): the last id with positive weight
-    tiny = 5e-324
-    sub_p = np.array([[0.5, float(np.nextafter(0.5, 0.0)), tiny], [0.25, 0.25, 0.5]])
-    sub_q = np.array([[0.5, 0.5, 0.0]])
-    items.append((_sampled(sub_p, sub_q, [1], [U_MAX, U_MAX]), ["subnormal_residual", "last_vocab_id"]))
-    items.append((_sampled(sub_p, sub_q, [1], [U_MAX, 0.3]), ["subnormal_residual"]))
+    sub_p = [[0.5, float(np.nextafter(0.5, 0.0)), 5e-324], [0.25, 0.25, 0.5]]
+    add(["subnormal_residual", "last_vocab_id"], sub_p, [[0.5, 0.5, 0.0]], [1], [U_MAX, U_MAX])
+    add(["subnormal_residual"], sub_p, [[0.5, 0.5, 0.0]], [1], [U_MAX, 0.3])
+
     # k = 8: all accepted, and rejected at the very last draft
     q8 = np.stack([_random_row(rng, 4) for _ in range(8)])
-    p8 = np.concatenate([q8, _one_hot(4, 3)[None]])
+    p8 = np.concatenate([q8, e(4, 3)[None]])
     drafts8 = [_draw(rng, r) for r in q8]
-    items.append((_sampled(p8, q8, drafts8, [0.5] * 8 + [0.9]), ["k8", "p_equals_q", "bonus"]))
+    add(["k8", "p_equals_q", "bonus"], p8, q8, drafts8, [0.5] * 8 + [0.9])
     p8_last = p8.copy()
-    p8_last[7] = _one_hot(4, (drafts8[7] + 1) % 4)
-    items.append((_sampled(p8_last, q8, drafts8, [0.5] * 9), ["k8", "one_hot_p", "repair_at_last"]))
+    p8_last[7] = e(4, (drafts8[7] + 1) % 4)
+    add(["k8", "one_hot_p", "repair_at_last"], p8_last, q8, drafts8, [0.5] * 9)
     return items
 
 
@@ -427,7 +441,9 @@ def greedy_items(rng: np.random.Generator, count: int) -> list[Item]:
     tied = [[1.0, 3.0, 3.0, 2.0], [0.5, 0.5, 0.5, 0.5]]
     items.append(({"p": tied, "drafts": [2]}, ["ties", "repair"]))  # the tie goes to id 1
     items.append(({"p": tied, "drafts": [1]}, ["ties", "bonus"]))  # all-equal row: id 0
-    items.append(({"p": [[0.0, 1.0, 2.0, 5.0], [-3.0, -2.0, -1.0, -0.5]], "drafts": [3]}, ["last_vocab_id", "negative_logits"]))
+    items.append(
+        ({"p": [[0.0, 1.0, 2.0, 5.0], [-3.0, -2.0, -1.0, -0.5]], "drafts": [3]}, ["last_vocab_id", "negative_logits"])
+    )
     items.append(({"p": [[0.1, 0.2, 0.7], [0.2, 0.3, 0.5]], "drafts": [0]}, ["k1", "repair", "last_vocab_id"]))
     p8 = np.round(rng.normal(0.0, 2.0, size=(9, 6)) * 4) / 4
     best = [int(np.argmax(r)) for r in p8]
@@ -496,7 +512,11 @@ def _random_logits(rng: np.random.Generator, shape: tuple[int, ...]) -> npt.NDAr
 
 
 def _target_law(logits: npt.ArrayLike, history: Sequence[int], params: SamplingParams) -> Json:
-    return {"logits": [float(v) for v in np.asarray(logits, dtype=np.float64)], "history": [int(t) for t in history], "params": params_to_json(params)}
+    return {
+        "logits": [float(v) for v in np.asarray(logits, dtype=np.float64)],
+        "history": [int(t) for t in history],
+        "params": params_to_json(params),
+    }
 
 
 def target_law_items(rng: np.random.Generator, count: int) -> list[Item]:
@@ -514,22 +534,39 @@ def target_law_items(rng: np.random.Generator, count: int) -> list[Item]:
         ([1.0, 3.0, 3.0, 2.0, 3.0], [], P(temperature=0.0), ["greedy", "ties"]),
         ([1.0, 2.0, 2.0, 2.0, 0.0], [], P(top_k=2), ["top_k", "ties"]),
         ([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 4.0], [], P(top_k=1), ["top_k", "last_vocab_id"]),
-        ([0.5, -1.0, 2.0, 2.0, -3.0], [2, 2, 1], P(repeat_penalty=1.5, repeat_last_n=-1), ["repeat_penalty", "negative_logits"]),
-        ([0.5, -1.0, 2.0, 2.0, -3.0], [2, 1, 0, 3], P(repeat_penalty=1.5, repeat_last_n=2), ["repeat_penalty", "window"]),
+        (
+            [0.5, -1.0, 2.0, 2.0, -3.0],
+            [2, 2, 1],
+            P(repeat_penalty=1.5, repeat_last_n=-1),
+            ["repeat_penalty", "negative_logits"],
+        ),
+        (
+            [0.5, -1.0, 2.0, 2.0, -3.0],
+            [2, 1, 0, 3],
+            P(repeat_penalty=1.5, repeat_last_n=2),
+            ["repeat_penalty", "window"],
+        ),
         ([1.0, 2.0, 3.0, 4.0], [], P(logit_bias={3: -math.inf, 0: 2.5}), ["logit_bias", "ban"]),
         ([1.0, 2.0, 3.0, 4.0], [], P(temperature=0.0, logit_bias={3: -math.inf}), ["greedy", "ban"]),
         ([0.0, 1.0, 2.0, 3.0, 4.0], [], P(top_p=0.5, temperature=0.7), ["top_p"]),
         ([0.0, 1.0, 2.0, 3.0, 4.0], [], P(min_p=0.2, temperature=2.0), ["min_p"]),
         ([0.0, 1.0, 2.0, 3.0, 4.0], [], P(top_p=0.01), ["top_p", "one_hot", "last_vocab_id"]),
         ([3.0, 3.0, 3.0], [], P(), ["ties", "uniform"]),
-        ([-2.0, 5.0, 1.0, 5.0, 0.5, -1.0], [1], P(temperature=0.8, top_k=3, top_p=0.9, min_p=0.05, repeat_penalty=1.2), ["all_processors"]),
+        (
+            [-2.0, 5.0, 1.0, 5.0, 0.5, -1.0],
+            [1],
+            P(temperature=0.8, top_k=3, top_p=0.9, min_p=0.05, repeat_penalty=1.2),
+            ["all_processors"],
+        ),
     ]
     for logits_list, history, params, tags in edges:
         items.append((_target_law(logits_list, history, params), ["edge"] + tags))
     return items
 
 
-def _rows_case(rng: np.random.Generator, vocab: int, k: int, tp: SamplingParams, dp: SamplingParams, history: list[int]) -> Json | None:
+def _rows_case(
+    rng: np.random.Generator, vocab: int, k: int, tp: SamplingParams, dp: SamplingParams, history: list[int]
+) -> Json | None:
     """A speculative step from logits; drafts drawn from the draft's processed law, row by row."""
     t_logits = _random_logits(rng, (k + 1, vocab))
     noise = rng.normal(0.0, 1.0, size=(k, vocab))
@@ -568,7 +605,12 @@ def rows_items(rng: np.random.Generator, count: int) -> list[Item]:
         (P(temperature=0.8, top_k=2), P(temperature=0.8, top_k=2), [], ["top_k_on_both"]),
         (P(temperature=1.0, top_p=0.9), P(temperature=0.0), [], ["greedy_draft", "one_hot_q"]),
         (P(temperature=0.0), P(temperature=1.2), [], ["greedy_target"]),
-        (P(temperature=0.7, top_k=3, min_p=0.05, logit_bias={0: -1.5}), P(temperature=0.7, top_k=3, min_p=0.05, logit_bias={0: -1.5}), [], ["processed_target"]),
+        (
+            P(temperature=0.7, top_k=3, min_p=0.05, logit_bias={0: -1.5}),
+            P(temperature=0.7, top_k=3, min_p=0.05, logit_bias={0: -1.5}),
+            [],
+            ["processed_target"],
+        ),
         (P(repeat_penalty=3.0, repeat_last_n=-1), P(), [1], ["repeat_penalty_with_drafts"]),
         (P(temperature=0.9), P(temperature=0.9, top_k=2), [], ["draft_top_k_only"]),
     ]
@@ -596,21 +638,66 @@ def gate_items(rng: np.random.Generator, count: int) -> list[Item]:
             items.append(({"gate": "margin", "margin": margin, "threshold": quantile, "dtype": dtype_name}, ["random"]))
             continue
         slack = None if rng.random() < 0.5 else float(cast(abs(rng.normal(0.0, 1e-5))))
-        items.append(({"gate": gate, "margin": margin, "quantile": quantile, "slack": slack, "dtype": dtype_name}, ["random"]))
+        items.append(
+            ({"gate": gate, "margin": margin, "quantile": quantile, "slack": slack, "dtype": dtype_name}, ["random"])
+        )
     # boundaries: 2 (Q + slack) == margin exactly must not admit (strict); one ulp above must
     for dtype_name, cast in (("float32", f32), ("float64", np.float64)):
         q = cast(1.5)
         exact_bound = float(cast(2) * (q + cast(0.25)))
         above = float(np.nextafter(cast(exact_bound), cast(np.inf)))
         for gate in ("supnorm", "halfrange"):
-            items.append(({"gate": gate, "margin": exact_bound, "quantile": float(q), "slack": 0.25, "dtype": dtype_name}, ["edge", "strict_boundary"]))
-            items.append(({"gate": gate, "margin": above, "quantile": float(q), "slack": 0.25, "dtype": dtype_name}, ["edge", "one_ulp_above"]))
-            items.append(({"gate": gate, "margin": 3.0, "quantile": 1.5, "slack": None, "dtype": dtype_name}, ["edge", "default_slack_decides"]))
-            items.append(({"gate": gate, "margin": float(cast(1e-30)), "quantile": 0.0, "slack": None, "dtype": dtype_name}, ["edge", "zero_quantile"]))
-        items.append(({"gate": "margin", "margin": 2.0, "threshold": 2.0, "dtype": dtype_name}, ["edge", "strict_boundary"]))
-    items.append(({"gate": "supnorm", "margin": float(np.finfo(f32).max), "quantile": float(f32(2e38)), "slack": None, "dtype": "float32"}, ["edge", "overflow_refuses"]))
-    items.append(({"gate": "supnorm", "margin": 1.0, "quantile": 0.1, "slack": 0.1, "dtype": "float32"}, ["invalid", "not_a_float32_value"]))
-    items.append(({"gate": "halfrange", "margin": 1.0, "quantile": -0.5, "slack": None, "dtype": "float64"}, ["invalid", "negative_quantile"]))
+            items.append(
+                (
+                    {"gate": gate, "margin": exact_bound, "quantile": float(q), "slack": 0.25, "dtype": dtype_name},
+                    ["edge", "strict_boundary"],
+                )
+            )
+            items.append(
+                (
+                    {"gate": gate, "margin": above, "quantile": float(q), "slack": 0.25, "dtype": dtype_name},
+                    ["edge", "one_ulp_above"],
+                )
+            )
+            items.append(
+                (
+                    {"gate": gate, "margin": 3.0, "quantile": 1.5, "slack": None, "dtype": dtype_name},
+                    ["edge", "default_slack_decides"],
+                )
+            )
+            items.append(
+                (
+                    {"gate": gate, "margin": float(cast(1e-30)), "quantile": 0.0, "slack": None, "dtype": dtype_name},
+                    ["edge", "zero_quantile"],
+                )
+            )
+        items.append(
+            ({"gate": "margin", "margin": 2.0, "threshold": 2.0, "dtype": dtype_name}, ["edge", "strict_boundary"])
+        )
+    items.append(
+        (
+            {
+                "gate": "supnorm",
+                "margin": float(np.finfo(f32).max),
+                "quantile": float(f32(2e38)),
+                "slack": None,
+                "dtype": "float32",
+            },
+            ["edge", "overflow_refuses"],
+        )
+    )
+    items.append(
+        (
+            {"gate": "supnorm", "margin": 1.0, "quantile": 0.1, "slack": 0.1, "dtype": "float32"},
+            ["invalid", "not_a_float32_value"],
+        )
+    )
+    items.append(
+        (
+            {"gate": "halfrange", "margin": 1.0, "quantile": -0.5, "slack": None, "dtype": "float64"},
+            ["invalid", "negative_quantile"],
+        )
+    )
     return items
 
 
@@ -622,18 +709,57 @@ def conformal_items(rng: np.random.Generator, count: int) -> list[Item]:
         n = int(rng.integers(1, 5000))
         q = str(rng.choice(levels)) if rng.random() < 0.6 else f"{int(rng.integers(1, 10**6)) / 10**6:.6f}".rstrip("0")
         items.append(({"n": n, "q": q}, ["random"]))
-    edges = [(9, "0.9"), (99, "0.99"), (999, "0.999"), (19, "0.95"), (8, "0.9"), (98, "0.99"), (1, "0.5"), (1, "0.51"), (2, "0.6666666666666666"), (100, "0.99"), (10**6, "0.999999"), (2, "2/3"), (5, "5/6"), (5, "6/7")]
+    edges = [
+        (9, "0.9"),
+        (99, "0.99"),
+        (999, "0.999"),
+        (19, "0.95"),
+        (8, "0.9"),
+        (98, "0.99"),
+        (1, "0.5"),
+        (1, "0.51"),
+        (2, "0.6666666666666666"),
+        (100, "0.99"),
+        (10**6, "0.999999"),
+        (2, "2/3"),
+        (5, "5/6"),
+        (5, "6/7"),
+    ]
     for n, q in edges:
         items.append(({"n": n, "q": q}, ["edge", "exact_ceiling"]))
-    for n, q, label in [(0, "0.9", "n_equals_0"), (10, "1", "q_equals_1"), (10, "0", "q_equals_0"), (10, "1.5", "q_above_1")]:
+    for n, q, label in [
+        (0, "0.9", "n_equals_0"),
+        (10, "1", "q_equals_1"),
+        (10, "0", "q_equals_0"),
+        (10, "1.5", "q_above_1"),
+    ]:
         items.append(({"n": n, "q": q}, ["invalid", label]))
     return items
 
 
 # dequantization: random blocks (resampled until every value is finite: NaN payloads are not
 # portable) and blocks with deliberate scales; the d field's byte offset per quantized type
-_SCALE_OFFSET = {"Q4_0": 0, "Q4_1": 0, "Q5_0": 0, "Q5_1": 0, "Q8_0": 0, "Q2_K": 80, "Q3_K": 108, "Q4_K": 0, "Q5_K": 0, "Q6_K": 208}
-_SPECIAL_HALVES = {"zero": 0x0000, "negative_zero": 0x8000, "smallest_subnormal": 0x0001, "largest_subnormal": 0x03FF, "max": 0x7BFF, "negative_max": 0xFBFF, "one": 0x3C00}
+_SCALE_OFFSET = {
+    "Q4_0": 0,
+    "Q4_1": 0,
+    "Q5_0": 0,
+    "Q5_1": 0,
+    "Q8_0": 0,
+    "Q2_K": 80,
+    "Q3_K": 108,
+    "Q4_K": 0,
+    "Q5_K": 0,
+    "Q6_K": 208,
+}
+_SPECIAL_HALVES = {
+    "zero": 0x0000,
+    "negative_zero": 0x8000,
+    "smallest_subnormal": 0x0001,
+    "largest_subnormal": 0x03FF,
+    "max": 0x7BFF,
+    "negative_max": 0xFBFF,
+    "one": 0x3C00,
+}
 
 
 def _finite_block(rng: np.random.Generator, ggml_type: int, blocks: int) -> bytes:
@@ -652,7 +778,12 @@ def _finite_block(rng: np.random.Generator, ggml_type: int, blocks: int) -> byte
 
 def _dequant(ggml_type: int, raw: bytes) -> Json:
     elements, nbytes = block_layout(ggml_type)
-    return {"ggml_type": int(ggml_type), "type_name": type_name(ggml_type), "n_elements": len(raw) // nbytes * elements, "raw_hex": raw.hex()}
+    return {
+        "ggml_type": int(ggml_type),
+        "type_name": type_name(ggml_type),
+        "n_elements": len(raw) // nbytes * elements,
+        "raw_hex": raw.hex(),
+    }
 
 
 def dequantize_items(rng: np.random.Generator, count: int) -> list[Item]:
@@ -675,7 +806,10 @@ def dequantize_items(rng: np.random.Generator, count: int) -> list[Item]:
                 raw[_SCALE_OFFSET[name] : _SCALE_OFFSET[name] + 2] = half.to_bytes(2, "little")
                 if np.all(np.isfinite(dequantize(np.frombuffer(bytes(raw), dtype=np.uint8), ggml_type, elements))):
                     items.append((_dequant(ggml_type, bytes(raw)), [f"scale_{label}", name]))
-    specials_f32 = np.array([0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45, 1.1754942e-38, 3.4028235e38, -3.4028235e38, np.inf, -np.inf, 0.1], dtype=np.float32)
+    specials_f32 = np.array(
+        [0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45, 1.1754942e-38, 3.4028235e38, -3.4028235e38, np.inf, -np.inf, 0.1],
+        dtype=np.float32,
+    )
     halves = np.array(list(_SPECIAL_HALVES.values()) + [0x7C00, 0xFC00, 0x3555], dtype=np.uint16)
     items.append((_dequant(0, specials_f32.tobytes()), ["special_values", "F32"]))
     items.append((_dequant(1, halves.astype("<u2").tobytes()), ["special_values", "F16", "infinity"]))
@@ -762,7 +896,12 @@ def manifest_for(vectors: VectorSet, blobs: Mapping[str, bytes]) -> Json:
         "seed": vectors.seed,
         "count": vectors.count,
         "files": [
-            {"name": f"{kind}.jsonl", "kind": kind, "cases": len(vectors.cases[kind]), "sha256": hashlib.sha256(blobs[kind]).hexdigest()}
+            {
+                "name": f"{kind}.jsonl",
+                "kind": kind,
+                "cases": len(vectors.cases[kind]),
+                "sha256": hashlib.sha256(blobs[kind]).hexdigest(),
+            }
             for kind in KINDS
             if kind in vectors.cases
         ],
@@ -791,9 +930,13 @@ def read_vectors(directory: Path) -> VectorSet:
     except (OSError, ValueError) as exc:
         raise VectorError(f"cannot read {manifest_path}: {exc}") from None
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise VectorError(f"{manifest_path}: format_version {manifest.get('format_version')!r}, this verispec reads {FORMAT_VERSION}")
+        raise VectorError(
+            f"{manifest_path}: format_version {manifest.get('format_version')!r}, this verispec reads {FORMAT_VERSION}"
+        )
     if manifest.get("protocol_version") != PROTOCOL_VERSION:
-        raise VectorError(f"{manifest_path}: protocol_version {manifest.get('protocol_version')!r}, this verispec speaks {PROTOCOL_VERSION}")
+        raise VectorError(
+            f"{manifest_path}: protocol_version {manifest.get('protocol_version')!r}, this verispec speaks {PROTOCOL_VERSION}"
+        )
     cases: dict[str, list[Case]] = {}
     for entry in manifest.get("files", []):
         path = directory / str(entry["name"])
@@ -930,6 +1073,6 @@ output `bits` [n_elements]. Bit-exact with ggml's `dequantize_row_*`.
 
 A response agrees with a case when: for `{"error": true}`, the implementation rejected the input;
 otherwise every field of `expected` is present, the fields named in `tolerance` agree within it per
-entry (same shape, same zero entries), and every other field is equal exactly (integers, strings,
-booleans, null, and floats bit for bit).
+entry (same shape, same zero entries), and every other field is equal exactly: integers as JSON
+integers (`2.0` is not a token id), booleans, strings and null as themselves, floats by value.
 """

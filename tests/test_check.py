@@ -56,7 +56,9 @@ def _run_command(command: str, vectors: VectorSet, **kwargs: object) -> CheckRep
 
 
 def test_reference_passes_through_the_python_interface_at_full_power(vectors: VectorSet) -> None:
-    impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch, greedy=verify_greedy, pipeline=ReferencePipeline)
+    impl = PythonImplementation(
+        verify_sampled, batch=verify_sampled_batch, greedy=verify_greedy, pipeline=ReferencePipeline
+    )
     report = run_check(impl, vectors)
     assert report.passed, [p for p in report.properties if p.status == "failed"]
     statuses = _statuses(report)
@@ -87,7 +89,9 @@ def test_example_external_verifier_passes(vectors: VectorSet) -> None:
     assert report.passed, [p for p in report.properties if p.status == "failed"]
     statuses = _statuses(report)
     assert statuses["vectors_gate"] == statuses["vectors_dequantize"] == "skipped"  # not offered
-    assert all(statuses[f"vectors_{k}"] == "passed" for k in ("sampled", "greedy", "rows", "target_law", "conformal_index"))
+    assert all(
+        statuses[f"vectors_{k}"] == "passed" for k in ("sampled", "greedy", "rows", "target_law", "conformal_index")
+    )
     assert all(statuses[name] == "passed" for name in PROPERTY_NAMES)
 
 
@@ -103,6 +107,18 @@ def test_every_mutant_served_as_a_command_is_rejected(mutant: str, vectors: Vect
     assert report.properties[-1].name.startswith("vectors_"), report.properties[-1]  # replay kills it
 
 
+@pytest.mark.parametrize(
+    "mutant", ["accept_on_equality", "acceptance_uniform_reused_for_repair", "draft_q_from_raw_logits"]
+)
+def test_the_spec_properties_alone_kill_mutants_through_the_wire(mutant: str, vectors: VectorSet) -> None:
+    """Without the vectors: the spec's own properties, carried by the wire adapter (single,
+    batch and rows requests), still reject mutants of each kind (boundary, draw, pipeline)."""
+    report = _run_command(
+        f"{PY} -m spec.external --mutant {mutant}", vectors, only=list(PROPERTY_NAMES), fail_fast=True
+    )
+    assert not report.passed and report.properties[-1].name in PROPERTY_NAMES
+
+
 def test_a_broken_python_verifier_is_rejected(vectors: VectorSet) -> None:
     mutant = next(m for m in catalogue() if m.name == "accept_on_equality")
     report = run_check(PythonImplementation(mutant.verifier, batch=mutant.batch), vectors, fail_fast=False, scale=0.01)
@@ -115,15 +131,24 @@ _FAKES = {
     # a program that answers garbage
     "garbage": ("import sys\nfor line in sys.stdin:\n    print('hello', flush=True)\n", "not JSON"),
     # answers with the wrong id
-    "wrong_id": ("import sys, json\nfor line in sys.stdin:\n    print(json.dumps({'id': 'x', 'output': {}}), flush=True)\n", "out of order"),
+    "wrong_id": (
+        "import sys, json\nfor line in sys.stdin:\n    print(json.dumps({'id': 'x', 'output': {}}), flush=True)\n",
+        "out of order",
+    ),
     # never answers
     "silent": ("import sys, time\nfor line in sys.stdin:\n    time.sleep(60)\n", "within 1 s"),
     # dies at once, complaining on stderr
     "crash": ("import sys\nsys.stderr.write('boom: cannot start\\n')\nsys.exit(3)\n", "boom: cannot start"),
     # offers nothing
-    "unsupported": ("import sys, json\nfor line in sys.stdin:\n    r = json.loads(line)\n    print(json.dumps({'id': r['id'], 'unsupported': r['op']}), flush=True)\n", "every verifier must"),
+    "unsupported": (
+        "import sys, json\nfor line in sys.stdin:\n    r = json.loads(line)\n    print(json.dumps({'id': r['id'], 'unsupported': r['op']}), flush=True)\n",
+        "every verifier must",
+    ),
     # a verdict without its fields
-    "fieldless": ("import sys, json\nfor line in sys.stdin:\n    r = json.loads(line)\n    print(json.dumps({'id': r['id'], 'output': {'token': 0}}), flush=True)\n", "lacks field"),
+    "fieldless": (
+        "import sys, json\nfor line in sys.stdin:\n    r = json.loads(line)\n    print(json.dumps({'id': r['id'], 'output': {'token': 0}}), flush=True)\n",
+        "lacks field",
+    ),
 }
 
 
@@ -172,7 +197,9 @@ def test_a_program_that_crashes_on_bad_input_fails_the_contract(tmp_path: Path, 
 
 def test_cli_exit_status_and_json(tmp_path: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PY, "-m", "verispec", "check", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [PY, "-m", "verispec", "check", *args], cwd=REPO, capture_output=True, text=True, timeout=300
+        )
 
     ok = run("--verifier-cmd", REFERENCE_CMD, "--only", "vectors_sampled", "vectors_greedy", "--count", "4", "--json")
     assert ok.returncode == 0, ok.stderr
@@ -182,8 +209,21 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
     bad = run("--verifier-cmd", f"{PY} -m spec.external --mutant always_accept", "--fail-fast", "--count", "4")
     assert bad.returncode == 1 and "FAIL  vectors_sampled" in bad.stdout and "FAILED: vectors_sampled" in bad.stdout
     assert bad.stdout.count("FAIL  ") == 1 and "vectors_greedy" not in bad.stdout  # --fail-fast stopped there
-    subprocess.run([PY, "-m", "verispec", "vectors", "--out", str(tmp_path), "--count", "3"], cwd=REPO, check=True, capture_output=True)
-    py = run("--verifier", "reference.speculative:verify_sampled", "--vectors", str(tmp_path), "--only", "vectors_sampled", "contract")
+    subprocess.run(
+        [PY, "-m", "verispec", "vectors", "--out", str(tmp_path), "--count", "3"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    py = run(
+        "--verifier",
+        "reference.speculative:verify_sampled",
+        "--vectors",
+        str(tmp_path),
+        "--only",
+        "vectors_sampled",
+        "contract",
+    )
     assert py.returncode == 0 and "PASSED" in py.stdout, py.stdout + py.stderr
     missing = run("--verifier", "reference.speculative:no_such_function")
     assert missing.returncode == 2 and "no_such_function" in missing.stderr

@@ -60,7 +60,10 @@ def test_same_seed_same_bytes_in_process_and_through_the_cli(tmp_path: Path) -> 
     # a fresh interpreter (another hash seed) must write the very same bytes
     subprocess.run(
         [sys.executable, "-m", "verispec", "vectors", "--out", str(cli), "--count", "5", "--seed", "11"],
-        check=True, cwd=REPO, capture_output=True, env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"},
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"},
     )
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir()) == sorted(p.name for p in cli.iterdir())
@@ -123,8 +126,22 @@ def test_format_readme_is_written_and_in_sync(tmp_path: Path) -> None:
 def test_sampled_edge_cases_are_present(vectors: VectorSet) -> None:
     cases = vectors.cases["sampled"]
     tags = {t for c in cases for t in c["tags"]}
-    for wanted in ("zeros_in_q", "p_equals_q", "one_hot_p", "one_hot_q", "ties", "last_vocab_id", "k1", "k8",
-                   "accept_boundary", "cdf_boundary", "u_zero", "zero_residual", "subnormal_residual", "invalid"):
+    for wanted in (
+        "zeros_in_q",
+        "p_equals_q",
+        "one_hot_p",
+        "one_hot_q",
+        "ties",
+        "last_vocab_id",
+        "k1",
+        "k8",
+        "accept_boundary",
+        "cdf_boundary",
+        "u_zero",
+        "zero_residual",
+        "subnormal_residual",
+        "invalid",
+    ):
         assert wanted in tags, wanted
     valid = _valid(cases)
     ks = {len(c["input"]["drafts"]) for c in valid}
@@ -146,7 +163,10 @@ def test_greedy_and_rows_edge_cases_are_present(vectors: VectorSet) -> None:
     greedy = _valid(vectors.cases["greedy"])
     assert {1, 8} <= {len(c["input"]["drafts"]) for c in greedy}
     tied = [c for c in greedy if "ties" in c["tags"]]
-    assert tied and all(c["expected"]["token"] == exact.argmax([Fraction(v) for v in c["input"]["p"][c["expected"]["accepted"]]]) for c in tied)
+    assert tied and all(
+        c["expected"]["token"] == exact.argmax([Fraction(v) for v in c["input"]["p"][c["expected"]["accepted"]]])
+        for c in tied
+    )
     rows = vectors.cases["rows"]
     assert {1, 8} <= {len(c["input"]["drafts"]) for c in rows}
     assert {"greedy", "sampled"} == {c["expected"]["mode"] for c in rows}
@@ -177,7 +197,9 @@ def test_sampled_expectations_equal_the_exact_rational_protocol(vectors: VectorS
     comparison, which these fixed cases do not do."""
     for case in _valid(vectors.cases["sampled"]):
         inp = case["input"]
-        want = exact.protocol_verdict(_fractions(inp["p"]), _fractions(inp["q"]), tuple(inp["drafts"]), [Fraction(u) for u in inp["uniforms"]])
+        want = exact.protocol_verdict(
+            _fractions(inp["p"]), _fractions(inp["q"]), tuple(inp["drafts"]), [Fraction(u) for u in inp["uniforms"]]
+        )
         got = case["expected"]
         assert (got["accepted"], got["token"], got["kind"]) == want, case["id"]
 
@@ -240,7 +262,21 @@ def test_dequantize_expectations_bit_exact_vs_gguf_py(vectors: VectorSet) -> Non
         theirs = np.asarray(gguf.quants.dequantize(blocks, kind), dtype=np.float32).reshape(-1)
         assert [format(int(b), "08x") for b in theirs.view(np.uint32)] == case["expected"]["bits"], case["id"]
         types_seen.add(inp["type_name"])
-    assert {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"} <= types_seen
+    assert {
+        "F32",
+        "F16",
+        "BF16",
+        "Q4_0",
+        "Q4_1",
+        "Q5_0",
+        "Q5_1",
+        "Q8_0",
+        "Q2_K",
+        "Q3_K",
+        "Q4_K",
+        "Q5_K",
+        "Q6_K",
+    } <= types_seen
 
 
 # -----------------------------------------------------------------------------------------------
@@ -254,6 +290,7 @@ def test_compare_exact_tolerant_and_error_fields() -> None:
     assert "lacks" in (compare(verdict, {"accepted": 1, "token": 2}) or "")
     assert "rejected a valid input" in (compare(verdict, {"error": "no"}) or "")
     assert compare(verdict, {"accepted": True, "token": 2, "kind": "bonus"}) is not None  # bool is not 1
+    assert compare(verdict, {"accepted": 1, "token": 2.0, "kind": "bonus"}) is not None  # nor is 2.0 an id
     law = {"expected": {"probs": [0.25, 0.0, 0.75]}, "tolerance": {"probs": 1e-6}}
     assert compare(law, {"probs": [0.2500005, 0.0, 0.7499995]}) is None
     assert "zero pattern" in (compare(law, {"probs": [0.25, 1e-9, 0.75 - 1e-9]}) or "")

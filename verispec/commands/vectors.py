@@ -17,8 +17,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     parser = subparsers.add_parser("vectors", help="write deterministic portable test vectors (JSON lines)")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory to write (created if needed)")
-    parser.add_argument("--count", type=int, default=DEFAULT_COUNT, metavar="N", help=f"random cases per kind, edge cases come on top (default {DEFAULT_COUNT})")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S", help=f"generator seed (default {DEFAULT_SEED})")
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=DEFAULT_COUNT,
+        metavar="N",
+        help=f"random cases per kind, edge cases come on top (default {DEFAULT_COUNT})",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, metavar="S", help=f"generator seed (default {DEFAULT_SEED})"
+    )
     parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
     parser.set_defaults(func=run)
 
@@ -30,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
         return 0
-    print(f"wrote {args.out} (format {manifest['format_version']}, protocol {manifest['protocol_version']}, seed {manifest['seed']}, count {manifest['count']})")
+    print(
+        f"wrote {args.out} (format {manifest['format_version']}, protocol {manifest['protocol_version']}, seed {manifest['seed']}, count {manifest['count']})"
+    )
     for entry in manifest["files"]:
         print(f"  {entry['name']:<22} {entry['cases']:>5} cases  sha256 {entry['sha256']}")
     print("  manifest.json, FORMAT.md")
