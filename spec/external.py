@@ -64,7 +64,9 @@ import argparse
 import collections
 import json
 import math
+import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -145,6 +147,7 @@ class CommandTransport:
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
         self._counter = 0
+        self._stderr_reader: threading.Thread | None = None
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
@@ -157,6 +160,7 @@ class CommandTransport:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group: a kill reaches what the shell started
             )
         except OSError as exc:
             raise ExternalError(f"cannot start {self.command!r}: {exc}") from None
@@ -165,7 +169,8 @@ class CommandTransport:
         self._stderr.clear()
         assert proc.stdout is not None and proc.stderr is not None
         threading.Thread(target=self._read_stdout, args=(proc.stdout, self._lines), daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(proc.stderr, self._stderr), daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._read_stderr, args=(proc.stderr, self._stderr), daemon=True)
+        self._stderr_reader.start()
         return proc
 
     @staticmethod
@@ -210,16 +215,28 @@ class CommandTransport:
         try:
             if proc.stdin:
                 proc.stdin.close()
+        except OSError:
+            pass
+        try:
             proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
+            self._kill(proc)
+
+    @staticmethod
+    def _kill(proc: "subprocess.Popen[bytes]") -> None:
+        """Kill the program's process group (the shell and whatever it started), then reap it."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             proc.kill()
-            proc.wait()
+        proc.wait()
 
     def _fail(self, message: str) -> ExternalError:
         proc = self._proc
         if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            self._kill(proc)
+        if self._stderr_reader is not None:
+            self._stderr_reader.join(timeout=2.0)  # the process is gone: let its last words arrive
         return ExternalError(message + self._stderr_tail())
 
     def next_id(self, op: str) -> str:
