@@ -1,0 +1,310 @@
+"""Model hyperparameters read from GGUF metadata, one reader per architecture.
+
+The GGUF file names its architecture in ``general.architecture``; every other hyperparameter lives
+under that prefix (``llama.block_count``, ``gemma3.rope.freq_base``, ...). :meth:`Config.from_gguf`
+dispatches on the architecture and fills one flat, frozen :class:`Config` that the forward pass
+reads: the forward never looks at metadata itself.
+
+What each field means is what llama.cpp does with it (src/llama-model.cpp, src/models/llama.cpp,
+src/models/gemma3.cpp, src/llama-hparams.cpp); where llama.cpp hard-codes a value instead of
+reading it (gemma3's local RoPE base 10 000 and its 5-local-1-global layer pattern), so do we, and
+the docstring says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reference.errors import ModelError, UnsupportedArchitecture
+
+if TYPE_CHECKING:
+    from reference.gguf import GGUFFile
+
+ROPE_NORM = "norm"  # rotate adjacent pairs (x[2i], x[2i+1])            -- ggml rope mode 0
+ROPE_NEOX = "neox"  # rotate split halves  (x[i], x[i + rope_dim/2])    -- ggml rope mode 2
+
+ACT_SILU = "silu"            # SwiGLU: down(silu(gate(x)) * up(x))
+ACT_GELU_TANH = "gelu_tanh"  # GeGLU:  down(gelu_tanh(gate(x)) * up(x))
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the forward pass needs to know about a model, and nothing it does not."""
+
+    arch: str                      # general.architecture
+    n_vocab: int                   # rows of token_embd
+    n_embd: int                    # residual stream width
+    n_layer: int
+    n_head: int                    # query heads
+    n_head_kv: int                 # key/value heads (GQA: query head h reads kv head h // group)
+    head_dim: int                  # attention.key_length (== value_length)
+    n_ff: int                      # feed-forward hidden width
+    rope_base: float               # RoPE base of global-attention layers (rope.freq_base)
+    rope_base_local: float         # RoPE base of sliding-window layers (== rope_base when none)
+    rope_dim: int                  # rope.dimension_count: leading dims of each head that rotate
+    rope_type: str                 # ROPE_NORM or ROPE_NEOX
+    rope_scaling_type: str         # "none" or "linear" (others are refused at load)
+    rope_scaling_factor: float     # positions are divided by this on global layers (1.0: none)
+    norm_eps: float                # RMSNorm epsilon
+    sliding_window: int            # keys visible to a sliding layer's query, itself included; 0: none
+    sliding_layers: tuple[bool, ...]  # per layer: True = sliding-window attention
+    context_length: int            # context_length the model was trained for
+    final_softcap: float | None    # logits <- cap * tanh(logits / cap) when set
+    embed_scale: float             # token embeddings are multiplied by this (gemma: sqrt(n_embd))
+    attn_scale: float              # scores = (q . k) * attn_scale
+    ffn_activation: str            # ACT_SILU or ACT_GELU_TANH
+    qk_norm: bool                  # per-head RMSNorm on Q and K before RoPE (gemma3)
+    post_norms: bool               # RMSNorm on the attention and FFN outputs before the residual add
+
+    @property
+    def n_group(self) -> int:
+        """Query heads per key/value head."""
+        return self.n_head // self.n_head_kv
+
+    def is_sliding(self, layer: int) -> bool:
+        """Whether ``layer`` attends through a sliding window (else: to every earlier position)."""
+        return self.sliding_layers[layer]
+
+    def layer_rope_base(self, layer: int) -> float:
+        """The RoPE frequency base of ``layer`` (local base on sliding layers)."""
+        return self.rope_base_local if self.is_sliding(layer) else self.rope_base
+
+    def layer_rope_freq_scale(self, layer: int) -> float:
+        """Positions are multiplied by this before RoPE: 1/linear factor on global layers, else 1."""
+        if self.is_sliding(layer) or self.rope_scaling_type == "none":
+            return 1.0
+        return 1.0 / self.rope_scaling_factor
+
+    @classmethod
+    def from_gguf(cls, f: "GGUFFile") -> "Config":
+        """Read the config of the model in ``f``, dispatching on ``general.architecture``.
+
+        Raises :class:`UnsupportedArchitecture` (listing the supported ones) for any other
+        architecture, and :class:`ModelError` naming the key for a missing or bad hyperparameter.
+        """
+        arch = str(f.get("general.architecture", ""))
+        reader = _READERS.get(arch)
+        if reader is None:
+            supported = ", ".join(sorted(_READERS))
+            raise UnsupportedArchitecture(
+                f"architecture {arch!r} is not supported (supported: {supported})"
+            )
+        meta = _Metadata(f, arch)
+        token_embd = f.tensors.get("token_embd.weight")
+        if token_embd is None:
+            raise ModelError("tensor 'token_embd.weight' is missing")
+        n_vocab = int(token_embd.shape[0])
+        return reader(meta, n_vocab)
+
+
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = ("gemma3", "llama")
+
+
+class _Metadata:
+    """Typed access to ``{arch}.*`` keys, with errors that name the key."""
+
+    def __init__(self, f: "GGUFFile", arch: str) -> None:
+        self._f = f
+        self.arch = arch
+
+    def raw(self, key: str) -> Any:
+        value = self._f.get(key, None)
+        # A MetadataValue-like wrapper carries the Python value in .value.
+        return getattr(value, "value", value)
+
+    def integer(self, suffix: str, default: int | None = None) -> int:
+        key = f"{self.arch}.{suffix}"
+        value = self.raw(key)
+        if value is None:
+            if default is None:
+                raise ModelError(f"metadata key {key!r} is missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ModelError(f"metadata key {key!r} = {value!r} is not an integer")
+        return value
+
+    def number(self, suffix: str, default: float | None = None) -> float:
+        key = f"{self.arch}.{suffix}"
+        value = self.raw(key)
+        if value is None:
+            if default is None:
+                raise ModelError(f"metadata key {key!r} is missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ModelError(f"metadata key {key!r} = {value!r} is not a number")
+        return float(value)
+
+    def optional_float(self, suffix: str) -> float | None:
+        key = f"{self.arch}.{suffix}"
+        return None if self.raw(key) is None else self.number(suffix)
+
+    def text(self, suffix: str, default: str) -> str:
+        value = self.raw(f"{self.arch}.{suffix}")
+        return default if value is None else str(value)
+
+
+def _positive(name: str, value: int) -> int:
+    if value <= 0:
+        raise ModelError(f"hyperparameter {name} = {value} must be positive")
+    return value
+
+
+def _rope_scaling(meta: _Metadata) -> tuple[str, float]:
+    """(type, factor) from ``rope.scaling.*``: llama.cpp applies a linear factor as 1/factor.
+
+    Only linear scaling (or none) is implemented; YaRN and LongRoPE change the RoPE formula and are
+    refused by name rather than silently ignored.
+    """
+    kind = meta.text("rope.scaling.type", "none").lower()
+    factor = meta.number("rope.scaling.factor", 0.0)
+    if factor == 0.0:
+        factor = meta.number("rope.scale_linear", 0.0)  # the older key name
+    if kind not in ("none", "linear"):
+        raise ModelError(f"rope scaling type {kind!r} is not supported (supported: none, linear)")
+    if factor == 0.0 or factor == 1.0:
+        return "none", 1.0
+    if factor < 0.0 or not math.isfinite(factor):
+        raise ModelError(f"rope scaling factor {factor!r} must be a positive number")
+    return "linear", factor
+
+
+def _check_heads(n_embd: int, n_head: int, n_head_kv: int) -> None:
+    _positive("n_embd", n_embd)
+    _positive("n_head", n_head)
+    _positive("n_head_kv", n_head_kv)
+    if n_head % n_head_kv != 0:
+        raise ModelError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
+
+
+def _head_dim(meta: _Metadata, n_embd: int, n_head: int) -> int:
+    head_dim = meta.integer("attention.key_length", n_embd // n_head)
+    value_dim = meta.integer("attention.value_length", head_dim)
+    if value_dim != head_dim:
+        raise ModelError(f"attention.value_length {value_dim} != key_length {head_dim}")
+    return _positive("head_dim", head_dim)
+
+
+def _rope_dim(meta: _Metadata, head_dim: int) -> int:
+    rope_dim = meta.integer("rope.dimension_count", head_dim)
+    if rope_dim <= 0 or rope_dim > head_dim or rope_dim % 2:
+        raise ModelError(f"rope.dimension_count {rope_dim} must be even and in (0, {head_dim}]")
+    return rope_dim
+
+
+def _llama(meta: _Metadata, n_vocab: int) -> Config:
+    """llama (SmolLM2, TinyLlama, Mistral, Llama 2/3): pre-norm, RoPE NORM, SwiGLU, GQA."""
+    n_embd = meta.integer("embedding_length")
+    n_head = meta.integer("attention.head_count")
+    n_head_kv = meta.integer("attention.head_count_kv", n_head)
+    _check_heads(n_embd, n_head, n_head_kv)
+    n_layer = _positive("n_layer", meta.integer("block_count"))
+    head_dim = _head_dim(meta, n_embd, n_head)
+    rope_base = meta.number("rope.freq_base", 10000.0)
+    scaling_type, scaling_factor = _rope_scaling(meta)
+    return Config(
+        arch=meta.arch,
+        n_vocab=n_vocab,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        n_ff=_positive("n_ff", meta.integer("feed_forward_length")),
+        rope_base=rope_base,
+        rope_base_local=rope_base,
+        rope_dim=_rope_dim(meta, head_dim),
+        rope_type=ROPE_NORM,
+        rope_scaling_type=scaling_type,
+        rope_scaling_factor=scaling_factor,
+        norm_eps=meta.number("attention.layer_norm_rms_epsilon"),
+        sliding_window=0,
+        sliding_layers=(False,) * n_layer,
+        context_length=_positive("context_length", meta.integer("context_length")),
+        final_softcap=None,
+        embed_scale=1.0,
+        attn_scale=1.0 / math.sqrt(head_dim),
+        ffn_activation=ACT_SILU,
+        qk_norm=False,
+        post_norms=False,
+    )
+
+
+# llama.cpp hard-codes these for gemma3 (llama-model.cpp, LLM_ARCH_GEMMA3): the metadata carries
+# neither the local RoPE base nor the layer pattern.
+GEMMA3_ROPE_BASE_LOCAL = 10000.0
+GEMMA3_SLIDING_PATTERN = 6  # layers il with il % 6 < 5 slide; every 6th layer is global
+GEMMA3_27B_LAYERS = 62      # the 27B scales queries by 1/sqrt(n_embd / n_head) instead
+
+
+def _sliding_layers(meta: _Metadata, n_layer: int, default_pattern: int) -> tuple[bool, ...]:
+    """Per-layer sliding flags: ``attention.sliding_window_pattern`` if present, else the default.
+
+    llama.cpp's ``set_swa_pattern(n)`` marks layer il sliding iff ``il % n < n - 1`` (n = 0: all
+    layers slide). A per-layer list of booleans in the metadata is taken as is.
+    """
+    value = meta.raw(f"{meta.arch}.attention.sliding_window_pattern")
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        flags = tuple(bool(x) for x in value)
+        if len(flags) != n_layer:
+            raise ModelError(f"sliding_window_pattern has {len(flags)} entries for {n_layer} layers")
+        return flags
+    pattern = default_pattern if value is None else int(value)
+    if pattern < 0:
+        raise ModelError(f"sliding_window_pattern {pattern} must be >= 0")
+    return tuple(pattern == 0 or il % pattern < pattern - 1 for il in range(n_layer))
+
+
+def _gemma3(meta: _Metadata, n_vocab: int) -> Config:
+    """gemma3: scaled embeddings, QK-norm, NEOX RoPE, post-norms, GeGLU, 5 local : 1 global."""
+    n_embd = meta.integer("embedding_length")
+    n_head = meta.integer("attention.head_count")
+    n_head_kv = meta.integer("attention.head_count_kv", n_head)
+    _check_heads(n_embd, n_head, n_head_kv)
+    n_layer = _positive("n_layer", meta.integer("block_count"))
+    head_dim = _head_dim(meta, n_embd, n_head)
+    sliding_window = meta.integer("attention.sliding_window", 0)
+    if sliding_window < 0:
+        raise ModelError(f"attention.sliding_window {sliding_window} must be >= 0")
+    if sliding_window > 0:
+        sliding = _sliding_layers(meta, n_layer, GEMMA3_SLIDING_PATTERN)
+    else:  # llama.cpp: no window in the metadata -> every layer global
+        sliding = (False,) * n_layer
+    scaling_type, scaling_factor = _rope_scaling(meta)
+    # gemma_pytorch config: query_pre_attn_scalar = head_dim, except the 27B (n_embd / n_head).
+    query_scalar = n_embd / n_head if n_layer == GEMMA3_27B_LAYERS else float(head_dim)
+    softcap = meta.optional_float("final_logit_softcapping")
+    return Config(
+        arch=meta.arch,
+        n_vocab=n_vocab,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        n_ff=_positive("n_ff", meta.integer("feed_forward_length")),
+        rope_base=meta.number("rope.freq_base", 10000.0),
+        rope_base_local=GEMMA3_ROPE_BASE_LOCAL,
+        rope_dim=_rope_dim(meta, head_dim),
+        rope_type=ROPE_NEOX,
+        rope_scaling_type=scaling_type,
+        rope_scaling_factor=scaling_factor,
+        norm_eps=meta.number("attention.layer_norm_rms_epsilon"),
+        sliding_window=sliding_window,
+        sliding_layers=sliding,
+        context_length=_positive("context_length", meta.integer("context_length")),
+        final_softcap=softcap if softcap else None,
+        embed_scale=math.sqrt(n_embd),
+        attn_scale=1.0 / math.sqrt(query_scalar),
+        ffn_activation=ACT_GELU_TANH,
+        qk_norm=True,
+        post_norms=True,
+    )
+
+
+_READERS: dict[str, Callable[[_Metadata, int], Config]] = {
+    "llama": _llama,
+    "gemma3": _gemma3,
+}
