@@ -22,6 +22,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "vectors",
     "check",
     "witness",
+    "generate",
+    "logits",
 )
 
 

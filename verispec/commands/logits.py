@@ -1,0 +1,39 @@
+"""`verispec logits`: the model's logits after every prompt token, saved as a .npy file.
+
+The prompt is tokenized as llama.cpp does (BOS per the metadata's ``add_bos_token``); ``--special``
+parses special tokens written in the text. The file holds float32 ``[prompt_tokens, vocab]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from reference.generate import encode_prompt, prompt_logits
+from verispec.commands.generate import load
+from verispec.registry import DEFAULT_MODEL
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = subparsers.add_parser("logits", help="save the logits after every prompt token (.npy)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
+    parser.add_argument("--prompt", required=True, help="prompt text")
+    parser.add_argument("--out", required=True, help="output .npy file: float32 [prompt_tokens, vocab]")
+    parser.add_argument("--special", action="store_true", help="parse special tokens written in the prompt")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = load(args.model)
+    ids = encode_prompt(loaded.tokenizer, args.prompt, parse_special=args.special)
+    logits = np.asarray(prompt_logits(loaded.model, ids), dtype=np.float32)  # [T, V]
+    with open(args.out, "wb") as fh:
+        np.save(fh, logits)
+    if args.json:
+        print(json.dumps({"out": args.out, "prompt_ids": ids, "shape": list(logits.shape)}))
+    else:
+        print(f"{args.out}: float32 {list(logits.shape)} (prompt ids {ids})")
+    return 0
