@@ -24,9 +24,12 @@ $(MODELS): $(STAMP) verispec/registry.py
 	$(VENV)/bin/verispec models fetch gemma3-270m
 	touch $(MODELS)
 
-demo: models
+demo: $(STAMP)
+	$(VENV)/bin/verispec models fetch smollm2-135m
 	$(VENV)/bin/verispec inspect smollm2-135m
 	$(VENV)/bin/verispec tokenize --model smollm2-135m "Certified fast decoding keeps what the model says."
+	$(VENV)/bin/verispec generate --model smollm2-135m --chat --temperature 0 --max-tokens 128 \
+		--prompt "Explain in two sentences why the sky is blue."
 
 pytest: models
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
