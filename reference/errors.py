@@ -57,3 +57,8 @@ class CalibrationError(VerispecError):
 
 class CertificateError(VerispecError):
     """Early-exit certificate inputs violate the contract (NaN/inf logits, fewer than 2 logits, ...)."""
+
+
+class DraftError(VerispecError):
+    """A speculative draft source is misconfigured: unknown spec, k < 1, layer outside 1..L-1,
+    p-min outside [0, 1], or a draft vocabulary that differs from the target's."""
