@@ -1,0 +1,397 @@
+"""Early-exit calibration: records along the full model's greedy trajectories, and the artifact.
+
+Records. For each prompt the full model decodes greedily (every layer, as served without exits);
+at each step (the last prompt position, then every generated token but the last) we keep the full
+logits t [V] and the hidden states at the candidate depths. Then, per depth k, the exit logits
+d = exit_logits(k, hidden) (batched over the prompt's steps) give, in float32:
+``supnorm`` and ``halfrange`` residual scores (:func:`reference.certificate.residual_rows`), the
+exit's top-1 ``margin`` and id (:func:`reference.certificate.top2_rows`), and the ``flip`` event
+(exit top-1 != full argmax). Note: the serve path evaluates the head on one row at a time, the
+calibration on a batch of rows; BLAS may round the two differently in the last bits, so serve
+scores are exchangeable with calibration scores up to that rounding.
+
+Artifact (:class:`Calibration`, JSON): model sha256, q, the per-depth level q' = 1 - (1 - q)/K,
+alpha = 1 - q, n, the candidate depths, per depth both residual quantiles (conformal, at q') and
+the margin threshold (conformal risk control at alpha/K), the default gate and residual kind, and
+the lens (a .npz beside the JSON, with its sha256) if one was fit on a split of prompts disjoint
+from the calibration split. Written atomically; loading it for another model is a
+CalibrationError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
+from reference.conformal import bonferroni, conformal_quantile, exact_level, margin_threshold
+from reference.early_exit import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
+from reference.errors import CalibrationError
+from reference.model import Model
+
+F32 = npt.NDArray[np.float32]
+FORMAT = "verispec-early-exit-calibration/1"
+
+
+# --- trajectories and records -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One prompt's greedy decode by the full model: per step, the full logits and hidden states."""
+
+    kind: str
+    full_logits: F32  # [T, V]
+    hidden: F32       # [K, T, D] at the candidate depths
+    final: F32        # [T, D] at depth L (before the final norm)
+
+
+def greedy_trajectory(
+    model: Model,
+    prompt_ids: Sequence[int],
+    n_steps: int,
+    depths: Sequence[int],
+    *,
+    kind: str = "",
+    stop_ids: frozenset[int] = frozenset(),
+    on_step: Callable[[], None] | None = None,
+) -> Trajectory:
+    """Decode ``n_steps`` greedy steps with every layer (stopping after an id in ``stop_ids``).
+
+    Step i's record is the prediction of token i from the prompt and tokens < i.
+    """
+    if n_steps < 1:
+        raise CalibrationError(f"a trajectory needs at least 1 step, got {n_steps}")
+    cache = model.new_cache(len(prompt_ids) + n_steps)
+    result = model.forward(list(prompt_ids), cache, return_hidden=True)
+    logits, hidden = [result.logits[-1]], [_at(result.hidden, depths, -1)]
+    for _ in range(n_steps - 1):
+        if on_step is not None:
+            on_step()
+        token = int(np.argmax(logits[-1]))
+        if token in stop_ids:
+            break
+        result = model.forward([token], cache, return_hidden=True)
+        logits.append(result.logits[-1])
+        hidden.append(_at(result.hidden, depths, -1))
+    if on_step is not None:
+        on_step()
+    stacked = np.stack(hidden, axis=1)  # [K+1, T, D]
+    return Trajectory(kind, np.stack(logits), stacked[:-1], stacked[-1])
+
+
+def _at(hidden: F32 | None, depths: Sequence[int], row: int) -> F32:
+    """Hidden states ``[K+1, D]`` at the depths and at depth L, of one row of a forward."""
+    assert hidden is not None
+    return np.asarray(hidden[list(depths) + [hidden.shape[0] - 1], row], dtype=np.float32)
+
+
+@dataclass
+class Records:
+    """Per candidate depth and calibration step: residual scores, margins, flips (float32)."""
+
+    depths: tuple[int, ...]
+    supnorm: F32                     # [K, n]
+    halfrange: F32                   # [K, n]
+    margins: F32                     # [K, n]
+    flips: npt.NDArray[np.bool_]     # [K, n]
+    kinds: list[str] = field(default_factory=list)  # [n] prompt kind of each step
+
+    @property
+    def n(self) -> int:
+        return int(self.margins.shape[1])
+
+    def scores(self, kind: ResidualKind) -> F32:
+        return self.supnorm if kind == "supnorm" else self.halfrange
+
+
+def score(model: Model, trajectories: Sequence[Trajectory], depths: Sequence[int], lens: Lens | None) -> Records:
+    """Exit-head scores of every step of ``trajectories`` at ``depths`` (see the module docstring)."""
+    k = len(depths)
+    parts: dict[str, list[F32]] = {"supnorm": [], "halfrange": [], "margins": []}
+    flips: list[npt.NDArray[np.bool_]] = []
+    kinds: list[str] = []
+    for traj in trajectories:
+        full_ids = np.asarray(np.argmax(traj.full_logits, axis=-1), dtype=np.int64)  # [T]
+        rows: dict[str, list[F32]] = {"supnorm": [], "halfrange": [], "margins": []}
+        flip_rows = []
+        for i, depth in enumerate(depths):
+            d = exit_logits(model, depth, traj.hidden[i], lens)  # [T, V]
+            ids, margins = top2_rows(d)
+            rows["supnorm"].append(np.asarray(residual_rows("supnorm", d, traj.full_logits), dtype=np.float32))
+            rows["halfrange"].append(np.asarray(residual_rows("halfrange", d, traj.full_logits), dtype=np.float32))
+            rows["margins"].append(np.asarray(margins, dtype=np.float32))
+            flip_rows.append(ids != full_ids)
+        for name in parts:
+            parts[name].append(np.stack(rows[name]))  # [K, T]
+        flips.append(np.stack(flip_rows))
+        kinds.extend([traj.kind] * traj.full_logits.shape[0])
+    if not flips:
+        raise CalibrationError("no calibration steps: the calibration split has no prompts")
+    return Records(
+        tuple(depths),
+        np.concatenate(parts["supnorm"], axis=1).reshape(k, -1),
+        np.concatenate(parts["halfrange"], axis=1).reshape(k, -1),
+        np.concatenate(parts["margins"], axis=1).reshape(k, -1),
+        np.concatenate(flips, axis=1).reshape(k, -1),
+        kinds,
+    )
+
+
+def lens_from(trajectories: Sequence[Trajectory], depths: Sequence[int], ridge: float) -> Lens:
+    """Fit the tuned lens on the hidden states of ``trajectories`` (the lens split only)."""
+    hidden = np.concatenate([t.hidden for t in trajectories], axis=1)  # [K, N, D]
+    final = np.concatenate([t.final for t in trajectories], axis=0)  # [N, D]
+    return fit_lens(depths, hidden, final, ridge)
+
+
+# --- the artifact -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DepthCalibration:
+    depth: int
+    supnorm_quantile: float    # conformal quantile of the sup-norm score at q' (float32 value)
+    halfrange_quantile: float  # conformal quantile of the half-range score at q' (float32 value)
+    margin_threshold: float    # conformal risk control threshold at alpha/K
+    agreement: float           # calibration: fraction of steps whose exit top-1 == full argmax
+
+    def quantile(self, kind: ResidualKind) -> float:
+        return self.supnorm_quantile if kind == "supnorm" else self.halfrange_quantile
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration artifact: everything the serve-time gates need, for one model file."""
+
+    model_sha256: str
+    model_name: str
+    n_layer: int
+    q: Fraction
+    gate: GateKind
+    residual: ResidualKind
+    n: int
+    n_lens: int
+    depths: tuple[DepthCalibration, ...]
+    lens: Lens | None = None
+    ridge: float = 0.0
+    prompts: dict[str, int] = field(default_factory=dict)  # prompt kind -> calibration steps
+
+    @property
+    def q_layer(self) -> Fraction:
+        """The per-depth level q' = 1 - (1 - q)/K."""
+        return bonferroni(self.q, len(self.depths))
+
+    @property
+    def alpha(self) -> Fraction:
+        return 1 - self.q
+
+    @property
+    def candidate_depths(self) -> tuple[int, ...]:
+        return tuple(d.depth for d in self.depths)
+
+    def at(self, depth: int) -> DepthCalibration:
+        for d in self.depths:
+            if d.depth == depth:
+                return d
+        raise CalibrationError(f"depth {depth} is not calibrated (depths: {list(self.candidate_depths)})")
+
+    def check_model(self, sha256: str, where: str = "the model") -> None:
+        """CalibrationError unless this artifact was made for the model file with ``sha256``."""
+        if sha256 != self.model_sha256:
+            raise CalibrationError(
+                f"calibration is for model {self.model_name} (sha256 {self.model_sha256[:16]}...), "
+                f"not for {where} (sha256 {sha256[:16]}...)"
+            )
+
+    # -- JSON --
+
+    def to_json(self, lens_file: str | None, lens_sha256: str | None) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "model_sha256": self.model_sha256,
+            "model_name": self.model_name,
+            "n_layer": self.n_layer,
+            "q": str(self.q),
+            "q_layer": str(self.q_layer),
+            "alpha": str(self.alpha),
+            "gate": self.gate,
+            "residual": self.residual,
+            "n": self.n,
+            "n_lens": self.n_lens,
+            "layers": [d.depth for d in self.depths],
+            "depths": [
+                {
+                    "depth": d.depth,
+                    "supnorm_quantile": _num(d.supnorm_quantile),
+                    "halfrange_quantile": _num(d.halfrange_quantile),
+                    "margin_threshold": _num(d.margin_threshold),
+                    "agreement": d.agreement,
+                }
+                for d in self.depths
+            ],
+            "lens": None if lens_file is None else {"file": lens_file, "sha256": lens_sha256, "ridge": self.ridge},
+            "prompts": self.prompts,
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write the JSON (and the lens .npz beside it) atomically: a reader never sees half a file."""
+        path = Path(path)
+        lens_file = lens_sha = None
+        if self.lens is not None:
+            lens_path = path.with_suffix(".lens.npz")
+            data = _npz_bytes(self.lens)
+            _atomic_write(lens_path, data)
+            lens_file, lens_sha = lens_path.name, hashlib.sha256(data).hexdigest()
+        text = json.dumps(self.to_json(lens_file, lens_sha), indent=2) + "\n"
+        _atomic_write(path, text.encode())
+
+    @classmethod
+    def load(cls, path: str | Path, model_sha256: str | None = None) -> "Calibration":
+        """Read an artifact; with ``model_sha256``, CalibrationError if it is for another model."""
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CalibrationError(f"cannot read calibration {str(path)!r}: {exc}") from None
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise CalibrationError(f"{str(path)!r} is not a {FORMAT} artifact")
+        try:
+            cal = cls._from_json(raw, path)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"calibration {str(path)!r} is malformed: {exc!r}") from None
+        if model_sha256 is not None:
+            cal.check_model(model_sha256)
+        return cal
+
+    @classmethod
+    def _from_json(cls, raw: dict[str, Any], path: Path) -> "Calibration":
+        gate, residual = raw["gate"], raw["residual"]
+        if gate not in GATE_KINDS or residual not in RESIDUAL_KINDS:
+            raise ValueError(f"gate {gate!r} / residual {residual!r}")
+        depths = tuple(
+            DepthCalibration(
+                int(d["depth"]), _float(d["supnorm_quantile"]), _float(d["halfrange_quantile"]),
+                _float(d["margin_threshold"]), float(d["agreement"]),
+            )
+            for d in raw["depths"]
+        )
+        lens = None
+        ridge = 0.0
+        if raw.get("lens"):
+            lens_path = path.parent / str(raw["lens"]["file"])
+            try:
+                data = lens_path.read_bytes()
+            except OSError as exc:
+                raise CalibrationError(f"cannot read the lens {str(lens_path)!r}: {exc}") from None
+            if hashlib.sha256(data).hexdigest() != raw["lens"]["sha256"]:
+                raise CalibrationError(f"lens {str(lens_path)!r} does not match the sha256 in {str(path)!r}")
+            lens = _lens_from_npz(lens_path)
+            ridge = float(raw["lens"]["ridge"])
+            if lens.depths != tuple(d.depth for d in depths):
+                raise ValueError(f"lens depths {lens.depths}")
+        return cls(
+            model_sha256=str(raw["model_sha256"]), model_name=str(raw["model_name"]),
+            n_layer=int(raw["n_layer"]), q=exact_level(str(raw["q"])), gate=gate, residual=residual,
+            n=int(raw["n"]), n_lens=int(raw["n_lens"]), depths=depths, lens=lens, ridge=ridge,
+            prompts={str(k): int(v) for k, v in raw.get("prompts", {}).items()},
+        )
+
+
+def build(
+    records: Records,
+    *,
+    q: Fraction | str | float,
+    model_sha256: str,
+    model_name: str,
+    n_layer: int,
+    gate: GateKind = "margin",
+    residual: ResidualKind = "halfrange",
+    lens: Lens | None = None,
+    n_lens: int = 0,
+    ridge: float = 0.0,
+) -> Calibration:
+    """The artifact from calibration records: quantiles at q' and thresholds at alpha/K per depth."""
+    level = exact_level(q)
+    k = len(records.depths)
+    q_layer = bonferroni(level, k)
+    depths = []
+    for i, depth in enumerate(records.depths):
+        depths.append(
+            DepthCalibration(
+                depth,
+                conformal_quantile(records.supnorm[i], q_layer),
+                conformal_quantile(records.halfrange[i], q_layer),
+                margin_threshold(records.margins[i], records.flips[i], 1 - level, n_layers=k),
+                float(np.mean(~records.flips[i])),
+            )
+        )
+    prompts: dict[str, int] = {}
+    for kind in records.kinds:
+        prompts[kind] = prompts.get(kind, 0) + 1
+    return Calibration(
+        model_sha256, model_name, n_layer, level, gate, residual, records.n, n_lens,
+        tuple(depths), lens, ridge, prompts,
+    )
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes (hex), read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _num(x: float) -> float | str:
+    """JSON has no infinities: +-inf are written as the strings "inf" / "-inf"."""
+    return x if np.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def _float(x: object) -> float:
+    if isinstance(x, str) and x in ("inf", "-inf"):
+        return float(x)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"{x!r} is not a number")
+    return float(x)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _npz_bytes(lens: Lens) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, depths=np.asarray(lens.depths, dtype=np.int64), weight=lens.weight, bias=lens.bias)
+    return buffer.getvalue()
+
+
+def _lens_from_npz(path: Path) -> Lens:
+    with np.load(path, allow_pickle=False) as data:
+        return Lens(
+            tuple(int(k) for k in data["depths"]),
+            np.asarray(data["weight"], dtype=np.float32),
+            np.asarray(data["bias"], dtype=np.float32),
+        )

@@ -1,0 +1,448 @@
+"""Certified layer early exit: exit heads, gates, and exact KV by deferred catch-up.
+
+The exit head at depth k (the hidden state after layers 0..k-1, ``hidden[k]`` of a forward pass)
+is the model's own head (final RMSNorm, lm_head, softcap), optionally after a tuned-lens affine
+map fit per layer (:class:`Lens`). A token exits at the first candidate depth whose gate admits
+it, and its token is the exit head's argmax; otherwise it runs every layer.
+
+Gates (one calibrated number per candidate depth, see :mod:`reference.calibration`):
+
+- ``supnorm`` / ``halfrange``: the seed's residual certificate with its conformal quantile Q at
+  the Bonferroni level q' = 1 - (1 - q)/K, admitted iff fl(2 fl(Q + slack)) < margin
+  (:func:`reference.certificate.residual_admits`, float32, proved sound in proofs/float32.py).
+- ``margin``: admit iff margin > lambda, lambda calibrated by conformal risk control on the flip
+  event at alpha/K, alpha = 1 - q (:func:`reference.conformal.margin_threshold`).
+
+Either way P(served token differs from the full model's argmax) <= 1 - q marginally, under
+exchangeability of calibration and serve tokens.
+
+Exact KV by deferred catch-up. A token that exits at depth k has K/V for layers 0..k-1 only; it
+*owes* layers k..L-1. Its hidden state at depth k is kept in a backlog. A later token that runs
+layer j first needs layer j of every earlier slot, so layer j is computed for the owed rows at
+depth j *in the same pass* as the later token (one :meth:`Model.forward_layers` call per layer
+and contiguous run of slots, in slot order, so causality holds within the layer). Owed rows move
+on together with the later token, as deep as it goes; rows that reach depth L leave the backlog.
+When the backlog holds ``backlog_bound`` rows they are all caught up to depth L at once. After
+:meth:`DeferredDecoder.settle` every cached K/V equals the full model's (up to float rounding of
+batched vs single-row matmuls; spec/test_early_exit_kv.py checks it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from reference.certificate import RESIDUAL_KINDS, ResidualKind, margin_admits, residual_admits, top2
+from reference.errors import CalibrationError, ModelError, SamplingError
+from reference.generate import (
+    GenerationRequest,
+    GenerationResult,
+    GenerationStats,
+    _StopStringText,
+    fit_context,
+)
+from reference.kvcache import KVCache
+from reference.model import Model
+from reference.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from reference.calibration import Calibration
+
+F32 = npt.NDArray[np.float32]
+GateKind = Literal["margin", "supnorm", "halfrange"]
+GATE_KINDS: tuple[GateKind, ...] = ("margin", "supnorm", "halfrange")
+DEFAULT_BACKLOG_BOUND = 32
+
+
+# --- the exit head ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lens:
+    """Per-depth affine maps h -> h W_k + b_k onto the last hidden state (a linear tuned lens).
+
+    ``depths`` [K]: the candidate depths; ``weight`` [K, D, D] and ``bias`` [K, D] float32.
+    Fit by :func:`fit_lens` (ridge regression, closed form).
+    """
+
+    depths: tuple[int, ...]
+    weight: F32  # [K, D, D]
+    bias: F32    # [K, D]
+
+    def apply(self, depth: int, hidden: F32) -> F32:
+        """Map hidden states ``[T, D]`` at ``depth`` towards the last layer's -> ``[T, D]``."""
+        i = self._index(depth)
+        return np.asarray(hidden @ self.weight[i] + self.bias[i], dtype=np.float32)
+
+    def _index(self, depth: int) -> int:
+        if depth not in self.depths:
+            raise CalibrationError(f"the lens has no map for depth {depth} (it has {list(self.depths)})")
+        return self.depths.index(depth)
+
+
+def fit_lens(
+    depths: Sequence[int],
+    hidden: F32,  # [K, N, D] hidden states at the depths
+    final: F32,   # [N, D] last hidden state (depth L, before the final norm)
+    ridge: float = 1e-2,
+) -> Lens:
+    """Ridge regression of the last hidden state on the hidden state at each depth, closed form.
+
+    Per depth: [W; b] = argmin ||[X 1] [W; b] - Y||^2 + ridge * tr(X^T X)/D * ||W||^2 (the
+    penalty scaled to the data, the bias unpenalized), solved in float64 by the normal equations.
+    Raises CalibrationError for mismatched shapes or fewer than 2 samples.
+    """
+    hidden = np.asarray(hidden, dtype=np.float64)
+    y = np.asarray(final, dtype=np.float64)
+    if hidden.ndim != 3 or hidden.shape[0] != len(depths) or y.shape != hidden.shape[1:]:
+        raise CalibrationError(f"lens data shapes {hidden.shape} and {y.shape} do not match {len(depths)} depths")
+    n, d = y.shape
+    if n < 2:
+        raise CalibrationError(f"a lens needs at least 2 samples, got {n}")
+    weights, biases = [], []
+    for x in hidden:  # [N, D]
+        x1 = np.concatenate([x, np.ones((n, 1))], axis=1)  # [N, D+1]
+        gram = x1.T @ x1  # [D+1, D+1]
+        penalty = ridge * float(np.trace(gram[:d, :d])) / d
+        gram[np.arange(d), np.arange(d)] += penalty
+        solution = np.linalg.solve(gram, x1.T @ y)  # [D+1, D]
+        weights.append(solution[:d])
+        biases.append(solution[d])
+    return Lens(tuple(int(k) for k in depths), np.asarray(weights, dtype=np.float32), np.asarray(biases, dtype=np.float32))
+
+
+def exit_logits(model: Model, depth: int, hidden: F32, lens: Lens | None = None) -> F32:
+    """The exit head's logits ``[T, V]`` float32 for hidden states ``[T, D]`` at ``depth``."""
+    x = np.asarray(hidden, dtype=np.float32)
+    if lens is not None:
+        x = lens.apply(depth, x)
+    return model.head(x)
+
+
+# --- exact KV by deferred catch-up --------------------------------------------------------------
+
+
+@dataclass
+class _Owed:
+    """A committed slot whose layers ``depth..L-1`` are not computed yet."""
+
+    slot: int
+    position: int
+    depth: int   # layers 0..depth-1 are in the cache
+    hidden: F32  # [D] the hidden state at ``depth`` (input of layer ``depth``)
+
+
+ExitPolicy = Callable[[int, F32], bool]
+"""policy(depth, hidden [1, D]) -> exit here? Called at each candidate depth in order."""
+
+
+@dataclass
+class DecoderCounters:
+    layer_calls: int = 0        # forward_layers calls (one per layer and contiguous run)
+    catchup_rows: int = 0       # owed (row, layer) pairs computed
+    forced_catchups: int = 0    # times the backlog bound forced a full catch-up
+
+
+class DeferredDecoder:
+    """One-token decode steps through a model with early exits and exact, deferred KV.
+
+    ``candidate_depths``: the depths (1..L-1) at which :meth:`step` asks its policy whether to exit.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        cache: KVCache,
+        candidate_depths: Sequence[int],
+        backlog_bound: int = DEFAULT_BACKLOG_BOUND,
+    ) -> None:
+        n_layer = model.config.n_layer
+        depths = tuple(sorted(set(int(k) for k in candidate_depths)))
+        if any(not 1 <= k < n_layer for k in depths):
+            raise ModelError(f"candidate exit depths {list(depths)} must be in 1..{n_layer - 1}")
+        if backlog_bound < 1:
+            raise ModelError(f"backlog bound {backlog_bound} must be >= 1")
+        self.model = model
+        self.cache = cache
+        self.candidate_depths = depths
+        self.backlog_bound = backlog_bound
+        self.backlog: list[_Owed] = []  # sorted by slot
+        self.counters = DecoderCounters()
+
+    def prefill(self, tokens: Sequence[int]) -> F32:
+        """Run a span through every layer (no exits; settles any backlog first) -> logits ``[T, V]``."""
+        self.settle()
+        return self.model.forward(tokens, self.cache).logits
+
+    def step(self, token: int, policy: ExitPolicy) -> tuple[int, F32]:
+        """Decode one token: (depth reached, hidden state ``[1, D]`` at that depth).
+
+        Depth L means the token ran every layer (its logits are ``model.head(hidden)``); a smaller
+        depth is where the policy said exit, and the token's remaining layers are now owed.
+        """
+        n_layer = self.model.config.n_layer
+        slot = self.cache.reserve(1)
+        position = slot  # as Model.forward: positions default to cache.length + arange(T)
+        x = self.model.embed([token])  # [1, D]
+        depth = 0
+        while depth < n_layer:
+            if depth in self.candidate_depths and policy(depth, x):
+                break
+            x = self._layer_with_backlog(depth, x, slot, position)
+            depth += 1
+        self.cache.advance(1)
+        if depth < n_layer:
+            self.backlog.append(_Owed(slot, position, depth, x[0].copy()))
+            if len(self.backlog) >= self.backlog_bound:
+                self.counters.forced_catchups += 1
+                self.settle()
+        return depth, x
+
+    def settle(self) -> None:
+        """Catch every owed row up to depth L (one batched pass per layer); empties the backlog."""
+        if not self.backlog:
+            return
+        for layer in range(min(o.depth for o in self.backlog), self.model.config.n_layer):
+            self._run_owed(layer, None)
+        self.backlog = []
+
+    @property
+    def owed_layers(self) -> int:
+        """Number of (slot, layer) pairs not yet in the cache."""
+        return sum(self.model.config.n_layer - o.depth for o in self.backlog)
+
+    # -- one layer for the owed rows at that depth plus (optionally) the current token --
+
+    def _layer_with_backlog(self, layer: int, x: F32, slot: int, position: int) -> F32:
+        out = self._run_owed(layer, (slot, position, x))
+        assert out is not None
+        return out
+
+    def _run_owed(self, layer: int, current: tuple[int, int, F32] | None) -> F32 | None:
+        """Run ``layer`` for the owed rows at depth ``layer`` and the current token, in slot order.
+
+        Invariant on entry: every owed row has depth >= layer (rows at depth < layer were moved
+        on by earlier calls), so the rows at exactly ``layer`` are the ones that need it.
+        """
+        rows = [o for o in self.backlog if o.depth == layer]
+        slots = [o.slot for o in rows]
+        positions = [o.position for o in rows]
+        hidden = [o.hidden[None, :] for o in rows]
+        if current is not None:
+            slots.append(current[0])
+            positions.append(current[1])
+            hidden.append(current[2])
+        if not slots:
+            return None
+        x = np.concatenate(hidden, axis=0)  # [R, D]
+        out = np.empty_like(x)
+        begin = 0
+        for end in _run_ends(slots):  # contiguous runs of slots, in slot order
+            out[begin:end] = self.model.forward_layers(
+                x[begin:end], self.cache, layer, layer, positions[begin:end], start=slots[begin]
+            )
+            self.counters.layer_calls += 1
+            begin = end
+        for i, o in enumerate(rows):
+            o.hidden = out[i].copy()
+            o.depth = layer + 1
+        self.counters.catchup_rows += len(rows)
+        self.backlog = [o for o in self.backlog if o.depth < self.model.config.n_layer]
+        return out[len(rows):] if current is not None else None
+
+
+def _run_ends(slots: Sequence[int]) -> list[int]:
+    """End indices (exclusive) of the maximal runs of consecutive slot numbers in ``slots``."""
+    ends = [i for i in range(1, len(slots)) if slots[i] != slots[i - 1] + 1]
+    return ends + [len(slots)]
+
+
+# --- serve statistics ---------------------------------------------------------------------------
+
+
+@dataclass
+class ExitStats:
+    """What early exit did over one generation (depth L = the full model)."""
+
+    n_layer: int
+    depths: list[int] = field(default_factory=list)      # per generated token: its depth
+    head_evaluations: int = 0                            # exit-head (lm_head) calls
+    flips: int | None = None                              # with audit: served != full argmax
+    audited: int = 0                                      # tokens audited
+    catchup_rows: int = 0
+    forced_catchups: int = 0
+
+    @property
+    def mean_exit_depth(self) -> float:
+        return float(np.mean(self.depths)) if self.depths else 0.0
+
+    def histogram(self) -> dict[str, int]:
+        """Exit counts by depth ("full" for depth L), in depth order."""
+        out: dict[str, int] = {}
+        for d in sorted(set(self.depths)):
+            out["full" if d == self.n_layer else str(d)] = self.depths.count(d)
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        n = len(self.depths)
+        return {
+            "mean_exit_depth": self.mean_exit_depth,
+            "n_layer": self.n_layer,
+            "layer_fraction": self.mean_exit_depth / self.n_layer if n else 0.0,
+            "exit_histogram": self.histogram(),
+            "exited": sum(1 for d in self.depths if d < self.n_layer),
+            "head_evaluations": self.head_evaluations,
+            "catchup_rows": self.catchup_rows,
+            "forced_catchups": self.forced_catchups,
+            "audited": self.audited,
+            "flips": self.flips,
+        }
+
+
+# --- gates ----------------------------------------------------------------------------------------
+
+
+def gate_admits(calibration: "Calibration", gate: GateKind, depth: int, logits: F32) -> tuple[bool, int]:
+    """(admit?, exit top-1 id) for one exit-logits row ``[V]`` (or ``[1, V]``) float32 at ``depth``.
+
+    ``margin``: margin > lambda (:func:`reference.certificate.margin_admits`); ``supnorm`` /
+    ``halfrange``: fl(2 fl(Q + slack)) < margin in float32
+    (:func:`reference.certificate.residual_admits`, Q the conformal quantile at q').
+    """
+    row = np.asarray(logits, dtype=np.float32).reshape(-1)
+    token, margin = top2(row)
+    at = calibration.at(depth)
+    if gate == "margin":
+        return margin_admits(margin, at.margin_threshold), token
+    if gate in RESIDUAL_KINDS:
+        kind: ResidualKind = "supnorm" if gate == "supnorm" else "halfrange"
+        return residual_admits(kind, margin, at.quantile(kind)), token
+    raise CalibrationError(f"unknown gate {gate!r}; expected one of {GATE_KINDS}")
+
+
+# --- serve: greedy decoding with certified early exit ---------------------------------------------
+
+
+def generate_early_exit(
+    model: Model,
+    tokenizer: Tokenizer,
+    request: GenerationRequest,
+    calibration: "Calibration",
+    *,
+    gate: GateKind | None = None,
+    audit: bool = False,
+    on_text: Callable[[str], None] | None = None,
+    backlog_bound: int = DEFAULT_BACKLOG_BOUND,
+) -> tuple[GenerationResult, ExitStats]:
+    """Greedy decoding where each token exits at the first candidate depth whose gate admits it.
+
+    Same stopping rules and stats as :func:`reference.generate.generate`. Early exit certifies the
+    full model's argmax, so it serves greedy decoding only: temperature must be 0 and
+    repeat_penalty 1 (SamplingError otherwise). ``gate`` defaults to the artifact's. With
+    ``audit`` every token also runs every layer (so nothing is owed) and ``ExitStats.flips``
+    counts served tokens that differ from the full model's argmax; the served tokens are the
+    same as without audit.
+    """
+    params = request.params
+    params.validate(model.config.n_vocab)
+    if params.temperature != 0 or params.repeat_penalty != 1.0 or params.logit_bias:
+        raise SamplingError(
+            f"early exit certifies greedy decoding only: temperature {params.temperature!r} must be 0, "
+            f"repeat_penalty {params.repeat_penalty!r} 1 and no logit bias"
+        )
+    if calibration.n_layer != model.config.n_layer:
+        raise CalibrationError(
+            f"calibration is for a {calibration.n_layer}-layer model, this one has {model.config.n_layer}"
+        )
+    if not request.prompt_ids:
+        raise ModelError("the prompt has no tokens (encode_prompt gives BOS for an empty prompt)")
+    use_gate: GateKind = calibration.gate if gate is None else gate
+    n_layer = model.config.n_layer
+    prompt = fit_context(
+        request.prompt_ids, request.max_tokens, model.config.context_length,
+        truncate=request.truncate, bos_id=tokenizer.bos_id,
+    )
+    end_ids = tokenizer.eog_ids | request.stop_ids
+    text = _StopStringText(request.stop, tokenizer, on_text)
+    stats = ExitStats(n_layer=n_layer, flips=0 if audit else None)
+    generated: list[int] = []
+    stop_reason = "max_tokens"
+
+    started = time.perf_counter()
+    first_token_at = started
+    passes = 0
+    if request.max_tokens > 0:
+        cache = model.new_cache(len(prompt) + request.max_tokens)
+        decoder = DeferredDecoder(model, cache, calibration.candidate_depths, backlog_bound)
+        token = int(np.argmax(decoder.prefill(prompt)[-1]))
+        passes = 1
+        stats.depths.append(n_layer)
+        for step in range(request.max_tokens):
+            if step == 0:
+                first_token_at = time.perf_counter()
+            generated.append(token)
+            if token in end_ids:
+                stop_reason = "eog"
+                break
+            if text.push(token):
+                stop_reason = "stop"
+                break
+            if step + 1 == request.max_tokens:
+                break
+            token = _next_token(decoder, token, calibration, use_gate, audit, stats)
+            passes += 1
+        stats.catchup_rows = decoder.counters.catchup_rows
+        stats.forced_catchups = decoder.counters.forced_catchups
+    finished = time.perf_counter()
+    final_text = text.finish()
+    stats.depths = stats.depths[: len(generated)]
+
+    n = len(generated)
+    total = finished - started
+    gen_stats = GenerationStats(
+        prompt_tokens=len(prompt),
+        generated_tokens=n,
+        ttft_s=(first_token_at - started) if n else 0.0,
+        tpot_s=(finished - first_token_at) / (n - 1) if n > 1 else 0.0,
+        tokens_per_s=n / total if n and total > 0 else 0.0,
+        target_passes=passes,
+    )
+    return GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, gen_stats), stats
+
+
+def _next_token(
+    decoder: DeferredDecoder, token: int, calibration: "Calibration", gate: GateKind, audit: bool, stats: ExitStats
+) -> int:
+    """Run one token through the decoder; the next token (exit's top-1 or full argmax)."""
+    model = decoder.model
+    exit_token: list[tuple[int, int]] = []  # (depth, token) of the first admitted exit
+
+    def policy(depth: int, hidden: F32) -> bool:
+        if exit_token:  # audit: already exited, keep running to full depth
+            return False
+        stats.head_evaluations += 1
+        admitted, top1 = gate_admits(calibration, gate, depth, exit_logits(model, depth, hidden, calibration.lens))
+        if admitted:
+            exit_token.append((depth, top1))
+            return not audit
+        return False
+
+    depth, hidden = decoder.step(token, policy)
+    full = int(np.argmax(model.head(hidden)[-1])) if depth == model.config.n_layer else None
+    if exit_token:
+        served_depth, served = exit_token[0]
+        if audit and full is not None:
+            stats.audited += 1
+            stats.flips = (stats.flips or 0) + int(served != full)
+        stats.depths.append(served_depth)
+        return served
+    assert full is not None
+    if audit:
+        stats.audited += 1
+    stats.depths.append(model.config.n_layer)
+    return full
