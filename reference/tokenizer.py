@@ -1,7 +1,7 @@
 """The tokenizer of a GGUF model, built from its metadata, token for token as llama.cpp.
 
-Source of truth: llama.cpp ``src/llama-vocab.cpp`` and ``src/unicode.cpp`` (read at ggml-org/llama.cpp
-commit 00ad355e; the golden ids in tests/data/golden come from llama-cpp-python 0.3.36).
+Source of truth: llama.cpp ``src/llama-vocab.cpp`` (read at ggml-org/llama.cpp 00ad355e) and
+``src/unicode.cpp`` (0c4093cc); the golden ids in tests/data/golden come from llama-cpp-python 0.3.36.
 
 One text's journey through :meth:`Tokenizer.encode`::
 
@@ -30,7 +30,10 @@ Round trip (the statement tests check): for every ``str`` s without lone surroga
    :meth:`decode`, which drops one leading space of the first token's piece (as llama.cpp's
    ``detokenize`` does); so is a leading space of a first *special* token that begins with one;
 3. the vocabulary has a gap listed by :meth:`Tokenizer.roundtrip_caveats` (a byte with no token, a
-   BPE merge whose result is not a token, tokens of types whose piece is not their text).
+   BPE merge whose result is not a token, tokens of types whose piece is not their text). A "gpt2"
+   byte without a token is dropped, as llama.cpp drops it: SmolLM2 lacks 21 of the 256 byte
+   characters (control bytes such as 0x04, bytes never found in UTF-8, and the lead bytes 0xF1/0xF2
+   of planes 4-11), so U+0004 vanishes and a plane-4 code point loses its first byte.
 
 NUL and every other code point are not exceptions. Text with lone surrogates cannot be UTF-8 and
 raises :class:`TokenizerError`.

@@ -134,7 +134,7 @@ def symbol_ids(symbol: str, vocab: Mapping[str, int]) -> list[int]:
     *byte* of the symbol's UTF-8 text as a token and silently drops bytes that are not one; only an
     ASCII byte can ever match, so the bytes of non-ASCII GPT-2 characters are lost. This cannot happen
     when the vocabulary holds all 256 byte characters and every merge result (see
-    ``Tokenizer.lossless_conditions``).
+    ``Tokenizer.roundtrip_caveats``).
     """
     token = vocab.get(symbol)
     if token is not None:
