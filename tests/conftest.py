@@ -177,3 +177,13 @@ def tiny_gguf(tmp_path: Path) -> Any:
         return write_tiny_gguf(tmp_path / f"tiny-{arch}-{next(counter)}.gguf", arch, **options)
 
     return make
+
+
+@pytest.fixture
+def blas_single_thread() -> Any:
+    """Run a test with one BLAS thread: the reference forward is mostly small matmuls, for which
+    BLAS threads only add synchronisation, and on a shared 2-core runner they can slow it tenfold."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield

@@ -27,6 +27,8 @@ GREEDY = SamplingParams(temperature=0.0)
 
 # -- scripted fakes -----------------------------------------------------------------------------------
 
+pytestmark = pytest.mark.usefixtures("blas_single_thread")
+
 
 @dataclass
 class FakeConfig:

@@ -35,7 +35,7 @@ from reference.gguf import GGUFFile
 from reference.model import Model
 from tests.conftest import GOLDEN, GOLDEN_KEYS
 
-pytestmark = [pytest.mark.model, pytest.mark.oracle]
+pytestmark = [pytest.mark.model, pytest.mark.oracle, pytest.mark.usefixtures("blas_single_thread")]
 
 TOP1_MARGIN = 0.05        # the bar for prompt logits
 GREEDY_MARGIN = 0.5       # llama.cpp's rounding noise can flip choices below this

@@ -12,6 +12,8 @@ from reference.model import Model
 
 TOKENS = [5, 17, 3, 60, 22, 9, 9, 41, 0, 33, 12, 7, 7, 7, 50]
 
+pytestmark = pytest.mark.usefixtures("blas_single_thread")
+
 
 def test_incremental_equals_batched(tiny_gguf: Any) -> None:
     model = Model.load(tiny_gguf("gemma3", n_layer=7, sliding_window=4))

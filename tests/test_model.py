@@ -23,6 +23,8 @@ from reference.model import Model
 
 # -- an independent, naive forward -------------------------------------------------------------------
 
+pytestmark = pytest.mark.usefixtures("blas_single_thread")
+
 
 def _rms(x: Any, w: Any, eps: float) -> Any:
     x = np.asarray(x, dtype=np.float64)
