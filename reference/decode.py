@@ -1,0 +1,290 @@
+"""Speculative decoding: a draft proposes, the target verifies k+1 positions in ONE pass, we commit.
+
+One cycle (state: ``history`` = prompt + committed output; the target cache holds every committed
+token but the last few, the ``pending`` ones — after the first cycle exactly one)::
+
+    k'      = how many to draft (k, or AdaptiveK's choice; never past max_tokens or the cache)
+    x, q    = draft.propose(history, k')                 x_1..x_n (n <= k'), q their exact laws
+    logits  = draft.score(pending, x)                    [n+1, V]: ONE batched target pass
+    p_i     = law(logits_i, history + x_1..x_i, params)  THE target law, the drafts in the history
+    verdict = verify_greedy(p, x)          if the target is greedy (no randomness)
+              verify_sampled(p, q, x, u)   otherwise, u = rng.random(n + 1) (the draw protocol)
+    commit    x_1..x_a + [token]   one at a time: EOG, stop strings, max_tokens cut inside the span
+    rollback  target cache -> len(history before the cycle) + a   (O(1) truncate; a draft model's
+              cache is synced by the draft on its next propose)
+
+A cycle with no draft (n = 0: nothing to look up, p-min, adaptive k = 0) is a plain step: one
+target pass, the token drawn from p_0 with one uniform, exactly as :mod:`reference.generate` does.
+Sampled targets are never verified greedily, whatever the draft does.
+
+The model is taken through :class:`TargetModel` (a ``typing.Protocol``: ``Model`` of
+:mod:`reference.model` satisfies it), so a faster engine with the same contract plugs in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from reference.drafts import AdaptiveK, DraftContext, DraftSource, LawFn, check_options
+from reference.errors import ModelError
+from reference.generate import GenerationRequest, GenerationResult, GenerationStats, _StopStringText, fit_context
+from reference.sampling import sample, target_distribution
+from reference.speculative import verify_greedy, verify_sampled
+from reference.tokenizer import Tokenizer
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+
+
+# -- the model seam -------------------------------------------------------------------------------
+
+
+class ModelConfig(Protocol):
+    @property
+    def n_layer(self) -> int: ...
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def context_length(self) -> int: ...
+
+
+class Cache(Protocol):
+    """A KV cache: ``length`` committed slots; ``truncate`` rolls back in O(1)."""
+
+    @property
+    def length(self) -> int: ...
+    def truncate(self, length: int) -> None: ...
+    def advance(self, n_tokens: int) -> None: ...
+
+
+class ForwardOutput(Protocol):
+    @property
+    def logits(self) -> F32: ...  # [T, V]
+
+
+class TargetModel(Protocol):
+    """What the decode loop and the drafts need of a model (``reference.model.Model``'s methods).
+
+    Caches are typed ``Any`` here because each engine has its own cache class; a model is only
+    ever given caches it made with ``new_cache``.
+    """
+
+    @property
+    def config(self) -> ModelConfig: ...
+
+    def new_cache(self, capacity: int | None = None) -> Any:
+        """An empty cache for ``capacity`` positions (default: the context length)."""
+        ...
+
+    def forward(self, tokens: Sequence[int], cache: Any, *, positions: Sequence[int] | None = None,
+                return_hidden: bool = False) -> ForwardOutput:
+        """Run a span through every layer, APPEND it to the cache, logits ``[T, V]``."""
+        ...
+
+    def forward_layers(self, hidden: F32, cache: Any, first_layer: int, last_layer: int,
+                       positions: Sequence[int], *, start: int | None = None) -> F32:
+        """Layers first..last on hidden ``[T, D]``; K,V to slots from ``start``; not committed."""
+        ...
+
+    def head(self, hidden: F32) -> F32:
+        """Final norm + lm_head (+ softcap): the exit head at any layer -> logits ``[T, V]``."""
+        ...
+
+    def embed(self, tokens: Sequence[int]) -> F32:
+        """Token embeddings ``[T, D]``."""
+        ...
+
+
+# -- options and results --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpeculativeOptions:
+    """``k`` drafts per cycle (the maximum when ``adaptive``), ``p_min`` the draft's early stop."""
+
+    k: int = 4
+    adaptive: bool = False
+    p_min: float = 0.0
+
+    def validate(self) -> None:
+        """DraftError for k < 1 or p_min outside [0, 1]."""
+        check_options(self.k, self.p_min)
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """One cycle of the trace."""
+
+    k: int                           # drafts asked for
+    drafted: tuple[int, ...]         # drafts proposed (may be fewer: lookup miss, p-min)
+    accepted: int                    # drafts accepted
+    kind: Literal["bonus", "repair", "plain"]
+    token: int                       # the target's own token: repair, bonus or plain step
+    emitted: tuple[int, ...]         # tokens committed (cut at EOG / stop string / max_tokens)
+    draft_s: float                   # time in propose
+    verify_s: float                  # time in score + verification
+
+    @property
+    def first_rejection(self) -> int | None:
+        return self.accepted if self.kind == "repair" else None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "k": self.k, "drafted": list(self.drafted), "accepted": self.accepted,
+            "first_rejection": self.first_rejection,
+            "repaired": self.token if self.kind == "repair" else None,
+            "bonus": self.token if self.kind == "bonus" else None,
+            "plain": self.token if self.kind == "plain" else None,
+            "emitted": list(self.emitted),
+            "draft_ms": round(self.draft_s * 1e3, 3), "verify_ms": round(self.verify_s * 1e3, 3),
+        }
+
+
+@dataclass(frozen=True)
+class SpeculativeResult:
+    generation: GenerationResult     # same shape as plain decoding's (stats.target_passes = cycles)
+    cycles: tuple[Cycle, ...]
+    draft: str
+    mode: Literal["greedy", "sampled"]
+    options: SpeculativeOptions
+    draft_passes: int
+    draft_time_s: float
+
+
+# -- the loop ---------------------------------------------------------------------------------------
+
+
+def speculative_generate(
+    model: TargetModel,
+    tokenizer: Tokenizer,
+    request: GenerationRequest,
+    draft: DraftSource,
+    options: SpeculativeOptions = SpeculativeOptions(),
+    *,
+    on_text: Callable[[str], None] | None = None,
+    law: LawFn = target_distribution,
+) -> SpeculativeResult:
+    """Decode ``request`` speculatively with ``draft``; same stopping rules and stats as
+    :func:`reference.generate.generate`, and the per-cycle trace.
+
+    ``law`` is THE target law (:func:`reference.sampling.target_distribution`); a caller may pass a
+    memoized wrapper of it (the statistical tests do), never another law. Raises DraftError for bad
+    options and the errors of plain decoding, all before any model work.
+    """
+    options.validate()
+    params = request.params
+    params.validate(model.config.n_vocab)
+    if not request.prompt_ids:
+        raise ModelError("the prompt has no tokens (encode_prompt gives BOS for an empty prompt)")
+    prompt = fit_context(
+        request.prompt_ids, request.max_tokens, model.config.context_length,
+        truncate=request.truncate, bos_id=tokenizer.bos_id,
+    )
+    mode: Literal["greedy", "sampled"] = "greedy" if params.greedy else "sampled"
+    rng = np.random.default_rng(request.seed)
+    end_ids = tokenizer.eog_ids | request.stop_ids
+    text = _StopStringText(request.stop, tokenizer, on_text)
+    adaptive = AdaptiveK(options.k) if options.adaptive else None
+    capacity = min(model.config.context_length, len(prompt) + request.max_tokens + options.k + 1)
+    cache = model.new_cache(capacity)
+    draft.start(DraftContext(model, cache, params, rng, options.p_min, law))
+
+    history = list(prompt)
+    generated: list[int] = []
+    cycles: list[Cycle] = []
+    stop_reason = "max_tokens"
+    started = time.perf_counter()
+    first_token_at = started
+    done = request.max_tokens == 0
+    while not done:
+        before = len(history)
+        pending = history[cache.length :]
+        want = adaptive.next_k() if adaptive is not None else options.k
+        want = min(want, request.max_tokens - len(generated) - 1, capacity - before)
+        t0 = time.perf_counter()
+        proposal = draft.propose(history, want) if want > 0 else None
+        drafts = list(proposal.tokens) if proposal is not None else []
+        t1 = time.perf_counter()
+        logits = draft.score(pending, drafts)  # [n+1, V]
+        kind: Literal["bonus", "repair", "plain"]
+        if drafts:
+            accepted, token, kind = _verify(logits, history, drafts, proposal, mode, params, rng, law)
+        else:
+            accepted, kind = 0, "plain"
+            token = sample(law(logits[0], history, params), rng)
+        cache.truncate(before + accepted)
+        t2 = time.perf_counter()
+        if adaptive is not None:
+            if drafts:
+                adaptive.update(len(drafts), accepted, t1 - t0, t2 - t1)
+            else:
+                adaptive.plain_step(t2 - t1)
+
+        emitted: list[int] = []
+        for t in [*drafts[:accepted], token]:
+            if not generated:
+                first_token_at = time.perf_counter()
+            generated.append(t)
+            history.append(t)
+            emitted.append(t)
+            if t in end_ids:
+                stop_reason, done = "eog", True
+            elif text.push(t):
+                stop_reason, done = "stop", True
+            elif len(generated) >= request.max_tokens:
+                done = True
+            if done:
+                break
+        cycles.append(Cycle(want, tuple(drafts), accepted, kind, token, tuple(emitted), t1 - t0, t2 - t1))
+    finished = time.perf_counter()
+    final_text = text.finish()
+
+    n = len(generated)
+    total = finished - started
+    stats = GenerationStats(
+        prompt_tokens=len(prompt),
+        generated_tokens=n,
+        ttft_s=(first_token_at - started) if n else 0.0,
+        tpot_s=(finished - first_token_at) / (n - 1) if n > 1 else 0.0,
+        tokens_per_s=n / total if n and total > 0 else 0.0,
+        target_passes=len(cycles),
+    )
+    generation = GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, stats)
+    return SpeculativeResult(
+        generation, tuple(cycles), draft.name, mode, options, draft.draft_passes, draft.draft_time_s
+    )
+
+
+def _verify(
+    logits: F32,  # [n+1, V]
+    history: Sequence[int],
+    drafts: list[int],
+    proposal: Any,
+    mode: str,
+    params: Any,
+    rng: np.random.Generator,
+    law: LawFn,
+) -> tuple[int, int, Literal["bonus", "repair"]]:
+    """Target rows through THE law (history + drafts before each row), then the verifier."""
+    n = len(drafts)
+    context = list(history)
+    p = np.empty((n + 1, logits.shape[-1]), dtype=np.float64)  # [n+1, V]
+    for i in range(n + 1):
+        p[i] = law(logits[i], context, params)
+        if i < n:
+            context.append(drafts[i])
+    if mode == "greedy":
+        verdict = verify_greedy(p, drafts)
+    else:
+        q = proposal.q
+        if q is None:  # a deterministic draft: one-hot rows
+            q = np.zeros((n, logits.shape[-1]), dtype=np.float64)
+            q[np.arange(n), drafts] = 1.0
+        verdict = verify_sampled(p, q, drafts, rng.random(n + 1).tolist())
+    return verdict.accepted, verdict.token, verdict.kind
