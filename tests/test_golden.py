@@ -10,8 +10,9 @@ logits by an NMSE of up to 1e-2, and llama.cpp's greedy choices whose top-1 marg
 flip. Hence three kinds of test:
 
 1. Bit-level faithfulness where it is reachable: at the first position (no cross-token attention),
-   our forward with llama.cpp's rounding emulated (below) must match to NMSE < 1e-3 (measured:
-   5e-5 and 1.3e-4 for SmolLM2, 1.3e-7 for Gemma 3). This pins every block of a layer and the head.
+   our forward with llama.cpp's rounding emulated (below) must match to NMSE < 1e-3 for SmolLM2
+   (measured 5e-5 and 1.3e-4; without the emulation 2.8e-3 and 5.7e-3) and < 1e-5 for Gemma 3
+   (measured 1.3e-7). This pins every block of a layer and the head.
 2. The float32 forward at every golden position: top-1 equal wherever llama.cpp's margin >= 0.05
    (the issue's bar, met), NMSE < 5e-2 at every position and < 1e-2 on average per prompt (the
    issue asked 1e-3, which is below llama.cpp's own 8-bit noise; measured max 4.1e-2 / 1.5e-2).
@@ -41,7 +42,7 @@ TOP1_MARGIN = 0.05        # the issue's bar for prompt logits
 GREEDY_MARGIN = 0.5       # llama.cpp's rounding noise can flip choices below this
 MAX_NMSE = 5e-2
 MEAN_NMSE = 1e-2
-FIRST_POSITION_NMSE = 1e-3
+FIRST_POSITION_NMSE = {"smollm2-135m": 1e-3, "gemma3-270m": 1e-5}
 MIN_AGREEMENT = 0.97
 
 
@@ -219,4 +220,4 @@ def test_first_position_with_llamacpp_rounding(
     for item, ref, plain in zip(items, refs, exact):
         emulated = model.forward(item["prompt_ids"][:1], model.new_cache(1)).logits
         nmse = float(_nmse(emulated, ref)[0])
-        assert nmse < FIRST_POSITION_NMSE, (item["prompt"], nmse, float(_nmse(plain, ref)[0]))
+        assert nmse < FIRST_POSITION_NMSE[name], (item["prompt"], nmse, float(_nmse(plain, ref)[0]))
