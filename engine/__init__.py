@@ -1,1 +1,41 @@
-"""verispec engine: the fast production path (NumPy + BLAS), same contracts as reference/."""
+"""verispec engine: the fast production path (NumPy + BLAS), same contracts as reference/.
+
+``load_model(path, engine="fast" | "reference", weights="f32" | "quantized")`` is the one entry
+point the CLI uses; both engines satisfy :class:`engine.protocol.ModelLike`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Union
+
+from reference.errors import ModelError
+
+if TYPE_CHECKING:
+    from engine.model import FastModel
+    from reference.gguf import GGUFFile
+    from reference.model import Model
+
+ENGINES: tuple[str, ...] = ("fast", "reference")
+
+
+def load_model(
+    path_or_file: Union[str, Path, "GGUFFile"], engine: str = "fast", weights: str = "f32"
+) -> Union["FastModel", "Model"]:
+    """Load a GGUF model on ``engine``; ``weights`` ("f32" or "quantized") applies to the fast one.
+
+    ModelError for an unknown engine, or for quantized weights on the reference engine (it always
+    dequantizes everything); InsufficientMemory (a ModelError) before loading when the weights
+    will not fit.
+    """
+    if engine == "fast":
+        from engine.model import FastModel
+
+        return FastModel.load(path_or_file, weights=weights)
+    if engine == "reference":
+        if weights != "f32":
+            raise ModelError(f"weights mode {weights!r} needs the fast engine (the reference keeps float32 weights)")
+        from reference.model import Model
+
+        return Model.load(path_or_file)
+    raise ModelError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")

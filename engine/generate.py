@@ -1,0 +1,86 @@
+"""Plain decoding on the fast engine: :func:`reference.generate.generate`'s loop and contract,
+with the engine's forward (head on the last row only) and its bit-identical target law and draw.
+
+Same request, same seed, same model -> the same tokens as the reference loop, up to the float32
+rounding differences of the forward (tests/test_engine.py checks the tokens on both models).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from engine.model import FastModel
+from engine.sampling import sample, target_distribution
+from reference.errors import ModelError
+from reference.generate import (
+    GenerationRequest,
+    GenerationResult,
+    GenerationStats,
+    _StopStringText,
+    fit_context,
+)
+from reference.tokenizer import Tokenizer
+
+
+def generate(
+    model: FastModel,
+    tokenizer: Tokenizer,
+    request: GenerationRequest,
+    *,
+    on_text: Callable[[str], None] | None = None,
+) -> GenerationResult:
+    """Decode ``request`` one token per pass; same contract as :func:`reference.generate.generate`."""
+    request.params.validate(model.config.n_vocab)
+    if not request.prompt_ids:
+        raise ModelError("the prompt has no tokens (encode_prompt gives BOS for an empty prompt)")
+    prompt = fit_context(
+        request.prompt_ids, request.max_tokens, model.config.context_length,
+        truncate=request.truncate, bos_id=tokenizer.bos_id,
+    )
+    rng = np.random.default_rng(request.seed)
+    end_ids = tokenizer.eog_ids | request.stop_ids
+    text = _StopStringText(request.stop, tokenizer, on_text)
+    history = list(prompt)
+    generated: list[int] = []
+    stop_reason = "max_tokens"
+
+    started = time.perf_counter()
+    first_token_at = started
+    passes = 0
+    if request.max_tokens > 0:
+        cache = model.new_cache(len(prompt) + request.max_tokens)
+        logits = model.forward(prompt, cache, last_only=True).logits[-1]  # [V]
+        passes = 1
+        for step in range(request.max_tokens):
+            token = sample(target_distribution(logits, history, request.params), rng)
+            if step == 0:
+                first_token_at = time.perf_counter()
+            generated.append(token)
+            history.append(token)
+            if token in end_ids:
+                stop_reason = "eog"
+                break
+            if text.push(token):
+                stop_reason = "stop"
+                break
+            if step + 1 == request.max_tokens:
+                break
+            logits = model.forward([token], cache, last_only=True).logits[-1]
+            passes += 1
+    finished = time.perf_counter()
+    final_text = text.finish()
+
+    n = len(generated)
+    total = finished - started
+    stats = GenerationStats(
+        prompt_tokens=len(prompt),
+        generated_tokens=n,
+        ttft_s=(first_token_at - started) if n else 0.0,
+        tpot_s=(finished - first_token_at) / (n - 1) if n > 1 else 0.0,
+        tokens_per_s=n / total if n and total > 0 else 0.0,
+        target_passes=passes,
+    )
+    return GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, stats)

@@ -1,0 +1,361 @@
+"""The fast forward pass: the same function as :mod:`reference.model`, laid out for BLAS.
+
+What changes against the reference (and why it is still the same function):
+
+- Weights are dequantized once (or, with ``weights="quantized"``, kept in their GGUF blocks and
+  dequantized one layer at a time, see :mod:`engine.weights`) into fused float32 matrices:
+  ``[wq; wk; wv]`` is one ``[q + 2 kv, n_embd]`` matrix and ``[gate; up]`` one ``[2 n_ff, n_embd]``
+  matrix, so a layer is 4 matmuls instead of 7. A fused matmul computes the same dot products;
+  only BLAS's blocking (hence float32 rounding order) may differ.
+- RoPE turns Q and K of a layer in one pass, as ``x * cos + rotate(x) * sin`` with precomputed
+  per-dimension tables: each output element is the reference's ``x0 cos - x1 sin`` (negation and
+  commutation are exact in IEEE arithmetic), so RoPE is bit-identical.
+- The per-layer finite check is one check on the logits (a NaN or inf anywhere reaches them).
+- ``forward(..., last_only=True)`` runs the head on the last row only (decode and prefill need
+  one row; the head is the largest matrix of a small model).
+
+The cache is :class:`EngineCache`: the reference cache preallocated for the whole request, so
+rollback stays :meth:`~reference.kvcache.KVCache.truncate` (O(1)) and nothing grows while decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from reference import layers
+from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
+from reference.errors import ContextOverflow, ModelError
+from reference.kvcache import KVCache
+from reference.model import ForwardResult, TokenIds
+from engine.weights import FusedLayer, WeightStore, load_weights
+
+if TYPE_CHECKING:
+    from reference.gguf import GGUFFile
+
+F32 = npt.NDArray[np.float32]
+
+# Preallocate at most this many slots up front; beyond it the cache grows by doubling (the default
+# capacity is the whole context, 32768 slots for gemma3: ~1.2 GB that a short request never uses).
+PREALLOCATE_SLOTS = 4096
+
+
+class EngineCache(KVCache):
+    """The reference KV cache, preallocated for ``min(capacity, PREALLOCATE_SLOTS)`` slots."""
+
+    def __init__(self, config: Config, capacity: int) -> None:
+        super().__init__(config, capacity)
+        slots = min(capacity, PREALLOCATE_SLOTS)
+        shape = (config.n_layer, config.n_head_kv, slots, config.head_dim)
+        self.k = np.zeros(shape, dtype=np.float32)  # [L, n_kv, S, d]
+        self.v = np.zeros(shape, dtype=np.float32)  # [L, n_kv, S, d]
+        self.positions = np.zeros(slots, dtype=np.int64)  # [S]
+
+
+class FastModel:
+    """A loaded model with the reference :class:`~reference.model.Model` interface, fast."""
+
+    def __init__(self, config: Config, store: WeightStore, *, load_time_s: float = 0.0) -> None:
+        self.config = config
+        self.store = store
+        self.load_time_s = load_time_s
+        self.weights_mode = store.mode
+        cfg = config
+        self._q = cfg.n_head * cfg.head_dim
+        self._kv = cfg.n_head_kv * cfg.head_dim
+        self._rot_index, self._rot_sign = _rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
+
+    @classmethod
+    def load(cls, path_or_file: Union[str, Path, "GGUFFile"], *, weights: str = "f32") -> "FastModel":
+        """Read config and weights (``weights``: ``"f32"`` or ``"quantized"``) of a GGUF model.
+
+        Raises what :meth:`reference.model.Model.load` raises, and
+        :class:`engine.weights.InsufficientMemory` before loading when the mode will not fit.
+        """
+        started = time.perf_counter()
+        if isinstance(path_or_file, (str, Path)):
+            from reference.gguf import GGUFFile
+
+            with GGUFFile.open(path_or_file) as f:
+                config = Config.from_gguf(f)
+                store = load_weights(f, config, weights)
+        else:
+            config = Config.from_gguf(path_or_file)
+            store = load_weights(path_or_file, config, weights)
+        return cls(config, store, load_time_s=time.perf_counter() - started)
+
+    def new_cache(self, capacity: int | None = None) -> EngineCache:
+        """An empty preallocated cache for ``capacity`` positions (default: the context length)."""
+        capacity = self.config.context_length if capacity is None else capacity
+        if capacity > self.config.context_length:
+            raise ContextOverflow(
+                f"KV cache capacity {capacity} exceeds the context length {self.config.context_length}"
+            )
+        return EngineCache(self.config, capacity)
+
+    # -- the forward pass ------------------------------------------------------------------------
+
+    def forward(
+        self,
+        tokens: TokenIds,
+        cache: KVCache,
+        *,
+        positions: Sequence[int] | None = None,
+        return_hidden: bool = False,
+        last_only: bool = False,
+    ) -> ForwardResult:
+        """Same contract as :meth:`reference.model.Model.forward`; ``last_only`` gives ``[1, V]``.
+
+        Non-finite activations raise ModelError (naming the first layer where they appear) and
+        leave the cache length unchanged.
+        """
+        ids = self._check_tokens(tokens)
+        pos = self._positions(positions, cache, len(ids))
+        start = cache.reserve(len(ids))
+        x = self.embed(ids)  # [T, n_embd]
+        collected: list[F32] | None = [x] if return_hidden else None
+        x = self._run_layers(x, cache, 0, self.config.n_layer - 1, pos, start, collected)
+        logits = self.head(x[-1:] if last_only else x)
+        if not np.isfinite(logits).all():
+            self._raise_non_finite(ids, pos)
+        cache.advance(len(ids))
+        hidden = None if collected is None else np.stack(collected)
+        return ForwardResult(logits=logits, hidden=hidden)
+
+    def forward_layers(
+        self,
+        hidden: F32,  # [T, n_embd]
+        cache: KVCache,
+        first_layer: int,
+        last_layer: int,
+        positions: Sequence[int],
+        *,
+        start: int | None = None,
+    ) -> F32:
+        """Same contract as :meth:`reference.model.Model.forward_layers` (nothing committed)."""
+        if not (0 <= first_layer <= last_layer + 1 <= self.config.n_layer):
+            raise ModelError(
+                f"layer range {first_layer}..{last_layer} is outside 0..{self.config.n_layer - 1}"
+            )
+        x = np.asarray(hidden, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.config.n_embd:
+            raise ModelError(f"hidden state shape {x.shape} is not [T, {self.config.n_embd}]")
+        pos = self._positions(positions, cache, x.shape[0])
+        begin = cache.reserve(x.shape[0], start)
+        return self._run_layers(x, cache, first_layer, last_layer, pos, begin, None)
+
+    def embed(self, tokens: TokenIds) -> F32:
+        """Token embeddings ``[T, n_embd]`` (times sqrt(n_embd) for gemma)."""
+        ids = self._check_tokens(tokens)
+        x = self.store.embed_rows(ids)
+        if self.config.embed_scale != 1.0:
+            x = x * np.float32(self.config.embed_scale)
+        return np.asarray(x, dtype=np.float32)
+
+    def head(self, hidden: F32) -> F32:
+        """Final RMSNorm, lm_head, softcap -> logits ``[T, V]`` (any layer's exit head)."""
+        cfg = self.config
+        x = layers.rms_norm(np.asarray(hidden, dtype=np.float32), self.store.output_norm, cfg.norm_eps)
+        logits = self.store.head_matmul(x)  # [T, V]
+        if cfg.final_softcap is not None:
+            logits = layers.softcap(logits, cfg.final_softcap)
+        return logits
+
+    # -- layers ----------------------------------------------------------------------------------
+
+    def _run_layers(
+        self,
+        x: F32,  # [T, n_embd]
+        cache: KVCache,
+        first_layer: int,
+        last_layer: int,
+        positions: npt.NDArray[np.int64],  # [T]
+        start: int,
+        collected: list[F32] | None,
+    ) -> F32:
+        tables: dict[tuple[float, float], tuple[F32, F32]] = {}
+        for layer in range(first_layer, last_layer + 1):
+            key = (self.config.layer_rope_base(layer), self.config.layer_rope_freq_scale(layer))
+            if key not in tables:
+                tables[key] = self._rope_tables(positions, *key)
+            x = self._layer(x, layer, self.store.layer(layer), cache, positions, start, tables[key])
+            if collected is not None:
+                collected.append(x)
+        return x
+
+    def _layer(
+        self,
+        x: F32,
+        layer: int,
+        w: FusedLayer,
+        cache: KVCache,
+        positions: npt.NDArray[np.int64],
+        start: int,
+        rope: tuple[F32, F32],
+    ) -> F32:
+        """One decoder layer (see reference.model.Model._layer), on fused weights."""
+        cfg = self.config
+        n_tokens = x.shape[0]
+        h = layers.rms_norm(x, w.attn_norm, cfg.norm_eps)
+        qkv = h @ w.wqkv.T  # [T, q + 2 kv]
+        if w.bqkv is not None:
+            qkv += w.bqkv
+        n_qk_heads = cfg.n_head + cfg.n_head_kv
+        qk = qkv[:, : self._q + self._kv].reshape(n_tokens, n_qk_heads, cfg.head_dim)
+        if w.qk_norm is not None:
+            qk = layers.rms_norm(qk, w.qk_norm, cfg.norm_eps)  # per head: q rows then k rows
+        qk = self._rotate(qk, rope)
+        q = qk[:, : cfg.n_head]  # [T, n_head, d]
+        k = qk[:, cfg.n_head :]  # [T, n_kv, d]
+        v = qkv[:, self._q + self._kv :].reshape(n_tokens, cfg.n_head_kv, cfg.head_dim)
+        cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
+        end = start + n_tokens
+        a = self._attend(q, layer, cache, positions, end) @ w.wo.T  # [T, n_embd]
+        if w.bo is not None:
+            a += w.bo
+        if w.post_attn_norm is not None:
+            a = layers.rms_norm(a, w.post_attn_norm, cfg.norm_eps)
+        x = x + a
+        h = layers.rms_norm(x, w.ffn_norm, cfg.norm_eps)
+        gu = h @ w.wgu.T  # [T, 2 n_ff]
+        g, u = gu[:, : cfg.n_ff], gu[:, cfg.n_ff :]
+        if cfg.ffn_activation == ACT_SILU:
+            act = layers.silu(g)
+        elif cfg.ffn_activation == ACT_GELU_TANH:
+            act = layers.gelu_tanh(g)
+        else:
+            raise ModelError(f"unknown FFN activation {cfg.ffn_activation!r}")
+        act *= u
+        f = act @ w.wdown.T  # [T, n_embd]
+        if w.post_ffn_norm is not None:
+            f = layers.rms_norm(f, w.post_ffn_norm, cfg.norm_eps)
+        return np.asarray(x + f, dtype=np.float32)
+
+    def _attend(
+        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
+    ) -> F32:
+        """Grouped-query softmax attention of the span over slots ``[0, end)`` -> ``[T, q]``."""
+        cfg = self.config
+        n_tokens = q.shape[0]
+        n_kv, group, d = cfg.n_head_kv, cfg.n_group, cfg.head_dim
+        # [T, n_kv, g, d] -> [n_kv, g*T, d]: rows of one kv head ordered (group member, token)
+        qg = q.reshape(n_tokens, n_kv, group, d).transpose(1, 2, 0, 3).reshape(n_kv, group * n_tokens, d)
+        keys = cache.k[layer, :, :end]  # [n_kv, S, d]
+        scores = qg @ keys.transpose(0, 2, 1)  # [n_kv, g*T, S]
+        scores *= np.float32(cfg.attn_scale)
+        window = cfg.sliding_window if cfg.is_sliding(layer) else 0
+        if n_tokens > 1 or window > 0 or positions[-1] < cache.positions[:end].max():
+            mask = layers.attention_mask(positions, cache.positions[:end], window)  # [T, S]
+            visible = np.tile(mask, (group, 1))  # [g*T, S]
+            scores = np.where(visible, scores, np.float32(-np.inf))
+        scores -= np.max(scores, axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= np.sum(scores, axis=-1, keepdims=True)
+        out = scores @ cache.v[layer, :, :end]  # [n_kv, g*T, d]
+        return np.asarray(
+            out.reshape(n_kv, group, n_tokens, d).transpose(2, 0, 1, 3).reshape(n_tokens, -1),
+            dtype=np.float32,
+        )
+
+    def _rope_tables(self, positions: npt.NDArray[np.int64], base: float, freq_scale: float) -> tuple[F32, F32]:
+        """``cos, sin`` ``[T, 1, d]`` per dimension (1, 0 past rope_dim), as reference.layers.rope."""
+        cfg = self.config
+        half = cfg.rope_dim // 2
+        inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim)  # [half]
+        factors = self.store.rope_freqs
+        if factors is not None:
+            inv_freq = inv_freq / factors.astype(np.float64)
+        theta = (positions.astype(np.float64) * freq_scale)[:, None] * inv_freq[None, :]  # [T, half]
+        cos_half = np.cos(theta).astype(np.float32)
+        sin_half = np.sin(theta).astype(np.float32)
+        n_tokens = positions.shape[0]
+        cos = np.ones((n_tokens, 1, cfg.head_dim), dtype=np.float32)
+        sin = np.zeros((n_tokens, 1, cfg.head_dim), dtype=np.float32)
+        if cfg.rope_type == ROPE_NORM:  # pair (2i, 2i+1) turns by theta_i
+            cos[:, 0, 0 : cfg.rope_dim : 2] = cos_half
+            cos[:, 0, 1 : cfg.rope_dim : 2] = cos_half
+            sin[:, 0, 0 : cfg.rope_dim : 2] = sin_half
+            sin[:, 0, 1 : cfg.rope_dim : 2] = sin_half
+        else:  # NEOX: pair (i, i + half)
+            cos[:, 0, :half] = cos_half
+            cos[:, 0, half : cfg.rope_dim] = cos_half
+            sin[:, 0, :half] = sin_half
+            sin[:, 0, half : cfg.rope_dim] = sin_half
+        return cos, sin
+
+    def _rotate(self, x: F32, rope: tuple[F32, F32]) -> F32:
+        """RoPE on ``[T, H, d]``: ``x * cos + (sign * x[rot_index]) * sin`` (see module docstring)."""
+        cos, sin = rope
+        rotated = x[..., self._rot_index]
+        rotated *= self._rot_sign
+        rotated *= sin
+        out = x * cos
+        out += rotated
+        return out
+
+    # -- argument checks (as the reference) ------------------------------------------------------
+
+    def _check_tokens(self, tokens: TokenIds) -> npt.NDArray[np.int64]:
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            raise ModelError("a forward pass needs at least one token")
+        bad = ids[(ids < 0) | (ids >= self.config.n_vocab)]
+        if bad.size:
+            raise ModelError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.n_vocab})")
+        return ids
+
+    def _positions(
+        self, positions: Sequence[int] | None, cache: KVCache, n_tokens: int
+    ) -> npt.NDArray[np.int64]:
+        if positions is None:
+            return cache.length + np.arange(n_tokens, dtype=np.int64)
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if pos.size != n_tokens:
+            raise ModelError(f"{pos.size} positions for a span of {n_tokens} tokens")
+        if pos.size and (pos.min() < 0 or pos.max() >= self.config.context_length):
+            raise ContextOverflow(
+                f"position {int(pos.max()) if pos.max() >= 0 else int(pos.min())} is outside "
+                f"[0, {self.config.context_length})"
+            )
+        return pos
+
+    def _raise_non_finite(self, ids: npt.NDArray[np.int64], pos: npt.NDArray[np.int64]) -> None:
+        """Find the first layer with non-finite activations (slow path, errors only) and raise."""
+        scratch = self.new_cache(self.config.context_length)
+        x = self.embed(ids)
+        if not np.isfinite(x).all():
+            raise ModelError("non-finite values (NaN or inf) in the activations after the token embeddings")
+        for layer in range(self.config.n_layer):
+            x = self.forward_layers(x, scratch, layer, layer, pos.tolist(), start=0)
+            if not np.isfinite(x).all():
+                raise ModelError(f"non-finite values (NaN or inf) in the activations after layer {layer}")
+        raise ModelError("non-finite values (NaN or inf) in the activations after the output head")
+
+
+def _rotation(head_dim: int, rope_dim: int, rope_type: str) -> tuple[npt.NDArray[np.intp], F32]:
+    """Index and sign with ``rotate(x) = sign * x[index]``: the partner of each rotated dim.
+
+    NORM: (x0, x1) -> (-x1, x0) on adjacent pairs; NEOX: (a, b) -> (-b, a) on split halves; dims
+    past rope_dim map to themselves with sign 0 (their sin is 0 anyway).
+    """
+    index = np.arange(head_dim, dtype=np.intp)
+    sign = np.zeros(head_dim, dtype=np.float32)
+    half = rope_dim // 2
+    if rope_type == ROPE_NORM:
+        index[0:rope_dim:2] = np.arange(1, rope_dim, 2)
+        index[1:rope_dim:2] = np.arange(0, rope_dim, 2)
+        sign[0:rope_dim:2] = -1.0
+        sign[1:rope_dim:2] = 1.0
+    elif rope_type == ROPE_NEOX:
+        index[:half] = np.arange(half, rope_dim)
+        index[half:rope_dim] = np.arange(0, half)
+        sign[:half] = -1.0
+        sign[half:rope_dim] = 1.0
+    else:
+        raise ModelError(f"unknown rope type {rope_type!r}")
+    return index, sign
