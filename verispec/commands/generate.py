@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)")
     parser.add_argument("--truncate", action="store_true", help="drop the oldest prompt tokens when prompt + max tokens exceed the context")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    # speculative decoding (reference/decode.py, reference/drafts.py, reference/evidence.py)
+    parser.add_argument("--draft", default=None, metavar="SPEC", help="speculative decoding with draft source ngram | layerskip:M | model:PATH | self")
+    parser.add_argument("--k", type=int, default=4, help="draft tokens per cycle (the maximum with --adaptive; default 4)")
+    parser.add_argument("--adaptive", action="store_true", help="adapt k each cycle (down to plain steps when drafting does not pay)")
+    parser.add_argument("--p-min", type=float, default=0.0, help="stop drafting when the draft's top probability is below this (default 0)")
+    parser.add_argument("--trace", action="store_true", help="per-cycle speculative trace (stderr, or in --json)")
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -126,6 +132,10 @@ def stats_line(result: GenerationResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "draft", None) is not None:
+        from verispec.commands.speculative import run_speculative
+
+        return run_speculative(args)
     loaded = load(args.model, need_chat=args.chat)
     request = build_request(args, loaded)
     if args.json:

@@ -1,0 +1,94 @@
+"""`verispec generate --draft ...`: the speculative path of the generate command.
+
+Kept out of generate.py so that file stays thin: :func:`run_speculative` checks the draft options
+(one-line DraftError before any model is dequantized), loads the model, runs plain decoding and
+speculative decoding of the same request (:func:`reference.evidence.measure`), and prints the text
+(streamed) with the evidence on stderr, or one JSON object with a ``"speculative"`` field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from reference.config import Config
+from reference.decode import SpeculativeOptions
+from reference.drafts import (
+    DraftSpec, check_exit_layer, check_options, check_same_vocab, make_draft, parse_draft_spec,
+)
+from reference.errors import DraftError
+from reference.evidence import Evidence, measure
+from reference.gguf import GGUFFile
+from reference.tokenizer import Tokenizer
+from verispec.commands.generate import build_request, load, result_json, stats_line
+from verispec.registry import resolve_model
+
+
+def precheck(args: argparse.Namespace) -> tuple[DraftSpec, SpeculativeOptions]:
+    """Every draft option checked from flags and metadata alone (no weights dequantized)."""
+    spec = parse_draft_spec(args.draft)
+    check_options(args.k, args.p_min)
+    options = SpeculativeOptions(k=args.k, adaptive=args.adaptive, p_min=args.p_min)
+    if spec.kind in ("layerskip", "model"):
+        with GGUFFile.open(resolve_model(args.model)) as f:
+            n_layer = Config.from_gguf(f).n_layer
+            target_tokenizer = Tokenizer.from_gguf(f.metadata)
+        if spec.kind == "layerskip":
+            check_exit_layer(spec.layer, n_layer)
+        else:
+            try:
+                with GGUFFile.open(spec.path) as f:
+                    draft_tokenizer = Tokenizer.from_gguf(f.metadata)
+            except OSError as exc:
+                raise DraftError(f"draft model {spec.path!r} cannot be read: {exc.strerror}") from None
+            check_same_vocab(target_tokenizer, draft_tokenizer, spec.path)
+    return spec, options
+
+
+def evidence_lines(ev: Evidence) -> list[str]:
+    """The evidence as short human-readable lines (stderr)."""
+    pos = ", ".join(f"{a:.2f}" for a in ev.per_position_acceptance)
+    lines = [
+        f"[speculative {ev.draft} ({ev.mode}), k={ev.k}{' adaptive' if ev.adaptive else ''}"
+        f"{f', p-min {ev.p_min}' if ev.p_min else ''}: {ev.drafted} drafted, {ev.accepted} accepted "
+        f"(alpha {ev.acceptance_rate:.3f}; per position [{pos}]), {ev.tokens_per_pass:.2f} tokens per target pass, "
+        f"{ev.target_passes} target passes, {ev.draft_passes} draft passes]",
+    ]
+    if ev.plain_tokens_per_s is not None:
+        c = "n/a" if ev.draft_cost_ratio is None else f"{ev.draft_cost_ratio:.3f}"
+        predicted = "n/a" if ev.predicted_speedup is None else f"{ev.predicted_speedup:.2f}x"
+        lines.append(
+            f"[plain {ev.plain_tokens_per_s:.2f} tokens/s, speculative {ev.tokens_per_s:.2f} tokens/s: "
+            f"measured speedup {ev.measured_speedup or 0:.2f}x; predicted {predicted} from alpha and c = {c}"
+            + ("" if ev.matches_plain is None else f"; same tokens as plain: {ev.matches_plain}") + "]"
+        )
+    return lines
+
+
+def run_speculative(args: argparse.Namespace) -> int:
+    spec, options = precheck(args)
+    loaded = load(args.model, need_chat=args.chat)
+    request = build_request(args, loaded)
+    draft = make_draft(spec, loaded.model, loaded.tokenizer)
+    if args.json:
+        result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace)
+        out = result_json(result.generation)
+        out["speculative"] = ev.as_dict()
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+
+    def stream(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace, on_text=stream)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    if args.trace:
+        for i, cycle in enumerate(ev.trace or []):
+            print(f"[cycle {i}] {json.dumps(cycle)}", file=sys.stderr)
+    print(stats_line(result.generation), file=sys.stderr)
+    for line in evidence_lines(ev):
+        print(line, file=sys.stderr)
+    return 0
