@@ -272,6 +272,7 @@ class LayerSkipDraft:
         self.ctx: DraftContext | None = None
         self.base = 0                 # cache length when this cycle began
         self.hidden: list[F32] = []   # layer-M hidden rows of the span computed so far
+        self.proposed = False         # propose() ran this cycle (else score() starts afresh)
 
     def start(self, context: DraftContext) -> None:
         self.ctx = context
@@ -283,6 +284,7 @@ class LayerSkipDraft:
         cache = self.ctx.cache
         self.base = cache.length
         self.hidden = []
+        self.proposed = True
         h = self._lower(list(history[self.base :]))  # [P, n_embd]
         hist = list(history)
         tokens: list[int] = []
@@ -315,6 +317,9 @@ class LayerSkipDraft:
         """Layers M..L-1 on the whole span (its layers < M are already in the cache), one pass."""
         assert self.ctx is not None, "start() first"
         cache, target = self.ctx.cache, self.ctx.target
+        if not self.proposed:  # a plain step (the loop asked for no draft): nothing computed yet
+            self.base, self.hidden = cache.length, []
+        self.proposed = False
         span = [*pending, *drafts]
         done = cache.length - self.base
         if done < len(span):  # the last draft was never fed to the lower layers
@@ -491,9 +496,8 @@ def make_draft(
         if not path.is_file():
             raise DraftError(f"draft model {spec.path!r} is not a file")
         with GGUFFile.open(path) as f:
-            tokenizer = Tokenizer.from_gguf(f.metadata)
-            if target_tokenizer is not None:
-                check_same_vocab(target_tokenizer, tokenizer, spec.path)
+            if target_tokenizer is not None:  # None: the caller checked (or has no tokenizer)
+                check_same_vocab(target_tokenizer, Tokenizer.from_gguf(f.metadata), spec.path)
             model = Model.load(f)
         if model.config.n_vocab != target.config.n_vocab:
             raise DraftError(
