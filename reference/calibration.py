@@ -35,9 +35,8 @@ import numpy.typing as npt
 
 from reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
 from reference.conformal import bonferroni, conformal_quantile, exact_level, margin_threshold
-from reference.early_exit import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
+from reference.early_exit import GATE_KINDS, GateKind, Lens, Model, exit_logits, fit_lens
 from reference.errors import CalibrationError
-from reference.model import Model
 
 F32 = npt.NDArray[np.float32]
 FORMAT = "verispec-early-exit-calibration/1"
@@ -54,6 +53,8 @@ class Trajectory:
     full_logits: F32  # [T, V]
     hidden: F32       # [K, T, D] at the candidate depths
     final: F32        # [T, D] at depth L (before the final norm)
+    prompt_hidden: F32 | None = None  # [K, P-1, D] prompt positions but the last (lens data only)
+    prompt_final: F32 | None = None   # [P-1, D]
 
 
 def greedy_trajectory(
@@ -74,6 +75,8 @@ def greedy_trajectory(
         raise CalibrationError(f"a trajectory needs at least 1 step, got {n_steps}")
     cache = model.new_cache(len(prompt_ids) + n_steps)
     result = model.forward(list(prompt_ids), cache, return_hidden=True)
+    assert result.hidden is not None
+    prompt_rows = np.asarray(result.hidden[list(depths) + [model.config.n_layer], :-1], dtype=np.float32)
     logits, hidden = [result.logits[-1]], [_at(result.hidden, depths, -1)]
     for _ in range(n_steps - 1):
         if on_step is not None:
@@ -87,7 +90,7 @@ def greedy_trajectory(
     if on_step is not None:
         on_step()
     stacked = np.stack(hidden, axis=1)  # [K+1, T, D]
-    return Trajectory(kind, np.stack(logits), stacked[:-1], stacked[-1])
+    return Trajectory(kind, np.stack(logits), stacked[:-1], stacked[-1], prompt_rows[:-1], prompt_rows[-1])
 
 
 def _at(hidden: F32 | None, depths: Sequence[int], row: int) -> F32:
@@ -149,10 +152,89 @@ def score(model: Model, trajectories: Sequence[Trajectory], depths: Sequence[int
 
 
 def lens_from(trajectories: Sequence[Trajectory], depths: Sequence[int], ridge: float) -> Lens:
-    """Fit the tuned lens on the hidden states of ``trajectories`` (the lens split only)."""
-    hidden = np.concatenate([t.hidden for t in trajectories], axis=1)  # [K, N, D]
-    final = np.concatenate([t.final for t in trajectories], axis=0)  # [N, D]
+    """Fit the tuned lens on the hidden states of ``trajectories`` (the lens split only): every
+    decode step and every prompt position."""
+    hidden = np.concatenate(
+        [t.hidden for t in trajectories] + [t.prompt_hidden for t in trajectories if t.prompt_hidden is not None],
+        axis=1,
+    )  # [K, N, D]
+    final = np.concatenate(
+        [t.final for t in trajectories] + [t.prompt_final for t in trajectories if t.prompt_final is not None],
+        axis=0,
+    )  # [N, D]
     return fit_lens(depths, hidden, final, ridge)
+
+
+# --- the whole calibration ------------------------------------------------------------------------
+
+Prompt = tuple[str, list[int]]  # (kind, token ids)
+
+
+def default_depths(n_layer: int) -> tuple[int, ...]:
+    """Five candidate depths at 4/15 .. 12/15 of the model (SmolLM2's 30 layers: 8, 12, 16, 20, 24)."""
+    return tuple(sorted({max(1, min(n_layer - 1, round(n_layer * f / 15))) for f in (4, 6, 8, 10, 12)}))
+
+
+def split_for_lens(prompts: Sequence[Prompt]) -> tuple[list[Prompt], list[Prompt]]:
+    """(lens split, calibration split): alternate prompts within each kind (disjoint by prompt)."""
+    seen: dict[str, int] = {}
+    lens_split: list[Prompt] = []
+    cal_split: list[Prompt] = []
+    for kind, ids in prompts:
+        i = seen.get(kind, 0)
+        seen[kind] = i + 1
+        (lens_split if i % 2 == 0 else cal_split).append((kind, ids))
+    return lens_split, cal_split
+
+
+def check_depths(depths: Sequence[int], n_layer: int) -> tuple[int, ...]:
+    """Sorted unique candidate depths, each in 1..n_layer-1 (CalibrationError otherwise)."""
+    out = tuple(sorted(set(int(d) for d in depths)))
+    if not out or any(not 1 <= d < n_layer for d in out):
+        raise CalibrationError(f"candidate layers {list(depths)} must be non-empty and in 1..{n_layer - 1}")
+    return out
+
+
+def calibrate(
+    model: Model,
+    prompts: Sequence[Prompt],
+    *,
+    model_sha256: str,
+    model_name: str,
+    depths: Sequence[int] | None = None,
+    q: Fraction | str | float = "0.99",
+    n_steps: int = 48,
+    use_lens: bool = True,
+    ridge: float = 1e-2,
+    gate: GateKind = "margin",
+    residual: ResidualKind = "halfrange",
+    stop_ids: frozenset[int] = frozenset(),
+    on_step: Callable[[], None] | None = None,
+) -> tuple[Calibration, Records]:
+    """Greedy trajectories of the full model on ``prompts``, lens fit on one split (if
+    ``use_lens``), scores and the artifact on the other (all prompts if no lens)."""
+    level = exact_level(q)
+    ks = check_depths(default_depths(model.config.n_layer) if depths is None else depths, model.config.n_layer)
+    lens_split, cal_split = split_for_lens(prompts) if use_lens else ([], list(prompts))
+    if use_lens and (not lens_split or not cal_split):
+        raise CalibrationError(f"a lens needs at least 2 prompts of one kind (one per split), got {len(prompts)} prompts")
+
+    def run(split: Sequence[Prompt]) -> list[Trajectory]:
+        return [greedy_trajectory(model, ids, n_steps, ks, kind=kind, stop_ids=stop_ids, on_step=on_step) for kind, ids in split]
+
+    lens = None
+    n_lens = 0
+    if use_lens:
+        lens_trajectories = run(lens_split)
+        n_lens = sum(t.full_logits.shape[0] for t in lens_trajectories)
+        lens = lens_from(lens_trajectories, ks, ridge)
+        del lens_trajectories
+    records = score(model, run(cal_split), ks, lens)
+    cal = build(
+        records, q=level, model_sha256=model_sha256, model_name=model_name, n_layer=model.config.n_layer,
+        gate=gate, residual=residual, lens=lens, n_lens=n_lens, ridge=ridge if use_lens else 0.0,
+    )
+    return cal, records
 
 
 # --- the artifact -------------------------------------------------------------------------------
@@ -368,7 +450,10 @@ def _float(x: object) -> float:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise CalibrationError(f"cannot write {str(path)!r}: {exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -46,8 +46,9 @@ from reference.generate import (
     _StopStringText,
     fit_context,
 )
+from reference.config import Config
 from reference.kvcache import KVCache
-from reference.model import Model
+from reference.model import ForwardResult, TokenIds
 from reference.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -57,6 +58,28 @@ F32 = npt.NDArray[np.float32]
 GateKind = Literal["margin", "supnorm", "halfrange"]
 GATE_KINDS: tuple[GateKind, ...] = ("margin", "supnorm", "halfrange")
 DEFAULT_BACKLOG_BOUND = 32
+
+
+class Model(Protocol):
+    """What early exit needs of a model: :class:`reference.model.Model` and the fast engine's
+    ``FastModel`` both have it (the same seam as ``engine.protocol.ModelLike``, restated here so
+    that reference/ does not import engine/)."""
+
+    config: Config
+
+    def new_cache(self, capacity: int | None = None) -> KVCache: ...
+
+    def forward(
+        self, tokens: TokenIds, cache: KVCache, *, positions: Sequence[int] | None = None, return_hidden: bool = False
+    ) -> ForwardResult: ...
+
+    def forward_layers(
+        self, hidden: F32, cache: KVCache, first_layer: int, last_layer: int, positions: Sequence[int], *, start: int | None = None
+    ) -> F32: ...
+
+    def embed(self, tokens: TokenIds) -> F32: ...
+
+    def head(self, hidden: F32) -> F32: ...
 
 
 # --- the exit head ------------------------------------------------------------------------------

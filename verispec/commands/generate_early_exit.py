@@ -1,0 +1,61 @@
+"""`verispec generate --early-exit CAL.json [--audit]`: greedy decoding with certified early exit.
+
+Reached from :func:`verispec.commands.generate.run` when ``--early-exit`` is given; the rest of the
+flags mean what they mean for plain generation. The artifact must be for this very model file
+(sha256), else a one-line CalibrationError. Stats add the mean exit depth, the exit histogram, and
+with ``--audit`` (every token also runs every layer) the observed flips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from reference.calibration import Calibration, file_sha256
+from reference.early_exit import ExitStats, generate_early_exit
+from reference.generate import GenerationResult
+from verispec.commands.generate import build_request, result_json, stats_line
+from verispec.engine_load import load_engine
+from verispec.registry import resolve_model
+
+
+def exit_line(stats: ExitStats) -> str:
+    """One stderr line: mean depth, histogram, head evaluations, flips (with --audit)."""
+    hist = " ".join(f"{depth}:{count}" for depth, count in stats.histogram().items())
+    flips = "" if stats.flips is None else f"; audit: {stats.flips} flips in {stats.audited} tokens"
+    return (
+        f"[early exit: mean depth {stats.mean_exit_depth:.2f}/{stats.n_layer} "
+        f"({stats.mean_exit_depth / stats.n_layer:.1%} of layers); exits {hist}; "
+        f"{stats.head_evaluations} exit-head evaluations; {stats.catchup_rows} owed layer rows caught up{flips}]"
+    )
+
+
+def run_early_exit(args: argparse.Namespace) -> int:
+    path = resolve_model(args.model)
+    calibration = Calibration.load(args.early_exit, file_sha256(path))
+    loaded = load_engine(str(path), need_chat=args.chat, engine=args.engine, weights=args.weights)
+    request = build_request(args, loaded)
+
+    def stream(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    def run(streaming: bool) -> tuple[GenerationResult, ExitStats]:
+        return generate_early_exit(
+            loaded.model, loaded.tokenizer, request, calibration, audit=args.audit,
+            on_text=stream if streaming else None,
+        )
+
+    if args.json:
+        result, stats = run(False)
+        out = result_json(result)
+        out["early_exit"] = stats.as_dict()
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    result, stats = run(True)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    print(stats_line(result), file=sys.stderr)
+    print(exit_line(stats), file=sys.stderr)
+    return 0
