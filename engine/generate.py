@@ -8,13 +8,14 @@ rounding differences of the forward (tests/test_engine.py checks the tokens on b
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from engine.model import FastModel
 from engine.sampling import sample, target_distribution
-from reference.errors import ModelError
+from reference.errors import ContextOverflow, ModelError
 from reference.generate import (
     GenerationRequest,
     GenerationResult,
@@ -22,6 +23,7 @@ from reference.generate import (
     _StopStringText,
     fit_context,
 )
+from reference.model import Model
 from reference.tokenizer import Tokenizer
 
 
@@ -84,3 +86,31 @@ def generate(
         target_passes=passes,
     )
     return GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, stats)
+
+
+def generate_any(
+    model: "FastModel | Model",
+    tokenizer: Tokenizer,
+    request: GenerationRequest,
+    *,
+    on_text: Callable[[str], None] | None = None,
+) -> GenerationResult:
+    """Plain decoding on whichever engine ``model`` belongs to (the CLI's ``--engine``)."""
+    if isinstance(model, FastModel):
+        return generate(model, tokenizer, request, on_text=on_text)
+    from reference.generate import generate as reference_generate
+
+    return reference_generate(model, tokenizer, request, on_text=on_text)
+
+
+def prompt_logits_any(model: "FastModel | Model", prompt_ids: Sequence[int]) -> npt.NDArray[np.float32]:
+    """:func:`reference.generate.prompt_logits` on either engine: ``[T, V]`` from one pass."""
+    if isinstance(model, FastModel):
+        if len(prompt_ids) > model.config.context_length:
+            raise ContextOverflow(
+                f"prompt of {len(prompt_ids)} tokens exceeds the context length {model.config.context_length}"
+            )
+        return model.forward(prompt_ids, model.new_cache(max(1, len(prompt_ids)))).logits
+    from reference.generate import prompt_logits
+
+    return prompt_logits(model, prompt_ids)

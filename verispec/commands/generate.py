@@ -14,11 +14,15 @@ import sys
 from dataclasses import dataclass
 
 from reference.chat import ChatFormat, ChatFormatError, chat_format
-from reference.generate import GenerationRequest, GenerationResult, encode_prompt, generate
+from engine import ENGINES
+from engine.generate import generate_any as generate
+from engine.weights import WEIGHT_MODES
+from reference.generate import GenerationRequest, GenerationResult, encode_prompt
 from reference.gguf import GGUFFile
 from reference.model import Model
 from reference.sampling import SamplingParams
 from reference.tokenizer import Tokenizer
+from verispec.engine_load import EngineLoaded, load_engine
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
 # llama.cpp's defaults (common/common.h), so a configuration moved from llama-cli means the same.
@@ -71,12 +75,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)")
     parser.add_argument("--truncate", action="store_true", help="drop the oldest prompt tokens when prompt + max tokens exceed the context")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    add_engine_arguments(parser)
     # speculative decoding (reference/decode.py, reference/drafts.py, reference/evidence.py)
     parser.add_argument("--draft", default=None, metavar="SPEC", help="speculative decoding with draft source ngram | layerskip:M | model:PATH | self")
     parser.add_argument("--k", type=int, default=4, help="draft tokens per cycle (the maximum with --adaptive; default 4)")
     parser.add_argument("--adaptive", action="store_true", help="adapt k each cycle (down to plain steps when drafting does not pay)")
     parser.add_argument("--p-min", type=float, default=0.0, help="stop drafting when the draft's top probability is below this (default 0)")
     parser.add_argument("--trace", action="store_true", help="per-cycle speculative trace (stderr, or in --json)")
+    # certified early exit (reference/early_exit.py; run by verispec/commands/generate_early_exit.py)
+    parser.add_argument("--early-exit", default=None, metavar="CAL.json", help="greedy decoding with certified early exit, calibrated by `verispec calibrate` (needs --temperature 0)")
+    parser.add_argument("--audit", action="store_true", help="with --early-exit: also run every layer and count served tokens that differ from the full model's")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """--engine fast|reference and --weights f32|quantized (every command that runs a model)."""
+    parser.add_argument("--engine", choices=ENGINES, default="fast", help="fast (NumPy+BLAS engine, default) or reference (readable, slow)")
+    parser.add_argument("--weights", choices=WEIGHT_MODES, default="f32", help="f32: dequantize once (fast); quantized: keep GGUF blocks, dequantize per layer (low memory, slow; fast engine only)")
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -85,7 +99,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.set_defaults(func=run)
 
 
-def build_request(args: argparse.Namespace, loaded: LoadedModel) -> GenerationRequest:
+def build_request(args: argparse.Namespace, loaded: "LoadedModel | EngineLoaded") -> GenerationRequest:
     """The flags as a request (sampling parameters validated: one-line SamplingError if bad)."""
     params = SamplingParams(
         temperature=args.temperature,
@@ -132,11 +146,15 @@ def stats_line(result: GenerationResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "early_exit", None) is not None:
+        from verispec.commands.generate_early_exit import run_early_exit
+
+        return run_early_exit(args)
     if getattr(args, "draft", None) is not None:
         from verispec.commands.speculative import run_speculative
 
         return run_speculative(args)
-    loaded = load(args.model, need_chat=args.chat)
+    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights)
     request = build_request(args, loaded)
     if args.json:
         result = generate(loaded.model, loaded.tokenizer, request)

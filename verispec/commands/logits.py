@@ -11,8 +11,10 @@ import json
 
 import numpy as np
 
-from reference.generate import encode_prompt, prompt_logits
-from verispec.commands.generate import load
+from engine.generate import prompt_logits_any as prompt_logits
+from reference.generate import encode_prompt
+from verispec.commands.generate import add_engine_arguments, load  # noqa: F401  (load: the reference loader, kept importable here)
+from verispec.engine_load import load_engine
 from verispec.registry import DEFAULT_MODEL
 
 
@@ -23,11 +25,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--out", required=True, help="output .npy file: float32 [prompt_tokens, vocab]")
     parser.add_argument("--special", action="store_true", help="parse special tokens written in the prompt")
     parser.add_argument("--json", action="store_true", help="print a JSON summary")
+    add_engine_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load(args.model)
+    loaded = load_engine(args.model, engine=args.engine, weights=args.weights)
     ids = encode_prompt(loaded.tokenizer, args.prompt, parse_special=args.special)
     logits = np.asarray(prompt_logits(loaded.model, ids), dtype=np.float32)  # [T, V]
     with open(args.out, "wb") as fh:

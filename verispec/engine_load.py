@@ -1,0 +1,45 @@
+"""Loading a model for a CLI command on the engine its ``--engine`` / ``--weights`` flags name.
+
+:func:`verispec.commands.generate.load` stays the reference loader (typed :class:`Model`, used by
+calibrate and the early-exit measurements); :func:`load_engine` is the same thing for any engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine import load_model
+from engine.model import FastModel
+from reference.chat import ChatFormat, ChatFormatError, chat_format
+from reference.gguf import GGUFFile
+from reference.model import Model
+from reference.tokenizer import Tokenizer
+from verispec.registry import resolve_model
+
+
+@dataclass(frozen=True)
+class EngineLoaded:
+    """A model on either engine, its tokenizer, and its chat format (None when it has none)."""
+
+    model: Model | FastModel
+    tokenizer: Tokenizer
+    chat: ChatFormat | None
+
+
+def load_engine(name_or_path: str, *, need_chat: bool = False, engine: str = "fast", weights: str = "f32") -> EngineLoaded:
+    """Resolve a registry name or path and load it on ``engine`` with ``weights``.
+
+    ModelError for an unknown engine / weights mode, InsufficientMemory before loading when the
+    weights will not fit; with ``need_chat`` a model without a chat format is a ChatFormatError.
+    """
+    path = resolve_model(name_or_path)
+    with GGUFFile.open(path) as f:
+        model = load_model(f, engine=engine, weights=weights)
+        tokenizer = Tokenizer.from_gguf(f.metadata)
+        try:
+            chat: ChatFormat | None = chat_format(f.metadata)
+        except ChatFormatError:
+            if need_chat:
+                raise
+            chat = None
+    return EngineLoaded(model, tokenizer, chat)
