@@ -13,6 +13,7 @@ the docstring says so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ class Config:
         return reader(meta, n_vocab)
 
 
-SUPPORTED_ARCHITECTURES: tuple[str, ...] = ("gemma3", "llama")
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = ("gemma3", "llama", "phi3")
 
 
 class _Metadata:
@@ -304,7 +305,23 @@ def _gemma3(meta: _Metadata, n_vocab: int) -> Config:
     )
 
 
+def _phi3(meta: _Metadata, n_vocab: int) -> Config:
+    """phi3 (Phi-3, Phi-3.5, Phi-4-mini): llama's block with NEOX RoPE and fused QKV / gate-up.
+
+    The fused tensors are split at load (reference/model.py); the forward is llama's. llama.cpp
+    (src/models/phi3.cpp) reads ``attention.sliding_window`` and then disables it ("Phi SWA is
+    currently disabled", PR 13676): every layer attends globally, and so do we. It scales Q by
+    1/sqrt(head_dim) and attends with scale 1, which is ``attn_scale = 1/sqrt(head_dim)`` here.
+    LongRoPE files (``rope_factors_long/short``) are refused at load.
+    """
+    llama = _llama(meta, n_vocab)
+    if meta.integer("attention.sliding_window", 0) < 0:
+        raise ModelError("attention.sliding_window must be >= 0")
+    return dataclasses.replace(llama, rope_type=ROPE_NEOX)
+
+
 _READERS: dict[str, Callable[[_Metadata, int], Config]] = {
     "llama": _llama,
     "gemma3": _gemma3,
+    "phi3": _phi3,
 }

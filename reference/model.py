@@ -320,19 +320,24 @@ def _load(f: "GGUFFile") -> tuple[Config, Weights]:
         raise ModelError("mixture-of-experts layers (ffn_gate_inp) are not supported")
     token_embd = t.get("token_embd.weight", (cfg.n_vocab, e))
     output = t.optional("output.weight", (cfg.n_vocab, e))
+    for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
+        if t.has(name):
+            raise ModelError(f"LongRoPE scaling ({name!r}) is not supported")
     blocks = []
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
+        wq, wk, wv = _attention_projections(t, p, q_out, kv_out, e)
+        ffn_gate, ffn_up = _gate_up_projections(t, p, ff, e, fused=cfg.arch == "phi3")
         blocks.append(
             LayerWeights(
                 attn_norm=t.get(p + "attn_norm.weight", (e,)),
-                wq=t.get(p + "attn_q.weight", (q_out, e)),
-                wk=t.get(p + "attn_k.weight", (kv_out, e)),
-                wv=t.get(p + "attn_v.weight", (kv_out, e)),
+                wq=wq,
+                wk=wk,
+                wv=wv,
                 wo=t.get(p + "attn_output.weight", (e, q_out)),
                 ffn_norm=t.get(p + "ffn_norm.weight", (e,)),
-                ffn_gate=t.get(p + "ffn_gate.weight", (ff, e)),
-                ffn_up=t.get(p + "ffn_up.weight", (ff, e)),
+                ffn_gate=ffn_gate,
+                ffn_up=ffn_up,
                 ffn_down=t.get(p + "ffn_down.weight", (e, ff)),
                 bq=t.optional(p + "attn_q.bias", (q_out,)),
                 bk=t.optional(p + "attn_k.bias", (kv_out,)),
@@ -352,3 +357,30 @@ def _load(f: "GGUFFile") -> tuple[Config, Weights]:
         layers=tuple(blocks),
     )
     return cfg, weights
+
+
+def _attention_projections(
+    t: _TensorLoader, p: str, q_out: int, kv_out: int, e: int
+) -> tuple[F32, F32, F32]:
+    """(wq, wk, wv): separate tensors, or the rows of a fused ``attn_qkv`` (phi3) split Q|K|V.
+
+    llama.cpp's create_tensor_qkv takes whichever the file has; a fused matmul computes each
+    output row as the same dot product as the split one, so splitting changes no number.
+    """
+    if t.has(p + "attn_qkv.weight"):
+        qkv = t.get(p + "attn_qkv.weight", (q_out + 2 * kv_out, e))
+        return qkv[:q_out].copy(), qkv[q_out : q_out + kv_out].copy(), qkv[q_out + kv_out :].copy()
+    return (
+        t.get(p + "attn_q.weight", (q_out, e)),
+        t.get(p + "attn_k.weight", (kv_out, e)),
+        t.get(p + "attn_v.weight", (kv_out, e)),
+    )
+
+
+def _gate_up_projections(t: _TensorLoader, p: str, ff: int, e: int, *, fused: bool) -> tuple[F32, F32]:
+    """(ffn_gate, ffn_up); phi3 stores both in ``ffn_up`` ``[2 * n_ff, n_embd]``, gate rows first
+    (llama.cpp: build_ffn with LLM_FFN_SWIGLU and no gate tensor -> ggml_swiglu on the halves)."""
+    if fused:
+        gate_up = t.get(p + "ffn_up.weight", (2 * ff, e))
+        return gate_up[:ff].copy(), gate_up[ff:].copy()
+    return t.get(p + "ffn_gate.weight", (ff, e)), t.get(p + "ffn_up.weight", (ff, e))

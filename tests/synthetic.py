@@ -1,0 +1,211 @@
+"""Tiny random GGUF models of the architectures no small real file covers, written like llama.cpp.
+
+Only SmolLM2 (llama) and Gemma-3 ship as small real files here; TinyLlama, Mistral and Phi-3 are
+proven on synthetic files: a few layers, small widths, random weights, but exactly the tensor
+names, metadata keys and layout conventions that llama.cpp's ``convert_hf_to_gguf.py`` writes for
+each architecture (read there and in ``src/models/*.cpp``; nothing here is guessed):
+
+* llama (TinyLlama, Mistral): ``LlamaModel`` writes ``{arch}.vocab_size`` and
+  ``rope.dimension_count`` (= head_dim), the usual hyperparameters, separate ``attn_q/k/v``, and
+  permutes the rows of Q and K so that llama.cpp's adjacent-pair (NORM) RoPE applies (transformers
+  undoes the permutation when it loads the file). Mistral is ``general.architecture = "llama"``;
+  transformers recognises it by ``"mistral"`` in ``general.name``. The converter writes no sliding
+  window for llama, and llama.cpp reads none.
+* phi3 (``Phi3MiniModel``): fused ``attn_qkv`` (rows: Q, then K, then V), fused gate/up in
+  ``ffn_up`` (``[2 * n_ff, n_embd]``: gate rows first, consumed by ggml_swiglu), no ``ffn_gate``,
+  ``rope.scaling.original_context_length``, and ``attention.sliding_window`` from the HF config
+  (2047 for Phi-3-mini-4k), which llama.cpp reads and then disables ("Phi SWA is currently
+  disabled", llama.cpp PR 13676). LongRoPE models (128k) add ``rope_factors_long/short``; the
+  4k shape written here has none.
+
+The vocabulary is a small SentencePiece one (``tokenizer.ggml.model = "llama"``, as TinyLlama,
+Mistral and Phi-3 ship): ``<unk> <s> </s>``, the 256 byte tokens ``<0x00>..<0xFF>``, then scored
+pieces. Weights are quantized with gguf-py (the oracle writer) to a rotation of the types it can
+write and we can read: F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; norms stay F32 as llama.cpp keeps
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# gguf-py writes these (gguf.quants.quantize) and reference/quants.py reads them. gguf-py can also
+# write TQ1_0, TQ2_0 and MXFP4, which our reader does not dequantize.
+QUANT_ROTATION = ("Q4_0", "Q8_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One synthetic model: an architecture and the shape conventions of a real model family."""
+
+    name: str
+    arch: str                   # general.architecture
+    general_name: str           # general.name (transformers detects Mistral by it)
+    n_embd: int = 64
+    n_layer: int = 3
+    n_head: int = 8
+    n_head_kv: int = 2
+    n_ff: int = 96
+    context_length: int = 256
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    tied: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # arch-specific metadata (suffix -> value)
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+VARIANTS: dict[str, Variant] = {
+    # TinyLlama-1.1B: 32 query heads on 4 KV heads (GQA 8:1), rope base 10 000, untied output.
+    "tinyllama": Variant("tinyllama", "llama", "TinyLlama 1.1B Chat v1.0", n_head=8, n_head_kv=1),
+    # Mistral-7B-Instruct-v0.2: 32 on 8 (GQA 4:1), rope base 1e6, untied output.
+    "mistral": Variant("mistral", "llama", "mistralai_mistral-7b-instruct-v0.2", n_head=8, n_head_kv=2,
+                       rope_base=1_000_000.0),
+    # Phi-3-mini-4k: MHA (32 on 32), rope base 10 000, sliding_window 2047 in the metadata.
+    "phi3": Variant("phi3", "phi3", "Phi 3 Mini 4k Instruct", n_head=4, n_head_kv=4,
+                    extra={"rope.scaling.original_context_length": 256, "attention.sliding_window": 2047}),
+}
+
+# -- vocabulary ------------------------------------------------------------------------------------
+
+_PIECES = (
+    "▁", "e", "t", "a", "o", "i", "n", "s", "h", "r", "l", "d", "c", "u", "m", "f", "p", "g", "w",
+    "y", "b", "v", "k", ".", ",", "▁t", "▁a", "he", "in", "er", "▁th", "▁the", "on", "an", "re",
+    "▁s", "▁w", "at", "en", "nd", "▁o", "▁c", "is", "es", "or", "▁f", "it", "▁b", "ar", "ed", "▁m",
+    "▁p", "▁in", "ou", "▁to", "▁of", "▁and", "ing", "▁is", "▁model", "▁token", "▁fast", "▁says",
+)
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_BYTE = 1, 2, 3, 6
+
+
+# Phi-3 appends its chat specials after the SentencePiece pieces (32000 <|endoftext|>, pad too).
+PHI3_SPECIALS = ("<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>")
+
+
+def spm_vocabulary(specials: tuple[str, ...] = ()) -> tuple[list[str], list[float], list[int]]:
+    """(tokens, scores, token types) of a small SentencePiece vocabulary (ids: unk 0, bos 1,
+    eos 2), with ``specials`` appended as control tokens."""
+    pieces = list(_PIECES)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces + list(specials)
+    types = ([TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL] + [TOKEN_BYTE] * 256
+             + [TOKEN_NORMAL] * len(pieces) + [TOKEN_CONTROL] * len(specials))
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))] + [0.0] * len(specials)
+    return tokens, scores, types
+
+
+# -- weights ---------------------------------------------------------------------------------------
+
+
+def _tensors(v: Variant, n_vocab: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random float32 weights in GGUF layout ``[out, in]``, named as the converter names them."""
+
+    def matrix(n_out: int, n_in: int, gain: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((n_out, n_in)) * gain / np.sqrt(n_in)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    e, d, ff = v.n_embd, v.head_dim, v.n_ff
+    q_out, kv_out = v.n_head * d, v.n_head_kv * d
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": rng.standard_normal((n_vocab, e)).astype(np.float32),
+        "output_norm.weight": norm(e),
+    }
+    if not v.tied:
+        t["output.weight"] = matrix(n_vocab, e, 3.0)
+    for il in range(v.n_layer):
+        p = f"blk.{il}."
+        t[p + "attn_norm.weight"] = norm(e)
+        if v.arch == "phi3":
+            t[p + "attn_qkv.weight"] = matrix(q_out + 2 * kv_out, e, 2.0)
+        else:
+            t[p + "attn_q.weight"] = matrix(q_out, e, 2.0)
+            t[p + "attn_k.weight"] = matrix(kv_out, e, 2.0)
+            t[p + "attn_v.weight"] = matrix(kv_out, e)
+        t[p + "attn_output.weight"] = matrix(e, q_out)
+        t[p + "ffn_norm.weight"] = norm(e)
+        if v.arch == "phi3":
+            t[p + "ffn_up.weight"] = matrix(2 * ff, e)  # [gate; up]
+        else:
+            t[p + "ffn_gate.weight"] = matrix(ff, e)
+            t[p + "ffn_up.weight"] = matrix(ff, e)
+        t[p + "ffn_down.weight"] = matrix(e, ff)
+    return t
+
+
+def _add_tensor(writer: Any, name: str, array: np.ndarray, qtype_name: str) -> str:
+    """Write ``array`` as ``qtype_name`` (1-D tensors stay F32, as llama.cpp keeps norms)."""
+    import gguf
+    from gguf.quants import quantize
+
+    if array.ndim == 1 or qtype_name == "F32":
+        writer.add_tensor(name, array)
+        return "F32"
+    qtype = gguf.GGMLQuantizationType[qtype_name]
+    if qtype == gguf.GGMLQuantizationType.F16:
+        writer.add_tensor(name, array.astype(np.float16))
+    else:
+        writer.add_tensor(name, quantize(array, qtype), raw_shape=None, raw_dtype=qtype)
+    return qtype_name
+
+
+def write_synthetic(path: Path, variant: str | Variant, *, seed: int = 0,
+                    quant_types: tuple[str, ...] = QUANT_ROTATION) -> dict[str, str]:
+    """Write the synthetic model ``variant`` to ``path``; returns {tensor name: ggml type name}.
+
+    Matrices cycle through ``quant_types`` in file order, so every type meets several roles.
+    """
+    import gguf
+
+    v = VARIANTS[variant] if isinstance(variant, str) else variant
+    rng = np.random.default_rng(seed)
+    tokens, scores, types = spm_vocabulary(PHI3_SPECIALS if v.arch == "phi3" else ())
+    w = gguf.GGUFWriter(str(path), v.arch)
+    w.add_name(v.general_name)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_context_length(v.context_length)
+    w.add_embedding_length(v.n_embd)
+    w.add_block_count(v.n_layer)
+    w.add_feed_forward_length(v.n_ff)
+    w.add_head_count(v.n_head)
+    w.add_head_count_kv(v.n_head_kv)
+    w.add_layer_norm_rms_eps(v.norm_eps)
+    w.add_rope_freq_base(v.rope_base)
+    w.add_rope_dimension_count(v.head_dim)
+    if v.arch == "llama":
+        w.add_vocab_size(len(tokens))
+    for suffix, value in v.extra.items():
+        key = f"{v.arch}.{suffix}"
+        if isinstance(value, float):
+            w.add_float32(key, value)
+        else:
+            w.add_uint32(key, int(value))
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    if v.arch == "phi3":
+        w.add_pad_token_id(tokens.index("<|endoftext|>"))
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    written: dict[str, str] = {}
+    matrices = 0
+    for name, array in _tensors(v, len(tokens), rng).items():
+        qtype = quant_types[matrices % len(quant_types)] if array.ndim == 2 else "F32"
+        matrices += array.ndim == 2
+        written[name] = _add_tensor(w, name, array, qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return written

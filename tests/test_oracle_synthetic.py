@@ -1,0 +1,124 @@
+"""Synthetic TinyLlama, Mistral and Phi-3 files: our reference forward against transformers.
+
+tests/synthetic.py writes each file the way llama.cpp's converter does (names, keys, the llama Q/K
+row permutation, phi3's fused QKV and gate/up), with weights quantized by gguf-py to Q4_0, Q4_1,
+Q5_0, Q5_1, Q8_0, F16 and BF16. transformers loads the same file independently (gguf-py
+dequantize, its own name map, un-permutation and un-fusing, its own PyTorch forward). Both see the
+same dequantized numbers, so the tolerance is the float32 one of the real-model oracle:
+max |Δlogit| <= 1e-3 (measured ~1e-5 on logits of magnitude ~12).
+
+A mutant check keeps the comparison honest: swapping the RoPE pairing (NEOX <-> NORM) in our
+config must break the agreement by orders of magnitude more than the tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from reference.config import ROPE_NEOX, ROPE_NORM
+from reference.gguf import GGUFFile
+from reference.model import Model
+from reference.tokenizer import Tokenizer
+from tests.hf_oracle import hf_logits, load_hf_model
+from tests.synthetic import VARIANTS, write_synthetic
+from verispec.cli import main as verispec_main
+
+pytestmark = [pytest.mark.oracle]
+
+LOGIT_TOL = 1e-3
+N_GREEDY = 48
+PROMPTS = ("the model says the token is fast", "a fast model is a model that says it")
+
+# The transformers class each file loads as. Mistral loads as llama: transformers switches to
+# MistralForCausalLM only when `"mistral" in general.name` holds for the name *list* it reads,
+# i.e. for a name of exactly "mistral"; real Mistral GGUFs (and this one) load as llama, which
+# computes the same function (the two differ only in a 4096-token sliding window).
+HF_CLASS = {"tinyllama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "phi3": "Phi3ForCausalLM"}
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def synthetic(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    name: str = request.param
+    path = tmp_path_factory.mktemp("synthetic") / f"{name}.gguf"
+    types = write_synthetic(path, name, seed=sorted(VARIANTS).index(name))
+    return {
+        "name": name,
+        "path": path,
+        "types": types,
+        "ours": Model.load(path),
+        "hf": load_hf_model(path),
+        "tok": Tokenizer.from_file(path),
+    }
+
+
+def _ids(s: dict[str, Any], text: str) -> list[int]:
+    tok: Tokenizer = s["tok"]
+    return [int(t) for t in tok.encode(text, add_bos=tok.add_bos)]
+
+
+def test_file_is_quantized_and_loaded_by_its_own_hf_class(synthetic: dict[str, Any]) -> None:
+    with GGUFFile.open(synthetic["path"]) as f:
+        found = {f.tensors[n].type_name for n in synthetic["types"]}
+    assert {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16", "F32"} <= found
+    assert type(synthetic["hf"]).__name__ == HF_CLASS[synthetic["name"]]
+
+
+def test_prompt_logits_match_transformers(synthetic: dict[str, Any]) -> None:
+    ours: Model = synthetic["ours"]
+    for text in PROMPTS:
+        ids = _ids(synthetic, text)
+        expected = hf_logits(synthetic["hf"], ids)
+        got = ours.forward(ids, ours.new_cache(len(ids))).logits
+        assert got.shape == expected.shape
+        delta = float(np.max(np.abs(got - expected)))
+        assert delta <= LOGIT_TOL, f"{synthetic['name']} {text!r}: max |Δlogit| {delta:.3g}"
+        assert float(np.max(np.abs(expected))) > 1.0  # the logits are not trivially small
+
+
+def test_cached_greedy_decode_matches_transformers(synthetic: dict[str, Any]) -> None:
+    ours: Model = synthetic["ours"]
+    prompt = _ids(synthetic, PROMPTS[0])
+    cache = ours.new_cache(len(prompt) + N_GREEDY)
+    logits = ours.forward(prompt, cache).logits[-1]
+    chosen, rows = [], []
+    for _ in range(N_GREEDY):
+        rows.append(logits)
+        chosen.append(int(np.argmax(logits)))
+        logits = ours.forward([chosen[-1]], cache).logits[-1]
+    expected = hf_logits(synthetic["hf"], prompt + chosen)[len(prompt) - 1 : -1]
+    assert [int(t) for t in expected.argmax(-1)] == chosen
+    delta = float(np.max(np.abs(np.stack(rows) - expected)))
+    assert delta <= LOGIT_TOL, f"{synthetic['name']}: cached decode max |Δlogit| {delta:.3g}"
+
+
+def test_wrong_rope_pairing_is_caught(synthetic: dict[str, Any]) -> None:
+    ours: Model = synthetic["ours"]
+    swapped = ROPE_NORM if ours.config.rope_type == ROPE_NEOX else ROPE_NEOX
+    mutant = Model(dataclasses.replace(ours.config, rope_type=swapped), ours.weights)
+    ids = _ids(synthetic, PROMPTS[1])
+    expected = hf_logits(synthetic["hf"], ids)
+    delta = float(np.max(np.abs(mutant.forward(ids, mutant.new_cache(len(ids))).logits - expected)))
+    assert delta > 100 * LOGIT_TOL
+
+
+def test_cli_inspect_and_generate(synthetic: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(synthetic["path"])
+    assert verispec_main(["inspect", "--json", path]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["architecture"] == VARIANTS[synthetic["name"]].arch
+    assert verispec_main(["generate", "--model", path, "--prompt", PROMPTS[0], "--max-tokens", "6",
+                          "--temperature", "0", "--json", "--engine", "reference"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["ids"]) == 6
+    ours: Model = synthetic["ours"]
+    prompt = _ids(synthetic, PROMPTS[0])
+    assert out["prompt_ids"] == prompt
+    expected = hf_logits(synthetic["hf"], prompt + out["ids"])[len(prompt) - 1 : -1]
+    assert [int(t) for t in expected.argmax(-1)] == out["ids"]  # the CLI's greedy is transformers'
+    assert ours.config.arch == info["architecture"]
