@@ -1,0 +1,39 @@
+"""`verispec bench --model M [--json] [--plot FILE.png]`: engine speed, ratios, machine (engine/bench.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from engine.bench import DRAFTS, BenchOptions, format_report, plot, run_bench
+from verispec.registry import DEFAULT_MODEL, resolve_model
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = subparsers.add_parser("bench", help="measure engine speed against its matmul bound, the reference and llama.cpp")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", default=None, metavar="FILE.png", help="draw tok/s per mode and acceptance per position")
+    parser.add_argument("--tokens", type=int, default=48, help="tokens per decode run (default 48)")
+    parser.add_argument("--prefill-tokens", type=int, default=64, help="prompt tokens of the prefill measurement (default 64)")
+    parser.add_argument("--draft", action="append", default=None, metavar="SPEC", help=f"draft sources to measure (repeatable; default {', '.join(DRAFTS)})")
+    parser.add_argument("--k", type=int, default=4, help="maximum draft tokens per cycle (adaptive; default 4)")
+    parser.add_argument("--no-reference", action="store_true", help="skip the (slow) reference engine run")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = BenchOptions(
+        decode_tokens=args.tokens,
+        prefill_tokens=args.prefill_tokens,
+        drafts=tuple(args.draft) if args.draft else DRAFTS,
+        k=args.k,
+        reference=not args.no_reference,
+    )
+    report = run_bench(resolve_model(args.model), options)
+    if args.plot:
+        plot(report, Path(args.plot))
+        report["plot"] = args.plot
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
