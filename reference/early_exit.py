@@ -18,10 +18,11 @@ exchangeability of calibration and serve tokens.
 
 Exact KV by deferred catch-up. A token that exits at depth k has K/V for layers 0..k-1 only; it
 *owes* layers k..L-1. Its hidden state at depth k is kept in a backlog. A later token that runs
-layer j first needs layer j of every earlier slot, so layer j is computed for the owed rows at
-depth j *in the same pass* as the later token (one :meth:`Model.forward_layers` call per layer
-and contiguous run of slots, in slot order, so causality holds within the layer). Owed rows move
-on together with the later token, as deep as it goes; rows that reach depth L leave the backlog.
+layer j first needs layer j of every earlier slot, so the owed rows at depth j join it and run
+*in the same batched pass* (one :meth:`Model.forward_layers` call per segment of layers between
+boundaries -- candidate depths and depths where another owed row joins -- and per contiguous run
+of slots, runs in slot order so that causality holds). Owed rows move on together with the later
+token, as deep as it goes; rows that reach depth L leave the backlog.
 When the backlog holds ``backlog_bound`` rows they are all caught up to depth L at once. After
 :meth:`DeferredDecoder.settle` every cached K/V equals the full model's (up to float rounding of
 batched vs single-row matmuls; spec/test_early_exit_kv.py checks it).
@@ -166,7 +167,7 @@ ExitPolicy = Callable[[int, F32], bool]
 
 @dataclass
 class DecoderCounters:
-    layer_calls: int = 0        # forward_layers calls (one per layer and contiguous run)
+    layer_calls: int = 0        # forward_layers calls (one per segment and contiguous run)
     catchup_rows: int = 0       # owed (row, layer) pairs computed
     forced_catchups: int = 0    # times the backlog bound forced a full catch-up
 
@@ -216,8 +217,10 @@ class DeferredDecoder:
         while depth < n_layer:
             if depth in self.candidate_depths and policy(depth, x):
                 break
-            x = self._layer_with_backlog(depth, x, slot, position)
-            depth += 1
+            stop = self._next_boundary(depth, with_candidates=True)
+            out = self._run_segment(depth, stop, (slot, position, x))
+            assert out is not None
+            x, depth = out, stop
         self.cache.advance(1)
         if depth < n_layer:
             self.backlog.append(_Owed(slot, position, depth, x[0].copy()))
@@ -227,32 +230,36 @@ class DeferredDecoder:
         return depth, x
 
     def settle(self) -> None:
-        """Catch every owed row up to depth L (one batched pass per layer); empties the backlog."""
-        if not self.backlog:
-            return
-        for layer in range(min(o.depth for o in self.backlog), self.model.config.n_layer):
-            self._run_owed(layer, None)
-        self.backlog = []
+        """Catch every owed row up to depth L (batched passes); empties the backlog."""
+        while self.backlog:
+            first = min(o.depth for o in self.backlog)
+            self._run_segment(first, self._next_boundary(first, with_candidates=False), None)
 
     @property
     def owed_layers(self) -> int:
         """Number of (slot, layer) pairs not yet in the cache."""
         return sum(self.model.config.n_layer - o.depth for o in self.backlog)
 
-    # -- one layer for the owed rows at that depth plus (optionally) the current token --
+    # -- one segment of layers for the owed rows at its first depth plus (optionally) the current token --
 
-    def _layer_with_backlog(self, layer: int, x: F32, slot: int, position: int) -> F32:
-        out = self._run_owed(layer, (slot, position, x))
-        assert out is not None
-        return out
+    def _next_boundary(self, depth: int, *, with_candidates: bool) -> int:
+        """The next depth after ``depth`` where the set of rows to run changes: an owed row joins,
+        or (for the current token) a candidate exit depth; at most L."""
+        later = [o.depth for o in self.backlog if o.depth > depth]
+        if with_candidates:
+            later += [k for k in self.candidate_depths if k > depth]
+        return min(later + [self.model.config.n_layer])
 
-    def _run_owed(self, layer: int, current: tuple[int, int, F32] | None) -> F32 | None:
-        """Run ``layer`` for the owed rows at depth ``layer`` and the current token, in slot order.
+    def _run_segment(self, first: int, stop: int, current: tuple[int, int, F32] | None) -> F32 | None:
+        """Run layers ``first..stop-1`` for the owed rows at depth ``first`` and the current token.
 
-        Invariant on entry: every owed row has depth >= layer (rows at depth < layer were moved
-        on by earlier calls), so the rows at exactly ``layer`` are the ones that need it.
+        Invariant on entry: every owed row has depth >= ``first``, and none has a depth strictly
+        between ``first`` and ``stop`` (``stop`` is the next boundary), so the rows at exactly
+        ``first`` are the ones that need these layers. Each contiguous run of slots is one
+        :meth:`forward_layers` call through the whole segment, runs in slot order: a later slot
+        only attends to earlier slots, whose K/V for these layers are then already written.
         """
-        rows = [o for o in self.backlog if o.depth == layer]
+        rows = [o for o in self.backlog if o.depth == first]
         slots = [o.slot for o in rows]
         positions = [o.position for o in rows]
         hidden = [o.hidden[None, :] for o in rows]
@@ -267,14 +274,14 @@ class DeferredDecoder:
         begin = 0
         for end in _run_ends(slots):  # contiguous runs of slots, in slot order
             out[begin:end] = self.model.forward_layers(
-                x[begin:end], self.cache, layer, layer, positions[begin:end], start=slots[begin]
+                x[begin:end], self.cache, first, stop - 1, positions[begin:end], start=slots[begin]
             )
             self.counters.layer_calls += 1
             begin = end
         for i, o in enumerate(rows):
             o.hidden = out[i].copy()
-            o.depth = layer + 1
-        self.counters.catchup_rows += len(rows)
+            o.depth = stop
+        self.counters.catchup_rows += len(rows) * (stop - first)
         self.backlog = [o for o in self.backlog if o.depth < self.model.config.n_layer]
         return out[len(rows):] if current is not None else None
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
 from reference.early_exit import DeferredDecoder
+from reference.early_exit import Model as ModelLike
 from reference.model import LayerWeights, Model, Weights
 from spec.profiles import examples
 
@@ -66,7 +67,7 @@ MODELS = {"llama": tiny_model("llama"), "gemma3": tiny_model("gemma3", seed=1)}
 
 
 def run_pattern(
-    model: Model, prompt: list[int], tokens: list[int], exits: list[int], candidates: tuple[int, ...], bound: int,
+    model: ModelLike, prompt: list[int], tokens: list[int], exits: list[int], candidates: tuple[int, ...], bound: int,
     rtol: float = RTOL, atol: float = ATOL, decoder_class: type[DeferredDecoder] = DeferredDecoder,
 ) -> None:
     """Decode ``tokens`` after ``prompt`` exiting token i at depth ``exits[i]``; check both claims."""
@@ -130,24 +131,34 @@ def test_skipping_the_catch_up_is_caught() -> None:
 
 
 def test_reading_owed_layers_is_caught() -> None:
-    """Teeth: a decoder that runs only the current token (owed rows never caught up in-pass) reads
-    unwritten K/V, and the hidden-state check at the exit depth fails."""
+    """Teeth: a decoder that runs only the current token (owed rows not caught up in its pass)
+    reads unwritten K/V, and the hidden-state check at the exit depth fails."""
     model = MODELS["llama"]
 
     class Blind(DeferredDecoder):
-        def _layer_with_backlog(self, layer: int, x: npt.NDArray[np.float32], slot: int, position: int) -> npt.NDArray[np.float32]:
-            return self.model.forward_layers(x, self.cache, layer, layer, [position], start=slot)
+        def _run_segment(
+            self, first: int, stop: int, current: tuple[int, int, npt.NDArray[np.float32]] | None
+        ) -> npt.NDArray[np.float32] | None:
+            if current is None:
+                return super()._run_segment(first, stop, None)
+            slot, position, x = current
+            return self.model.forward_layers(x, self.cache, first, stop - 1, [position], start=slot)
 
     with pytest.raises(AssertionError):
         run_pattern(model, [1, 2], [3, 4, 5], [1, 5, 5], (1,), bound=10, decoder_class=Blind)
 
 
 @pytest.mark.model
-def test_real_model_exit_pattern_gives_the_full_cache() -> None:
-    """SmolLM2-135M: 10 tokens exiting at mixed depths (with a forced catch-up) -> the full cache."""
+@pytest.mark.parametrize("engine", ["reference", "fast"])
+def test_real_model_exit_pattern_gives_the_full_cache(engine: str) -> None:
+    """SmolLM2-135M on both engines: 10 tokens exiting at mixed depths (with a forced catch-up)
+    -> the full cache."""
+    from engine import load_model
+    from reference.gguf import GGUFFile
     from verispec.registry import resolve_model
 
-    model = Model.load(resolve_model("smollm2-135m"))
+    with GGUFFile.open(resolve_model("smollm2-135m")) as f:
+        model = load_model(f, engine=engine)
     tokens = [504, 3458, 282, 4649, 314, 260, 1345, 28, 357, 469]
     exits = [8, 30, 24, 8, 16, 30, 8, 24, 8, 30]
     run_pattern(model, [1, 504, 3458], tokens, exits, (8, 16, 24), bound=4, rtol=1e-3, atol=1e-3)
