@@ -66,6 +66,7 @@ class BenchOptions:
     prompts: tuple[tuple[str, str], ...] = PROMPTS
     sampled_temperature: float = 0.8
     reference: bool = True
+    kernels: bool = True  # compare OpenBLAS kernels (child processes: default vs Haswell)
     seed: int = 0
 
 
@@ -228,6 +229,12 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     bound_s = _best_time(matmul_stream(model, 1), options.matmul_repeats)
     rows = {str(r): _best_time(matmul_stream(model, r), max(1, options.matmul_repeats // 2)) / bound_s for r in (1, 2, 4, 5, 8)}
     report["matmul_bound"] = {"ms_per_token": bound_s * 1000, "tok_s": 1.0 / bound_s, "rows_cost_relative": rows}
+    if options.kernels:
+        from engine.kernels import compare
+
+        report["kernels"] = compare(model.store.matmul_shapes(cfg), repeats=max(1, options.matmul_repeats // 2))
+    else:
+        report["kernels"] = []
 
     prose = options.prompts[min(3, len(options.prompts) - 1)][1]
     ids = tuple(tokenizer.encode(prose, add_bos=tokenizer.add_bos))
@@ -284,6 +291,9 @@ def format_report(report: dict[str, Any]) -> str:
         "rows cost x1-row: " + ", ".join(f"{r}: {c:.2f}" for r, c in report["matmul_bound"]["rows_cost_relative"].items()),
         f"plain decode: {report['plain']['tok_s']:.1f} tok/s; prefill {report['prefill']['tok_s']:.1f} tok/s",
     ]
+    for k in report.get("kernels", []):
+        ms = ", ".join(f"{r} rows {v:.1f} ms" for r, v in k.get("ms_by_rows", {}).items())
+        lines.append(f"kernel OPENBLAS_CORETYPE={k['coretype']} -> {k.get('kernel')}: {ms or k.get('error')}")
     for name, entry in report["speculative"].items():
         if not isinstance(entry, dict):
             lines.append(f"speculative: {entry}")

@@ -22,7 +22,7 @@ def _positive_finite(value: Any) -> bool:
 def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "bench.png"
     status = cli.main(["bench", "--model", str(smollm2_path), "--json", "--plot", str(png),
-                       "--tokens", "4", "--prefill-tokens", "8", "--k", "3"])
+                       "--tokens", "4", "--prefill-tokens", "8", "--k", "3", "--no-kernels"])
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report) >= {"date", "model", "machine", "matmul_bound", "plain", "prefill", "speculative",
@@ -49,3 +49,15 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = format_report(report)
     assert "matmul-only bound" in text and "plain decode" in text and "BLAS" in text
+
+
+def test_kernel_comparison_runs_each_coretype_in_a_child() -> None:
+    from engine.kernels import KERNELS, compare
+
+    results = compare([(64, 32), (32, 64)], rows=(1, 4), repeats=1, timeout_s=120)
+    assert [r["coretype"] for r in results] == list(KERNELS)
+    for r in results:
+        assert "error" not in r, r
+        assert set(r["ms_by_rows"]) == {"1", "4"} and all(_positive_finite(v) for v in r["ms_by_rows"].values())
+    haswell = next(r for r in results if r["coretype"] == "Haswell")
+    assert haswell["kernel"] in ("Haswell", None)  # None: a BLAS other than OpenBLAS

@@ -20,6 +20,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--draft", action="append", default=None, metavar="SPEC", help=f"draft sources to measure (repeatable; default {', '.join(DRAFTS)})")
     parser.add_argument("--k", type=int, default=4, help="maximum draft tokens per cycle (adaptive; default 4)")
     parser.add_argument("--no-reference", action="store_true", help="skip the (slow) reference engine run")
+    parser.add_argument("--no-kernels", action="store_true", help="skip the OpenBLAS kernel comparison (child processes)")
     parser.set_defaults(func=run)
 
 
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
         drafts=tuple(args.draft) if args.draft else DRAFTS,
         k=args.k,
         reference=not args.no_reference,
+        kernels=not args.no_kernels,
     )
     report = run_bench(resolve_model(args.model), options)
     if args.plot:
