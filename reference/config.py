@@ -59,6 +59,11 @@ class Config:
     ffn_activation: str            # ACT_SILU or ACT_GELU_TANH
     qk_norm: bool                  # per-head RMSNorm on Q and K before RoPE (gemma3)
     post_norms: bool               # RMSNorm on the attention and FFN outputs before the residual add
+    # gemma4 only (the defaults leave every other architecture as it was):
+    head_dim_swa: int = 0          # head dim of sliding layers (attention.key_length_swa); 0: head_dim
+    rope_dim_swa: int = 0          # RoPE dims of sliding layers (rope.dimension_count_swa); 0: rope_dim
+    rope_freqs_global_only: bool = False  # rope_freqs.weight applies to global layers only
+    value_norm: bool = False       # unweighted RMSNorm on V before attention
 
     @property
     def n_group(self) -> int:
@@ -68,6 +73,18 @@ class Config:
     def is_sliding(self, layer: int) -> bool:
         """Whether ``layer`` attends through a sliding window (else: to every earlier position)."""
         return self.sliding_layers[layer]
+
+    def layer_head_dim(self, layer: int) -> int:
+        """The head dim of ``layer`` (gemma4's sliding layers have their own)."""
+        if self.head_dim_swa and self.is_sliding(layer):
+            return self.head_dim_swa
+        return self.head_dim
+
+    def layer_rope_dim(self, layer: int) -> int:
+        """The number of rotated dims per head in ``layer``."""
+        if self.rope_dim_swa and self.is_sliding(layer):
+            return self.rope_dim_swa
+        return self.rope_dim
 
     def layer_rope_base(self, layer: int) -> float:
         """The RoPE frequency base of ``layer`` (local base on sliding layers)."""
@@ -101,7 +118,7 @@ class Config:
         return reader(meta, n_vocab)
 
 
-SUPPORTED_ARCHITECTURES: tuple[str, ...] = ("gemma3", "llama", "phi3")
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = ("gemma3", "gemma4", "llama", "phi3")
 
 
 class _Metadata:
@@ -320,7 +337,91 @@ def _phi3(meta: _Metadata, n_vocab: int) -> Config:
     return dataclasses.replace(llama, rope_type=ROPE_NEOX)
 
 
+def _gemma4(meta: _Metadata, n_vocab: int) -> Config:
+    """gemma4, dense text decoder: gemma3's block with what llama.cpp's src/models/gemma4.cpp changes.
+
+    * sliding and global layers have their own head dim (``attention.key_length_swa`` /
+      ``key_length``), RoPE dims and base (``rope.*_swa`` / ``rope.*``); the layer pattern is the
+      per-layer boolean array ``attention.sliding_window_pattern``;
+    * global layers use "proportional" RoPE through ``rope_freqs.weight`` (factor 1e30 leaves a
+      pair unrotated), sliding layers use no frequency factors;
+    * V gets an unweighted RMSNorm; attention scale is 1 (Q and K are RMS-normed);
+    * norm weights are stored as is (the converter's ``norm_shift`` is 0, unlike gemma3's 1);
+    * each layer's output is multiplied by ``layer_output_scale.weight`` when present;
+    * ``attn_v`` may be absent on a layer: V is then the K projection (``attention_k_eq_v``).
+
+    Refused by name rather than computed wrongly: per-layer input embeddings
+    (``embedding_length_per_layer_input`` > 0, E2B/E4B), KV sharing (``shared_kv_layers`` > 0),
+    per-layer KV-head counts that differ, a sliding head dim larger than the global one, and MoE.
+    """
+    n_embd = meta.integer("embedding_length")
+    n_head = meta.integer("attention.head_count")
+    n_layer = _positive("n_layer", meta.integer("block_count"))
+    kv_value = meta.raw(f"{meta.arch}.attention.head_count_kv")
+    if isinstance(kv_value, Sequence) and not isinstance(kv_value, (str, bytes)):
+        counts = {int(x) for x in kv_value}
+        if len(counts) != 1:
+            raise ModelError(f"per-layer attention.head_count_kv {sorted(counts)} is not supported")
+        n_head_kv = counts.pop()
+    else:
+        n_head_kv = meta.integer("attention.head_count_kv", n_head)
+    _check_heads(n_embd, n_head, n_head_kv)
+    for key in ("embedding_length_per_layer_input", "attention.shared_kv_layers"):
+        if meta.integer(key, 0) != 0:
+            raise ModelError(f"gemma4 {key} = {meta.integer(key)} is not supported")
+    head_dim = _head_dim(meta, n_embd, n_head)
+    head_dim_swa = _positive("head_dim_swa", meta.integer("attention.key_length_swa", head_dim))
+    if meta.integer("attention.value_length_swa", head_dim_swa) != head_dim_swa:
+        raise ModelError("attention.value_length_swa != key_length_swa")
+    if head_dim_swa > head_dim:
+        raise ModelError(f"attention.key_length_swa {head_dim_swa} > key_length {head_dim}")
+    rope_dim_swa = meta.integer("rope.dimension_count_swa", head_dim_swa)
+    if rope_dim_swa <= 0 or rope_dim_swa > head_dim_swa or rope_dim_swa % 2:
+        raise ModelError(f"rope.dimension_count_swa {rope_dim_swa} must be even and in (0, {head_dim_swa}]")
+    sliding_window = meta.integer("attention.sliding_window")
+    if sliding_window <= 0:
+        raise ModelError(f"attention.sliding_window {sliding_window} must be positive")
+    pattern = meta.raw(f"{meta.arch}.attention.sliding_window_pattern")
+    if not (isinstance(pattern, Sequence) and not isinstance(pattern, (str, bytes))):
+        raise ModelError("gemma4 needs attention.sliding_window_pattern as a per-layer array")
+    sliding = _sliding_layers(meta, n_layer, 0)
+    scaling_type, scaling_factor = _rope_scaling(meta)
+    rope_base = meta.number("rope.freq_base", 10000.0)
+    softcap = meta.optional_float("final_logit_softcapping")
+    return Config(
+        arch=meta.arch,
+        n_vocab=n_vocab,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        n_ff=_positive("n_ff", meta.integer("feed_forward_length")),
+        rope_base=rope_base,
+        rope_base_local=meta.number("rope.freq_base_swa", rope_base),
+        rope_dim=_rope_dim(meta, head_dim),
+        rope_type=ROPE_NEOX,
+        rope_scaling_type=scaling_type,
+        rope_scaling_factor=scaling_factor,
+        norm_eps=meta.number("attention.layer_norm_rms_epsilon"),
+        sliding_window=sliding_window,
+        sliding_layers=sliding,
+        context_length=_positive("context_length", meta.integer("context_length")),
+        final_softcap=softcap if softcap else None,
+        embed_scale=math.sqrt(n_embd),
+        attn_scale=1.0,
+        ffn_activation=ACT_GELU_TANH,
+        qk_norm=True,
+        post_norms=True,
+        head_dim_swa=head_dim_swa,
+        rope_dim_swa=rope_dim_swa,
+        rope_freqs_global_only=True,
+        value_norm=True,
+    )
+
+
 _READERS: dict[str, Callable[[_Metadata, int], Config]] = {
+    "gemma4": _gemma4,
     "llama": _llama,
     "gemma3": _gemma3,
     "phi3": _phi3,

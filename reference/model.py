@@ -1,18 +1,25 @@
-"""The reference forward pass of a quantized GGUF decoder (llama, gemma3), readable first.
+"""The reference forward pass of a quantized GGUF decoder (llama, phi3, gemma3, gemma4), readable first.
 
 Weights are dequantized to float32 once, at load, and every projection is one matmul. A forward
 takes a span of tokens at given positions, reads and extends a :class:`~reference.kvcache.KVCache`,
 and returns logits for every position of the span (``[T, V]``), optionally with the hidden state
 after every layer (the early exit and layer-skip drafts need them).
 
-One decoder layer (both architectures; gemma3's extras marked)::
+One decoder layer (every architecture; the gemma extras marked)::
 
-    h = x + [post_attn_norm] attn(rms_norm(x))      attn: q,k,v proj; [q/k rms_norm]; RoPE;
-    x = h + [post_ffn_norm]  ffn(rms_norm(h))             GQA softmax (causal, [sliding]); out proj
+    h = x + [post_attn_norm] attn(rms_norm(x))      attn: q,k,v proj; [q/k rms_norm]; [v norm];
+    x = h + [post_ffn_norm]  ffn(rms_norm(h))             RoPE; GQA softmax (causal, [sliding])
+    x = x * [out_scale]                                   out proj
 
-llama.cpp is the oracle: src/models/llama.cpp and src/models/gemma3.cpp. It quantizes activations
+phi3 is llama with NEOX RoPE whose fused ``attn_qkv`` and gate/up ``ffn_up`` are split at load.
+gemma4 adds per-layer head dims (the cache is sized for the largest; smaller heads are
+zero-padded in it), proportional RoPE on global layers, an unweighted V norm and a per-layer
+output scale (see reference/config.py ``_gemma4``).
+
+llama.cpp is the oracle: src/models/{llama,phi3,gemma3,gemma4}.cpp. It quantizes activations
 to 8 bits inside its quantized matmuls and keeps an F16 KV cache, so logits agree closely but not
-bit for bit (see tests/data/golden/README.md).
+bit for bit (see tests/data/golden/README.md). transformers' float32 forward agrees to ~1e-5
+(tests/test_oracle_*.py).
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class LayerWeights:
     k_norm: F32 | None = None      # [d]  gemma3: per-head RMSNorm on K
     post_attn_norm: F32 | None = None  # [n_embd]  gemma3
     post_ffn_norm: F32 | None = None   # [n_embd]  gemma3
+    out_scale: F32 | None = None   # [1]  gemma4: the layer's output is multiplied by it
 
 
 @dataclass(frozen=True)
@@ -219,7 +227,10 @@ class Model:
         f = layers.gated_ffn(h, w.ffn_gate, w.ffn_up, w.ffn_down, cfg.ffn_activation)
         if w.post_ffn_norm is not None:
             f = layers.rms_norm(f, w.post_ffn_norm, cfg.norm_eps)
-        return np.asarray(x + f, dtype=np.float32)
+        out = x + f
+        if w.out_scale is not None:  # gemma4: scales the whole residual stream, not the branch
+            out = out * w.out_scale
+        return np.asarray(out, dtype=np.float32)
 
     def _attention(
         self, h: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], start: int
@@ -227,32 +238,42 @@ class Model:
         """Self-attention of the span over every cached slot up to its end -> ``[T, n_embd]``."""
         cfg, w = self.config, self.weights.layers[layer]
         n_tokens = h.shape[0]
-        q = layers.linear(h, w.wq, w.bq).reshape(n_tokens, cfg.n_head, cfg.head_dim)
-        k = layers.linear(h, w.wk, w.bk).reshape(n_tokens, cfg.n_head_kv, cfg.head_dim)
-        v = layers.linear(h, w.wv, w.bv).reshape(n_tokens, cfg.n_head_kv, cfg.head_dim)
+        d = cfg.layer_head_dim(layer)  # gemma4: sliding layers have their own head dim
+        q = layers.linear(h, w.wq, w.bq).reshape(n_tokens, cfg.n_head, d)
+        k = layers.linear(h, w.wk, w.bk).reshape(n_tokens, cfg.n_head_kv, d)
+        v = layers.linear(h, w.wv, w.bv).reshape(n_tokens, cfg.n_head_kv, d)
         if w.q_norm is not None and w.k_norm is not None:
             q = layers.rms_norm(q, w.q_norm, cfg.norm_eps)
             k = layers.rms_norm(k, w.k_norm, cfg.norm_eps)
+        if cfg.value_norm:  # gemma4: RMSNorm without a weight
+            v = layers.rms_norm(v, np.ones(d, dtype=np.float32), cfg.norm_eps)
         q = self._rope(q, layer, positions)
         k = self._rope(k, layer, positions)
+        if d < cfg.head_dim:  # the cache is sized for the largest head dim: zero-pad, slice back
+            pad = ((0, 0), (0, 0), (0, cfg.head_dim - d))
+            k, v = np.pad(k, pad), np.pad(v, pad)
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
         end = start + n_tokens
         window = cfg.sliding_window if cfg.is_sliding(layer) else 0
         mask = layers.attention_mask(positions, cache.positions[:end], window)  # [T, end]
-        out = layers.attention(q, cache.keys(layer, end), cache.values(layer, end), mask, cfg.attn_scale)
+        keys, values = cache.keys(layer, end)[..., :d], cache.values(layer, end)[..., :d]
+        out = layers.attention(q, keys, values, mask, cfg.attn_scale)
         return layers.linear(out, w.wo, w.bo)
 
     def _rope(self, x: F32, layer: int, positions: npt.NDArray[np.int64]) -> F32:
         """RoPE with this layer's base and scale (gemma3: local base on sliding layers)."""
         cfg = self.config
+        factors = self.weights.rope_freqs
+        if cfg.rope_freqs_global_only and cfg.is_sliding(layer):
+            factors = None  # gemma4: the proportional-RoPE factors belong to global layers
         return layers.rope(
             x,
             positions,
-            rope_dim=cfg.rope_dim,
+            rope_dim=cfg.layer_rope_dim(layer),
             base=cfg.layer_rope_base(layer),
             freq_scale=cfg.layer_rope_freq_scale(layer),
             rope_type=cfg.rope_type,
-            freq_factors=self.weights.rope_freqs,
+            freq_factors=factors,
         )
 
     # -- argument checks -------------------------------------------------------------------------
@@ -314,8 +335,7 @@ class _TensorLoader:
 def _load(f: "GGUFFile") -> tuple[Config, Weights]:
     cfg = Config.from_gguf(f)
     t = _TensorLoader(f)
-    d, e, ff = cfg.head_dim, cfg.n_embd, cfg.n_ff
-    q_out, kv_out = cfg.n_head * d, cfg.n_head_kv * d
+    e, ff = cfg.n_embd, cfg.n_ff
     if t.has("blk.0.ffn_gate_inp.weight"):
         raise ModelError("mixture-of-experts layers (ffn_gate_inp) are not supported")
     token_embd = t.get("token_embd.weight", (cfg.n_vocab, e))
@@ -326,7 +346,9 @@ def _load(f: "GGUFFile") -> tuple[Config, Weights]:
     blocks = []
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
-        wq, wk, wv = _attention_projections(t, p, q_out, kv_out, e)
+        d = cfg.layer_head_dim(il)
+        q_out, kv_out = cfg.n_head * d, cfg.n_head_kv * d
+        wq, wk, wv = _attention_projections(t, p, q_out, kv_out, e, v_may_be_k=cfg.arch == "gemma4")
         ffn_gate, ffn_up = _gate_up_projections(t, p, ff, e, fused=cfg.arch == "phi3")
         blocks.append(
             LayerWeights(
@@ -347,6 +369,7 @@ def _load(f: "GGUFFile") -> tuple[Config, Weights]:
                 k_norm=t.get(p + "attn_k_norm.weight", (d,)) if cfg.qk_norm else None,
                 post_attn_norm=t.get(p + "post_attention_norm.weight", (e,)) if cfg.post_norms else None,
                 post_ffn_norm=t.get(p + "post_ffw_norm.weight", (e,)) if cfg.post_norms else None,
+                out_scale=t.optional(p + "layer_output_scale.weight", (1,)),
             )
         )
     weights = Weights(
@@ -360,21 +383,21 @@ def _load(f: "GGUFFile") -> tuple[Config, Weights]:
 
 
 def _attention_projections(
-    t: _TensorLoader, p: str, q_out: int, kv_out: int, e: int
+    t: _TensorLoader, p: str, q_out: int, kv_out: int, e: int, *, v_may_be_k: bool = False
 ) -> tuple[F32, F32, F32]:
     """(wq, wk, wv): separate tensors, or the rows of a fused ``attn_qkv`` (phi3) split Q|K|V.
 
     llama.cpp's create_tensor_qkv takes whichever the file has; a fused matmul computes each
-    output row as the same dot product as the split one, so splitting changes no number.
+    output row as the same dot product as the split one, so splitting changes no number. With
+    ``v_may_be_k`` (gemma4's attention_k_eq_v) a missing ``attn_v`` means V is the K projection.
     """
     if t.has(p + "attn_qkv.weight"):
         qkv = t.get(p + "attn_qkv.weight", (q_out + 2 * kv_out, e))
         return qkv[:q_out].copy(), qkv[q_out : q_out + kv_out].copy(), qkv[q_out + kv_out :].copy()
-    return (
-        t.get(p + "attn_q.weight", (q_out, e)),
-        t.get(p + "attn_k.weight", (kv_out, e)),
-        t.get(p + "attn_v.weight", (kv_out, e)),
-    )
+    wq = t.get(p + "attn_q.weight", (q_out, e))
+    wk = t.get(p + "attn_k.weight", (kv_out, e))
+    wv = wk if v_may_be_k and not t.has(p + "attn_v.weight") else t.get(p + "attn_v.weight", (kv_out, e))
+    return wq, wk, wv
 
 
 def _gate_up_projections(t: _TensorLoader, p: str, ff: int, e: int, *, fused: bool) -> tuple[F32, F32]:

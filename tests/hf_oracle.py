@@ -98,3 +98,67 @@ def hf_greedy(model: Any, prompt: Sequence[int], n_new: int) -> list[int]:
             attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
         )
     return [int(t) for t in out[0, len(prompt):].tolist()]
+
+
+# -- gemma4: transformers' model filled from gguf-py's dequantization ------------------------------
+
+# transformers 5.24 maps only a few gemma4 GGUF keys (GGUF_CONFIG_MAPPING["gemma4"]: no
+# rope.freq_base(_swa), key_length_swa, sliding_window_pattern, embedding_length_per_layer_input,
+# shared_kv_layers) and falls back to Gemma4TextConfig defaults for the rest: 256-wide per-layer
+# input embeddings over a 262 144-token table, head_dim 256, a 5:1 pattern. A small file therefore
+# cannot go through from_pretrained(gguf_file=...). The oracle instead builds Gemma4ForCausalLM
+# from the HF config the file was converted from and fills it with gguf-py's dequantization of the
+# file's tensors: still transformers' own forward (proportional RoPE computed from the config, not
+# from the file's rope_freqs; its own norms, masks and softcap), on the same numbers.
+_GEMMA4_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+    "layer_output_scale.weight": "layer_scalar",
+}
+
+
+def _hf_gemma4_name(gguf_name: str) -> str | None:
+    if gguf_name == "token_embd.weight":
+        return "model.embed_tokens.weight"
+    if gguf_name == "output_norm.weight":
+        return "model.norm.weight"
+    if gguf_name == "rope_freqs.weight":
+        return None  # transformers derives proportional RoPE from the config
+    _, layer, suffix = gguf_name.split(".", 2)
+    return f"model.layers.{layer}.{_GEMMA4_LAYER_NAMES[suffix]}"
+
+
+def build_hf_gemma4(path: Path, hf_config: dict[str, Any]) -> Any:
+    """transformers' Gemma4ForCausalLM (float32, eval) from ``hf_config`` and the GGUF's tensors
+    as gguf-py dequantizes them; every parameter must be filled exactly once."""
+    torch, transformers = require_oracle()
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    tensors = {}
+    for t in reader.tensors:
+        name = _hf_gemma4_name(t.name)
+        if name is None:
+            continue
+        array = gguf.quants.dequantize(t.data, t.tensor_type).reshape([int(n) for n in reversed(t.shape)])
+        tensors[name] = torch.from_numpy(np.array(array, dtype=np.float32))  # a writable copy
+    vocab = tensors["model.embed_tokens.weight"].shape[0]
+    config = transformers.Gemma4TextConfig(vocab_size=vocab, tie_word_embeddings=True, **hf_config)
+    model = transformers.Gemma4ForCausalLM(config).to(torch.float32)
+    expected = set(model.state_dict())
+    missing = expected - set(tensors) - {"lm_head.weight"}
+    unexpected = set(tensors) - expected
+    assert not missing and not unexpected, f"gemma4 state dict: missing {missing}, unexpected {unexpected}"
+    model.load_state_dict(tensors, strict=False)
+    return model.eval()

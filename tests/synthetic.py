@@ -70,6 +70,38 @@ VARIANTS: dict[str, Variant] = {
     # Phi-3-mini-4k: MHA (32 on 32), rope base 10 000, sliding_window 2047 in the metadata.
     "phi3": Variant("phi3", "phi3", "Phi 3 Mini 4k Instruct", n_head=4, n_head_kv=4,
                     extra={"rope.scaling.original_context_length": 256, "attention.sliding_window": 2047}),
+    # Gemma 4, dense text decoder: written from GEMMA4_HF_CONFIG by Gemma4Model's conventions.
+    "gemma4": Variant("gemma4", "gemma4", "Gemma 4 tiny", n_layer=5, n_head=4, n_head_kv=2,
+                      norm_eps=1e-6, tied=True),
+}
+
+# The Hugging Face Gemma4TextConfig the synthetic gemma4 file is "converted" from (the oracle
+# builds transformers' model from it). Shaped like gemma-4-31B's dense decoder: sliding layers
+# with a small head dim, global layers with a larger one, K = V on global layers
+# (attention_k_eq_v), proportional RoPE on global layers; shrunk, with a 4-token window so that
+# the window bites on short prompts, and the last layer global as Gemma 4 requires.
+GEMMA4_HF_CONFIG: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "global_head_dim": 32,
+    "sliding_window": 4,
+    "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                    "full_attention"],
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                           "rope_theta": 1_000_000.0},
+    },
+    "attention_k_eq_v": True,
+    "num_kv_shared_layers": 0,
+    "hidden_size_per_layer_input": 0,
+    "final_logit_softcapping": 30.0,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 256,
 }
 
 # -- vocabulary ------------------------------------------------------------------------------------
@@ -138,6 +170,76 @@ def _tensors(v: Variant, n_vocab: int, rng: np.random.Generator) -> dict[str, np
     return t
 
 
+def _gemma4_tensors(n_vocab: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Gemma 4 weights as Gemma4Model (convert_hf_to_gguf.py) writes them: gemma3's names, norms
+    stored as is (``norm_shift`` 0), ``layer_output_scale`` per layer (HF ``layer_scalar``), no
+    ``attn_v`` on global layers when attention_k_eq_v, and the ``rope_freqs`` tensor of
+    ``generate_extra_tensors``: 1.0 for the rotated pairs, 1e30 for the unrotated ones."""
+    c = GEMMA4_HF_CONFIG
+    e, ff, n_head, n_kv = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"], c["num_key_value_heads"]
+
+    def matrix(n_out: int, n_in: int, gain: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((n_out, n_in)) * gain / np.sqrt(n_in)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": (rng.standard_normal((n_vocab, e)) * 0.2).astype(np.float32),
+        "output_norm.weight": norm(e),
+    }
+    d_full = c["global_head_dim"]
+    rotated = int(d_full * c["rope_parameters"]["full_attention"]["partial_rotary_factor"] / 2)
+    t["rope_freqs.weight"] = np.array([1.0] * rotated + [1e30] * (d_full // 2 - rotated), dtype=np.float32)
+    for il, kind in enumerate(c["layer_types"]):
+        sliding = kind == "sliding_attention"
+        d = c["head_dim"] if sliding else d_full
+        p = f"blk.{il}."
+        t[p + "attn_norm.weight"] = norm(e)
+        t[p + "attn_q.weight"] = matrix(n_head * d, e)
+        t[p + "attn_k.weight"] = matrix(n_kv * d, e)
+        if sliding or not c["attention_k_eq_v"]:
+            t[p + "attn_v.weight"] = matrix(n_kv * d, e)
+        t[p + "attn_output.weight"] = matrix(e, n_head * d)
+        t[p + "attn_q_norm.weight"] = norm(d)
+        t[p + "attn_k_norm.weight"] = norm(d)
+        t[p + "post_attention_norm.weight"] = norm(e)
+        t[p + "ffn_norm.weight"] = norm(e)
+        t[p + "ffn_gate.weight"] = matrix(ff, e)
+        t[p + "ffn_up.weight"] = matrix(ff, e)
+        t[p + "ffn_down.weight"] = matrix(e, ff)
+        t[p + "post_ffw_norm.weight"] = norm(e)
+        t[p + "layer_output_scale.weight"] = np.array([0.5 + rng.random()], dtype=np.float32)
+    return t
+
+
+def _gemma4_metadata(w: Any) -> None:
+    """Gemma3Model.set_gguf_parameters plus Gemma4Model's additions, from GEMMA4_HF_CONFIG."""
+    c = GEMMA4_HF_CONFIG
+    rope = c["rope_parameters"]
+    swa_layers = [kind == "sliding_attention" for kind in c["layer_types"]]
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(c["hidden_size"])
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_rope_freq_base(rope["full_attention"]["rope_theta"])
+    w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
+    w.add_sliding_window(c["sliding_window"])
+    w.add_final_logit_softcapping(c["final_logit_softcapping"])
+    w.add_shared_kv_layers(c["num_kv_shared_layers"])
+    w.add_embedding_length_per_layer_input(c["hidden_size_per_layer_input"])
+    w.add_sliding_window_pattern(swa_layers)
+    w.add_key_length(c["global_head_dim"])
+    w.add_value_length(c["global_head_dim"])
+    w.add_key_length_swa(c["head_dim"])
+    w.add_value_length_swa(c["head_dim"])
+    w.add_rope_dimension_count(c["global_head_dim"])  # proportional: n_rot = head dim, see rope_freqs
+    w.add_rope_dimension_count_swa(c["head_dim"])
+
+
 def _add_tensor(writer: Any, name: str, array: np.ndarray, qtype_name: str) -> str:
     """Write ``array`` as ``qtype_name`` (1-D tensors stay F32, as llama.cpp keeps norms)."""
     import gguf
@@ -169,6 +271,27 @@ def write_synthetic(path: Path, variant: str | Variant, *, seed: int = 0,
     w.add_name(v.general_name)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    if v.arch == "gemma4":
+        _gemma4_metadata(w)
+    else:
+        _common_metadata(w, v, len(tokens))
+    _spm_tokenizer(w, v, tokens, scores, types)
+    written: dict[str, str] = {}
+    matrices = 0
+    weights = _gemma4_tensors(len(tokens), rng) if v.arch == "gemma4" else _tensors(v, len(tokens), rng)
+    for name, array in weights.items():
+        qtype = quant_types[matrices % len(quant_types)] if array.ndim == 2 else "F32"
+        matrices += array.ndim == 2
+        written[name] = _add_tensor(w, name, array, qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return written
+
+
+def _common_metadata(w: Any, v: Variant, n_vocab: int) -> None:
+    """LlamaModel / Phi3MiniModel set_gguf_parameters."""
     w.add_context_length(v.context_length)
     w.add_embedding_length(v.n_embd)
     w.add_block_count(v.n_layer)
@@ -179,13 +302,18 @@ def write_synthetic(path: Path, variant: str | Variant, *, seed: int = 0,
     w.add_rope_freq_base(v.rope_base)
     w.add_rope_dimension_count(v.head_dim)
     if v.arch == "llama":
-        w.add_vocab_size(len(tokens))
+        w.add_vocab_size(n_vocab)
     for suffix, value in v.extra.items():
         key = f"{v.arch}.{suffix}"
         if isinstance(value, float):
             w.add_float32(key, value)
         else:
             w.add_uint32(key, int(value))
+
+
+def _spm_tokenizer(w: Any, v: Variant, tokens: list[str], scores: list[float], types: list[int]) -> None:
+    """A SentencePiece tokenizer (llama.cpp model "llama"). Real Gemma 4 files say "gemma4", a
+    model our tokenizer does not read; the synthetic gemma4 file uses SPM instead."""
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -198,14 +326,3 @@ def write_synthetic(path: Path, variant: str | Variant, *, seed: int = 0,
         w.add_pad_token_id(tokens.index("<|endoftext|>"))
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    written: dict[str, str] = {}
-    matrices = 0
-    for name, array in _tensors(v, len(tokens), rng).items():
-        qtype = quant_types[matrices % len(quant_types)] if array.ndim == 2 else "F32"
-        matrices += array.ndim == 2
-        written[name] = _add_tensor(w, name, array, qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return written

@@ -188,7 +188,7 @@ def test_hidden_states_and_layer_ranges_compose(tiny_gguf: Any) -> None:
 
 def test_unsupported_architecture_lists_supported(tiny_gguf: Any) -> None:
     path = tiny_gguf("qwen2")
-    with pytest.raises(UnsupportedArchitecture, match=r"'qwen2'.*gemma3, llama, phi3"):
+    with pytest.raises(UnsupportedArchitecture, match=r"'qwen2'.*gemma3, gemma4, llama, phi3"):
         Model.load(path)
 
 

@@ -25,8 +25,8 @@ from reference.config import ROPE_NEOX, ROPE_NORM
 from reference.gguf import GGUFFile
 from reference.model import Model
 from reference.tokenizer import Tokenizer
-from tests.hf_oracle import hf_logits, load_hf_model
-from tests.synthetic import VARIANTS, write_synthetic
+from tests.hf_oracle import build_hf_gemma4, hf_logits, load_hf_model
+from tests.synthetic import GEMMA4_HF_CONFIG, VARIANTS, write_synthetic
 from verispec.cli import main as verispec_main
 
 pytestmark = [pytest.mark.oracle]
@@ -39,12 +39,20 @@ PROMPTS = ("the model says the token is fast", "a fast model is a model that say
 # MistralForCausalLM only when `"mistral" in general.name` holds for the name *list* it reads,
 # i.e. for a name of exactly "mistral"; real Mistral GGUFs (and this one) load as llama, which
 # computes the same function (the two differ only in a 4096-token sliding window).
-HF_CLASS = {"tinyllama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "phi3": "Phi3ForCausalLM"}
+HF_CLASS = {"tinyllama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "phi3": "Phi3ForCausalLM",
+            "gemma4": "Gemma4ForCausalLM"}
 
 
-@pytest.fixture(scope="module", params=sorted(VARIANTS))
-def synthetic(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    name: str = request.param
+def _oracle(name: str, path: Path) -> Any:
+    """transformers' model of the file: its GGUF loader, or for gemma4 (whose GGUF config mapping
+    in transformers 5.24 is too thin for a small file, see tests/hf_oracle.py) its Gemma4 model
+    built from the HF config the file was converted from, filled by gguf-py's dequantization."""
+    if name == "gemma4":
+        return build_hf_gemma4(path, GEMMA4_HF_CONFIG)
+    return load_hf_model(path)
+
+
+def _build(name: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     path = tmp_path_factory.mktemp("synthetic") / f"{name}.gguf"
     types = write_synthetic(path, name, seed=sorted(VARIANTS).index(name))
     return {
@@ -52,9 +60,19 @@ def synthetic(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         "path": path,
         "types": types,
         "ours": Model.load(path),
-        "hf": load_hf_model(path),
+        "hf": _oracle(name, path),
         "tok": Tokenizer.from_file(path),
     }
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def synthetic(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _build(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def gemma4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _build("gemma4", tmp_path_factory)
 
 
 def _ids(s: dict[str, Any], text: str) -> list[int]:
@@ -105,6 +123,27 @@ def test_wrong_rope_pairing_is_caught(synthetic: dict[str, Any]) -> None:
     expected = hf_logits(synthetic["hf"], ids)
     delta = float(np.max(np.abs(mutant.forward(ids, mutant.new_cache(len(ids))).logits - expected)))
     assert delta > 100 * LOGIT_TOL
+
+
+GEMMA4_MUTANTS = {
+    "no value norm": {"value_norm": False},
+    "no sliding window": {"sliding_window": 0},
+    "global RoPE base on sliding layers": {"rope_base_local": 1_000_000.0},
+    "gemma3 attention scale": {"attn_scale": 0.25},
+    "one head dim for all layers": {"rope_dim_swa": 8},
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(GEMMA4_MUTANTS))
+def test_gemma4_mutants_are_caught(gemma4: dict[str, Any], mutant: str) -> None:
+    """Each gemma4-specific rule, broken alone, breaks the agreement with transformers."""
+    synthetic = gemma4
+    ours: Model = synthetic["ours"]
+    model = Model(dataclasses.replace(ours.config, **GEMMA4_MUTANTS[mutant]), ours.weights)
+    ids = _ids(synthetic, PROMPTS[1])
+    expected = hf_logits(synthetic["hf"], ids)
+    delta = float(np.max(np.abs(model.forward(ids, model.new_cache(len(ids))).logits - expected)))
+    assert delta > 100 * LOGIT_TOL, f"{mutant}: max |Δlogit| only {delta:.3g}"
 
 
 def test_cli_inspect_and_generate(synthetic: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
