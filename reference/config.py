@@ -64,6 +64,7 @@ class Config:
     rope_dim_swa: int = 0          # RoPE dims of sliding layers (rope.dimension_count_swa); 0: rope_dim
     rope_freqs_global_only: bool = False  # rope_freqs.weight applies to global layers only
     value_norm: bool = False       # unweighted RMSNorm on V before attention
+    n_head_kv_layers: tuple[int, ...] = ()  # per-layer KV heads when they differ; n_head_kv = max
 
     @property
     def n_group(self) -> int:
@@ -79,6 +80,10 @@ class Config:
         if self.head_dim_swa and self.is_sliding(layer):
             return self.head_dim_swa
         return self.head_dim
+
+    def layer_n_head_kv(self, layer: int) -> int:
+        """The number of key/value heads of ``layer`` (gemma4's global layers may have fewer)."""
+        return self.n_head_kv_layers[layer] if self.n_head_kv_layers else self.n_head_kv
 
     def layer_rope_dim(self, layer: int) -> int:
         """The number of rotated dims per head in ``layer``."""
@@ -352,17 +357,21 @@ def _gemma4(meta: _Metadata, n_vocab: int) -> Config:
 
     Refused by name rather than computed wrongly: per-layer input embeddings
     (``embedding_length_per_layer_input`` > 0, E2B/E4B), KV sharing (``shared_kv_layers`` > 0),
-    per-layer KV-head counts that differ, a sliding head dim larger than the global one, and MoE.
+    a sliding head dim larger than the global one, and MoE (26B-A4B). Per-layer KV-head counts
+    (``head_count_kv`` as an array: gemma-4-31B's num_global_key_value_heads) are supported.
     """
     n_embd = meta.integer("embedding_length")
     n_head = meta.integer("attention.head_count")
     n_layer = _positive("n_layer", meta.integer("block_count"))
     kv_value = meta.raw(f"{meta.arch}.attention.head_count_kv")
+    kv_layers: tuple[int, ...] = ()
     if isinstance(kv_value, Sequence) and not isinstance(kv_value, (str, bytes)):
-        counts = {int(x) for x in kv_value}
-        if len(counts) != 1:
-            raise ModelError(f"per-layer attention.head_count_kv {sorted(counts)} is not supported")
-        n_head_kv = counts.pop()
+        kv_layers = tuple(int(x) for x in kv_value)  # converter: num_global_key_value_heads
+        if len(kv_layers) != n_layer:
+            raise ModelError(f"attention.head_count_kv has {len(kv_layers)} entries for {n_layer} layers")
+        for count in kv_layers:
+            _check_heads(n_embd, n_head, count)
+        n_head_kv = max(kv_layers)
     else:
         n_head_kv = meta.integer("attention.head_count_kv", n_head)
     _check_heads(n_embd, n_head, n_head_kv)
@@ -417,6 +426,7 @@ def _gemma4(meta: _Metadata, n_vocab: int) -> Config:
         rope_dim_swa=rope_dim_swa,
         rope_freqs_global_only=True,
         value_norm=True,
+        n_head_kv_layers=kv_layers,
     )
 
 

@@ -239,9 +239,10 @@ class Model:
         cfg, w = self.config, self.weights.layers[layer]
         n_tokens = h.shape[0]
         d = cfg.layer_head_dim(layer)  # gemma4: sliding layers have their own head dim
+        n_kv = cfg.layer_n_head_kv(layer)  # gemma4: and global layers may have fewer KV heads
         q = layers.linear(h, w.wq, w.bq).reshape(n_tokens, cfg.n_head, d)
-        k = layers.linear(h, w.wk, w.bk).reshape(n_tokens, cfg.n_head_kv, d)
-        v = layers.linear(h, w.wv, w.bv).reshape(n_tokens, cfg.n_head_kv, d)
+        k = layers.linear(h, w.wk, w.bk).reshape(n_tokens, n_kv, d)
+        v = layers.linear(h, w.wv, w.bv).reshape(n_tokens, n_kv, d)
         if w.q_norm is not None and w.k_norm is not None:
             q = layers.rms_norm(q, w.q_norm, cfg.norm_eps)
             k = layers.rms_norm(k, w.k_norm, cfg.norm_eps)
@@ -249,14 +250,15 @@ class Model:
             v = layers.rms_norm(v, np.ones(d, dtype=np.float32), cfg.norm_eps)
         q = self._rope(q, layer, positions)
         k = self._rope(k, layer, positions)
-        if d < cfg.head_dim:  # the cache is sized for the largest head dim: zero-pad, slice back
-            pad = ((0, 0), (0, 0), (0, cfg.head_dim - d))
+        if d < cfg.head_dim or n_kv < cfg.n_head_kv:
+            # the cache is sized for the largest head dim and KV-head count: zero-pad, slice back
+            pad = ((0, 0), (0, cfg.n_head_kv - n_kv), (0, cfg.head_dim - d))
             k, v = np.pad(k, pad), np.pad(v, pad)
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
         end = start + n_tokens
         window = cfg.sliding_window if cfg.is_sliding(layer) else 0
         mask = layers.attention_mask(positions, cache.positions[:end], window)  # [T, end]
-        keys, values = cache.keys(layer, end)[..., :d], cache.values(layer, end)[..., :d]
+        keys, values = cache.keys(layer, end)[:n_kv, :, :d], cache.values(layer, end)[:n_kv, :, :d]
         out = layers.attention(q, keys, values, mask, cfg.attn_scale)
         return layers.linear(out, w.wo, w.bo)
 
@@ -347,7 +349,7 @@ def _load(f: "GGUFFile") -> tuple[Config, Weights]:
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         d = cfg.layer_head_dim(il)
-        q_out, kv_out = cfg.n_head * d, cfg.n_head_kv * d
+        q_out, kv_out = cfg.n_head * d, cfg.layer_n_head_kv(il) * d
         wq, wk, wv = _attention_projections(t, p, q_out, kv_out, e, v_may_be_k=cfg.arch == "gemma4")
         ffn_gate, ffn_up = _gate_up_projections(t, p, ff, e, fused=cfg.arch == "phi3")
         blocks.append(

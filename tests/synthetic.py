@@ -97,6 +97,7 @@ GEMMA4_HF_CONFIG: dict[str, Any] = {
                            "rope_theta": 1_000_000.0},
     },
     "attention_k_eq_v": True,
+    "num_global_key_value_heads": 1,  # global layers: 1 KV head, sliding: 2 (31B: 4 vs 16)
     "num_kv_shared_layers": 0,
     "hidden_size_per_layer_input": 0,
     "final_logit_softcapping": 30.0,
@@ -176,7 +177,7 @@ def _gemma4_tensors(n_vocab: int, rng: np.random.Generator) -> dict[str, np.ndar
     ``attn_v`` on global layers when attention_k_eq_v, and the ``rope_freqs`` tensor of
     ``generate_extra_tensors``: 1.0 for the rotated pairs, 1e30 for the unrotated ones."""
     c = GEMMA4_HF_CONFIG
-    e, ff, n_head, n_kv = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    e, ff, n_head = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"]
 
     def matrix(n_out: int, n_in: int, gain: float = 1.0) -> np.ndarray:
         return (rng.standard_normal((n_out, n_in)) * gain / np.sqrt(n_in)).astype(np.float32)
@@ -194,6 +195,7 @@ def _gemma4_tensors(n_vocab: int, rng: np.random.Generator) -> dict[str, np.ndar
     for il, kind in enumerate(c["layer_types"]):
         sliding = kind == "sliding_attention"
         d = c["head_dim"] if sliding else d_full
+        n_kv = c["num_key_value_heads"] if sliding else c["num_global_key_value_heads"]
         p = f"blk.{il}."
         t[p + "attn_norm.weight"] = norm(e)
         t[p + "attn_q.weight"] = matrix(n_head * d, e)
@@ -223,7 +225,9 @@ def _gemma4_metadata(w: Any) -> None:
     w.add_block_count(c["num_hidden_layers"])
     w.add_feed_forward_length(c["intermediate_size"])
     w.add_head_count(c["num_attention_heads"])
-    w.add_head_count_kv(c["num_key_value_heads"])
+    # Gemma4Model writes a per-layer array when num_global_key_value_heads is set
+    w.add_head_count_kv([c["num_key_value_heads"] if kind == "sliding_attention"
+                         else c["num_global_key_value_heads"] for kind in c["layer_types"]])
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
     w.add_rope_freq_base(rope["full_attention"]["rope_theta"])
     w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
