@@ -86,9 +86,12 @@ class DraftSource(Protocol):
     """A draft source. The decode loop calls ``start`` once, then per cycle ``propose`` and
     ``score``; ``draft_passes`` counts the draft's forward passes, ``draft_time_s`` their time."""
 
-    name: str
-    draft_passes: int
-    draft_time_s: float
+    @property
+    def name(self) -> str: ...
+    @property
+    def draft_passes(self) -> int: ...
+    @property
+    def draft_time_s(self) -> float: ...
 
     def start(self, context: DraftContext) -> None:
         """Bind to a request (fresh state: caches emptied)."""

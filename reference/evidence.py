@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 from reference.decode import SpeculativeOptions, SpeculativeResult, TargetModel, speculative_generate
 from reference.drafts import DraftSource, predicted_speedup
 from reference.generate import GenerationRequest, GenerationResult, generate
-from reference.model import Model
 from reference.tokenizer import Tokenizer
 
 
@@ -132,10 +132,10 @@ def measure(
     """Plain decoding then speculative decoding of ``request`` in this process; the speculative
     result and its evidence (speedup measured against the plain run just made).
 
-    The plain run needs the reference :class:`Model` (``generate`` takes one); for another engine
-    the plain numbers are left out (None).
+    Any model with the :class:`~reference.decode.TargetModel` contract runs both (``generate``
+    uses only its ``new_cache`` and ``forward``).
     """
     options.validate()
-    plain = generate(model, tokenizer, request) if isinstance(model, Model) else None
+    plain = generate(cast(Any, model), tokenizer, request)
     result = speculative_generate(model, tokenizer, request, draft, options, on_text=on_text)
     return result, evidence(result, plain, trace=trace)

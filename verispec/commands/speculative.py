@@ -21,7 +21,8 @@ from reference.errors import DraftError
 from reference.evidence import Evidence, measure
 from reference.gguf import GGUFFile
 from reference.tokenizer import Tokenizer
-from verispec.commands.generate import build_request, load, result_json, stats_line
+from verispec.commands.generate import build_request, result_json, stats_line
+from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
 
 
@@ -68,7 +69,7 @@ def evidence_lines(ev: Evidence) -> list[str]:
 
 def run_speculative(args: argparse.Namespace) -> int:
     spec, options = precheck(args)
-    loaded = load(args.model, need_chat=args.chat)
+    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights)
     request = build_request(args, loaded)
     draft = make_draft(spec, loaded.model, loaded.tokenizer)
     if args.json:
