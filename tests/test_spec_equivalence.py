@@ -70,12 +70,12 @@ def compare(model: Model, prompt: Sequence[int], plain: Sequence[int], spec: Seq
 
 def run_greedy(model: Model, tokenizer: Tokenizer, path: Path, exit_layer: int, prompts: list[dict[str, Any]], n: int, name: str) -> None:
     totals: dict[str, list[int]] = {}
+    drafts = {spec: make_draft(parse_draft_spec(spec), model, tokenizer) for spec in draft_specs(path, exit_layer)}
     for entry in prompts:
         prompt = tuple(int(t) for t in entry["prompt_ids"])
         request = GenerationRequest(prompt, GREEDY, max_tokens=n)
         plain = generate(model, tokenizer, request).ids
-        for spec in draft_specs(path, exit_layer):
-            draft = make_draft(parse_draft_spec(spec), model, tokenizer)
+        for spec, draft in drafts.items():
             result = speculative_generate(model, tokenizer, request, draft, SpeculativeOptions(k=K))
             compare(model, prompt, plain, result.generation.ids, f"{name} {spec} {entry['prompt']!r}")
             acc = totals.setdefault(spec.split(":")[0], [0, 0, 0])
