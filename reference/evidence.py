@@ -15,6 +15,9 @@ so the speedup is a ratio of two measurements taken side by side, not a guess. E
     measured_speedup         tokens_per_s / plain_tokens_per_s
     draft_cost_ratio         c = mean draft pass time / plain tpot (one target pass)
     predicted_speedup        (1 - a^(k+1)) / ((1 - a)(1 + c k)), a = alpha, k = drafts per cycle
+                             (Leviathan et al.: assumes a k+1-token verification costs one plain pass)
+    verify_cost_ratio        mean verification time of drafting cycles / plain tpot: how far that
+                             assumption is off on this engine (a gap between predicted and measured)
     matches_plain            greedy only: the token ids are identical (None when sampling)
 """
 
@@ -55,6 +58,7 @@ class Evidence:
     measured_speedup: float | None
     draft_cost_ratio: float | None
     predicted_speedup: float | None
+    verify_cost_ratio: float | None
     matches_plain: bool | None
     trace: list[dict[str, object]] | None = None
 
@@ -87,6 +91,9 @@ def evidence(result: SpeculativeResult, plain: GenerationResult | None = None, *
         cost = (result.draft_time_s / result.draft_passes / plain_tpot) if result.draft_passes else 0.0
         k_mean = drafted / passes if passes else 0.0
         predicted = predicted_speedup(alpha, k_mean, cost)
+    verify = None
+    if plain_tpot is not None and drafting:
+        verify = sum(c.verify_s for c in drafting) / len(drafting) / plain_tpot
     matches = None
     if plain is not None and result.mode == "greedy":
         matches = plain.ids == result.generation.ids
@@ -114,6 +121,7 @@ def evidence(result: SpeculativeResult, plain: GenerationResult | None = None, *
         measured_speedup=speedup,
         draft_cost_ratio=cost,
         predicted_speedup=predicted,
+        verify_cost_ratio=verify,
         matches_plain=matches,
         trace=[c.as_dict() for c in cycles] if trace else None,
     )

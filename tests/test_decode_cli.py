@@ -15,7 +15,7 @@ EVIDENCE_FIELDS = {
     "draft", "mode", "k", "adaptive", "p_min", "cycles", "drafting_cycles", "drafted", "accepted",
     "acceptance_rate", "accepted_per_pass", "tokens_per_pass", "per_position_acceptance", "target_passes",
     "draft_passes", "ttft_s", "tpot_s", "tokens_per_s", "plain_tokens_per_s", "plain_tpot_s",
-    "measured_speedup", "draft_cost_ratio", "predicted_speedup", "matches_plain", "trace",
+    "measured_speedup", "draft_cost_ratio", "predicted_speedup", "verify_cost_ratio", "matches_plain", "trace",
 }
 
 

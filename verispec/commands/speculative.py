@@ -62,6 +62,7 @@ def evidence_lines(ev: Evidence) -> list[str]:
         lines.append(
             f"[plain {ev.plain_tokens_per_s:.2f} tokens/s, speculative {ev.tokens_per_s:.2f} tokens/s: "
             f"measured speedup {ev.measured_speedup or 0:.2f}x; predicted {predicted} from alpha and c = {c}"
+            + ("" if ev.verify_cost_ratio is None else f" (a verification pass costs {ev.verify_cost_ratio:.2f} plain passes)")
             + ("" if ev.matches_plain is None else f"; same tokens as plain: {ev.matches_plain}") + "]"
         )
     return lines
