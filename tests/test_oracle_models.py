@@ -24,7 +24,10 @@ from reference.model import Model
 from reference.tokenizer import Tokenizer
 from tests.hf_oracle import hf_logits, load_hf_model
 
-pytestmark = [pytest.mark.oracle, pytest.mark.model, pytest.mark.slow]
+# One BLAS thread (conftest.blas_single_thread): the token-by-token decode is many small matmuls,
+# for which BLAS threads on a shared 2-core runner cost more than they give.
+pytestmark = [pytest.mark.oracle, pytest.mark.model, pytest.mark.slow,
+              pytest.mark.usefixtures("blas_single_thread")]
 
 LOGIT_TOL = 1e-3  # absolute, float32 vs float32 on identical dequantized weights
 N_GREEDY = 64

@@ -29,7 +29,7 @@ from tests.hf_oracle import build_hf_gemma4, hf_logits, load_hf_model
 from tests.synthetic import GEMMA4_HF_CONFIG, VARIANTS, write_synthetic
 from verispec.cli import main as verispec_main
 
-pytestmark = [pytest.mark.oracle]
+pytestmark = [pytest.mark.oracle, pytest.mark.usefixtures("blas_single_thread")]
 
 LOGIT_TOL = 1e-3
 N_GREEDY = 48
