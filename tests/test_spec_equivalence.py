@@ -182,7 +182,7 @@ class MemoLaw:
 
 
 SAMPLED = SamplingParams(temperature=0.8, top_p=0.95)
-DRAFT = SamplingParams(temperature=1.5, top_k=4)  # a different law: rejections and repairs happen
+DRAFT = SamplingParams(temperature=5.0, top_k=3)  # far from p: half the drafts are rejected, repairs matter
 PROMPT = "The history of the printing press begins"
 # Statistical budget: N runs, alpha for this test, and the worst-case power against ANY bias of
 # total variation >= TV (spec.statistics.power_of). ALPHA is this test's share of the suite's false-
