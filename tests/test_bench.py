@@ -22,7 +22,8 @@ def _positive_finite(value: Any) -> bool:
 def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "bench.png"
     status = cli.main(["bench", "--model", str(smollm2_path), "--json", "--plot", str(png),
-                       "--tokens", "4", "--prefill-tokens", "8", "--k", "3", "--no-kernels"])
+                       "--tokens", "4", "--prefill-tokens", "8", "--k", "3", "--no-kernels",
+                       "--prompts", "chat,repetitive", "--repeats", "1", "--matmul-repeats", "1"])
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report) >= {"date", "model", "machine", "matmul_bound", "plain", "prefill", "speculative",
@@ -34,7 +35,7 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     assert set(report["matmul_bound"]["rows_cost_relative"]) == {"1", "2", "4", "5", "8"}
     assert all(_positive_finite(c) for c in report["matmul_bound"]["rows_cost_relative"].values())
     ngram = report["speculative"]["ngram"]
-    assert {r["prompt"] for r in ngram["runs"]} == {"chat", "code", "structured", "prose", "repetitive"}
+    assert {r["prompt"] for r in ngram["runs"]} == {"chat", "repetitive"}
     for run in ngram["runs"]:
         assert _positive_finite(run["speedup"]) and 0.0 <= run["alpha"] <= 1.0
         assert run["tokens_per_pass"] >= 1.0
@@ -61,3 +62,9 @@ def test_kernel_comparison_runs_each_coretype_in_a_child() -> None:
         assert set(r["ms_by_rows"]) == {"1", "4"} and all(_positive_finite(v) for v in r["ms_by_rows"].values())
     haswell = next(r for r in results if r["coretype"] == "Haswell")
     assert haswell["kernel"] in ("Haswell", None)  # None: a BLAS other than OpenBLAS
+
+
+def test_bench_refuses_an_unknown_prompt_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bench", "--prompts", "poetry"]) == 2
+    err = capsys.readouterr().err
+    assert "poetry" in err and "structured" in err and err.count("\n") == 1

@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from engine.bench import DRAFTS, BenchOptions, format_report, plot, run_bench
+from engine.bench import DRAFTS, PROMPTS, BenchOptions, format_report, plot, run_bench
+from reference.errors import VerispecError
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
 
@@ -21,7 +22,25 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--k", type=int, default=4, help="maximum draft tokens per cycle (adaptive; default 4)")
     parser.add_argument("--no-reference", action="store_true", help="skip the (slow) reference engine run")
     parser.add_argument("--no-kernels", action="store_true", help="skip the OpenBLAS kernel comparison (child processes)")
+    parser.add_argument("--prompts", default=None, metavar="KIND,...", help=f"prompt kinds to run speculative decoding on (default all: {', '.join(k for k, _ in PROMPTS)})")
+    parser.add_argument("--matmul-repeats", type=int, default=5, help="timed passes of each matmul stream, best kept (default 5)")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating plain/speculative runs per prompt, best of each kept (default 2)")
     parser.set_defaults(func=run)
+
+
+class BenchError(VerispecError):
+    """A bad bench option (one line, exit 2)."""
+
+
+def _prompts(text: str | None) -> tuple[tuple[str, str], ...]:
+    if text is None:
+        return PROMPTS
+    known = dict(PROMPTS)
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in known]
+    if unknown or not kinds:
+        raise BenchError(f"unknown prompt kind(s) {unknown or text!r}; known: {', '.join(known)}")
+    return tuple((k, known[k]) for k in kinds)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
         k=args.k,
         reference=not args.no_reference,
         kernels=not args.no_kernels,
+        prompts=_prompts(args.prompts),
+        repeats=args.repeats,
+        matmul_repeats=args.matmul_repeats,
     )
     report = run_bench(resolve_model(args.model), options)
     if args.plot:
