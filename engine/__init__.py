@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from reference.model import Model
 
 ENGINES: tuple[str, ...] = ("fast", "reference")
+FAST_ARCHITECTURES: tuple[str, ...] = ("gemma3", "llama")  # the rest run on the reference engine
 
 
 def load_model(
@@ -26,12 +27,17 @@ def load_model(
 
     ModelError for an unknown engine, or for quantized weights on the reference engine (it always
     dequantizes everything); InsufficientMemory (a ModelError) before loading when the weights
-    will not fit.
+    will not fit. An architecture the fast engine does not implement (see FAST_ARCHITECTURES) runs
+    on the reference engine under ``engine="fast"`` with f32 weights (the CLI's default must work
+    for every supported model); quantized weights for it are a ModelError.
     """
     if engine == "fast":
         from engine.model import FastModel
 
-        return FastModel.load(path_or_file, weights=weights)
+        if _architecture(path_or_file) not in FAST_ARCHITECTURES and weights == "f32":
+            engine = "reference"
+        else:
+            return FastModel.load(path_or_file, weights=weights)
     if engine == "reference":
         if weights != "f32":
             raise ModelError(f"weights mode {weights!r} needs the fast engine (the reference keeps float32 weights)")
@@ -39,3 +45,12 @@ def load_model(
 
         return Model.load(path_or_file)
     raise ModelError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+
+
+def _architecture(path_or_file: Union[str, Path, "GGUFFile"]) -> str:
+    from reference.gguf import GGUFFile
+
+    if isinstance(path_or_file, GGUFFile):
+        return str(path_or_file.get("general.architecture", ""))
+    with GGUFFile.open(path_or_file) as f:
+        return str(f.get("general.architecture", ""))

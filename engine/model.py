@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from reference import layers
 from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
-from reference.errors import ContextOverflow, ModelError
+from reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
 from reference.kvcache import KVCache
 from reference.model import ForwardResult, TokenIds
 from engine.weights import FusedLayer, WeightStore, load_weights
@@ -61,6 +61,13 @@ class FastModel:
     """A loaded model with the reference :class:`~reference.model.Model` interface, fast."""
 
     def __init__(self, config: Config, store: WeightStore, *, load_time_s: float = 0.0) -> None:
+        from engine import FAST_ARCHITECTURES
+
+        if config.arch not in FAST_ARCHITECTURES:
+            raise UnsupportedArchitecture(
+                f"the fast engine does not implement architecture {config.arch!r} "
+                f"(it does: {', '.join(FAST_ARCHITECTURES)}; use --engine reference)"
+            )
         self.config = config
         self.store = store
         self.load_time_s = load_time_s

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from reference import quants
 from reference.config import Config
-from reference.errors import ModelError
+from reference.errors import ModelError, UnsupportedArchitecture
 
 if TYPE_CHECKING:
     from reference.gguf import GGUFFile
@@ -294,6 +294,13 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32") -> WeightStore:
     presence and shape (ModelError naming it), as :meth:`reference.model.Model.load` does.
     """
     _check_mode(mode)
+    from engine import FAST_ARCHITECTURES
+
+    if cfg.arch not in FAST_ARCHITECTURES:
+        raise UnsupportedArchitecture(
+            f"the fast engine does not implement architecture {cfg.arch!r} "
+            f"(it does: {', '.join(FAST_ARCHITECTURES)}; use --engine reference)"
+        )
     if "blk.0.ffn_gate_inp.weight" in f.tensors:
         raise ModelError("mixture-of-experts layers (ffn_gate_inp) are not supported")
     check_fits(f, mode)

@@ -198,3 +198,34 @@ def test_sampled_tokens_identical_for_the_same_seed(pairs: dict[str, Any], golde
     request = GenerationRequest(tuple(prompt), params=params, max_tokens=DECODE_STEPS, seed=1234)
     ids = list(fast_generate(fast, tokenizer, request).ids)
     assert _replay(ref, prompt, ids, params, seed=1234) == ids
+
+
+# -- synthetic quantized files (every quant type in several roles) and unsupported architectures ----
+
+
+@pytest.mark.parametrize("variant", ["tinyllama", "mistral"])
+def test_synthetic_quantized_llamas_match_reference(tmp_path: Path, variant: str) -> None:
+    from tests.synthetic import write_synthetic
+
+    path = tmp_path / f"{variant}.gguf"
+    write_synthetic(path, variant)
+    ref, fast = Model.load(path), FastModel.load(path)
+    quantized = FastModel.load(path, weights="quantized")
+    ids = [1, 5, 9, 2, 7, 3]
+    want = ref.forward(ids, ref.new_cache(8)).logits
+    for model in (fast, quantized):
+        got = model.forward(ids, model.new_cache(8)).logits
+        assert float(np.max(np.abs(got - want))) <= LOGIT_ATOL
+
+
+def test_architectures_the_fast_engine_lacks_run_on_the_reference(tmp_path: Path) -> None:
+    from reference.errors import UnsupportedArchitecture
+    from tests.synthetic import write_synthetic
+
+    path = tmp_path / "phi3.gguf"
+    write_synthetic(path, "phi3")
+    with pytest.raises(UnsupportedArchitecture, match="'phi3'.*--engine reference"):
+        FastModel.load(path)
+    assert isinstance(load_model(path, engine="fast"), Model)  # the CLI default still works
+    with pytest.raises(UnsupportedArchitecture, match="'phi3'"):
+        load_model(path, engine="fast", weights="quantized")
