@@ -85,9 +85,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # certified early exit (reference/early_exit.py; run by verispec/commands/generate_early_exit.py)
     parser.add_argument("--early-exit", default=None, metavar="CAL.json", help="greedy decoding with certified early exit, calibrated by `verispec calibrate` (needs --temperature 0)")
     parser.add_argument("--audit", action="store_true", help="with --early-exit: also run every layer and count served tokens that differ from the full model's")
-    # certified early exit (reference/early_exit.py; run by verispec/commands/generate_early_exit.py)
-    parser.add_argument("--early-exit", default=None, metavar="CAL.json", help="greedy decoding with certified early exit, calibrated by `verispec calibrate` (needs --temperature 0)")
-    parser.add_argument("--audit", action="store_true", help="with --early-exit: also run every layer and count served tokens that differ from the full model's")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,10 +146,6 @@ def stats_line(result: GenerationResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "early_exit", None) is not None:
-        from verispec.commands.generate_early_exit import run_early_exit
-
-        return run_early_exit(args)
     if getattr(args, "early_exit", None) is not None:
         from verispec.commands.generate_early_exit import run_early_exit
 
