@@ -22,7 +22,7 @@ def _positive_finite(value: Any) -> bool:
 def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "bench.png"
     status = cli.main(["bench", "--model", str(smollm2_path), "--json", "--plot", str(png),
-                       "--tokens", "4", "--prefill-tokens", "8", "--k", "3", "--no-kernels",
+                       "--tokens", "3", "--prefill-tokens", "8", "--reference-tokens", "2", "--k", "3", "--no-kernels",
                        "--prompts", "chat,repetitive", "--repeats", "1", "--matmul-repeats", "1"])
     assert status == 0
     report = json.loads(capsys.readouterr().out)

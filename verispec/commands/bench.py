@@ -20,6 +20,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--prefill-tokens", type=int, default=64, help="prompt tokens of the prefill measurement (default 64)")
     parser.add_argument("--draft", action="append", default=None, metavar="SPEC", help=f"draft sources to measure (repeatable; default {', '.join(DRAFTS)})")
     parser.add_argument("--k", type=int, default=4, help="maximum draft tokens per cycle (adaptive; default 4)")
+    parser.add_argument("--reference-tokens", type=int, default=4, help="decode steps timed on the reference engine (default 4)")
     parser.add_argument("--no-reference", action="store_true", help="skip the (slow) reference engine run")
     parser.add_argument("--no-kernels", action="store_true", help="skip the OpenBLAS kernel comparison (child processes)")
     parser.add_argument("--prompts", default=None, metavar="KIND,...", help=f"prompt kinds to run speculative decoding on (default all: {', '.join(k for k, _ in PROMPTS)})")
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         drafts=tuple(args.draft) if args.draft else DRAFTS,
         k=args.k,
         reference=not args.no_reference,
+        reference_tokens=args.reference_tokens,
         kernels=not args.no_kernels,
         prompts=_prompts(args.prompts),
         repeats=args.repeats,
