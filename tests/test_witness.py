@@ -23,7 +23,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[int, dict
 
 def test_protocol_holds_exactly(capsys: pytest.CaptureFixture[str]) -> None:
     """Default station (V = 8, k = 4, A = 0.8, 2,000 steps). The chi-square of the ~8,100 emitted
-    tokens against p uses alpha = 1e-4 (the witness line of the budget); its power against a
+    tokens against p uses alpha = 5e-5 (the witness line of the budget); its power against a
     TV bias of 0.005 is only ~3e-4 at this N (it is evidence, the exact TV is the proof), and
     ~0.69 against TV 0.03."""
     status, report = run_json(capsys)
