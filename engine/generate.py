@@ -20,7 +20,7 @@ from reference.generate import (
     GenerationRequest,
     GenerationResult,
     GenerationStats,
-    _StopStringText,
+    StopStringText,
     fit_context,
 )
 from reference.model import Model
@@ -44,7 +44,7 @@ def generate(
     )
     rng = np.random.default_rng(request.seed)
     end_ids = tokenizer.eog_ids | request.stop_ids
-    text = _StopStringText(request.stop, tokenizer, on_text)
+    text = StopStringText(request.stop, tokenizer, on_text)
     history = list(prompt)
     generated: list[int] = []
     stop_reason = "max_tokens"
@@ -75,15 +75,9 @@ def generate(
     finished = time.perf_counter()
     final_text = text.finish()
 
-    n = len(generated)
-    total = finished - started
-    stats = GenerationStats(
-        prompt_tokens=len(prompt),
-        generated_tokens=n,
-        ttft_s=(first_token_at - started) if n else 0.0,
-        tpot_s=(finished - first_token_at) / (n - 1) if n > 1 else 0.0,
-        tokens_per_s=n / total if n and total > 0 else 0.0,
-        target_passes=passes,
+    stats = GenerationStats.measure(
+        prompt_tokens=len(prompt), generated_tokens=len(generated), started=started,
+        first_token_at=first_token_at, finished=finished, target_passes=passes,
     )
     return GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, stats)
 

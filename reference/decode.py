@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from reference.drafts import AdaptiveK, DraftContext, DraftSource, LawFn, check_options
 from reference.errors import ModelError
-from reference.generate import GenerationRequest, GenerationResult, GenerationStats, _StopStringText, fit_context
+from reference.generate import GenerationRequest, GenerationResult, GenerationStats, StopStringText, fit_context
 from reference.sampling import sample, target_distribution
 from reference.speculative import verify_greedy, verify_sampled
 from reference.tokenizer import Tokenizer
@@ -189,7 +189,7 @@ def speculative_generate(
     mode: Literal["greedy", "sampled"] = "greedy" if params.greedy else "sampled"
     rng = np.random.default_rng(request.seed)
     end_ids = tokenizer.eog_ids | request.stop_ids
-    text = _StopStringText(request.stop, tokenizer, on_text)
+    text = StopStringText(request.stop, tokenizer, on_text)
     adaptive = AdaptiveK(options.k) if options.adaptive else None
     capacity = min(model.config.context_length, len(prompt) + request.max_tokens + options.k + 1)
     cache = model.new_cache(capacity)
@@ -245,15 +245,9 @@ def speculative_generate(
     finished = time.perf_counter()
     final_text = text.finish()
 
-    n = len(generated)
-    total = finished - started
-    stats = GenerationStats(
-        prompt_tokens=len(prompt),
-        generated_tokens=n,
-        ttft_s=(first_token_at - started) if n else 0.0,
-        tpot_s=(finished - first_token_at) / (n - 1) if n > 1 else 0.0,
-        tokens_per_s=n / total if n and total > 0 else 0.0,
-        target_passes=len(cycles),
+    stats = GenerationStats.measure(
+        prompt_tokens=len(prompt), generated_tokens=len(generated), started=started,
+        first_token_at=first_token_at, finished=finished, target_passes=len(cycles),
     )
     generation = GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, stats)
     return SpeculativeResult(

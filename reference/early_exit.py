@@ -44,7 +44,7 @@ from reference.generate import (
     GenerationRequest,
     GenerationResult,
     GenerationStats,
-    _StopStringText,
+    StopStringText,
     fit_context,
 )
 from reference.config import Config
@@ -398,7 +398,7 @@ def generate_early_exit(
         truncate=request.truncate, bos_id=tokenizer.bos_id,
     )
     end_ids = tokenizer.eog_ids | request.stop_ids
-    text = _StopStringText(request.stop, tokenizer, on_text)
+    text = StopStringText(request.stop, tokenizer, on_text)
     stats = ExitStats(n_layer=n_layer, flips=0 if audit else None)
     generated: list[int] = []
     stop_reason = "max_tokens"
@@ -432,15 +432,9 @@ def generate_early_exit(
     final_text = text.finish()
     stats.depths = stats.depths[: len(generated)]
 
-    n = len(generated)
-    total = finished - started
-    gen_stats = GenerationStats(
-        prompt_tokens=len(prompt),
-        generated_tokens=n,
-        ttft_s=(first_token_at - started) if n else 0.0,
-        tpot_s=(finished - first_token_at) / (n - 1) if n > 1 else 0.0,
-        tokens_per_s=n / total if n and total > 0 else 0.0,
-        target_passes=passes,
+    gen_stats = GenerationStats.measure(
+        prompt_tokens=len(prompt), generated_tokens=len(generated), started=started,
+        first_token_at=first_token_at, finished=finished, target_passes=passes,
     )
     return GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, gen_stats), stats
 

@@ -56,6 +56,25 @@ class GenerationStats:
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
 
+    @classmethod
+    def measure(
+        cls, *, prompt_tokens: int, generated_tokens: int, started: float, first_token_at: float,
+        finished: float, target_passes: int,
+    ) -> "GenerationStats":
+        """Stats from ``time.perf_counter`` stamps: the request start, the first token, the end.
+
+        TTFT is start -> first token (prefill and first draw); TPOT averages the later tokens.
+        """
+        n, total = generated_tokens, finished - started
+        return cls(
+            prompt_tokens=prompt_tokens,
+            generated_tokens=n,
+            ttft_s=(first_token_at - started) if n else 0.0,
+            tpot_s=(finished - first_token_at) / (n - 1) if n > 1 else 0.0,
+            tokens_per_s=n / total if n and total > 0 else 0.0,
+            target_passes=target_passes,
+        )
+
 
 @dataclass(frozen=True)
 class GenerationResult:
@@ -131,7 +150,7 @@ def generate(
     )
     rng = np.random.default_rng(request.seed)
     end_ids = tokenizer.eog_ids | request.stop_ids
-    text = _StopStringText(request.stop, tokenizer, on_text)
+    text = StopStringText(request.stop, tokenizer, on_text)
     history = list(prompt)
     generated: list[int] = []
     stop_reason = "max_tokens"
@@ -162,15 +181,9 @@ def generate(
     finished = time.perf_counter()
     final_text = text.finish()
 
-    n = len(generated)
-    total = finished - started
-    stats = GenerationStats(
-        prompt_tokens=len(prompt),
-        generated_tokens=n,
-        ttft_s=(first_token_at - started) if n else 0.0,
-        tpot_s=(finished - first_token_at) / (n - 1) if n > 1 else 0.0,
-        tokens_per_s=n / total if n and total > 0 else 0.0,
-        target_passes=passes,
+    stats = GenerationStats.measure(
+        prompt_tokens=len(prompt), generated_tokens=len(generated), started=started,
+        first_token_at=first_token_at, finished=finished, target_passes=passes,
     )
     return GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, stats)
 
@@ -187,7 +200,7 @@ def prompt_logits(model: Model, prompt_ids: Sequence[int]) -> npt.NDArray[np.flo
     return model.forward(prompt_ids, model.new_cache(max(1, len(prompt_ids)))).logits
 
 
-class _StopStringText:
+class StopStringText:
     """Decoded text, streamed without ever showing a stop string (or a prefix of one that might
     still complete): text that could begin a stop string is held back until it cannot."""
 
