@@ -6,6 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 MODELS := $(VENV)/.models-stamp
+ORACLE := $(VENV)/.oracle-stamp
 
 .PHONY: demo test setup models lint typecheck pytest clean
 
@@ -14,8 +15,13 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,oracle]'
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# The test-only oracle (torch CPU + transformers): `make test` needs it, `make demo` does not.
+$(ORACLE): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,oracle]'
+	touch $(ORACLE)
 
 models: $(MODELS)
 
@@ -24,14 +30,18 @@ $(MODELS): $(STAMP) verispec/registry.py
 	$(VENV)/bin/verispec models fetch gemma3-270m
 	touch $(MODELS)
 
+# The main job on the default model: lossless speculative decoding (prompt-lookup drafts, adaptive k)
+# with its evidence (acceptance, target passes, plain decoding measured in the same run, same tokens),
+# then the toy "station" whose exact law check shows what verification and repair buy.
 demo: $(STAMP)
 	$(VENV)/bin/verispec models fetch smollm2-135m
-	$(VENV)/bin/verispec inspect smollm2-135m
-	$(VENV)/bin/verispec tokenize --model smollm2-135m "Certified fast decoding keeps what the model says."
-	$(VENV)/bin/verispec generate --model smollm2-135m --chat --temperature 0 --max-tokens 128 \
-		--prompt "Explain in two sentences why the sky is blue."
+	$(VENV)/bin/verispec tokenize --model smollm2-135m --pieces "Certified fast decoding keeps what the model says."
+	$(VENV)/bin/verispec generate --model smollm2-135m --chat --temperature 0 --max-tokens 96 \
+		--draft ngram --adaptive \
+		--prompt "List the first ten prime numbers, separated by commas, then repeat the list once more."
+	$(VENV)/bin/verispec witness --steps 1000
 
-pytest: models
+pytest: models $(ORACLE)
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
 typecheck: $(STAMP)
