@@ -68,3 +68,41 @@ def test_bench_refuses_an_unknown_prompt_kind(capsys: pytest.CaptureFixture[str]
     assert cli.main(["bench", "--prompts", "poetry"]) == 2
     err = capsys.readouterr().err
     assert "poetry" in err and "structured" in err and err.count("\n") == 1
+
+
+@pytest.mark.model
+def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_path: Path) -> None:
+    """`bench --early-exit CAL.json`: early exit against plain greedy on the same engine, with its
+    depth statistics; the artifact must be for this model (CalibrationError otherwise)."""
+    from engine import load_model
+    from engine.bench import BenchOptions, run_bench
+    from reference.calibration import calibrate, file_sha256
+    from reference.errors import CalibrationError
+    from reference.tokenizer import Tokenizer
+
+    model = load_model(smollm2_path)
+    tokenizer = Tokenizer.from_file(smollm2_path)
+    prompts = [("prose", tokenizer.encode(t)) for t in ("The history of the printing press", "Rivers flow to the sea because")]
+    # A permissive gate (q = 0.5, margin): some tokens exit, so the deferred catch-up path runs too.
+    cal, _ = calibrate(model, prompts, model_sha256=file_sha256(smollm2_path), model_name="smollm2", depths=[24],
+                       q="0.5", n_steps=6, use_lens=False)
+    cal_path = tmp_path / "cal.json"
+    cal.save(cal_path)
+    options = BenchOptions(decode_tokens=6, prefill_tokens=8, matmul_repeats=1, reference=False, kernels=False,
+                           prompts=(("chat", "Hello"),), repeats=1, early_exit=cal_path)
+    report = run_bench(smollm2_path, options)
+    ee = report["early_exit"]
+    assert ee["available"] is True and ee["gate"] == "margin" and ee["n_layer"] == 30
+    assert _positive_finite(ee["early_exit_tok_s"]) and _positive_finite(ee["plain_tok_s"])
+    assert _positive_finite(report["ratios"]["early_exit_over_plain"])
+    assert 0.0 <= ee["admitted_fraction"] <= 1.0 and 24.0 <= ee["mean_exit_depth"] <= 30.0
+    assert ee["head_evaluations_per_token"] >= 0.0
+    assert "early exit (margin gate)" in format_report(report)
+
+    other = tmp_path / "other.json"
+    cal_wrong, _ = calibrate(model, prompts, model_sha256="0" * 64, model_name="other", depths=[24], q="0.5",
+                             n_steps=2, use_lens=False)
+    cal_wrong.save(other)
+    with pytest.raises(CalibrationError):
+        run_bench(smollm2_path, BenchOptions(decode_tokens=2, prefill_tokens=4, matmul_repeats=1, reference=False,
+                                             kernels=False, prompts=(("chat", "Hello"),), repeats=1, early_exit=other))
