@@ -161,3 +161,21 @@ def test_cli_inspect_and_generate(synthetic: dict[str, Any], capsys: pytest.Capt
     expected = hf_logits(synthetic["hf"], prompt + out["ids"])[len(prompt) - 1 : -1]
     assert [int(t) for t in expected.argmax(-1)] == out["ids"]  # the CLI's greedy is transformers'
     assert ours.config.arch == info["architecture"]
+
+
+def test_cli_default_engine_runs_every_architecture(synthetic: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """`verispec generate` with the default `--engine fast` works on every synthetic file; an
+    architecture the fast engine does not implement runs on the reference with a one-line note on
+    stderr (never a silent switch), and gives the same greedy tokens as `--engine reference`."""
+    from engine import FAST_ARCHITECTURES
+
+    path = str(synthetic["path"])
+    args = ["generate", "--model", path, "--prompt", PROMPTS[0], "--max-tokens", "4", "--temperature", "0", "--json"]
+    assert verispec_main(args) == 0
+    captured = capsys.readouterr()
+    default_ids = json.loads(captured.out)["ids"]
+    arch = VARIANTS[synthetic["name"]].arch
+    noted = f"running {arch} on the reference engine" in captured.err
+    assert noted == (arch not in FAST_ARCHITECTURES)
+    assert verispec_main([*args, "--engine", "reference"]) == 0
+    assert json.loads(capsys.readouterr().out)["ids"] == default_ids

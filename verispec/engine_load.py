@@ -6,9 +6,10 @@ calibrate and the early-exit measurements); :func:`load_engine` is the same thin
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
-from engine import load_model
+from engine import FAST_ARCHITECTURES, load_model
 from engine.model import FastModel
 from reference.chat import ChatFormat, ChatFormatError, chat_format
 from reference.gguf import GGUFFile
@@ -35,6 +36,12 @@ def load_engine(name_or_path: str, *, need_chat: bool = False, engine: str = "fa
     path = resolve_model(name_or_path)
     with GGUFFile.open(path) as f:
         model = load_model(f, engine=engine, weights=weights)
+        if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
+            print(
+                f"verispec: note: the fast engine implements {', '.join(FAST_ARCHITECTURES)}; "
+                f"running {model.config.arch} on the reference engine",
+                file=sys.stderr,
+            )
         tokenizer = Tokenizer.from_gguf(f.metadata)
         try:
             chat: ChatFormat | None = chat_format(f.metadata)
