@@ -56,6 +56,11 @@ F64 = npt.NDArray[np.float64]
 LawFn = Callable[[F32, Sequence[int], SamplingParams], F64]  # THE target law, or a memo of it
 
 NGRAM_MAX = 4  # longest suffix n-gram the prompt lookup tries
+# Shortest suffix n-gram the ngram draft acts on. A lone recurring token predicts its old
+# continuation too rarely to pay for a multi-row verification pass (2-8 rows cost ~3x one row on
+# OpenBLAS): `verispec bench` on SmolLM2 measured ngram geomean 0.89x of plain with 1-grams and
+# 1.02x with n >= 2 (worst prompt 0.84x -> 0.97x); Gemma3 0.90x -> 0.95x (2026-11-29).
+NGRAM_MIN = 2
 
 
 @dataclass(frozen=True)
@@ -156,9 +161,10 @@ def _stack(rows: list[F64 | None], tokens: Sequence[int], vocab: int) -> F64 | N
 class NgramDraft:
     """Prompt lookup: continue the most recent earlier match of the longest suffix n-gram."""
 
-    def __init__(self, n_max: int = NGRAM_MAX) -> None:
+    def __init__(self, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN) -> None:
         self.name = "ngram"
         self.n_max = n_max
+        self.n_min = n_min
         self.draft_passes = 0
         self.draft_time_s = 0.0
         self.ctx: DraftContext | None = None
@@ -169,7 +175,7 @@ class NgramDraft:
 
     def propose(self, history: Sequence[int], k: int) -> Proposal:
         started = time.perf_counter()
-        tokens = lookup(history, k, self.n_max)
+        tokens = lookup(history, k, self.n_max, self.n_min)
         self.draft_time_s += time.perf_counter() - started
         return Proposal(tuple(tokens))
 
@@ -178,12 +184,12 @@ class NgramDraft:
         return target_score(self.ctx.target, self.ctx.cache, pending, drafts)
 
 
-def lookup(history: Sequence[int], k: int, n_max: int = NGRAM_MAX) -> list[int]:
+def lookup(history: Sequence[int], k: int, n_max: int = NGRAM_MAX, n_min: int = 1) -> list[int]:
     """Up to ``k`` tokens that followed the most recent earlier occurrence of the longest suffix
-    n-gram of ``history`` (n from ``n_max`` down to 1); [] when no suffix recurs."""
+    n-gram of ``history`` (n from ``n_max`` down to ``n_min``); [] when no such suffix recurs."""
     h = list(history)
     size = len(h)
-    for n in range(min(n_max, size - 1), 0, -1):
+    for n in range(min(n_max, size - 1), max(1, n_min) - 1, -1):
         suffix = h[size - n :]
         for start in range(size - n - 1, -1, -1):  # most recent earlier occurrence first
             if h[start : start + n] == suffix:

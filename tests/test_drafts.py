@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from reference.drafts import (
-    AdaptiveK, DraftSpec, check_exit_layer, check_options, check_same_vocab, lookup, parse_draft_spec,
+    NGRAM_MIN, AdaptiveK, DraftSpec, NgramDraft, check_exit_layer, check_options, check_same_vocab, lookup,
+    parse_draft_spec,
     predicted_speedup,
 )
 from reference.errors import DraftError
@@ -23,6 +24,16 @@ def test_lookup_longest_most_recent() -> None:
     assert lookup([4, 4, 4, 4], 3) == [4]  # continuation runs to the end of the history
     assert lookup([1, 2, 1, 3, 9, 1, 2], 2) == [1, 3]  # 2-gram (1, 2) beats the more recent 1-gram
     assert lookup([1, 2, 3, 1, 2, 3], 10, n_max=1) == [1, 2, 3]
+    assert lookup([5, 1, 2, 8, 6, 2], 3, n_min=2) == []  # only a 1-gram recurs
+    assert lookup([1, 2, 1, 3, 9, 1, 2], 2, n_min=2) == [1, 3]
+
+
+def test_ngram_draft_ignores_lone_token_recurrences() -> None:
+    """The ngram source acts on suffix n-grams of length >= NGRAM_MIN (2) only."""
+    assert NGRAM_MIN == 2
+    draft = NgramDraft()
+    assert draft.propose([5, 1, 2, 8, 6, 2], 3).tokens == ()
+    assert draft.propose([5, 1, 2, 8, 6, 1, 2], 3).tokens == (8, 6, 1)
 
 
 @pytest.mark.parametrize(
