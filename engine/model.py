@@ -32,7 +32,7 @@ from reference import layers
 from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
 from reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
 from reference.kvcache import KVCache
-from reference.model import ForwardResult, TokenIds
+from reference.model import ForwardResult, TokenIds, check_tokens, span_positions
 from engine.weights import FusedLayer, WeightStore, load_weights
 
 if TYPE_CHECKING:
@@ -121,8 +121,8 @@ class FastModel:
         Non-finite activations raise ModelError (naming the first layer where they appear) and
         leave the cache length unchanged.
         """
-        ids = self._check_tokens(tokens)
-        pos = self._positions(positions, cache, len(ids))
+        ids = check_tokens(tokens, self.config.n_vocab)
+        pos = span_positions(positions, cache.length, len(ids), self.config.context_length)
         start = cache.reserve(len(ids))
         x = self.embed(ids)  # [T, n_embd]
         collected: list[F32] | None = [x] if return_hidden else None
@@ -152,13 +152,13 @@ class FastModel:
         x = np.asarray(hidden, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.config.n_embd:
             raise ModelError(f"hidden state shape {x.shape} is not [T, {self.config.n_embd}]")
-        pos = self._positions(positions, cache, x.shape[0])
+        pos = span_positions(positions, cache.length, x.shape[0], self.config.context_length)
         begin = cache.reserve(x.shape[0], start)
         return self._run_layers(x, cache, first_layer, last_layer, pos, begin, None)
 
     def embed(self, tokens: TokenIds) -> F32:
         """Token embeddings ``[T, n_embd]`` (times sqrt(n_embd) for gemma)."""
-        ids = self._check_tokens(tokens)
+        ids = check_tokens(tokens, self.config.n_vocab)
         x = self.store.embed_rows(ids)
         if self.config.embed_scale != 1.0:
             x = x * np.float32(self.config.embed_scale)
@@ -305,31 +305,6 @@ class FastModel:
         out += rotated
         return out
 
-    # -- argument checks (as the reference) ------------------------------------------------------
-
-    def _check_tokens(self, tokens: TokenIds) -> npt.NDArray[np.int64]:
-        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        if ids.size == 0:
-            raise ModelError("a forward pass needs at least one token")
-        bad = ids[(ids < 0) | (ids >= self.config.n_vocab)]
-        if bad.size:
-            raise ModelError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.n_vocab})")
-        return ids
-
-    def _positions(
-        self, positions: Sequence[int] | None, cache: KVCache, n_tokens: int
-    ) -> npt.NDArray[np.int64]:
-        if positions is None:
-            return cache.length + np.arange(n_tokens, dtype=np.int64)
-        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
-        if pos.size != n_tokens:
-            raise ModelError(f"{pos.size} positions for a span of {n_tokens} tokens")
-        if pos.size and (pos.min() < 0 or pos.max() >= self.config.context_length):
-            raise ContextOverflow(
-                f"position {int(pos.max()) if pos.max() >= 0 else int(pos.min())} is outside "
-                f"[0, {self.config.context_length})"
-            )
-        return pos
 
     def _raise_non_finite(self, ids: npt.NDArray[np.int64], pos: npt.NDArray[np.int64]) -> None:
         """Find the first layer with non-finite activations (slow path, errors only) and raise."""

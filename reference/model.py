@@ -137,8 +137,8 @@ class Model:
         work when the span does not fit the cache, and ModelError for a bad token id or
         non-finite activations (naming the layer); on error the cache length is unchanged.
         """
-        ids = self._check_tokens(tokens)
-        pos = self._positions(positions, cache, len(ids))
+        ids = check_tokens(tokens, self.config.n_vocab)
+        pos = span_positions(positions, cache.length, len(ids), self.config.context_length)
         start = cache.reserve(len(ids))
         x = self.embed(ids)  # [T, n_embd]
         _check_finite(x, "the token embeddings")
@@ -172,13 +172,13 @@ class Model:
         x = np.asarray(hidden, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.config.n_embd:
             raise ModelError(f"hidden state shape {x.shape} is not [T, {self.config.n_embd}]")
-        pos = self._positions(positions, cache, x.shape[0])
+        pos = span_positions(positions, cache.length, x.shape[0], self.config.context_length)
         begin = cache.reserve(x.shape[0], start)
         return self._run_layers(x, cache, first_layer, last_layer, pos, begin, None)
 
     def embed(self, tokens: TokenIds) -> F32:
         """Token embeddings ``[T, n_embd]`` (times sqrt(n_embd) for gemma)."""
-        ids = self._check_tokens(tokens)
+        ids = check_tokens(tokens, self.config.n_vocab)
         x = self.weights.token_embd[ids]
         if self.config.embed_scale != 1.0:
             x = x * np.float32(self.config.embed_scale)
@@ -278,32 +278,38 @@ class Model:
             freq_factors=factors,
         )
 
-    # -- argument checks -------------------------------------------------------------------------
 
-    def _check_tokens(self, tokens: TokenIds) -> npt.NDArray[np.int64]:
-        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        if ids.size == 0:
-            raise ModelError("a forward pass needs at least one token")
-        bad = ids[(ids < 0) | (ids >= self.config.n_vocab)]
-        if bad.size:
-            raise ModelError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.n_vocab})")
-        return ids
 
-    def _positions(
-        self, positions: Sequence[int] | None, cache: KVCache, n_tokens: int
-    ) -> npt.NDArray[np.int64]:
-        if positions is None:
-            return cache.length + np.arange(n_tokens, dtype=np.int64)
-        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
-        if pos.size != n_tokens:
-            raise ModelError(f"{pos.size} positions for a span of {n_tokens} tokens")
-        if pos.size and (pos.min() < 0 or pos.max() >= self.config.context_length):
-            raise ContextOverflow(
-                f"position {int(pos.max()) if pos.max() >= 0 else int(pos.min())} is outside "
-                f"[0, {self.config.context_length})"
-            )
-        return pos
 
+# -- argument checks (shared with engine/: speed does not matter here) ---------------------------
+
+
+def check_tokens(tokens: TokenIds, n_vocab: int) -> npt.NDArray[np.int64]:
+    """Token ids as int64 ``[T]``; ModelError for an empty span or an id outside ``[0, n_vocab)``."""
+    ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    if ids.size == 0:
+        raise ModelError("a forward pass needs at least one token")
+    bad = ids[(ids < 0) | (ids >= n_vocab)]
+    if bad.size:
+        raise ModelError(f"token id {int(bad[0])} is outside the vocabulary [0, {n_vocab})")
+    return ids
+
+
+def span_positions(
+    positions: Sequence[int] | None, cache_length: int, n_tokens: int, context_length: int
+) -> npt.NDArray[np.int64]:
+    """Positions ``[T]`` of a span: ``cache_length + arange(T)`` by default; ModelError for a count
+    mismatch, ContextOverflow for a position outside ``[0, context_length)``."""
+    if positions is None:
+        return cache_length + np.arange(n_tokens, dtype=np.int64)
+    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+    if pos.size != n_tokens:
+        raise ModelError(f"{pos.size} positions for a span of {n_tokens} tokens")
+    if pos.size and (pos.min() < 0 or pos.max() >= context_length):
+        raise ContextOverflow(
+            f"position {int(pos.max()) if pos.max() >= 0 else int(pos.min())} is outside [0, {context_length})"
+        )
+    return pos
 
 def _check_finite(x: F32, where: str) -> None:
     if not np.isfinite(x).all():
