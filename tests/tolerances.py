@@ -46,7 +46,7 @@ What it cannot: a deviation smaller than the float32 rounding spread itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -109,8 +109,9 @@ def _rms_norm(r: Rounding, x: F64, weight: npt.NDArray[np.floating], eps: float)
 
 def _rope(r: Rounding, x: F64, positions: npt.NDArray[np.int64], rope_type: str, rope_dim: int, **rope_args: object) -> F64:
     """layers.rope (run in float64 on ``[1 + R, T, H, d]``), then per rotated component
-    a c - b s: two products and a difference, each rounded: u (|a c| + |b s| + |a'|) <= u sqrt(3)
-    sqrt(a^2 + b^2) in spread, charged as that."""
+    a c - b s: cos and sin rounded to float32 (u each: another path, e.g. another position with
+    the same distances, another library, rounds them differently), two products and a difference:
+    u (|a c| + |b s| + |a c| + |b s| + |a'|) <= u sqrt(5) sqrt(a^2 + b^2) in spread, charged as that."""
     y = np.asarray(layers.rope(x, positions, rope_dim=rope_dim, rope_type=rope_type, **rope_args), dtype=np.float64)  # type: ignore[arg-type]
     half = rope_dim // 2
     if rope_type == ROPE_NORM:
@@ -120,8 +121,8 @@ def _rope(r: Rounding, x: F64, positions: npt.NDArray[np.int64], rope_type: str,
     else:
         raise ValueError(f"unknown rope type {rope_type!r}")
     pair_norm = np.sqrt(x[..., first] ** 2 + x[..., second] ** 2)
-    y[..., first] += np.sqrt(3.0) * U * pair_norm * r.noise(pair_norm)
-    y[..., second] += np.sqrt(3.0) * U * pair_norm * r.noise(pair_norm)
+    y[..., first] += np.sqrt(5.0) * U * pair_norm * r.noise(pair_norm)
+    y[..., second] += np.sqrt(5.0) * U * pair_norm * r.noise(pair_norm)
     return y
 
 
@@ -213,18 +214,46 @@ def forward_spread(
         hidden += [x]
         ks += [k]
         vs += [v]
-    logits = _linear(r, _rms_norm(r, x, w.output_norm, cfg.norm_eps), w.output) if head else None
-    if logits is not None and cfg.final_softcap is not None:
-        cap = float(np.float32(cfg.final_softcap))
-        logits = r.op(cap * r.op(np.tanh(r.op(logits / cap)), LIBM_ULPS))
 
     def spread(runs: F64) -> Spread:  # runs [1 + R, ...]
         return Spread(runs[0], np.sqrt(np.mean((runs[1:] - runs[0]) ** 2, axis=0)), samples)
 
+    logits = None
+    if head:
+        normed = _rms_norm(r, x, w.output_norm, cfg.norm_eps)
+        # the head in vocabulary chunks: a real model's [V, E] in float64 would take gigabytes
+        parts = [spread(_logits(r, model, normed, rows)) for rows in _chunks(cfg.n_vocab, HEAD_CHUNK)]
+        logits = Spread(np.concatenate([p.value for p in parts], axis=-1),
+                        np.concatenate([p.sigma for p in parts], axis=-1), samples)
     return ForwardSpread(
         hidden=spread(np.stack(hidden, axis=1)), k=spread(np.stack(ks, axis=1)),
-        v=spread(np.stack(vs, axis=1)), logits=None if logits is None else spread(logits),
+        v=spread(np.stack(vs, axis=1)), logits=logits,
     )
+
+
+HEAD_CHUNK = 8192  # vocabulary rows of the head per float64 matmul
+
+
+def _chunks(n: int, size: int) -> list[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _logits(r: Rounding, model: Model, normed: F64, rows: slice) -> F64:
+    """The head's matmul and softcap for vocabulary ``rows`` -> ``[1 + R, T, len(rows)]``."""
+    logits = _linear(r, normed, model.weights.output[rows])
+    cap = model.config.final_softcap
+    if cap is not None:
+        c = float(np.float32(cap))
+        logits = r.op(c * r.op(np.tanh(r.op(logits / c)), LIBM_ULPS))
+    return logits
+
+
+def truncated(model: Model, n_layer: int) -> Model:
+    """The model's first ``n_layer`` layers and its head: ``truncated(m, k).forward`` is
+    ``m.head(m.forward_layers(m.embed(.), ..., 0, k - 1, ...))``, the function an exit at depth k runs."""
+    cfg, w = model.config, model.weights
+    config = replace(cfg, n_layer=n_layer, sliding_layers=cfg.sliding_layers[:n_layer])
+    return Model(config, replace(w, layers=w.layers[:n_layer]))
 
 
 def _layer(r: Rounding, model: Model, layer: int, x: F64, pos: npt.NDArray[np.int64]) -> tuple[F64, F64, F64]:
