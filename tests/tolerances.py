@@ -65,6 +65,14 @@ P_SIGMA = 1e-9    # chance that the R-sample sigma underestimates beyond the chi
 SEED = 20261130   # fixed: the tolerance is a deterministic function of (model, tokens)
 
 
+def gamma(n: int) -> float:
+    """Higham's gamma_n = n u / (1 - n u): the worst-case relative error of an n-term float32 sum
+    of terms of one sign (used for single ops below, where the worst case is tight enough)."""
+    if n * U >= 1.0:
+        raise ValueError(f"reduction length {n} is too long for a float32 error bound")
+    return n * U / (1.0 - n * U)
+
+
 class Rounding:
     """Draws the rounding perturbations of one Monte Carlo forward.
 
@@ -308,3 +316,57 @@ def assert_within(got: npt.ArrayLike, want: npt.ArrayLike, tolerance: npt.ArrayL
             f"{what}: {int(bad.sum())} of {g.size} elements outside the derived float32 tolerance; "
             f"worst at {tuple(int(j) for j in i)}: {g[i]:.9g} vs {wv[i]:.9g}, |diff| {diff[i]:.3g} > {t[i]:.3g}"
         )
+
+
+# -- worst-case bounds of single layers.py functions on exact float32 inputs ---------------------------
+# One op deep, Higham's deterministic bound is tight enough: each rounding at most u relative, a
+# library exp/tanh at most LIBM_ULPS ulp; products of two rounding errors (~u^2) are dropped.
+
+
+def silu_rounding_bound(x: npt.ArrayLike) -> F64:
+    """|layers.silu(x) - silu(x)|: x/2 exact, tanh LIBM_ULPS ulp, 1 + t one rounding, the product
+    one: |x|/2 (LIBM_ULPS u |t| + u |1 + t|) + u |y|."""
+    xv = np.asarray(x, dtype=np.float64)
+    t = np.tanh(0.5 * xv)
+    y = 0.5 * xv * (1.0 + t)
+    return np.asarray(0.5 * np.abs(xv) * (LIBM_ULPS * U * np.abs(t) + U * np.abs(1.0 + t)) + U * np.abs(y), dtype=np.float64)
+
+
+def gelu_tanh_rounding_bound(x: npt.ArrayLike) -> F64:
+    """|layers.gelu_tanh(x) - gelu_tanh(x)| (same float32 constants): the inner argument t takes
+    five roundings (relative 5u, all factors of one sign), which tanh turns into (1 - t'^2) 5u |t|;
+    then as silu: |x|/2 (LIBM_ULPS u |t'| + 5u |t| (1 - t'^2) + u |1 + t'|) + 2u |y| (two products)."""
+    xv = np.asarray(x, dtype=np.float64)
+    c, a = float(np.float32(np.sqrt(2.0 / np.pi))), float(np.float32(0.044715))
+    inner = c * xv * (1.0 + a * xv * xv)
+    t = np.tanh(inner)
+    y = 0.5 * xv * (1.0 + t)
+    tanh_err = LIBM_ULPS * U * np.abs(t) + 5.0 * U * np.abs(inner) * (1.0 - t * t)
+    return np.asarray(0.5 * np.abs(xv) * (tanh_err + U * np.abs(1.0 + t)) + 2.0 * U * np.abs(y), dtype=np.float64)
+
+
+def rms_norm_rounding_bound(y: npt.ArrayLike, n: int) -> F64:
+    """|layers.rms_norm(x, w, eps) - exact| for exact float32 x, w over n terms: the mean of squares
+    is n squares, a sum and a division by n, all terms >= 0 (relative gamma(n + 1)), plus eps (u):
+    gamma(n + 2) on s^2; sqrt halves that and adds u; the division and the weight add 2u. Relative
+    to |y|: gamma(n + 2) / 2 + 3u."""
+    return np.asarray(np.abs(np.asarray(y, dtype=np.float64)) * (gamma(n + 2) / 2.0 + 3.0 * U), dtype=np.float64)
+
+
+def rope_rounding_bound(x: npt.ArrayLike, rope_dim: int, rope_type: str) -> F64:
+    """|layers.rope(x) - exact rotation| for exact float32 x ``[..., d]``: per output a c - b s with
+    c, s rounded from float64 (u each), two products (u each) and a difference (u):
+    u (2 |a c| + 2 |b s| + |a'|) <= 5 u sqrt(a^2 + b^2) (Cauchy-Schwarz with c^2 + s^2 = 1). The
+    float64 angle (relative ~1e-16) is far below. Dims past rope_dim pass exactly (bound 0)."""
+    xv = np.asarray(x, dtype=np.float64)
+    half = rope_dim // 2
+    if rope_type == ROPE_NORM:
+        first, second = np.arange(0, rope_dim, 2), np.arange(1, rope_dim, 2)
+    elif rope_type == ROPE_NEOX:
+        first, second = np.arange(half), np.arange(half, rope_dim)
+    else:
+        raise ValueError(f"unknown rope type {rope_type!r}")
+    pair = 5.0 * U * np.sqrt(xv[..., first] ** 2 + xv[..., second] ** 2)
+    bound = np.zeros_like(xv)
+    bound[..., first], bound[..., second] = pair, pair
+    return bound
