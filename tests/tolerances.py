@@ -205,11 +205,12 @@ class ForwardSpread:
 
 def forward_spread(
     model: Model, tokens: tuple[int, ...], positions: tuple[int, ...] | None = None, *,
-    head: bool = True, samples: int = SAMPLES,
+    head: bool = True, samples: int = SAMPLES, head_rows: int | None = None,
 ) -> ForwardSpread:
     """The exact values and float32 rounding spreads of ``model.forward(tokens)`` (any batching).
-    ``head=False`` skips the logits (the [V, E] head in float64 is the costly part of a real model);
-    fewer ``samples`` cost less and widen the tolerance (``tolerance_factor``)."""
+    ``head=False`` skips the logits (the [V, E] head in float64 is the costly part of a real model),
+    ``head_rows=m`` computes them for the last m rows only (``logits`` is then ``[m, V]``); fewer
+    ``samples`` cost less and widen the tolerance (``tolerance_factor``)."""
     cfg, w = model.config, model.weights
     r = Rounding(samples)
     pos = np.asarray(range(len(tokens)) if positions is None else positions, dtype=np.int64)
@@ -228,7 +229,8 @@ def forward_spread(
 
     logits = None
     if head:
-        normed = _rms_norm(r, x, w.output_norm, cfg.norm_eps)
+        last = x if head_rows is None else x[:, x.shape[1] - head_rows :]
+        normed = _rms_norm(r, last, w.output_norm, cfg.norm_eps)
         # the head in vocabulary chunks: a real model's [V, E] in float64 would take gigabytes
         parts = [spread(_logits(r, model, normed, rows)) for rows in _chunks(cfg.n_vocab, HEAD_CHUNK)]
         logits = Spread(np.concatenate([p.value for p in parts], axis=-1),
