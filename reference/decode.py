@@ -9,6 +9,10 @@ token but the last few, the ``pending`` ones — after the first cycle exactly o
     p_i     = law(logits_i, history + x_1..x_i, params)  THE target law, the drafts in the history
     verdict = verify_greedy(p, x)          if the target is greedy (no randomness)
               verify_sampled(p, q, x, u)   otherwise, u = rng.random(n + 1) (the draw protocol)
+              (all three lines are :func:`reference.speculative.verify_drafts`: the rows by
+              ``target_rows`` / ``draft_law_rows`` and the choice by ``verification_mode``, the
+              code spec/ checks through ``speculative_rows``; tests/test_loop_checked_rows.py
+              shows a mutant of it breaking this loop)
     commit    x_1..x_a + [token]   one at a time: EOG, stop strings, max_tokens cut inside the span
     rollback  target cache -> len(history before the cycle) + a   (O(1) truncate; a draft model's
               cache is synced by the draft on its next propose)
@@ -32,10 +36,10 @@ import numpy as np
 import numpy.typing as npt
 
 from reference.drafts import AdaptiveK, DraftContext, DraftSource, LawFn, check_options
+from reference import speculative
 from reference.errors import ModelError
 from reference.generate import GenerationRequest, GenerationResult, GenerationStats, StopStringText, fit_context
 from reference.sampling import sample, target_distribution
-from reference.speculative import verify_greedy, verify_sampled
 from reference.tokenizer import Tokenizer
 
 F32 = npt.NDArray[np.float32]
@@ -186,7 +190,7 @@ def speculative_generate(
         request.prompt_ids, request.max_tokens, model.config.context_length,
         truncate=request.truncate, bos_id=tokenizer.bos_id,
     )
-    mode: Literal["greedy", "sampled"] = "greedy" if params.greedy else "sampled"
+    mode = speculative.verification_mode(params, params)
     rng = np.random.default_rng(request.seed)
     end_ids = tokenizer.eog_ids | request.stop_ids
     text = StopStringText(request.stop, tokenizer, on_text)
@@ -214,10 +218,12 @@ def speculative_generate(
         logits = draft.score(pending, drafts)  # [n+1, V]
         kind: Literal["bonus", "repair", "plain"]
         if drafts:
-            accepted, token, kind = _verify(logits, history, drafts, proposal, mode, params, rng, law)
+            assert proposal is not None
+            verdict = speculative.verify_drafts(logits, history, drafts, proposal.q, params, rng, law)
+            accepted, token, kind = verdict.accepted, verdict.token, verdict.kind
         else:
             accepted, kind = 0, "plain"
-            token = sample(law(logits[0], history, params), rng)
+            token = sample(speculative.target_rows(logits, history, (), params, law)[0], rng)
         cache.truncate(before + accepted)
         t2 = time.perf_counter()
         if adaptive is not None:
@@ -254,31 +260,3 @@ def speculative_generate(
         generation, tuple(cycles), draft.name, mode, options, draft.draft_passes, draft.draft_time_s
     )
 
-
-def _verify(
-    logits: F32,  # [n+1, V]
-    history: Sequence[int],
-    drafts: list[int],
-    proposal: Any,
-    mode: str,
-    params: Any,
-    rng: np.random.Generator,
-    law: LawFn,
-) -> tuple[int, int, Literal["bonus", "repair"]]:
-    """Target rows through THE law (history + drafts before each row), then the verifier."""
-    n = len(drafts)
-    context = list(history)
-    p = np.empty((n + 1, logits.shape[-1]), dtype=np.float64)  # [n+1, V]
-    for i in range(n + 1):
-        p[i] = law(logits[i], context, params)
-        if i < n:
-            context.append(drafts[i])
-    if mode == "greedy":
-        verdict = verify_greedy(p, drafts)
-    else:
-        q = proposal.q
-        if q is None:  # a deterministic draft: one-hot rows
-            q = np.zeros((n, logits.shape[-1]), dtype=np.float64)
-            q[np.arange(n), drafts] = 1.0
-        verdict = verify_sampled(p, q, drafts, rng.random(n + 1).tolist())
-    return verdict.accepted, verdict.token, verdict.kind

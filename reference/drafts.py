@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from reference.errors import DraftError
 from reference.sampling import SamplingParams, sample, target_distribution
+from reference.speculative import draft_law_rows
 
 if TYPE_CHECKING:
     from reference.decode import Cache, TargetModel
@@ -144,15 +145,11 @@ def draw_next(
 
 
 def _stack(rows: list[F64 | None], tokens: Sequence[int], vocab: int) -> F64 | None:
+    """A proposal's q: None when every token was a deterministic choice (one-hot rows, built by the
+    verifier when it needs them), else :func:`reference.speculative.draft_law_rows`."""
     if all(r is None for r in rows):
         return None
-    out = np.zeros((len(rows), vocab), dtype=np.float64)
-    for i, (r, t) in enumerate(zip(rows, tokens)):
-        if r is None:
-            out[i, t] = 1.0
-        else:
-            out[i] = r
-    return out
+    return draft_law_rows(rows, tokens, vocab)
 
 
 # -- ngram (prompt lookup) --------------------------------------------------------------------------
