@@ -21,88 +21,31 @@ A cycle with no draft (n = 0: nothing to look up, p-min, adaptive k = 0) is a pl
 target pass, the token drawn from p_0 with one uniform, exactly as :mod:`reference.generate` does.
 Sampled targets are never verified greedily, whatever the draft does.
 
-The model is taken through :class:`TargetModel` (a ``typing.Protocol``: ``Model`` of
-:mod:`reference.model` satisfies it), so a faster engine with the same contract plugs in.
+The model, the draft and the verifier are taken through the seams of :mod:`reference.seams`
+(``TargetModel``: ``Model`` of :mod:`reference.model` and the fast engine's ``FastModel`` satisfy
+it), so a faster engine with the same contract plugs in.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from reference.drafts import AdaptiveK, DraftContext, DraftSource, LawFn, check_options
 from reference import speculative
+from reference.drafts import AdaptiveK, check_options
 from reference.errors import ModelError
 from reference.generate import GenerationRequest, GenerationResult, GenerationStats, StopStringText, fit_context
 from reference.sampling import sample, target_distribution
+from reference.seams import DraftContext, DraftSource, LawFn, TargetModel
 from reference.tokenizer import Tokenizer
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
-
-
-# -- the model seam -------------------------------------------------------------------------------
-
-
-class ModelConfig(Protocol):
-    @property
-    def n_layer(self) -> int: ...
-    @property
-    def n_vocab(self) -> int: ...
-    @property
-    def context_length(self) -> int: ...
-
-
-class Cache(Protocol):
-    """A KV cache: ``length`` committed slots; ``truncate`` rolls back in O(1)."""
-
-    @property
-    def length(self) -> int: ...
-    def truncate(self, length: int) -> None: ...
-    def advance(self, n_tokens: int) -> None: ...
-
-
-class ForwardOutput(Protocol):
-    @property
-    def logits(self) -> F32: ...  # [T, V]
-
-
-class TargetModel(Protocol):
-    """What the decode loop and the drafts need of a model (``reference.model.Model``'s methods).
-
-    Caches are typed ``Any`` here because each engine has its own cache class; a model is only
-    ever given caches it made with ``new_cache``.
-    """
-
-    @property
-    def config(self) -> ModelConfig: ...
-
-    def new_cache(self, capacity: int | None = None) -> Any:
-        """An empty cache for ``capacity`` positions (default: the context length)."""
-        ...
-
-    def forward(self, tokens: Sequence[int], cache: Any, *, positions: Sequence[int] | None = None,
-                return_hidden: bool = False) -> ForwardOutput:
-        """Run a span through every layer, APPEND it to the cache, logits ``[T, V]``."""
-        ...
-
-    def forward_layers(self, hidden: F32, cache: Any, first_layer: int, last_layer: int,
-                       positions: Sequence[int], *, start: int | None = None) -> F32:
-        """Layers first..last on hidden ``[T, D]``; K,V to slots from ``start``; not committed."""
-        ...
-
-    def head(self, hidden: F32) -> F32:
-        """Final norm + lm_head (+ softcap): the exit head at any layer -> logits ``[T, V]``."""
-        ...
-
-    def embed(self, tokens: Sequence[int]) -> F32:
-        """Token embeddings ``[T, D]``."""
-        ...
 
 
 # -- options and results --------------------------------------------------------------------------

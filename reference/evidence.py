@@ -27,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
-from reference.decode import SpeculativeOptions, SpeculativeResult, TargetModel, speculative_generate
-from reference.drafts import DraftSource, predicted_speedup
+from reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
+from reference.drafts import predicted_speedup
 from reference.generate import GenerationRequest, GenerationResult, generate
+from reference.seams import DraftSource, TargetModel
 from reference.tokenizer import Tokenizer
 
 

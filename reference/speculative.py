@@ -51,15 +51,19 @@ verifications in a row read the same stream as one ``rng.random((N, k + 1))``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from reference.errors import VerificationError
 from reference.sampling import SamplingParams, inverse_cdf, target_distribution
+from reference.seams import BatchVerdict as BatchVerdict  # the verifier seam (reference/seams.py)
+from reference.seams import BatchVerifier as BatchVerifier
+from reference.seams import LawFn as LawFn
+from reference.seams import Verdict as Verdict
+from reference.seams import Verifier as Verifier
 
 PROTOCOL_VERSION = 1
 
@@ -69,56 +73,6 @@ PROB_TOLERANCE = 1e-6
 
 Probs2D = npt.NDArray[np.float64]
 ArrayLike = npt.ArrayLike
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Outcome of one verification: ``accepted`` drafts kept, then one ``token`` emitted.
-
-    ``kind`` is ``"bonus"`` when all k drafts were accepted (token drawn from p[k]) and
-    ``"repair"`` otherwise (token drawn from the residual at the first rejected position).
-    """
-
-    accepted: int
-    token: int
-    kind: Literal["repair", "bonus"]
-
-    def emitted(self, drafts: Sequence[int]) -> list[int]:
-        """The tokens this verdict commits: ``drafts[:accepted] + [token]``."""
-        return [int(x) for x in drafts[: self.accepted]] + [self.token]
-
-
-class BatchVerdict(NamedTuple):
-    """N verdicts at once: ``accepted`` [N], ``token`` [N] (int64), ``is_bonus`` [N] (bool)."""
-
-    accepted: npt.NDArray[np.int64]
-    token: npt.NDArray[np.int64]
-    is_bonus: npt.NDArray[np.bool_]
-
-
-class Verifier(Protocol):
-    """A sampled verifier: ``(p [k+1, V], q [k, V], drafts [k], uniforms [k+1]) -> Verdict``.
-
-    It must follow the random-draw protocol of this module and raise :class:`VerificationError`
-    on a contract violation. The reference is :func:`verify_sampled`; ``spec.mutants`` holds broken
-    ones; external implementations are wrapped to this signature.
-    """
-
-    def __call__(
-        self, p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]
-    ) -> Verdict: ...
-
-
-class BatchVerifier(Protocol):
-    """N independent verifications: ``(p, q, drafts [N, k], uniforms [N, k+1]) -> BatchVerdict``.
-
-    ``p`` is [N, k+1, V] or a shared [k+1, V]; ``q`` is [N, k, V] or a shared [k, V]. Item n must
-    equal the :class:`Verifier` on item n (same protocol, same uniforms).
-    """
-
-    def __call__(
-        self, p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms: ArrayLike
-    ) -> BatchVerdict: ...
 
 
 # -----------------------------------------------------------------------------------------------
@@ -338,11 +292,6 @@ def verify_sampled_batch_rng(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, rng:
 # :func:`verification_mode` and :func:`verify_drafts` below; the spec (spec/properties.py,
 # spec/vectors.py, the mutants) checks :func:`speculative_rows` and :func:`verify_step`, which are
 # built from the same functions. A bug in any of them is seen by both.
-
-LawFn = Callable[[npt.NDArray[np.float32], Sequence[int], SamplingParams], npt.NDArray[np.float64]]
-"""THE target law (:func:`reference.sampling.target_distribution`), or a bit-identical one (the
-fast engine's, a memo of it): ``law(logits [V], history, params) -> probs [V]``."""
-
 
 def target_rows(
     target_logits: ArrayLike,
