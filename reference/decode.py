@@ -13,7 +13,8 @@ token but the last few, the ``pending`` ones — after the first cycle exactly o
               ``target_rows`` / ``draft_law_rows`` and the choice by ``verification_mode``, the
               code spec/ checks through ``speculative_rows``; tests/test_loop_checked_rows.py
               shows a mutant of it breaking this loop)
-    commit    x_1..x_a + [token]   one at a time: EOG, stop strings, max_tokens cut inside the span
+    commit    x_1..x_a + [token]   one at a time to the decode session (reference/session.py):
+              EOG, stop strings, max_tokens cut inside the span
     rollback  target cache -> len(history before the cycle) + a   (O(1) truncate; a draft model's
               cache is synced by the draft on its next propose)
 
@@ -33,19 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-import numpy.typing as npt
-
 from reference import speculative
 from reference.drafts import AdaptiveK, check_options
-from reference.errors import ModelError
-from reference.generate import GenerationRequest, GenerationResult, GenerationStats, StopStringText, fit_context
 from reference.sampling import sample, target_distribution
 from reference.seams import DraftContext, DraftSource, LawFn, TargetModel
+from reference.session import DecodeSession, GenerationRequest, GenerationResult
 from reference.tokenizer import Tokenizer
-
-F32 = npt.NDArray[np.float32]
-F64 = npt.NDArray[np.float64]
 
 
 # -- options and results --------------------------------------------------------------------------
@@ -125,35 +119,21 @@ def speculative_generate(
     options and the errors of plain decoding, all before any model work.
     """
     options.validate()
-    params = request.params
-    params.validate(model.config.n_vocab)
-    if not request.prompt_ids:
-        raise ModelError("the prompt has no tokens (encode_prompt gives BOS for an empty prompt)")
-    prompt = fit_context(
-        request.prompt_ids, request.max_tokens, model.config.context_length,
-        truncate=request.truncate, bos_id=tokenizer.bos_id,
-    )
+    session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
+    params, rng, history = request.params, session.rng, session.history
     mode = speculative.verification_mode(params, params)
-    rng = np.random.default_rng(request.seed)
-    end_ids = tokenizer.eog_ids | request.stop_ids
-    text = StopStringText(request.stop, tokenizer, on_text)
     adaptive = AdaptiveK(options.k) if options.adaptive else None
-    capacity = min(model.config.context_length, len(prompt) + request.max_tokens + options.k + 1)
+    capacity = min(model.config.context_length, len(session.prompt) + request.max_tokens + options.k + 1)
     cache = model.new_cache(capacity)
     draft.start(DraftContext(model, cache, params, rng, options.p_min, law))
 
-    history = list(prompt)
-    generated: list[int] = []
     cycles: list[Cycle] = []
-    stop_reason = "max_tokens"
-    started = time.perf_counter()
-    first_token_at = started
-    done = request.max_tokens == 0
-    while not done:
+    session.begin()
+    while not session.done:
         before = len(history)
         pending = history[cache.length :]
         want = adaptive.next_k() if adaptive is not None else options.k
-        want = min(want, request.max_tokens - len(generated) - 1, capacity - before)
+        want = min(want, session.remaining - 1, capacity - before)
         t0 = time.perf_counter()
         proposal = draft.propose(history, want) if want > 0 else None
         drafts = list(proposal.tokens) if proposal is not None else []
@@ -176,29 +156,13 @@ def speculative_generate(
                 adaptive.plain_step(t2 - t1)
 
         emitted: list[int] = []
-        for t in [*drafts[:accepted], token]:
-            if not generated:
-                first_token_at = time.perf_counter()
-            generated.append(t)
-            history.append(t)
+        for t in [*drafts[:accepted], token]:  # one at a time: the session may end inside the span
             emitted.append(t)
-            if t in end_ids:
-                stop_reason, done = "eog", True
-            elif text.push(t):
-                stop_reason, done = "stop", True
-            elif len(generated) >= request.max_tokens:
-                done = True
-            if done:
+            if session.commit(t):
                 break
+        session.target_passes += 1
         cycles.append(Cycle(want, tuple(drafts), accepted, kind, token, tuple(emitted), t1 - t0, t2 - t1))
-    finished = time.perf_counter()
-    final_text = text.finish()
-
-    stats = GenerationStats.measure(
-        prompt_tokens=len(prompt), generated_tokens=len(generated), started=started,
-        first_token_at=first_token_at, finished=finished, target_passes=len(cycles),
-    )
-    generation = GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, stats)
+    generation = session.finish()
     return SpeculativeResult(
         generation, tuple(cycles), draft.name, mode, options, draft.draft_passes, draft.draft_time_s
     )

@@ -30,10 +30,8 @@ batched vs single-row matmuls; spec/test_early_exit_kv.py checks it).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -46,14 +44,8 @@ from reference.exit_head import GateKind as GateKind
 from reference.exit_head import Lens as Lens
 from reference.exit_head import exit_logits as exit_logits
 from reference.exit_head import fit_lens as fit_lens
-from reference.generate import (
-    GenerationRequest,
-    GenerationResult,
-    GenerationStats,
-    StopStringText,
-    fit_context,
-)
 from reference.seams import Cache, TargetModel
+from reference.session import DecodeSession, GenerationRequest, GenerationResult
 from reference.tokenizer import Tokenizer
 
 Model = TargetModel  # what early exit needs of a model: the one model seam (reference/seams.py)
@@ -303,54 +295,26 @@ def generate_early_exit(
         raise CalibrationError(
             f"calibration is for a {calibration.n_layer}-layer model, this one has {model.config.n_layer}"
         )
-    if not request.prompt_ids:
-        raise ModelError("the prompt has no tokens (encode_prompt gives BOS for an empty prompt)")
+    session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
     use_gate: GateKind = calibration.gate if gate is None else gate
     n_layer = model.config.n_layer
-    prompt = fit_context(
-        request.prompt_ids, request.max_tokens, model.config.context_length,
-        truncate=request.truncate, bos_id=tokenizer.bos_id,
-    )
-    end_ids = tokenizer.eog_ids | request.stop_ids
-    text = StopStringText(request.stop, tokenizer, on_text)
     stats = ExitStats(n_layer=n_layer, flips=0 if audit else None)
-    generated: list[int] = []
-    stop_reason = "max_tokens"
 
-    started = time.perf_counter()
-    first_token_at = started
-    passes = 0
-    if request.max_tokens > 0:
-        cache = model.new_cache(len(prompt) + request.max_tokens)
+    session.begin()
+    if not session.done:
+        cache = model.new_cache(len(session.prompt) + request.max_tokens)
         decoder = DeferredDecoder(model, cache, calibration.candidate_depths, backlog_bound)
-        token = int(np.argmax(decoder.prefill(prompt)[-1]))
-        passes = 1
+        token = int(np.argmax(decoder.prefill(session.prompt)[-1]))
+        session.target_passes = 1
         stats.depths.append(n_layer)
-        for step in range(request.max_tokens):
-            if step == 0:
-                first_token_at = time.perf_counter()
-            generated.append(token)
-            if token in end_ids:
-                stop_reason = "eog"
-                break
-            if text.push(token):
-                stop_reason = "stop"
-                break
-            if step + 1 == request.max_tokens:
-                break
+        while not session.commit(token):
             token = _next_token(decoder, token, calibration, use_gate, audit, stats)
-            passes += 1
+            session.target_passes += 1
         stats.catchup_rows = decoder.counters.catchup_rows
         stats.forced_catchups = decoder.counters.forced_catchups
-    finished = time.perf_counter()
-    final_text = text.finish()
-    stats.depths = stats.depths[: len(generated)]
-
-    gen_stats = GenerationStats.measure(
-        prompt_tokens=len(prompt), generated_tokens=len(generated), started=started,
-        first_token_at=first_token_at, finished=finished, target_passes=passes,
-    )
-    return GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, gen_stats), stats
+    result = session.finish()
+    stats.depths = stats.depths[: len(result.ids)]
+    return result, stats
 
 
 def _next_token(
