@@ -19,6 +19,8 @@ from engine.sampling import sample, target_distribution
 from reference.errors import ContextOverflow
 from reference.generate import GenerationRequest, GenerationResult, decode_plain
 from reference.model import Model
+from reference.sampling import target_distribution as reference_law
+from reference.seams import LawFn
 from reference.tokenizer import Tokenizer
 
 
@@ -52,6 +54,11 @@ def generate_any(
     from reference.generate import generate as reference_generate
 
     return reference_generate(model, tokenizer, request, on_text=on_text)
+
+
+def law_for(model: "FastModel | Model") -> LawFn:
+    """The target law of ``model``'s engine (bit-identical on both; the fast one is vectorized)."""
+    return target_distribution if isinstance(model, FastModel) else reference_law
 
 
 def prompt_logits_any(model: "FastModel | Model", prompt_ids: Sequence[int]) -> npt.NDArray[np.float32]:
