@@ -33,7 +33,7 @@ from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Conf
 from reference.early_exit import DeferredDecoder
 from reference.early_exit import Model as ModelLike
 from reference.model import LayerWeights, Model, Weights
-from spec.profiles import examples
+from tests.profiles import examples
 from tests.tolerances import ForwardSpread, assert_within, forward_spread
 
 N_LAYER = 5
