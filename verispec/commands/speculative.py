@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from reference.config import Config
 from reference.decode import SpeculativeOptions
@@ -20,6 +21,7 @@ from reference.drafts import (
 from reference.errors import DraftError
 from reference.evidence import Evidence, measure
 from reference.gguf import GGUFFile
+from reference.suffix_draft import SuffixDraft
 from reference.tokenizer import Tokenizer
 from verispec.commands.generate import build_request, result_json, stats_line
 from verispec.engine_load import load_engine
@@ -30,6 +32,8 @@ def precheck(args: argparse.Namespace) -> tuple[DraftSpec, SpeculativeOptions]:
     """Every draft option checked from flags and metadata alone (no weights dequantized)."""
     spec = parse_draft_spec(args.draft)
     check_options(args.k, args.p_min)
+    if getattr(args, "draft_cache", None) is not None and spec.kind != "suffix":
+        raise DraftError(f"--draft-cache is for --draft suffix, not {spec}")
     options = SpeculativeOptions(k=args.k, adaptive=args.adaptive, p_min=args.p_min)
     if spec.kind in ("layerskip", "model"):
         with GGUFFile.open(resolve_model(args.model)) as f:
@@ -68,13 +72,21 @@ def evidence_lines(ev: Evidence) -> list[str]:
     return lines
 
 
+def _finish(draft: object, output: "tuple[int, ...]") -> None:
+    """A suffix draft remembers the output in its cross-request cache (and persists it)."""
+    if isinstance(draft, SuffixDraft):
+        draft.finish(output)
+
+
 def run_speculative(args: argparse.Namespace) -> int:
     spec, options = precheck(args)
     loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights)
     request = build_request(args, loaded)
-    draft = make_draft(spec, loaded.model, loaded.tokenizer)
+    cache_path = Path(args.draft_cache) if getattr(args, "draft_cache", None) else None
+    draft = make_draft(spec, loaded.model, loaded.tokenizer, cache_path=cache_path)
     if args.json:
         result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace)
+        _finish(draft, result.generation.ids)
         out = result_json(result.generation)
         out["speculative"] = ev.as_dict()
         print(json.dumps(out, ensure_ascii=False))
@@ -85,6 +97,7 @@ def run_speculative(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace, on_text=stream)
+    _finish(draft, result.generation.ids)
     sys.stdout.write("\n")
     sys.stdout.flush()
     if args.trace:
