@@ -34,9 +34,11 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reference.draft_control import Calibration, VerifyCost, best_k
 from reference.drafts import DraftContext, Proposal, target_score
 from reference.errors import DraftError
 
@@ -52,6 +54,8 @@ CACHE_TOKENS = 1 << 16  # cross-request cache bound (tokens over all remembered 
 CACHE_SEQUENCE_TOKENS = 4096  # one remembered output is cut to its first this many tokens
 CACHE_FILE_BYTES = 64 * 1024 * 1024  # a cache file larger than this is refused before reading
 CACHE_VERSION = 1
+CALIBRATION_BUCKETS = 8  # matched-context lengths >= this share one calibration bucket
+MAX_TIMED_ROWS = 64  # score() calls over more rows (the prompt's prefill) do not inform c(r)
 
 
 class Node:
@@ -161,9 +165,28 @@ def walk(
     max_match: int = MAX_MATCH, min_match: int = MIN_MATCH, min_prob: float = MIN_PROB,
 ) -> list[int]:
     """Up to ``k`` tokens continuing ``history`` (the algorithm in the module docstring)."""
-    tokens: list[int] = []
-    while len(tokens) < k:
-        context = [*history, *tokens] if tokens else history
+    return [step.token for step in walk_steps(trees, history, k, max_match, min_match, min_prob)]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One walked token: ``estimate`` = count(child) / (total(parent) + 1), its observed frequency
+    smoothed toward 0 for rarely seen contexts (seen once: 1/2); ``context`` = the length of the
+    context it was chosen in (match length + tokens walked since the match)."""
+
+    token: int
+    estimate: float
+    context: int
+
+
+def walk_steps(
+    trees: Sequence[SuffixTree], history: Sequence[int], k: int,
+    max_match: int = MAX_MATCH, min_match: int = MIN_MATCH, min_prob: float = MIN_PROB,
+) -> list[Step]:
+    """:func:`walk`, with each token's :class:`Step` evidence."""
+    steps: list[Step] = []
+    while len(steps) < k:
+        context = [*history, *(s.token for s in steps)] if steps else history
         best: tuple[int, Node, SuffixTree] | None = None
         for tree in trees:  # earlier trees win ties in match length
             found = tree.longest_match(context, max_match, min_match)
@@ -174,16 +197,16 @@ def walk(
         depth, node, tree = best
         prob = 1.0
         stepped = False
-        while depth < tree.depth and len(tokens) < k and node.total > 0:
+        while depth < tree.depth and len(steps) < k and node.total > 0:
             token, child = best_child(node)
             prob *= child.count / node.total
             if prob < min_prob:
                 break
-            tokens.append(token)
+            steps.append(Step(token, child.count / (node.total + 1), depth))
             node, depth, stepped = child, depth + 1, True
         if not stepped:
             break
-    return tokens
+    return steps
 
 
 # -- the cross-request cache ------------------------------------------------------------------------
@@ -273,40 +296,77 @@ def vocab_fingerprint(tokenizer: "Tokenizer") -> str:
 
 
 class SuffixDraft:
-    """``--draft suffix``: the request tree, then the cross-request cache (see the module docstring)."""
+    """``--draft suffix``: the request tree, then the cross-request cache (see the module docstring).
+
+    With ``control`` (the default) each cycle verifies only the prefix of the walk that the cost
+    model of :mod:`reference.draft_control` predicts to pay (possibly none: a plain step), from the
+    walk's frequency estimates, calibrated by what was accepted, and the verify-cost curve timed on
+    this draft's own score() calls.
+    """
 
     def __init__(self, cache: SuffixCache | None = None, cache_path: Path | None = None, *,
                  depth: int = DEPTH, max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
-                 min_prob: float = MIN_PROB) -> None:
+                 min_prob: float = MIN_PROB, control: bool = True) -> None:
         self.name = "suffix"
         self.cache = cache
         self.cache_path = cache_path
         self.depth, self.max_match, self.min_match, self.min_prob = depth, max_match, min_match, min_prob
+        self.control = control
+        self.cost = VerifyCost()
+        self.calibration = Calibration()
         self.draft_passes = 0
         self.draft_time_s = 0.0
         self.ctx: DraftContext | None = None
         self.tree = SuffixTree(depth)
         self.seen: list[int] = []   # the text the request tree holds (prompt + output so far)
         self.prompt_len: int | None = None
+        self._last: tuple[int, list[Step], list[int]] | None = None  # (history length, proposal, buckets)
 
     def start(self, context: DraftContext) -> None:
         self.remember_request()  # the previous request's output joins the cache
         self.ctx = context
         self.draft_passes, self.draft_time_s = 0, 0.0
         self.tree = SuffixTree(self.depth)
-        self.seen, self.prompt_len = [], None
+        self.seen, self.prompt_len, self._last = [], None, None
 
     def propose(self, history: Sequence[int], k: int) -> Proposal:
         started = time.perf_counter()
+        self._learn(history)
         self._sync(history)
         trees = [self.tree] if self.cache is None else [self.tree, self.cache.tree]
-        tokens = walk(trees, history, k, self.max_match, self.min_match, self.min_prob)
+        steps = walk_steps(trees, history, k, self.max_match, self.min_match, self.min_prob)
+        if self.control and steps:
+            buckets = [min(s.context, CALIBRATION_BUCKETS) for s in steps]
+            accept = self.calibration.apply([s.estimate for s in steps], buckets)
+            steps = steps[: best_k(accept, self.cost)]
+            self._last = (len(history), steps, buckets[: len(steps)])
+        tokens = [s.token for s in steps]
         self.draft_time_s += time.perf_counter() - started
         return Proposal(tuple(tokens))
 
+    def _learn(self, history: Sequence[int]) -> None:
+        """Calibrate on the previous proposal: its accepted drafts are a prefix of what followed."""
+        if self._last is None:
+            return
+        base, proposed, buckets = self._last
+        self._last = None
+        if not proposed or len(history) <= base:
+            return
+        accepted = 0
+        for step, y in zip(proposed, history[base:]):
+            if step.token != y:
+                break
+            accepted += 1
+        self.calibration.observe([s.estimate for s in proposed], buckets, accepted)
+
     def score(self, pending: Sequence[int], drafts: Sequence[int]) -> "F32":
         assert self.ctx is not None, "start() first"
-        return target_score(self.ctx.target, self.ctx.cache, pending, drafts)
+        started = time.perf_counter()
+        logits = target_score(self.ctx.target, self.ctx.cache, pending, drafts)
+        rows = len(pending) + len(drafts)
+        if rows <= MAX_TIMED_ROWS:
+            self.cost.observe(rows, time.perf_counter() - started)
+        return logits
 
     def _sync(self, history: Sequence[int]) -> None:
         """Grow the request tree to ``history`` (committed text only grows; anything else rebuilds)."""
