@@ -39,12 +39,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reference.draft_control import Calibration, VerifyCost, best_k
-from reference.drafts import DraftContext, Proposal, target_score
 from reference.errors import DraftError
+from reference.seams import DraftContext, Proposal
 
 if TYPE_CHECKING:
-    from reference.drafts import F32
+    import numpy as np
+    import numpy.typing as npt
+
     from reference.tokenizer import Tokenizer
+
+    F32 = npt.NDArray[np.float32]
 
 DEPTH = 24            # longest substring a tree counts (match + continuation walked without re-matching)
 MAX_MATCH = 16        # longest suffix matched
@@ -362,7 +366,10 @@ class SuffixDraft:
     def score(self, pending: Sequence[int], drafts: Sequence[int]) -> "F32":
         assert self.ctx is not None, "start() first"
         started = time.perf_counter()
-        logits = target_score(self.ctx.target, self.ctx.cache, pending, drafts)
+        # the plain verification pass, as reference.drafts.target_score (not imported: reference.drafts
+        # builds this source, and imports stay acyclic): one forward of pending + drafts
+        span = [*pending, *drafts]
+        logits: "F32" = self.ctx.target.forward(span, self.ctx.cache).logits[len(pending) - 1 :]
         rows = len(pending) + len(drafts)
         if rows <= MAX_TIMED_ROWS:
             self.cost.observe(rows, time.perf_counter() - started)
