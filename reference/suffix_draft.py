@@ -174,9 +174,10 @@ def walk(
 
 @dataclass(frozen=True)
 class Step:
-    """One walked token: ``estimate`` = count(child) / (total(parent) + 1), its observed frequency
-    smoothed toward 0 for rarely seen contexts (seen once: 1/2); ``context`` = the length of the
-    context it was chosen in (match length + tokens walked since the match)."""
+    """One walked token: ``estimate`` = count(child) / (total(parent) + 2 / context), its observed
+    frequency smoothed toward 0 for rarely seen SHORT contexts (seen once after 2 matched tokens:
+    1/2; after 8: 4/5: a long context seen once already predicts well); ``context`` = the length of
+    the context it was chosen in (match length + tokens walked since the match)."""
 
     token: int
     estimate: float
@@ -206,7 +207,7 @@ def walk_steps(
             prob *= child.count / node.total
             if prob < min_prob:
                 break
-            steps.append(Step(token, child.count / (node.total + 1), depth))
+            steps.append(Step(token, child.count / (node.total + 2 / depth), depth))
             node, depth, stepped = child, depth + 1, True
         if not stepped:
             break

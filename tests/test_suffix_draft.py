@@ -297,8 +297,8 @@ def test_estimates_are_smoothed_frequencies() -> None:
 
     text = [1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 4, 0, 1, 2]
     steps = walk_steps([tree_of(text, 8)], text, 2, max_match=2, min_match=2)
-    # "1 2" -> 3 twice of 3 (context 2); then "1 2 3" -> 0 twice of 2 (context 3)
-    assert steps == [Step(3, 2 / 4, 2), Step(0, 2 / 3, 3)]
+    # "1 2" -> 3 twice of 3 (context 2: 2 / (3 + 2/2)); then "1 2 3" -> 0 twice of 2 (2 / (2 + 2/3))
+    assert steps == [Step(3, 2 / (3 + 2 / 2), 2), Step(0, 2 / (2 + 2 / 3), 3)]
 
 
 def test_control_verifies_only_what_pays() -> None:
