@@ -23,6 +23,7 @@ from reference.model import Model
 from reference.sampling import SamplingParams
 from reference.tokenizer import Tokenizer
 from verispec.engine_load import EngineLoaded, load_engine
+from verispec.commands.validate import check_generate
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
 # llama.cpp's defaults (common/common.h), so a configuration moved from llama-cli means the same.
@@ -146,6 +147,7 @@ def stats_line(result: GenerationResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_generate(args)  # every flag, before any model is loaded (verispec/commands/validate.py)
     if getattr(args, "early_exit", None) is not None:
         from verispec.commands.generate_early_exit import run_early_exit
 
