@@ -92,6 +92,16 @@ def check_logits(args: argparse.Namespace) -> None:
     model_config(args.model)
 
 
+def check_vectors(args: argparse.Namespace) -> None:
+    """``verispec vectors``: count and seed in range, the output folder writable (before building)."""
+    from verispec.atomic import check_target
+
+    if args.count < 0:
+        raise UsageError(f"--count must be >= 0, got {args.count}")
+    check_seed(args.seed)
+    check_target(args.out, force=args.force)
+
+
 def check_seed(seed: int | None) -> None:
     if seed is not None and seed < 0:
         raise UsageError(f"--seed must be >= 0, got {seed}")
