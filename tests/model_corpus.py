@@ -42,7 +42,7 @@ from tests.gguf_builder import F16, F32, Q8_0, VT, Array, Meta, Tensor, Value, b
 N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF, N_LAYER, CONTEXT = 32, 4, 2, 8, 48, 2, 64
 GPT2_MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "a n", "Ġa n", "Ġan d", "l l", "o w"]
 SPM_PIECES = ["▁", "▁h", "▁hi", "h", "i", "▁the", "e", "l", "o", "▁hello"]
-TIME_LIMIT_S = 5.0  # per case: the seeds take ~50 ms through every stage on a loaded 2-core box
+TIME_LIMIT_S = 5.0  # CPU seconds per case: a case takes ~7 ms on average, the seeds ~20 ms
 
 
 @dataclass(frozen=True)
@@ -358,23 +358,27 @@ def case(n: int) -> bytes:
 
 
 class Hang(Exception):
-    """A case ran past its time bound (raised by the interval timer; never a VerispecError)."""
+    """A case ran past its time bound (raised by the CPU timer; never a VerispecError)."""
 
 
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
-    """Raise :class:`Hang` in the main thread when the block runs longer than ``seconds``."""
+    """Raise :class:`Hang` in the main thread once the block has used ``seconds`` of CPU time.
+
+    CPU time (ITIMER_PROF), not wall time: a loop over 2^64 layers is caught however loaded the
+    machine is, and a busy neighbour on a shared runner cannot make a quick case look hung.
+    """
 
     def expire(signum: int, frame: Any) -> None:
-        raise Hang(f"still running after {seconds} s")
+        raise Hang(f"still running after {seconds} CPU seconds")
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGPROF, expire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 STAGES = ("parse", "inspect", "config", "tokenizer", "reference", "engine_f32", "engine_quantized")

@@ -1,7 +1,7 @@
 """Fuzz past the parser: mutated llama / gemma3 models through inspect, config, tokenizer and both
 engines' load and forward (tests/model_corpus.py) end in a typed VerispecError or succeed.
 
-No other exception, and no case past its time bound (a SIGALRM timer turns a hang into a failure
+No other exception, and no case past its time bound (a CPU-time timer turns a hang into a failure
 instead of a stuck run). The corpus is a fixed seeded list: ``ci`` runs its first cases (a few
 seconds), ``thorough`` five times as many; ``python -m tests.model_corpus --cases N`` is the long
 run with totals by stage and error class.
