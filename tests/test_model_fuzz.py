@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from spec.profiles import examples
+from tests.profiles import examples
 from tests.model_corpus import SEEDS, STAGES, case, exercise, run_cases
 
 
