@@ -1,7 +1,7 @@
 """A seeded corpus of mutated GGUF models, and the pipeline each one is pushed through.
 
 The GGUF parser is fuzzed on its own (tests/test_gguf_fuzz.py); this corpus aims past it: small
-*valid* llama and gemma3 models (written field by field with tests/gguf_builder.py, so nothing here
+*valid* llama, gemma3 and phi3 models (written field by field with tests/gguf_builder.py, so nothing here
 trusts reference/gguf.py) are mutated where model building goes wrong -- hyperparameter values
 (zero, negative, 2^32 - 1, 2^63, 2^64 - 1, NaN, the wrong type, an array), missing or extra keys,
 tensor shapes and types, dropped and renamed tensors, tokenizer arrays and special ids -- plus a
@@ -70,7 +70,8 @@ def _q8_0(values: np.ndarray) -> bytes:
 
 
 def _tensors(arch: str, n_vocab: int, rng: np.random.Generator) -> list[Tensor]:
-    """Every tensor a llama or gemma3 file of the seed shape holds (ggml dims: [in, out])."""
+    """Every tensor a llama, phi3 or gemma3 file of the seed shape holds (ggml dims: [in, out]).
+    phi3 fuses Q|K|V into ``attn_qkv`` and gate|up into ``ffn_up`` (reference/model.py splits them)."""
 
     def matrix(name: str, n_out: int, n_in: int, ggml_type: int = F32) -> Tensor:
         w = (rng.standard_normal(n_out * n_in) / math.sqrt(n_in)).astype(np.float32)
@@ -87,15 +88,19 @@ def _tensors(arch: str, n_vocab: int, rng: np.random.Generator) -> list[Tensor]:
     out = [matrix("token_embd.weight", n_vocab, N_EMBD), norm("output_norm.weight", N_EMBD)]
     for il in range(N_LAYER):
         p = f"blk.{il}."
+        if arch == "phi3":
+            out += [matrix(p + "attn_qkv.weight", q + 2 * kv, N_EMBD, Q8_0 if il == 0 else F32),
+                    matrix(p + "ffn_up.weight", 2 * N_FF, N_EMBD)]
+        else:
+            out += [matrix(p + "attn_q.weight", q, N_EMBD, F16),
+                    matrix(p + "attn_k.weight", kv, N_EMBD),
+                    matrix(p + "attn_v.weight", kv, N_EMBD),
+                    matrix(p + "ffn_gate.weight", N_FF, N_EMBD, Q8_0 if il == 0 else F32),
+                    matrix(p + "ffn_up.weight", N_FF, N_EMBD)]
         out += [
             norm(p + "attn_norm.weight", N_EMBD),
-            matrix(p + "attn_q.weight", q, N_EMBD, F16),
-            matrix(p + "attn_k.weight", kv, N_EMBD),
-            matrix(p + "attn_v.weight", kv, N_EMBD),
             matrix(p + "attn_output.weight", N_EMBD, q),
             norm(p + "ffn_norm.weight", N_EMBD),
-            matrix(p + "ffn_gate.weight", N_FF, N_EMBD, Q8_0 if il == 0 else F32),
-            matrix(p + "ffn_up.weight", N_FF, N_EMBD),
             matrix(p + "ffn_down.weight", N_EMBD, N_FF),
         ]
         if arch == "gemma3":
@@ -125,7 +130,7 @@ def _hyperparameters(arch: str) -> list[tuple[str, Meta]]:
         (a + "rope.freq_base", Value(VT.FLOAT32, 10000.0)),
         (a + "rope.dimension_count", Value(VT.UINT32, HEAD_DIM)),
     ]
-    if arch == "gemma3":
+    if arch in ("gemma3", "phi3"):  # phi3 reads it and then attends globally, as llama.cpp does
         meta += [(a + "attention.sliding_window", Value(VT.UINT32, 4))]
     return meta
 
@@ -167,13 +172,14 @@ def _spm_tokenizer() -> tuple[list[tuple[str, Meta]], int]:
 
 
 def seed_model(arch: str) -> ModelFile:
-    """The valid seed: llama with a gpt2 tokenizer, or gemma3 with a SentencePiece one."""
+    """The valid seed: llama with a gpt2 tokenizer; gemma3 and phi3 with a SentencePiece one."""
     tokenizer, n_vocab = _gpt2_tokenizer() if arch == "llama" else _spm_tokenizer()
-    rng = np.random.default_rng(0 if arch == "llama" else 1)
+    rng = np.random.default_rng(ARCHITECTURES.index(arch))
     return ModelFile(_hyperparameters(arch) + tokenizer, _tensors(arch, n_vocab, rng))
 
 
-SEEDS: dict[str, ModelFile] = {arch: seed_model(arch) for arch in ("llama", "gemma3")}
+ARCHITECTURES = ("llama", "gemma3", "phi3")  # gemma4 has no seed yet (its per-layer arrays)
+SEEDS: dict[str, ModelFile] = {arch: seed_model(arch) for arch in ARCHITECTURES}
 
 # -- mutations -------------------------------------------------------------------------------------
 
@@ -344,7 +350,7 @@ def _damage_bytes(rng: random.Random, data: bytes) -> bytes:
 def case(n: int) -> bytes:
     """Corpus case ``n``: a seed with 1-3 structural mutations, sometimes byte-level damage."""
     rng = random.Random(n)
-    arch = "llama" if n % 2 == 0 else "gemma3"
+    arch = ARCHITECTURES[n % len(ARCHITECTURES)]
     m = SEEDS[arch]
     for _ in range(rng.choice([1, 1, 2, 3])):
         m = _mutate_metadata(rng, m, arch) if rng.random() < 0.65 else _mutate_tensors(rng, m)
@@ -387,7 +393,7 @@ STAGES = ("parse", "inspect", "config", "tokenizer", "reference", "engine_f32", 
 def exercise(data: bytes) -> dict[str, str]:
     """Run ``data`` through every stage; stage -> "ok" or the typed error's class name. A stage
     after a failed one it depends on is "skipped". Untyped exceptions propagate."""
-    from engine.model import FastModel
+    from engine import load_model
     from reference.config import Config
     from reference.errors import VerispecError
     from reference.gguf import GGUFFile
@@ -433,8 +439,10 @@ def exercise(data: bytes) -> dict[str, str]:
     stage("config", lambda: Config.from_gguf(f))
     stage("tokenizer", tokenizer)
     stage("reference", lambda: forward(Model.load(f)))
-    stage("engine_f32", lambda: forward(FastModel.load(f, weights="f32")))
-    stage("engine_quantized", lambda: forward(FastModel.load(f, weights="quantized")))
+    # as the CLI loads (engine.load_model): phi3 runs on the reference under "fast"; the fast
+    # engine refuses quantized weights for it (UnsupportedArchitecture)
+    stage("engine_f32", lambda: forward(load_model(f, engine="fast", weights="f32")))
+    stage("engine_quantized", lambda: forward(load_model(f, engine="fast", weights="quantized")))
     return outcome
 
 

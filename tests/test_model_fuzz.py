@@ -1,4 +1,4 @@
-"""Fuzz past the parser: mutated llama / gemma3 models through inspect, config, tokenizer and both
+"""Fuzz past the parser: mutated llama / gemma3 / phi3 models through inspect, config, tokenizer and both
 engines' load and forward (tests/model_corpus.py) end in a typed VerispecError or succeed.
 
 No other exception, and no case past its time bound (a CPU-time timer turns a hang into a failure
@@ -20,7 +20,10 @@ from tests.model_corpus import SEEDS, STAGES, case, exercise, run_cases
 def test_the_seeds_pass_every_stage() -> None:
     # The corpus starts from working models: a mutation, not the seed, is what a failure points at.
     for arch, seed in SEEDS.items():
-        assert exercise(seed.to_bytes()) == dict.fromkeys(STAGES, "ok"), arch
+        want = dict.fromkeys(STAGES, "ok")
+        if arch == "phi3":  # the fast engine implements llama and gemma3; phi3 runs f32 on the reference
+            want["engine_quantized"] = "UnsupportedArchitecture"
+        assert exercise(seed.to_bytes()) == want, arch
 
 
 def test_cases_are_a_pure_function_of_their_number() -> None:
