@@ -403,7 +403,7 @@ def exercise(data: bytes) -> dict[str, str]:
 
     outcome = dict.fromkeys(STAGES, "skipped")
 
-    def stage(name: str, work: Callable[[], None]) -> bool:
+    def stage(name: str, work: Callable[[], object]) -> bool:
         try:
             work()
         except VerispecError as exc:
