@@ -38,17 +38,16 @@ op                      input                                               outp
 ``dequantize``          ggml_type, type_name, n_elements, raw_hex           bits [n]: "3f800000"...
 ======================  ==================================================  ==========================
 
-``kind`` is ``"repair"`` or ``"bonus"``; the sampled ops follow the random-draw protocol of
-:mod:`reference.speculative` (version 1) exactly: accept drafts[i] iff uniforms[i] * q[i][x] <
-p[i][x] (float64), final draw by inverse CDF over ascending ids with the last uniform. Sampling
-params: ``{"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
-"logit_bias": [[id, bias], ...]}`` with bias a number or ``"-inf"`` (a ban); meaning: the target
-law of :mod:`reference.sampling`. Numbers are JSON numbers (float64); a request may carry the
-strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` where a float is expected (only in inputs that
-test the contract): they must be rejected with an error response. Contract violations (rows not
-summing to 1 within 1e-6, negative entries, q[i][drafts[i]] == 0, ids outside [0, V), uniforms
-outside [0, 1), wrong shapes, k < 1) must be answered with ``error``, never with a verdict. A
-``sampled_batch`` request with any invalid item is rejected as a whole.
+``kind`` is ``"repair"`` or ``"bonus"``; the sampled ops follow the random-draw protocol (version
+1, spec/protocol.md) exactly, bit for bit. Sampling params: ``{"temperature", "top_k", "top_p",
+"min_p", "repeat_penalty", "repeat_last_n", "logit_bias": [[id, bias], ...]}`` with bias a number
+or ``"-inf"`` (a ban); meaning: the target law of :mod:`reference.sampling`. Numbers are JSON
+numbers (float64); a request may carry the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` where
+a float is expected (only in inputs that test the contract): they must be rejected with an error
+response. Contract violations (rows not summing to 1 within 1e-6, negative entries,
+q[i][drafts[i]] == 0, ids outside [0, V), uniforms outside [0, 1), wrong shapes, k < 1) must be
+answered with ``error``, never with a verdict. A ``sampled_batch`` request with any invalid item is
+rejected as a whole.
 
 Unsupported optional ops are reported as skipped; an unsupported required op, a malformed
 response, a response out of order, a crash or a response slower than the timeout are failures.
