@@ -176,6 +176,7 @@ def test_merged_shards_equal_the_unsharded_run_exactly(vectors: VectorSet) -> No
         for i in (1, 2, 3)
     ]
     assert [p.name for p in shards[1].properties] == ["stat_verdict_law_k3", "stat_lossless_ar_k2"]
+    assert all(s.exit_status == EXIT_PASSED for s in shards)  # a shard decides nothing, it completed
     merged = merge_reports(shards)
 
     def key(report: CheckReport) -> list[tuple[str, str, int, float, float, str]]:
