@@ -10,6 +10,9 @@
 - :mod:`spec.vectors`: portable test vectors (format: ``VECTORS.md``).
 - :mod:`spec.external`: the JSON-lines wire protocol to a program under test, both ends.
 - :mod:`spec.check`: ``verispec check``: vectors + properties against an implementation.
+- :mod:`spec.law_only`: ``check --law-only``: verifiers that draw their own randomness.
+- :mod:`spec.sequential`: group-sequential statistics (early rejection, ``--budget``, shards).
+- :mod:`spec.workers`: ``check --workers N``: the statistics drawn in N verifier processes.
 - :mod:`spec.witness`: the speculative decoding station of ``verispec witness`` (toy target, draft,
   evidence).
 """
