@@ -19,6 +19,7 @@ from verispec.commands.request import LoadedModel as LoadedModel  # re-exported:
 from verispec.commands.request import add_engine_arguments, build_request, result_json, stats_line, stream
 from verispec.commands.request import load as load
 from verispec.commands.speculative import run_speculative
+from verispec.commands.validate import check_generate
 from verispec.engine_load import load_engine
 from verispec.registry import DEFAULT_MODEL
 
@@ -65,6 +66,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def run(args: argparse.Namespace) -> int:
+    check_generate(args)  # every flag, before any model is loaded (verispec/commands/validate.py)
     if getattr(args, "early_exit", None) is not None:
         return run_early_exit(args)
     if getattr(args, "draft", None) is not None:
