@@ -15,4 +15,7 @@
 - :mod:`spec.workers`: ``check --workers N``: the statistics drawn in N verifier processes.
 - :mod:`spec.witness`: the speculative decoding station of ``verispec witness`` (toy target, draft,
   evidence).
+- :mod:`spec.tree_exact`: token trees (``protocol.md``, "Token trees"): exact laws over small
+  trees, the known flaws, a float verifier integrated over the cells of its uniforms.
+- :mod:`spec.tree_mutants`: broken tree verifiers (each a known failure mode).
 """
