@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from engine.bench import format_report
 from reference.chat import ChatFormat
 from verispec import cli
 from verispec.workload import CATEGORIES, WORKLOAD, WorkloadError, load_workload, select
@@ -107,3 +108,10 @@ def test_bench_workload_reports_each_category_and_the_geomean(
         values = list(summary["per_category_speedup"].values())
         assert math.isclose(summary["geomean_speedup"], math.sqrt(values[0] * values[1]), rel_tol=1e-12)
     assert "workload_ngram_T0.0_geomean_over_plain" in report["ratios"]
+    text = format_report(report)
+    assert "workload ngram T=0.0: geomean" in text and "workload ngram T=0.8: geomean" in text
+    assert all(_positive(r["speedup_cpu"]) for r in entry["runs"])
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value > 0
