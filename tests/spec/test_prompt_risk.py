@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from reference.conformal import min_prompts, prompt_losses, prompt_risk_threshold
 from reference.errors import CalibrationError
-from spec.profiles import examples
+from tests.profiles import examples
 
 
 def qualifies(scores: list[float], events: list[bool], prompts: list[int], lam: float, risk: Fraction) -> bool:

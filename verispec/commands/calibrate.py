@@ -40,7 +40,7 @@ from reference.generate import encode_prompt
 from reference.prompt_kind import prompt_kind
 from reference.tokenizer import Tokenizer
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
-from verispec.commands.generate import add_engine_arguments
+from verispec.commands.request import add_engine_arguments
 from verispec.engine_load import load_engine
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
