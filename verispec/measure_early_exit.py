@@ -25,7 +25,8 @@
    the first ``--speed-prompts`` held-out prompts, in the same run.
 
 ``--readme`` prints the README's table (markdown); ``--write-readme README.md`` replaces the block
-between ``<!-- measure_early_exit:MODEL begin -->`` and ``<!-- measure_early_exit:MODEL end -->``.
+between ``<!-- measure_early_exit:MODEL begin -->`` and ``<!-- measure_early_exit:MODEL end -->``;
+``--from-json OUT.json`` renders a saved run again without running the model.
 """
 
 from __future__ import annotations
@@ -210,7 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--readme", action="store_true", help="print the README's markdown table")
     parser.add_argument("--write-readme", type=Path, default=None, help="replace this model's marked block in the given README")
+    parser.add_argument("--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)")
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        table = markdown(json.loads(args.from_json.read_text()))
+        print(table)
+        if args.write_readme is not None:
+            write_readme(args.write_readme, args.model, table)
+        return 0
 
     path = resolve_model(args.model)
     loaded = load_engine(str(path), engine=args.engine)
@@ -356,8 +364,8 @@ def markdown(r: dict[str, Any]) -> str:
             f"[{_pct(lo)}, {_pct(hi)}]% | {g['p_value']:.2g} | {_pct(g['admitted'])}% | {g['mean_depth']:.2f} |"
         )
     lines += ["", "Per kind (margin gate; flip fraction mean over prompts, drawn flips [95% CI], admitted):", "",
-              "| head | depths | " + " | ".join(sorted(r["gates"][0]["per_kind"])) + " |",
-              "|---|---|" + "---|" * len(r["gates"][0]["per_kind"])]
+              "| head | depths | α | " + " | ".join(sorted(r["gates"][0]["per_kind"])) + " |",
+              "|---|---|---|" + "---|" * len(r["gates"][0]["per_kind"])]
     for g in r["gates"]:
         if g["gate"] != "margin":
             continue
@@ -367,7 +375,7 @@ def markdown(r: dict[str, Any]) -> str:
             refused = " (refused: too few prompts)" if s["refusal"] else ""
             cells.append(f"{_pct(s['mean_flip_fraction'])}%, {s['drawn_flips']}/{s['prompts']} [{_pct(lo)}, {_pct(hi)}], "
                          f"adm. {_pct(s['admitted'])}%{refused}")
-        lines.append(f"| {g['head']} | {','.join(map(str, g['depths']))} | " + " | ".join(cells) + " |")
+        lines.append(f"| {g['head']} | {','.join(map(str, g['depths']))} | {g['alpha']:g} | " + " | ".join(cells) + " |")
     agree = "; ".join(
         f"{head}: " + ", ".join(f"{d}: {_pct(a)}%" for d, a in zip(v["depths"], v["heldout"])) for head, v in r["agreement"].items()
     )
