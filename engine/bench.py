@@ -101,10 +101,10 @@ def matmul_stream(model: FastModel, rows: int) -> Callable[[], None]:
     def run() -> None:
         for layer in range(cfg.n_layer):
             w = store.layer(layer)
-            x @ w.wqkv.T
-            a @ w.wo.T
-            x @ w.wgu.T
-            f @ w.wdown.T
+            w.qkv(x)
+            w.o(a)
+            w.gu(x)
+            w.down(f)
         store.head_matmul(x)
 
     return run

@@ -27,15 +27,17 @@ class EngineLoaded:
     chat: ChatFormat | None
 
 
-def load_engine(name_or_path: str, *, need_chat: bool = False, engine: str = "fast", weights: str = "f32") -> EngineLoaded:
-    """Resolve a registry name or path and load it on ``engine`` with ``weights``.
+def load_engine(
+    name_or_path: str, *, need_chat: bool = False, engine: str = "fast", weights: str = "f32", backend: str = "auto"
+) -> EngineLoaded:
+    """Resolve a registry name or path and load it on ``engine`` with ``weights`` on ``backend``.
 
     ModelError for an unknown engine / weights mode, InsufficientMemory before loading when the
     weights will not fit; with ``need_chat`` a model without a chat format is a ChatFormatError.
     """
     path = resolve_model(name_or_path)
     with GGUFFile.open(path) as f:
-        model = load_model(f, engine=engine, weights=weights)
+        model = load_model(f, engine=engine, weights=weights, backend=backend)
         if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
             print(
                 f"verispec: note: the fast engine implements {', '.join(FAST_ARCHITECTURES)}; "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from reference.chat import ChatFormat, ChatFormatError, chat_format
 from engine import ENGINES
 from engine.generate import generate_any as generate
-from engine.weights import WEIGHT_MODES
+from engine.weights import BACKEND_CHOICES, WEIGHT_MODES
 from reference.generate import GenerationRequest, GenerationResult, encode_prompt
 from reference.gguf import GGUFFile
 from reference.model import Model
@@ -88,9 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """--engine fast|reference and --weights f32|quantized (every command that runs a model)."""
+    """--engine fast|reference, --weights f32|quantized|int8, --backend (every command that runs a model)."""
     parser.add_argument("--engine", choices=ENGINES, default="fast", help="fast (NumPy+BLAS engine, default) or reference (readable, slow)")
-    parser.add_argument("--weights", choices=WEIGHT_MODES, default="f32", help="f32: dequantize once (fast); quantized: keep GGUF blocks, dequantize per layer (low memory, slow; fast engine only)")
+    parser.add_argument("--weights", choices=WEIGHT_MODES, default="f32", help="f32: dequantize once (fast, the reference's function); quantized: keep GGUF blocks, dequantize per layer (low memory, slow); int8: GGUF blocks with int8 activations (onnxruntime, llama.cpp-class numerics, its own law); fast engine only")
+    parser.add_argument("--backend", choices=BACKEND_CHOICES, default="auto", help="the f32 weights' matmul kernel: auto (ort when installed, else numpy), numpy, ort (onnxruntime MLAS)")
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         from verispec.commands.speculative import run_speculative
 
         return run_speculative(args)
-    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights)
+    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend)
     request = build_request(args, loaded)
     if args.json:
         result = generate(loaded.model, loaded.tokenizer, request)

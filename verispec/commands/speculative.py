@@ -70,7 +70,7 @@ def evidence_lines(ev: Evidence) -> list[str]:
 
 def run_speculative(args: argparse.Namespace) -> int:
     spec, options = precheck(args)
-    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights)
+    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend)
     request = build_request(args, loaded)
     draft = make_draft(spec, loaded.model, loaded.tokenizer)
     if args.json:
