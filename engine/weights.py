@@ -406,6 +406,7 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
             return WeightStore(mode, output_norm, rope_freqs, layers=fused, token_embd=token_embd,
                                output=NumpyMatmul(head), backend=kernel)
         output = matmul.exact(t.f32(head_name, (cfg.n_vocab, e)), kernel)  # the kernel keeps its own copy
+        matmul.release_freed_memory()
         return WeightStore(mode, output_norm, rope_freqs, layers=fused, output=output,
                            token_embd_q=keep("token_embd.weight", (cfg.n_vocab, e)), backend=kernel)
 
@@ -435,7 +436,9 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
                 blocks_matmul([p + "ffn_down.weight"], [e], ff),
             )
             layers_q.append(_assemble(vectors(p), mats, (q, kv, kv)))
+            matmul.release_freed_memory()  # the peak of a load is its freed copies otherwise
         output_m = blocks_matmul([head_name], [cfg.n_vocab], e)
+        matmul.release_freed_memory()
         return WeightStore(mode, output_norm, rope_freqs, layers=layers_q, output=output_m,
                            token_embd_q=keep("token_embd.weight", (cfg.n_vocab, e)), backend=kernel,
                            float_matrices=tuple(floats))
