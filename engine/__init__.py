@@ -1,7 +1,8 @@
 """verispec engine: the fast production path (NumPy + BLAS), same contracts as reference/.
 
-``load_model(path, engine="fast" | "reference", weights="f32" | "quantized" | "int8", backend=...)`` is the one entry
-point the CLI uses; both engines satisfy :class:`engine.protocol.ModelLike`.
+``load_model(path, engine="fast" | "reference", weights="f32" | "quantized" | "int8",
+backend=...)`` is the one entry
+point the CLI uses; both engines satisfy :class:`reference.seams.TargetModel`.
 """
 
 from __future__ import annotations

@@ -52,14 +52,18 @@ verifications in a row read the same stream as one ``rng.random((N, k + 1))``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from reference.errors import VerificationError
 from reference.sampling import SamplingParams, inverse_cdf, target_distribution
+from reference.seams import BatchVerdict as BatchVerdict  # the verifier seam (reference/seams.py)
+from reference.seams import BatchVerifier as BatchVerifier
+from reference.seams import LawFn as LawFn
+from reference.seams import Verdict as Verdict
+from reference.seams import Verifier as Verifier
 
 PROTOCOL_VERSION = 1
 
@@ -69,56 +73,6 @@ PROB_TOLERANCE = 1e-6
 
 Probs2D = npt.NDArray[np.float64]
 ArrayLike = npt.ArrayLike
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Outcome of one verification: ``accepted`` drafts kept, then one ``token`` emitted.
-
-    ``kind`` is ``"bonus"`` when all k drafts were accepted (token drawn from p[k]) and
-    ``"repair"`` otherwise (token drawn from the residual at the first rejected position).
-    """
-
-    accepted: int
-    token: int
-    kind: Literal["repair", "bonus"]
-
-    def emitted(self, drafts: Sequence[int]) -> list[int]:
-        """The tokens this verdict commits: ``drafts[:accepted] + [token]``."""
-        return [int(x) for x in drafts[: self.accepted]] + [self.token]
-
-
-class BatchVerdict(NamedTuple):
-    """N verdicts at once: ``accepted`` [N], ``token`` [N] (int64), ``is_bonus`` [N] (bool)."""
-
-    accepted: npt.NDArray[np.int64]
-    token: npt.NDArray[np.int64]
-    is_bonus: npt.NDArray[np.bool_]
-
-
-class Verifier(Protocol):
-    """A sampled verifier: ``(p [k+1, V], q [k, V], drafts [k], uniforms [k+1]) -> Verdict``.
-
-    It must follow the random-draw protocol of this module and raise :class:`VerificationError`
-    on a contract violation. The reference is :func:`verify_sampled`; ``spec.mutants`` holds broken
-    ones; external implementations are wrapped to this signature.
-    """
-
-    def __call__(
-        self, p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]
-    ) -> Verdict: ...
-
-
-class BatchVerifier(Protocol):
-    """N independent verifications: ``(p, q, drafts [N, k], uniforms [N, k+1]) -> BatchVerdict``.
-
-    ``p`` is [N, k+1, V] or a shared [k+1, V]; ``q`` is [N, k, V] or a shared [k, V]. Item n must
-    equal the :class:`Verifier` on item n (same protocol, same uniforms).
-    """
-
-    def __call__(
-        self, p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms: ArrayLike
-    ) -> BatchVerdict: ...
 
 
 # -----------------------------------------------------------------------------------------------
@@ -333,6 +287,74 @@ def verify_sampled_batch_rng(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, rng:
 
 # -----------------------------------------------------------------------------------------------
 # from logits to rows: the ONE place where p and q of a speculative step are computed
+#
+# The decode loop (reference/decode.py) calls :func:`target_rows`, :func:`draft_law_rows`,
+# :func:`verification_mode` and :func:`verify_drafts` below; the spec (spec/properties.py,
+# spec/vectors.py, the mutants) checks :func:`speculative_rows` and :func:`verify_step`, which are
+# built from the same functions. A bug in any of them is seen by both.
+
+def target_rows(
+    target_logits: ArrayLike,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    params: SamplingParams,
+    law: LawFn = target_distribution,
+) -> Probs2D:
+    """p [k+1, V]: row i is ``law(target_logits[i], history + drafts[:i], params)``.
+
+    target_logits [k+1, V] are the target's raw logits at the position of each draft and after the
+    last one; row i sees the history plus the drafts before its position (accepted if we get
+    there). k = 0 gives the one row of a plain step.
+    """
+    logits = np.asarray(target_logits)
+    k = len(drafts)
+    if logits.ndim != 2 or logits.shape[0] != k + 1:
+        raise VerificationError(f"target logits must be [k+1 = {k + 1}, V], got shape {logits.shape}")
+    context = [int(t) for t in history]
+    ids = [int(x) for x in drafts]
+    return np.stack([law(logits[i], context + ids[:i], params) for i in range(k + 1)])
+
+
+def draft_rows(
+    draft_logits: ArrayLike,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    params: SamplingParams,
+    law: LawFn = target_distribution,
+) -> Probs2D:
+    """q [k, V] of a draft that drew drafts[i] from ``law(draft_logits[i], history + drafts[:i],
+    params)`` (its own params: a greedy draft has one-hot rows)."""
+    logits = np.asarray(draft_logits)
+    k = len(drafts)
+    if logits.ndim != 2 or logits.shape[0] != k:
+        raise VerificationError(f"draft logits must be [k = {k}, V], got shape {logits.shape}")
+    context = [int(t) for t in history]
+    ids = [int(x) for x in drafts]
+    return np.stack([law(logits[i], context + ids[:i], params) for i in range(k)])
+
+
+def draft_law_rows(
+    rows: Probs2D | Sequence[Probs2D | None] | None, drafts: Sequence[int], vocab: int
+) -> Probs2D:
+    """q [k, V]: the law each draft was drawn from, as a draft source reports it.
+
+    A row given as an array is the law the draft sampled from (kept as drawn); a row given as None,
+    or ``rows`` None altogether, is a deterministic choice: one-hot on the draft token (the law of
+    a greedy draft, or of a lookup such as ngram).
+    """
+    k = len(drafts)
+    given: Sequence[Probs2D | None] = [None] * k if rows is None else list(rows)
+    if len(given) != k:
+        raise VerificationError(f"need one law row per draft: {k} drafts, {len(given)} rows")
+    q = np.zeros((k, vocab), dtype=np.float64)  # [k, V]
+    for i, (row, token) in enumerate(zip(given, drafts)):
+        if row is None:
+            if not 0 <= int(token) < vocab:
+                raise VerificationError(f"draft id {int(token)} is outside the vocabulary [0, {vocab})")
+            q[i, int(token)] = 1.0
+        else:
+            q[i] = row
+    return q
 
 
 def speculative_rows(
@@ -346,10 +368,9 @@ def speculative_rows(
     """p [k+1, V] and q [k, V] of one speculative step, through the ONE target law.
 
     target_logits [k+1, V] and draft_logits [k, V] are the raw logits at the positions of
-    drafts[0..k-1] (and after drafts[k-1] for the target). Row i uses the history
-    ``history + drafts[:i]``: the context plus the drafts before that position (accepted if we
-    get there). ``q`` uses the draft's own params: it must be the exact law the draft sampled
-    from (a greedy draft has one-hot rows).
+    drafts[0..k-1] (and after drafts[k-1] for the target): p by :func:`target_rows`, q by
+    :func:`draft_rows`. ``q`` uses the draft's own params: it must be the exact law the draft
+    sampled from (a greedy draft has one-hot rows).
     """
     t_logits = np.asarray(target_logits)
     d_logits = np.asarray(draft_logits)
@@ -358,10 +379,8 @@ def speculative_rows(
         raise VerificationError(f"target logits must be [k+1 = {k + 1}, V], got shape {t_logits.shape}")
     if d_logits.ndim != 2 or d_logits.shape[0] != k:
         raise VerificationError(f"draft logits must be [k = {k}, V], got shape {d_logits.shape}")
-    context = [int(t) for t in history]
-    prefixes = [context + [int(x) for x in drafts[:i]] for i in range(k + 1)]
-    p = np.stack([target_distribution(t_logits[i], prefixes[i], target_params) for i in range(k + 1)])
-    q = np.stack([target_distribution(d_logits[i], prefixes[i], draft_params) for i in range(k)])
+    p = target_rows(t_logits, history, drafts, target_params)
+    q = draft_rows(d_logits, history, drafts, draft_params)
     return p, q
 
 
@@ -388,3 +407,27 @@ def verify_step(
     if verification_mode(target_params, draft_params) == "greedy":
         return verify_greedy(p, drafts)
     return verify_sampled(p, q, drafts, uniforms)
+
+
+def verify_drafts(
+    target_logits: ArrayLike,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    q: Probs2D | None,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    law: LawFn = target_distribution,
+) -> Verdict:
+    """One cycle of the decode loop: verify ``drafts`` (k >= 1) proposed with laws ``q``.
+
+    target_logits [k+1, V] from the target's one pass; ``q`` [k, V] as the draft reported it (None:
+    deterministic, one-hot rows). p by :func:`target_rows`, q by :func:`draft_law_rows`, the
+    verifier by :func:`verification_mode` (the draft's params never decide, so the target's are
+    passed for both). A sampled verification reads ``rng.random(k + 1)`` (the draw protocol); a
+    greedy one reads nothing.
+    """
+    p = target_rows(target_logits, history, drafts, params, law)
+    if verification_mode(params, params) == "greedy":
+        return verify_greedy(p, drafts)
+    q_rows = draft_law_rows(q, drafts, p.shape[-1])
+    return verify_sampled(p, q_rows, drafts, rng.random(len(drafts) + 1).tolist())

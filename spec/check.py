@@ -27,9 +27,10 @@ input is rejected" (it is converted to :class:`VerificationError`).
   single verifier is called N times.
 - ``greedy_verifier(p, drafts) -> verdict`` (optional): p [k+1, V] logits or probabilities.
 - ``pipeline``: an object (or a class, instantiated without arguments) with
-  ``rows(target_logits [k+1, V], draft_logits [k, V], history, drafts, target_params,
-  draft_params) -> (p, q)`` and ``mode(target_params, draft_params) -> "greedy" | "sampled"``
-  (params are :class:`reference.sampling.SamplingParams`), optional.
+  ``rows(request) -> (p [k+1, V], q [k, V])`` for a :class:`spec.pipeline.RowsRequest` (target
+  and draft logits, history, drafts, target and draft params) and
+  ``mode(target_params, draft_params) -> "greedy" | "sampled"`` (params are
+  :class:`reference.sampling.SamplingParams`), optional.
 
 A verdict is an object with ``accepted``, ``token``, ``kind`` attributes (like
 :class:`reference.speculative.Verdict`), a mapping with those keys, or a tuple
@@ -52,9 +53,11 @@ from reference.errors import VerificationError, VerispecError
 from reference.sampling import SamplingParams
 from reference.speculative import PROTOCOL_VERSION, BatchVerdict, BatchVerifier, Probs2D, Verdict, Verifier
 from spec.external import CommandTransport, ExternalError, Unsupported, WireImplementation, parse_verdict
-from spec.properties import PROPERTY_NAMES, Pipeline, run_properties
+from spec.pipeline import Pipeline, RowsRequest
+from spec.properties import PROPERTY_NAMES, run_properties
 from spec.statistics import TV_BIAS
 from spec.vectors import KINDS, Json, VectorSet, compare
+from spec.vectors.wire import rows_request_from_json
 
 Status = Literal["passed", "failed", "skipped"]
 REQUIRED_KINDS = frozenset({"sampled", "greedy"})  # vector kinds every verifier must answer
@@ -190,16 +193,8 @@ class _RejectingPipeline:
         self._rows = _rejecting(pipeline.rows, "pipeline.rows")
         self._mode = _rejecting(pipeline.mode, "pipeline.mode")
 
-    def rows(
-        self,
-        target_logits: npt.NDArray[np.float64],
-        draft_logits: npt.NDArray[np.float64],
-        history: Sequence[int],
-        drafts: Sequence[int],
-        target_params: SamplingParams,
-        draft_params: SamplingParams,
-    ) -> tuple[Probs2D, Probs2D]:
-        p, q = self._rows(target_logits, draft_logits, history, drafts, target_params, draft_params)
+    def rows(self, request: RowsRequest) -> tuple[Probs2D, Probs2D]:
+        p, q = self._rows(request)
         return np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
 
     def mode(self, target_params: SamplingParams, draft_params: SamplingParams) -> Literal["greedy", "sampled"]:
@@ -287,18 +282,10 @@ class PythonImplementation:
                     self._greedy(np.asarray(inp["p"], dtype=np.float64), list(inp["drafts"])), "greedy result"
                 )
             elif op == "rows" and self._pipeline is not None:
-                from spec.vectors import params_from_json
-
-                tp, dp = params_from_json(inp["target_params"]), params_from_json(inp["draft_params"])
-                p, q = self._pipeline.rows(
-                    np.asarray(inp["target_logits"], dtype=np.float64),
-                    np.asarray(inp["draft_logits"], dtype=np.float64),
-                    list(inp["history"]),
-                    list(inp["drafts"]),
-                    tp,
-                    dp,
-                )
-                return {"p": p.tolist(), "q": q.tolist(), "mode": self._pipeline.mode(tp, dp)}
+                request = rows_request_from_json(inp)
+                p, q = self._pipeline.rows(request)
+                mode = self._pipeline.mode(request.target_params, request.draft_params)
+                return {"p": p.tolist(), "q": q.tolist(), "mode": mode}
             else:
                 return None
         except VerificationError as exc:

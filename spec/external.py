@@ -53,7 +53,7 @@ response, a response out of order, a crash or a response slower than the timeout
 
 This module holds both ends: :class:`CommandTransport` / :class:`WireImplementation` (the
 checker's side, adapting a program to the :class:`~reference.speculative.Verifier`,
-:class:`~reference.speculative.BatchVerifier` and :class:`~spec.properties.Pipeline` protocols)
+:class:`~reference.speculative.BatchVerifier` and :class:`~spec.pipeline.Pipeline` protocols)
 and :func:`serve` (a program's side): ``python -m spec.external --reference`` serves the
 reference, ``python -m spec.external --mutant NAME`` a mutant of :mod:`spec.mutants`.
 """
@@ -79,7 +79,9 @@ import numpy.typing as npt
 from reference.errors import VerificationError, VerispecError
 from reference.sampling import SamplingParams
 from reference.speculative import PROTOCOL_VERSION, BatchVerdict, Probs2D, Verdict, verify_greedy, verify_sampled_batch
-from spec.vectors import ANSWERS, Json, params_from_json, params_to_json
+from spec.pipeline import RowsRequest
+from spec.vectors import ANSWERS, Json
+from spec.vectors.wire import rows_request_from_json, rows_request_to_json
 
 REQUIRED_OPS: tuple[str, ...] = ("sampled", "sampled_batch", "greedy")
 OPTIONAL_OPS: tuple[str, ...] = ("rows", "target_law", "gate", "conformal_index", "dequantize")
@@ -325,7 +327,7 @@ class WireImplementation:
     ``verify`` is a :class:`~reference.speculative.Verifier`, ``verify_batch`` a
     :class:`~reference.speculative.BatchVerifier` (items with different rows are grouped by their
     rows, each group sent as ``sampled_batch`` requests of at most ``batch_items``), and the object
-    itself a :class:`~spec.properties.Pipeline` (``rows``/``mode`` via the ``rows`` op).
+    itself a :class:`~spec.pipeline.Pipeline` (``rows``/``mode`` via the ``rows`` op).
     An ``error`` response becomes :class:`VerificationError`; protocol breaches
     :class:`ExternalError`.
     """
@@ -447,17 +449,9 @@ class WireImplementation:
 
     # --- Pipeline
 
-    def rows(
-        self,
-        target_logits: npt.NDArray[np.float64],
-        draft_logits: npt.NDArray[np.float64],
-        history: Sequence[int],
-        drafts: Sequence[int],
-        target_params: SamplingParams,
-        draft_params: SamplingParams,
-    ) -> tuple[Probs2D, Probs2D]:
+    def rows(self, request: RowsRequest) -> tuple[Probs2D, Probs2D]:
         """The program's p [k+1, V] and q [k, V] for one speculative step (the ``rows`` op)."""
-        output = self._rows(target_logits, draft_logits, history, drafts, target_params, draft_params)
+        output = self.call("rows", rows_request_to_json(request))
         return _matrix(output.get("p"), "rows output p"), _matrix(output.get("q"), "rows output q")
 
     def mode(self, target_params: SamplingParams, draft_params: SamplingParams) -> Literal["greedy", "sampled"]:
@@ -467,32 +461,12 @@ class WireImplementation:
             [1] + [int(t) for t in (target_params.logit_bias or {})] + [int(t) for t in (draft_params.logit_bias or {})]
         )
         logits = np.zeros((2, vocab))
-        output = self._rows(logits, logits[:1], [], [0], target_params, draft_params)
+        dummy = RowsRequest(logits, logits[:1], (), (0,), target_params, draft_params)
+        output = self.call("rows", rows_request_to_json(dummy))
         mode = output.get("mode")
         if mode not in ("greedy", "sampled"):
             raise ExternalError(f'rows output mode must be "greedy" or "sampled", got {mode!r}')
         return "greedy" if mode == "greedy" else "sampled"
-
-    def _rows(
-        self,
-        target_logits: npt.ArrayLike,
-        draft_logits: npt.ArrayLike,
-        history: Sequence[int],
-        drafts: Sequence[int],
-        target_params: SamplingParams,
-        draft_params: SamplingParams,
-    ) -> Json:
-        return self.call(
-            "rows",
-            {
-                "target_logits": _jsonable(np.asarray(target_logits, dtype=np.float64)),
-                "draft_logits": _jsonable(np.asarray(draft_logits, dtype=np.float64)),
-                "history": [int(t) for t in history],
-                "drafts": [int(t) for t in drafts],
-                "target_params": params_to_json(target_params),
-                "draft_params": params_to_json(draft_params),
-            },
-        )
 
 
 def _matrix(value: Any, what: str) -> Probs2D:
@@ -605,16 +579,10 @@ def mutant_handler(name: str) -> Handler:
         if op == "sampled_batch":
             return _batch_output(mutant.batch(inp["p"], inp["q"], np.asarray(inp["drafts"]), inp["uniforms"]))
         if op == "rows":
-            tp, dp = params_from_json(inp["target_params"]), params_from_json(inp["draft_params"])
-            p, q = mutant.pipeline.rows(
-                np.asarray(inp["target_logits"], dtype=np.float64),
-                np.asarray(inp["draft_logits"], dtype=np.float64),
-                [int(t) for t in inp["history"]],
-                [int(t) for t in inp["drafts"]],
-                tp,
-                dp,
-            )
-            return {"p": np.asarray(p).tolist(), "q": np.asarray(q).tolist(), "mode": mutant.pipeline.mode(tp, dp)}
+            request = rows_request_from_json(inp)
+            p, q = mutant.pipeline.rows(request)
+            mode = mutant.pipeline.mode(request.target_params, request.draft_params)
+            return {"p": np.asarray(p).tolist(), "q": np.asarray(q).tolist(), "mode": mode}
         if op == "greedy":
             v = verify_greedy(inp["p"], inp["drafts"])
             return {"accepted": v.accepted, "token": v.token, "kind": v.kind}

@@ -2,9 +2,9 @@
 
 A verifier under test is given as a :class:`~reference.speculative.Verifier` (one verification),
 optionally a :class:`~reference.speculative.BatchVerifier` (N at once, for cheap statistics; lifted
-from the single form when absent) and optionally a :class:`Pipeline` (how p and q rows are computed
-from logits; the reference's by default). ``spec.mutants`` runs every broken verifier through
-this; ``verispec check`` (issue 7) runs external implementations through it.
+from the single form when absent) and optionally a :class:`~spec.pipeline.Pipeline` (how p and q
+rows are computed from logits; the reference's by default). ``spec.mutants`` runs every broken
+verifier through this; ``verispec check`` (issue 7) runs external implementations through it.
 
 Properties, cheapest first (deterministic ones have alpha 0 and power 1):
 
@@ -40,7 +40,7 @@ import zlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -53,12 +53,13 @@ from reference.speculative import (
     Probs2D,
     Verdict,
     Verifier,
-    speculative_rows,
-    verification_mode,
     verify_sampled,
     verify_sampled_batch,
 )
 from spec import exact
+from spec.pipeline import Pipeline as Pipeline
+from spec.pipeline import ReferencePipeline as ReferencePipeline
+from spec.pipeline import RowsRequest
 from spec.statistics import (
     ALPHA_BUDGET,
     TV_BIAS,
@@ -68,9 +69,6 @@ from spec.statistics import (
     power_of,
     required_sample_size,
 )
-
-Mode = Literal["greedy", "sampled"]
-
 
 @dataclass(frozen=True)
 class PropertyResult:
@@ -87,44 +85,6 @@ class PropertyResult:
     alpha: float
     power: float
     detail: str
-
-
-class Pipeline(Protocol):
-    """How an implementation turns logits into the rows it verifies, and which verification it runs.
-
-    ``rows(target_logits [k+1, V], draft_logits [k, V], history, drafts, target_params,
-    draft_params) -> (p [k+1, V], q [k, V])``; ``mode(target_params, draft_params)``.
-    """
-
-    def rows(
-        self,
-        target_logits: npt.NDArray[np.float64],
-        draft_logits: npt.NDArray[np.float64],
-        history: Sequence[int],
-        drafts: Sequence[int],
-        target_params: SamplingParams,
-        draft_params: SamplingParams,
-    ) -> tuple[Probs2D, Probs2D]: ...
-
-    def mode(self, target_params: SamplingParams, draft_params: SamplingParams) -> Mode: ...
-
-
-class ReferencePipeline:
-    """The reference: :func:`reference.speculative.speculative_rows` and ``verification_mode``."""
-
-    def rows(
-        self,
-        target_logits: npt.NDArray[np.float64],
-        draft_logits: npt.NDArray[np.float64],
-        history: Sequence[int],
-        drafts: Sequence[int],
-        target_params: SamplingParams,
-        draft_params: SamplingParams,
-    ) -> tuple[Probs2D, Probs2D]:
-        return speculative_rows(target_logits, draft_logits, history, drafts, target_params, draft_params)
-
-    def mode(self, target_params: SamplingParams, draft_params: SamplingParams) -> Mode:
-        return verification_mode(target_params, draft_params)
 
 
 # -----------------------------------------------------------------------------------------------
@@ -648,7 +608,15 @@ def pipeline_law(
         k = len(drafts)
         t_logits = np.stack([target(prefix + drafts[:i]) for i in range(k + 1)])
         d_logits = np.stack([draft(prefix + drafts[:i]) for i in range(k)])
-        p, q = subject.pipeline.rows(t_logits, d_logits, list(history + prefix), list(drafts), tp, dp)
+        request = RowsRequest(
+            target_logits=t_logits,
+            draft_logits=d_logits,
+            history=tuple(history) + tuple(prefix),
+            drafts=tuple(drafts),
+            target_params=tp,
+            draft_params=dp,
+        )
+        p, q = subject.pipeline.rows(request)
         return _fraction_rows(p), _fraction_rows(q)
 
     def rule(p_rows: Sequence[exact.Row], q_rows: Sequence[exact.Row], drafts: exact.Outcome) -> exact.VerdictLaw:

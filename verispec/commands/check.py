@@ -35,7 +35,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument(
         "--greedy-verifier", metavar="MOD:FN", help="with --verifier: greedy form f(p, drafts) -> verdict"
     )
-    parser.add_argument("--pipeline", metavar="MOD:OBJ", help="with --verifier: object with rows(...) and mode(...)")
+    parser.add_argument("--pipeline", metavar="MOD:OBJ", help="with --verifier: object with rows(RowsRequest) and mode(...) (spec.pipeline.Pipeline)")
     parser.add_argument(
         "--vectors", type=Path, metavar="DIR", help="replay these vector files (default: generate in memory)"
     )

@@ -13,7 +13,7 @@ import numpy as np
 
 from engine.generate import prompt_logits_any as prompt_logits
 from reference.generate import encode_prompt
-from verispec.commands.generate import add_engine_arguments, load  # noqa: F401  (load: the reference loader, kept importable here)
+from verispec.commands.request import add_engine_arguments, load  # noqa: F401  (load: the reference loader, kept importable here)
 from verispec.engine_load import load_engine
 from verispec.registry import DEFAULT_MODEL
 
