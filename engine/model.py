@@ -46,7 +46,6 @@ F32 = npt.NDArray[np.float32]
 # Preallocate at most this many slots up front; beyond it the cache grows by doubling (the default
 # capacity is the whole context, 32768 slots for gemma3: ~1.2 GB that a short request never uses).
 PREALLOCATE_SLOTS = 4096
-INVARIANT_CHUNK_BYTES = 32 << 20  # batch-invariant attention: bytes of one chunk's [.., S, d] temporaries
 
 
 class EngineCache(KVCache):
@@ -284,35 +283,17 @@ class FastModel:
     def _attend_invariant(
         self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
     ) -> F32:
-        """:meth:`_attend`'s function, each row's numbers independent of the other rows of the pass
-        and of the masked slots after its own (so a k-row verify pass gives every row exactly what
-        a 1-row pass gives it). How: every dot product over ``d`` is an elementwise product summed
-        over the last axis (a fixed-length reduction, the same code for every row); the softmax
-        total and the probability-weighted sum of values are running sums over slots (``cumsum``:
-        sequential, so masked slots, exact zeros at the end, change nothing), never BLAS, whose
-        blocking depends on the row count. Rows go in chunks of :data:`INVARIANT_CHUNK_BYTES`.
-        """
-        cfg = self.config
+        """:meth:`_attend`, one query row at a time over that row's own slots ``[0, its slot]``:
+        exactly the call a 1-row pass at that position makes, so every row of a k-row verify pass
+        gets bit for bit what a 1-row pass gives it (BLAS blocking depends on the row count and
+        the slot count; here both are the 1-row pass's). T small calls instead of one."""
         n_tokens = q.shape[0]
-        n_kv, group, d = cfg.n_head_kv, cfg.n_group, cfg.head_dim
-        qg = q.reshape(n_tokens, n_kv, group, d).transpose(1, 0, 2, 3)  # [n_kv, T, g, d]
-        keys = cache.k[layer, :, :end]  # [n_kv, S, d]
-        values = cache.v[layer, :, :end]  # [n_kv, S, d]
-        window = cfg.sliding_window if cfg.is_sliding(layer) else 0
-        mask = layers.attention_mask(positions, cache.positions[:end], window)  # [T, S]
-        out = np.empty((n_kv, n_tokens, group, d), dtype=np.float32)
-        step = max(1, INVARIANT_CHUNK_BYTES // (4 * n_kv * group * max(1, end) * d))
-        for first in range(0, n_tokens, step):
-            rows = slice(first, first + step)
-            scores = (qg[:, rows, :, None, :] * keys[:, None, None, :, :]).sum(axis=-1)  # [n_kv, t, g, S]
-            scores *= np.float32(cfg.attn_scale)
-            scores = np.where(mask[None, rows, None, :], scores, np.float32(-np.inf))
-            scores -= np.max(scores, axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            scores /= np.cumsum(scores, axis=-1)[..., -1:]
-            weighted = scores[..., None] * values[:, None, None, :, :]  # [n_kv, t, g, S, d]
-            out[:, rows] = np.cumsum(weighted, axis=-2)[..., -1, :]
-        return np.asarray(out.transpose(1, 0, 2, 3).reshape(n_tokens, -1), dtype=np.float32)
+        first_slot = end - n_tokens
+        rows = [
+            self._attend(q[t : t + 1], layer, cache, positions[t : t + 1], first_slot + t + 1)
+            for t in range(n_tokens)
+        ]
+        return rows[0] if n_tokens == 1 else np.concatenate(rows)
 
     def _rope_tables(self, positions: npt.NDArray[np.int64], base: float, freq_scale: float) -> tuple[F32, F32]:
         """``cos, sin`` ``[T, 1, d]`` per dimension (1, 0 past rope_dim), as reference.layers.rope."""
