@@ -281,7 +281,8 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
         from engine.bench_backends import measure
 
         section, modes = measure(path, list(ids), options.decode_tokens, max(2, options.repeats), _decode_steps,
-                                 threads=options.kernels, rss=options.rss_children)
+                                 threads=options.kernels, rss=options.rss_children,
+                                 loaded={f"{model.weights_mode}/{model.backend}": model})
         report["backends"] = section
         report["default_backend"] = model.backend
         if "int8/ort-q" in modes:

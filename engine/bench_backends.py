@@ -42,12 +42,15 @@ def label(weights: str, backend: str) -> str:
     return f"{weights}/{'ort-q' if weights == 'int8' else backend}"
 
 
-def load_modes(path: Path) -> tuple[dict[str, FastModel], dict[str, str]]:
-    """Every mode this machine can run -> model; and mode -> why not, for the rest."""
+def load_modes(path: Path, loaded: dict[str, FastModel] | None = None) -> tuple[dict[str, FastModel], dict[str, str]]:
+    """Every mode this machine can run -> model (``loaded`` ones reused); mode -> why not, for the rest."""
     models: dict[str, FastModel] = {}
     missing: dict[str, str] = {}
     for weights, backend in MODES:
         name = label(weights, backend)
+        if loaded and name in loaded:
+            models[name] = loaded[name]
+            continue
         if backend != "numpy" and not matmul.ort_available():
             missing[name] = "onnxruntime/onnx not installed (pip install 'verispec[fast]')"
             continue
@@ -122,9 +125,10 @@ def threads_ratio(path: Path, weights: str, backend: str, repeats: int) -> dict[
 
 def measure(path: Path, prompt: list[int], steps: int, repeats: int,
             decode: Callable[[FastModel, list[int], int], list[float]], *, threads: bool = True,
-            rss: bool = True) -> tuple[dict[str, Any], dict[str, FastModel]]:
-    """The section's report (see the module docstring) and the loaded models (for more runs)."""
-    models, missing = load_modes(path)
+            rss: bool = True, loaded: dict[str, FastModel] | None = None) -> tuple[dict[str, Any], dict[str, FastModel]]:
+    """The section's report (see the module docstring) and the models (for more runs); ``loaded``:
+    models already in memory by mode label (reused, not loaded again)."""
+    models, missing = load_modes(path, loaded)
     timed = curves(models, repeats)
     steps_best = decode_best_steps(models, prompt, steps, repeats, decode)
     out: dict[str, Any] = {"modes": {}, "unavailable": missing, "rows": list(ROWS)}

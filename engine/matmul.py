@@ -18,8 +18,12 @@ A :class:`Matmul` is built once per weight matrix at load time and called with a
   in the same session, the sums computed by the kernel itself): ``MatMulNBits`` takes a float
   zero point only without int8 compute.
 
-Threads: ``intra_op_num_threads`` (``VERISPEC_THREADS``, default 1: on a shared 2-core machine a
-second thread measured slower; bench measures both).
+Threads: ``intra_op_num_threads`` (``VERISPEC_THREADS``, default 2, capped at the core count), with
+spinning off (waiting threads sleep: the machine is shared). Measured by ``verispec bench`` on the
+shared 2-core VM, load average ~11: 2 threads take 0.56x (1 row) / 0.34x (5 rows) the time of 1
+thread on f32/ort, 0.88x / 0.41x on int8 -- the int8 kernel is compute-bound at 5 rows. (At load
+~2, 1 row was even: a memory-bound pass gains nothing from a second core; under load a second
+thread also gets a second share of the CPU.)
 """
 
 from __future__ import annotations
@@ -63,9 +67,12 @@ def ort_available() -> bool:
     return True
 
 
+DEFAULT_THREADS = 2  # measured (bench "threads_2_over_1"), see the module docstring
+
+
 def default_threads() -> int:
-    """Threads per matmul: ``VERISPEC_THREADS`` or 1 (see the module docstring)."""
-    text = os.environ.get("VERISPEC_THREADS", "1")
+    """Threads per matmul: ``VERISPEC_THREADS``, else :data:`DEFAULT_THREADS` capped at the cores."""
+    text = os.environ.get("VERISPEC_THREADS", str(min(DEFAULT_THREADS, os.cpu_count() or 1)))
     try:
         threads = int(text)
     except ValueError:
