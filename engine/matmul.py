@@ -209,6 +209,20 @@ def ort_blocks(blocks: KernelBlocks, threads: int) -> _OrtSession:
     return _OrtSession(nodes, inits, k, n, threads)
 
 
+class RowChunks:
+    """One matrix as several :class:`Matmul` over consecutive output rows (outputs concatenated):
+    a large matrix (a 262144-row head) is built a chunk at a time, so its load-time copies stay
+    a chunk's size. The same dot products, row for row."""
+
+    def __init__(self, parts: list[Matmul]) -> None:
+        self.parts = parts
+        self.n_in = parts[0].n_in
+        self.n_out = sum(p.n_out for p in parts)
+
+    def __call__(self, x: F32) -> F32:
+        return np.concatenate([p(x) for p in self.parts], axis=-1)
+
+
 def release_freed_memory() -> None:
     """Hand memory freed by a load back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
 

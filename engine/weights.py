@@ -43,6 +43,7 @@ U8 = npt.NDArray[np.uint8]
 WEIGHT_MODES: tuple[str, ...] = ("f32", "quantized", "int8")
 BACKEND_CHOICES: tuple[str, ...] = ("auto", *matmul.EXACT_BACKENDS)  # the f32 mode's kernel
 HEAD_CHUNK_ROWS = 8192  # quantized mode: head rows dequantized at a time (8192 x n_embd float32)
+INT8_HEAD_CHUNK_ROWS = 32768  # int8 mode: head rows per kernel session (bounds the load's copies)
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
 
 
@@ -425,6 +426,19 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
                 w = np.concatenate([t.f32(name, (n_out, n_in)) for name, n_out in zip(names, shape_rows)])
                 return matmul.exact(w, "ort")
 
+        def head_chunk(first: int, rows: int) -> Matmul:
+            info = f.tensors[head_name]
+            row_bytes = info.nbytes // cfg.n_vocab
+            raw = np.asarray(f.raw(head_name)).reshape(cfg.n_vocab, row_bytes)[first : first + rows]
+            try:
+                part = repack(raw.reshape(-1), info.ggml_type, (rows, e), name=head_name)
+                return matmul.ort_blocks(part, matmul.default_threads())
+            except NotBlockQuantized:
+                if head_name not in floats:
+                    floats.append(head_name)
+                w = t.f32(head_name, (cfg.n_vocab, e))[first : first + rows]
+                return matmul.exact(np.ascontiguousarray(w), "ort")
+
         q, kv, ff = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim, cfg.n_ff
         layers_q: list[FusedLayer] = []
         for il in range(cfg.n_layer):
@@ -437,7 +451,12 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
             )
             layers_q.append(_assemble(vectors(p), mats, (q, kv, kv)))
             matmul.release_freed_memory()  # the peak of a load is its freed copies otherwise
-        output_m = blocks_matmul([head_name], [cfg.n_vocab], e)
+        head_parts: list[Matmul] = []
+        for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):  # bounded load-time copies
+            rows = min(INT8_HEAD_CHUNK_ROWS, cfg.n_vocab - first)
+            head_parts.append(head_chunk(first, rows))
+            matmul.release_freed_memory()
+        output_m: Matmul = head_parts[0] if len(head_parts) == 1 else matmul.RowChunks(head_parts)
         matmul.release_freed_memory()
         return WeightStore(mode, output_norm, rope_freqs, layers=layers_q, output=output_m,
                            token_embd_q=keep("token_embd.weight", (cfg.n_vocab, e)), backend=kernel,

@@ -252,3 +252,14 @@ def test_int8_needs_the_fast_engine(tiny_gguf: Any) -> None:
         load_model(tiny_gguf("llama"), engine="reference", weights="int8")
     with GGUFFile.open(tiny_gguf("llama")) as f:
         assert isinstance(load_model(f, weights="int8"), FastModel)
+
+
+def test_threads_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VERISPEC_THREADS", "3")
+    assert mm.default_threads() == 3
+    for bad in ("two", "0"):
+        monkeypatch.setenv("VERISPEC_THREADS", bad)
+        with pytest.raises(ModelError, match="VERISPEC_THREADS"):
+            mm.default_threads()
+    monkeypatch.delenv("VERISPEC_THREADS")
+    assert 1 <= mm.default_threads() <= mm.DEFAULT_THREADS
