@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return run_early_exit(args)
     if getattr(args, "draft", None) is not None:
         return run_speculative(args)
-    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights)
+    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend)
     request = build_request(args, loaded)
     if args.json:
         result = generate(loaded.model, loaded.tokenizer, request)
