@@ -59,6 +59,7 @@ from reference.speculative import (
     verify_sampled_batch,
 )
 from spec import exact
+from spec.llm_properties import LLM_PROPERTIES  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
 from spec.statistics import (
     ALPHA_BUDGET,
     TV_BIAS,
@@ -916,7 +917,7 @@ PROPERTIES: tuple[tuple[str, Property], ...] = (
     ("stat_lossless_ar_k2", _stat_lossless(2)),
     ("stat_lossless_ar_k4", _stat_lossless(4)),
     ("stat_lossless_processed_k3", _stat_lossless(3, processed=True)),
-)
+) + LLM_PROPERTIES
 PROPERTY_NAMES: tuple[str, ...] = tuple(name for name, _ in PROPERTIES)
 STATISTICAL: frozenset[str] = frozenset(name for name in PROPERTY_NAMES if name.startswith("stat_"))
 

@@ -51,6 +51,9 @@ ALPHA_BUDGET: dict[str, float] = {
     "decode_first_two_tokens": 4e-5,
     # spec/test_conformal_coverage.py: four tests at 1e-6 each (Beta law, mean coverage, ties, CRC)
     "conformal_coverage": 4e-6,
+    # spec/strata.py: the stratified chi-square tests at LLM vocabulary sizes (the budget's remainder)
+    "stat_strata_tail_v4099": 2.5e-6,
+    "stat_strata_deep_k8": 2.5e-6,
 }
 assert sum(ALPHA_BUDGET.values()) <= SUITE_ALPHA + 1e-15, "alpha budget exceeds the suite's"
 
