@@ -49,7 +49,7 @@ ALPHA_BUDGET: dict[str, float] = {
     "witness_chi_square": 5e-5,
     # tests/test_spec_equivalence.py: law of the first two tokens with speculation on a real model
     "decode_first_two_tokens": 4e-5,
-    # spec/test_conformal_coverage.py: four tests at 1e-6 each (Beta law, mean coverage, ties, CRC)
+    # tests/spec/test_conformal_coverage.py: four tests at 1e-6 each (Beta law, mean coverage, ties, CRC)
     "conformal_coverage": 4e-6,
     # spec/strata.py: the stratified chi-square tests at LLM vocabulary sizes (the budget's remainder)
     "stat_strata_tail_v4099": 2.5e-6,
@@ -66,7 +66,7 @@ def chi2_sf(x: float, df: int) -> float:
     """P(chi2(df) > x): the regularized upper incomplete gamma Q(df/2, x/2).
 
     Series for x < a + 1, Lentz continued fraction otherwise (Numerical Recipes 6.2); relative
-    accuracy ~1e-12, checked against scipy in spec/test_statistics.py.
+    accuracy ~1e-12, checked against scipy in tests/spec/test_statistics.py.
     """
     if df < 1:
         raise ValueError(f"df must be >= 1, got {df}")

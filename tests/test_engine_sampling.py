@@ -17,7 +17,7 @@ from engine import sampling as fast
 from reference import sampling as ref
 from reference.errors import SamplingError
 from reference.sampling import SamplingParams
-from spec.profiles import examples
+from tests.profiles import examples
 
 
 @st.composite

@@ -28,9 +28,9 @@ from reference.gguf import (
     GGUFValueType,
     TensorInfo,
 )
-from spec.profiles import examples
 from tests import gguf_oracle
 from tests.gguf_builder import F32, IQ2_XXS, Q4_0, Q8_0, VT, Array, Meta, Tensor, Value, build, small_model
+from tests.profiles import examples
 from verispec import registry
 
 

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from reference.errors import GGUFError
 from reference.gguf import GGUFFile
-from spec.profiles import examples
 from tests.gguf_builder import small_model
+from tests.profiles import examples
 
 SEED = small_model()
 FIELD_STARTS = sorted(set(SEED.at.values()))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from reference import quants
 from reference.errors import GGUFError, UnsupportedQuantType
 from reference.quants import GGMLType
-from spec.profiles import examples
+from tests.profiles import examples
 
 pytestmark = pytest.mark.oracle
 

@@ -23,7 +23,7 @@ from reference.sampling import (
     target_distribution,
     target_distributions,
 )
-from spec.profiles import examples
+from tests.profiles import examples
 
 
 def softmax_of(values: dict[int, float], vocab: int) -> list[float]:

@@ -20,7 +20,7 @@ from reference import tokenizer_bpe as bpe
 from reference import tokenizer_spm as spm
 from reference.errors import TokenizerError
 from reference.tokenizer import Tokenizer, TokenAttr
-from spec.profiles import examples
+from tests.profiles import examples
 
 # --------------------------------------------------------------------------------------------------
 # Pre-tokenizer

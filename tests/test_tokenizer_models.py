@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from reference.errors import TokenizerError
 from reference.gguf import GGUFFile
 from reference.tokenizer import Tokenizer, TokenAttr
-from spec.profiles import examples
+from tests.profiles import examples
 
 pytestmark = pytest.mark.model
 

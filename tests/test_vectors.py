@@ -1,4 +1,4 @@
-"""spec/vectors.py: deterministic bytes, the manifest, deliberate edge cases, and the expected
+"""spec/vectors/: deterministic bytes, the manifest, deliberate edge cases, and the expected
 outputs against oracles that are not the code that produced them.
 
 Oracles: the exact rational protocol of spec/exact.py (sampled and greedy verdicts), gguf-py

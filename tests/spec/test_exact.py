@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from reference.sampling import SamplingParams, target_distribution
 from reference.speculative import verify_sampled, verify_sampled_batch
 from spec import exact
-from spec.profiles import examples
+from tests.profiles import examples
 
 MODES = ("independent", "equal", "disjoint", "one_hot_p", "one_hot_q")
 

@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from reference.errors import ContextOverflow, ModelError
 from reference.kvcache import KVCache
-from spec.profiles import examples
+from tests.profiles import examples
 
 N_LAYER, N_KV, HEAD_DIM, CAPACITY = 3, 2, 4, 150  # capacity > 64: growth is exercised
 

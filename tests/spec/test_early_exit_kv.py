@@ -22,7 +22,7 @@ from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Conf
 from reference.early_exit import DeferredDecoder
 from reference.early_exit import Model as ModelLike
 from reference.model import LayerWeights, Model, Weights
-from spec.profiles import examples
+from tests.profiles import examples
 
 N_LAYER = 5
 RTOL, ATOL = 1e-4, 2e-5  # float rounding of batched vs single rows; an owed K/V read as 0 is O(1)

@@ -20,8 +20,8 @@ from reference.speculative import (
     verify_sampled_rng,
     verify_step,
 )
-from spec.profiles import examples
 from spec.properties import SHAPES, draw_drafts, small_case
+from tests.profiles import examples
 
 P = np.array([[0.5, 0.25, 0.25, 0.0], [0.25, 0.25, 0.25, 0.25]])
 Q = np.array([[0.25, 0.5, 0.25, 0.0]])

@@ -20,7 +20,7 @@ from reference.conformal import (
     margin_threshold,
 )
 from reference.errors import CalibrationError
-from spec.profiles import examples
+from tests.profiles import examples
 
 levels = st.builds(Fraction, st.integers(1, 10_000), st.just(10_001)) | st.integers(2, 2_000).flatmap(
     lambda b: st.builds(Fraction, st.integers(1, b - 1), st.just(b))

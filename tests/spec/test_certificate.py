@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from reference import certificate as cert
 from reference.errors import CertificateError
-from spec.profiles import examples
+from tests.profiles import examples
 
 DTYPES: tuple[type[np.floating[Any]], ...] = (np.float32, np.float64)
 

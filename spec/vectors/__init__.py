@@ -1,0 +1,76 @@
+"""Portable test vectors: JSON-lines cases with inputs and the reference's expected outputs.
+
+Another implementation (a Rust decode loop, a TypeScript host, a vLLM fork) proves it agrees with
+the spec by replaying these files, the way Ethereum clients replay the consensus-spec vectors.
+``verispec vectors --out DIR`` writes them; ``verispec check`` replays them through an
+implementation (``spec/check.py``). The format is spec/VECTORS.md (written next to the files as
+FORMAT.md).
+
+One case is one JSON object on one line:
+
+    {"expected": {...}, "id": "sampled/0007", "input": {...}, "op": "sampled",
+     "tags": ["zeros_in_q"], "tolerance": {}}
+
+``expected`` is what the reference answers (:func:`reference_answer`, the one place that maps an op
+to the reference code); ``tolerance`` lists the fields compared within an absolute tolerance (every
+other field is compared exactly); :func:`compare` is the comparison rule.
+
+Determinism: cases come from ``numpy.random.default_rng([seed, kind index])`` and are written with
+sorted keys, compact separators and Python's float repr (shortest string that round-trips the
+float64 exactly), so the same seed gives the same bytes on every machine.
+
+Modules, by concern:
+
+- :mod:`~spec.vectors.kinds`: the kinds in file order, format version, default seed and count.
+- :mod:`~spec.vectors.wire`: JSON encoding of parameters, rows, float32 bits, verdicts, one case.
+- :mod:`~spec.vectors.answers`: the reference's answer to each op (also served by spec.external).
+- :mod:`~spec.vectors.compare`: the comparison rule of a response against a case.
+- :mod:`~spec.vectors.draws` and ``gen_*``: the seven generators (verdicts, processors, gates,
+  dequantize) and the random pieces they share.
+- :mod:`~spec.vectors.cases`: generators + tolerances + answers -> cases, in memory.
+- :mod:`~spec.vectors.files`: the directory on disk (manifest, sha256, FORMAT.md).
+"""
+
+from spec.vectors.answers import ANSWERS, reference_answer
+from spec.vectors.cases import GENERATORS, PROB_TOLERANCE, TOLERANCES, VectorSet, build_cases, build_vectors
+from spec.vectors.compare import compare
+from spec.vectors.files import FORMAT_MARKDOWN, format_markdown, manifest_for, read_vectors, write_vectors
+from spec.vectors.kinds import DEFAULT_COUNT, DEFAULT_SEED, FORMAT_VERSION, KINDS, VectorError
+from spec.vectors.wire import (
+    Case,
+    Json,
+    encode_case,
+    encode_float,
+    f32_bits,
+    params_from_json,
+    params_to_json,
+)
+
+__all__ = [
+    "ANSWERS",
+    "DEFAULT_COUNT",
+    "DEFAULT_SEED",
+    "FORMAT_MARKDOWN",
+    "FORMAT_VERSION",
+    "GENERATORS",
+    "KINDS",
+    "PROB_TOLERANCE",
+    "TOLERANCES",
+    "Case",
+    "Json",
+    "VectorError",
+    "VectorSet",
+    "build_cases",
+    "build_vectors",
+    "compare",
+    "encode_case",
+    "encode_float",
+    "f32_bits",
+    "format_markdown",
+    "manifest_for",
+    "params_from_json",
+    "params_to_json",
+    "read_vectors",
+    "reference_answer",
+    "write_vectors",
+]

@@ -1,0 +1,24 @@
+"""What a vector directory is made of: the kinds (in file order), the versions, the defaults."""
+
+from __future__ import annotations
+
+from reference.errors import VerispecError
+
+FORMAT_VERSION = 1
+DEFAULT_SEED = 20_240_601
+DEFAULT_COUNT = 64
+
+# the vector kinds, in file order; a kind's index seeds its generator
+KINDS: tuple[str, ...] = (
+    "sampled",
+    "greedy",
+    "rows",
+    "target_law",
+    "gate",
+    "conformal_index",
+    "dequantize",
+)
+
+
+class VectorError(VerispecError):
+    """A vector directory is missing, corrupt (sha256 mismatch), or of another format version."""
