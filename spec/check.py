@@ -55,9 +55,10 @@ from spec.external import CommandTransport, ExternalError, Unsupported, WireImpl
 from spec.properties import PROPERTY_NAMES, Pipeline, run_properties
 from spec.statistics import TV_BIAS
 from spec.vectors import KINDS, Json, VectorSet, compare
+from spec.vectors.gen_large import as_sampled_case
 
 Status = Literal["passed", "failed", "skipped"]
-REQUIRED_KINDS = frozenset({"sampled", "greedy"})  # vector kinds every verifier must answer
+REQUIRED_KINDS = frozenset({"sampled", "sampled_large", "greedy"})  # vector kinds every verifier must answer
 
 
 class CheckError(VerispecError):
@@ -350,7 +351,7 @@ def replay_kind(impl: Implementation, kind: str, cases: Sequence[Mapping[str, An
     if not cases:
         return outcome("skipped", "no cases")
     try:
-        answers = impl.replay(cases)
+        answers = impl.replay([as_sampled_case(case) for case in cases])  # large-V rows expanded
     except VerispecError as exc:
         return outcome("failed", f"replay broke off: {exc}")
     unsupported = sum(1 for a in answers if a is None)

@@ -91,9 +91,12 @@ def _stat_strata(name: str) -> Callable[[Subject], PropertyResult]:
     return prop
 
 
-LLM_PROPERTIES = (
+# deterministic ones run with the other deterministic properties, the statistical ones last
+LLM_EXACT = (
     ("full_vocab_protocol", prop_full_vocab_protocol),
     ("full_vocab_law", prop_full_vocab_law),
+)
+LLM_STATISTICS = (
     ("stat_strata_tail_v4099", _stat_strata("stat_strata_tail_v4099")),
     ("stat_strata_deep_k8", _stat_strata("stat_strata_deep_k8")),
 )

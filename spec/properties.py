@@ -59,7 +59,7 @@ from reference.speculative import (
     verify_sampled_batch,
 )
 from spec import exact
-from spec.llm_properties import LLM_PROPERTIES  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
+from spec.llm_properties import LLM_EXACT, LLM_STATISTICS  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
 from spec.statistics import (
     ALPHA_BUDGET,
     TV_BIAS,
@@ -908,6 +908,7 @@ PROPERTIES: tuple[tuple[str, Property], ...] = (
     ("protocol_cells", prop_protocol_cells),
     ("exact_lossless", prop_exact_lossless),
     ("batch_matches_sequential", prop_batch_matches_sequential),
+    *LLM_EXACT,
     ("stat_verdict_law_k1", _stat_verdict_law(1)),
     ("stat_verdict_law_k2", _stat_verdict_law(2)),
     ("stat_verdict_law_k3", _stat_verdict_law(3)),
@@ -917,7 +918,7 @@ PROPERTIES: tuple[tuple[str, Property], ...] = (
     ("stat_lossless_ar_k2", _stat_lossless(2)),
     ("stat_lossless_ar_k4", _stat_lossless(4)),
     ("stat_lossless_processed_k3", _stat_lossless(3, processed=True)),
-) + LLM_PROPERTIES
+) + LLM_STATISTICS
 PROPERTY_NAMES: tuple[str, ...] = tuple(name for name, _ in PROPERTIES)
 STATISTICAL: frozenset[str] = frozenset(name for name in PROPERTY_NAMES if name.startswith("stat_"))
 

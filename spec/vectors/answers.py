@@ -14,12 +14,17 @@ from reference.errors import CalibrationError, VerispecError
 from reference.quants import dequantize
 from reference.sampling import target_distribution
 from reference.speculative import speculative_rows, verification_mode, verify_greedy, verify_sampled
+from spec.vectors.gen_large import expand
 from spec.vectors.wire import Json, f32_bits, params_from_json, rows_json, verdict_json
 
 
 def _answer_sampled(inp: Mapping[str, Any]) -> Json:
     v = verify_sampled(inp["p"], inp["q"], inp["drafts"], inp["uniforms"])
     return verdict_json(v.accepted, v.token, v.kind)
+
+
+def _answer_sampled_large(inp: Mapping[str, Any]) -> Json:
+    return _answer_sampled(expand(inp))
 
 
 def _answer_greedy(inp: Mapping[str, Any]) -> Json:
@@ -75,6 +80,7 @@ def _answer_dequantize(inp: Mapping[str, Any]) -> Json:
 
 ANSWERS: dict[str, Callable[[Mapping[str, Any]], Json]] = {
     "sampled": _answer_sampled,
+    "sampled_large": _answer_sampled_large,
     "greedy": _answer_greedy,
     "rows": _answer_rows,
     "target_law": _answer_target_law,
