@@ -8,7 +8,8 @@ to V. Input of a case::
     {"V": 262144, "scale_log2": 48, "p_runs": [[[count, numerator], ...], ...]  (k + 1 rows),
      "q_runs": [...] (k rows), "drafts": [...], "uniforms": [...]}
 
-Every numerator is an integer < 2^48 and every row's numerators sum to exactly 2^48, so every row
+Every numerator is an integer < 2^53 and every row's numerators sum to exactly 2^scale_log2.
+With scale_log2 = 48 (every case but one) every row
 sums to exactly 1 and every running sum is a multiple of 2^-48 below 1: exact in float64. Uniforms
 are multiples of 2^-48 (most with few bits). So every float64 step of the protocol (the running
 sum, u * total with total = 1, u * q(x) < p(x) with u of at most 5 bits against 48-bit q) is
@@ -22,7 +23,10 @@ Edge cases (tags): ``tail_draft`` (q(x) < 1e-3, p/q > 1), ``residual_tail`` (res
 in entries < 1e-3), ``last_id`` (the last id carries mass and is hit by the final uniform),
 ``argmax_tie``, ``p_equals_q``, ``k=1`` .. ``k=8``, ``accept_boundary`` (u * q(x) == p(x)),
 ``cdf_boundary`` (u * total == a running sum), ``float32_sensitive`` (tail entries of 2^-40:
-below float32's resolution next to a running sum near 1).
+below float32's resolution next to a running sum near 1), ``deep_rejection`` (k = 5, rejected at
+position 4), ``wide_residual`` (~2,000 residual entries of seven sizes), ``division_differs`` (u
+where u * q < p and u < p/q disagree), ``inexact_running_sum`` (scale_log2 = 60: a 2^-60 grid whose
+running sum rounds; a uniform where the running sum's total and a pairwise total disagree).
 """
 
 from __future__ import annotations
@@ -220,8 +224,101 @@ def _final_uniform(
     return int(rng.integers(0, ONE))
 
 
+def _encode(p: npt.NDArray[np.int64], q: npt.NDArray[np.int64], drafts: Sequence[int], uniforms: Sequence[float], scale: int = SCALE_LOG2) -> Json:
+    return {
+        "V": int(p.shape[1]),
+        "scale_log2": scale,
+        "p_runs": [_runs(r) for r in p],
+        "q_runs": [_runs(r) for r in q],
+        "drafts": [int(x) for x in drafts],
+        "uniforms": [float(u) for u in uniforms],
+    }
+
+
+def _depth_five(rng: np.random.Generator) -> Item:
+    """k = 5, every p(x)/q(x) = 1/2: u_0..u_3 = 0 accept, u_4 = 3/4 rejects (a loop that reuses
+    u_3 for positions >= 4 accepts it)."""
+    vocab, k = 257, 5
+    q = np.stack([_llm_row(rng, vocab, 1 << 20) for _ in range(k)])
+    p = np.stack([_llm_row(rng, vocab, 1 << 20) for _ in range(k + 1)])
+    drafts = []
+    for i in range(k):
+        x = int(np.argmax(q[i]))
+        p[i, x] = q[i, x] // 2 - (q[i, x] // 2) % 2
+        q[i, x] = 2 * p[i, x]
+        _fix_total(p[i], int(np.argsort(-p[i])[1]), keep=(x,))
+        _fix_total(q[i], int(np.argsort(-q[i])[1]), keep=(x,))
+        drafts.append(x)
+    return _encode(p, q, drafts, [0.0, 0.0, 0.0, 0.0, 0.75, 0.5]), ["V=257", "k=5", "deep_rejection"]
+
+
+def _wide_residual(rng: np.random.Generator) -> Item:
+    """V = 4,099, k = 1: the draft is rejected and the residual is ~2,000 tiny entries of seven
+    sizes (a repair draw that keeps only the largest 1,024 entries lands elsewhere)."""
+    vocab = 4099
+    q = _llm_row(rng, vocab, 1 << 33)[None]
+    p = q.copy()
+    tail = np.flatnonzero(q[0] < (ONE >> 12))[:2000]
+    p[0, tail] += (1 + np.arange(tail.shape[0]) % 7) << 10
+    x = int(np.argmax(p[0]))
+    _fix_total(p[0], x)
+    residual = np.maximum(p[0] - q[0], 0).astype(np.float64)
+    kept = np.where(residual >= -np.sort(-residual)[1023], residual, 0.0)  # the largest 1,024 (ties kept)
+    grid = (np.arange(1, 64) / 64.0)  # 6-bit uniforms: the first where the two draws differ
+    full, top = np.cumsum(residual), np.cumsum(kept)
+    u = float(grid[np.flatnonzero(np.searchsorted(full, grid * full[-1], side="right") != np.searchsorted(top, grid * top[-1], side="right"))[0]])
+    bonus = _llm_row(rng, vocab, 1 << 33)[None]
+    return _encode(np.concatenate([p, bonus]), q, [x], [(ONE - 1) * 2.0**-SCALE_LOG2, u]), ["V=4099", "k=1", "residual_tail", "wide_residual"]
+
+
+def _division_boundary(rng: np.random.Generator) -> Item:
+    """u right at the acceptance boundary where u * q(x) < p(x) and u < p(x)/q(x) disagree in
+    float64 (the ratio rounds up past u, the product does not reach below p)."""
+    vocab = 17
+    while True:
+        q = _llm_row(rng, vocab, 1 << 36)[None]
+        p = _llm_row(rng, vocab, 1 << 36)[None]
+        x = int(np.argmax(q[0]))
+        px, qx = float(p[0, x]) * 2.0**-SCALE_LOG2, float(q[0, x]) * 2.0**-SCALE_LOG2
+        if px >= qx:
+            continue
+        ratio = px / qx
+        for u in (float(np.nextafter(ratio, 0.0)), ratio, float(np.nextafter(ratio, 1.0))):
+            if (u * qx < px) != (u < ratio):
+                bonus = _llm_row(rng, vocab, 1 << 36)[None]
+                return _encode(np.concatenate([p, bonus]), q, [x], [u, 0.5]), ["V=17", "k=1", "accept_boundary", "division_differs"]
+
+
+def _pairwise_total(rng: np.random.Generator) -> Item:
+    """V = 4,099 bonus row on a 2^-60 grid (its running sum rounds, unlike the 2^-48 rows): a final
+    uniform where the running sum's total and np.sum's pairwise total pick different ids."""
+    vocab, scale = 4099, 60
+    one = 1 << scale
+    while True:
+        row = rng.integers(1 << 47, 3 << 47, size=vocab).astype(np.int64)
+        row[int(rng.integers(vocab))] += one - int(row.sum())
+        if int(row.min()) <= 0:
+            continue
+        w = row.astype(np.float64) * 2.0**-scale
+        c = np.cumsum(w)
+        total_seq, total_pair = float(c[-1]), float(w.sum())
+        if total_seq == total_pair:
+            continue
+        for t in rng.permutation(vocab - 1)[:200]:
+            u = float(c[t]) / total_seq
+            for cand in (float(np.nextafter(u, 0.0)), u, float(np.nextafter(u, 1.0))):
+                a = int(np.searchsorted(c, cand * total_seq, side="right"))
+                b = int(np.searchsorted(c, cand * total_pair, side="right"))
+                if a != b and cand < 1.0:
+                    q = np.zeros((1, vocab), dtype=np.int64)
+                    q[0, :] = row  # p_0 == q_0: the draft is accepted, the bonus row draws
+                    p = np.stack([row, row])
+                    return _encode(p, q, [int(np.argmax(row))], [0.0, cand], scale), ["V=4099", "k=1", "cdf_boundary", "inexact_running_sum"]
+
+
 def large_items(rng: np.random.Generator, count: int) -> list[Item]:
-    """The ``sampled_large`` cases: the plan's (V, k) pairs (``count`` does not scale them: each
-    large case costs O(V) to replay)."""
+    """The ``sampled_large`` cases: the plan's (V, k) pairs and four targeted edges (``count``
+    does not scale them: each large case costs O(V) to replay)."""
     del count
-    return [_case(rng, vocab, k, variant) for variant, (vocab, k) in enumerate(PLAN)]
+    items = [_case(rng, vocab, k, variant) for variant, (vocab, k) in enumerate(PLAN)]
+    return items + [_depth_five(rng), _wide_residual(rng), _division_boundary(rng), _pairwise_total(rng)]
