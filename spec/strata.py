@@ -123,22 +123,23 @@ def tail_rows(vocab: int = 4099, k: int = 2, seed: int = 20_261_130) -> tuple[Ro
     """Rows where the tail, the residual's small entries and the last id carry the mass.
 
     Per drafting position: q puts 0.5 on 10 head ids and 0.5 on 1,000 tail ids (5e-4 each);
-    p puts 0.55 on the head (q's shape x 1.1), 0.25 on q's tail ids (half of q: drafts there are
-    accepted with probability 1/2), 0.1 on 2,000 fresh ids (residual entries of 5e-5) and 0.1 on
-    the last id. The bonus row is heavy-tailed with 0.2 on the last id.
+    p puts the same 0.5 on the head, 0.25 on q's tail ids (half of q: drafts there are accepted
+    with probability 1/2), 0.15 on 3,000 fresh ids in three sizes (residual entries of 2.5e-5 to
+    7.5e-5) and 0.1 on the last id. So the residual (mass 0.25) is 60% tail entries below 1e-3 and
+    40% the last id. The bonus row is heavy-tailed with 0.2 on the last id.
     """
     rng = case_rng(seed, "tail_rows", vocab, k)
     p = np.zeros((k + 1, vocab))
     q = np.zeros((k, vocab))
     for i in range(k):
         ids = rng.permutation(vocab - 1)  # never the last id
-        head, tail, fresh = ids[:10], ids[10:1010], ids[1010:3010]
+        head, tail, fresh = ids[:10], ids[10:1010], ids[1010:4010]
         shape = rng.dirichlet(np.ones(10))
-        q[i, head] = 0.5 * shape
+        q[i, head] = p[i, head] = 0.5 * shape
         q[i, tail] = 0.5 / tail.shape[0]
-        p[i, head] = 0.55 * shape
         p[i, tail] = 0.25 / tail.shape[0]
-        p[i, fresh] = 0.1 / fresh.shape[0]
+        sizes = 1.0 + np.arange(fresh.shape[0]) % 3  # 1, 2, 3 units
+        p[i, fresh] = 0.15 * sizes / sizes.sum()
         p[i, vocab - 1] = 0.1
     bonus = normalized(np.exp(-1.2 * np.log1p(rng.permutation(vocab))))
     p[k] = 0.8 * bonus

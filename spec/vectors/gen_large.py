@@ -31,6 +31,7 @@ running sum rounds; a uniform where the running sum's total and a pairwise total
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,7 +56,8 @@ def expand_runs(runs: Sequence[Sequence[int]], vocab: int, scale_log2: int) -> l
     if sum(int(c) for c, _ in runs) != vocab:
         raise ValueError(f"runs cover {sum(int(c) for c, _ in runs)} ids, not V = {vocab}")
     out = np.repeat(np.asarray([float(n) for _, n in runs]), [int(c) for c, _ in runs]) * 2.0**-scale_log2
-    return [float(v) for v in out]
+    values: list[float] = out.tolist()
+    return values
 
 
 def expand(inp: Mapping[str, Any]) -> Json:
@@ -95,8 +97,8 @@ def _fix_total(row: npt.NDArray[np.int64], where: int, keep: Sequence[int] = ())
     if excess <= 0:
         row[where] -= excess
         return row
-    order = [where] + [int(i) for i in np.argsort(-row, kind="stable") if int(i) != where and int(i) not in keep]
-    for i in order:
+    others = (int(i) for i in np.argsort(-row, kind="stable") if int(i) != where and int(i) not in keep)
+    for i in itertools.chain([where], others):  # lazily: a few entries absorb any deficit
         take = min(excess, int(row[i]) - 1)
         if take > 0:
             row[i] -= take
