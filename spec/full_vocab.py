@@ -325,8 +325,12 @@ def _draw_law(
 
 
 def judge(batch: BatchVerifier, cases: Sequence[LlmCase], seed: int) -> Verdicts:
-    """Run every case; stop collecting after a few failures of each kind."""
+    """Run the cases in order (small V first); stop once both verdicts have failed (nothing more
+    to learn) or the verifier raised. A verifier that only breaks the protocol runs every case, so
+    its law verdict covers them all."""
     verdicts = Verdicts()
     for case in cases:
         judge_case(batch, case, seed, verdicts)
+        if verdicts.errors or (verdicts.protocol and verdicts.law):
+            break
     return verdicts

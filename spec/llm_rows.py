@@ -16,7 +16,8 @@ scale. This module makes speculative-verification cases that look like real deco
   ``plain``         the row as generated.
 
 Every case is deterministic in (seed, V, k, index). Rows are float64, non-negative, sum to 1 within
-1e-12 (the contract allows 1e-6), and every drafted id has q > 0. Real rows from the two real
+a few V ulps (one division normalizes them; the contract allows 1e-6), and every drafted id has
+q > 0. Real rows from the two real
 models are in :mod:`spec.real_rows`; :func:`real_cases` turns them into cases.
 """
 

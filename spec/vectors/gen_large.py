@@ -297,8 +297,9 @@ def _pairwise_total(rng: np.random.Generator) -> Item:
     vocab, scale = 4099, 60
     one = 1 << scale
     while True:
-        row = rng.integers(1 << 47, 3 << 47, size=vocab).astype(np.int64)
-        row[int(rng.integers(vocab))] += one - int(row.sum())
+        # 65 blocks of equal entries (so the runs stay few), 47-bit numerators on the 2^-60 grid
+        row = np.repeat(rng.integers(1 << 47, 3 << 47, size=65), 64)[:vocab].astype(np.int64)
+        row[-1] += one - int(row.sum())
         if int(row.min()) <= 0:
             continue
         w = row.astype(np.float64) * 2.0**-scale
