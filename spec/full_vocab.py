@@ -56,7 +56,7 @@ ALL_TOKENS = 96  # probe every positive-weight token when there are at most this
 PROBE_BUDGET = 1024  # evaluations per case, at most ...
 ELEMENT_BUDGET = 1 << 24  # ... and at most this many probes x V (an O(V) verifier's work per case)
 MIN_TOKENS = 4  # tokens probed per path, at least (plus the edge ids)
-CHUNK_ELEMENTS = 1 << 23  # items per batch call x V (keeps a NumPy verifier's [N, V] temporaries < ~100 MB)
+CHUNK_ELEMENTS = 1 << 24  # items per batch call x V: one call per case (ELEMENT_BUDGET), [N, V] temporaries <= 128 MB
 U_MAX = float(np.nextafter(1.0, 0.0))
 EPS = 2.0**-53
 ACCEPT_SLACK = 4 * EPS  # fl(u * q) < p against u < p/q: one rounding of the product and the ratio
@@ -79,6 +79,11 @@ class Verdicts:
     law: list[str] = field(default_factory=list)
     not_judged: list[str] = field(default_factory=list)  # non-monotone draws: law left to statistics
     errors: list[str] = field(default_factory=list)
+    next_case: int = 0  # the probes are resumable: cases [0, next_case) are done
+
+    def decided(self, verdict: str) -> bool:
+        """Whether ``verdict`` ("protocol" or "law") has failed (or the verifier raised)."""
+        return bool(self.errors) or bool(self.protocol if verdict == "protocol" else self.law)
 
 
 # -----------------------------------------------------------------------------------------------
@@ -235,7 +240,8 @@ def evaluate(batch: BatchVerifier, case: LlmCase, uniforms: npt.NDArray[np.float
     out_a, out_t, out_b = [], [], []
     for start in range(0, n, chunk):
         u = uniforms[start : start + chunk]
-        result = batch(case.p, case.q, np.tile(drafts, (u.shape[0], 1)), u)
+        # writable copies: the cached rows are read-only, and a verifier may legitimately scratch its inputs
+        result = batch(case.p.copy(), case.q.copy(), np.tile(drafts, (u.shape[0], 1)), u)
         out_a.append(np.asarray(result.accepted, dtype=np.int64))
         out_t.append(np.asarray(result.token, dtype=np.int64))
         out_b.append(np.asarray(result.is_bonus, dtype=np.bool_))
@@ -324,13 +330,12 @@ def _draw_law(
     return ""
 
 
-def judge(batch: BatchVerifier, cases: Sequence[LlmCase], seed: int) -> Verdicts:
-    """Run the cases in order (small V first); stop once both verdicts have failed (nothing more
-    to learn) or the verifier raised. A verifier that only breaks the protocol runs every case, so
-    its law verdict covers them all."""
-    verdicts = Verdicts()
-    for case in cases:
-        judge_case(batch, case, seed, verdicts)
-        if verdicts.errors or (verdicts.protocol and verdicts.law):
-            break
+def judge(batch: BatchVerifier, cases: Sequence[LlmCase], seed: int, verdict: str = "law", verdicts: Verdicts | None = None) -> Verdicts:
+    """Run the cases in order (small V first), resuming ``verdicts``, until ``verdict`` ("protocol"
+    or "law") has failed or every case is done. So a protocol breach found early costs little, and
+    a verifier that only breaks the protocol still has its law verdict judged on every case."""
+    verdicts = verdicts if verdicts is not None else Verdicts()
+    while verdicts.next_case < len(cases) and not verdicts.decided(verdict):
+        judge_case(batch, cases[verdicts.next_case], seed, verdicts)
+        verdicts.next_case += 1
     return verdicts

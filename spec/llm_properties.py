@@ -28,17 +28,17 @@ def gate_cases(seed: int) -> tuple[LlmCase, ...]:
     return default_cases(seed) + real_cases(seed)
 
 
-# one run of the probes serves both verdicts: (verifier object, seed) -> verdicts
+# one resumable run of the probes serves both verdicts: (verifier object, seed, verdicts so far)
 _cache: list[tuple[object, int, full_vocab.Verdicts]] = []
 
 
-def _verdicts(subject: Subject) -> full_vocab.Verdicts:
-    for batch, seed, verdicts in _cache:
-        if batch is subject.batch and seed == subject.seed:
-            return verdicts
-    verdicts = full_vocab.judge(subject.batch, gate_cases(subject.seed), subject.seed)
-    _cache[:] = [(subject.batch, subject.seed, verdicts)]  # keeps the object alive: its id is not reused
-    return verdicts
+def _verdicts(subject: Subject, verdict: str) -> full_vocab.Verdicts:
+    """The probes' verdicts, run (or resumed) until ``verdict`` is decided or every case is done."""
+    found = next((v for batch, seed, v in _cache if batch is subject.batch and seed == subject.seed), None)
+    if found is None:
+        found = full_vocab.Verdicts()
+        _cache[:] = [(subject.batch, subject.seed, found)]  # keeps the object alive: its id is not reused
+    return full_vocab.judge(subject.batch, gate_cases(subject.seed), subject.seed, verdict, found)
 
 
 def _summary(found: list[str]) -> str:
@@ -50,7 +50,7 @@ def prop_full_vocab_protocol(subject: Subject) -> PropertyResult:
     """At every probe (cell boundaries and midpoints at full V), the verdict is the protocol's."""
     from spec.properties import PropertyResult
 
-    v = _verdicts(subject)
+    v = _verdicts(subject, "protocol")
     found = v.errors + v.protocol
     detail = _summary(found) if found else f"{v.probes} probes in {v.cases} cases (V up to 262,144) agree"
     return PropertyResult("full_vocab_protocol", not found, v.probes, 0.0, 1.0, detail)
@@ -60,7 +60,7 @@ def prop_full_vocab_law(subject: Subject) -> PropertyResult:
     """No probe proves the verdict law off the protocol's by more than float64 rounding."""
     from spec.properties import PropertyResult
 
-    v = _verdicts(subject)
+    v = _verdicts(subject, "law")
     found = v.errors + v.law
     if found:
         detail = _summary(found)
