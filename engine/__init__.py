@@ -1,7 +1,7 @@
 """verispec engine: the fast production path (NumPy + BLAS), same contracts as reference/.
 
 ``load_model(path, engine="fast" | "reference", weights="f32" | "quantized")`` is the one entry
-point the CLI uses; both engines satisfy :class:`engine.protocol.ModelLike`.
+point the CLI uses; both engines satisfy :class:`reference.seams.TargetModel`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Plain decoding on the fast engine: :func:`reference.generate.generate`'s loop and contract,
-with the engine's forward (head on the last row only) and its bit-identical target law and draw.
+"""Plain decoding on the fast engine: :func:`reference.generate.decode_plain` (the one plain loop,
+its decode session) with the engine's forward (head on the last row only) and its bit-identical
+target law and draw.
 
 Same request, same seed, same model -> the same tokens as the reference loop, up to the float32
 rounding differences of the forward (tests/test_engine.py checks the tokens on both models).
@@ -7,23 +8,19 @@ rounding differences of the forward (tests/test_engine.py checks the tokens on b
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from engine.model import FastModel
 from engine.sampling import sample, target_distribution
-from reference.errors import ContextOverflow, ModelError
-from reference.generate import (
-    GenerationRequest,
-    GenerationResult,
-    GenerationStats,
-    StopStringText,
-    fit_context,
-)
+from reference.errors import ContextOverflow
+from reference.generate import GenerationRequest, GenerationResult, decode_plain
 from reference.model import Model
+from reference.sampling import target_distribution as reference_law
+from reference.seams import LawFn
 from reference.tokenizer import Tokenizer
 
 
@@ -34,52 +31,14 @@ def generate(
     *,
     on_text: Callable[[str], None] | None = None,
 ) -> GenerationResult:
-    """Decode ``request`` one token per pass; same contract as :func:`reference.generate.generate`."""
-    request.params.validate(model.config.n_vocab)
-    if not request.prompt_ids:
-        raise ModelError("the prompt has no tokens (encode_prompt gives BOS for an empty prompt)")
-    prompt = fit_context(
-        request.prompt_ids, request.max_tokens, model.config.context_length,
-        truncate=request.truncate, bos_id=tokenizer.bos_id,
-    )
-    rng = np.random.default_rng(request.seed)
-    end_ids = tokenizer.eog_ids | request.stop_ids
-    text = StopStringText(request.stop, tokenizer, on_text)
-    history = list(prompt)
-    generated: list[int] = []
-    stop_reason = "max_tokens"
+    """Decode ``request`` one token per pass; same contract as :func:`reference.generate.generate`
+    (the same loop and session: :func:`reference.generate.decode_plain`)."""
 
-    started = time.perf_counter()
-    first_token_at = started
-    passes = 0
-    if request.max_tokens > 0:
-        cache = model.new_cache(len(prompt) + request.max_tokens)
-        logits = model.forward(prompt, cache, last_only=True).logits[-1]  # [V]
-        passes = 1
-        for step in range(request.max_tokens):
-            token = sample(target_distribution(logits, history, request.params), rng)
-            if step == 0:
-                first_token_at = time.perf_counter()
-            generated.append(token)
-            history.append(token)
-            if token in end_ids:
-                stop_reason = "eog"
-                break
-            if text.push(token):
-                stop_reason = "stop"
-                break
-            if step + 1 == request.max_tokens:
-                break
-            logits = model.forward([token], cache, last_only=True).logits[-1]
-            passes += 1
-    finished = time.perf_counter()
-    final_text = text.finish()
+    def last_logits(span: Sequence[int], cache: Any) -> npt.NDArray[np.float32]:
+        return np.asarray(model.forward(span, cache, last_only=True).logits[-1], dtype=np.float32)  # [V]: head on one row
 
-    stats = GenerationStats.measure(
-        prompt_tokens=len(prompt), generated_tokens=len(generated), started=started,
-        first_token_at=first_token_at, finished=finished, target_passes=passes,
-    )
-    return GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, stats)
+    return decode_plain(model, tokenizer, request, on_text=on_text, law=target_distribution, draw=sample,
+                        last_logits=last_logits)
 
 
 def generate_any(
@@ -95,6 +54,11 @@ def generate_any(
     from reference.generate import generate as reference_generate
 
     return reference_generate(model, tokenizer, request, on_text=on_text)
+
+
+def law_for(model: "FastModel | Model") -> LawFn:
+    """The target law of ``model``'s engine (bit-identical on both; the fast one is vectorized)."""
+    return target_distribution if isinstance(model, FastModel) else reference_law
 
 
 def prompt_logits_any(model: "FastModel | Model", prompt_ids: Sequence[int]) -> npt.NDArray[np.float32]:

@@ -246,6 +246,20 @@ class FastModel:
     def _attend(
         self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
     ) -> F32:
+        """Attention of the span in blocks of query rows (rows are independent): the scores of a
+        block are ``[n_head, block, S]``, so a prefill's memory grows linearly with its length."""
+        block = layers.ATTENTION_QUERY_BLOCK
+        if q.shape[0] <= block:
+            return self._attend_block(q, layer, cache, positions, end)
+        parts = [
+            self._attend_block(q[i : i + block], layer, cache, positions[i : i + block], end)
+            for i in range(0, q.shape[0], block)
+        ]
+        return np.concatenate(parts)
+
+    def _attend_block(
+        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
+    ) -> F32:
         """Grouped-query softmax attention of the span over slots ``[0, end)`` -> ``[T, q]``."""
         cfg = self.config
         n_tokens = q.shape[0]

@@ -35,7 +35,8 @@ import numpy.typing as npt
 
 from reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
 from reference.conformal import bonferroni, conformal_quantile, exact_level, margin_threshold
-from reference.early_exit import GATE_KINDS, GateKind, Lens, Model, exit_logits, fit_lens
+from reference.exit_head import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
+from reference.seams import TargetModel as Model
 from reference.errors import CalibrationError
 
 F32 = npt.NDArray[np.float32]

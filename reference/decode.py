@@ -9,7 +9,12 @@ token but the last few, the ``pending`` ones — after the first cycle exactly o
     p_i     = law(logits_i, history + x_1..x_i, params)  THE target law, the drafts in the history
     verdict = verify_greedy(p, x)          if the target is greedy (no randomness)
               verify_sampled(p, q, x, u)   otherwise, u = rng.random(n + 1) (the draw protocol)
-    commit    x_1..x_a + [token]   one at a time: EOG, stop strings, max_tokens cut inside the span
+              (all three lines are :func:`reference.speculative.verify_drafts`: the rows by
+              ``target_rows`` / ``draft_law_rows`` and the choice by ``verification_mode``, the
+              code spec/ checks through ``speculative_rows``; tests/test_loop_checked_rows.py
+              shows a mutant of it breaking this loop)
+    commit    x_1..x_a + [token]   one at a time to the decode session (reference/session.py):
+              EOG, stop strings, max_tokens cut inside the span
     rollback  target cache -> len(history before the cycle) + a   (O(1) truncate; a draft model's
               cache is synced by the draft on its next propose)
 
@@ -17,88 +22,24 @@ A cycle with no draft (n = 0: nothing to look up, p-min, adaptive k = 0) is a pl
 target pass, the token drawn from p_0 with one uniform, exactly as :mod:`reference.generate` does.
 Sampled targets are never verified greedily, whatever the draft does.
 
-The model is taken through :class:`TargetModel` (a ``typing.Protocol``: ``Model`` of
-:mod:`reference.model` satisfies it), so a faster engine with the same contract plugs in.
+The model, the draft and the verifier are taken through the seams of :mod:`reference.seams`
+(``TargetModel``: ``Model`` of :mod:`reference.model` and the fast engine's ``FastModel`` satisfy
+it), so a faster engine with the same contract plugs in.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal
 
-import numpy as np
-import numpy.typing as npt
-
-from reference.drafts import AdaptiveK, DraftContext, DraftSource, LawFn, check_options
-from reference.errors import ModelError
-from reference.generate import GenerationRequest, GenerationResult, GenerationStats, StopStringText, fit_context
+from reference import speculative
+from reference.drafts import AdaptiveK, check_options
 from reference.sampling import sample, target_distribution
-from reference.speculative import verify_greedy, verify_sampled
+from reference.seams import DraftContext, DraftSource, LawFn, TargetModel
+from reference.session import DecodeSession, GenerationRequest, GenerationResult
 from reference.tokenizer import Tokenizer
-
-F32 = npt.NDArray[np.float32]
-F64 = npt.NDArray[np.float64]
-
-
-# -- the model seam -------------------------------------------------------------------------------
-
-
-class ModelConfig(Protocol):
-    @property
-    def n_layer(self) -> int: ...
-    @property
-    def n_vocab(self) -> int: ...
-    @property
-    def context_length(self) -> int: ...
-
-
-class Cache(Protocol):
-    """A KV cache: ``length`` committed slots; ``truncate`` rolls back in O(1)."""
-
-    @property
-    def length(self) -> int: ...
-    def truncate(self, length: int) -> None: ...
-    def advance(self, n_tokens: int) -> None: ...
-
-
-class ForwardOutput(Protocol):
-    @property
-    def logits(self) -> F32: ...  # [T, V]
-
-
-class TargetModel(Protocol):
-    """What the decode loop and the drafts need of a model (``reference.model.Model``'s methods).
-
-    Caches are typed ``Any`` here because each engine has its own cache class; a model is only
-    ever given caches it made with ``new_cache``.
-    """
-
-    @property
-    def config(self) -> ModelConfig: ...
-
-    def new_cache(self, capacity: int | None = None) -> Any:
-        """An empty cache for ``capacity`` positions (default: the context length)."""
-        ...
-
-    def forward(self, tokens: Sequence[int], cache: Any, *, positions: Sequence[int] | None = None,
-                return_hidden: bool = False) -> ForwardOutput:
-        """Run a span through every layer, APPEND it to the cache, logits ``[T, V]``."""
-        ...
-
-    def forward_layers(self, hidden: F32, cache: Any, first_layer: int, last_layer: int,
-                       positions: Sequence[int], *, start: int | None = None) -> F32:
-        """Layers first..last on hidden ``[T, D]``; K,V to slots from ``start``; not committed."""
-        ...
-
-    def head(self, hidden: F32) -> F32:
-        """Final norm + lm_head (+ softcap): the exit head at any layer -> logits ``[T, V]``."""
-        ...
-
-    def embed(self, tokens: Sequence[int]) -> F32:
-        """Token embeddings ``[T, D]``."""
-        ...
 
 
 # -- options and results --------------------------------------------------------------------------
@@ -178,35 +119,21 @@ def speculative_generate(
     options and the errors of plain decoding, all before any model work.
     """
     options.validate()
-    params = request.params
-    params.validate(model.config.n_vocab)
-    if not request.prompt_ids:
-        raise ModelError("the prompt has no tokens (encode_prompt gives BOS for an empty prompt)")
-    prompt = fit_context(
-        request.prompt_ids, request.max_tokens, model.config.context_length,
-        truncate=request.truncate, bos_id=tokenizer.bos_id,
-    )
-    mode: Literal["greedy", "sampled"] = "greedy" if params.greedy else "sampled"
-    rng = np.random.default_rng(request.seed)
-    end_ids = tokenizer.eog_ids | request.stop_ids
-    text = StopStringText(request.stop, tokenizer, on_text)
+    session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
+    params, rng, history = request.params, session.rng, session.history
+    mode = speculative.verification_mode(params, params)
     adaptive = AdaptiveK(options.k) if options.adaptive else None
-    capacity = min(model.config.context_length, len(prompt) + request.max_tokens + options.k + 1)
+    capacity = min(model.config.context_length, len(session.prompt) + request.max_tokens + options.k + 1)
     cache = model.new_cache(capacity)
     draft.start(DraftContext(model, cache, params, rng, options.p_min, law))
 
-    history = list(prompt)
-    generated: list[int] = []
     cycles: list[Cycle] = []
-    stop_reason = "max_tokens"
-    started = time.perf_counter()
-    first_token_at = started
-    done = request.max_tokens == 0
-    while not done:
+    session.begin()
+    while not session.done:
         before = len(history)
         pending = history[cache.length :]
         want = adaptive.next_k() if adaptive is not None else options.k
-        want = min(want, request.max_tokens - len(generated) - 1, capacity - before)
+        want = min(want, session.remaining - 1, capacity - before)
         t0 = time.perf_counter()
         proposal = draft.propose(history, want) if want > 0 else None
         drafts = list(proposal.tokens) if proposal is not None else []
@@ -214,10 +141,12 @@ def speculative_generate(
         logits = draft.score(pending, drafts)  # [n+1, V]
         kind: Literal["bonus", "repair", "plain"]
         if drafts:
-            accepted, token, kind = _verify(logits, history, drafts, proposal, mode, params, rng, law)
+            assert proposal is not None
+            verdict = speculative.verify_drafts(logits, history, drafts, proposal.q, params, rng, law)
+            accepted, token, kind = verdict.accepted, verdict.token, verdict.kind
         else:
             accepted, kind = 0, "plain"
-            token = sample(law(logits[0], history, params), rng)
+            token = sample(speculative.target_rows(logits, history, (), params, law)[0], rng)
         cache.truncate(before + accepted)
         t2 = time.perf_counter()
         if adaptive is not None:
@@ -227,58 +156,14 @@ def speculative_generate(
                 adaptive.plain_step(t2 - t1)
 
         emitted: list[int] = []
-        for t in [*drafts[:accepted], token]:
-            if not generated:
-                first_token_at = time.perf_counter()
-            generated.append(t)
-            history.append(t)
+        for t in [*drafts[:accepted], token]:  # one at a time: the session may end inside the span
             emitted.append(t)
-            if t in end_ids:
-                stop_reason, done = "eog", True
-            elif text.push(t):
-                stop_reason, done = "stop", True
-            elif len(generated) >= request.max_tokens:
-                done = True
-            if done:
+            if session.commit(t):
                 break
+        session.target_passes += 1
         cycles.append(Cycle(want, tuple(drafts), accepted, kind, token, tuple(emitted), t1 - t0, t2 - t1))
-    finished = time.perf_counter()
-    final_text = text.finish()
-
-    stats = GenerationStats.measure(
-        prompt_tokens=len(prompt), generated_tokens=len(generated), started=started,
-        first_token_at=first_token_at, finished=finished, target_passes=len(cycles),
-    )
-    generation = GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, stats)
+    generation = session.finish()
     return SpeculativeResult(
         generation, tuple(cycles), draft.name, mode, options, draft.draft_passes, draft.draft_time_s
     )
 
-
-def _verify(
-    logits: F32,  # [n+1, V]
-    history: Sequence[int],
-    drafts: list[int],
-    proposal: Any,
-    mode: str,
-    params: Any,
-    rng: np.random.Generator,
-    law: LawFn,
-) -> tuple[int, int, Literal["bonus", "repair"]]:
-    """Target rows through THE law (history + drafts before each row), then the verifier."""
-    n = len(drafts)
-    context = list(history)
-    p = np.empty((n + 1, logits.shape[-1]), dtype=np.float64)  # [n+1, V]
-    for i in range(n + 1):
-        p[i] = law(logits[i], context, params)
-        if i < n:
-            context.append(drafts[i])
-    if mode == "greedy":
-        verdict = verify_greedy(p, drafts)
-    else:
-        q = proposal.q
-        if q is None:  # a deterministic draft: one-hot rows
-            q = np.zeros((n, logits.shape[-1]), dtype=np.float64)
-            q[np.arange(n), drafts] = 1.0
-        verdict = verify_sampled(p, q, drafts, rng.random(n + 1).tolist())
-    return verdict.accepted, verdict.token, verdict.kind

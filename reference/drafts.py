@@ -1,12 +1,12 @@
 """Draft sources for speculative decoding: who proposes the tokens the target then verifies.
 
-Every source implements :class:`DraftSource`. Each cycle of the decode loop
+Every source implements :class:`reference.seams.DraftSource`. Each cycle of the decode loop
 (:mod:`reference.decode`) asks it for up to k tokens together with the EXACT law each token was
 drawn from (:class:`Proposal`), then asks it to score the span ``pending + drafts`` with the target
 (normally one batched target forward; layer-skip drafts reuse what they already computed).
 
     ngram            prompt lookup: find the most recent earlier occurrence of the longest suffix
-                     n-gram (n = NGRAM_MAX .. 1) of prompt + output and propose what followed it.
+                     n-gram (n = NGRAM_MAX .. NGRAM_MIN) of prompt + output and propose what followed it.
                      Deterministic: q is one-hot on the proposed token.
     layerskip:M      the target's first M layers + its exit head (final norm, lm_head, softcap).
                      The draft runs layers 0..M-1 IN THE TARGET'S OWN KV CACHE, so those layers'
@@ -18,6 +18,10 @@ drawn from (:class:`Proposal`), then asks it to score the span ``pending + draft
                      target's (same size, same token texts) or :class:`DraftError`.
     self             the target drafts for itself in a second cache: every draft is accepted up to
                      float rounding (alpha = 1); a sanity mode.
+    suffix           suffix drafting (:mod:`reference.suffix_draft`): the most frequent observed
+                     continuation of the longest matching suffix, over this request's text and a
+                     bounded cross-request cache of earlier outputs (``--draft-cache PATH``).
+                     Deterministic: q is one-hot.
 
 Laws. With a greedy target the draft proposes its own argmax (q one-hot). With a sampling target
 the draft samples from q_i = ``law(draft_logits_i, history + drafts[:i], draft_params)``, where
@@ -36,24 +40,28 @@ while the measured acceptance and draft cost predict a loss, with probes at grow
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from reference.errors import DraftError
 from reference.sampling import SamplingParams, sample, target_distribution
+from reference.seams import Cache, TargetModel
+from reference.seams import DraftContext as DraftContext  # the draft seam (reference/seams.py)
+from reference.seams import DraftSource as DraftSource
+from reference.seams import LawFn as LawFn
+from reference.seams import Proposal as Proposal
+from reference.speculative import draft_law_rows
 
 if TYPE_CHECKING:
-    from reference.decode import Cache, TargetModel
     from reference.tokenizer import Tokenizer
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
-LawFn = Callable[[F32, Sequence[int], SamplingParams], F64]  # THE target law, or a memo of it
 
 NGRAM_MAX = 4  # longest suffix n-gram the prompt lookup tries
 # Shortest suffix n-gram the ngram draft acts on. A lone recurring token predicts its old
@@ -63,59 +71,7 @@ NGRAM_MAX = 4  # longest suffix n-gram the prompt lookup tries
 NGRAM_MIN = 2
 
 
-@dataclass(frozen=True)
-class Proposal:
-    """Up to k draft tokens and the law each was drawn from.
-
-    ``q`` is ``[len(tokens), V]`` float64, row i the exact law ``tokens[i]`` was drawn from; None
-    means one-hot rows (a deterministic draft: ngram, or any draft under a greedy target).
-    """
-
-    tokens: tuple[int, ...]
-    q: F64 | None = None
-
-
-@dataclass
-class DraftContext:
-    """What a draft source is bound to for one request (set by :meth:`DraftSource.start`)."""
-
-    target: "TargetModel"
-    cache: "Cache"            # the target's KV cache (layerskip drafts write into it)
-    params: SamplingParams    # the target's sampling params
-    rng: np.random.Generator  # the request's generator (draft draws come from it too)
-    p_min: float
-    law: LawFn
-
-
-class DraftSource(Protocol):
-    """A draft source. The decode loop calls ``start`` once, then per cycle ``propose`` and
-    ``score``; ``draft_passes`` counts the draft's forward passes, ``draft_time_s`` their time."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def draft_passes(self) -> int: ...
-    @property
-    def draft_time_s(self) -> float: ...
-
-    def start(self, context: DraftContext) -> None:
-        """Bind to a request (fresh state: caches emptied)."""
-        ...
-
-    def propose(self, history: Sequence[int], k: int) -> Proposal:
-        """Up to ``k`` tokens (k >= 1) to follow ``history`` (prompt + committed output)."""
-        ...
-
-    def score(self, pending: Sequence[int], drafts: Sequence[int]) -> F32:
-        """Target logits ``[len(drafts) + 1, V]`` at the position of each draft and after the last.
-
-        ``pending`` are the committed tokens not yet in the target cache (at least the last one);
-        afterwards the target cache holds ``pending + drafts`` (the loop truncates it).
-        """
-        ...
-
-
-def target_score(target: "TargetModel", cache: "Cache", pending: Sequence[int], drafts: Sequence[int]) -> F32:
+def target_score(target: TargetModel, cache: Cache, pending: Sequence[int], drafts: Sequence[int]) -> F32:
     """The plain verification pass: ONE batched forward of ``pending + drafts``; the last
     ``len(drafts) + 1`` logits rows ``[k+1, V]``."""
     span = [*pending, *drafts]
@@ -144,15 +100,11 @@ def draw_next(
 
 
 def _stack(rows: list[F64 | None], tokens: Sequence[int], vocab: int) -> F64 | None:
+    """A proposal's q: None when every token was a deterministic choice (one-hot rows, built by the
+    verifier when it needs them), else :func:`reference.speculative.draft_law_rows`."""
     if all(r is None for r in rows):
         return None
-    out = np.zeros((len(rows), vocab), dtype=np.float64)
-    for i, (r, t) in enumerate(zip(rows, tokens)):
-        if r is None:
-            out[i, t] = 1.0
-        else:
-            out[i] = r
-    return out
+    return draft_law_rows(rows, tokens, vocab)
 
 
 # -- ngram (prompt lookup) --------------------------------------------------------------------------
@@ -204,7 +156,7 @@ class ModelDraft:
     """A draft model with its own KV cache, kept in sync with the committed history by
     truncating it to the longest common prefix (rollback) and feeding the rest."""
 
-    def __init__(self, model: "TargetModel", name: str, params: SamplingParams | None = None) -> None:
+    def __init__(self, model: TargetModel, name: str, params: SamplingParams | None = None) -> None:
         self.name = name
         self.model = model
         self.params = params  # None: the target's params
@@ -436,7 +388,7 @@ def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """A parsed ``--draft`` value: kind ``ngram``, ``layerskip`` (layer), ``model`` (path), ``self``."""
+    """A parsed ``--draft`` value: kind ``ngram``, ``suffix``, ``layerskip`` (layer), ``model`` (path), ``self``."""
 
     kind: str
     layer: int = 0
@@ -447,8 +399,8 @@ class DraftSpec:
 
 
 def parse_draft_spec(text: str) -> DraftSpec:
-    """``ngram`` | ``layerskip:M`` | ``model:PATH`` | ``self`` -> DraftSpec; DraftError otherwise."""
-    if text in ("ngram", "self"):
+    """``ngram`` | ``suffix`` | ``layerskip:M`` | ``model:PATH`` | ``self`` -> DraftSpec; DraftError otherwise."""
+    if text in ("ngram", "suffix", "self"):
         return DraftSpec(text)
     kind, sep, arg = text.partition(":")
     if sep and kind == "layerskip":
@@ -458,7 +410,7 @@ def parse_draft_spec(text: str) -> DraftSpec:
             raise DraftError(f"layerskip needs an integer layer, got {arg!r} in --draft {text!r}") from None
     if sep and kind == "model" and arg:
         return DraftSpec("model", path=arg)
-    raise DraftError(f"unknown draft spec {text!r} (expected ngram, layerskip:M, model:PATH or self)")
+    raise DraftError(f"unknown draft spec {text!r} (expected ngram, suffix, layerskip:M, model:PATH or self)")
 
 
 def check_options(k: int, p_min: float) -> None:
@@ -484,14 +436,26 @@ def check_same_vocab(target: "Tokenizer", draft: "Tokenizer", draft_name: str) -
 
 
 def make_draft(
-    spec: DraftSpec, target: "TargetModel", target_tokenizer: "Tokenizer | None" = None
+    spec: DraftSpec, target: TargetModel, target_tokenizer: "Tokenizer | None" = None,
+    cache_path: Path | None = None,
 ) -> DraftSource:
     """Build the draft source of ``spec`` for ``target`` (loading a draft model for ``model:``).
 
-    DraftError for a layer outside 1..L-1 or a vocabulary mismatch (checked before any decoding).
+    ``cache_path``: the suffix draft's persisted cross-request cache (``--draft-cache``; other
+    kinds refuse it). DraftError for a layer outside 1..L-1, a vocabulary mismatch or a bad cache
+    file (checked before any decoding).
     """
+    if cache_path is not None and spec.kind != "suffix":
+        raise DraftError(f"--draft-cache is for --draft suffix, not {spec}")
     if spec.kind == "ngram":
         return NgramDraft()
+    if spec.kind == "suffix":
+        from reference.suffix_draft import SuffixCache, SuffixDraft, vocab_fingerprint
+
+        if cache_path is None:
+            return SuffixDraft()
+        fingerprint = vocab_fingerprint(target_tokenizer) if target_tokenizer is not None else ""
+        return SuffixDraft(SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path)
     if spec.kind == "self":
         return ModelDraft(target, "self")
     if spec.kind == "layerskip":

@@ -2,7 +2,7 @@
 
 The exit head at depth k (the hidden state after layers 0..k-1, ``hidden[k]`` of a forward pass)
 is the model's own head (final RMSNorm, lm_head, softcap), optionally after a tuned-lens affine
-map fit per layer (:class:`Lens`). A token exits at the first candidate depth whose gate admits
+map fit per layer (:class:`reference.exit_head.Lens`). A token exits at the first candidate depth whose gate admits
 it, and its token is the exit head's argmax; otherwise it runs every layer.
 
 Gates (one calibrated number per candidate depth, see :mod:`reference.calibration`):
@@ -19,7 +19,7 @@ exchangeability of calibration and serve tokens.
 Exact KV by deferred catch-up. A token that exits at depth k has K/V for layers 0..k-1 only; it
 *owes* layers k..L-1. Its hidden state at depth k is kept in a backlog. A later token that runs
 layer j first needs layer j of every earlier slot, so the owed rows at depth j join it and run
-*in the same batched pass* (one :meth:`Model.forward_layers` call per segment of layers between
+*in the same batched pass* (one :meth:`TargetModel.forward_layers` call per segment of layers between
 boundaries -- candidate depths and depths where another owed row joins -- and per contiguous run
 of slots, runs in slot order so that causality holds). Owed rows move on together with the later
 token, as deep as it goes; rows that reach depth L leave the backlog.
@@ -30,122 +30,28 @@ batched vs single-row matmuls; tests/spec/test_early_exit_kv.py checks it).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from reference.calibration import Calibration
 from reference.certificate import RESIDUAL_KINDS, ResidualKind, margin_admits, residual_admits, top2
 from reference.errors import CalibrationError, ModelError, SamplingError
-from reference.generate import (
-    GenerationRequest,
-    GenerationResult,
-    GenerationStats,
-    StopStringText,
-    fit_context,
-)
-from reference.config import Config
-from reference.kvcache import KVCache
-from reference.model import ForwardResult, TokenIds
+from reference.exit_head import GATE_KINDS as GATE_KINDS  # re-exported: the CLI and tests import them here
+from reference.exit_head import GateKind as GateKind
+from reference.exit_head import Lens as Lens
+from reference.exit_head import exit_logits as exit_logits
+from reference.exit_head import fit_lens as fit_lens
+from reference.seams import Cache, TargetModel
+from reference.session import DecodeSession, GenerationRequest, GenerationResult
 from reference.tokenizer import Tokenizer
 
-if TYPE_CHECKING:
-    from reference.calibration import Calibration
+Model = TargetModel  # what early exit needs of a model: the one model seam (reference/seams.py)
 
 F32 = npt.NDArray[np.float32]
-GateKind = Literal["margin", "supnorm", "halfrange"]
-GATE_KINDS: tuple[GateKind, ...] = ("margin", "supnorm", "halfrange")
 DEFAULT_BACKLOG_BOUND = 32
-
-
-class Model(Protocol):
-    """What early exit needs of a model: :class:`reference.model.Model` and the fast engine's
-    ``FastModel`` both have it (the same seam as ``engine.protocol.ModelLike``, restated here so
-    that reference/ does not import engine/)."""
-
-    config: Config
-
-    def new_cache(self, capacity: int | None = None) -> KVCache: ...
-
-    def forward(
-        self, tokens: TokenIds, cache: KVCache, *, positions: Sequence[int] | None = None, return_hidden: bool = False
-    ) -> ForwardResult: ...
-
-    def forward_layers(
-        self, hidden: F32, cache: KVCache, first_layer: int, last_layer: int, positions: Sequence[int], *, start: int | None = None
-    ) -> F32: ...
-
-    def embed(self, tokens: TokenIds) -> F32: ...
-
-    def head(self, hidden: F32) -> F32: ...
-
-
-# --- the exit head ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Lens:
-    """Per-depth affine maps h -> h W_k + b_k onto the last hidden state (a linear tuned lens).
-
-    ``depths`` [K]: the candidate depths; ``weight`` [K, D, D] and ``bias`` [K, D] float32.
-    Fit by :func:`fit_lens` (ridge regression, closed form).
-    """
-
-    depths: tuple[int, ...]
-    weight: F32  # [K, D, D]
-    bias: F32    # [K, D]
-
-    def apply(self, depth: int, hidden: F32) -> F32:
-        """Map hidden states ``[T, D]`` at ``depth`` towards the last layer's -> ``[T, D]``."""
-        i = self._index(depth)
-        return np.asarray(hidden @ self.weight[i] + self.bias[i], dtype=np.float32)
-
-    def _index(self, depth: int) -> int:
-        if depth not in self.depths:
-            raise CalibrationError(f"the lens has no map for depth {depth} (it has {list(self.depths)})")
-        return self.depths.index(depth)
-
-
-def fit_lens(
-    depths: Sequence[int],
-    hidden: F32,  # [K, N, D] hidden states at the depths
-    final: F32,   # [N, D] last hidden state (depth L, before the final norm)
-    ridge: float = 1e-2,
-) -> Lens:
-    """Ridge regression of the last hidden state on the hidden state at each depth, closed form.
-
-    Per depth: [W; b] = argmin ||[X 1] [W; b] - Y||^2 + ridge * tr(X^T X)/D * ||W||^2 (the
-    penalty scaled to the data, the bias unpenalized), solved in float64 by the normal equations.
-    Raises CalibrationError for mismatched shapes or fewer than 2 samples.
-    """
-    hidden = np.asarray(hidden, dtype=np.float64)
-    y = np.asarray(final, dtype=np.float64)
-    if hidden.ndim != 3 or hidden.shape[0] != len(depths) or y.shape != hidden.shape[1:]:
-        raise CalibrationError(f"lens data shapes {hidden.shape} and {y.shape} do not match {len(depths)} depths")
-    n, d = y.shape
-    if n < 2:
-        raise CalibrationError(f"a lens needs at least 2 samples, got {n}")
-    weights, biases = [], []
-    for x in hidden:  # [N, D]
-        x1 = np.concatenate([x, np.ones((n, 1))], axis=1)  # [N, D+1]
-        gram = x1.T @ x1  # [D+1, D+1]
-        penalty = ridge * float(np.trace(gram[:d, :d])) / d
-        gram[np.arange(d), np.arange(d)] += penalty
-        solution = np.linalg.solve(gram, x1.T @ y)  # [D+1, D]
-        weights.append(solution[:d])
-        biases.append(solution[d])
-    return Lens(tuple(int(k) for k in depths), np.asarray(weights, dtype=np.float32), np.asarray(biases, dtype=np.float32))
-
-
-def exit_logits(model: Model, depth: int, hidden: F32, lens: Lens | None = None) -> F32:
-    """The exit head's logits ``[T, V]`` float32 for hidden states ``[T, D]`` at ``depth``."""
-    x = np.asarray(hidden, dtype=np.float32)
-    if lens is not None:
-        x = lens.apply(depth, x)
-    return model.head(x)
 
 
 # --- exact KV by deferred catch-up --------------------------------------------------------------
@@ -181,7 +87,7 @@ class DeferredDecoder:
     def __init__(
         self,
         model: Model,
-        cache: KVCache,
+        cache: Cache,
         candidate_depths: Sequence[int],
         backlog_bound: int = DEFAULT_BACKLOG_BOUND,
     ) -> None:
@@ -337,7 +243,7 @@ class ExitStats:
 # --- gates ----------------------------------------------------------------------------------------
 
 
-def gate_admits(calibration: "Calibration", gate: GateKind, depth: int, logits: F32) -> tuple[bool, int]:
+def gate_admits(calibration: Calibration, gate: GateKind, depth: int, logits: F32) -> tuple[bool, int]:
     """(admit?, exit top-1 id) for one exit-logits row ``[V]`` (or ``[1, V]``) float32 at ``depth``.
 
     ``margin``: margin > lambda (:func:`reference.certificate.margin_admits`); ``supnorm`` /
@@ -362,7 +268,7 @@ def generate_early_exit(
     model: Model,
     tokenizer: Tokenizer,
     request: GenerationRequest,
-    calibration: "Calibration",
+    calibration: Calibration,
     *,
     gate: GateKind | None = None,
     audit: bool = False,
@@ -389,58 +295,30 @@ def generate_early_exit(
         raise CalibrationError(
             f"calibration is for a {calibration.n_layer}-layer model, this one has {model.config.n_layer}"
         )
-    if not request.prompt_ids:
-        raise ModelError("the prompt has no tokens (encode_prompt gives BOS for an empty prompt)")
+    session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
     use_gate: GateKind = calibration.gate if gate is None else gate
     n_layer = model.config.n_layer
-    prompt = fit_context(
-        request.prompt_ids, request.max_tokens, model.config.context_length,
-        truncate=request.truncate, bos_id=tokenizer.bos_id,
-    )
-    end_ids = tokenizer.eog_ids | request.stop_ids
-    text = StopStringText(request.stop, tokenizer, on_text)
     stats = ExitStats(n_layer=n_layer, flips=0 if audit else None)
-    generated: list[int] = []
-    stop_reason = "max_tokens"
 
-    started = time.perf_counter()
-    first_token_at = started
-    passes = 0
-    if request.max_tokens > 0:
-        cache = model.new_cache(len(prompt) + request.max_tokens)
+    session.begin()
+    if not session.done:
+        cache = model.new_cache(len(session.prompt) + request.max_tokens)
         decoder = DeferredDecoder(model, cache, calibration.candidate_depths, backlog_bound)
-        token = int(np.argmax(decoder.prefill(prompt)[-1]))
-        passes = 1
+        token = int(np.argmax(decoder.prefill(session.prompt)[-1]))
+        session.target_passes = 1
         stats.depths.append(n_layer)
-        for step in range(request.max_tokens):
-            if step == 0:
-                first_token_at = time.perf_counter()
-            generated.append(token)
-            if token in end_ids:
-                stop_reason = "eog"
-                break
-            if text.push(token):
-                stop_reason = "stop"
-                break
-            if step + 1 == request.max_tokens:
-                break
+        while not session.commit(token):
             token = _next_token(decoder, token, calibration, use_gate, audit, stats)
-            passes += 1
+            session.target_passes += 1
         stats.catchup_rows = decoder.counters.catchup_rows
         stats.forced_catchups = decoder.counters.forced_catchups
-    finished = time.perf_counter()
-    final_text = text.finish()
-    stats.depths = stats.depths[: len(generated)]
-
-    gen_stats = GenerationStats.measure(
-        prompt_tokens=len(prompt), generated_tokens=len(generated), started=started,
-        first_token_at=first_token_at, finished=finished, target_passes=passes,
-    )
-    return GenerationResult(tuple(prompt), tuple(generated), final_text, stop_reason, gen_stats), stats
+    result = session.finish()
+    stats.depths = stats.depths[: len(result.ids)]
+    return result, stats
 
 
 def _next_token(
-    decoder: DeferredDecoder, token: int, calibration: "Calibration", gate: GateKind, audit: bool, stats: ExitStats
+    decoder: DeferredDecoder, token: int, calibration: Calibration, gate: GateKind, audit: bool, stats: ExitStats
 ) -> int:
     """Run one token through the decoder; the next token (exit's top-1 or full argmax)."""
     model = decoder.model

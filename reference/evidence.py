@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, cast
 
-from reference.decode import SpeculativeOptions, SpeculativeResult, TargetModel, speculative_generate
-from reference.drafts import DraftSource, predicted_speedup
+from reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
+from reference.drafts import predicted_speedup
 from reference.generate import GenerationRequest, GenerationResult, generate
+from reference.sampling import target_distribution
+from reference.seams import DraftSource, LawFn, TargetModel
 from reference.tokenizer import Tokenizer
 
 
@@ -136,14 +137,19 @@ def measure(
     *,
     trace: bool = False,
     on_text: Callable[[str], None] | None = None,
+    plain: Callable[[GenerationRequest], GenerationResult] | None = None,
+    law: LawFn = target_distribution,
 ) -> tuple[SpeculativeResult, Evidence]:
     """Plain decoding then speculative decoding of ``request`` in this process; the speculative
     result and its evidence (speedup measured against the plain run just made).
 
-    Any model with the :class:`~reference.decode.TargetModel` contract runs both (``generate``
-    uses only its ``new_cache`` and ``forward``).
+    Both runs must be on the same engine, or the speedup compares two engines: ``plain`` is that
+    engine's plain loop for ``request`` (default :func:`reference.generate.generate` on ``model``)
+    and ``law`` its target law (bit-identical on every engine; only its speed differs). The CLI
+    passes the chosen engine's (:func:`engine.generate.generate_any`, :func:`engine.generate.law_for`),
+    as ``verispec bench`` does.
     """
     options.validate()
-    plain = generate(cast(Any, model), tokenizer, request)
-    result = speculative_generate(model, tokenizer, request, draft, options, on_text=on_text)
-    return result, evidence(result, plain, trace=trace)
+    plain_result = plain(request) if plain is not None else generate(model, tokenizer, request)
+    result = speculative_generate(model, tokenizer, request, draft, options, on_text=on_text, law=law)
+    return result, evidence(result, plain_result, trace=trace)

@@ -9,57 +9,27 @@ tokens are distributed exactly as if the target had sampled them one by one.
 Indexing in code (0-based): ``q[i]`` is the law of ``drafts[i]``; ``p[i]`` is the target law at
 the position of ``drafts[i]``; ``p[k]`` is the target law after all k drafts (the bonus row).
 
-THE RANDOM-DRAW PROTOCOL (version 1). Two implementations fed the same uniforms must return the
-same verdict, bit for bit. A verification with k drafts over a vocabulary of V ids consumes
-EXACTLY k + 1 uniforms u_0..u_k in [0, 1) (float64), whatever the outcome: u_i for the acceptance
-test of drafts[i] (tests after the first rejection consume theirs unused), u_k for the final draw.
-
-    for i = 0 .. k-1:
-        x = drafts[i]
-        if u_i * q[i][x] < p[i][x]:  continue                   # accept (float64 product, strict <)
-        r = max(p[i] - q[i], 0)     elementwise, float64        # the residual
-        w = r if some id has r > 0 else p[i]                    # all-zero residual: draw from p[i]
-        return Verdict(accepted=i, token=draw(w, u_k), kind="repair")
-    return Verdict(accepted=k, token=draw(p[k], u_k), kind="bonus")
-
-    draw(w, u):  c = running sum of w over ids 0, 1, .., V-1 (float64, left to right: np.cumsum);
-                 total = c[V-1];  return the first id t with u * total < c[t];
-                 (if there is none, which needs a subnormal total, the largest id with w > 0)
-
-Why this is the law: P(accept x) = P(u < p(x)/q(x)) = min(1, p(x)/q(x)); the overall rejection
-probability at a row is 1 - sum_x min(p(x), q(x)) = sum_x (p(x) - q(x))^+, which is the residual's
-mass, so p = min(p, q) + (p - q)^+ splits exactly into "accepted draft" and "repair" mass
-(``proofs/lossless.py`` proves the one-step identity in z3). The draw returns id t with probability
-w[t] / total, and by construction an id < V with w[t] > 0: u * total < total for u < 1, and a
-zero-weight id repeats its predecessor's running sum so it is never the first strict crossing.
-This is the fix for the bug class of vLLM GHSA-8wr5-jm2h-8r4f (recovered id >= vocab on ties).
-
-All-zero residual: if p[i] == q[i] exactly, no rejection can happen in exact arithmetic
-(u < 1 = p(x)/q(x)), and in float64 u * q(x) < q(x) whenever q(x) is a normal number. A rejection
-with no positive residual therefore needs p[i] <= q[i] everywhere while p[i] != q[i] (rows that
-sum to 1 only within the tolerance) or a subnormal q(x); the protocol then draws from p[i], which
-keeps the verdict total, the id in range and of positive target mass.
-
-Contract (checked, :class:`VerificationError` otherwise): k >= 1; p is [k+1, V] and q is [k, V]
-with the same V; every row is finite, non-negative and sums to 1 within ``PROB_TOLERANCE``; each
-draft id is in [0, V) and has q[i][drafts[i]] > 0 (a draft cannot propose what its law excludes);
-uniforms are k + 1 finite floats in [0, 1).
-
-A seeded generator feeds the protocol as ``rng.random(k + 1)`` per verification (so N
-verifications in a row read the same stream as one ``rng.random((N, k + 1))``).
+The random-draw protocol (version 1, :data:`PROTOCOL_VERSION`) these functions follow is stated
+once, normatively, in spec/protocol.md: its inputs and contract (violations raise
+:class:`VerificationError`), the k + 1 uniforms, the acceptance test, the residual, the draw, and
+why the emitted tokens have the target's law (z3: ``proofs/lossless.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from reference.errors import VerificationError
 from reference.sampling import SamplingParams, inverse_cdf, target_distribution
+from reference.seams import BatchVerdict as BatchVerdict  # the verifier seam (reference/seams.py)
+from reference.seams import BatchVerifier as BatchVerifier
+from reference.seams import LawFn as LawFn
+from reference.seams import Verdict as Verdict
+from reference.seams import Verifier as Verifier
 
 PROTOCOL_VERSION = 1
 
@@ -69,56 +39,6 @@ PROB_TOLERANCE = 1e-6
 
 Probs2D = npt.NDArray[np.float64]
 ArrayLike = npt.ArrayLike
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Outcome of one verification: ``accepted`` drafts kept, then one ``token`` emitted.
-
-    ``kind`` is ``"bonus"`` when all k drafts were accepted (token drawn from p[k]) and
-    ``"repair"`` otherwise (token drawn from the residual at the first rejected position).
-    """
-
-    accepted: int
-    token: int
-    kind: Literal["repair", "bonus"]
-
-    def emitted(self, drafts: Sequence[int]) -> list[int]:
-        """The tokens this verdict commits: ``drafts[:accepted] + [token]``."""
-        return [int(x) for x in drafts[: self.accepted]] + [self.token]
-
-
-class BatchVerdict(NamedTuple):
-    """N verdicts at once: ``accepted`` [N], ``token`` [N] (int64), ``is_bonus`` [N] (bool)."""
-
-    accepted: npt.NDArray[np.int64]
-    token: npt.NDArray[np.int64]
-    is_bonus: npt.NDArray[np.bool_]
-
-
-class Verifier(Protocol):
-    """A sampled verifier: ``(p [k+1, V], q [k, V], drafts [k], uniforms [k+1]) -> Verdict``.
-
-    It must follow the random-draw protocol of this module and raise :class:`VerificationError`
-    on a contract violation. The reference is :func:`verify_sampled`; ``spec.mutants`` holds broken
-    ones; external implementations are wrapped to this signature.
-    """
-
-    def __call__(
-        self, p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]
-    ) -> Verdict: ...
-
-
-class BatchVerifier(Protocol):
-    """N independent verifications: ``(p, q, drafts [N, k], uniforms [N, k+1]) -> BatchVerdict``.
-
-    ``p`` is [N, k+1, V] or a shared [k+1, V]; ``q`` is [N, k, V] or a shared [k, V]. Item n must
-    equal the :class:`Verifier` on item n (same protocol, same uniforms).
-    """
-
-    def __call__(
-        self, p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms: ArrayLike
-    ) -> BatchVerdict: ...
 
 
 # -----------------------------------------------------------------------------------------------
@@ -244,7 +164,7 @@ def _final_weights(p_row: Probs2D, q_row: Probs2D) -> Probs2D:
 
 
 def verify_sampled(p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict:
-    """Sampled verification of k drafts, following the random-draw protocol exactly.
+    """Sampled verification of k drafts, following the random-draw protocol (spec/protocol.md).
 
     p [k+1, V] target rows, q [k, V] draft rows (the laws the drafts were drawn from),
     drafts [k], uniforms [k+1] in [0, 1). Raises :class:`VerificationError` on a contract breach.
@@ -333,6 +253,74 @@ def verify_sampled_batch_rng(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, rng:
 
 # -----------------------------------------------------------------------------------------------
 # from logits to rows: the ONE place where p and q of a speculative step are computed
+#
+# The decode loop (reference/decode.py) calls :func:`target_rows`, :func:`draft_law_rows`,
+# :func:`verification_mode` and :func:`verify_drafts` below; the spec (spec/pipeline.py,
+# spec/vectors/, the mutants) checks :func:`speculative_rows` and :func:`verify_step`, which are
+# built from the same functions. A bug in any of them is seen by both.
+
+def target_rows(
+    target_logits: ArrayLike,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    params: SamplingParams,
+    law: LawFn = target_distribution,
+) -> Probs2D:
+    """p [k+1, V]: row i is ``law(target_logits[i], history + drafts[:i], params)``.
+
+    target_logits [k+1, V] are the target's raw logits at the position of each draft and after the
+    last one; row i sees the history plus the drafts before its position (accepted if we get
+    there). k = 0 gives the one row of a plain step.
+    """
+    logits = np.asarray(target_logits)
+    k = len(drafts)
+    if logits.ndim != 2 or logits.shape[0] != k + 1:
+        raise VerificationError(f"target logits must be [k+1 = {k + 1}, V], got shape {logits.shape}")
+    context = [int(t) for t in history]
+    ids = [int(x) for x in drafts]
+    return np.stack([law(logits[i], context + ids[:i], params) for i in range(k + 1)])
+
+
+def draft_rows(
+    draft_logits: ArrayLike,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    params: SamplingParams,
+    law: LawFn = target_distribution,
+) -> Probs2D:
+    """q [k, V] of a draft that drew drafts[i] from ``law(draft_logits[i], history + drafts[:i],
+    params)`` (its own params: a greedy draft has one-hot rows)."""
+    logits = np.asarray(draft_logits)
+    k = len(drafts)
+    if logits.ndim != 2 or logits.shape[0] != k:
+        raise VerificationError(f"draft logits must be [k = {k}, V], got shape {logits.shape}")
+    context = [int(t) for t in history]
+    ids = [int(x) for x in drafts]
+    return np.stack([law(logits[i], context + ids[:i], params) for i in range(k)])
+
+
+def draft_law_rows(
+    rows: Probs2D | Sequence[Probs2D | None] | None, drafts: Sequence[int], vocab: int
+) -> Probs2D:
+    """q [k, V]: the law each draft was drawn from, as a draft source reports it.
+
+    A row given as an array is the law the draft sampled from (kept as drawn); a row given as None,
+    or ``rows`` None altogether, is a deterministic choice: one-hot on the draft token (the law of
+    a greedy draft, or of a lookup such as ngram).
+    """
+    k = len(drafts)
+    given: Sequence[Probs2D | None] = [None] * k if rows is None else list(rows)
+    if len(given) != k:
+        raise VerificationError(f"need one law row per draft: {k} drafts, {len(given)} rows")
+    q = np.zeros((k, vocab), dtype=np.float64)  # [k, V]
+    for i, (row, token) in enumerate(zip(given, drafts)):
+        if row is None:
+            if not 0 <= int(token) < vocab:
+                raise VerificationError(f"draft id {int(token)} is outside the vocabulary [0, {vocab})")
+            q[i, int(token)] = 1.0
+        else:
+            q[i] = row
+    return q
 
 
 def speculative_rows(
@@ -346,10 +334,9 @@ def speculative_rows(
     """p [k+1, V] and q [k, V] of one speculative step, through the ONE target law.
 
     target_logits [k+1, V] and draft_logits [k, V] are the raw logits at the positions of
-    drafts[0..k-1] (and after drafts[k-1] for the target). Row i uses the history
-    ``history + drafts[:i]``: the context plus the drafts before that position (accepted if we
-    get there). ``q`` uses the draft's own params: it must be the exact law the draft sampled
-    from (a greedy draft has one-hot rows).
+    drafts[0..k-1] (and after drafts[k-1] for the target): p by :func:`target_rows`, q by
+    :func:`draft_rows`. ``q`` uses the draft's own params: it must be the exact law the draft
+    sampled from (a greedy draft has one-hot rows).
     """
     t_logits = np.asarray(target_logits)
     d_logits = np.asarray(draft_logits)
@@ -358,10 +345,8 @@ def speculative_rows(
         raise VerificationError(f"target logits must be [k+1 = {k + 1}, V], got shape {t_logits.shape}")
     if d_logits.ndim != 2 or d_logits.shape[0] != k:
         raise VerificationError(f"draft logits must be [k = {k}, V], got shape {d_logits.shape}")
-    context = [int(t) for t in history]
-    prefixes = [context + [int(x) for x in drafts[:i]] for i in range(k + 1)]
-    p = np.stack([target_distribution(t_logits[i], prefixes[i], target_params) for i in range(k + 1)])
-    q = np.stack([target_distribution(d_logits[i], prefixes[i], draft_params) for i in range(k)])
+    p = target_rows(t_logits, history, drafts, target_params)
+    q = draft_rows(d_logits, history, drafts, draft_params)
     return p, q
 
 
@@ -388,3 +373,27 @@ def verify_step(
     if verification_mode(target_params, draft_params) == "greedy":
         return verify_greedy(p, drafts)
     return verify_sampled(p, q, drafts, uniforms)
+
+
+def verify_drafts(
+    target_logits: ArrayLike,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    q: Probs2D | None,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    law: LawFn = target_distribution,
+) -> Verdict:
+    """One cycle of the decode loop: verify ``drafts`` (k >= 1) proposed with laws ``q``.
+
+    target_logits [k+1, V] from the target's one pass; ``q`` [k, V] as the draft reported it (None:
+    deterministic, one-hot rows). p by :func:`target_rows`, q by :func:`draft_law_rows`, the
+    verifier by :func:`verification_mode` (the draft's params never decide, so the target's are
+    passed for both). A sampled verification reads ``rng.random(k + 1)`` (the draw protocol); a
+    greedy one reads nothing.
+    """
+    p = target_rows(target_logits, history, drafts, params, law)
+    if verification_mode(params, params) == "greedy":
+        return verify_greedy(p, drafts)
+    q_rows = draft_law_rows(q, drafts, p.shape[-1])
+    return verify_sampled(p, q_rows, drafts, rng.random(len(drafts) + 1).tolist())

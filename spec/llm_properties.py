@@ -85,7 +85,7 @@ def _stat_strata(name: str) -> Callable[[Subject], PropertyResult]:
             f"pooled={test.pooled_cells} max|freq-prob|={test.max_abs_error:.2g} V={p.shape[1]} k={q.shape[0]} "
             f"power vs strata TV >= {strata.STRATA_TV}"
         )
-        return PropertyResult(name, test.passed(alpha), n, alpha, power, detail)
+        return PropertyResult(name, test.passed(alpha), n, alpha, power, detail, strata.STRATA_TV)
 
     prop.__name__ = name
     return prop

@@ -17,7 +17,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,14 +33,8 @@ from reference.speculative import (
     verify_sampled,
     verify_sampled_batch,
 )
-from spec.properties import (
-    Mode,
-    Pipeline,
-    PropertyResult,
-    ReferencePipeline,
-    as_verifier,
-    run_properties,
-)
+from spec.pipeline import Pipeline, ReferencePipeline, RowsRequest
+from spec.properties import PropertyResult, as_verifier, run_properties
 
 
 @dataclass(frozen=True)
@@ -202,34 +196,36 @@ class _PipelineBug(ReferencePipeline):
 class DraftQFromRawLogits(_PipelineBug):
     """q is softmax of the draft's RAW logits, though the draft sampled from processed ones."""
 
-    def rows(self, target_logits: npt.NDArray[np.float64], draft_logits: npt.NDArray[np.float64], history: Sequence[int], drafts: Sequence[int], target_params: SamplingParams, draft_params: SamplingParams) -> tuple[Probs2D, Probs2D]:
-        p, _ = super().rows(target_logits, draft_logits, history, drafts, target_params, draft_params)
-        q = np.stack([target_distribution(row, [], SamplingParams()) for row in draft_logits])
+    def rows(self, request: RowsRequest) -> tuple[Probs2D, Probs2D]:
+        p, _ = super().rows(request)
+        q = np.stack([target_distribution(row, [], SamplingParams()) for row in request.draft_logits])
         return p, q
 
 
 class GreedyDraftScoredWithSoftmax(_PipelineBug):
     """A greedy draft (one-hot law) is scored with its softmax at the request's temperature."""
 
-    def rows(self, target_logits: npt.NDArray[np.float64], draft_logits: npt.NDArray[np.float64], history: Sequence[int], drafts: Sequence[int], target_params: SamplingParams, draft_params: SamplingParams) -> tuple[Probs2D, Probs2D]:
-        scored = SamplingParams(temperature=target_params.temperature or 1.0) if draft_params.greedy else draft_params
-        return super().rows(target_logits, draft_logits, history, drafts, target_params, scored)
+    def rows(self, request: RowsRequest) -> tuple[Probs2D, Probs2D]:
+        tp, dp = request.target_params, request.draft_params
+        scored = SamplingParams(temperature=tp.temperature or 1.0) if dp.greedy else dp
+        return super().rows(replace(request, draft_params=scored))
 
 
 class ProcessorsOnDraftNotTarget(_PipelineBug):
     """The request's processors reach the draft but the target rows keep only the temperature."""
 
-    def rows(self, target_logits: npt.NDArray[np.float64], draft_logits: npt.NDArray[np.float64], history: Sequence[int], drafts: Sequence[int], target_params: SamplingParams, draft_params: SamplingParams) -> tuple[Probs2D, Probs2D]:
-        bare = SamplingParams(temperature=target_params.temperature)
-        return super().rows(target_logits, draft_logits, history, drafts, bare, draft_params)
+    def rows(self, request: RowsRequest) -> tuple[Probs2D, Probs2D]:
+        bare = SamplingParams(temperature=request.target_params.temperature)
+        return super().rows(replace(request, target_params=bare))
 
 
 class HistoryWithoutAcceptedDrafts(_PipelineBug):
     """Every target row is processed with the step's starting history (penalties miss drafts)."""
 
-    def rows(self, target_logits: npt.NDArray[np.float64], draft_logits: npt.NDArray[np.float64], history: Sequence[int], drafts: Sequence[int], target_params: SamplingParams, draft_params: SamplingParams) -> tuple[Probs2D, Probs2D]:
-        _, q = super().rows(target_logits, draft_logits, history, drafts, target_params, draft_params)
-        p = np.stack([target_distribution(row, list(history), target_params) for row in target_logits])
+    def rows(self, request: RowsRequest) -> tuple[Probs2D, Probs2D]:
+        _, q = super().rows(request)
+        start = list(request.history)
+        p = np.stack([target_distribution(row, start, request.target_params) for row in request.target_logits])
         return p, q
 
 

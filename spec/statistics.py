@@ -20,7 +20,7 @@ so a CI run is reproducible; the budget is what a fresh seed would risk.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -51,15 +51,19 @@ ALPHA_BUDGET: dict[str, float] = {
     "decode_first_two_tokens": 4e-5,
     # tests/spec/test_conformal_coverage.py: four tests at 1e-6 each (Beta law, mean coverage, ties, CRC)
     "conformal_coverage": 4e-6,
-    # spec/strata.py: the stratified chi-square tests at LLM vocabulary sizes (the budget's remainder)
-    "stat_strata_tail_v4099": 2.5e-6,
-    "stat_strata_deep_k8": 2.5e-6,
+    # tests/spec/test_tree_statistics.py: the token-tree rule (a fixed tree's verdict law; the
+    # first two tokens of rounds over randomly drawn trees)
+    "tree_verdict_law": 2e-6,
+    "tree_lossless_two_tokens": 2e-6,
+    # spec/strata.py: the stratified chi-square tests at LLM vocabulary sizes (from the budget's remainder)
+    "stat_strata_tail_v4099": 8e-7,
+    "stat_strata_deep_k8": 8e-7,
 }
 assert sum(ALPHA_BUDGET.values()) <= SUITE_ALPHA + 1e-15, "alpha budget exceeds the suite's"
 
 
 # -----------------------------------------------------------------------------------------------
-# the chi-square distribution (no scipy at run time: the witness CLI uses it)
+# the chi-square distributions (no scipy at run time: `verispec check` and `witness` use them)
 
 
 def chi2_sf(x: float, df: int) -> float:
@@ -104,29 +108,76 @@ def chi2_sf(x: float, df: int) -> float:
     return min(1.0, math.exp(log_prefactor) * h)
 
 
+def chi2_isf(alpha: float, df: int) -> float:
+    """The critical value x with P(chi2(df) > x) = alpha, by bisection on :func:`chi2_sf`
+    (decreasing in x) to a relative width of 1e-14."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    lo, hi = 0.0, float(df) + 10.0
+    while chi2_sf(hi, df) > alpha:
+        lo, hi = hi, 2.0 * hi
+    return _bisect(lambda x: chi2_sf(x, df) > alpha, lo, hi)
+
+
+def ncx2_sf(x: float, df: int, nc: float) -> float:
+    """P(ncx2(df, nc) > x): the Poisson(nc / 2) mixture of central chi-square tails,
+
+        sum_j  e^-mu mu^j / j!  *  Q(df / 2 + j, x / 2),   mu = nc / 2,
+
+    with Q(a + 1, z) = Q(a, z) + z^a e^-z / Gamma(a + 1) (each step adds a positive term, so the
+    upward recurrence is stable). Terms past j = mu + 12 sqrt(mu) + 30 are dropped: the Poisson
+    mass there is below 1e-20 and each Q <= 1.
+    """
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    if nc < 0:
+        raise ValueError(f"non-centrality must be >= 0, got {nc}")
+    if x <= 0:
+        return 1.0
+    mu, a, z = nc / 2.0, df / 2.0, x / 2.0
+    q = chi2_sf(x, df)  # Q(a, z)
+    if mu == 0.0:
+        return q
+    log_z, log_mu = math.log(z), math.log(mu)
+    total = 0.0
+    for j in range(int(mu + 12.0 * math.sqrt(mu) + 30.0) + 1):
+        total += math.exp(-mu + j * log_mu - math.lgamma(j + 1.0)) * q
+        q = min(1.0, q + math.exp((a + j) * log_z - z - math.lgamma(a + j + 1.0)))  # Q(a + j + 1, z)
+    return min(1.0, total)
+
+
+def _bisect(below: Callable[[float], bool], lo: float, hi: float) -> float:
+    """The boundary in [lo, hi] of a monotone predicate (true below it), to relative width 1e-14."""
+    while hi - lo > 1e-14 * hi:
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if below(mid) else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
 # -----------------------------------------------------------------------------------------------
-# power analysis (scipy, imported where used: only spec tests and the property runner need it)
+# power analysis (the functions above: no scipy at run time, `verispec check` needs it)
 
 
 def power_of(n: int, df: int, alpha: float, tv: float = TV_BIAS) -> float:
     """Worst-case power of a chi-square test with N samples against any TV bias >= tv."""
-    from scipy.stats import chi2, ncx2
-
-    critical = float(chi2.isf(alpha, df))
-    return float(ncx2.sf(critical, df, 4.0 * tv * tv * n))
+    return ncx2_sf(chi2_isf(alpha, df), df, 4.0 * tv * tv * n)
 
 
 @lru_cache(maxsize=None)
 def required_sample_size(df: int, alpha: float, tv: float = TV_BIAS, power: float = POWER) -> int:
-    """Smallest N (rounded up to a multiple of 1,000) with :func:`power_of` >= power."""
-    from scipy.optimize import brentq
-    from scipy.stats import chi2, ncx2
-
-    critical = float(chi2.isf(alpha, df))
-    lam = float(brentq(lambda nc: float(ncx2.sf(critical, df, nc)) - power, 1e-9, 1e5))
-    n = math.ceil(lam / (4.0 * tv * tv) / 1000.0) * 1000
-    while power_of(n, df, alpha, tv) < power:  # guard the rounding of brentq
+    """Smallest N (a multiple of 1,000) with :func:`power_of` >= power."""
+    critical = chi2_isf(alpha, df)
+    hi = 1.0  # the non-centrality reaching the power: bracket it (power grows with it), then bisect
+    while ncx2_sf(critical, df, hi) < power:
+        hi *= 2.0
+    lam = _bisect(lambda nc: ncx2_sf(critical, df, nc) < power, 0.0, hi)
+    n = max(1000, math.ceil(lam / (4.0 * tv * tv) / 1000.0) * 1000)
+    while power_of(n, df, alpha, tv) < power:  # guard the rounding of the bisection
         n += 1000
+    while n > 1000 and power_of(n - 1000, df, alpha, tv) >= power:
+        n -= 1000
     return n
 
 

@@ -109,6 +109,7 @@ def test_greedy_equivalence_gemma3(gemma3_model: Model, gemma3_path: Path, golde
 @dataclass(frozen=True)
 class _Out:
     logits: F32
+    hidden: F32 | None = None
 
 
 class ListCache:

@@ -1,6 +1,6 @@
 """Loading a model for a CLI command on the engine its ``--engine`` / ``--weights`` flags name.
 
-:func:`verispec.commands.generate.load` stays the reference loader (typed :class:`Model`, used by
+:func:`verispec.commands.request.load` stays the reference loader (typed :class:`Model`, used by
 calibrate and the early-exit measurements); :func:`load_engine` is the same thing for any engine.
 """
 
@@ -27,26 +27,33 @@ class EngineLoaded:
     chat: ChatFormat | None
 
 
-def load_engine(name_or_path: str, *, need_chat: bool = False, engine: str = "fast", weights: str = "f32") -> EngineLoaded:
-    """Resolve a registry name or path and load it on ``engine`` with ``weights``.
+def load_engine(
+    source: "str | GGUFFile", *, need_chat: bool = False, engine: str = "fast", weights: str = "f32"
+) -> EngineLoaded:
+    """Resolve a registry name or path (or take an open file) and load it on ``engine`` with ``weights``.
 
     ModelError for an unknown engine / weights mode, InsufficientMemory before loading when the
     weights will not fit; with ``need_chat`` a model without a chat format is a ChatFormatError.
     """
-    path = resolve_model(name_or_path)
-    with GGUFFile.open(path) as f:
-        model = load_model(f, engine=engine, weights=weights)
-        if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
-            print(
-                f"verispec: note: the fast engine implements {', '.join(FAST_ARCHITECTURES)}; "
-                f"running {model.config.arch} on the reference engine",
-                file=sys.stderr,
-            )
-        tokenizer = Tokenizer.from_gguf(f.metadata)
-        try:
-            chat: ChatFormat | None = chat_format(f.metadata)
-        except ChatFormatError:
-            if need_chat:
-                raise
-            chat = None
+    if isinstance(source, GGUFFile):
+        return _load(source, need_chat=need_chat, engine=engine, weights=weights)
+    with GGUFFile.open(resolve_model(source)) as f:
+        return _load(f, need_chat=need_chat, engine=engine, weights=weights)
+
+
+def _load(f: GGUFFile, *, need_chat: bool, engine: str, weights: str) -> EngineLoaded:
+    model = load_model(f, engine=engine, weights=weights)
+    if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
+        print(
+            f"verispec: note: the fast engine implements {', '.join(FAST_ARCHITECTURES)}; "
+            f"running {model.config.arch} on the reference engine",
+            file=sys.stderr,
+        )
+    tokenizer = Tokenizer.from_gguf(f.metadata)
+    try:
+        chat: ChatFormat | None = chat_format(f.metadata)
+    except ChatFormatError:
+        if need_chat:
+            raise
+        chat = None
     return EngineLoaded(model, tokenizer, chat)

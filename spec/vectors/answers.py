@@ -13,9 +13,12 @@ from reference.conformal import conformal_index
 from reference.errors import CalibrationError, VerispecError
 from reference.quants import dequantize
 from reference.sampling import target_distribution
-from reference.speculative import speculative_rows, verification_mode, verify_greedy, verify_sampled
+from reference.speculative import verify_greedy, verify_sampled
+from spec.pipeline import ReferencePipeline
 from spec.vectors.gen_large import expand
-from spec.vectors.wire import Json, f32_bits, params_from_json, rows_json, verdict_json
+from spec.vectors.wire import Json, f32_bits, params_from_json, rows_json, rows_request_from_json, verdict_json
+
+REFERENCE_PIPELINE = ReferencePipeline()
 
 
 def _answer_sampled(inp: Mapping[str, Any]) -> Json:
@@ -33,16 +36,9 @@ def _answer_greedy(inp: Mapping[str, Any]) -> Json:
 
 
 def _answer_rows(inp: Mapping[str, Any]) -> Json:
-    tp, dp = params_from_json(inp["target_params"]), params_from_json(inp["draft_params"])
-    p, q = speculative_rows(
-        np.asarray(inp["target_logits"], dtype=np.float64),
-        np.asarray(inp["draft_logits"], dtype=np.float64),
-        [int(t) for t in inp["history"]],
-        [int(t) for t in inp["drafts"]],
-        tp,
-        dp,
-    )
-    return {"p": rows_json(p), "q": rows_json(q), "mode": verification_mode(tp, dp)}
+    request = rows_request_from_json(inp)
+    p, q = REFERENCE_PIPELINE.rows(request)
+    return {"p": rows_json(p), "q": rows_json(q), "mode": REFERENCE_PIPELINE.mode(request.target_params, request.draft_params)}
 
 
 def _answer_target_law(inp: Mapping[str, Any]) -> Json:

@@ -18,7 +18,8 @@ import numpy.typing as npt
 from reference.errors import VerispecError
 from reference.sampling import SamplingParams, target_distribution
 from spec.vectors.draws import Item, draw
-from spec.vectors.wire import Json, params_to_json, rows_json
+from spec.pipeline import RowsRequest
+from spec.vectors.wire import Json, params_to_json, rows_request_to_json
 
 
 def _random_params(rng: np.random.Generator, vocab: int, *, allow_greedy: bool = True) -> SamplingParams:
@@ -139,14 +140,15 @@ def _rows_case(
         drafts.append(draw(rng, target_distribution(d_logits[i], context, dp)))
     if not _stable_support(t_logits[k], history + drafts, tp):
         return None
-    return {
-        "target_logits": rows_json(t_logits),
-        "draft_logits": rows_json(d_logits),
-        "history": history,
-        "drafts": drafts,
-        "target_params": params_to_json(tp),
-        "draft_params": params_to_json(dp),
-    }
+    request = RowsRequest(
+        target_logits=t_logits,
+        draft_logits=d_logits,
+        history=tuple(history),
+        drafts=tuple(drafts),
+        target_params=tp,
+        draft_params=dp,
+    )
+    return rows_request_to_json(request)
 
 
 def rows_items(rng: np.random.Generator, count: int) -> list[Item]:

@@ -1,5 +1,5 @@
-"""Wire encoding: the JSON form of sampling parameters, probability rows, float32 bits and verdicts,
-and of one case as one line. Shared by the vectors and by the external-verifier protocol
+"""Wire encoding: the JSON form of sampling parameters, probability rows, float32 bits, verdicts,
+a rows request, and of one case as one line. Shared by the vectors and by the external-verifier protocol
 (:mod:`spec.external`), so both carry values the same way."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from reference.sampling import SamplingParams
+from spec.pipeline import RowsRequest
 
 Case = dict[str, Any]
 Json = dict[str, Any]
@@ -58,6 +59,42 @@ def params_from_json(obj: Mapping[str, Any]) -> SamplingParams:
         repeat_penalty=float(obj["repeat_penalty"]),
         repeat_last_n=int(obj["repeat_last_n"]),
         logit_bias=bias or None,
+    )
+
+
+def floats_json(values: npt.ArrayLike) -> Any:
+    """A float array of any shape as nested JSON lists (float64 values), non-finite entries as
+    :func:`encode_float`'s strings (only contract-breaking inputs carry them)."""
+    array = np.asarray(values, dtype=np.float64)
+    if bool(np.all(np.isfinite(array))):
+        return array.tolist()
+    if array.ndim == 0:
+        return encode_float(float(array))
+    return [floats_json(v) for v in array]
+
+
+def rows_request_to_json(request: RowsRequest) -> Json:
+    """The ``rows`` input: target_logits, draft_logits, history, drafts, target_params, draft_params
+    (in this order on the wire)."""
+    return {
+        "target_logits": floats_json(request.target_logits),
+        "draft_logits": floats_json(request.draft_logits),
+        "history": list(request.history),
+        "drafts": list(request.drafts),
+        "target_params": params_to_json(request.target_params),
+        "draft_params": params_to_json(request.draft_params),
+    }
+
+
+def rows_request_from_json(inp: Mapping[str, Any]) -> RowsRequest:
+    """Inverse of :func:`rows_request_to_json`."""
+    return RowsRequest(
+        target_logits=np.asarray(inp["target_logits"], dtype=np.float64),
+        draft_logits=np.asarray(inp["draft_logits"], dtype=np.float64),
+        history=tuple(int(t) for t in inp["history"]),
+        drafts=tuple(int(t) for t in inp["drafts"]),
+        target_params=params_from_json(inp["target_params"]),
+        draft_params=params_from_json(inp["draft_params"]),
     )
 
 

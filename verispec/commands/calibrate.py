@@ -28,7 +28,7 @@ from reference.early_exit import GateKind
 from reference.errors import CalibrationError
 from reference.generate import encode_prompt
 from reference.tokenizer import Tokenizer
-from verispec.commands.generate import add_engine_arguments
+from verispec.commands.request import add_engine_arguments
 from verispec.engine_load import load_engine
 from verispec.registry import DEFAULT_MODEL, resolve_model
 

@@ -15,7 +15,7 @@ import sys
 from reference.calibration import Calibration, file_sha256
 from reference.early_exit import ExitStats, generate_early_exit
 from reference.generate import GenerationResult
-from verispec.commands.generate import build_request, result_json, stats_line
+from verispec.commands.request import build_request, result_json, stats_line
 from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
 

@@ -1,9 +1,11 @@
 """`verispec generate --draft ...`: the speculative path of the generate command.
 
 Kept out of generate.py so that file stays thin: :func:`run_speculative` checks the draft options
-(one-line DraftError before any model is dequantized), loads the model, runs plain decoding and
-speculative decoding of the same request (:func:`reference.evidence.measure`), and prints the text
-(streamed) with the evidence on stderr, or one JSON object with a ``"speculative"`` field.
+(one-line DraftError before any model is dequantized: the flags, then the layer range and the draft
+vocabulary from the metadata of the target file it then loads, opened once), runs plain decoding
+and speculative decoding of the same request on the engine the flags chose, with that engine's
+plain loop and law (:func:`reference.evidence.measure`, as ``verispec bench`` does), and prints the
+text (streamed) with the evidence on stderr, or one JSON object with a ``"speculative"`` field.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
+from pathlib import Path
 
+from engine.generate import generate_any, law_for
 from reference.config import Config
 from reference.decode import SpeculativeOptions
 from reference.drafts import (
@@ -20,31 +25,36 @@ from reference.drafts import (
 from reference.errors import DraftError
 from reference.evidence import Evidence, measure
 from reference.gguf import GGUFFile
+from reference.suffix_draft import SuffixDraft
 from reference.tokenizer import Tokenizer
-from verispec.commands.generate import build_request, result_json, stats_line
+from verispec.commands.request import build_request, result_json, stats_line, stream
 from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
 
 
-def precheck(args: argparse.Namespace) -> tuple[DraftSpec, SpeculativeOptions]:
-    """Every draft option checked from flags and metadata alone (no weights dequantized)."""
+def draft_options(args: argparse.Namespace) -> tuple[DraftSpec, SpeculativeOptions]:
+    """The draft flags parsed and checked (DraftError), before any file is opened."""
     spec = parse_draft_spec(args.draft)
     check_options(args.k, args.p_min)
-    options = SpeculativeOptions(k=args.k, adaptive=args.adaptive, p_min=args.p_min)
-    if spec.kind in ("layerskip", "model"):
-        with GGUFFile.open(resolve_model(args.model)) as f:
-            n_layer = Config.from_gguf(f).n_layer
-            target_tokenizer = Tokenizer.from_gguf(f.metadata)
-        if spec.kind == "layerskip":
-            check_exit_layer(spec.layer, n_layer)
-        else:
-            try:
-                with GGUFFile.open(spec.path) as f:
-                    draft_tokenizer = Tokenizer.from_gguf(f.metadata)
-            except OSError as exc:
-                raise DraftError(f"draft model {spec.path!r} cannot be read: {exc.strerror}") from None
-            check_same_vocab(target_tokenizer, draft_tokenizer, spec.path)
-    return spec, options
+    if getattr(args, "draft_cache", None) is not None and spec.kind != "suffix":
+        raise DraftError(f"--draft-cache is for --draft suffix, not {spec}")
+    return spec, SpeculativeOptions(k=args.k, adaptive=args.adaptive, p_min=args.p_min)
+
+
+def check_draft(spec: DraftSpec, target: GGUFFile) -> None:
+    """The draft checked against the target's metadata (layer range, vocabulary), no weights read.
+
+    ``target`` is the target model's open file (the one its weights are then loaded from).
+    """
+    if spec.kind == "layerskip":
+        check_exit_layer(spec.layer, Config.from_gguf(target).n_layer)
+    elif spec.kind == "model":
+        try:
+            with GGUFFile.open(spec.path) as f:
+                draft_tokenizer = Tokenizer.from_gguf(f.metadata)
+        except OSError as exc:
+            raise DraftError(f"draft model {spec.path!r} cannot be read: {exc.strerror}") from None
+        check_same_vocab(Tokenizer.from_gguf(target.metadata), draft_tokenizer, spec.path)
 
 
 def evidence_lines(ev: Evidence) -> list[str]:
@@ -68,23 +78,34 @@ def evidence_lines(ev: Evidence) -> list[str]:
     return lines
 
 
+def _finish(draft: object, output: "tuple[int, ...]") -> None:
+    """A suffix draft remembers the output in its cross-request cache (and persists it)."""
+    if isinstance(draft, SuffixDraft):
+        draft.finish(output)
+
+
 def run_speculative(args: argparse.Namespace) -> int:
-    spec, options = precheck(args)
-    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights)
+    spec, options = draft_options(args)
+    with GGUFFile.open(resolve_model(args.model)) as target:  # opened once: checked, then loaded
+        check_draft(spec, target)
+        loaded = load_engine(target, need_chat=args.chat, engine=args.engine, weights=args.weights)
     request = build_request(args, loaded)
-    draft = make_draft(spec, loaded.model, loaded.tokenizer)
+    # model: the vocabulary was checked above, from metadata (None: make_draft does not redo it)
+    cache_path = Path(args.draft_cache) if getattr(args, "draft_cache", None) else None
+    draft = make_draft(spec, loaded.model, None if spec.kind == "model" else loaded.tokenizer, cache_path=cache_path)
+    plain = partial(generate_any, loaded.model, loaded.tokenizer)  # the chosen engine's plain loop
+    law = law_for(loaded.model)                                    # and its (bit-identical) law
     if args.json:
-        result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace)
+        result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace,
+                             plain=plain, law=law)
+        _finish(draft, result.generation.ids)
         out = result_json(result.generation)
         out["speculative"] = ev.as_dict()
         print(json.dumps(out, ensure_ascii=False))
         return 0
-
-    def stream(piece: str) -> None:
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-
-    result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace, on_text=stream)
+    result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace, on_text=stream,
+                         plain=plain, law=law)
+    _finish(draft, result.generation.ids)
     sys.stdout.write("\n")
     sys.stdout.flush()
     if args.trace:
