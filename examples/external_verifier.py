@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A speculative-sampling verifier in plain Python, speaking the verispec wire protocol (v1).
 
-It does not import verispec or numpy: it is written from the protocol text (README, "Checking
-another implementation") the way a Rust or TypeScript implementation would be, and it is checked
-the same way:
+It does not import verispec or numpy: it is written from the protocol texts (the random-draw
+protocol, spec/protocol.md; the wire protocol, spec/external.py and README "Checking another
+implementation") the way a Rust or TypeScript implementation would be, and it is checked the same
+way:
 
     verispec check --verifier-cmd "python examples/external_verifier.py"
 
@@ -12,17 +13,7 @@ Reads one JSON request per line on stdin, writes one JSON response per line on s
 Ops served: sampled, sampled_batch, greedy, rows, target_law, conformal_index. Not served (answered
 "unsupported", which the checker reports as skipped): gate, dequantize.
 
-THE RANDOM-DRAW PROTOCOL, version 1 (k drafts, k + 1 uniforms, all float64):
-
-    for i in 0 .. k-1:
-        x = drafts[i]
-        if uniforms[i] * q[i][x] < p[i][x]: accept, continue
-        w = max(p[i] - q[i], 0) elementwise; if no entry of w is > 0: w = p[i]
-        return (i, draw(w, uniforms[k]), "repair")
-    return (k, draw(p[k], uniforms[k]), "bonus")
-
-    draw(w, u): running sums c over ids 0..V-1 (left to right); the first id t with
-                u * c[V-1] < c[t]; if none, the largest id with w > 0.
+The random-draw protocol, version 1, is spec/protocol.md; :func:`verify` and :func:`draw` follow it.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ typed against these protocols, and nothing else restates them:
                   commit a span, ``truncate`` to roll back in O(1) (:class:`reference.kvcache.KVCache`).
     DraftSource   who proposes draft tokens and their exact laws (:class:`Proposal`), and scores
                   them with the target (:mod:`reference.drafts` implements it).
-    Verifier      ``(p, q, drafts, uniforms) -> Verdict`` under the random-draw protocol of
-                  :mod:`reference.speculative` (and :class:`BatchVerifier`, N at once).
+    Verifier      ``(p, q, drafts, uniforms) -> Verdict`` under the random-draw protocol
+                  (spec/protocol.md) (and :class:`BatchVerifier`, N at once).
     LawFn         THE target law (:func:`reference.sampling.target_distribution`) or a bit-identical
                   implementation of it (the fast engine's; a memo of it in the tests).
 
@@ -190,7 +190,7 @@ class BatchVerdict(NamedTuple):
 class Verifier(Protocol):
     """A sampled verifier: ``(p [k+1, V], q [k, V], drafts [k], uniforms [k+1]) -> Verdict``.
 
-    It must follow the random-draw protocol of :mod:`reference.speculative` and raise
+    It must follow the random-draw protocol (spec/protocol.md) and raise
     :class:`~reference.errors.VerificationError` on a contract violation. The reference is
     :func:`reference.speculative.verify_sampled`; ``spec.mutants`` holds broken ones; external
     implementations are wrapped to this signature.

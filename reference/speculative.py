@@ -9,44 +9,10 @@ tokens are distributed exactly as if the target had sampled them one by one.
 Indexing in code (0-based): ``q[i]`` is the law of ``drafts[i]``; ``p[i]`` is the target law at
 the position of ``drafts[i]``; ``p[k]`` is the target law after all k drafts (the bonus row).
 
-THE RANDOM-DRAW PROTOCOL (version 1). Two implementations fed the same uniforms must return the
-same verdict, bit for bit. A verification with k drafts over a vocabulary of V ids consumes
-EXACTLY k + 1 uniforms u_0..u_k in [0, 1) (float64), whatever the outcome: u_i for the acceptance
-test of drafts[i] (tests after the first rejection consume theirs unused), u_k for the final draw.
-
-    for i = 0 .. k-1:
-        x = drafts[i]
-        if u_i * q[i][x] < p[i][x]:  continue                   # accept (float64 product, strict <)
-        r = max(p[i] - q[i], 0)     elementwise, float64        # the residual
-        w = r if some id has r > 0 else p[i]                    # all-zero residual: draw from p[i]
-        return Verdict(accepted=i, token=draw(w, u_k), kind="repair")
-    return Verdict(accepted=k, token=draw(p[k], u_k), kind="bonus")
-
-    draw(w, u):  c = running sum of w over ids 0, 1, .., V-1 (float64, left to right: np.cumsum);
-                 total = c[V-1];  return the first id t with u * total < c[t];
-                 (if there is none, which needs a subnormal total, the largest id with w > 0)
-
-Why this is the law: P(accept x) = P(u < p(x)/q(x)) = min(1, p(x)/q(x)); the overall rejection
-probability at a row is 1 - sum_x min(p(x), q(x)) = sum_x (p(x) - q(x))^+, which is the residual's
-mass, so p = min(p, q) + (p - q)^+ splits exactly into "accepted draft" and "repair" mass
-(``proofs/lossless.py`` proves the one-step identity in z3). The draw returns id t with probability
-w[t] / total, and by construction an id < V with w[t] > 0: u * total < total for u < 1, and a
-zero-weight id repeats its predecessor's running sum so it is never the first strict crossing.
-This is the fix for the bug class of vLLM GHSA-8wr5-jm2h-8r4f (recovered id >= vocab on ties).
-
-All-zero residual: if p[i] == q[i] exactly, no rejection can happen in exact arithmetic
-(u < 1 = p(x)/q(x)), and in float64 u * q(x) < q(x) whenever q(x) is a normal number. A rejection
-with no positive residual therefore needs p[i] <= q[i] everywhere while p[i] != q[i] (rows that
-sum to 1 only within the tolerance) or a subnormal q(x); the protocol then draws from p[i], which
-keeps the verdict total, the id in range and of positive target mass.
-
-Contract (checked, :class:`VerificationError` otherwise): k >= 1; p is [k+1, V] and q is [k, V]
-with the same V; every row is finite, non-negative and sums to 1 within ``PROB_TOLERANCE``; each
-draft id is in [0, V) and has q[i][drafts[i]] > 0 (a draft cannot propose what its law excludes);
-uniforms are k + 1 finite floats in [0, 1).
-
-A seeded generator feeds the protocol as ``rng.random(k + 1)`` per verification (so N
-verifications in a row read the same stream as one ``rng.random((N, k + 1))``).
+The random-draw protocol (version 1, :data:`PROTOCOL_VERSION`) these functions follow is stated
+once, normatively, in spec/protocol.md: its inputs and contract (violations raise
+:class:`VerificationError`), the k + 1 uniforms, the acceptance test, the residual, the draw, and
+why the emitted tokens have the target's law (z3: ``proofs/lossless.py``).
 """
 
 from __future__ import annotations
@@ -198,7 +164,7 @@ def _final_weights(p_row: Probs2D, q_row: Probs2D) -> Probs2D:
 
 
 def verify_sampled(p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict:
-    """Sampled verification of k drafts, following the random-draw protocol exactly.
+    """Sampled verification of k drafts, following the random-draw protocol (spec/protocol.md).
 
     p [k+1, V] target rows, q [k, V] draft rows (the laws the drafts were drawn from),
     drafts [k], uniforms [k+1] in [0, 1). Raises :class:`VerificationError` on a contract breach.
@@ -289,8 +255,8 @@ def verify_sampled_batch_rng(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, rng:
 # from logits to rows: the ONE place where p and q of a speculative step are computed
 #
 # The decode loop (reference/decode.py) calls :func:`target_rows`, :func:`draft_law_rows`,
-# :func:`verification_mode` and :func:`verify_drafts` below; the spec (spec/properties.py,
-# spec/vectors.py, the mutants) checks :func:`speculative_rows` and :func:`verify_step`, which are
+# :func:`verification_mode` and :func:`verify_drafts` below; the spec (spec/pipeline.py,
+# spec/vectors/, the mutants) checks :func:`speculative_rows` and :func:`verify_step`, which are
 # built from the same functions. A bug in any of them is seen by both.
 
 def target_rows(

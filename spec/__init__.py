@@ -1,1 +1,26 @@
-"""verispec spec: executable specifications (exact laws, powered statistics, mutants)."""
+"""verispec spec: the executable specification, shipped (``verispec check``, ``vectors`` and
+``witness`` import it; it needs only the runtime dependencies). Its tests are in tests/spec/.
+
+- ``protocol.md``: the random-draw protocol, the one normative text.
+- :mod:`spec.exact`: exact laws in Fraction arithmetic (one verification, first tokens of toys).
+- :mod:`spec.statistics`: chi-square tests, power analysis and the suite's alpha budget.
+- :mod:`spec.pipeline`: the rows request and the pipeline seam (logits -> p, q rows).
+- :mod:`spec.properties`: the properties, runnable against any verifier (``run_properties``).
+- :mod:`spec.llm_rows`, :mod:`spec.real_rows`: LLM-shaped rows (V = 9 .. 262,144) and stored
+  real-model row pairs (``data/real_rows.npz``).
+- :mod:`spec.full_vocab`: exact probes at full V, two verdicts (protocol, law);
+  :mod:`spec.strata`: stratified statistics at LLM vocabulary sizes; :mod:`spec.llm_properties`
+  registers both as properties.
+- :mod:`spec.mutants`: broken verifiers and pipelines named after real bug classes.
+- :mod:`spec.vectors`: portable test vectors (format: ``VECTORS.md``).
+- :mod:`spec.external`: the JSON-lines wire protocol to a program under test, both ends.
+- :mod:`spec.check`: ``verispec check``: vectors + properties against an implementation.
+- :mod:`spec.law_only`: ``check --law-only``: verifiers that draw their own randomness.
+- :mod:`spec.sequential`: group-sequential statistics (early rejection, ``--budget``, shards).
+- :mod:`spec.workers`: ``check --workers N``: the statistics drawn in N verifier processes.
+- :mod:`spec.witness`: the speculative decoding station of ``verispec witness`` (toy target, draft,
+  evidence).
+- :mod:`spec.tree_exact`: token trees (``protocol.md``, "Token trees"): exact laws over small
+  trees, the known flaws, a float verifier integrated over the cells of its uniforms.
+- :mod:`spec.tree_mutants`: broken tree verifiers (each a known failure mode).
+"""

@@ -41,6 +41,7 @@ A verdict is an object with ``accepted``, ``token``, ``kind`` attributes (like
 from __future__ import annotations
 
 import importlib
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,13 +55,18 @@ from reference.sampling import SamplingParams
 from reference.speculative import PROTOCOL_VERSION, BatchVerdict, BatchVerifier, Probs2D, Verdict, Verifier
 from spec.external import CommandTransport, ExternalError, Unsupported, WireImplementation, parse_verdict
 from spec.pipeline import Pipeline, RowsRequest
-from spec.properties import PROPERTY_NAMES, run_properties
+from spec.law_only import NOT_APPLICABLE_REASON, applicable, batch_ignoring_uniforms, ignoring_uniforms
+from spec.properties import PROPERTY_NAMES, STAT_DESIGNS, as_verifier, run_properties
+from spec.sequential import BlockDraw, Budget, SequentialTest, final_state, run_interleaved, schedule, serial_draw, shard_blocks
 from spec.statistics import TV_BIAS
 from spec.vectors import KINDS, Json, VectorSet, compare
+from spec.vectors.gen_large import as_sampled_case
 from spec.vectors.wire import rows_request_from_json
 
-Status = Literal["passed", "failed", "skipped"]
-REQUIRED_KINDS = frozenset({"sampled", "greedy"})  # vector kinds every verifier must answer
+Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive"]
+EXIT_PASSED, EXIT_FAILED, EXIT_INCONCLUSIVE = 0, 1, 3  # 2: a usage error (verispec/cli.py)
+DEFAULT_STAT_SEED = 20_240_531  # the properties' seed (spec.properties.run_properties)
+REQUIRED_KINDS = frozenset({"sampled", "sampled_large", "greedy"})  # vector kinds every verifier must answer
 
 
 class CheckError(VerispecError):
@@ -78,6 +84,7 @@ class PropertyOutcome:
     power: float
     detail: str
     seconds: float
+    tv: float = TV_BIAS  # the deviation ``power`` is against (statistical properties)
 
     def as_json(self) -> Json:
         return {
@@ -87,29 +94,98 @@ class PropertyOutcome:
             "n": self.n,
             "alpha": self.alpha,
             "power": round(self.power, 6),
+            "tv": self.tv,
             "seconds": round(self.seconds, 3),
             "detail": self.detail,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PropertyOutcome:
+        return cls(
+            str(data["name"]),
+            data["status"],
+            int(data["n"]),
+            float(data["alpha"]),
+            float(data["power"]),
+            str(data["detail"]),
+            float(data["seconds"]),
+            float(data.get("tv", TV_BIAS)),
+        )
+
 
 @dataclass
 class CheckReport:
-    """Everything ``verispec check`` found about one implementation."""
+    """Everything ``verispec check`` found about one implementation.
+
+    ``law_only``: the implementation draws its own randomness (:mod:`spec.law_only`);
+    ``sequential``: the statistical tests ran group-sequentially (:mod:`spec.sequential`);
+    ``shard``: (I, S) for shard I (1-based) of S, whose ``blocks`` (per test, block -> counts)
+    :func:`merge_reports` adds up; a shard report decides nothing by itself.
+    """
 
     implementation: str
     vectors: Json
     scale: float
     properties: list[PropertyOutcome] = field(default_factory=list)
     seconds: float = 0.0
+    law_only: bool = False
+    sequential: bool = False
+    seed: int = DEFAULT_STAT_SEED
+    shard: tuple[int, int] | None = None
+    blocks: dict[str, dict[int, list[int]]] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[PropertyOutcome]:
         return [p for p in self.properties if p.status == "failed"]
 
     @property
+    def inconclusive(self) -> list[PropertyOutcome]:
+        return [p for p in self.properties if p.status == "inconclusive"]
+
+    @property
     def passed(self) -> bool:
-        """No property failed, and at least one passed."""
-        return not self.failed and any(p.status == "passed" for p in self.properties)
+        """No property failed or stayed inconclusive, and at least one passed."""
+        return (
+            not self.failed and not self.inconclusive and any(p.status == "passed" for p in self.properties)
+        )
+
+    @property
+    def exit_status(self) -> int:
+        """0 passed, 1 failed (or nothing ran), 3 inconclusive (a budget ended before power); a
+        shard: 0 when its slice is drawn and its deterministic properties (shard 1) passed."""
+        if self.failed:
+            return EXIT_FAILED
+        if self.shard is not None:
+            return EXIT_PASSED
+        if self.inconclusive:
+            return EXIT_INCONCLUSIVE
+        return EXIT_PASSED if self.passed else EXIT_FAILED
+
+    def statistical(self) -> list[PropertyOutcome]:
+        return [p for p in self.properties if p.name.startswith("stat_") and p.status != "not_applicable"]
+
+    def claim(self) -> str:
+        """What the run showed, at the level it holds."""
+        if self.shard is not None:
+            return f"shard {self.shard[0]}/{self.shard[1]}: counts only; merge all shards for a verdict"
+        stats = self.statistical()
+        if self.failed:
+            return "not lossless: " + ", ".join(p.name for p in self.failed) + " failed"
+        if not stats:
+            return "no statistical test ran: nothing shown about the law"
+        power = min(p.power for p in stats)
+        deviations = sorted({p.tv for p in stats})
+        alpha = math.fsum(p.alpha for p in stats)
+        what = (
+            f"lossless at power {power:.4f} against total-variation deviation "
+            + " / ".join(f"{tv:g}" for tv in deviations)
+            + f" on the suite's test laws (false-alarm probability <= {alpha:.2g})"
+        )
+        if self.inconclusive:
+            what = "inconclusive (budget ended before power 0.99): " + what
+        if self.law_only:
+            what += "; not portable: protocol properties not applicable (the verifier draws its own randomness)"
+        return what
 
     def as_json(self) -> Json:
         return {
@@ -118,11 +194,38 @@ class CheckReport:
             "vectors": self.vectors,
             "scale": self.scale,
             "tv_bias": TV_BIAS,
+            "law_only": self.law_only,
+            "sequential": self.sequential,
+            "seed": self.seed,
+            "shard": list(self.shard) if self.shard else None,
             "passed": self.passed,
+            "exit_status": self.exit_status,
+            "claim": self.claim(),
             "failed": [p.name for p in self.failed],
+            "inconclusive": [p.name for p in self.inconclusive],
             "seconds": round(self.seconds, 3),
             "properties": [p.as_json() for p in self.properties],
+            "blocks": {name: {str(b): c for b, c in sorted(bl.items())} for name, bl in self.blocks.items()},
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckReport:
+        shard = data.get("shard")
+        return cls(
+            implementation=str(data["implementation"]),
+            vectors=dict(data.get("vectors") or {}),
+            scale=float(data["scale"]),
+            properties=[PropertyOutcome.from_json(p) for p in data["properties"]],
+            seconds=float(data.get("seconds", 0.0)),
+            law_only=bool(data.get("law_only", False)),
+            sequential=bool(data.get("sequential", False)),
+            seed=int(data.get("seed", DEFAULT_STAT_SEED)),
+            shard=(int(shard[0]), int(shard[1])) if shard else None,
+            blocks={
+                str(name): {int(b): [int(c) for c in counts] for b, counts in bl.items()}
+                for name, bl in dict(data.get("blocks") or {}).items()
+            },
+        )
 
 
 # -----------------------------------------------------------------------------------------------
@@ -133,6 +236,7 @@ class Implementation(Protocol):
     """What ``run_check`` needs from an implementation (Python callables or a program)."""
 
     description: str
+    law_only: bool  # it draws its own randomness (spec/law_only.py): no uniforms, no replay
 
     def replay(self, cases: Sequence[Mapping[str, Any]]) -> list[Json | None]:
         """Per case: its output, ``{"error": msg}`` if rejected, None if the op is not offered."""
@@ -215,7 +319,12 @@ class PythonImplementation:
         greedy: Callable[..., Any] | None = None,
         pipeline: Any = None,
         description: str = "python",
+        law_only: bool = False,
     ) -> None:
+        if law_only:  # f(p, q, drafts): the properties' uniforms are dropped on the way in
+            verifier = ignoring_uniforms(verifier)
+            batch = batch_ignoring_uniforms(batch) if batch is not None else None
+        self.law_only = law_only
         self._verifier = _rejecting(verifier, "verifier")
         self._batch = _rejecting(batch, "batch verifier") if batch is not None else None
         self._greedy = _rejecting(greedy, "greedy verifier") if greedy is not None else None
@@ -226,7 +335,12 @@ class PythonImplementation:
 
     @classmethod
     def from_specs(
-        cls, verifier: str, batch: str | None = None, greedy: str | None = None, pipeline: str | None = None
+        cls,
+        verifier: str,
+        batch: str | None = None,
+        greedy: str | None = None,
+        pipeline: str | None = None,
+        law_only: bool = False,
     ) -> PythonImplementation:
         """Load the callables from ``module:function`` strings."""
         parts = [f"verifier {verifier}"] + [
@@ -237,7 +351,8 @@ class PythonImplementation:
             batch=load_callable(batch) if batch else None,
             greedy=load_callable(greedy) if greedy else None,
             pipeline=load_callable(pipeline) if pipeline else None,
-            description="python: " + ", ".join(parts),
+            description=("python (law only): " if law_only else "python: ") + ", ".join(parts),
+            law_only=law_only,
         )
 
     def verify(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict:
@@ -299,15 +414,19 @@ class PythonImplementation:
 class CommandImplementation:
     """An implementation behind ``--verifier-cmd``: a program speaking the wire protocol."""
 
-    def __init__(self, command: str, timeout: float) -> None:
+    def __init__(self, command: str, timeout: float, law_only: bool = False) -> None:
         self.wire = WireImplementation(CommandTransport(command, timeout))
-        self.description = f"command: {command}"
+        self.description = f"command{' (law only, op sampled_law)' if law_only else ''}: {command}"
+        self.law_only = law_only
         self._pipeline: Pipeline | None | Literal["unknown"] = "unknown"
 
     def replay(self, cases: Sequence[Mapping[str, Any]]) -> list[Json | None]:
         return self.wire.replay(cases)
 
     def verifier_parts(self) -> tuple[Verifier, BatchVerifier | None, Pipeline | None]:
+        if self.law_only:
+            batch: BatchVerifier = batch_ignoring_uniforms(self.wire.verify_law_batch)
+            return as_verifier(batch), batch, None
         if self._pipeline == "unknown":
             try:
                 self.wire.mode(SamplingParams(), SamplingParams())
@@ -337,7 +456,7 @@ def replay_kind(impl: Implementation, kind: str, cases: Sequence[Mapping[str, An
     if not cases:
         return outcome("skipped", "no cases")
     try:
-        answers = impl.replay(cases)
+        answers = impl.replay([as_sampled_case(case) for case in cases])  # large-V rows expanded
     except VerispecError as exc:
         return outcome("failed", f"replay broke off: {exc}")
     unsupported = sum(1 for a in answers if a is None)
@@ -371,12 +490,27 @@ def run_check(
     fail_fast: bool = False,
     only: Sequence[str] | None = None,
     log: Callable[[PropertyOutcome], None] | None = None,
+    sequential: bool = False,
+    budget: Budget | None = None,
+    shard: tuple[int, int] | None = None,
+    draw: BlockDraw | None = None,
+    parallel: int = 1,
+    seed: int = DEFAULT_STAT_SEED,
 ) -> CheckReport:
     """Replay the vectors, then run the spec's properties, through ``impl``.
 
     ``scale`` multiplies the statistical sample sizes (the reported power follows); ``only``
     restricts the run to the named properties (see :func:`property_names`); ``fail_fast`` stops
-    at the first failed property; ``log`` sees every outcome as it is decided.
+    at the first failed property; ``log`` sees every outcome as it is decided. An implementation
+    with ``law_only`` runs only the law's properties (:mod:`spec.law_only`); the rest are
+    reported not applicable.
+
+    ``sequential`` runs the statistical tests group-sequentially (:mod:`spec.sequential`), round
+    robin, until each is decided or ``budget`` ends (undecided ones: "inconclusive", with the
+    power reached). ``shard`` = (I, S), 1-based: this run draws only the blocks of shard I of S
+    (implies ``sequential``; the deterministic properties run in shard 1 only) and decides
+    nothing; :func:`merge_reports` does. ``draw`` / ``parallel``: draw blocks elsewhere, e.g. in
+    worker processes (default: here, one at a time).
     """
     known = property_names()
     unknown = sorted(set(only or ()) - set(known))
@@ -384,63 +518,194 @@ def run_check(
         raise CheckError(f"unknown properties {unknown}; known: {', '.join(known)}")
     if not scale > 0:
         raise CheckError(f"scale must be > 0, got {scale}")
+    if shard is not None and not 1 <= shard[0] <= shard[1]:
+        raise CheckError(f"shard must be I/S with 1 <= I <= S, got {shard[0]}/{shard[1]}")
+    sequential = sequential or shard is not None or budget is not None
     report = CheckReport(
-        impl.description, {"source": vectors.source, "seed": vectors.seed, "count": vectors.count}, scale
+        impl.description,
+        {"source": vectors.source, "seed": vectors.seed, "count": vectors.count},
+        scale,
+        law_only=impl.law_only,
+        sequential=sequential,
+        seed=seed,
+        shard=shard,
     )
     start = time.perf_counter()
+    stopped = False
 
     def record(outcome: PropertyOutcome) -> bool:
+        nonlocal stopped
         report.properties.append(outcome)
         if log:
             log(outcome)
-        return fail_fast and outcome.status == "failed"
+        stopped = stopped or (fail_fast and outcome.status == "failed")
+        return stopped
 
+    def wanted(name: str) -> bool:
+        return only is None or name in only
+
+    in_this_shard = shard is None or shard[0] == 1
     try:
         for kind in KINDS:
             name = f"vectors_{kind}"
-            if only is not None and name not in only:
+            if not wanted(name):
                 continue
-            if record(replay_kind(impl, kind, vectors.cases.get(kind, []))):
+            if impl.law_only:
+                record(PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0))
+            elif not in_this_shard:
+                continue
+            elif record(replay_kind(impl, kind, vectors.cases.get(kind, []))):
                 return report
         parts: tuple[Verifier, BatchVerifier | None, Pipeline | None] | None = None
+        designed: list[str] = []
         for name in PROPERTY_NAMES:
-            if only is not None and name not in only:
+            if not wanted(name):
+                continue
+            if impl.law_only and not applicable(name):
+                record(PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0))
+                continue
+            if sequential and name in STAT_DESIGNS:
+                designed.append(name)  # run below, all together, look by look
+                continue
+            if not in_this_shard:
                 continue
             if parts is None:
                 parts = impl.verifier_parts()
-            verifier, batch, pipeline = parts
-            if name == "pipeline_processors" and pipeline is None:
-                record(
-                    PropertyOutcome(
-                        name,
-                        "skipped",
-                        0,
-                        0.0,
-                        0.0,
-                        "no pipeline: the implementation computes no rows from logits",
-                        0.0,
-                    )
-                )
-                continue
-            began = time.perf_counter()
-            (result,) = run_properties(verifier, batch, pipeline, only=[name], scale=scale)
-            status: Status = "passed" if result.passed else "failed"
-            outcome = PropertyOutcome(
-                name, status, result.n, result.alpha, result.power, result.detail, time.perf_counter() - began
-            )
-            if record(outcome):
+            if record(_run_one(name, parts, scale, seed, impl.law_only)):
                 return report
+        if designed:
+            if parts is None:
+                parts = impl.verifier_parts()
+            _run_sequential(report, designed, parts, draw, parallel, budget, fail_fast, log)
         return report
     finally:
         report.seconds = time.perf_counter() - start
 
 
+def _run_one(
+    name: str,
+    parts: tuple[Verifier, BatchVerifier | None, Pipeline | None],
+    scale: float,
+    seed: int,
+    law_only: bool,
+) -> PropertyOutcome:
+    """One property of :mod:`spec.properties`, run in full (statistical ones at fixed N)."""
+    verifier, batch, pipeline = parts
+    if name == "pipeline_processors" and pipeline is None:
+        return PropertyOutcome(
+            name, "skipped", 0, 0.0, 0.0, "no pipeline: the implementation computes no rows from logits", 0.0
+        )
+    began = time.perf_counter()
+    (result,) = run_properties(verifier, batch, pipeline, only=[name], scale=scale, seed=seed, own_randomness=law_only)
+    status: Status = "passed" if result.passed else "failed"
+    return PropertyOutcome(
+        name, status, result.n, result.alpha, result.power, result.detail, time.perf_counter() - began, result.tv
+    )
+
+
+def _run_sequential(
+    report: CheckReport,
+    names: Sequence[str],
+    parts: tuple[Verifier, BatchVerifier | None, Pipeline | None],
+    draw: BlockDraw | None,
+    parallel: int,
+    budget: Budget | None,
+    fail_fast: bool,
+    log: Callable[[PropertyOutcome], None] | None,
+) -> None:
+    """The designed statistical tests, group-sequentially (or one shard's blocks of them)."""
+    verifier, batch, _ = parts
+    if draw is None:
+        from spec.properties import as_batch
+
+        draw = serial_draw(batch if batch is not None else as_batch(verifier), report.seed)
+    began = time.perf_counter()
+    tests = [SequentialTest(design, schedule(design, report.scale)) for design in (STAT_DESIGNS[n]() for n in names)]
+    if report.shard is not None:
+        index, shards = report.shard
+        for test in tests:
+            blocks = shard_blocks(test.plan, index - 1, shards)
+            for at in range(0, len(blocks), parallel):
+                group = blocks[at : at + parallel]
+                for block, counts in zip(group, draw(test.design, group, test.plan.block)):
+                    test.add(block, counts)
+            report.blocks[test.design.name] = {b: c.tolist() for b, c in test.block_counts.items()}
+            detail = f"shard {index}/{shards}: {len(blocks)} of {test.plan.blocks} blocks of {test.plan.block}"
+            seconds = time.perf_counter() - began
+            outcome = PropertyOutcome(test.design.name, "skipped", test.samples, 0.0, 0.0, detail, seconds, test.design.tv)
+            report.properties.append(outcome)
+            if log:
+                log(outcome)
+        return
+    run_interleaved(tests, draw, budget, parallel=parallel, fail_fast=fail_fast)
+    for test in tests:
+        outcome = sequential_outcome(test, time.perf_counter() - began)
+        report.properties.append(outcome)
+        if log:
+            log(outcome)
+
+
+def sequential_outcome(test: SequentialTest, seconds: float) -> PropertyOutcome:
+    """A sequential test's outcome: N drawn, its alpha, the power its looks reached."""
+    state = final_state(test)
+    status: Status = "passed" if state == "passed" else ("failed" if state == "failed" else "inconclusive")
+    return PropertyOutcome(
+        test.design.name,
+        status,
+        test.samples,
+        test.design.alpha,
+        test.power_reached,
+        test.detail(),
+        seconds,
+        test.design.tv,
+    )
+
+
+def merge_reports(reports: Sequence[CheckReport]) -> CheckReport:
+    """Shard reports -> the report of the whole run: block counts added (each block exactly once),
+    the looks taken on the sums; alpha and power are those of the whole run.
+
+    Every shard of one S must be there once, with the same implementation, scale, seed and mode.
+    """
+    if not reports:
+        raise CheckError("nothing to merge")
+    first = reports[0]
+    if first.shard is None:
+        raise CheckError("merge takes shard reports (verispec check --shard I/S --json)")
+    shards = first.shard[1]
+    seen = sorted(r.shard[0] for r in reports if r.shard is not None)
+    if seen != list(range(1, shards + 1)) or any(r.shard is None or r.shard[1] != shards for r in reports):
+        raise CheckError(f"merge needs shards 1..{shards} exactly once each, got {seen}")
+    for r in reports:
+        same = (r.implementation, r.scale, r.seed, r.law_only) == (first.implementation, first.scale, first.seed, first.law_only)
+        if not same:
+            raise CheckError(f"shard {r.shard} is of another run (implementation, scale, seed or mode differ)")
+    merged = CheckReport(first.implementation, first.vectors, first.scale, law_only=first.law_only, sequential=True, seed=first.seed)
+    by_shard = sorted(reports, key=lambda r: r.shard[0] if r.shard else 0)
+    statistical = {name for r in reports for name in r.blocks}
+    for outcome in by_shard[0].properties:  # shard 1 ran the deterministic properties
+        if outcome.name not in statistical:
+            merged.properties.append(outcome)
+    for name in [n for n in PROPERTY_NAMES if n in statistical]:
+        design = STAT_DESIGNS[name]()
+        test = SequentialTest(design, schedule(design, first.scale))
+        for r in by_shard:
+            for block, counts in r.blocks.get(name, {}).items():
+                test.add(block, np.asarray(counts, dtype=np.int64))
+        test.take_looks()
+        merged.properties.append(sequential_outcome(test, sum(p.seconds for r in reports for p in r.properties if p.name == name)))
+    merged.seconds = max(r.seconds for r in reports)
+    return merged
+
+
 def format_outcome(outcome: PropertyOutcome) -> str:
     """One line for humans: status, name, N, alpha, power, time, detail."""
-    mark = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}[outcome.status]
+    mark = {"passed": "PASS", "failed": "FAIL", "skipped": "skip", "not_applicable": "n/a ", "inconclusive": "INCO"}[
+        outcome.status
+    ]
     stats = (
         f"N={outcome.n:<8} alpha={outcome.alpha:<7.2g} power={outcome.power:<6.4f}"
-        if outcome.status != "skipped"
+        if outcome.status not in ("skipped", "not_applicable")
         else " " * 38
     )
     return f"{mark}  {outcome.name:<28} {stats} {outcome.seconds:6.1f}s  {outcome.detail}"

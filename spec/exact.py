@@ -218,7 +218,7 @@ def product_law(rows: Sequence[Row]) -> Law:
 def protocol_verdict(
     p_rows: Sequence[Row], q_rows: Sequence[Row], drafts: Outcome, uniforms: Sequence[Fraction]
 ) -> VerdictKey:
-    """The random-draw protocol of :mod:`reference.speculative` in rational arithmetic.
+    """The random-draw protocol (spec/protocol.md) in rational arithmetic.
 
     For dyadic rows and uniforms (few mantissa bits) every float64 step of the protocol is exact,
     so a conforming float implementation returns exactly this verdict.

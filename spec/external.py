@@ -25,6 +25,8 @@ op                      input                                               outp
 ``sampled_batch`` (req) p [k+1][V], q [k][V] (shared by all items),          accepted [N], token [N],
                         drafts [N][k], uniforms [N][k+1]                    kind [N]
 ``greedy`` (required)   p [k+1][V] (logits or probabilities), drafts [k]    accepted, token, kind
+``sampled_law``         p [k+1][V], q [k][V] (shared), drafts [N][k]: the     accepted [N], token [N],
+                        program's OWN randomness (``--law-only``)            kind [N]
 ``rows``                target_logits [k+1][V], draft_logits [k][V],         p [k+1][V], q [k][V],
                         history [..], drafts [k], target_params,            mode ("sampled" or
                         draft_params                                        "greedy")
@@ -36,17 +38,16 @@ op                      input                                               outp
 ``dequantize``          ggml_type, type_name, n_elements, raw_hex           bits [n]: "3f800000"...
 ======================  ==================================================  ==========================
 
-``kind`` is ``"repair"`` or ``"bonus"``; the sampled ops follow the random-draw protocol of
-:mod:`reference.speculative` (version 1) exactly: accept drafts[i] iff uniforms[i] * q[i][x] <
-p[i][x] (float64), final draw by inverse CDF over ascending ids with the last uniform. Sampling
-params: ``{"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
-"logit_bias": [[id, bias], ...]}`` with bias a number or ``"-inf"`` (a ban); meaning: the target
-law of :mod:`reference.sampling`. Numbers are JSON numbers (float64); a request may carry the
-strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` where a float is expected (only in inputs that
-test the contract): they must be rejected with an error response. Contract violations (rows not
-summing to 1 within 1e-6, negative entries, q[i][drafts[i]] == 0, ids outside [0, V), uniforms
-outside [0, 1), wrong shapes, k < 1) must be answered with ``error``, never with a verdict. A
-``sampled_batch`` request with any invalid item is rejected as a whole.
+``kind`` is ``"repair"`` or ``"bonus"``; the sampled ops follow the random-draw protocol (version
+1, spec/protocol.md) exactly, bit for bit. Sampling params: ``{"temperature", "top_k", "top_p",
+"min_p", "repeat_penalty", "repeat_last_n", "logit_bias": [[id, bias], ...]}`` with bias a number
+or ``"-inf"`` (a ban); meaning: the target law of :mod:`reference.sampling`. Numbers are JSON
+numbers (float64); a request may carry the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` where
+a float is expected (only in inputs that test the contract): they must be rejected with an error
+response. Contract violations (rows not summing to 1 within 1e-6, negative entries,
+q[i][drafts[i]] == 0, ids outside [0, V), uniforms outside [0, 1), wrong shapes, k < 1) must be
+answered with ``error``, never with a verdict. A ``sampled_batch`` request with any invalid item is
+rejected as a whole.
 
 Unsupported optional ops are reported as skipped; an unsupported required op, a malformed
 response, a response out of order, a crash or a response slower than the timeout are failures.
@@ -398,12 +399,31 @@ class WireImplementation:
         self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike
     ) -> BatchVerdict:
         """N verifications through ``sampled_batch``; p/q shared ([k+1, V], [k, V]) or per item."""
-        p_arr, q_arr = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
-        draft_arr, draws = np.asarray(drafts), np.asarray(uniforms, dtype=np.float64)
+        draws = np.asarray(uniforms, dtype=np.float64)
+        draft_arr = np.asarray(drafts)
         if draft_arr.ndim != 2 or draws.ndim != 2 or draws.shape[0] != draft_arr.shape[0]:
             raise VerificationError(
                 f"batch needs drafts [N, k] and uniforms [N, k+1], got {draft_arr.shape} and {draws.shape}"
             )
+        return self._batched("sampled_batch", p, q, draft_arr, draws)
+
+    def verify_law_batch(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike) -> BatchVerdict:
+        """N verifications with the program's own randomness (the ``sampled_law`` op)."""
+        draft_arr = np.asarray(drafts)
+        if draft_arr.ndim != 2:
+            raise VerificationError(f"batch needs drafts [N, k], got {draft_arr.shape}")
+        return self._batched("sampled_law", p, q, draft_arr, None)
+
+    def _batched(
+        self,
+        op: str,
+        p: npt.ArrayLike,
+        q: npt.ArrayLike,
+        draft_arr: npt.NDArray[Any],
+        draws: npt.NDArray[np.float64] | None,
+    ) -> BatchVerdict:
+        """Items grouped by their rows, each group sent in requests of at most ``batch_items``."""
+        p_arr, q_arr = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
         n = draft_arr.shape[0]
         groups = self._groups(p_arr, q_arr, n)
         requests: list[tuple[npt.NDArray[np.intp], Json]] = []
@@ -411,14 +431,11 @@ class WireImplementation:
             p_json, q_json = _jsonable(p_rows), _jsonable(q_rows)
             for start in range(0, items.shape[0], self.batch_items):
                 chunk = items[start : start + self.batch_items]
-                inp = {
-                    "p": p_json,
-                    "q": q_json,
-                    "drafts": _jsonable(draft_arr[chunk]),
-                    "uniforms": _jsonable(draws[chunk]),
-                }
+                inp = {"p": p_json, "q": q_json, "drafts": _jsonable(draft_arr[chunk])}
+                if draws is not None:
+                    inp["uniforms"] = _jsonable(draws[chunk])
                 requests.append((chunk, inp))
-        outputs = self.call_many("sampled_batch", [inp for _, inp in requests])
+        outputs = self.call_many(op, [inp for _, inp in requests])
         accepted = np.zeros(n, dtype=np.int64)
         token = np.zeros(n, dtype=np.int64)
         bonus = np.zeros(n, dtype=np.bool_)
@@ -591,8 +608,23 @@ def mutant_handler(name: str) -> Handler:
     return handle
 
 
+def law_handler(handle: Handler, seed: int) -> Handler:
+    """``sampled_law`` answered by ``handle``'s ``sampled_batch`` with uniforms from an own
+    generator: how a verifier with its own randomness looks on the wire (:mod:`spec.law_only`)."""
+    rng = np.random.default_rng(seed)
+
+    def law(op: str, inp: Mapping[str, Any]) -> Json:
+        drafts = np.asarray(inp["drafts"])
+        if drafts.ndim != 2:
+            raise VerificationError(f"sampled_law needs drafts [N][k], got shape {drafts.shape}")
+        uniforms = rng.random((drafts.shape[0], drafts.shape[1] + 1)).tolist()
+        return handle("sampled_batch", {"p": inp["p"], "q": inp["q"], "drafts": inp["drafts"], "uniforms": uniforms})
+
+    return law
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m spec.external (--reference | --mutant NAME | --list-mutants)``: serve the wire
+    """``python -m spec.external (--reference | --mutant NAME | --list-mutants) [--law-only SEED]``: serve the wire
     protocol on stdin/stdout."""
     parser = argparse.ArgumentParser(
         prog="python -m spec.external", description="Serve the verispec wire protocol (JSON lines on stdin/stdout)."
@@ -601,6 +633,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument("--reference", action="store_true", help="serve the reference implementation")
     group.add_argument("--mutant", metavar="NAME", help="serve the reference with one mutant of spec.mutants")
     group.add_argument("--list-mutants", action="store_true", help="print the mutant names and exit")
+    parser.add_argument(
+        "--law-only",
+        type=int,
+        metavar="SEED",
+        help="serve only the sampled_law op, drawing the uniforms from an own generator seeded SEED",
+    )
     args = parser.parse_args(argv)
     if args.list_mutants:
         from spec.mutants import catalogue
@@ -613,6 +651,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VerispecError as exc:
         print(f"spec.external: error: {exc}", file=sys.stderr)
         return 2
+    if args.law_only is not None:
+        return serve(law_handler(handle, args.law_only), sys.stdin.buffer, sys.stdout.buffer, ("sampled_law",))
     ops = REQUIRED_OPS + OPTIONAL_OPS
     return serve(handle, sys.stdin.buffer, sys.stdout.buffer, ops)
 

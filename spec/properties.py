@@ -35,6 +35,7 @@ Properties, cheapest first (deterministic ones have alpha 0 and power 1):
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Callable, Collection, Sequence
@@ -57,9 +58,11 @@ from reference.speculative import (
     verify_sampled_batch,
 )
 from spec import exact
+from spec.llm_properties import LLM_EXACT, LLM_STATISTICS  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
 from spec.pipeline import Pipeline as Pipeline
 from spec.pipeline import ReferencePipeline as ReferencePipeline
 from spec.pipeline import RowsRequest
+from spec.sequential import StatDesign
 from spec.statistics import (
     ALPHA_BUDGET,
     TV_BIAS,
@@ -76,7 +79,8 @@ class PropertyResult:
 
     ``n``: cases (deterministic) or draws (statistical); ``alpha``: false-alarm probability
     (0 for deterministic properties); ``power``: worst-case probability of detecting a TV bias of
-    ``spec.statistics.TV_BIAS`` (1 for deterministic ones); ``detail``: what was seen.
+    ``tv`` (``spec.statistics.TV_BIAS`` unless the test is designed against another deviation, as
+    the LLM-scale strata tests are; 1 for deterministic ones); ``detail``: what was seen.
     """
 
     name: str
@@ -85,6 +89,7 @@ class PropertyResult:
     alpha: float
     power: float
     detail: str
+    tv: float = TV_BIAS
 
 
 # -----------------------------------------------------------------------------------------------
@@ -136,6 +141,7 @@ class Subject:
     pipeline: Pipeline
     scale: float = 1.0
     seed: int = 20_240_531
+    own_randomness: bool = False  # the verifier ignores the uniforms (law-only: spec/law_only.py)
 
     def rng(self, name: str) -> np.random.Generator:
         """A fixed generator per property (same draws on every run)."""
@@ -255,6 +261,8 @@ def prop_contract(subject: Subject) -> PropertyResult:
         ("k uniforms instead of k + 1", p, q, [1], [0.5]),
         ("k rows of p instead of k + 1", p[:1], q, [1], [0.5, 0.5]),
     ]
+    if subject.own_randomness:  # it never sees the uniforms: their contract is not its to keep
+        bad = [case for case in bad if "uniform" not in case[0]]
     failures: list[str] = []
     for label, bp, bq, bd, bu in bad:
         try:
@@ -730,27 +738,25 @@ def _quantize(row: npt.NDArray[np.float64], bits: int) -> npt.NDArray[np.float64
     return np.asarray(counts / 2.0**bits, dtype=np.float64)
 
 
-def _stat_verdict_law(k: int) -> Property:
+def verdict_law_design(k: int) -> StatDesign:
+    """The verdict law for k drafts on :func:`verdict_law_rows`: cells (accepted, token, is_bonus)."""
     name = f"stat_verdict_law_k{k}"
+    p, q = verdict_law_rows(k)
+    vocab = p.shape[1]
+    law = exact.verdict_law_closed_form(
+        [exact.exact_row(r, normalize=False) for r in p], [exact.exact_row(r, normalize=False) for r in q]
+    )
+    size = 2 * (k + 1) * vocab  # cell = ((accepted * V + token) * 2 + is_bonus)
+    index = {(a, t, kind): (a * vocab + t) * 2 + (kind == "bonus") for a in range(k + 1) for t in range(vocab) for kind in ("repair", "bonus")}
+    probs = law_to_vector(law, index, size)
 
-    def prop(subject: Subject) -> PropertyResult:
-        p, q = verdict_law_rows(k)
-        vocab = p.shape[1]
-        law = exact.verdict_law_closed_form(
-            [exact.exact_row(r, normalize=False) for r in p], [exact.exact_row(r, normalize=False) for r in q]
-        )
-        size = 2 * (k + 1) * vocab  # cell = ((accepted * V + token) * 2 + is_bonus)
-        index = {(a, t, kind): (a * vocab + t) * 2 + (kind == "bonus") for a in range(k + 1) for t in range(vocab) for kind in ("repair", "bonus")}
-        probs = law_to_vector(law, index, size)
-        df = int((probs > 0).sum()) - 1
-        n = _sample_size(subject, name, df)
-        rng = subject.rng(name)
+    def draw(batch: BatchVerifier, rng: np.random.Generator, n: int) -> npt.NDArray[np.int64]:
         counts = np.zeros(size, dtype=np.int64)
         done = 0
         while done < n:
             chunk = min(200_000, n - done)
             drafts = draw_drafts(rng, q, chunk)
-            result = subject.batch(p, q, drafts, rng.random((chunk, k + 1)))
+            result = batch(p, q, drafts, rng.random((chunk, k + 1)))
             accepted = np.clip(result.accepted, 0, k)
             token = np.clip(result.token, 0, vocab - 1)
             out_of_range = (result.accepted != accepted) | (result.token != token)
@@ -758,9 +764,27 @@ def _stat_verdict_law(k: int) -> Property:
             cells = np.where(out_of_range, (0 * vocab + 0) * 2 + 1, cells)  # (0, 0, bonus) is impossible for k >= 1
             counts += counts_of(cells, size)
             done += chunk
-        return _stat_result(name, StatOutcome(counts, probs, n), df, f" V={vocab} k={k}")
+        return counts
 
-    prop.__name__ = name
+    df = int((probs > 0).sum()) - 1
+    return StatDesign(name, probs, df, TV_BIAS, ALPHA_BUDGET[name], draw, f" V={vocab} k={k}")
+
+
+def _fixed_n(make_design: Callable[[], StatDesign]) -> Property:
+    """The fixed-N form of a design: N from the power analysis (times the scale), one look."""
+
+    def prop(subject: Subject) -> PropertyResult:
+        design = make_design()
+        n = _sample_size(subject, design.name, design.df)
+        counts = design.draw(subject.batch, subject.rng(design.name), n)
+        return _stat_result(design.name, StatOutcome(counts, design.probs, n), design.df, design.label)
+
+    return prop
+
+
+def _stat_verdict_law(k: int) -> Property:
+    prop = _fixed_n(lambda: verdict_law_design(k))
+    prop.__name__ = f"stat_verdict_law_k{k}"
     return prop
 
 
@@ -835,31 +859,35 @@ def simulate_first_tokens(
         filled[live] = np.minimum(m, length + accepted + 1)
 
 
-def _stat_lossless(k: int, processed: bool = False) -> Property:
+def lossless_design(k: int, processed: bool = False) -> StatDesign:
+    """The law of the first m = 3 emitted tokens of a Markov toy decoded with k drafts."""
     name = f"stat_lossless_processed_k{k}" if processed else f"stat_lossless_ar_k{k}"
     m = 3
+    toy = markov_toy(seed=100 + k, processed=processed)
+    vocab = toy.target.shape[2]
+    law = exact.target_sequence_law(toy.model("target"), m)
+    index = {seq: sum(t * vocab ** (m - 1 - j) for j, t in enumerate(seq)) for seq in exact.all_sequences(vocab, m)}
+    probs = law_to_vector(law, index, vocab**m)
 
-    def prop(subject: Subject) -> PropertyResult:
-        toy = markov_toy(seed=100 + k, processed=processed)
-        vocab = toy.target.shape[2]
-        law = exact.target_sequence_law(toy.model("target"), m)
-        index = {seq: sum(t * vocab ** (m - 1 - j) for j, t in enumerate(seq)) for seq in exact.all_sequences(vocab, m)}
-        probs = law_to_vector(law, index, vocab**m)
-        df = int((probs > 0).sum()) - 1
-        n = _sample_size(subject, name, df)
-        rng = subject.rng(name)
+    def draw(batch: BatchVerifier, rng: np.random.Generator, n: int) -> npt.NDArray[np.int64]:
         counts = np.zeros(vocab**m, dtype=np.int64)
         done = 0
         while done < n:
             chunk = min(100_000, n - done)
-            seqs = simulate_first_tokens(subject.batch, toy, k, m, chunk, rng)
+            seqs = simulate_first_tokens(batch, toy, k, m, chunk, rng)
             seqs = np.clip(seqs, 0, vocab - 1)
             cells = np.sum(seqs * (vocab ** np.arange(m - 1, -1, -1)), axis=1)
             counts += counts_of(cells, vocab**m)
             done += chunk
-        return _stat_result(name, StatOutcome(counts, probs, n), df, f" V={vocab} k={k} m={m}")
+        return counts
 
-    prop.__name__ = name
+    df = int((probs > 0).sum()) - 1
+    return StatDesign(name, probs, df, TV_BIAS, ALPHA_BUDGET[name], draw, f" V={vocab} k={k} m={m}")
+
+
+def _stat_lossless(k: int, processed: bool = False) -> Property:
+    prop = _fixed_n(lambda: lossless_design(k, processed))
+    prop.__name__ = f"stat_lossless_processed_k{k}" if processed else f"stat_lossless_ar_k{k}"
     return prop
 
 
@@ -875,6 +903,7 @@ PROPERTIES: tuple[tuple[str, Property], ...] = (
     ("protocol_cells", prop_protocol_cells),
     ("exact_lossless", prop_exact_lossless),
     ("batch_matches_sequential", prop_batch_matches_sequential),
+    *LLM_EXACT,
     ("stat_verdict_law_k1", _stat_verdict_law(1)),
     ("stat_verdict_law_k2", _stat_verdict_law(2)),
     ("stat_verdict_law_k3", _stat_verdict_law(3)),
@@ -884,9 +913,15 @@ PROPERTIES: tuple[tuple[str, Property], ...] = (
     ("stat_lossless_ar_k2", _stat_lossless(2)),
     ("stat_lossless_ar_k4", _stat_lossless(4)),
     ("stat_lossless_processed_k3", _stat_lossless(3, processed=True)),
-)
+) + LLM_STATISTICS
 PROPERTY_NAMES: tuple[str, ...] = tuple(name for name, _ in PROPERTIES)
 STATISTICAL: frozenset[str] = frozenset(name for name in PROPERTY_NAMES if name.startswith("stat_"))
+# every statistical property as a design (spec/sequential.py runs them group-sequentially)
+STAT_DESIGNS: dict[str, Callable[[], StatDesign]] = {
+    **{f"stat_verdict_law_k{k}": functools.partial(verdict_law_design, k) for k in (1, 2, 3, 5, 8)},
+    **{f"stat_lossless_ar_k{k}": functools.partial(lossless_design, k) for k in (1, 2, 4)},
+    "stat_lossless_processed_k3": functools.partial(lossless_design, 3, processed=True),
+}
 
 
 def run_properties(
@@ -898,12 +933,14 @@ def run_properties(
     fail_fast: bool = False,
     scale: float = 1.0,
     seed: int = 20_240_531,
+    own_randomness: bool = False,
 ) -> list[PropertyResult]:
     """Run the spec's properties against an implementation; one result per property run.
 
     ``batch`` defaults to ``verifier`` lifted (a loop), ``pipeline`` to :class:`ReferencePipeline`.
     ``only`` selects properties by name; ``fail_fast`` stops at the first failure; ``scale``
-    multiplies the statistical sample sizes (the reported power follows).
+    multiplies the statistical sample sizes (the reported power follows); ``own_randomness``: the
+    verifier draws its own randomness (the uniforms' part of the contract is not checked).
     """
     unknown = set(only or ()) - set(PROPERTY_NAMES)
     if unknown:
@@ -914,6 +951,7 @@ def run_properties(
         pipeline=pipeline if pipeline is not None else ReferencePipeline(),
         scale=scale,
         seed=seed,
+        own_randomness=own_randomness,
     )
     results: list[PropertyResult] = []
     for name, prop in PROPERTIES:

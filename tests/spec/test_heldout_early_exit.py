@@ -13,8 +13,9 @@ so the number of drawn flips among m = 40 prompts is Binomial(40, p) with p the 
 expected flip fraction. H0: p ≤ α = 0.2 for this calibrated gate (conditional on the calibration
 draw: the theorem is marginal over calibration draws, so H0 is the claim as a user reads it for
 the artifact they hold). Reject when P(Bin(40, 0.2) ≥ k) < ALPHA_BUDGET["heldout_early_exit"] =
-5e-6, i.e. k ≥ 22. Power (stated honestly; it is small, the CI budget allows 40 short prompts):
-0.04 against p = 0.4, 0.32 against p = 0.5, 0.79 against p = 0.6, 0.985 against p = 0.7. It can
+3e-7 (what the suite's budget had left), i.e. k ≥ 23. Power (stated honestly; it is small, the CI
+budget allows 40 short prompts): 0.019 against p = 0.4, 0.215 against p = 0.5, 0.689 against p = 0.6,
+0.968 against p = 0.7, 0.995 against p = 0.75. It can
 catch a gross failure of the guarantee on hand-written text (the token-level gate this replaced
 was 3x over its bound), not a miss of a few points; verispec.measure_early_exit reports the larger
 run with intervals in the README. What it cannot detect: anything on other models, other kinds
@@ -55,9 +56,9 @@ def test_the_stated_power_is_the_power_of_this_test() -> None:
     from scipy.stats import binom
 
     k = critical_count(40, float(1 - Q), TEST_ALPHA)
-    assert k == 22
-    power = {p: float(binom.sf(k - 1, 40, p)) for p in (0.4, 0.5, 0.6, 0.7)}
-    assert [round(power[p], 2) for p in (0.4, 0.5, 0.6)] == [0.04, 0.32, 0.79] and power[0.7] >= 0.985
+    assert k == 23
+    power = {p: float(binom.sf(k - 1, 40, p)) for p in (0.4, 0.5, 0.6, 0.7, 0.75)}
+    assert [round(power[p], 3) for p in (0.4, 0.5, 0.6, 0.7)] == [0.019, 0.215, 0.689, 0.968] and power[0.75] >= 0.995
 
 
 @pytest.mark.model

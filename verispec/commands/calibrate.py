@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     check_arguments(args)
     cal_text, lens_text = chosen_prompts(args)
     path = resolve_model(args.model)
-    loaded = load_engine(str(path), engine=args.engine, weights=args.weights)
+    loaded = load_engine(str(path), engine=args.engine, weights=args.weights, backend=args.backend)
     encoded = encode_prompts(loaded.tokenizer, loaded.chat, cal_text)
     lens_prompts = None if lens_text is None else encode_prompts(loaded.tokenizer, loaded.chat, lens_text)
     gate: GateKind = "margin" if args.gate == "margin" else args.residual

@@ -52,7 +52,7 @@ def run_early_exit(args: argparse.Namespace) -> int:
     kind = args.kind if getattr(args, "kind", None) else prompt_kind(args.prompt)
     calibration = Calibration.load(args.early_exit, file_sha256(path)).for_kind(kind)
     print(claim_line(calibration), file=sys.stderr)
-    loaded = load_engine(str(path), need_chat=args.chat, engine=getattr(args, "engine", "fast"), weights=getattr(args, "weights", "f32"))
+    loaded = load_engine(str(path), need_chat=args.chat, engine=getattr(args, "engine", "fast"), weights=getattr(args, "weights", "f32"), backend=getattr(args, "backend", "auto"))
     request = build_request(args, loaded)
 
     def stream(piece: str) -> None:

@@ -1,0 +1,239 @@
+"""`verispec check --law-only`, sequential tests, --budget, --shard/--merge, --workers.
+
+A verifier with its own randomness is modelled by wrapping a uniform-consuming one so that it
+ignores the checker's uniforms and draws its own (spec.law_only.with_own_randomness): the
+reference wrapped so must pass the law tests, a law-breaking mutant wrapped so must fail them.
+Sample sizes: the statistical tests run at a fraction SCALE of their full N where the verdict is
+a pass (the reported power then follows and is checked against the schedule, not hard-coded);
+mutants are rejected at the FIRST look of the full-power schedule (N / 64), which is the claim.
+The budget is driven by a sample count or an injected clock, never by wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reference.speculative import verify_sampled, verify_sampled_batch
+from spec.check import (
+    EXIT_FAILED,
+    EXIT_INCONCLUSIVE,
+    EXIT_PASSED,
+    CheckReport,
+    CommandImplementation,
+    PythonImplementation,
+    merge_reports,
+    run_check,
+)
+from spec.law_only import LAW_PROPERTIES, single_with_own_randomness, with_own_randomness
+from spec.mutants import catalogue
+from spec.properties import STAT_DESIGNS
+from spec.sequential import LOOKS, Budget, SequentialTest, schedule, serial_draw
+from spec.statistics import ALPHA_BUDGET, POWER, power_of, required_sample_size
+from spec.vectors import VectorSet, build_vectors
+
+PY = sys.executable
+SCALE = 0.03  # of the full N, for runs that pass (see the module docstring)
+FEW = ["contract", "range_and_mass", "stat_verdict_law_k2", "stat_lossless_ar_k1"]
+
+
+@pytest.fixture(scope="module")
+def vectors() -> VectorSet:
+    return build_vectors(2, 1)
+
+
+def _own_rng(name: str | None = None) -> PythonImplementation:
+    if name is None:
+        single, batch = verify_sampled, verify_sampled_batch
+    else:
+        mutant = {m.name: m for m in catalogue()}[name]
+        single, batch = mutant.verifier, mutant.batch
+    return PythonImplementation(
+        single_with_own_randomness(single, 11), batch=with_own_randomness(batch, 12), law_only=True
+    )
+
+
+# -----------------------------------------------------------------------------------------------
+# the schedule
+
+
+@pytest.mark.parametrize("name", sorted(STAT_DESIGNS))
+def test_schedule_spends_the_budget_line_and_reaches_power(name: str) -> None:
+    design = STAT_DESIGNS[name]()
+    plan = schedule(design)
+    assert design.alpha == ALPHA_BUDGET[name]
+    assert sum(plan.alphas) == pytest.approx(design.alpha, rel=1e-12)
+    assert len(plan.looks) == LOOKS and plan.looks[0] == 1
+    final = plan.samples(LOOKS - 1)
+    assert power_of(final, design.df, plan.alphas[-1], design.tv) >= POWER
+    # the first look is 1/64 of the final one: the cost of an early rejection
+    assert plan.samples(0) * 2 ** (LOOKS - 1) == final
+
+
+# -----------------------------------------------------------------------------------------------
+# law-only
+
+
+def test_reference_with_its_own_randomness_passes_law_only(vectors: VectorSet) -> None:
+    report = run_check(_own_rng(), vectors, scale=SCALE, sequential=True)
+    statuses = {p.name: p.status for p in report.properties}
+    assert {n for n, s in statuses.items() if s != "not_applicable"} == set(LAW_PROPERTIES)
+    for name in ("vectors_sampled", "protocol_cells", "exact_lossless", "batch_matches_sequential"):
+        assert statuses[name] == "not_applicable"
+    assert all(statuses[n] == "passed" for n in LAW_PROPERTIES), report.as_json()["properties"]
+    assert report.exit_status == EXIT_PASSED
+    for outcome in report.statistical():  # the reported power is the schedule's, at the scale
+        design = STAT_DESIGNS[outcome.name]()
+        plan = schedule(design, SCALE)
+        assert outcome.n == plan.samples(LOOKS - 1)
+        assert outcome.power == pytest.approx(max(power_of(plan.samples(j), design.df, plan.alphas[j]) for j in range(LOOKS)))
+    claim = report.claim()
+    assert "lossless at power" in claim and "against total-variation deviation 0.005" in claim
+    assert "not portable" in claim
+
+
+@pytest.mark.parametrize("mutant", ["resample_from_target", "always_accept", "residual_not_renormalized"])
+def test_law_breaking_mutant_with_its_own_randomness_fails_early(mutant: str, vectors: VectorSet) -> None:
+    only = ["stat_verdict_law_k2", "stat_lossless_ar_k1"]
+    report = run_check(_own_rng(mutant), vectors, only=only, sequential=True)
+    assert report.exit_status == EXIT_FAILED
+    for outcome in report.statistical():
+        assert outcome.status == "failed"
+        design = STAT_DESIGNS[outcome.name]()
+        fixed_n = required_sample_size(design.df, design.alpha, design.tv)
+        assert outcome.n < fixed_n / 10, f"{outcome.name} rejected only after {outcome.n} of a fixed {fixed_n}"
+    assert report.claim().startswith("not lossless")
+
+
+def test_law_only_reports_what_the_contract_can_still_see(vectors: VectorSet) -> None:
+    def no_checks(p: object, q: object, drafts: list[int]) -> tuple[int, int, str]:
+        return (0, 0, "repair")  # answers everything, rejects nothing
+
+    report = run_check(PythonImplementation(no_checks, law_only=True), vectors, only=["contract"])
+    assert report.failed and report.failed[0].name == "contract"
+    assert "uniform" not in report.failed[0].detail  # the uniforms' part is not its to keep
+
+
+# -----------------------------------------------------------------------------------------------
+# budgets: inconclusive with the power reached
+
+
+def test_tiny_sample_budget_is_inconclusive_with_the_power_reached(vectors: VectorSet) -> None:
+    only = ["stat_verdict_law_k1"]
+    design = STAT_DESIGNS["stat_verdict_law_k1"]()
+    plan = schedule(design)
+    budget = Budget(samples=plan.samples(3))  # looks 0..3 fit; look 4 (16 blocks) does not
+    report = run_check(_own_rng(), vectors, only=only, budget=budget)
+    (outcome,) = report.statistical()
+    assert outcome.status == "inconclusive" and report.exit_status == EXIT_INCONCLUSIVE
+    assert outcome.n == plan.samples(3)
+    assert outcome.power == pytest.approx(power_of(plan.samples(3), design.df, plan.alphas[3]))
+    assert outcome.power < POWER
+    assert report.claim().startswith("inconclusive")
+
+
+def test_clock_budget_stops_the_draws(vectors: VectorSet) -> None:
+    ticks = iter(range(10**6))
+    budget = Budget(seconds=3.0, clock=lambda: float(next(ticks)))  # each question costs a "second"
+    report = run_check(_own_rng(), vectors, only=["stat_lossless_ar_k1"], budget=budget)
+    (outcome,) = report.statistical()
+    assert outcome.status == "inconclusive"
+    assert outcome.n == schedule(STAT_DESIGNS["stat_lossless_ar_k1"]()).samples(1)  # two blocks: two looks
+
+
+def test_cli_exit_status_3_and_json_claim(tmp_path: Path) -> None:
+    cmd = [
+        PY, "-m", "verispec", "check", "--law-only", "--verifier", "tests.spec.test_law_only:law_reference",
+        "--batch-verifier", "tests.spec.test_law_only:law_reference_batch", "--only", "stat_verdict_law_k1",
+        "--budget-samples", "20000", "--count", "1", "--json",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == EXIT_INCONCLUSIVE, done.stderr
+    report = json.loads(done.stdout)
+    assert report["inconclusive"] == ["stat_verdict_law_k1"] and report["law_only"]
+    assert "not portable" in report["claim"]
+
+
+law_reference = single_with_own_randomness(verify_sampled, 21)
+law_reference_batch = with_own_randomness(verify_sampled_batch, 22)
+
+
+# -----------------------------------------------------------------------------------------------
+# shards and workers
+
+
+def test_merged_shards_equal_the_unsharded_run_exactly(vectors: VectorSet) -> None:
+    impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
+    only = ["contract", "stat_verdict_law_k3", "stat_lossless_ar_k2"]
+    whole = run_check(impl, vectors, only=only, scale=SCALE, sequential=True)
+    shards = [
+        CheckReport.from_json(json.loads(json.dumps(run_check(impl, vectors, only=only, scale=SCALE, shard=(i, 3)).as_json())))
+        for i in (1, 2, 3)
+    ]
+    assert [p.name for p in shards[1].properties] == ["stat_verdict_law_k3", "stat_lossless_ar_k2"]
+    assert all(s.exit_status == EXIT_PASSED for s in shards)  # a shard decides nothing, it completed
+    merged = merge_reports(shards)
+
+    def key(report: CheckReport) -> list[tuple[str, str, int, float, float, str]]:
+        return [(p.name, p.status, p.n, p.alpha, p.power, p.detail) for p in report.properties]
+
+    assert key(merged) == key(whole)
+    assert merged.exit_status == whole.exit_status == EXIT_PASSED
+    # the counts themselves: every block once, equal to drawing them here
+    for name in ("stat_verdict_law_k3", "stat_lossless_ar_k2"):
+        design = STAT_DESIGNS[name]()
+        test = SequentialTest(design, schedule(design, SCALE))
+        draw = serial_draw(verify_sampled_batch, whole.seed)
+        blocks = range(test.plan.blocks)
+        here = dict(zip(blocks, draw(design, list(blocks), test.plan.block)))
+        joined = {b: c for s in shards for b, c in s.blocks[name].items()}
+        assert sorted(joined) == list(blocks)
+        assert all(np.array_equal(here[b], joined[b]) for b in blocks)
+
+
+def test_merge_refuses_missing_or_foreign_shards(vectors: VectorSet) -> None:
+    from spec.check import CheckError
+
+    impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
+    only = ["stat_verdict_law_k1"]
+    one = run_check(impl, vectors, only=only, scale=0.01, shard=(1, 2))
+    two = run_check(impl, vectors, only=only, scale=0.02, shard=(2, 2))
+    with pytest.raises(CheckError, match="exactly once"):
+        merge_reports([one])
+    with pytest.raises(CheckError, match="another run"):
+        merge_reports([one, two])
+
+
+def test_workers_draw_the_same_blocks(vectors: VectorSet) -> None:
+    from spec.workers import ImplementationSpec, WorkerPool
+
+    spec = ImplementationSpec("reference.speculative:verify_sampled", "reference.speculative:verify_sampled_batch")
+    impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
+    only = ["stat_verdict_law_k2"]
+    serial = run_check(impl, vectors, only=only, scale=SCALE, sequential=True)
+    pool = WorkerPool(spec, serial.seed, 2)
+    try:
+        parallel = run_check(impl, vectors, only=only, scale=SCALE, sequential=True, draw=pool.draw, parallel=2)
+    finally:
+        pool.close()
+    assert [(p.status, p.n, p.detail) for p in parallel.properties] == [(p.status, p.n, p.detail) for p in serial.properties]
+
+
+# -----------------------------------------------------------------------------------------------
+# the wire: op sampled_law
+
+
+@pytest.mark.parametrize(("served", "expected"), [("--reference", EXIT_PASSED), ("--mutant resample_from_target", EXIT_FAILED)])
+def test_law_only_through_the_wire(served: str, expected: int, vectors: VectorSet) -> None:
+    impl = CommandImplementation(f"{PY} -m spec.external {served} --law-only 5", timeout=60.0, law_only=True)
+    try:
+        report = run_check(impl, vectors, only=FEW, scale=0.01, sequential=True)
+    finally:
+        impl.close()
+    assert report.exit_status == expected, report.as_json()["properties"]
+    assert {p.name: p.status for p in report.properties}["contract"] == "passed"
