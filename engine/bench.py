@@ -18,8 +18,12 @@ On a shared 2-core machine absolute tok/s swing with load; ratios taken within o
   speedup, mean exit depth, admitted fraction, exit-head evaluations per token.
 - ``reference``: the reference engine's tok/s on a short run (loads a second copy of the weights).
 - ``llama_cpp``: llama.cpp's tok/s through the optional ``llama_cpp`` package, when importable.
+- ``backends``: every matmul backend and weights mode (f32/numpy, f32/ort, int8/ort-q), interleaved
+  in this run: matmul bound, k-row cost curve, plain decode over bound, 2 threads over 1, peak RSS
+  of a child per mode against file + KV (:mod:`engine.bench_backends`); ``speculative_int8``: the
+  speculative section on the int8 mode (lossless relative to it: same greedy tokens).
 - ``machine``: CPU model, cores, BLAS (threadpoolctl: library, version, active kernel, threads),
-  OPENBLAS_CORETYPE; ``peak_rss_mib``.
+  OPENBLAS_CORETYPE, onnxruntime's version; ``peak_rss_mib`` (of this process: every mode loaded).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine import sampling as fast_sampling
+from engine.bench_backends import matmul_stream
 from engine.generate import generate as fast_generate
 from engine.model import FastModel
 from reference.generate import GenerationRequest
@@ -79,6 +84,8 @@ class BenchOptions:
     repeats: int = 2  # speculative vs plain: alternate this many runs of each, keep the best of each
     seed: int = 0
     early_exit: Path | None = None  # a calibration artifact (verispec calibrate) for this model
+    backends: bool = True  # every backend / weights mode in this run (engine/bench_backends.py)
+    rss_children: bool = True  # with backends: a child process per mode for its peak RSS
     workload: "tuple[WorkloadItem, ...]" = ()  # verispec/workload.py requests (chat): a second prompt set
     workload_sampled: bool = True  # also run the workload at sampled_temperature
 
@@ -92,26 +99,6 @@ def _best_time(fn: Callable[[], object], repeats: int) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def matmul_stream(model: FastModel, rows: int) -> Callable[[], None]:
-    """One pass of ``rows`` activation rows through every weight matrix a decode step reads."""
-    store = model.store
-    cfg = model.config
-    x = np.ones((rows, cfg.n_embd), dtype=np.float32)
-    a = np.ones((rows, cfg.n_head * cfg.head_dim), dtype=np.float32)
-    f = np.ones((rows, cfg.n_ff), dtype=np.float32)
-
-    def run() -> None:
-        for layer in range(cfg.n_layer):
-            w = store.layer(layer)
-            x @ w.wqkv.T
-            a @ w.wo.T
-            x @ w.wgu.T
-            f @ w.wdown.T
-        store.head_matmul(x)
-
-    return run
 
 
 def machine_info() -> dict[str, Any]:
@@ -140,7 +127,17 @@ def machine_info() -> dict[str, Any]:
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "onnxruntime": _version("onnxruntime"),
     }
+
+
+def _version(module: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:  # not installed
+        return None
 
 
 def peak_rss_mib() -> float:
@@ -350,6 +347,19 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     report["prefill"] = {"tokens": len(prompt_ids), "tok_s": len(prompt_ids) / prefill_s}
 
     report["speculative"] = _speculative(model, tokenizer, options)
+    if options.backends:
+        from engine.bench_backends import measure
+
+        section, modes = measure(path, list(ids), options.decode_tokens, max(2, options.repeats), _decode_steps,
+                                 threads=options.kernels, rss=options.rss_children,
+                                 loaded={f"{model.weights_mode}/{model.backend}": model})
+        report["backends"] = section
+        report["default_backend"] = model.backend
+        if "int8/ort-q" in modes:
+            report["speculative_int8"] = _speculative(modes["int8/ort-q"], tokenizer, options)
+        del modes
+    else:
+        report["backends"] = {"modes": {}, "note": "skipped (--no-backends)"}
     if chat is not None:
         report["workload"] = _workload(model, tokenizer, chat, options)
     report["early_exit"] = _early_exit(calibration, options.early_exit, model, tokenizer, ids, options)
@@ -427,10 +437,32 @@ def _ratios(report: dict[str, Any]) -> dict[str, float | None]:
     for name, entry in report["speculative"].items():
         if isinstance(entry, dict):
             ratios[f"speculative_{name}_geomean_over_plain"] = float(entry["geomean_speedup"])
+    ratios.update(_backend_ratios(report, llama))
     for name, entry in report.get("workload", {}).items():
         for temperature, summary in entry["by_temperature"].items():
             ratios[f"workload_{name}_T{temperature}_geomean_over_plain"] = float(summary["geomean_speedup"])
     return ratios
+
+
+def _backend_ratios(report: dict[str, Any], llama: Any) -> dict[str, float | None]:
+    """The issue's targets as ratios of this run (None where a side was not measured)."""
+    modes = report.get("backends", {}).get("modes", {})
+    out: dict[str, float | None] = {}
+    for name, key in (("f32/ort", "exact_ort"), ("f32/numpy", "exact_numpy"), ("int8/ort-q", "int8")):
+        m = modes.get(name)
+        out[f"{key}_5row_over_1row"] = float(m["rows_cost_relative"]["5"]) if m else None
+        out[f"{key}_plain_over_own_bound"] = float(m["plain_over_bound"]) if m else None
+    exact, int8 = modes.get("f32/ort") or modes.get("f32/numpy"), modes.get("int8/ort-q")
+    if exact:  # plain decode of the exact mode over the fastest float32 matmul bound measured
+        bound = max(float(m["bound_tok_s"]) for n, m in modes.items() if n.startswith("f32/"))
+        out["exact_plain_over_f32_bound"] = float(exact["plain_tok_s"]) / bound
+    out["int8_plain_over_exact_plain"] = float(int8["plain_tok_s"]) / float(exact["plain_tok_s"]) if int8 and exact else None
+    out["int8_plain_over_llama_cpp"] = float(int8["plain_tok_s"]) / float(llama) if int8 and llama else None
+    spec = report.get("speculative_int8", {}).get("ngram")
+    out["int8_speculative_ngram_geomean_over_int8_plain"] = float(spec["geomean_speedup"]) if isinstance(spec, dict) else None
+    rss = report.get("backends", {}).get("rss", {}).get("int8/ort-q", {})
+    out["int8_peak_rss_over_file_plus_kv"] = float(rss["over_file_plus_kv"]) if "over_file_plus_kv" in rss else None
+    return out
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -462,6 +494,7 @@ def format_report(report: dict[str, Any]) -> str:
             f"speculative {name}: geomean {entry['geomean_speedup']:.2f}x, min {entry['min_speedup']:.2f}x, "
             f"structured/repetitive {entry['structured_geomean_speedup']:.2f}x, T=0.8 {entry['sampled_speedup']:.2f}x"
         )
+    lines.extend(_format_backends(report))
     for name, entry in report.get("workload", {}).items():
         for r in entry["runs"]:
             lines.append(
@@ -490,6 +523,32 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in report["ratios"].items() if v is not None))
     lines.append(f"peak RSS {report['peak_rss_mib']:.0f} MiB; load {report['load_s']:.1f} s")
     return "\n".join(lines)
+
+
+def _format_backends(report: dict[str, Any]) -> list[str]:
+    section = report.get("backends", {})
+    lines = [f"backend {n}: unavailable ({why})" for n, why in section.get("unavailable", {}).items()]
+    for name, m in section.get("modes", {}).items():
+        curve = ", ".join(f"{r}: {c:.2f}" for r, c in m["rows_cost_relative"].items())
+        lines.append(
+            f"backend {name}: bound {m['bound_tok_s']:.1f} tok/s; plain {m['plain_tok_s']:.1f} tok/s "
+            f"({m['plain_over_bound']:.2f}x bound); rows cost x1-row {curve}; k within {m['k_within']}"
+        )
+    for name, t in section.get("threads_2_over_1", {}).items():
+        lines.append(f"backend {name}: 2 threads / 1 thread: 1 row {t['1_rows']:.2f}x, 5 rows {t['5_rows']:.2f}x")
+    for name, r in section.get("rss", {}).items():
+        if "error" in r:
+            lines.append(f"backend {name}: peak RSS probe failed: {r['error']}")
+        else:
+            lines.append(
+                f"backend {name}: peak RSS {r['peak_rss_mib']:.0f} MiB = {r['over_file_plus_kv']:.2f}x (file "
+                f"{r['file_mib']:.0f} + KV {r['kv_mib']:.1f} MiB); {r['model_over_file_plus_kv']:.2f}x without the "
+                f"interpreter's {r['interpreter_mib']:.0f} MiB"
+            )
+    spec = report.get("speculative_int8", {}).get("ngram")
+    if isinstance(spec, dict):
+        lines.append(f"speculative ngram on int8: geomean {spec['geomean_speedup']:.2f}x its plain, min {spec['min_speedup']:.2f}x")
+    return lines
 
 
 def plot(report: dict[str, Any], out: Path) -> None:

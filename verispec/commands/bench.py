@@ -27,6 +27,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--prompts", default=None, metavar="KIND,...", help=f"prompt kinds to run speculative decoding on (default all: {', '.join(k for k, _ in PROMPTS)})")
     parser.add_argument("--matmul-repeats", type=int, default=5, help="timed passes of each matmul stream, best kept (default 5)")
     parser.add_argument("--repeats", type=int, default=2, help="alternating plain/speculative runs per prompt, best of each kept (default 2)")
+    parser.add_argument("--no-backends", action="store_true", help="skip measuring every backend / weights mode (numpy, ort, int8)")
+    parser.add_argument("--no-rss", action="store_true", help="skip the per-mode peak-RSS child processes")
     parser.add_argument("--early-exit", default=None, metavar="CAL.json", help="also measure certified early exit with this calibration (verispec calibrate)")
     parser.add_argument("--workload", nargs="?", const="", default=None, metavar="FILE.jsonl",
                         help="also run the chat workload (default verispec/data/workload.jsonl) per category")
@@ -74,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         matmul_repeats=args.matmul_repeats,
         early_exit=Path(args.early_exit) if args.early_exit else None,
+        backends=not args.no_backends,
+        rss_children=not args.no_rss,
         workload=workload,
         workload_sampled=not args.workload_greedy_only,
     )

@@ -34,7 +34,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def run(args: argparse.Namespace) -> int:
     check_logits(args)  # before the model loads
-    loaded = load_engine(args.model, engine=args.engine, weights=args.weights)
+    loaded = load_engine(args.model, engine=args.engine, weights=args.weights, backend=args.backend)
     ids = encode_prompt(loaded.tokenizer, args.prompt, parse_special=args.special)
     logits = np.asarray(prompt_logits(loaded.model, ids), dtype=np.float32)  # [T, V]
     with replace_file(Path(args.out)) as fh:  # atomic: Ctrl-C leaves no half-written file

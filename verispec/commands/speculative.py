@@ -88,7 +88,7 @@ def run_speculative(args: argparse.Namespace) -> int:
     spec, options = draft_options(args)
     with GGUFFile.open(resolve_model(args.model)) as target:  # opened once: checked, then loaded
         check_draft(spec, target)
-        loaded = load_engine(target, need_chat=args.chat, engine=args.engine, weights=args.weights)
+        loaded = load_engine(target, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend)
     request = build_request(args, loaded)
     # model: the vocabulary was checked above, from metadata (None: make_draft does not redo it)
     cache_path = Path(args.draft_cache) if getattr(args, "draft_cache", None) else None
