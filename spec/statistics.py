@@ -51,6 +51,8 @@ ALPHA_BUDGET: dict[str, float] = {
     "decode_first_two_tokens": 4e-5,
     # tests/spec/test_conformal_coverage.py: four tests at 1e-6 each (Beta law, mean coverage, ties, CRC)
     "conformal_coverage": 4e-6,
+    # tests/test_check_decoder.py: our two decoders' first-3-token laws on SmolLM2 (5e-7 each)
+    "check_decoder": 1e-6,
 }
 assert sum(ALPHA_BUDGET.values()) <= SUITE_ALPHA + 1e-15, "alpha budget exceeds the suite's"
 
