@@ -70,3 +70,17 @@ def test_greedy_mode(logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
     verdict = check_greedy(broken, logits, prompt, 8)
     print(verdict.detail())
     assert verdict.divergence is not None and not verdict.passed, verdict.detail()
+
+
+@pytest.mark.slow
+@pytest.mark.oracle
+def test_transformers_prompt_lookup_greedy(smollm2_path: Any, logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
+    """examples/transformers_decoder.py: transformers' prompt lookup, greedy, against its own plain
+    greedy (the law mode needs ~1,000 generate() calls: minutes per prompt on a busy 2-core CPU,
+    so it is run by hand: see README)."""
+    from examples.transformers_decoder import prompt_lookup
+
+    engine = prompt_lookup(smollm2_path)
+    verdict = check_greedy(engine, logits, tuple(smollm2_tokenizer.encode(PROMPT)), 8)
+    print(f"transformers prompt lookup, greedy: {verdict.detail()}")
+    assert verdict.passed, verdict.detail()
