@@ -1,6 +1,7 @@
 """verispec engine: the fast production path (NumPy + BLAS), same contracts as reference/.
 
-``load_model(path, engine="fast" | "reference", weights="f32" | "quantized")`` is the one entry
+``load_model(path, engine="fast" | "reference", weights="f32" | "quantized" | "int8",
+backend=...)`` is the one entry
 point the CLI uses; both engines satisfy :class:`reference.seams.TargetModel`.
 """
 
@@ -21,9 +22,11 @@ FAST_ARCHITECTURES: tuple[str, ...] = ("gemma3", "llama")  # the rest run on the
 
 
 def load_model(
-    path_or_file: Union[str, Path, "GGUFFile"], engine: str = "fast", weights: str = "f32"
+    path_or_file: Union[str, Path, "GGUFFile"], engine: str = "fast", weights: str = "f32", backend: str = "auto"
 ) -> Union["FastModel", "Model"]:
-    """Load a GGUF model on ``engine``; ``weights`` ("f32" or "quantized") applies to the fast one.
+    """Load a GGUF model on ``engine``; ``weights`` ("f32", "quantized" or "int8") and ``backend``
+    ("auto", "numpy", "ort": the f32 mode's matmul kernel, engine.weights.resolve_backend) apply to
+    the fast one.
 
     ModelError for an unknown engine, or for quantized weights on the reference engine (it always
     dequantizes everything); InsufficientMemory (a ModelError) before loading when the weights
@@ -37,7 +40,7 @@ def load_model(
         if _architecture(path_or_file) not in FAST_ARCHITECTURES and weights == "f32":
             engine = "reference"
         else:
-            return FastModel.load(path_or_file, weights=weights)
+            return FastModel.load(path_or_file, weights=weights, backend=backend)
     if engine == "reference":
         if weights != "f32":
             raise ModelError(f"weights mode {weights!r} needs the fast engine (the reference keeps float32 weights)")

@@ -18,8 +18,12 @@ On a shared 2-core machine absolute tok/s swing with load; ratios taken within o
   speedup, mean exit depth, admitted fraction, exit-head evaluations per token.
 - ``reference``: the reference engine's tok/s on a short run (loads a second copy of the weights).
 - ``llama_cpp``: llama.cpp's tok/s through the optional ``llama_cpp`` package, when importable.
+- ``backends``: every matmul backend and weights mode (f32/numpy, f32/ort, int8/ort-q), interleaved
+  in this run: matmul bound, k-row cost curve, plain decode over bound, 2 threads over 1, peak RSS
+  of a child per mode against file + KV (:mod:`engine.bench_backends`); ``speculative_int8``: the
+  speculative section on the int8 mode (lossless relative to it: same greedy tokens).
 - ``machine``: CPU model, cores, BLAS (threadpoolctl: library, version, active kernel, threads),
-  OPENBLAS_CORETYPE; ``peak_rss_mib``.
+  OPENBLAS_CORETYPE, onnxruntime's version; ``peak_rss_mib`` (of this process: every mode loaded).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine import sampling as fast_sampling
+from engine.bench_backends import matmul_stream
 from engine.generate import generate as fast_generate
 from engine.model import FastModel
 from reference.generate import GenerationRequest
@@ -46,6 +51,8 @@ from reference.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from reference.calibration import Calibration
+    from reference.chat import ChatFormat
+    from verispec.workload import WorkloadItem
 
 # A mixed prompt set (chat, code, structured, prose, repetitive). Kinds "structured" and
 # "repetitive" are where the issue's >= 3x target applies.
@@ -77,6 +84,10 @@ class BenchOptions:
     repeats: int = 2  # speculative vs plain: alternate this many runs of each, keep the best of each
     seed: int = 0
     early_exit: Path | None = None  # a calibration artifact (verispec calibrate) for this model
+    backends: bool = True  # every backend / weights mode in this run (engine/bench_backends.py)
+    rss_children: bool = True  # with backends: a child process per mode for its peak RSS
+    workload: "tuple[WorkloadItem, ...]" = ()  # verispec/workload.py requests (chat): a second prompt set
+    workload_sampled: bool = True  # also run the workload at sampled_temperature
 
 
 def _best_time(fn: Callable[[], object], repeats: int) -> float:
@@ -88,26 +99,6 @@ def _best_time(fn: Callable[[], object], repeats: int) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def matmul_stream(model: FastModel, rows: int) -> Callable[[], None]:
-    """One pass of ``rows`` activation rows through every weight matrix a decode step reads."""
-    store = model.store
-    cfg = model.config
-    x = np.ones((rows, cfg.n_embd), dtype=np.float32)
-    a = np.ones((rows, cfg.n_head * cfg.head_dim), dtype=np.float32)
-    f = np.ones((rows, cfg.n_ff), dtype=np.float32)
-
-    def run() -> None:
-        for layer in range(cfg.n_layer):
-            w = store.layer(layer)
-            x @ w.wqkv.T
-            a @ w.wo.T
-            x @ w.wgu.T
-            f @ w.wdown.T
-        store.head_matmul(x)
-
-    return run
 
 
 def machine_info() -> dict[str, Any]:
@@ -136,7 +127,17 @@ def machine_info() -> dict[str, Any]:
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "onnxruntime": _version("onnxruntime"),
     }
+
+
+def _version(module: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:  # not installed
+        return None
 
 
 def peak_rss_mib() -> float:
@@ -183,29 +184,7 @@ def _speculative(model: FastModel, tokenizer: Tokenizer, options: BenchOptions) 
             for kind, text in prompts:
                 ids = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True))
                 request = GenerationRequest(ids, params=params, max_tokens=options.decode_tokens, seed=options.seed)
-                plain_tok_s = spec_tok_s = 0.0
-                for _ in range(max(1, options.repeats)):  # alternate; keep each side's least-disturbed run
-                    plain = fast_generate(model, tokenizer, request)
-                    draft = make_draft(parse_draft_spec(spec_text), model, tokenizer)
-                    spec = speculative_generate(
-                        model, tokenizer, request, draft, SpeculativeOptions(k=options.k, adaptive=True),
-                        law=fast_sampling.target_distribution,
-                    )
-                    plain_tok_s = max(plain_tok_s, plain.stats.tokens_per_s)
-                    spec_tok_s = max(spec_tok_s, spec.generation.stats.tokens_per_s)
-                ev = evidence(spec, plain)
-                runs.append({
-                    "prompt": kind,
-                    "temperature": temperature,
-                    "plain_tok_s": plain_tok_s,
-                    "speculative_tok_s": spec_tok_s,
-                    "speedup": spec_tok_s / plain_tok_s if plain_tok_s > 0 else 0.0,
-                    "alpha": ev.acceptance_rate,
-                    "tokens_per_pass": ev.tokens_per_pass,
-                    "per_position_acceptance": list(ev.per_position_acceptance),
-                    # greedy: lossless means the same tokens; sampled: the same law, not the same draws
-                    "same_tokens_as_plain": (list(spec.generation.ids) == list(plain.ids)) if temperature == 0.0 else None,
-                })
+                runs.append({"prompt": kind, **_speculative_vs_plain(model, tokenizer, spec_text, request, options)})
         greedy = [r["speedup"] for r in runs if r["temperature"] == 0.0]
         fast = [r["speedup"] for r in runs if r["temperature"] == 0.0 and r["prompt"] in PROMPT_KINDS_FAST]
         sampled = [r["speedup"] for r in runs if r["temperature"] != 0.0]
@@ -217,6 +196,93 @@ def _speculative(model: FastModel, tokenizer: Tokenizer, options: BenchOptions) 
             "sampled_speedup": _geomean(sampled),
         }
     return out
+
+
+def _speculative_vs_plain(
+    model: FastModel, tokenizer: Tokenizer, spec_text: str, request: GenerationRequest, options: BenchOptions
+) -> dict[str, Any]:
+    """One request decoded plain and speculatively with a fresh ``spec_text`` draft, alternating
+    ``options.repeats`` times (best tok/s of each kept): speedup and its evidence."""
+    from reference.decode import SpeculativeOptions, speculative_generate
+    from reference.drafts import make_draft, parse_draft_spec
+    from reference.evidence import evidence
+
+    temperature = request.params.temperature
+    plain_tok_s = spec_tok_s = 0.0
+    plain_cpu = spec_cpu = math.inf  # process CPU seconds: less disturbed by other processes on the machine
+    for _ in range(max(1, options.repeats)):  # alternate; keep each side's least-disturbed run
+        c0 = time.process_time()
+        plain = fast_generate(model, tokenizer, request)
+        c1 = time.process_time()
+        draft = make_draft(parse_draft_spec(spec_text), model, tokenizer)
+        spec = speculative_generate(
+            model, tokenizer, request, draft, SpeculativeOptions(k=options.k, adaptive=True),
+            law=fast_sampling.target_distribution,
+        )
+        c2 = time.process_time()
+        plain_tok_s = max(plain_tok_s, plain.stats.tokens_per_s)
+        spec_tok_s = max(spec_tok_s, spec.generation.stats.tokens_per_s)
+        plain_cpu, spec_cpu = min(plain_cpu, c1 - c0), min(spec_cpu, c2 - c1)
+    ev = evidence(spec, plain)
+    return {
+        "temperature": temperature,
+        "plain_tok_s": plain_tok_s,
+        "speculative_tok_s": spec_tok_s,
+        "speedup": spec_tok_s / plain_tok_s if plain_tok_s > 0 else 0.0,
+        # the same ratio in process CPU time (single-threaded BLAS: the work done, whatever the load;
+        # equal token counts on both sides for greedy runs, per-token otherwise)
+        "speedup_cpu": (plain_cpu / max(1, plain.stats.generated_tokens)) / (spec_cpu / max(1, spec.generation.stats.generated_tokens))
+        if spec_cpu > 0 and plain_cpu > 0 else 0.0,
+        "alpha": ev.acceptance_rate,
+        "tokens_per_pass": ev.tokens_per_pass,
+        "per_position_acceptance": list(ev.per_position_acceptance),
+        "generated_tokens": spec.generation.stats.generated_tokens,
+        # greedy: lossless means the same tokens; sampled: the same law, not the same draws
+        "same_tokens_as_plain": (list(spec.generation.ids) == list(plain.ids)) if temperature == 0.0 else None,
+    }
+
+
+def _workload(model: FastModel, tokenizer: Tokenizer, chat: "ChatFormat", options: BenchOptions) -> dict[str, Any]:
+    """The workload (:mod:`verispec.workload`) through :func:`_speculative_vs_plain`, per draft:
+    every request greedy (and at ``sampled_temperature``), the geometric mean per category, and the
+    geometric mean over the categories (each category weighs the same, however many requests)."""
+    end = tokenizer.token_id(chat.end_of_turn)
+    stop_ids: frozenset[int] = frozenset() if end is None else frozenset({end})
+    temperatures = (0.0, options.sampled_temperature) if options.workload_sampled else (0.0,)
+    out: dict[str, Any] = {}
+    for spec_text in options.drafts:
+        runs: list[dict[str, Any]] = []
+        for temperature in temperatures:
+            for item in options.workload:
+                ids = tuple(tokenizer.encode(item.prompt_text(chat), add_bos=tokenizer.add_bos, parse_special=True))
+                request = GenerationRequest(ids, params=SamplingParams(temperature=temperature),
+                                            max_tokens=item.max_tokens, stop_ids=stop_ids, seed=options.seed)
+                run = _speculative_vs_plain(model, tokenizer, spec_text, request, options)
+                runs.append({"category": item.category, "id": item.id, "prompt_tokens": len(ids), **run})
+        summary: dict[str, Any] = {}
+        for temperature in temperatures:
+            chosen = [r for r in runs if r["temperature"] == temperature]
+            categories = list(dict.fromkeys(r["category"] for r in chosen))
+            per_category = {c: _geomean([r["speedup"] for r in chosen if r["category"] == c]) for c in categories}
+            per_category_cpu = {c: _geomean([r["speedup_cpu"] for r in chosen if r["category"] == c]) for c in categories}
+            summary[str(temperature)] = {
+                "per_category_speedup_cpu": per_category_cpu,
+                "geomean_speedup_cpu": _geomean(list(per_category_cpu.values())),
+                "per_category_speedup": per_category,
+                "geomean_speedup": _geomean(list(per_category.values())),
+                "min_category_speedup": min(per_category.values()) if per_category else 0.0,
+                "alpha": _ratio_of_sums(chosen, "alpha"),
+                "tokens_per_pass": _geomean([r["tokens_per_pass"] for r in chosen]),
+            }
+        out[spec_text] = {"runs": runs, "by_temperature": summary,
+                          "all_greedy_same_tokens": all(r["same_tokens_as_plain"] for r in runs if r["temperature"] == 0.0)}
+    return out
+
+
+def _ratio_of_sums(runs: Sequence[dict[str, Any]], key: str) -> float:
+    """Mean of ``key`` over runs weighted by generated tokens (a pooled rate, not a mean of rates)."""
+    weight = sum(r["generated_tokens"] for r in runs)
+    return sum(r[key] * r["generated_tokens"] for r in runs) / weight if weight else 0.0
 
 
 def _llama_cpp(path: Path, options: BenchOptions) -> dict[str, Any]:
@@ -242,6 +308,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     with GGUFFile.open(path) as f:
         model = FastModel.load(f)
         tokenizer = Tokenizer.from_gguf(f.metadata)
+        chat = _chat_format(f.metadata) if options.workload else None
     load_s = time.perf_counter() - t0
     cfg = model.config
     report: dict[str, Any] = {
@@ -280,6 +347,21 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     report["prefill"] = {"tokens": len(prompt_ids), "tok_s": len(prompt_ids) / prefill_s}
 
     report["speculative"] = _speculative(model, tokenizer, options)
+    if options.backends:
+        from engine.bench_backends import measure
+
+        section, modes = measure(path, list(ids), options.decode_tokens, max(2, options.repeats), _decode_steps,
+                                 threads=options.kernels, rss=options.rss_children,
+                                 loaded={f"{model.weights_mode}/{model.backend}": model})
+        report["backends"] = section
+        report["default_backend"] = model.backend
+        if "int8/ort-q" in modes:
+            report["speculative_int8"] = _speculative(modes["int8/ort-q"], tokenizer, options)
+        del modes
+    else:
+        report["backends"] = {"modes": {}, "note": "skipped (--no-backends)"}
+    if chat is not None:
+        report["workload"] = _workload(model, tokenizer, chat, options)
     report["early_exit"] = _early_exit(calibration, options.early_exit, model, tokenizer, ids, options)
 
     if options.reference:
@@ -294,6 +376,12 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     report["ratios"] = _ratios(report)
     report["peak_rss_mib"] = peak_rss_mib()
     return report
+
+
+def _chat_format(metadata: Any) -> "ChatFormat":
+    from reference.chat import chat_format
+
+    return chat_format(metadata)
 
 
 def _load_calibration(path: Path, options: BenchOptions) -> "Calibration | None":
@@ -349,7 +437,32 @@ def _ratios(report: dict[str, Any]) -> dict[str, float | None]:
     for name, entry in report["speculative"].items():
         if isinstance(entry, dict):
             ratios[f"speculative_{name}_geomean_over_plain"] = float(entry["geomean_speedup"])
+    ratios.update(_backend_ratios(report, llama))
+    for name, entry in report.get("workload", {}).items():
+        for temperature, summary in entry["by_temperature"].items():
+            ratios[f"workload_{name}_T{temperature}_geomean_over_plain"] = float(summary["geomean_speedup"])
     return ratios
+
+
+def _backend_ratios(report: dict[str, Any], llama: Any) -> dict[str, float | None]:
+    """The issue's targets as ratios of this run (None where a side was not measured)."""
+    modes = report.get("backends", {}).get("modes", {})
+    out: dict[str, float | None] = {}
+    for name, key in (("f32/ort", "exact_ort"), ("f32/numpy", "exact_numpy"), ("int8/ort-q", "int8")):
+        m = modes.get(name)
+        out[f"{key}_5row_over_1row"] = float(m["rows_cost_relative"]["5"]) if m else None
+        out[f"{key}_plain_over_own_bound"] = float(m["plain_over_bound"]) if m else None
+    exact, int8 = modes.get("f32/ort") or modes.get("f32/numpy"), modes.get("int8/ort-q")
+    if exact:  # plain decode of the exact mode over the fastest float32 matmul bound measured
+        bound = max(float(m["bound_tok_s"]) for n, m in modes.items() if n.startswith("f32/"))
+        out["exact_plain_over_f32_bound"] = float(exact["plain_tok_s"]) / bound
+    out["int8_plain_over_exact_plain"] = float(int8["plain_tok_s"]) / float(exact["plain_tok_s"]) if int8 and exact else None
+    out["int8_plain_over_llama_cpp"] = float(int8["plain_tok_s"]) / float(llama) if int8 and llama else None
+    spec = report.get("speculative_int8", {}).get("ngram")
+    out["int8_speculative_ngram_geomean_over_int8_plain"] = float(spec["geomean_speedup"]) if isinstance(spec, dict) else None
+    rss = report.get("backends", {}).get("rss", {}).get("int8/ort-q", {})
+    out["int8_peak_rss_over_file_plus_kv"] = float(rss["over_file_plus_kv"]) if "over_file_plus_kv" in rss else None
+    return out
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -381,6 +494,19 @@ def format_report(report: dict[str, Any]) -> str:
             f"speculative {name}: geomean {entry['geomean_speedup']:.2f}x, min {entry['min_speedup']:.2f}x, "
             f"structured/repetitive {entry['structured_geomean_speedup']:.2f}x, T=0.8 {entry['sampled_speedup']:.2f}x"
         )
+    lines.extend(_format_backends(report))
+    for name, entry in report.get("workload", {}).items():
+        for r in entry["runs"]:
+            lines.append(
+                f"workload {name} T={r['temperature']} {r['id']:<16}: {r['speedup']:.2f}x ({r['speedup_cpu']:.2f}x cpu), alpha {r['alpha']:.2f}, "
+                f"{r['tokens_per_pass']:.2f} tokens/pass, {r['generated_tokens']} tokens, same tokens {r['same_tokens_as_plain']}"
+            )
+        for temperature, summary in entry["by_temperature"].items():
+            cats = ", ".join(f"{c} {v:.2f}x" for c, v in summary["per_category_speedup"].items())
+            lines.append(
+                f"workload {name} T={temperature}: geomean {summary['geomean_speedup']:.2f}x ({summary['geomean_speedup_cpu']:.2f}x cpu) "
+                f"(min category {summary['min_category_speedup']:.2f}x; alpha {summary['alpha']:.2f}); {cats}"
+            )
     ref = report["reference"].get("tok_s")
     lines.append(f"reference: {ref:.2f} tok/s" if ref else "reference: skipped")
     llama = report["llama_cpp"]
@@ -397,6 +523,32 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in report["ratios"].items() if v is not None))
     lines.append(f"peak RSS {report['peak_rss_mib']:.0f} MiB; load {report['load_s']:.1f} s")
     return "\n".join(lines)
+
+
+def _format_backends(report: dict[str, Any]) -> list[str]:
+    section = report.get("backends", {})
+    lines = [f"backend {n}: unavailable ({why})" for n, why in section.get("unavailable", {}).items()]
+    for name, m in section.get("modes", {}).items():
+        curve = ", ".join(f"{r}: {c:.2f}" for r, c in m["rows_cost_relative"].items())
+        lines.append(
+            f"backend {name}: bound {m['bound_tok_s']:.1f} tok/s; plain {m['plain_tok_s']:.1f} tok/s "
+            f"({m['plain_over_bound']:.2f}x bound); rows cost x1-row {curve}; k within {m['k_within']}"
+        )
+    for name, t in section.get("threads_2_over_1", {}).items():
+        lines.append(f"backend {name}: 2 threads / 1 thread: 1 row {t['1_rows']:.2f}x, 5 rows {t['5_rows']:.2f}x")
+    for name, r in section.get("rss", {}).items():
+        if "error" in r:
+            lines.append(f"backend {name}: peak RSS probe failed: {r['error']}")
+        else:
+            lines.append(
+                f"backend {name}: peak RSS {r['peak_rss_mib']:.0f} MiB = {r['over_file_plus_kv']:.2f}x (file "
+                f"{r['file_mib']:.0f} + KV {r['kv_mib']:.1f} MiB); {r['model_over_file_plus_kv']:.2f}x without the "
+                f"interpreter's {r['interpreter_mib']:.0f} MiB"
+            )
+    spec = report.get("speculative_int8", {}).get("ngram")
+    if isinstance(spec, dict):
+        lines.append(f"speculative ngram on int8: geomean {spec['geomean_speedup']:.2f}x its plain, min {spec['min_speedup']:.2f}x")
+    return lines
 
 
 def plot(report: dict[str, Any], out: Path) -> None:

@@ -6,7 +6,10 @@ What changes against the reference (and why it is still the same function):
   dequantized one layer at a time, see :mod:`engine.weights`) into fused float32 matrices:
   ``[wq; wk; wv]`` is one ``[q + 2 kv, n_embd]`` matrix and ``[gate; up]`` one ``[2 n_ff, n_embd]``
   matrix, so a layer is 4 matmuls instead of 7. A fused matmul computes the same dot products;
-  only BLAS's blocking (hence float32 rounding order) may differ.
+  only the kernel's blocking (hence float32 rounding order) may differ. Every matmul goes through
+  the seam :class:`engine.matmul.Matmul` (NumPy or onnxruntime, chosen at load).
+- ``weights="int8"`` is a different function: the file's blocks with int8 activations
+  (:mod:`engine.matmul`, backend ``ort-q``), the target law of its own decoding.
 - RoPE turns Q and K of a layer in one pass, as ``x * cos + rotate(x) * sin`` with precomputed
   per-dimension tables: each output element is the reference's ``x0 cos - x1 sin`` (negation and
   commutation are exact in IEEE arithmetic), so RoPE is bit-identical.
@@ -72,14 +75,21 @@ class FastModel:
         self.store = store
         self.load_time_s = load_time_s
         self.weights_mode = store.mode
+        self.backend = store.backend  # numpy | ort | ort-q (engine.matmul)
+        # int8 rounding turns any float32 difference upstream into a different rounding, so that
+        # mode's law must not depend on how many rows a pass has: batch-invariant attention
+        self.batch_invariant = store.mode == "int8"
         cfg = config
         self._q = cfg.n_head * cfg.head_dim
         self._kv = cfg.n_head_kv * cfg.head_dim
         self._rot_index, self._rot_sign = _rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
 
     @classmethod
-    def load(cls, path_or_file: Union[str, Path, "GGUFFile"], *, weights: str = "f32") -> "FastModel":
-        """Read config and weights (``weights``: ``"f32"`` or ``"quantized"``) of a GGUF model.
+    def load(
+        cls, path_or_file: Union[str, Path, "GGUFFile"], *, weights: str = "f32", backend: str = "auto"
+    ) -> "FastModel":
+        """Read config and weights of a GGUF model (``weights``: see engine.weights.WEIGHT_MODES;
+        ``backend``: the f32 mode's kernel, see engine.weights.resolve_backend).
 
         Raises what :meth:`reference.model.Model.load` raises, and
         :class:`engine.weights.InsufficientMemory` before loading when the mode will not fit.
@@ -90,10 +100,10 @@ class FastModel:
 
             with GGUFFile.open(path_or_file) as f:
                 config = Config.from_gguf(f)
-                store = load_weights(f, config, weights)
+                store = load_weights(f, config, weights, backend)
         else:
             config = Config.from_gguf(path_or_file)
-            store = load_weights(path_or_file, config, weights)
+            store = load_weights(path_or_file, config, weights, backend)
         return cls(config, store, load_time_s=time.perf_counter() - started)
 
     def new_cache(self, capacity: int | None = None) -> EngineCache:
@@ -209,7 +219,7 @@ class FastModel:
         cfg = self.config
         n_tokens = x.shape[0]
         h = layers.rms_norm(x, w.attn_norm, cfg.norm_eps)
-        qkv = h @ w.wqkv.T  # [T, q + 2 kv]
+        qkv = w.qkv(h)  # [T, q + 2 kv]
         if w.bqkv is not None:
             qkv += w.bqkv
         n_qk_heads = cfg.n_head + cfg.n_head_kv
@@ -222,14 +232,15 @@ class FastModel:
         v = qkv[:, self._q + self._kv :].reshape(n_tokens, cfg.n_head_kv, cfg.head_dim)
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
         end = start + n_tokens
-        a = self._attend(q, layer, cache, positions, end) @ w.wo.T  # [T, n_embd]
+        attend = self._attend_invariant if self.batch_invariant else self._attend
+        a = w.o(attend(q, layer, cache, positions, end))  # [T, n_embd]
         if w.bo is not None:
             a += w.bo
         if w.post_attn_norm is not None:
             a = layers.rms_norm(a, w.post_attn_norm, cfg.norm_eps)
         x = x + a
         h = layers.rms_norm(x, w.ffn_norm, cfg.norm_eps)
-        gu = h @ w.wgu.T  # [T, 2 n_ff]
+        gu = w.gu(h)  # [T, 2 n_ff]
         g, u = gu[:, : cfg.n_ff], gu[:, cfg.n_ff :]
         if cfg.ffn_activation == ACT_SILU:
             act = layers.silu(g)
@@ -238,12 +249,26 @@ class FastModel:
         else:
             raise ModelError(f"unknown FFN activation {cfg.ffn_activation!r}")
         act *= u
-        f = act @ w.wdown.T  # [T, n_embd]
+        f = w.down(act)  # [T, n_embd]
         if w.post_ffn_norm is not None:
             f = layers.rms_norm(f, w.post_ffn_norm, cfg.norm_eps)
         return np.asarray(x + f, dtype=np.float32)
 
     def _attend(
+        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
+    ) -> F32:
+        """Attention of the span in blocks of query rows (rows are independent): the scores of a
+        block are ``[n_head, block, S]``, so a prefill's memory grows linearly with its length."""
+        block = layers.ATTENTION_QUERY_BLOCK
+        if q.shape[0] <= block:
+            return self._attend_block(q, layer, cache, positions, end)
+        parts = [
+            self._attend_block(q[i : i + block], layer, cache, positions[i : i + block], end)
+            for i in range(0, q.shape[0], block)
+        ]
+        return np.concatenate(parts)
+
+    def _attend_block(
         self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
     ) -> F32:
         """Grouped-query softmax attention of the span over slots ``[0, end)`` -> ``[T, q]``."""
@@ -268,6 +293,21 @@ class FastModel:
             out.reshape(n_kv, group, n_tokens, d).transpose(2, 0, 1, 3).reshape(n_tokens, -1),
             dtype=np.float32,
         )
+
+    def _attend_invariant(
+        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
+    ) -> F32:
+        """:meth:`_attend`, one query row at a time over that row's own slots ``[0, its slot]``:
+        exactly the call a 1-row pass at that position makes, so every row of a k-row verify pass
+        gets bit for bit what a 1-row pass gives it (BLAS blocking depends on the row count and
+        the slot count; here both are the 1-row pass's). T small calls instead of one."""
+        n_tokens = q.shape[0]
+        first_slot = end - n_tokens
+        rows = [
+            self._attend(q[t : t + 1], layer, cache, positions[t : t + 1], first_slot + t + 1)
+            for t in range(n_tokens)
+        ]
+        return rows[0] if n_tokens == 1 else np.concatenate(rows)
 
     def _rope_tables(self, positions: npt.NDArray[np.int64], base: float, freq_scale: float) -> tuple[F32, F32]:
         """``cos, sin`` ``[T, 1, d]`` per dimension (1, 0 past rope_dim), as reference.layers.rope."""

@@ -1,13 +1,18 @@
 """Weights in the layouts the fast forward wants, float32 or kept quantized.
 
-Two modes, one interface (:class:`WeightStore`):
+Three modes, one interface (:class:`WeightStore`); every matrix is a :class:`engine.matmul.Matmul`:
 
-- ``"f32"``: every weight dequantized once at load into fused float32 matrices (:class:`FusedLayer`);
-  the fastest mode, and the memory of the float32 model (~4 bytes a weight).
+- ``"f32"``: every weight dequantized once at load into fused float32 matrices (:class:`FusedLayer`)
+  on an exact float32 backend (``numpy`` or ``ort``, :mod:`engine.matmul`); the memory of the float32
+  model (~4 bytes a weight). The reference's function up to float32 summation order.
 - ``"quantized"``: the GGUF blocks are kept as bytes (what the file holds, ~0.5-1 byte a weight);
   a layer is dequantized (by :func:`reference.quants.dequantize`, bit-identical to ggml) into a
   :class:`FusedLayer` when the forward reaches it and dropped after; the embedding dequantizes only
   the rows it looks up and the output head streams its rows in chunks. Same numbers, much slower.
+- ``"int8"``: the GGUF blocks repacked losslessly (:mod:`engine.blocks`) into onnxruntime's
+  ``MatMulNBits`` with int8 activations (backend ``ort-q``): llama.cpp-class numerics, its own law.
+  A matrix whose type has no block form (float, IQ types) stays float32 on ``ort`` and is listed in
+  :attr:`WeightStore.float_matrices` (never requantized).
 
 :func:`estimate_bytes` predicts the resident size of a mode from the tensor table alone, and
 :func:`load_weights` refuses (:class:`InsufficientMemory`) before reading any weight when that
@@ -22,6 +27,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from engine import matmul
+from engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, repack
+from engine.matmul import Matmul, NumpyMatmul
 from reference import quants
 from reference.config import Config
 from reference.errors import ModelError, UnsupportedArchitecture
@@ -32,8 +40,10 @@ if TYPE_CHECKING:
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
 
-WEIGHT_MODES: tuple[str, ...] = ("f32", "quantized")
+WEIGHT_MODES: tuple[str, ...] = ("f32", "quantized", "int8")
+BACKEND_CHOICES: tuple[str, ...] = ("auto", *matmul.EXACT_BACKENDS)  # the f32 mode's kernel
 HEAD_CHUNK_ROWS = 8192  # quantized mode: head rows dequantized at a time (8192 x n_embd float32)
+INT8_HEAD_CHUNK_ROWS = 32768  # int8 mode: head rows per kernel session (bounds the load's copies)
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
 
 
@@ -43,14 +53,14 @@ class InsufficientMemory(ModelError):
 
 @dataclass(frozen=True)
 class FusedLayer:
-    """One decoder layer in matmul-friendly float32 layouts (GGUF ``[out, in]``, fused)."""
+    """One decoder layer: fused matrices (GGUF ``[out, in]``) behind the matmul seam."""
 
     attn_norm: F32                 # [n_embd]
-    wqkv: F32                      # [n_head*d + 2*n_kv*d, n_embd]  rows: q, then k, then v
-    wo: F32                        # [n_embd, n_head*d]
+    qkv: Matmul                    # [n_head*d + 2*n_kv*d, n_embd]  rows: q, then k, then v
+    o: Matmul                      # [n_embd, n_head*d]
     ffn_norm: F32                  # [n_embd]
-    wgu: F32                       # [2*n_ff, n_embd]  rows: gate, then up
-    wdown: F32                     # [n_embd, n_ff]
+    gu: Matmul                     # [2*n_ff, n_embd]  rows: gate, then up
+    down: Matmul                   # [n_embd, n_ff]
     bqkv: F32 | None = None        # [n_head*d + 2*n_kv*d]
     bo: F32 | None = None          # [n_embd]
     qk_norm: F32 | None = None     # [n_head + n_kv, d]: q_norm for query heads, k_norm for key heads
@@ -115,31 +125,35 @@ class WeightStore:
         rope_freqs: F32 | None,
         layers: list[FusedLayer] | None = None,
         token_embd: F32 | None = None,
-        output: F32 | None = None,
+        output: Matmul | None = None,
         quantized_layers: list[dict[str, _QuantTensor | F32 | None]] | None = None,
         token_embd_q: _QuantTensor | None = None,
         output_q: _QuantTensor | None = None,
+        backend: str = "numpy",
+        float_matrices: tuple[str, ...] = (),
     ) -> None:
         self.mode = mode
+        self.backend = backend          # numpy | ort | ort-q: the kernel every Matmul runs on
+        self.float_matrices = float_matrices  # int8 mode: matrices kept float32 (no block form)
         self.output_norm = output_norm  # [n_embd]
         self.rope_freqs = rope_freqs    # [rope_dim / 2] or None
         self._layers = layers
-        self._token_embd = token_embd   # [V, n_embd]
-        self._output = output           # [V, n_embd]
+        self._token_embd = token_embd   # [V, n_embd] float32, or None (rows from token_embd_q)
+        self._output = output           # [V, n_embd] behind the seam
         self._quantized_layers = quantized_layers
         self._token_embd_q = token_embd_q
         self._output_q = output_q
 
     def layer(self, index: int) -> FusedLayer:
-        """Layer ``index`` in fused float32 layouts (dequantized now in quantized mode)."""
+        """Layer ``index`` (in quantized mode dequantized now, on NumPy)."""
         if self._layers is not None:
             return self._layers[index]
         assert self._quantized_layers is not None
         return _fuse({k: (v.dequantize() if isinstance(v, _QuantTensor) else v)
-                      for k, v in self._quantized_layers[index].items()})
+                      for k, v in self._quantized_layers[index].items()}, "numpy")
 
     def embed_rows(self, ids: npt.NDArray[np.int64]) -> F32:
-        """Rows ``ids`` of the token embedding ``[T, n_embd]``."""
+        """Rows ``ids`` of the token embedding ``[T, n_embd]`` (bit-identical in every mode)."""
         if self._token_embd is not None:
             return np.asarray(self._token_embd[ids], dtype=np.float32)
         assert self._token_embd_q is not None
@@ -148,7 +162,7 @@ class WeightStore:
     def head_matmul(self, x: F32) -> F32:
         """``x @ output.T``: normed hidden ``[T, n_embd]`` -> logits ``[T, V]``."""
         if self._output is not None:
-            return np.asarray(x @ self._output.T, dtype=np.float32)
+            return self._output(x)
         assert self._output_q is not None
         n_rows = self._output_q.shape[0]
         out = np.empty((x.shape[0], n_rows), dtype=np.float32)
@@ -173,12 +187,23 @@ def estimate_bytes(f: "GGUFFile", mode: str) -> int:
 
     f32: 4 bytes per element of every tensor (a tied head shares the embedding). quantized: the
     file's bytes of every tensor, plus the largest layer dequantized (the working set) and one head
-    chunk.
+    chunk. int8: the kernel's bytes of every matrix (:func:`engine.blocks.kernel_nbytes`), the
+    embedding's file bytes (its rows are looked up there), 4 bytes an element of the rest.
     """
     _check_mode(mode)
     infos = list(f.tensors.values())
     if mode == "f32":
         return sum(4 * t.n_elements for t in infos)
+    if mode == "int8":
+        tied = "output.weight" not in f.tensors
+        total = 0
+        for t in infos:
+            if len(t.shape) == 2:
+                total += kernel_nbytes(t.ggml_type, t.n_elements)
+                total += t.nbytes if t.name == "token_embd.weight" and tied else 0
+            else:
+                total += 4 * t.n_elements
+        return total
     per_layer: dict[str, int] = {}
     for t in infos:
         if t.name.startswith("blk."):
@@ -253,8 +278,29 @@ def _layer_shapes(cfg: Config) -> dict[str, tuple[str, tuple[int, ...], bool]]:
     return shapes
 
 
-def _fuse(w: dict[str, F32 | None]) -> FusedLayer:
-    """Reference-layout tensors of one layer -> :class:`FusedLayer`."""
+def _fuse(w: dict[str, F32 | None], backend: str) -> FusedLayer:
+    """Reference-layout float32 tensors of one layer -> :class:`FusedLayer` on an exact backend."""
+
+    def need(key: str) -> F32:
+        value = w[key]
+        assert value is not None
+        return value
+
+    mats = (
+        matmul.exact(np.concatenate([need("wq"), need("wk"), need("wv")]), backend),
+        matmul.exact(need("wo"), backend),
+        matmul.exact(np.concatenate([need("gate"), need("up")]), backend),
+        matmul.exact(need("down"), backend),
+    )
+    rows = (need("wq").shape[0], need("wk").shape[0], need("wv").shape[0])
+    return _assemble(w, mats, rows)
+
+
+def _assemble(w: dict[str, F32 | None], mats: tuple[Matmul, Matmul, Matmul, Matmul], rows: tuple[int, int, int]) -> FusedLayer:
+    """A layer's vectors (norms, biases) and its four matmuls -> :class:`FusedLayer`.
+
+    ``rows``: the output sizes of q, k, v (the fused bias and per-head norms follow them).
+    """
 
     def need(key: str) -> F32:
         value = w[key]
@@ -264,21 +310,21 @@ def _fuse(w: dict[str, F32 | None]) -> FusedLayer:
     biases = [w.get("bq"), w.get("bk"), w.get("bv")]
     bqkv = None
     if any(b is not None for b in biases):
-        sizes = [need("wq").shape[0], need("wk").shape[0], need("wv").shape[0]]
-        bqkv = np.concatenate([np.zeros(n, np.float32) if b is None else b for b, n in zip(biases, sizes)])
+        bqkv = np.concatenate([np.zeros(n, np.float32) if b is None else b for b, n in zip(biases, rows)])
     qk_norm = None
     q_norm, k_norm = w.get("q_norm"), w.get("k_norm")
     if q_norm is not None and k_norm is not None:
         d = q_norm.shape[0]
-        n_head, n_kv = need("wq").shape[0] // d, need("wk").shape[0] // d
+        n_head, n_kv = rows[0] // d, rows[1] // d
         qk_norm = np.concatenate([np.tile(q_norm, (n_head, 1)), np.tile(k_norm, (n_kv, 1))])
+    qkv, o, gu, down = mats
     return FusedLayer(
         attn_norm=need("attn_norm"),
-        wqkv=np.ascontiguousarray(np.concatenate([need("wq"), need("wk"), need("wv")])),
-        wo=need("wo"),
+        qkv=qkv,
+        o=o,
         ffn_norm=need("ffn_norm"),
-        wgu=np.ascontiguousarray(np.concatenate([need("gate"), need("up")])),
-        wdown=need("down"),
+        gu=gu,
+        down=down,
         bqkv=bqkv,
         bo=w.get("bo"),
         qk_norm=qk_norm,
@@ -287,13 +333,35 @@ def _fuse(w: dict[str, F32 | None]) -> FusedLayer:
     )
 
 
-def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32") -> WeightStore:
-    """Read the weights of ``f`` in ``mode`` ("f32" or "quantized").
+def resolve_backend(mode: str, backend: str = "auto") -> str:
+    """The kernel a mode runs on: f32 -> ``backend`` ("auto": ort when importable, else numpy;
+    measured: ort's k-row passes cost ~1.3x a 1-row pass against NumPy's ~3x, bench), quantized ->
+    numpy (it dequantizes per call), int8 -> ort-q."""
+    if backend not in BACKEND_CHOICES:
+        raise ModelError(f"backend {backend!r} is not one of {', '.join(BACKEND_CHOICES)}")
+    if mode == "quantized":
+        if backend == "ort":
+            raise ModelError("weights mode 'quantized' dequantizes per call and runs on numpy; use --weights f32 --backend ort")
+        return "numpy"
+    if mode == "int8":
+        if backend == "numpy":
+            raise ModelError("weights mode 'int8' runs on onnxruntime (ort-q); --backend numpy needs --weights f32")
+        matmul.require_ort()
+        return "ort-q"
+    if backend == "auto":
+        return "ort" if matmul.ort_available() else "numpy"
+    return backend
+
+
+def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "auto") -> WeightStore:
+    """Read the weights of ``f`` in ``mode`` (see :data:`WEIGHT_MODES`) on ``backend``
+    (see :func:`resolve_backend`).
 
     Checks that the mode fits in memory first (:class:`InsufficientMemory`), then every tensor's
     presence and shape (ModelError naming it), as :meth:`reference.model.Model.load` does.
     """
     _check_mode(mode)
+    kernel = resolve_backend(mode, backend)
     from engine import FAST_ARCHITECTURES
 
     if cfg.arch not in FAST_ARCHITECTURES:
@@ -314,6 +382,16 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32") -> WeightStore:
     output_norm = t.f32("output_norm.weight", (e,))
     rope_freqs = t.optional("rope_freqs.weight", (cfg.rope_dim // 2,))
 
+    def keep(name: str, shape: tuple[int, ...]) -> _QuantTensor:
+        t.check(name, shape)
+        info = f.tensors[name]
+        return _QuantTensor(name, np.array(f.raw(name), dtype=np.uint8), info.ggml_type, shape)
+
+    def vectors(p: str) -> dict[str, F32 | None]:
+        return {key: (t.f32(p + suffix, shape) if required else t.optional(p + suffix, shape))
+                for key, (suffix, shape, required) in shapes.items() if len(shape) == 1}
+
+    head_name = "token_embd.weight" if tied else "output.weight"
     if mode == "f32":
         fused: list[FusedLayer] = []
         for il in range(cfg.n_layer):
@@ -322,15 +400,67 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32") -> WeightStore:
                 key: (t.f32(p + suffix, shape) if required else t.optional(p + suffix, shape))
                 for key, (suffix, shape, required) in shapes.items()
             }
-            fused.append(_fuse(raw))
-        token_embd = t.f32("token_embd.weight", (cfg.n_vocab, e))
-        output = token_embd if tied else t.f32("output.weight", (cfg.n_vocab, e))
-        return WeightStore(mode, output_norm, rope_freqs, layers=fused, token_embd=token_embd, output=output)
+            fused.append(_fuse(raw, kernel))
+        if kernel == "numpy":  # the head shares the embedding's float32 matrix when tied
+            token_embd = t.f32("token_embd.weight", (cfg.n_vocab, e))
+            head = token_embd if tied else t.f32("output.weight", (cfg.n_vocab, e))
+            return WeightStore(mode, output_norm, rope_freqs, layers=fused, token_embd=token_embd,
+                               output=NumpyMatmul(head), backend=kernel)
+        output = matmul.exact(t.f32(head_name, (cfg.n_vocab, e)), kernel)  # the kernel keeps its own copy
+        matmul.release_freed_memory()
+        return WeightStore(mode, output_norm, rope_freqs, layers=fused, output=output,
+                           token_embd_q=keep("token_embd.weight", (cfg.n_vocab, e)), backend=kernel)
 
-    def keep(name: str, shape: tuple[int, ...]) -> _QuantTensor:
-        t.check(name, shape)
-        info = f.tensors[name]
-        return _QuantTensor(name, np.array(f.raw(name), dtype=np.uint8), info.ggml_type, shape)
+    if mode == "int8":
+        floats: list[str] = []
+
+        def blocks_matmul(names: list[str], shape_rows: list[int], n_in: int) -> Matmul:
+            try:
+                parts = []
+                for name, n_out in zip(names, shape_rows):
+                    t.check(name, (n_out, n_in))
+                    parts.append(repack(f.raw(name), f.tensors[name].ggml_type, (n_out, n_in), name=name))
+                return matmul.ort_blocks(concat(parts), matmul.default_threads())
+            except NotBlockQuantized:  # kept exact, never requantized; listed for the load report
+                floats.extend(names)
+                w = np.concatenate([t.f32(name, (n_out, n_in)) for name, n_out in zip(names, shape_rows)])
+                return matmul.exact(w, "ort")
+
+        def head_chunk(first: int, rows: int) -> Matmul:
+            info = f.tensors[head_name]
+            row_bytes = info.nbytes // cfg.n_vocab
+            raw = np.asarray(f.raw(head_name)).reshape(cfg.n_vocab, row_bytes)[first : first + rows]
+            try:
+                part = repack(raw.reshape(-1), info.ggml_type, (rows, e), name=head_name)
+                return matmul.ort_blocks(part, matmul.default_threads())
+            except NotBlockQuantized:
+                if head_name not in floats:
+                    floats.append(head_name)
+                w = t.f32(head_name, (cfg.n_vocab, e))[first : first + rows]
+                return matmul.exact(np.ascontiguousarray(w), "ort")
+
+        q, kv, ff = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim, cfg.n_ff
+        layers_q: list[FusedLayer] = []
+        for il in range(cfg.n_layer):
+            p = f"blk.{il}."
+            mats = (
+                blocks_matmul([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], [q, kv, kv], e),
+                blocks_matmul([p + "attn_output.weight"], [e], q),
+                blocks_matmul([p + "ffn_gate.weight", p + "ffn_up.weight"], [ff, ff], e),
+                blocks_matmul([p + "ffn_down.weight"], [e], ff),
+            )
+            layers_q.append(_assemble(vectors(p), mats, (q, kv, kv)))
+            matmul.release_freed_memory()  # the peak of a load is its freed copies otherwise
+        head_parts: list[Matmul] = []
+        for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):  # bounded load-time copies
+            rows = min(INT8_HEAD_CHUNK_ROWS, cfg.n_vocab - first)
+            head_parts.append(head_chunk(first, rows))
+            matmul.release_freed_memory()
+        output_m: Matmul = head_parts[0] if len(head_parts) == 1 else matmul.RowChunks(head_parts)
+        matmul.release_freed_memory()
+        return WeightStore(mode, output_norm, rope_freqs, layers=layers_q, output=output_m,
+                           token_embd_q=keep("token_embd.weight", (cfg.n_vocab, e)), backend=kernel,
+                           float_matrices=tuple(floats))
 
     quantized: list[dict[str, _QuantTensor | F32 | None]] = []
     for il in range(cfg.n_layer):
@@ -345,5 +475,6 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32") -> WeightStore:
     embd_q = keep("token_embd.weight", (cfg.n_vocab, e))
     output_q = embd_q if tied else keep("output.weight", (cfg.n_vocab, e))
     return WeightStore(
-        mode, output_norm, rope_freqs, quantized_layers=quantized, token_embd_q=embd_q, output_q=output_q
+        mode, output_norm, rope_freqs, quantized_layers=quantized, token_embd_q=embd_q, output_q=output_q,
+        backend=kernel,
     )

@@ -8,6 +8,7 @@ from proofs.core import Obligation
 
 MODULES: tuple[str, ...] = (
     "proofs.lossless",
+    "proofs.tree",
     "proofs.argmax",
     "proofs.tukey",
     "proofs.conformal",

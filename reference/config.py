@@ -115,23 +115,87 @@ class Config:
             raise UnsupportedArchitecture(
                 f"architecture {arch!r} is not supported (supported: {supported})"
             )
-        meta = _Metadata(f, arch)
         token_embd = f.tensors.get("token_embd.weight")
         if token_embd is None:
             raise ModelError("tensor 'token_embd.weight' is missing")
-        n_vocab = int(token_embd.shape[0])
-        return reader(meta, n_vocab)
+        shape = tuple(int(n) for n in token_embd.shape)  # [n_vocab, n_embd]
+        if len(shape) != 2 or min(shape) <= 0:
+            raise ModelError(
+                f"tensor 'token_embd.weight' has shape {list(shape)}, expected [n_vocab, n_embd], both positive"
+            )
+        meta = _Metadata(f, arch)
+        config = reader(meta, shape[0])
+        if config.n_embd != shape[1]:
+            raise ModelError(
+                f"metadata key '{arch}.embedding_length' = {config.n_embd} but token_embd.weight has "
+                f"{shape[1]} columns"
+            )
+        return config
 
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = ("gemma3", "gemma4", "llama", "phi3")
 
+# Metadata is bounded before it sizes anything (a tuple per layer, a cache per position), because a
+# corrupt or hostile file can claim 2^64 - 1 layers as easily as 30. Counts and widths are bounded
+# by the tensors present (see _Metadata); the context length, which no tensor carries, by this
+# limit: 2^27 positions, 12x the longest context of a released GGUF model (Llama 4 Scout, 10M).
+MAX_CONTEXT_LENGTH = 2**27
+
 
 class _Metadata:
-    """Typed access to ``{arch}.*`` keys, with errors that name the key."""
+    """Typed access to ``{arch}.*`` keys, with errors that name the key.
+
+    Also the bounds the tensor table puts on the hyperparameters: ``max_layers`` (the number of
+    distinct ``blk.N.`` prefixes: every layer has its own tensors) and ``max_width`` (the largest
+    dim of any tensor: every width -- n_embd, n_ff, n_head * head_dim -- is some tensor's dim).
+    """
 
     def __init__(self, f: "GGUFFile", arch: str) -> None:
         self._f = f
         self.arch = arch
+        layers: set[str] = set()
+        widest = 0
+        for name, info in f.tensors.items():
+            parts = name.split(".")
+            if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
+                layers.add(parts[1])
+            widest = max([widest, *(int(n) for n in info.shape)])
+        self.max_layers = len(layers)
+        self.max_width = widest
+
+    def layer_count(self) -> int:
+        """``block_count``, positive and at most the number of layers with tensors in the file."""
+        n_layer = _positive("n_layer", self.integer("block_count"))
+        if n_layer > self.max_layers:
+            raise ModelError(
+                f"metadata key '{self.arch}.block_count' = {n_layer}, but the file holds tensors "
+                f"of {self.max_layers} layers"
+            )
+        return n_layer
+
+    def width(self, name: str, suffix: str, default: int | None = None) -> int:
+        """A positive width (n_embd, n_ff, a head count or dim), at most the widest tensor dim."""
+        value = _positive(name, self.integer(suffix, default))
+        if value > self.max_width:
+            raise ModelError(
+                f"hyperparameter {name} = {value} exceeds every tensor dim in the file "
+                f"(the largest is {self.max_width})"
+            )
+        return value
+
+    def context_length(self) -> int:
+        value = _positive("context_length", self.integer("context_length"))
+        if value > MAX_CONTEXT_LENGTH:
+            raise ModelError(f"context_length {value} exceeds the limit {MAX_CONTEXT_LENGTH} (2^27)")
+        return value
+
+    def finite(self, suffix: str, default: float | None = None, *, positive: bool) -> float:
+        """A finite number, > 0 (``positive``) or >= 0; ModelError naming the key otherwise."""
+        value = self.number(suffix, default)
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            bound = "> 0" if positive else ">= 0"
+            raise ModelError(f"metadata key '{self.arch}.{suffix}' = {value!r} must be finite and {bound}")
+        return value
 
     def raw(self, key: str) -> Any:
         value = self._f.get(key, None)
@@ -169,6 +233,13 @@ class _Metadata:
         return default if value is None else str(value)
 
 
+def _integer_item(key: str, item: object) -> int:
+    """One entry of an integer array (a per-layer count), ModelError naming the key otherwise."""
+    if isinstance(item, bool) or not isinstance(item, int):
+        raise ModelError(f"metadata key {key!r} holds {item!r}, not an integer")
+    return item
+
+
 def _positive(name: str, value: int) -> int:
     if value <= 0:
         raise ModelError(f"hyperparameter {name} = {value} must be positive")
@@ -203,11 +274,16 @@ def _check_heads(n_embd: int, n_head: int, n_head_kv: int) -> None:
 
 
 def _head_dim(meta: _Metadata, n_embd: int, n_head: int) -> int:
-    head_dim = meta.integer("attention.key_length", n_embd // n_head)
+    head_dim = meta.width("head_dim", "attention.key_length", n_embd // n_head)
     value_dim = meta.integer("attention.value_length", head_dim)
     if value_dim != head_dim:
         raise ModelError(f"attention.value_length {value_dim} != key_length {head_dim}")
-    return _positive("head_dim", head_dim)
+    if n_head * head_dim > meta.max_width:  # the rows of attn_q
+        raise ModelError(
+            f"head_count {n_head} x head dim {head_dim} exceeds every tensor dim in the file "
+            f"(the largest is {meta.max_width})"
+        )
+    return head_dim
 
 
 def _rope_dim(meta: _Metadata, head_dim: int) -> int:
@@ -219,13 +295,13 @@ def _rope_dim(meta: _Metadata, head_dim: int) -> int:
 
 def _llama(meta: _Metadata, n_vocab: int) -> Config:
     """llama (SmolLM2, TinyLlama, Mistral, Llama 2/3): pre-norm, RoPE NORM, SwiGLU, GQA."""
-    n_embd = meta.integer("embedding_length")
-    n_head = meta.integer("attention.head_count")
-    n_head_kv = meta.integer("attention.head_count_kv", n_head)
+    n_embd = meta.width("n_embd", "embedding_length")
+    n_head = meta.width("n_head", "attention.head_count")
+    n_head_kv = meta.width("n_head_kv", "attention.head_count_kv", n_head)
     _check_heads(n_embd, n_head, n_head_kv)
-    n_layer = _positive("n_layer", meta.integer("block_count"))
+    n_layer = meta.layer_count()
     head_dim = _head_dim(meta, n_embd, n_head)
-    rope_base = meta.number("rope.freq_base", 10000.0)
+    rope_base = meta.finite("rope.freq_base", 10000.0, positive=True)
     scaling_type, scaling_factor = _rope_scaling(meta)
     return Config(
         arch=meta.arch,
@@ -235,17 +311,17 @@ def _llama(meta: _Metadata, n_vocab: int) -> Config:
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
-        n_ff=_positive("n_ff", meta.integer("feed_forward_length")),
+        n_ff=meta.width("n_ff", "feed_forward_length"),
         rope_base=rope_base,
         rope_base_local=rope_base,
         rope_dim=_rope_dim(meta, head_dim),
         rope_type=ROPE_NORM,
         rope_scaling_type=scaling_type,
         rope_scaling_factor=scaling_factor,
-        norm_eps=meta.number("attention.layer_norm_rms_epsilon"),
+        norm_eps=meta.finite("attention.layer_norm_rms_epsilon", positive=False),
         sliding_window=0,
         sliding_layers=(False,) * n_layer,
-        context_length=_positive("context_length", meta.integer("context_length")),
+        context_length=meta.context_length(),
         final_softcap=None,
         embed_scale=1.0,
         attn_scale=1.0 / math.sqrt(head_dim),
@@ -274,7 +350,8 @@ def _sliding_layers(meta: _Metadata, n_layer: int, default_pattern: int) -> tupl
         if len(flags) != n_layer:
             raise ModelError(f"sliding_window_pattern has {len(flags)} entries for {n_layer} layers")
         return flags
-    pattern = default_pattern if value is None else int(value)
+    key = f"{meta.arch}.attention.sliding_window_pattern"
+    pattern = default_pattern if value is None else _integer_item(key, value)
     if pattern < 0:
         raise ModelError(f"sliding_window_pattern {pattern} must be >= 0")
     return tuple(pattern == 0 or il % pattern < pattern - 1 for il in range(n_layer))
@@ -282,11 +359,11 @@ def _sliding_layers(meta: _Metadata, n_layer: int, default_pattern: int) -> tupl
 
 def _gemma3(meta: _Metadata, n_vocab: int) -> Config:
     """gemma3: scaled embeddings, QK-norm, NEOX RoPE, post-norms, GeGLU, 5 local : 1 global."""
-    n_embd = meta.integer("embedding_length")
-    n_head = meta.integer("attention.head_count")
-    n_head_kv = meta.integer("attention.head_count_kv", n_head)
+    n_embd = meta.width("n_embd", "embedding_length")
+    n_head = meta.width("n_head", "attention.head_count")
+    n_head_kv = meta.width("n_head_kv", "attention.head_count_kv", n_head)
     _check_heads(n_embd, n_head, n_head_kv)
-    n_layer = _positive("n_layer", meta.integer("block_count"))
+    n_layer = meta.layer_count()
     head_dim = _head_dim(meta, n_embd, n_head)
     sliding_window = meta.integer("attention.sliding_window", 0)
     if sliding_window < 0:
@@ -298,7 +375,7 @@ def _gemma3(meta: _Metadata, n_vocab: int) -> Config:
     scaling_type, scaling_factor = _rope_scaling(meta)
     # gemma_pytorch config: query_pre_attn_scalar = head_dim, except the 27B (n_embd / n_head).
     query_scalar = n_embd / n_head if n_layer == GEMMA3_27B_LAYERS else float(head_dim)
-    softcap = meta.optional_float("final_logit_softcapping")
+    softcap = meta.finite("final_logit_softcapping", 0.0, positive=False)  # 0: none
     return Config(
         arch=meta.arch,
         n_vocab=n_vocab,
@@ -307,17 +384,17 @@ def _gemma3(meta: _Metadata, n_vocab: int) -> Config:
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
-        n_ff=_positive("n_ff", meta.integer("feed_forward_length")),
-        rope_base=meta.number("rope.freq_base", 10000.0),
+        n_ff=meta.width("n_ff", "feed_forward_length"),
+        rope_base=meta.finite("rope.freq_base", 10000.0, positive=True),
         rope_base_local=GEMMA3_ROPE_BASE_LOCAL,
         rope_dim=_rope_dim(meta, head_dim),
         rope_type=ROPE_NEOX,
         rope_scaling_type=scaling_type,
         rope_scaling_factor=scaling_factor,
-        norm_eps=meta.number("attention.layer_norm_rms_epsilon"),
+        norm_eps=meta.finite("attention.layer_norm_rms_epsilon", positive=False),
         sliding_window=sliding_window,
         sliding_layers=sliding,
-        context_length=_positive("context_length", meta.integer("context_length")),
+        context_length=meta.context_length(),
         final_softcap=softcap if softcap else None,
         embed_scale=math.sqrt(n_embd),
         attn_scale=1.0 / math.sqrt(query_scalar),
@@ -360,26 +437,27 @@ def _gemma4(meta: _Metadata, n_vocab: int) -> Config:
     a sliding head dim larger than the global one, and MoE (26B-A4B). Per-layer KV-head counts
     (``head_count_kv`` as an array: gemma-4-31B's num_global_key_value_heads) are supported.
     """
-    n_embd = meta.integer("embedding_length")
-    n_head = meta.integer("attention.head_count")
-    n_layer = _positive("n_layer", meta.integer("block_count"))
+    n_embd = meta.width("n_embd", "embedding_length")
+    n_head = meta.width("n_head", "attention.head_count")
+    n_layer = meta.layer_count()
     kv_value = meta.raw(f"{meta.arch}.attention.head_count_kv")
     kv_layers: tuple[int, ...] = ()
     if isinstance(kv_value, Sequence) and not isinstance(kv_value, (str, bytes)):
-        kv_layers = tuple(int(x) for x in kv_value)  # converter: num_global_key_value_heads
+        key = f"{meta.arch}.attention.head_count_kv"  # converter: num_global_key_value_heads
+        kv_layers = tuple(_integer_item(key, x) for x in kv_value)
         if len(kv_layers) != n_layer:
             raise ModelError(f"attention.head_count_kv has {len(kv_layers)} entries for {n_layer} layers")
         for count in kv_layers:
             _check_heads(n_embd, n_head, count)
         n_head_kv = max(kv_layers)
     else:
-        n_head_kv = meta.integer("attention.head_count_kv", n_head)
+        n_head_kv = meta.width("n_head_kv", "attention.head_count_kv", n_head)
     _check_heads(n_embd, n_head, n_head_kv)
     for key in ("embedding_length_per_layer_input", "attention.shared_kv_layers"):
         if meta.integer(key, 0) != 0:
             raise ModelError(f"gemma4 {key} = {meta.integer(key)} is not supported")
     head_dim = _head_dim(meta, n_embd, n_head)
-    head_dim_swa = _positive("head_dim_swa", meta.integer("attention.key_length_swa", head_dim))
+    head_dim_swa = meta.width("head_dim_swa", "attention.key_length_swa", head_dim)
     if meta.integer("attention.value_length_swa", head_dim_swa) != head_dim_swa:
         raise ModelError("attention.value_length_swa != key_length_swa")
     if head_dim_swa > head_dim:
@@ -395,8 +473,8 @@ def _gemma4(meta: _Metadata, n_vocab: int) -> Config:
         raise ModelError("gemma4 needs attention.sliding_window_pattern as a per-layer array")
     sliding = _sliding_layers(meta, n_layer, 0)
     scaling_type, scaling_factor = _rope_scaling(meta)
-    rope_base = meta.number("rope.freq_base", 10000.0)
-    softcap = meta.optional_float("final_logit_softcapping")
+    rope_base = meta.finite("rope.freq_base", 10000.0, positive=True)
+    softcap = meta.finite("final_logit_softcapping", 0.0, positive=False)  # 0: none
     return Config(
         arch=meta.arch,
         n_vocab=n_vocab,
@@ -405,17 +483,17 @@ def _gemma4(meta: _Metadata, n_vocab: int) -> Config:
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
-        n_ff=_positive("n_ff", meta.integer("feed_forward_length")),
+        n_ff=meta.width("n_ff", "feed_forward_length"),
         rope_base=rope_base,
-        rope_base_local=meta.number("rope.freq_base_swa", rope_base),
+        rope_base_local=meta.finite("rope.freq_base_swa", rope_base, positive=True),
         rope_dim=_rope_dim(meta, head_dim),
         rope_type=ROPE_NEOX,
         rope_scaling_type=scaling_type,
         rope_scaling_factor=scaling_factor,
-        norm_eps=meta.number("attention.layer_norm_rms_epsilon"),
+        norm_eps=meta.finite("attention.layer_norm_rms_epsilon", positive=False),
         sliding_window=sliding_window,
         sliding_layers=sliding,
-        context_length=_positive("context_length", meta.integer("context_length")),
+        context_length=meta.context_length(),
         final_softcap=softcap if softcap else None,
         embed_scale=math.sqrt(n_embd),
         attn_scale=1.0,

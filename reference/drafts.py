@@ -18,6 +18,10 @@ drawn from (:class:`Proposal`), then asks it to score the span ``pending + draft
                      target's (same size, same token texts) or :class:`DraftError`.
     self             the target drafts for itself in a second cache: every draft is accepted up to
                      float rounding (alpha = 1); a sanity mode.
+    suffix           suffix drafting (:mod:`reference.suffix_draft`): the most frequent observed
+                     continuation of the longest matching suffix, over this request's text and a
+                     bounded cross-request cache of earlier outputs (``--draft-cache PATH``).
+                     Deterministic: q is one-hot.
 
 Laws. With a greedy target the draft proposes its own argmax (q one-hot). With a sampling target
 the draft samples from q_i = ``law(draft_logits_i, history + drafts[:i], draft_params)``, where
@@ -384,7 +388,7 @@ def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """A parsed ``--draft`` value: kind ``ngram``, ``layerskip`` (layer), ``model`` (path), ``self``."""
+    """A parsed ``--draft`` value: kind ``ngram``, ``suffix``, ``layerskip`` (layer), ``model`` (path), ``self``."""
 
     kind: str
     layer: int = 0
@@ -395,8 +399,8 @@ class DraftSpec:
 
 
 def parse_draft_spec(text: str) -> DraftSpec:
-    """``ngram`` | ``layerskip:M`` | ``model:PATH`` | ``self`` -> DraftSpec; DraftError otherwise."""
-    if text in ("ngram", "self"):
+    """``ngram`` | ``suffix`` | ``layerskip:M`` | ``model:PATH`` | ``self`` -> DraftSpec; DraftError otherwise."""
+    if text in ("ngram", "suffix", "self"):
         return DraftSpec(text)
     kind, sep, arg = text.partition(":")
     if sep and kind == "layerskip":
@@ -406,7 +410,7 @@ def parse_draft_spec(text: str) -> DraftSpec:
             raise DraftError(f"layerskip needs an integer layer, got {arg!r} in --draft {text!r}") from None
     if sep and kind == "model" and arg:
         return DraftSpec("model", path=arg)
-    raise DraftError(f"unknown draft spec {text!r} (expected ngram, layerskip:M, model:PATH or self)")
+    raise DraftError(f"unknown draft spec {text!r} (expected ngram, suffix, layerskip:M, model:PATH or self)")
 
 
 def check_options(k: int, p_min: float) -> None:
@@ -432,14 +436,26 @@ def check_same_vocab(target: "Tokenizer", draft: "Tokenizer", draft_name: str) -
 
 
 def make_draft(
-    spec: DraftSpec, target: TargetModel, target_tokenizer: "Tokenizer | None" = None
+    spec: DraftSpec, target: TargetModel, target_tokenizer: "Tokenizer | None" = None,
+    cache_path: Path | None = None,
 ) -> DraftSource:
     """Build the draft source of ``spec`` for ``target`` (loading a draft model for ``model:``).
 
-    DraftError for a layer outside 1..L-1 or a vocabulary mismatch (checked before any decoding).
+    ``cache_path``: the suffix draft's persisted cross-request cache (``--draft-cache``; other
+    kinds refuse it). DraftError for a layer outside 1..L-1, a vocabulary mismatch or a bad cache
+    file (checked before any decoding).
     """
+    if cache_path is not None and spec.kind != "suffix":
+        raise DraftError(f"--draft-cache is for --draft suffix, not {spec}")
     if spec.kind == "ngram":
         return NgramDraft()
+    if spec.kind == "suffix":
+        from reference.suffix_draft import SuffixCache, SuffixDraft, vocab_fingerprint
+
+        if cache_path is None:
+            return SuffixDraft()
+        fingerprint = vocab_fingerprint(target_tokenizer) if target_tokenizer is not None else ""
+        return SuffixDraft(SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path)
     if spec.kind == "self":
         return ModelDraft(target, "self")
     if spec.kind == "layerskip":

@@ -217,6 +217,7 @@ _MIN_VALUE_BYTES: dict[GGUFValueType, int] = {
 _MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, one key byte, type, smallest value
 _MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
 _INT64_MAX = 2**63 - 1
+_F32_BYTES = 4  # a tensor decodes to float32: its shape must be addressable at 4 bytes an element
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,11 +438,15 @@ def _read_tensor_info(cur: _Cursor, index: int) -> tuple[str, int, tuple[int, ..
     dims = tuple(cur.i64(f"{label} dims[{j}]") for j in range(n_dims))
     if any(d < 0 for d in dims):
         raise GGUFBadShape(f"offset {dims_at}: {label} has a negative dim in {dims}")
-    n_elements = 1
+    # The extent ignores empty dims: a [0, 2^62] tensor holds no element, yet no array of that
+    # shape can be made (numpy sizes a shape by its non-zero dims), so it is refused here too.
+    extent = 1
     for d in dims:
-        n_elements *= d
-    if n_elements > _INT64_MAX:
-        raise GGUFLimitExceeded(f"offset {dims_at}: {label} dims {dims} overflow int64 elements")
+        extent *= max(d, 1)
+    if extent > _INT64_MAX // _F32_BYTES:
+        raise GGUFLimitExceeded(
+            f"offset {dims_at}: {label} dims {dims} overflow int64 bytes once decoded to float32"
+        )
     type_at = cur.pos
     ggml_type = cur.u32(f"{label} type")
     try:

@@ -85,6 +85,38 @@ def attention_mask(
     return np.asarray(visible, dtype=np.bool_)
 
 
+# Query rows attended at a time by blocked_attention. Each row's softmax is its own, so blocks
+# compute the same function; they bound the mask and the scores to [block, S] and
+# [n_head, block, S]: an 8k-token prefill of SmolLM2 (9 heads) holds 9 * 256 * 8192 * 4 bytes =
+# 75 MB of scores per temporary instead of 2.4 GB (and no 8-byte [T, S] distance matrix).
+ATTENTION_QUERY_BLOCK = 256
+
+
+def blocked_attention(
+    q: F32,  # [T, n_head, d]
+    k: F32,  # [n_kv, S, d]
+    v: F32,  # [n_kv, S, d]
+    query_positions: npt.NDArray[np.int64],  # [T]
+    key_positions: npt.NDArray[np.int64],  # [S]
+    sliding_window: int,
+    scale: float,
+) -> F32:
+    """:func:`attention` under :func:`attention_mask`, ATTENTION_QUERY_BLOCK query rows at a time
+    -> ``[T, n_head * d]``. Memory is linear in T; BLAS may round a block's rows differently
+    from a whole span's (different matrix shapes), within float32 matmul rounding."""
+    parts = [
+        attention(
+            q[i : i + ATTENTION_QUERY_BLOCK],
+            k,
+            v,
+            attention_mask(query_positions[i : i + ATTENTION_QUERY_BLOCK], key_positions, sliding_window),
+            scale,
+        )
+        for i in range(0, q.shape[0], ATTENTION_QUERY_BLOCK)
+    ]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def attention(
     q: F32,  # [T, n_head, d]
     k: F32,  # [n_kv, S, d]  (every visible slot, this span's included)

@@ -257,9 +257,8 @@ class Model:
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
         end = start + n_tokens
         window = cfg.sliding_window if cfg.is_sliding(layer) else 0
-        mask = layers.attention_mask(positions, cache.positions[:end], window)  # [T, end]
         keys, values = cache.keys(layer, end)[:n_kv, :, :d], cache.values(layer, end)[:n_kv, :, :d]
-        out = layers.attention(q, keys, values, mask, cfg.attn_scale)
+        out = layers.blocked_attention(q, keys, values, positions, cache.positions[:end], window, cfg.attn_scale)
         return layers.linear(out, w.wo, w.bo)
 
     def _rope(self, x: F32, layer: int, positions: npt.NDArray[np.int64]) -> F32:

@@ -23,7 +23,7 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     png = tmp_path / "bench.png"
     status = cli.main(["bench", "--model", str(smollm2_path), "--json", "--plot", str(png),
                        "--tokens", "3", "--prefill-tokens", "8", "--reference-tokens", "2", "--k", "3", "--no-kernels",
-                       "--prompts", "chat,repetitive", "--repeats", "1", "--matmul-repeats", "1"])
+                       "--prompts", "chat,repetitive", "--repeats", "1", "--matmul-repeats", "1", "--no-rss"])
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report) >= {"date", "model", "machine", "matmul_bound", "plain", "prefill", "speculative",
@@ -46,6 +46,18 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     for key in ("plain_over_matmul_bound", "plain_over_reference", "speculative_ngram_geomean_over_plain"):
         assert _positive_finite(ratios[key]), key
     assert report["llama_cpp"]["available"] in (True, False)
+    # every backend / weights mode in the same run (engine/bench_backends.py)
+    modes = report["backends"]["modes"]
+    assert set(modes) == {"f32/numpy", "f32/ort", "int8/ort-q"} and report["default_backend"] == "ort"
+    for mode in modes.values():
+        assert set(mode["rows_cost_relative"]) == {"1", "2", "3", "5", "8"}
+        assert all(_positive_finite(mode[k]) for k in ("bound_tok_s", "plain_tok_s", "plain_over_bound"))
+        assert 0 <= mode["k_within"] <= 7
+    for run in report["speculative_int8"]["ngram"]["runs"]:
+        if run["temperature"] == 0.0:
+            assert run["same_tokens_as_plain"] is True  # lossless relative to the int8 mode's own law
+    for key in ("exact_ort_5row_over_1row", "int8_5row_over_1row", "exact_plain_over_f32_bound", "int8_plain_over_exact_plain"):
+        assert _positive_finite(ratios[key]), key
     assert _positive_finite(report["peak_rss_mib"])
     assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = format_report(report)
@@ -62,6 +74,16 @@ def test_kernel_comparison_runs_each_coretype_in_a_child() -> None:
         assert set(r["ms_by_rows"]) == {"1", "4"} and all(_positive_finite(v) for v in r["ms_by_rows"].values())
     haswell = next(r for r in results if r["coretype"] == "Haswell")
     assert haswell["kernel"] in ("Haswell", None)  # None: a BLAS other than OpenBLAS
+
+
+def test_rss_probe_reports_a_child_peak(tiny_gguf: Any) -> None:
+    from engine.bench_backends import rss_probe
+
+    path = tiny_gguf("llama")
+    probe = rss_probe(path, "int8", "ort-q", steps=2, timeout_s=300)
+    assert "error" not in probe, probe
+    assert probe["peak_rss_mib"] >= probe["interpreter_mib"] > 0
+    assert _positive_finite(probe["over_file_plus_kv"]) and probe["kv_mib"] > 0
 
 
 def test_bench_refuses_an_unknown_prompt_kind(capsys: pytest.CaptureFixture[str]) -> None:
@@ -89,7 +111,7 @@ def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_pa
     cal_path = tmp_path / "cal.json"
     cal.save(cal_path)
     options = BenchOptions(decode_tokens=6, prefill_tokens=8, matmul_repeats=1, reference=False, kernels=False,
-                           prompts=(("chat", "Hello"),), repeats=1, early_exit=cal_path)
+                           prompts=(("chat", "Hello"),), repeats=1, early_exit=cal_path, backends=False)
     report = run_bench(smollm2_path, options)
     ee = report["early_exit"]
     assert ee["available"] is True and ee["gate"] == "margin" and ee["n_layer"] == 30

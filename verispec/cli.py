@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module under :mod:`verispec.commands` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` to a ``run(args) -> int``.
-Typed verispec errors become one line on stderr and exit status 2; nothing else is swallowed.
+Typed verispec errors become one line on stderr and exit status 2; Ctrl-C becomes one line and
+exit status 130 (every output file or folder is written atomically, so nothing is half-written);
+nothing else is swallowed.
 """
 
 from __future__ import annotations
@@ -42,16 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         status: int = args.func(args)
     except VerispecError as exc:
         print(f"verispec: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `verispec ... | head`
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: outputs are atomic (verispec/atomic.py), so nothing is half-written
+        print("verispec: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return status
 
 

@@ -28,21 +28,23 @@ class EngineLoaded:
 
 
 def load_engine(
-    source: "str | GGUFFile", *, need_chat: bool = False, engine: str = "fast", weights: str = "f32"
+    source: "str | GGUFFile", *, need_chat: bool = False, engine: str = "fast", weights: str = "f32",
+    backend: str = "auto",
 ) -> EngineLoaded:
-    """Resolve a registry name or path (or take an open file) and load it on ``engine`` with ``weights``.
+    """Resolve a registry name or path (or take an open file) and load it on ``engine`` with
+    ``weights`` on ``backend``.
 
     ModelError for an unknown engine / weights mode, InsufficientMemory before loading when the
     weights will not fit; with ``need_chat`` a model without a chat format is a ChatFormatError.
     """
     if isinstance(source, GGUFFile):
-        return _load(source, need_chat=need_chat, engine=engine, weights=weights)
+        return _load(source, need_chat=need_chat, engine=engine, weights=weights, backend=backend)
     with GGUFFile.open(resolve_model(source)) as f:
-        return _load(f, need_chat=need_chat, engine=engine, weights=weights)
+        return _load(f, need_chat=need_chat, engine=engine, weights=weights, backend=backend)
 
 
-def _load(f: GGUFFile, *, need_chat: bool, engine: str, weights: str) -> EngineLoaded:
-    model = load_model(f, engine=engine, weights=weights)
+def _load(f: GGUFFile, *, need_chat: bool, engine: str, weights: str, backend: str) -> EngineLoaded:
+    model = load_model(f, engine=engine, weights=weights, backend=backend)
     if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
         print(
             f"verispec: note: the fast engine implements {', '.join(FAST_ARCHITECTURES)}; "

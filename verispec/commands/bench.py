@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.bench import DRAFTS, PROMPTS, BenchOptions, format_report, plot, run_bench
 from reference.errors import VerispecError
 from verispec.registry import DEFAULT_MODEL, resolve_model
+from verispec.workload import WorkloadItem, load_workload, select
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -26,7 +27,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--prompts", default=None, metavar="KIND,...", help=f"prompt kinds to run speculative decoding on (default all: {', '.join(k for k, _ in PROMPTS)})")
     parser.add_argument("--matmul-repeats", type=int, default=5, help="timed passes of each matmul stream, best kept (default 5)")
     parser.add_argument("--repeats", type=int, default=2, help="alternating plain/speculative runs per prompt, best of each kept (default 2)")
+    parser.add_argument("--no-backends", action="store_true", help="skip measuring every backend / weights mode (numpy, ort, int8)")
+    parser.add_argument("--no-rss", action="store_true", help="skip the per-mode peak-RSS child processes")
     parser.add_argument("--early-exit", default=None, metavar="CAL.json", help="also measure certified early exit with this calibration (verispec calibrate)")
+    parser.add_argument("--workload", nargs="?", const="", default=None, metavar="FILE.jsonl",
+                        help="also run the chat workload (default verispec/data/workload.jsonl) per category")
+    parser.add_argument("--workload-categories", default=None, metavar="CAT,...", help="workload categories to run (default all)")
+    parser.add_argument("--workload-per-category", type=int, default=None, metavar="N", help="first N requests of each category (default all)")
+    parser.add_argument("--workload-greedy-only", action="store_true", help="skip the workload's sampled (T=0.8) runs")
     parser.set_defaults(func=run)
 
 
@@ -45,7 +53,17 @@ def _prompts(text: str | None) -> tuple[tuple[str, str], ...]:
     return tuple((k, known[k]) for k in kinds)
 
 
+def _workload(args: argparse.Namespace) -> "tuple[WorkloadItem, ...]":
+    """The requested workload items (WorkloadError, one line, for a bad file or selection)."""
+    if args.workload is None:
+        return ()
+    items = load_workload(Path(args.workload)) if args.workload else load_workload()
+    categories = [c.strip() for c in args.workload_categories.split(",")] if args.workload_categories else None
+    return select(items, categories, args.workload_per_category)
+
+
 def run(args: argparse.Namespace) -> int:
+    workload = _workload(args)  # checked before the model loads
     options = BenchOptions(
         decode_tokens=args.tokens,
         prefill_tokens=args.prefill_tokens,
@@ -58,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         matmul_repeats=args.matmul_repeats,
         early_exit=Path(args.early_exit) if args.early_exit else None,
+        backends=not args.no_backends,
+        rss_children=not args.no_rss,
+        workload=workload,
+        workload_sampled=not args.workload_greedy_only,
     )
     report = run_bench(resolve_model(args.model), options)
     if args.plot:

@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens_per_prompt < 1:
         raise CalibrationError(f"--tokens-per-prompt must be >= 1, got {args.tokens_per_prompt}")
     path = resolve_model(args.model)
-    loaded = load_engine(str(path), engine=args.engine, weights=args.weights)
+    loaded = load_engine(str(path), engine=args.engine, weights=args.weights, backend=args.backend)
     prompts = read_prompts(args.prompts)[: args.max_prompts]
     encoded = encode_prompts(loaded.tokenizer, loaded.chat, prompts)
     gate: GateKind = "margin" if args.gate == "margin" else args.residual

@@ -19,6 +19,7 @@ from verispec.commands.request import LoadedModel as LoadedModel  # re-exported:
 from verispec.commands.request import add_engine_arguments, build_request, result_json, stats_line, stream
 from verispec.commands.request import load as load
 from verispec.commands.speculative import run_speculative
+from verispec.commands.validate import check_generate
 from verispec.engine_load import load_engine
 from verispec.registry import DEFAULT_MODEL
 
@@ -47,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     add_engine_arguments(parser)
     # speculative decoding (reference/decode.py, reference/drafts.py, reference/evidence.py)
-    parser.add_argument("--draft", default=None, metavar="SPEC", help="speculative decoding with draft source ngram | layerskip:M | model:PATH | self")
+    parser.add_argument("--draft", default=None, metavar="SPEC", help="speculative decoding with draft source ngram | suffix | layerskip:M | model:PATH | self")
+    parser.add_argument("--draft-cache", default=None, metavar="PATH", help="with --draft suffix: a cross-request cache of earlier outputs, read and rewritten atomically")
     parser.add_argument("--k", type=int, default=4, help="draft tokens per cycle (the maximum with --adaptive; default 4)")
     parser.add_argument("--adaptive", action="store_true", help="adapt k each cycle (down to plain steps when drafting does not pay)")
     parser.add_argument("--p-min", type=float, default=0.0, help="stop drafting when the draft's top probability is below this (default 0)")
@@ -64,11 +66,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def run(args: argparse.Namespace) -> int:
+    check_generate(args)  # every flag, before any model is loaded (verispec/commands/validate.py)
     if getattr(args, "early_exit", None) is not None:
         return run_early_exit(args)
     if getattr(args, "draft", None) is not None:
         return run_speculative(args)
-    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights)
+    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend)
     request = build_request(args, loaded)
     if args.json:
         result = generate(loaded.model, loaded.tokenizer, request)

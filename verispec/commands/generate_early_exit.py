@@ -34,7 +34,7 @@ def exit_line(stats: ExitStats) -> str:
 def run_early_exit(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     calibration = Calibration.load(args.early_exit, file_sha256(path))
-    loaded = load_engine(str(path), need_chat=args.chat, engine=getattr(args, "engine", "fast"), weights=getattr(args, "weights", "f32"))
+    loaded = load_engine(str(path), need_chat=args.chat, engine=getattr(args, "engine", "fast"), weights=getattr(args, "weights", "f32"), backend=getattr(args, "backend", "auto"))
     request = build_request(args, loaded)
 
     def stream(piece: str) -> None:

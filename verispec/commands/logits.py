@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 
 from engine.generate import prompt_logits_any as prompt_logits
 from reference.generate import encode_prompt
 from verispec.commands.request import add_engine_arguments, load  # noqa: F401  (load: the reference loader, kept importable here)
+from verispec.atomic import replace_file
+from verispec.commands.validate import check_logits
 from verispec.engine_load import load_engine
 from verispec.registry import DEFAULT_MODEL
 
@@ -30,10 +33,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_engine(args.model, engine=args.engine, weights=args.weights)
+    check_logits(args)  # before the model loads
+    loaded = load_engine(args.model, engine=args.engine, weights=args.weights, backend=args.backend)
     ids = encode_prompt(loaded.tokenizer, args.prompt, parse_special=args.special)
     logits = np.asarray(prompt_logits(loaded.model, ids), dtype=np.float32)  # [T, V]
-    with open(args.out, "wb") as fh:
+    with replace_file(Path(args.out)) as fh:  # atomic: Ctrl-C leaves no half-written file
         np.save(fh, logits)
     if args.json:
         print(json.dumps({"out": args.out, "prompt_ids": ids, "shape": list(logits.shape)}))

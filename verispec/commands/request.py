@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from engine import ENGINES
-from engine.weights import WEIGHT_MODES
+from engine.weights import BACKEND_CHOICES, WEIGHT_MODES
 from reference.chat import ChatFormat, ChatFormatError, chat_format
 from reference.generate import GenerationRequest, GenerationResult, encode_prompt
 from reference.gguf import GGUFFile
@@ -49,9 +49,10 @@ def load(name_or_path: str, *, need_chat: bool = False) -> LoadedModel:
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """--engine fast|reference and --weights f32|quantized (every command that runs a model)."""
+    """--engine fast|reference, --weights f32|quantized|int8, --backend (every command that runs a model)."""
     parser.add_argument("--engine", choices=ENGINES, default="fast", help="fast (NumPy+BLAS engine, default) or reference (readable, slow)")
-    parser.add_argument("--weights", choices=WEIGHT_MODES, default="f32", help="f32: dequantize once (fast); quantized: keep GGUF blocks, dequantize per layer (low memory, slow; fast engine only)")
+    parser.add_argument("--weights", choices=WEIGHT_MODES, default="f32", help="f32: dequantize once (fast, the reference's function); quantized: keep GGUF blocks, dequantize per layer (low memory, slow); int8: GGUF blocks with int8 activations (onnxruntime, llama.cpp-class numerics, its own law); fast engine only")
+    parser.add_argument("--backend", choices=BACKEND_CHOICES, default="auto", help="the f32 weights' matmul kernel: auto (ort when installed, else numpy), numpy, ort (onnxruntime MLAS)")
 
 
 def build_request(args: argparse.Namespace, loaded: "LoadedModel | EngineLoaded") -> GenerationRequest:

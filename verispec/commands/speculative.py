@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from functools import partial
+from pathlib import Path
 
 from engine.generate import generate_any, law_for
 from reference.config import Config
@@ -24,6 +25,7 @@ from reference.drafts import (
 from reference.errors import DraftError
 from reference.evidence import Evidence, measure
 from reference.gguf import GGUFFile
+from reference.suffix_draft import SuffixDraft
 from reference.tokenizer import Tokenizer
 from verispec.commands.request import build_request, result_json, stats_line, stream
 from verispec.engine_load import load_engine
@@ -34,6 +36,8 @@ def draft_options(args: argparse.Namespace) -> tuple[DraftSpec, SpeculativeOptio
     """The draft flags parsed and checked (DraftError), before any file is opened."""
     spec = parse_draft_spec(args.draft)
     check_options(args.k, args.p_min)
+    if getattr(args, "draft_cache", None) is not None and spec.kind != "suffix":
+        raise DraftError(f"--draft-cache is for --draft suffix, not {spec}")
     return spec, SpeculativeOptions(k=args.k, adaptive=args.adaptive, p_min=args.p_min)
 
 
@@ -74,25 +78,34 @@ def evidence_lines(ev: Evidence) -> list[str]:
     return lines
 
 
+def _finish(draft: object, output: "tuple[int, ...]") -> None:
+    """A suffix draft remembers the output in its cross-request cache (and persists it)."""
+    if isinstance(draft, SuffixDraft):
+        draft.finish(output)
+
+
 def run_speculative(args: argparse.Namespace) -> int:
     spec, options = draft_options(args)
     with GGUFFile.open(resolve_model(args.model)) as target:  # opened once: checked, then loaded
         check_draft(spec, target)
-        loaded = load_engine(target, need_chat=args.chat, engine=args.engine, weights=args.weights)
+        loaded = load_engine(target, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend)
     request = build_request(args, loaded)
     # model: the vocabulary was checked above, from metadata (None: make_draft does not redo it)
-    draft = make_draft(spec, loaded.model, None if spec.kind == "model" else loaded.tokenizer)
+    cache_path = Path(args.draft_cache) if getattr(args, "draft_cache", None) else None
+    draft = make_draft(spec, loaded.model, None if spec.kind == "model" else loaded.tokenizer, cache_path=cache_path)
     plain = partial(generate_any, loaded.model, loaded.tokenizer)  # the chosen engine's plain loop
     law = law_for(loaded.model)                                    # and its (bit-identical) law
     if args.json:
         result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace,
                              plain=plain, law=law)
+        _finish(draft, result.generation.ids)
         out = result_json(result.generation)
         out["speculative"] = ev.as_dict()
         print(json.dumps(out, ensure_ascii=False))
         return 0
     result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace, on_text=stream,
                          plain=plain, law=law)
+    _finish(draft, result.generation.ids)
     sys.stdout.write("\n")
     sys.stdout.flush()
     if args.trace:

@@ -1,0 +1,262 @@
+"""The engine's one matmul seam: every projection ``x @ W.T`` goes through a :class:`Matmul`.
+
+A :class:`Matmul` is built once per weight matrix at load time and called with activations
+``[T, n_in]`` -> ``[T, n_out]`` (float32). Backends (choose with ``--backend``; see
+:data:`BACKENDS`):
+
+- ``numpy``: ``x @ W.T`` on NumPy's BLAS (OpenBLAS). Always available. Exact float32.
+- ``ort``: onnxruntime's ``MatMul`` (MLAS sgemm), one inference session per matrix (a call from
+  Python costs ~10 us; a decode step of SmolLM2 makes 121). Exact float32: same products, only
+  the summation order differs, so it meets the differential tests' float32 tolerance. MLAS's
+  skinny kernels make a k-row pass cost nearly a 1-row pass, which OpenBLAS does not (bench).
+- ``ort-q``: the quantized mode. onnxruntime's ``MatMulNBits`` (contrib op) on the file's own
+  weight blocks, repacked losslessly (:mod:`engine.blocks`), ``accuracy_level=4``: activations
+  quantized to int8 per block, integer dot products, float32 scales -- llama.cpp-class numerics
+  (llama.cpp quantizes activations to Q8 blocks too). Its own target law: not the reference's
+  float32 function; compared with it the way llama.cpp is (NMSE, top-1 where the margin is clear).
+  Blocks with a minimum add ``min * sum(int8-rounded x over the block)`` (a second small matmul
+  in the same session, the sums computed by the kernel itself): ``MatMulNBits`` takes a float
+  zero point only without int8 compute.
+
+Threads: ``intra_op_num_threads`` (``VERISPEC_THREADS``, default 2, capped at the core count), with
+spinning off (waiting threads sleep: the machine is shared). Measured by ``verispec bench`` on the
+shared 2-core VM, load average ~11: 2 threads take 0.56x (1 row) / 0.34x (5 rows) the time of 1
+thread on f32/ort, 0.88x / 0.41x on int8 -- the int8 kernel is compute-bound at 5 rows. (At load
+~2, 1 row was even: a memory-bound pass gains nothing from a second core; under load a second
+thread also gets a second share of the CPU.)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.blocks import KernelBlocks
+from reference.errors import ModelError
+
+F32 = npt.NDArray[np.float32]
+
+BACKENDS: tuple[str, ...] = ("numpy", "ort", "ort-q")
+EXACT_BACKENDS: tuple[str, ...] = ("numpy", "ort")
+ACCURACY_INT8 = 4  # MatMulNBits accuracy_level: int8 activations, int32 accumulation
+
+
+class BackendUnavailable(ModelError):
+    """The backend's library is not installed (``pip install 'verispec[fast]'``)."""
+
+
+class Matmul(Protocol):
+    """``x [T, n_in] -> x @ W.T [T, n_out]`` for one weight matrix ``W [n_out, n_in]``."""
+
+    n_out: int
+    n_in: int
+
+    def __call__(self, x: F32) -> F32: ...
+
+
+def ort_available() -> bool:
+    """onnxruntime and onnx (to build the graphs) are importable."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+DEFAULT_THREADS = 2  # measured (bench "threads_2_over_1"), see the module docstring
+
+
+def default_threads() -> int:
+    """Threads per matmul: ``VERISPEC_THREADS``, else :data:`DEFAULT_THREADS` capped at the cores."""
+    text = os.environ.get("VERISPEC_THREADS", str(min(DEFAULT_THREADS, os.cpu_count() or 1)))
+    try:
+        threads = int(text)
+    except ValueError:
+        raise ModelError(f"VERISPEC_THREADS={text!r} is not an integer") from None
+    if not 1 <= threads <= 256:
+        raise ModelError(f"VERISPEC_THREADS={threads} is outside 1..256")
+    return threads
+
+
+class NumpyMatmul:
+    """``x @ W.T`` on NumPy (W kept ``[n_out, n_in]``, the GGUF layout)."""
+
+    def __init__(self, w: F32) -> None:
+        self.w = np.ascontiguousarray(w, dtype=np.float32)  # [n_out, n_in]
+        self.n_out, self.n_in = int(w.shape[0]), int(w.shape[1])
+
+    def __call__(self, x: F32) -> F32:
+        return np.asarray(x @ self.w.T, dtype=np.float32)
+
+
+class _OrtSession:
+    """One onnxruntime session over a one-input, one-output graph ``A [T, n_in] -> Y [T, n_out]``."""
+
+    def __init__(self, nodes: list[Any], initializers: list[Any], n_in: int, n_out: int, threads: int) -> None:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        graph = helper.make_graph(
+            nodes, "matmul",
+            [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["T", n_in])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["T", n_out])],
+            initializers,
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+        )
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # shared machine
+        options.log_severity_level = 3
+        options.enable_cpu_mem_arena = False  # 121 sessions: a per-session arena each costs memory (measured)
+        options.enable_mem_pattern = False
+        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self.n_in, self.n_out = n_in, n_out
+
+    def __call__(self, x: F32) -> F32:
+        out = self.session.run(None, {"A": np.ascontiguousarray(x, dtype=np.float32)})[0]
+        return np.asarray(out, dtype=np.float32)
+
+
+def ort_f32(w: F32, threads: int) -> _OrtSession:
+    """onnxruntime ``MatMul`` with ``W.T [n_in, n_out]`` as an initializer (prepacked by MLAS)."""
+    from onnx import helper, numpy_helper
+
+    n_out, n_in = int(w.shape[0]), int(w.shape[1])
+    weight = numpy_helper.from_array(np.ascontiguousarray(np.asarray(w, dtype=np.float32).T), "W")
+    return _OrtSession([helper.make_node("MatMul", ["A", "W"], ["Y"])], [weight], n_in, n_out, threads)
+
+
+def _pack_levels(blocks: KernelBlocks) -> npt.NDArray[np.uint8]:
+    """Levels ``[N, K]`` -> MatMulNBits' B ``[N, K / block, block * bits / 8]`` (4-bit: element
+    2j in the low nibble of byte j, 2j+1 in the high one)."""
+    n, k = blocks.shape
+    levels = blocks.levels.reshape(n, k // blocks.block, blocks.block)
+    if blocks.bits == 8:
+        return np.ascontiguousarray(levels)
+    return np.ascontiguousarray(levels[..., 0::2] | (levels[..., 1::2] << np.uint8(4)))
+
+
+def _pack_zeros(blocks: KernelBlocks) -> npt.NDArray[np.uint8]:
+    """Zero points as MatMulNBits wants them: ``[N, ceil(n_blocks * bits / 8)]`` (4-bit: block 2j
+    in the low nibble of byte j, 2j+1 in the high one; an odd last byte padded with 0)."""
+    zeros = blocks.zeros  # [N, n_blocks]
+    if blocks.bits == 8:
+        return np.ascontiguousarray(zeros)
+    if zeros.shape[1] % 2:
+        zeros = np.concatenate([zeros, np.zeros((zeros.shape[0], 1), dtype=np.uint8)], axis=1)
+    return np.ascontiguousarray(zeros[:, 0::2] | (zeros[:, 1::2] << np.uint8(4)))
+
+
+def _with_block_sums(blocks: KernelBlocks) -> KernelBlocks:
+    """``blocks`` plus one row per input block ``b``: levels 1 on block b, scale 1 there and 0
+    elsewhere, zero point 0. That row's output is the sum over block b of x as the kernel rounded
+    it to int8, so ``min * that sum`` is the min term on the same rounded x (see ort_blocks)."""
+    n, k = blocks.shape
+    n_blocks = k // blocks.block
+    ones = np.zeros((n_blocks, n_blocks, blocks.block), dtype=np.uint8)
+    ones[np.arange(n_blocks), np.arange(n_blocks)] = 1
+    return KernelBlocks(
+        bits=blocks.bits, block=blocks.block,
+        levels=np.concatenate([blocks.levels, ones.reshape(n_blocks, k)]),
+        scales=np.concatenate([blocks.scales, np.eye(n_blocks, dtype=np.float32)]),
+        zeros=np.concatenate([blocks.zeros, np.zeros((n_blocks, n_blocks), dtype=np.uint8)]),
+        mins=None, source_types=blocks.source_types,
+    )
+
+
+def ort_blocks(blocks: KernelBlocks, threads: int) -> _OrtSession:
+    """onnxruntime ``MatMulNBits`` (int8 compute) on lossless blocks, plus the min term if any.
+
+    The min term: the kernel rounds x to int8 per block; ``min * sum(x)`` on the unrounded x would
+    leave the level term's rounding error uncancelled (w = s q + m with q ~ 7.5 on average: 2-3x
+    the error of the rounding itself, measured). So the block sums of the ROUNDED x come out of the
+    kernel itself (:func:`_with_block_sums`), and ``Y = Yq + sums @ mins.T`` is the dot product of
+    the rounded x with the true weights, as llama.cpp's Q8_1 sums give it.
+    """
+    from onnx import helper, numpy_helper
+
+    n, k = blocks.shape
+    kernel = blocks if blocks.mins is None else _with_block_sums(blocks)
+    n_kernel = kernel.shape[0]
+    inits = [
+        numpy_helper.from_array(_pack_levels(kernel), "B"),
+        numpy_helper.from_array(kernel.scales.reshape(-1), "S"),
+        numpy_helper.from_array(_pack_zeros(kernel).reshape(-1), "Z"),
+    ]
+    out = "Y" if blocks.mins is None else "Yx"
+    nodes = [helper.make_node(
+        "MatMulNBits", ["A", "B", "S", "Z"], [out], domain="com.microsoft",
+        K=k, N=n_kernel, bits=kernel.bits, block_size=kernel.block, accuracy_level=ACCURACY_INT8,
+    )]
+    if blocks.mins is not None:
+        inits += [
+            numpy_helper.from_array(np.array([n, n_kernel - n], dtype=np.int64), "parts"),
+            numpy_helper.from_array(np.ascontiguousarray(blocks.mins.T), "M"),  # [n_blocks, N]
+        ]
+        nodes += [
+            helper.make_node("Split", ["Yx", "parts"], ["Yq", "Sums"], axis=1),  # [T, N], [T, nb]
+            helper.make_node("MatMul", ["Sums", "M"], ["Ym"]),                 # [T, N]
+            helper.make_node("Add", ["Yq", "Ym"], ["Y"]),
+        ]
+    return _OrtSession(nodes, inits, k, n, threads)
+
+
+class RowChunks:
+    """One matrix as several :class:`Matmul` over consecutive output rows (outputs concatenated):
+    a large matrix (a 262144-row head) is built a chunk at a time, so its load-time copies stay
+    a chunk's size. The same dot products, row for row."""
+
+    def __init__(self, parts: list[Matmul]) -> None:
+        self.parts = parts
+        self.n_in = parts[0].n_in
+        self.n_out = sum(p.n_out for p in parts)
+
+    def __call__(self, x: F32) -> F32:
+        return np.concatenate([p(x) for p in self.parts], axis=-1)
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by a load back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+
+    Building a session copies its weights three times (ONNX tensor, serialized model, session);
+    glibc keeps the freed copies in its heap, measured ~170 MiB after loading SmolLM2 int8."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+    except OSError:
+        pass
+
+
+def exact(w: F32, backend: str, threads: int | None = None) -> Matmul:
+    """A float32 :class:`Matmul` for ``W [n_out, n_in]`` on ``backend`` ("numpy" or "ort")."""
+    if backend == "numpy":
+        return NumpyMatmul(w)
+    if backend == "ort":
+        require_ort()
+        return ort_f32(w, default_threads() if threads is None else threads)
+    raise ModelError(f"backend {backend!r} is not an exact float32 backend ({', '.join(EXACT_BACKENDS)})")
+
+
+def require_ort() -> None:
+    if not ort_available():
+        raise BackendUnavailable(
+            "backend needs onnxruntime and onnx (pip install 'verispec[fast]'); --backend numpy works without"
+        )
+
+
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ModelError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")

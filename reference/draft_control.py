@@ -1,0 +1,110 @@
+"""Cost-model control: how many of the proposed tokens to verify this cycle, or none at all.
+
+A verification pass over r rows costs c(r) plain passes (c(1) = 1; measured online from the draft's
+own score() calls, since every target pass of the decode loop goes through it). If the draft
+estimates that its i-th token is accepted, given the ones before it were, with probability a_i,
+then verifying the first k tokens commits in expectation
+
+    E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_k       tokens (the +1: the bonus or repair token)
+
+in c(k + 1) plain-pass times. The controller picks the k (0..n) maximizing E(k) / c(k + 1);
+k = 0 is a plain step (E = 1, c = 1), so a cycle speculates only when it is predicted to pay.
+
+The a_i come from the draft (for suffix drafts: how often the proposed continuation followed the
+matched context, smoothed toward 0 for rarely seen contexts) times a calibration factor per
+evidence bucket (for suffix drafts: the matched context's length): the decaying ratio of accepted
+to predicted-accepted tokens there (clipped), so an over- or under-confident estimate is corrected
+by what verification actually accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+PRIOR_ROW_COST = 0.3   # extra plain-pass cost per extra row before any measurement
+EWMA = 0.2             # weight of a new timing / calibration observation
+CALIBRATION_BOUNDS = (0.25, 2.0)
+MAX_ACCEPT = 0.99      # an estimate never claims certainty
+
+
+class VerifyCost:
+    """c(r): the measured cost of a verification pass over r rows, relative to one row."""
+
+    def __init__(self, prior_row_cost: float = PRIOR_ROW_COST) -> None:
+        self.prior_row_cost = prior_row_cost
+        self.seconds: dict[int, float] = {}  # rows -> running mean seconds
+
+    def observe(self, rows: int, seconds: float) -> None:
+        if rows < 1 or seconds <= 0:
+            return
+        old = self.seconds.get(rows)
+        self.seconds[rows] = seconds if old is None else (1 - EWMA) * old + EWMA * seconds
+
+    def relative(self, rows: int) -> float:
+        """c(rows) >= 1: from measurements when both 1 and ``rows`` (or rows around it) were seen,
+        else the prior 1 + prior_row_cost * (rows - 1)."""
+        prior = 1.0 + self.prior_row_cost * (rows - 1)
+        one = self.seconds.get(1)
+        if one is None or rows <= 1:
+            return 1.0 if rows <= 1 else prior
+        if rows in self.seconds:
+            return max(1.0, self.seconds[rows] / one)
+        below = [r for r in self.seconds if r < rows]
+        above = [r for r in self.seconds if r > rows]
+        if below and above:  # linear interpolation between the nearest measured sizes
+            lo, hi = max(below), min(above)
+            frac = (rows - lo) / (hi - lo)
+            return max(1.0, ((1 - frac) * self.seconds[lo] + frac * self.seconds[hi]) / one)
+        lo = max(below)  # extrapolate with the prior slope from the largest measured size
+        return max(1.0, self.seconds[lo] / one + self.prior_row_cost * (rows - lo))
+
+
+def best_k(accept: Sequence[float], cost: VerifyCost) -> int:
+    """The k in 0..len(accept) maximizing E(k) / c(k + 1) (the smallest k on ties)."""
+    best, best_rate = 0, 1.0  # k = 0: one token per plain pass
+    expected, reach = 1.0, 1.0
+    for k, a in enumerate(accept, start=1):
+        reach *= min(max(a, 0.0), MAX_ACCEPT)
+        expected += reach
+        rate = expected / cost.relative(k + 1)
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
+
+
+class Calibration:
+    """Per-bucket correction of acceptance estimates: (accepted + 1) / (predicted + 1) over the
+    draft tokens verification reached, with a bucket per evidence level (for suffix drafts: the
+    length of the matched context, capped), clipped to CALIBRATION_BOUNDS."""
+
+    def __init__(self) -> None:
+        self.predicted: dict[int, float] = {}
+        self.accepted: dict[int, float] = {}
+
+    def factor(self, bucket: int) -> float:
+        ratio = (self.accepted.get(bucket, 0.0) + 1.0) / (self.predicted.get(bucket, 0.0) + 1.0)
+        return min(max(ratio, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
+
+    def observe(self, estimates: Sequence[float], buckets: Sequence[int], accepted: int) -> None:
+        """A verified proposal: tokens 0..accepted-1 were accepted, token ``accepted`` (if any) was
+        rejected, later ones were never reached. Older evidence decays (weight 1 - EWMA per cycle)."""
+        for b in set(self.predicted) | set(buckets):
+            self.predicted[b] = self.predicted.get(b, 0.0) * (1 - EWMA)
+            self.accepted[b] = self.accepted.get(b, 0.0) * (1 - EWMA)
+        for i, (a, b) in enumerate(zip(estimates, buckets)):
+            if i > accepted:
+                break
+            self.predicted[b] += a
+            self.accepted[b] += 1.0 if i < accepted else 0.0
+
+    def apply(self, estimates: Sequence[float], buckets: Sequence[int]) -> list[float]:
+        return [min(MAX_ACCEPT, a * self.factor(b)) for a, b in zip(estimates, buckets)]
+
+
+def expected_accepted(accept: Sequence[float]) -> float:
+    """a_1 + a_1 a_2 + ...: the expected number of accepted drafts."""
+    total, reach = 0.0, 1.0
+    for a in accept:
+        reach *= a
+        total += reach
+    return total

@@ -1,0 +1,403 @@
+"""Suffix drafting: propose the most frequent observed continuation of the longest matching suffix.
+
+SuffixDecoding (Oliaro et al. 2024) in its simplest exact form. Two depth-bounded suffix trees
+(uncompressed: one node per token, depth <= ``depth``) count every substring of length <= depth:
+
+    request tree   over this request's prompt + output so far (grown online, O(depth) per token)
+    cache tree     over the outputs of earlier requests (bounded in tokens, oldest evicted first;
+                   optionally persisted with ``--draft-cache PATH``, written atomically)
+
+A node for the string s holds ``count`` = occurrences of s, ``total`` = occurrences of s followed by
+a token (the sum of its children's counts) and ``last`` = a stamp of its most recent occurrence.
+
+    propose(history, k):
+      s      = the longest suffix of history (min_match <= |s| <= max_match, |s| < depth) that some
+               tree has seen followed by a token; the request tree wins ties in length
+      walk   from s's node, repeatedly to the child c with the largest (count(s c), last(s c)),
+             while the path probability prod(count(child) / total(parent)) >= min_prob,
+             until k tokens or depth is reached; then match again on history + tokens so far
+
+Deterministic, so the proposal's law is one-hot (``Proposal.q is None``): verification is the same
+lossless rule as for ngram, at any temperature. The frequency counts steer WHAT is proposed only.
+
+Exact claims (tests/test_suffix_draft.py checks them against a brute-force scan of the text):
+counts equal the true substring counts for lengths <= depth; the match is the longest qualifying
+suffix; each step takes the most frequent continuation, ties to the most recent occurrence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reference.draft_control import Calibration, VerifyCost, best_k
+from reference.errors import DraftError
+from reference.seams import DraftContext, Proposal
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from reference.tokenizer import Tokenizer
+
+    F32 = npt.NDArray[np.float32]
+
+DEPTH = 24            # longest substring a tree counts (match + continuation walked without re-matching)
+MAX_MATCH = 16        # longest suffix matched
+MIN_MATCH = 2         # shortest suffix acted on (see NGRAM_MIN in reference/drafts.py: 1-grams rarely pay)
+MIN_PROB = 0.0        # path probability below which the walk stops
+CACHE_TOKENS = 1 << 16  # cross-request cache bound (tokens over all remembered outputs)
+CACHE_SEQUENCE_TOKENS = 4096  # one remembered output is cut to its first this many tokens
+CACHE_FILE_BYTES = 64 * 1024 * 1024  # a cache file larger than this is refused before reading
+CACHE_VERSION = 1
+CALIBRATION_BUCKETS = 8  # matched-context lengths >= this share one calibration bucket
+MAX_TIMED_ROWS = 64  # score() calls over more rows (the prompt's prefill) do not inform c(r)
+
+
+class Node:
+    """A suffix-tree node: the string spelled by the path from the root."""
+
+    __slots__ = ("children", "count", "total", "last")
+
+    def __init__(self) -> None:
+        self.children: dict[int, Node] = {}
+        self.count = 0   # occurrences of the string
+        self.total = 0   # occurrences followed by a token (sum of the children's counts)
+        self.last = -1   # stamp of the most recent occurrence (ties between continuations)
+
+
+class SuffixTree:
+    """All substrings of length <= ``depth`` of the inserted text(s), with occurrence counts."""
+
+    def __init__(self, depth: int = DEPTH) -> None:
+        if depth < 2:
+            raise DraftError(f"suffix tree depth must be >= 2, got {depth}")
+        self.depth = depth
+        self.root = Node()
+        self.nodes = 1
+        self._ends: list[Node] = [self.root]  # nodes of the suffixes (length < depth) ending at the last appended token
+        self._stamp = 0
+
+    # -- building -----------------------------------------------------------------------------------
+
+    def append(self, token: int) -> None:
+        """Extend the current text by ``token``: every suffix ending at it gains one occurrence."""
+        self._stamp += 1
+        grown: list[Node] = [self.root]
+        for depth, node in enumerate(self._ends):  # self._ends[d] spells a suffix of length d
+            child = self._bump(node, token, +1)
+            if depth + 1 < self.depth:
+                grown.append(child)
+        self._ends = grown
+
+    def end_text(self) -> None:
+        """The next append starts a new text (no substring spans the boundary)."""
+        self._ends = [self.root]
+
+    def add_text(self, tokens: Sequence[int]) -> None:
+        self.end_text()
+        for t in tokens:
+            self.append(t)
+        self.end_text()
+
+    def remove_text(self, tokens: Sequence[int]) -> None:
+        """Undo :meth:`add_text` of the same tokens (nodes whose count drops to 0 are freed)."""
+        for start in range(len(tokens)):
+            path = [self.root]
+            for t in tokens[start : start + self.depth]:
+                path.append(path[-1].children[t])
+            for parent, child, t in zip(path, path[1:], tokens[start : start + self.depth]):
+                child.count -= 1
+                parent.total -= 1
+                if child.count == 0:
+                    del parent.children[t]
+                    self.nodes -= _size(child)
+                    break
+
+    def _bump(self, node: Node, token: int, delta: int) -> Node:
+        child = node.children.get(token)
+        if child is None:
+            child = node.children[token] = Node()
+            self.nodes += 1
+        child.count += delta
+        child.last = self._stamp
+        node.total += delta
+        return child
+
+    # -- querying -----------------------------------------------------------------------------------
+
+    def find(self, tokens: Sequence[int]) -> Node | None:
+        node = self.root
+        for t in tokens:
+            child = node.children.get(t)
+            if child is None:
+                return None
+            node = child
+        return node
+
+    def longest_match(self, history: Sequence[int], max_match: int, min_match: int) -> tuple[int, Node] | None:
+        """``(m, node)`` for the longest suffix of ``history`` of length m in [min_match, max_match],
+        m < depth, seen followed by a token (``node.total > 0``); None when there is none."""
+        longest = min(max_match, self.depth - 1, len(history))
+        for m in range(longest, max(1, min_match) - 1, -1):
+            node = self.find(history[len(history) - m :])
+            if node is not None and node.total > 0:
+                return m, node
+        return None
+
+
+def _size(node: Node) -> int:
+    return 1 + sum(_size(c) for c in node.children.values())
+
+
+def best_child(node: Node) -> tuple[int, Node]:
+    """The most frequent continuation; ties to the most recent occurrence (then the smaller id)."""
+    token = max(node.children, key=lambda t: (node.children[t].count, node.children[t].last, -t))
+    return token, node.children[token]
+
+
+def walk(
+    trees: Sequence[SuffixTree], history: Sequence[int], k: int,
+    max_match: int = MAX_MATCH, min_match: int = MIN_MATCH, min_prob: float = MIN_PROB,
+) -> list[int]:
+    """Up to ``k`` tokens continuing ``history`` (the algorithm in the module docstring)."""
+    return [step.token for step in walk_steps(trees, history, k, max_match, min_match, min_prob)]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One walked token: ``estimate`` = count(child) / (total(parent) + 2 / context), its observed
+    frequency smoothed toward 0 for rarely seen SHORT contexts (seen once after 2 matched tokens:
+    1/2; after 8: 4/5: a long context seen once already predicts well); ``context`` = the length of
+    the context it was chosen in (match length + tokens walked since the match)."""
+
+    token: int
+    estimate: float
+    context: int
+
+
+def walk_steps(
+    trees: Sequence[SuffixTree], history: Sequence[int], k: int,
+    max_match: int = MAX_MATCH, min_match: int = MIN_MATCH, min_prob: float = MIN_PROB,
+) -> list[Step]:
+    """:func:`walk`, with each token's :class:`Step` evidence."""
+    steps: list[Step] = []
+    while len(steps) < k:
+        context = [*history, *(s.token for s in steps)] if steps else history
+        best: tuple[int, Node, SuffixTree] | None = None
+        for tree in trees:  # earlier trees win ties in match length
+            found = tree.longest_match(context, max_match, min_match)
+            if found is not None and (best is None or found[0] > best[0]):
+                best = (found[0], found[1], tree)
+        if best is None:
+            break
+        depth, node, tree = best
+        prob = 1.0
+        stepped = False
+        while depth < tree.depth and len(steps) < k and node.total > 0:
+            token, child = best_child(node)
+            prob *= child.count / node.total
+            if prob < min_prob:
+                break
+            steps.append(Step(token, child.count / (node.total + 2 / depth), depth))
+            node, depth, stepped = child, depth + 1, True
+        if not stepped:
+            break
+    return steps
+
+
+# -- the cross-request cache ------------------------------------------------------------------------
+
+
+class SuffixCache:
+    """Earlier requests' outputs in one suffix tree, at most ``max_tokens`` tokens (oldest evicted)."""
+
+    def __init__(self, max_tokens: int = CACHE_TOKENS, depth: int = DEPTH, fingerprint: str = "") -> None:
+        if max_tokens < 0:
+            raise DraftError(f"draft cache size must be >= 0 tokens, got {max_tokens}")
+        self.max_tokens = max_tokens
+        self.fingerprint = fingerprint  # of the vocabulary the ids belong to ("" = unchecked)
+        self.tree = SuffixTree(depth)
+        self.texts: deque[tuple[int, ...]] = deque()
+        self.tokens = 0
+
+    def remember(self, output: Sequence[int]) -> None:
+        """Add one output (cut to CACHE_SEQUENCE_TOKENS), evicting the oldest past ``max_tokens``."""
+        text = tuple(int(t) for t in output[:CACHE_SEQUENCE_TOKENS])
+        if len(text) < 2 or len(text) > self.max_tokens:
+            return
+        while self.tokens + len(text) > self.max_tokens:
+            old = self.texts.popleft()
+            self.tree.remove_text(old)
+            self.tokens -= len(old)
+        self.tree.add_text(text)
+        self.texts.append(text)
+        self.tokens += len(text)
+
+    def save(self, path: Path) -> None:
+        """Write the cache atomically (temp file in the same directory, fsync, rename)."""
+        payload = {"version": CACHE_VERSION, "fingerprint": self.fingerprint, "depth": self.tree.depth,
+                   "max_tokens": self.max_tokens, "texts": [list(t) for t in self.texts]}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                os.fchmod(fh.fileno(), 0o644)  # mkstemp's 0600 would hide the cache from other users
+                json.dump(payload, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: Path, n_vocab: int, fingerprint: str = "", max_tokens: int = CACHE_TOKENS,
+             depth: int = DEPTH) -> "SuffixCache":
+        """The cache at ``path`` (an empty one if the file does not exist); DraftError if it is
+        unreadable, malformed, for another vocabulary, or holds an id outside [0, n_vocab)."""
+        cache = cls(max_tokens, depth, fingerprint)
+        if not path.exists():
+            return cache
+        try:
+            size = path.stat().st_size
+            if size > CACHE_FILE_BYTES:
+                raise DraftError(f"draft cache {path} is {size} bytes (at most {CACHE_FILE_BYTES})")
+            payload = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise DraftError(f"draft cache {path} cannot be read: {exc.strerror}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise DraftError(f"draft cache {path} is not a JSON draft cache") from None
+        if not isinstance(payload, dict) or payload.get("version") != CACHE_VERSION or not isinstance(payload.get("texts"), list):
+            raise DraftError(f"draft cache {path} is not a version-{CACHE_VERSION} draft cache")
+        if fingerprint and payload.get("fingerprint") not in ("", fingerprint):
+            raise DraftError(f"draft cache {path} was written for another vocabulary")
+        for text in payload["texts"]:
+            if not isinstance(text, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in text
+            ):
+                raise DraftError(f"draft cache {path} holds a token id outside 0..{n_vocab - 1}")
+            cache.remember(text)
+        return cache
+
+
+def vocab_fingerprint(tokenizer: "Tokenizer") -> str:
+    """sha256 over the vocabulary's token texts: a cache's ids mean nothing under another vocabulary."""
+    h = hashlib.sha256()
+    for i in range(tokenizer.vocab_size):
+        h.update(tokenizer.token_text(i).encode("utf-8", "surrogatepass") + b"\x00")
+    return h.hexdigest()
+
+
+# -- the draft source -------------------------------------------------------------------------------
+
+
+class SuffixDraft:
+    """``--draft suffix``: the request tree, then the cross-request cache (see the module docstring).
+
+    With ``control`` (the default) each cycle verifies only the prefix of the walk that the cost
+    model of :mod:`reference.draft_control` predicts to pay (possibly none: a plain step), from the
+    walk's frequency estimates, calibrated by what was accepted, and the verify-cost curve timed on
+    this draft's own score() calls.
+    """
+
+    def __init__(self, cache: SuffixCache | None = None, cache_path: Path | None = None, *,
+                 depth: int = DEPTH, max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
+                 min_prob: float = MIN_PROB, control: bool = True) -> None:
+        self.name = "suffix"
+        self.cache = cache
+        self.cache_path = cache_path
+        self.depth, self.max_match, self.min_match, self.min_prob = depth, max_match, min_match, min_prob
+        self.control = control
+        self.cost = VerifyCost()
+        self.calibration = Calibration()
+        self.draft_passes = 0
+        self.draft_time_s = 0.0
+        self.ctx: DraftContext | None = None
+        self.tree = SuffixTree(depth)
+        self.seen: list[int] = []   # the text the request tree holds (prompt + output so far)
+        self.prompt_len: int | None = None
+        self._last: tuple[int, list[Step], list[int]] | None = None  # (history length, proposal, buckets)
+
+    def start(self, context: DraftContext) -> None:
+        self.remember_request()  # the previous request's output joins the cache
+        self.ctx = context
+        self.draft_passes, self.draft_time_s = 0, 0.0
+        self.tree = SuffixTree(self.depth)
+        self.seen, self.prompt_len, self._last = [], None, None
+
+    def propose(self, history: Sequence[int], k: int) -> Proposal:
+        started = time.perf_counter()
+        self._learn(history)
+        self._sync(history)
+        trees = [self.tree] if self.cache is None else [self.tree, self.cache.tree]
+        steps = walk_steps(trees, history, k, self.max_match, self.min_match, self.min_prob)
+        if self.control and steps:
+            buckets = [min(s.context, CALIBRATION_BUCKETS) for s in steps]
+            accept = self.calibration.apply([s.estimate for s in steps], buckets)
+            steps = steps[: best_k(accept, self.cost)]
+            self._last = (len(history), steps, buckets[: len(steps)])
+        tokens = [s.token for s in steps]
+        self.draft_time_s += time.perf_counter() - started
+        return Proposal(tuple(tokens))
+
+    def _learn(self, history: Sequence[int]) -> None:
+        """Calibrate on the previous proposal: its accepted drafts are a prefix of what followed."""
+        if self._last is None:
+            return
+        base, proposed, buckets = self._last
+        self._last = None
+        if not proposed or len(history) <= base:
+            return
+        accepted = 0
+        for step, y in zip(proposed, history[base:]):
+            if step.token != y:
+                break
+            accepted += 1
+        self.calibration.observe([s.estimate for s in proposed], buckets, accepted)
+
+    def score(self, pending: Sequence[int], drafts: Sequence[int]) -> "F32":
+        assert self.ctx is not None, "start() first"
+        started = time.perf_counter()
+        # the plain verification pass, as reference.drafts.target_score (not imported: reference.drafts
+        # builds this source, and imports stay acyclic): one forward of pending + drafts
+        span = [*pending, *drafts]
+        logits: "F32" = self.ctx.target.forward(span, self.ctx.cache).logits[len(pending) - 1 :]
+        rows = len(pending) + len(drafts)
+        if rows <= MAX_TIMED_ROWS:
+            self.cost.observe(rows, time.perf_counter() - started)
+        return logits
+
+    def _sync(self, history: Sequence[int]) -> None:
+        """Grow the request tree to ``history`` (committed text only grows; anything else rebuilds)."""
+        if self.prompt_len is None:
+            self.prompt_len = len(history)
+        n = len(self.seen)
+        if len(history) < n or list(history[:n]) != self.seen:
+            self.tree, self.seen = SuffixTree(self.depth), []
+            n = 0
+        for t in history[n:]:
+            self.tree.append(int(t))
+        self.seen.extend(int(t) for t in history[n:])
+
+    def remember_request(self) -> None:
+        """Put the output seen so far into the cache (and persist it); idempotent per request."""
+        if self.cache is not None and self.prompt_len is not None:
+            self.cache.remember(self.seen[self.prompt_len :])
+            if self.cache_path is not None:
+                self.cache.save(self.cache_path)
+        self.prompt_len = None
+
+    def finish(self, output: Sequence[int]) -> None:
+        """The request ended with ``output`` (all generated ids): remember it, persist the cache."""
+        if self.prompt_len is not None:
+            self.seen = [*self.seen[: self.prompt_len], *output]
+        self.remember_request()

@@ -1,0 +1,149 @@
+"""All-or-nothing output folders: build a set of files beside the target, then rename it into place.
+
+    with replace_directory(Path("vectors"), force=False) as staging:
+        (staging / "a.jsonl").write_bytes(...)      # any number of files
+    # here "vectors" holds the whole new set; on an exception (Ctrl-C included) nothing changed
+
+What a reader of the target can see is the old set or the new set, never a mix or a part: the new
+set is written into a hidden staging folder in the same parent (same file system, so the final
+``os.rename`` is atomic) and renamed onto the target. A target that exists must be an empty
+folder, or ``force`` must be given; then the old set is renamed away (hidden), the new one renamed
+in, and the old one deleted -- between those two renames the target name is briefly absent, but
+its content is never partial, and a failed second rename puts the old set back. A process killed
+outright (SIGKILL, power loss) can leave a hidden ``.NAME.tmp-*`` or ``.NAME.old-*`` folder
+beside the target, never a partial target.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO
+from contextlib import contextmanager
+from pathlib import Path
+
+from reference.errors import VerispecError
+
+
+class OutputError(VerispecError):
+    """An output path cannot be written as asked: an existing file, a non-empty folder without
+    --force, a missing parent folder, or an operating-system error while writing."""
+
+
+def check_target(target: Path, *, force: bool) -> None:
+    """OutputError unless ``target`` can become the output folder (checked before any work)."""
+    if target.exists() or target.is_symlink():
+        if not target.is_dir() or target.is_symlink():
+            raise OutputError(f"{target} exists and is not a folder")
+        if any(target.iterdir()) and not force:
+            raise OutputError(f"{target} is not empty (use --force to replace its contents)")
+    parent = target.parent
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {target}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {target}: the folder {parent} is not writable")
+
+
+@contextmanager
+def replace_directory(target: Path, *, force: bool) -> Iterator[Path]:
+    """Yield an empty staging folder; when the block ends normally, it becomes ``target``.
+
+    OutputError (before the block runs) for a target that cannot be replaced; on any exception in
+    the block the staging folder is deleted and ``target`` is untouched (an OSError from the block
+    comes out as OutputError, every other exception as it was).
+    """
+    check_target(target, force=force)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 -> what mkdir would have made
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    try:
+        yield staging
+        _sync(staging)
+        _swap_in(staging, target, force=force)
+    except OSError as exc:  # disk full, permissions: one line, and the target as it was
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    except BaseException:  # Ctrl-C included: the target as it was
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def replace_file(target: Path) -> Iterator[BinaryIO]:
+    """Yield a binary file handle; when the block ends normally, its bytes become ``target``.
+
+    Written to a hidden temporary file beside ``target`` and renamed onto it: ``target`` holds the
+    old bytes or the new ones, never a part (on any exception the temporary file is deleted).
+    """
+    if target.is_dir():
+        raise OutputError(f"{target} is a folder, not a file")
+    if not target.parent.is_dir():
+        raise OutputError(f"cannot write {target}: the folder {target.parent} does not exist")
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+        os.chmod(name, 0o666 & ~_umask())  # mkstemp's 0600 -> what open() would have made
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(name, target)
+    except OSError as exc:
+        Path(name).unlink(missing_ok=True)
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
+def _swap_in(staging: Path, target: Path, *, force: bool) -> None:
+    check_target(target, force=force)  # again: the block may have run for minutes
+    try:
+        if not target.exists() or not any(target.iterdir()):
+            os.replace(staging, target)  # rename(2) replaces an empty folder atomically
+        else:
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            os.replace(target, old)  # the old set, whole, out of the way
+            try:
+                os.replace(staging, target)
+            except BaseException:
+                os.replace(old, target)  # put the old set back
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    _fsync_dir(target.parent)
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it (and put it back at once)
+    os.umask(mask)
+    return mask
+
+
+def _sync(folder: Path) -> None:
+    """Flush every file of ``folder`` to disk, so the renamed set survives a crash whole."""
+    for path in folder.iterdir():
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # some file systems cannot open a folder; the rename is still atomic
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
