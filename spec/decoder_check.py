@@ -24,10 +24,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from reference.errors import VerispecError
-from reference.sampling import SamplingParams, target_distribution
+from reference.sampling import SamplingParams
 from spec.external import ExternalError
 from spec.decoder_law import F32, CachedLaw, LawVerdict, Prefix, first_tokens_law, judge, sample_size
 from spec.vectors import Json
@@ -288,8 +287,3 @@ def law_json(verdict: LawVerdict) -> Json:
         "tv": verdict.tv,
         "detail": verdict.detail,
     }
-
-
-def greedy_target(logits: npt.ArrayLike) -> int:
-    """The greedy token of a logits row (lowest id on ties)."""
-    return int(np.argmax(target_distribution(np.asarray(logits, dtype=np.float64), [], SamplingParams(temperature=0.0))))

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from reference.sampling import SamplingParams, sample
 from reference.speculative import verify_greedy, verify_sampled
 from spec.decoder_law import CachedLaw, LogitsOf
 
-F64 = Any
+F64 = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
