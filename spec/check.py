@@ -15,6 +15,12 @@ bias of ``spec.statistics.TV_BIAS`` = 0.005; 1 for deterministic properties). Ve
 first because it is cheap and kills most broken implementations at once; with ``fail_fast`` the
 run stops at the first failure.
 
+Verifiers that draw their own randomness run law-only (:mod:`spec.law_only`: the protocol
+properties are reported ``not_applicable``); the statistical tests may run group-sequentially
+(:mod:`spec.sequential`: early rejection, a ``Budget`` that leaves them ``inconclusive`` with the
+power reached, exit status 3), in worker processes (:mod:`spec.workers`) or as shards whose
+reports :func:`merge_reports` adds up exactly.
+
 THE PYTHON INTERFACE (``--verifier module:function`` and friends). All callables receive numpy
 float64 arrays for rows and plain lists for ids and uniforms; raising ANY exception means "this
 input is rejected" (it is converted to :class:`VerificationError`).

@@ -916,11 +916,26 @@ PROPERTIES: tuple[tuple[str, Property], ...] = (
 ) + LLM_STATISTICS
 PROPERTY_NAMES: tuple[str, ...] = tuple(name for name, _ in PROPERTIES)
 STATISTICAL: frozenset[str] = frozenset(name for name in PROPERTY_NAMES if name.startswith("stat_"))
+def strata_design(name: str) -> StatDesign:
+    """A stratified LLM-scale test of :mod:`spec.strata` as a design: cells (accepted, stratum),
+    designed against ``strata.STRATA_TV``."""
+    from spec import strata
+
+    p, q = strata.rows_for(name)
+
+    def draw(batch: BatchVerifier, rng: np.random.Generator, n: int) -> npt.NDArray[np.int64]:
+        return strata.observe(batch, p, q, n, rng)
+
+    label = f" V={p.shape[1]} k={q.shape[0]} (strata)"
+    return StatDesign(name, strata.cell_law(p, q), strata.design_df(p, q), strata.STRATA_TV, ALPHA_BUDGET[name], draw, label)
+
+
 # every statistical property as a design (spec/sequential.py runs them group-sequentially)
 STAT_DESIGNS: dict[str, Callable[[], StatDesign]] = {
     **{f"stat_verdict_law_k{k}": functools.partial(verdict_law_design, k) for k in (1, 2, 3, 5, 8)},
     **{f"stat_lossless_ar_k{k}": functools.partial(lossless_design, k) for k in (1, 2, 4)},
     "stat_lossless_processed_k3": functools.partial(lossless_design, 3, processed=True),
+    **{name: functools.partial(strata_design, name) for name, _ in LLM_STATISTICS},
 }
 
 

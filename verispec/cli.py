@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tokenize",
     "vectors",
     "check",
+    "check_decoder",
     "witness",
     "generate",
     "logits",

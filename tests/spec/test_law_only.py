@@ -91,7 +91,7 @@ def test_reference_with_its_own_randomness_passes_law_only(vectors: VectorSet) -
         design = STAT_DESIGNS[outcome.name]()
         plan = schedule(design, SCALE)
         assert outcome.n == plan.samples(LOOKS - 1)
-        assert outcome.power == pytest.approx(max(power_of(plan.samples(j), design.df, plan.alphas[j]) for j in range(LOOKS)))
+        assert outcome.power == pytest.approx(max(power_of(plan.samples(j), design.df, plan.alphas[j], design.tv) for j in range(LOOKS)))
     claim = report.claim()
     assert "lossless at power" in claim and "against total-variation deviation 0.005" in claim
     assert "not portable" in claim

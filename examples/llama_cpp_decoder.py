@@ -1,0 +1,79 @@
+"""llama-cpp-python's prompt-lookup decoding as a decoder under `verispec check-decoder`.
+
+    pip install llama-cpp-python        # builds llama.cpp from source (~10 min); NOT in CI
+    verispec check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy --max-tokens 32
+    verispec check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --tv 0.2
+
+WRITTEN, NOT RUN: no test runs this adapter and `make test` never installs llama-cpp-python (it
+compiles llama.cpp). It follows llama-cpp-python 0.3's API (``Llama(draft_model=
+LlamaPromptLookupDecoding(...))``, ``Llama.generate`` yielding token ids, ``set_seed``); check it
+against the version you install.
+
+Numerics: llama.cpp computes with its own quantized kernels (Q4_1 dot products in integer/float16
+blocks, not our float32 on dequantized weights), so the target law from verispec's reference
+forward is off by that engine's numerical noise: a law test with a small ``--tv`` can fail for
+numerics alone. Greedy mode reports each divergence with its top-1 margin and our batch-shape
+noise; for a verdict about llama.cpp's own law, compare with its plain decoding (``speculative=
+False``) rather than with our forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from reference.sampling import SamplingParams
+
+LOOKUP_TOKENS = 10  # num_pred_tokens, llama-cpp-python's default
+
+
+class LlamaCppLookupDecoder:
+    """``sample`` / ``greedy`` of :mod:`spec.decoder_check` over ``llama_cpp.Llama.generate``."""
+
+    def __init__(self, path: Path, lookup_tokens: int = LOOKUP_TOKENS) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.path = path
+        self.plain = Llama(model_path=str(path), n_ctx=512, verbose=False)
+        self.speculative = Llama(
+            model_path=str(path),
+            n_ctx=512,
+            verbose=False,
+            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens),
+        )
+
+    @staticmethod
+    def _take(llm: Any, prompt_ids: Sequence[int], n: int, **sampling: Any) -> list[int]:
+        out: list[int] = []
+        for token in llm.generate(list(prompt_ids), reset=True, **sampling):
+            out.append(int(token))
+            if len(out) == n:
+                break
+        return out
+
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        if params.logit_bias:
+            raise ValueError("this adapter does not map logit_bias")
+        sampling = {
+            "temp": params.temperature,
+            "top_k": params.top_k,  # 0: off in llama.cpp as in verispec
+            "top_p": params.top_p,
+            "min_p": params.min_p,  # llama-cpp-python defaults to 0.05: pass ours
+            "repeat_penalty": params.repeat_penalty,
+        }
+        out = []
+        for i in range(n):
+            self.speculative.set_seed(seed + i)
+            out.append(self._take(self.speculative, prompt_ids, m, **sampling))
+        return out
+
+    def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
+        llm = self.speculative if speculative else self.plain
+        return self._take(llm, prompt_ids, max_tokens, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
+
+
+def prompt_lookup(path: Path) -> LlamaCppLookupDecoder:
+    """The ``--engine`` factory."""
+    return LlamaCppLookupDecoder(Path(path))

@@ -1,0 +1,289 @@
+"""``verispec check-decoder``: end-to-end law test of a whole speculative decoding engine.
+
+The engine under test (:class:`DecoderEngine`: a Python object, or a program speaking JSON lines,
+:class:`CommandEngine`) returns samples of its first m <= 3 generated tokens for a prompt and
+sampling parameters, speculation on. The target law of those tokens comes from OUR reference
+forward on the same GGUF (:class:`ReferenceLogits`; exact for an engine with our numerics) and
+:mod:`spec.decoder_law` runs the powered chi-square. Greedy mode compares the engine's
+speculative output with its own plain greedy output token for token; at a divergence it reports
+the target's top-1 margin and whether it lies within the measured batch-shape noise of the
+logits (a near-tie) or not (a bug).
+
+Wire ops (same envelope as :mod:`spec.external`)::
+
+    {"op": "sample", "input": {"prompt_ids": [..], "params": {..}, "m": 2, "n": 500, "seed": 7}}
+      -> {"samples": [[t1, t2], ...]}                     n runs, speculation on
+    {"op": "greedy", "input": {"prompt_ids": [..], "max_tokens": 16, "speculative": true}}
+      -> {"ids": [..]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from reference.errors import VerispecError
+from reference.sampling import SamplingParams
+from spec.external import ExternalError
+from spec.decoder_law import F32, CachedLaw, LawVerdict, Prefix, first_tokens_law, judge, sample_size
+from spec.vectors import Json
+
+
+class DecoderEngine(Protocol):
+    """A decoding engine with speculation on: n samples of its first m tokens."""
+
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> Sequence[Sequence[int]]: ...
+
+
+class GreedyEngine(Protocol):
+    """Greedy decoding with speculation on or off."""
+
+    def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> Sequence[int]: ...
+
+
+# -----------------------------------------------------------------------------------------------
+# our reference forward, memoized by prefix
+
+
+class ReferenceLogits:
+    """``logits_of(prefix)``: the last logits row of one forward of the whole prefix, memoized
+    (every prefix of a forwarded span is memoized at once)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.memo: dict[Prefix, F32] = {}
+        self.forwards = 0
+
+    def __call__(self, prefix: Prefix) -> F32:
+        if prefix not in self.memo:
+            logits = self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits  # [T, V]
+            for i in range(len(prefix)):
+                self.memo.setdefault(prefix[: i + 1], np.asarray(logits[i], dtype=np.float32))
+            self.forwards += 1
+        return self.memo[prefix]
+
+    def batch_shape_noise(self, prefix: Prefix) -> float:
+        """max |logit difference| of the last row: one pass of the prefix vs the prefix minus its last
+        token, then the last token alone (another matmul shape: another rounding)."""
+        whole = np.asarray(self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits[-1], dtype=np.float64)
+        cache = self.model.new_cache(len(prefix))
+        self.model.forward(list(prefix[:-1]), cache)
+        split = np.asarray(self.model.forward([prefix[-1]], cache).logits[-1], dtype=np.float64)
+        return float(np.max(np.abs(whole - split)))
+
+
+@dataclass
+class _Out:
+    logits: F32
+    hidden: F32 | None = None
+
+
+class _IdCache:
+    """A cache that only records the ids whose K,V it would hold."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= len(self.ids):
+            raise ValueError(f"truncate to {length} outside [0, {len(self.ids)}]")
+        del self.ids[length:]
+
+    def reserve(self, n_tokens: int, start: int | None = None) -> int:
+        return len(self.ids) if start is None else start
+
+    def advance(self, n_tokens: int) -> None:
+        raise AssertionError("not used: forward() appends")
+
+
+class MemoTargetModel:
+    """A :class:`reference.seams.TargetModel` over :class:`ReferenceLogits`: the decode loop runs
+    unchanged (its cache, rollback and draft) while a forward costs a dictionary look-up."""
+
+    def __init__(self, logits: ReferenceLogits) -> None:
+        self.logits = logits
+
+    @property
+    def config(self) -> Any:
+        return self.logits.model.config
+
+    def new_cache(self, capacity: int | None = None) -> _IdCache:
+        return _IdCache()
+
+    def forward(self, tokens: Sequence[int], cache: _IdCache, *, positions: Sequence[int] | None = None, return_hidden: bool = False) -> _Out:
+        start = len(cache.ids)
+        cache.ids.extend(int(t) for t in tokens)
+        rows = [self.logits(tuple(cache.ids[: i + 1])) for i in range(start, len(cache.ids))]
+        return _Out(np.stack(rows))
+
+    def forward_layers(self, *args: Any, **kwargs: Any) -> F32:
+        raise AssertionError("not used by the model and ngram drafts")
+
+    def head(self, hidden: F32) -> F32:
+        raise AssertionError("not used by the model and ngram drafts")
+
+    def embed(self, tokens: Sequence[int]) -> F32:
+        raise AssertionError("not used by the model and ngram drafts")
+
+
+class ReferenceDecoder:
+    """Our own decode loop (:func:`reference.decode.speculative_generate`) as a DecoderEngine:
+    the target on :class:`MemoTargetModel`, the same model drafting with ``draft_params``."""
+
+    def __init__(self, logits: ReferenceLogits, tokenizer: Any, draft_params: SamplingParams, k: int = 2) -> None:
+        self.target = MemoTargetModel(logits)
+        self.tokenizer = tokenizer
+        self.draft_params = draft_params
+        self.k = k
+        self.law = CachedLaw()
+
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        from reference.decode import SpeculativeOptions, speculative_generate
+        from reference.drafts import ModelDraft
+        from reference.session import GenerationRequest
+
+        rng = np.random.default_rng(seed)
+        draft = ModelDraft(self.target, "model", params=self.draft_params)
+        out = []
+        for _ in range(n):
+            request = GenerationRequest(tuple(prompt_ids), params, max_tokens=m, seed=int(rng.integers(2**63)))
+            result = speculative_generate(self.target, self.tokenizer, request, draft, SpeculativeOptions(k=self.k), law=self.law)
+            out.append(list(result.generation.ids))
+        return out
+
+    def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
+        from reference.decode import SpeculativeOptions, speculative_generate
+        from reference.drafts import NgramDraft
+        from reference.generate import generate
+        from reference.session import GenerationRequest
+
+        request = GenerationRequest(tuple(prompt_ids), SamplingParams(temperature=0.0), max_tokens=max_tokens)
+        if not speculative:
+            return list(generate(self.target, self.tokenizer, request).ids)
+        result = speculative_generate(self.target, self.tokenizer, request, NgramDraft(n_min=1), SpeculativeOptions(k=self.k))
+        return list(result.generation.ids)
+
+
+# -----------------------------------------------------------------------------------------------
+# a program under test
+
+
+class CommandEngine:
+    """An engine behind a command speaking the ops of the module docstring."""
+
+    def __init__(self, command: str, timeout: float) -> None:
+        from spec.external import CommandTransport, WireImplementation
+
+        self.wire = WireImplementation(CommandTransport(command, timeout))
+
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        from spec.external import ExternalError
+        from spec.vectors.wire import params_to_json
+
+        out = self.wire.call("sample", {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "m": m, "n": n, "seed": seed})
+        samples = out.get("samples")
+        if not isinstance(samples, list) or len(samples) != n:
+            raise ExternalError(f"sample output.samples must be a list of {n} token lists")
+        return [[int(t) for t in s] for s in samples]
+
+    def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
+        out = self.wire.call("greedy", {"prompt_ids": list(prompt_ids), "max_tokens": max_tokens, "speculative": speculative})
+        return [int(t) for t in out.get("ids", [])]
+
+    def close(self) -> None:
+        self.wire.close()
+
+
+# -----------------------------------------------------------------------------------------------
+# the checks
+
+
+@dataclass(frozen=True)
+class LawCase:
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams
+    m: int = 2
+    min_mass: float = 0.01
+
+
+def check_law(
+    engine: DecoderEngine, logits_of: ReferenceLogits, case: LawCase, *, alpha: float, tv: float, seed: int = 20_261_130
+) -> LawVerdict:
+    """The engine's first m tokens against the target law, N for power 0.99 against ``tv``."""
+    law = first_tokens_law(logits_of, case.prompt_ids, case.params, case.m, case.min_mass)
+    n = sample_size(law, alpha, tv)
+    try:
+        samples = engine.sample(case.prompt_ids, case.params, case.m, n, seed)
+        if len(samples) != n:
+            raise ExternalError(f"the engine returned {len(samples)} samples, asked for {n}")
+    except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
+        failed = judge(law, [], alpha, tv)
+        return replace(failed, passed=False, detail=f"the engine raised {type(exc).__name__}: {str(exc)[:200]}")
+    return judge(law, samples, alpha, tv)
+
+
+@dataclass
+class GreedyVerdict:
+    """Speculative vs plain greedy: equal, or where they part and why."""
+
+    plain: list[int]
+    speculative: list[int]
+    divergence: int | None = None  # first differing step
+    margin: float = 0.0  # target's top-1 margin there (our reference logits)
+    noise: float = 0.0  # batch-shape noise of the logits there
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def near_tie(self) -> bool:
+        """Both rows may move by the noise: a margin within twice it can flip."""
+        return self.divergence is not None and self.margin <= 2.0 * self.noise
+
+    @property
+    def passed(self) -> bool:
+        return self.divergence is None or self.near_tie
+
+    def detail(self) -> str:
+        if self.divergence is None:
+            return f"{len(self.plain)} tokens identical"
+        what = "near-tie (within batch-shape noise)" if self.near_tie else "BUG (margin beyond batch-shape noise)"
+        return (
+            f"differ at step {self.divergence}: plain {self.plain[self.divergence]} vs speculative "
+            f"{self.speculative[self.divergence]}, top-1 margin {self.margin:.4g}, noise {self.noise:.3g}: {what}"
+        )
+
+
+def check_greedy(engine: GreedyEngine, logits_of: ReferenceLogits, prompt_ids: Sequence[int], max_tokens: int) -> GreedyVerdict:
+    """Token-identical to the engine's own plain greedy output, or a near-tie."""
+    plain = list(engine.greedy(prompt_ids, max_tokens, False))
+    spec = list(engine.greedy(prompt_ids, max_tokens, True))
+    verdict = GreedyVerdict(plain, spec)
+    if plain == spec:
+        return verdict
+    j = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
+    verdict.divergence = j
+    if j >= min(len(plain), len(spec)):
+        verdict.notes.append("outputs differ in length only")
+        return verdict
+    prefix = tuple(int(t) for t in prompt_ids) + tuple(plain[:j])
+    row = np.sort(np.asarray(logits_of(prefix), dtype=np.float64))
+    verdict.margin = float(row[-1] - row[-2])
+    verdict.noise = logits_of.batch_shape_noise(prefix) if len(prefix) > 1 else 0.0
+    return verdict
+
+
+def law_json(verdict: LawVerdict) -> Json:
+    return {
+        "passed": verdict.passed,
+        "n": verdict.n,
+        "alpha": verdict.alpha,
+        "power": round(verdict.power, 6),
+        "tv": verdict.tv,
+        "detail": verdict.detail,
+    }

@@ -1,0 +1,175 @@
+"""The law of a decoder's first m generated tokens, and the powered test of a whole decoder.
+
+``verispec check-decoder`` treats a decoding engine as a black box that, for a prompt and sampling
+parameters, returns samples of its first m <= 3 generated tokens with speculation on. A lossless
+decoder's samples follow the TARGET law of those tokens,
+
+    P(t_1 .. t_m) = prod_j law(logits(prompt + t_<j), prompt + t_<j, params),
+
+``law`` being THE target law (:func:`reference.sampling.target_distribution`) and ``logits`` the
+target's logits after a prefix: here computed by OUR reference forward (exact for an engine with
+our numerics: transformers float32 on the same dequantized weights, our fast engine), or given as
+an engine's own reported logits (``logits_of`` is any prefix -> row function).
+
+Cells. The sequences of probability >= ``min_mass`` are found by best-first expansion of prefixes
+(a sequence is never more likely than its prefix, so no heavy sequence is missed); each is a cell,
+the rest of the sequence space one tail cell of mass 1 - sum(cells). A sample outside the support
+(a token of law probability 0 at its position) is counted as impossible and fails the test.
+
+Test. Pearson chi-square (:func:`spec.statistics.chi_square`) with N from the power analysis: any
+deviation of total variation >= ``tv`` on the cell law is detected with probability >= 0.99 at
+false-alarm probability ``alpha``. What it does not see: deviations inside the tail cell, and
+deviations below ``tv`` of the cell law; numerics that differ from ours are a deviation too (use the
+engine's own logits for such an engine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from reference.sampling import SamplingParams, target_distribution
+from spec.statistics import ChiSquare, chi_square, power_of, required_sample_size
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+Prefix = tuple[int, ...]
+LogitsOf = Callable[[Prefix], Any]  # prefix (prompt + tokens) -> logits row [V] after it
+
+MAX_M = 3
+MAX_CELLS = 64
+
+
+@dataclass(frozen=True)
+class SequenceLaw:
+    """The cell law of the first m tokens: ``cells`` (heaviest first) and ``probs`` [C + 1]
+    (the last entry: the tail cell)."""
+
+    prompt: Prefix
+    params: SamplingParams
+    m: int
+    cells: tuple[Prefix, ...]
+    probs: F64
+    support: Callable[[Prefix], bool]  # is every token of a sequence possible at its position
+
+    @property
+    def df(self) -> int:
+        return max(1, int((self.probs > 0).sum()) - 1)
+
+    def counts(self, samples: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int64], int]:
+        """(counts over the cells [C + 1], samples outside the support or of the wrong length)."""
+        index = {cell: i for i, cell in enumerate(self.cells)}
+        counts = np.zeros(len(self.cells) + 1, dtype=np.int64)
+        impossible = 0
+        for sample in samples:
+            seq = tuple(int(t) for t in sample)
+            if len(seq) != self.m or not self.support(seq):
+                impossible += 1
+                continue
+            counts[index.get(seq, len(self.cells))] += 1
+        return counts, impossible
+
+
+class MemoLaw:
+    """Target law rows by prefix, memoized (one ``logits_of`` call per prefix)."""
+
+    def __init__(self, logits_of: LogitsOf, params: SamplingParams) -> None:
+        self.logits_of = logits_of
+        self.params = params
+        self.memo: dict[Prefix, F64] = {}
+
+    def row(self, prefix: Prefix) -> F64:
+        if prefix not in self.memo:
+            logits = np.asarray(self.logits_of(prefix), dtype=np.float64)
+            self.memo[prefix] = np.asarray(target_distribution(logits, list(prefix), self.params), dtype=np.float64)
+        return self.memo[prefix]
+
+
+class CachedLaw:
+    """THE target law memoized by (logits row content, history, params): the decode loops call it
+    on the same few rows thousands of times (rows are keyed by a 128-bit BLAKE2 digest of their
+    bytes, so copies and views of a row hit the same entry). A few forwards then serve tens of
+    thousands of decodes."""
+
+    def __init__(self) -> None:
+        self.memo: dict[tuple[bytes, Prefix, SamplingParams], F64] = {}
+
+    def __call__(self, logits: Any, history: Sequence[int], params: SamplingParams) -> F64:
+        row = np.ascontiguousarray(logits)
+        digest = hashlib.blake2b(row.tobytes(), digest_size=16).digest() + str(row.dtype).encode()
+        key = (digest, tuple(int(t) for t in history), params)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = np.asarray(target_distribution(row, list(history), params), dtype=np.float64)
+            hit.setflags(write=False)
+            self.memo[key] = hit
+        return hit
+
+
+def first_tokens_law(
+    logits_of: LogitsOf, prompt: Sequence[int], params: SamplingParams, m: int, min_mass: float = 0.01
+) -> SequenceLaw:
+    """The cell law of the first ``m`` tokens after ``prompt`` (see the module docstring)."""
+    if not 1 <= m <= MAX_M:
+        raise ValueError(f"m must be in [1, {MAX_M}], got {m}")
+    if not 0 < min_mass < 1:
+        raise ValueError(f"min_mass must be in (0, 1), got {min_mass}")
+    base = tuple(int(t) for t in prompt)
+    law = MemoLaw(logits_of, params)
+    heap: list[tuple[float, Prefix]] = [(-1.0, ())]
+    cells: list[tuple[Prefix, float]] = []
+    while heap and len(cells) < MAX_CELLS:
+        neg, tokens = heapq.heappop(heap)
+        mass = -neg
+        if len(tokens) == m:
+            cells.append((tokens, mass))
+            continue
+        row = law.row(base + tokens)
+        for t in np.flatnonzero(row * mass >= min_mass):
+            heapq.heappush(heap, (-mass * float(row[t]), tokens + (int(t),)))
+    probs = np.array([mass for _, mass in cells] + [max(0.0, 1.0 - math.fsum(mass for _, mass in cells))])
+
+    def support(seq: Prefix) -> bool:
+        return all(law.row(base + seq[:j])[seq[j]] > 0 for j in range(len(seq)))
+
+    return SequenceLaw(base, params, m, tuple(c for c, _ in cells), probs, support)
+
+
+@dataclass(frozen=True)
+class LawVerdict:
+    """One decoder case judged: the chi-square, N, alpha, power against ``tv``."""
+
+    passed: bool
+    test: ChiSquare
+    n: int
+    alpha: float
+    power: float
+    tv: float
+    impossible: int
+    detail: str
+
+
+def sample_size(law: SequenceLaw, alpha: float, tv: float) -> int:
+    """N for power 0.99 against any TV >= tv on the cell law."""
+    return required_sample_size(law.df, alpha, tv)
+
+
+def judge(law: SequenceLaw, samples: Sequence[Sequence[int]], alpha: float, tv: float) -> LawVerdict:
+    """Chi-square of the samples against the cell law; any impossible sample fails."""
+    counts, impossible = law.counts(samples)
+    n = len(samples)
+    test = chi_square(counts, law.probs) if counts.sum() > 0 else chi_square(np.ones_like(counts), law.probs)  # no sample: a placeholder, failed below
+    power = power_of(n, law.df, alpha, tv)
+    passed = impossible == 0 and counts.sum() > 0 and test.passed(alpha)
+    detail = (
+        f"m={law.m} cells={len(law.cells)}+tail chi2={test.statistic:.1f} df={test.df} p={test.p_value:.3g} "
+        f"impossible={impossible} max|freq-prob|={test.max_abs_error:.3g}"
+    )
+    return LawVerdict(passed, test, n, alpha, power, tv, impossible, detail)

@@ -1,0 +1,120 @@
+"""`verispec check-decoder`: the law of a whole speculative decoder's first tokens, on a real GGUF.
+
+    verispec check-decoder (--engine MOD:FACTORY | --engine-cmd CMD | --ours | --mutant NAME)
+        [--model NAME|PATH] [--prompt TEXT ...] [--m 3] [--temperature T] [--top-k K] [--top-p P]
+        [--repeat-penalty R] [--draft-temperature T] [--draft-top-k K] [--k 2]
+        [--tv 0.2] [--alpha A] [--greedy --max-tokens N] [--json]
+
+``--engine MOD:FACTORY``: ``FACTORY(model_path)`` returns an engine with
+``sample(prompt_ids, params, m, n, seed) -> [[t1..tm], ...]`` (and ``greedy(prompt_ids,
+max_tokens, speculative) -> ids`` for ``--greedy``); ``--engine-cmd``: the JSON-lines ops of
+spec/decoder_check.py. ``--ours``: our decode loop (reference.decode); ``--mutant NAME``: a mutant
+decoder of spec/decoder_mutants.py. The target law comes from our reference forward on --model.
+Exit status 0: every prompt passed; 1: a prompt failed (a law off the target, or a greedy
+divergence beyond the batch-shape noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = subparsers.add_parser("check-decoder", help="law test of a whole speculative decoder on a real GGUF")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--engine", metavar="MOD:FACTORY", help="FACTORY(model_path) -> engine with sample(...)")
+    which.add_argument("--engine-cmd", metavar="CMD", help="a program speaking the sample/greedy JSON-lines ops")
+    which.add_argument("--ours", action="store_true", help="our own decode loop (reference.decode)")
+    which.add_argument("--mutant", metavar="NAME", help="a mutant decoder of spec/decoder_mutants.py")
+    parser.add_argument("--model", default="smollm2-135m", help="registry name or .gguf path (default smollm2-135m)")
+    parser.add_argument("--prompt", nargs="+", default=["The cat sat on the"], metavar="TEXT")
+    parser.add_argument("--m", type=int, default=3, help="first tokens whose law is tested (1..3)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=4)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--repeat-penalty", type=float, default=1.5)
+    parser.add_argument("--draft-temperature", type=float, default=2.0, help="--ours/--mutant: the draft's law")
+    parser.add_argument("--draft-top-k", type=int, default=4, help="--ours/--mutant: the draft's law")
+    parser.add_argument("--k", type=int, default=2, help="--ours/--mutant: drafts per cycle")
+    parser.add_argument("--tv", type=float, default=0.2, help="deviation detected with power 0.99 (default 0.2)")
+    parser.add_argument("--alpha", type=float, default=None, help="false-alarm probability of the run (default 1e-3)")
+    parser.add_argument("--min-mass", type=float, default=0.01, help="sequences at least this likely are cells")
+    parser.add_argument("--greedy", action="store_true", help="greedy mode: speculative == plain greedy, or a near-tie")
+    parser.add_argument("--max-tokens", type=int, default=16, help="--greedy: tokens compared")
+    parser.add_argument("--timeout", type=float, default=600.0, help="--engine-cmd: seconds per response")
+    parser.add_argument("--json", action="store_true")
+    parser.set_defaults(func=run)
+
+
+def _engine(args: argparse.Namespace, path: Any, logits: Any, tokenizer: Any) -> Any:
+    from reference.sampling import SamplingParams
+    from spec.check import CheckError, load_callable
+    from spec.decoder_check import CommandEngine, ReferenceDecoder
+    from spec.decoder_mutants import MUTANT_BUGS, LoopDecoder
+
+    draft = SamplingParams(temperature=args.draft_temperature, top_k=args.draft_top_k)
+    if args.ours:
+        return ReferenceDecoder(logits, tokenizer, draft, args.k)
+    if args.mutant:
+        if args.mutant not in MUTANT_BUGS:
+            raise CheckError(f"unknown mutant decoder {args.mutant!r}; known: {', '.join(MUTANT_BUGS)}")
+        return LoopDecoder(logits, draft, args.k, MUTANT_BUGS[args.mutant][1])
+    if args.engine_cmd:
+        return CommandEngine(args.engine_cmd, args.timeout)
+    return load_callable(args.engine)(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from reference.model import Model
+    from reference.sampling import SamplingParams
+    from reference.tokenizer import Tokenizer
+    from spec.check import CheckError
+    from spec.decoder_check import LawCase, ReferenceLogits, check_greedy, check_law, law_json
+    from spec.decoder_law import MAX_M
+    from verispec.registry import resolve_model
+
+    if not 1 <= args.m <= MAX_M:
+        raise CheckError(f"--m must be in [1, {MAX_M}], got {args.m}")
+    if not 0 < args.tv <= 1:
+        raise CheckError(f"--tv must be in (0, 1], got {args.tv}")
+    if args.alpha is not None and not 0 < args.alpha < 1:
+        raise CheckError(f"--alpha must be in (0, 1), got {args.alpha}")
+    if args.k < 1 or args.max_tokens < 1:
+        raise CheckError("--k and --max-tokens must be >= 1")
+    params = SamplingParams(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repeat_penalty=args.repeat_penalty
+    )
+    params.validate()
+    path = resolve_model(args.model)
+    model, tokenizer = Model.load(path), Tokenizer.from_file(path)
+    logits = ReferenceLogits(model)
+    engine = _engine(args, path, logits, tokenizer)
+    alpha = (args.alpha if args.alpha is not None else 1e-3) / len(args.prompt)  # Bonferroni over prompts
+    results: list[dict[str, Any]] = []
+    try:
+        for text in args.prompt:
+            prompt = tuple(tokenizer.encode(text))
+            if args.greedy:
+                g = check_greedy(engine, logits, prompt, args.max_tokens)
+                results.append({"prompt": text, "mode": "greedy", "passed": g.passed, "detail": g.detail(),
+                                "margin": g.margin, "noise": g.noise, "divergence": g.divergence})
+            else:
+                v = check_law(engine, logits, LawCase(prompt, params, args.m, args.min_mass), alpha=alpha, tv=args.tv)
+                results.append({"prompt": text, "mode": "law", **law_json(v)})
+    finally:
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
+    passed = all(r["passed"] for r in results)
+    if args.json:
+        print(json.dumps({"passed": passed, "model": str(path), "results": results}, indent=2))
+    else:
+        for r in results:
+            print(f"{'PASS' if r['passed'] else 'FAIL'}  {r['prompt']!r}: {r['detail']}"
+                  + (f"  N={r['n']} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}" if r["mode"] == "law" else ""))
+        print("PASSED" if passed else "FAILED")
+    sys.stdout.flush()
+    return 0 if passed else 1
