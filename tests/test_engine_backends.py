@@ -13,9 +13,9 @@
   s * sum q (x~ - x) with q ~ 7.5, not sum w (x~ - x)); test_int8_kernel_within_rounding_bound
   checks that the bound is tight enough to see that.
 - The int8 mode on the real models is compared with the reference the way llama.cpp is
-  (tests/test_golden.py): mean NMSE per prompt < 1e-2, top-1 equal where the reference's margin
-  >= 0.05 (llama.cpp's bars: it also rounds activations to 8 bits in blocks of 32), NMSE at every
-  position < 1e-1 (see MAX_NMSE for why not llama.cpp's 5e-2).
+  (tests/test_golden.py): NMSE per position < 5e-2, mean per prompt < 1e-2, top-1 equal where the
+  reference's margin >= 0.05 -- the bars llama.cpp meets against the float32 forward (it also
+  rounds activations to 8 bits in blocks of 32).
 - The int8 mode's law is row-count invariant (bit for bit), so greedy speculative decoding on it
   equals greedy plain decoding on it.
 """
@@ -186,11 +186,12 @@ def test_int8_mode_keeps_float_tensors_float(tmp_path: Path) -> None:
 
 # -- the int8 mode on the real models ------------------------------------------------------------------
 
-# llama.cpp's bars (tests/test_golden.py) for the mean NMSE and top-1; the per-position maximum is
-# one draw of 8-bit rounding noise: llama.cpp's own reach 4.1e-2 on these prompts, ours 5.5e-2
-# (SmolLM2, second golden prompt, position 2), so 1e-1 (2x the golden bar); a wrong block mapping
-# (nibble order, zero point, a scale) moves logits by NMSE ~1, ten times above it.
-MAX_NMSE, MEAN_NMSE, TOP1_MARGIN = 1e-1, 1e-2, 0.05
+# llama.cpp's bars against the float32 forward (tests/test_golden.py). Measured, int8 vs reference
+# per golden prompt, max / mean NMSE: SmolLM2 2.1e-2 / 4.6e-3 and 1.7e-2 / 5.5e-3, Gemma 3
+# 1.6e-3 / 7.7e-4 and 5.3e-3 / 2.1e-3 (llama.cpp's own: 8.8e-3 / 2.5e-3, 4.0e-2 / 6.3e-3,
+# 4.6e-3 / 1.8e-3, 1.4e-2 / 6.2e-3). A wrong block mapping (nibble order, zero point, a scale)
+# moves logits by NMSE ~1.
+MAX_NMSE, MEAN_NMSE, TOP1_MARGIN = 5e-2, 1e-2, 0.05
 
 
 @pytest.fixture(scope="module")
