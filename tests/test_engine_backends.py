@@ -264,3 +264,38 @@ def test_threads_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
             mm.default_threads()
     monkeypatch.delenv("VERISPEC_THREADS")
     assert 1 <= mm.default_threads() <= mm.DEFAULT_THREADS
+
+
+@pytest.mark.model
+def test_int8_early_exit_full_depth_tokens_are_the_int8_models(int8_models: dict[str, FastModel], smollm2_path: Path) -> None:
+    """Early exit on the int8 mode (reference/early_exit.py's loop): a token served at full depth
+    is the int8 model's own greedy choice for that history, although earlier tokens exited and
+    their deep-layer KV was filled in later by batched catch-up passes. What it can detect: a
+    catch-up that writes wrong or misplaced KV (the argmax moves); not a last-bit difference (the
+    bit-for-bit row-count invariance the catch-up relies on is test_int8_speculative_equals_plain's
+    first check; with it switched off this test still passes, measured). The exited tokens carry
+    the gate's certified (statistical) guarantee, not checked here. A hand-made margin calibration
+    (exits at layers 16/22/26 of 30) makes some tokens exit and some run every layer."""
+    from fractions import Fraction
+
+    from reference.calibration import Calibration, DepthCalibration
+    from reference.early_exit import generate_early_exit
+    from reference.tokenizer import Tokenizer
+
+    model = int8_models["smollm2-135m"]
+    tokenizer = Tokenizer.from_file(smollm2_path)
+    depths = tuple(DepthCalibration(d, 0.0, 0.0, 2.0, 0.5) for d in (16, 22, 26))
+    calibration = Calibration("0" * 64, "smollm2", 30, Fraction(99, 100), "margin", "halfrange", 100, 0, depths)
+    text = "one two three four five six seven eight nine ten. one two three four five six seven eight nine ten. one two"
+    prompt = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos))
+    request = GenerationRequest(prompt, params=SamplingParams(temperature=0.0), max_tokens=16, seed=0)
+    result, stats = generate_early_exit(model, tokenizer, request, calibration, backlog_bound=4)
+    cache = model.new_cache(len(prompt) + 20)
+    logits = model.forward(list(prompt), cache).logits[-1]
+    full_depth_choices = []
+    for token, depth in zip(result.ids, stats.depths):
+        if depth == stats.n_layer:
+            full_depth_choices.append((int(np.argmax(logits)), token))
+        logits = model.forward([token], cache).logits[-1]
+    assert full_depth_choices and len(full_depth_choices) < len(result.ids)  # both kinds happened
+    assert all(plain == served for plain, served in full_depth_choices)
