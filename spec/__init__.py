@@ -6,6 +6,11 @@
 - :mod:`spec.statistics`: chi-square tests, power analysis and the suite's alpha budget.
 - :mod:`spec.pipeline`: the rows request and the pipeline seam (logits -> p, q rows).
 - :mod:`spec.properties`: the properties, runnable against any verifier (``run_properties``).
+- :mod:`spec.llm_rows`, :mod:`spec.real_rows`: LLM-shaped rows (V = 9 .. 262,144) and stored
+  real-model row pairs (``data/real_rows.npz``).
+- :mod:`spec.full_vocab`: exact probes at full V, two verdicts (protocol, law);
+  :mod:`spec.strata`: stratified statistics at LLM vocabulary sizes; :mod:`spec.llm_properties`
+  registers both as properties.
 - :mod:`spec.mutants`: broken verifiers and pipelines named after real bug classes.
 - :mod:`spec.vectors`: portable test vectors (format: ``VECTORS.md``).
 - :mod:`spec.external`: the JSON-lines wire protocol to a program under test, both ends.

@@ -60,12 +60,13 @@ from spec.properties import PROPERTY_NAMES, STAT_DESIGNS, as_verifier, run_prope
 from spec.sequential import BlockDraw, Budget, SequentialTest, final_state, run_interleaved, schedule, serial_draw, shard_blocks
 from spec.statistics import TV_BIAS
 from spec.vectors import KINDS, Json, VectorSet, compare
+from spec.vectors.gen_large import as_sampled_case
 from spec.vectors.wire import rows_request_from_json
 
 Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive"]
 EXIT_PASSED, EXIT_FAILED, EXIT_INCONCLUSIVE = 0, 1, 3  # 2: a usage error (verispec/cli.py)
 DEFAULT_STAT_SEED = 20_240_531  # the properties' seed (spec.properties.run_properties)
-REQUIRED_KINDS = frozenset({"sampled", "greedy"})  # vector kinds every verifier must answer
+REQUIRED_KINDS = frozenset({"sampled", "sampled_large", "greedy"})  # vector kinds every verifier must answer
 
 
 class CheckError(VerispecError):
@@ -455,7 +456,7 @@ def replay_kind(impl: Implementation, kind: str, cases: Sequence[Mapping[str, An
     if not cases:
         return outcome("skipped", "no cases")
     try:
-        answers = impl.replay(cases)
+        answers = impl.replay([as_sampled_case(case) for case in cases])  # large-V rows expanded
     except VerispecError as exc:
         return outcome("failed", f"replay broke off: {exc}")
     unsupported = sum(1 for a in answers if a is None)
@@ -597,7 +598,9 @@ def _run_one(
     began = time.perf_counter()
     (result,) = run_properties(verifier, batch, pipeline, only=[name], scale=scale, seed=seed, own_randomness=law_only)
     status: Status = "passed" if result.passed else "failed"
-    return PropertyOutcome(name, status, result.n, result.alpha, result.power, result.detail, time.perf_counter() - began)
+    return PropertyOutcome(
+        name, status, result.n, result.alpha, result.power, result.detail, time.perf_counter() - began, result.tv
+    )
 
 
 def _run_sequential(

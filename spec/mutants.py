@@ -56,16 +56,53 @@ class Mutant:
 class Bugs:
     """Which single mistake the row-level verifier makes (all False/"protocol" = the reference)."""
 
-    accept: str = "protocol"  # protocol | always | inverted | le | greedy | off_by_one
-    repair: str = "residual"  # residual | from_p | from_q | unnormalized | reuse_uniform | padded_tie
+    accept: str = "protocol"  # protocol | always | inverted | le | greedy | off_by_one | division | float32 | buffer_of_4
+    repair: str = "residual"  # residual | from_p | from_q | unnormalized | reuse_uniform | padded_tie | drop_below_eps | top_1024
     bonus: str = "p_k"  # p_k | none | previous_row
+    draw: str = "protocol"  # protocol | float32_cumsum | reversed_large_vocab | pairwise_total | clamp_v_minus_2 | side_left
+    rows: str = "float64"  # float64 | float16 | q_tail_underflow
 
 
-def _inverse_cdf_rows(weights: Probs2D, u: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-    """The protocol's draw, row by row: the first id with u * total < cumsum."""
-    cumulative = np.cumsum(weights, axis=1)
-    token = np.sum(cumulative <= (u * cumulative[:, -1])[:, None], axis=1)
-    return np.asarray(np.minimum(token, weights.shape[1] - 1), dtype=np.int64)
+def _inverse_cdf_rows(weights: Probs2D, u: npt.NDArray[np.float64], draw: str = "protocol") -> npt.NDArray[np.int64]:
+    """The protocol's draw, row by row: the first id with u * total < cumsum (or a broken draw)."""
+    vocab = weights.shape[1]
+    if draw == "reversed_large_vocab" and vocab > 8:  # a kernel that scans from the top id down
+        flipped = _inverse_cdf_rows(weights[:, ::-1], u)
+        return np.asarray(vocab - 1 - flipped, dtype=np.int64)
+    if draw == "float32_cumsum":
+        cumulative = np.cumsum(weights.astype(np.float32), axis=1).astype(np.float64)
+    else:
+        cumulative = np.cumsum(weights, axis=1)
+    total = weights.sum(axis=1) if draw == "pairwise_total" else cumulative[:, -1]  # np.sum is pairwise
+    threshold = (u * total)[:, None]
+    if draw == "side_left":  # searchsorted(side="left"): the first id with cumsum >= u * total
+        token = np.sum(cumulative < threshold, axis=1)
+    else:
+        token = np.sum(cumulative <= threshold, axis=1)
+    top = vocab - 2 if draw == "clamp_v_minus_2" and vocab >= 2 else vocab - 1  # off by one in the clamp
+    return np.asarray(np.minimum(token, top), dtype=np.int64)
+
+
+EPS_DROPPED = 1e-3  # the threshold of the "small entries" shortcuts below
+
+
+def _preprocess_rows(p: Probs2D, q: Probs2D, rows: str) -> tuple[Probs2D, Probs2D]:
+    """The rows as a broken implementation sees them (float16 storage, flushed q tail).
+    p [N, k+1, V], q [N, k, V], possibly broadcast views of shared rows (kept shared)."""
+
+    def each(rows_in: Probs2D, change: Callable[[Probs2D], Probs2D]) -> Probs2D:
+        if rows_in.strides[0] == 0:  # shared rows: change them once
+            return np.broadcast_to(change(rows_in[0]), rows_in.shape)
+        return change(rows_in)
+
+    if rows == "float16":
+        def to_half(r: Probs2D) -> Probs2D:
+            return np.asarray(r.astype(np.float16), dtype=np.float64)
+
+        return each(p, to_half), each(q, to_half)
+    if rows == "q_tail_underflow":
+        return p, each(q, lambda r: np.where(r < EPS_DROPPED, 0.0, r))
+    return p, q
 
 
 def broken_batch(bugs: Bugs) -> BatchVerifier:
@@ -73,6 +110,7 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
 
     def verify(p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike) -> BatchVerdict:
         p_all, q_all, x, u = check_batch_inputs(p, q, drafts, uniforms)  # mutants keep the contract
+        p_all, q_all = _preprocess_rows(p_all, q_all, bugs.rows)
         n, k = x.shape
         vocab = p_all.shape[-1]
         items = np.arange(n)
@@ -87,6 +125,14 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
             accept = u[:, :k] * q_x <= p_x
         elif bugs.accept == "greedy":  # accept iff the draft is the target's argmax
             accept = x == np.argmax(p_all[:, :k, :], axis=-1)
+        elif bugs.accept == "division":  # u < p/q: the ratio rounds before the comparison
+            with np.errstate(divide="ignore", invalid="ignore"):
+                accept = u[:, :k] < p_x / q_x
+        elif bugs.accept == "float32":  # the acceptance test in float32
+            accept = u[:, :k].astype(np.float32) * q_x.astype(np.float32) < p_x.astype(np.float32)
+        elif bugs.accept == "buffer_of_4":  # a 4-slot uniform buffer: positions >= 4 reuse u_3
+            slot = np.minimum(np.arange(k), 3)
+            accept = u[:, slot] * q_x < p_x
         else:
             accept = u[:, :k] * q_x < p_x
         all_accepted = np.asarray(accept.all(axis=1), dtype=np.bool_)
@@ -104,10 +150,17 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
         elif bugs.repair == "from_q":
             weights = draft_row
         else:
+            if bugs.repair == "drop_below_eps":  # "negligible" residual entries flushed to zero
+                residual = np.where(residual < EPS_DROPPED, 0.0, residual)
+            elif bugs.repair == "top_1024":  # the repair draw only looks at the 1,024 largest entries
+                if vocab > 1024:
+                    cut = -np.partition(-residual, 1023, axis=1)[:, 1023:1024]
+                    residual = np.where(residual >= cut, residual, 0.0)
+            has_residual = np.any(residual > 0, axis=1)
             weights = np.where(has_residual[:, None], residual, target_row)
         if bugs.repair == "reuse_uniform":  # the rejecting uniform drives the repair draw too
             final_u = u[items, row]
-        repair_token = _inverse_cdf_rows(weights, final_u)
+        repair_token = _inverse_cdf_rows(weights, final_u, bugs.draw)
         if bugs.repair == "unnormalized":  # u compared with the raw residual's running sum
             cumulative = np.cumsum(residual, axis=1)
             repair_token = np.asarray(np.minimum(np.sum(cumulative <= final_u[:, None], axis=1), vocab - 1), dtype=np.int64)
@@ -118,7 +171,7 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
             repair_token = np.where(has_residual, repair_token, padded_last).astype(np.int64)
 
         bonus_row = p_all[:, k - 1 if bugs.bonus == "previous_row" else k, :]
-        bonus_token = _inverse_cdf_rows(bonus_row, u[:, k])
+        bonus_token = _inverse_cdf_rows(bonus_row, u[:, k], bugs.draw)
         if bugs.accept == "greedy":
             bonus_token = np.asarray(np.argmax(p_all[:, k, :], axis=1), dtype=np.int64)
         token = np.where(all_accepted, bonus_token, repair_token).astype(np.int64)
@@ -200,6 +253,20 @@ def catalogue() -> list[Mutant]:
         _row_mutant("acceptance_uniform_reused_for_repair", "the rejecting uniform also drives the repair draw", Bugs(repair="reuse_uniform")),
         _row_mutant("accept_on_equality", "u * q <= p instead of <: breaks bit-exact portability", Bugs(accept="le")),
         _row_mutant("target_rows_off_by_one", "draft i tested against target row i+1 (transformers PR #28166 indexing)", Bugs(accept="off_by_one")),
+        # LLM-scale bug classes (issue 14): they fire only at large V, in the tail, at the last id,
+        # for k >= 4 or in reduced precision; the toy-V properties let several of them through
+        _row_mutant("float32_cumsum_in_draw", "the inverse-CDF running sum in float32 (a GPU kernel's accumulator)", Bugs(draw="float32_cumsum")),
+        _row_mutant("reversed_scan_large_vocab", "for V > 8 the draw scans ids from the top down (a reduction in another order)", Bugs(draw="reversed_large_vocab")),
+        _row_mutant("total_by_pairwise_sum", "the draw's total from np.sum (pairwise) instead of the running sum's last entry", Bugs(draw="pairwise_total")),
+        _row_mutant("last_id_never_drawn", "clamp to V - 2 instead of V - 1 after searchsorted (off by one): id V-1 is never emitted", Bugs(draw="clamp_v_minus_2")),
+        _row_mutant("searchsorted_side_left", "searchsorted(side='left'): a boundary u picks the id whose cumsum equals u * total", Bugs(draw="side_left")),
+        _row_mutant("q_tail_underflow", "draft probabilities below 1e-3 read as 0 (a log-space or fp8 shortcut): tail drafts always accepted", Bugs(rows="q_tail_underflow")),
+        _row_mutant("float16_probabilities", "p and q stored as float16 before the verification (mixed-precision kernels)", Bugs(rows="float16")),
+        _row_mutant("residual_below_eps_dropped", "residual entries below 1e-3 treated as negligible and dropped", Bugs(repair="drop_below_eps")),
+        _row_mutant("residual_truncated_to_top_1024", "the repair draw considers only the 1,024 largest residual entries (a top-k kernel reused)", Bugs(repair="top_1024")),
+        _row_mutant("uniform_buffer_of_four", "a 4-slot uniform buffer: acceptance at positions >= 4 reuses u_3 (a k >= 4 loop bug)", Bugs(accept="buffer_of_4")),
+        _row_mutant("acceptance_by_division", "accept iff u < p/q (the ratio rounds first): off the protocol at boundaries", Bugs(accept="division")),
+        _row_mutant("acceptance_in_float32", "the acceptance test u * q < p evaluated in float32", Bugs(accept="float32")),
         _pipeline_mutant("draft_q_from_raw_logits", "q from raw logits while the draft sampled top-k/processed logits (transformers #47932)", DraftQFromRawLogits()),
         _pipeline_mutant("greedy_draft_scored_with_softmax", "greedy draft scored with its softmax, not one-hot (transformers #32867)", GreedyDraftScoredWithSoftmax()),
         _pipeline_mutant("processors_on_draft_not_target", "processors applied to the draft but not to the target rows (vLLM #42744)", ProcessorsOnDraftNotTarget()),

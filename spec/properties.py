@@ -58,6 +58,7 @@ from reference.speculative import (
     verify_sampled_batch,
 )
 from spec import exact
+from spec.llm_properties import LLM_EXACT, LLM_STATISTICS  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
 from spec.pipeline import Pipeline as Pipeline
 from spec.pipeline import ReferencePipeline as ReferencePipeline
 from spec.pipeline import RowsRequest
@@ -78,7 +79,8 @@ class PropertyResult:
 
     ``n``: cases (deterministic) or draws (statistical); ``alpha``: false-alarm probability
     (0 for deterministic properties); ``power``: worst-case probability of detecting a TV bias of
-    ``spec.statistics.TV_BIAS`` (1 for deterministic ones); ``detail``: what was seen.
+    ``tv`` (``spec.statistics.TV_BIAS`` unless the test is designed against another deviation, as
+    the LLM-scale strata tests are; 1 for deterministic ones); ``detail``: what was seen.
     """
 
     name: str
@@ -87,6 +89,7 @@ class PropertyResult:
     alpha: float
     power: float
     detail: str
+    tv: float = TV_BIAS
 
 
 # -----------------------------------------------------------------------------------------------
@@ -900,6 +903,7 @@ PROPERTIES: tuple[tuple[str, Property], ...] = (
     ("protocol_cells", prop_protocol_cells),
     ("exact_lossless", prop_exact_lossless),
     ("batch_matches_sequential", prop_batch_matches_sequential),
+    *LLM_EXACT,
     ("stat_verdict_law_k1", _stat_verdict_law(1)),
     ("stat_verdict_law_k2", _stat_verdict_law(2)),
     ("stat_verdict_law_k3", _stat_verdict_law(3)),
@@ -909,7 +913,7 @@ PROPERTIES: tuple[tuple[str, Property], ...] = (
     ("stat_lossless_ar_k2", _stat_lossless(2)),
     ("stat_lossless_ar_k4", _stat_lossless(4)),
     ("stat_lossless_processed_k3", _stat_lossless(3, processed=True)),
-)
+) + LLM_STATISTICS
 PROPERTY_NAMES: tuple[str, ...] = tuple(name for name, _ in PROPERTIES)
 STATISTICAL: frozenset[str] = frozenset(name for name in PROPERTY_NAMES if name.startswith("stat_"))
 # every statistical property as a design (spec/sequential.py runs them group-sequentially)

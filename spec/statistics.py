@@ -55,6 +55,9 @@ ALPHA_BUDGET: dict[str, float] = {
     # first two tokens of rounds over randomly drawn trees)
     "tree_verdict_law": 2e-6,
     "tree_lossless_two_tokens": 2e-6,
+    # spec/strata.py: the stratified chi-square tests at LLM vocabulary sizes (from the budget's remainder)
+    "stat_strata_tail_v4099": 8e-7,
+    "stat_strata_deep_k8": 8e-7,
 }
 assert sum(ALPHA_BUDGET.values()) <= SUITE_ALPHA + 1e-15, "alpha budget exceeds the suite's"
 

@@ -6,8 +6,11 @@ rounding order (fused matmuls, BLAS blocking, another span shape), so each eleme
 tests/tolerances.py's 2 lambda sigma: sigma is its float32 rounding spread under the probabilistic
 rounding model (each operation off by a relative u = 2^-24, a length-n dot product by
 u sqrt(n) |a|.|b| in any order), propagated through every layer by Monte Carlo in float64 (the real
-models with 16 samples: lambda = 31). A wrong mask, RoPE, norm or fused-row order moves logits by
->= 0.1, far above it. Tokens are compared exactly: greedy ids, and sampled ids for the same seed
+models with 16 samples: lambda = 31). What that detects: on the tiny models (tolerances ~1e-4) any
+wrong mask, RoPE, norm or fused-row order; on the 30-layer real models the tolerance is ~0.02 on
+logits of spread ~8 (the model is conservative: real differences stay below 0.2 sigma), which still
+catches a norm eps 10x off, an attention scale 1% off (asserted below) or a RoPE pairing swap, but
+not a logit shift of ~0.007 such as a RoPE base 1% off -- the tiny-model tests catch those. Tokens are compared exactly: greedy ids, and sampled ids for the same seed
 (the engine's law and draw are bit-identical to the reference's, test_engine_sampling).
 
 Reference decoding is slow (~1 s a token here), so the reference side of a decode test is one
@@ -17,6 +20,7 @@ draw: the reference loop would emit exactly these tokens iff every replayed step
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +176,10 @@ def test_golden_prompt_logits_match_reference(pairs: dict[str, Any], golden: dic
         assert_within(got, want, tolerance, f"{name} engine vs reference")
         last = fast.forward(ids, fast.new_cache(len(ids)), last_only=True).logits
         assert_within(last, got[-1:], tolerance[-1:], f"{name} 1-row vs T-row head")
+        # teeth at this tolerance: an attention scale 1% off is caught
+        mutant = Model(dataclasses.replace(ref.config, attn_scale=ref.config.attn_scale * 1.01), ref.weights)
+        with pytest.raises(AssertionError, match="outside the derived"):
+            assert_within(mutant.forward(ids, mutant.new_cache(len(ids))).logits, want, tolerance, "mutant")
 
 
 def _replay(ref: Model, prompt: list[int], ids: list[int], params: SamplingParams, seed: int) -> list[int]:

@@ -35,6 +35,11 @@ def softmax_of(values: dict[int, float], vocab: int) -> list[float]:
 
 
 LOGITS = np.array([1.0, 3.0, 2.0, 0.5, -1.0], dtype=np.float32)
+# rtol=1e-12 below, derived: the law and softmax_of are both float64 (u = 2^-53) over V = 5 logits
+# (float32 logits convert exactly): a shift, a temperature or penalty division, exp (a few ulp, plus
+# |x| u for an argument |x| <= 16), a 5-term sum and a division give a relative error below
+# (4 + 16 + 5 + 3) u = 3.1e-15 per path; 1e-12 is 100x above both paths' sum, and an O(1) law
+# error (a wrong filter, temperature or penalty) moves a probability by > 1e-3.
 
 
 def test_plain_softmax() -> None:

@@ -15,6 +15,7 @@ from reference.quants import dequantize
 from reference.sampling import target_distribution
 from reference.speculative import verify_greedy, verify_sampled
 from spec.pipeline import ReferencePipeline
+from spec.vectors.gen_large import expand
 from spec.vectors.wire import Json, f32_bits, params_from_json, rows_json, rows_request_from_json, verdict_json
 
 REFERENCE_PIPELINE = ReferencePipeline()
@@ -23,6 +24,10 @@ REFERENCE_PIPELINE = ReferencePipeline()
 def _answer_sampled(inp: Mapping[str, Any]) -> Json:
     v = verify_sampled(inp["p"], inp["q"], inp["drafts"], inp["uniforms"])
     return verdict_json(v.accepted, v.token, v.kind)
+
+
+def _answer_sampled_large(inp: Mapping[str, Any]) -> Json:
+    return _answer_sampled(expand(inp))
 
 
 def _answer_greedy(inp: Mapping[str, Any]) -> Json:
@@ -71,6 +76,7 @@ def _answer_dequantize(inp: Mapping[str, Any]) -> Json:
 
 ANSWERS: dict[str, Callable[[Mapping[str, Any]], Json]] = {
     "sampled": _answer_sampled,
+    "sampled_large": _answer_sampled_large,
     "greedy": _answer_greedy,
     "rows": _answer_rows,
     "target_law": _answer_target_law,

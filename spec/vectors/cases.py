@@ -11,6 +11,7 @@ from spec.vectors.answers import reference_answer
 from spec.vectors.draws import Item
 from spec.vectors.gen_dequantize import dequantize_items
 from spec.vectors.gen_gates import conformal_items, gate_items
+from spec.vectors.gen_large import large_items
 from spec.vectors.gen_processors import rows_items, target_law_items
 from spec.vectors.gen_verdicts import greedy_items, sampled_items
 from spec.vectors.kinds import DEFAULT_COUNT, DEFAULT_SEED, KINDS, VectorError
@@ -21,6 +22,7 @@ PROB_TOLERANCE = 1e-6  # |got - expected| per probability (zeros must match exac
 # each kind's generator: (rng, count) -> count random items plus the kind's edge and invalid items
 GENERATORS: dict[str, Callable[[np.random.Generator, int], list[Item]]] = {
     "sampled": sampled_items,
+    "sampled_large": large_items,
     "greedy": greedy_items,
     "rows": rows_items,
     "target_law": target_law_items,

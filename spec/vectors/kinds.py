@@ -11,6 +11,7 @@ DEFAULT_COUNT = 64
 # the vector kinds, in file order; a kind's index seeds its generator
 KINDS: tuple[str, ...] = (
     "sampled",
+    "sampled_large",  # V = 9 .. 262,144, run-length rows (spec/vectors/gen_large.py)
     "greedy",
     "rows",
     "target_law",

@@ -336,6 +336,9 @@ def test_bisquare_matches_exact_and_bowl_is_sound(r: float, c: float) -> None:
     w = float(cert.bisquare_weight(r, c))
     rx, cx = Fraction(r), Fraction(c)
     cap = c * c / 6
+    # 1e-12 derived (float64, u = 2^-53): x = r/c, x^2, 1 - x^2 (|x| <= 1: off by <= 3u), its cube
+    # (<= 11u), 1 - cube, and the cap c*c/6 (3 roundings) put rho within ~16u cap = 1.8e-15 cap and
+    # w = (1 - x^2)^2 within 7u; 1e-12 is 500x above, far below any wrong formula's O(1) error.
     assert abs(Fraction(rho) - _rho_exact(rx, cx)) <= Fraction(1e-12) * Fraction(cap)
     exact_w = (1 - (rx / cx) ** 2) ** 2 if abs(rx) <= cx else Fraction(0)
     assert abs(Fraction(w) - exact_w) <= Fraction(1e-12)

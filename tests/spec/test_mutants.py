@@ -65,12 +65,15 @@ def test_reference_passes_every_deterministic_property() -> None:
 
 
 def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
-    status = mutants.main(["--json", "--fail-fast", "--only", "contract", "range_and_mass", "protocol_boundaries", "pipeline_processors"])
+    status = mutants.main(
+        ["--json", "--fail-fast", "--only", "contract", "range_and_mass", "protocol_boundaries", "pipeline_processors", "full_vocab_protocol"]
+    )
     report = json.loads(capsys.readouterr().out)
     assert status == 0 and report["ok"] and report["killed"] == report["total"] == len(BY_NAME)
     by_name = {m["name"]: m for m in report["mutants"]}
     assert by_name["accept_on_equality"]["killed_by"] == ["protocol_boundaries"]
     assert by_name["draft_q_from_raw_logits"]["killed_by"] == ["pipeline_processors"]
+    assert by_name["reversed_scan_large_vocab"]["killed_by"] == ["full_vocab_protocol"]  # fires only at V > 8
 
 
 def test_cli_rejects_unknown_property(capsys: pytest.CaptureFixture[str]) -> None:

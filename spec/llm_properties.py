@@ -1,0 +1,102 @@
+"""The LLM-scale properties of the spec (registered in :data:`spec.properties.PROPERTIES`).
+
+- ``full_vocab_protocol`` / ``full_vocab_law``: the exact probes of :mod:`spec.full_vocab` on the
+  LLM-shaped rows of :mod:`spec.llm_rows` (V = 9 .. 262,144, k up to 8, every edge shape) and on
+  the stored real-model rows; two verdicts from one run of the probes (cached per verifier).
+- ``stat_strata_tail_v4099`` / ``stat_strata_deep_k8``: the stratified chi-square tests of
+  :mod:`spec.strata`, N from the power analysis against ``STRATA_TV`` at their alpha share.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from spec import full_vocab, strata
+from spec.llm_rows import LlmCase, default_cases, real_cases
+from spec.statistics import ALPHA_BUDGET, power_of, required_sample_size
+
+if TYPE_CHECKING:
+    from spec.properties import PropertyResult, Subject
+
+MAX_REPORTED = 2
+
+
+def gate_cases(seed: int) -> tuple[LlmCase, ...]:
+    """Synthetic LLM-shaped cases, then the real-model ones."""
+    return default_cases(seed) + real_cases(seed)
+
+
+# one resumable run of the probes serves both verdicts: (verifier object, seed, verdicts so far)
+_cache: list[tuple[object, int, full_vocab.Verdicts]] = []
+
+
+def _verdicts(subject: Subject, verdict: str) -> full_vocab.Verdicts:
+    """The probes' verdicts, run (or resumed) until ``verdict`` is decided or every case is done."""
+    found = next((v for batch, seed, v in _cache if batch is subject.batch and seed == subject.seed), None)
+    if found is None:
+        found = full_vocab.Verdicts()
+        _cache[:] = [(subject.batch, subject.seed, found)]  # keeps the object alive: its id is not reused
+    return full_vocab.judge(subject.batch, gate_cases(subject.seed), subject.seed, verdict, found)
+
+
+def _summary(found: list[str]) -> str:
+    more = f" (+{len(found) - MAX_REPORTED} more)" if len(found) > MAX_REPORTED else ""
+    return "; ".join(found[:MAX_REPORTED]) + more
+
+
+def prop_full_vocab_protocol(subject: Subject) -> PropertyResult:
+    """At every probe (cell boundaries and midpoints at full V), the verdict is the protocol's."""
+    from spec.properties import PropertyResult
+
+    v = _verdicts(subject, "protocol")
+    found = v.errors + v.protocol
+    detail = _summary(found) if found else f"{v.probes} probes in {v.cases} cases (V up to 262,144) agree"
+    return PropertyResult("full_vocab_protocol", not found, v.probes, 0.0, 1.0, detail)
+
+
+def prop_full_vocab_law(subject: Subject) -> PropertyResult:
+    """No probe proves the verdict law off the protocol's by more than float64 rounding."""
+    from spec.properties import PropertyResult
+
+    v = _verdicts(subject, "law")
+    found = v.errors + v.law
+    if found:
+        detail = _summary(found)
+    else:
+        judged = "" if not v.not_judged else f"; {len(v.not_judged)} non-monotone draws not judged (left to stat_*)"
+        detail = f"{v.cases} cases: acceptance and CDF bounds within float rounding{judged}"
+    return PropertyResult("full_vocab_law", not found, v.probes, 0.0, 1.0, detail)
+
+
+def _stat_strata(name: str) -> Callable[[Subject], PropertyResult]:
+    def prop(subject: Subject) -> PropertyResult:
+        from spec.properties import PropertyResult
+
+        alpha = ALPHA_BUDGET[name]
+        p, q = strata.rows_for(name)
+        df = strata.design_df(p, q)
+        n = max(1000, int(math.ceil(required_sample_size(df, alpha, strata.STRATA_TV) * subject.scale)))
+        test, _ = strata.run_test(subject.batch, name, n, subject.seed)
+        power = power_of(n, df, alpha, strata.STRATA_TV)
+        detail = (
+            f"chi2={test.statistic:.1f} df={test.df} p={test.p_value:.3g} impossible={test.impossible} "
+            f"pooled={test.pooled_cells} max|freq-prob|={test.max_abs_error:.2g} V={p.shape[1]} k={q.shape[0]} "
+            f"power vs strata TV >= {strata.STRATA_TV}"
+        )
+        return PropertyResult(name, test.passed(alpha), n, alpha, power, detail, strata.STRATA_TV)
+
+    prop.__name__ = name
+    return prop
+
+
+# deterministic ones run with the other deterministic properties, the statistical ones last
+LLM_EXACT = (
+    ("full_vocab_protocol", prop_full_vocab_protocol),
+    ("full_vocab_law", prop_full_vocab_law),
+)
+LLM_STATISTICS = (
+    ("stat_strata_tail_v4099", _stat_strata("stat_strata_tail_v4099")),
+    ("stat_strata_deep_k8", _stat_strata("stat_strata_deep_k8")),
+)
