@@ -6,26 +6,42 @@ logits t [V] and the hidden states at the candidate depths. Then, per depth k, t
 d = exit_logits(k, hidden) (batched over the prompt's steps) give, in float32:
 ``supnorm`` and ``halfrange`` residual scores (:func:`reference.certificate.residual_rows`), the
 exit's top-1 ``margin`` and id (:func:`reference.certificate.top2_rows`), and the ``flip`` event
-(exit top-1 != full argmax). Note: the serve path evaluates the head on one row at a time, the
-calibration on a batch of rows; BLAS may round the two differently in the last bits, so serve
-scores are exchangeable with calibration scores up to that rounding.
+(exit top-1 != full argmax); each step remembers its prompt and the prompt's kind. Note: the serve
+path evaluates the head on one row at a time, the calibration on a batch of rows; BLAS may round
+the two differently in the last bits, so serve scores are exchangeable with calibration scores up
+to that rounding.
 
-Artifact (:class:`Calibration`, JSON): model sha256, q, the per-depth level q' = 1 - (1 - q)/K,
-alpha = 1 - q, n, the candidate depths, per depth both residual quantiles (conformal, at q') and
-the margin threshold (conformal risk control at alpha/K), the default gate and residual kind, and
-the lens (a .npz beside the JSON, with its sha256) if one was fit on a split of prompts disjoint
-from the calibration split. Written atomically; loading it for another model is a
-CalibrationError.
+Guarantee: the prompt is the exchangeable unit (:func:`reference.conformal.prompt_risk_threshold`).
+Per depth and per prompt kind (Mondrian calibration: the kind is a deterministic function of the
+prompt, :func:`reference.prompt_kind.prompt_kind`, or declared), every threshold is calibrated by
+conformal risk control over that kind's prompts at alpha/K: the margin threshold on the loss "fraction of the
+prompt's tokens admitted at this depth that flip", the residual quantiles on "fraction of the
+prompt's tokens whose score exceeds Q" (a residual gate admits a flip only above Q). Each kind's
+claim: PROMPT_CLAIM, "expected flip fraction of a new prompt ≤ α, valid when prompts (not tokens)
+are exchangeable", for new prompts of that kind (the pooled calibration ``depths``: for a new
+prompt exchangeable with the whole calibration mix). A kind with fewer than
+:func:`reference.conformal.min_prompts` prompts gets +inf thresholds: it admits nothing, and
+:attr:`Calibration.refusal` says so.
+
+Artifact (:class:`Calibration`, JSON): model sha256, q, alpha = 1 - q, alpha/K, the claim, the
+candidate depths, the pooled and per-kind thresholds, the default gate and residual kind, and the
+lens if one was fit on prompts disjoint from the calibration prompts. The lens is written to
+``X.lens.<sha256[:16]>.npz``, a name that changes with its content, BEFORE the JSON that names it
+(with its sha256) replaces the old JSON: killed at any point, ``X.json`` is either the old
+artifact with its old lens file or the new one with its new lens file (the pair is one atomic
+unit); stale lens files are removed after. Loading checks the sha256, refuses NaN or malformed
+thresholds, and an artifact for another model (all CalibrationError).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -34,13 +50,14 @@ import numpy as np
 import numpy.typing as npt
 
 from reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
-from reference.conformal import bonferroni, conformal_quantile, exact_level, margin_threshold
+from reference.conformal import PROMPT_CLAIM, bonferroni, exact_level, min_prompts, prompt_risk_threshold
 from reference.exit_head import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
 from reference.seams import TargetModel as Model
 from reference.errors import CalibrationError
 
 F32 = npt.NDArray[np.float32]
-FORMAT = "verispec-early-exit-calibration/1"
+FORMAT = "verispec-early-exit-calibration/2"
+POOLED = "*"  # the pseudo-kind of the pooled calibration (every prompt of the mix)
 
 
 # --- trajectories and records -------------------------------------------------------------------
@@ -110,10 +127,24 @@ class Records:
     margins: F32                     # [K, n]
     flips: npt.NDArray[np.bool_]     # [K, n]
     kinds: list[str] = field(default_factory=list)  # [n] prompt kind of each step
+    prompt: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # [n] prompt index
 
     @property
     def n(self) -> int:
         return int(self.margins.shape[1])
+
+    @property
+    def n_prompts(self) -> int:
+        return int(np.unique(self.prompt).size)
+
+    def select(self, kind: str) -> "Records":
+        """The steps of the prompts of one kind (prompt indices renumbered 0..m-1 in order)."""
+        mask = np.asarray([k == kind for k in self.kinds], dtype=np.bool_)
+        _, prompt = np.unique(self.prompt[mask], return_inverse=True)
+        return Records(
+            self.depths, self.supnorm[:, mask], self.halfrange[:, mask], self.margins[:, mask],
+            self.flips[:, mask], [kind] * int(mask.sum()), np.asarray(prompt, dtype=np.int64).reshape(-1),
+        )
 
     def scores(self, kind: ResidualKind) -> F32:
         return self.supnorm if kind == "supnorm" else self.halfrange
@@ -125,7 +156,8 @@ def score(model: Model, trajectories: Sequence[Trajectory], depths: Sequence[int
     parts: dict[str, list[F32]] = {"supnorm": [], "halfrange": [], "margins": []}
     flips: list[npt.NDArray[np.bool_]] = []
     kinds: list[str] = []
-    for traj in trajectories:
+    prompt: list[int] = []
+    for number, traj in enumerate(trajectories):
         full_ids = np.asarray(np.argmax(traj.full_logits, axis=-1), dtype=np.int64)  # [T]
         rows: dict[str, list[F32]] = {"supnorm": [], "halfrange": [], "margins": []}
         flip_rows = []
@@ -140,6 +172,7 @@ def score(model: Model, trajectories: Sequence[Trajectory], depths: Sequence[int
             parts[name].append(np.stack(rows[name]))  # [K, T]
         flips.append(np.stack(flip_rows))
         kinds.extend([traj.kind] * traj.full_logits.shape[0])
+        prompt.extend([number] * traj.full_logits.shape[0])
     if not flips:
         raise CalibrationError("no calibration steps: the calibration split has no prompts")
     return Records(
@@ -149,6 +182,7 @@ def score(model: Model, trajectories: Sequence[Trajectory], depths: Sequence[int
         np.concatenate(parts["margins"], axis=1).reshape(k, -1),
         np.concatenate(flips, axis=1).reshape(k, -1),
         kinds,
+        np.asarray(prompt, dtype=np.int64),
     )
 
 
@@ -203,20 +237,29 @@ def calibrate(
     model_sha256: str,
     model_name: str,
     depths: Sequence[int] | None = None,
-    q: Fraction | str | float = "0.99",
+    q: Fraction | str | float = "0.9",
     n_steps: int = 48,
     use_lens: bool = True,
+    lens_prompts: Sequence[Prompt] | None = None,
     ridge: float = 1e-2,
     gate: GateKind = "margin",
     residual: ResidualKind = "halfrange",
+    kind_rule: str = "rule",
     stop_ids: frozenset[int] = frozenset(),
     on_step: Callable[[], None] | None = None,
 ) -> tuple[Calibration, Records]:
-    """Greedy trajectories of the full model on ``prompts``, lens fit on one split (if
-    ``use_lens``), scores and the artifact on the other (all prompts if no lens)."""
+    """Greedy trajectories of the full model on ``prompts``; the lens (if ``use_lens``) is fit on
+    ``lens_prompts`` (or, if None, on every other prompt of each kind, the rest calibrating);
+    scores and the artifact on the calibration prompts. ``kind_rule`` records how the prompts'
+    kinds were assigned ("rule": :func:`reference.prompt_kind.prompt_kind`; "declared")."""
     level = exact_level(q)
     ks = check_depths(default_depths(model.config.n_layer) if depths is None else depths, model.config.n_layer)
-    lens_split, cal_split = split_for_lens(prompts) if use_lens else ([], list(prompts))
+    if not use_lens:
+        lens_split, cal_split = [], list(prompts)
+    elif lens_prompts is not None:
+        lens_split, cal_split = list(lens_prompts), list(prompts)
+    else:
+        lens_split, cal_split = split_for_lens(prompts)
     if use_lens and (not lens_split or not cal_split):
         raise CalibrationError(f"a lens needs at least 2 prompts of one kind (one per split), got {len(prompts)} prompts")
 
@@ -233,7 +276,7 @@ def calibrate(
     records = score(model, run(cal_split), ks, lens)
     cal = build(
         records, q=level, model_sha256=model_sha256, model_name=model_name, n_layer=model.config.n_layer,
-        gate=gate, residual=residual, lens=lens, n_lens=n_lens, ridge=ridge if use_lens else 0.0,
+        gate=gate, residual=residual, lens=lens, n_lens=n_lens, ridge=ridge if use_lens else 0.0, kind_rule=kind_rule,
     )
     return cal, records
 
@@ -244,18 +287,43 @@ def calibrate(
 @dataclass(frozen=True)
 class DepthCalibration:
     depth: int
-    supnorm_quantile: float    # conformal quantile of the sup-norm score at q' (float32 value)
-    halfrange_quantile: float  # conformal quantile of the half-range score at q' (float32 value)
-    margin_threshold: float    # conformal risk control threshold at alpha/K
+    supnorm_quantile: float    # prompt-level risk control threshold of the sup-norm score at alpha/K
+    halfrange_quantile: float  # ... of the half-range score (float32 values)
+    margin_threshold: float    # prompt-level risk control threshold of the margin at alpha/K
     agreement: float           # calibration: fraction of steps whose exit top-1 == full argmax
 
     def quantile(self, kind: ResidualKind) -> float:
         return self.supnorm_quantile if kind == "supnorm" else self.halfrange_quantile
 
 
+def _refusing(depth: int) -> DepthCalibration:
+    """A depth that admits nothing under any gate (every threshold +inf)."""
+    inf = float("inf")
+    return DepthCalibration(depth, inf, inf, inf, 0.0)
+
+
+@dataclass(frozen=True)
+class KindCalibration:
+    """One prompt kind's calibration (Mondrian): its own prompts, thresholds and guarantee."""
+
+    kind: str
+    n_prompts: int
+    n: int                    # calibration steps (tokens) of this kind
+    min_prompts: int          # prompts needed for any admission at alpha/K
+    depths: tuple[DepthCalibration, ...]
+
+    @property
+    def admits(self) -> bool:
+        return self.n_prompts >= self.min_prompts
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """A calibration artifact: everything the serve-time gates need, for one model file."""
+    """A calibration artifact: everything the serve-time gates need, for one model file.
+
+    ``depths`` are the thresholds in force: the pooled calibration, or one kind's after
+    :meth:`for_kind` (then ``kind`` names it). ``kinds`` holds every kind's calibration.
+    """
 
     model_sha256: str
     model_name: str
@@ -269,15 +337,31 @@ class Calibration:
     lens: Lens | None = None
     ridge: float = 0.0
     prompts: dict[str, int] = field(default_factory=dict)  # prompt kind -> calibration steps
+    n_prompts: int = 0
+    kinds: dict[str, KindCalibration] = field(default_factory=dict)
+    kind: str | None = None     # the kind whose thresholds are in ``depths`` (None: pooled)
+    kind_rule: str = "rule"     # how calibration prompts got their kind: "rule" or "declared"
 
     @property
     def q_layer(self) -> Fraction:
-        """The per-depth level q' = 1 - (1 - q)/K."""
+        """The per-depth level 1 - alpha/K (the per-depth risk is alpha/K)."""
         return bonferroni(self.q, len(self.depths))
 
     @property
     def alpha(self) -> Fraction:
         return 1 - self.q
+
+    @property
+    def alpha_per_depth(self) -> Fraction:
+        return self.alpha / len(self.depths)
+
+    @property
+    def claim(self) -> str:
+        return PROMPT_CLAIM
+
+    @property
+    def min_prompts(self) -> int:
+        return min_prompts(self.alpha, len(self.depths))
 
     @property
     def candidate_depths(self) -> tuple[int, ...]:
@@ -288,6 +372,27 @@ class Calibration:
             if d.depth == depth:
                 return d
         raise CalibrationError(f"depth {depth} is not calibrated (depths: {list(self.candidate_depths)})")
+
+    def for_kind(self, kind: str) -> "Calibration":
+        """The artifact with ``kind``'s thresholds in force; an uncalibrated kind admits nothing."""
+        if kind in self.kinds:
+            kc = self.kinds[kind]
+            return replace(self, depths=kc.depths, n=kc.n, n_prompts=kc.n_prompts, kind=kind)
+        refusing = tuple(_refusing(d.depth) for d in self.depths)
+        return replace(self, depths=refusing, n=0, n_prompts=0, kind=kind)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the thresholds in force admit nothing, or None if they can admit."""
+        needed = self.min_prompts
+        alpha = f"alpha = {self.alpha} over K = {len(self.depths)} depths needs at least {needed}"
+        if self.kind is not None and self.kind not in self.kinds:
+            known = ", ".join(sorted(self.kinds)) or "none"
+            return f"prompt kind {self.kind!r} was not calibrated (calibrated kinds: {known}): early exit admits nothing"
+        if self.n_prompts < needed:
+            which = "the calibration" if self.kind is None else f"prompt kind {self.kind!r}"
+            return f"{which} has {self.n_prompts} calibration prompts; {alpha}: early exit admits nothing"
+        return None
 
     def check_model(self, sha256: str, where: str = "the model") -> None:
         """CalibrationError unless this artifact was made for the model file with ``sha256``."""
@@ -306,38 +411,47 @@ class Calibration:
             "model_name": self.model_name,
             "n_layer": self.n_layer,
             "q": str(self.q),
-            "q_layer": str(self.q_layer),
             "alpha": str(self.alpha),
+            "alpha_per_depth": str(self.alpha_per_depth),
+            "claim": self.claim,
+            "unit": "prompt",
+            "kind_rule": self.kind_rule,
             "gate": self.gate,
             "residual": self.residual,
             "n": self.n,
+            "n_prompts": self.n_prompts,
+            "min_prompts": self.min_prompts,
             "n_lens": self.n_lens,
             "layers": [d.depth for d in self.depths],
-            "depths": [
-                {
-                    "depth": d.depth,
-                    "supnorm_quantile": _num(d.supnorm_quantile),
-                    "halfrange_quantile": _num(d.halfrange_quantile),
-                    "margin_threshold": _num(d.margin_threshold),
-                    "agreement": d.agreement,
+            "depths": _depths_json(self.depths),
+            "kinds": {
+                kc.kind: {
+                    "n_prompts": kc.n_prompts, "n": kc.n, "min_prompts": kc.min_prompts, "admits": kc.admits,
+                    "depths": _depths_json(kc.depths),
                 }
-                for d in self.depths
-            ],
+                for kc in self.kinds.values()
+            },
             "lens": None if lens_file is None else {"file": lens_file, "sha256": lens_sha256, "ridge": self.ridge},
             "prompts": self.prompts,
         }
 
     def save(self, path: str | Path) -> None:
-        """Write the JSON (and the lens .npz beside it) atomically: a reader never sees half a file."""
+        """Write the artifact as one atomic unit (see the module docstring): the lens under a
+        content-derived name first, then the JSON that names it, then remove stale lens files."""
         path = Path(path)
+        check_output_path(path)
         lens_file = lens_sha = None
         if self.lens is not None:
-            lens_path = path.with_suffix(".lens.npz")
             data = _npz_bytes(self.lens)
+            lens_sha = hashlib.sha256(data).hexdigest()
+            lens_path = path.parent / f"{path.stem}.lens.{lens_sha[:16]}.npz"
             _atomic_write(lens_path, data)
-            lens_file, lens_sha = lens_path.name, hashlib.sha256(data).hexdigest()
+            lens_file = lens_path.name
         text = json.dumps(self.to_json(lens_file, lens_sha), indent=2) + "\n"
         _atomic_write(path, text.encode())
+        for stale in path.parent.glob(f"{path.stem}.lens.*.npz"):
+            if stale.name != lens_file:
+                stale.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | Path, model_sha256: str | None = None) -> "Calibration":
@@ -348,10 +462,12 @@ class Calibration:
         except (OSError, ValueError) as exc:
             raise CalibrationError(f"cannot read calibration {str(path)!r}: {exc}") from None
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-            raise CalibrationError(f"{str(path)!r} is not a {FORMAT} artifact")
+            found = raw.get("format") if isinstance(raw, dict) else None
+            hint = " (an older, token-level calibration: run verispec calibrate again)" if found == FORMAT[:-1] + "1" else ""
+            raise CalibrationError(f"{str(path)!r} is not a {FORMAT} artifact{hint}")
         try:
             cal = cls._from_json(raw, path)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CalibrationError(f"calibration {str(path)!r} is malformed: {exc!r}") from None
         if model_sha256 is not None:
             cal.check_model(model_sha256)
@@ -362,17 +478,20 @@ class Calibration:
         gate, residual = raw["gate"], raw["residual"]
         if gate not in GATE_KINDS or residual not in RESIDUAL_KINDS:
             raise ValueError(f"gate {gate!r} / residual {residual!r}")
-        depths = tuple(
-            DepthCalibration(
-                int(d["depth"]), _float(d["supnorm_quantile"]), _float(d["halfrange_quantile"]),
-                _float(d["margin_threshold"]), float(d["agreement"]),
+        depths = _depths_from_json(raw["depths"], path)
+        layers = tuple(d.depth for d in depths)
+        kinds = {}
+        for name, entry in dict(raw["kinds"]).items():
+            kind_depths = _depths_from_json(entry["depths"], path)
+            if tuple(d.depth for d in kind_depths) != layers:
+                raise ValueError(f"kind {name!r} has depths {[d.depth for d in kind_depths]}, not {list(layers)}")
+            kinds[str(name)] = KindCalibration(
+                str(name), _count(entry["n_prompts"]), _count(entry["n"]), _count(entry["min_prompts"]), kind_depths,
             )
-            for d in raw["depths"]
-        )
         lens = None
         ridge = 0.0
         if raw.get("lens"):
-            lens_path = path.parent / str(raw["lens"]["file"])
+            lens_path = path.parent / Path(str(raw["lens"]["file"])).name
             try:
                 data = lens_path.read_bytes()
             except OSError as exc:
@@ -381,13 +500,15 @@ class Calibration:
                 raise CalibrationError(f"lens {str(lens_path)!r} does not match the sha256 in {str(path)!r}")
             lens = _lens_from_npz(lens_path)
             ridge = float(raw["lens"]["ridge"])
-            if lens.depths != tuple(d.depth for d in depths):
+            if lens.depths != layers:
                 raise ValueError(f"lens depths {lens.depths}")
+        kind = raw.get("kind_rule", "rule")
         return cls(
             model_sha256=str(raw["model_sha256"]), model_name=str(raw["model_name"]),
-            n_layer=int(raw["n_layer"]), q=exact_level(str(raw["q"])), gate=gate, residual=residual,
-            n=int(raw["n"]), n_lens=int(raw["n_lens"]), depths=depths, lens=lens, ridge=ridge,
-            prompts={str(k): int(v) for k, v in raw.get("prompts", {}).items()},
+            n_layer=_count(raw["n_layer"]), q=exact_level(str(raw["q"])), gate=gate, residual=residual,
+            n=_count(raw["n"]), n_lens=_count(raw["n_lens"]), depths=depths, lens=lens, ridge=ridge,
+            prompts={str(k): _count(v) for k, v in raw.get("prompts", {}).items()},
+            n_prompts=_count(raw["n_prompts"]), kinds=kinds, kind_rule=str(kind),
         )
 
 
@@ -403,29 +524,58 @@ def build(
     lens: Lens | None = None,
     n_lens: int = 0,
     ridge: float = 0.0,
+    kind_rule: str = "rule",
 ) -> Calibration:
-    """The artifact from calibration records: quantiles at q' and thresholds at alpha/K per depth."""
+    """The artifact from calibration records: prompt-level thresholds at alpha/K per depth, pooled
+    over every prompt and per prompt kind (see the module docstring)."""
     level = exact_level(q)
-    k = len(records.depths)
-    q_layer = bonferroni(level, k)
-    depths = []
-    for i, depth in enumerate(records.depths):
-        depths.append(
-            DepthCalibration(
-                depth,
-                conformal_quantile(records.supnorm[i], q_layer),
-                conformal_quantile(records.halfrange[i], q_layer),
-                margin_threshold(records.margins[i], records.flips[i], 1 - level, n_layers=k),
-                float(np.mean(~records.flips[i])),
-            )
+    kinds = {}
+    for kind in sorted(set(records.kinds)):
+        part = records.select(kind)
+        kinds[kind] = KindCalibration(
+            kind, part.n_prompts, part.n, min_prompts(1 - level, len(records.depths)), _depth_thresholds(part, 1 - level)
         )
     prompts: dict[str, int] = {}
     for kind in records.kinds:
         prompts[kind] = prompts.get(kind, 0) + 1
     return Calibration(
         model_sha256, model_name, n_layer, level, gate, residual, records.n, n_lens,
-        tuple(depths), lens, ridge, prompts,
+        _depth_thresholds(records, 1 - level), lens, ridge, prompts, records.n_prompts, kinds, None, kind_rule,
     )
+
+
+def _depth_thresholds(records: Records, alpha: Fraction) -> tuple[DepthCalibration, ...]:
+    """Per depth: the residual thresholds (loss: score above Q) and the margin threshold (loss:
+    admitted and flipped), each by prompt-level risk control at alpha/K."""
+    k = len(records.depths)
+    every = np.ones(records.n, dtype=np.bool_)
+    out = []
+    for i, depth in enumerate(records.depths):
+        out.append(
+            DepthCalibration(
+                depth,
+                prompt_risk_threshold(records.supnorm[i], every, records.prompt, alpha, k),
+                prompt_risk_threshold(records.halfrange[i], every, records.prompt, alpha, k),
+                prompt_risk_threshold(records.margins[i], records.flips[i], records.prompt, alpha, k),
+                float(np.mean(~records.flips[i])),
+            )
+        )
+    return tuple(out)
+
+
+def check_output_path(path: str | Path) -> None:
+    """CalibrationError unless ``path`` can receive an artifact: its folder exists and is writable
+    and ``path`` is not a folder. Checked before any work (and again when saving)."""
+    path = Path(path)
+    parent = path.parent
+    if path.suffix != ".json":
+        raise CalibrationError(f"--out {str(path)!r} must end in .json (the lens goes beside it)")
+    if not parent.is_dir():
+        raise CalibrationError(f"cannot write {str(path)!r}: folder {str(parent)!r} does not exist")
+    if path.is_dir():
+        raise CalibrationError(f"cannot write {str(path)!r}: it is a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CalibrationError(f"cannot write {str(path)!r}: folder {str(parent)!r} is not writable")
 
 
 def file_sha256(path: str | Path) -> str:
@@ -437,17 +587,56 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def _depths_json(depths: Sequence[DepthCalibration]) -> list[dict[str, Any]]:
+    return [
+        {
+            "depth": d.depth,
+            "supnorm_quantile": _num(d.supnorm_quantile),
+            "halfrange_quantile": _num(d.halfrange_quantile),
+            "margin_threshold": _num(d.margin_threshold),
+            "agreement": d.agreement,
+        }
+        for d in depths
+    ]
+
+
+def _depths_from_json(items: Any, path: Path) -> tuple[DepthCalibration, ...]:
+    out = []
+    for d in items:
+        quantiles = (_float(d["supnorm_quantile"], "supnorm_quantile", path), _float(d["halfrange_quantile"], "halfrange_quantile", path))
+        if any(x < 0 for x in quantiles):
+            raise CalibrationError(f"calibration {str(path)!r} has a negative residual quantile: residual scores are >= 0")
+        agreement = _float(d["agreement"], "agreement", path)
+        if not 0 <= agreement <= 1:
+            raise ValueError(f"agreement {agreement!r}")
+        out.append(DepthCalibration(_count(d["depth"]), *quantiles, _float(d["margin_threshold"], "margin_threshold", path), agreement))
+    if not out:
+        raise ValueError("no depths")
+    return tuple(out)
+
+
 def _num(x: float) -> float | str:
     """JSON has no infinities: +-inf are written as the strings "inf" / "-inf"."""
     return x if np.isfinite(x) else ("inf" if x > 0 else "-inf")
 
 
-def _float(x: object) -> float:
+def _float(x: object, name: str = "value", path: Path | None = None) -> float:
+    """A threshold read from JSON: a number or "inf" / "-inf"; NaN (which Python's json accepts)
+    is a CalibrationError: a NaN threshold would silently make a gate never (or always) admit."""
     if isinstance(x, str) and x in ("inf", "-inf"):
         return float(x)
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise ValueError(f"{x!r} is not a number")
+        raise ValueError(f"{name} {x!r} is not a number")
+    if math.isnan(x):
+        where = "" if path is None else f"calibration {str(path)!r}: "
+        raise CalibrationError(f"{where}{name} is NaN (a corrupt or hand-edited artifact): calibrate again")
     return float(x)
+
+
+def _count(x: object) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        raise ValueError(f"{x!r} is not a non-negative integer")
+    return x
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -475,9 +664,12 @@ def _npz_bytes(lens: Lens) -> bytes:
 
 
 def _lens_from_npz(path: Path) -> Lens:
-    with np.load(path, allow_pickle=False) as data:
-        return Lens(
-            tuple(int(k) for k in data["depths"]),
-            np.asarray(data["weight"], dtype=np.float32),
-            np.asarray(data["bias"], dtype=np.float32),
-        )
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return Lens(
+                tuple(int(k) for k in data["depths"]),
+                np.asarray(data["weight"], dtype=np.float32),
+                np.asarray(data["bias"], dtype=np.float32),
+            )
+    except (OSError, ValueError, KeyError) as exc:
+        raise CalibrationError(f"cannot read the lens {str(path)!r}: {exc}") from None

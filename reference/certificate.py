@@ -4,10 +4,12 @@ The claim. Let d be the exit logits at layer k, t the full model's logits, e = d
 exit's top-1 token a have margin gamma = d_a - d_b (b the runner-up). If every pairwise spread of
 e is below gamma -- in particular if ||e||_inf < gamma/2 (sup-norm form) or max(e) - min(e) < gamma
 (half-range form, shift-invariant) -- then argmax t = a. t is unknown at serve time, so the score
-(``supnorm_residual`` or ``halfrange_residual``) is replaced by its conformal quantile Q,
-calibrated offline (:mod:`reference.conformal`); the gate then admits when 2 (Q + slack) < gamma.
-Its guarantee is marginal: P(flip) <= 1 - q per layer under exchangeability of calibration and
-serve tokens (Bonferroni-corrected across layers by the caller).
+(``supnorm_residual`` or ``halfrange_residual``) is replaced by a calibrated bound Q
+(:mod:`reference.calibration`: prompt-level risk control on "fraction of a prompt's tokens whose
+score exceeds Q", :func:`reference.conformal.prompt_risk_threshold`); the gate then admits when
+2 (Q + slack) < gamma. What this module proves is the deterministic part (score <= Q and the gate
+admits => no flip); the probability claim is the calibration's, over K depths: "expected flip
+fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable".
 
 Why the gates are strict. The conformal event is non-strict (score <= Q), and the certificate
 needs a strict bound: at 2 Q = gamma a flip exists (proved: proofs.argmax.boundary_flip). The
@@ -251,8 +253,8 @@ def supnorm_admits(
     Guarantee: if the token's computed sup-norm residual s~ (:func:`supnorm_residual`, same dtype)
     satisfies s~ <= Q and the gate admits with slack >= 8 u Q (the default,
     :func:`rounding_slack`), then the full model's argmax equals the exit's top-1 (unique, so no
-    tie-breaking question). With Q a conformal quantile at level q' per layer, a served flip
-    therefore has probability <= 1 - q' (marginally, under exchangeability).
+    tie-breaking question). With Q calibrated at alpha/K per depth over prompts, a new prompt's
+    expected fraction of tokens above Q at this depth is <= alpha/K (prompts exchangeable).
     proved: proofs.argmax.pairwise_margin, proofs.argmax.draft_margin, proofs.argmax.exact_gate_supnorm,
     proofs.float32.supnorm_slack_sound; the seed's form with the margin of the full logits t:
     proofs.argmax.truth_margin_pairwise, proofs.argmax.truth_margin; tightness (2 tau <= gamma
@@ -299,10 +301,12 @@ def residual_admits(
 def margin_admits(margin: float, threshold: float) -> bool:
     """The margin gate: admit iff margin > threshold (strict; NaN never admits).
 
-    Guarantee: with ``threshold`` from :func:`reference.conformal.margin_threshold` at level
-    alpha over K layers, P(this layer admits the token and its argmax flips) <= alpha/K, and the
-    served token flips with probability <= alpha (conformal risk control plus the union bound).
-    proved: proofs.union.first_exit_event, proofs.union.bonferroni_joint; cited: Angelopoulos et
+    Guarantee: with ``threshold`` from :func:`reference.conformal.prompt_risk_threshold` at
+    alpha/K over K depths, a new prompt's expected fraction of tokens admitted here and flipped is
+    <= alpha/K, and over the K depths: "expected flip fraction of a new prompt ≤ α, valid when
+    prompts (not tokens) are exchangeable" (conformal risk control over prompts plus the union).
+    proved: proofs.union.first_exit_event, proofs.union.bonferroni_joint,
+    proofs.conformal.flip_fraction_union; cited: Angelopoulos et
     al., "Conformal Risk Control" (ICLR 2024), Thm 1. The comparison matches the loss used in
     calibration exactly (admitted iff margin > threshold), so no float slack is involved.
     """

@@ -1,7 +1,11 @@
 """Conformal calibration for early exit: exact order-statistic quantiles and conformal risk control.
 
-Two calibrations, both finite-sample and distribution-free, both assuming only that calibration
-tokens and serve tokens are exchangeable (the assumption a shift in prompt kind breaks):
+What the calibration ships (``prompt_risk_threshold``, 3. below) is a PROMPT-level guarantee:
+"expected flip fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable".
+Tokens of one prompt are correlated (a JSON prompt keeps producing JSON), so a token-level
+guarantee, which needs calibration and serve TOKENS to be exchangeable, failed on held-out prompts.
+The token-level calibrations 1. and 2. are kept as building blocks and for comparison; both
+assume that calibration tokens and serve tokens are exchangeable:
 
 1. Residual quantile (split conformal prediction). With n calibration scores s_1..s_n and level
    q in (0, 1), Q = the k-th smallest score with k = ceil((n+1) q). For a fresh exchangeable score
@@ -18,6 +22,21 @@ tokens and serve tokens are exchangeable (the assumption a shift in prompt kind 
    flips}: bounded by B = 1, non-increasing and right-continuous in lambda, and 0 at lambda = +inf.
    lambda^ = inf{lambda : (n R^(lambda) + B)/(n + 1) <= alpha} with R^ the empirical mean loss
    gives E[L_{n+1}(lambda^)] <= alpha, i.e. P(admitted and flipped) <= alpha for a fresh token.
+
+3. Prompt-level risk (conformal risk control with the PROMPT as the exchangeable unit,
+   ``prompt_risk_threshold``). Calibration prompt i has T_i >= 1 tokens; its loss at threshold
+   lambda is the fraction of its tokens with an event (flip, or residual score above the
+   quantile) whose score exceeds lambda: L_i(lambda) = #{t in i : score_t > lambda, event_t} / T_i.
+   It is bounded by B = 1 (proofs.conformal.prompt_loss_bounded), non-increasing and
+   right-continuous in lambda, 0 at +inf, so Angelopoulos et al., Thm 1 applies to the n prompts:
+   lambda^ = inf{lambda : (sum_i L_i(lambda) + 1)/(n + 1) <= alpha/K} (computed as
+   sum_i L_i <= (n+1) alpha/K - 1 in Fractions, proofs.conformal.crc_budget_iff) gives
+   E[L_{n+1}(lambda^)] <= alpha/K for a new prompt exchangeable with the calibration prompts.
+   Over the K candidate depths, a served token flips only if some depth admitted it and flipped
+   there (proofs.union.first_exit_event), so a prompt's flip fraction is at most the sum of its
+   K per-depth losses (proofs.conformal.flip_fraction_union) and its expectation is <= alpha.
+   With fewer than ``min_prompts`` = ceil(K/alpha) - 1 prompts no lambda qualifies and the
+   gate never admits (proofs.conformal.min_prompts_iff).
 
 Several candidate layers: per-layer level q' = 1 - (1 - q)/K (``bonferroni``) or risk alpha/K,
 so that by the union bound the served token flips with probability <= 1 - q (or alpha)
@@ -180,3 +199,100 @@ def empirical_flip_risk(margins: npt.ArrayLike, flips: npt.ArrayLike, threshold:
     values = _scores(margins, "margins")
     flipped = np.asarray(flips, dtype=np.bool_)
     return float(np.mean((values > threshold) & flipped))
+
+
+# --- prompt-level conformal risk control ------------------------------------------------------------
+
+PROMPT_CLAIM = "expected flip fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable"
+"""The guarantee of the prompt-level gates, in the exact words printed wherever it is claimed."""
+
+
+def min_prompts(alpha: Level, n_layers: int = 1) -> int:
+    """The fewest calibration prompts for which prompt-level risk control at alpha/K can admit.
+
+    (n + 1) alpha/K >= 1 iff n >= ceil(K/alpha) - 1 (integers only: alpha = a/b, K/alpha = K b/a,
+    ceil by floor division). Fewer prompts: the threshold is +inf and the gate refuses everything.
+    proved: proofs.conformal.min_prompts_iff, proofs.conformal.ceil_by_floor_division.
+    """
+    risk = exact_level(alpha, "alpha")
+    k = _count(n_layers, "n_layers")
+    ceiling = -((-k * risk.denominator) // risk.numerator)  # ceil(K / alpha)
+    return max(1, ceiling - 1)
+
+
+def _prompt_index(prompts: npt.ArrayLike, size: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(prompt index [N] in 0..n-1, tokens per prompt [n] >= 1); CalibrationError unless every
+    index in 0..n-1 has at least one token."""
+    index = np.asarray(prompts)
+    if index.shape != (size,) or index.dtype.kind not in "iu":
+        raise CalibrationError(f"prompt indices must be {size} integers, got {index.dtype} {index.shape}")
+    index = np.asarray(index, dtype=np.int64)
+    if size == 0 or int(index.min()) < 0:
+        raise CalibrationError("prompt indices must be >= 0 and there must be at least one token")
+    tokens = np.asarray(np.bincount(index), dtype=np.int64)  # [n]
+    if bool(np.any(tokens == 0)):
+        raise CalibrationError(f"prompt {int(np.argmin(tokens))} has no tokens: indices must be 0..n-1, each used")
+    return index, tokens
+
+
+def prompt_risk_threshold(
+    scores: npt.ArrayLike,
+    events: npt.ArrayLike,
+    prompts: npt.ArrayLike,
+    alpha: Level,
+    n_layers: int = 1,
+) -> float:
+    """The smallest lambda with (sum_i L_i(lambda) + 1)/(n + 1) <= alpha/K over n calibration prompts.
+
+    ``scores`` [N] (float32/float64, no NaN): one per calibration token; ``events`` [N] bool: the
+    tokens that can cost (flips for the margin gate; every token for a residual quantile);
+    ``prompts`` [N] int: the prompt of each token, 0..n-1, each used. L_i(lambda) = #{t in i :
+    scores_t > lambda and events_t} / T_i (see the module docstring, 3.). Exact: the per-prompt
+    weights 1/T_i and the budget (n+1) alpha/K - 1 are Fractions. Returns +inf if the budget is
+    negative (n < :func:`min_prompts`: never admit), -inf if every event fits in the budget, else
+    the largest event score whose own weight first overflows the budget (a score value itself, so
+    a float32 score stays a float32 value).
+
+    Guarantee (Angelopoulos et al., "Conformal Risk Control", ICLR 2024, Thm 1, B = 1): for a new
+    prompt exchangeable with the calibration prompts, E[L_{n+1}(lambda^)] <= alpha/K; for the
+    margin gate over K depths, PROMPT_CLAIM.
+    proved: proofs.conformal.prompt_loss_bounded, proofs.conformal.crc_budget_iff,
+    proofs.conformal.min_prompts_iff, proofs.conformal.threshold_is_infimum,
+    proofs.conformal.flip_fraction_union.
+    """
+    values = _scores(scores, "scores")
+    event = np.asarray(events)
+    if event.dtype != np.bool_ or event.shape != values.shape:
+        raise CalibrationError(f"events must be a bool array of shape {values.shape}, got {event.dtype} {event.shape}")
+    index, tokens = _prompt_index(prompts, values.size)
+    n = int(tokens.size)
+    risk = exact_level(alpha, "alpha") / _count(n_layers, "n_layers")
+    budget = (n + 1) * risk - 1  # Fraction: sum_i L_i(lambda) may not exceed it
+    if budget < 0:
+        return float("inf")
+    chosen = np.flatnonzero(event)
+    order = chosen[np.argsort(-values[chosen], kind="stable")]  # event tokens, scores descending
+    spent = Fraction(0)
+    i = 0
+    while i < order.size:
+        score = values[order[i]]
+        group = Fraction(0)  # tied scores enter the loss together
+        while i < order.size and values[order[i]] == score:
+            group += Fraction(1, int(tokens[index[order[i]]]))
+            i += 1
+        if spent + group > budget:
+            return float(score)  # at lambda = score the loss is `spent` <= budget; below it, more
+        spent += group
+    return float("-inf")
+
+
+def prompt_losses(
+    scores: npt.ArrayLike, events: npt.ArrayLike, prompts: npt.ArrayLike, threshold: float
+) -> list[Fraction]:
+    """L_i(threshold) per prompt i (exact Fractions): the fraction of its tokens with score >
+    threshold and an event (what :func:`prompt_risk_threshold` bounds in expectation)."""
+    values = _scores(scores, "scores")
+    event = np.asarray(events, dtype=np.bool_)
+    index, tokens = _prompt_index(prompts, values.size)
+    hits = np.bincount(index, weights=((values > threshold) & event).astype(np.float64), minlength=tokens.size)
+    return [Fraction(int(h), int(t)) for h, t in zip(hits, tokens)]

@@ -5,16 +5,20 @@ is the model's own head (final RMSNorm, lm_head, softcap), optionally after a tu
 map fit per layer (:class:`reference.exit_head.Lens`). A token exits at the first candidate depth whose gate admits
 it, and its token is the exit head's argmax; otherwise it runs every layer.
 
-Gates (one calibrated number per candidate depth, see :mod:`reference.calibration`):
+Gates (one calibrated number per candidate depth and prompt kind, see :mod:`reference.calibration`):
 
-- ``supnorm`` / ``halfrange``: the seed's residual certificate with its conformal quantile Q at
-  the Bonferroni level q' = 1 - (1 - q)/K, admitted iff fl(2 fl(Q + slack)) < margin
+- ``supnorm`` / ``halfrange``: the seed's residual certificate with a threshold Q calibrated by
+  prompt-level risk control at alpha/K on "fraction of the prompt's tokens with score > Q",
+  admitted iff fl(2 fl(Q + slack)) < margin
   (:func:`reference.certificate.residual_admits`, float32, proved sound in proofs/float32.py).
-- ``margin``: admit iff margin > lambda, lambda calibrated by conformal risk control on the flip
-  event at alpha/K, alpha = 1 - q (:func:`reference.conformal.margin_threshold`).
+- ``margin``: admit iff margin > lambda, lambda calibrated by prompt-level risk control on
+  "fraction of the prompt's tokens admitted and flipped" at alpha/K, alpha = 1 - q
+  (:func:`reference.conformal.prompt_risk_threshold`).
 
-Either way P(served token differs from the full model's argmax) <= 1 - q marginally, under
-exchangeability of calibration and serve tokens.
+Either way the claim is prompt-level, per prompt kind: "expected flip fraction of a new prompt
+≤ α, valid when prompts (not tokens) are exchangeable" (flip: served token != the full model's
+argmax along the full model's greedy trajectory). The serve loop takes the prompt's kind
+(``generate_early_exit(kind=...)``); a kind with too few calibration prompts admits nothing.
 
 Exact KV by deferred catch-up. A token that exits at depth k has K/V for layers 0..k-1 only; it
 *owes* layers k..L-1. Its hidden state at depth k is kept in a backlog. A later token that runs
@@ -274,6 +278,7 @@ def generate_early_exit(
     audit: bool = False,
     on_text: Callable[[str], None] | None = None,
     backlog_bound: int = DEFAULT_BACKLOG_BOUND,
+    kind: str | None = None,
 ) -> tuple[GenerationResult, ExitStats]:
     """Greedy decoding where each token exits at the first candidate depth whose gate admits it.
 
@@ -282,8 +287,12 @@ def generate_early_exit(
     repeat_penalty 1 (SamplingError otherwise). ``gate`` defaults to the artifact's. With
     ``audit`` every token also runs every layer (so nothing is owed) and ``ExitStats.flips``
     counts served tokens that differ from the full model's argmax; the served tokens are the
-    same as without audit.
+    same as without audit. ``kind``: the prompt's kind (:func:`reference.prompt_kind.prompt_kind`
+    of the prompt text, or declared), whose thresholds and guarantee apply; None uses the pooled
+    calibration (a guarantee for prompts exchangeable with the whole calibration mix).
     """
+    if kind is not None:
+        calibration = calibration.for_kind(kind)
     params = request.params
     params.validate(model.config.n_vocab)
     if params.temperature != 0 or params.repeat_penalty != 1.0 or params.logit_bias:

@@ -58,6 +58,9 @@ ALPHA_BUDGET: dict[str, float] = {
     # spec/strata.py: the stratified chi-square tests at LLM vocabulary sizes (from the budget's remainder)
     "stat_strata_tail_v4099": 8e-7,
     "stat_strata_deep_k8": 8e-7,
+    # tests/spec/test_heldout_early_exit.py: binomial test of held-out flips against the claimed alpha
+    # (what the budget had left)
+    "heldout_early_exit": 3e-7,
 }
 assert sum(ALPHA_BUDGET.values()) <= SUITE_ALPHA + 1e-15, "alpha budget exceeds the suite's"
 

@@ -18,6 +18,8 @@ from reference.calibration import (
     Calibration, Records, build, calibrate, default_depths, greedy_trajectory, score, split_for_lens,
 )
 from reference.certificate import halfrange_residual, supnorm_residual, top2
+from reference.conformal import prompt_risk_threshold
+from reference.early_exit import gate_admits
 from reference.errors import CalibrationError
 from reference.model import Model
 from tests.tolerances import assert_within, forward_spread
@@ -62,66 +64,156 @@ def test_scores_are_the_certificate_functions_row_by_row(tiny_gguf: Any) -> None
         assert rec.supnorm.dtype == np.float32 and rec.halfrange.dtype == np.float32
 
 
-def synthetic_records(n: int = 199, seed: int = 0) -> Records:
+def synthetic_records(n_prompts: int = 40, tokens: int = 5, seed: int = 0, kinds: tuple[str, ...] = ("chat",)) -> Records:
+    """Random scores for ``n_prompts`` prompts of ``tokens`` steps each, kinds in turn."""
     rng = np.random.default_rng(seed)
-    k = 2
+    k, n = 2, n_prompts * tokens
     return Records(
         (3, 5),
         rng.exponential(10, (k, n)).astype(np.float32),
         rng.exponential(5, (k, n)).astype(np.float32),
         rng.exponential(3, (k, n)).astype(np.float32),
         rng.random((k, n)) < 0.3,
-        ["chat"] * n,
+        [kinds[p % len(kinds)] for p in range(n_prompts) for _ in range(tokens)],
+        np.repeat(np.arange(n_prompts, dtype=np.int64), tokens),
     )
 
 
-def test_build_uses_bonferroni_quantiles_and_crc_thresholds() -> None:
-    rec = synthetic_records()
+def test_build_calibrates_each_kind_over_its_prompts() -> None:
+    """Pooled and per-kind thresholds are prompt-level risk control at alpha/K over each set of
+    prompts (reference.conformal.prompt_risk_threshold, checked exactly in tests/spec)."""
+    rec = synthetic_records(n_prompts=120, kinds=("chat", "code", "prose"))
     cal = build(rec, q="0.9", model_sha256="a" * 64, model_name="m", n_layer=6)
-    assert cal.q_layer == Fraction(19, 20)  # 1 - 0.1 / 2
-    k = math.ceil(Fraction(200) * Fraction(19, 20))  # 190-th smallest of 199
+    assert cal.alpha_per_depth == Fraction(1, 20) and cal.min_prompts == 19 and cal.n_prompts == 120
+    every = np.ones(rec.n, dtype=bool)
     for i, d in enumerate(cal.depths):
-        assert d.supnorm_quantile == float(np.sort(rec.supnorm[i])[k - 1])
-        assert d.halfrange_quantile == float(np.sort(rec.halfrange[i])[k - 1])
-        # CRC at alpha/K = 1/20: (flips admitted + 1)/200 <= 1/20 -> at most 9 admitted flips
-        flipped = np.sort(rec.margins[i][rec.flips[i]])[::-1]
-        assert d.margin_threshold == float(flipped[9])
-        assert int(np.sum((rec.margins[i] > d.margin_threshold) & rec.flips[i])) == 9
+        assert d.margin_threshold == prompt_risk_threshold(rec.margins[i], rec.flips[i], rec.prompt, "0.1", 2)
+        assert d.halfrange_quantile == prompt_risk_threshold(rec.halfrange[i], every, rec.prompt, "0.1", 2)
+        assert d.supnorm_quantile == prompt_risk_threshold(rec.supnorm[i], every, rec.prompt, "0.1", 2)
         assert d.agreement == pytest.approx(float(np.mean(~rec.flips[i])))
+    assert sorted(cal.kinds) == ["chat", "code", "prose"]
+    code = rec.select("code")
+    assert code.n_prompts == 40 and code.n == 200 and sorted(set(code.prompt.tolist())) == list(range(40))
+    view = cal.for_kind("code")
+    assert view.kind == "code" and view.n_prompts == 40 and view.refusal is None
+    for i, d in enumerate(view.depths):
+        assert d.margin_threshold == prompt_risk_threshold(code.margins[i], code.flips[i], code.prompt, "0.1", 2)
+    # the claim, in exactly these words
+    assert view.claim == "expected flip fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable"
+
+
+def test_a_kind_with_too_few_prompts_refuses_everything_and_says_so() -> None:
+    rec = synthetic_records(n_prompts=30, kinds=("chat", "chat", "structured"))  # 10 structured prompts
+    cal = build(rec, q="0.9", model_sha256="a" * 64, model_name="m", n_layer=6)  # needs 19 per kind
+    chat, structured = cal.for_kind("chat"), cal.for_kind("structured")
+    assert chat.refusal is None and any(math.isfinite(d.margin_threshold) for d in chat.depths)
+    assert all(math.isinf(d.margin_threshold) and math.isinf(d.halfrange_quantile) for d in structured.depths)
+    assert structured.refusal == (
+        "prompt kind 'structured' has 10 calibration prompts; alpha = 1/10 over K = 2 depths needs at least 19: "
+        "early exit admits nothing"
+    )
+    unknown = cal.for_kind("poetry")
+    assert all(math.isinf(d.margin_threshold) for d in unknown.depths)
+    assert unknown.refusal is not None and "'poetry' was not calibrated" in unknown.refusal
+    margin = np.float32(1e30)  # even a huge margin is refused
+    assert not any(gate_admits(structured, "margin", d, np.asarray([margin, 0.0], dtype=np.float32))[0] for d in (3, 5))
 
 
 def test_artifact_round_trip_is_exact_and_atomic(tmp_path: Path) -> None:
-    rec = synthetic_records()
+    rec = synthetic_records(n_prompts=30, kinds=("chat", "code"))
     rng = np.random.default_rng(1)
     from reference.early_exit import Lens
 
     lens = Lens((3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
     cal = build(rec, q="0.999", model_sha256="b" * 64, model_name="m.gguf", n_layer=6, lens=lens, n_lens=7, ridge=0.5)
-    # 1/(n+1) > alpha/K: never admit; ceil((n+1) q') > n: Q = +inf
+    # (n+1) alpha/K < 1: never admit
     assert all(math.isinf(d.margin_threshold) and math.isinf(d.halfrange_quantile) for d in cal.depths)
     path = tmp_path / "cal.json"
     cal.save(path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.json", "cal.lens.npz"]  # no temp files left
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 2 and names[0] == "cal.json" and names[1].startswith("cal.lens.")  # no temp files left
     raw = json.loads(path.read_text())
-    assert raw["q"] == "999/1000" and raw["q_layer"] == "1999/2000" and raw["layers"] == [3, 5]
+    assert raw["q"] == "999/1000" and raw["alpha_per_depth"] == "1/2000" and raw["layers"] == [3, 5]
+    assert raw["unit"] == "prompt" and raw["claim"].startswith("expected flip fraction of a new prompt")
     assert raw["depths"][0]["margin_threshold"] == "inf"  # JSON has no infinities
+    assert raw["kinds"]["code"]["n_prompts"] == 15 and raw["kinds"]["code"]["admits"] is False
     back = Calibration.load(path, "b" * 64)
     assert back.depths == cal.depths and back.q == cal.q and back.n == rec.n and back.ridge == 0.5
+    assert back.kinds == cal.kinds and back.n_prompts == 30
     assert back.lens is not None and np.array_equal(back.lens.weight, lens.weight)
     with pytest.raises(CalibrationError, match="not for the model"):
         Calibration.load(path, "c" * 64)
-    (tmp_path / "cal.lens.npz").write_bytes(b"tampered")
+    (tmp_path / names[1]).write_bytes(b"tampered")
     with pytest.raises(CalibrationError, match="does not match the sha256"):
         Calibration.load(path)
     bad = tmp_path / "bad.json"
-    bad.write_text('{"format": "verispec-early-exit-calibration/1", "gate": "margin"}')
+    bad.write_text('{"format": "verispec-early-exit-calibration/2", "gate": "margin"}')
     with pytest.raises(CalibrationError, match="malformed"):
+        Calibration.load(bad)
+    bad.write_text('{"format": "verispec-early-exit-calibration/1"}')
+    with pytest.raises(CalibrationError, match="older, token-level calibration"):
         Calibration.load(bad)
     bad.write_text("[1, 2")
     with pytest.raises(CalibrationError, match="cannot read"):
         Calibration.load(bad)
-    with pytest.raises(CalibrationError, match="cannot write"):
+    with pytest.raises(CalibrationError, match="does not exist"):
         cal.save(tmp_path / "missing-dir" / "cal.json")
+
+
+def test_a_nan_threshold_is_refused(tmp_path: Path) -> None:
+    """Python's json reads NaN; a NaN threshold would make the gate silently never admit."""
+    cal = build(synthetic_records(), q="0.9", model_sha256="b" * 64, model_name="m", n_layer=6)
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    for field_name in ("margin_threshold", "halfrange_quantile", "supnorm_quantile"):
+        raw = json.loads(path.read_text())
+        raw["kinds"]["chat"]["depths"][1][field_name] = float("nan")
+        bad = tmp_path / f"nan-{field_name}.json"
+        bad.write_text(json.dumps(raw))  # writes the bare token NaN
+        assert "NaN" in bad.read_text()
+        with pytest.raises(CalibrationError, match=f"{field_name} is NaN"):
+            Calibration.load(bad)
+    raw = json.loads(path.read_text())
+    raw["depths"][0]["halfrange_quantile"] = -1.0
+    bad = tmp_path / "negative.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(CalibrationError, match="negative residual quantile"):
+        Calibration.load(bad)
+
+
+def test_the_pair_is_one_atomic_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed between the lens and the JSON, the old artifact (JSON + its lens) still loads; after
+    a completed save only the new lens file is left."""
+    from reference import calibration as calibration_module
+    from reference.early_exit import Lens
+
+    rng = np.random.default_rng(2)
+
+    def lens() -> Lens:
+        return Lens((3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
+
+    old = build(synthetic_records(), q="0.9", model_sha256="b" * 64, model_name="m", n_layer=6, lens=lens())
+    new = build(synthetic_records(seed=3), q="0.9", model_sha256="b" * 64, model_name="m", n_layer=6, lens=lens())
+    path = tmp_path / "cal.json"
+    old.save(path)
+    real_write = calibration_module._atomic_write
+
+    def die_on_json(target: Path, data: bytes) -> None:
+        if target.suffix == ".json":
+            raise KeyboardInterrupt  # killed after the lens, before the JSON
+        real_write(target, data)
+
+    monkeypatch.setattr(calibration_module, "_atomic_write", die_on_json)
+    with pytest.raises(KeyboardInterrupt):
+        new.save(path)
+    monkeypatch.setattr(calibration_module, "_atomic_write", real_write)
+    back = Calibration.load(path)
+    assert back.depths == old.depths and back.lens is not None and old.lens is not None
+    assert np.array_equal(back.lens.weight, old.lens.weight)
+    new.save(path)
+    back = Calibration.load(path)
+    assert back.lens is not None and new.lens is not None and np.array_equal(back.lens.weight, new.lens.weight)
+    assert len(list(tmp_path.glob("cal.lens.*.npz"))) == 1  # the stale lens file is gone
 
 
 def test_calibrate_splits_prompts_and_checks_depths(tiny_gguf: Any) -> None:
@@ -133,7 +225,11 @@ def test_calibrate_splits_prompts_and_checks_depths(tiny_gguf: Any) -> None:
     model = tiny(tiny_gguf)
     cal, rec = calibrate(model, prompts, model_sha256="d" * 64, model_name="t", depths=[2, 4], q="0.9", n_steps=4)
     assert cal.n == rec.n == 8 and cal.n_lens == 12 and cal.lens is not None
-    assert cal.prompts == {"chat": 4, "code": 4}
+    assert cal.prompts == {"chat": 4, "code": 4} and cal.n_prompts == 2 and rec.prompt.tolist() == [0] * 4 + [1] * 4
+    lens_prompts = [("prose", [9, 9, 3])]
+    cal, rec = calibrate(model, prompts, model_sha256="d" * 64, model_name="t", depths=[2, 4], q="0.9", n_steps=2,
+                         lens_prompts=lens_prompts)
+    assert cal.n_prompts == 5 and cal.n_lens == 2 and sorted(cal.kinds) == ["chat", "code"]
     with pytest.raises(CalibrationError, match="must be non-empty and in 1..5"):
         calibrate(model, prompts, model_sha256="d" * 64, model_name="t", depths=[6], n_steps=2)
 
@@ -144,30 +240,48 @@ def verispec(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "verispec", *args], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
 
 
+def test_calibrate_checks_arguments_and_the_output_folder_before_the_model(tmp_path: Path) -> None:
+    """A missing output folder (or a bad --q) is reported in one line before anything loads: the
+    model path given does not even exist, and it is not what the error is about."""
+    missing = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--out", str(tmp_path / "no" / "cal.json"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert "folder" in missing.stderr and "does not exist" in missing.stderr
+    bad_q = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--q", "1.5", "--out", str(tmp_path / "cal.json"))
+    assert bad_q.returncode == 2 and "--q must be in (0, 1)" in bad_q.stderr
+    not_json = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--out", str(tmp_path / "cal.txt"))
+    assert not_json.returncode == 2 and "must end in .json" in not_json.stderr
+
+
 @pytest.mark.model
 @pytest.mark.slow
 def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
-    """Real SmolLM2: a small calibration (4 prompts x 5 steps), then serve and audit with it; a
-    calibration for another model is refused in one line."""
+    """Real SmolLM2: a small calibration (generated prompts: 3 per kind, 1 per kind for the lens,
+    5 steps), then serve and audit with it; a calibration for another model is refused in one line."""
     out = tmp_path / "cal.json"
-    done = verispec("calibrate", "--model", "smollm2-135m", "--max-prompts", "4", "--tokens-per-prompt", "5",
-                    "--layers", "8,16,24", "--q", "0.9", "--out", str(out), "--report", str(tmp_path / "r.png"))
+    done = verispec("calibrate", "--model", "smollm2-135m", "--prompts-per-kind", "3", "--lens-prompts-per-kind", "1",
+                    "--tokens-per-prompt", "5", "--layers", "8,16,24", "--q", "0.5", "--out", str(out),
+                    "--report", str(tmp_path / "r.png"))
     assert done.returncode == 0, done.stderr
-    assert "calibrate [" in done.stderr and "10/20 tokens" in done.stderr  # the progress bar
+    assert "calibrate [" in done.stderr and "/80 tokens" in done.stderr  # the progress bar: (12 + 4) x 5
+    assert "expected flip fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable" in done.stdout
     raw = json.loads(out.read_text())
-    assert raw["layers"] == [8, 16, 24] and raw["n"] == 10 and raw["n_lens"] == 10 and raw["lens"] is not None
+    assert raw["layers"] == [8, 16, 24] and raw["n_prompts"] == 12 and raw["lens"] is not None
+    assert sorted(raw["kinds"]) == ["chat", "code", "prose", "structured"]
+    # alpha = 1/2 over K = 3 depths needs ceil(6) - 1 = 5 prompts per kind: 3 are too few
+    assert raw["min_prompts"] == 5 and not any(k["admits"] for k in raw["kinds"].values())
+    assert "admits nothing" in done.stdout
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     gen = verispec("generate", "--model", "smollm2-135m", "--prompt", "The capital of France is", "--temperature", "0",
                    "--max-tokens", "6", "--early-exit", str(out), "--audit", "--json")
     assert gen.returncode == 0, gen.stderr
+    assert "prompt kind 'prose' has 3 calibration prompts" in gen.stderr
     result = json.loads(gen.stdout)
     ee = result["early_exit"]
-    assert len(result["ids"]) == 6 and ee["audited"] == 5 and ee["flips"] is not None
-    assert sum(ee["exit_histogram"].values()) == 6
+    assert len(result["ids"]) == 6 and ee["audited"] == 5 and ee["flips"] == 0 and ee["kind"] == "prose"
+    assert ee["exit_histogram"] == {"full": 6}  # the refusing kind admits nothing
     plain = verispec("generate", "--model", "smollm2-135m", "--prompt", "The capital of France is", "--temperature", "0",
                      "--max-tokens", "6", "--json")
-    if ee["flips"] == 0:  # no flip: the served tokens are the full model's greedy tokens
-        assert json.loads(plain.stdout)["ids"] == result["ids"]
+    assert json.loads(plain.stdout)["ids"] == result["ids"]
     wrong = verispec("generate", "--model", "gemma3-270m", "--prompt", "x", "--temperature", "0", "--early-exit", str(out))
     assert wrong.returncode == 2
     assert wrong.stderr.count("\n") == 1 and "calibration is for model SmolLM2" in wrong.stderr

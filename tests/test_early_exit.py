@@ -149,3 +149,26 @@ def test_exit_stats() -> None:
     assert s.mean_exit_depth == pytest.approx(92 / 5)
     assert s.histogram() == {"8": 2, "16": 1, "full": 2}
     assert s.as_dict()["exited"] == 3
+
+
+def test_the_prompt_kind_picks_its_own_thresholds(tiny_gguf: Any) -> None:
+    """Mondrian serving: kind "code" admits every token at depth 2, kind "prose" (too few prompts:
+    +inf) and an uncalibrated kind admit none; no kind means the pooled thresholds."""
+    from dataclasses import replace
+
+    from reference.calibration import KindCalibration
+
+    model = tiny(tiny_gguf, seed=3)
+    tok: Any = ByteTokenizer()
+    request = GenerationRequest(prompt_ids=(5, 9), params=GREEDY, max_tokens=6, seed=0)
+    pooled = calibration(6, {2: np.inf})
+    kinds = {
+        "code": KindCalibration("code", 30, 300, 19, (DepthCalibration(2, 1.0, 1.0, -np.inf, 0.5),)),
+        "prose": KindCalibration("prose", 5, 50, 19, (DepthCalibration(2, np.inf, np.inf, np.inf, 0.5),)),
+    }
+    cal = replace(pooled, kinds=kinds, n_prompts=35)
+    depths = {kind: generate_early_exit(model, tok, request, cal, kind=kind)[1].depths for kind in ("code", "prose", "poetry", None)}
+    assert depths["code"] == [6] + [2] * 5
+    assert depths["prose"] == depths["poetry"] == depths[None] == [6] * 6
+    assert cal.for_kind("code").refusal is None
+    assert cal.for_kind("poetry").refusal is not None and "not calibrated" in str(cal.for_kind("poetry").refusal)

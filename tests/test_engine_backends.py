@@ -2,8 +2,8 @@
 
 - Repack: for every GGUF block type, :meth:`KernelBlocks.dequantize` equals
   :func:`reference.quants.dequantize` exactly (bit for bit on finite values; NaN where it has NaN).
-- The exact backends (numpy, ort) run the differential tests' tiny models at the same tolerance as
-  tests/test_engine.py (1e-4 on logits of ~1: float32 summation order only).
+- The exact backends (numpy, ort) run the differential tests' tiny models at the same derived
+  tolerance as tests/test_engine.py (tests/tolerances.py: float32 summation order only).
 - The int8 kernel (ort-q): its error against the exact product of the SAME weights is bounded by
   int8 rounding of the activations: per block b (the kernel's block, 16 or 32 wide) each x_i moves
   by at most step_b / 2, step_b = max |x over b| / 127, so |y_n - y*_n| <= sum_b step_b / 2 *
@@ -42,6 +42,7 @@ from reference.gguf import GGUFFile
 from reference.model import Model
 from reference.sampling import SamplingParams
 from tests.conftest import GOLDEN_KEYS
+from tests.tolerances import assert_within, forward_spread
 
 # byte offsets of the fp16 scale fields of each block type (set to finite values in _blocks)
 _F16_FIELDS = {
@@ -145,11 +146,13 @@ def test_exact_backends_on_tiny_models(tiny_gguf: Any) -> None:
     ref = Model.load(path)
     ids = [3, 17, 5, 9, 40, 2, 11, 63, 0, 8]
     want = ref.forward(ids, ref.new_cache(32)).logits
+    spread = forward_spread(ref, tuple(ids)).logits  # the derived tolerance, as tests/test_engine.py
+    assert spread is not None
     for backend in mm.EXACT_BACKENDS:
         fast = FastModel.load(path, backend=backend)
         assert fast.backend == backend
         got = fast.forward(ids, fast.new_cache(32)).logits
-        np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)  # as tests/test_engine.py's tiny tests
+        assert_within(got, want, spread.tolerance, f"backend {backend}")
 
 
 def test_backend_choice_is_checked(tiny_gguf: Any) -> None:

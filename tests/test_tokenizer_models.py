@@ -6,7 +6,9 @@ Oracles: the golden ids and texts in tests/data/golden/golden.json (llama.cpp vi
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -231,18 +233,32 @@ def test_stream_holds_back_split_characters(gemma: Tokenizer) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_speed(gemma3_path: Path, smollm: Tokenizer) -> None:
-    """Loading Gemma's 262k vocabulary ~1 s (bound 3 s for slow CI); 4 KB encodes well under 1 s.
+def _best_cpu_seconds(work: Callable[[], object], repeats: int = 3) -> float:
+    """Best-of CPU time of ``work`` (CPU, not wall: other jobs and xdist workers share the cores)."""
+    best = math.inf
+    for _ in range(repeats):
+        start = time.process_time()
+        work()
+        best = min(best, time.process_time() - start)
+    return best
 
-    CPU time of this process, not wall time: under pytest-xdist on a shared runner the wall clock
-    also counts the time other workers and jobs hold the cores."""
+
+@pytest.mark.slow
+def test_encoding_scales_linearly_and_loading_does_not_hang(gemma3_path: Path, smollm: Tokenizer) -> None:
+    """Encoding work grows linearly with the text; loading 262k tokens finishes.
+
+    No absolute speed is asserted (machines differ; speed belongs to benchmarks). What is asserted
+    is a complexity property: 4x the text costs < 8x the CPU time (linear work gives 4x, one
+    quadratic stage 16x), with 20 ms of slack for timer granularity on the small input. The load
+    bound is a hang guard (measured ~1 CPU second; a per-token quadratic pass over 262,144 tokens
+    would take hours), not a speed claim.
+    """
     start = time.process_time()
     gemma = Tokenizer.from_file(gemma3_path)
-    load = time.process_time() - start
+    assert time.process_time() - start < 60.0 and gemma.vocab_size == 262144
     text = Path(__file__).read_text(encoding="utf-8")[:4096]
     for tok in (gemma, smollm):
-        start = time.process_time()
-        ids = tok.encode(text)
-        assert time.process_time() - start < 1.0 and len(ids) > 500
-    assert load < 3.0
+        assert len(tok.encode(text)) > 500
+        small = _best_cpu_seconds(lambda: tok.encode(text))
+        large = _best_cpu_seconds(lambda: tok.encode(text * 4))
+        assert large < 8.0 * small + 0.02, (small, large)

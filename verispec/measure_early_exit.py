@@ -1,48 +1,66 @@
 """Held-out measurement of certified early exit: ``python -m verispec.measure_early_exit``.
 
-    OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model smollm2-135m \
-        [--engine fast] [--tokens-per-prompt 48] [--q 0.9,0.99] [--speed-prompts 4] [--json OUT.json]
+    OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model smollm2-135m --readme \
+        [--prompts-per-kind 60] [--lens-prompts-per-kind 8] [--tokens-per-prompt 16] \
+        [--heldout-tokens 32] [--q 0.9] [--depth-sets "8,12,16,20,24;24"] [--speed-prompts 4] \
+        [--json OUT.json] [--write-readme README.md]
 
-1. Calibrate on the built-in calibration mix (verispec/data/prompts_calibration.jsonl): greedy
-   trajectories of the full model, a tuned lens fit on every other prompt of each kind, scores on
-   the others; artifacts with and without the lens, for each q.
-2. Held-out (verispec/data/prompts_heldout.jsonl, never used for calibration or the lens): the
-   full model's greedy trajectories, and per gate the first admitted depth of each step, exactly
-   as the serve loop decides it (:func:`reference.early_exit.gate_admits` on the same float32
-   margins). Reported per gate: observed flip rate (served top-1 != full argmax) with a
-   Clopper-Pearson 95% interval vs the bound 1 - q, admitted fraction, mean exit depth, flip rate
-   per prompt kind.
-3. Cost: the exit head's time (lens + head on one row) relative to a full one-token forward, both
-   measured here; tokens/s of plain greedy decoding vs early-exit decoding (deferred KV catch-up
-   included) on the first ``--speed-prompts`` held-out prompts, in the same run.
+1. Calibrate on generated prompts (:mod:`verispec.calibration_prompts`, seeded; a disjoint
+   generated set fits the tuned lens): greedy trajectories of the full model, per-kind
+   prompt-level thresholds (:mod:`reference.calibration`), with the model's own head and with the
+   lens, for each q and each set of candidate depths (all from the same trajectories).
+2. Held-out: the hand-written prompts of verispec/data/prompts_heldout.jsonl (disjoint from the
+   generator, tests/test_calibration_prompts.py), kinds by the rule of
+   :mod:`reference.prompt_kind`. Per gate the first admitted depth of each step, exactly as the
+   serve loop decides it (:func:`reference.early_exit.gate_admits`'s comparisons on the same
+   float32 margins, the kind's thresholds). The claim tested is prompt-level ("expected flip
+   fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable"), so the
+   statistics are per prompt: the mean over prompts of each prompt's flip fraction, and one
+   uniformly drawn step per prompt (seeded) whose flip is a Bernoulli with mean exactly that
+   expected flip fraction: k flips of m prompts, a Clopper-Pearson 95% interval, and the one-sided
+   binomial p-value of k against the bound α (tokens of one prompt are correlated, so counting
+   every token as a trial would overstate the evidence).
+3. Cost: the exit head's time (own / lens + head, one row) relative to a full one-token forward;
+   tokens/s of plain greedy decoding vs early-exit decoding (deferred KV catch-up included) on
+   the first ``--speed-prompts`` held-out prompts, in the same run.
+
+``--readme`` prints the README's table (markdown); ``--write-readme README.md`` replaces the block
+between ``<!-- measure_early_exit:MODEL begin -->`` and ``<!-- measure_early_exit:MODEL end -->``;
+``--from-json OUT.json`` renders a saved run again without running the model.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from reference.calibration import (
     Calibration, Records, Trajectory, build, default_depths, file_sha256, greedy_trajectory, lens_from, score,
-    split_for_lens,
 )
 from reference.certificate import residual_admits
-from reference.early_exit import GATE_KINDS, GateKind, exit_logits, generate_early_exit
+from reference.conformal import PROMPT_CLAIM
+from reference.early_exit import GateKind, Lens, Model as ExitModel, exit_logits, generate_early_exit
 from reference.generate import GenerationRequest, generate
 from reference.model import Model
+from reference.prompt_kind import prompt_kind
 from reference.sampling import SamplingParams
-from verispec.commands.calibrate import (
-    CALIBRATION_PROMPTS, HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, read_prompts,
-)
+from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
+from verispec.commands.calibrate import HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, read_prompts
 from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
+
+DRAW_SEED = 18  # the seed of the one-step-per-prompt draw
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -55,14 +73,32 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     return lo, hi
 
 
-def first_exits(cal: Calibration, records: Records, gate: GateKind) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]:
-    """Per step: (depth served, flipped?) under ``gate``, and the exit-head evaluations made."""
-    n_layer = cal.n_layer
-    depth = np.full(records.n, n_layer, dtype=np.int64)
-    flipped = np.zeros(records.n, dtype=bool)
+def binomial_p_value(k: int, n: int, bound: float) -> float:
+    """P(Binomial(n, bound) >= k): the one-sided p-value of k flips against the bound."""
+    from scipy.stats import binom
+
+    return float(binom.sf(k - 1, n, bound))
+
+
+def at_depths(records: Records, keep: Sequence[int]) -> Records:
+    """The records of a subset of the candidate depths (same steps, same prompts)."""
+    rows = [records.depths.index(d) for d in keep]
+    return Records(
+        tuple(keep), records.supnorm[rows], records.halfrange[rows], records.margins[rows], records.flips[rows],
+        list(records.kinds), records.prompt,
+    )
+
+
+def first_exits(cal: Calibration, records: Records, gate: GateKind) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], int]:
+    """Per step: (depth served, flipped?) under ``gate`` with each step's kind's thresholds, and
+    the exit-head evaluations made."""
+    depth = np.full(records.n, cal.n_layer, dtype=np.int64)
+    flipped = np.zeros(records.n, dtype=np.bool_)
     evaluations = 0
+    views = {kind: cal.for_kind(kind) for kind in set(records.kinds)}
     for step in range(records.n):
-        for i, d in enumerate(cal.depths):
+        view = views[records.kinds[step]]
+        for i, d in enumerate(view.depths):
             evaluations += 1
             margin = float(records.margins[i, step])
             if gate == "margin":
@@ -75,23 +111,79 @@ def first_exits(cal: Calibration, records: Records, gate: GateKind) -> tuple[np.
     return depth, flipped, evaluations
 
 
+@dataclass(frozen=True)
+class PromptStats:
+    """Prompt-level held-out statistics of one gate on a set of prompts."""
+
+    prompts: int
+    steps: int
+    flips: int                 # flipped steps (all steps of all prompts)
+    mean_flip_fraction: float  # mean over prompts of flips / steps
+    drawn_flips: int           # flips among one drawn step per prompt
+    ci95: tuple[float, float]  # Clopper-Pearson on drawn_flips / prompts
+    p_value: float             # P(Bin(prompts, alpha) >= drawn_flips)
+    admitted: float            # fraction of steps admitted at some depth
+    mean_depth: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "ci95": list(self.ci95)}
+
+
+def prompt_stats(
+    depth: npt.NDArray[np.int64], flipped: npt.NDArray[np.bool_], prompt: npt.NDArray[np.int64],
+    mask: npt.NDArray[np.bool_], n_layer: int, alpha: float, draw: dict[int, int],
+) -> PromptStats:
+    """Statistics over the prompts with steps in ``mask``; ``draw`` maps a prompt to its drawn step."""
+    ids = sorted(set(prompt[mask].tolist()))
+    fractions = [float(np.mean(flipped[prompt == p])) for p in ids]
+    drawn = sum(int(flipped[draw[p]]) for p in ids)
+    m = len(ids)
+    return PromptStats(
+        m, int(mask.sum()), int(flipped[mask].sum()), float(np.mean(fractions)) if ids else 0.0, drawn,
+        clopper_pearson(drawn, m) if m else (0.0, 1.0), binomial_p_value(drawn, m, alpha) if m else 1.0,
+        float(np.mean(depth[mask] < n_layer)) if m else 0.0, float(depth[mask].mean()) if m else float(n_layer),
+    )
+
+
+def draw_steps(prompt: npt.NDArray[np.int64], seed: int = DRAW_SEED) -> dict[int, int]:
+    """One step per prompt, uniformly at random (seeded): prompt -> step index."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for p in sorted(set(prompt.tolist())):
+        steps = np.flatnonzero(prompt == p)
+        out[p] = int(steps[rng.integers(steps.size)])
+    return out
+
+
 def held_out_report(cal: Calibration, records: Records, gate: GateKind) -> dict[str, Any]:
+    """The held-out statistics of one calibrated gate: overall and per kind (prompt level)."""
     depth, flipped, evaluations = first_exits(cal, records, gate)
-    n = records.n
-    flips = int(flipped.sum())
-    lo, hi = clopper_pearson(flips, n)
+    alpha = float(cal.alpha)
+    draw = draw_steps(records.prompt)
     kinds = np.asarray(records.kinds)
-    per_kind = {}
-    for kind in sorted(set(records.kinds)):
-        mask = kinds == kind
-        per_kind[kind] = {"n": int(mask.sum()), "flips": int(flipped[mask].sum()),
-                          "admitted": float(np.mean(depth[mask] < cal.n_layer))}
-    return {
-        "gate": gate, "q": str(cal.q), "bound": float(1 - cal.q), "n": n, "flips": flips,
-        "flip_rate": flips / n, "flip_ci95": [lo, hi], "admitted": float(np.mean(depth < cal.n_layer)),
-        "mean_exit_depth": float(depth.mean()), "layer_fraction": float(depth.mean()) / cal.n_layer,
-        "head_evaluations_per_token": evaluations / n, "per_kind": per_kind,
+    everything = np.ones(records.n, dtype=np.bool_)
+    per_kind = {
+        kind: {
+            **prompt_stats(depth, flipped, records.prompt, kinds == kind, cal.n_layer, alpha, draw).as_dict(),
+            "calibration_prompts": cal.kinds[kind].n_prompts if kind in cal.kinds else 0,
+            "refusal": cal.for_kind(kind).refusal,
+        }
+        for kind in sorted(set(records.kinds))
     }
+    return {
+        "gate": gate, "q": str(cal.q), "alpha": alpha, "depths": list(cal.candidate_depths),
+        "min_prompts": cal.min_prompts, "head_evaluations_per_token": evaluations / records.n,
+        **prompt_stats(depth, flipped, records.prompt, everything, cal.n_layer, alpha, draw).as_dict(),
+        "per_kind": per_kind,
+    }
+
+
+def trajectories(model: ExitModel, prompts: list[tuple[str, list[int]]], steps: int, depths: Sequence[int],
+                 stop_ids: frozenset[int], label: str) -> list[Trajectory]:
+    bar = Progress(len(prompts) * steps, label)
+    out = [greedy_trajectory(model, ids, steps, depths, kind=k, stop_ids=stop_ids, on_step=bar.step) for k, ids in prompts]
+    bar.close()
+    return out
 
 
 def median_time(fn: Any, repeats: int) -> float:
@@ -104,154 +196,213 @@ def median_time(fn: Any, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verispec.measure_early_exit", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m verispec.measure_early_exit", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--tokens-per-prompt", type=int, default=48)
-    parser.add_argument("--heldout-tokens", type=int, default=48)
-    parser.add_argument("--q", default="0.9,0.99")
-    parser.add_argument("--layers", default=None)
-    parser.add_argument("--speed-prompts", type=int, default=4)
-    parser.add_argument("--max-prompts", type=int, default=None, help="first N calibration prompts only")
-    parser.add_argument("--max-heldout", type=int, default=None, help="first N held-out prompts only")
-    parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--engine", choices=("fast", "reference"), default="fast")
+    parser.add_argument("--prompts-per-kind", type=int, default=60)
+    parser.add_argument("--lens-prompts-per-kind", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--tokens-per-prompt", type=int, default=16)
+    parser.add_argument("--heldout-tokens", type=int, default=32)
+    parser.add_argument("--q", default="0.9", help="comma-separated levels")
+    parser.add_argument("--depth-sets", default=None, help='candidate depth sets, e.g. "8,12,16,20,24;24" (default: the five default depths, and the deepest alone)')
+    parser.add_argument("--speed-prompts", type=int, default=4)
+    parser.add_argument("--max-heldout", type=int, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--readme", action="store_true", help="print the README's markdown table")
+    parser.add_argument("--write-readme", type=Path, default=None, help="replace this model's marked block in the given README")
+    parser.add_argument("--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)")
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        table = markdown(json.loads(args.from_json.read_text()))
+        print(table)
+        if args.write_readme is not None:
+            write_readme(args.write_readme, args.model, table)
+        return 0
 
     path = resolve_model(args.model)
     loaded = load_engine(str(path), engine=args.engine)
     model, n_layer = loaded.model, loaded.model.config.n_layer
-    depths = default_depths(n_layer) if args.layers is None else tuple(int(x) for x in args.layers.split(","))
+    if args.depth_sets is None:
+        default = default_depths(n_layer)
+        sets = [default, (default[-1],)]
+    else:
+        sets = [tuple(int(x) for x in part.split(",")) for part in args.depth_sets.split(";")]
+    depths = tuple(sorted({d for s in sets for d in s}))
     stop_ids = chat_stop_ids(loaded.tokenizer, loaded.chat)
     sha = file_sha256(path)
-    cal_prompts = encode_prompts(loaded.tokenizer, loaded.chat, read_prompts(CALIBRATION_PROMPTS)[: args.max_prompts])
-    held_prompts = encode_prompts(loaded.tokenizer, loaded.chat, read_prompts(HELDOUT_PROMPTS)[: args.max_heldout])
-    log = sys.stderr
-
-    def trajectories(prompts: list[tuple[str, list[int]]], steps: int, label: str) -> list[Trajectory]:
-        bar = Progress(len(prompts) * steps, label)
-        out = [greedy_trajectory(model, ids, steps, depths, kind=k, stop_ids=stop_ids, on_step=bar.step) for k, ids in prompts]
-        bar.close()
-        return out
+    lens_text = generate_mix(args.lens_prompts_per_kind, args.seed)
+    cal_text = generate_mix(args.prompts_per_kind, args.seed, skip=args.lens_prompts_per_kind)
+    held_text = [(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)[: args.max_heldout]]
+    lens_prompts = encode_prompts(loaded.tokenizer, loaded.chat, lens_text)
+    cal_prompts = encode_prompts(loaded.tokenizer, loaded.chat, cal_text)
+    held_prompts = encode_prompts(loaded.tokenizer, loaded.chat, held_text)
 
     started = time.perf_counter()
-    lens_split, cal_split = split_for_lens(cal_prompts)
-    lens_traj = trajectories(lens_split, args.tokens_per_prompt, "lens split")
+    lens_traj = trajectories(model, lens_prompts, args.tokens_per_prompt, depths, stop_ids, "lens prompts")
     lens = lens_from(lens_traj, depths, 1e-2)
     n_lens = sum(t.full_logits.shape[0] for t in lens_traj)
     del lens_traj
-    cal_traj = trajectories(cal_split, args.tokens_per_prompt, "calibration split")
-    held_traj = trajectories(held_prompts, args.heldout_tokens, "held-out")
-    cal_records = {"lens": score(model, cal_traj, depths, lens), "none": score(model, cal_traj, depths, None)}
-    held_records = {"lens": score(model, held_traj, depths, lens), "none": score(model, held_traj, depths, None)}
+    cal_traj = trajectories(model, cal_prompts, args.tokens_per_prompt, depths, stop_ids, "calibration prompts")
+    held_traj = trajectories(model, held_prompts, args.heldout_tokens, depths, stop_ids, "held-out prompts")
+    cal_records = {"lens": score(model, cal_traj, depths, lens), "own": score(model, cal_traj, depths, None)}
+    held_records = {"lens": score(model, held_traj, depths, lens), "own": score(model, held_traj, depths, None)}
     del cal_traj, held_traj
-    print(f"[trajectories and scores: {time.perf_counter() - started:.0f} s]", file=log)
+    print(f"[trajectories and scores: {time.perf_counter() - started:.0f} s]", file=sys.stderr)
 
     levels = [Fraction(x) for x in args.q.split(",")]
     results: dict[str, Any] = {
-        "model": path.name, "engine": args.engine, "n_layer": n_layer, "depths": list(depths), "n_calibration": cal_records["lens"].n,
-        "n_lens": n_lens, "n_heldout": held_records["lens"].n, "agreement": {}, "gates": [],
+        "model": path.name, "engine": args.engine, "n_layer": n_layer, "depth_sets": [list(s) for s in sets],
+        "claim": PROMPT_CLAIM, "calibration_prompts": cal_records["own"].n_prompts,
+        "calibration_steps": cal_records["own"].n, "lens_prompts": len(lens_prompts), "lens_steps": n_lens,
+        "heldout_prompts": held_records["own"].n_prompts, "heldout_steps": held_records["own"].n,
+        "tokens_per_prompt": args.tokens_per_prompt, "heldout_tokens": args.heldout_tokens,
+        "seed": args.seed, "draw_seed": DRAW_SEED, "agreement": {}, "gates": [],
     }
-    cals: dict[tuple[str, Fraction], Calibration] = {}
-    for head_kind in ("none", "lens"):
-        results["agreement"][head_kind] = {
-            "calibration": [float(np.mean(~cal_records[head_kind].flips[i])) for i in range(len(depths))],
-            "heldout": [float(np.mean(~held_records[head_kind].flips[i])) for i in range(len(depths))],
+    cals: dict[tuple[str, Fraction, tuple[int, ...]], Calibration] = {}
+    for head in ("own", "lens"):
+        results["agreement"][head] = {
+            "depths": list(depths),
+            "heldout": [float(np.mean(~held_records[head].flips[i])) for i in range(len(depths))],
         }
-        for level in levels:
-            cal = build(cal_records[head_kind], q=level, model_sha256=sha, model_name=path.name, n_layer=n_layer,
-                        lens=lens if head_kind == "lens" else None, n_lens=n_lens)
-            cals[(head_kind, level)] = cal
-            for gate in GATE_KINDS:
-                row = held_out_report(cal, held_records[head_kind], gate)
-                row["head"] = head_kind
-                row["thresholds"] = [
-                    d.margin_threshold if gate == "margin" else d.quantile(gate) for d in cal.depths
-                ]
-                results["gates"].append(row)
+        for subset in sets:
+            cal_rec, held_rec = at_depths(cal_records[head], subset), at_depths(held_records[head], subset)
+            head_lens = None if head == "own" else Lens(
+                subset, lens.weight[[depths.index(d) for d in subset]], lens.bias[[depths.index(d) for d in subset]]
+            )
+            for level in levels:
+                cal = build(cal_rec, q=level, model_sha256=sha, model_name=path.name, n_layer=n_layer,
+                            lens=head_lens, n_lens=n_lens if head == "lens" else 0)
+                cals[(head, level, subset)] = cal
+                for gate in cast(tuple[GateKind, ...], ("margin", "halfrange")):
+                    row = held_out_report(cal, held_rec, gate)
+                    row["head"] = head
+                    results["gates"].append(row)
 
-    # -- cost: exit head vs a full token, measured on this machine in this run --
+    results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], lens)
+    results["speed"] = speed(model, loaded.tokenizer, held_prompts[: args.speed_prompts], args.heldout_tokens,
+                             stop_ids, cals, levels[0], sets)
+    results["wall_s"] = time.perf_counter() - started
+    table = markdown(results)
+    print(table)
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    if args.write_readme is not None:
+        write_readme(args.write_readme, args.model, table)
+    return 0
+
+
+def exit_head_cost(model: ExitModel, prompt: list[int], depth: int, lens: Lens) -> dict[str, float]:
+    """The exit head's time (own; lens + head) relative to one full one-token forward (medians)."""
     cache = model.new_cache(64)
-    model.forward(held_prompts[0][1][:16], cache)
+    model.forward(prompt[:16], cache)
     length = cache.length
 
     def one_token() -> None:
         cache.truncate(length)
-        model.forward([held_prompts[0][1][0]], cache)
+        model.forward([prompt[0]], cache)
 
     h = np.zeros((1, model.config.n_embd), dtype=np.float32) + np.float32(0.1)
     token_s = median_time(one_token, 15)
-    head_s = median_time(lambda: exit_logits(model, depths[0], h, None), 15)
-    lens_head_s = median_time(lambda: exit_logits(model, depths[0], h, lens), 15)
-    results["cost"] = {"token_s": token_s, "head_s": head_s, "lens_head_s": lens_head_s,
-                       "head_relative": head_s / token_s, "lens_head_relative": lens_head_s / token_s}
+    head_s = median_time(lambda: exit_logits(model, depth, h, None), 15)
+    lens_head_s = median_time(lambda: exit_logits(model, depth, h, lens), 15)
+    return {"token_s": token_s, "head_s": head_s, "lens_head_s": lens_head_s,
+            "head_relative": head_s / token_s, "lens_head_relative": lens_head_s / token_s}
 
-    # -- tokens/s: plain vs early exit, same prompts, same run --
-    speed: list[dict[str, Any]] = []
+
+def speed(
+    model: ExitModel, tokenizer: Any, prompts: list[tuple[str, list[int]]], max_tokens: int, stop_ids: frozenset[int],
+    cals: dict[tuple[str, Fraction, tuple[int, ...]], Calibration], level: Fraction, sets: list[tuple[int, ...]],
+) -> list[dict[str, Any]]:
+    """Tokens/s of plain greedy decoding and of early exit (margin gate, each head and depth set),
+    same prompts, same run; each prompt served under its kind's thresholds."""
     greedy = SamplingParams(temperature=0.0)
-    configs: list[tuple[str, GateKind, str, Fraction]] = [("plain", "margin", "none", levels[0])]
-    for level in levels:
-        configs.append(("early-exit", "margin", "lens", level))
-    configs.append(("early-exit", "halfrange", "lens", levels[0]))
-    for label, gate, head_kind, level in configs:
-        tokens = 0
-        seconds = 0.0
-        depth_sum = 0
-        diverged = 0
-        for kind, ids in held_prompts[: args.speed_prompts]:
-            request = GenerationRequest(tuple(ids), greedy, max_tokens=args.heldout_tokens, stop_ids=stop_ids, seed=0)
+    configs: list[tuple[str, str, tuple[int, ...]]] = [("plain", "", ())]
+    configs += [("early exit", head, subset) for subset in sets for head in ("own", "lens")]
+    rows: list[dict[str, Any]] = []
+    for label, head, subset in configs:
+        tokens, seconds, depth_sum = 0, 0.0, 0
+        for kind, ids in prompts:
+            request = GenerationRequest(tuple(ids), greedy, max_tokens=max_tokens, stop_ids=stop_ids, seed=0)
             t = time.perf_counter()
             if label == "plain":
-                # the reference decode loop (the same loop shape as the early-exit one) on the
-                # loaded engine's model, which has the reference Model's interface
-                out = generate(cast(Model, model), loaded.tokenizer, request)
+                out = generate(cast(Model, model), tokenizer, request)
+                depth_sum += len(out.ids) * model.config.n_layer
             else:
-                out, stats = generate_early_exit(model, loaded.tokenizer, request, cals[(head_kind, level)], gate=gate)
+                out, stats = generate_early_exit(model, tokenizer, request, cals[(head, level, subset)], gate="margin", kind=kind)
                 depth_sum += sum(stats.depths)
             seconds += time.perf_counter() - t
             tokens += len(out.ids)
-        speed.append({"config": label, "gate": gate if label != "plain" else None, "head": head_kind,
-                      "q": str(level) if label != "plain" else None, "tokens": tokens, "seconds": seconds,
-                      "tokens_per_s": tokens / seconds,
-                      "mean_depth": depth_sum / tokens if label != "plain" else float(n_layer)})
-        print(f"[speed {label} {gate} q={level}: {tokens / seconds:.2f} tokens/s]", file=log)
-    base = speed[0]["tokens_per_s"]
-    for row in speed:
-        row["speedup"] = row["tokens_per_s"] / base
-    results["speed"] = speed
-    results["wall_s"] = time.perf_counter() - started
-
-    print(render(results))
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+        rows.append({"config": label, "head": head, "depths": list(subset), "q": str(level), "tokens": tokens,
+                     "seconds": seconds, "tokens_per_s": tokens / seconds, "mean_depth": depth_sum / max(1, tokens)})
+        print(f"[speed {label} {head} {list(subset)}: {tokens / seconds:.2f} tokens/s]", file=sys.stderr)
+    for row in rows:
+        row["speedup"] = row["tokens_per_s"] / rows[0]["tokens_per_s"]
+    return rows
 
 
-def render(r: dict[str, Any]) -> str:
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """The README block for one model (what ``--readme`` prints)."""
     lines = [
-        f"{r['model']}: {r['n_layer']} layers, candidate depths {r['depths']}; calibration n = {r['n_calibration']} "
-        f"(+{r['n_lens']} lens steps), held-out n = {r['n_heldout']}",
-        "exit top-1 == full argmax, held-out, per depth: "
-        + "; ".join(f"{k}: " + " ".join(f"{a:.0%}" for a in v["heldout"]) for k, v in r["agreement"].items()),
-        "head  gate       q      flips/n   flip rate [95% CI]        bound   admitted  mean depth  per kind flips/n",
+        f"**{r['model']}** ({r['n_layer']} layers; {r['engine']} engine). Calibration: {r['calibration_prompts']} generated "
+        f"prompts ({r['calibration_steps']} steps, {r['tokens_per_prompt']} per prompt; lens on {r['lens_prompts']} other "
+        f"generated prompts); held-out: {r['heldout_prompts']} hand-written prompts, {r['heldout_steps']} steps "
+        f"({r['heldout_tokens']} per prompt). Claim per kind: *{r['claim']}*.",
+        "",
+        "| head | gate | depths | α | needs / kind | flip fraction (mean over prompts) | drawn flips / prompts [95% CI] | p vs α | admitted | mean depth |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in r["gates"]:
-        lo, hi = g["flip_ci95"]
-        kinds = " ".join(f"{k}:{v['flips']}/{v['n']}" for k, v in g["per_kind"].items())
+        lo, hi = g["ci95"]
         lines.append(
-            f"{g['head']:5s} {g['gate']:9s} {g['q']:6s} {g['flips']:4d}/{g['n']:<4d} {g['flip_rate']:7.2%} "
-            f"[{lo:6.2%}, {hi:6.2%}]  {g['bound']:6.2%}  {g['admitted']:7.1%}  {g['mean_exit_depth']:6.2f}/{r['n_layer']}  {kinds}"
+            f"| {g['head']} | {g['gate']} | {','.join(map(str, g['depths']))} | {g['alpha']:g} | {g['min_prompts']} | "
+            f"{_pct(g['mean_flip_fraction'])}% ({g['flips']}/{g['steps']} steps) | {g['drawn_flips']}/{g['prompts']} "
+            f"[{_pct(lo)}, {_pct(hi)}]% | {g['p_value']:.2g} | {_pct(g['admitted'])}% | {g['mean_depth']:.2f} |"
         )
-    c = r["cost"]
-    lines.append(
-        f"cost: full token {c['token_s'] * 1000:.1f} ms, exit head {c['head_s'] * 1000:.1f} ms "
-        f"({c['head_relative']:.2f} of a token), lens + head {c['lens_head_s'] * 1000:.1f} ms ({c['lens_head_relative']:.2f})"
+    lines += ["", "Per kind (margin gate; flip fraction mean over prompts, drawn flips [95% CI], admitted):", "",
+              "| head | depths | α | " + " | ".join(sorted(r["gates"][0]["per_kind"])) + " |",
+              "|---|---|---|" + "---|" * len(r["gates"][0]["per_kind"])]
+    for g in r["gates"]:
+        if g["gate"] != "margin":
+            continue
+        cells = []
+        for kind, s in sorted(g["per_kind"].items()):
+            lo, hi = s["ci95"]
+            refused = " (refused: too few prompts)" if s["refusal"] else ""
+            cells.append(f"{_pct(s['mean_flip_fraction'])}%, {s['drawn_flips']}/{s['prompts']} [{_pct(lo)}, {_pct(hi)}], "
+                         f"adm. {_pct(s['admitted'])}%{refused}")
+        lines.append(f"| {g['head']} | {','.join(map(str, g['depths']))} | {g['alpha']:g} | " + " | ".join(cells) + " |")
+    agree = "; ".join(
+        f"{head}: " + ", ".join(f"{d}: {_pct(a)}%" for d, a in zip(v["depths"], v["heldout"])) for head, v in r["agreement"].items()
     )
-    for s in r["speed"]:
-        lines.append(
-            f"speed: {s['config']:10s} {str(s['gate'] or ''):9s} q={str(s['q'] or '-'):6s} {s['tokens']} tokens "
-            f"{s['tokens_per_s']:.2f} tokens/s (x{s['speedup']:.2f}), mean depth {s['mean_depth']:.2f}"
-        )
+    c = r["cost"]
+    lines += [
+        "",
+        f"Held-out agreement of the exit head's top-1 with the full argmax, per depth: {agree}.",
+        f"Cost: one exit-head evaluation is {c['head_relative']:.2f} of a full token ({1000 * c['head_s']:.1f} ms vs "
+        f"{1000 * c['token_s']:.1f} ms), lens + head {c['lens_head_relative']:.2f}. Tokens/s on "
+        f"{r['speed'][0]['tokens']} greedy tokens, same run: "
+        + "; ".join(
+            f"{s['config']}{'' if s['config'] == 'plain' else ' ' + s['head'] + ' ' + ','.join(map(str, s['depths']))} "
+            f"{s['tokens_per_s']:.2f} (x{s['speedup']:.2f}, mean depth {s['mean_depth']:.2f})"
+            for s in r["speed"]
+        ) + ".",
+    ]
     return "\n".join(lines)
+
+
+def write_readme(path: Path, model: str, table: str) -> None:
+    """Replace the block between this model's markers in ``path`` (markers must exist)."""
+    begin, end = f"<!-- measure_early_exit:{model} begin -->", f"<!-- measure_early_exit:{model} end -->"
+    text = path.read_text()
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{path}: no {begin} ... {end} block")
+    path.write_text(pattern.sub(lambda _: f"{begin}\n{table}\n{end}", text))
 
 
 if __name__ == "__main__":

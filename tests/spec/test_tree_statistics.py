@@ -11,6 +11,7 @@ from __future__ import annotations
 from fractions import Fraction as F
 
 import numpy as np
+import numpy.typing as npt
 
 from reference.tree_speculative import DraftTree, sibling_laws, verify_tree_sampled_batch
 from spec.exact import Outcome, Row, target_sequence_law
@@ -35,7 +36,7 @@ def draft(prefix: Outcome) -> Row:
     return rows[sum((i + 1) * (t + 1) for i, t in enumerate(prefix)) % len(rows)]
 
 
-def _floats(rows: list[Row]) -> np.ndarray:  # type: ignore[type-arg]
+def _floats(rows: list[Row]) -> npt.NDArray[np.float64]:
     return np.array([[float(v) for v in r] for r in rows], dtype=np.float64)
 
 
@@ -78,7 +79,7 @@ def test_rounds_over_drawn_trees_emit_the_target_law() -> None:
     alpha = ALPHA_BUDGET["tree_lossless_two_tokens"]
     shape: Shape = (-1, 0, 0, 1, 1)
     exact = target_sequence_law(target, 2)
-    cells = {seq: a * V + b for a in range(V) for b in range(V) for seq in [(a, b)]}
+    cells: dict[tuple[int, ...], int] = {(a, b): a * V + b for a in range(V) for b in range(V)}
     probs = np.zeros(V * V)
     for seq, mass in exact.items():
         probs[cells[seq]] = float(mass)

@@ -1,14 +1,23 @@
 """`verispec calibrate`: calibrate certified early exit for a model, write the artifact.
 
-    verispec calibrate --model M [--prompts FILE] [--q 0.99] [--layers 8,12,16,20,24]
+    verispec calibrate --model M [--prompts-per-kind 60 --lens-prompts-per-kind 8 --seed S]
+                       [--prompts FILE [--kinds rule|declared]] [--q 0.9] [--layers 8,12,16,20,24]
                        [--residual halfrange|supnorm] [--gate margin|residual] [--no-lens]
-                       [--tokens-per-prompt 48] [--engine fast|reference] --out CAL.json
+                       [--tokens-per-prompt 16] [--engine fast|reference] --out CAL.json
                        [--report FILE.png] [--json]
 
-The full model decodes each prompt greedily (``--tokens-per-prompt`` steps); the tuned lens (unless
-``--no-lens``) is fit on every other prompt of each kind and the quantiles / thresholds on the
-others (:mod:`reference.calibration`). Calibrate on the engine you serve with (``--engine``,
-default fast, as for ``verispec generate``): the two engines round differently in the last bits. Progress goes to stderr; a summary per depth to stdout.
+Prompts: by default the seeded generator (:mod:`verispec.calibration_prompts`), ``--prompts-per-kind``
+per kind for calibration and, disjoint from them, ``--lens-prompts-per-kind`` per kind for the
+tuned lens; or a JSON-lines file (``--prompts``; the lens then takes every other prompt of each
+kind). Kinds come from the rule :func:`reference.prompt_kind.prompt_kind` (what ``generate`` uses
+by default), or from the file's ``kind`` field with ``--kinds declared`` (then serve with
+``generate --kind``). The full model decodes each prompt greedily (``--tokens-per-prompt`` steps)
+and each kind gets its own thresholds (:mod:`reference.calibration`), with the claim "expected
+flip fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable"; a kind with
+too few prompts for α over K depths admits nothing (the summary says so). Calibrate on the engine
+you serve with (``--engine``, default fast, as for ``verispec generate``): the two engines round
+differently in the last bits. Every argument and the output folder are checked before the model
+loads. Progress goes to stderr; a summary per kind and depth to stdout.
 """
 
 from __future__ import annotations
@@ -21,24 +30,26 @@ from pathlib import Path
 
 import numpy as np
 
-from reference.calibration import Calibration, Prompt, Records, calibrate, file_sha256
+from reference.calibration import Calibration, Prompt, Records, calibrate, check_output_path, file_sha256
 from reference.certificate import residual_admits
 from reference.chat import ChatFormat
+from reference.conformal import exact_level
 from reference.early_exit import GateKind
 from reference.errors import CalibrationError
 from reference.generate import encode_prompt
+from reference.prompt_kind import prompt_kind
 from reference.tokenizer import Tokenizer
+from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.request import add_engine_arguments
 from verispec.engine_load import load_engine
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-CALIBRATION_PROMPTS = DATA / "prompts_calibration.jsonl"
 HELDOUT_PROMPTS = DATA / "prompts_heldout.jsonl"
 
 
 def read_prompts(path: Path) -> list[tuple[str, str]]:
-    """(kind, text) per line of a JSON-lines prompt file ({"kind": ..., "text": ...})."""
+    """(declared kind, text) per line of a JSON-lines prompt file ({"kind": ..., "text": ...})."""
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
@@ -100,16 +111,20 @@ class Progress:
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("calibrate", help="calibrate certified early exit (writes CAL.json)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
-    parser.add_argument("--prompts", type=Path, default=CALIBRATION_PROMPTS, help="JSON-lines prompts {kind, text} (default: the built-in calibration mix)")
-    parser.add_argument("--q", default="0.99", help="target: P(served token != full argmax) <= 1 - q (default 0.99)")
+    parser.add_argument("--prompts", type=Path, default=None, help="JSON-lines prompts {kind, text} (default: the seeded generator)")
+    parser.add_argument("--kinds", choices=("rule", "declared"), default="rule", help="prompt kinds from reference/prompt_kind.py's rule (default) or the file's kind field")
+    parser.add_argument("--prompts-per-kind", type=int, default=60, help="generated calibration prompts per kind (default 60)")
+    parser.add_argument("--lens-prompts-per-kind", type=int, default=8, help="generated lens prompts per kind, disjoint from calibration (default 8)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"prompt generator seed (default {DEFAULT_SEED})")
+    parser.add_argument("--q", default="0.9", help="alpha = 1 - q: bound on the expected flip fraction of a new prompt (default 0.9)")
     parser.add_argument("--layers", default=None, help="candidate exit depths, comma-separated (default: 4/15..12/15 of the model)")
     parser.add_argument("--residual", choices=("halfrange", "supnorm"), default="halfrange", help="residual score of the residual gate (default halfrange)")
     parser.add_argument("--gate", choices=("margin", "residual"), default="margin", help="default gate written to the artifact (default margin)")
     parser.add_argument("--no-lens", action="store_true", help="use the model's own head at every depth (no tuned lens)")
     parser.add_argument("--ridge", type=float, default=1e-2, help="tuned-lens ridge penalty, relative to tr(X^T X)/D (default 0.01)")
-    parser.add_argument("--tokens-per-prompt", type=int, default=48, help="greedy steps per prompt (default 48)")
-    parser.add_argument("--max-prompts", type=int, default=None, help="use only the first N prompts")
-    parser.add_argument("--out", type=Path, required=True, help="artifact path (CAL.json; the lens goes to CAL.lens.npz)")
+    parser.add_argument("--tokens-per-prompt", type=int, default=16, help="greedy steps per prompt (default 16)")
+    parser.add_argument("--max-prompts", type=int, default=None, help="with --prompts: use only the first N prompts")
+    parser.add_argument("--out", type=Path, required=True, help="artifact path (CAL.json; the lens goes beside it as CAL.lens.<sha>.npz)")
     parser.add_argument("--report", type=Path, default=None, help="write a PNG of per-depth agreement, admission and scores")
     parser.add_argument("--json", action="store_true", help="print the artifact as JSON instead of a table")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -126,19 +141,50 @@ def parse_layers(text: str | None) -> list[int] | None:
         raise CalibrationError(f"--layers {text!r} is not a comma-separated list of integers") from None
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every argument that can be wrong, before the model loads (CalibrationError, one line)."""
+    for name in ("tokens_per_prompt", "prompts_per_kind"):
+        if getattr(args, name) < 1:
+            raise CalibrationError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.lens_prompts_per_kind < (0 if args.no_lens else 1):
+        raise CalibrationError(f"--lens-prompts-per-kind must be >= 1 with a lens, got {args.lens_prompts_per_kind}")
+    if args.max_prompts is not None and args.max_prompts < 1:
+        raise CalibrationError(f"--max-prompts must be >= 1, got {args.max_prompts}")
+    if not args.ridge > 0:
+        raise CalibrationError(f"--ridge must be > 0, got {args.ridge}")
+    exact_level(args.q, "--q")
+    parse_layers(args.layers)
+    check_output_path(args.out)
+    if args.report is not None and not args.report.parent.is_dir():
+        raise CalibrationError(f"cannot write the report {str(args.report)!r}: folder {str(args.report.parent)!r} does not exist")
+
+
+def chosen_prompts(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tuple[str, str]] | None]:
+    """(calibration prompts, lens prompts or None = split the calibration prompts), as (kind, text)."""
+    if args.prompts is None:
+        lens = generate_mix(args.lens_prompts_per_kind, args.seed) if not args.no_lens else None
+        return generate_mix(args.prompts_per_kind, args.seed, skip=args.lens_prompts_per_kind), lens
+    prompts = read_prompts(args.prompts)[: args.max_prompts]
+    if args.kinds == "rule":
+        prompts = [(prompt_kind(text), text) for _, text in prompts]
+    return prompts, None
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.tokens_per_prompt < 1:
-        raise CalibrationError(f"--tokens-per-prompt must be >= 1, got {args.tokens_per_prompt}")
+    check_arguments(args)
+    cal_text, lens_text = chosen_prompts(args)
     path = resolve_model(args.model)
     loaded = load_engine(str(path), engine=args.engine, weights=args.weights, backend=args.backend)
-    prompts = read_prompts(args.prompts)[: args.max_prompts]
-    encoded = encode_prompts(loaded.tokenizer, loaded.chat, prompts)
+    encoded = encode_prompts(loaded.tokenizer, loaded.chat, cal_text)
+    lens_prompts = None if lens_text is None else encode_prompts(loaded.tokenizer, loaded.chat, lens_text)
     gate: GateKind = "margin" if args.gate == "margin" else args.residual
-    progress = Progress(len(encoded) * args.tokens_per_prompt, "calibrate", enabled=not args.quiet)
+    total = (len(encoded) + len(lens_prompts or [])) * args.tokens_per_prompt
+    progress = Progress(total, "calibrate", enabled=not args.quiet)
     cal, records = calibrate(
         loaded.model, encoded, model_sha256=file_sha256(path), model_name=path.name,
         depths=parse_layers(args.layers), q=args.q, n_steps=args.tokens_per_prompt,
-        use_lens=not args.no_lens, ridge=args.ridge, gate=gate, residual=args.residual,
+        use_lens=not args.no_lens, lens_prompts=lens_prompts, ridge=args.ridge, gate=gate, residual=args.residual,
+        kind_rule=args.kinds if args.prompts is not None else "rule",
         stop_ids=chat_stop_ids(loaded.tokenizer, loaded.chat), on_step=progress.step,
     )
     progress.close()
@@ -153,29 +199,40 @@ def run(args: argparse.Namespace) -> int:
 
 
 def admitted_fractions(cal: Calibration, records: Records) -> dict[str, list[float]]:
-    """Per gate, per depth: the fraction of calibration steps that depth's gate admits."""
+    """Per gate, per depth: the fraction of calibration steps that depth's gate admits (each step
+    under its own kind's thresholds)."""
     out: dict[str, list[float]] = {"margin": [], "supnorm": [], "halfrange": []}
-    for i, d in enumerate(cal.depths):
-        margins = records.margins[i]
-        out["margin"].append(float(np.mean(margins > np.float32(d.margin_threshold))))
-        for kind in ("supnorm", "halfrange"):
-            q = d.supnorm_quantile if kind == "supnorm" else d.halfrange_quantile
-            out[kind].append(float(np.mean([residual_admits(kind, float(m), q) for m in margins])))
+    views = {kind: cal.for_kind(kind) for kind in set(records.kinds)}
+    for i, depth in enumerate(cal.candidate_depths):
+        counts = {"margin": 0, "supnorm": 0, "halfrange": 0}
+        for step, kind in enumerate(records.kinds):
+            at = views[kind].at(depth)
+            margin = float(records.margins[i, step])
+            counts["margin"] += int(margin > at.margin_threshold)
+            for residual in ("supnorm", "halfrange"):
+                q = at.supnorm_quantile if residual == "supnorm" else at.halfrange_quantile
+                counts[residual] += int(residual_admits(residual, margin, q))
+        for name, count in counts.items():
+            out[name].append(count / max(1, records.n))
     return out
 
 
 def summary(cal: Calibration, records: Records) -> str:
     admitted = admitted_fractions(cal, records)
     lines = [
-        f"{cal.model_name}: n = {cal.n} calibration steps (+{cal.n_lens} lens steps), q = {cal.q}, "
-        f"q' = {cal.q_layer} per depth, alpha/K = {cal.alpha / len(cal.depths)}",
-        "depth  agree  median margin  Q supnorm  Q halfrange  lambda margin  admitted: margin supnorm halfrange",
+        f"{cal.model_name}: {cal.n_prompts} calibration prompts, n = {cal.n} steps (+{cal.n_lens} lens steps), "
+        f"q = {cal.q}, alpha = {cal.alpha}, alpha/K = {cal.alpha_per_depth} per depth",
+        f"claim, per kind: {cal.claim} (α = {cal.alpha})",
     ]
+    for kind, kc in sorted(cal.kinds.items()):
+        status = cal.for_kind(kind).refusal or "admits"
+        lines.append(f"  kind {kind:11s} {kc.n_prompts:4d} prompts, {kc.n:5d} steps (needs >= {kc.min_prompts} prompts): {status}")
+    lines.append("depth  agree  median margin  lambda margin per kind  admitted: margin supnorm halfrange")
     for i, d in enumerate(cal.depths):
+        per_kind = " ".join(f"{k}:{kc.depths[i].margin_threshold:.2f}" for k, kc in sorted(cal.kinds.items()))
         lines.append(
-            f"{d.depth:5d}  {d.agreement:5.1%}  {float(np.median(records.margins[i])):13.2f}  "
-            f"{d.supnorm_quantile:9.2f}  {d.halfrange_quantile:11.2f}  {d.margin_threshold:13.2f}  "
-            f"{admitted['margin'][i]:15.1%} {admitted['supnorm'][i]:7.1%} {admitted['halfrange'][i]:9.1%}"
+            f"{d.depth:5d}  {d.agreement:5.1%}  {float(np.median(records.margins[i])):13.2f}  {per_kind}  "
+            f"{admitted['margin'][i]:7.1%} {admitted['supnorm'][i]:7.1%} {admitted['halfrange'][i]:9.1%}"
         )
     return "\n".join(lines)
 

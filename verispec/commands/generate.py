@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # certified early exit (reference/early_exit.py; run by verispec/commands/generate_early_exit.py)
     parser.add_argument("--early-exit", default=None, metavar="CAL.json", help="greedy decoding with certified early exit, calibrated by `verispec calibrate` (needs --temperature 0)")
     parser.add_argument("--audit", action="store_true", help="with --early-exit: also run every layer and count served tokens that differ from the full model's")
+    parser.add_argument("--kind", default=None, help="with --early-exit: the prompt's kind, whose calibration applies (default: reference/prompt_kind.py's rule on the prompt text)")
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

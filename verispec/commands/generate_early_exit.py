@@ -2,8 +2,12 @@
 
 Reached from :func:`verispec.commands.generate.run` when ``--early-exit`` is given; the rest of the
 flags mean what they mean for plain generation. The artifact must be for this very model file
-(sha256), else a one-line CalibrationError. Stats add the mean exit depth, the exit histogram, and
-with ``--audit`` (every token also runs every layer) the observed flips.
+(sha256), else a one-line CalibrationError. The prompt's kind (``--kind``, or the rule of
+:func:`reference.prompt_kind.prompt_kind` on the prompt text) picks that kind's thresholds; stderr
+states the claim, "expected flip fraction of a new prompt ≤ α, valid when prompts (not tokens) are
+exchangeable", or, for a kind with too few calibration prompts, that nothing will be admitted.
+Stats add the mean exit depth, the exit histogram, and with ``--audit`` (every token also runs
+every layer) the observed flips.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import sys
 
 from reference.calibration import Calibration, file_sha256
 from reference.early_exit import ExitStats, generate_early_exit
+from reference.prompt_kind import prompt_kind
 from reference.generate import GenerationResult
 from verispec.commands.request import build_request, result_json, stats_line
 from verispec.engine_load import load_engine
@@ -31,9 +36,22 @@ def exit_line(stats: ExitStats) -> str:
     )
 
 
+def claim_line(calibration: Calibration) -> str:
+    """One stderr line: the kind in force and its guarantee, or why it admits nothing."""
+    refusal = calibration.refusal
+    if refusal is not None:
+        return f"[early exit: {refusal}]"
+    return (
+        f"[early exit: prompt kind {calibration.kind!r}, {calibration.n_prompts} calibration prompts; "
+        f"{calibration.claim} (α = {calibration.alpha})]"
+    )
+
+
 def run_early_exit(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
-    calibration = Calibration.load(args.early_exit, file_sha256(path))
+    kind = args.kind if getattr(args, "kind", None) else prompt_kind(args.prompt)
+    calibration = Calibration.load(args.early_exit, file_sha256(path)).for_kind(kind)
+    print(claim_line(calibration), file=sys.stderr)
     loaded = load_engine(str(path), need_chat=args.chat, engine=getattr(args, "engine", "fast"), weights=getattr(args, "weights", "f32"), backend=getattr(args, "backend", "auto"))
     request = build_request(args, loaded)
 
@@ -50,7 +68,10 @@ def run_early_exit(args: argparse.Namespace) -> int:
     if args.json:
         result, stats = run(False)
         out = result_json(result)
-        out["early_exit"] = stats.as_dict()
+        exit_stats = stats.as_dict()
+        exit_stats["kind"] = calibration.kind
+        exit_stats["claim"] = calibration.refusal or f"{calibration.claim} (α = {calibration.alpha})"
+        out["early_exit"] = exit_stats
         print(json.dumps(out, ensure_ascii=False))
         return 0
     result, stats = run(True)
