@@ -21,9 +21,10 @@ A :class:`Matmul` is built once per weight matrix at load time and called with a
 Threads: ``intra_op_num_threads`` (``VERISPEC_THREADS``, default 2, capped at the core count), with
 spinning off (waiting threads sleep: the machine is shared). Measured by ``verispec bench`` on the
 shared 2-core VM, load average ~11: 2 threads take 0.56x (1 row) / 0.34x (5 rows) the time of 1
-thread on f32/ort, 0.88x / 0.41x on int8 -- the int8 kernel is compute-bound at 5 rows. (At load
-~2, 1 row was even: a memory-bound pass gains nothing from a second core; under load a second
-thread also gets a second share of the CPU.)
+thread on f32/ort, 0.88x / 0.41x on int8 -- the int8 kernel is compute-bound at 5 rows. At lower
+load (falling 8 -> 1) f32/ort was even (0.97x) and int8 1.27x / 1.20x SLOWER with 2: under load a
+second thread mostly buys a second share of the CPU. The default fits the shared machine; on an
+idle one set VERISPEC_THREADS=1 unless bench says otherwise.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ U8 = npt.NDArray[np.uint8]
 WEIGHT_MODES: tuple[str, ...] = ("f32", "quantized", "int8")
 BACKEND_CHOICES: tuple[str, ...] = ("auto", *matmul.EXACT_BACKENDS)  # the f32 mode's kernel
 HEAD_CHUNK_ROWS = 8192  # quantized mode: head rows dequantized at a time (8192 x n_embd float32)
-INT8_HEAD_CHUNK_ROWS = 32768  # int8 mode: head rows per kernel session (bounds the load's copies)
+INT8_HEAD_CHUNK_ROWS = 32768  # ort / int8: head rows per kernel session (bounds the load's copies)
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
 
 
@@ -401,15 +401,23 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
                 for key, (suffix, shape, required) in shapes.items()
             }
             fused.append(_fuse(raw, kernel))
+            if kernel != "numpy":
+                matmul.release_freed_memory()  # each session's freed copies, before the next layer
         if kernel == "numpy":  # the head shares the embedding's float32 matrix when tied
             token_embd = t.f32("token_embd.weight", (cfg.n_vocab, e))
             head = token_embd if tied else t.f32("output.weight", (cfg.n_vocab, e))
             return WeightStore(mode, output_norm, rope_freqs, layers=fused, token_embd=token_embd,
                                output=NumpyMatmul(head), backend=kernel)
-        output = matmul.exact(t.f32(head_name, (cfg.n_vocab, e)), kernel)  # the kernel keeps its own copy
-        matmul.release_freed_memory()
+        head_q = keep(head_name, (cfg.n_vocab, e))
+        chunks: list[Matmul] = []
+        for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):  # the kernel keeps its own copy:
+            ids = np.arange(first, min(first + INT8_HEAD_CHUNK_ROWS, cfg.n_vocab), dtype=np.int64)
+            chunks.append(matmul.exact(head_q.rows(ids), kernel))  # built a chunk at a time
+            matmul.release_freed_memory()
+        output: Matmul = chunks[0] if len(chunks) == 1 else matmul.RowChunks(chunks)
+        embd_rows = head_q if tied else keep("token_embd.weight", (cfg.n_vocab, e))
         return WeightStore(mode, output_norm, rope_freqs, layers=fused, output=output,
-                           token_embd_q=keep("token_embd.weight", (cfg.n_vocab, e)), backend=kernel)
+                           token_embd_q=embd_rows, backend=kernel)
 
     if mode == "int8":
         floats: list[str] = []

@@ -13,9 +13,9 @@
   s * sum q (x~ - x) with q ~ 7.5, not sum w (x~ - x)); test_int8_kernel_within_rounding_bound
   checks that the bound is tight enough to see that.
 - The int8 mode on the real models is compared with the reference the way llama.cpp is
-  (tests/test_golden.py): mean NMSE per prompt < 1e-2, top-1 equal where the reference's margin
-  >= 0.05 (llama.cpp's bars: it also rounds activations to 8 bits in blocks of 32), NMSE at every
-  position < 1e-1 (see MAX_NMSE for why not llama.cpp's 5e-2).
+  (tests/test_golden.py): NMSE per position < 5e-2, mean per prompt < 1e-2, top-1 equal where the
+  reference's margin >= 0.05 -- the bars llama.cpp meets against the float32 forward (it also
+  rounds activations to 8 bits in blocks of 32).
 - The int8 mode's law is row-count invariant (bit for bit), so greedy speculative decoding on it
   equals greedy plain decoding on it.
 """
@@ -189,11 +189,12 @@ def test_int8_mode_keeps_float_tensors_float(tmp_path: Path) -> None:
 
 # -- the int8 mode on the real models ------------------------------------------------------------------
 
-# llama.cpp's bars (tests/test_golden.py) for the mean NMSE and top-1; the per-position maximum is
-# one draw of 8-bit rounding noise: llama.cpp's own reach 4.1e-2 on these prompts, ours 5.5e-2
-# (SmolLM2, second golden prompt, position 2), so 1e-1 (2x the golden bar); a wrong block mapping
-# (nibble order, zero point, a scale) moves logits by NMSE ~1, ten times above it.
-MAX_NMSE, MEAN_NMSE, TOP1_MARGIN = 1e-1, 1e-2, 0.05
+# llama.cpp's bars against the float32 forward (tests/test_golden.py). Measured, int8 vs reference
+# per golden prompt, max / mean NMSE: SmolLM2 2.1e-2 / 4.6e-3 and 1.7e-2 / 5.5e-3, Gemma 3
+# 1.6e-3 / 7.7e-4 and 5.3e-3 / 2.1e-3 (llama.cpp's own: 8.8e-3 / 2.5e-3, 4.0e-2 / 6.3e-3,
+# 4.6e-3 / 1.8e-3, 1.4e-2 / 6.2e-3). A wrong block mapping (nibble order, zero point, a scale)
+# moves logits by NMSE ~1.
+MAX_NMSE, MEAN_NMSE, TOP1_MARGIN = 5e-2, 1e-2, 0.05
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +267,38 @@ def test_threads_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
             mm.default_threads()
     monkeypatch.delenv("VERISPEC_THREADS")
     assert 1 <= mm.default_threads() <= mm.DEFAULT_THREADS
+
+
+@pytest.mark.model
+def test_int8_early_exit_full_depth_tokens_are_the_int8_models(int8_models: dict[str, FastModel], smollm2_path: Path) -> None:
+    """Early exit on the int8 mode (reference/early_exit.py's loop): a token served at full depth
+    is the int8 model's own greedy choice for that history, although earlier tokens exited and
+    their deep-layer KV was filled in later by batched catch-up passes. What it can detect: a
+    catch-up that writes wrong or misplaced KV (the argmax moves); not a last-bit difference (the
+    bit-for-bit row-count invariance the catch-up relies on is test_int8_speculative_equals_plain's
+    first check; with it switched off this test still passes, measured). The exited tokens carry
+    the gate's certified (statistical) guarantee, not checked here. A hand-made margin calibration
+    (exits at layers 16/22/26 of 30) makes some tokens exit and some run every layer."""
+    from fractions import Fraction
+
+    from reference.calibration import Calibration, DepthCalibration
+    from reference.early_exit import generate_early_exit
+    from reference.tokenizer import Tokenizer
+
+    model = int8_models["smollm2-135m"]
+    tokenizer = Tokenizer.from_file(smollm2_path)
+    depths = tuple(DepthCalibration(d, 0.0, 0.0, 2.0, 0.5) for d in (16, 22, 26))
+    calibration = Calibration("0" * 64, "smollm2", 30, Fraction(99, 100), "margin", "halfrange", 100, 0, depths)
+    text = "one two three four five six seven eight nine ten. one two three four five six seven eight nine ten. one two"
+    prompt = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos))
+    request = GenerationRequest(prompt, params=SamplingParams(temperature=0.0), max_tokens=16, seed=0)
+    result, stats = generate_early_exit(model, tokenizer, request, calibration, backlog_bound=4)
+    cache = model.new_cache(len(prompt) + 20)
+    logits = model.forward(list(prompt), cache).logits[-1]
+    full_depth_choices = []
+    for token, depth in zip(result.ids, stats.depths):
+        if depth == stats.n_layer:
+            full_depth_choices.append((int(np.argmax(logits)), token))
+        logits = model.forward([token], cache).logits[-1]
+    assert full_depth_choices and len(full_depth_choices) < len(result.ids)  # both kinds happened
+    assert all(plain == served for plain, served in full_depth_choices)
