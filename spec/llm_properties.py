@@ -3,8 +3,9 @@
 - ``full_vocab_protocol`` / ``full_vocab_law``: the exact probes of :mod:`spec.full_vocab` on the
   LLM-shaped rows of :mod:`spec.llm_rows` (V = 9 .. 262,144, k up to 8, every edge shape) and on
   the stored real-model rows; two verdicts from one run of the probes (cached per verifier).
-- ``stat_strata_tail_v4099`` / ``stat_strata_deep_k8``: the stratified chi-square tests of
-  :mod:`spec.strata`, N from the power analysis against ``STRATA_TV`` at their alpha share.
+- ``stat_strata_tail_v4099`` / ``stat_strata_deep_k8`` / ``stat_strata_tail_v262144``: the
+  stratified chi-square tests of :mod:`spec.strata`, N from the power analysis against their
+  design TV (``STRATA_TV``; 0.1 at V = 262,144, for cost) at their alpha share.
 """
 
 from __future__ import annotations
@@ -77,15 +78,16 @@ def _stat_strata(name: str) -> Callable[[Subject], PropertyResult]:
         alpha = ALPHA_BUDGET[name]
         p, q = strata.rows_for(name)
         df = strata.design_df(p, q)
-        n = max(1000, int(math.ceil(required_sample_size(df, alpha, strata.STRATA_TV) * subject.scale)))
+        tv = strata.design_tv(name)
+        n = max(1000, int(math.ceil(required_sample_size(df, alpha, tv) * subject.scale)))
         test, _ = strata.run_test(subject.batch, name, n, subject.seed)
-        power = power_of(n, df, alpha, strata.STRATA_TV)
+        power = power_of(n, df, alpha, tv)
         detail = (
             f"chi2={test.statistic:.1f} df={test.df} p={test.p_value:.3g} impossible={test.impossible} "
             f"pooled={test.pooled_cells} max|freq-prob|={test.max_abs_error:.2g} V={p.shape[1]} k={q.shape[0]} "
-            f"power vs strata TV >= {strata.STRATA_TV}"
+            f"power vs strata TV >= {tv}"
         )
-        return PropertyResult(name, test.passed(alpha), n, alpha, power, detail, strata.STRATA_TV)
+        return PropertyResult(name, test.passed(alpha), n, alpha, power, detail, tv)
 
     prop.__name__ = name
     return prop
@@ -99,4 +101,5 @@ LLM_EXACT = (
 LLM_STATISTICS = (
     ("stat_strata_tail_v4099", _stat_strata("stat_strata_tail_v4099")),
     ("stat_strata_deep_k8", _stat_strata("stat_strata_deep_k8")),
+    ("stat_strata_tail_v262144", _stat_strata("stat_strata_tail_v262144")),
 )

@@ -918,7 +918,7 @@ PROPERTY_NAMES: tuple[str, ...] = tuple(name for name, _ in PROPERTIES)
 STATISTICAL: frozenset[str] = frozenset(name for name in PROPERTY_NAMES if name.startswith("stat_"))
 def strata_design(name: str) -> StatDesign:
     """A stratified LLM-scale test of :mod:`spec.strata` as a design: cells (accepted, stratum),
-    designed against ``strata.STRATA_TV``."""
+    designed against ``strata.design_tv(name)`` (``STRATA_TV``; 0.1 at V = 262,144, for cost)."""
     from spec import strata
 
     p, q = strata.rows_for(name)
@@ -927,7 +927,7 @@ def strata_design(name: str) -> StatDesign:
         return strata.observe(batch, p, q, n, rng)
 
     label = f" V={p.shape[1]} k={q.shape[0]} (strata)"
-    return StatDesign(name, strata.cell_law(p, q), strata.design_df(p, q), strata.STRATA_TV, ALPHA_BUDGET[name], draw, label)
+    return StatDesign(name, strata.cell_law(p, q), strata.design_df(p, q), strata.design_tv(name), ALPHA_BUDGET[name], draw, label)
 
 
 # every statistical property as a design (spec/sequential.py runs them group-sequentially)

@@ -56,7 +56,8 @@ ALPHA_BUDGET: dict[str, float] = {
     "tree_verdict_law": 2e-6,
     "tree_lossless_two_tokens": 2e-6,
     # spec/strata.py: the stratified chi-square tests at LLM vocabulary sizes (from the budget's remainder)
-    "stat_strata_tail_v4099": 8e-7,
+    "stat_strata_tail_v4099": 4e-7,
+    "stat_strata_tail_v262144": 4e-7,  # half of tail_v4099's former 8e-7
     "stat_strata_deep_k8": 8e-7,
     # tests/spec/test_heldout_early_exit.py: binomial test of held-out flips against the claimed alpha
     # (what the budget had left)

@@ -127,7 +127,7 @@ def test_law_changing_mutants_fail_the_law_verdict(name: str) -> None:
 # stratified statistics
 
 
-STRATA_TESTS = ("stat_strata_tail_v4099", "stat_strata_deep_k8")
+STRATA_TESTS = ("stat_strata_tail_v4099", "stat_strata_deep_k8", "stat_strata_tail_v262144")
 
 
 @pytest.mark.parametrize("name", STRATA_TESTS)
@@ -137,8 +137,9 @@ def test_strata_design_power_and_budget(name: str) -> None:
     assert abs(law.sum() - 1) < 1e-12 and np.all(law >= 0)
     assert law[4::len(strata.STRATA)].sum() == 0  # "outside" cells are impossible
     alpha = ALPHA_BUDGET[name]
-    n = required_sample_size(strata.design_df(p, q), alpha, strata.STRATA_TV)
-    assert power_of(n, strata.design_df(p, q), alpha, strata.STRATA_TV) >= POWER
+    tv = strata.design_tv(name)
+    n = required_sample_size(strata.design_df(p, q), alpha, tv)
+    assert power_of(n, strata.design_df(p, q), alpha, tv) >= POWER
     assert sum(ALPHA_BUDGET.values()) <= SUITE_ALPHA
 
 
@@ -165,6 +166,31 @@ def test_strata_tests_kill_the_mass_moving_mutants(name: str) -> None:
     m = BY_NAME[name]
     [result] = run_properties(m.verifier, m.batch, m.pipeline, only=[STRATA_KILLS[name]])
     assert not result.passed, result.detail
+
+
+# at V = 262,144 (designed against TV 0.1): the tail and residual classes, which move >= 0.27
+STRATA_KILLS_V262144 = ("q_tail_underflow", "residual_below_eps_dropped")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", STRATA_KILLS_V262144)
+def test_gemma_sized_strata_test_kills_the_tail_and_residual_mutants(name: str) -> None:
+    m = BY_NAME[name]
+    [result] = run_properties(m.verifier, m.batch, m.pipeline, only=["stat_strata_tail_v262144"])
+    assert not result.passed, result.detail
+
+
+def test_gemma_sized_rows_keep_the_targeted_edges() -> None:
+    """V = 262,144: q's tail drafts are < 1e-3 with p/q = 1/2 (accepted half the time), every
+    residual entry but the last id's is < 1e-3, and the last id carries mass in the residual."""
+    p, q = strata.rows_for("stat_strata_tail_v262144")
+    assert p.shape == (3, 262_144) and q.shape == (2, 262_144)
+    for i in range(2):
+        tail = (q[i] > 0) & (q[i] < 1e-3) & (p[i] < q[i])  # (a head id may also be < 1e-3, with p = q)
+        assert tail.sum() == 1000 and np.allclose(p[i, tail] / q[i, tail], 0.5)
+        residual = np.maximum(p[i] - q[i], 0.0)
+        assert residual[-1] > 0.09 and residual[:-1].max() < 1e-3
+        assert (residual[:-1] > 0).sum() == 262_144 - 1 - 1010
 
 
 def test_a_mass_moving_mutant_moves_more_than_the_designed_deviation() -> None:
