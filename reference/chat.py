@@ -127,3 +127,13 @@ def chat_format(metadata: Mapping[str, object]) -> ChatFormat:
     if family == "gemma":
         return ChatFormat("gemma", None, "<end_of_turn>")
     raise ChatFormatError(f"model architecture {arch!r} has no chat template in its metadata")
+
+
+def optional_chat_format(metadata: Mapping[str, object], *, required: bool = False) -> ChatFormat | None:
+    """The model's chat format, or None when it has none (a ChatFormatError if ``required``)."""
+    try:
+        return chat_format(metadata)
+    except ChatFormatError:
+        if required:
+            raise
+        return None

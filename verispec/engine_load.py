@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from engine import FAST_ARCHITECTURES, load_model
 from engine.model import FastModel
-from reference.chat import ChatFormat, ChatFormatError, chat_format
+from reference.chat import ChatFormat, optional_chat_format
 from reference.gguf import GGUFFile
 from reference.model import Model
 from reference.tokenizer import Tokenizer
@@ -52,10 +52,5 @@ def _load(f: GGUFFile, *, need_chat: bool, engine: str, weights: str, backend: s
             file=sys.stderr,
         )
     tokenizer = Tokenizer.from_gguf(f.metadata)
-    try:
-        chat: ChatFormat | None = chat_format(f.metadata)
-    except ChatFormatError:
-        if need_chat:
-            raise
-        chat = None
+    chat = optional_chat_format(f.metadata, required=need_chat)
     return EngineLoaded(model, tokenizer, chat)

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 from engine import ENGINES
 from engine.weights import BACKEND_CHOICES, WEIGHT_MODES
-from reference.chat import ChatFormat, ChatFormatError, chat_format
+from reference.chat import ChatFormat, optional_chat_format
 from reference.generate import GenerationRequest, GenerationResult, encode_prompt
 from reference.gguf import GGUFFile
 from reference.model import Model
-from reference.sampling import SamplingParams
 from reference.tokenizer import Tokenizer
+from verispec.commands.validate import sampling_params
 from verispec.engine_load import EngineLoaded
 from verispec.registry import resolve_model
 
@@ -39,12 +39,7 @@ def load(name_or_path: str, *, need_chat: bool = False) -> LoadedModel:
     with GGUFFile.open(path) as f:
         model = Model.load(f)
         tokenizer = Tokenizer.from_gguf(f.metadata)
-        try:
-            chat: ChatFormat | None = chat_format(f.metadata)
-        except ChatFormatError:
-            if need_chat:
-                raise
-            chat = None
+        chat = optional_chat_format(f.metadata, required=need_chat)
     return LoadedModel(model, tokenizer, chat)
 
 
@@ -57,13 +52,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_request(args: argparse.Namespace, loaded: "LoadedModel | EngineLoaded") -> GenerationRequest:
     """The flags as a request (sampling parameters validated: one-line SamplingError if bad)."""
-    params = SamplingParams(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-    )
+    params = sampling_params(args)
     params.validate(loaded.model.config.n_vocab)
     chat = loaded.chat if args.chat else None
     prompt_ids = encode_prompt(loaded.tokenizer, args.prompt, chat=chat)

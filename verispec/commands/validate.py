@@ -42,15 +42,20 @@ class UsageError(VerispecError):
     """Command-line flags that contradict each other, or name an output that cannot be written."""
 
 
-def check_generate(args: argparse.Namespace) -> None:
-    """``verispec generate`` (plain, ``--draft`` and ``--early-exit``): every flag, before loading."""
-    params = SamplingParams(
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    """The sampling flags of ``generate`` as parameters (not yet validated)."""
+    return SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         min_p=args.min_p,
         repeat_penalty=args.repeat_penalty,
     )
+
+
+def check_generate(args: argparse.Namespace) -> None:
+    """``verispec generate`` (plain, ``--draft`` and ``--early-exit``): every flag, before loading."""
+    params = sampling_params(args)
     params.validate()
     if args.temperature > MAX_TEMPERATURE:
         raise SamplingError(f"temperature must be <= {MAX_TEMPERATURE:g}, got {args.temperature!r}")
