@@ -119,19 +119,23 @@ def _rms_norm(r: Rounding, x: F64, weight: npt.NDArray[np.floating], eps: float)
     return r.op(r.op(x / s) * np.asarray(weight, dtype=np.float64))
 
 
+def _rope_pairs(rope_dim: int, rope_type: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The indices of the two components RoPE rotates together: adjacent (NORM) or half apart (NEOX)."""
+    half = rope_dim // 2
+    if rope_type == ROPE_NORM:
+        return np.arange(0, rope_dim, 2), np.arange(1, rope_dim, 2)
+    if rope_type == ROPE_NEOX:
+        return np.arange(half), np.arange(half, rope_dim)
+    raise ValueError(f"unknown rope type {rope_type!r}")
+
+
 def _rope(r: Rounding, x: F64, positions: npt.NDArray[np.int64], rope_type: str, rope_dim: int, **rope_args: object) -> F64:
     """layers.rope (run in float64 on ``[1 + R, T, H, d]``), then per rotated component
     a c - b s: cos and sin rounded to float32 (u each: another path, e.g. another position with
     the same distances, another library, rounds them differently), two products and a difference:
     u (|a c| + |b s| + |a c| + |b s| + |a'|) <= u sqrt(5) sqrt(a^2 + b^2) in spread, charged as that."""
     y = np.asarray(layers.rope(x, positions, rope_dim=rope_dim, rope_type=rope_type, **rope_args), dtype=np.float64)  # type: ignore[arg-type]
-    half = rope_dim // 2
-    if rope_type == ROPE_NORM:
-        first, second = np.arange(0, rope_dim, 2), np.arange(1, rope_dim, 2)
-    elif rope_type == ROPE_NEOX:
-        first, second = np.arange(half), np.arange(half, rope_dim)
-    else:
-        raise ValueError(f"unknown rope type {rope_type!r}")
+    first, second = _rope_pairs(rope_dim, rope_type)
     pair_norm = np.sqrt(x[..., first] ** 2 + x[..., second] ** 2)
     y[..., first] += np.sqrt(5.0) * U * pair_norm * r.noise(pair_norm)
     y[..., second] += np.sqrt(5.0) * U * pair_norm * r.noise(pair_norm)
@@ -365,13 +369,7 @@ def rope_rounding_bound(x: npt.ArrayLike, rope_dim: int, rope_type: str) -> F64:
     u (2 |a c| + 2 |b s| + |a'|) <= 5 u sqrt(a^2 + b^2) (Cauchy-Schwarz with c^2 + s^2 = 1). The
     float64 angle (relative ~1e-16) is far below. Dims past rope_dim pass exactly (bound 0)."""
     xv = np.asarray(x, dtype=np.float64)
-    half = rope_dim // 2
-    if rope_type == ROPE_NORM:
-        first, second = np.arange(0, rope_dim, 2), np.arange(1, rope_dim, 2)
-    elif rope_type == ROPE_NEOX:
-        first, second = np.arange(half), np.arange(half, rope_dim)
-    else:
-        raise ValueError(f"unknown rope type {rope_type!r}")
+    first, second = _rope_pairs(rope_dim, rope_type)
     pair = 5.0 * U * np.sqrt(xv[..., first] ** 2 + xv[..., second] ** 2)
     bound = np.zeros_like(xv)
     bound[..., first], bound[..., second] = pair, pair
