@@ -98,6 +98,13 @@ class SpeculativeResult:
     draft_time_s: float
 
 
+def _measured_cost(model: TargetModel, max_rows: int) -> dict[int, float] | None:
+    """The model's measured verify-cost curve when it offers one (the engine's
+    ``verify_cost_curve``, engine/verify_cost.py), else None (AdaptiveK without a cost cap)."""
+    curve = getattr(model, "verify_cost_curve", None)
+    return curve(max_rows) if callable(curve) else None
+
+
 # -- the loop ---------------------------------------------------------------------------------------
 
 
@@ -122,7 +129,7 @@ def speculative_generate(
     session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
     params, rng, history = request.params, session.rng, session.history
     mode = speculative.verification_mode(params, params)
-    adaptive = AdaptiveK(options.k) if options.adaptive else None
+    adaptive = AdaptiveK(options.k, cost=_measured_cost(model, options.k + 1)) if options.adaptive else None
     capacity = min(model.config.context_length, len(session.prompt) + request.max_tokens + options.k + 1)
     cache = model.new_cache(capacity)
     draft.start(DraftContext(model, cache, params, rng, options.p_min, law))
