@@ -72,6 +72,27 @@ def best_k(accept: Sequence[float], cost: VerifyCost) -> int:
     return best
 
 
+def best_size(reach: Sequence[float], cost: VerifyCost) -> int:
+    """The n in 0..len(reach) maximizing E(n) / c(n + 1), E(n) = 1 + reach[0] + ... + reach[n-1]
+    (the smallest n on ties).
+
+    For a token TREE whose nodes are listed best-first (``reach[i]`` = the estimated probability
+    that node i is accepted: the product of its path's acceptance estimates, nonincreasing along
+    the list, so every prefix of it is a subtree), E(n) is the expected number of tokens a pass
+    over the first n nodes commits: by linearity, the accepted path's length is the number of
+    accepted nodes, plus the bonus or repair token. A chain's reach is a_1, a_1 a_2, ... and this
+    is :func:`best_k`.
+    """
+    best, best_rate = 0, 1.0  # n = 0: one token per plain pass
+    expected = 1.0
+    for n, r in enumerate(reach, start=1):
+        expected += min(max(r, 0.0), MAX_ACCEPT)
+        rate = expected / cost.relative(n + 1)
+        if rate > best_rate:
+            best, best_rate = n, rate
+    return best
+
+
 class Calibration:
     """Per-bucket correction of acceptance estimates: (accepted + 1) / (predicted + 1) over the
     draft tokens verification reached, with a bucket per evidence level (for suffix drafts: the
@@ -96,6 +117,16 @@ class Calibration:
                 break
             self.predicted[b] += a
             self.accepted[b] += 1.0 if i < accepted else 0.0
+
+    def observe_outcomes(self, estimates: Sequence[float], buckets: Sequence[int], hits: Sequence[bool]) -> None:
+        """A verified TREE: every node verification reached (a child of the root or of an accepted
+        node), with whether it was accepted. Older evidence decays once, as in :meth:`observe`."""
+        for b in set(self.predicted) | set(buckets):
+            self.predicted[b] = self.predicted.get(b, 0.0) * (1 - EWMA)
+            self.accepted[b] = self.accepted.get(b, 0.0) * (1 - EWMA)
+        for a, b, hit in zip(estimates, buckets, hits):
+            self.predicted[b] += a
+            self.accepted[b] += 1.0 if hit else 0.0
 
     def apply(self, estimates: Sequence[float], buckets: Sequence[int]) -> list[float]:
         return [min(MAX_ACCEPT, a * self.factor(b)) for a, b in zip(estimates, buckets)]
