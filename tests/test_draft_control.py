@@ -86,7 +86,7 @@ def test_best_size_maximizes_expected_tokens_per_cost(per_row: float) -> None:
     from reference.draft_control import best_size
 
     cost = VerifyCost(prior_row_cost=per_row)
-    for reach in ([0.9, 0.5, 0.44, 0.3, 0.2, 0.1], [0.3, 0.3, 0.3], [], [0.99] * 10, [0.5, 0.05, 0.01]):
+    for reach in ([0.9, 0.5, 0.44, 0.3, 0.2, 0.1], [0.31, 0.29, 0.28], [], [0.99] * 10, [0.5, 0.05, 0.01]):
         rates = [(1 + sum(min(r, MAX_ACCEPT) for r in reach[:n])) / cost.relative(n + 1) for n in range(len(reach) + 1)]
         assert best_size(reach, cost) == max(range(len(rates)), key=lambda n: (rates[n], -n))
     for accept in ([0.9, 0.9, 0.9], [0.5, 0.2], [0.99] * 6):  # a chain: reach = running products
