@@ -64,7 +64,7 @@ class FastModel:
     """A loaded model with the reference :class:`~reference.model.Model` interface, fast."""
 
     def __init__(self, config: Config, store: WeightStore, *, load_time_s: float = 0.0) -> None:
-        from engine import FAST_ARCHITECTURES
+        from engine.architectures import FAST_ARCHITECTURES
 
         if config.arch not in FAST_ARCHITECTURES:
             raise UnsupportedArchitecture(

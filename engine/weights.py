@@ -362,7 +362,7 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
     """
     _check_mode(mode)
     kernel = resolve_backend(mode, backend)
-    from engine import FAST_ARCHITECTURES
+    from engine.architectures import FAST_ARCHITECTURES
 
     if cfg.arch not in FAST_ARCHITECTURES:
         raise UnsupportedArchitecture(
