@@ -124,9 +124,10 @@ class PromptStats:
     p_value: float             # P(Bin(prompts, alpha) >= drawn_flips)
     admitted: float            # fraction of steps admitted at some depth
     mean_depth: float
+    fractions: tuple[float, ...]  # [prompts] each prompt's flip fraction (the per-prompt loss)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "ci95": list(self.ci95)}
+        return {**self.__dict__, "ci95": list(self.ci95), "fractions": list(self.fractions)}
 
 
 def prompt_stats(
@@ -142,6 +143,7 @@ def prompt_stats(
         m, int(mask.sum()), int(flipped[mask].sum()), float(np.mean(fractions)) if ids else 0.0, drawn,
         clopper_pearson(drawn, m) if m else (0.0, 1.0), binomial_p_value(drawn, m, alpha) if m else 1.0,
         float(np.mean(depth[mask] < n_layer)) if m else 0.0, float(depth[mask].mean()) if m else float(n_layer),
+        tuple(fractions),
     )
 
 
@@ -209,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speed-prompts", type=int, default=4)
     parser.add_argument("--max-heldout", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--records", type=Path, default=None, help="save the scored calibration and held-out steps (.npz) to recalibrate without the model")
     parser.add_argument("--readme", action="store_true", help="print the README's markdown table")
     parser.add_argument("--write-readme", type=Path, default=None, help="replace this model's marked block in the given README")
     parser.add_argument("--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)")
@@ -248,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     cal_records = {"lens": score(model, cal_traj, depths, lens), "own": score(model, cal_traj, depths, None)}
     held_records = {"lens": score(model, held_traj, depths, lens), "own": score(model, held_traj, depths, None)}
     del cal_traj, held_traj
+    if args.records is not None:
+        save_records(args.records, {f"cal_{h}": r for h, r in cal_records.items()} | {f"held_{h}": r for h, r in held_records.items()})
     print(f"[trajectories and scores: {time.perf_counter() - started:.0f} s]", file=sys.stderr)
 
     levels = [Fraction(x) for x in args.q.split(",")]
@@ -290,6 +295,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_readme is not None:
         write_readme(args.write_readme, args.model, table)
     return 0
+
+
+def save_records(path: Path, named: dict[str, Records]) -> None:
+    """Every field of each ``Records`` under ``NAME.field`` in one compressed .npz."""
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    for name, r in named.items():
+        arrays |= {f"{name}.depths": np.asarray(r.depths, dtype=np.int64), f"{name}.supnorm": r.supnorm,
+                   f"{name}.halfrange": r.halfrange, f"{name}.margins": r.margins, f"{name}.flips": r.flips,
+                   f"{name}.kinds": np.asarray(r.kinds, dtype=np.str_), f"{name}.prompt": r.prompt}
+    with path.open("wb") as f:
+        np.savez_compressed(f, **arrays)
+
+
+def load_records(path: Path, name: str) -> Records:
+    """The ``Records`` saved under ``name`` by :func:`save_records`."""
+    with np.load(path) as z:
+        return Records(
+            tuple(int(d) for d in z[f"{name}.depths"]), np.asarray(z[f"{name}.supnorm"], dtype=np.float32),
+            np.asarray(z[f"{name}.halfrange"], dtype=np.float32), np.asarray(z[f"{name}.margins"], dtype=np.float32),
+            np.asarray(z[f"{name}.flips"], dtype=np.bool_), [str(k) for k in z[f"{name}.kinds"]],
+            np.asarray(z[f"{name}.prompt"], dtype=np.int64),
+        )
 
 
 def exit_head_cost(model: ExitModel, prompt: list[int], depth: int, lens: Lens) -> dict[str, float]:
