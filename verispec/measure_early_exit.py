@@ -55,6 +55,7 @@ from reference.generate import GenerationRequest, generate
 from reference.model import Model
 from reference.prompt_kind import prompt_kind
 from reference.sampling import SamplingParams
+from verispec.bounded_mean import p_value_above, upper_bound
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.calibrate import HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, read_prompts
 from verispec.engine_load import load_engine
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def save_records(path: Path, named: dict[str, Records]) -> None:
     """Every field of each ``Records`` under ``NAME.field`` in one compressed .npz."""
-    arrays: dict[str, npt.NDArray[Any]] = {}
+    arrays: dict[str, Any] = {}  # (numpy's stub types **kwds like its bool allow_pickle)
     for name, r in named.items():
         arrays |= {f"{name}.depths": np.asarray(r.depths, dtype=np.int64), f"{name}.supnorm": r.supnorm,
                    f"{name}.halfrange": r.halfrange, f"{name}.margins": r.margins, f"{name}.flips": r.flips,
@@ -368,6 +369,29 @@ def speed(
     return rows
 
 
+LEVEL = 0.05  # per-kind upper bounds at 1 - LEVEL; verdicts at LEVEL / (number of kinds)
+
+
+def verdict(fractions: Sequence[float], alpha: float, n_kinds: int) -> tuple[float, float, str]:
+    """(upper bound, p-value, verdict) for a kind's claim "mean flip fraction <= alpha" from its
+    held-out prompts' flip fractions (:mod:`verispec.bounded_mean`). "exceeds": H0 mean <= alpha
+    rejected at LEVEL / n_kinds; "within (shown)": the upper bound itself is <= alpha; "within":
+    not rejected, not shown."""
+    level = LEVEL / n_kinds
+    ucb = upper_bound(fractions, LEVEL)
+    p = p_value_above(fractions, alpha, level)
+    if p <= level:
+        return ucb, p, f"**exceeds** (rejected at {level:.4g}, p = {p:.2g})"
+    return ucb, p, "within (shown)" if ucb <= alpha else "within"
+
+
+def kind_cell(s: dict[str, Any], alpha: float, n_kinds: int) -> str:
+    if s["refusal"]:
+        return f"refused ({s['calibration_prompts']} calibration prompts), adm. 0%"
+    ucb, _, word = verdict(s["fractions"], alpha, n_kinds)
+    return f"{_pct(s['mean_flip_fraction'])}% ≤ {_pct(ucb)}%, {word}, adm. {_pct(s['admitted'])}%"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
@@ -380,28 +404,25 @@ def markdown(r: dict[str, Any]) -> str:
         f"generated prompts); held-out: {r['heldout_prompts']} hand-written prompts, {r['heldout_steps']} steps "
         f"({r['heldout_tokens']} per prompt). Claim per kind: *{r['claim']}*.",
         "",
-        "| head | gate | depths | α | needs / kind | flip fraction (mean over prompts) | drawn flips / prompts [95% CI] | p vs α | admitted | mean depth |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| head | gate | depths | α | needs / kind | flip fraction (mean over prompts) | its 95% upper bound | drawn flips / prompts [95% CI] | p vs α | admitted | mean depth |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in r["gates"]:
         lo, hi = g["ci95"]
         lines.append(
             f"| {g['head']} | {g['gate']} | {','.join(map(str, g['depths']))} | {g['alpha']:g} | {g['min_prompts']} | "
-            f"{_pct(g['mean_flip_fraction'])}% ({g['flips']}/{g['steps']} steps) | {g['drawn_flips']}/{g['prompts']} "
+            f"{_pct(g['mean_flip_fraction'])}% ({g['flips']}/{g['steps']} steps) | {_pct(upper_bound(g['fractions'], LEVEL))}% | {g['drawn_flips']}/{g['prompts']} "
             f"[{_pct(lo)}, {_pct(hi)}]% | {g['p_value']:.2g} | {_pct(g['admitted'])}% | {g['mean_depth']:.2f} |"
         )
-    lines += ["", "Per kind (margin gate; flip fraction mean over prompts, drawn flips [95% CI], admitted):", "",
-              "| head | depths | α | " + " | ".join(sorted(r["gates"][0]["per_kind"])) + " |",
-              "|---|---|---|" + "---|" * len(r["gates"][0]["per_kind"])]
+    kinds = sorted(r["gates"][0]["per_kind"])
+    lines += ["", f"Per kind (margin gate): mean flip fraction over the kind's held-out prompts, its one-sided "
+              f"{1 - LEVEL:.0%} upper bound (betting), verdict at level {LEVEL:g}/{len(kinds)} = {LEVEL / len(kinds):.4g} "
+              f"per kind (Bonferroni over the {len(kinds)} kinds of a row), admitted fraction:", "",
+              "| head | depths | α | " + " | ".join(kinds) + " |", "|---|---|---|" + "---|" * len(kinds)]
     for g in r["gates"]:
         if g["gate"] != "margin":
             continue
-        cells = []
-        for kind, s in sorted(g["per_kind"].items()):
-            lo, hi = s["ci95"]
-            refused = " (refused: too few prompts)" if s["refusal"] else ""
-            cells.append(f"{_pct(s['mean_flip_fraction'])}%, {s['drawn_flips']}/{s['prompts']} [{_pct(lo)}, {_pct(hi)}], "
-                         f"adm. {_pct(s['admitted'])}%{refused}")
+        cells = [kind_cell(g["per_kind"][kind], g["alpha"], len(kinds)) for kind in kinds]
         lines.append(f"| {g['head']} | {','.join(map(str, g['depths']))} | {g['alpha']:g} | " + " | ".join(cells) + " |")
     agree = "; ".join(
         f"{head}: " + ", ".join(f"{d}: {_pct(a)}%" for d, a in zip(v["depths"], v["heldout"])) for head, v in r["agreement"].items()
