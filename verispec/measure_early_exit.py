@@ -446,9 +446,9 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_readme(path: Path, model: str, table: str) -> None:
+def write_readme(path: Path, model: str, table: str, tool: str = "measure_early_exit") -> None:
     """Replace the block between this model's markers in ``path`` (markers must exist)."""
-    begin, end = f"<!-- measure_early_exit:{model} begin -->", f"<!-- measure_early_exit:{model} end -->"
+    begin, end = f"<!-- {tool}:{model} begin -->", f"<!-- {tool}:{model} end -->"
     text = path.read_text()
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):
