@@ -1,8 +1,10 @@
-"""The calibration prompt generator and the prompt-kind rule; the held-out prompts stay disjoint."""
+"""The calibration prompts (hand-written pool, generator), the prompt-kind rule, and the held-out
+prompts kept disjoint from both."""
 
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 import re
 from pathlib import Path
 
@@ -10,14 +12,22 @@ import pytest
 
 from reference.errors import CalibrationError
 from reference.prompt_kind import PROMPT_KINDS, prompt_kind
+from reference.conformal import min_prompts
 from verispec.calibration_prompts import DEFAULT_SEED, generate, generate_mix
+from verispec.commands.calibrate import hand_written_pool
 
-HELDOUT = Path(__file__).resolve().parents[1] / "verispec" / "data" / "prompts_heldout.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "verispec" / "data"
+HELDOUT = DATA / "prompts_heldout.jsonl"
+POOL = DATA / "prompts_calibration.jsonl"
 GENERATED_PER_KIND = 1000  # more than any calibration here uses (defaults: 8 lens + 60 calibration)
 
 
+def read(path: Path) -> list[tuple[str, str]]:
+    return [(item["kind"], item["text"]) for item in map(json.loads, path.read_text().splitlines())]
+
+
 def heldout() -> list[tuple[str, str]]:
-    return [(item["kind"], item["text"]) for item in map(json.loads, HELDOUT.read_text().splitlines())]
+    return read(HELDOUT)
 
 
 def normal(text: str) -> str:
@@ -60,3 +70,29 @@ def test_held_out_prompts_are_disjoint_from_the_generator() -> None:
     for _, text in items:
         assert normal(text) not in whole, text
         assert normal(text.strip().splitlines()[0]) not in first_lines, text
+
+
+def test_the_hand_written_pool_is_big_enough_ruled_and_disjoint() -> None:
+    """The default calibration pool: every kind has enough prompts for alpha = 0.1 over the 5
+    default depths (min_prompts = ceil(5 / 0.1) - 1 = 49), each prompt's declared kind is the
+    rule's, and no pool prompt (nor its first line), up to case and whitespace, is a held-out
+    prompt, another pool prompt, a generated prompt or the first line of any of them (the lens
+    prompts, generated, are then disjoint from the pool too)."""
+    pool = read(POOL)
+    needed = min_prompts(Fraction(1, 10), 5)
+    assert needed == 49
+    per_kind = {kind: sum(k == kind for k, _ in pool) for kind in PROMPT_KINDS}
+    assert min(per_kind.values()) >= needed and set(per_kind) == {k for k, _ in pool}, per_kind
+    assert [prompt_kind(text) for _, text in pool] == [kind for kind, _ in pool]
+    assert hand_written_pool() == pool  # the CLI's default serves the whole pool, kinds by the rule
+    firsts = [normal(t.strip().splitlines()[0]) for _, t in pool]
+    assert len(set(firsts)) == len(pool) and len({normal(t) for _, t in pool}) == len(pool)
+    generated = [t for kind in PROMPT_KINDS for t in generate(kind, GENERATED_PER_KIND)]
+    others = [t for _, t in heldout()] + generated
+    whole = {normal(t) for t in others}
+    first_lines = {normal(t.strip().splitlines()[0]) for t in others}
+    for _, text in pool:
+        assert normal(text) not in whole, text
+        assert normal(text.strip().splitlines()[0]) not in first_lines, text
+    some = hand_written_pool(2)
+    assert [k for k, _ in some] == [k for k in PROMPT_KINDS for _ in range(2)] and set(some) <= set(pool)

@@ -60,7 +60,7 @@ from reference.prompt_kind import prompt_kind
 from reference.sampling import SamplingParams
 from verispec.bounded_mean import p_value_above, upper_bound
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
-from verispec.commands.calibrate import HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, read_prompts
+from verispec.commands.calibrate import HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
 from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
 
@@ -205,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verispec.measure_early_exit", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--engine", choices=("fast", "reference"), default="fast")
-    parser.add_argument("--prompts-per-kind", type=int, default=60)
+    parser.add_argument("--prompts", choices=("hand", "generated"), default="hand",
+                        help="calibration prompts: the hand-written pool (default, all of it) or the seeded generator")
+    parser.add_argument("--prompts-per-kind", type=int, default=None, help="per kind (default: the whole hand-written pool; 60 generated)")
     parser.add_argument("--lens-prompts-per-kind", type=int, default=8)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--tokens-per-prompt", type=int, default=16)
@@ -239,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_ids = chat_stop_ids(loaded.tokenizer, loaded.chat)
     sha = file_sha256(path)
     lens_text = generate_mix(args.lens_prompts_per_kind, args.seed)
-    cal_text = generate_mix(args.prompts_per_kind, args.seed, skip=args.lens_prompts_per_kind)
+    cal_text = calibration_text(args.prompts, args.prompts_per_kind, args.seed, args.lens_prompts_per_kind)
     held_text = [(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)[: args.max_heldout]]
     lens_prompts = encode_prompts(loaded.tokenizer, loaded.chat, lens_text)
     cal_prompts = encode_prompts(loaded.tokenizer, loaded.chat, cal_text)
@@ -266,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         "calibration_steps": cal_records["own"].n, "lens_prompts": len(lens_prompts), "lens_steps": n_lens,
         "heldout_prompts": held_records["own"].n_prompts, "heldout_steps": held_records["own"].n,
         "tokens_per_prompt": args.tokens_per_prompt, "heldout_tokens": args.heldout_tokens,
-        "seed": args.seed, "draw_seed": DRAW_SEED, "agreement": {}, "gates": [],
+        "calibration_source": args.prompts, "seed": args.seed, "draw_seed": DRAW_SEED, "agreement": {}, "gates": [],
     }
     cals: dict[tuple[str, Fraction, tuple[int, ...]], Calibration] = {}
     for head in ("own", "lens"):
@@ -292,10 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     results["speed"] = speed(model, loaded.tokenizer, held_prompts[: args.speed_prompts], args.heldout_tokens,
                              stop_ids, cals, levels[0], sets)
     results["wall_s"] = time.perf_counter() - started
+    if args.json is not None:  # before rendering: a rendering error must not lose the run
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
     print(table)
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.write_readme is not None:
         write_readme(args.write_readme, args.model, table)
     return 0
@@ -321,6 +323,14 @@ def load_records(path: Path, name: str) -> Records:
             np.asarray(z[f"{name}.flips"], dtype=np.bool_), [str(k) for k in z[f"{name}.kinds"]],
             np.asarray(z[f"{name}.prompt"], dtype=np.int64),
         )
+
+
+def calibration_text(source: str, per_kind: int | None, seed: int, lens_per_kind: int) -> list[tuple[str, str]]:
+    """(kind by the rule, text) of the calibration prompts: the hand-written pool (its first
+    ``per_kind`` of each kind, default all) or the generator's (after the lens prompts, default 60)."""
+    if source == "generated":
+        return generate_mix(60 if per_kind is None else per_kind, seed, skip=lens_per_kind)
+    return hand_written_pool(per_kind)
 
 
 def exit_head_cost(model: ExitModel, prompt: list[int], depth: int, lens: Lens) -> dict[str, float]:
@@ -401,10 +411,13 @@ def _pct(x: float) -> str:
 
 def markdown(r: dict[str, Any]) -> str:
     """The README block for one model (what ``--readme`` prints)."""
+    hand = r.get("calibration_source", "generated") == "hand"  # runs before the pool: generated
+    source = "hand-written (verispec/data/prompts_calibration.jsonl)" if hand else "generated"
+    lens_source = "generated" if hand else "other generated"
     lines = [
-        f"**{r['model']}** ({r['n_layer']} layers; {r['engine']} engine). Calibration: {r['calibration_prompts']} generated "
-        f"prompts ({r['calibration_steps']} steps, {r['tokens_per_prompt']} per prompt; lens on {r['lens_prompts']} other "
-        f"generated prompts); held-out: {r['heldout_prompts']} hand-written prompts, {r['heldout_steps']} steps "
+        f"**{r['model']}** ({r['n_layer']} layers; {r['engine']} engine). Calibration: {r['calibration_prompts']} {source} "
+        f"prompts ({r['calibration_steps']} steps, {r['tokens_per_prompt']} per prompt; lens on {r['lens_prompts']} "
+        f"{lens_source} prompts); held-out: {r['heldout_prompts']} hand-written prompts, {r['heldout_steps']} steps "
         f"({r['heldout_tokens']} per prompt). Claim per kind: *{r['claim']}*.",
         "",
         "| head | gate | depths | α | needs / kind | flip fraction (mean over prompts) | its 95% upper bound | drawn flips / prompts [95% CI] | p vs α | admitted | mean depth |",

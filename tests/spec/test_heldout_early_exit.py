@@ -1,11 +1,12 @@
 """The early-exit guarantee, checked on hand-written held-out prompts (a binomial test in CI).
 
 The claim (per prompt kind): "expected flip fraction of a new prompt ≤ α, valid when prompts (not
-tokens) are exchangeable". CI calibrates SmolLM2 on a small budget -- generated prompts
-(verispec/calibration_prompts.py), 10 per kind, 6 greedy steps each, the model's own head at the
+tokens) are exchangeable". CI calibrates SmolLM2 on a small budget -- the hand-written calibration
+pool (verispec/data/prompts_calibration.jsonl, the default of `verispec calibrate`), its first 10
+per kind, 6 greedy steps each, the model's own head at the
 single depth 24, q = 0.8 (α = 0.2; a kind needs min_prompts = 4) -- and serves 40 hand-written
 held-out prompts, the first 10 of each kind in verispec/data/prompts_heldout.jsonl (disjoint from
-the generator; the file has more, which the README run uses), 6 steps each,
+the pool and the generator; the file has more, which the README run uses), 6 steps each,
 through the margin gate exactly as the serve loop decides it, each under its kind's threshold.
 
 The test. Tokens of one prompt are correlated, so the trials are prompts: one step per prompt,
@@ -34,8 +35,7 @@ import pytest
 from reference.calibration import build, greedy_trajectory, score
 from reference.prompt_kind import PROMPT_KINDS, prompt_kind
 from spec.statistics import ALPHA_BUDGET
-from verispec.calibration_prompts import generate_mix
-from verispec.commands.calibrate import HELDOUT_PROMPTS, chat_stop_ids, encode_prompts, read_prompts
+from verispec.commands.calibrate import HELDOUT_PROMPTS, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
 from verispec.engine_load import load_engine
 from verispec.measure_early_exit import held_out_report
 
@@ -84,7 +84,7 @@ def test_the_stated_power_is_the_power_of_this_test() -> None:
 def test_held_out_flip_fraction_is_within_the_claimed_bound(smollm2_path: Any) -> None:
     loaded = load_engine(str(smollm2_path), engine="fast")
     model, stop_ids = loaded.model, chat_stop_ids(loaded.tokenizer, loaded.chat)
-    calibration_prompts = encode_prompts(loaded.tokenizer, loaded.chat, generate_mix(PER_KIND))
+    calibration_prompts = encode_prompts(loaded.tokenizer, loaded.chat, hand_written_pool(PER_KIND))
     held_text = first_per_kind([(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)], HELD_PER_KIND)
     held_prompts = encode_prompts(loaded.tokenizer, loaded.chat, held_text)
 

@@ -1,15 +1,21 @@
 """`verispec calibrate`: calibrate certified early exit for a model, write the artifact.
 
-    verispec calibrate --model M [--prompts-per-kind 60 --lens-prompts-per-kind 8 --seed S]
-                       [--prompts FILE [--kinds rule|declared]] [--q 0.9] [--layers 8,12,16,20,24]
+    verispec calibrate --model M [--prompts hand|generated|FILE] [--kinds rule|declared]
+                       [--prompts-per-kind N] [--lens-prompts-per-kind 8] [--seed S]
+                       [--q 0.9] [--layers 8,12,16,20,24]
                        [--residual halfrange|supnorm] [--gate margin|residual] [--no-lens]
                        [--tokens-per-prompt 16] [--engine fast|reference] --out CAL.json
                        [--report FILE.png] [--json]
 
-Prompts: by default the seeded generator (:mod:`verispec.calibration_prompts`), ``--prompts-per-kind``
-per kind for calibration and, disjoint from them, ``--lens-prompts-per-kind`` per kind for the
-tuned lens; or a JSON-lines file (``--prompts``; the lens then takes every other prompt of each
-kind). Kinds come from the rule :func:`reference.prompt_kind.prompt_kind` (what ``generate`` uses
+Prompts (``--prompts``): by default ``hand``, the hand-written calibration pool
+(verispec/data/prompts_calibration.jsonl, at least 53 per kind; all of it, or its first
+``--prompts-per-kind`` of each kind), with ``--lens-prompts-per-kind`` seeded generated prompts per
+kind for the tuned lens (disjoint from the pool and from the held-out prompts); ``generated``, the
+seeded generator (:mod:`verispec.calibration_prompts`), ``--prompts-per-kind`` (default 60) per kind
+for calibration and, disjoint from them, ``--lens-prompts-per-kind`` per kind for the lens; or a
+JSON-lines FILE (the lens then takes every other prompt of each kind). The guarantee covers prompts
+drawn like the calibration prompts: the hand-written pool is the default because the generator's
+templates did not cover hand-written prompts (README, "Certified early exit"). Kinds come from the rule :func:`reference.prompt_kind.prompt_kind` (what ``generate`` uses
 by default), or from the file's ``kind`` field with ``--kinds declared`` (then serve with
 ``generate --kind``). The full model decodes each prompt greedily (``--tokens-per-prompt`` steps)
 and each kind gets its own thresholds (:mod:`reference.calibration`), with the claim "expected
@@ -37,7 +43,7 @@ from reference.conformal import exact_level
 from reference.early_exit import GateKind
 from reference.errors import CalibrationError
 from reference.generate import encode_prompt
-from reference.prompt_kind import prompt_kind
+from reference.prompt_kind import PROMPT_KINDS, prompt_kind
 from reference.tokenizer import Tokenizer
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.request import add_engine_arguments
@@ -46,6 +52,9 @@ from verispec.registry import DEFAULT_MODEL, resolve_model
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 HELDOUT_PROMPTS = DATA / "prompts_heldout.jsonl"
+# hand-written calibration pool (>= 49 per kind: alpha = 0.1 over 5 depths), disjoint from the
+# held-out prompts and from the generator (tests/test_calibration_prompts.py)
+CALIBRATION_PROMPTS = DATA / "prompts_calibration.jsonl"
 
 
 def read_prompts(path: Path) -> list[tuple[str, str]]:
@@ -111,9 +120,9 @@ class Progress:
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("calibrate", help="calibrate certified early exit (writes CAL.json)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
-    parser.add_argument("--prompts", type=Path, default=None, help="JSON-lines prompts {kind, text} (default: the seeded generator)")
+    parser.add_argument("--prompts", default="hand", help="calibration prompts: hand (the hand-written pool, default), generated (the seeded generator), or a JSON-lines FILE of {kind, text}")
     parser.add_argument("--kinds", choices=("rule", "declared"), default="rule", help="prompt kinds from reference/prompt_kind.py's rule (default) or the file's kind field")
-    parser.add_argument("--prompts-per-kind", type=int, default=60, help="generated calibration prompts per kind (default 60)")
+    parser.add_argument("--prompts-per-kind", type=int, default=None, help="calibration prompts per kind (default: the whole hand-written pool; 60 generated)")
     parser.add_argument("--lens-prompts-per-kind", type=int, default=8, help="generated lens prompts per kind, disjoint from calibration (default 8)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"prompt generator seed (default {DEFAULT_SEED})")
     parser.add_argument("--q", default="0.9", help="alpha = 1 - q: bound on the expected flip fraction of a new prompt (default 0.9)")
@@ -144,7 +153,7 @@ def parse_layers(text: str | None) -> list[int] | None:
 def check_arguments(args: argparse.Namespace) -> None:
     """Every argument that can be wrong, before the model loads (CalibrationError, one line)."""
     for name in ("tokens_per_prompt", "prompts_per_kind"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise CalibrationError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.lens_prompts_per_kind < (0 if args.no_lens else 1):
         raise CalibrationError(f"--lens-prompts-per-kind must be >= 1 with a lens, got {args.lens_prompts_per_kind}")
@@ -159,12 +168,24 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise CalibrationError(f"cannot write the report {str(args.report)!r}: folder {str(args.report.parent)!r} does not exist")
 
 
+def hand_written_pool(per_kind: int | None = None) -> list[tuple[str, str]]:
+    """(kind by the rule, text) of the hand-written calibration pool: all of it, or the first
+    ``per_kind`` prompts of each kind (the pool's declared kinds are the rule's, tested)."""
+    pool = [(prompt_kind(text), text) for _, text in read_prompts(CALIBRATION_PROMPTS)]
+    if per_kind is None:
+        return pool
+    return [item for kind in PROMPT_KINDS for item in [p for p in pool if p[0] == kind][:per_kind]]
+
+
 def chosen_prompts(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tuple[str, str]] | None]:
     """(calibration prompts, lens prompts or None = split the calibration prompts), as (kind, text)."""
-    if args.prompts is None:
-        lens = generate_mix(args.lens_prompts_per_kind, args.seed) if not args.no_lens else None
-        return generate_mix(args.prompts_per_kind, args.seed, skip=args.lens_prompts_per_kind), lens
-    prompts = read_prompts(args.prompts)[: args.max_prompts]
+    lens = generate_mix(args.lens_prompts_per_kind, args.seed) if not args.no_lens else None
+    if args.prompts == "generated":
+        per_kind = 60 if args.prompts_per_kind is None else args.prompts_per_kind
+        return generate_mix(per_kind, args.seed, skip=args.lens_prompts_per_kind), lens
+    if args.prompts == "hand":
+        return hand_written_pool(args.prompts_per_kind), lens  # lens prompts: generated, disjoint
+    prompts = read_prompts(Path(args.prompts))[: args.max_prompts]
     if args.kinds == "rule":
         prompts = [(prompt_kind(text), text) for _, text in prompts]
     return prompts, None
@@ -184,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         loaded.model, encoded, model_sha256=file_sha256(path), model_name=path.name,
         depths=parse_layers(args.layers), q=args.q, n_steps=args.tokens_per_prompt,
         use_lens=not args.no_lens, lens_prompts=lens_prompts, ridge=args.ridge, gate=gate, residual=args.residual,
-        kind_rule=args.kinds if args.prompts is not None else "rule",
+        kind_rule=args.kinds if args.prompts != "generated" else "rule",
         stop_ids=chat_stop_ids(loaded.tokenizer, loaded.chat), on_step=progress.step,
     )
     progress.close()
