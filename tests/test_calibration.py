@@ -250,13 +250,16 @@ def test_calibrate_checks_arguments_and_the_output_folder_before_the_model(tmp_p
     assert bad_q.returncode == 2 and "--q must be in (0, 1)" in bad_q.stderr
     not_json = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--out", str(tmp_path / "cal.txt"))
     assert not_json.returncode == 2 and "must end in .json" in not_json.stderr
+    no_file = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--prompts", str(tmp_path / "none.jsonl"),
+                       "--out", str(tmp_path / "cal.json"))
+    assert no_file.returncode == 2 and "cannot read prompts" in no_file.stderr and no_file.stderr.count("\n") == 1
 
 
 @pytest.mark.model
 @pytest.mark.slow
 def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
-    """Real SmolLM2: a small calibration (generated prompts: 3 per kind, 1 per kind for the lens,
-    5 steps), then serve and audit with it; a calibration for another model is refused in one line."""
+    """Real SmolLM2: a small calibration (the default hand-written pool's first 3 prompts per kind,
+    1 generated prompt per kind for the lens, 5 steps), then serve and audit with it; a calibration for another model is refused in one line."""
     out = tmp_path / "cal.json"
     done = verispec("calibrate", "--model", "smollm2-135m", "--prompts-per-kind", "3", "--lens-prompts-per-kind", "1",
                     "--tokens-per-prompt", "5", "--layers", "8,16,24", "--q", "0.5", "--out", str(out),
