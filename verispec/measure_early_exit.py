@@ -1,16 +1,17 @@
 """Held-out measurement of certified early exit: ``python -m verispec.measure_early_exit``.
 
     OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model smollm2-135m --readme \
-        [--prompts-per-kind 60] [--lens-prompts-per-kind 8] [--tokens-per-prompt 16] \
+        [--prompts hand|generated] [--prompts-per-kind N] [--lens-prompts-per-kind 8] [--tokens-per-prompt 16] \
         [--heldout-tokens 32] [--q 0.9] [--depth-sets "8,12,16,20,24;24"] [--speed-prompts 4] \
         [--json OUT.json] [--records OUT.npz] [--write-readme README.md]
 
-1. Calibrate on generated prompts (:mod:`verispec.calibration_prompts`, seeded; a disjoint
-   generated set fits the tuned lens): greedy trajectories of the full model, per-kind
+1. Calibrate on the hand-written pool (verispec/data/prompts_calibration.jsonl, all of it by
+   default; ``--prompts generated``: the seeded generator, :mod:`verispec.calibration_prompts`, 60
+   per kind) while a disjoint generated set fits the tuned lens: greedy trajectories of the full model, per-kind
    prompt-level thresholds (:mod:`reference.calibration`), with the model's own head and with the
    lens, for each q and each set of candidate depths (all from the same trajectories).
 2. Held-out: the hand-written prompts of verispec/data/prompts_heldout.jsonl (disjoint from the
-   generator, tests/test_calibration_prompts.py), kinds by the rule of
+   pool and the generator, tests/test_calibration_prompts.py), kinds by the rule of
    :mod:`reference.prompt_kind`. Per gate the first admitted depth of each step, exactly as the
    serve loop decides it (:func:`reference.early_exit.gate_admits`'s comparisons on the same
    float32 margins, the kind's thresholds). The claim tested is prompt-level ("expected flip
@@ -22,7 +23,8 @@
    drawn step per prompt (seeded) whose flip is a Bernoulli with mean exactly that expected flip
    fraction: k flips of m prompts, a Clopper-Pearson 95% interval, and the one-sided binomial
    p-value of k against α. ``--records`` saves every scored step, for
-   :mod:`verispec.early_exit_shift` (generated vs hand-written prompts, no model work).
+   :mod:`verispec.early_exit_shift` (generated vs hand-written prompts, for a ``--prompts
+   generated`` run; no model work).
 3. Cost: the exit head's time (own / lens + head, one row) relative to a full one-token forward;
    tokens/s of plain greedy decoding vs early-exit decoding (deferred KV catch-up included) on
    the first ``--speed-prompts`` held-out prompts, in the same run.
