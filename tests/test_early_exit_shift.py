@@ -9,9 +9,10 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from reference.calibration import Records
-from verispec.early_exit_shift import compare, folds_of, of_prompts, renumbered, with_hand_written
+from verispec.early_exit_shift import compare, main, folds_of, of_prompts, renumbered, with_hand_written
 from verispec.measure_early_exit import load_records, save_records, verdict
 
 KINDS = ("chat", "code")
@@ -75,3 +76,13 @@ def test_verdicts() -> None:
     assert verdict(low, 0.2, 4)[2] == "within (shown)"   # its 95% upper bound is below 0.2
     assert verdict(low, 0.1, 4)[2] == "within"           # not rejected, but 30 prompts cannot show <= 0.1
     assert verdict(high, 0.1, 4)[2].startswith("**exceeds** (rejected at 0.0125")
+
+
+def test_a_run_calibrated_on_the_hand_written_pool_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The comparison's columns are generated-vs-hand-written: a run whose calibration prompts were
+    the hand-written pool would be mislabelled, so it is refused before anything is read."""
+    run = tmp_path / "run.json"
+    run.write_text('{"calibration_source": "hand", "gates": []}')
+    assert main(["--from-json", str(run), "--records", str(tmp_path / "none.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--prompts generated" in err

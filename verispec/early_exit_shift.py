@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from reference.calibration import Records, build
+from reference.errors import CalibrationError
 from verispec.measure_early_exit import at_depths, first_exits, load_records, write_readme
 
 FOLD_SEED = 1130
@@ -153,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m", help="the README block's name")
     parser.add_argument("--write-readme", type=Path, default=None)
     args = parser.parse_args(argv)
-    table = render(args.from_json, args.records, args.folds)
+    try:
+        table = render(args.from_json, args.records, args.folds)
+    except CalibrationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(table)
     if args.write_readme is not None:
         write_readme(args.write_readme, args.model, table, tool="early_exit_shift")
@@ -164,6 +169,9 @@ def render(from_json: Path, records: Path, folds: int) -> str:
     """The markdown of the comparison for one saved run."""
     lines: list[str] = []
     run = json.loads(from_json.read_text())
+    if run.get("calibration_source", "generated") != "generated":  # runs before the pool have no field
+        raise CalibrationError(f"{str(from_json)!r} calibrated on {run['calibration_source']!r} prompts: the comparison "
+                               "needs a run calibrated on generated prompts (measure_early_exit --prompts generated)")
     levels = sorted({Fraction(g["q"]) for g in run["gates"]}, reverse=True)
     lines.append(f"**{run['model']}**, margin gate, flip fraction in % (mean over prompts ± s.e.), per kind: "
                  f"*generated* prompts out of fold ({folds} folds) / *hand*-written prompts under the same calibrations / "
