@@ -414,11 +414,12 @@ def _pct(x: float) -> str:
 def markdown(r: dict[str, Any]) -> str:
     """The README block for one model (what ``--readme`` prints)."""
     hand = r.get("calibration_source", "generated") == "hand"  # runs before the pool: generated
-    source = "hand-written (verispec/data/prompts_calibration.jsonl)" if hand else "generated"
+    source = "hand-written" if hand else "generated"
+    pool = " from verispec/data/prompts_calibration.jsonl" if hand else ""
     lens_source = "generated" if hand else "other generated"
     lines = [
         f"**{r['model']}** ({r['n_layer']} layers; {r['engine']} engine). Calibration: {r['calibration_prompts']} {source} "
-        f"prompts ({r['calibration_steps']} steps, {r['tokens_per_prompt']} per prompt; lens on {r['lens_prompts']} "
+        f"prompts{pool} ({r['calibration_steps']} steps, {r['tokens_per_prompt']} per prompt; lens on {r['lens_prompts']} "
         f"{lens_source} prompts); held-out: {r['heldout_prompts']} hand-written prompts, {r['heldout_steps']} steps "
         f"({r['heldout_tokens']} per prompt). Claim per kind: *{r['claim']}*.",
         "",
