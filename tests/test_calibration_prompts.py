@@ -96,3 +96,24 @@ def test_the_hand_written_pool_is_big_enough_ruled_and_disjoint() -> None:
         assert normal(text.strip().splitlines()[0]) not in first_lines, text
     some = hand_written_pool(2)
     assert [k for k, _ in some] == [k for k in PROMPT_KINDS for _ in range(2)] and set(some) <= set(pool)
+
+
+def test_calibrate_chooses_the_pool_by_default_and_the_generator_on_request() -> None:
+    """`verispec calibrate`'s prompt choice (no model): the default is the whole pool with
+    generated lens prompts; ``--prompts generated`` is the generator's 60 per kind after the lens
+    prompts; in both, lens and calibration prompts are disjoint."""
+    import argparse
+
+    from verispec.commands.calibrate import chosen_prompts
+
+    def args(prompts: str, per_kind: int | None = None) -> argparse.Namespace:
+        return argparse.Namespace(prompts=prompts, prompts_per_kind=per_kind, lens_prompts_per_kind=8,
+                                  seed=DEFAULT_SEED, no_lens=False, max_prompts=None, kinds="rule")
+
+    cal, lens = chosen_prompts(args("hand"))
+    assert cal == read(POOL) and lens == generate_mix(8) and not {t for _, t in cal} & {t for _, t in lens}
+    cal, lens = chosen_prompts(args("generated"))
+    assert cal == generate_mix(60, skip=8) and lens == generate_mix(8)
+    assert chosen_prompts(args("generated", 5))[0] == generate_mix(5, skip=8)
+    with pytest.raises(CalibrationError, match="cannot read prompts"):
+        chosen_prompts(args("no-such-file.jsonl"))
