@@ -245,6 +245,16 @@ def _speculative_vs_plain(
     }
 
 
+def _verify_cost(model: FastModel, k: int) -> dict[str, Any]:
+    """The verify-cost curve ``--adaptive`` caps k with (engine/verify_cost.py, measured on the
+    model's forward) and the cap it gives at a few acceptance rates."""
+    from reference.drafts import best_k_for_cost
+
+    curve = model.verify_cost_curve(k + 1)
+    return {"rows_cost_relative": {str(r): c for r, c in curve.items()},
+            "k_cap_at_alpha": {str(a): best_k_for_cost(a, curve, k) for a in (0.3, 0.5, 0.7, 0.9)}}
+
+
 def _workload(model: FastModel, tokenizer: Tokenizer, chat: "ChatFormat", options: BenchOptions) -> dict[str, Any]:
     """The workload (:mod:`verispec.workload`) through :func:`_speculative_vs_plain`, per draft:
     every request greedy (and at ``sampled_temperature``), the geometric mean per category, and the
@@ -350,6 +360,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     report["prefill"] = {"tokens": len(prompt_ids), "tok_s": len(prompt_ids) / prefill_s}
 
     report["speculative"] = _speculative(model, tokenizer, options)
+    report["verify_cost"] = {f"{model.weights_mode}/{model.backend}": _verify_cost(model, options.k)}
     if options.backends:
         from engine.bench_backends import measure
 
@@ -360,6 +371,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
         report["default_backend"] = model.backend
         if "int8/ort-q" in modes:
             report["speculative_int8"] = _speculative(modes["int8/ort-q"], tokenizer, options)
+            report["verify_cost"]["int8/ort-q"] = _verify_cost(modes["int8/ort-q"], options.k)
         del modes
     else:
         report["backends"] = {"modes": {}, "note": "skipped (--no-backends)"}
@@ -502,6 +514,10 @@ def format_report(report: dict[str, Any]) -> str:
             f"structured/repetitive {entry['structured_geomean_speedup']:.2f}x, T=0.8 {entry['sampled_speedup']:.2f}x"
         )
     lines.extend(_format_backends(report))
+    for name, v in report.get("verify_cost", {}).items():
+        curve = ", ".join(f"{r}: {c:.2f}" for r, c in v["rows_cost_relative"].items())
+        caps = ", ".join(f"alpha {a}: k {k}" for a, k in v["k_cap_at_alpha"].items())
+        lines.append(f"verify cost {name} (forward, rows x1-row): {curve}; --adaptive k cap {caps}")
     for name, entry in report.get("workload", {}).items():
         for r in entry["runs"]:
             lines.append(

@@ -46,6 +46,10 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     for key in ("plain_over_matmul_bound", "plain_over_reference", "speculative_ngram_geomean_over_plain"):
         assert _positive_finite(ratios[key]), key
     assert report["llama_cpp"]["available"] in (True, False)
+    for curve in report["verify_cost"].values():  # what --adaptive caps k with, k + 1 = 4 rows
+        assert set(curve["rows_cost_relative"]) == {"1", "2", "3", "4"} and curve["rows_cost_relative"]["1"] == 1.0
+        assert all(c >= 1.0 for c in curve["rows_cost_relative"].values())
+        assert all(0 <= k <= 3 for k in curve["k_cap_at_alpha"].values())
     # every backend / weights mode in the same run (engine/bench_backends.py)
     modes = report["backends"]["modes"]
     assert set(modes) == {"f32/numpy", "f32/ort", "int8/ort-q"} and report["default_backend"] == "ort"
