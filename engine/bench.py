@@ -239,6 +239,7 @@ def _speculative_vs_plain(
         "alpha": ev.acceptance_rate,
         "tokens_per_pass": ev.tokens_per_pass,
         "per_position_acceptance": list(ev.per_position_acceptance),
+        "tree_shape": ev.tree_shape,  # token-tree drafts (suffix:tree): nodes, depth, width per cycle
         "generated_tokens": spec.generation.stats.generated_tokens,
         # greedy: lossless means the same tokens; sampled: the same law, not the same draws
         "same_tokens_as_plain": (list(spec.generation.ids) == list(plain.ids)) if temperature == 0.0 else None,

@@ -413,20 +413,27 @@ def best_k_for_cost(alpha: float, cost: Mapping[int, float], k_max: int) -> int:
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """A parsed ``--draft`` value: kind ``ngram``, ``suffix``, ``layerskip`` (layer), ``model`` (path), ``self``."""
+    """A parsed ``--draft`` value: kind ``ngram``, ``suffix`` (``tree``: ``suffix:tree``, token
+    trees verified in one pass), ``layerskip`` (layer), ``model`` (path), ``self``."""
 
     kind: str
     layer: int = 0
     path: str = ""
+    tree: bool = False
 
     def __str__(self) -> str:
+        if self.tree:
+            return f"{self.kind}:tree"
         return {"layerskip": f"layerskip:{self.layer}", "model": f"model:{self.path}"}.get(self.kind, self.kind)
 
 
 def parse_draft_spec(text: str) -> DraftSpec:
-    """``ngram`` | ``suffix`` | ``layerskip:M`` | ``model:PATH`` | ``self`` -> DraftSpec; DraftError otherwise."""
+    """``ngram`` | ``suffix`` | ``suffix:tree`` | ``layerskip:M`` | ``model:PATH`` | ``self`` ->
+    DraftSpec; DraftError otherwise."""
     if text in ("ngram", "suffix", "self"):
         return DraftSpec(text)
+    if text == "suffix:tree":
+        return DraftSpec("suffix", tree=True)
     kind, sep, arg = text.partition(":")
     if sep and kind == "layerskip":
         try:
@@ -435,7 +442,7 @@ def parse_draft_spec(text: str) -> DraftSpec:
             raise DraftError(f"layerskip needs an integer layer, got {arg!r} in --draft {text!r}") from None
     if sep and kind == "model" and arg:
         return DraftSpec("model", path=arg)
-    raise DraftError(f"unknown draft spec {text!r} (expected ngram, suffix, layerskip:M, model:PATH or self)")
+    raise DraftError(f"unknown draft spec {text!r} (expected ngram, suffix, suffix:tree, layerskip:M, model:PATH or self)")
 
 
 def check_options(k: int, p_min: float) -> None:
@@ -475,12 +482,13 @@ def make_draft(
     if spec.kind == "ngram":
         return NgramDraft()
     if spec.kind == "suffix":
-        from reference.suffix_draft import SuffixCache, SuffixDraft, vocab_fingerprint
+        from reference.suffix_draft import TREE_WIDTH, SuffixCache, SuffixDraft, vocab_fingerprint
 
+        width = TREE_WIDTH if spec.tree else 0
         if cache_path is None:
-            return SuffixDraft()
+            return SuffixDraft(tree_width=width)
         fingerprint = vocab_fingerprint(target_tokenizer) if target_tokenizer is not None else ""
-        return SuffixDraft(SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path)
+        return SuffixDraft(SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path, tree_width=width)
     if spec.kind == "self":
         return ModelDraft(target, "self")
     if spec.kind == "layerskip":
