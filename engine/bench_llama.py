@@ -30,7 +30,7 @@ NOT_INSTALLED = "not installed (optional extra `llama`; builds llama.cpp from so
 
 def available() -> bool:
     try:
-        import llama_cpp  # type: ignore[import-not-found]  # noqa: F401
+        import llama_cpp  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
     except ImportError:
         return False
     return True
@@ -57,10 +57,10 @@ def measure(path: Path, prompts: Sequence[tuple[str, str]], max_tokens: int, k: 
     """llama.cpp plain and prompt-lookup decoding on ``prompts`` (kind, text); see the module doc."""
     if not available():
         return {"available": False, "note": NOT_INSTALLED}
-    import llama_cpp
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found]
+    import llama_cpp  # type: ignore[import-not-found, unused-ignore]
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
 
-    common = {"model_path": str(path), "n_ctx": 512, "n_batch": 512, "n_threads": threads,
+    common: dict[str, Any] = {"model_path": str(path), "n_ctx": 512, "n_batch": 512, "n_threads": threads,
               "n_threads_batch": threads, "seed": seed, "verbose": False}
     decoders = {
         "plain": llama_cpp.Llama(**common),
