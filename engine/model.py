@@ -115,6 +115,13 @@ class FastModel:
             )
         return EngineCache(self.config, capacity)
 
+    def verify_cost_curve(self, max_rows: int) -> dict[int, float]:
+        """rows -> cost of a ``rows``-row forward relative to one row, measured once per model in
+        this process (engine/verify_cost.py); speculative decoding's ``--adaptive`` caps k by it."""
+        from engine.verify_cost import cost_curve
+
+        return cost_curve(self, max_rows)
+
     # -- the forward pass ------------------------------------------------------------------------
 
     def forward(

@@ -127,6 +127,13 @@ class SpeculativeResult:
     draft_time_s: float
 
 
+def _measured_cost(model: TargetModel, max_rows: int) -> dict[int, float] | None:
+    """The model's measured verify-cost curve when it offers one (the engine's
+    ``verify_cost_curve``, engine/verify_cost.py), else None (AdaptiveK without a cost cap)."""
+    curve = getattr(model, "verify_cost_curve", None)
+    return curve(max_rows) if callable(curve) else None
+
+
 # -- the loop ---------------------------------------------------------------------------------------
 
 TREE_NODE_BUDGET = 64  # cache rows reserved past the history for a draft tree (the draft caps its own)
@@ -154,7 +161,9 @@ def speculative_generate(
     params, rng, history = request.params, session.rng, session.history
     mode = speculative.verification_mode(params, params)
     trees = draft if isinstance(draft, tree_decode.TreeDraftSource) and draft.tree_width > 0 else None
-    adaptive = AdaptiveK(options.k) if options.adaptive and trees is None else None
+    adaptive = (
+        AdaptiveK(options.k, cost=_measured_cost(model, options.k + 1)) if options.adaptive and trees is None else None
+    )
     room = options.k if trees is None else max(options.k, TREE_NODE_BUDGET)  # rows past the history
     capacity = min(model.config.context_length, len(session.prompt) + request.max_tokens + room + 1)
     cache = model.new_cache(capacity)

@@ -41,7 +41,7 @@ while the measured acceptance and draft cost predict a loss, with probes at grow
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -318,13 +318,20 @@ class AdaptiveK:
     before that, Leviathan's predicted speedup from alpha and the cost ratio c (draft pass over
     verification pass) must be >= 1. After a losing verdict, PROBE_START plain steps run before
     drafting is tried again with k = 1; each losing probe doubles that interval.
+
+    ``cost`` (optional): the measured verify-cost curve, rows -> c(rows) relative to one row
+    (engine/verify_cost.py measures it for the engine's kernel). With it, k never exceeds
+    :func:`best_k_for_cost` at the running acceptance (at least 1: switching drafting off stays
+    the measured verdict above), so a kernel whose passes grow expensive past a few rows is not
+    asked for more.
     """
 
     PROBE_START = 8
     MIN_CYCLES = 3  # drafting cycles observed before drafting may be switched off
 
-    def __init__(self, k_max: int, k_start: int | None = None) -> None:
+    def __init__(self, k_max: int, k_start: int | None = None, cost: Mapping[int, float] | None = None) -> None:
         self.k_max = k_max
+        self.cost = cost
         self.k = min(k_max, 2 if k_start is None else k_start)
         self.drafted = 0
         self.accepted = 0
@@ -356,6 +363,8 @@ class AdaptiveK:
         self.tokens += accepted + 1
         self.time_s += draft_s + verify_s
         self.k = min(self.k_max, self.k + 2) if accepted == drafted else max(1, self.k - 1)
+        if self.cost is not None:
+            self.k = min(self.k, max(1, best_k_for_cost(self.alpha, self.cost, self.k_max)))
         if self.cycles >= self.MIN_CYCLES and not self.pays(draft_s / drafted, verify_s):
             self.plain_left = self.probe_interval
             self.probe_interval *= 2
@@ -382,6 +391,22 @@ def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
         return 1.0
     tokens = k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1.0)) / (1.0 - alpha)
     return tokens / (1.0 + cost_ratio * k)
+
+
+def best_k_for_cost(alpha: float, cost: Mapping[int, float], k_max: int) -> int:
+    """The k in 0..k_max maximizing Leviathan's expected tokens per cycle ``(1 - alpha^(k+1)) /
+    (1 - alpha)`` over the cycle's cost ``cost[k + 1]`` (rows -> cost relative to one row; a
+    draft that costs nothing, as a lookup draft nearly does); the smallest such k. Rows missing
+    from ``cost`` are not chosen."""
+    best, best_rate = 0, 1.0  # k = 0: one token per one-row pass
+    for k in range(1, k_max + 1):
+        c = cost.get(k + 1)
+        if c is None:
+            continue
+        rate = predicted_speedup(alpha, k, 0.0) / max(c, 1e-12)
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
 
 
 # -- parsing ----------------------------------------------------------------------------------------

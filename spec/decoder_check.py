@@ -2,19 +2,38 @@
 
 The engine under test (:class:`DecoderEngine`: a Python object, or a program speaking JSON lines,
 :class:`CommandEngine`) returns samples of its first m <= 3 generated tokens for a prompt and
-sampling parameters, speculation on. The target law of those tokens comes from OUR reference
-forward on the same GGUF (:class:`ReferenceLogits`; exact for an engine with our numerics) and
-:mod:`spec.decoder_law` runs the powered chi-square. Greedy mode compares the engine's
+sampling parameters, speculation on (fewer when an end-of-generation token ends the sample). The
+target law of those tokens comes from one of three places (``--target-law``):
+
+    reference      OUR reference forward on the same GGUF (:class:`ReferenceLogits`): exact for an
+                   engine with our numerics (transformers float32 on the dequantized weights)
+    engine-logits  the engine's OWN plain logits for each prefix (:class:`EngineLogits`, the
+                   ``logits`` op), put through our processors: for an engine of other numerics
+    two-sample     no law at all: the same engine with speculation off (``sample_plain``) vs on,
+                   a chi-square homogeneity test (:mod:`spec.decoder_two_sample`)
+
+and :mod:`spec.decoder_law` runs the powered chi-square. Greedy mode compares the engine's
 speculative output with its own plain greedy output token for token; at a divergence it reports
-the target's top-1 margin and whether it lies within the measured batch-shape noise of the
-logits (a near-tie) or not (a bug).
+the target's top-1 margin and whether it lies within the batch-shape noise of the logits (a
+near-tie) or not (a bug): the ENGINE's own noise when it reports logits, ours otherwise (valid only
+for an engine of our numerics; the verdict says which).
 
 Wire ops (same envelope as :mod:`spec.external`)::
 
     {"op": "sample", "input": {"prompt_ids": [..], "params": {..}, "m": 2, "n": 500, "seed": 7}}
       -> {"samples": [[t1, t2], ...]}                     n runs, speculation on
+    {"op": "sample_plain", "input": (as sample)}          n runs, speculation off (two-sample)
+      -> {"samples": [[t1, t2], ...]}
     {"op": "greedy", "input": {"prompt_ids": [..], "max_tokens": 16, "speculative": true}}
       -> {"ids": [..]}
+    {"op": "logits", "input": {"prefix_ids": [..], "split_last": false}}
+      -> {"logits": [l_0, ..., l_{V-1}]}                  speculation off: the next-token logits
+                                                          after the prefix; split_last: the prefix
+                                                          less its last token in one pass, then
+                                                          that token alone (batch-shape noise)
+
+Optional ops (``sample_plain``, ``logits``) may be answered ``{"unsupported": op}``; a mode that
+needs one then stops with a usage error.
 """
 
 from __future__ import annotations
@@ -28,7 +47,7 @@ import numpy as np
 from reference.errors import VerispecError
 from reference.sampling import SamplingParams
 from spec.external import ExternalError
-from spec.decoder_law import F32, CachedLaw, LawVerdict, Prefix, first_tokens_law, judge, sample_size
+from spec.decoder_law import F32, CachedLaw, LawVerdict, LogitsOf, Prefix, first_tokens_law, judge, sample_size
 from spec.vectors import Json
 
 
@@ -44,6 +63,29 @@ class GreedyEngine(Protocol):
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> Sequence[int]: ...
 
 
+class LogitsEngine(Protocol):
+    """An engine that reports its own plain (speculation-off) next-token logits after a prefix;
+    ``split_last``: computed as the prefix less its last token in one pass, then that token alone."""
+
+    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> Any: ...
+
+
+class PlainSampler(Protocol):
+    """The same engine with speculation off: n samples of its first m tokens (two-sample mode)."""
+
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> Sequence[Sequence[int]]: ...
+
+
+class Logits(Protocol):
+    """Where the target's logits come from: ``logits_of(prefix)``, its batch-shape noise, a name."""
+
+    source: str
+
+    def __call__(self, prefix: Prefix) -> F32: ...
+
+    def batch_shape_noise(self, prefix: Prefix) -> float: ...
+
+
 # -----------------------------------------------------------------------------------------------
 # our reference forward, memoized by prefix
 
@@ -51,6 +93,8 @@ class GreedyEngine(Protocol):
 class ReferenceLogits:
     """``logits_of(prefix)``: the last logits row of one forward of the whole prefix, memoized
     (every prefix of a forwarded span is memoized at once)."""
+
+    source = "reference forward (ours; valid for an engine of our numerics)"
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -65,14 +109,59 @@ class ReferenceLogits:
             self.forwards += 1
         return self.memo[prefix]
 
+    def split_row(self, prefix: Prefix) -> F32:
+        """The last row computed as the prefix minus its last token, then that token alone."""
+        cache = self.model.new_cache(len(prefix))
+        self.model.forward(list(prefix[:-1]), cache)
+        return np.asarray(self.model.forward([prefix[-1]], cache).logits[-1], dtype=np.float32)
+
     def batch_shape_noise(self, prefix: Prefix) -> float:
         """max |logit difference| of the last row: one pass of the prefix vs the prefix minus its last
         token, then the last token alone (another matmul shape: another rounding)."""
         whole = np.asarray(self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits[-1], dtype=np.float64)
-        cache = self.model.new_cache(len(prefix))
-        self.model.forward(list(prefix[:-1]), cache)
-        split = np.asarray(self.model.forward([prefix[-1]], cache).logits[-1], dtype=np.float64)
-        return float(np.max(np.abs(whole - split)))
+        return float(np.max(np.abs(whole - np.asarray(self.split_row(prefix), dtype=np.float64))))
+
+
+class EngineLogits:
+    """``logits_of(prefix)`` from the engine under test (its ``logits`` op), memoized and checked
+    (a 1-D row of finite numbers, the same length every time)."""
+
+    source = "the engine's own logits"
+
+    def __init__(self, engine: LogitsEngine) -> None:
+        self.engine = engine
+        self.memo: dict[Prefix, F32] = {}
+        self.vocab: int | None = None
+
+    def _row(self, prefix: Prefix, split_last: bool) -> F32:
+        try:
+            row = np.asarray(self.engine.logits(list(prefix), split_last=split_last), dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ExternalError(f"the engine's logits for a prefix of {len(prefix)} ids are not numbers: {exc}") from exc
+        if row.ndim != 1 or row.shape[0] == 0 or (self.vocab is not None and row.shape[0] != self.vocab):
+            raise ExternalError(f"the engine's logits row has shape {row.shape}, expected [{self.vocab or 'V'}]")
+        if not np.all(np.isfinite(row)):
+            raise ExternalError(f"the engine's logits for a prefix of {len(prefix)} ids are not all finite")
+        self.vocab = row.shape[0]
+        return np.asarray(row, dtype=np.float32)
+
+    def __call__(self, prefix: Prefix) -> F32:
+        if prefix not in self.memo:
+            self.memo[prefix] = self._row(prefix, False)
+        return self.memo[prefix]
+
+    def batch_shape_noise(self, prefix: Prefix) -> float:
+        """The engine's own: max |one pass of the prefix - the prefix then its last token alone|."""
+        whole = np.asarray(self(prefix), dtype=np.float64)
+        return float(np.max(np.abs(whole - np.asarray(self._row(prefix, True), dtype=np.float64))))
+
+
+def reports_logits(engine: Any) -> bool:
+    """Does the engine offer the ``logits`` op (a method, or a program that does not answer
+    ``unsupported``)?"""
+    if isinstance(engine, CommandEngine):
+        return engine.offers("logits")
+    return callable(getattr(engine, "logits", None))
 
 
 @dataclass
@@ -158,6 +247,22 @@ class ReferenceDecoder:
             out.append(list(result.generation.ids))
         return out
 
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        from reference.generate import generate
+        from reference.session import GenerationRequest
+
+        rng = np.random.default_rng(seed)
+        out = []
+        for _ in range(n):
+            request = GenerationRequest(tuple(prompt_ids), params, max_tokens=m, seed=int(rng.integers(2**63)))
+            out.append(list(generate(self.target, self.tokenizer, request).ids))
+        return out
+
+    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> F32:
+        logits = self.target.logits
+        prefix = tuple(int(t) for t in prefix_ids)
+        return logits.split_row(prefix) if split_last else logits(prefix)
+
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
         from reference.decode import SpeculativeOptions, speculative_generate
         from reference.drafts import NgramDraft
@@ -183,15 +288,37 @@ class CommandEngine:
 
         self.wire = WireImplementation(CommandTransport(command, timeout))
 
-    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
-        from spec.external import ExternalError
+    def _samples(self, op: str, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         from spec.vectors.wire import params_to_json
 
-        out = self.wire.call("sample", {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "m": m, "n": n, "seed": seed})
+        out = self.wire.call(op, {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "m": m, "n": n, "seed": seed})
         samples = out.get("samples")
-        if not isinstance(samples, list) or len(samples) != n:
-            raise ExternalError(f"sample output.samples must be a list of {n} token lists")
+        if not isinstance(samples, list) or len(samples) != n or not all(isinstance(s, list) for s in samples):
+            raise ExternalError(f"{op} output.samples must be a list of {n} token lists")
         return [[int(t) for t in s] for s in samples]
+
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        return self._samples("sample", prompt_ids, params, m, n, seed)
+
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        return self._samples("sample_plain", prompt_ids, params, m, n, seed)
+
+    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> list[Any]:
+        row = self.wire.call("logits", {"prefix_ids": list(prefix_ids), "split_last": split_last}).get("logits")
+        if not isinstance(row, list):
+            raise ExternalError("logits output.logits must be a list of numbers")
+        return [float(x) if isinstance(x, str) else x for x in row]  # "NaN"/"Infinity" -> rejected as non-finite
+
+    def offers(self, op: str) -> bool:
+        """Probe an optional op with a one-id request (prefix [0])."""
+        from spec.external import Unsupported
+
+        try:
+            if op == "logits":
+                self.logits([0])
+            return True
+        except Unsupported:
+            return False
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
         out = self.wire.call("greedy", {"prompt_ids": list(prompt_ids), "max_tokens": max_tokens, "speculative": speculative})
@@ -211,13 +338,15 @@ class LawCase:
     params: SamplingParams
     m: int = 2
     min_mass: float = 0.01
+    eog: frozenset[int] = frozenset()  # end-of-generation ids: a sample may end early at one
 
 
 def check_law(
-    engine: DecoderEngine, logits_of: ReferenceLogits, case: LawCase, *, alpha: float, tv: float, seed: int = 20_261_130
+    engine: DecoderEngine, logits_of: LogitsOf, case: LawCase, *, alpha: float, tv: float, seed: int = 20_261_130
 ) -> LawVerdict:
-    """The engine's first m tokens against the target law, N for power 0.99 against ``tv``."""
-    law = first_tokens_law(logits_of, case.prompt_ids, case.params, case.m, case.min_mass)
+    """The engine's first m tokens against the target law of ``logits_of`` (our forward, or the
+    engine's own logits), N for power 0.99 against ``tv``."""
+    law = first_tokens_law(logits_of, case.prompt_ids, case.params, case.m, case.min_mass, case.eog)
     n = sample_size(law, alpha, tv)
     try:
         samples = engine.sample(case.prompt_ids, case.params, case.m, n, seed)
@@ -238,6 +367,7 @@ class GreedyVerdict:
     divergence: int | None = None  # first differing step
     margin: float = 0.0  # target's top-1 margin there (our reference logits)
     noise: float = 0.0  # batch-shape noise of the logits there
+    noise_source: str = ""  # whose logits: the engine's own, or our reference forward
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -255,15 +385,18 @@ class GreedyVerdict:
         what = "near-tie (within batch-shape noise)" if self.near_tie else "BUG (margin beyond batch-shape noise)"
         return (
             f"differ at step {self.divergence}: plain {self.plain[self.divergence]} vs speculative "
-            f"{self.speculative[self.divergence]}, top-1 margin {self.margin:.4g}, noise {self.noise:.3g}: {what}"
+            f"{self.speculative[self.divergence]}, top-1 margin {self.margin:.4g}, noise {self.noise:.3g} "
+            f"(from {self.noise_source}): {what}"
         )
 
 
-def check_greedy(engine: GreedyEngine, logits_of: ReferenceLogits, prompt_ids: Sequence[int], max_tokens: int) -> GreedyVerdict:
-    """Token-identical to the engine's own plain greedy output, or a near-tie."""
+def check_greedy(engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[int], max_tokens: int) -> GreedyVerdict:
+    """Token-identical to the engine's own plain greedy output, or a near-tie: the margin and the
+    batch-shape noise come from ``logits_of`` (:class:`EngineLogits` for an engine that reports its
+    logits, :class:`ReferenceLogits` for one of our numerics)."""
     plain = list(engine.greedy(prompt_ids, max_tokens, False))
     spec = list(engine.greedy(prompt_ids, max_tokens, True))
-    verdict = GreedyVerdict(plain, spec)
+    verdict = GreedyVerdict(plain, spec, noise_source=logits_of.source)
     if plain == spec:
         return verdict
     j = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))

@@ -11,10 +11,15 @@ target's logits after a prefix: here computed by OUR reference forward (exact fo
 our numerics: transformers float32 on the same dequantized weights, our fast engine), or given as
 an engine's own reported logits (``logits_of`` is any prefix -> row function).
 
+End of generation. A sample is the first m tokens, or fewer when an end-of-generation id (``eog``)
+ends it: a sequence shorter than m ending in EOG is a legitimate outcome with its own probability
+(the product above stops at the EOG token), not a short read.
+
 Cells. The sequences of probability >= ``min_mass`` are found by best-first expansion of prefixes
-(a sequence is never more likely than its prefix, so no heavy sequence is missed); each is a cell,
-the rest of the sequence space one tail cell of mass 1 - sum(cells). A sample outside the support
-(a token of law probability 0 at its position) is counted as impossible and fails the test.
+(a sequence is never more likely than its prefix, so no heavy sequence is missed; an EOG-ended
+prefix is not expanded); each is a cell, the rest of the sequence space one tail cell of mass
+1 - sum(cells). A sample outside the support (a token of law probability 0 at its position, a token
+after an EOG, or fewer than m tokens not ended by EOG) is counted as impossible and fails the test.
 
 Test. Pearson chi-square (:func:`spec.statistics.chi_square`) with N from the power analysis: any
 deviation of total variation >= ``tv`` on the cell law is detected with probability >= 0.99 at
@@ -29,7 +34,7 @@ import hashlib
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -57,7 +62,7 @@ class SequenceLaw:
     m: int
     cells: tuple[Prefix, ...]
     probs: F64
-    support: Callable[[Prefix], bool]  # is every token of a sequence possible at its position
+    support: Callable[[Prefix], bool]  # a well-formed sequence, every token possible at its position
 
     @property
     def df(self) -> int:
@@ -70,7 +75,7 @@ class SequenceLaw:
         impossible = 0
         for sample in samples:
             seq = tuple(int(t) for t in sample)
-            if len(seq) != self.m or not self.support(seq):
+            if not self.support(seq):
                 impossible += 1
                 continue
             counts[index.get(seq, len(self.cells))] += 1
@@ -99,12 +104,12 @@ class CachedLaw:
     thousands of decodes."""
 
     def __init__(self) -> None:
-        self.memo: dict[tuple[bytes, Prefix, SamplingParams], F64] = {}
+        self.memo: dict[tuple[bytes, Prefix, Any], F64] = {}
 
     def __call__(self, logits: Any, history: Sequence[int], params: SamplingParams) -> F64:
         row = np.ascontiguousarray(logits)
         digest = hashlib.blake2b(row.tobytes(), digest_size=16).digest() + str(row.dtype).encode()
-        key = (digest, tuple(int(t) for t in history), params)
+        key = (digest, tuple(int(t) for t in history), params_key(params))
         hit = self.memo.get(key)
         if hit is None:
             hit = np.asarray(target_distribution(row, list(history), params), dtype=np.float64)
@@ -113,10 +118,32 @@ class CachedLaw:
         return hit
 
 
+def params_key(params: SamplingParams) -> tuple[SamplingParams, tuple[tuple[int, float], ...]]:
+    """A hashable key for params (``logit_bias`` is a mapping: its sorted items)."""
+    bias = tuple(sorted((int(t), float(b)) for t, b in (params.logit_bias or {}).items()))
+    return replace(params, logit_bias=None), bias
+
+
+def complete(tokens: Prefix, m: int, eog: frozenset[int]) -> bool:
+    """A whole sample: m tokens, or fewer ended by an end-of-generation id."""
+    return len(tokens) == m or (len(tokens) > 0 and tokens[-1] in eog)
+
+
+def well_formed(seq: Prefix, m: int, eog: frozenset[int]) -> bool:
+    """1..m tokens, complete, no EOG before the last one."""
+    return 1 <= len(seq) <= m and complete(seq, m, eog) and not any(t in eog for t in seq[:-1])
+
+
 def first_tokens_law(
-    logits_of: LogitsOf, prompt: Sequence[int], params: SamplingParams, m: int, min_mass: float = 0.01
+    logits_of: LogitsOf,
+    prompt: Sequence[int],
+    params: SamplingParams,
+    m: int,
+    min_mass: float = 0.01,
+    eog: frozenset[int] = frozenset(),
 ) -> SequenceLaw:
-    """The cell law of the first ``m`` tokens after ``prompt`` (see the module docstring)."""
+    """The cell law of the first ``m`` tokens after ``prompt``, a sample ending early at an id of
+    ``eog`` (see the module docstring)."""
     if not 1 <= m <= MAX_M:
         raise ValueError(f"m must be in [1, {MAX_M}], got {m}")
     if not 0 < min_mass < 1:
@@ -128,7 +155,7 @@ def first_tokens_law(
     while heap and len(cells) < MAX_CELLS:
         neg, tokens = heapq.heappop(heap)
         mass = -neg
-        if len(tokens) == m:
+        if complete(tokens, m, eog):
             cells.append((tokens, mass))
             continue
         row = law.row(base + tokens)
@@ -137,7 +164,7 @@ def first_tokens_law(
     probs = np.array([mass for _, mass in cells] + [max(0.0, 1.0 - math.fsum(mass for _, mass in cells))])
 
     def support(seq: Prefix) -> bool:
-        return all(law.row(base + seq[:j])[seq[j]] > 0 for j in range(len(seq)))
+        return well_formed(seq, m, eog) and all(law.row(base + seq[:j])[seq[j]] > 0 for j in range(len(seq)))
 
     return SequenceLaw(base, params, m, tuple(c for c, _ in cells), probs, support)
 

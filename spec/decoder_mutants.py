@@ -36,6 +36,7 @@ class DecoderBugs:
     rollback_extra: int = 0  # positions kept past the accepted ones when the cache is truncated
     rows_with_drafts: bool = True  # False: every target row from the logits after the history alone
     penalty_counts_rejected: bool = False  # the penalty history includes every drafted token
+    stops_at_eog: bool = True  # False: decoding runs on past an end-of-generation token
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class LoopDecoder:
     bugs: DecoderBugs = DecoderBugs()
     draft_logits_of: LogitsOf | None = None  # default: the target's logits (a self-draft)
     law: CachedLaw = field(default_factory=CachedLaw)  # THE target law, memoized
+    eog: frozenset[int] = frozenset()  # end-of-generation ids: a decode stops after one
 
     def first_tokens(
         self, prompt: Sequence[int], params: SamplingParams, m: int, rng: np.random.Generator, k: int | None = None
@@ -96,6 +98,9 @@ class LoopDecoder:
             cache = cache[: min(len(cache), before + accepted + bugs.rollback_extra)]
             history += emitted
             out += emitted
+            end = next((i for i, t in enumerate(out) if t in self.eog), None)
+            if end is not None and bugs.stops_at_eog:
+                return out[: min(end + 1, m)]
         return out[:m]
 
     def _reported_q(self, q: F64, logits: Any, context: list[int], params: SamplingParams) -> F64:
@@ -109,6 +114,18 @@ class LoopDecoder:
         """n independent runs (the DecoderEngine interface of :mod:`spec.decoder_check`)."""
         rng = np.random.default_rng(seed)
         return [self.first_tokens(prompt_ids, params, m, rng) for _ in range(n)]
+
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        """n runs with speculation off (k = 0: one target token per step; two-sample mode)."""
+        rng = np.random.default_rng(seed)
+        return [self.first_tokens(prompt_ids, params, m, rng, 0) for _ in range(n)]
+
+    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> Any:
+        """The target's own plain logits after a prefix (``split_last``: the batch-shape variant,
+        when the target offers one): the mutants' logits are correct, their loops are not."""
+        prefix = tuple(int(t) for t in prefix_ids)
+        split = getattr(self.logits_of, "split_row", None)
+        return split(prefix) if split_last and callable(split) else self.logits_of(prefix)
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
         """Greedy decoding, with speculation (``self.k`` drafts, the draft greedy too) or without
@@ -138,6 +155,10 @@ MUTANT_BUGS: dict[str, tuple[str, DecoderBugs]] = {
         DecoderBugs(penalty_counts_rejected=True),
     ),
 }
+
+# Seen only where end-of-generation has real probability in the first m tokens (not in the six
+# above, whose test prompt never ends early): decoding runs on past an EOG token.
+EOG_MUTANT = ("ignores_end_of_generation", DecoderBugs(stops_at_eog=False))
 
 
 def catalogue(logits_of: LogitsOf, draft_params: SamplingParams, k: int = 2) -> dict[str, LoopDecoder]:

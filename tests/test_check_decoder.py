@@ -4,9 +4,15 @@ The target law of the first m = 3 tokens after a prompt comes from the reference
 (memoized by prefix, so the whole module costs a few dozen forwards); each decoder is sampled N
 times, N from the power analysis: any deviation of total variation >= TV = 0.2 on the cell law
 (sequences of probability >= 0.01, plus a tail cell) is detected with probability >= 0.99.
-alpha: the "check_decoder" line of spec.statistics.ALPHA_BUDGET, split over the two decoders that
-must pass. The mutants must fail; each moves the law by more than TV (their chi-square p-values
-are printed), so a pass of a mutant is a miss of the test, not bad luck at rate alpha.
+alpha: the "check_decoder" line of spec.statistics.ALPHA_BUDGET, split over the six tests that must
+pass (a false alarm can only happen there); N is the power analysis' minimum of 1,000 at these
+alphas (two-sample: 2,000 per arm), so the split costs no draws. The mutants must fail; each moves
+the law by more than TV (their chi-square p-values are printed), so a pass of a mutant is a miss of
+the test, not bad luck at rate alpha.
+
+Three target laws (``--target-law``): our reference forward; the engine's OWN reported logits
+(the mutants report their target's correct plain logits: their loops are broken, not their
+forward); and two-sample, the engine's speculation on against its speculation off.
 
 Sampling params: temperature 1, top-k 4, repeat penalty 1.5 for the target; the draft (the same
 model) samples at temperature 2, top-k 4, so drafts are often rejected and repairs, bonus tokens,
@@ -15,19 +21,26 @@ rollbacks and penalties all shape the law; k = 2 drafts per cycle, m = 3.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from reference.sampling import SamplingParams
-from spec.decoder_check import LawCase, ReferenceDecoder, ReferenceLogits, check_greedy, check_law
-from spec.decoder_mutants import MUTANT_BUGS, LoopDecoder
+from spec.decoder_check import EngineLogits, LawCase, ReferenceDecoder, ReferenceLogits, check_greedy, check_law
+from spec.decoder_law import MemoLaw, first_tokens_law
+from spec.decoder_mutants import EOG_MUTANT, MUTANT_BUGS, DecoderBugs, LoopDecoder
+from spec.decoder_two_sample import check_two_sample, homogeneity
 from spec.statistics import ALPHA_BUDGET, POWER
 
 pytestmark = pytest.mark.model
 
 TV = 0.2
-ALPHA = ALPHA_BUDGET["check_decoder"] / 2
+MUST_PASS = 6  # tests below that assert a pass: the budget line is split over them
+ALPHA = ALPHA_BUDGET["check_decoder"] / MUST_PASS
 PARAMS = SamplingParams(temperature=1.0, top_k=4, repeat_penalty=1.5)
 DRAFT = SamplingParams(temperature=2.0, top_k=4)
 PROMPT = "The cat sat on the"
@@ -55,11 +68,167 @@ def test_the_mutant_loop_without_bugs_passes(logits: ReferenceLogits, case: LawC
     assert verdict.passed, verdict.detail
 
 
+@dataclass
+class Recorded:
+    """An engine whose samples are memoized by request: the same draws judged against two target
+    laws (our forward and the engine's own logits) at the cost of one run."""
+
+    engine: Any
+    memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> Any:
+        key = (tuple(prompt_ids), params, m, n, seed)
+        if key not in self.memo:
+            self.memo[key] = self.engine.sample(prompt_ids, params, m, n, seed)
+        return self.memo[key]
+
+    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> Any:
+        return self.engine.logits(prefix_ids, split_last)
+
+
 @pytest.mark.parametrize("name", sorted(MUTANT_BUGS))
 def test_every_mutant_decoder_is_rejected(name: str, logits: ReferenceLogits, case: LawCase) -> None:
-    verdict = check_law(LoopDecoder(logits, DRAFT, 2, MUTANT_BUGS[name][1]), logits, case, alpha=ALPHA, tv=TV)
-    print(f"{name}: {verdict.detail}")
+    """Against our forward and against the mutant's own reported (correct) logits."""
+    engine = Recorded(LoopDecoder(logits, DRAFT, 2, MUTANT_BUGS[name][1]))
+    for target in (logits, EngineLogits(engine)):
+        verdict = check_law(engine, target, case, alpha=ALPHA, tv=TV)
+        print(f"{name} ({target.source}): {verdict.detail}")
+        assert not verdict.passed, f"{name} ({MUTANT_BUGS[name][0]}) passed against {target.source}: {verdict.detail}"
+
+
+# --- the engine's own logits ---------------------------------------------------------------------
+
+
+def test_engine_logits_mode_our_loop_passes(logits: ReferenceLogits, case: LawCase, smollm2_tokenizer: Any) -> None:
+    engine = ReferenceDecoder(logits, smollm2_tokenizer, DRAFT, k=2)
+    verdict = check_law(engine, EngineLogits(engine), case, alpha=ALPHA, tv=TV)
+    print(f"reference.decode, engine-logits: {verdict.detail} N={verdict.n} power={verdict.power:.4f}")
+    assert verdict.power >= POWER
+    assert verdict.passed, verdict.detail
+
+
+@dataclass(frozen=True)
+class ScaledLogits:
+    """A target of OTHER numerics: our logits times ``scale`` (as a model whose last layer differs)."""
+
+    logits: ReferenceLogits
+    scale: float
+
+    def __call__(self, prefix: tuple[int, ...]) -> Any:
+        return np.asarray(self.logits(prefix) * np.float32(self.scale), dtype=np.float32)
+
+    def split_row(self, prefix: tuple[int, ...]) -> Any:
+        return np.asarray(self.logits.split_row(prefix) * np.float32(self.scale), dtype=np.float32)
+
+
+def test_engine_of_other_numerics_fails_our_law_and_passes_its_own(logits: ReferenceLogits, case: LawCase) -> None:
+    """A correct decode loop on a target whose logits are ours x 2: its law is TV >= 0.2 away from
+    our forward's on our cells (computed exactly below, so rejecting it against our law is the power
+    guarantee, not luck), and its own reported logits give the law it does follow."""
+    other = ScaledLogits(logits, 2.0)
+    ours_law = first_tokens_law(logits, case.prompt_ids, case.params, case.m, case.min_mass)
+    rows = MemoLaw(other, case.params)
+    theirs = np.array([math.prod(float(rows.row(case.prompt_ids + c[:j])[c[j]]) for j in range(len(c))) for c in ours_law.cells])
+    theirs = np.append(theirs, 1.0 - math.fsum(theirs))  # the other law on our cells and tail
+    distance = 0.5 * float(np.abs(theirs - ours_law.probs).sum())
+    print(f"TV between the two laws on our cells: {distance:.3f}")
+    assert distance >= TV
+    engine = Recorded(LoopDecoder(other, DRAFT, 2))
+    against_ours = check_law(engine, logits, case, alpha=ALPHA, tv=TV)
+    against_own = check_law(engine, EngineLogits(engine), case, alpha=ALPHA, tv=TV)
+    print(f"other numerics: ours {against_ours.detail}; own {against_own.detail}")
+    assert not against_ours.passed
+    assert against_own.passed, against_own.detail
+
+
+# --- two-sample: speculation on vs off ------------------------------------------------------------
+
+
+def test_homogeneity_statistic() -> None:
+    """The 2 x C statistic on a table worked by hand: a = [30, 10], b = [10, 30]: pooled 20 each,
+    chi2 = 4 * 10^2 / 20 = 20, df = 1."""
+    test = homogeneity(np.array([30, 10]), np.array([10, 30]))
+    assert test.statistic == pytest.approx(20.0, rel=1e-12) and test.df == 1
+
+
+def test_two_sample_the_loop_without_bugs_passes(
+    logits: ReferenceLogits, case: LawCase, plain_memo: dict[tuple[Any, ...], Any]
+) -> None:
+    """The mutant loop with no bug (reference.decode costs about 2x more per draw through its session:
+    5,000 draws here, the law mode's test of it covers its law)."""
+    engine = SharedPlain(LoopDecoder(logits, DRAFT, 2), plain_memo)
+    verdict = check_two_sample(engine, case.prompt_ids, case.params, case.m, alpha=ALPHA, tv=TV)
+    print(f"loop without bugs, two-sample: {verdict.detail} N={verdict.n}/arm power={verdict.power:.4f}")
+    assert verdict.power >= POWER
+    assert verdict.passed, verdict.detail
+
+
+@dataclass
+class SharedPlain:
+    """A mutant whose plain decoding (k = 0) is memoized across the module: with no drafts none of
+    the bug switches acts (no q, no bonus row, nothing to roll back, no drafted tokens), so every
+    mutant's plain samples equal the bug-free loop's for the same seed; sharing them saves the
+    recomputation, not a draw."""
+
+    engine: LoopDecoder
+    memo: dict[tuple[Any, ...], Any]
+
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> Any:
+        return self.engine.sample(prompt_ids, params, m, n, seed)
+
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> Any:
+        key = (tuple(prompt_ids), params, m, n, seed)
+        if key not in self.memo:
+            self.memo[key] = replace(self.engine, bugs=DecoderBugs()).sample_plain(
+                prompt_ids, params, m, n, seed
+            )
+        return self.memo[key]
+
+
+@pytest.fixture(scope="module")
+def plain_memo() -> dict[tuple[Any, ...], Any]:
+    return {}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANT_BUGS))
+def test_every_mutant_decoder_is_rejected_by_two_sample(
+    name: str, logits: ReferenceLogits, case: LawCase, plain_memo: dict[tuple[Any, ...], Any]
+) -> None:
+    engine = SharedPlain(LoopDecoder(logits, DRAFT, 2, MUTANT_BUGS[name][1]), plain_memo)
+    verdict = check_two_sample(engine, case.prompt_ids, case.params, case.m, alpha=ALPHA, tv=TV)
+    print(f"{name}, two-sample: {verdict.detail}")
     assert not verdict.passed, f"{name} ({MUTANT_BUGS[name][0]}) passed: {verdict.detail}"
+
+
+# --- end of generation within the first m tokens ----------------------------------------------------
+
+EOG_BIAS = 10.0  # a logit bias on <|im_end|> (id 2): EOG gets real probability at the second token
+
+
+@pytest.fixture(scope="module")
+def eog_case(case: LawCase, smollm2_tokenizer: Any, logits: ReferenceLogits) -> LawCase:
+    eog = frozenset(smollm2_tokenizer.eog_ids)
+    params = replace(PARAMS, logit_bias={2: EOG_BIAS})
+    eog_case = LawCase(case.prompt_ids, params, 3, case.min_mass, eog)
+    law = first_tokens_law(logits, eog_case.prompt_ids, params, 3, eog_case.min_mass, eog)
+    short = sum(float(p) for c, p in zip(law.cells, law.probs) if len(c) < 3)
+    print(f"mass of cells ending at EOG before 3 tokens: {short:.3f}")
+    assert 2 in eog and short >= 0.1, "the case must give early EOG real probability"
+    return eog_case
+
+
+def test_our_loop_ending_at_eog_passes(logits: ReferenceLogits, eog_case: LawCase, smollm2_tokenizer: Any) -> None:
+    verdict = check_law(ReferenceDecoder(logits, smollm2_tokenizer, DRAFT, k=2), logits, eog_case, alpha=ALPHA, tv=TV)
+    print(f"reference.decode, early EOG: {verdict.detail}")
+    assert verdict.passed, verdict.detail
+
+
+def test_a_loop_running_past_eog_is_rejected(logits: ReferenceLogits, eog_case: LawCase, smollm2_tokenizer: Any) -> None:
+    name, bugs = EOG_MUTANT
+    engine = LoopDecoder(logits, DRAFT, 2, bugs, eog=eog_case.eog)
+    verdict = check_law(engine, logits, eog_case, alpha=ALPHA, tv=TV)
+    print(f"{name}: {verdict.detail}")
+    assert not verdict.passed and verdict.impossible > 0, verdict.detail
 
 
 def test_greedy_mode(logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
@@ -70,6 +239,11 @@ def test_greedy_mode(logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
     verdict = check_greedy(broken, logits, prompt, 8)
     print(verdict.detail())
     assert verdict.divergence is not None and not verdict.passed, verdict.detail()
+    # the engine's own logits and batch-shape noise (through its logits op), named in the verdict
+    own = check_greedy(broken, EngineLogits(broken), prompt, 8)
+    print(own.detail())
+    assert own.noise_source == EngineLogits.source and own.divergence == verdict.divergence and not own.passed
+    assert own.margin == verdict.margin  # the mutant reports our forward's rows: the same margin
 
 
 @pytest.mark.slow
@@ -83,4 +257,18 @@ def test_transformers_prompt_lookup_greedy(smollm2_path: Any, logits: ReferenceL
     engine = prompt_lookup(smollm2_path)
     verdict = check_greedy(engine, logits, tuple(smollm2_tokenizer.encode(PROMPT)), 8)
     print(f"transformers prompt lookup, greedy: {verdict.detail()}")
+    assert verdict.passed, verdict.detail()
+
+
+@pytest.mark.slow
+@pytest.mark.oracle
+def test_transformers_assistant_greedy(smollm2_path: Any, smollm2_tokenizer: Any) -> None:
+    """examples/transformers_decoder.py: assisted generation with a same-vocabulary assistant built
+    from the GGUF (the target's first six layers), greedy, against its own plain greedy; a
+    divergence is judged with transformers' OWN logits and batch-shape noise."""
+    from examples.transformers_decoder import assistant
+
+    engine = assistant(smollm2_path)
+    verdict = check_greedy(engine, EngineLogits(engine), tuple(smollm2_tokenizer.encode(PROMPT)), 8)
+    print(f"transformers assistant, greedy: {verdict.detail()}")
     assert verdict.passed, verdict.detail()

@@ -3,15 +3,21 @@
     verispec check-decoder (--engine MOD:FACTORY | --engine-cmd CMD | --ours | --mutant NAME)
         [--model NAME|PATH] [--prompt TEXT ...] [--m 3] [--temperature T] [--top-k K] [--top-p P]
         [--repeat-penalty R] [--draft-temperature T] [--draft-top-k K] [--k 2]
-        [--tv 0.2] [--alpha A] [--greedy --max-tokens N] [--json]
+        [--target-law reference|engine-logits|two-sample] [--tv 0.2] [--alpha A]
+        [--greedy --max-tokens N] [--json]
 
 ``--engine MOD:FACTORY``: ``FACTORY(model_path)`` returns an engine with
 ``sample(prompt_ids, params, m, n, seed) -> [[t1..tm], ...]`` (and ``greedy(prompt_ids,
 max_tokens, speculative) -> ids`` for ``--greedy``); ``--engine-cmd``: the JSON-lines ops of
 spec/decoder_check.py. ``--ours``: our decode loop (reference.decode); ``--mutant NAME``: a mutant
-decoder of spec/decoder_mutants.py. The target law comes from our reference forward on --model.
+decoder of spec/decoder_mutants.py. ``--target-law``: ``reference`` (default) builds the target law
+from our reference forward on --model (an engine of our numerics); ``engine-logits`` from the
+engine's own reported logits (``logits(prefix_ids, split_last)`` / the ``logits`` op) through our
+processors; ``two-sample`` tests speculation on against the same engine's ``sample_plain``
+(speculation off). Greedy mode takes the margin and the batch-shape noise from the engine's own
+logits when it reports them, else from our forward (the report says which).
 Exit status 0: every prompt passed; 1: a prompt failed (a law off the target, or a greedy
-divergence beyond the batch-shape noise).
+divergence beyond the batch-shape noise); 2: a usage error (a mode the engine does not offer).
 """
 
 from __future__ import annotations
@@ -39,6 +45,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--draft-temperature", type=float, default=2.0, help="--ours/--mutant: the draft's law")
     parser.add_argument("--draft-top-k", type=int, default=4, help="--ours/--mutant: the draft's law")
     parser.add_argument("--k", type=int, default=2, help="--ours/--mutant: drafts per cycle")
+    parser.add_argument(
+        "--target-law",
+        choices=("reference", "engine-logits", "two-sample"),
+        default="reference",
+        help="where the law comes from: our forward (default), the engine's own logits, or its plain decoding",
+    )
     parser.add_argument("--tv", type=float, default=0.2, help="deviation detected with power 0.99 (default 0.2)")
     parser.add_argument("--alpha", type=float, default=None, help="false-alarm probability of the run (default 1e-3)")
     parser.add_argument("--min-mass", type=float, default=0.01, help="sequences at least this likely are cells")
@@ -72,8 +84,9 @@ def run(args: argparse.Namespace) -> int:
     from reference.sampling import SamplingParams
     from reference.tokenizer import Tokenizer
     from spec.check import CheckError
-    from spec.decoder_check import LawCase, ReferenceLogits, check_greedy, check_law, law_json
+    from spec.decoder_check import EngineLogits, LawCase, ReferenceLogits, check_greedy, check_law, law_json, reports_logits
     from spec.decoder_law import MAX_M
+    from spec.decoder_two_sample import check_two_sample
     from verispec.registry import resolve_model
 
     if not 1 <= args.m <= MAX_M:
@@ -93,17 +106,29 @@ def run(args: argparse.Namespace) -> int:
     logits = ReferenceLogits(model)
     engine = _engine(args, path, logits, tokenizer)
     alpha = (args.alpha if args.alpha is not None else 1e-3) / len(args.prompt)  # Bonferroni over prompts
+    eog = frozenset(tokenizer.eog_ids)
     results: list[dict[str, Any]] = []
     try:
+        own = reports_logits(engine)
+        if args.target_law == "engine-logits" and not own:
+            raise CheckError("--target-law engine-logits needs an engine that reports its logits (logits / the logits op)")
+        if args.target_law == "two-sample" and not args.greedy and not callable(getattr(engine, "sample_plain", None)):
+            raise CheckError("--target-law two-sample needs an engine with sample_plain (the sample_plain op)")
+        target = EngineLogits(engine) if own and (args.greedy or args.target_law == "engine-logits") else logits
         for text in args.prompt:
             prompt = tuple(tokenizer.encode(text))
             if args.greedy:
-                g = check_greedy(engine, logits, prompt, args.max_tokens)
+                g = check_greedy(engine, target, prompt, args.max_tokens)
                 results.append({"prompt": text, "mode": "greedy", "passed": g.passed, "detail": g.detail(),
-                                "margin": g.margin, "noise": g.noise, "divergence": g.divergence})
+                                "margin": g.margin, "noise": g.noise, "noise_source": g.noise_source,
+                                "divergence": g.divergence})
+            elif args.target_law == "two-sample":
+                v = check_two_sample(engine, prompt, params, args.m, alpha=alpha, tv=args.tv, eog=eog, min_mass=args.min_mass)
+                results.append({"prompt": text, "mode": "two-sample", **law_json(v)})
             else:
-                v = check_law(engine, logits, LawCase(prompt, params, args.m, args.min_mass), alpha=alpha, tv=args.tv)
-                results.append({"prompt": text, "mode": "law", **law_json(v)})
+                case = LawCase(prompt, params, args.m, args.min_mass, eog)
+                v = check_law(engine, target, case, alpha=alpha, tv=args.tv)
+                results.append({"prompt": text, "mode": f"law ({target.source})", **law_json(v)})
     finally:
         close = getattr(engine, "close", None)
         if callable(close):
@@ -114,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         for r in results:
             print(f"{'PASS' if r['passed'] else 'FAIL'}  {r['prompt']!r}: {r['detail']}"
-                  + (f"  N={r['n']} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}" if r["mode"] == "law" else ""))
+                  + (f"  N={r['n']} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}" if r["mode"] != "greedy" else ""))
         print("PASSED" if passed else "FAILED")
     sys.stdout.flush()
     return 0 if passed else 1
