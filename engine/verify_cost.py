@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from engine.model import FastModel
+from reference.seams import TargetModel  # the protocol, not engine.model: no import loop back to the model
 
 CONTEXT_TOKENS = 16  # positions already in the cache when a curve point is timed (a short prompt)
 REPEATS = 3
 
-_CURVES: "weakref.WeakKeyDictionary[FastModel, dict[int, float]]" = weakref.WeakKeyDictionary()
+_CURVES: "weakref.WeakKeyDictionary[TargetModel, dict[int, float]]" = weakref.WeakKeyDictionary()
 
 
-def measure_curve(model: "FastModel", max_rows: int, repeats: int = REPEATS) -> dict[int, float]:
+def measure_curve(model: TargetModel, max_rows: int, repeats: int = REPEATS) -> dict[int, float]:
     """rows -> c(rows) for rows 1..max_rows (c(1) = 1), measured now on ``model``.
 
     Round-robin over the row counts, ``repeats`` rounds after one warm-up round, the least time of
@@ -40,7 +38,7 @@ def measure_curve(model: "FastModel", max_rows: int, repeats: int = REPEATS) -> 
     of one block of them (measured back to back, one Gemma 3 curve read c(5) = 1.2 and then 2.4)."""
     cfg = model.config
     cache = model.new_cache(min(cfg.context_length, CONTEXT_TOKENS + max_rows))
-    model.forward([i % cfg.n_vocab for i in range(1, CONTEXT_TOKENS + 1)], cache, last_only=True)
+    model.forward([i % cfg.n_vocab for i in range(1, CONTEXT_TOKENS + 1)], cache)  # the short prompt
     tokens = [(CONTEXT_TOKENS + 1 + i) % cfg.n_vocab for i in range(max_rows)]
     best = {rows: float("inf") for rows in range(1, max_rows + 1)}
     for round_index in range(max(1, repeats) + 1):
@@ -54,7 +52,7 @@ def measure_curve(model: "FastModel", max_rows: int, repeats: int = REPEATS) -> 
     return {rows: 1.0 if rows == 1 else max(1.0, seconds / best[1]) for rows, seconds in best.items()}
 
 
-def cost_curve(model: "FastModel", max_rows: int) -> dict[int, float]:
+def cost_curve(model: TargetModel, max_rows: int) -> dict[int, float]:
     """:func:`measure_curve`, cached per model object; measured again only for more rows."""
     cached = _CURVES.get(model)
     if cached is None or max(cached) < max_rows:
