@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from reference.sampling import SamplingParams
+from reference.tokenizer import Tokenizer
 
 LOOKUP_TOKENS = 10  # num_pred_tokens, llama-cpp-python's default
 
@@ -43,17 +44,25 @@ class LlamaCppLookupDecoder:
             verbose=False,
             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens),
         )
+        self.scorer = Llama(model_path=str(path), n_ctx=512, verbose=False, logits_all=True)
+        self.eog = Tokenizer.from_file(path).eog_ids  # where a sample legitimately ends early
 
-    @staticmethod
-    def _take(llm: Any, prompt_ids: Sequence[int], n: int, **sampling: Any) -> list[int]:
+    def _take(self, llm: Any, prompt_ids: Sequence[int], n: int, **sampling: Any) -> list[int]:
+        """The first n generated ids (fewer at an end-of-generation id). The context is reset first:
+        ``generate`` otherwise reuses the cached prompt and re-evaluates only its last token, so a
+        run's batch shapes (and rounding) would depend on the previous call."""
         out: list[int] = []
+        llm.reset()
         for token in llm.generate(list(prompt_ids), reset=True, **sampling):
             out.append(int(token))
-            if len(out) == n:
+            if len(out) == n or int(token) in self.eog:
                 break
         return out
 
     def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        return self._sample(self.speculative, prompt_ids, params, m, n, seed)
+
+    def _sample(self, llm: Any, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         if params.logit_bias:
             raise ValueError("this adapter does not map logit_bias")
         sampling = {
@@ -65,13 +74,31 @@ class LlamaCppLookupDecoder:
         }
         out = []
         for i in range(n):
-            self.speculative.set_seed(seed + i)
-            out.append(self._take(self.speculative, prompt_ids, m, **sampling))
+            llm.set_seed(seed + i)
+            out.append(self._take(llm, prompt_ids, m, **sampling))
         return out
+
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        """The same samples with speculation off (``--target-law two-sample``)."""
+        return self._sample(self.plain, prompt_ids, params, m, n, seed)
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
         llm = self.speculative if speculative else self.plain
         return self._take(llm, prompt_ids, max_tokens, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
+
+    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> list[float]:
+        """llama.cpp's own plain next-token logits after the prefix (a ``logits_all`` context):
+        one batch of the whole prefix, or (``split_last``) the prefix less its last token in one
+        batch, then that token alone: the batch shapes of speculative verification (a batch of the
+        last token and the drafts) vs plain decoding (one token a step)."""
+        ids = [int(t) for t in prefix_ids]
+        self.scorer.reset()
+        if split_last and len(ids) > 1:
+            self.scorer.eval(ids[:-1])
+            self.scorer.eval(ids[-1:])
+        else:
+            self.scorer.eval(ids)
+        return [float(x) for x in self.scorer.scores[self.scorer.n_tokens - 1]]
 
 
 def prompt_lookup(path: Path) -> LlamaCppLookupDecoder:

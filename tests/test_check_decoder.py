@@ -246,15 +246,24 @@ def test_greedy_mode(logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
     assert own.margin == verdict.margin  # the mutant reports our forward's rows: the same margin
 
 
+@pytest.fixture(scope="module")
+def hf_target(smollm2_path: Any) -> Any:
+    """SmolLM2 loaded by transformers from the GGUF once for the transformers tests (the load is
+    most of their cost)."""
+    from examples.transformers_decoder import load_target
+
+    return load_target(smollm2_path)
+
+
 @pytest.mark.slow
 @pytest.mark.oracle
-def test_transformers_prompt_lookup_greedy(smollm2_path: Any, logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
+def test_transformers_prompt_lookup_greedy(smollm2_path: Any, hf_target: Any, logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
     """examples/transformers_decoder.py: transformers' prompt lookup, greedy, against its own plain
     greedy (the law mode needs ~1,000 generate() calls: minutes per prompt on a busy 2-core CPU,
     so it is run by hand: see README)."""
-    from examples.transformers_decoder import prompt_lookup
+    from examples.transformers_decoder import TransformersLookupDecoder
 
-    engine = prompt_lookup(smollm2_path)
+    engine = TransformersLookupDecoder(smollm2_path, model=hf_target)
     verdict = check_greedy(engine, logits, tuple(smollm2_tokenizer.encode(PROMPT)), 8)
     print(f"transformers prompt lookup, greedy: {verdict.detail()}")
     assert verdict.passed, verdict.detail()
@@ -262,13 +271,39 @@ def test_transformers_prompt_lookup_greedy(smollm2_path: Any, logits: ReferenceL
 
 @pytest.mark.slow
 @pytest.mark.oracle
-def test_transformers_assistant_greedy(smollm2_path: Any, smollm2_tokenizer: Any) -> None:
+def test_transformers_assistant_greedy(smollm2_path: Any, hf_target: Any, smollm2_tokenizer: Any) -> None:
     """examples/transformers_decoder.py: assisted generation with a same-vocabulary assistant built
     from the GGUF (the target's first six layers), greedy, against its own plain greedy; a
     divergence is judged with transformers' OWN logits and batch-shape noise."""
-    from examples.transformers_decoder import assistant
+    from examples.transformers_decoder import ASSISTANT_LAYERS, TransformersLookupDecoder
 
-    engine = assistant(smollm2_path)
+    engine = TransformersLookupDecoder(smollm2_path, assistant_layers=ASSISTANT_LAYERS, model=hf_target)
     verdict = check_greedy(engine, EngineLogits(engine), tuple(smollm2_tokenizer.encode(PROMPT)), 8)
     print(f"transformers assistant, greedy: {verdict.detail()}")
     assert verdict.passed, verdict.detail()
+
+
+def _llama_cpp_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _llama_cpp_importable(), reason="llama-cpp-python not installed (the optional `llama` extra)")
+def test_llama_cpp_prompt_lookup_greedy_on_the_bench_prompts(smollm2_path: Any, smollm2_tokenizer: Any) -> None:
+    """examples/llama_cpp_decoder.py: llama.cpp's prompt lookup decoding at temperature 0 against its
+    own plain greedy output on the bench's five prompts (48 tokens, as the bench decodes); at a
+    divergence the top-1 margin and the batch-shape noise are llama.cpp's OWN (its logits_all rows:
+    the prefix in one batch vs the prefix then its last token alone). Passes when every prompt is
+    token-identical or parts at a near-tie within that noise."""
+    from engine.bench import PROMPTS
+    from examples.llama_cpp_decoder import prompt_lookup
+
+    engine = prompt_lookup(smollm2_path)
+    own = EngineLogits(engine)
+    verdicts = {kind: check_greedy(engine, own, tuple(smollm2_tokenizer.encode(text)), 48) for kind, text in PROMPTS}
+    for kind, verdict in verdicts.items():
+        print(f"llama.cpp prompt lookup, {kind}: {verdict.detail()}")
+    assert all(v.noise_source == EngineLogits.source for v in verdicts.values())
+    assert all(v.passed for v in verdicts.values()), {k: v.detail() for k, v in verdicts.items() if not v.passed}
