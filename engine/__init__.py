@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
+from engine.architectures import ENGINES, FAST_ARCHITECTURES
 from reference.errors import ModelError
 
 if TYPE_CHECKING:
@@ -17,8 +18,7 @@ if TYPE_CHECKING:
     from reference.gguf import GGUFFile
     from reference.model import Model
 
-ENGINES: tuple[str, ...] = ("fast", "reference")
-FAST_ARCHITECTURES: tuple[str, ...] = ("gemma3", "llama")  # the rest run on the reference engine
+__all__ = ["ENGINES", "FAST_ARCHITECTURES", "load_model"]
 
 
 def load_model(

@@ -17,7 +17,10 @@ On a shared 2-core machine absolute tok/s swing with load; ratios taken within o
   against plain decode of the same request on the same engine, alternating runs, best of each:
   speedup, mean exit depth, admitted fraction, exit-head evaluations per token.
 - ``reference``: the reference engine's tok/s on a short run (loads a second copy of the weights).
-- ``llama_cpp``: llama.cpp's tok/s through the optional ``llama_cpp`` package, when importable.
+- ``llama_cpp``: llama.cpp plain and prompt-lookup decoding on the same prompts and file, with the
+  engine's thread count, when the optional ``llama_cpp`` package is importable
+  (:mod:`engine.bench_llama`); the ratios compare the int8 mode's plain and ngram runs with them,
+  prompt by prompt.
 - ``backends``: every matmul backend and weights mode (f32/numpy, f32/ort, int8/ort-q), interleaved
   in this run: matmul bound, k-row cost curve, plain decode over bound, 2 threads over 1, peak RSS
   of a child per mode against file + KV (:mod:`engine.bench_backends`); ``speculative_int8``: the
@@ -236,6 +239,7 @@ def _speculative_vs_plain(
         "alpha": ev.acceptance_rate,
         "tokens_per_pass": ev.tokens_per_pass,
         "per_position_acceptance": list(ev.per_position_acceptance),
+        "tree_shape": ev.tree_shape,  # token-tree drafts (suffix:tree): nodes, depth, width per cycle
         "generated_tokens": spec.generation.stats.generated_tokens,
         # greedy: lossless means the same tokens; sampled: the same law, not the same draws
         "same_tokens_as_plain": (list(spec.generation.ids) == list(plain.ids)) if temperature == 0.0 else None,
@@ -286,17 +290,17 @@ def _ratio_of_sums(runs: Sequence[dict[str, Any]], key: str) -> float:
 
 
 def _llama_cpp(path: Path, options: BenchOptions) -> dict[str, Any]:
-    try:
-        import llama_cpp  # type: ignore[import-not-found]
-    except ImportError:
-        return {"available": False, "note": "the optional llama_cpp package is not importable"}
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, verbose=False, seed=options.seed)
-    prompt = options.prompts[-1][1]
-    t0 = time.perf_counter()
-    out = llm(prompt, max_tokens=options.decode_tokens, temperature=0.0)
-    elapsed = time.perf_counter() - t0
-    n = int(out["usage"]["completion_tokens"])
-    return {"available": True, "tok_s": n / elapsed if elapsed > 0 else 0.0, "note": "includes prompt processing"}
+    """llama.cpp plain and prompt lookup on the bench's prompts (engine/bench_llama.py), with the
+    engine's own thread count; ``tok_s``: plain, geometric mean over the prompts."""
+    from engine import bench_llama, matmul
+
+    threads = matmul.default_threads() if matmul.ort_available() else 1  # the engine's ort threads
+    out = bench_llama.measure(path, options.prompts, options.decode_tokens, options.k, threads,
+                              options.repeats, options.seed)
+    if out.get("available"):
+        out["tok_s"] = out["plain"]["geomean_tok_s"]
+        out["engine_threads"] = threads
+    return out
 
 
 def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, Any]:
@@ -457,7 +461,11 @@ def _backend_ratios(report: dict[str, Any], llama: Any) -> dict[str, float | Non
         bound = max(float(m["bound_tok_s"]) for n, m in modes.items() if n.startswith("f32/"))
         out["exact_plain_over_f32_bound"] = float(exact["plain_tok_s"]) / bound
     out["int8_plain_over_exact_plain"] = float(int8["plain_tok_s"]) / float(exact["plain_tok_s"]) if int8 and exact else None
-    out["int8_plain_over_llama_cpp"] = float(int8["plain_tok_s"]) / float(llama) if int8 and llama else None
+    out["int8_plain_step_over_llama_cpp_plain"] = float(int8["plain_tok_s"]) / float(llama) if int8 and llama else None
+    from engine import bench_llama
+
+    int8_runs = report.get("speculative_int8", {}).get("ngram", {})
+    out.update(bench_llama.ratios(report["llama_cpp"], int8_runs.get("runs", []) if isinstance(int8_runs, dict) else []))
     spec = report.get("speculative_int8", {}).get("ngram")
     out["int8_speculative_ngram_geomean_over_int8_plain"] = float(spec["geomean_speedup"]) if isinstance(spec, dict) else None
     rss = report.get("backends", {}).get("rss", {}).get("int8/ort-q", {})
@@ -509,8 +517,7 @@ def format_report(report: dict[str, Any]) -> str:
             )
     ref = report["reference"].get("tok_s")
     lines.append(f"reference: {ref:.2f} tok/s" if ref else "reference: skipped")
-    llama = report["llama_cpp"]
-    lines.append(f"llama.cpp: {llama['tok_s']:.1f} tok/s" if llama.get("available") else f"llama.cpp: {llama['note']}")
+    lines.extend(_format_llama(report["llama_cpp"]))
     ee = report["early_exit"]
     if ee["available"]:
         lines.append(
@@ -523,6 +530,17 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in report["ratios"].items() if v is not None))
     lines.append(f"peak RSS {report['peak_rss_mib']:.0f} MiB; load {report['load_s']:.1f} s")
     return "\n".join(lines)
+
+
+def _format_llama(llama: dict[str, Any]) -> list[str]:
+    if not llama.get("available"):
+        return [f"llama.cpp: {llama.get('note')}"]
+    lines = []
+    for name in ("plain", "prompt_lookup"):
+        runs = ", ".join(f"{r['prompt']} {r['tok_s']:.1f}" for r in llama[name]["runs"])
+        lines.append(f"llama.cpp {name} ({llama['threads']} threads, llama-cpp-python {llama['version']}): "
+                     f"geomean {llama[name]['geomean_tok_s']:.1f} tok/s end to end; {runs}")
+    return lines
 
 
 def _format_backends(report: dict[str, Any]) -> list[str]:
@@ -543,7 +561,7 @@ def _format_backends(report: dict[str, Any]) -> list[str]:
             lines.append(
                 f"backend {name}: peak RSS {r['peak_rss_mib']:.0f} MiB = {r['over_file_plus_kv']:.2f}x (file "
                 f"{r['file_mib']:.0f} + KV {r['kv_mib']:.1f} MiB); {r['model_over_file_plus_kv']:.2f}x without the "
-                f"interpreter's {r['interpreter_mib']:.0f} MiB"
+                f"interpreter's {r['interpreter_mib']:.0f} MiB (target {r.get('target_over_file_plus_kv', 1.5)}x)"
             )
     spec = report.get("speculative_int8", {}).get("ngram")
     if isinstance(spec, dict):

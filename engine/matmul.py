@@ -94,31 +94,51 @@ class NumpyMatmul:
         return np.asarray(x @ self.w.T, dtype=np.float32)
 
 
-class _OrtSession:
-    """One onnxruntime session over a one-input, one-output graph ``A [T, n_in] -> Y [T, n_out]``."""
+INLINE_BYTES = 4096  # initializers smaller than this stay in the graph (shape inference reads them)
 
-    def __init__(self, nodes: list[Any], initializers: list[Any], n_in: int, n_out: int, threads: int) -> None:
+
+class _OrtSession:
+    """One onnxruntime session over a one-input, one-output graph ``A [T, n_in] -> Y [T, n_out]``.
+
+    The weights reach onnxruntime as external data in a temporary file, never inside the graph
+    proto: an in-proto initializer is held twice (the parsed graph's copy and the session's), and
+    the kernels prepack it a third time. From a file, onnxruntime maps the bytes, prepacks them
+    and drops the mapping (a documented path: no buffer of ours must outlive the call). Measured
+    on SmolLM2's gate/up (1.3 MiB of kernel blocks): 3.1 MiB resident per session from the proto,
+    1.9 MiB from the file (the prepacked copy alone). The files are deleted once the session exists.
+    """
+
+    def __init__(self, nodes: list[Any], initializers: dict[str, npt.NDArray[Any]], n_in: int, n_out: int,
+                 threads: int) -> None:
+        import tempfile
+
+        import onnx
         import onnxruntime as ort
         from onnx import TensorProto, helper
 
-        graph = helper.make_graph(
-            nodes, "matmul",
-            [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["T", n_in])],
-            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["T", n_out])],
-            initializers,
-        )
-        model = helper.make_model(
-            graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-        )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # shared machine
-        options.log_severity_level = 3
-        options.enable_cpu_mem_arena = False  # 121 sessions: a per-session arena each costs memory (measured)
-        options.enable_mem_pattern = False
-        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        with tempfile.TemporaryDirectory(prefix="verispec-ort-", ignore_cleanup_errors=True) as folder:
+            tensors = _external_initializers(initializers, os.path.join(folder, "weights.bin"))
+            graph = helper.make_graph(
+                nodes, "matmul",
+                [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["T", n_in])],
+                [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["T", n_out])],
+                tensors,
+            )
+            model = helper.make_model(
+                graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+            )
+            model_path = os.path.join(folder, "model.onnx")
+            onnx.save(model, model_path)
+            del model, graph, tensors
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # shared machine
+            options.log_severity_level = 3
+            options.enable_cpu_mem_arena = False  # 121 sessions: a per-session arena each costs memory (measured)
+            options.enable_mem_pattern = False
+            self.session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
         self.n_in, self.n_out = n_in, n_out
 
     def __call__(self, x: F32) -> F32:
@@ -126,13 +146,49 @@ class _OrtSession:
         return np.asarray(out, dtype=np.float32)
 
 
+_ONNX_TYPES = {np.dtype(np.uint8): 2, np.dtype(np.float32): 1, np.dtype(np.int64): 7}  # TensorProto enums
+_PAGE = 4096
+
+
+def _external_initializers(arrays: dict[str, npt.NDArray[Any]], path: str) -> list[Any]:
+    """Write the large ``arrays`` to ``path`` (page-aligned, so onnxruntime can map them) and return
+    TensorProtos: external references for those, inline tensors for the small ones."""
+    from onnx import TensorProto, numpy_helper
+
+    tensors: list[Any] = []
+    offset = 0
+    with open(path, "wb") as out:
+        for name, array in arrays.items():
+            array = np.ascontiguousarray(array)
+            if array.nbytes < INLINE_BYTES:
+                tensors.append(numpy_helper.from_array(array, name))
+                continue
+            pad = -offset % _PAGE
+            out.write(b"\0" * pad)
+            offset += pad
+            proto = TensorProto()
+            proto.name = name
+            proto.data_type = _ONNX_TYPES[array.dtype]
+            proto.dims.extend(int(n) for n in array.shape)
+            proto.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", os.path.basename(path)), ("offset", str(offset)),
+                               ("length", str(array.nbytes))):
+                entry = proto.external_data.add()
+                entry.key, entry.value = key, value
+            out.flush()
+            array.tofile(out)  # straight from the array: no bytes copy
+            offset += array.nbytes
+            tensors.append(proto)
+    return tensors
+
+
 def ort_f32(w: F32, threads: int) -> _OrtSession:
     """onnxruntime ``MatMul`` with ``W.T [n_in, n_out]`` as an initializer (prepacked by MLAS)."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     n_out, n_in = int(w.shape[0]), int(w.shape[1])
-    weight = numpy_helper.from_array(np.ascontiguousarray(np.asarray(w, dtype=np.float32).T), "W")
-    return _OrtSession([helper.make_node("MatMul", ["A", "W"], ["Y"])], [weight], n_in, n_out, threads)
+    weight = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)
+    return _OrtSession([helper.make_node("MatMul", ["A", "W"], ["Y"])], {"W": weight}, n_in, n_out, threads)
 
 
 def _pack_levels(blocks: KernelBlocks) -> npt.NDArray[np.uint8]:
@@ -182,26 +238,24 @@ def ort_blocks(blocks: KernelBlocks, threads: int) -> _OrtSession:
     kernel itself (:func:`_with_block_sums`), and ``Y = Yq + sums @ mins.T`` is the dot product of
     the rounded x with the true weights, as llama.cpp's Q8_1 sums give it.
     """
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     n, k = blocks.shape
     kernel = blocks if blocks.mins is None else _with_block_sums(blocks)
     n_kernel = kernel.shape[0]
-    inits = [
-        numpy_helper.from_array(_pack_levels(kernel), "B"),
-        numpy_helper.from_array(kernel.scales.reshape(-1), "S"),
-        numpy_helper.from_array(_pack_zeros(kernel).reshape(-1), "Z"),
-    ]
+    inits: dict[str, npt.NDArray[Any]] = {
+        "B": _pack_levels(kernel),
+        "S": kernel.scales.reshape(-1),
+        "Z": _pack_zeros(kernel).reshape(-1),
+    }
     out = "Y" if blocks.mins is None else "Yx"
     nodes = [helper.make_node(
         "MatMulNBits", ["A", "B", "S", "Z"], [out], domain="com.microsoft",
         K=k, N=n_kernel, bits=kernel.bits, block_size=kernel.block, accuracy_level=ACCURACY_INT8,
     )]
     if blocks.mins is not None:
-        inits += [
-            numpy_helper.from_array(np.array([n, n_kernel - n], dtype=np.int64), "parts"),
-            numpy_helper.from_array(np.ascontiguousarray(blocks.mins.T), "M"),  # [n_blocks, N]
-        ]
+        inits["parts"] = np.array([n, n_kernel - n], dtype=np.int64)  # inline: Split's shape needs it
+        inits["M"] = np.ascontiguousarray(blocks.mins.T)  # [n_blocks, N]
         nodes += [
             helper.make_node("Split", ["Yx", "parts"], ["Yq", "Sums"], axis=1),  # [T, N], [T, nb]
             helper.make_node("MatMul", ["Sums", "M"], ["Ym"]),                 # [T, N]

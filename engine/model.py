@@ -35,7 +35,7 @@ from reference import layers
 from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
 from reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
 from reference.kvcache import KVCache
-from reference.model import ForwardResult, TokenIds, check_tokens, span_positions
+from reference.model import ForwardResult, Mask, TokenIds, check_tokens, span_positions, tree_span
 from engine.weights import FusedLayer, WeightStore, load_weights
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class FastModel:
     """A loaded model with the reference :class:`~reference.model.Model` interface, fast."""
 
     def __init__(self, config: Config, store: WeightStore, *, load_time_s: float = 0.0) -> None:
-        from engine import FAST_ARCHITECTURES
+        from engine.architectures import FAST_ARCHITECTURES
 
         if config.arch not in FAST_ARCHITECTURES:
             raise UnsupportedArchitecture(
@@ -115,6 +115,13 @@ class FastModel:
             )
         return EngineCache(self.config, capacity)
 
+    def verify_cost_curve(self, max_rows: int) -> dict[int, float]:
+        """rows -> cost of a ``rows``-row forward relative to one row, measured once per model in
+        this process (engine/verify_cost.py); speculative decoding's ``--adaptive`` caps k by it."""
+        from engine.verify_cost import cost_curve
+
+        return cost_curve(self, max_rows)
+
     # -- the forward pass ------------------------------------------------------------------------
 
     def forward(
@@ -125,18 +132,23 @@ class FastModel:
         positions: Sequence[int] | None = None,
         return_hidden: bool = False,
         last_only: bool = False,
+        tree_parents: Sequence[int] | None = None,
     ) -> ForwardResult:
         """Same contract as :meth:`reference.model.Model.forward`; ``last_only`` gives ``[1, V]``.
 
         Non-finite activations raise ModelError (naming the first layer where they appear) and
-        leave the cache length unchanged.
+        leave the cache length unchanged. ``tree_parents``: a token-tree span, as the reference's
+        (tree attention mask; ModelError in the batch-invariant int8 mode, which scores chains).
         """
         ids = check_tokens(tokens, self.config.n_vocab)
+        visible, positions = tree_span(tree_parents, positions, cache.length, len(ids))
+        if visible is not None and self.batch_invariant:
+            raise ModelError("the int8 mode's batch-invariant attention scores chains, not token trees")
         pos = span_positions(positions, cache.length, len(ids), self.config.context_length)
         start = cache.reserve(len(ids))
         x = self.embed(ids)  # [T, n_embd]
         collected: list[F32] | None = [x] if return_hidden else None
-        x = self._run_layers(x, cache, 0, self.config.n_layer - 1, pos, start, collected)
+        x = self._run_layers(x, cache, 0, self.config.n_layer - 1, pos, start, collected, visible)
         logits = self.head(x[-1:] if last_only else x)
         if not np.isfinite(logits).all():
             self._raise_non_finite(ids, pos)
@@ -194,13 +206,14 @@ class FastModel:
         positions: npt.NDArray[np.int64],  # [T]
         start: int,
         collected: list[F32] | None,
+        span_visible: Mask | None = None,  # [T, T] tree attention (reference/tree_attention.py)
     ) -> F32:
         tables: dict[tuple[float, float], tuple[F32, F32]] = {}
         for layer in range(first_layer, last_layer + 1):
             key = (self.config.layer_rope_base(layer), self.config.layer_rope_freq_scale(layer))
             if key not in tables:
                 tables[key] = self._rope_tables(positions, *key)
-            x = self._layer(x, layer, self.store.layer(layer), cache, positions, start, tables[key])
+            x = self._layer(x, layer, self.store.layer(layer), cache, positions, start, tables[key], span_visible)
             if collected is not None:
                 collected.append(x)
         return x
@@ -214,6 +227,7 @@ class FastModel:
         positions: npt.NDArray[np.int64],
         start: int,
         rope: tuple[F32, F32],
+        span_visible: Mask | None = None,
     ) -> F32:
         """One decoder layer (see reference.model.Model._layer), on fused weights."""
         cfg = self.config
@@ -233,7 +247,8 @@ class FastModel:
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
         end = start + n_tokens
         attend = self._attend_invariant if self.batch_invariant else self._attend
-        a = w.o(attend(q, layer, cache, positions, end))  # [T, n_embd]
+        a = w.o(self._attend(q, layer, cache, positions, end, span_visible) if span_visible is not None
+                else attend(q, layer, cache, positions, end))  # [T, n_embd]
         if w.bo is not None:
             a += w.bo
         if w.post_attn_norm is not None:
@@ -255,21 +270,24 @@ class FastModel:
         return np.asarray(x + f, dtype=np.float32)
 
     def _attend(
-        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
+        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int,
+        span_visible: Mask | None = None,
     ) -> F32:
         """Attention of the span in blocks of query rows (rows are independent): the scores of a
         block are ``[n_head, block, S]``, so a prefill's memory grows linearly with its length."""
         block = layers.ATTENTION_QUERY_BLOCK
         if q.shape[0] <= block:
-            return self._attend_block(q, layer, cache, positions, end)
+            return self._attend_block(q, layer, cache, positions, end, span_visible)
         parts = [
-            self._attend_block(q[i : i + block], layer, cache, positions[i : i + block], end)
+            self._attend_block(q[i : i + block], layer, cache, positions[i : i + block], end,
+                               None if span_visible is None else span_visible[i : i + block])
             for i in range(0, q.shape[0], block)
         ]
         return np.concatenate(parts)
 
     def _attend_block(
-        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
+        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int,
+        span_visible: Mask | None = None,  # [block, T]: this block's rows of the tree mask
     ) -> F32:
         """Grouped-query softmax attention of the span over slots ``[0, end)`` -> ``[T, q]``."""
         cfg = self.config
@@ -283,6 +301,8 @@ class FastModel:
         window = cfg.sliding_window if cfg.is_sliding(layer) else 0
         if n_tokens > 1 or window > 0 or positions[-1] < cache.positions[:end].max():
             mask = layers.attention_mask(positions, cache.positions[:end], window)  # [T, S]
+            if span_visible is not None:  # the tree's rows are the last keys
+                mask[:, end - span_visible.shape[1] :] &= span_visible
             visible = np.tile(mask, (group, 1))  # [g*T, S]
             scores = np.where(visible, scores, np.float32(-np.inf))
         scores -= np.max(scores, axis=-1, keepdims=True)

@@ -30,6 +30,7 @@ import numpy.typing as npt
 from engine import matmul
 from engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, repack
 from engine.matmul import Matmul, NumpyMatmul
+from engine.pages import drop_pages
 from reference import quants
 from reference.config import Config
 from reference.errors import ModelError, UnsupportedArchitecture
@@ -43,7 +44,7 @@ U8 = npt.NDArray[np.uint8]
 WEIGHT_MODES: tuple[str, ...] = ("f32", "quantized", "int8")
 BACKEND_CHOICES: tuple[str, ...] = ("auto", *matmul.EXACT_BACKENDS)  # the f32 mode's kernel
 HEAD_CHUNK_ROWS = 8192  # quantized mode: head rows dequantized at a time (8192 x n_embd float32)
-INT8_HEAD_CHUNK_ROWS = 32768  # ort / int8: head rows per kernel session (bounds the load's copies)
+INT8_HEAD_CHUNK_ROWS = 8192  # ort / int8: head rows per kernel session (bounds the load's transient copies)
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
 
 
@@ -86,7 +87,9 @@ class _Tensors:
 
     def f32(self, name: str, shape: tuple[int, ...]) -> F32:
         self.check(name, shape)
-        return np.ascontiguousarray(self.f.dequantize(name), dtype=np.float32).reshape(shape)
+        out = np.ascontiguousarray(self.f.dequantize(name), dtype=np.float32).reshape(shape)
+        drop_pages(self.f.raw(name))  # read once: its file pages need not stay resident
+        return out
 
     def optional(self, name: str, shape: tuple[int, ...]) -> F32 | None:
         return self.f32(name, shape) if self.has(name) else None
@@ -94,7 +97,8 @@ class _Tensors:
 
 @dataclass(frozen=True)
 class _QuantTensor:
-    """A tensor's GGUF bytes (a private copy: the file may close) and what decodes them."""
+    """A tensor's GGUF bytes (a private copy, or a view of the file mapping, which the view keeps
+    alive past ``close()``) and what decodes them."""
 
     name: str
     raw: U8
@@ -182,28 +186,30 @@ class WeightStore:
 # -- memory -----------------------------------------------------------------------------------------
 
 
+INT8_RESIDENT_FACTOR = 2  # int8 mode: resident bytes per kernel byte, an upper bound (estimate_bytes)
+
+
 def estimate_bytes(f: "GGUFFile", mode: str) -> int:
     """Resident bytes the weights of ``mode`` will take, from the tensor table alone.
 
     f32: 4 bytes per element of every tensor (a tied head shares the embedding). quantized: the
     file's bytes of every tensor, plus the largest layer dequantized (the working set) and one head
-    chunk. int8: the kernel's bytes of every matrix (:func:`engine.blocks.kernel_nbytes`), the
-    embedding's file bytes (its rows are looked up there), 4 bytes an element of the rest.
+    chunk. int8: :data:`INT8_RESIDENT_FACTOR` x the kernel's bytes of every matrix
+    (:func:`engine.blocks.kernel_nbytes`), 4 bytes an element of the rest; the embedding's rows are
+    read from the file mapping, not copied. The factor 2 bounds what onnxruntime holds per kernel
+    byte: its prepacked copy (MLAS adds a float32 block sum per block: at most 4 / 13 = 31% more, for
+    4-bit levels in blocks of 16), while a matrix is built its transient copies (the levels one byte
+    a weight, the file onnxruntime reads, bounded by one head chunk, INT8_HEAD_CHUNK_ROWS rows), and
+    allocator slack (SmolLM2 measured 1.5x the kernel bytes steady, 1.65x at its peak, Gemma 3 1.3x /
+    1.45x, without the interpreter; tests/test_engine_memory.py checks the bound).
     """
     _check_mode(mode)
     infos = list(f.tensors.values())
     if mode == "f32":
         return sum(4 * t.n_elements for t in infos)
     if mode == "int8":
-        tied = "output.weight" not in f.tensors
-        total = 0
-        for t in infos:
-            if len(t.shape) == 2:
-                total += kernel_nbytes(t.ggml_type, t.n_elements)
-                total += t.nbytes if t.name == "token_embd.weight" and tied else 0
-            else:
-                total += 4 * t.n_elements
-        return total
+        return sum(INT8_RESIDENT_FACTOR * kernel_nbytes(t.ggml_type, t.n_elements) if len(t.shape) == 2
+                   else 4 * t.n_elements for t in infos)
     per_layer: dict[str, int] = {}
     for t in infos:
         if t.name.startswith("blk."):
@@ -362,7 +368,7 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
     """
     _check_mode(mode)
     kernel = resolve_backend(mode, backend)
-    from engine import FAST_ARCHITECTURES
+    from engine.architectures import FAST_ARCHITECTURES
 
     if cfg.arch not in FAST_ARCHITECTURES:
         raise UnsupportedArchitecture(
@@ -387,6 +393,12 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
         info = f.tensors[name]
         return _QuantTensor(name, np.array(f.raw(name), dtype=np.uint8), info.ggml_type, shape)
 
+    def rows_in_file(name: str, shape: tuple[int, ...]) -> _QuantTensor:
+        """A table read by rows (the embedding) left in the file mapping: only the pages of
+        looked-up rows become resident (a view keeps the mapping alive past ``f.close()``)."""
+        t.check(name, shape)
+        return _QuantTensor(name, f.raw(name), f.tensors[name].ggml_type, shape)
+
     def vectors(p: str) -> dict[str, F32 | None]:
         return {key: (t.f32(p + suffix, shape) if required else t.optional(p + suffix, shape))
                 for key, (suffix, shape, required) in shapes.items() if len(shape) == 1}
@@ -408,14 +420,15 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
             head = token_embd if tied else t.f32("output.weight", (cfg.n_vocab, e))
             return WeightStore(mode, output_norm, rope_freqs, layers=fused, token_embd=token_embd,
                                output=NumpyMatmul(head), backend=kernel)
-        head_q = keep(head_name, (cfg.n_vocab, e))
+        head_q = rows_in_file(head_name, (cfg.n_vocab, e))
         chunks: list[Matmul] = []
         for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):  # the kernel keeps its own copy:
             ids = np.arange(first, min(first + INT8_HEAD_CHUNK_ROWS, cfg.n_vocab), dtype=np.int64)
             chunks.append(matmul.exact(head_q.rows(ids), kernel))  # built a chunk at a time
             matmul.release_freed_memory()
+        drop_pages(head_q.raw)
         output: Matmul = chunks[0] if len(chunks) == 1 else matmul.RowChunks(chunks)
-        embd_rows = head_q if tied else keep("token_embd.weight", (cfg.n_vocab, e))
+        embd_rows = rows_in_file("token_embd.weight", (cfg.n_vocab, e))
         return WeightStore(mode, output_norm, rope_freqs, layers=fused, output=output,
                            token_embd_q=embd_rows, backend=kernel)
 
@@ -428,7 +441,10 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
                 for name, n_out in zip(names, shape_rows):
                     t.check(name, (n_out, n_in))
                     parts.append(repack(f.raw(name), f.tensors[name].ggml_type, (n_out, n_in), name=name))
-                return matmul.ort_blocks(concat(parts), matmul.default_threads())
+                kernel_matmul = matmul.ort_blocks(concat(parts), matmul.default_threads())
+                for name in names:
+                    drop_pages(f.raw(name))  # repacked: the file's pages need not stay resident
+                return kernel_matmul
             except NotBlockQuantized:  # kept exact, never requantized; listed for the load report
                 floats.extend(names)
                 w = np.concatenate([t.f32(name, (n_out, n_in)) for name, n_out in zip(names, shape_rows)])
@@ -440,7 +456,9 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
             raw = np.asarray(f.raw(head_name)).reshape(cfg.n_vocab, row_bytes)[first : first + rows]
             try:
                 part = repack(raw.reshape(-1), info.ggml_type, (rows, e), name=head_name)
-                return matmul.ort_blocks(part, matmul.default_threads())
+                chunk = matmul.ort_blocks(part, matmul.default_threads())
+                drop_pages(raw.reshape(-1))
+                return chunk
             except NotBlockQuantized:
                 if head_name not in floats:
                     floats.append(head_name)
@@ -467,7 +485,7 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
         output_m: Matmul = head_parts[0] if len(head_parts) == 1 else matmul.RowChunks(head_parts)
         matmul.release_freed_memory()
         return WeightStore(mode, output_norm, rope_freqs, layers=layers_q, output=output_m,
-                           token_embd_q=keep("token_embd.weight", (cfg.n_vocab, e)), backend=kernel,
+                           token_embd_q=rows_in_file("token_embd.weight", (cfg.n_vocab, e)), backend=kernel,
                            float_matrices=tuple(floats))
 
     quantized: list[dict[str, _QuantTensor | F32 | None]] = []

@@ -22,6 +22,14 @@ A cycle with no draft (n = 0: nothing to look up, p-min, adaptive k = 0) is a pl
 target pass, the token drawn from p_0 with one uniform, exactly as :mod:`reference.generate` does.
 Sampled targets are never verified greedily, whatever the draft does.
 
+A draft that proposes token TREES (:class:`reference.tree_decode.TreeDraftSource` with a positive
+``tree_width``: ``--draft suffix:tree``) runs the tree cycle instead (:mod:`reference.tree_decode`):
+the whole tree (depth <= k) scored in ONE pass under a tree attention mask, verified by the tree
+protocol (greedy: the longest argmax path; sampled: recursive rejection sampling over siblings,
+reference/tree_speculative.py), the accepted path's K, V kept in O(accepted) and the rest dropped;
+the same session commits the path and the target's token. The draft's cost model picks the tree's
+size per cycle (no AdaptiveK).
+
 The model, the draft and the verifier are taken through the seams of :mod:`reference.seams`
 (``TargetModel``: ``Model`` of :mod:`reference.model` and the fast engine's ``FastModel`` satisfy
 it), so a faster engine with the same contract plugs in.
@@ -32,9 +40,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from reference import speculative
+from reference import speculative, tree_decode
 from reference.drafts import AdaptiveK, check_options
 from reference.sampling import sample, target_distribution
 from reference.seams import DraftContext, DraftSource, LawFn, TargetModel
@@ -70,10 +78,30 @@ class Cycle:
     emitted: tuple[int, ...]         # tokens committed (cut at EOG / stop string / max_tokens)
     draft_s: float                   # time in propose
     verify_s: float                  # time in score + verification
+    parents: tuple[int, ...] | None = None  # a token tree: parent of each drafted node (0 = root,
+                                            # node i = drafted[i - 1]); None for a single path
+    path: tuple[int, ...] = ()       # a token tree: the accepted nodes
 
     @property
     def first_rejection(self) -> int | None:
         return self.accepted if self.kind == "repair" else None
+
+    @property
+    def depth(self) -> int:
+        """Deepest drafted position (a single path: its length)."""
+        if self.parents is None:
+            return len(self.drafted)
+        depths = [0]
+        for parent in self.parents:
+            depths.append(depths[parent] + 1)
+        return max(depths)
+
+    @property
+    def width(self) -> int:
+        """Most drafted candidates at one position (a single path: 1, or 0 with no drafts)."""
+        if self.parents is None:
+            return min(1, len(self.drafted))
+        return max((self.parents.count(v) for v in set(self.parents)), default=0)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -84,6 +112,7 @@ class Cycle:
             "plain": self.token if self.kind == "plain" else None,
             "emitted": list(self.emitted),
             "draft_ms": round(self.draft_s * 1e3, 3), "verify_ms": round(self.verify_s * 1e3, 3),
+            **({} if self.parents is None else {"tree_parents": list(self.parents), "path": list(self.path)}),
         }
 
 
@@ -98,7 +127,16 @@ class SpeculativeResult:
     draft_time_s: float
 
 
+def _measured_cost(model: TargetModel, max_rows: int) -> dict[int, float] | None:
+    """The model's measured verify-cost curve when it offers one (the engine's
+    ``verify_cost_curve``, engine/verify_cost.py), else None (AdaptiveK without a cost cap)."""
+    curve = getattr(model, "verify_cost_curve", None)
+    return curve(max_rows) if callable(curve) else None
+
+
 # -- the loop ---------------------------------------------------------------------------------------
+
+TREE_NODE_BUDGET = 64  # cache rows reserved past the history for a draft tree (the draft caps its own)
 
 
 def speculative_generate(
@@ -122,8 +160,12 @@ def speculative_generate(
     session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
     params, rng, history = request.params, session.rng, session.history
     mode = speculative.verification_mode(params, params)
-    adaptive = AdaptiveK(options.k) if options.adaptive else None
-    capacity = min(model.config.context_length, len(session.prompt) + request.max_tokens + options.k + 1)
+    trees = draft if isinstance(draft, tree_decode.TreeDraftSource) and draft.tree_width > 0 else None
+    adaptive = (
+        AdaptiveK(options.k, cost=_measured_cost(model, options.k + 1)) if options.adaptive and trees is None else None
+    )
+    room = options.k if trees is None else max(options.k, TREE_NODE_BUDGET)  # rows past the history
+    capacity = min(model.config.context_length, len(session.prompt) + request.max_tokens + room + 1)
     cache = model.new_cache(capacity)
     draft.start(DraftContext(model, cache, params, rng, options.p_min, law))
 
@@ -131,6 +173,9 @@ def speculative_generate(
     session.begin()
     while not session.done:
         before = len(history)
+        if trees is not None and trees.tree_width > 0:  # start() may narrow it (chains only)
+            cycles.append(_tree_cycle(trees, session, cache, options.k, capacity, law))
+            continue
         pending = history[cache.length :]
         want = adaptive.next_k() if adaptive is not None else options.k
         want = min(want, session.remaining - 1, capacity - before)
@@ -167,3 +212,25 @@ def speculative_generate(
         generation, tuple(cycles), draft.name, mode, options, draft.draft_passes, draft.draft_time_s
     )
 
+
+
+def _tree_cycle(
+    draft: tree_decode.TreeDraftSource, session: DecodeSession, cache: Any, k: int, capacity: int, law: LawFn
+) -> Cycle:
+    """One token-tree cycle (reference/tree_decode.py), committed to the session."""
+    history = session.history
+    max_depth = min(k, session.remaining - 1)
+    max_nodes = capacity - len(history)
+    proposal, outcome, draft_s, verify_s = tree_decode.run_tree_cycle(
+        draft, history, cache, max_depth, max_nodes, session.request.params, session.rng, law
+    )
+    tree = proposal.tree
+    emitted: list[int] = []
+    for t in [*tree.path_tokens(outcome.path), outcome.token]:  # the session may end inside the span
+        emitted.append(t)
+        if session.commit(t):
+            break
+    session.target_passes += 1
+    drafted = tuple(tree.tokens[1:])
+    return Cycle(max_depth, drafted, len(outcome.path), outcome.kind, outcome.token, tuple(emitted),
+                 draft_s, verify_s, tuple(tree.parents[1:]) if drafted else None, outcome.path)

@@ -19,44 +19,66 @@ by what verification actually accepted.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
+from statistics import median
 
 PRIOR_ROW_COST = 0.3   # extra plain-pass cost per extra row before any measurement
-EWMA = 0.2             # weight of a new timing / calibration observation
+EWMA = 0.2             # weight of a new calibration observation
+COST_WINDOW = 8        # recent timings per pass size whose median is that size's cost
 CALIBRATION_BOUNDS = (0.25, 2.0)
 MAX_ACCEPT = 0.99      # an estimate never claims certainty
 
 
 class VerifyCost:
-    """c(r): the measured cost of a verification pass over r rows, relative to one row."""
+    """c(r): the measured cost of a verification pass over r rows, relative to one row.
+
+    Robust to a shared, noisy machine: each size keeps the median of its last COST_WINDOW timings
+    (one slow pass, another process's burst, does not steer the next cycles), and the curve is
+    made monotone before use: a pass over fewer rows does the same work on a subset of the rows,
+    so c(r) is taken as the least measured time at any size >= r (a noisy high reading at a small
+    size cannot make larger trees look cheaper than smaller ones).
+    """
 
     def __init__(self, prior_row_cost: float = PRIOR_ROW_COST) -> None:
         self.prior_row_cost = prior_row_cost
-        self.seconds: dict[int, float] = {}  # rows -> running mean seconds
+        self.seconds: dict[int, float] = {}  # rows -> median of the recent timings
+        self._recent: dict[int, deque[float]] = {}
 
     def observe(self, rows: int, seconds: float) -> None:
         if rows < 1 or seconds <= 0:
             return
-        old = self.seconds.get(rows)
-        self.seconds[rows] = seconds if old is None else (1 - EWMA) * old + EWMA * seconds
+        recent = self._recent.setdefault(rows, deque(maxlen=COST_WINDOW))
+        recent.append(seconds)
+        self.seconds[rows] = float(median(recent))
+
+    def _monotone(self) -> dict[int, float]:
+        """The measured times with each replaced by the least time at any size >= it."""
+        out: dict[int, float] = {}
+        least = float("inf")
+        for r in sorted(self.seconds, reverse=True):
+            least = min(least, self.seconds[r])
+            out[r] = least
+        return out
 
     def relative(self, rows: int) -> float:
         """c(rows) >= 1: from measurements when both 1 and ``rows`` (or rows around it) were seen,
         else the prior 1 + prior_row_cost * (rows - 1)."""
         prior = 1.0 + self.prior_row_cost * (rows - 1)
-        one = self.seconds.get(1)
-        if one is None or rows <= 1:
+        if 1 not in self.seconds or rows <= 1:
             return 1.0 if rows <= 1 else prior
-        if rows in self.seconds:
-            return max(1.0, self.seconds[rows] / one)
-        below = [r for r in self.seconds if r < rows]
-        above = [r for r in self.seconds if r > rows]
+        times = self._monotone()
+        one = times[1]
+        if rows in times:
+            return max(1.0, times[rows] / one)
+        below = [r for r in times if r < rows]
+        above = [r for r in times if r > rows]
         if below and above:  # linear interpolation between the nearest measured sizes
             lo, hi = max(below), min(above)
             frac = (rows - lo) / (hi - lo)
-            return max(1.0, ((1 - frac) * self.seconds[lo] + frac * self.seconds[hi]) / one)
+            return max(1.0, ((1 - frac) * times[lo] + frac * times[hi]) / one)
         lo = max(below)  # extrapolate with the prior slope from the largest measured size
-        return max(1.0, self.seconds[lo] / one + self.prior_row_cost * (rows - lo))
+        return max(1.0, times[lo] / one + self.prior_row_cost * (rows - lo))
 
 
 def best_k(accept: Sequence[float], cost: VerifyCost) -> int:
@@ -69,6 +91,27 @@ def best_k(accept: Sequence[float], cost: VerifyCost) -> int:
         rate = expected / cost.relative(k + 1)
         if rate > best_rate:
             best, best_rate = k, rate
+    return best
+
+
+def best_size(reach: Sequence[float], cost: VerifyCost) -> int:
+    """The n in 0..len(reach) maximizing E(n) / c(n + 1), E(n) = 1 + reach[0] + ... + reach[n-1]
+    (the smallest n on ties).
+
+    For a token TREE whose nodes are listed best-first (``reach[i]`` = the estimated probability
+    that node i is accepted: the product of its path's acceptance estimates, nonincreasing along
+    the list, so every prefix of it is a subtree), E(n) is the expected number of tokens a pass
+    over the first n nodes commits: by linearity, the accepted path's length is the number of
+    accepted nodes, plus the bonus or repair token. A chain's reach is a_1, a_1 a_2, ... and this
+    is :func:`best_k`.
+    """
+    best, best_rate = 0, 1.0  # n = 0: one token per plain pass
+    expected = 1.0
+    for n, r in enumerate(reach, start=1):
+        expected += min(max(r, 0.0), MAX_ACCEPT)
+        rate = expected / cost.relative(n + 1)
+        if rate > best_rate:
+            best, best_rate = n, rate
     return best
 
 
@@ -96,6 +139,16 @@ class Calibration:
                 break
             self.predicted[b] += a
             self.accepted[b] += 1.0 if i < accepted else 0.0
+
+    def observe_outcomes(self, estimates: Sequence[float], buckets: Sequence[int], hits: Sequence[bool]) -> None:
+        """A verified TREE: every node verification reached (a child of the root or of an accepted
+        node), with whether it was accepted. Older evidence decays once, as in :meth:`observe`."""
+        for b in set(self.predicted) | set(buckets):
+            self.predicted[b] = self.predicted.get(b, 0.0) * (1 - EWMA)
+            self.accepted[b] = self.accepted.get(b, 0.0) * (1 - EWMA)
+        for a, b, hit in zip(estimates, buckets, hits):
+            self.predicted[b] += a
+            self.accepted[b] += 1.0 if hit else 0.0
 
     def apply(self, estimates: Sequence[float], buckets: Sequence[int]) -> list[float]:
         return [min(MAX_ACCEPT, a * self.factor(b)) for a, b in zip(estimates, buckets)]

@@ -40,7 +40,7 @@ while the measured acceptance and draft cost predict a loss, with probes at grow
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -317,13 +317,20 @@ class AdaptiveK:
     before that, Leviathan's predicted speedup from alpha and the cost ratio c (draft pass over
     verification pass) must be >= 1. After a losing verdict, PROBE_START plain steps run before
     drafting is tried again with k = 1; each losing probe doubles that interval.
+
+    ``cost`` (optional): the measured verify-cost curve, rows -> c(rows) relative to one row
+    (engine/verify_cost.py measures it for the engine's kernel). With it, k never exceeds
+    :func:`best_k_for_cost` at the running acceptance (at least 1: switching drafting off stays
+    the measured verdict above), so a kernel whose passes grow expensive past a few rows is not
+    asked for more.
     """
 
     PROBE_START = 8
     MIN_CYCLES = 3  # drafting cycles observed before drafting may be switched off
 
-    def __init__(self, k_max: int, k_start: int | None = None) -> None:
+    def __init__(self, k_max: int, k_start: int | None = None, cost: Mapping[int, float] | None = None) -> None:
         self.k_max = k_max
+        self.cost = cost
         self.k = min(k_max, 2 if k_start is None else k_start)
         self.drafted = 0
         self.accepted = 0
@@ -355,6 +362,8 @@ class AdaptiveK:
         self.tokens += accepted + 1
         self.time_s += draft_s + verify_s
         self.k = min(self.k_max, self.k + 2) if accepted == drafted else max(1, self.k - 1)
+        if self.cost is not None:
+            self.k = min(self.k, max(1, best_k_for_cost(self.alpha, self.cost, self.k_max)))
         if self.cycles >= self.MIN_CYCLES and not self.pays(draft_s / drafted, verify_s):
             self.plain_left = self.probe_interval
             self.probe_interval *= 2
@@ -383,25 +392,48 @@ def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
     return tokens / (1.0 + cost_ratio * k)
 
 
+def best_k_for_cost(alpha: float, cost: Mapping[int, float], k_max: int) -> int:
+    """The k in 0..k_max maximizing Leviathan's expected tokens per cycle ``(1 - alpha^(k+1)) /
+    (1 - alpha)`` over the cycle's cost ``cost[k + 1]`` (rows -> cost relative to one row; a
+    draft that costs nothing, as a lookup draft nearly does); the smallest such k. Rows missing
+    from ``cost`` are not chosen."""
+    best, best_rate = 0, 1.0  # k = 0: one token per one-row pass
+    for k in range(1, k_max + 1):
+        c = cost.get(k + 1)
+        if c is None:
+            continue
+        rate = predicted_speedup(alpha, k, 0.0) / max(c, 1e-12)
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
+
+
 # -- parsing ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """A parsed ``--draft`` value: kind ``ngram``, ``suffix``, ``layerskip`` (layer), ``model`` (path), ``self``."""
+    """A parsed ``--draft`` value: kind ``ngram``, ``suffix`` (``tree``: ``suffix:tree``, token
+    trees verified in one pass), ``layerskip`` (layer), ``model`` (path), ``self``."""
 
     kind: str
     layer: int = 0
     path: str = ""
+    tree: bool = False
 
     def __str__(self) -> str:
+        if self.tree:
+            return f"{self.kind}:tree"
         return {"layerskip": f"layerskip:{self.layer}", "model": f"model:{self.path}"}.get(self.kind, self.kind)
 
 
 def parse_draft_spec(text: str) -> DraftSpec:
-    """``ngram`` | ``suffix`` | ``layerskip:M`` | ``model:PATH`` | ``self`` -> DraftSpec; DraftError otherwise."""
+    """``ngram`` | ``suffix`` | ``suffix:tree`` | ``layerskip:M`` | ``model:PATH`` | ``self`` ->
+    DraftSpec; DraftError otherwise."""
     if text in ("ngram", "suffix", "self"):
         return DraftSpec(text)
+    if text == "suffix:tree":
+        return DraftSpec("suffix", tree=True)
     kind, sep, arg = text.partition(":")
     if sep and kind == "layerskip":
         try:
@@ -410,7 +442,7 @@ def parse_draft_spec(text: str) -> DraftSpec:
             raise DraftError(f"layerskip needs an integer layer, got {arg!r} in --draft {text!r}") from None
     if sep and kind == "model" and arg:
         return DraftSpec("model", path=arg)
-    raise DraftError(f"unknown draft spec {text!r} (expected ngram, suffix, layerskip:M, model:PATH or self)")
+    raise DraftError(f"unknown draft spec {text!r} (expected ngram, suffix, suffix:tree, layerskip:M, model:PATH or self)")
 
 
 def check_options(k: int, p_min: float) -> None:
@@ -450,12 +482,13 @@ def make_draft(
     if spec.kind == "ngram":
         return NgramDraft()
     if spec.kind == "suffix":
-        from reference.suffix_draft import SuffixCache, SuffixDraft, vocab_fingerprint
+        from reference.suffix_draft import TREE_WIDTH, SuffixCache, SuffixDraft, vocab_fingerprint
 
+        width = TREE_WIDTH if spec.tree else 0
         if cache_path is None:
-            return SuffixDraft()
+            return SuffixDraft(tree_width=width)
         fingerprint = vocab_fingerprint(target_tokenizer) if target_tokenizer is not None else ""
-        return SuffixDraft(SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path)
+        return SuffixDraft(SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path, tree_width=width)
     if spec.kind == "self":
         return ModelDraft(target, "self")
     if spec.kind == "layerskip":

@@ -7,7 +7,10 @@ so the speedup is a ratio of two measurements taken side by side, not a guess. E
     acceptance_rate          accepted drafts / drafted tokens (alpha)
     accepted_per_pass        accepted drafts per target pass
     tokens_per_pass          committed tokens per target pass (the accepted length + 1 on average)
-    per_position_acceptance  [i]: P(draft i accepted | a draft i was proposed)
+    per_position_acceptance  [i]: P(draft i accepted | a draft i was proposed); a token tree: P(the
+                             accepted path reaches depth i + 1 | the tree reaches depth i + 1)
+    tree_shape               token trees only (else None): mean drafted nodes, mean depth and
+                             mean / max width (most candidates at one position) per drafting cycle
     target_passes            verification passes + plain steps (= cycles)
     draft_passes             draft forward passes (ngram: 0)
     ttft_s, tpot_s, tokens_per_s            the speculative run
@@ -62,6 +65,7 @@ class Evidence:
     verify_cost_ratio: float | None
     matches_plain: bool | None
     trace: list[dict[str, object]] | None = None
+    tree_shape: dict[str, float] | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -73,12 +77,19 @@ def evidence(result: SpeculativeResult, plain: GenerationResult | None = None, *
     drafted = sum(len(c.drafted) for c in cycles)
     accepted = sum(c.accepted for c in cycles)
     drafting = [c for c in cycles if c.drafted]
-    depth = max((len(c.drafted) for c in cycles), default=0)
+    depth = max((c.depth for c in cycles), default=0)
     per_position = [
         sum(1 for c in cycles if c.accepted > i) / n
         for i in range(depth)
-        if (n := sum(1 for c in cycles if len(c.drafted) > i))
+        if (n := sum(1 for c in cycles if c.depth > i))
     ]
+    trees = [c for c in drafting if c.parents is not None]
+    tree_shape = None if not trees else {
+        "nodes": sum(len(c.drafted) for c in trees) / len(trees),
+        "depth": sum(c.depth for c in trees) / len(trees),
+        "width": sum(c.width for c in trees) / len(trees),
+        "max_width": float(max(c.width for c in trees)),
+    }
     passes = len(cycles)
     stats = result.generation.stats
     alpha = accepted / drafted if drafted else 0.0
@@ -125,6 +136,7 @@ def evidence(result: SpeculativeResult, plain: GenerationResult | None = None, *
         verify_cost_ratio=verify,
         matches_plain=matches,
         trace=[c.as_dict() for c in cycles] if trace else None,
+        tree_shape=tree_shape,
     )
 
 

@@ -12,6 +12,7 @@ O(1); the stale slots past it are simply overwritten by the next span.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,6 +47,31 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ModelError(f"cannot truncate a KV cache of length {self.length} to {length}")
         self.length = length
+
+    def keep(self, start: int, slots: Sequence[int]) -> None:
+        """Keep, past the first ``start`` slots, only ``slots`` (committed, strictly increasing,
+        each ``>= start``), moved down to ``start, start + 1, ...``; the length becomes
+        ``start + len(slots)``. After a token-tree verification this keeps the accepted path's K, V
+        and positions and drops the other candidates: O(len(slots)) copies (a slot already in place
+        is not copied), whatever the tree's size.
+
+        Moving in increasing order is safe: slot j's destination ``start + j`` is below every later
+        source (``slots[j'] > slots[j] >= start + j``), so no source is overwritten before it is read.
+        """
+        rows = [int(s) for s in slots]
+        if not 0 <= start <= self.length:
+            raise ModelError(f"cannot keep slots after {start} in a KV cache of length {self.length}")
+        for j, slot in enumerate(rows):
+            if not start + j <= slot < self.length or (j and slot <= rows[j - 1]):
+                raise ModelError(
+                    f"slots to keep must be strictly increasing committed slots >= {start}, got {rows}"
+                )
+        for j, slot in enumerate(rows):
+            if slot != start + j:
+                self.k[:, :, start + j] = self.k[:, :, slot]
+                self.v[:, :, start + j] = self.v[:, :, slot]
+                self.positions[start + j] = self.positions[slot]
+        self.length = start + len(rows)
 
     def reserve(self, n_tokens: int, start: int | None = None) -> int:
         """Make room for ``n_tokens`` slots from ``start`` (default: ``length``); return ``start``.

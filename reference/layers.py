@@ -100,20 +100,23 @@ def blocked_attention(
     key_positions: npt.NDArray[np.int64],  # [S]
     sliding_window: int,
     scale: float,
+    span_visible: npt.NDArray[np.bool_] | None = None,  # [T, T] tree attention (reference/tree_attention.py)
 ) -> F32:
     """:func:`attention` under :func:`attention_mask`, ATTENTION_QUERY_BLOCK query rows at a time
     -> ``[T, n_head * d]``. Memory is linear in T; BLAS may round a block's rows differently
-    from a whole span's (different matrix shapes), within float32 matmul rounding."""
-    parts = [
-        attention(
-            q[i : i + ATTENTION_QUERY_BLOCK],
-            k,
-            v,
-            attention_mask(query_positions[i : i + ATTENTION_QUERY_BLOCK], key_positions, sliding_window),
-            scale,
-        )
-        for i in range(0, q.shape[0], ATTENTION_QUERY_BLOCK)
-    ]
+    from a whole span's (different matrix shapes), within float32 matmul rounding.
+
+    ``span_visible``: the span is a token tree whose T rows are the LAST T keys; query row i may
+    read span key j only where ``span_visible[i, j]`` (its ancestors and itself), on top of the
+    positional rule (which still decides the prefix keys and the sliding window)."""
+    n_tokens, n_keys = q.shape[0], k.shape[1]
+    parts = []
+    for i in range(0, n_tokens, ATTENTION_QUERY_BLOCK):
+        rows = slice(i, i + ATTENTION_QUERY_BLOCK)
+        mask = attention_mask(query_positions[rows], key_positions, sliding_window)  # [B, S]
+        if span_visible is not None:
+            mask[:, n_keys - n_tokens :] &= span_visible[rows]
+        parts.append(attention(q[rows], k, v, mask, scale))
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 import numpy.typing as npt
 
-from reference import layers
+from reference import layers, tree_attention
 from reference.config import Config
 from reference.errors import ContextOverflow, ModelError
 from reference.kvcache import KVCache
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from reference.gguf import GGUFFile
 
 F32 = npt.NDArray[np.float32]
+Mask = npt.NDArray[np.bool_]
 TokenIds = Union[Sequence[int], npt.NDArray[np.integer]]  # one span of token ids [T]
 
 
@@ -130,20 +131,28 @@ class Model:
         *,
         positions: Sequence[int] | None = None,
         return_hidden: bool = False,
+        tree_parents: Sequence[int] | None = None,
     ) -> ForwardResult:
         """Run a span of ``T`` tokens through every layer; commit its K,V; logits ``[T, V]``.
 
         ``positions`` default to ``cache.length + arange(T)``. Raises ContextOverflow before any
         work when the span does not fit the cache, and ModelError for a bad token id or
         non-finite activations (naming the layer); on error the cache length is unchanged.
+
+        ``tree_parents`` (``[T]``, ``-1 <= parents[i] < i``) makes the span a token tree
+        (:mod:`reference.tree_attention`): row i attends to the prefix and to its own ancestors
+        only, at position ``cache.length + depth(i)`` (the default positions then), so its logits
+        are those of a plain forward over the prefix plus its path. All T rows are written to the
+        cache and committed; the decode loop keeps the accepted path (:meth:`KVCache.keep`).
         """
         ids = check_tokens(tokens, self.config.n_vocab)
+        visible, positions = tree_span(tree_parents, positions, cache.length, len(ids))
         pos = span_positions(positions, cache.length, len(ids), self.config.context_length)
         start = cache.reserve(len(ids))
         x = self.embed(ids)  # [T, n_embd]
         _check_finite(x, "the token embeddings")
         collected: list[F32] | None = [x] if return_hidden else None
-        x = self._run_layers(x, cache, 0, self.config.n_layer - 1, pos, start, collected)
+        x = self._run_layers(x, cache, 0, self.config.n_layer - 1, pos, start, collected, visible)
         logits = self.head(x)
         cache.advance(len(ids))
         hidden = None if collected is None else np.stack(collected)
@@ -205,21 +214,23 @@ class Model:
         positions: npt.NDArray[np.int64],  # [T]
         start: int,
         collected: list[F32] | None,
+        span_visible: Mask | None = None,  # [T, T] tree attention, None for a causal span
     ) -> F32:
         for layer in range(first_layer, last_layer + 1):
-            x = self._layer(x, layer, cache, positions, start)
+            x = self._layer(x, layer, cache, positions, start, span_visible)
             _check_finite(x, f"layer {layer}")
             if collected is not None:
                 collected.append(x)
         return x
 
     def _layer(
-        self, x: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], start: int
+        self, x: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], start: int,
+        span_visible: Mask | None = None,
     ) -> F32:
         """One decoder layer: pre-norm attention block, then pre-norm FFN block, both residual."""
         cfg, w = self.config, self.weights.layers[layer]
         h = layers.rms_norm(x, w.attn_norm, cfg.norm_eps)
-        a = self._attention(h, layer, cache, positions, start)  # [T, n_embd]
+        a = self._attention(h, layer, cache, positions, start, span_visible)  # [T, n_embd]
         if w.post_attn_norm is not None:
             a = layers.rms_norm(a, w.post_attn_norm, cfg.norm_eps)
         x = x + a
@@ -233,7 +244,8 @@ class Model:
         return np.asarray(out, dtype=np.float32)
 
     def _attention(
-        self, h: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], start: int
+        self, h: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], start: int,
+        span_visible: Mask | None = None,
     ) -> F32:
         """Self-attention of the span over every cached slot up to its end -> ``[T, n_embd]``."""
         cfg, w = self.config, self.weights.layers[layer]
@@ -258,7 +270,9 @@ class Model:
         end = start + n_tokens
         window = cfg.sliding_window if cfg.is_sliding(layer) else 0
         keys, values = cache.keys(layer, end)[:n_kv, :, :d], cache.values(layer, end)[:n_kv, :, :d]
-        out = layers.blocked_attention(q, keys, values, positions, cache.positions[:end], window, cfg.attn_scale)
+        out = layers.blocked_attention(
+            q, keys, values, positions, cache.positions[:end], window, cfg.attn_scale, span_visible
+        )
         return layers.linear(out, w.wo, w.bo)
 
     def _rope(self, x: F32, layer: int, positions: npt.NDArray[np.int64]) -> F32:
@@ -309,6 +323,25 @@ def span_positions(
             f"position {int(pos.max()) if pos.max() >= 0 else int(pos.min())} is outside [0, {context_length})"
         )
     return pos
+
+def tree_span(
+    parents: Sequence[int] | None, positions: Sequence[int] | None, cache_length: int, n_tokens: int
+) -> tuple[Mask | None, Sequence[int] | None]:
+    """(span_visible [T, T] or None, positions) of a span with optional ``tree_parents``.
+
+    None: a causal span, positions as given. A chain is a causal span too (no mask: the positional
+    rule is already the ancestor rule). Otherwise the ancestor mask, and positions defaulting to
+    ``cache_length + depth``; ModelError for malformed parents (shared with engine/).
+    """
+    if parents is None:
+        return None, positions
+    arr = tree_attention.check_parents(parents, n_tokens)
+    if positions is None:
+        positions = tree_attention.tree_positions(arr, cache_length).tolist()
+    if tree_attention.is_chain(arr.tolist()):
+        return None, positions
+    return tree_attention.ancestor_mask(arr), positions
+
 
 def _check_finite(x: F32, where: str) -> None:
     if not np.isfinite(x).all():

@@ -28,19 +28,23 @@ suffix; each step takes the most frequent continuation, ties to the most recent 
 from __future__ import annotations
 
 import hashlib
+import heapq
+import itertools
 import json
 import os
 import tempfile
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reference.draft_control import Calibration, VerifyCost, best_k
+from reference.draft_control import MAX_ACCEPT, Calibration, VerifyCost, best_k, best_size
 from reference.errors import DraftError
 from reference.seams import DraftContext, Proposal
+from reference.tree_decode import TreeProposal, score_tree
+from reference.tree_speculative import DraftTree
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,6 +64,9 @@ CACHE_FILE_BYTES = 64 * 1024 * 1024  # a cache file larger than this is refused 
 CACHE_VERSION = 1
 CALIBRATION_BUCKETS = 8  # matched-context lengths >= this share one calibration bucket
 MAX_TIMED_ROWS = 64  # score() calls over more rows (the prompt's prefill) do not inform c(r)
+TREE_WIDTH = 4        # ``suffix:tree``: most children per draft-tree node
+TREE_NODES = 32       # most draft nodes per tree (the cost model usually verifies fewer)
+PLAIN_PROBE = 64      # tree mode: a plain step at least every this many cycles, so c(1) stays measured
 
 
 class Node:
@@ -214,6 +221,89 @@ def walk_steps(
     return steps
 
 
+@dataclass(frozen=True)
+class TreeNode:
+    """One node of a grown draft tree: its parent's id (0 = the root), its token, the raw
+    :class:`Step`-style ``estimate`` and ``context``, and ``reach`` = the product of the
+    calibrated estimates along its path (the estimated probability that it is accepted)."""
+
+    parent: int
+    token: int
+    estimate: float
+    context: int
+    reach: float
+
+
+_State = tuple[Node, int, SuffixTree]  # (suffix-tree node, its string's length, its tree)
+
+
+def continuations(
+    trees: Sequence[SuffixTree], context: Sequence[int], state: _State | None, width: int,
+    max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
+) -> list[tuple[int, float, int, _State]]:
+    """Up to ``width`` observed continuations of ``context``, most frequent first (ties: most
+    recent, then smaller id: the first is :func:`walk_steps`'s choice), as ``(token, estimate,
+    context length, state after it)``. ``state`` is where the previous step left off in a suffix
+    tree; None, a full-depth node or a leaf means: match the longest suffix again, as the walk does."""
+    if state is None or state[1] >= state[2].depth or state[0].total == 0:
+        best: _State | None = None
+        for tree in trees:  # earlier trees win ties in match length
+            found = tree.longest_match(context, max_match, min_match)
+            if found is not None and (best is None or found[0] > best[1]):
+                best = (found[1], found[0], tree)
+        if best is None:
+            return []
+        state = best
+    node, depth, tree = state
+    kids = heapq.nsmallest(width, node.children.items(), key=lambda kv: (-kv[1].count, -kv[1].last, kv[0]))
+    return [(t, c.count / (node.total + 2 / depth), depth, (c, depth + 1, tree)) for t, c in kids]
+
+
+def grow_tree(
+    trees: Sequence[SuffixTree], history: Sequence[int], max_depth: int, max_nodes: int, width: int,
+    calibrate: Callable[[list[float], list[int]], list[float]],
+    max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
+) -> list[TreeNode]:
+    """A draft tree grown best-first: repeatedly add the candidate with the largest ``reach``.
+
+    Every added node offers its ``width`` most frequent continuations as candidates; their reach
+    is the node's times each one's calibrated estimate (siblings' estimates scaled to sum to at
+    most MAX_ACCEPT: they are disjoint events). A child's reach never exceeds its parent's, so the
+    nodes come out in nonincreasing reach and every prefix of the list is a tree (parents first):
+    node i of the list is draft-tree node i + 1, and the cost model may cut the list anywhere
+    (:func:`reference.draft_control.best_size`). With ``width == 1`` this is the walk's chain.
+    """
+    nodes: list[TreeNode] = []
+    paths: list[list[int]] = [[]]
+    depth = [0]
+    order = itertools.count()
+    heap: list[tuple[float, int, int, int, float, int, _State]] = []
+
+    def offer(parent: int, reach: float, state: _State | None) -> None:
+        found = continuations(trees, [*history, *paths[parent]], state, width, max_match, min_match)
+        if not found:
+            return
+        buckets = [min(c, CALIBRATION_BUCKETS) for _, _, c, _ in found]
+        accept = calibrate([e for _, e, _, _ in found], buckets)
+        total = sum(accept)
+        scale = MAX_ACCEPT / total if total > MAX_ACCEPT else 1.0
+        for (token, estimate, context, after), a in zip(found, accept):
+            heapq.heappush(heap, (-reach * a * scale, next(order), parent, token, estimate, context, after))
+
+    if max_depth < 1 or max_nodes < 1:
+        return nodes
+    offer(0, 1.0, None)
+    while heap and len(nodes) < max_nodes:
+        neg_reach, _, parent, token, estimate, context, after = heapq.heappop(heap)
+        nodes.append(TreeNode(parent, token, estimate, context, -neg_reach))
+        node_id = len(nodes)
+        paths.append([*paths[parent], token])
+        depth.append(depth[parent] + 1)
+        if depth[node_id] < max_depth:
+            offer(node_id, -neg_reach, after)
+    return nodes
+
+
 # -- the cross-request cache ------------------------------------------------------------------------
 
 
@@ -289,6 +379,10 @@ class SuffixCache:
         return cache
 
 
+def _uncalibrated(estimates: list[float], buckets: list[int]) -> list[float]:
+    return [min(MAX_ACCEPT, a) for a in estimates]
+
+
 def vocab_fingerprint(tokenizer: "Tokenizer") -> str:
     """sha256 over the vocabulary's token texts: a cache's ids mean nothing under another vocabulary."""
     h = hashlib.sha256()
@@ -307,12 +401,25 @@ class SuffixDraft:
     model of :mod:`reference.draft_control` predicts to pay (possibly none: a plain step), from the
     walk's frequency estimates, calibrated by what was accepted, and the verify-cost curve timed on
     this draft's own score() calls.
+
+    With ``tree_width`` > 0 (``--draft suffix:tree``) it proposes token TREES instead
+    (:meth:`propose_tree`, verified in one pass by :mod:`reference.tree_decode`): up to
+    ``tree_width`` continuations per node, grown best-first by estimated reach, cut by the same cost
+    model (:func:`reference.draft_control.best_size`) timed on whole tree cycles.
     """
 
     def __init__(self, cache: SuffixCache | None = None, cache_path: Path | None = None, *,
                  depth: int = DEPTH, max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
-                 min_prob: float = MIN_PROB, control: bool = True) -> None:
-        self.name = "suffix"
+                 min_prob: float = MIN_PROB, control: bool = True, tree_width: int = 0,
+                 tree_nodes: int = TREE_NODES) -> None:
+        if tree_width < 0 or tree_nodes < 1:
+            raise DraftError(f"tree width must be >= 0 and tree nodes >= 1, got {tree_width} and {tree_nodes}")
+        self.name = "suffix:tree" if tree_width else "suffix"
+        self.requested_width = tree_width
+        self.tree_width = tree_width
+        self.tree_nodes = tree_nodes
+        self._since_plain = 0  # cycles since the last plain step (tree mode)
+        self._last_tree: tuple[int, list[TreeNode]] | None = None
         self.cache = cache
         self.cache_path = cache_path
         self.depth, self.max_match, self.min_match, self.min_prob = depth, max_match, min_match, min_prob
@@ -332,7 +439,9 @@ class SuffixDraft:
         self.ctx = context
         self.draft_passes, self.draft_time_s = 0, 0.0
         self.tree = SuffixTree(self.depth)
-        self.seen, self.prompt_len, self._last = [], None, None
+        self.seen, self.prompt_len, self._last, self._last_tree = [], None, None, None
+        # a batch-invariant target (the engine's int8 mode) scores chains only: width 1
+        self.tree_width = min(self.requested_width, 1) if getattr(context.target, "batch_invariant", False) else self.requested_width
 
     def propose(self, history: Sequence[int], k: int) -> Proposal:
         started = time.perf_counter()
@@ -348,6 +457,61 @@ class SuffixDraft:
         tokens = [s.token for s in steps]
         self.draft_time_s += time.perf_counter() - started
         return Proposal(tuple(tokens))
+
+    # -- token trees ---------------------------------------------------------------------------------
+
+    def propose_tree(self, history: Sequence[int], max_depth: int, max_nodes: int) -> TreeProposal:
+        """A draft tree after ``history`` (deterministic: one-hot laws), cut by the cost model."""
+        started = time.perf_counter()
+        first = self.prompt_len is None  # the prompt's pass: it does not time c(1)
+        self._learn_tree(history)
+        self._sync(history)
+        nodes: list[TreeNode] = []
+        probe = self.control and not first and (1 not in self.cost.seconds or self._since_plain >= PLAIN_PROBE)
+        if not probe:
+            trees = [self.tree] if self.cache is None else [self.tree, self.cache.tree]
+            nodes = grow_tree(trees, history, max_depth, min(max_nodes, self.tree_nodes), max(1, self.tree_width),
+                              self.calibration.apply if self.control else _uncalibrated,
+                              self.max_match, self.min_match)
+            if self.control:
+                nodes = nodes[: best_size([n.reach for n in nodes], self.cost)]
+        self._since_plain = 0 if not nodes else self._since_plain + 1
+        self._last_tree = (len(history), nodes) if nodes else None
+        tree = DraftTree((-1, *(n.parent for n in nodes)), (-1, *(n.token for n in nodes)))
+        self.draft_time_s += time.perf_counter() - started
+        return TreeProposal(tree)
+
+    def score_tree(self, pending: Sequence[int], tree: DraftTree) -> "F32":
+        assert self.ctx is not None, "start() first"
+        return score_tree(self.ctx.target, self.ctx.cache, pending, tree)
+
+    def observe_cycle(self, rows: int, seconds: float) -> None:
+        if rows <= MAX_TIMED_ROWS:
+            self.cost.observe(rows, seconds)
+
+    def _learn_tree(self, history: Sequence[int]) -> None:
+        """Calibrate on the previous tree: below the root and each accepted node, every child was
+        tried, and the one whose token came next (if any) was accepted."""
+        if self._last_tree is None:
+            return
+        base, nodes = self._last_tree
+        self._last_tree = None
+        estimates: list[float] = []
+        buckets: list[int] = []
+        hits: list[bool] = []
+        node, at = 0, base
+        while at < len(history):
+            kids = [i for i, n in enumerate(nodes, start=1) if n.parent == node]
+            nxt = next((i for i in kids if nodes[i - 1].token == history[at]), None)
+            for i in kids:
+                estimates.append(nodes[i - 1].estimate)
+                buckets.append(min(nodes[i - 1].context, CALIBRATION_BUCKETS))
+                hits.append(i == nxt)
+            if nxt is None:
+                break
+            node, at = nxt, at + 1
+        if estimates:
+            self.calibration.observe_outcomes(estimates, buckets, hits)
 
     def _learn(self, history: Sequence[int]) -> None:
         """Calibrate on the previous proposal: its accepted drafts are a prefix of what followed."""

@@ -128,3 +128,29 @@ def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_pa
     with pytest.raises(CalibrationError):
         run_bench(smollm2_path, BenchOptions(decode_tokens=2, prefill_tokens=4, matmul_repeats=1, reference=False,
                                              kernels=False, prompts=(("chat", "Hello"),), repeats=1, early_exit=other))
+
+
+def test_llama_cpp_columns_say_how_to_get_them_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import bench_llama
+
+    monkeypatch.setattr(bench_llama, "available", lambda: False)
+    out = bench_llama.measure(Path("unused.gguf"), [("chat", "hi")], 4, 4, 1, 1)
+    assert out == {"available": False, "note": bench_llama.NOT_INSTALLED}
+    assert "optional extra `llama`" in out["note"] and "from source" in out["note"]
+    assert set(bench_llama.ratios(out, [])) and all(v is None for v in bench_llama.ratios(out, []).values())
+
+
+def test_llama_cpp_ratios_pair_prompts_and_skip_sampled_runs() -> None:
+    from engine import bench_llama
+
+    llama = {"available": True,
+             "plain": {"runs": [{"prompt": "a", "tok_s": 10.0}, {"prompt": "b", "tok_s": 40.0}]},
+             "prompt_lookup": {"runs": [{"prompt": "a", "tok_s": 20.0}, {"prompt": "b", "tok_s": 40.0}]}}
+    ours = [{"prompt": "a", "temperature": 0.0, "plain_tok_s": 20.0, "speculative_tok_s": 40.0},
+            {"prompt": "b", "temperature": 0.0, "plain_tok_s": 10.0, "speculative_tok_s": 20.0},
+            {"prompt": "a", "temperature": 0.8, "plain_tok_s": 1.0, "speculative_tok_s": 1.0}]
+    r = bench_llama.ratios(llama, ours)
+    assert r["int8_plain_over_llama_cpp_plain"] == pytest.approx(math.sqrt(2.0 * 0.25))  # a: 20/10, b: 10/40
+    assert r["int8_ngram_over_llama_cpp_plain"] == pytest.approx(math.sqrt(4.0 * 0.5))
+    assert r["int8_ngram_over_llama_cpp_prompt_lookup"] == pytest.approx(math.sqrt(2.0 * 0.5))
+    assert r["llama_cpp_prompt_lookup_over_llama_cpp_plain"] == pytest.approx(math.sqrt(2.0 * 1.0))

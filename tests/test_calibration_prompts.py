@@ -50,7 +50,9 @@ def test_held_out_prompts_are_disjoint_from_the_generator() -> None:
     """No held-out prompt (nor its first line), up to case and whitespace, is a generated prompt
     or the first line of one, for the first 1000 per kind of the default seed."""
     items = heldout()
-    assert len(items) == 40 and {k for k, _ in items} == set(PROMPT_KINDS)
+    per_kind = {kind: sum(k == kind for k, _ in items) for kind in PROMPT_KINDS}
+    # >= 25 per kind: a per-kind one-sided 95% bound on a flip fraction near 0.1 is then within ~0.1
+    assert {k for k, _ in items} == set(PROMPT_KINDS) and min(per_kind.values()) >= 25, per_kind
     assert len({normal(t) for _, t in items}) == len(items)
     generated = [t for kind in PROMPT_KINDS for t in generate(kind, GENERATED_PER_KIND)]
     whole = {normal(t) for t in generated}

@@ -65,3 +65,30 @@ def test_calibration_moves_toward_observed_acceptance() -> None:
 
 def test_expected_accepted() -> None:
     assert expected_accepted([0.5, 0.5]) == 0.75 and expected_accepted([]) == 0.0
+
+
+def test_cost_is_robust_to_noise_and_monotone() -> None:
+    cost = VerifyCost(prior_row_cost=0.3)
+    for _ in range(5):
+        cost.observe(1, 0.010)
+        cost.observe(3, 0.013)
+        cost.observe(7, 0.016)
+    cost.observe(3, 0.500)  # one pass disturbed by another process: the median ignores it
+    assert cost.relative(3) == pytest.approx(1.3)
+    for _ in range(8):
+        cost.observe(3, 0.030)  # now 3 rows are persistently slower than 7: c(3) <= c(7)
+    assert cost.relative(3) == pytest.approx(1.6)
+    assert all(cost.relative(r) <= cost.relative(r + 1) for r in range(1, 12))
+
+
+@pytest.mark.parametrize("per_row", [0.0, 0.1, 0.3, 1.0])
+def test_best_size_maximizes_expected_tokens_per_cost(per_row: float) -> None:
+    from reference.draft_control import best_size
+
+    cost = VerifyCost(prior_row_cost=per_row)
+    for reach in ([0.9, 0.5, 0.44, 0.3, 0.2, 0.1], [0.31, 0.29, 0.28], [], [0.99] * 10, [0.5, 0.05, 0.01]):
+        rates = [(1 + sum(min(r, MAX_ACCEPT) for r in reach[:n])) / cost.relative(n + 1) for n in range(len(reach) + 1)]
+        assert best_size(reach, cost) == max(range(len(rates)), key=lambda n: (rates[n], -n))
+    for accept in ([0.9, 0.9, 0.9], [0.5, 0.2], [0.99] * 6):  # a chain: reach = running products
+        products = [float(__import__("math").prod(accept[: i + 1])) for i in range(len(accept))]
+        assert best_size(products, cost) == best_k(accept, cost)

@@ -313,3 +313,52 @@ def test_control_verifies_only_what_pays() -> None:
     assert SuffixDraft(control=False).propose(text, 6).tokens == (7, 8, 9, 10, 11, 12)
     assert 1 <= len(cheap.propose(text, 6).tokens) <= 6
     assert steep.propose(text, 6).tokens == ()
+
+
+# -- token trees (suffix:tree) ---------------------------------------------------------------------
+
+
+def _raw(estimates: list[float], buckets: list[int]) -> list[float]:
+    return [min(0.99, a) for a in estimates]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(text=texts_st, depth=st.integers(2, 8), max_depth=st.integers(1, 10))
+def test_width_one_tree_is_the_walk(text: list[int], depth: int, max_depth: int) -> None:
+    """A width-1 tree grown without a node limit is the walk's chain (same tokens, same order)."""
+    from reference.suffix_draft import grow_tree
+
+    tree = tree_of(text, depth)
+    nodes = grow_tree([tree], text, max_depth, 64, 1, _raw)
+    assert [n.token for n in nodes] == walk([tree], text, max_depth)
+    assert [n.parent for n in nodes] == list(range(len(nodes)))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(text=texts_st, depth=st.integers(2, 8), max_depth=st.integers(1, 6), width=st.integers(1, 4),
+       max_nodes=st.integers(1, 24))
+def test_tree_is_best_first(text: list[int], depth: int, max_depth: int, width: int, max_nodes: int) -> None:
+    """Parents first, reach nonincreasing along the list, siblings distinct and each a continuation
+    actually observed after the node's context; a node's reach is its parent's times its own
+    estimate (siblings scaled to at most MAX_ACCEPT together)."""
+    from reference.draft_control import MAX_ACCEPT
+    from reference.suffix_draft import grow_tree
+
+    tree = tree_of(text, depth)
+    nodes = grow_tree([tree], text, max_depth, max_nodes, width, _raw)
+    assert len(nodes) <= max_nodes
+    reach = [1.0] + [n.reach for n in nodes]
+    paths: list[list[int]] = [[]]
+    for i, n in enumerate(nodes, start=1):
+        assert 0 <= n.parent < i
+        paths.append([*paths[n.parent], n.token])
+        assert len(paths[i]) <= max_depth
+        assert n.reach <= reach[n.parent] + 1e-12
+        assert 0 < n.reach / reach[n.parent] <= min(n.estimate, MAX_ACCEPT) + 1e-12
+        context = [*text, *paths[n.parent]]
+        assert any(context[j : j + n.context + 1] == [*context[len(context) - n.context :], n.token]
+                   for j in range(len(context) - n.context))  # "context + token" occurred in the text
+    assert all(a >= b - 1e-12 for a, b in zip(reach[1:], reach[2:]))
+    for v in range(len(nodes) + 1):
+        kids = [n.token for n in nodes if n.parent == v]
+        assert len(kids) == len(set(kids)) and len(kids) <= width

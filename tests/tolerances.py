@@ -51,6 +51,7 @@ model, seconds for a real one (``head=False`` / ``head_rows`` / fewer ``samples`
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -178,6 +179,7 @@ def _activation(r: Rounding, x: F64, activation: str) -> F64:
     return r.op(r.op(0.5 * x) * r.op(1.0 + r.op(np.tanh(t), LIBM_ULPS)))
 
 
+@lru_cache(maxsize=None)
 def tolerance_factor(samples: int) -> float:
     """lambda(R) = Z / sqrt(chi2_R^-1(P_SIGMA) / R): Z standard deviations, widened by how far R
     samples may underestimate sigma (module docstring)."""

@@ -55,6 +55,7 @@ from reference.generate import GenerationRequest, generate
 from reference.model import Model
 from reference.prompt_kind import prompt_kind
 from reference.sampling import SamplingParams
+from verispec.bounded_mean import p_value_above, upper_bound
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.calibrate import HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, read_prompts
 from verispec.engine_load import load_engine
@@ -124,9 +125,10 @@ class PromptStats:
     p_value: float             # P(Bin(prompts, alpha) >= drawn_flips)
     admitted: float            # fraction of steps admitted at some depth
     mean_depth: float
+    fractions: tuple[float, ...]  # [prompts] each prompt's flip fraction (the per-prompt loss)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "ci95": list(self.ci95)}
+        return {**self.__dict__, "ci95": list(self.ci95), "fractions": list(self.fractions)}
 
 
 def prompt_stats(
@@ -142,6 +144,7 @@ def prompt_stats(
         m, int(mask.sum()), int(flipped[mask].sum()), float(np.mean(fractions)) if ids else 0.0, drawn,
         clopper_pearson(drawn, m) if m else (0.0, 1.0), binomial_p_value(drawn, m, alpha) if m else 1.0,
         float(np.mean(depth[mask] < n_layer)) if m else 0.0, float(depth[mask].mean()) if m else float(n_layer),
+        tuple(fractions),
     )
 
 
@@ -209,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speed-prompts", type=int, default=4)
     parser.add_argument("--max-heldout", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--records", type=Path, default=None, help="save the scored calibration and held-out steps (.npz) to recalibrate without the model")
     parser.add_argument("--readme", action="store_true", help="print the README's markdown table")
     parser.add_argument("--write-readme", type=Path, default=None, help="replace this model's marked block in the given README")
     parser.add_argument("--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)")
@@ -248,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     cal_records = {"lens": score(model, cal_traj, depths, lens), "own": score(model, cal_traj, depths, None)}
     held_records = {"lens": score(model, held_traj, depths, lens), "own": score(model, held_traj, depths, None)}
     del cal_traj, held_traj
+    if args.records is not None:
+        save_records(args.records, {f"cal_{h}": r for h, r in cal_records.items()} | {f"held_{h}": r for h, r in held_records.items()})
     print(f"[trajectories and scores: {time.perf_counter() - started:.0f} s]", file=sys.stderr)
 
     levels = [Fraction(x) for x in args.q.split(",")]
@@ -290,6 +296,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_readme is not None:
         write_readme(args.write_readme, args.model, table)
     return 0
+
+
+def save_records(path: Path, named: dict[str, Records]) -> None:
+    """Every field of each ``Records`` under ``NAME.field`` in one compressed .npz."""
+    arrays: dict[str, Any] = {}  # (numpy's stub types **kwds like its bool allow_pickle)
+    for name, r in named.items():
+        arrays |= {f"{name}.depths": np.asarray(r.depths, dtype=np.int64), f"{name}.supnorm": r.supnorm,
+                   f"{name}.halfrange": r.halfrange, f"{name}.margins": r.margins, f"{name}.flips": r.flips,
+                   f"{name}.kinds": np.asarray(r.kinds, dtype=np.str_), f"{name}.prompt": r.prompt}
+    with path.open("wb") as f:
+        np.savez_compressed(f, **arrays)
+
+
+def load_records(path: Path, name: str) -> Records:
+    """The ``Records`` saved under ``name`` by :func:`save_records`."""
+    with np.load(path) as z:
+        return Records(
+            tuple(int(d) for d in z[f"{name}.depths"]), np.asarray(z[f"{name}.supnorm"], dtype=np.float32),
+            np.asarray(z[f"{name}.halfrange"], dtype=np.float32), np.asarray(z[f"{name}.margins"], dtype=np.float32),
+            np.asarray(z[f"{name}.flips"], dtype=np.bool_), [str(k) for k in z[f"{name}.kinds"]],
+            np.asarray(z[f"{name}.prompt"], dtype=np.int64),
+        )
 
 
 def exit_head_cost(model: ExitModel, prompt: list[int], depth: int, lens: Lens) -> dict[str, float]:
@@ -341,6 +369,29 @@ def speed(
     return rows
 
 
+LEVEL = 0.05  # per-kind upper bounds at 1 - LEVEL; verdicts at LEVEL / (number of kinds)
+
+
+def verdict(fractions: Sequence[float], alpha: float, n_kinds: int) -> tuple[float, float, str]:
+    """(upper bound, p-value, verdict) for a kind's claim "mean flip fraction <= alpha" from its
+    held-out prompts' flip fractions (:mod:`verispec.bounded_mean`). "exceeds": H0 mean <= alpha
+    rejected at LEVEL / n_kinds; "within (shown)": the upper bound itself is <= alpha; "within":
+    not rejected, not shown."""
+    level = LEVEL / n_kinds
+    ucb = upper_bound(fractions, LEVEL)
+    p = p_value_above(fractions, alpha, level)
+    if p <= level:
+        return ucb, p, f"**exceeds** (rejected at {level:.4g}, p = {p:.2g})"
+    return ucb, p, "within (shown)" if ucb <= alpha else "within"
+
+
+def kind_cell(s: dict[str, Any], alpha: float, n_kinds: int) -> str:
+    if s["refusal"]:
+        return f"refused ({s['calibration_prompts']} calibration prompts), adm. 0%"
+    ucb, _, word = verdict(s["fractions"], alpha, n_kinds)
+    return f"{_pct(s['mean_flip_fraction'])}% ≤ {_pct(ucb)}%, {word}, adm. {_pct(s['admitted'])}%"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
@@ -353,28 +404,25 @@ def markdown(r: dict[str, Any]) -> str:
         f"generated prompts); held-out: {r['heldout_prompts']} hand-written prompts, {r['heldout_steps']} steps "
         f"({r['heldout_tokens']} per prompt). Claim per kind: *{r['claim']}*.",
         "",
-        "| head | gate | depths | α | needs / kind | flip fraction (mean over prompts) | drawn flips / prompts [95% CI] | p vs α | admitted | mean depth |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| head | gate | depths | α | needs / kind | flip fraction (mean over prompts) | its 95% upper bound | drawn flips / prompts [95% CI] | p vs α | admitted | mean depth |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in r["gates"]:
         lo, hi = g["ci95"]
         lines.append(
             f"| {g['head']} | {g['gate']} | {','.join(map(str, g['depths']))} | {g['alpha']:g} | {g['min_prompts']} | "
-            f"{_pct(g['mean_flip_fraction'])}% ({g['flips']}/{g['steps']} steps) | {g['drawn_flips']}/{g['prompts']} "
+            f"{_pct(g['mean_flip_fraction'])}% ({g['flips']}/{g['steps']} steps) | {_pct(upper_bound(g['fractions'], LEVEL))}% | {g['drawn_flips']}/{g['prompts']} "
             f"[{_pct(lo)}, {_pct(hi)}]% | {g['p_value']:.2g} | {_pct(g['admitted'])}% | {g['mean_depth']:.2f} |"
         )
-    lines += ["", "Per kind (margin gate; flip fraction mean over prompts, drawn flips [95% CI], admitted):", "",
-              "| head | depths | α | " + " | ".join(sorted(r["gates"][0]["per_kind"])) + " |",
-              "|---|---|---|" + "---|" * len(r["gates"][0]["per_kind"])]
+    kinds = sorted(r["gates"][0]["per_kind"])
+    lines += ["", f"Per kind (margin gate): mean flip fraction over the kind's held-out prompts, its one-sided "
+              f"{1 - LEVEL:.0%} upper bound (betting), verdict at level {LEVEL:g}/{len(kinds)} = {LEVEL / len(kinds):.4g} "
+              f"per kind (Bonferroni over the {len(kinds)} kinds of a row), admitted fraction:", "",
+              "| head | depths | α | " + " | ".join(kinds) + " |", "|---|---|---|" + "---|" * len(kinds)]
     for g in r["gates"]:
         if g["gate"] != "margin":
             continue
-        cells = []
-        for kind, s in sorted(g["per_kind"].items()):
-            lo, hi = s["ci95"]
-            refused = " (refused: too few prompts)" if s["refusal"] else ""
-            cells.append(f"{_pct(s['mean_flip_fraction'])}%, {s['drawn_flips']}/{s['prompts']} [{_pct(lo)}, {_pct(hi)}], "
-                         f"adm. {_pct(s['admitted'])}%{refused}")
+        cells = [kind_cell(g["per_kind"][kind], g["alpha"], len(kinds)) for kind in kinds]
         lines.append(f"| {g['head']} | {','.join(map(str, g['depths']))} | {g['alpha']:g} | " + " | ".join(cells) + " |")
     agree = "; ".join(
         f"{head}: " + ", ".join(f"{d}: {_pct(a)}%" for d, a in zip(v["depths"], v["heldout"])) for head, v in r["agreement"].items()

@@ -3,8 +3,9 @@
 The claim (per prompt kind): "expected flip fraction of a new prompt ≤ α, valid when prompts (not
 tokens) are exchangeable". CI calibrates SmolLM2 on a small budget -- generated prompts
 (verispec/calibration_prompts.py), 10 per kind, 6 greedy steps each, the model's own head at the
-single depth 24, q = 0.8 (α = 0.2; a kind needs min_prompts = 4) -- and serves the 40 hand-written
-held-out prompts (verispec/data/prompts_heldout.jsonl, disjoint from the generator), 6 steps each,
+single depth 24, q = 0.8 (α = 0.2; a kind needs min_prompts = 4) -- and serves 40 hand-written
+held-out prompts, the first 10 of each kind in verispec/data/prompts_heldout.jsonl (disjoint from
+the generator; the file has more, which the README run uses), 6 steps each,
 through the margin gate exactly as the serve loop decides it, each under its kind's threshold.
 
 The test. Tokens of one prompt are correlated, so the trials are prompts: one step per prompt,
@@ -31,7 +32,7 @@ import numpy as np
 import pytest
 
 from reference.calibration import build, greedy_trajectory, score
-from reference.prompt_kind import prompt_kind
+from reference.prompt_kind import PROMPT_KINDS, prompt_kind
 from spec.statistics import ALPHA_BUDGET
 from verispec.calibration_prompts import generate_mix
 from verispec.commands.calibrate import HELDOUT_PROMPTS, chat_stop_ids, encode_prompts, read_prompts
@@ -42,6 +43,7 @@ Q = Fraction(4, 5)
 DEPTHS = (24,)
 STEPS = 6
 PER_KIND = 10
+HELD_PER_KIND = 10  # m = 40 prompts: the critical count and the power below are for m = 40
 TEST_ALPHA = ALPHA_BUDGET["heldout_early_exit"]
 
 
@@ -50,6 +52,22 @@ def critical_count(m: int, bound: float, alpha: float) -> int:
     from scipy.stats import binom
 
     return next(k for k in range(m + 2) if float(binom.sf(k - 1, m, bound)) <= alpha)
+
+
+def first_per_kind(items: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:
+    """The first ``n`` prompts of each kind, in file order."""
+    seen: dict[str, int] = {}
+    out = []
+    for kind, text in items:
+        if seen.get(kind, 0) < n:
+            seen[kind] = seen.get(kind, 0) + 1
+            out.append((kind, text))
+    return out
+
+
+def test_the_test_serves_ten_held_out_prompts_of_each_kind() -> None:
+    held = first_per_kind([(prompt_kind(t), t) for _, t in read_prompts(HELDOUT_PROMPTS)], HELD_PER_KIND)
+    assert len(held) == 40 and sorted({k for k, _ in held}) == sorted(PROMPT_KINDS)
 
 
 def test_the_stated_power_is_the_power_of_this_test() -> None:
@@ -67,7 +85,7 @@ def test_held_out_flip_fraction_is_within_the_claimed_bound(smollm2_path: Any) -
     loaded = load_engine(str(smollm2_path), engine="fast")
     model, stop_ids = loaded.model, chat_stop_ids(loaded.tokenizer, loaded.chat)
     calibration_prompts = encode_prompts(loaded.tokenizer, loaded.chat, generate_mix(PER_KIND))
-    held_text = [(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)]
+    held_text = first_per_kind([(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)], HELD_PER_KIND)
     held_prompts = encode_prompts(loaded.tokenizer, loaded.chat, held_text)
 
     def records(prompts: list[tuple[str, list[int]]]) -> Any:

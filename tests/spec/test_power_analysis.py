@@ -77,9 +77,9 @@ def _sizes_the_properties_ask_for(monkeypatch: pytest.MonkeyPatch) -> set[tuple[
 
 
 def test_every_sample_size_of_the_suite_is_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The properties' sizes, the real-model decode test's (df 12, tv 0.05), and neighbours."""
+    """The properties' sizes, the real-model decode tests' (df 12, tv 0.05; single-path and tree), and neighbours."""
     asked = _sizes_the_properties_ask_for(monkeypatch)
     assert len(asked) >= len(STATISTICAL) // 2, asked  # the recorder saw the properties
-    others = {(12, 4e-5, 0.05)} | {(df, 1e-4, TV_BIAS) for df in (1, 2, 5, 40, 100, 200)}
+    others = {(12, 4e-5, 0.05), (12, 2e-5, 0.05)} | {(df, 1e-4, TV_BIAS) for df in (1, 2, 5, 40, 100, 200)}
     for df, alpha, tv in sorted(asked | others):
         assert required_sample_size(df, alpha, tv) == _scipy_sample_size(df, alpha, tv), (df, alpha, tv)

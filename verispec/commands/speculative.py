@@ -66,6 +66,10 @@ def evidence_lines(ev: Evidence) -> list[str]:
         f"(alpha {ev.acceptance_rate:.3f}; per position [{pos}]), {ev.tokens_per_pass:.2f} tokens per target pass, "
         f"{ev.target_passes} target passes, {ev.draft_passes} draft passes]",
     ]
+    if ev.tree_shape is not None:
+        t = ev.tree_shape
+        lines.append(f"[token trees per drafting cycle: {t['nodes']:.1f} nodes, depth {t['depth']:.1f}, "
+                     f"width {t['width']:.1f} (max {t['max_width']:.0f}); one target pass each]")
     if ev.plain_tokens_per_s is not None:
         c = "n/a" if ev.draft_cost_ratio is None else f"{ev.draft_cost_ratio:.3f}"
         predicted = "n/a" if ev.predicted_speedup is None else f"{ev.predicted_speedup:.2f}x"
