@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         for r in results:
             print(f"{'PASS' if r['passed'] else 'FAIL'}  {r['prompt']!r}: {r['detail']}"
-                  + (f"  N={r['n']} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}" if r["mode"] != "greedy" else ""))
+                  + (f"  N={r['n']}{'/arm' if r['mode'] == 'two-sample' else ''} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}"
+                     if r["mode"] != "greedy" else ""))
         print("PASSED" if passed else "FAILED")
     sys.stdout.flush()
     return 0 if passed else 1
