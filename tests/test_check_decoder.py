@@ -307,3 +307,48 @@ def test_llama_cpp_prompt_lookup_greedy_on_the_bench_prompts(smollm2_path: Any, 
         print(f"llama.cpp prompt lookup, {kind}: {verdict.detail()}")
     assert all(v.noise_source == EngineLogits.source for v in verdicts.values())
     assert all(v.passed for v in verdicts.values()), {k: v.detail() for k, v in verdicts.items() if not v.passed}
+
+
+# --- the wire form of the engine ops (a stub program; no model) ------------------------------------
+
+STUB_ENGINE = r"""
+import json, sys
+offer_logits = sys.argv[1] == "logits"
+for line in sys.stdin:
+    req = json.loads(line)
+    op, inp = req["op"], req["input"]
+    if op in ("sample", "sample_plain"):
+        out = {"output": {"samples": [[5, 6] if op == "sample" else [5, 7]] * inp["n"]}}
+    elif op == "logits" and offer_logits:
+        row = [0.0, 1.0, 2.0] if not inp["split_last"] else [0.0, 1.0, 2.5]
+        out = {"output": {"logits": row if len(inp["prefix_ids"]) < 9 else [0.0, "NaN", 1.0]}}
+    else:
+        out = {"unsupported": op}
+    print(json.dumps({"id": req["id"], **out}), flush=True)
+"""
+
+
+def test_command_engine_speaks_the_engine_ops(tmp_path: Any) -> None:
+    """sample / sample_plain / logits through the JSON-lines transport; an engine without the
+    logits op is seen as not reporting logits; a non-finite row is rejected with a typed error."""
+    import sys
+
+    from spec.decoder_check import CommandEngine, reports_logits
+    from spec.external import ExternalError
+
+    stub = tmp_path / "engine.py"
+    stub.write_text(STUB_ENGINE)
+    with_logits = CommandEngine(f"{sys.executable} {stub} logits", timeout=30)
+    without = CommandEngine(f"{sys.executable} {stub} none", timeout=30)
+    try:
+        assert with_logits.sample([1], PARAMS, 2, 3, 0) == [[5, 6]] * 3
+        assert with_logits.sample_plain([1], PARAMS, 2, 2, 0) == [[5, 7]] * 2
+        assert reports_logits(with_logits) and not reports_logits(without)
+        own = EngineLogits(with_logits)
+        assert list(own((1, 2))) == [0.0, 1.0, 2.0]
+        assert own.batch_shape_noise((1, 2)) == 0.5
+        with pytest.raises(ExternalError, match="not all finite"):
+            own(tuple(range(9)))
+    finally:
+        with_logits.close()
+        without.close()
