@@ -4,17 +4,18 @@
     verispec check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy --max-tokens 32
     verispec check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --tv 0.2
 
-WRITTEN, NOT RUN: no test runs this adapter and `make test` never installs llama-cpp-python (it
-compiles llama.cpp). It follows llama-cpp-python 0.3's API (``Llama(draft_model=
-LlamaPromptLookupDecoding(...))``, ``Llama.generate`` yielding token ids, ``set_seed``); check it
-against the version you install.
+Run against llama-cpp-python 0.3.36 (greedy mode on the bench prompts: README, "The
+llama-cpp-python verdict"); `make test` never installs it (it compiles llama.cpp: the optional
+``llama`` extra), and its test skips without it. API used: ``Llama(draft_model=
+LlamaPromptLookupDecoding(...))``, ``Llama.generate`` yielding token ids, ``set_seed``, and a
+``logits_all`` context's ``eval``/``scores`` for :meth:`LlamaCppLookupDecoder.logits`.
 
 Numerics: llama.cpp computes with its own quantized kernels (Q4_1 dot products in integer/float16
 blocks, not our float32 on dequantized weights), so the target law from verispec's reference
 forward is off by that engine's numerical noise: a law test with a small ``--tv`` can fail for
-numerics alone. Greedy mode reports each divergence with its top-1 margin and our batch-shape
-noise; for a verdict about llama.cpp's own law, compare with its plain decoding (``speculative=
-False``) rather than with our forward.
+numerics alone. Use ``--target-law engine-logits`` (its own logits, our processors) or
+``two-sample`` (its plain decoding) instead; greedy mode judges a divergence by llama.cpp's own
+margin and batch-shape noise (the adapter reports its logits).
 """
 
 from __future__ import annotations
@@ -86,18 +87,19 @@ class LlamaCppLookupDecoder:
         llm = self.speculative if speculative else self.plain
         return self._take(llm, prompt_ids, max_tokens, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
 
-    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> list[float]:
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[float]:
         """llama.cpp's own plain next-token logits after the prefix (a ``logits_all`` context):
-        one batch of the whole prefix, or (``split_last``) the prefix less its last token in one
-        batch, then that token alone: the batch shapes of speculative verification (a batch of the
-        last token and the drafts) vs plain decoding (one token a step)."""
+        one batch of the whole prefix, or (``split_at`` s) ``prefix[:s]`` in one batch, then each
+        later token alone, as plain decoding feeds a generation (speculative verification feeds
+        the last token and its drafts in one batch: another shape again)."""
         ids = [int(t) for t in prefix_ids]
         self.scorer.reset()
-        if split_last and len(ids) > 1:
-            self.scorer.eval(ids[:-1])
-            self.scorer.eval(ids[-1:])
-        else:
+        if split_at is None:
             self.scorer.eval(ids)
+        else:
+            self.scorer.eval(ids[:split_at])
+            for token in ids[split_at:]:
+                self.scorer.eval([token])
         return [float(x) for x in self.scorer.scores[self.scorer.n_tokens - 1]]
 
 

@@ -127,17 +127,19 @@ class TransformersLookupDecoder:
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._sample(prompt_ids, params, m, n, seed, False)
 
-    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> list[float]:
-        """The target's next-token logits after the prefix: one forward, or (``split_last``) the
-        prefix less its last token, then that token alone on the cache."""
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[float]:
+        """The target's next-token logits after the prefix: one forward, or (``split_at`` s)
+        ``prefix[:s]``, then each later token alone on the cache."""
         torch = self.torch
         ids = torch.tensor([list(prefix_ids)], dtype=torch.long)
         with torch.no_grad():
-            if not split_last or ids.shape[1] < 2:
+            if split_at is None:
                 row = self.model(ids).logits[0, -1]
             else:
-                head = self.model(ids[:, :-1], use_cache=True)
-                row = self.model(ids[:, -1:], past_key_values=head.past_key_values, use_cache=True).logits[0, -1]
+                out = self.model(ids[:, :split_at], use_cache=True)
+                for i in range(split_at, ids.shape[1]):
+                    out = self.model(ids[:, i : i + 1], past_key_values=out.past_key_values, use_cache=True)
+                row = out.logits[0, -1]
         return [float(x) for x in row.tolist()]
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:

@@ -82,8 +82,8 @@ class Recorded:
             self.memo[key] = self.engine.sample(prompt_ids, params, m, n, seed)
         return self.memo[key]
 
-    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> Any:
-        return self.engine.logits(prefix_ids, split_last)
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> Any:
+        return self.engine.logits(prefix_ids, split_at)
 
 
 @pytest.mark.parametrize("name", sorted(MUTANT_BUGS))
@@ -117,8 +117,8 @@ class ScaledLogits:
     def __call__(self, prefix: tuple[int, ...]) -> Any:
         return np.asarray(self.logits(prefix) * np.float32(self.scale), dtype=np.float32)
 
-    def split_row(self, prefix: tuple[int, ...]) -> Any:
-        return np.asarray(self.logits.split_row(prefix) * np.float32(self.scale), dtype=np.float32)
+    def split_row(self, prefix: tuple[int, ...], split_at: int) -> Any:
+        return np.asarray(self.logits.split_row(prefix, split_at) * np.float32(self.scale), dtype=np.float32)
 
 
 def test_engine_of_other_numerics_fails_our_law_and_passes_its_own(logits: ReferenceLogits, case: LawCase) -> None:
@@ -291,22 +291,24 @@ def _llama_cpp_importable() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _llama_cpp_importable(), reason="llama-cpp-python not installed (the optional `llama` extra)")
-def test_llama_cpp_prompt_lookup_greedy_on_the_bench_prompts(smollm2_path: Any, smollm2_tokenizer: Any) -> None:
+def test_llama_cpp_prompt_lookup_greedy(smollm2_path: Any, smollm2_tokenizer: Any) -> None:
     """examples/llama_cpp_decoder.py: llama.cpp's prompt lookup decoding at temperature 0 against its
-    own plain greedy output on the bench's five prompts (48 tokens, as the bench decodes); at a
-    divergence the top-1 margin and the batch-shape noise are llama.cpp's OWN (its logits_all rows:
-    the prefix in one batch vs the prefix then its last token alone). Passes when every prompt is
-    token-identical or parts at a near-tie within that noise."""
+    own plain greedy output, the margin and batch-shape noise llama.cpp's OWN (its logits_all rows).
+    Kept cheap for `make test` (the bench's "repetitive" prompt, 16 tokens: prompt lookup's drafts
+    are accepted there); the five bench prompts at 48 tokens took ~13 min at load ~14 and are run by
+    hand (README: `check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy`)."""
     from engine.bench import PROMPTS
     from examples.llama_cpp_decoder import prompt_lookup
 
     engine = prompt_lookup(smollm2_path)
     own = EngineLogits(engine)
-    verdicts = {kind: check_greedy(engine, own, tuple(smollm2_tokenizer.encode(text)), 48) for kind, text in PROMPTS}
-    for kind, verdict in verdicts.items():
-        print(f"llama.cpp prompt lookup, {kind}: {verdict.detail()}")
-    assert all(v.noise_source == EngineLogits.source for v in verdicts.values())
-    assert all(v.passed for v in verdicts.values()), {k: v.detail() for k, v in verdicts.items() if not v.passed}
+    tok = smollm2_tokenizer
+    prompt = tuple(tok.encode(dict(PROMPTS)["repetitive"], add_bos=tok.add_bos, parse_special=True))
+    verdict = check_greedy(engine, own, prompt, 16)
+    print(f"llama.cpp prompt lookup, repetitive: {verdict.detail()}")
+    assert verdict.passed, verdict.detail()
+    noise = own.batch_shape_noise(prompt + (verdict.plain[0],), len(prompt))  # llama.cpp's own, finite
+    assert np.isfinite(noise) and noise >= 0.0
 
 
 # --- the wire form of the engine ops (a stub program; no model) ------------------------------------
@@ -320,7 +322,7 @@ for line in sys.stdin:
     if op in ("sample", "sample_plain"):
         out = {"output": {"samples": [[5, 6] if op == "sample" else [5, 7]] * inp["n"]}}
     elif op == "logits" and offer_logits:
-        row = [0.0, 1.0, 2.0] if not inp["split_last"] else [0.0, 1.0, 2.5]
+        row = [0.0, 1.0, 2.0] if inp["split_at"] is None else [0.0, 1.0, 2.0 + 0.25 * inp["split_at"]]
         out = {"output": {"logits": row if len(inp["prefix_ids"]) < 9 else [0.0, "NaN", 1.0]}}
     else:
         out = {"unsupported": op}
@@ -346,7 +348,7 @@ def test_command_engine_speaks_the_engine_ops(tmp_path: Any) -> None:
         assert reports_logits(with_logits) and not reports_logits(without)
         own = EngineLogits(with_logits)
         assert list(own((1, 2))) == [0.0, 1.0, 2.0]
-        assert own.batch_shape_noise((1, 2)) == 0.5
+        assert own.batch_shape_noise((1, 2, 3), prompt_length=1) == 0.5  # splits at 1 and 2: the larger
         with pytest.raises(ExternalError, match="not all finite"):
             own(tuple(range(9)))
     finally:
