@@ -215,7 +215,9 @@ def verify_sampled_batch(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms
     """N independent sampled verifications at once, item n identical to :func:`verify_sampled`.
 
     p [N, k+1, V] or shared [k+1, V]; q [N, k, V] or shared [k, V]; drafts [N, k];
-    uniforms [N, k+1]. Shared rows are checked once and never copied N times.
+    uniforms [N, k+1]. Shared rows are checked once and never copied N times; the [items, V] work
+    of choosing tokens runs in chunks of at most BATCH_ROW_ELEMENTS, so memory stays bounded at
+    any N and V (N = 1,000 items at V = 262,144 would be 2 GiB per array in one piece).
     """
     p_all, q_all, draft_ids, draws = check_batch_inputs(p, q, drafts, uniforms)
     n, k = draft_ids.shape
@@ -227,21 +229,37 @@ def verify_sampled_batch(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms
     all_accepted = np.asarray(accept.all(axis=1), dtype=np.bool_)  # [N]
     accepted = np.where(all_accepted, k, np.argmin(accept, axis=1)).astype(np.int64)  # [N]
 
-    items = np.arange(n)
-    target_row = p_all[items, accepted]  # [N, V]: p[a] (the bonus row when a == k)
-    draft_row = q_all[items, np.minimum(accepted, k - 1)]  # [N, V]: meaningful only for repairs
+    token = np.empty(n, dtype=np.int64)
+    chunk = max(1, BATCH_ROW_ELEMENTS // vocab)  # items per [items, V] work array
+    for start in range(0, n, chunk):
+        items = np.arange(start, min(start + chunk, n))
+        token[items] = _batch_tokens(
+            p_all[items, accepted[items]], q_all[items, np.minimum(accepted[items], k - 1)],
+            all_accepted[items], draws[items, k],
+        )
+    return BatchVerdict(accepted=accepted, token=token, is_bonus=all_accepted)
+
+
+BATCH_ROW_ELEMENTS = 1 << 23  # items x V per work array of verify_sampled_batch (64 MiB of float64)
+
+
+def _batch_tokens(
+    target_row: Probs2D, draft_row: Probs2D, all_accepted: npt.NDArray[np.bool_], draw: npt.NDArray[np.float64]
+) -> npt.NDArray[np.int64]:
+    """The emitted token of each item: target_row [M, V] is p[a] (the bonus row when every draft
+    was accepted), draft_row [M, V] q[a] (meaningful only for repairs), draw [M] its last uniform."""
+    vocab = target_row.shape[-1]
     residual = np.maximum(target_row - draft_row, 0.0)
     use_residual = ~all_accepted & np.any(residual > 0, axis=1)
-    weights = np.where(use_residual[:, None], residual, target_row)  # [N, V]
-
-    cumulative = np.cumsum(weights, axis=1)  # [N, V], left to right per row
-    threshold = draws[:, k] * cumulative[:, -1]  # [N]
-    token = np.sum(cumulative <= threshold[:, None], axis=1).astype(np.int64)  # first c[t] > u*total
+    weights = np.where(use_residual[:, None], residual, target_row)  # [M, V]
+    cumulative = np.cumsum(weights, axis=1)  # [M, V], left to right per row
+    threshold = draw * cumulative[:, -1]  # [M]
+    token = np.asarray(np.sum(cumulative <= threshold[:, None], axis=1), dtype=np.int64)  # first c[t] > u*total
     overflow = token == vocab  # only for a subnormal total: the largest id with positive weight
     if np.any(overflow):
         last_positive = vocab - 1 - np.argmax((weights > 0)[:, ::-1], axis=1)
-        token = np.where(overflow, last_positive, token).astype(np.int64)
-    return BatchVerdict(accepted=accepted, token=token, is_bonus=all_accepted)
+        token = np.asarray(np.where(overflow, last_positive, token), dtype=np.int64)
+    return token
 
 
 def verify_sampled_batch_rng(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, rng: np.random.Generator) -> BatchVerdict:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from reference.calibration import Records
-from verispec.early_exit_shift import compare, folds_of, of_prompts, renumbered
+from verispec.early_exit_shift import compare, folds_of, of_prompts, renumbered, with_hand_written
 from verispec.measure_early_exit import load_records, save_records, verdict
 
 KINDS = ("chat", "code")
@@ -51,6 +51,16 @@ def test_a_shifted_hand_written_set_is_seen_and_an_exchangeable_one_is_not(tmp_p
     for kind, r in compare(cal, shifted, q, 4, 6).items():
         # margins in (0.3, 0.6) flip for this set only: the calibrated threshold (~0.3) admits them
         assert r["hand"] > r["generated"] + 4 * np.hypot(r["hand_se"], r["generated_se"]), (kind, r)
+    # every hand-written prompt is served once, out of fold; with half the shifted set in
+    # calibration (15 of 75 prompts per kind) the threshold moves up and the flips go down
+    mixed = with_hand_written(cal, shifted, q, 4)
+    plain = compare(cal, shifted, q, 4, 6)
+    for kind, r in mixed.items():
+        assert r["prompts"] == 30 and r["hand_mixed"] < plain[kind]["hand"], (kind, r, plain[kind])
+    # calibrated on the shifted set's other fold alone (exchangeable with the served fold by
+    # construction), the flips come back to the level α = 0.2 promises
+    for kind, r in with_hand_written(cal, shifted, q, 4, generated=False).items():
+        assert r["hand_mixed"] < 0.2 + 2 * r["hand_mixed_se"] < plain[kind]["hand"], (kind, r)
     # the saved records round-trip exactly
     save_records(tmp_path / "r.npz", {"cal_own": cal})
     back = load_records(tmp_path / "r.npz", "cal_own")

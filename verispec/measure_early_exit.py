@@ -3,7 +3,7 @@
     OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model smollm2-135m --readme \
         [--prompts-per-kind 60] [--lens-prompts-per-kind 8] [--tokens-per-prompt 16] \
         [--heldout-tokens 32] [--q 0.9] [--depth-sets "8,12,16,20,24;24"] [--speed-prompts 4] \
-        [--json OUT.json] [--write-readme README.md]
+        [--json OUT.json] [--records OUT.npz] [--write-readme README.md]
 
 1. Calibrate on generated prompts (:mod:`verispec.calibration_prompts`, seeded; a disjoint
    generated set fits the tuned lens): greedy trajectories of the full model, per-kind
@@ -15,11 +15,14 @@
    serve loop decides it (:func:`reference.early_exit.gate_admits`'s comparisons on the same
    float32 margins, the kind's thresholds). The claim tested is prompt-level ("expected flip
    fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable"), so the
-   statistics are per prompt: the mean over prompts of each prompt's flip fraction, and one
-   uniformly drawn step per prompt (seeded) whose flip is a Bernoulli with mean exactly that
-   expected flip fraction: k flips of m prompts, a Clopper-Pearson 95% interval, and the one-sided
-   binomial p-value of k against the bound α (tokens of one prompt are correlated, so counting
-   every token as a trial would overstate the evidence).
+   statistics are per prompt (tokens of one prompt are correlated, so counting every token as a
+   trial would overstate the evidence): the mean over prompts of each prompt's flip fraction with
+   a one-sided 95% upper bound valid for any losses in [0, 1] (:mod:`verispec.bounded_mean`), per
+   kind a verdict on H0: mean <= α at 0.05 / (number of kinds) (:func:`verdict`); and one uniformly
+   drawn step per prompt (seeded) whose flip is a Bernoulli with mean exactly that expected flip
+   fraction: k flips of m prompts, a Clopper-Pearson 95% interval, and the one-sided binomial
+   p-value of k against α. ``--records`` saves every scored step, for
+   :mod:`verispec.early_exit_shift` (generated vs hand-written prompts, no model work).
 3. Cost: the exit head's time (own / lens + head, one row) relative to a full one-token forward;
    tokens/s of plain greedy decoding vs early-exit decoding (deferred KV catch-up included) on
    the first ``--speed-prompts`` held-out prompts, in the same run.
@@ -443,9 +446,9 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_readme(path: Path, model: str, table: str) -> None:
+def write_readme(path: Path, model: str, table: str, tool: str = "measure_early_exit") -> None:
     """Replace the block between this model's markers in ``path`` (markers must exist)."""
-    begin, end = f"<!-- measure_early_exit:{model} begin -->", f"<!-- measure_early_exit:{model} end -->"
+    begin, end = f"<!-- {tool}:{model} begin -->", f"<!-- {tool}:{model} end -->"
     text = path.read_text()
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):

@@ -3,11 +3,14 @@ the generator forms, and the logits-to-rows pipeline."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reference import speculative
 from reference.errors import VerificationError
 from reference.sampling import SamplingParams, target_distribution
 from reference.speculative import (
@@ -116,9 +119,12 @@ def test_batch_equals_single_for_the_same_draws(seed: int, vocab: int, k: int, s
     uniforms[::7, -1] = np.nextafter(1.0, 0.0)
     shared = verify_sampled_batch(p, q, drafts, uniforms)
     per_item = verify_sampled_batch(np.repeat(p[None], 64, 0), np.repeat(q[None], 64, 0), drafts, uniforms)
+    # the token work in chunks of 5 items (64 = 12 x 5 + 4: a short last chunk), as at large V
+    with mock.patch.object(speculative, "BATCH_ROW_ELEMENTS", 5 * p.shape[-1]):
+        chunked = verify_sampled_batch(p, q, drafts, uniforms)
     for n in range(64):
         single = verify_sampled(p, q, drafts[n].tolist(), uniforms[n].tolist())
-        for batch in (shared, per_item):
+        for batch in (shared, per_item, chunked):
             assert (int(batch.accepted[n]), int(batch.token[n]), bool(batch.is_bonus[n])) == (
                 single.accepted,
                 single.token,
