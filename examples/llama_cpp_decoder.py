@@ -106,3 +106,46 @@ class LlamaCppLookupDecoder:
 def prompt_lookup(path: Path) -> LlamaCppLookupDecoder:
     """The ``--engine`` factory."""
     return LlamaCppLookupDecoder(Path(path))
+
+
+def divergence_rows(engine: LlamaCppLookupDecoder, prompt_ids: Sequence[int], max_tokens: int) -> dict[str, Any]:
+    """At the first divergence of speculative from plain greedy: the exact row each path drew the
+    token from. The speculative context keeps ``logits_all`` scores, and positions before a
+    rejected draft are never re-evaluated, so its row at the divergence is still there after the
+    run; the plain path's row is replayed on the scorer in plain decoding's shapes (the prompt in
+    one batch, then one token at a time)."""
+    import numpy as np
+
+    prompt = [int(t) for t in prompt_ids]
+    plain = engine.greedy(prompt, max_tokens, False)
+    spec = engine.greedy(prompt, max_tokens, True)
+    j = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
+    if j is None:
+        return {"divergence": None, "tokens": min(len(plain), len(spec))}
+    row_spec = np.array(engine.speculative.scores[len(prompt) + j - 1], dtype=np.float64)
+    row_plain = np.asarray(engine.logits(prompt + plain[:j], split_at=len(prompt)), dtype=np.float64)
+    a, b = plain[j], spec[j]
+    return {
+        "divergence": j,
+        "plain_token": a,
+        "speculative_token": b,
+        "argmax_plain_row": int(row_plain.argmax()),
+        "argmax_speculative_row": int(row_spec.argmax()),
+        "gap_plain_row": float(row_plain[a] - row_plain[b]),  # logit(plain token) - logit(speculative token)
+        "gap_speculative_row": float(row_spec[a] - row_spec[b]),
+        "max_abs_row_difference": float(np.max(np.abs(row_spec - row_plain))),
+    }
+
+
+if __name__ == "__main__":  # python -m examples.llama_cpp_decoder: the rows at the bench prompts' divergences
+    import json
+
+    from engine.bench import PROMPTS
+    from verispec.registry import resolve_model
+
+    model = resolve_model("smollm2-135m")
+    tokenizer = Tokenizer.from_file(model)
+    decoder = prompt_lookup(model)
+    for kind, text in PROMPTS:
+        ids = tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True)
+        print(kind, json.dumps(divergence_rows(decoder, ids, 48)), flush=True)

@@ -281,6 +281,11 @@ def test_transformers_assistant_greedy(smollm2_path: Any, hf_target: Any, smollm
     verdict = check_greedy(engine, EngineLogits(engine), tuple(smollm2_tokenizer.encode(PROMPT)), 8)
     print(f"transformers assistant, greedy: {verdict.detail()}")
     assert verdict.passed, verdict.detail()
+    own = EngineLogits(engine)  # the adapter's logits op at both batch shapes
+    prompt = tuple(smollm2_tokenizer.encode(PROMPT))
+    noise = own.batch_shape_noise(prompt + tuple(verdict.plain[:2]), len(prompt))
+    print(f"transformers' own batch-shape noise after 2 generated tokens: {noise:.3g}")
+    assert np.isfinite(noise) and noise >= 0.0
 
 
 def _llama_cpp_importable() -> bool:
