@@ -77,8 +77,13 @@ class VerifyCost:
             lo, hi = max(below), min(above)
             frac = (rows - lo) / (hi - lo)
             return max(1.0, ((1 - frac) * times[lo] + frac * times[hi]) / one)
-        lo = max(below)  # extrapolate with the prior slope from the largest measured size
-        return max(1.0, times[lo] / one + self.prior_row_cost * (rows - lo))
+        # past the largest measured size: extend the measured chord from 1 row to it (the prior
+        # slope when only 1 row is measured). Never trying a size it has not measured would
+        # otherwise freeze the pass size at whatever the prior allowed; the chord of a concave
+        # (sublinear) curve over-estimates beyond it, so this errs toward smaller passes.
+        lo = max(below)
+        slope = (times[lo] / one - 1.0) / (lo - 1) if lo > 1 else self.prior_row_cost
+        return max(1.0, times[lo] / one + max(slope, 0.0) * (rows - lo))
 
 
 def best_k(accept: Sequence[float], cost: VerifyCost) -> int:

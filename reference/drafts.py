@@ -22,6 +22,7 @@ drawn from (:class:`Proposal`), then asks it to score the span ``pending + draft
                      continuation of the longest matching suffix, over this request's text and a
                      bounded cross-request cache of earlier outputs (``--draft-cache PATH``).
                      Deterministic: q is one-hot.
+    suffix:tree      the same, proposing token trees verified in one pass (:mod:`reference.tree_decode`).
 
 Laws. With a greedy target the draft proposes its own argmax (q one-hot). With a sampling target
 the draft samples from q_i = ``law(draft_logits_i, history + drafts[:i], draft_params)``, where
