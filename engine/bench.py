@@ -246,6 +246,16 @@ def _speculative_vs_plain(
     }
 
 
+def _verify_cost(model: FastModel, k: int) -> dict[str, Any]:
+    """The verify-cost curve ``--adaptive`` caps k with (engine/verify_cost.py, measured on the
+    model's forward) and the cap it gives at a few acceptance rates."""
+    from reference.drafts import best_k_for_cost
+
+    curve = model.verify_cost_curve(k + 1)
+    return {"rows_cost_relative": {str(r): c for r, c in curve.items()},
+            "k_cap_at_alpha": {str(a): best_k_for_cost(a, curve, k) for a in (0.3, 0.5, 0.7, 0.9)}}
+
+
 def _workload(model: FastModel, tokenizer: Tokenizer, chat: "ChatFormat", options: BenchOptions) -> dict[str, Any]:
     """The workload (:mod:`verispec.workload`) through :func:`_speculative_vs_plain`, per draft:
     every request greedy (and at ``sampled_temperature``), the geometric mean per category, and the
@@ -289,14 +299,28 @@ def _ratio_of_sums(runs: Sequence[dict[str, Any]], key: str) -> float:
     return sum(r[key] * r["generated_tokens"] for r in runs) / weight if weight else 0.0
 
 
-def _llama_cpp(path: Path, options: BenchOptions) -> dict[str, Any]:
+def _llama_cpp(path: Path, options: BenchOptions, int8: FastModel | None = None,
+               tokenizer: Tokenizer | None = None) -> dict[str, Any]:
     """llama.cpp plain and prompt lookup on the bench's prompts (engine/bench_llama.py), with the
-    engine's own thread count; ``tok_s``: plain, geometric mean over the prompts."""
+    engine's own thread count, interleaved with the int8 mode's plain and ngram runs of the same
+    greedy requests when ``int8`` is given; ``tok_s``: plain, geometric mean over the prompts."""
+    from dataclasses import replace
+
     from engine import bench_llama, matmul
 
     threads = matmul.default_threads() if matmul.ort_available() else 1  # the engine's ort threads
+    engine: bench_llama.EngineRun | None = None
+    if int8 is not None and tokenizer is not None:
+        model, tok, once = int8, tokenizer, replace(options, repeats=1)
+
+        def engine(kind: str, text: str) -> dict[str, float]:
+            ids = tuple(tok.encode(text, add_bos=tok.add_bos, parse_special=True))
+            request = GenerationRequest(ids, params=SamplingParams(temperature=0.0),
+                                        max_tokens=options.decode_tokens, seed=options.seed)
+            return _speculative_vs_plain(model, tok, "ngram", request, once)
+
     out = bench_llama.measure(path, options.prompts, options.decode_tokens, options.k, threads,
-                              options.repeats, options.seed)
+                              options.repeats, options.seed, engine=engine)
     if out.get("available"):
         out["tok_s"] = out["plain"]["geomean_tok_s"]
         out["engine_threads"] = threads
@@ -351,6 +375,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     report["prefill"] = {"tokens": len(prompt_ids), "tok_s": len(prompt_ids) / prefill_s}
 
     report["speculative"] = _speculative(model, tokenizer, options)
+    report["verify_cost"] = {f"{model.weights_mode}/{model.backend}": _verify_cost(model, options.k)}
     if options.backends:
         from engine.bench_backends import measure
 
@@ -361,6 +386,8 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
         report["default_backend"] = model.backend
         if "int8/ort-q" in modes:
             report["speculative_int8"] = _speculative(modes["int8/ort-q"], tokenizer, options)
+            report["verify_cost"]["int8/ort-q"] = _verify_cost(modes["int8/ort-q"], options.k)
+            report["llama_cpp"] = _llama_cpp(path, options, modes["int8/ort-q"], tokenizer)
         del modes
     else:
         report["backends"] = {"modes": {}, "note": "skipped (--no-backends)"}
@@ -376,7 +403,8 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
                                "tokens": len(ref_steps)}
     else:
         report["reference"] = {"tok_s": None, "note": "skipped"}
-    report["llama_cpp"] = _llama_cpp(path, options)
+    if "llama_cpp" not in report:
+        report["llama_cpp"] = _llama_cpp(path, options)
     report["ratios"] = _ratios(report)
     report["peak_rss_mib"] = peak_rss_mib()
     return report
@@ -434,8 +462,7 @@ def _ratios(report: dict[str, Any]) -> dict[str, float | None]:
     ratios: dict[str, float | None] = {"plain_over_matmul_bound": plain / float(report["matmul_bound"]["tok_s"])}
     ref = report["reference"].get("tok_s")
     ratios["plain_over_reference"] = plain / float(ref) if ref else None
-    llama = report["llama_cpp"].get("tok_s")
-    ratios["plain_over_llama_cpp"] = plain / float(llama) if llama else None
+    llama = report["llama_cpp"].get("tok_s")  # end to end, against the engine's in ratios below
     ee = report["early_exit"]
     ratios["early_exit_over_plain"] = float(ee["speedup"]) if ee["available"] and ee["speedup"] else None
     for name, entry in report["speculative"].items():
@@ -461,7 +488,6 @@ def _backend_ratios(report: dict[str, Any], llama: Any) -> dict[str, float | Non
         bound = max(float(m["bound_tok_s"]) for n, m in modes.items() if n.startswith("f32/"))
         out["exact_plain_over_f32_bound"] = float(exact["plain_tok_s"]) / bound
     out["int8_plain_over_exact_plain"] = float(int8["plain_tok_s"]) / float(exact["plain_tok_s"]) if int8 and exact else None
-    out["int8_plain_step_over_llama_cpp_plain"] = float(int8["plain_tok_s"]) / float(llama) if int8 and llama else None
     from engine import bench_llama
 
     int8_runs = report.get("speculative_int8", {}).get("ngram", {})
@@ -503,6 +529,10 @@ def format_report(report: dict[str, Any]) -> str:
             f"structured/repetitive {entry['structured_geomean_speedup']:.2f}x, T=0.8 {entry['sampled_speedup']:.2f}x"
         )
     lines.extend(_format_backends(report))
+    for name, v in report.get("verify_cost", {}).items():
+        curve = ", ".join(f"{r}: {c:.2f}" for r, c in v["rows_cost_relative"].items())
+        caps = ", ".join(f"alpha {a}: k {k}" for a, k in v["k_cap_at_alpha"].items())
+        lines.append(f"verify cost {name} (forward, rows x1-row): {curve}; --adaptive k cap {caps}")
     for name, entry in report.get("workload", {}).items():
         for r in entry["runs"]:
             lines.append(
@@ -540,6 +570,9 @@ def _format_llama(llama: dict[str, Any]) -> list[str]:
         runs = ", ".join(f"{r['prompt']} {r['tok_s']:.1f}" for r in llama[name]["runs"])
         lines.append(f"llama.cpp {name} ({llama['threads']} threads, llama-cpp-python {llama['version']}): "
                      f"geomean {llama[name]['geomean_tok_s']:.1f} tok/s end to end; {runs}")
+    if llama.get("engine_runs"):
+        runs = ", ".join(f"{r['prompt']} {r['plain_tok_s']:.1f} / {r['speculative_tok_s']:.1f}" for r in llama["engine_runs"])
+        lines.append(f"engine int8 interleaved with llama.cpp, plain / ngram tok/s end to end: {runs}")
     return lines
 
 

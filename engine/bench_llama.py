@@ -15,13 +15,17 @@ as :attr:`reference.session.GenerationStats.tokens_per_s` counts it for the engi
 speculative section the ratios compare it with, prompt by prompt). ``reset()`` before every
 call: llama-cpp-python would otherwise reuse the KV cache of an identical prompt and skip its
 prompt pass.
+
+The engine's int8 plain and ngram runs of the same requests are interleaved with llama.cpp's,
+prompt by prompt (``engine``: bench passes them), so the ratios compare runs minutes apart at
+most, not sections of the bench apart.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +34,7 @@ NOT_INSTALLED = "not installed (optional extra `llama`; builds llama.cpp from so
 
 def available() -> bool:
     try:
-        import llama_cpp  # type: ignore[import-not-found]  # noqa: F401
+        import llama_cpp  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
     except ImportError:
         return False
     return True
@@ -52,15 +56,22 @@ def _geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in good) / len(good)) if good else 0.0
 
 
+EngineRun = Callable[[str, str], dict[str, float]]  # (kind, text) -> plain_tok_s, speculative_tok_s
+
+
 def measure(path: Path, prompts: Sequence[tuple[str, str]], max_tokens: int, k: int, threads: int,
-            repeats: int, seed: int = 0) -> dict[str, Any]:
-    """llama.cpp plain and prompt-lookup decoding on ``prompts`` (kind, text); see the module doc."""
+            repeats: int, seed: int = 0, engine: EngineRun | None = None) -> dict[str, Any]:
+    """llama.cpp plain and prompt-lookup decoding on ``prompts`` (kind, text); see the module doc.
+
+    ``engine``: the engine's own plain and speculative run of a prompt, interleaved with llama.cpp's
+    (each repeat runs llama.cpp plain, llama.cpp prompt lookup, then the engine), so a change of
+    load on the shared machine falls on both sides; its best runs go to ``engine_runs``."""
     if not available():
         return {"available": False, "note": NOT_INSTALLED}
-    import llama_cpp
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found]
+    import llama_cpp  # type: ignore[import-not-found, unused-ignore]
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
 
-    common = {"model_path": str(path), "n_ctx": 512, "n_batch": 512, "n_threads": threads,
+    common: dict[str, Any] = {"model_path": str(path), "n_ctx": 512, "n_batch": 512, "n_threads": threads,
               "n_threads_batch": threads, "seed": seed, "verbose": False}
     decoders = {
         "plain": llama_cpp.Llama(**common),
@@ -70,15 +81,24 @@ def measure(path: Path, prompts: Sequence[tuple[str, str]], max_tokens: int, k: 
                            "threads": threads, "num_pred_tokens": k}
     for name in decoders:
         out[name] = {"runs": []}
+    engine_runs: list[dict[str, Any]] = []
     for kind, text in prompts:
         best: dict[str, dict[str, float]] = {}
-        for _ in range(max(1, repeats)):  # alternate the two decoders; keep each one's best run
+        ours = {"plain_tok_s": 0.0, "speculative_tok_s": 0.0}
+        for _ in range(max(1, repeats)):  # alternate the decoders; keep each one's best run
             for name, llm in decoders.items():
                 run = _one_run(llm, text, max_tokens)
                 if name not in best or run["tok_s"] > best[name]["tok_s"]:
                     best[name] = run
+            if engine is not None:
+                mine = engine(kind, text)
+                ours = {key: max(ours[key], float(mine[key])) for key in ours}
         for name in decoders:
             out[name]["runs"].append({"prompt": kind, **best[name]})
+        if engine is not None:
+            engine_runs.append({"prompt": kind, "temperature": 0.0, **ours})
+    if engine is not None:
+        out["engine_runs"] = engine_runs
     for name in decoders:
         runs = out[name]["runs"]
         out[name]["geomean_tok_s"] = _geomean([r["tok_s"] for r in runs])
@@ -90,11 +110,13 @@ def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[s
     """The issue's llama.cpp targets as geometric means over the prompts both sides ran.
 
     ``int8_runs``: the engine's greedy speculative-vs-plain runs on the int8 mode (``prompt``,
-    ``plain_tok_s``, ``speculative_tok_s``, end to end like llama.cpp's ``tok_s``)."""
+    ``plain_tok_s``, ``speculative_tok_s``, end to end like llama.cpp's ``tok_s``); the runs
+    interleaved with llama.cpp's (``engine_runs``) take their place when there are any."""
     names = ("int8_plain_over_llama_cpp_plain", "int8_ngram_over_llama_cpp_plain",
              "int8_ngram_over_llama_cpp_prompt_lookup", "llama_cpp_prompt_lookup_over_llama_cpp_plain")
     if not llama.get("available"):
         return {name: None for name in names}
+    int8_runs = llama.get("engine_runs") or int8_runs
     plain = {r["prompt"]: r["tok_s"] for r in llama["plain"]["runs"]}
     lookup = {r["prompt"]: r["tok_s"] for r in llama["prompt_lookup"]["runs"]}
     ours = {r["prompt"]: r for r in int8_runs if r.get("temperature") == 0.0 and r["prompt"] in plain}

@@ -10,52 +10,49 @@ backend are fixed per object), and :meth:`reference.drafts.AdaptiveK` caps its k
 (:func:`reference.drafts.best_k_for_cost`: the k maximizing Leviathan's expected tokens per cycle
 over the cycle's measured cost, at the running acceptance).
 
-Cost of measuring: ``repeats`` x (k_max + 1) forward passes of 1..k_max+1 rows at load of the
-first speculative request (SmolLM2 int8: ~0.2 s for k_max 8); each point is the minimum of its
-repeats (the least-disturbed run on a shared machine), and c is clipped below at 1.
+Cost of measuring: (``repeats`` + 1) x (k_max + 1) forward passes of 1..k_max+1 rows before the
+first speculative request of a model (Gemma 3 with k_max 4: ~3 s on f32/ort, ~1 s on int8, measured at load ~12); each point is the
+minimum of its repeats (the least-disturbed run on a shared machine), c is clipped below at 1.
+Measured once per process: a curve read during a burst of load stays for the process (bench
+prints it as ``verify_cost``).
 """
 
 from __future__ import annotations
 
 import time
 import weakref
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from engine.model import FastModel
+from reference.seams import TargetModel  # the protocol, not engine.model: no import loop back to the model
 
 CONTEXT_TOKENS = 16  # positions already in the cache when a curve point is timed (a short prompt)
 REPEATS = 3
 
-_CURVES: "weakref.WeakKeyDictionary[FastModel, dict[int, float]]" = weakref.WeakKeyDictionary()
+_CURVES: "weakref.WeakKeyDictionary[TargetModel, dict[int, float]]" = weakref.WeakKeyDictionary()
 
 
-def _pass_seconds(model: "FastModel", rows: int, repeats: int) -> float:
-    """Least time of ``repeats`` forward passes of ``rows`` tokens after CONTEXT_TOKENS cached."""
+def measure_curve(model: TargetModel, max_rows: int, repeats: int = REPEATS) -> dict[int, float]:
+    """rows -> c(rows) for rows 1..max_rows (c(1) = 1), measured now on ``model``.
+
+    Round-robin over the row counts, ``repeats`` rounds after one warm-up round, the least time of
+    each kept: a burst of load on the shared machine then disturbs every row count alike instead
+    of one block of them (measured back to back, one Gemma 3 curve read c(5) = 1.2 and then 2.4)."""
     cfg = model.config
-    cache = model.new_cache(min(cfg.context_length, CONTEXT_TOKENS + rows))
-    context = [i % cfg.n_vocab for i in range(1, CONTEXT_TOKENS + 1)]
-    model.forward(context, cache, last_only=True)
-    tokens = [(CONTEXT_TOKENS + 1 + i) % cfg.n_vocab for i in range(rows)]
-    best = float("inf")
-    for _ in range(max(1, repeats) + 1):  # the first run warms up (allocations): not counted
-        cache.truncate(CONTEXT_TOKENS)
-        t0 = time.perf_counter()
-        model.forward(tokens, cache)  # the head on every row, as verification runs it
-        best = min(best, time.perf_counter() - t0)
-    return best
+    cache = model.new_cache(min(cfg.context_length, CONTEXT_TOKENS + max_rows))
+    model.forward([i % cfg.n_vocab for i in range(1, CONTEXT_TOKENS + 1)], cache)  # the short prompt
+    tokens = [(CONTEXT_TOKENS + 1 + i) % cfg.n_vocab for i in range(max_rows)]
+    best = {rows: float("inf") for rows in range(1, max_rows + 1)}
+    for round_index in range(max(1, repeats) + 1):
+        for rows in best:
+            cache.truncate(CONTEXT_TOKENS)
+            t0 = time.perf_counter()
+            model.forward(tokens[:rows], cache)  # the head on every row, as verification runs it
+            elapsed = time.perf_counter() - t0
+            if round_index > 0:  # round 0 warms up (first calls allocate)
+                best[rows] = min(best[rows], elapsed)
+    return {rows: 1.0 if rows == 1 else max(1.0, seconds / best[1]) for rows, seconds in best.items()}
 
 
-def measure_curve(model: "FastModel", max_rows: int, repeats: int = REPEATS) -> dict[int, float]:
-    """rows -> c(rows) for rows 1..max_rows (c(1) = 1), measured now on ``model``."""
-    one = _pass_seconds(model, 1, repeats)
-    curve = {1: 1.0}
-    for rows in range(2, max_rows + 1):
-        curve[rows] = max(1.0, _pass_seconds(model, rows, repeats) / one)
-    return curve
-
-
-def cost_curve(model: "FastModel", max_rows: int) -> dict[int, float]:
+def cost_curve(model: TargetModel, max_rows: int) -> dict[int, float]:
     """:func:`measure_curve`, cached per model object; measured again only for more rows."""
     cached = _CURVES.get(model)
     if cached is None or max(cached) < max_rows:

@@ -2,13 +2,22 @@
 
     verispec check-decoder --engine examples.transformers_decoder:prompt_lookup --model smollm2-135m
     verispec check-decoder --engine examples.transformers_decoder:prompt_lookup --greedy
+    verispec check-decoder --engine examples.transformers_decoder:assistant --greedy
+    verispec check-decoder --engine examples.transformers_decoder:assistant --target-law two-sample
 
 The model is loaded by transformers from the same GGUF file (``from_pretrained(dir,
 gguf_file=...)``: float32 on the dequantized weights, so its numerics are ours up to float32
-rounding and the target law of verispec's reference forward applies). Speculation is
-transformers' prompt lookup decoding (``prompt_lookup_num_tokens``): drafts are copied from the
-prompt, q is one-hot. ``do_sample`` follows the params: sampled for temperature > 0 (the law test),
+rounding and the target law of verispec's reference forward applies). Speculation is either
+transformers' prompt lookup decoding (``prompt_lookup_num_tokens``: drafts copied from the prompt,
+q one-hot) or assisted generation with a SAME-VOCABULARY ASSISTANT model (``assistant_model``;
+sampled, transformers verifies with its ``_speculative_sampling``). No assistant is downloaded: it
+is built from the same GGUF, the target's first :data:`ASSISTANT_LAYERS` decoder layers plus its
+final norm and (tied) head, as a smaller ``LlamaForCausalLM`` on the same vocabulary: a weak but
+honest draft model. ``do_sample`` follows the params: sampled for temperature > 0 (the law test),
 greedy for temperature 0 (the greedy mode; ``speculative=False`` runs plain ``generate``).
+``logits`` (the target's plain forward, for ``--target-law engine-logits`` and the engine's own
+batch-shape noise) and ``sample_plain`` (plain sampled ``generate``, for ``--target-law
+two-sample``) are offered too.
 
 Sampling params map one to one (temperature, top_k, top_p, repetition_penalty); transformers
 penalizes every earlier token of the sequence, llama.cpp (and verispec's law) the last
@@ -27,27 +36,65 @@ from typing import Any
 from reference.sampling import SamplingParams
 
 LOOKUP_TOKENS = 3  # drafts per cycle (prompt_lookup_num_tokens)
+ASSISTANT_LAYERS = 6  # of SmolLM2-135M's 30: the assistant is the target's first six layers
+ASSISTANT_TOKENS = 3  # drafts per cycle (num_assistant_tokens, schedule "constant")
+
+
+def load_target(path: Path) -> Any:
+    """The GGUF as a transformers float32 model (dequantized weights: our numerics)."""
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+
+def truncated_assistant(target: Any, layers: int = ASSISTANT_LAYERS) -> Any:
+    """A same-vocabulary assistant from the target itself: its embedding, first ``layers`` decoder
+    layers, final norm and head (copies: the target is left as it was)."""
+    import copy
+
+    config = copy.deepcopy(target.config)
+    if not 1 <= layers < config.num_hidden_layers:
+        raise ValueError(f"assistant layers must be in [1, {config.num_hidden_layers - 1}], got {layers}")
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = config.layer_types[:layers]
+    assistant = type(target)(config).eval()
+    state = {k: v for k, v in target.state_dict().items() if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
+    missing, unexpected = assistant.load_state_dict(state, strict=False)
+    if unexpected or any(not k.endswith("rotary_emb.inv_freq") for k in missing):
+        raise ValueError(f"assistant weights do not fit: missing {missing}, unexpected {unexpected}")
+    return assistant.to(next(target.parameters()).dtype)
 
 
 class TransformersLookupDecoder:
-    """``sample`` / ``greedy`` of :mod:`spec.decoder_check` over transformers' generate()."""
+    """``sample`` / ``greedy`` / ``logits`` / ``sample_plain`` of :mod:`spec.decoder_check` over
+    transformers' generate(): prompt lookup (default) or a same-vocabulary ``assistant``."""
 
-    def __init__(self, path: Path, lookup_tokens: int = LOOKUP_TOKENS) -> None:
+    def __init__(
+        self, path: Path, lookup_tokens: int = LOOKUP_TOKENS, assistant_layers: int | None = None, model: Any = None
+    ) -> None:
         import torch
-        import transformers
 
-        transformers.utils.logging.disable_progress_bar()
-        transformers.utils.logging.set_verbosity_error()
         self.torch = torch
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(path.parent), gguf_file=path.name, dtype=torch.float32
-        ).eval()
+        self.model = load_target(path) if model is None else model  # a loaded target may be shared
         self.lookup_tokens = lookup_tokens
+        self.assistant = None if assistant_layers is None else truncated_assistant(self.model, assistant_layers)
+        if self.assistant is not None:
+            self.assistant.generation_config.num_assistant_tokens = ASSISTANT_TOKENS
+            self.assistant.generation_config.num_assistant_tokens_schedule = "constant"
+
+    def _speculation(self) -> dict[str, Any]:
+        if self.assistant is not None:
+            return {"assistant_model": self.assistant}
+        return {"prompt_lookup_num_tokens": self.lookup_tokens}
 
     def _generate(self, prompt_ids: Sequence[int], max_new: int, speculative: bool, **sampling: Any) -> list[int]:
         torch = self.torch
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
-        extra = {"prompt_lookup_num_tokens": self.lookup_tokens} if speculative else {}
+        extra = self._speculation() if speculative else {}
         with torch.no_grad():
             out = self.model.generate(
                 ids,
@@ -61,7 +108,7 @@ class TransformersLookupDecoder:
             )
         return [int(t) for t in out[0, len(prompt_ids) :].tolist()]
 
-    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def _sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int, speculative: bool) -> list[list[int]]:
         if params.min_p or params.logit_bias:
             raise ValueError("this adapter maps temperature, top_k, top_p and repeat_penalty only")
         self.torch.manual_seed(seed)
@@ -72,7 +119,28 @@ class TransformersLookupDecoder:
             "top_p": params.top_p,
             "repetition_penalty": params.repeat_penalty,
         }
-        return [self._generate(prompt_ids, m, True, **sampling) for _ in range(n)]
+        return [self._generate(prompt_ids, m, speculative, **sampling) for _ in range(n)]
+
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        return self._sample(prompt_ids, params, m, n, seed, True)
+
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+        return self._sample(prompt_ids, params, m, n, seed, False)
+
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[float]:
+        """The target's next-token logits after the prefix: one forward, or (``split_at`` s)
+        ``prefix[:s]``, then each later token alone on the cache."""
+        torch = self.torch
+        ids = torch.tensor([list(prefix_ids)], dtype=torch.long)
+        with torch.no_grad():
+            if split_at is None:
+                row = self.model(ids).logits[0, -1]
+            else:
+                out = self.model(ids[:, :split_at], use_cache=True)
+                for i in range(split_at, ids.shape[1]):
+                    out = self.model(ids[:, i : i + 1], past_key_values=out.past_key_values, use_cache=True)
+                row = out.logits[0, -1]
+        return [float(x) for x in row.tolist()]
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
         return self._generate(prompt_ids, max_tokens, speculative, do_sample=False)
@@ -81,3 +149,8 @@ class TransformersLookupDecoder:
 def prompt_lookup(path: Path) -> TransformersLookupDecoder:
     """The ``--engine`` factory: prompt lookup decoding on the GGUF at ``path``."""
     return TransformersLookupDecoder(Path(path))
+
+
+def assistant(path: Path) -> TransformersLookupDecoder:
+    """The ``--engine`` factory: assisted generation with the target's first six layers drafting."""
+    return TransformersLookupDecoder(Path(path), assistant_layers=ASSISTANT_LAYERS)

@@ -20,14 +20,32 @@ by what verification actually accepted.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import median
+from typing import Protocol
 
 PRIOR_ROW_COST = 0.3   # extra plain-pass cost per extra row before any measurement
 EWMA = 0.2             # weight of a new calibration observation
 COST_WINDOW = 8        # recent timings per pass size whose median is that size's cost
 CALIBRATION_BOUNDS = (0.25, 2.0)
 MAX_ACCEPT = 0.99      # an estimate never claims certainty
+
+
+class CostCurve(Protocol):
+    """c(r) >= 1: the cost of a verification pass over r rows relative to one row."""
+
+    def relative(self, rows: int) -> float: ...
+
+
+class MeasuredCurve:
+    """A cost curve measured up front (engine/verify_cost.py: rows -> c(rows)); a row count it
+    does not hold costs infinity, so it is never chosen."""
+
+    def __init__(self, curve: Mapping[int, float]) -> None:
+        self.curve = dict(curve)
+
+    def relative(self, rows: int) -> float:
+        return 1.0 if rows <= 1 else self.curve.get(rows, float("inf"))
 
 
 class VerifyCost:
@@ -77,11 +95,16 @@ class VerifyCost:
             lo, hi = max(below), min(above)
             frac = (rows - lo) / (hi - lo)
             return max(1.0, ((1 - frac) * times[lo] + frac * times[hi]) / one)
-        lo = max(below)  # extrapolate with the prior slope from the largest measured size
-        return max(1.0, times[lo] / one + self.prior_row_cost * (rows - lo))
+        # past the largest measured size: extend the measured chord from 1 row to it (the prior
+        # slope when only 1 row is measured). Never trying a size it has not measured would
+        # otherwise freeze the pass size at whatever the prior allowed; the chord of a concave
+        # (sublinear) curve over-estimates beyond it, so this errs toward smaller passes.
+        lo = max(below)
+        slope = (times[lo] / one - 1.0) / (lo - 1) if lo > 1 else self.prior_row_cost
+        return max(1.0, times[lo] / one + max(slope, 0.0) * (rows - lo))
 
 
-def best_k(accept: Sequence[float], cost: VerifyCost) -> int:
+def best_k(accept: Sequence[float], cost: CostCurve) -> int:
     """The k in 0..len(accept) maximizing E(k) / c(k + 1) (the smallest k on ties)."""
     best, best_rate = 0, 1.0  # k = 0: one token per plain pass
     expected, reach = 1.0, 1.0
@@ -94,7 +117,7 @@ def best_k(accept: Sequence[float], cost: VerifyCost) -> int:
     return best
 
 
-def best_size(reach: Sequence[float], cost: VerifyCost) -> int:
+def best_size(reach: Sequence[float], cost: CostCurve) -> int:
     """The n in 0..len(reach) maximizing E(n) / c(n + 1), E(n) = 1 + reach[0] + ... + reach[n-1]
     (the smallest n on ties).
 

@@ -22,6 +22,7 @@ drawn from (:class:`Proposal`), then asks it to score the span ``pending + draft
                      continuation of the longest matching suffix, over this request's text and a
                      bounded cross-request cache of earlier outputs (``--draft-cache PATH``).
                      Deterministic: q is one-hot.
+    suffix:tree      the same, proposing token trees verified in one pass (:mod:`reference.tree_decode`).
 
 Laws. With a greedy target the draft proposes its own argmax (q one-hot). With a sampling target
 the draft samples from q_i = ``law(draft_logits_i, history + drafts[:i], draft_params)``, where
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from reference.draft_control import MeasuredCurve, best_k
 from reference.errors import DraftError
 from reference.sampling import SamplingParams, sample, target_distribution
 from reference.seams import Cache, TargetModel
@@ -396,16 +398,9 @@ def best_k_for_cost(alpha: float, cost: Mapping[int, float], k_max: int) -> int:
     """The k in 0..k_max maximizing Leviathan's expected tokens per cycle ``(1 - alpha^(k+1)) /
     (1 - alpha)`` over the cycle's cost ``cost[k + 1]`` (rows -> cost relative to one row; a
     draft that costs nothing, as a lookup draft nearly does); the smallest such k. Rows missing
-    from ``cost`` are not chosen."""
-    best, best_rate = 0, 1.0  # k = 0: one token per one-row pass
-    for k in range(1, k_max + 1):
-        c = cost.get(k + 1)
-        if c is None:
-            continue
-        rate = predicted_speedup(alpha, k, 0.0) / max(c, 1e-12)
-        if rate > best_rate:
-            best, best_rate = k, rate
-    return best
+    from ``cost`` are not chosen. It is :func:`reference.draft_control.best_k` at a constant
+    acceptance (clamped, as every estimate there, to MAX_ACCEPT)."""
+    return best_k([alpha] * k_max, MeasuredCurve(cost))  # one controller for chains, trees and this cap
 
 
 # -- parsing ----------------------------------------------------------------------------------------

@@ -26,11 +26,11 @@ Wire ops (same envelope as :mod:`spec.external`)::
       -> {"samples": [[t1, t2], ...]}
     {"op": "greedy", "input": {"prompt_ids": [..], "max_tokens": 16, "speculative": true}}
       -> {"ids": [..]}
-    {"op": "logits", "input": {"prefix_ids": [..], "split_last": false}}
+    {"op": "logits", "input": {"prefix_ids": [..], "split_at": null}}
       -> {"logits": [l_0, ..., l_{V-1}]}                  speculation off: the next-token logits
-                                                          after the prefix; split_last: the prefix
-                                                          less its last token in one pass, then
-                                                          that token alone (batch-shape noise)
+                                                          after the prefix in one pass; split_at s:
+                                                          prefix[:s] in one pass, then each later
+                                                          token alone (batch-shape noise)
 
 Optional ops (``sample_plain``, ``logits``) may be answered ``{"unsupported": op}``; a mode that
 needs one then stops with a usage error.
@@ -64,10 +64,11 @@ class GreedyEngine(Protocol):
 
 
 class LogitsEngine(Protocol):
-    """An engine that reports its own plain (speculation-off) next-token logits after a prefix;
-    ``split_last``: computed as the prefix less its last token in one pass, then that token alone."""
+    """An engine that reports its own plain (speculation-off) next-token logits after a prefix:
+    the prefix in one pass, or (``split_at`` s) ``prefix[:s]`` in one pass, then each later token
+    alone, as plain decoding feeds a generation (s = len(prefix) - 1: only the last token alone)."""
 
-    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> Any: ...
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> Any: ...
 
 
 class PlainSampler(Protocol):
@@ -83,7 +84,7 @@ class Logits(Protocol):
 
     def __call__(self, prefix: Prefix) -> F32: ...
 
-    def batch_shape_noise(self, prefix: Prefix) -> float: ...
+    def batch_shape_noise(self, prefix: Prefix, prompt_length: int | None = None) -> float: ...
 
 
 # -----------------------------------------------------------------------------------------------
@@ -109,17 +110,35 @@ class ReferenceLogits:
             self.forwards += 1
         return self.memo[prefix]
 
-    def split_row(self, prefix: Prefix) -> F32:
-        """The last row computed as the prefix minus its last token, then that token alone."""
+    def split_row(self, prefix: Prefix, split_at: int) -> F32:
+        """The last row computed as ``prefix[:split_at]`` in one pass, then each later token alone."""
+        if not 1 <= split_at < len(prefix):
+            raise ValueError(f"split_at must be in [1, {len(prefix) - 1}], got {split_at}")
         cache = self.model.new_cache(len(prefix))
-        self.model.forward(list(prefix[:-1]), cache)
-        return np.asarray(self.model.forward([prefix[-1]], cache).logits[-1], dtype=np.float32)
+        out = self.model.forward(list(prefix[:split_at]), cache)
+        for token in prefix[split_at:]:
+            out = self.model.forward([token], cache)
+        return np.asarray(out.logits[-1], dtype=np.float32)
 
-    def batch_shape_noise(self, prefix: Prefix) -> float:
-        """max |logit difference| of the last row: one pass of the prefix vs the prefix minus its last
-        token, then the last token alone (another matmul shape: another rounding)."""
+    def batch_shape_noise(self, prefix: Prefix, prompt_length: int | None = None) -> float:
+        """max |logit difference| of the last row: one pass of the prefix vs :func:`noise_splits`
+        (other matmul shapes: other roundings)."""
         whole = np.asarray(self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits[-1], dtype=np.float64)
-        return float(np.max(np.abs(whole - np.asarray(self.split_row(prefix), dtype=np.float64))))
+        return max(
+            float(np.max(np.abs(whole - np.asarray(self.split_row(prefix, s), dtype=np.float64))))
+            for s in noise_splits(len(prefix), prompt_length)
+        )
+
+
+def noise_splits(length: int, prompt_length: int | None) -> list[int]:
+    """The batch shapes the noise is measured at: the last token alone, and (given the prompt's
+    length) the generation one token at a time after the prompt in one pass, as plain decoding
+    computes it; a speculative decoder's rows come from yet other shapes (the last token and its
+    drafts in one batch), so the noise of a prefix is the largest of these differences."""
+    splits = {length - 1}
+    if prompt_length is not None and 1 <= prompt_length < length:
+        splits.add(prompt_length)
+    return sorted(s for s in splits if s >= 1)
 
 
 class EngineLogits:
@@ -133,9 +152,9 @@ class EngineLogits:
         self.memo: dict[Prefix, F32] = {}
         self.vocab: int | None = None
 
-    def _row(self, prefix: Prefix, split_last: bool) -> F32:
+    def _row(self, prefix: Prefix, split_at: int | None) -> F32:
         try:
-            row = np.asarray(self.engine.logits(list(prefix), split_last=split_last), dtype=np.float64)
+            row = np.asarray(self.engine.logits(list(prefix), split_at=split_at), dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise ExternalError(f"the engine's logits for a prefix of {len(prefix)} ids are not numbers: {exc}") from exc
         if row.ndim != 1 or row.shape[0] == 0 or (self.vocab is not None and row.shape[0] != self.vocab):
@@ -147,13 +166,16 @@ class EngineLogits:
 
     def __call__(self, prefix: Prefix) -> F32:
         if prefix not in self.memo:
-            self.memo[prefix] = self._row(prefix, False)
+            self.memo[prefix] = self._row(prefix, None)
         return self.memo[prefix]
 
-    def batch_shape_noise(self, prefix: Prefix) -> float:
-        """The engine's own: max |one pass of the prefix - the prefix then its last token alone|."""
+    def batch_shape_noise(self, prefix: Prefix, prompt_length: int | None = None) -> float:
+        """The engine's own: max |one pass of the prefix - the same row at :func:`noise_splits`|."""
         whole = np.asarray(self(prefix), dtype=np.float64)
-        return float(np.max(np.abs(whole - np.asarray(self._row(prefix, True), dtype=np.float64))))
+        return max(
+            float(np.max(np.abs(whole - np.asarray(self._row(prefix, s), dtype=np.float64))))
+            for s in noise_splits(len(prefix), prompt_length)
+        )
 
 
 def reports_logits(engine: Any) -> bool:
@@ -258,10 +280,10 @@ class ReferenceDecoder:
             out.append(list(generate(self.target, self.tokenizer, request).ids))
         return out
 
-    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> F32:
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> F32:
         logits = self.target.logits
         prefix = tuple(int(t) for t in prefix_ids)
-        return logits.split_row(prefix) if split_last else logits(prefix)
+        return logits(prefix) if split_at is None else logits.split_row(prefix, split_at)
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
         from reference.decode import SpeculativeOptions, speculative_generate
@@ -303,8 +325,8 @@ class CommandEngine:
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._samples("sample_plain", prompt_ids, params, m, n, seed)
 
-    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> list[Any]:
-        row = self.wire.call("logits", {"prefix_ids": list(prefix_ids), "split_last": split_last}).get("logits")
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[Any]:
+        row = self.wire.call("logits", {"prefix_ids": list(prefix_ids), "split_at": split_at}).get("logits")
         if not isinstance(row, list):
             raise ExternalError("logits output.logits must be a list of numbers")
         return [float(x) if isinstance(x, str) else x for x in row]  # "NaN"/"Infinity" -> rejected as non-finite
@@ -407,7 +429,7 @@ def check_greedy(engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[i
     prefix = tuple(int(t) for t in prompt_ids) + tuple(plain[:j])
     row = np.sort(np.asarray(logits_of(prefix), dtype=np.float64))
     verdict.margin = float(row[-1] - row[-2])
-    verdict.noise = logits_of.batch_shape_noise(prefix) if len(prefix) > 1 else 0.0
+    verdict.noise = logits_of.batch_shape_noise(prefix, len(prompt_ids)) if len(prefix) > 1 else 0.0
     return verdict
 
 

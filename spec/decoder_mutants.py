@@ -120,12 +120,12 @@ class LoopDecoder:
         rng = np.random.default_rng(seed)
         return [self.first_tokens(prompt_ids, params, m, rng, 0) for _ in range(n)]
 
-    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> Any:
-        """The target's own plain logits after a prefix (``split_last``: the batch-shape variant,
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> Any:
+        """The target's own plain logits after a prefix (``split_at``: the batch-shape variant,
         when the target offers one): the mutants' logits are correct, their loops are not."""
         prefix = tuple(int(t) for t in prefix_ids)
         split = getattr(self.logits_of, "split_row", None)
-        return split(prefix) if split_last and callable(split) else self.logits_of(prefix)
+        return split(prefix, split_at) if split_at is not None and callable(split) else self.logits_of(prefix)
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
         """Greedy decoding, with speculation (``self.k`` drafts, the draft greedy too) or without

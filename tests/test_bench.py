@@ -46,6 +46,17 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     for key in ("plain_over_matmul_bound", "plain_over_reference", "speculative_ngram_geomean_over_plain"):
         assert _positive_finite(ratios[key]), key
     assert report["llama_cpp"]["available"] in (True, False)
+    if report["llama_cpp"]["available"]:  # the optional extra is installed: both decoders, every prompt
+        llama = report["llama_cpp"]
+        for name in ("plain", "prompt_lookup"):
+            assert [r["prompt"] for r in llama[name]["runs"]] == ["chat", "repetitive"]
+            assert all(_positive_finite(r["tok_s"]) and r["tokens"] >= 1 for r in llama[name]["runs"])
+        assert llama["threads"] == llama["engine_threads"] >= 1
+        assert _positive_finite(report["ratios"]["int8_plain_over_llama_cpp_plain"])
+    for curve in report["verify_cost"].values():  # what --adaptive caps k with, k + 1 = 4 rows
+        assert set(curve["rows_cost_relative"]) == {"1", "2", "3", "4"} and curve["rows_cost_relative"]["1"] == 1.0
+        assert all(c >= 1.0 for c in curve["rows_cost_relative"].values())
+        assert all(0 <= k <= 3 for k in curve["k_cap_at_alpha"].values())
     # every backend / weights mode in the same run (engine/bench_backends.py)
     modes = report["backends"]["modes"]
     assert set(modes) == {"f32/numpy", "f32/ort", "int8/ort-q"} and report["default_backend"] == "ort"

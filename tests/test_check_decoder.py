@@ -82,8 +82,8 @@ class Recorded:
             self.memo[key] = self.engine.sample(prompt_ids, params, m, n, seed)
         return self.memo[key]
 
-    def logits(self, prefix_ids: Sequence[int], split_last: bool = False) -> Any:
-        return self.engine.logits(prefix_ids, split_last)
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> Any:
+        return self.engine.logits(prefix_ids, split_at)
 
 
 @pytest.mark.parametrize("name", sorted(MUTANT_BUGS))
@@ -117,8 +117,8 @@ class ScaledLogits:
     def __call__(self, prefix: tuple[int, ...]) -> Any:
         return np.asarray(self.logits(prefix) * np.float32(self.scale), dtype=np.float32)
 
-    def split_row(self, prefix: tuple[int, ...]) -> Any:
-        return np.asarray(self.logits.split_row(prefix) * np.float32(self.scale), dtype=np.float32)
+    def split_row(self, prefix: tuple[int, ...], split_at: int) -> Any:
+        return np.asarray(self.logits.split_row(prefix, split_at) * np.float32(self.scale), dtype=np.float32)
 
 
 def test_engine_of_other_numerics_fails_our_law_and_passes_its_own(logits: ReferenceLogits, case: LawCase) -> None:
@@ -246,15 +246,24 @@ def test_greedy_mode(logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
     assert own.margin == verdict.margin  # the mutant reports our forward's rows: the same margin
 
 
+@pytest.fixture(scope="module")
+def hf_target(smollm2_path: Any) -> Any:
+    """SmolLM2 loaded by transformers from the GGUF once for the transformers tests (the load is
+    most of their cost)."""
+    from examples.transformers_decoder import load_target
+
+    return load_target(smollm2_path)
+
+
 @pytest.mark.slow
 @pytest.mark.oracle
-def test_transformers_prompt_lookup_greedy(smollm2_path: Any, logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
+def test_transformers_prompt_lookup_greedy(smollm2_path: Any, hf_target: Any, logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
     """examples/transformers_decoder.py: transformers' prompt lookup, greedy, against its own plain
     greedy (the law mode needs ~1,000 generate() calls: minutes per prompt on a busy 2-core CPU,
     so it is run by hand: see README)."""
-    from examples.transformers_decoder import prompt_lookup
+    from examples.transformers_decoder import TransformersLookupDecoder
 
-    engine = prompt_lookup(smollm2_path)
+    engine = TransformersLookupDecoder(smollm2_path, model=hf_target)
     verdict = check_greedy(engine, logits, tuple(smollm2_tokenizer.encode(PROMPT)), 8)
     print(f"transformers prompt lookup, greedy: {verdict.detail()}")
     assert verdict.passed, verdict.detail()
@@ -262,13 +271,91 @@ def test_transformers_prompt_lookup_greedy(smollm2_path: Any, logits: ReferenceL
 
 @pytest.mark.slow
 @pytest.mark.oracle
-def test_transformers_assistant_greedy(smollm2_path: Any, smollm2_tokenizer: Any) -> None:
+def test_transformers_assistant_greedy(smollm2_path: Any, hf_target: Any, smollm2_tokenizer: Any) -> None:
     """examples/transformers_decoder.py: assisted generation with a same-vocabulary assistant built
     from the GGUF (the target's first six layers), greedy, against its own plain greedy; a
     divergence is judged with transformers' OWN logits and batch-shape noise."""
-    from examples.transformers_decoder import assistant
+    from examples.transformers_decoder import ASSISTANT_LAYERS, TransformersLookupDecoder
 
-    engine = assistant(smollm2_path)
+    engine = TransformersLookupDecoder(smollm2_path, assistant_layers=ASSISTANT_LAYERS, model=hf_target)
     verdict = check_greedy(engine, EngineLogits(engine), tuple(smollm2_tokenizer.encode(PROMPT)), 8)
     print(f"transformers assistant, greedy: {verdict.detail()}")
     assert verdict.passed, verdict.detail()
+    own = EngineLogits(engine)  # the adapter's logits op at both batch shapes
+    prompt = tuple(smollm2_tokenizer.encode(PROMPT))
+    noise = own.batch_shape_noise(prompt + tuple(verdict.plain[:2]), len(prompt))
+    print(f"transformers' own batch-shape noise after 2 generated tokens: {noise:.3g}")
+    assert np.isfinite(noise) and noise >= 0.0
+
+
+def _llama_cpp_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _llama_cpp_importable(), reason="llama-cpp-python not installed (the optional `llama` extra)")
+def test_llama_cpp_prompt_lookup_greedy(smollm2_path: Any, smollm2_tokenizer: Any) -> None:
+    """examples/llama_cpp_decoder.py: llama.cpp's prompt lookup decoding at temperature 0 against its
+    own plain greedy output, the margin and batch-shape noise llama.cpp's OWN (its logits_all rows).
+    Kept cheap for `make test` (the bench's "repetitive" prompt, 16 tokens: prompt lookup's drafts
+    are accepted there); the five bench prompts at 48 tokens took ~13 min at load ~14 and are run by
+    hand (README: `check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy`)."""
+    from engine.bench import PROMPTS
+    from examples.llama_cpp_decoder import prompt_lookup
+
+    engine = prompt_lookup(smollm2_path)
+    own = EngineLogits(engine)
+    tok = smollm2_tokenizer
+    prompt = tuple(tok.encode(dict(PROMPTS)["repetitive"], add_bos=tok.add_bos, parse_special=True))
+    verdict = check_greedy(engine, own, prompt, 16)
+    print(f"llama.cpp prompt lookup, repetitive: {verdict.detail()}")
+    assert verdict.passed, verdict.detail()
+    noise = own.batch_shape_noise(prompt + (verdict.plain[0],), len(prompt))  # llama.cpp's own, finite
+    assert np.isfinite(noise) and noise >= 0.0
+
+
+# --- the wire form of the engine ops (a stub program; no model) ------------------------------------
+
+STUB_ENGINE = r"""
+import json, sys
+offer_logits = sys.argv[1] == "logits"
+for line in sys.stdin:
+    req = json.loads(line)
+    op, inp = req["op"], req["input"]
+    if op in ("sample", "sample_plain"):
+        out = {"output": {"samples": [[5, 6] if op == "sample" else [5, 7]] * inp["n"]}}
+    elif op == "logits" and offer_logits:
+        row = [0.0, 1.0, 2.0] if inp["split_at"] is None else [0.0, 1.0, 2.0 + 0.25 * inp["split_at"]]
+        out = {"output": {"logits": row if len(inp["prefix_ids"]) < 9 else [0.0, "NaN", 1.0]}}
+    else:
+        out = {"unsupported": op}
+    print(json.dumps({"id": req["id"], **out}), flush=True)
+"""
+
+
+def test_command_engine_speaks_the_engine_ops(tmp_path: Any) -> None:
+    """sample / sample_plain / logits through the JSON-lines transport; an engine without the
+    logits op is seen as not reporting logits; a non-finite row is rejected with a typed error."""
+    import sys
+
+    from spec.decoder_check import CommandEngine, reports_logits
+    from spec.external import ExternalError
+
+    stub = tmp_path / "engine.py"
+    stub.write_text(STUB_ENGINE)
+    with_logits = CommandEngine(f"{sys.executable} {stub} logits", timeout=30)
+    without = CommandEngine(f"{sys.executable} {stub} none", timeout=30)
+    try:
+        assert with_logits.sample([1], PARAMS, 2, 3, 0) == [[5, 6]] * 3
+        assert with_logits.sample_plain([1], PARAMS, 2, 2, 0) == [[5, 7]] * 2
+        assert reports_logits(with_logits) and not reports_logits(without)
+        own = EngineLogits(with_logits)
+        assert list(own((1, 2))) == [0.0, 1.0, 2.0]
+        assert own.batch_shape_noise((1, 2, 3), prompt_length=1) == 0.5  # splits at 1 and 2: the larger
+        with pytest.raises(ExternalError, match="not all finite"):
+            own(tuple(range(9)))
+    finally:
+        with_logits.close()
+        without.close()

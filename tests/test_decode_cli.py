@@ -16,6 +16,7 @@ EVIDENCE_FIELDS = {
     "acceptance_rate", "accepted_per_pass", "tokens_per_pass", "per_position_acceptance", "target_passes",
     "draft_passes", "ttft_s", "tpot_s", "tokens_per_s", "plain_tokens_per_s", "plain_tpot_s",
     "measured_speedup", "draft_cost_ratio", "predicted_speedup", "verify_cost_ratio", "matches_plain", "trace",
+    "tree_shape",
 }
 
 
@@ -55,6 +56,7 @@ def test_json_evidence(capsys: pytest.CaptureFixture[str]) -> None:
     spec = out["speculative"]
     assert set(spec) == EVIDENCE_FIELDS
     assert spec["draft"] == "ngram" and spec["mode"] == "greedy" and spec["matches_plain"] is True
+    assert spec["tree_shape"] is None  # a single-path draft: no tree
     assert len(out["ids"]) == 8 and spec["target_passes"] == len(spec["trace"]) == spec["cycles"]
     assert sum(len(c["emitted"]) for c in spec["trace"]) == 8
     assert spec["accepted"] == sum(c["accepted"] for c in spec["trace"]) > 0  # the pattern repeats

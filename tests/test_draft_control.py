@@ -39,7 +39,10 @@ def test_measured_costs_replace_the_prior() -> None:
     cost.observe(5, 0.020)
     assert cost.relative(3) == pytest.approx(1.2)
     assert cost.relative(4) == pytest.approx(1.6)  # halfway between 1.2 and 2.0
-    assert cost.relative(7) == pytest.approx(2.0 + 0.3 * 2)  # prior slope beyond the largest measured
+    assert cost.relative(7) == pytest.approx(2.0 + 0.25 * 2)  # the measured chord 1 -> 5 rows, extended
+    only_one = VerifyCost(prior_row_cost=0.3)
+    only_one.observe(1, 0.010)
+    assert only_one.relative(3) == pytest.approx(1.6)  # nothing but 1 row measured: the prior slope
     cost.observe(0, 1.0)  # ignored
     cost.observe(2, -1.0)  # ignored
     assert set(cost.seconds) == {1, 3, 5}

@@ -192,6 +192,23 @@ class MemoLaw:
 
 SAMPLED = SamplingParams(temperature=0.8, top_p=0.95)
 DRAFT = SamplingParams(temperature=5.0, top_k=3)  # far from p: half the drafts are rejected, repairs matter
+def first_two_tokens_law(
+    target: PrefixCachedModel, law: MemoLaw, prompt: tuple[int, ...], n_cells: int
+) -> tuple[dict[tuple[int, int], float], list[tuple[int, int]], npt.NDArray[np.float64]]:
+    """The exact law of the first two sampled tokens without speculation: every possible (t1, t2)
+    pair's probability, the n_cells most likely pairs, and their probabilities plus one tail cell
+    for the rest (probs [n_cells + 1])."""
+    p1 = law(target.row(prompt), prompt, SAMPLED)
+    exact: dict[tuple[int, int], float] = {}
+    for t1 in np.flatnonzero(p1):
+        p2 = law(target.row((*prompt, int(t1))), (*prompt, int(t1)), SAMPLED)
+        for t2 in np.flatnonzero(p2):
+            exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
+    pairs = sorted(exact, key=lambda pair: -exact[pair])[:n_cells]
+    tail = max(0.0, 1.0 - sum(exact[pair] for pair in pairs))
+    return exact, pairs, np.array([exact[pair] for pair in pairs] + [tail], dtype=np.float64)
+
+
 PROMPT = "The history of the printing press begins"
 # Statistical budget: N runs, alpha for this test, and the worst-case power against ANY bias of
 # total variation >= TV (spec.statistics.power_of). ALPHA is this test's share of the suite's false-
@@ -209,16 +226,8 @@ def test_first_two_tokens_law(smollm2_model: Model, smollm2_tokenizer: Tokenizer
     target = PrefixCachedModel(smollm2_model)
     law = MemoLaw()
 
-    # the exact law without speculation
-    p1 = law(target.row(prompt), prompt, SAMPLED)
-    exact: dict[tuple[int, int], float] = {}
-    for t1 in np.flatnonzero(p1):
-        p2 = law(target.row((*prompt, int(t1))), (*prompt, int(t1)), SAMPLED)
-        for t2 in np.flatnonzero(p2):
-            exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
-    pairs = sorted(exact, key=lambda pair: -exact[pair])[:N_CELLS]
+    exact, pairs, probs = first_two_tokens_law(target, law, prompt, N_CELLS)  # the exact law without speculation
     index = {pair: i for i, pair in enumerate(pairs)}
-    probs = np.array([exact[pair] for pair in pairs] + [max(0.0, 1.0 - sum(exact[pair] for pair in pairs))])
 
     drafts: list[DraftSource] = [ModelDraft(target, "model", params=DRAFT)]
     for draft in drafts:

@@ -40,7 +40,7 @@ from spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_
 from tests.conftest import GOLDEN_KEYS
 from tests.test_decode import FakeTokenizer
 from tests.test_spec_equivalence import (
-    SAMPLED, MemoLaw, PrefixCachedModel, ListCache, _Out, compare, near_ties,
+    SAMPLED, MemoLaw, PrefixCachedModel, ListCache, _Out, compare, first_two_tokens_law, near_ties,
 )
 from tests.tolerances import assert_within, forward_spread
 
@@ -283,15 +283,8 @@ def test_tree_first_two_tokens_law(smollm2_model: Model, smollm2_tokenizer: Toke
     prompt = tuple(int(t) for t in entry["prompt_ids"])
     target = TreePrefixModel(smollm2_model)
     law = MemoLaw()
-    p1 = law(target.row(prompt), prompt, SAMPLED)
-    exact: dict[tuple[int, int], float] = {}
-    for t1 in np.flatnonzero(p1):
-        p2 = law(target.row((*prompt, int(t1))), (*prompt, int(t1)), SAMPLED)
-        for t2 in np.flatnonzero(p2):
-            exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
-    pairs = sorted(exact, key=lambda pair: -exact[pair])[:N_CELLS]
+    exact, pairs, probs = first_two_tokens_law(target, law, prompt, N_CELLS)
     index = {pair: i for i, pair in enumerate(pairs)}
-    probs = np.array([exact[pair] for pair in pairs] + [max(0.0, 1.0 - sum(exact[pair] for pair in pairs))])
 
     draft = FixedTreeDraft(target)
     counts = np.zeros(len(pairs) + 1, dtype=np.int64)

@@ -1,7 +1,7 @@
 """`verispec check-decoder`: the law of a whole speculative decoder's first tokens, on a real GGUF.
 
     verispec check-decoder (--engine MOD:FACTORY | --engine-cmd CMD | --ours | --mutant NAME)
-        [--model NAME|PATH] [--prompt TEXT ...] [--m 3] [--temperature T] [--top-k K] [--top-p P]
+        [--model NAME|PATH] [--prompt TEXT ... | --bench-prompts] [--m 3] [--temperature T] [--top-k K] [--top-p P]
         [--repeat-penalty R] [--draft-temperature T] [--draft-top-k K] [--k 2]
         [--target-law reference|engine-logits|two-sample] [--tv 0.2] [--alpha A]
         [--greedy --max-tokens N] [--json]
@@ -12,7 +12,7 @@ max_tokens, speculative) -> ids`` for ``--greedy``); ``--engine-cmd``: the JSON-
 spec/decoder_check.py. ``--ours``: our decode loop (reference.decode); ``--mutant NAME``: a mutant
 decoder of spec/decoder_mutants.py. ``--target-law``: ``reference`` (default) builds the target law
 from our reference forward on --model (an engine of our numerics); ``engine-logits`` from the
-engine's own reported logits (``logits(prefix_ids, split_last)`` / the ``logits`` op) through our
+engine's own reported logits (``logits(prefix_ids, split_at)`` / the ``logits`` op) through our
 processors; ``two-sample`` tests speculation on against the same engine's ``sample_plain``
 (speculation off). Greedy mode takes the margin and the batch-shape noise from the engine's own
 logits when it reports them, else from our forward (the report says which).
@@ -37,6 +37,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     which.add_argument("--mutant", metavar="NAME", help="a mutant decoder of spec/decoder_mutants.py")
     parser.add_argument("--model", default="smollm2-135m", help="registry name or .gguf path (default smollm2-135m)")
     parser.add_argument("--prompt", nargs="+", default=["The cat sat on the"], metavar="TEXT")
+    parser.add_argument("--bench-prompts", action="store_true", help="the five prompts of `verispec bench` instead of --prompt")
     parser.add_argument("--m", type=int, default=3, help="first tokens whose law is tested (1..3)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=4)
@@ -105,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = Model.load(path), Tokenizer.from_file(path)
     logits = ReferenceLogits(model)
     engine = _engine(args, path, logits, tokenizer)
+    if args.bench_prompts:
+        from engine.bench import PROMPTS
+
+        args.prompt = [text for _, text in PROMPTS]
     alpha = (args.alpha if args.alpha is not None else 1e-3) / len(args.prompt)  # Bonferroni over prompts
     eog = frozenset(tokenizer.eog_ids)
     results: list[dict[str, Any]] = []
@@ -116,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             raise CheckError("--target-law two-sample needs an engine with sample_plain (the sample_plain op)")
         target = EngineLogits(engine) if own and (args.greedy or args.target_law == "engine-logits") else logits
         for text in args.prompt:
-            prompt = tuple(tokenizer.encode(text))
+            prompt = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True))  # as the bench
             if args.greedy:
                 g = check_greedy(engine, target, prompt, args.max_tokens)
                 results.append({"prompt": text, "mode": "greedy", "passed": g.passed, "detail": g.detail(),
@@ -139,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         for r in results:
             print(f"{'PASS' if r['passed'] else 'FAIL'}  {r['prompt']!r}: {r['detail']}"
-                  + (f"  N={r['n']} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}" if r["mode"] != "greedy" else ""))
+                  + (f"  N={r['n']}{'/arm' if r['mode'] == 'two-sample' else ''} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}"
+                     if r["mode"] != "greedy" else ""))
         print("PASSED" if passed else "FAILED")
     sys.stdout.flush()
     return 0 if passed else 1
