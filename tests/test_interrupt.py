@@ -17,12 +17,19 @@ REPO = Path(__file__).resolve().parent.parent
 WAIT_S = 120.0  # upper bound on reaching the staging folder (imports + start) on a loaded machine
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_mid_write_exits_130_with_one_line_and_no_output(tmp_path: Path) -> None:
     out = tmp_path / "vectors"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "verispec", "vectors", "--out", str(out), "--count", "1000000"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # Ctrl-C as a terminal delivers it: a test run started in the background (nohup, `cmd &`
+        # in a script) inherits SIGINT *ignored*, and Python then rightly keeps ignoring it
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + WAIT_S

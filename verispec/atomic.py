@@ -17,6 +17,7 @@ beside the target, never a partial target.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -55,19 +56,22 @@ def replace_directory(target: Path, *, force: bool) -> Iterator[Path]:
     comes out as OutputError, every other exception as it was).
     """
     check_target(target, force=force)
+    # The staging name is chosen BEFORE the folder exists, so a Ctrl-C at any instant after the
+    # mkdir (even before it returns) finds a known path to delete: with mkdtemp, an interrupt
+    # between its mkdir and the try below left the folder behind.
+    staging = target.parent / f".{target.name}.tmp-{secrets.token_hex(8)}"
+    created = False  # an OSError from mkdir itself (a name clash) must not delete that folder
     try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 -> what mkdir would have made
-    except OSError as exc:
-        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
-    try:
+        staging.mkdir()  # mode 0777 & ~umask: what a plain mkdir of the target would make
+        created = True
         yield staging
         _sync(staging)
         _swap_in(staging, target, force=force)
     except OSError as exc:  # disk full, permissions: one line, and the target as it was
-        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(staging, ignore_errors=True)
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
-    except BaseException:  # Ctrl-C included: the target as it was
+    except BaseException:  # Ctrl-C included (even inside the mkdir: the name is ours alone)
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
@@ -83,22 +87,25 @@ def replace_file(target: Path) -> Iterator[BinaryIO]:
         raise OutputError(f"{target} is a folder, not a file")
     if not target.parent.is_dir():
         raise OutputError(f"cannot write {target}: the folder {target.parent} does not exist")
+    # as in replace_directory: the name is known before the file exists (a Ctrl-C right after
+    # mkstemp's open would have left the file behind)
+    name = target.parent / f".{target.name}.tmp-{secrets.token_hex(8)}"
+    created = False
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
-        os.chmod(name, 0o666 & ~_umask())  # mkstemp's 0600 -> what open() would have made
-    except OSError as exc:
-        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
-    try:
+        # O_EXCL: a fresh file of ours; mode 0666 & ~umask, what open() would have made
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        created = True
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(name, target)
     except OSError as exc:
-        Path(name).unlink(missing_ok=True)
+        if created:
+            name.unlink(missing_ok=True)
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
     except BaseException:
-        Path(name).unlink(missing_ok=True)
+        name.unlink(missing_ok=True)
         raise
 
 
@@ -119,12 +126,6 @@ def _swap_in(staging: Path, target: Path, *, force: bool) -> None:
     except OSError as exc:
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
     _fsync_dir(target.parent)
-
-
-def _umask() -> int:
-    mask = os.umask(0)  # the only way to read it is to set it (and put it back at once)
-    os.umask(mask)
-    return mask
 
 
 def _sync(folder: Path) -> None:
