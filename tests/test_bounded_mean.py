@@ -16,6 +16,9 @@ import pytest
 
 from verispec.bounded_mean import p_value_above, upper_bound
 
+# Float64 slack of exact_probability: each term is a product of n <= 9 probabilities (relative
+# error <= n u, u = 2^-53), and at most 3^6 = 729 terms (2^9 = 512 for two-point laws) are summed
+# into a total <= 1, so |error| <= (n + terms) u <= 738 * 1.1e-16 ~ 8e-14; 1e-12 covers it.
 ROUNDING = 1e-12
 
 
