@@ -416,8 +416,10 @@ def _engine_threads() -> int:
     """The engine's own thread count (onnxruntime's ``intra_op_num_threads``; 1 without it): what
     llama.cpp is given, so both engines use the same cores."""
     from engine import matmul
+    from engine.ort_pool import pool_threads
 
-    return matmul.default_threads() if matmul.ort_available() else 1
+    # the shared pool's size once it exists (engine/ort_pool.py), else what it will be created with
+    return (pool_threads() or matmul.default_threads()) if matmul.ort_available() else 1
 
 
 def _llama_cpp(path: Path, options: BenchOptions, int8: FastModel | None = None,
