@@ -21,6 +21,12 @@ On a shared 2-core machine absolute tok/s swing with load; ratios taken within o
   engine's thread count, when the optional ``llama_cpp`` package is importable
   (:mod:`engine.bench_llama`); the ratios compare the int8 mode's plain and ngram runs with them,
   prompt by prompt.
+- ``workload`` (with ``--workload``): the chat workload of :mod:`verispec.workload` per draft,
+  greedy and sampled, per category and over the categories; ``workload_llama_cpp``: llama.cpp
+  plain and prompt lookup on the same greedy requests (same prompt ids, GGUF, max tokens, the
+  engine's thread count), interleaved request by request with the engine's runs: llama.cpp
+  plain / prompt lookup / engine ratios per category and over the categories, and how many
+  leading tokens the two engines' greedy outputs share (information: their numerics differ).
 - ``backends``: every matmul backend and weights mode (f32/numpy, f32/ort, int8/ort-q), interleaved
   in this run: matmul bound, k-row cost curve, plain decode over bound, 2 threads over 1, peak RSS
   of a child per mode against file + KV (:mod:`engine.bench_backends`); ``speculative_int8``: the
@@ -53,6 +59,7 @@ from reference.sampling import SamplingParams
 from reference.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
+    from engine.bench_llama import WorkloadDecoders
     from reference.calibration import Calibration
     from reference.chat import ChatFormat
     from verispec.workload import WorkloadItem
@@ -206,6 +213,14 @@ def _speculative_vs_plain(
 ) -> dict[str, Any]:
     """One request decoded plain and speculatively with a fresh ``spec_text`` draft, alternating
     ``options.repeats`` times (best tok/s of each kept): speedup and its evidence."""
+    return _speculative_vs_plain_ids(model, tokenizer, spec_text, request, options)[0]
+
+
+def _speculative_vs_plain_ids(
+    model: FastModel, tokenizer: Tokenizer, spec_text: str, request: GenerationRequest, options: BenchOptions
+) -> tuple[dict[str, Any], tuple[int, ...]]:
+    """:func:`_speculative_vs_plain`, and the plain decode's generated ids (the engine's side of the
+    engine-vs-llama.cpp same-tokens note)."""
     from reference.decode import SpeculativeOptions, speculative_generate
     from reference.drafts import make_draft, parse_draft_spec
     from reference.evidence import evidence
@@ -243,7 +258,7 @@ def _speculative_vs_plain(
         "generated_tokens": spec.generation.stats.generated_tokens,
         # greedy: lossless means the same tokens; sampled: the same law, not the same draws
         "same_tokens_as_plain": (list(spec.generation.ids) == list(plain.ids)) if temperature == 0.0 else None,
-    }
+    }, tuple(plain.ids)
 
 
 def _verify_cost(model: FastModel, k: int) -> dict[str, Any]:
@@ -256,47 +271,155 @@ def _verify_cost(model: FastModel, k: int) -> dict[str, Any]:
             "k_cap_at_alpha": {str(a): best_k_for_cost(a, curve, k) for a in (0.3, 0.5, 0.7, 0.9)}}
 
 
-def _workload(model: FastModel, tokenizer: Tokenizer, chat: "ChatFormat", options: BenchOptions) -> dict[str, Any]:
+def _workload(
+    model: FastModel, tokenizer: Tokenizer, chat: "ChatFormat", options: BenchOptions, path: Path | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The workload (:mod:`verispec.workload`) through :func:`_speculative_vs_plain`, per draft:
     every request greedy (and at ``sampled_temperature``), the geometric mean per category, and the
-    geometric mean over the categories (each category weighs the same, however many requests)."""
+    geometric mean over the categories (each category weighs the same, however many requests).
+
+    Second: with ``path`` (the model file) and ``llama_cpp`` importable, llama.cpp plain and prompt
+    lookup on the same greedy requests (:class:`engine.bench_llama.WorkloadDecoders`), interleaved
+    request by request with the engine's runs: llama.cpp runs before the engine's runs of a request
+    and, when ``repeats`` > 1, again after them (best of each), so both sides see the same minutes
+    of load; otherwise the section says why it is missing."""
     end = tokenizer.token_id(chat.end_of_turn)
     stop_ids: frozenset[int] = frozenset() if end is None else frozenset({end})
     temperatures = (0.0, options.sampled_temperature) if options.workload_sampled else (0.0,)
-    out: dict[str, Any] = {}
-    for spec_text in options.drafts:
-        runs: list[dict[str, Any]] = []
+    prompts = [(item, item.prompt_text(chat)) for item in options.workload]
+    requests = [(item, text, tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True)))
+                for item, text in prompts]
+    llama = _workload_llama_decoders(path, [len(ids) + item.max_tokens for item, _, ids in requests], options)
+    runs: dict[str, list[dict[str, Any]]] = {spec_text: [] for spec_text in options.drafts}
+    llama_runs: list[dict[str, Any]] = []
+    try:
         for temperature in temperatures:
-            for item in options.workload:
-                ids = tuple(tokenizer.encode(item.prompt_text(chat), add_bos=tokenizer.add_bos, parse_special=True))
+            for item, text, ids in requests:
                 request = GenerationRequest(ids, params=SamplingParams(temperature=temperature),
                                             max_tokens=item.max_tokens, stop_ids=stop_ids, seed=options.seed)
-                run = _speculative_vs_plain(model, tokenizer, spec_text, request, options)
-                runs.append({"category": item.category, "id": item.id, "prompt_tokens": len(ids), **run})
-        summary: dict[str, Any] = {}
-        for temperature in temperatures:
-            chosen = [r for r in runs if r["temperature"] == temperature]
-            categories = list(dict.fromkeys(r["category"] for r in chosen))
-            per_category = {c: _geomean([r["speedup"] for r in chosen if r["category"] == c]) for c in categories}
-            per_category_cpu = {c: _geomean([r["speedup_cpu"] for r in chosen if r["category"] == c]) for c in categories}
-            summary[str(temperature)] = {
-                "per_category_speedup_cpu": per_category_cpu,
-                "geomean_speedup_cpu": _geomean(list(per_category_cpu.values())),
-                "per_category_speedup": per_category,
-                "geomean_speedup": _geomean(list(per_category.values())),
-                "min_category_speedup": min(per_category.values()) if per_category else 0.0,
-                "alpha": _ratio_of_sums(chosen, "alpha"),
-                "tokens_per_pass": _geomean([r["tokens_per_pass"] for r in chosen]),
-            }
-        out[spec_text] = {"runs": runs, "by_temperature": summary,
-                          "all_greedy_same_tokens": all(r["same_tokens_as_plain"] for r in runs if r["temperature"] == 0.0)}
+                beside = llama if temperature == 0.0 else None
+                best = _llama_request(beside, ids, request, tokenizer.eog_ids | stop_ids, {})
+                engine_plain: tuple[int, ...] = ()
+                for spec_text in options.drafts:
+                    run, engine_plain = _speculative_vs_plain_ids(model, tokenizer, spec_text, request, options)
+                    runs[spec_text].append({"category": item.category, "id": item.id, "prompt_tokens": len(ids), **run})
+                if beside is not None:
+                    if options.repeats > 1:
+                        best = _llama_request(beside, ids, request, tokenizer.eog_ids | stop_ids, best)
+                    latest = {spec_text: draft_runs[-1] for spec_text, draft_runs in runs.items()}
+                    llama_runs.append(_llama_record(item, beside.prompt_ids_agree(text, ids), best, engine_plain, latest))
+    finally:
+        if llama is not None:
+            llama.close()
+    out = {spec_text: _workload_summary(draft_runs, temperatures) for spec_text, draft_runs in runs.items()}
+    return out, _workload_llama_section(llama, llama_runs, options.drafts)
+
+
+def _workload_summary(runs: list[dict[str, Any]], temperatures: Sequence[float]) -> dict[str, Any]:
+    """One draft's workload runs: per temperature, per category and over the categories."""
+    summary: dict[str, Any] = {}
+    for temperature in temperatures:
+        chosen = [r for r in runs if r["temperature"] == temperature]
+        categories = list(dict.fromkeys(r["category"] for r in chosen))
+        per_category = {c: _geomean([r["speedup"] for r in chosen if r["category"] == c]) for c in categories}
+        per_category_cpu = {c: _geomean([r["speedup_cpu"] for r in chosen if r["category"] == c]) for c in categories}
+        summary[str(temperature)] = {
+            "per_category_speedup_cpu": per_category_cpu,
+            "geomean_speedup_cpu": _geomean(list(per_category_cpu.values())),
+            "per_category_speedup": per_category,
+            "geomean_speedup": _geomean(list(per_category.values())),
+            "min_category_speedup": min(per_category.values()) if per_category else 0.0,
+            "alpha": _ratio_of_sums(chosen, "alpha"),
+            "tokens_per_pass": _geomean([r["tokens_per_pass"] for r in chosen]),
+        }
+    return {"runs": runs, "by_temperature": summary,
+            "all_greedy_same_tokens": all(r["same_tokens_as_plain"] for r in runs if r["temperature"] == 0.0)}
+
+
+def _workload_llama_decoders(path: Path | None, lengths: Sequence[int], options: BenchOptions) -> "WorkloadDecoders | None":
+    """llama.cpp's two decoders for the workload, or None (no model path, or llama_cpp missing).
+
+    Context: the longest prompt + answer, plus room for one cycle's prompt-lookup drafts."""
+    from engine import bench_llama
+
+    if path is None or not lengths or not bench_llama.available():
+        return None
+    n_ctx = max(lengths) + options.k + 8
+    return bench_llama.WorkloadDecoders(path, n_ctx, options.k, _engine_threads(), options.seed)
+
+
+def _llama_request(llama: "WorkloadDecoders | None", ids: tuple[int, ...], request: GenerationRequest,
+                   end_ids: frozenset[int], best: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each llama.cpp decoder once on the request; the faster of this run and ``best`` kept."""
+    from engine.bench_llama import WORKLOAD_DECODERS
+
+    if llama is None:
+        return best
+    out = dict(best)
+    for name in WORKLOAD_DECODERS:
+        run = llama.run(name, ids, request.max_tokens, end_ids)
+        if name not in out or run["tok_s"] > out[name]["tok_s"]:
+            out[name] = run
     return out
+
+
+def _llama_record(item: "WorkloadItem", prompt_ids_agree: bool, llama: dict[str, dict[str, Any]],
+                  engine_plain: tuple[int, ...], engine_runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One greedy request's llama.cpp side, the engine's rates beside it, and the same-tokens note."""
+    from engine.bench_llama import common_prefix
+
+    plain_ids, lookup_ids = llama["plain"]["tokens"], llama["prompt_lookup"]["tokens"]
+    return {
+        "category": item.category, "id": item.id, "prompt_ids_agree": prompt_ids_agree,
+        "llama_cpp": {name: {"tok_s": run["tok_s"], "generated_tokens": len(run["tokens"])} for name, run in llama.items()},
+        # the engine's plain rate: the best of its plain runs of this request (one beside each draft)
+        "engine": {"plain_tok_s": max((float(r["plain_tok_s"]) for r in engine_runs.values()), default=0.0),
+                   "speculative_tok_s": {d: float(r["speculative_tok_s"]) for d, r in engine_runs.items()}},
+        # information, not a check: two engines' greedy outputs part at near-ties of their own numerics
+        "engine_plain_vs_llama_cpp_plain": common_prefix(engine_plain, plain_ids),
+        "llama_cpp_prompt_lookup_vs_llama_cpp_plain": common_prefix(lookup_ids, plain_ids),
+    }
+
+
+def _workload_llama_section(llama: "WorkloadDecoders | None", runs: list[dict[str, Any]],
+                            drafts: Sequence[str]) -> dict[str, Any]:
+    """The workload's llama.cpp section: its runs, the ratios per category and over the categories
+    (:func:`engine.bench_llama.workload_ratios`), and the same-tokens note summed over requests; when
+    llama.cpp did not run, the reason and every ratio None."""
+    from engine.bench_llama import AGREEMENT_TOKENS, NOT_INSTALLED, workload_ratio_names, workload_ratios
+
+    from engine.bench_llama import available
+
+    if llama is None:
+        note = NOT_INSTALLED if not available() else "not run (no greedy workload request, or no model file)"
+        return {"available": False, "note": note, "runs": [], "per_category": {},
+                "geomean": {name: None for name in workload_ratio_names(drafts)}}
+    notes = [r["engine_plain_vs_llama_cpp_plain"] for r in runs]
+    return {
+        **llama.info, "runs": runs, **workload_ratios(runs, drafts),
+        "same_tokens_note": {
+            "first_tokens": AGREEMENT_TOKENS,
+            "requests": len(notes),
+            "requests_all_compared_tokens_same": sum(1 for n in notes if n["same_leading_tokens"] == n["compared"]),
+            "mean_same_leading_tokens": sum(n["same_leading_tokens"] for n in notes) / len(notes) if notes else None,
+        },
+    }
 
 
 def _ratio_of_sums(runs: Sequence[dict[str, Any]], key: str) -> float:
     """Mean of ``key`` over runs weighted by generated tokens (a pooled rate, not a mean of rates)."""
     weight = sum(r["generated_tokens"] for r in runs)
     return sum(r[key] * r["generated_tokens"] for r in runs) / weight if weight else 0.0
+
+
+def _engine_threads() -> int:
+    """The engine's own thread count (onnxruntime's ``intra_op_num_threads``; 1 without it): what
+    llama.cpp is given, so both engines use the same cores."""
+    from engine import matmul
+    from engine.ort_pool import pool_threads
+
+    # the shared pool's size once it exists (engine/ort_pool.py), else what it will be created with
+    return (pool_threads() or matmul.default_threads()) if matmul.ort_available() else 1
 
 
 def _llama_cpp(path: Path, options: BenchOptions, int8: FastModel | None = None,
@@ -306,12 +429,9 @@ def _llama_cpp(path: Path, options: BenchOptions, int8: FastModel | None = None,
     greedy requests when ``int8`` is given; ``tok_s``: plain, geometric mean over the prompts."""
     from dataclasses import replace
 
-    from engine import bench_llama, matmul
+    from engine import bench_llama
 
-    from engine.ort_pool import pool_threads
-
-    # the engine's onnxruntime threads: the shared pool's size once it exists (engine/ort_pool.py)
-    threads = (pool_threads() or matmul.default_threads()) if matmul.ort_available() else 1
+    threads = _engine_threads()
     engine: bench_llama.EngineRun | None = None
     if int8 is not None and tokenizer is not None:
         model, tok, once = int8, tokenizer, replace(options, repeats=1)
@@ -395,7 +515,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     else:
         report["backends"] = {"modes": {}, "note": "skipped (--no-backends)"}
     if chat is not None:
-        report["workload"] = _workload(model, tokenizer, chat, options)
+        report["workload"], report["workload_llama_cpp"] = _workload(model, tokenizer, chat, options, path)
     report["early_exit"] = _early_exit(calibration, options.early_exit, model, tokenizer, ids, options)
 
     if options.reference:
@@ -475,6 +595,8 @@ def _ratios(report: dict[str, Any]) -> dict[str, float | None]:
     for name, entry in report.get("workload", {}).items():
         for temperature, summary in entry["by_temperature"].items():
             ratios[f"workload_{name}_T{temperature}_geomean_over_plain"] = float(summary["geomean_speedup"])
+    for name, value in report.get("workload_llama_cpp", {}).get("geomean", {}).items():
+        ratios[f"workload_{name}"] = value  # greedy, geomean over the categories; None without llama.cpp
     return ratios
 
 
@@ -548,6 +670,8 @@ def format_report(report: dict[str, Any]) -> str:
                 f"workload {name} T={temperature}: geomean {summary['geomean_speedup']:.2f}x ({summary['geomean_speedup_cpu']:.2f}x cpu) "
                 f"(min category {summary['min_category_speedup']:.2f}x; alpha {summary['alpha']:.2f}); {cats}"
             )
+    if "workload_llama_cpp" in report:
+        lines.extend(_format_workload_llama(report["workload_llama_cpp"]))
     ref = report["reference"].get("tok_s")
     lines.append(f"reference: {ref:.2f} tok/s" if ref else "reference: skipped")
     lines.extend(_format_llama(report["llama_cpp"]))
@@ -576,6 +700,23 @@ def _format_llama(llama: dict[str, Any]) -> list[str]:
     if llama.get("engine_runs"):
         runs = ", ".join(f"{r['prompt']} {r['plain_tok_s']:.1f} / {r['speculative_tok_s']:.1f}" for r in llama["engine_runs"])
         lines.append(f"engine int8 interleaved with llama.cpp, plain / ngram tok/s end to end: {runs}")
+    return lines
+
+
+def _format_workload_llama(section: dict[str, Any]) -> list[str]:
+    if not section.get("available"):
+        return [f"workload llama.cpp: {section.get('note')}"]
+
+    def ratios(values: dict[str, float | None]) -> str:
+        return ", ".join(f"{name} {v:.2f}" for name, v in values.items() if v is not None)
+
+    lines = [f"workload llama.cpp ({section['threads']} threads, llama-cpp-python {section['version']}, "
+             f"prompt lookup {section['num_pred_tokens']} tokens), geomean over categories: {ratios(section['geomean'])}"]
+    lines.extend(f"workload llama.cpp {c}: {ratios(v)}" for c, v in section["per_category"].items())
+    note = section["same_tokens_note"]
+    lines.append(f"workload engine plain vs llama.cpp plain (information): {note['requests_all_compared_tokens_same']}/"
+                 f"{note['requests']} requests agree on their first {note['first_tokens']} tokens, "
+                 f"{note['mean_same_leading_tokens']:.1f} leading tokens the same on average")
     return lines
 
 

@@ -19,6 +19,11 @@ prompt pass.
 The engine's int8 plain and ngram runs of the same requests are interleaved with llama.cpp's,
 prompt by prompt (``engine``: bench passes them), so the ratios compare runs minutes apart at
 most, not sections of the bench apart.
+
+The workload (``bench --workload``) uses :class:`WorkloadDecoders` instead: the engine's prompt ids
+go in (the chat-formatted text as the engine gets it, tokenized once), a request ends at the
+engine's own end ids or ``max_tokens``, and the generated ids come back for the same-tokens note
+(:func:`common_prefix`); :func:`workload_ratios` gives the ratios per category and over them.
 """
 
 from __future__ import annotations
@@ -130,3 +135,97 @@ def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[s
         names[2]: geo([r["speculative_tok_s"] / lookup[p] for p, r in ours.items() if lookup[p] > 0]),
         names[3]: geo([lookup[p] / plain[p] for p in plain if plain[p] > 0 and p in lookup]),
     }
+
+
+# -- the workload beside the engine (bench --workload) ------------------------------------------------
+
+WORKLOAD_DECODERS = ("plain", "prompt_lookup")
+AGREEMENT_TOKENS = 32  # the engine-vs-llama.cpp same-tokens note compares this many leading tokens
+
+
+class WorkloadDecoders:
+    """llama.cpp plain and prompt lookup, opened once for the workload's greedy requests.
+
+    The requests go in as the engine's own prompt token ids (the chat-formatted text the engine
+    gets, tokenized once by the engine), so both engines start from the very same prompt; whether
+    llama.cpp's own tokenizer gives the same ids is recorded beside it (``prompt_ids_agree``).
+    A request ends like the engine's decode session ends it: at one of ``end_ids`` (the token is
+    counted, as the engine counts it) or after ``max_tokens``. Rate: generated tokens over the
+    wall time of the whole call, prompt pass included (the engine's ``tokens_per_s``)."""
+
+    def __init__(self, path: Path, n_ctx: int, k: int, threads: int, seed: int = 0) -> None:
+        import llama_cpp  # type: ignore[import-not-found, unused-ignore]
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
+
+        common: dict[str, Any] = {"model_path": str(path), "n_ctx": n_ctx, "n_batch": min(n_ctx, 2048),
+                                  "n_threads": threads, "n_threads_batch": threads, "seed": seed, "verbose": False}
+        self.decoders: dict[str, Any] = {
+            "plain": llama_cpp.Llama(**common),
+            "prompt_lookup": llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)),
+        }
+        self.info: dict[str, Any] = {"available": True, "version": getattr(llama_cpp, "__version__", None),
+                                     "threads": threads, "num_pred_tokens": k, "n_ctx": n_ctx}
+
+    def prompt_ids_agree(self, text: str, ids: Sequence[int]) -> bool:
+        """llama.cpp's tokenization of the prompt text (special tokens parsed, its own BOS rule)
+        equals the engine's ids: information on the two tokenizers, not a precondition."""
+        llm = self.decoders["plain"]
+        return [int(t) for t in llm.tokenize(text.encode("utf-8"), special=True)] == list(ids)
+
+    def run(self, name: str, ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> dict[str, Any]:
+        """One greedy request on decoder ``name``: its token ids and tok/s."""
+        llm = self.decoders[name]
+        llm.reset()  # no KV reuse of an identical earlier prompt: every run pays its prompt pass
+        out: list[int] = []
+        t0 = time.perf_counter()
+        if max_tokens > 0:
+            for token in llm.generate(list(ids), temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
+                out.append(int(token))
+                if out[-1] in end_ids or len(out) >= max_tokens:
+                    break
+        elapsed = time.perf_counter() - t0
+        return {"tokens": out, "tok_s": len(out) / elapsed if out and elapsed > 0 else 0.0}
+
+    def close(self) -> None:
+        self.decoders.clear()
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int = AGREEMENT_TOKENS) -> dict[str, int]:
+    """How many of the first ``limit`` tokens two greedy outputs share before they differ, and how
+    many could be compared (the shorter output, capped at ``limit``)."""
+    compared = min(len(a), len(b), limit)
+    same = next((i for i in range(compared) if a[i] != b[i]), compared)
+    return {"same_leading_tokens": same, "compared": compared}
+
+
+def workload_ratio_names(drafts: Sequence[str]) -> tuple[str, ...]:
+    """The ratio fields of the workload's llama.cpp section, for these engine drafts."""
+    return (*(f"engine_{d}_over_llama_cpp_plain" for d in drafts), "engine_plain_over_llama_cpp_plain",
+            "llama_cpp_prompt_lookup_over_llama_cpp_plain")
+
+
+def workload_ratios(runs: Sequence[dict[str, Any]], drafts: Sequence[str]) -> dict[str, Any]:
+    """Per category and over the categories, each ratio of :func:`workload_ratio_names`.
+
+    ``runs``: one per greedy request: ``category``, ``llama_cpp`` {``plain``, ``prompt_lookup``:
+    {``tok_s``}}, ``engine`` {``plain_tok_s``, ``speculative_tok_s``: {draft: tok/s}}. Ratios are
+    taken request by request (both sides of a ratio ran minutes apart at most), their geometric
+    mean per category, then the geometric mean over the categories (each category weighs the same,
+    as in the engine's own workload table). A request a side did not decode (0 tok/s) is left out."""
+    names = workload_ratio_names(drafts)
+
+    def per_request(run: dict[str, Any]) -> dict[str, float]:
+        plain = float(run["llama_cpp"]["plain"]["tok_s"])
+        if plain <= 0:
+            return {}
+        sides = {f"engine_{d}_over_llama_cpp_plain": float(run["engine"]["speculative_tok_s"].get(d, 0.0)) for d in drafts}
+        sides["engine_plain_over_llama_cpp_plain"] = float(run["engine"]["plain_tok_s"])
+        sides["llama_cpp_prompt_lookup_over_llama_cpp_plain"] = float(run["llama_cpp"]["prompt_lookup"]["tok_s"])
+        return {name: v / plain for name, v in sides.items() if v > 0}
+
+    ratios = [(r["category"], per_request(r)) for r in runs]
+    categories = list(dict.fromkeys(c for c, _ in ratios))
+    per_category = {c: {n: _geomean([r[n] for cat, r in ratios if cat == c and n in r]) or None for n in names}
+                    for c in categories}
+    geomean = {n: _geomean([v for v in (per_category[c][n] for c in categories) if v]) or None for n in names}
+    return {"per_category": per_category, "geomean": geomean}

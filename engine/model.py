@@ -138,12 +138,10 @@ class FastModel:
 
         Non-finite activations raise ModelError (naming the first layer where they appear) and
         leave the cache length unchanged. ``tree_parents``: a token-tree span, as the reference's
-        (tree attention mask; ModelError in the batch-invariant int8 mode, which scores chains).
+        (tree attention mask; in the batch-invariant int8 mode each row along its own path).
         """
         ids = check_tokens(tokens, self.config.n_vocab)
         visible, positions = tree_span(tree_parents, positions, cache.length, len(ids))
-        if visible is not None and self.batch_invariant:
-            raise ModelError("the int8 mode's batch-invariant attention scores chains, not token trees")
         pos = span_positions(positions, cache.length, len(ids), self.config.context_length)
         start = cache.reserve(len(ids))
         x = self.embed(ids)  # [T, n_embd]
@@ -247,8 +245,7 @@ class FastModel:
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
         end = start + n_tokens
         attend = self._attend_invariant if self.batch_invariant else self._attend
-        a = w.o(self._attend(q, layer, cache, positions, end, span_visible) if span_visible is not None
-                else attend(q, layer, cache, positions, end))  # [T, n_embd]
+        a = w.o(attend(q, layer, cache, positions, end, span_visible))  # [T, n_embd]
         if w.bo is not None:
             a += w.bo
         if w.post_attn_norm is not None:
@@ -315,18 +312,57 @@ class FastModel:
         )
 
     def _attend_invariant(
-        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int
+        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int,
+        span_visible: Mask | None = None,
     ) -> F32:
         """:meth:`_attend`, one query row at a time over that row's own slots ``[0, its slot]``:
         exactly the call a 1-row pass at that position makes, so every row of a k-row verify pass
         gets bit for bit what a 1-row pass gives it (BLAS blocking depends on the row count and
-        the slot count; here both are the 1-row pass's). T small calls instead of one."""
+        the slot count; here both are the 1-row pass's). T small calls instead of one. A token
+        tree (``span_visible``) goes row by row along each row's own path: :meth:`_attend_tree_invariant`."""
         n_tokens = q.shape[0]
         first_slot = end - n_tokens
+        if span_visible is not None:
+            return self._attend_tree_invariant(q, layer, cache, positions, first_slot, span_visible)
         rows = [
             self._attend(q[t : t + 1], layer, cache, positions[t : t + 1], first_slot + t + 1)
             for t in range(n_tokens)
         ]
+        return rows[0] if n_tokens == 1 else np.concatenate(rows)
+
+    def _attend_tree_invariant(
+        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], first_slot: int,
+        span_visible: Mask,  # [T, T]: row i sees row j iff j is i or one of its ancestors
+    ) -> F32:
+        """A token-tree span in the batch-invariant mode: each row attends exactly as the 1-row
+        pass at its depth along its own root-to-row path would.
+
+        That pass has the prefix in slots ``[0, first_slot)`` and the path's K, V (and positions) in
+        the next ``depth + 1`` slots, in path order. So, row by row, the row's path -- its ancestors
+        then itself; parents precede children (``tree_attention.check_parents``), so ascending span
+        index is path order -- is copied into those slots and the row runs the 1-row call over
+        ``[0, first_slot + depth]``: the same call on the same layout, hence the same bits (nothing
+        is left to a kernel's layout-dependent blocking). The span's own slots are put back after
+        (the tree's K, V stay where :meth:`KVCache.keep` expects them). O(depth) slot copies a row,
+        not O(prefix)."""
+        n_tokens = q.shape[0]
+        span = slice(first_slot, first_slot + n_tokens)
+        saved_k = cache.k[layer, :, span].copy()  # [n_kv, T, d]
+        saved_v = cache.v[layer, :, span].copy()  # [n_kv, T, d]
+        saved_pos = cache.positions[span].copy()  # [T]
+        rows: list[F32] = []
+        try:
+            for t in range(n_tokens):
+                path = np.flatnonzero(span_visible[t])  # [depth + 1] span rows, root first, t last
+                slots = slice(first_slot, first_slot + path.shape[0])
+                cache.k[layer, :, slots] = saved_k[:, path]
+                cache.v[layer, :, slots] = saved_v[:, path]
+                cache.positions[slots] = saved_pos[path]
+                rows.append(self._attend(q[t : t + 1], layer, cache, positions[t : t + 1], slots.stop))
+        finally:
+            cache.k[layer, :, span] = saved_k
+            cache.v[layer, :, span] = saved_v
+            cache.positions[span] = saved_pos
         return rows[0] if n_tokens == 1 else np.concatenate(rows)
 
     def _rope_tables(self, positions: npt.NDArray[np.int64], base: float, freq_scale: float) -> tuple[F32, F32]:

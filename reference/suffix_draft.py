@@ -415,7 +415,6 @@ class SuffixDraft:
         if tree_width < 0 or tree_nodes < 1:
             raise DraftError(f"tree width must be >= 0 and tree nodes >= 1, got {tree_width} and {tree_nodes}")
         self.name = "suffix:tree" if tree_width else "suffix"
-        self.requested_width = tree_width
         self.tree_width = tree_width
         self.tree_nodes = tree_nodes
         self._since_plain = 0  # cycles since the last plain step (tree mode)
@@ -440,8 +439,6 @@ class SuffixDraft:
         self.draft_passes, self.draft_time_s = 0, 0.0
         self.tree = SuffixTree(self.depth)
         self.seen, self.prompt_len, self._last, self._last_tree = [], None, None, None
-        # a batch-invariant target (the engine's int8 mode) scores chains only: width 1
-        self.tree_width = min(self.requested_width, 1) if getattr(context.target, "batch_invariant", False) else self.requested_width
 
     def propose(self, history: Sequence[int], k: int) -> Proposal:
         started = time.perf_counter()

@@ -108,6 +108,12 @@ def test_bench_workload_reports_each_category_and_the_geomean(
         values = list(summary["per_category_speedup"].values())
         assert math.isclose(summary["geomean_speedup"], math.sqrt(values[0] * values[1]), rel_tol=1e-12)
     assert "workload_ngram_T0.0_geomean_over_plain" in report["ratios"]
+    # llama.cpp beside it (tests/test_bench_workload_llama.py): every ratio field, None when not installed
+    llama = report["workload_llama_cpp"]
+    for name in ("engine_ngram_over_llama_cpp_plain", "engine_plain_over_llama_cpp_plain",
+                 "llama_cpp_prompt_lookup_over_llama_cpp_plain"):
+        value = report["ratios"][f"workload_{name}"]
+        assert (value is None) if not llama["available"] else _positive(value), name
     text = format_report(report)
     assert "workload ngram T=0.0: geomean" in text and "workload ngram T=0.8: geomean" in text
     assert all(_positive(r["speedup_cpu"]) for r in entry["runs"])

@@ -1,0 +1,199 @@
+"""`bench --workload`'s llama.cpp section (engine/bench.py ``_workload``, engine/bench_llama.py):
+llama.cpp plain and prompt lookup on the workload's greedy requests, interleaved request by request
+with the engine's runs; ratios per category and over the categories; the same-tokens note.
+
+The interleaving and the ratio arithmetic are checked with stand-ins for both engines (exact
+numbers, no timing); the section's shape without llama_cpp with ``available()`` patched; one small
+run of the real llama.cpp (slow, skipped when the optional extra is not installed). Never asserts
+a speed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import bench, bench_llama
+from reference.chat import ChatFormat, ChatMessage
+from reference.generate import GenerationRequest
+from verispec.workload import WorkloadItem
+
+CHATML = ChatFormat("chatml", None, "<|im_end|>")
+END = 99  # the stand-in tokenizer's end-of-turn id
+EOG = frozenset({98})
+ITEMS = (
+    WorkloadItem("rag", "rag-1", (ChatMessage("user", "passage one"),), 5),
+    WorkloadItem("rag", "rag-2", (ChatMessage("user", "passage two"),), 5),
+    WorkloadItem("code_edit", "code-1", (ChatMessage("user", "def f(): pass"),), 4),
+)
+DRAFTS = ("suffix", "suffix:tree")
+
+
+class StandInTokenizer:
+    add_bos = False
+    eog_ids = EOG
+
+    def encode(self, text: str, add_bos: bool = False, parse_special: bool = False) -> list[int]:
+        return [sum(map(ord, text)), 7]  # two ids per prompt, distinct for these items
+
+    def token_id(self, text: str) -> int | None:
+        return END if text == "<|im_end|>" else None
+
+
+# every rate is a function of (side, request) only, so each ratio is known exactly
+LLAMA_TOK_S = {"plain": {"rag-1": 10.0, "rag-2": 40.0, "code-1": 20.0},
+               "prompt_lookup": {"rag-1": 20.0, "rag-2": 20.0, "code-1": 20.0}}
+ENGINE_PLAIN = {"rag-1": 10.0, "rag-2": 10.0, "code-1": 5.0}
+ENGINE_SPEC = {"suffix": {"rag-1": 20.0, "rag-2": 40.0, "code-1": 10.0},
+               "suffix:tree": {"rag-1": 40.0, "rag-2": 40.0, "code-1": 40.0}}
+ENGINE_IDS = (1, 2, 3, 4, 5)
+LLAMA_IDS = {"plain": [1, 2, 9, 4], "prompt_lookup": [1, 2, 9, 4]}
+
+
+@dataclass
+class StandInDecoders:
+    """Stands in for bench_llama.WorkloadDecoders: logs every call in one shared log."""
+
+    log: list[tuple[str, ...]]
+    request_of: dict[tuple[int, ...], str]
+    closed: bool = False
+    info: dict[str, Any] = field(default_factory=lambda: {"available": True, "version": "stand-in", "threads": 2,
+                                                          "num_pred_tokens": 12, "n_ctx": 64})
+
+    def prompt_ids_agree(self, text: str, ids: Any) -> bool:
+        return True
+
+    def run(self, name: str, ids: Any, max_tokens: int, end_ids: frozenset[int]) -> dict[str, Any]:
+        request = self.request_of[tuple(ids)]
+        self.log.append(("llama", name, request))
+        assert end_ids == EOG | {END}  # the engine's own end set: the session's EOG ids and the chat's end of turn
+        return {"tokens": LLAMA_IDS[name], "tok_s": LLAMA_TOK_S[name][request]}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def run_stand_in_workload(monkeypatch: pytest.MonkeyPatch, repeats: int) -> tuple[list[tuple[str, ...]], dict[str, Any], dict[str, Any], StandInDecoders]:
+    tok = StandInTokenizer()
+    request_of = {tuple(tok.encode(i.prompt_text(CHATML))): i.id for i in ITEMS}
+    assert len(request_of) == len(ITEMS)  # the stand-in tokenizer tells the requests apart
+    log: list[tuple[str, ...]] = []
+    decoders = StandInDecoders(log, request_of)
+    monkeypatch.setattr(bench, "_workload_llama_decoders", lambda path, lengths, options: decoders)
+
+    def engine(model: Any, tokenizer: Any, spec_text: str, request: GenerationRequest, options: Any) -> tuple[dict[str, Any], tuple[int, ...]]:
+        rid = request_of[tuple(request.prompt_ids)]
+        t = request.params.temperature
+        log.append(("engine", spec_text, rid, str(t)))
+        run = {"temperature": t, "plain_tok_s": ENGINE_PLAIN[rid], "speculative_tok_s": ENGINE_SPEC[spec_text][rid],
+               "speedup": ENGINE_SPEC[spec_text][rid] / ENGINE_PLAIN[rid], "speedup_cpu": 1.0, "alpha": 0.5,
+               "tokens_per_pass": 2.0, "generated_tokens": 5, "same_tokens_as_plain": True if t == 0.0 else None}
+        return run, ENGINE_IDS
+
+    monkeypatch.setattr(bench, "_speculative_vs_plain_ids", engine)
+    options = bench.BenchOptions(drafts=DRAFTS, repeats=repeats, workload=ITEMS, workload_sampled=True, k=12)
+    out, section = bench._workload(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
+    return log, out, section, decoders
+
+
+@pytest.mark.parametrize("repeats", [1, 2])
+def test_llama_cpp_runs_beside_each_greedy_request(monkeypatch: pytest.MonkeyPatch, repeats: int) -> None:
+    log, out, section, decoders = run_stand_in_workload(monkeypatch, repeats)
+    greedy = [e for e in log if e[0] == "llama" or e[3] == "0.0"]
+    expected: list[tuple[str, ...]] = []
+    for item in ITEMS:  # request by request: llama.cpp, the engine's drafts, llama.cpp again when repeating
+        llama: list[tuple[str, ...]] = [("llama", "plain", item.id), ("llama", "prompt_lookup", item.id)]
+        expected += llama + [("engine", d, item.id, "0.0") for d in DRAFTS] + (llama if repeats > 1 else [])
+    assert greedy == expected
+    assert all(e[0] == "engine" for e in log[len(expected):])  # the sampled runs: no llama.cpp beside them
+    assert len(log) - len(expected) == len(ITEMS) * len(DRAFTS) and decoders.closed
+    assert set(out) == set(DRAFTS) and {r["temperature"] for r in out["suffix"]["runs"]} == {0.0, 0.8}
+
+
+def test_llama_cpp_workload_ratios_per_category_and_over_categories(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, section, _ = run_stand_in_workload(monkeypatch, 1)
+    assert section["available"] is True and section["threads"] == 2
+    assert [r["id"] for r in section["runs"]] == [i.id for i in ITEMS]
+    rag, code = section["per_category"]["rag"], section["per_category"]["code_edit"]
+    # rag: request ratios 20/10 and 40/40 (suffix over llama.cpp plain); code: 10/20
+    assert rag["engine_suffix_over_llama_cpp_plain"] == pytest.approx(math.sqrt(2.0 * 1.0))
+    assert code["engine_suffix_over_llama_cpp_plain"] == pytest.approx(0.5)
+    assert rag["engine_suffix:tree_over_llama_cpp_plain"] == pytest.approx(math.sqrt(4.0 * 1.0))
+    assert rag["engine_plain_over_llama_cpp_plain"] == pytest.approx(math.sqrt(1.0 * 0.25))
+    assert rag["llama_cpp_prompt_lookup_over_llama_cpp_plain"] == pytest.approx(math.sqrt(2.0 * 0.5))
+    geo = section["geomean"]  # each category weighs the same: rag's two requests count once
+    assert set(geo) == set(bench_llama.workload_ratio_names(DRAFTS))
+    assert geo["engine_suffix_over_llama_cpp_plain"] == pytest.approx(math.sqrt(math.sqrt(2.0) * 0.5))
+    assert geo["engine_plain_over_llama_cpp_plain"] == pytest.approx(math.sqrt(0.5 * 0.25))
+    assert geo["llama_cpp_prompt_lookup_over_llama_cpp_plain"] == pytest.approx(math.sqrt(1.0 * 1.0))
+    run = section["runs"][0]
+    assert run["engine_plain_vs_llama_cpp_plain"] == {"same_leading_tokens": 2, "compared": 4}
+    assert run["llama_cpp_prompt_lookup_vs_llama_cpp_plain"] == {"same_leading_tokens": 4, "compared": 4}
+    assert run["llama_cpp"]["plain"] == {"tok_s": 10.0, "generated_tokens": 4}
+    note = section["same_tokens_note"]
+    assert note == {"first_tokens": bench_llama.AGREEMENT_TOKENS, "requests": 3,
+                    "requests_all_compared_tokens_same": 0, "mean_same_leading_tokens": 2.0}
+    lines = bench._format_workload_llama(section)
+    assert any(line.startswith("workload llama.cpp rag:") for line in lines)
+    assert "0/3 requests agree on their first 32 tokens" in lines[-1]
+
+
+def test_common_prefix_counts_leading_agreement_within_the_limit() -> None:
+    assert bench_llama.common_prefix([1, 2, 3], [1, 2, 3, 4]) == {"same_leading_tokens": 3, "compared": 3}
+    assert bench_llama.common_prefix([5, 2], [1, 2]) == {"same_leading_tokens": 0, "compared": 2}
+    assert bench_llama.common_prefix(list(range(50)), list(range(50)), 8) == {"same_leading_tokens": 8, "compared": 8}
+    assert bench_llama.common_prefix([], [1]) == {"same_leading_tokens": 0, "compared": 0}
+
+
+def test_workload_llama_section_without_llama_cpp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama_cpp missing: the engine's workload runs as before; the section names the optional extra
+    and every ratio field is there, None."""
+    monkeypatch.setattr(bench_llama, "available", lambda: False)
+    tok = StandInTokenizer()
+    monkeypatch.setattr(bench, "_speculative_vs_plain_ids", lambda *a: ({
+        "temperature": 0.0, "plain_tok_s": 1.0, "speculative_tok_s": 2.0, "speedup": 2.0, "speedup_cpu": 2.0,
+        "alpha": 0.5, "tokens_per_pass": 2.0, "generated_tokens": 4, "same_tokens_as_plain": True}, ENGINE_IDS))
+    options = bench.BenchOptions(drafts=DRAFTS, repeats=2, workload=ITEMS, workload_sampled=False)
+    out, section = bench._workload(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
+    assert set(out) == set(DRAFTS) and len(out["suffix"]["runs"]) == len(ITEMS)
+    assert section["available"] is False and section["note"] == bench_llama.NOT_INSTALLED
+    assert "optional extra `llama`" in section["note"]
+    assert section["runs"] == [] and section["per_category"] == {}
+    assert section["geomean"] == {name: None for name in bench_llama.workload_ratio_names(DRAFTS)}
+    assert bench._format_workload_llama(section) == [f"workload llama.cpp: {bench_llama.NOT_INSTALLED}"]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_real_llama_cpp_beside_a_small_workload(smollm2_path: Path) -> None:
+    """The optional extra installed: both llama.cpp decoders run every greedy request on the same
+    prompt ids, with the engine's thread count; every ratio is positive and finite."""
+    pytest.importorskip("llama_cpp")
+    from engine.model import FastModel
+    from reference.chat import chat_format
+    from reference.gguf import GGUFFile
+    from reference.tokenizer import Tokenizer
+
+    with GGUFFile.open(smollm2_path) as f:
+        model = FastModel.load(f)
+        tokenizer = Tokenizer.from_gguf(f.metadata)
+        chat = chat_format(f.metadata)
+    items = (WorkloadItem("rag", "r", (ChatMessage("user", "Copy this: one two three four."),), 6),
+             WorkloadItem("code_edit", "c", (ChatMessage("user", "Rename x to y: def f(x): return x"),), 6))
+    options = bench.BenchOptions(drafts=("suffix",), repeats=1, workload=items, workload_sampled=False, k=4)
+    out, section = bench._workload(model, tokenizer, chat, options, smollm2_path)
+    assert out["suffix"]["all_greedy_same_tokens"] is True
+    assert section["available"] is True and section["threads"] == bench._engine_threads() >= 1
+    assert section["num_pred_tokens"] == 4 and section["n_ctx"] >= max(r["prompt_tokens"] for r in out["suffix"]["runs"]) + 6
+    assert [r["id"] for r in section["runs"]] == ["r", "c"]
+    for run in section["runs"]:
+        assert isinstance(run["prompt_ids_agree"], bool)
+        for name in ("plain", "prompt_lookup"):
+            assert 1 <= run["llama_cpp"][name]["generated_tokens"] <= 6 and run["llama_cpp"][name]["tok_s"] > 0
+        note = run["engine_plain_vs_llama_cpp_plain"]
+        assert 0 <= note["same_leading_tokens"] <= note["compared"] <= 6
+    for value in section["geomean"].values():
+        assert isinstance(value, float) and math.isfinite(value) and value > 0
