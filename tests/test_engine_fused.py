@@ -1,0 +1,129 @@
+"""The int8 mode's fused layers (engine/fused.py): two onnxruntime graphs a layer.
+
+- Architecture: the tiny test models are float32, and the int8 mode keeps float matrices float32
+  (never requantized), so on them the fused graphs compute the reference's function in float32:
+  logits within the derived float32 tolerance of tests/tolerances.py (forward_spread), llama
+  (RoPE NORM) and gemma3 (NEOX, q/k norms, post-norms, GELU-tanh, sliding window, softcap), as
+  the unfused path. What this can detect: a wrong norm, residual, activation, RoPE pairing, split
+  of q/k/v or gate/up (O(1) on these models); not an error below the tolerance (~1e-4 here).
+  The sigmoid / tanh / RMSNorm of onnxruntime are charged as the tolerance model charges NumPy's
+  (tanh/exp at 4 ulps), an assumption on MLAS's approximations that this test checks.
+- The per-layer API: the hidden states a forward collects equal, bit for bit, those of a layer at
+  a time through ``forward_layers`` (early exit and its catch-up use both).
+- The law: a 5-row pass gives each row bit for bit what five 1-row passes give, on both real models,
+  with 1 and 2 onnxruntime threads (MLAS splits work across threads; every fused op is per row),
+  on both layer paths (fused and per-matrix), logits and every layer's hidden state.
+- Typed errors for a bad switch value, a mode without fused layers, a matrix of the wrong shape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine import fused as fused_mod
+from engine.blocks import repack
+from engine.model import FastModel
+from reference import quants
+from reference.config import Config
+from reference.errors import ModelError
+from reference.gguf import GGUFFile
+from reference.model import Model
+from tests.tolerances import assert_within, forward_spread
+
+TINY = {"llama": {}, "gemma3": {"sliding_window": 3, "softcap": 30.0, "head_dim": 16}}
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_fused_layers_compute_the_reference_function_on_float_models(tiny_gguf: Any, arch: str) -> None:
+    path = tiny_gguf(arch, **TINY[arch])
+    ref = Model.load(path)
+    ids = [3, 17, 5, 9, 40, 2, 11, 63, 0, 8]
+    want = ref.forward(ids, ref.new_cache(32)).logits
+    spread = forward_spread(ref, tuple(ids)).logits
+    assert spread is not None
+    for fused in (True, False):
+        model = FastModel.load(path, weights="int8", fused=fused)
+        assert model.fused is fused and model.store.float_matrices  # float32 kept float32
+        got = model.forward(ids, model.new_cache(32)).logits
+        assert_within(got, want, spread.tolerance, f"{arch} fused={fused}")
+
+
+def test_collected_hidden_states_equal_a_layer_at_a_time(tiny_gguf: Any) -> None:
+    path = tiny_gguf("gemma3", **TINY["gemma3"])
+    model = FastModel.load(path, weights="int8", fused=True)
+    ids = [3, 17, 5, 9, 40]
+    hidden = model.forward(ids, model.new_cache(16), return_hidden=True).hidden
+    assert hidden is not None
+    cache = model.new_cache(16)
+    x = model.embed(ids)
+    for layer in range(model.config.n_layer):
+        x = model.forward_layers(x, cache, layer, layer, list(range(len(ids))), start=0)
+        assert np.array_equal(x, hidden[layer + 1])
+
+
+def test_fused_switch_is_checked(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tiny_gguf("llama")
+    monkeypatch.setenv(fused_mod.ENV, "yes")
+    with pytest.raises(ModelError, match=fused_mod.ENV):
+        FastModel.load(path, weights="int8")
+    monkeypatch.setenv(fused_mod.ENV, "0")
+    assert not FastModel.load(path, weights="int8").fused
+    monkeypatch.setenv(fused_mod.ENV, "1")
+    model = FastModel.load(path, weights="int8")
+    assert model.fused
+    with pytest.raises(ModelError, match="per-matrix seam"):
+        model.store.layer(0)
+    with pytest.raises(ModelError, match="fused layers are the int8 mode's"):
+        FastModel.load(path, weights="f32", fused=True)
+    assert not FastModel.load(path, weights="f32").fused  # the switch is the int8 mode's alone
+
+
+def test_build_layer_refuses_wrong_shapes(tiny_gguf: Any) -> None:
+    with GGUFFile.open(tiny_gguf("llama")) as f:
+        cfg = Config.from_gguf(f)
+    e, ff = cfg.n_embd, cfg.n_ff
+    q, kv = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
+    rng = np.random.default_rng(0)
+
+    def mat(n: int, k: int) -> np.ndarray[Any, Any]:
+        return rng.standard_normal((n, k)).astype(np.float32)
+
+    vectors: dict[str, Any] = {"attn_norm": np.ones(e, np.float32), "ffn_norm": np.ones(e, np.float32)}
+    good = fused_mod.LayerMatrices(qkv=mat(q + 2 * kv, e), o=mat(e, q), gu=mat(2 * ff, e), down=mat(e, ff))
+    fused_mod.build_layer(cfg, good, vectors, threads=1)  # builds
+    raw = np.zeros(e * (e // 32) * 18, dtype=np.uint8)  # Q4_0 blocks of an [e, e] matrix: wrong for gu
+    bad = fused_mod.LayerMatrices(qkv=good.qkv, o=good.o, gu=repack(raw, quants.GGMLType.Q4_0, (e, e)), down=good.down)
+    with pytest.raises(ModelError, match="matrix gu has shape"):
+        fused_mod.build_layer(cfg, bad, vectors, threads=1)
+    with pytest.raises(ModelError, match="vector ffn_norm has shape"):
+        fused_mod.build_layer(cfg, good, {**vectors, "ffn_norm": np.ones(e + 1, np.float32)}, threads=1)
+    with pytest.raises(ModelError, match="vector attn_norm is missing"):
+        fused_mod.build_layer(cfg, good, {"ffn_norm": vectors["ffn_norm"]}, threads=1)
+
+
+# -- the law on the real models ------------------------------------------------------------------------
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("fused", [True, False])
+def test_int8_rows_are_invariant_bit_for_bit(
+    smollm2_path: Path, gemma3_path: Path, fused: bool, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERISPEC_THREADS", str(threads))
+    prompt, span = [1, 504, 2365, 6354, 28], [1130, 314, 260, 3465, 30]  # ids valid in both vocabularies
+    for path in (smollm2_path, gemma3_path):
+        model = FastModel.load(path, weights="int8", fused=fused)
+        cache = model.new_cache(16)
+        model.forward(prompt, cache)
+        together = model.forward(span, cache, return_hidden=True)
+        cache = model.new_cache(16)
+        model.forward(prompt, cache)
+        alone = [model.forward([t], cache, return_hidden=True) for t in span]
+        assert np.array_equal(together.logits, np.concatenate([r.logits for r in alone])), (path.name, threads)
+        assert together.hidden is not None
+        assert np.array_equal(together.hidden, np.concatenate([r.hidden for r in alone if r.hidden is not None], axis=1))
