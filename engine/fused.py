@@ -21,7 +21,8 @@ threads.
 It is the int8 mode's function up to float32 rounding of the non-matmul ops (onnxruntime's
 RMSNorm accumulates in its own order, its sigmoid / tanh are MLAS's), not bit-identical to the
 unfused path: the same weights, the same int8 kernel, the same min term. ``sin`` is the signed
-table (``sign * sin``, see :func:`engine.model._rotation`): RoPE is ``x * cos + x[rot] * sin``.
+table (``sign * sin``, see :func:`engine.model._rotation`): RoPE is ``x * cos + (x @ P) * sin``
+with P the permutation of :func:`rotation_matrix`.
 
 ``VERISPEC_INT8_FUSED`` (``1`` / ``0``) or ``FastModel.load(..., fused=...)`` chooses the path;
 ``verispec bench`` measures both in one run.
@@ -37,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.blocks import KernelBlocks
-from engine.matmul import OrtGraph, blocks_nodes, f32_nodes
+from engine.matmul import OrtGraph, block_sum_columns, blocks_nodes, f32_nodes
 from reference.config import ACT_GELU_TANH, ACT_SILU, Config
 from reference.errors import ModelError
 
@@ -110,14 +111,27 @@ class _Graph:
         self.nodes.append(helper.make_node(op_type, inputs, outs, domain=domain, **attrs))
         return outs
 
-    def project(self, p: Projection, x: str, y: str | None = None) -> str:
+    def project(self, p: Projection, x: str) -> str:
         """``x @ W.T`` -> its output name (the min term inside, as engine.matmul.ort_blocks)."""
-        out = y if y is not None else self.name("proj")
+        out = self.name("proj")
         prefix = self.name("w") + "_"
         nodes, inits = blocks_nodes(p, x, out, prefix) if isinstance(p, KernelBlocks) else f32_nodes(p, x, out, prefix)
         self.nodes += nodes
         self.inits.update(inits)
         return out
+
+    def project_split(self, p: Projection, x: str, sizes: list[int]) -> list[str]:
+        """``x @ W.T`` split into column groups of ``sizes``: the kernel's block-sum columns (min
+        term) ride along and are dropped by the same split (engine.matmul.blocks_nodes ``wide``)."""
+        if not isinstance(p, KernelBlocks):
+            return self.split(self.project(p, x), sizes, axis=1)
+        out, prefix = self.name("proj"), self.name("w") + "_"
+        nodes, inits = blocks_nodes(p, x, out, prefix, wide=True)
+        self.nodes += nodes
+        self.inits.update(inits)
+        extra = block_sum_columns(p)
+        parts = self.split(out, sizes + [extra] if extra else sizes, axis=1)
+        return parts[: len(sizes)]
 
     def rms_norm(self, x: str, weight: F32, eps: float, out: str | None = None) -> str:
         """RMSNorm over the last axis (onnxruntime's SimplifiedLayerNormalization: per row)."""
@@ -163,18 +177,32 @@ def _vector(vectors: dict[str, F32 | None], key: str, size: int, required: bool)
     return out
 
 
+def rotation_matrix(cfg: Config) -> F32:
+    """``P [d, d]`` with ``(x @ P)[j] = x[index[j]]``: RoPE's partner of each dim
+    (:func:`engine.model._rotation`) as a matmul. Exact for finite x: each output sums one term
+    ``1 * x[index[j]]`` and zeros (x * 0 = +-0, adding +-0 changes nothing but a zero's sign), so
+    the blocking of the kernel cannot matter (measured: onnxruntime's Gather on the last axis
+    costs 3x this matmul at 1 row, 10x at 5 rows)."""
+    from engine.model import _rotation
+
+    index, _ = _rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
+    p = np.zeros((cfg.head_dim, cfg.head_dim), dtype=np.float32)
+    p[index, np.arange(cfg.head_dim)] = 1.0
+    return p
+
+
 def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> OrtGraph:
     """``x, cos, sin -> q, k, v`` of one layer (module docstring)."""
     d, n_head, n_kv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
     q, kv = n_head * d, n_kv * d
     g = _Graph()
     h = g.rms_norm("x", _required(vectors, "attn_norm", cfg.n_embd), cfg.norm_eps)
-    qkv = g.project(mats.qkv, h)
-    biases = [_vector(vectors, k, n, False) for k, n in (("bq", q), ("bk", kv), ("bv", kv))]
-    if any(b is not None for b in biases):
-        qkv = g.bias(qkv, np.concatenate([np.zeros(n, np.float32) if b is None else b
-                                          for b, n in zip(biases, (q, kv, kv))]))
-    qk_flat, v_flat = g.split(qkv, [q + kv, kv], axis=1)
+    qk_flat, v_flat = g.project_split(mats.qkv, h, [q + kv, kv])
+    bq, bk, bv = (_vector(vectors, key, n, False) for key, n in (("bq", q), ("bk", kv), ("bv", kv)))
+    if bq is not None or bk is not None:
+        qk_flat = g.bias(qk_flat, np.concatenate([np.zeros(q, np.float32) if bq is None else bq,
+                                                  np.zeros(kv, np.float32) if bk is None else bk]))
+    v_flat = g.bias(v_flat, bv)
     qk = g.reshape(qk_flat, [-1, n_head + n_kv, d])  # [T, H, d]: query heads, then key heads
     g.reshape(v_flat, [-1, n_kv, d], out="v")
     q_norm, k_norm = _vector(vectors, "q_norm", d, cfg.qk_norm), _vector(vectors, "k_norm", d, cfg.qk_norm)
@@ -182,10 +210,7 @@ def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], 
         unit = g.rms_norm(qk, np.ones(d, np.float32), cfg.norm_eps)
         weights = np.concatenate([np.tile(q_norm, (n_head, 1)), np.tile(k_norm, (n_kv, 1))])  # [H, d]
         qk = g.op("Mul", [unit, g.const("qk_norm", weights)])[0]
-    from engine.model import _rotation  # the unfused path's RoPE partner of each dim
-
-    rot_index, _ = _rotation(d, cfg.rope_dim, cfg.rope_type)
-    rotated = g.op("Gather", [qk, g.const("rot", np.asarray(rot_index, dtype=np.int64))], axis=2)[0]
+    rotated = g.op("MatMul", [qk, g.const("rot", rotation_matrix(cfg))])[0]  # [T, H, d]: x[..., index]
     turned = g.op("Add", [g.op("Mul", [qk, "cos"])[0], g.op("Mul", [rotated, "sin"])[0]])[0]
     g.op("Split", [turned, g.const("heads", np.array([n_head, n_kv], dtype=np.int64))], out=["q", "k"], axis=1)
     return OrtGraph(
@@ -208,7 +233,7 @@ def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None],
     # h = RMSNorm(x + a), and the sum x + a itself (output 3): the residual
     h, _, _, x1 = g.op("SkipSimplifiedLayerNormalization", [a, "x", ffn_norm], out=[g.name("h"), "", "", g.name("x1")],
                        domain="com.microsoft", epsilon=float(np.float32(cfg.norm_eps)))
-    gate, up = g.split(g.project(mats.gu, h), [ff, ff], axis=1)
+    gate, up = g.project_split(mats.gu, h, [ff, ff])
     if cfg.ffn_activation == ACT_SILU:
         act = g.op("Mul", [gate, g.op("Sigmoid", [gate])[0]])[0]
     else:
