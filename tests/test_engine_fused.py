@@ -14,10 +14,13 @@
   with 1 and 2 onnxruntime threads (MLAS splits work across threads; every fused op is per row),
   on both layer paths (fused and per-matrix), logits and every layer's hidden state.
 - Typed errors for a bad switch value, a mode without fused layers, a matrix of the wrong shape.
+- A projection split inside a graph (the min term's block sums carried through the split) is the
+  per-matrix projection, for every block type, within the float32 bound of one reordered sum.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +28,16 @@ import numpy as np
 import pytest
 
 from engine import fused as fused_mod
-from engine.blocks import repack
+from engine import matmul as mm
+from engine.blocks import LOSSLESS_TYPES, repack
+from engine.matmul import OrtGraph
 from engine.model import FastModel
 from reference import quants
 from reference.config import Config
 from reference.errors import ModelError
 from reference.gguf import GGUFFile
 from reference.model import Model
+from tests.test_engine_backends import _blocks
 from tests.tolerances import assert_within, forward_spread
 
 TINY = {"llama": {}, "gemma3": {"sliding_window": 3, "softcap": 30.0, "head_dim": 16}}
@@ -127,3 +133,32 @@ def test_int8_rows_are_invariant_bit_for_bit(
         assert np.array_equal(together.logits, np.concatenate([r.logits for r in alone])), (path.name, threads)
         assert together.hidden is not None
         assert np.array_equal(together.hidden, np.concatenate([r.hidden for r in alone if r.hidden is not None], axis=1))
+
+
+@pytest.mark.parametrize("ggml_type", sorted(LOSSLESS_TYPES), ids=quants.type_name)
+def test_split_projection_is_the_projection(ggml_type: int) -> None:
+    """``project_split`` (the min term's block-sum columns carried through the split, engine.matmul
+    ``wide``) gives what :func:`engine.matmul.ort_blocks` gives: the same kernel call, then per
+    output ``Yq + sum_b sums_b mins_b`` summed in some order. Two orders of one (nb + 1)-term float32
+    sum differ by at most 2 gamma_{nb+1} sum |terms| (Higham's bound, any order); without mins the
+    outputs are the kernel's, bit for bit. Rows stay invariant bit for bit."""
+    shape = (48, 512)
+    blocks = repack(_blocks(ggml_type, shape, seed=7), ggml_type, shape)
+    x = np.random.default_rng(8).standard_normal((5, shape[1])).astype(np.float32)
+    g = fused_mod._Graph()
+    first, second = g.project_split(blocks, "x", [20, 28])
+    g.op("Concat", [first, second], out=["y"], axis=1)
+    split = OrtGraph(g.nodes, g.inits, {"x": ["T", shape[1]]}, {"y": ["T", shape[0]]}, threads=1)
+    got = split.run(x)[0]
+    want = mm.ort_blocks(blocks, threads=1)(x)
+    if blocks.mins is None:
+        assert np.array_equal(got, want)
+    else:
+        raw = mm.ort_blocks(dataclasses.replace(mm._with_block_sums(blocks), mins=None), threads=1)(x)
+        yq, sums = raw[:, : shape[0]].astype(np.float64), raw[:, shape[0] :].astype(np.float64)
+        terms = np.abs(yq) + np.abs(sums) @ np.abs(blocks.mins.T.astype(np.float64))  # [T, N]
+        n = sums.shape[1] + 1
+        gamma = n * 2.0**-24 / (1 - n * 2.0**-24)
+        assert (np.abs(got.astype(np.float64) - want) <= 2 * gamma * terms).all()
+    one_by_one = np.concatenate([split.run(x[i : i + 1])[0] for i in range(x.shape[0])])
+    assert np.array_equal(one_by_one, got)
