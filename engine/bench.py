@@ -308,7 +308,10 @@ def _llama_cpp(path: Path, options: BenchOptions, int8: FastModel | None = None,
 
     from engine import bench_llama, matmul
 
-    threads = matmul.default_threads() if matmul.ort_available() else 1  # the engine's ort threads
+    from engine.ort_pool import pool_threads
+
+    # the engine's onnxruntime threads: the shared pool's size once it exists (engine/ort_pool.py)
+    threads = (pool_threads() or matmul.default_threads()) if matmul.ort_available() else 1
     engine: bench_llama.EngineRun | None = None
     if int8 is not None and tokenizer is not None:
         model, tok, once = int8, tokenizer, replace(options, repeats=1)

@@ -18,13 +18,11 @@ A :class:`Matmul` is built once per weight matrix at load time and called with a
   in the same session, the sums computed by the kernel itself): ``MatMulNBits`` takes a float
   zero point only without int8 compute.
 
-Threads: ``intra_op_num_threads`` (``VERISPEC_THREADS``, default 2, capped at the core count), with
-spinning off (waiting threads sleep: the machine is shared). Measured by ``verispec bench`` on the
-shared 2-core VM, load average ~11: 2 threads take 0.56x (1 row) / 0.34x (5 rows) the time of 1
-thread on f32/ort, 0.88x / 0.41x on int8 -- the int8 kernel is compute-bound at 5 rows. At lower
-load (falling 8 -> 1) f32/ort was even (0.97x) and int8 1.27x / 1.20x SLOWER with 2: under load a
-second thread mostly buys a second share of the CPU. The default fits the shared machine; on an
-idle one set VERISPEC_THREADS=1 unless bench says otherwise.
+Threads: ``VERISPEC_THREADS`` (default 2, capped at the core count), one pool shared by every
+session of the process (engine/ort_pool.py: the first session fixes its size). Measured on the
+idle 2-core VM, int8, shared pool: 2 threads take 0.80-0.86x the time of 1 on a SmolLM2 step; with
+per-session pools (before) 2 threads gained nothing (1.0-1.1x), and under load (average ~11) the
+per-session pools measured 0.56x / 0.34x (1 / 5 rows) on f32/ort. `verispec bench` reports it.
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.blocks import KernelBlocks
+from engine.ort_pool import session_options
 from reference.errors import ModelError
 
 F32 = npt.NDArray[np.float32]
@@ -132,14 +131,7 @@ class OrtGraph:
             model_path = os.path.join(folder, "model.onnx")
             onnx.save(model, model_path)
             del model, graph, tensors
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # shared machine
-            options.log_severity_level = 3
-            options.enable_cpu_mem_arena = False  # 121 sessions: a per-session arena each costs memory (measured)
-            options.enable_mem_pattern = False
+            options = session_options(threads)
             self.session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
         self.input_names = tuple(inputs)
         self.output_names = tuple(outputs)
