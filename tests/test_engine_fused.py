@@ -120,6 +120,9 @@ def test_build_layer_refuses_wrong_shapes(tiny_gguf: Any) -> None:
 def test_int8_rows_are_invariant_bit_for_bit(
     smollm2_path: Path, gemma3_path: Path, fused: bool, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # per-session pools: each session gets the threads asked for (a shared pool's size is fixed
+    # by the process's first session, engine/ort_pool.py)
+    monkeypatch.setenv("VERISPEC_ORT_POOL", "per-session")
     monkeypatch.setenv("VERISPEC_THREADS", str(threads))
     prompt, span = [1, 504, 2365, 6354, 28], [1130, 314, 260, 3465, 30]  # ids valid in both vocabularies
     for path in (smollm2_path, gemma3_path):
