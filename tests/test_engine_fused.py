@@ -11,8 +11,9 @@
 - The per-layer API: the hidden states a forward collects equal, bit for bit, those of a layer at
   a time through ``forward_layers`` (early exit and its catch-up use both).
 - The law: a 5-row pass gives each row bit for bit what five 1-row passes give, on both real models,
-  with 1 and 2 onnxruntime threads (MLAS splits work across threads; every fused op is per row),
-  on both layer paths (fused and per-matrix), logits and every layer's hidden state.
+  with 1 and 2 onnxruntime threads (MLAS splits work across threads; every fused op is per row;
+  a child process per count, the pool being a process setting), on both layer paths (fused and
+  per-matrix), logits and every layer's hidden state.
 - Typed errors for a bad switch value, a mode without fused layers, a matrix of the wrong shape.
 - A projection split inside a graph (the min term's block sums carried through the split) is the
   per-matrix projection, for every block type, within the float32 bound of one reordered sum.
@@ -114,28 +115,38 @@ def test_build_layer_refuses_wrong_shapes(tiny_gguf: Any) -> None:
 # -- the law on the real models ------------------------------------------------------------------------
 
 
+def rows_are_invariant(path: Path, fused: bool) -> bool:
+    """A 5-row pass == five 1-row passes, bit for bit, logits and every layer's hidden state."""
+    prompt, span = [1, 504, 2365, 6354, 28], [1130, 314, 260, 3465, 30]  # ids valid in both vocabularies
+    model = FastModel.load(path, weights="int8", fused=fused)
+    cache = model.new_cache(16)
+    model.forward(prompt, cache)
+    together = model.forward(span, cache, return_hidden=True)
+    cache = model.new_cache(16)
+    model.forward(prompt, cache)
+    alone = [model.forward([t], cache, return_hidden=True) for t in span]
+    assert together.hidden is not None
+    return bool(np.array_equal(together.logits, np.concatenate([r.logits for r in alone]))
+                and np.array_equal(together.hidden, np.concatenate([r.hidden for r in alone if r.hidden is not None], axis=1)))
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("fused", [True, False])
-def test_int8_rows_are_invariant_bit_for_bit(
-    smollm2_path: Path, gemma3_path: Path, fused: bool, threads: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # per-session pools: each session gets the threads asked for (a shared pool's size is fixed
-    # by the process's first session, engine/ort_pool.py)
-    monkeypatch.setenv("VERISPEC_ORT_POOL", "per-session")
-    monkeypatch.setenv("VERISPEC_THREADS", str(threads))
-    prompt, span = [1, 504, 2365, 6354, 28], [1130, 314, 260, 3465, 30]  # ids valid in both vocabularies
-    for path in (smollm2_path, gemma3_path):
-        model = FastModel.load(path, weights="int8", fused=fused)
-        cache = model.new_cache(16)
-        model.forward(prompt, cache)
-        together = model.forward(span, cache, return_hidden=True)
-        cache = model.new_cache(16)
-        model.forward(prompt, cache)
-        alone = [model.forward([t], cache, return_hidden=True) for t in span]
-        assert np.array_equal(together.logits, np.concatenate([r.logits for r in alone])), (path.name, threads)
-        assert together.hidden is not None
-        assert np.array_equal(together.hidden, np.concatenate([r.hidden for r in alone if r.hidden is not None], axis=1))
+def test_int8_rows_are_invariant_bit_for_bit(smollm2_path: Path, gemma3_path: Path, threads: int) -> None:
+    """In a child process per thread count: onnxruntime's thread pool is one per process, its size
+    fixed by the first session (engine/ort_pool.py), so a count is a process setting."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "VERISPEC_THREADS": str(threads), "PYTHONPATH": str(root)}
+    args = [sys.executable, "-m", "tests.test_engine_fused", str(smollm2_path), str(gemma3_path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=root, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results == {"threads": threads, "invariant": [True] * 4}, results
 
 
 @pytest.mark.parametrize("ggml_type", sorted(LOSSLESS_TYPES), ids=quants.type_name)
@@ -165,3 +176,14 @@ def test_split_projection_is_the_projection(ggml_type: int) -> None:
         assert (np.abs(got.astype(np.float64) - want) <= 2 * gamma * terms).all()
     one_by_one = np.concatenate([split.run(x[i : i + 1])[0] for i in range(x.shape[0])])
     assert np.array_equal(one_by_one, got)
+
+
+if __name__ == "__main__":  # the child of test_int8_rows_are_invariant_bit_for_bit
+    import json
+    import sys
+
+    from engine import ort_pool
+
+    paths = [Path(a) for a in sys.argv[1:]]
+    checks = [rows_are_invariant(path, fused) for path in paths for fused in (True, False)]
+    print(json.dumps({"threads": ort_pool.pool_threads() or mm.default_threads(), "invariant": checks}))
