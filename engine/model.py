@@ -257,7 +257,10 @@ class FastModel:
         k = qk[:, cfg.n_head :]  # [T, n_kv, d]
         v = qkv[:, self._q + self._kv :].reshape(n_tokens, cfg.n_head_kv, cfg.head_dim)
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
-        a = w.o(self._attention(q, layer, cache, positions, start + n_tokens, span_visible))  # [T, n_embd]
+        end = start + n_tokens
+        attend = self._attend_invariant if self.batch_invariant else self._attend
+        a = w.o(self._attend(q, layer, cache, positions, end, span_visible) if span_visible is not None
+                else attend(q, layer, cache, positions, end))  # [T, n_embd]
         if w.bo is not None:
             a += w.bo
         if w.post_attn_norm is not None:
@@ -293,19 +296,11 @@ class FastModel:
         the same KV store and the same attention."""
         q, k, v = graphs.pre.run(x, *rope)  # [T, n_head, d], [T, n_kv, d], [T, n_kv, d]
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
-        a = self._attention(q, layer, cache, positions, start + x.shape[0], span_visible)  # [T, n_head d]
+        # The batch-invariant attention, this mode's law. A token tree goes to its tree path, which
+        # takes the mask as one more argument (issue 17; without it forward refuses int8 trees).
+        tree = [] if span_visible is None else [span_visible]
+        a = self._attend_invariant(q, layer, cache, positions, start + x.shape[0], *tree)  # [T, n_head d]
         return graphs.post.run(a, x)[0]
-
-    def _attention(
-        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int,
-        span_visible: Mask | None,
-    ) -> F32:
-        """The span's attention ``[T, n_head d]``: the tree path when ``span_visible``, else the
-        batch-invariant one in the int8 mode, else blocked."""
-        if span_visible is not None:
-            return self._attend(q, layer, cache, positions, end, span_visible)
-        attend = self._attend_invariant if self.batch_invariant else self._attend
-        return attend(q, layer, cache, positions, end)
 
     def _attend(
         self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int,
