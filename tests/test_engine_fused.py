@@ -6,6 +6,7 @@
   (RoPE NORM) and gemma3 (NEOX, q/k norms, post-norms, GELU-tanh, sliding window, softcap), as
   the unfused path. What this can detect: a wrong norm, residual, activation, RoPE pairing, split
   of q/k/v or gate/up (O(1) on these models); not an error below the tolerance (~1e-4 here).
+  Also with q/k/v/o biases (llama-arch files may carry them; the real models have none).
   The sigmoid / tanh / RMSNorm of onnxruntime are charged as the tolerance model charges NumPy's
   (tanh/exp at 4 ulps), an assumption on MLAS's approximations that this test checks.
 - The per-layer API: the hidden states a forward collects equal, bit for bit, those of a layer at
@@ -57,6 +58,35 @@ def test_fused_layers_compute_the_reference_function_on_float_models(tiny_gguf: 
         assert model.fused is fused and model.store.float_matrices  # float32 kept float32
         got = model.forward(ids, model.new_cache(32)).logits
         assert_within(got, want, spread.tolerance, f"{arch} fused={fused}")
+
+
+def test_fused_layers_add_the_biases(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama-arch files may carry q/k/v/o biases: the tiny llama written with them (gguf-py's
+    writer extended here by one hook) against the reference, both paths, the derived tolerance."""
+    import gguf
+
+    rng = np.random.default_rng(11)
+    write_header = gguf.GGUFWriter.write_header_to_file
+
+    def with_biases(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for layer in range(3):  # tiny_gguf's defaults: 3 layers, n_embd 32, 4 heads / 2 kv heads of 8
+            for name, n in (("attn_q", 32), ("attn_k", 16), ("attn_v", 16), ("attn_output", 32)):
+                self.add_tensor(f"blk.{layer}.{name}.bias", (0.5 * rng.standard_normal(n)).astype(np.float32))
+        return write_header(self, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.GGUFWriter, "write_header_to_file", with_biases)
+    path = tiny_gguf("llama")
+    monkeypatch.undo()
+    ref = Model.load(path)
+    assert ref.weights.layers[0].bq is not None and ref.weights.layers[2].bo is not None
+    ids = [3, 17, 5, 9, 40, 2, 11, 63]
+    want = ref.forward(ids, ref.new_cache(16)).logits
+    spread = forward_spread(ref, tuple(ids)).logits
+    assert spread is not None
+    for fused in (True, False):
+        model = FastModel.load(path, weights="int8", fused=fused)
+        got = model.forward(ids, model.new_cache(16)).logits
+        assert_within(got, want, spread.tolerance, f"biases, fused={fused}")
 
 
 def test_collected_hidden_states_equal_a_layer_at_a_time(tiny_gguf: Any) -> None:
