@@ -217,3 +217,23 @@ if __name__ == "__main__":  # the child of test_int8_rows_are_invariant_bit_for_
     paths = [Path(a) for a in sys.argv[1:]]
     checks = [rows_are_invariant(path, fused) for path in paths for fused in (True, False)]
     print(json.dumps({"threads": ort_pool.pool_threads() or mm.default_threads(), "invariant": checks}))
+
+
+def test_fused_bench_reports_both_paths(tiny_gguf: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """engine/fused_bench.py on a tiny model: both paths timed, ratios positive and finite; bad
+    counts refused by the parser. Never asserts a speed."""
+    import json
+    import math
+
+    from engine import fused_bench
+
+    path = tiny_gguf("llama", n_vocab=6400)  # the bench prompt ids go up to 6354
+    report = fused_bench.compare(path, steps=2, repeats=1)
+    for key in ("fused_over_unfused", "fused_over_unfused_median"):
+        assert math.isfinite(report[key]) and report[key] > 0
+    for name in ("fused", "unfused"):
+        assert report[name]["best_step_ms"] > 0 and report[name]["five_rows_over_one_row"] > 0
+    with pytest.raises(SystemExit):
+        fused_bench.main([str(path), "--steps", "0"])
+    fused_bench.main([str(path), "--steps", "1", "--repeats", "1"])
+    assert json.loads(capsys.readouterr().out)["model"] == path.name
