@@ -613,6 +613,8 @@ def _backend_ratios(report: dict[str, Any], llama: Any) -> dict[str, float | Non
         bound = max(float(m["bound_tok_s"]) for n, m in modes.items() if n.startswith("f32/"))
         out["exact_plain_over_f32_bound"] = float(exact["plain_tok_s"]) / bound
     out["int8_plain_over_exact_plain"] = float(int8["plain_tok_s"]) / float(exact["plain_tok_s"]) if int8 and exact else None
+    fused = report.get("backends", {}).get("int8_fused_over_unfused")  # engine/fused.py: plain steps
+    out["int8_fused_over_unfused"] = float(fused) if fused is not None else None
     from engine import bench_llama
 
     int8_runs = report.get("speculative_int8", {}).get("ngram", {})

@@ -13,6 +13,11 @@ shared, so only ratios within this run mean anything):
 - ``threads``: the 1-row and 5-row pass with 2 onnxruntime threads over 1 thread (ort modes).
 - ``rss``: a child process per mode loads the model, decodes, and reports its peak RSS against the
   GGUF file size plus the KV cache it allocated (the issue's memory target: <= 1.5x).
+- ``int8_fused_over_unfused``: the int8 mode's other layer path (:mod:`engine.fused`) is measured
+  beside it as one more mode (``int8/ort-q fused`` or ``int8/ort-q unfused``, whichever is not the
+  default), interleaved the same way: plain decode steps per second, fused over unfused. For a
+  fused model ``bound`` streams its layer graphs (the matrices plus the norms, RoPE, residuals and
+  activation fused with them, without the attention) and the head.
 """
 
 from __future__ import annotations
@@ -42,8 +47,14 @@ def label(weights: str, backend: str) -> str:
     return f"{weights}/{'ort-q' if weights == 'int8' else backend}"
 
 
+def variant_label(fused: bool) -> str:
+    """The label of the int8 layer path that is not the default (measured beside it)."""
+    return f"int8/ort-q {'fused' if fused else 'unfused'}"
+
+
 def load_modes(path: Path, loaded: dict[str, FastModel] | None = None) -> tuple[dict[str, FastModel], dict[str, str]]:
-    """Every mode this machine can run -> model (``loaded`` ones reused); mode -> why not, for the rest."""
+    """Every mode this machine can run -> model (``loaded`` ones reused), the int8 mode's other
+    layer path included; mode -> why not, for the rest."""
     models: dict[str, FastModel] = {}
     missing: dict[str, str] = {}
     for weights, backend in MODES:
@@ -55,6 +66,10 @@ def load_modes(path: Path, loaded: dict[str, FastModel] | None = None) -> tuple[
             missing[name] = "onnxruntime/onnx not installed (pip install 'verispec[fast]')"
             continue
         models[name] = FastModel.load(path, weights=weights, backend=backend)
+    default_int8 = models.get(label("int8", "auto"))
+    if default_int8 is not None:
+        other = not default_int8.fused
+        models[variant_label(other)] = FastModel.load(path, weights="int8", fused=other)
     return models, missing
 
 
@@ -65,8 +80,16 @@ def matmul_stream(model: FastModel, rows: int) -> Callable[[], None]:
     a = np.ones((rows, cfg.n_head * cfg.head_dim), dtype=np.float32)
     f = np.ones((rows, cfg.n_ff), dtype=np.float32)
 
+    graphs = store.fused_layers
+    cos = np.ones((rows, 1, cfg.head_dim), dtype=np.float32)
+    sin = np.zeros((rows, 1, cfg.head_dim), dtype=np.float32)
+
     def run() -> None:
         for layer in range(cfg.n_layer):
+            if graphs is not None:  # fused int8: the layer's two graphs
+                graphs[layer].pre.run(x, cos, sin)
+                graphs[layer].post.run(a, x)
+                continue
             w = store.layer(layer)
             w.qkv(x)
             w.o(a)
@@ -154,13 +177,17 @@ def measure(path: Path, prompt: list[int], steps: int, repeats: int,
             "plain_tok_s": 1.0 / steps_best[name],
             "plain_over_bound": one / steps_best[name],
         }
+    variants = {m.fused: name for name, m in models.items() if m.weights_mode == "int8"}
+    if len(variants) == 2:
+        out["int8_fused_over_unfused"] = steps_best[variants[False]] / steps_best[variants[True]]
     if threads and matmul.ort_available():
         out["threads_2_over_1"] = {
             "f32/ort": threads_ratio(path, "f32", "ort", repeats),
             "int8/ort-q": threads_ratio(path, "int8", "auto", repeats),
         }
     if rss:
-        out["rss"] = {name: rss_probe(path, name.split("/")[0], name.split("/")[1], steps) for name in models}
+        out["rss"] = {name: rss_probe(path, name.split("/")[0], name.split("/")[1], steps) for name in models
+                      if " " not in name}  # not the int8 variant: the default path's memory
     return out, models
 
 

@@ -17,6 +17,8 @@ A :class:`Matmul` is built once per weight matrix at load time and called with a
   Blocks with a minimum add ``min * sum(int8-rounded x over the block)`` (a second small matmul
   in the same session, the sums computed by the kernel itself): ``MatMulNBits`` takes a float
   zero point only without int8 compute.
+  The int8 mode's layers use these nodes inside two graphs a layer (:mod:`engine.fused`,
+  :class:`OrtGraph`); the head and the per-matrix path use one session per matrix.
 
 Threads: ``VERISPEC_THREADS`` (default 2, capped at the core count), one pool shared by every
 session of the process (engine/ort_pool.py: the first session fixes its size). Measured on the
@@ -96,8 +98,8 @@ class NumpyMatmul:
 INLINE_BYTES = 4096  # initializers smaller than this stay in the graph (shape inference reads them)
 
 
-class _OrtSession:
-    """One onnxruntime session over a one-input, one-output graph ``A [T, n_in] -> Y [T, n_out]``.
+class OrtGraph:
+    """One onnxruntime session over a graph of named float32 inputs and outputs (dynamic row count).
 
     The weights reach onnxruntime as external data in a temporary file, never inside the graph
     proto: an in-proto initializer is held twice (the parsed graph's copy and the session's), and
@@ -105,10 +107,12 @@ class _OrtSession:
     and drops the mapping (a documented path: no buffer of ours must outlive the call). Measured
     on SmolLM2's gate/up (1.3 MiB of kernel blocks): 3.1 MiB resident per session from the proto,
     1.9 MiB from the file (the prepacked copy alone). The files are deleted once the session exists.
+
+    ``inputs`` / ``outputs``: name -> shape (a str entry is a symbolic size, e.g. ``"T"``).
     """
 
-    def __init__(self, nodes: list[Any], initializers: dict[str, npt.NDArray[Any]], n_in: int, n_out: int,
-                 threads: int) -> None:
+    def __init__(self, nodes: list[Any], initializers: dict[str, npt.NDArray[Any]],
+                 inputs: dict[str, list[int | str]], outputs: dict[str, list[int | str]], threads: int) -> None:
         import tempfile
 
         import onnx
@@ -118,9 +122,9 @@ class _OrtSession:
         with tempfile.TemporaryDirectory(prefix="verispec-ort-", ignore_cleanup_errors=True) as folder:
             tensors = _external_initializers(initializers, os.path.join(folder, "weights.bin"))
             graph = helper.make_graph(
-                nodes, "matmul",
-                [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["T", n_in])],
-                [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["T", n_out])],
+                nodes, "verispec",
+                [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in inputs.items()],
+                [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in outputs.items()],
                 tensors,
             )
             model = helper.make_model(
@@ -131,6 +135,27 @@ class _OrtSession:
             del model, graph, tensors
             options = session_options(threads)
             self.session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+        self.input_names = tuple(inputs)
+        self.output_names = tuple(outputs)
+        self._output_list = list(outputs)
+        # The binding's own run (what InferenceSession.run calls after validating the feed names,
+        # which ours are by construction): ~2 us less per call, 61 calls a SmolLM2 step (measured);
+        # the public run where a version lacks it.
+        inner = getattr(self.session, "_sess", None)
+        self._run: Any = inner.run if inner is not None and hasattr(inner, "run") else self.session.run
+
+    def run(self, *arrays: F32) -> list[F32]:
+        """The outputs, in the order of ``outputs``, for the inputs in the order of ``inputs``."""
+        feeds = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in zip(self.input_names, arrays)}
+        return self._run(self._output_list, feeds, None)  # type: ignore[no-any-return]
+
+
+class _OrtSession(OrtGraph):
+    """A one-matrix graph ``A [T, n_in] -> Y [T, n_out]`` (a :class:`Matmul`)."""
+
+    def __init__(self, nodes: list[Any], initializers: dict[str, npt.NDArray[Any]], n_in: int, n_out: int,
+                 threads: int) -> None:
+        super().__init__(nodes, initializers, {"A": ["T", n_in]}, {"Y": ["T", n_out]}, threads)
         self.n_in, self.n_out = n_in, n_out
 
     def __call__(self, x: F32) -> F32:
@@ -176,11 +201,8 @@ def _external_initializers(arrays: dict[str, npt.NDArray[Any]], path: str) -> li
 
 def ort_f32(w: F32, threads: int) -> _OrtSession:
     """onnxruntime ``MatMul`` with ``W.T [n_in, n_out]`` as an initializer (prepacked by MLAS)."""
-    from onnx import helper
-
-    n_out, n_in = int(w.shape[0]), int(w.shape[1])
-    weight = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)
-    return _OrtSession([helper.make_node("MatMul", ["A", "W"], ["Y"])], {"W": weight}, n_in, n_out, threads)
+    nodes, inits = f32_nodes(w, "A", "Y")
+    return _OrtSession(nodes, inits, int(w.shape[1]), int(w.shape[0]), threads)
 
 
 def _pack_levels(blocks: KernelBlocks) -> npt.NDArray[np.uint8]:
@@ -221,8 +243,19 @@ def _with_block_sums(blocks: KernelBlocks) -> KernelBlocks:
     )
 
 
-def ort_blocks(blocks: KernelBlocks, threads: int) -> _OrtSession:
-    """onnxruntime ``MatMulNBits`` (int8 compute) on lossless blocks, plus the min term if any.
+def block_sum_columns(blocks: KernelBlocks) -> int:
+    """Columns a ``wide`` :func:`blocks_nodes` output has past ``n_out``: one per input block
+    when the blocks have mins (the block sums), else 0."""
+    return 0 if blocks.mins is None else blocks.shape[1] // blocks.block
+
+
+def blocks_nodes(blocks: KernelBlocks, x: str, y: str, prefix: str = "", *,
+                 wide: bool = False) -> tuple[list[Any], dict[str, npt.NDArray[Any]]]:
+    """Graph nodes and initializers for ``y = x @ W.T`` on lossless blocks: ``MatMulNBits`` (int8
+    compute), plus the min term if any (initializer and intermediate names start with ``prefix``).
+    ``wide``: ``y`` keeps the kernel's extra columns, ``[T, n_out + block_sum_columns]`` (the first
+    n_out are ``x @ W.T``, the rest the block sums: for a consumer that splits ``y`` anyway, this
+    saves copying the kernel's output once more).
 
     The min term: the kernel rounds x to int8 per block; ``min * sum(x)`` on the unrounded x would
     leave the level term's rounding error uncancelled (w = s q + m with q ~ 7.5 on average: 2-3x
@@ -236,23 +269,50 @@ def ort_blocks(blocks: KernelBlocks, threads: int) -> _OrtSession:
     kernel = blocks if blocks.mins is None else _with_block_sums(blocks)
     n_kernel = kernel.shape[0]
     inits: dict[str, npt.NDArray[Any]] = {
-        "B": _pack_levels(kernel),
-        "S": kernel.scales.reshape(-1),
-        "Z": _pack_zeros(kernel).reshape(-1),
+        prefix + "B": _pack_levels(kernel),
+        prefix + "S": kernel.scales.reshape(-1),
+        prefix + "Z": _pack_zeros(kernel).reshape(-1),
     }
-    out = "Y" if blocks.mins is None else "Yx"
+    out = y if blocks.mins is None else prefix + "Yx"
     nodes = [helper.make_node(
-        "MatMulNBits", ["A", "B", "S", "Z"], [out], domain="com.microsoft",
+        "MatMulNBits", [x, prefix + "B", prefix + "S", prefix + "Z"], [out], domain="com.microsoft",
         K=k, N=n_kernel, bits=kernel.bits, block_size=kernel.block, accuracy_level=ACCURACY_INT8,
     )]
-    if blocks.mins is not None:
-        inits["parts"] = np.array([n, n_kernel - n], dtype=np.int64)  # inline: Split's shape needs it
-        inits["M"] = np.ascontiguousarray(blocks.mins.T)  # [n_blocks, N]
+    if blocks.mins is not None and wide:  # y = Yx + sums @ [mins.T | 0]: the same products
+        inits[prefix + "from"] = np.array([n], dtype=np.int64)
+        inits[prefix + "to"] = np.array([n_kernel], dtype=np.int64)
+        inits[prefix + "axis"] = np.array([1], dtype=np.int64)
+        pad = np.zeros((n_kernel - n, n_kernel - n), dtype=np.float32)
+        inits[prefix + "M"] = np.ascontiguousarray(np.concatenate([blocks.mins.T, pad], axis=1))  # [nb, N + nb]
         nodes += [
-            helper.make_node("Split", ["Yx", "parts"], ["Yq", "Sums"], axis=1),  # [T, N], [T, nb]
-            helper.make_node("MatMul", ["Sums", "M"], ["Ym"]),                 # [T, N]
-            helper.make_node("Add", ["Yq", "Ym"], ["Y"]),
+            helper.make_node("Slice", [out, prefix + "from", prefix + "to", prefix + "axis"], [prefix + "Sums"]),
+            helper.make_node("MatMul", [prefix + "Sums", prefix + "M"], [prefix + "Ym"]),  # [T, N + nb]
+            helper.make_node("Add", [out, prefix + "Ym"], [y]),
         ]
+    elif blocks.mins is not None:
+        inits[prefix + "parts"] = np.array([n, n_kernel - n], dtype=np.int64)  # inline: Split's shape needs it
+        inits[prefix + "M"] = np.ascontiguousarray(blocks.mins.T)  # [n_blocks, N]
+        nodes += [
+            helper.make_node("Split", [out, prefix + "parts"], [prefix + "Yq", prefix + "Sums"], axis=1),  # [T, N], [T, nb]
+            helper.make_node("MatMul", [prefix + "Sums", prefix + "M"], [prefix + "Ym"]),                 # [T, N]
+            helper.make_node("Add", [prefix + "Yq", prefix + "Ym"], [y]),
+        ]
+    return nodes, inits
+
+
+def f32_nodes(w: F32, x: str, y: str, prefix: str = "") -> tuple[list[Any], dict[str, npt.NDArray[Any]]]:
+    """Graph nodes and initializers for ``y = x @ W.T`` in float32 (``MatMul`` with ``W.T``)."""
+    from onnx import helper
+
+    weight = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)  # [n_in, n_out]
+    return [helper.make_node("MatMul", [x, prefix + "W"], [y])], {prefix + "W": weight}
+
+
+def ort_blocks(blocks: KernelBlocks, threads: int) -> _OrtSession:
+    """onnxruntime ``MatMulNBits`` (int8 compute) on lossless blocks, plus the min term if any
+    (:func:`blocks_nodes`)."""
+    nodes, inits = blocks_nodes(blocks, "A", "Y")
+    n, k = blocks.shape
     return _OrtSession(nodes, inits, k, n, threads)
 
 

@@ -9,7 +9,10 @@ What changes against the reference (and why it is still the same function):
   only the kernel's blocking (hence float32 rounding order) may differ. Every matmul goes through
   the seam :class:`engine.matmul.Matmul` (NumPy or onnxruntime, chosen at load).
 - ``weights="int8"`` is a different function: the file's blocks with int8 activations
-  (:mod:`engine.matmul`, backend ``ort-q``), the target law of its own decoding.
+  (:mod:`engine.matmul`, backend ``ort-q``), the target law of its own decoding. By default its
+  layers run fused (:mod:`engine.fused`: two onnxruntime graphs a layer around the KV store and the
+  attention, :meth:`FastModel._layer_fused`); ``fused=False`` / ``VERISPEC_INT8_FUSED=0`` runs the
+  per-matrix path (:meth:`FastModel._layer`).
 - RoPE turns Q and K of a layer in one pass, as ``x * cos + rotate(x) * sin`` with precomputed
   per-dimension tables: each output element is the reference's ``x0 cos - x1 sin`` (negation and
   commutation are exact in IEEE arithmetic), so RoPE is bit-identical.
@@ -36,6 +39,7 @@ from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Conf
 from reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
 from reference.kvcache import KVCache
 from reference.model import ForwardResult, Mask, TokenIds, check_tokens, span_positions, tree_span
+from engine.fused import LayerGraphs
 from engine.weights import FusedLayer, WeightStore, load_weights
 
 if TYPE_CHECKING:
@@ -79,6 +83,7 @@ class FastModel:
         # int8 rounding turns any float32 difference upstream into a different rounding, so that
         # mode's law must not depend on how many rows a pass has: batch-invariant attention
         self.batch_invariant = store.mode == "int8"
+        self.fused = store.fused_layers is not None  # int8: two onnxruntime graphs a layer (engine/fused.py)
         cfg = config
         self._q = cfg.n_head * cfg.head_dim
         self._kv = cfg.n_head_kv * cfg.head_dim
@@ -86,10 +91,12 @@ class FastModel:
 
     @classmethod
     def load(
-        cls, path_or_file: Union[str, Path, "GGUFFile"], *, weights: str = "f32", backend: str = "auto"
+        cls, path_or_file: Union[str, Path, "GGUFFile"], *, weights: str = "f32", backend: str = "auto",
+        fused: bool | None = None,
     ) -> "FastModel":
         """Read config and weights of a GGUF model (``weights``: see engine.weights.WEIGHT_MODES;
-        ``backend``: the f32 mode's kernel, see engine.weights.resolve_backend).
+        ``backend``: the f32 mode's kernel, see engine.weights.resolve_backend; ``fused``: the int8
+        mode's fused layers, see engine.fused -- None: ``VERISPEC_INT8_FUSED`` or the default).
 
         Raises what :meth:`reference.model.Model.load` raises, and
         :class:`engine.weights.InsufficientMemory` before loading when the mode will not fit.
@@ -100,10 +107,10 @@ class FastModel:
 
             with GGUFFile.open(path_or_file) as f:
                 config = Config.from_gguf(f)
-                store = load_weights(f, config, weights, backend)
+                store = load_weights(f, config, weights, backend, fused)
         else:
             config = Config.from_gguf(path_or_file)
-            store = load_weights(path_or_file, config, weights, backend)
+            store = load_weights(path_or_file, config, weights, backend, fused)
         return cls(config, store, load_time_s=time.perf_counter() - started)
 
     def new_cache(self, capacity: int | None = None) -> EngineCache:
@@ -207,11 +214,16 @@ class FastModel:
         span_visible: Mask | None = None,  # [T, T] tree attention (reference/tree_attention.py)
     ) -> F32:
         tables: dict[tuple[float, float], tuple[F32, F32]] = {}
+        graphs = self.store.fused_layers
         for layer in range(first_layer, last_layer + 1):
             key = (self.config.layer_rope_base(layer), self.config.layer_rope_freq_scale(layer))
             if key not in tables:
-                tables[key] = self._rope_tables(positions, *key)
-            x = self._layer(x, layer, self.store.layer(layer), cache, positions, start, tables[key], span_visible)
+                cos, sin = self._rope_tables(positions, *key)
+                tables[key] = (cos, sin) if graphs is None else (cos, sin * self._rot_sign)  # fused: signed sin
+            if graphs is not None:
+                x = self._layer_fused(x, layer, graphs[layer], cache, positions, start, tables[key], span_visible)
+            else:
+                x = self._layer(x, layer, self.store.layer(layer), cache, positions, start, tables[key], span_visible)
             if collected is not None:
                 collected.append(x)
         return x
@@ -265,6 +277,27 @@ class FastModel:
         if w.post_ffn_norm is not None:
             f = layers.rms_norm(f, w.post_ffn_norm, cfg.norm_eps)
         return np.asarray(x + f, dtype=np.float32)
+
+    def _layer_fused(
+        self,
+        x: F32,  # [T, n_embd]
+        layer: int,
+        graphs: LayerGraphs,
+        cache: KVCache,
+        positions: npt.NDArray[np.int64],
+        start: int,
+        rope: tuple[F32, F32],  # cos, sign * sin: [T, 1, d]
+        span_visible: Mask | None = None,
+    ) -> F32:
+        """:meth:`_layer` of the fused int8 mode: two onnxruntime calls (engine/fused.py) around
+        the same KV store and the same attention."""
+        q, k, v = graphs.pre.run(x, *rope)  # [T, n_head, d], [T, n_kv, d], [T, n_kv, d]
+        cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
+        # The batch-invariant attention, this mode's law. A token tree goes to its tree path, which
+        # takes the mask as one more argument (issue 17; without it forward refuses int8 trees).
+        tree = [] if span_visible is None else [span_visible]
+        a = self._attend_invariant(q, layer, cache, positions, start + x.shape[0], *tree)  # [T, n_head d]
+        return graphs.post.run(a, x)[0]
 
     def _attend(
         self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int,

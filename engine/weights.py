@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from engine import matmul
 from engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, repack
+from engine.fused import LayerGraphs, LayerMatrices, Projection, build_layer, fused_default
 from engine.matmul import Matmul, NumpyMatmul
 from engine.pages import drop_pages
 from reference import quants
@@ -135,6 +136,7 @@ class WeightStore:
         output_q: _QuantTensor | None = None,
         backend: str = "numpy",
         float_matrices: tuple[str, ...] = (),
+        fused_layers: list[LayerGraphs] | None = None,
     ) -> None:
         self.mode = mode
         self.backend = backend          # numpy | ort | ort-q: the kernel every Matmul runs on
@@ -147,11 +149,15 @@ class WeightStore:
         self._quantized_layers = quantized_layers
         self._token_embd_q = token_embd_q
         self._output_q = output_q
+        self.fused_layers = fused_layers  # int8, fused: two graphs a layer (engine/fused.py)
 
     def layer(self, index: int) -> FusedLayer:
-        """Layer ``index`` (in quantized mode dequantized now, on NumPy)."""
+        """Layer ``index`` (in quantized mode dequantized now, on NumPy); ModelError for fused
+        int8 layers (no matrix of theirs stands alone: load with ``fused=False``)."""
         if self._layers is not None:
             return self._layers[index]
+        if self.fused_layers is not None:
+            raise ModelError("the fused int8 layers have no per-matrix seam (load with fused=False)")
         assert self._quantized_layers is not None
         return _fuse({k: (v.dequantize() if isinstance(v, _QuantTensor) else v)
                       for k, v in self._quantized_layers[index].items()}, "numpy")
@@ -359,15 +365,20 @@ def resolve_backend(mode: str, backend: str = "auto") -> str:
     return backend
 
 
-def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "auto") -> WeightStore:
+def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "auto",
+                 fused: bool | None = None) -> WeightStore:
     """Read the weights of ``f`` in ``mode`` (see :data:`WEIGHT_MODES`) on ``backend``
-    (see :func:`resolve_backend`).
+    (see :func:`resolve_backend`). ``fused``: the int8 mode's layers as two onnxruntime graphs each
+    (:mod:`engine.fused`; None: ``VERISPEC_INT8_FUSED`` or the default), ModelError for another mode.
 
     Checks that the mode fits in memory first (:class:`InsufficientMemory`), then every tensor's
     presence and shape (ModelError naming it), as :meth:`reference.model.Model.load` does.
     """
     _check_mode(mode)
     kernel = resolve_backend(mode, backend)
+    if fused and mode != "int8":
+        raise ModelError(f"fused layers are the int8 mode's (weights mode {mode!r} has none)")
+    fused = mode == "int8" and (fused_default() if fused is None else fused)
     from engine.architectures import FAST_ARCHITECTURES
 
     if cfg.arch not in FAST_ARCHITECTURES:
@@ -405,20 +416,20 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
 
     head_name = "token_embd.weight" if tied else "output.weight"
     if mode == "f32":
-        fused: list[FusedLayer] = []
+        f32_layers: list[FusedLayer] = []
         for il in range(cfg.n_layer):
             p = f"blk.{il}."
             raw: dict[str, F32 | None] = {
                 key: (t.f32(p + suffix, shape) if required else t.optional(p + suffix, shape))
                 for key, (suffix, shape, required) in shapes.items()
             }
-            fused.append(_fuse(raw, kernel))
+            f32_layers.append(_fuse(raw, kernel))
             if kernel != "numpy":
                 matmul.release_freed_memory()  # each session's freed copies, before the next layer
         if kernel == "numpy":  # the head shares the embedding's float32 matrix when tied
             token_embd = t.f32("token_embd.weight", (cfg.n_vocab, e))
             head = token_embd if tied else t.f32("output.weight", (cfg.n_vocab, e))
-            return WeightStore(mode, output_norm, rope_freqs, layers=fused, token_embd=token_embd,
+            return WeightStore(mode, output_norm, rope_freqs, layers=f32_layers, token_embd=token_embd,
                                output=NumpyMatmul(head), backend=kernel)
         head_q = rows_in_file(head_name, (cfg.n_vocab, e))
         chunks: list[Matmul] = []
@@ -429,26 +440,30 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
         drop_pages(head_q.raw)
         output: Matmul = chunks[0] if len(chunks) == 1 else matmul.RowChunks(chunks)
         embd_rows = rows_in_file("token_embd.weight", (cfg.n_vocab, e))
-        return WeightStore(mode, output_norm, rope_freqs, layers=fused, output=output,
+        return WeightStore(mode, output_norm, rope_freqs, layers=f32_layers, output=output,
                            token_embd_q=embd_rows, backend=kernel)
 
     if mode == "int8":
         floats: list[str] = []
 
-        def blocks_matmul(names: list[str], shape_rows: list[int], n_in: int) -> Matmul:
+        def projection(names: list[str], shape_rows: list[int], n_in: int) -> Projection:
+            """The stacked matrices as lossless kernel blocks, or float32 where a type has no block form."""
             try:
                 parts = []
                 for name, n_out in zip(names, shape_rows):
                     t.check(name, (n_out, n_in))
                     parts.append(repack(f.raw(name), f.tensors[name].ggml_type, (n_out, n_in), name=name))
-                kernel_matmul = matmul.ort_blocks(concat(parts), matmul.default_threads())
                 for name in names:
                     drop_pages(f.raw(name))  # repacked: the file's pages need not stay resident
-                return kernel_matmul
+                return concat(parts)
             except NotBlockQuantized:  # kept exact, never requantized; listed for the load report
                 floats.extend(names)
-                w = np.concatenate([t.f32(name, (n_out, n_in)) for name, n_out in zip(names, shape_rows)])
-                return matmul.exact(w, "ort")
+                return np.concatenate([t.f32(name, (n_out, n_in)) for name, n_out in zip(names, shape_rows)])
+
+        def as_matmul(p: Projection) -> Matmul:
+            if isinstance(p, KernelBlocks):
+                return matmul.ort_blocks(p, matmul.default_threads())
+            return matmul.exact(p, "ort")
 
         def head_chunk(first: int, rows: int) -> Matmul:
             info = f.tensors[head_name]
@@ -467,15 +482,21 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
 
         q, kv, ff = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim, cfg.n_ff
         layers_q: list[FusedLayer] = []
+        graphs: list[LayerGraphs] = []
         for il in range(cfg.n_layer):
             p = f"blk.{il}."
-            mats = (
-                blocks_matmul([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], [q, kv, kv], e),
-                blocks_matmul([p + "attn_output.weight"], [e], q),
-                blocks_matmul([p + "ffn_gate.weight", p + "ffn_up.weight"], [ff, ff], e),
-                blocks_matmul([p + "ffn_down.weight"], [e], ff),
+            mats = LayerMatrices(
+                qkv=projection([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], [q, kv, kv], e),
+                o=projection([p + "attn_output.weight"], [e], q),
+                gu=projection([p + "ffn_gate.weight", p + "ffn_up.weight"], [ff, ff], e),
+                down=projection([p + "ffn_down.weight"], [e], ff),
             )
-            layers_q.append(_assemble(vectors(p), mats, (q, kv, kv)))
+            if fused:
+                graphs.append(build_layer(cfg, mats, vectors(p), matmul.default_threads()))
+            else:
+                layers_q.append(_assemble(vectors(p), (as_matmul(mats.qkv), as_matmul(mats.o), as_matmul(mats.gu),
+                                                       as_matmul(mats.down)), (q, kv, kv)))
+            del mats
             matmul.release_freed_memory()  # the peak of a load is its freed copies otherwise
         head_parts: list[Matmul] = []
         for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):  # bounded load-time copies
@@ -484,7 +505,8 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
             matmul.release_freed_memory()
         output_m: Matmul = head_parts[0] if len(head_parts) == 1 else matmul.RowChunks(head_parts)
         matmul.release_freed_memory()
-        return WeightStore(mode, output_norm, rope_freqs, layers=layers_q, output=output_m,
+        return WeightStore(mode, output_norm, rope_freqs, layers=None if fused else layers_q, output=output_m,
+                           fused_layers=graphs if fused else None,
                            token_embd_q=rows_in_file("token_embd.weight", (cfg.n_vocab, e)), backend=kernel,
                            float_matrices=tuple(floats))
 

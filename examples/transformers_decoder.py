@@ -138,7 +138,7 @@ class TransformersLookupDecoder:
             else:
                 out = self.model(ids[:, :split_at], use_cache=True)
                 for i in range(split_at, ids.shape[1]):
-                    out = self.model(ids[:, i : i + 1], past_key_values=out.past_key_values, use_cache=True)
+                    out = self.model(ids[:, i : i + 1], cache=out.cache, use_cache=True)
                 row = out.logits[0, -1]
         return [float(x) for x in row.tolist()]
 

@@ -193,7 +193,7 @@ class _Out:
 
 
 class _IdCache:
-    """A cache that only records the ids whose K,V it would hold."""
+    """A cache that only records the ids whose K,V it would hold (slots in order)."""
 
     def __init__(self) -> None:
         self.ids: list[int] = []
@@ -207,6 +207,10 @@ class _IdCache:
             raise ValueError(f"truncate to {length} outside [0, {len(self.ids)}]")
         del self.ids[length:]
 
+    def keep(self, start: int, slots: Sequence[int]) -> None:
+        """After a tree pass: slots ``[0, start)`` plus the listed span slots, in order."""
+        self.ids = [*self.ids[:start], *(self.ids[s] for s in slots)]
+
     def reserve(self, n_tokens: int, start: int | None = None) -> int:
         return len(self.ids) if start is None else start
 
@@ -216,7 +220,10 @@ class _IdCache:
 
 class MemoTargetModel:
     """A :class:`reference.seams.TargetModel` over :class:`ReferenceLogits`: the decode loop runs
-    unchanged (its cache, rollback and draft) while a forward costs a dictionary look-up."""
+    unchanged (its cache, rollback, draft, token trees) while a forward costs a dictionary look-up
+    per row (a miss: one real forward of the row's whole prefix, which memoizes every prefix).
+    Each span row gets the row of its own prefix; with ``tree_parents`` the prefix is the row's
+    path through the tree (reference/tree_attention.py's meaning)."""
 
     def __init__(self, logits: ReferenceLogits) -> None:
         self.logits = logits
@@ -225,14 +232,26 @@ class MemoTargetModel:
     def config(self) -> Any:
         return self.logits.model.config
 
+    @property
+    def forwards(self) -> int:
+        """Real forwards run so far (memo misses)."""
+        return self.logits.forwards
+
+    def row(self, prefix: Prefix) -> F32:
+        return self.logits(prefix)
+
     def new_cache(self, capacity: int | None = None) -> _IdCache:
         return _IdCache()
 
-    def forward(self, tokens: Sequence[int], cache: _IdCache, *, positions: Sequence[int] | None = None, return_hidden: bool = False) -> _Out:
-        start = len(cache.ids)
+    def forward(self, tokens: Sequence[int], cache: _IdCache, *, positions: Sequence[int] | None = None,
+                return_hidden: bool = False, tree_parents: Sequence[int] | None = None) -> _Out:
+        prefix = tuple(cache.ids)
+        paths: list[Prefix] = []
+        for i, token in enumerate(int(t) for t in tokens):
+            parent = i - 1 if tree_parents is None else int(tree_parents[i])
+            paths.append((*(prefix if parent < 0 else paths[parent]), token))
         cache.ids.extend(int(t) for t in tokens)
-        rows = [self.logits(tuple(cache.ids[: i + 1])) for i in range(start, len(cache.ids))]
-        return _Out(np.stack(rows))
+        return _Out(np.stack([self.logits(p) for p in paths]))
 
     def forward_layers(self, *args: Any, **kwargs: Any) -> F32:
         raise AssertionError("not used by the model and ngram drafts")

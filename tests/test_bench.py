@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from engine.bench import format_report
+from engine.bench_backends import variant_label
+from engine.fused import FUSED_BY_DEFAULT
 from verispec import cli
 
 
@@ -59,7 +61,8 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
         assert all(0 <= k <= 3 for k in curve["k_cap_at_alpha"].values())
     # every backend / weights mode in the same run (engine/bench_backends.py)
     modes = report["backends"]["modes"]
-    assert set(modes) == {"f32/numpy", "f32/ort", "int8/ort-q"} and report["default_backend"] == "ort"
+    other = variant_label(not FUSED_BY_DEFAULT)  # the int8 mode's other layer path, measured beside it
+    assert set(modes) == {"f32/numpy", "f32/ort", "int8/ort-q", other} and report["default_backend"] == "ort"
     for mode in modes.values():
         assert set(mode["rows_cost_relative"]) == {"1", "2", "3", "5", "8"}
         assert all(_positive_finite(mode[k]) for k in ("bound_tok_s", "plain_tok_s", "plain_over_bound"))
@@ -67,7 +70,8 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     for run in report["speculative_int8"]["ngram"]["runs"]:
         if run["temperature"] == 0.0:
             assert run["same_tokens_as_plain"] is True  # lossless relative to the int8 mode's own law
-    for key in ("exact_ort_5row_over_1row", "int8_5row_over_1row", "exact_plain_over_f32_bound", "int8_plain_over_exact_plain"):
+    for key in ("exact_ort_5row_over_1row", "int8_5row_over_1row", "exact_plain_over_f32_bound", "int8_plain_over_exact_plain",
+                "int8_fused_over_unfused"):
         assert _positive_finite(ratios[key]), key
     assert _positive_finite(report["peak_rss_mib"])
     assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -17,7 +17,9 @@
   reference's margin >= 0.05 -- the bars llama.cpp meets against the float32 forward (it also
   rounds activations to 8 bits in blocks of 32).
 - The int8 mode's law is row-count invariant (bit for bit), so greedy speculative decoding on it
-  equals greedy plain decoding on it.
+  equals greedy plain decoding on it (on the default layer path; tests/test_engine_fused.py checks
+  the row invariance of both paths). The comparison with the reference runs on both paths (fused
+  and per-matrix, engine/fused.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from engine import load_model
 from engine import matmul as mm
 from engine import sampling as fast_sampling
 from engine.blocks import LOSSLESS_TYPES, KernelBlocks, NotBlockQuantized, concat, repack
+from engine.fused import FUSED_BY_DEFAULT
 from engine.generate import generate as fast_generate
 from engine.model import FastModel
 from reference import quants
@@ -199,17 +202,30 @@ MAX_NMSE, MEAN_NMSE, TOP1_MARGIN = 5e-2, 1e-2, 0.05
 
 @pytest.fixture(scope="module")
 def int8_models(smollm2_path: Path, gemma3_path: Path) -> dict[str, FastModel]:
+    """The int8 mode on its default layer path (engine/fused.py: fused)."""
     return {"smollm2-135m": FastModel.load(smollm2_path, weights="int8"),
             "gemma3-270m": FastModel.load(gemma3_path, weights="int8")}
 
 
+@pytest.fixture(scope="module")
+def int8_other_path_models(smollm2_path: Path, gemma3_path: Path) -> dict[str, FastModel]:
+    """The int8 mode on the layer path that is not the default (VERISPEC_INT8_FUSED)."""
+    other = not FUSED_BY_DEFAULT
+    return {"smollm2-135m": FastModel.load(smollm2_path, weights="int8", fused=other),
+            "gemma3-270m": FastModel.load(gemma3_path, weights="int8", fused=other)}
+
+
 @pytest.mark.model
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
 def test_int8_mode_compared_with_the_reference_like_llama_cpp(
-    int8_models: dict[str, FastModel], smollm2_model: Model, gemma3_model: Model, golden: dict[str, Any], name: str
+    request: pytest.FixtureRequest, smollm2_model: Model, gemma3_model: Model, golden: dict[str, Any], name: str,
+    fused: bool,
 ) -> None:
     ref = {"smollm2-135m": smollm2_model, "gemma3-270m": gemma3_model}[name]
-    model = int8_models[name]
+    models = request.getfixturevalue("int8_models" if fused == FUSED_BY_DEFAULT else "int8_other_path_models")
+    model = models[name]
+    assert model.fused is fused
     assert model.store.float_matrices == ()  # Q4_1 / Q8_0 / Q5_0 / Q4_K / Q6_K: all map losslessly
     for item in golden["models"][GOLDEN_KEYS[name]]["logits"]:
         ids = item["prompt_ids"]

@@ -12,14 +12,13 @@ Sampling (temperature 0.8, top-p 0.95): the law of the first two emitted tokens 
 equals the law without it, P(t1, t2) = p(t1 | prompt) p(t2 | prompt t1), computed exactly from
 the model's logits through THE target law. Chi-square over the most likely pairs plus a tail bin
 (spec.statistics.chi_square; cells expected < 5 pooled). The target's logits are memoized by token
-prefix (:class:`PrefixCachedModel`, a TargetModel), and the law by (prefix, params), so tens of
+prefix (:class:`spec.decoder_check.MemoTargetModel`, a TargetModel), and the law by (prefix, params), so tens of
 thousands of speculative runs cost a handful of forwards.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from reference.generate import GenerationRequest, generate
 from reference.model import Model
 from reference.sampling import SamplingParams, target_distribution
 from reference.tokenizer import Tokenizer
+from spec.decoder_check import MemoTargetModel, ReferenceLogits
 from spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
 from tests.conftest import GOLDEN_KEYS
 from tests.tolerances import forward_spread
@@ -114,68 +114,6 @@ def test_greedy_equivalence_gemma3(gemma3_model: Model, gemma3_path: Path, golde
 # -- the sampling law ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Out:
-    logits: F32
-    hidden: F32 | None = None
-
-
-class ListCache:
-    """A cache that only remembers token ids (the memoized model recomputes nothing from it)."""
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.length = 0
-
-    def truncate(self, length: int) -> None:
-        assert 0 <= length <= self.length
-        self.length = length
-        del self.ids[length:]
-
-    def advance(self, n_tokens: int) -> None:
-        raise AssertionError("not used by these drafts")
-
-
-class PrefixCachedModel:
-    """A TargetModel whose logits rows are memoized by token prefix; a miss costs one real forward
-    of the whole prefix (which memoizes every prefix of it)."""
-
-    def __init__(self, model: Model) -> None:
-        self.model = model
-        self.memo: dict[tuple[int, ...], F32] = {}
-        self.forwards = 0
-
-    @property
-    def config(self) -> Any:
-        return self.model.config
-
-    def new_cache(self, capacity: int | None = None) -> ListCache:
-        return ListCache()
-
-    def row(self, prefix: tuple[int, ...]) -> F32:
-        if prefix not in self.memo:
-            logits = self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits
-            for i in range(len(prefix)):
-                self.memo.setdefault(prefix[: i + 1], logits[i])
-            self.forwards += 1
-        return self.memo[prefix]
-
-    def forward(self, tokens: Sequence[int], cache: ListCache, *, positions: Sequence[int] | None = None, return_hidden: bool = False) -> _Out:
-        full = [*cache.ids[: cache.length], *(int(t) for t in tokens)]
-        rows = [self.row(tuple(full[: i + 1])) for i in range(cache.length, len(full))]
-        cache.ids, cache.length = full, len(full)
-        return _Out(np.stack(rows))
-
-    def forward_layers(self, *args: Any, **kwargs: Any) -> F32:
-        raise AssertionError("not used by these drafts")
-
-    def head(self, hidden: F32) -> F32:
-        raise AssertionError("not used by these drafts")
-
-    def embed(self, tokens: Sequence[int]) -> F32:
-        raise AssertionError("not used by these drafts")
-
-
 class MemoLaw:
     """THE target law, memoized by (history, params): valid because the memoized model's logits
     row after a history is a function of that history."""
@@ -193,7 +131,7 @@ class MemoLaw:
 SAMPLED = SamplingParams(temperature=0.8, top_p=0.95)
 DRAFT = SamplingParams(temperature=5.0, top_k=3)  # far from p: half the drafts are rejected, repairs matter
 def first_two_tokens_law(
-    target: PrefixCachedModel, law: MemoLaw, prompt: tuple[int, ...], n_cells: int
+    target: MemoTargetModel, law: MemoLaw, prompt: tuple[int, ...], n_cells: int
 ) -> tuple[dict[tuple[int, int], float], list[tuple[int, int]], npt.NDArray[np.float64]]:
     """The exact law of the first two sampled tokens without speculation: every possible (t1, t2)
     pair's probability, the n_cells most likely pairs, and their probabilities plus one tail cell
@@ -223,7 +161,7 @@ N = required_sample_size(N_CELLS, ALPHA, TV)  # power >= 0.99 against any TV bia
 def test_first_two_tokens_law(smollm2_model: Model, smollm2_tokenizer: Tokenizer, golden: dict[str, Any]) -> None:
     entry = next(e for e in golden["models"][GOLDEN_KEYS["smollm2-135m"]]["greedy"] if e["prompt"] == PROMPT)
     prompt = tuple(int(t) for t in entry["prompt_ids"])
-    target = PrefixCachedModel(smollm2_model)
+    target = MemoTargetModel(ReferenceLogits(smollm2_model))
     law = MemoLaw()
 
     exact, pairs, probs = first_two_tokens_law(target, law, prompt, N_CELLS)  # the exact law without speculation

@@ -36,11 +36,12 @@ from reference.suffix_draft import SuffixDraft
 from reference.tokenizer import Tokenizer
 from reference.tree_decode import TreeProposal, node_path, span_parents
 from reference.tree_speculative import DraftTree
+from spec.decoder_check import MemoTargetModel, ReferenceLogits
 from spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
 from tests.conftest import GOLDEN_KEYS
 from tests.test_decode import FakeTokenizer
 from tests.test_spec_equivalence import (
-    SAMPLED, MemoLaw, PrefixCachedModel, ListCache, _Out, compare, first_two_tokens_law, near_ties,
+    SAMPLED, MemoLaw, compare, first_two_tokens_law, near_ties,
 )
 from tests.tolerances import assert_within, forward_spread
 
@@ -194,30 +195,6 @@ def test_greedy_tree_equals_plain_gemma3(gemma3_model: Model, gemma3_path: Path,
 # -- the sampling law of the tree loop -----------------------------------------------------------
 
 
-class TreeListCache(ListCache):
-    def keep(self, start: int, slots: Sequence[int]) -> None:
-        self.ids = [*self.ids[:start], *(self.ids[s] for s in slots)]
-        self.length = len(self.ids)
-
-
-class TreePrefixModel(PrefixCachedModel):
-    """The memoized model, scoring token trees: each span row gets the row of its own path."""
-
-    def new_cache(self, capacity: int | None = None) -> TreeListCache:
-        return TreeListCache()
-
-    def forward(self, tokens: Sequence[int], cache: ListCache, *, positions: Sequence[int] | None = None,
-                return_hidden: bool = False, tree_parents: Sequence[int] | None = None) -> _Out:
-        if tree_parents is None:
-            return super().forward(tokens, cache)
-        prefix = tuple(cache.ids[: cache.length])
-        paths: list[tuple[int, ...]] = []
-        for t, parent in zip(tokens, tree_parents):
-            paths.append((*(prefix if parent < 0 else paths[parent]), int(t)))
-        cache.ids, cache.length = [*cache.ids[: cache.length], *(int(t) for t in tokens)], cache.length + len(tokens)
-        return _Out(np.stack([self.row(p) for p in paths]))
-
-
 class FixedTreeDraft:
     """A deterministic tree: below the root, the target's 2nd, 4th and 1st most likely logits
     (on the test's prompt at T 0.8, top-p 0.95 their probabilities are ~0.15, 0 and ~0.85, the
@@ -230,7 +207,7 @@ class FixedTreeDraft:
     draft_passes = 0
     draft_time_s = 0.0
 
-    def __init__(self, target: TreePrefixModel) -> None:
+    def __init__(self, target: MemoTargetModel) -> None:
         self.target = target
         self.memo: dict[tuple[int, ...], TreeProposal] = {}  # deterministic in the history
 
@@ -281,7 +258,7 @@ N = required_sample_size(N_CELLS, ALPHA, TV)
 def test_tree_first_two_tokens_law(smollm2_model: Model, smollm2_tokenizer: Tokenizer, golden: dict[str, Any]) -> None:
     entry = next(e for e in golden["models"][GOLDEN_KEYS["smollm2-135m"]]["greedy"] if e["prompt"] == PROMPT)
     prompt = tuple(int(t) for t in entry["prompt_ids"])
-    target = TreePrefixModel(smollm2_model)
+    target = MemoTargetModel(ReferenceLogits(smollm2_model))
     law = MemoLaw()
     exact, pairs, probs = first_two_tokens_law(target, law, prompt, N_CELLS)
     index = {pair: i for i, pair in enumerate(pairs)}

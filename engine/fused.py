@@ -1,0 +1,259 @@
+"""The int8 mode's decoder layers as two onnxruntime graphs each, around the attention.
+
+The unfused int8 layer (:meth:`engine.model.FastModel._layer`) makes four onnxruntime calls (one
+per matrix, ~10 us each from Python) and ~25 NumPy calls for the norms, RoPE, residuals and the
+activation. Here everything of a layer except the KV store and the attention runs inside two
+graphs (:class:`LayerGraphs`), one call each:
+
+- ``pre``:  ``x [T, E], cos [T, 1, d], sin [T, 1, d] -> q [T, n_head, d], k [T, n_kv, d], v [T, n_kv, d]``
+  RMSNorm -> QKV (``MatMulNBits``, with the min term) (+ bias) -> per-head q/k norm (gemma3) -> RoPE
+- ``post``: ``attn [T, n_head d], x [T, E] -> x' [T, E]``
+  o (+ bias) (-> post-attention norm) -> ``+ x`` -> RMSNorm -> gate/up -> act(gate) * up -> down
+  (-> post-FFN norm) -> ``+`` the residual
+
+The attention stays in Python (:meth:`engine.model.FastModel._attend_invariant`): it is what makes
+a k-row verify pass give each row bit for bit what a 1-row pass gives. The graphs keep that law:
+every op is per row (the norms reduce over one row's last axis, ``MatMulNBits`` rounds each row's
+blocks to int8 on their own, the rest is elementwise), so a k-row call gives each row what a
+1-row call gives; tests/test_engine_fused.py checks it bit for bit on both real models, 1 and 2
+threads.
+
+It is the int8 mode's function up to float32 rounding of the non-matmul ops (onnxruntime's
+RMSNorm accumulates in its own order, its sigmoid / tanh are MLAS's), not bit-identical to the
+unfused path: the same weights, the same int8 kernel, the same min term. ``sin`` is the signed
+table (``sign * sin``, see :func:`engine.model._rotation`): RoPE is ``x * cos + (x @ P) * sin``
+with P the permutation of :func:`rotation_matrix`.
+
+``VERISPEC_INT8_FUSED`` (``1`` / ``0``) or ``FastModel.load(..., fused=...)`` chooses the path;
+``verispec bench`` measures both in one run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.blocks import KernelBlocks
+from engine.matmul import OrtGraph, block_sum_columns, blocks_nodes, f32_nodes
+from reference.config import ACT_GELU_TANH, ACT_SILU, Config
+from reference.errors import ModelError
+
+F32 = npt.NDArray[np.float32]
+
+# A projection's weights: the file's blocks (int8 compute), or float32 [n_out, n_in] where the
+# GGUF type has no block form (kept exact, never requantized; engine/weights.py lists it).
+Projection = Union[KernelBlocks, F32]
+
+FUSED_BY_DEFAULT = True  # measured: README "Performance", fused vs unfused int8
+ENV = "VERISPEC_INT8_FUSED"
+
+
+def fused_default() -> bool:
+    """Whether the int8 mode runs fused: ``VERISPEC_INT8_FUSED`` (1 / 0), else :data:`FUSED_BY_DEFAULT`."""
+    text = os.environ.get(ENV)
+    if text is None or text == "":
+        return FUSED_BY_DEFAULT
+    if text not in ("0", "1"):
+        raise ModelError(f"{ENV}={text!r} is not 0 or 1")
+    return text == "1"
+
+
+@dataclass(frozen=True)
+class LayerMatrices:
+    """The four (fused) matrices of a layer, GGUF layout ``[out, in]``."""
+
+    qkv: Projection   # [n_head d + 2 n_kv d, E]  rows: q, then k, then v
+    o: Projection     # [E, n_head d]
+    gu: Projection    # [2 n_ff, E]  rows: gate, then up
+    down: Projection  # [E, n_ff]
+
+
+@dataclass(frozen=True)
+class LayerGraphs:
+    """One decoder layer as two graphs (see the module docstring)."""
+
+    pre: OrtGraph   # x, cos, sin -> q, k, v
+    post: OrtGraph  # attn, x -> x'
+
+
+def _shape(p: Projection) -> tuple[int, int]:
+    if isinstance(p, KernelBlocks):
+        return p.shape
+    return (int(p.shape[0]), int(p.shape[1]))
+
+
+class _Graph:
+    """Nodes and initializers of one graph, with fresh names for intermediates."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Any] = []
+        self.inits: dict[str, npt.NDArray[Any]] = {}
+        self._count = 0
+
+    def name(self, stem: str) -> str:
+        self._count += 1
+        return f"{stem}_{self._count}"
+
+    def const(self, stem: str, value: npt.NDArray[Any]) -> str:
+        name = self.name(stem)
+        self.inits[name] = value
+        return name
+
+    def op(self, op_type: str, inputs: list[str], n_out: int = 1, out: list[str] | None = None,
+           domain: str = "", **attrs: Any) -> list[str]:
+        from onnx import helper
+
+        outs = out if out is not None else [self.name(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, domain=domain, **attrs))
+        return outs
+
+    def project(self, p: Projection, x: str) -> str:
+        """``x @ W.T`` -> its output name (the min term inside, as engine.matmul.ort_blocks)."""
+        out = self.name("proj")
+        prefix = self.name("w") + "_"
+        nodes, inits = blocks_nodes(p, x, out, prefix) if isinstance(p, KernelBlocks) else f32_nodes(p, x, out, prefix)
+        self.nodes += nodes
+        self.inits.update(inits)
+        return out
+
+    def project_split(self, p: Projection, x: str, sizes: list[int]) -> list[str]:
+        """``x @ W.T`` split into column groups of ``sizes``: the kernel's block-sum columns (min
+        term) ride along and are dropped by the same split (engine.matmul.blocks_nodes ``wide``)."""
+        if not isinstance(p, KernelBlocks):
+            return self.split(self.project(p, x), sizes, axis=1)
+        out, prefix = self.name("proj"), self.name("w") + "_"
+        nodes, inits = blocks_nodes(p, x, out, prefix, wide=True)
+        self.nodes += nodes
+        self.inits.update(inits)
+        extra = block_sum_columns(p)
+        parts = self.split(out, sizes + [extra] if extra else sizes, axis=1)
+        return parts[: len(sizes)]
+
+    def rms_norm(self, x: str, weight: F32, eps: float, out: str | None = None) -> str:
+        """RMSNorm over the last axis (onnxruntime's SimplifiedLayerNormalization: per row)."""
+        w = self.const("norm", np.ascontiguousarray(weight, dtype=np.float32))
+        return self.op("SimplifiedLayerNormalization", [x, w], out=[out] if out else None, axis=-1,
+                       epsilon=float(np.float32(eps)))[0]
+
+    def bias(self, x: str, b: F32 | None) -> str:
+        if b is None:
+            return x
+        return self.op("Add", [x, self.const("bias", np.ascontiguousarray(b, dtype=np.float32))])[0]
+
+    def split(self, x: str, sizes: list[int], axis: int) -> list[str]:
+        return self.op("Split", [x, self.const("sizes", np.array(sizes, dtype=np.int64))], n_out=len(sizes), axis=axis)
+
+    def reshape(self, x: str, shape: list[int], out: str | None = None) -> str:
+        return self.op("Reshape", [x, self.const("shape", np.array(shape, dtype=np.int64))],
+                       out=[out] if out else None)[0]
+
+
+def _check(cfg: Config, mats: LayerMatrices) -> None:
+    """ModelError when a matrix does not have the shape the config gives it."""
+    e, d, ff = cfg.n_embd, cfg.head_dim, cfg.n_ff
+    q, kv = cfg.n_head * d, cfg.n_head_kv * d
+    want = {"qkv": (q + 2 * kv, e), "o": (e, q), "gu": (2 * ff, e), "down": (e, ff)}
+    for key, shape in want.items():
+        found = _shape(getattr(mats, key))
+        if found != shape:
+            raise ModelError(f"fused layer: matrix {key} has shape {list(found)}, expected {list(shape)}")
+    if cfg.ffn_activation not in (ACT_SILU, ACT_GELU_TANH):
+        raise ModelError(f"unknown FFN activation {cfg.ffn_activation!r}")
+
+
+def _vector(vectors: dict[str, F32 | None], key: str, size: int, required: bool) -> F32 | None:
+    value = vectors.get(key)
+    if value is None:
+        if required:
+            raise ModelError(f"fused layer: vector {key} is missing")
+        return None
+    out = np.asarray(value, dtype=np.float32)
+    if out.shape != (size,):
+        raise ModelError(f"fused layer: vector {key} has shape {list(out.shape)}, expected [{size}]")
+    return out
+
+
+def rotation_matrix(cfg: Config) -> F32:
+    """``P [d, d]`` with ``(x @ P)[j] = x[index[j]]``: RoPE's partner of each dim
+    (:func:`engine.model._rotation`) as a matmul. Exact for finite x: each output sums one term
+    ``1 * x[index[j]]`` and zeros (x * 0 = +-0, adding +-0 changes nothing but a zero's sign), so
+    the blocking of the kernel cannot matter (measured: onnxruntime's Gather on the last axis
+    costs 3x this matmul at 1 row, 10x at 5 rows)."""
+    from engine.model import _rotation
+
+    index, _ = _rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
+    p = np.zeros((cfg.head_dim, cfg.head_dim), dtype=np.float32)
+    p[index, np.arange(cfg.head_dim)] = 1.0
+    return p
+
+
+def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> OrtGraph:
+    """``x, cos, sin -> q, k, v`` of one layer (module docstring)."""
+    d, n_head, n_kv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
+    q, kv = n_head * d, n_kv * d
+    g = _Graph()
+    h = g.rms_norm("x", _required(vectors, "attn_norm", cfg.n_embd), cfg.norm_eps)
+    qk_flat, v_flat = g.project_split(mats.qkv, h, [q + kv, kv])
+    bq, bk, bv = (_vector(vectors, key, n, False) for key, n in (("bq", q), ("bk", kv), ("bv", kv)))
+    if bq is not None or bk is not None:
+        qk_flat = g.bias(qk_flat, np.concatenate([np.zeros(q, np.float32) if bq is None else bq,
+                                                  np.zeros(kv, np.float32) if bk is None else bk]))
+    v_flat = g.bias(v_flat, bv)
+    qk = g.reshape(qk_flat, [-1, n_head + n_kv, d])  # [T, H, d]: query heads, then key heads
+    g.reshape(v_flat, [-1, n_kv, d], out="v")
+    q_norm, k_norm = _vector(vectors, "q_norm", d, cfg.qk_norm), _vector(vectors, "k_norm", d, cfg.qk_norm)
+    if q_norm is not None and k_norm is not None:  # per head: one norm, then each head's weights
+        unit = g.rms_norm(qk, np.ones(d, np.float32), cfg.norm_eps)
+        weights = np.concatenate([np.tile(q_norm, (n_head, 1)), np.tile(k_norm, (n_kv, 1))])  # [H, d]
+        qk = g.op("Mul", [unit, g.const("qk_norm", weights)])[0]
+    rotated = g.op("MatMul", [qk, g.const("rot", rotation_matrix(cfg))])[0]  # [T, H, d]: x[..., index]
+    turned = g.op("Add", [g.op("Mul", [qk, "cos"])[0], g.op("Mul", [rotated, "sin"])[0]])[0]
+    g.op("Split", [turned, g.const("heads", np.array([n_head, n_kv], dtype=np.int64))], out=["q", "k"], axis=1)
+    return OrtGraph(
+        g.nodes, g.inits,
+        {"x": ["T", cfg.n_embd], "cos": ["T", 1, d], "sin": ["T", 1, d]},
+        {"q": ["T", n_head, d], "k": ["T", n_kv, d], "v": ["T", n_kv, d]},
+        threads,
+    )
+
+
+def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> OrtGraph:
+    """``attn, x -> x'`` of one layer (module docstring)."""
+    e, ff = cfg.n_embd, cfg.n_ff
+    g = _Graph()
+    a = g.bias(g.project(mats.o, "attn"), _vector(vectors, "bo", e, False))
+    post_attn = _vector(vectors, "post_attn_norm", e, cfg.post_norms)
+    if post_attn is not None:
+        a = g.rms_norm(a, post_attn, cfg.norm_eps)
+    ffn_norm = g.const("norm", _required(vectors, "ffn_norm", e))
+    # h = RMSNorm(x + a), and the sum x + a itself (output 3): the residual
+    h, _, _, x1 = g.op("SkipSimplifiedLayerNormalization", [a, "x", ffn_norm], out=[g.name("h"), "", "", g.name("x1")],
+                       domain="com.microsoft", epsilon=float(np.float32(cfg.norm_eps)))
+    gate, up = g.project_split(mats.gu, h, [ff, ff])
+    if cfg.ffn_activation == ACT_SILU:
+        act = g.op("Mul", [gate, g.op("Sigmoid", [gate])[0]])[0]
+    else:
+        act = g.op("Gelu", [gate], approximate="tanh")[0]
+    f = g.project(mats.down, g.op("Mul", [act, up])[0])
+    post_ffn = _vector(vectors, "post_ffn_norm", e, cfg.post_norms)
+    if post_ffn is not None:
+        f = g.rms_norm(f, post_ffn, cfg.norm_eps)
+    g.op("Add", [x1, f], out=["y"])
+    return OrtGraph(g.nodes, g.inits, {"attn": ["T", cfg.n_head * cfg.head_dim], "x": ["T", e]}, {"y": ["T", e]}, threads)
+
+
+def _required(vectors: dict[str, F32 | None], key: str, size: int) -> F32:
+    value = _vector(vectors, key, size, True)
+    assert value is not None
+    return value
+
+
+def build_layer(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> LayerGraphs:
+    """Both graphs of one layer; ModelError for a matrix or vector of the wrong shape."""
+    _check(cfg, mats)
+    return LayerGraphs(pre=build_pre(cfg, mats, vectors, threads),
+                       post=build_post(cfg, mats, vectors, threads))

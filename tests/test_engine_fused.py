@@ -1,0 +1,239 @@
+"""The int8 mode's fused layers (engine/fused.py): two onnxruntime graphs a layer.
+
+- Architecture: the tiny test models are float32, and the int8 mode keeps float matrices float32
+  (never requantized), so on them the fused graphs compute the reference's function in float32:
+  logits within the derived float32 tolerance of tests/tolerances.py (forward_spread), llama
+  (RoPE NORM) and gemma3 (NEOX, q/k norms, post-norms, GELU-tanh, sliding window, softcap), as
+  the unfused path. What this can detect: a wrong norm, residual, activation, RoPE pairing, split
+  of q/k/v or gate/up (O(1) on these models); not an error below the tolerance (~1e-4 here).
+  Also with q/k/v/o biases (llama-arch files may carry them; the real models have none).
+  The sigmoid / tanh / RMSNorm of onnxruntime are charged as the tolerance model charges NumPy's
+  (tanh/exp at 4 ulps), an assumption on MLAS's approximations that this test checks.
+- The per-layer API: the hidden states a forward collects equal, bit for bit, those of a layer at
+  a time through ``forward_layers`` (early exit and its catch-up use both).
+- The law: a 5-row pass gives each row bit for bit what five 1-row passes give, on both real models,
+  with 1 and 2 onnxruntime threads (MLAS splits work across threads; every fused op is per row;
+  a child process per count, the pool being a process setting), on both layer paths (fused and
+  per-matrix), logits and every layer's hidden state.
+- Typed errors for a bad switch value, a mode without fused layers, a matrix of the wrong shape.
+- A projection split inside a graph (the min term's block sums carried through the split) is the
+  per-matrix projection, for every block type, within the float32 bound of one reordered sum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine import fused as fused_mod
+from engine import matmul as mm
+from engine.blocks import LOSSLESS_TYPES, repack
+from engine.matmul import OrtGraph
+from engine.model import FastModel
+from reference import quants
+from reference.config import Config
+from reference.errors import ModelError
+from reference.gguf import GGUFFile
+from reference.model import Model
+from tests.test_engine_backends import _blocks
+from tests.tolerances import assert_within, forward_spread
+
+TINY = {"llama": {}, "gemma3": {"sliding_window": 3, "softcap": 30.0, "head_dim": 16}}
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_fused_layers_compute_the_reference_function_on_float_models(tiny_gguf: Any, arch: str) -> None:
+    path = tiny_gguf(arch, **TINY[arch])
+    ref = Model.load(path)
+    ids = [3, 17, 5, 9, 40, 2, 11, 63, 0, 8]
+    want = ref.forward(ids, ref.new_cache(32)).logits
+    spread = forward_spread(ref, tuple(ids)).logits
+    assert spread is not None
+    for fused in (True, False):
+        model = FastModel.load(path, weights="int8", fused=fused)
+        assert model.fused is fused and model.store.float_matrices  # float32 kept float32
+        got = model.forward(ids, model.new_cache(32)).logits
+        assert_within(got, want, spread.tolerance, f"{arch} fused={fused}")
+
+
+def test_fused_layers_add_the_biases(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama-arch files may carry q/k/v/o biases: the tiny llama written with them (gguf-py's
+    writer extended here by one hook) against the reference, both paths, the derived tolerance."""
+    import gguf
+
+    rng = np.random.default_rng(11)
+    write_header = gguf.GGUFWriter.write_header_to_file
+
+    def with_biases(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for layer in range(3):  # tiny_gguf's defaults: 3 layers, n_embd 32, 4 heads / 2 kv heads of 8
+            for name, n in (("attn_q", 32), ("attn_k", 16), ("attn_v", 16), ("attn_output", 32)):
+                self.add_tensor(f"blk.{layer}.{name}.bias", (0.5 * rng.standard_normal(n)).astype(np.float32))
+        return write_header(self, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.GGUFWriter, "write_header_to_file", with_biases)
+    path = tiny_gguf("llama")
+    monkeypatch.undo()
+    ref = Model.load(path)
+    assert ref.weights.layers[0].bq is not None and ref.weights.layers[2].bo is not None
+    ids = [3, 17, 5, 9, 40, 2, 11, 63]
+    want = ref.forward(ids, ref.new_cache(16)).logits
+    spread = forward_spread(ref, tuple(ids)).logits
+    assert spread is not None
+    for fused in (True, False):
+        model = FastModel.load(path, weights="int8", fused=fused)
+        got = model.forward(ids, model.new_cache(16)).logits
+        assert_within(got, want, spread.tolerance, f"biases, fused={fused}")
+
+
+def test_collected_hidden_states_equal_a_layer_at_a_time(tiny_gguf: Any) -> None:
+    path = tiny_gguf("gemma3", **TINY["gemma3"])
+    model = FastModel.load(path, weights="int8", fused=True)
+    ids = [3, 17, 5, 9, 40]
+    hidden = model.forward(ids, model.new_cache(16), return_hidden=True).hidden
+    assert hidden is not None
+    cache = model.new_cache(16)
+    x = model.embed(ids)
+    for layer in range(model.config.n_layer):
+        x = model.forward_layers(x, cache, layer, layer, list(range(len(ids))), start=0)
+        assert np.array_equal(x, hidden[layer + 1])
+
+
+def test_fused_switch_is_checked(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tiny_gguf("llama")
+    monkeypatch.setenv(fused_mod.ENV, "yes")
+    with pytest.raises(ModelError, match=fused_mod.ENV):
+        FastModel.load(path, weights="int8")
+    monkeypatch.setenv(fused_mod.ENV, "0")
+    assert not FastModel.load(path, weights="int8").fused
+    monkeypatch.setenv(fused_mod.ENV, "1")
+    model = FastModel.load(path, weights="int8")
+    assert model.fused
+    with pytest.raises(ModelError, match="per-matrix seam"):
+        model.store.layer(0)
+    with pytest.raises(ModelError, match="fused layers are the int8 mode's"):
+        FastModel.load(path, weights="f32", fused=True)
+    assert not FastModel.load(path, weights="f32").fused  # the switch is the int8 mode's alone
+
+
+def test_build_layer_refuses_wrong_shapes(tiny_gguf: Any) -> None:
+    with GGUFFile.open(tiny_gguf("llama")) as f:
+        cfg = Config.from_gguf(f)
+    e, ff = cfg.n_embd, cfg.n_ff
+    q, kv = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
+    rng = np.random.default_rng(0)
+
+    def mat(n: int, k: int) -> np.ndarray[Any, Any]:
+        return rng.standard_normal((n, k)).astype(np.float32)
+
+    vectors: dict[str, Any] = {"attn_norm": np.ones(e, np.float32), "ffn_norm": np.ones(e, np.float32)}
+    good = fused_mod.LayerMatrices(qkv=mat(q + 2 * kv, e), o=mat(e, q), gu=mat(2 * ff, e), down=mat(e, ff))
+    fused_mod.build_layer(cfg, good, vectors, threads=1)  # builds
+    raw = np.zeros(e * (e // 32) * 18, dtype=np.uint8)  # Q4_0 blocks of an [e, e] matrix: wrong for gu
+    bad = fused_mod.LayerMatrices(qkv=good.qkv, o=good.o, gu=repack(raw, quants.GGMLType.Q4_0, (e, e)), down=good.down)
+    with pytest.raises(ModelError, match="matrix gu has shape"):
+        fused_mod.build_layer(cfg, bad, vectors, threads=1)
+    with pytest.raises(ModelError, match="vector ffn_norm has shape"):
+        fused_mod.build_layer(cfg, good, {**vectors, "ffn_norm": np.ones(e + 1, np.float32)}, threads=1)
+    with pytest.raises(ModelError, match="vector attn_norm is missing"):
+        fused_mod.build_layer(cfg, good, {"ffn_norm": vectors["ffn_norm"]}, threads=1)
+
+
+# -- the law on the real models ------------------------------------------------------------------------
+
+
+def rows_are_invariant(path: Path, fused: bool) -> bool:
+    """A 5-row pass == five 1-row passes, bit for bit, logits and every layer's hidden state."""
+    prompt, span = [1, 504, 2365, 6354, 28], [1130, 314, 260, 3465, 30]  # ids valid in both vocabularies
+    model = FastModel.load(path, weights="int8", fused=fused)
+    cache = model.new_cache(16)
+    model.forward(prompt, cache)
+    together = model.forward(span, cache, return_hidden=True)
+    cache = model.new_cache(16)
+    model.forward(prompt, cache)
+    alone = [model.forward([t], cache, return_hidden=True) for t in span]
+    assert together.hidden is not None
+    return bool(np.array_equal(together.logits, np.concatenate([r.logits for r in alone]))
+                and np.array_equal(together.hidden, np.concatenate([r.hidden for r in alone if r.hidden is not None], axis=1)))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("threads", [1, 2])
+def test_int8_rows_are_invariant_bit_for_bit(smollm2_path: Path, gemma3_path: Path, threads: int) -> None:
+    """In a child process per thread count: onnxruntime's thread pool is one per process, its size
+    fixed by the first session (engine/ort_pool.py), so a count is a process setting."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "VERISPEC_THREADS": str(threads), "PYTHONPATH": str(root)}
+    args = [sys.executable, "-m", "tests.test_engine_fused", str(smollm2_path), str(gemma3_path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=root, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results == {"threads": threads, "invariant": [True] * 4}, results
+
+
+@pytest.mark.parametrize("ggml_type", sorted(LOSSLESS_TYPES), ids=quants.type_name)
+def test_split_projection_is_the_projection(ggml_type: int) -> None:
+    """``project_split`` (the min term's block-sum columns carried through the split, engine.matmul
+    ``wide``) gives what :func:`engine.matmul.ort_blocks` gives: the same kernel call, then per
+    output ``Yq + sum_b sums_b mins_b`` summed in some order. Two orders of one (nb + 1)-term float32
+    sum differ by at most 2 gamma_{nb+1} sum |terms| (Higham's bound, any order); without mins the
+    outputs are the kernel's, bit for bit. Rows stay invariant bit for bit."""
+    shape = (48, 512)
+    blocks = repack(_blocks(ggml_type, shape, seed=7), ggml_type, shape)
+    x = np.random.default_rng(8).standard_normal((5, shape[1])).astype(np.float32)
+    g = fused_mod._Graph()
+    first, second = g.project_split(blocks, "x", [20, 28])
+    g.op("Concat", [first, second], out=["y"], axis=1)
+    split = OrtGraph(g.nodes, g.inits, {"x": ["T", shape[1]]}, {"y": ["T", shape[0]]}, threads=1)
+    got = split.run(x)[0]
+    want = mm.ort_blocks(blocks, threads=1)(x)
+    if blocks.mins is None:
+        assert np.array_equal(got, want)
+    else:
+        raw = mm.ort_blocks(dataclasses.replace(mm._with_block_sums(blocks), mins=None), threads=1)(x)
+        yq, sums = raw[:, : shape[0]].astype(np.float64), raw[:, shape[0] :].astype(np.float64)
+        terms = np.abs(yq) + np.abs(sums) @ np.abs(blocks.mins.T.astype(np.float64))  # [T, N]
+        n = sums.shape[1] + 1
+        gamma = n * 2.0**-24 / (1 - n * 2.0**-24)
+        assert (np.abs(got.astype(np.float64) - want) <= 2 * gamma * terms).all()
+    one_by_one = np.concatenate([split.run(x[i : i + 1])[0] for i in range(x.shape[0])])
+    assert np.array_equal(one_by_one, got)
+
+
+if __name__ == "__main__":  # the child of test_int8_rows_are_invariant_bit_for_bit
+    import json
+    import sys
+
+    from engine import ort_pool
+
+    paths = [Path(a) for a in sys.argv[1:]]
+    checks = [rows_are_invariant(path, fused) for path in paths for fused in (True, False)]
+    print(json.dumps({"threads": ort_pool.pool_threads() or mm.default_threads(), "invariant": checks}))
+
+
+def test_fused_bench_reports_both_paths(tiny_gguf: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """engine/fused_bench.py on a tiny model: both paths timed, ratios positive and finite; bad
+    counts refused by the parser. Never asserts a speed."""
+    import json
+    import math
+
+    from engine import fused_bench
+
+    path = tiny_gguf("llama", n_vocab=6400)  # the bench prompt ids go up to 6354
+    report = fused_bench.compare(path, steps=2, repeats=1)
+    for key in ("fused_over_unfused", "fused_over_unfused_median"):
+        assert math.isfinite(report[key]) and report[key] > 0
+    for name in ("fused", "unfused"):
+        assert report[name]["best_step_ms"] > 0 and report[name]["five_rows_over_one_row"] > 0
+    with pytest.raises(SystemExit):
+        fused_bench.main([str(path), "--steps", "0"])
+    fused_bench.main([str(path), "--steps", "1", "--repeats", "1"])
+    assert json.loads(capsys.readouterr().out)["model"] == path.name
