@@ -293,10 +293,8 @@ class FastModel:
         the same KV store and the same attention."""
         q, k, v = graphs.pre.run(x, *rope)  # [T, n_head, d], [T, n_kv, d], [T, n_kv, d]
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
-        # The batch-invariant attention, this mode's law. A token tree goes to its tree path, which
-        # takes the mask as one more argument (issue 17; without it forward refuses int8 trees).
-        tree = [] if span_visible is None else [span_visible]
-        a = self._attend_invariant(q, layer, cache, positions, start + x.shape[0], *tree)  # [T, n_head d]
+        # the batch-invariant attention, this mode's law (a token tree row by row along its paths)
+        a = self._attend_invariant(q, layer, cache, positions, start + x.shape[0], span_visible)  # [T, n_head d]
         return graphs.post.run(a, x)[0]
 
     def _attend(

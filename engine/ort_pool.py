@@ -50,12 +50,12 @@ def session_options(threads: int) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
     options.enable_cpu_mem_arena = False
     options.enable_mem_pattern = False
     if pool_mode() == "per-session":
+        options.inter_op_num_threads = 1
         options.intra_op_num_threads = threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # 121 pools: never spin
         return options
@@ -64,5 +64,5 @@ def session_options(threads: int) -> Any:
 
         _pybind_state.set_global_thread_pool_sizes(threads, 1)
         _pool_threads = threads
-    options.use_per_session_threads = False
+    options.use_per_session_threads = False  # (no thread counts set here: onnxruntime warns they are ignored)
     return options
