@@ -173,7 +173,7 @@ def speculative_generate(
     session.begin()
     while not session.done:
         before = len(history)
-        if trees is not None and trees.tree_width > 0:  # start() may narrow it (chains only)
+        if trees is not None and trees.tree_width > 0:  # start() may narrow it
             cycles.append(_tree_cycle(trees, session, cache, options.k, capacity, law))
             continue
         pending = history[cache.length :]
