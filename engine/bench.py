@@ -286,9 +286,9 @@ def _workload(
     end = tokenizer.token_id(chat.end_of_turn)
     stop_ids: frozenset[int] = frozenset() if end is None else frozenset({end})
     temperatures = (0.0, options.sampled_temperature) if options.workload_sampled else (0.0,)
-    prompts = [(item, item.prompt_text(chat)) for item in options.workload]
+    texts = [item.prompt_text(chat) for item in options.workload]  # chat-formatted, as the engine gets them
     requests = [(item, text, tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True)))
-                for item, text in prompts]
+                for item, text in zip(options.workload, texts)]
     llama = _workload_llama_decoders(path, [len(ids) + item.max_tokens for item, _, ids in requests], options)
     runs: dict[str, list[dict[str, Any]]] = {spec_text: [] for spec_text in options.drafts}
     llama_runs: list[dict[str, Any]] = []
@@ -386,9 +386,7 @@ def _workload_llama_section(llama: "WorkloadDecoders | None", runs: list[dict[st
     """The workload's llama.cpp section: its runs, the ratios per category and over the categories
     (:func:`engine.bench_llama.workload_ratios`), and the same-tokens note summed over requests; when
     llama.cpp did not run, the reason and every ratio None."""
-    from engine.bench_llama import AGREEMENT_TOKENS, NOT_INSTALLED, workload_ratio_names, workload_ratios
-
-    from engine.bench_llama import available
+    from engine.bench_llama import AGREEMENT_TOKENS, NOT_INSTALLED, available, workload_ratio_names, workload_ratios
 
     if llama is None:
         note = NOT_INSTALLED if not available() else "not run (no greedy workload request, or no model file)"

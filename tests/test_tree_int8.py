@@ -42,14 +42,15 @@ PREFIX = (5, 9, 1, 30, 2, 17, 4)
 TOKENS = (7, 11, 12, 13, 20, 21, 22, 23, 24)  # one per PARENTS row; row 0 is the pending token
 
 
-@pytest.fixture(scope="module")
-def int8_tiny(tmp_path_factory: pytest.TempPathFactory) -> FastModel:
+@pytest.fixture(scope="module", params=[True, False], ids=["fused", "per-matrix"])
+def int8_tiny(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> FastModel:
     """A synthetic llama (GQA 8:1) whose every matrix is block-quantized, so the int8 mode runs all
-    of them through its int8 kernel (float matrices stay float32 there: not what is tested)."""
+    of them through its int8 kernel (float matrices stay float32 there: not what is tested); both
+    of the mode's layer paths (engine/fused.py's two graphs a layer, and one matmul a matrix)."""
     path = tmp_path_factory.mktemp("int8") / "tinyllama-q.gguf"
     write_synthetic(path, "tinyllama", quant_types=("Q8_0", "Q4_0"))
-    model = FastModel.load(path, weights="int8")
-    assert model.batch_invariant and not model.store.float_matrices
+    model = FastModel.load(path, weights="int8", fused=bool(request.param))
+    assert model.batch_invariant and model.fused == request.param and not model.store.float_matrices
     return model
 
 
