@@ -80,31 +80,58 @@ def check_shapes(p, q, k):
 # --- the protocol -----------------------------------------------------------------------------
 
 
-def draw(weights, u):
-    """Inverse CDF over ascending ids: the first t with u * total < running_sum[t]."""
+def running_sums(weights):
+    """What a draw from ``weights`` needs: their running sums and the largest id of positive weight."""
     running = []
     total = 0.0
     for w in weights:
         total += w
         running.append(total)
-    threshold = u * total
-    for t, c in enumerate(running):
-        if threshold < c:
-            return t
-    return max(t for t, w in enumerate(weights) if w > 0)
+    last_positive = max(t for t, w in enumerate(weights) if w > 0)
+    return running, last_positive
 
 
-def verify(p, q, drafts, uniforms):
-    """(accepted, token, kind) for one verification; the inputs are already checked."""
+def draw(sums, u):
+    """Inverse CDF over ascending ids: the first t with u * total < running[t] (the largest id of
+    positive weight when u * total rounds up to the total). The weights are >= 0, so the running
+    sums never decrease and a binary search finds that t."""
+    running, last_positive = sums
+    threshold = u * running[-1]
+    lo, hi = 0, len(running)
+    while lo < hi:  # running[t] <= threshold for every t < lo; threshold < running[t] for every t >= hi
+        mid = (lo + hi) // 2
+        if threshold < running[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if lo < len(running) else last_positive
+
+
+def stop_law(p, q, i):
+    """The law the emitted token is drawn from when the verification stops at position i: the
+    residual max(p_i - q_i, 0) after a rejection (p_i itself if that is all zero), p_k as the bonus."""
+    if i == len(q):
+        return p[i]
+    residual = [a - b if a > b else 0.0 for a, b in zip(p[i], q[i])]
+    return residual if any(r > 0 for r in residual) else p[i]
+
+
+def verify(p, q, drafts, uniforms, sums_at=None):
+    """(accepted, token, kind) for one verification; the inputs are already checked.
+    ``sums_at(i)``: the running sums of ``stop_law(p, q, i)`` (a batch computes them once for all
+    its items, which share p and q)."""
     k = len(drafts)
+    if sums_at is None:
+
+        def sums_at(i):
+            return running_sums(stop_law(p, q, i))
+
     for i in range(k):
         x = drafts[i]
         if uniforms[i] * q[i][x] < p[i][x]:
             continue
-        residual = [a - b if a > b else 0.0 for a, b in zip(p[i], q[i])]
-        weights = residual if any(r > 0 for r in residual) else p[i]
-        return i, draw(weights, uniforms[k]), "repair"
-    return k, draw(p[k], uniforms[k]), "bonus"
+        return i, draw(sums_at(i), uniforms[k]), "repair"
+    return k, draw(sums_at(k), uniforms[k]), "bonus"
 
 
 def op_sampled(inp):
@@ -122,10 +149,17 @@ def op_sampled_batch(inp):
         raise Rejected("drafts and uniforms must be lists of the same length")
     k = len(q) if isinstance(q, list) else 0
     vocab = check_shapes(p, q, k)
+    sums = {}  # position -> running sums of its stop law, shared by every item of the batch
+
+    def sums_at(i):
+        if i not in sums:
+            sums[i] = running_sums(stop_law(p, q, i))
+        return sums[i]
+
     accepted, tokens, kinds = [], [], []
     for drafts, uniforms in zip(all_drafts, all_uniforms):
         check_item(q, drafts, uniforms, k, vocab)
-        a, t, kind = verify(p, q, drafts, uniforms)
+        a, t, kind = verify(p, q, drafts, uniforms, sums_at)
         accepted.append(a)
         tokens.append(t)
         kinds.append(kind)

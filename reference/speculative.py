@@ -230,6 +230,13 @@ def verify_sampled_batch(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms
     accepted = np.where(all_accepted, k, np.argmin(accept, axis=1)).astype(np.int64)  # [N]
 
     token = np.empty(n, dtype=np.int64)
+    if p_all.strides[0] == 0 and q_all.strides[0] == 0:  # shared rows (broadcast views)
+        # every item that stops at position a draws from the same row: its cumulative sum is
+        # computed once per position, not once per item (same numbers as the loop below)
+        for a in np.unique(accepted):
+            items = np.flatnonzero(accepted == a)
+            token[items] = _shared_row_tokens(p_all[0, a], q_all[0, min(int(a), k - 1)], bool(a == k), draws[items, k])
+        return BatchVerdict(accepted=accepted, token=token, is_bonus=all_accepted)
     chunk = max(1, BATCH_ROW_ELEMENTS // vocab)  # items per [items, V] work array
     for start in range(0, n, chunk):
         items = np.arange(start, min(start + chunk, n))
@@ -259,6 +266,23 @@ def _batch_tokens(
     if np.any(overflow):
         last_positive = vocab - 1 - np.argmax((weights > 0)[:, ::-1], axis=1)
         token = np.asarray(np.where(overflow, last_positive, token), dtype=np.int64)
+    return token
+
+
+def _shared_row_tokens(
+    target: npt.NDArray[np.float64], draft: npt.NDArray[np.float64], bonus: bool, draws: npt.NDArray[np.float64]
+) -> npt.NDArray[np.int64]:
+    """:func:`_batch_tokens` for J items that all draw from one row: target [V] is p[a], draft [V]
+    q[a] (meaningful only for a repair), draws [J] their last uniforms. The cumulative sum of
+    non-negative weights never decreases, so counting c[t] <= u*total is a binary search."""
+    vocab = target.shape[-1]
+    residual = np.maximum(target - draft, 0.0)
+    weights = target if bonus or not np.any(residual > 0) else residual  # [V]
+    cumulative = np.cumsum(weights)  # [V], left to right
+    token = np.asarray(np.searchsorted(cumulative, draws * cumulative[-1], side="right"), dtype=np.int64)
+    overflow = token == vocab  # only for a subnormal total: the largest id with positive weight
+    if np.any(overflow):
+        token[overflow] = vocab - 1 - int(np.argmax((weights > 0)[::-1]))
     return token
 
 

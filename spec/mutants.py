@@ -112,8 +112,6 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
         p_all, q_all, x, u = check_batch_inputs(p, q, drafts, uniforms)  # mutants keep the contract
         p_all, q_all = _preprocess_rows(p_all, q_all, bugs.rows)
         n, k = x.shape
-        vocab = p_all.shape[-1]
-        items = np.arange(n)
         rows_for_test = p_all[:, 1 : k + 1, :] if bugs.accept == "off_by_one" else p_all[:, :k, :]
         p_x = np.take_along_axis(rows_for_test, x[..., None], axis=-1)[..., 0]  # [N, k]
         q_x = np.take_along_axis(q_all, x[..., None], axis=-1)[..., 0]
@@ -138,40 +136,13 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
         all_accepted = np.asarray(accept.all(axis=1), dtype=np.bool_)
         accepted = np.where(all_accepted, k, np.argmin(accept, axis=1)).astype(np.int64)
 
-        row = np.minimum(accepted, k - 1)
-        shift = 1 if bugs.accept == "off_by_one" else 0
-        target_row = p_all[items, np.minimum(row + shift, k)]  # [N, V] (repair rows)
-        draft_row = q_all[items, row]
-        residual = np.maximum(target_row - draft_row, 0.0)
-        has_residual = np.any(residual > 0, axis=1)
-        final_u = u[:, k]
-        if bugs.repair == "from_p":
-            weights = target_row
-        elif bugs.repair == "from_q":
-            weights = draft_row
-        else:
-            if bugs.repair == "drop_below_eps":  # "negligible" residual entries flushed to zero
-                residual = np.where(residual < EPS_DROPPED, 0.0, residual)
-            elif bugs.repair == "top_1024":  # the repair draw only looks at the 1,024 largest entries
-                if vocab > 1024:
-                    cut = -np.partition(-residual, 1023, axis=1)[:, 1023:1024]
-                    residual = np.where(residual >= cut, residual, 0.0)
-            has_residual = np.any(residual > 0, axis=1)
-            weights = np.where(has_residual[:, None], residual, target_row)
-        if bugs.repair == "reuse_uniform":  # the rejecting uniform drives the repair draw too
-            final_u = u[items, row]
-        repair_token = _inverse_cdf_rows(weights, final_u, bugs.draw)
-        if bugs.repair == "unnormalized":  # u compared with the raw residual's running sum
-            cumulative = np.cumsum(residual, axis=1)
-            repair_token = np.asarray(np.minimum(np.sum(cumulative <= final_u[:, None], axis=1), vocab - 1), dtype=np.int64)
-        if bugs.accept == "greedy":
-            repair_token = np.asarray(np.argmax(target_row, axis=1), dtype=np.int64)
-        if bugs.repair == "padded_tie":  # a zero residual: the padded tail wins the tie
-            padded_last = -(-vocab // 8) * 8 - 1
-            repair_token = np.where(has_residual, repair_token, padded_last).astype(np.int64)
-
-        bonus_row = p_all[:, k - 1 if bugs.bonus == "previous_row" else k, :]
-        bonus_token = _inverse_cdf_rows(bonus_row, u[:, k], bugs.draw)
+        # each item emits either a repair or a bonus token: draw each only for the items that
+        # emit it (items are independent, so the others' draws were computed and thrown away)
+        repair_token = _repair_tokens(bugs, p_all, q_all, u, accepted, np.flatnonzero(~all_accepted))
+        bonus_token = np.zeros(n, dtype=np.int64)
+        bonus_items = np.flatnonzero(all_accepted)
+        bonus_row = p_all[bonus_items, k - 1 if bugs.bonus == "previous_row" else k, :]
+        bonus_token[bonus_items] = _inverse_cdf_rows(bonus_row, u[bonus_items, k], bugs.draw)
         if bugs.accept == "greedy":
             bonus_token = np.asarray(np.argmax(p_all[:, k, :], axis=1), dtype=np.int64)
         token = np.where(all_accepted, bonus_token, repair_token).astype(np.int64)
@@ -183,6 +154,49 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
         return BatchVerdict(accepted, token, is_bonus)
 
     return verify
+
+
+def _repair_tokens(
+    bugs: Bugs, p_all: Probs2D, q_all: Probs2D, u: npt.NDArray[np.float64], accepted: npt.NDArray[np.int64],
+    items: npt.NDArray[np.intp],
+) -> npt.NDArray[np.int64]:
+    """[N] the repair token of each of ``items`` (the rejected ones; 0 elsewhere), with the bugs."""
+    n, k = u.shape[0], u.shape[1] - 1
+    vocab = p_all.shape[-1]
+    out = np.zeros(n, dtype=np.int64)
+    row = np.minimum(accepted[items], k - 1)
+    shift = 1 if bugs.accept == "off_by_one" else 0
+    target_row = p_all[items, np.minimum(row + shift, k)]  # [M, V] (repair rows)
+    draft_row = q_all[items, row]
+    residual = np.maximum(target_row - draft_row, 0.0)
+    has_residual = np.any(residual > 0, axis=1)
+    final_u = u[items, k]
+    if bugs.repair == "from_p":
+        weights = target_row
+    elif bugs.repair == "from_q":
+        weights = draft_row
+    else:
+        if bugs.repair == "drop_below_eps":  # "negligible" residual entries flushed to zero
+            residual = np.where(residual < EPS_DROPPED, 0.0, residual)
+        elif bugs.repair == "top_1024":  # the repair draw only looks at the 1,024 largest entries
+            if vocab > 1024:
+                cut = -np.partition(-residual, 1023, axis=1)[:, 1023:1024]
+                residual = np.where(residual >= cut, residual, 0.0)
+        has_residual = np.any(residual > 0, axis=1)
+        weights = np.where(has_residual[:, None], residual, target_row)
+    if bugs.repair == "reuse_uniform":  # the rejecting uniform drives the repair draw too
+        final_u = u[items, row]
+    repair_token = _inverse_cdf_rows(weights, final_u, bugs.draw)
+    if bugs.repair == "unnormalized":  # u compared with the raw residual's running sum
+        cumulative = np.cumsum(residual, axis=1)
+        repair_token = np.asarray(np.minimum(np.sum(cumulative <= final_u[:, None], axis=1), vocab - 1), dtype=np.int64)
+    if bugs.accept == "greedy":
+        repair_token = np.asarray(np.argmax(target_row, axis=1), dtype=np.int64)
+    if bugs.repair == "padded_tie":  # a zero residual: the padded tail wins the tie
+        padded_last = -(-vocab // 8) * 8 - 1
+        repair_token = np.where(has_residual, repair_token, padded_last).astype(np.int64)
+    out[items] = repair_token
+    return out
 
 
 # -----------------------------------------------------------------------------------------------
