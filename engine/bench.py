@@ -98,6 +98,7 @@ class BenchOptions:
     rss_children: bool = True  # with backends: a child process per mode for its peak RSS
     workload: "tuple[WorkloadItem, ...]" = ()  # verispec/workload.py requests (chat): a second prompt set
     workload_sampled: bool = True  # also run the workload at sampled_temperature
+    workload_weights: str = "f32"  # the engine mode the workload runs on ("f32" or "int8")
 
 
 def _best_time(fn: Callable[[], object], repeats: int) -> float:
@@ -513,7 +514,11 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     else:
         report["backends"] = {"modes": {}, "note": "skipped (--no-backends)"}
     if chat is not None:
-        report["workload"], report["workload_llama_cpp"] = _workload(model, tokenizer, chat, options, path)
+        # the workload's engine: the exact mode loaded above, or the int8 mode loaded for it
+        workload_model = model if options.workload_weights == model.weights_mode else FastModel.load(path, weights=options.workload_weights)
+        report["workload_engine"] = f"{workload_model.weights_mode}/{workload_model.backend}"
+        report["workload"], report["workload_llama_cpp"] = _workload(workload_model, tokenizer, chat, options, path)
+        del workload_model
     report["early_exit"] = _early_exit(calibration, options.early_exit, model, tokenizer, ids, options)
 
     if options.reference:

@@ -86,9 +86,11 @@ def test_bench_refuses_a_bad_workload_before_loading_a_model(tmp_path: Path, cap
 
 @pytest.mark.model
 @pytest.mark.slow
+@pytest.mark.parametrize("weights", ["f32", "int8"])
 def test_bench_workload_reports_each_category_and_the_geomean(
-    smollm2_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    weights: str, smollm2_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """On the exact mode and on the int8 mode (`--workload-weights`: its own law, its own plain)."""
     path = tmp_path / "w.jsonl"
     rows = [item for item in select(load_workload(), ["rag", "code_edit"], 1)]
     path.write_text("".join(json.dumps({"category": i.category, "id": i.id, "max_tokens": 4,
@@ -96,9 +98,11 @@ def test_bench_workload_reports_each_category_and_the_geomean(
                             for i in rows))
     status = cli.main(["bench", "--model", str(smollm2_path), "--json", "--tokens", "2", "--prefill-tokens", "4",
                        "--no-reference", "--no-kernels", "--prompts", "chat", "--repeats", "1", "--matmul-repeats", "1",
-                       "--k", "3", "--no-backends", "--no-rss", "--workload", str(path)])  # asserts on the workload only
+                       "--k", "3", "--no-backends", "--no-rss", "--workload", str(path),  # asserts on the workload only
+                       "--workload-weights", weights])
     assert status == 0
     report = json.loads(capsys.readouterr().out)
+    assert report["workload_engine"] == {"f32": "f32/ort", "int8": "int8/ort-q"}[weights]
     entry: dict[str, Any] = report["workload"]["ngram"]
     assert {r["id"] for r in entry["runs"]} == {i.id for i in rows}
     assert {r["temperature"] for r in entry["runs"]} == {0.0, 0.8}

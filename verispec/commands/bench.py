@@ -35,6 +35,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--workload-categories", default=None, metavar="CAT,...", help="workload categories to run (default all)")
     parser.add_argument("--workload-per-category", type=int, default=None, metavar="N", help="first N requests of each category (default all)")
     parser.add_argument("--workload-greedy-only", action="store_true", help="skip the workload's sampled (T=0.8) runs")
+    parser.add_argument("--workload-weights", choices=("f32", "int8"), default="f32",
+                        help="the engine mode the workload runs on (default f32, the exact mode; int8: the "
+                             "quantized mode, llama.cpp-class numerics, its own target law)")
     parser.set_defaults(func=run)
 
 
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         rss_children=not args.no_rss,
         workload=workload,
         workload_sampled=not args.workload_greedy_only,
+        workload_weights=args.workload_weights,
     )
     report = run_bench(resolve_model(args.model), options)
     if args.plot:
