@@ -21,7 +21,7 @@ threads.
 It is the int8 mode's function up to float32 rounding of the non-matmul ops (onnxruntime's
 RMSNorm accumulates in its own order, its sigmoid / tanh are MLAS's), not bit-identical to the
 unfused path: the same weights, the same int8 kernel, the same min term. ``sin`` is the signed
-table (``sign * sin``, see :func:`engine.model._rotation`): RoPE is ``x * cos + (x @ P) * sin``
+table (``sign * sin``, see :func:`engine.rope.rotation`): RoPE is ``x * cos + (x @ P) * sin``
 with P the permutation of :func:`rotation_matrix`.
 
 ``VERISPEC_INT8_FUSED`` (``1`` / ``0``) or ``FastModel.load(..., fused=...)`` chooses the path;
@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from engine.blocks import KernelBlocks
 from engine.matmul import OrtGraph, block_sum_columns, blocks_nodes, f32_nodes
+from engine.rope import rotation
 from reference.config import ACT_GELU_TANH, ACT_SILU, Config
 from reference.errors import ModelError
 
@@ -179,13 +180,11 @@ def _vector(vectors: dict[str, F32 | None], key: str, size: int, required: bool)
 
 def rotation_matrix(cfg: Config) -> F32:
     """``P [d, d]`` with ``(x @ P)[j] = x[index[j]]``: RoPE's partner of each dim
-    (:func:`engine.model._rotation`) as a matmul. Exact for finite x: each output sums one term
+    (:func:`engine.rope.rotation`) as a matmul. Exact for finite x: each output sums one term
     ``1 * x[index[j]]`` and zeros (x * 0 = +-0, adding +-0 changes nothing but a zero's sign), so
     the blocking of the kernel cannot matter (measured: onnxruntime's Gather on the last axis
     costs 3x this matmul at 1 row, 10x at 5 rows)."""
-    from engine.model import _rotation
-
-    index, _ = _rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
+    index, _ = rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
     p = np.zeros((cfg.head_dim, cfg.head_dim), dtype=np.float32)
     p[index, np.arange(cfg.head_dim)] = 1.0
     return p

@@ -35,11 +35,12 @@ import numpy as np
 import numpy.typing as npt
 
 from reference import layers
-from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
+from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NORM, Config
 from reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
 from reference.kvcache import KVCache
 from reference.model import ForwardResult, Mask, TokenIds, check_tokens, span_positions, tree_span
 from engine.fused import LayerGraphs
+from engine.rope import rotation
 from engine.weights import FusedLayer, WeightStore, load_weights
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class FastModel:
         cfg = config
         self._q = cfg.n_head * cfg.head_dim
         self._kv = cfg.n_head_kv * cfg.head_dim
-        self._rot_index, self._rot_sign = _rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
+        self._rot_index, self._rot_sign = rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
 
     @classmethod
     def load(
@@ -444,27 +445,3 @@ class FastModel:
             if not np.isfinite(x).all():
                 raise ModelError(f"non-finite values (NaN or inf) in the activations after layer {layer}")
         raise ModelError("non-finite values (NaN or inf) in the activations after the output head")
-
-
-def _rotation(head_dim: int, rope_dim: int, rope_type: str) -> tuple[npt.NDArray[np.intp], F32]:
-    """Index and sign with ``rotate(x) = sign * x[index]``: the partner of each rotated dim.
-
-    NORM: (x0, x1) -> (-x1, x0) on adjacent pairs; NEOX: (a, b) -> (-b, a) on split halves; dims
-    past rope_dim map to themselves with sign 0 (their sin is 0 anyway).
-    """
-    index = np.arange(head_dim, dtype=np.intp)
-    sign = np.zeros(head_dim, dtype=np.float32)
-    half = rope_dim // 2
-    if rope_type == ROPE_NORM:
-        index[0:rope_dim:2] = np.arange(1, rope_dim, 2)
-        index[1:rope_dim:2] = np.arange(0, rope_dim, 2)
-        sign[0:rope_dim:2] = -1.0
-        sign[1:rope_dim:2] = 1.0
-    elif rope_type == ROPE_NEOX:
-        index[:half] = np.arange(half, rope_dim)
-        index[half:rope_dim] = np.arange(0, half)
-        sign[:half] = -1.0
-        sign[half:rope_dim] = 1.0
-    else:
-        raise ModelError(f"unknown rope type {rope_type!r}")
-    return index, sign
