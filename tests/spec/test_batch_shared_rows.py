@@ -27,7 +27,7 @@ def _drafts(rng: np.random.Generator, q: Rows, n: int) -> npt.NDArray[np.int64]:
     k, vocab = q.shape
     cumulative = np.cumsum(q, axis=1)
     draws = [np.searchsorted(cumulative[i], rng.random(n) * cumulative[i, -1], side="right") for i in range(k)]
-    return np.minimum(np.stack(draws, axis=1), vocab - 1).astype(np.int64)  # [n, k]
+    return np.asarray(np.minimum(np.stack(draws, axis=1), vocab - 1), dtype=np.int64)  # [n, k]
 
 
 def _assert_same(shared: object, per_item: object) -> None:
