@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -39,14 +40,20 @@ LAWS = [
 ]
 
 
+def _at_true_mean(support: list[float], probs: list[float], event: Callable[[Sequence[float], float], bool]) -> float:
+    """P(event(xs, true mean)), exactly, over every sequence of n draws from the law (n = 9 for two
+    support points, 6 for three: 512 or 729 sequences)."""
+    mean = sum(s * p for s, p in zip(support, probs))
+    n = 9 if len(support) == 2 else 6
+    return exact_probability(support, probs, n, lambda xs: event(xs, mean))
+
+
 @pytest.mark.parametrize("support,probs", LAWS)
 @pytest.mark.parametrize("delta", [0.1, 0.3])
 def test_upper_bound_covers_the_mean_with_probability_at_least_one_minus_delta(
     support: list[float], probs: list[float], delta: float,
 ) -> None:
-    mean = sum(s * p for s, p in zip(support, probs))
-    n = 9 if len(support) == 2 else 6
-    miss = exact_probability(support, probs, n, lambda xs: upper_bound(xs, delta) < mean)
+    miss = _at_true_mean(support, probs, lambda xs, mean: upper_bound(xs, delta) < mean)
     assert miss <= delta + ROUNDING, (miss, delta)
 
 
@@ -55,9 +62,7 @@ def test_upper_bound_covers_the_mean_with_probability_at_least_one_minus_delta(
 def test_the_test_of_mean_at_most_its_true_mean_rejects_with_probability_at_most_delta(
     support: list[float], probs: list[float], delta: float,
 ) -> None:
-    mean = sum(s * p for s, p in zip(support, probs))
-    n = 9 if len(support) == 2 else 6
-    reject = exact_probability(support, probs, n, lambda xs: p_value_above(xs, mean, delta) <= delta)
+    reject = _at_true_mean(support, probs, lambda xs, mean: p_value_above(xs, mean, delta) <= delta)
     assert reject <= delta + ROUNDING, (reject, delta)
 
 
