@@ -498,6 +498,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
 
     report["speculative"] = _speculative(model, tokenizer, options)
     report["verify_cost"] = {f"{model.weights_mode}/{model.backend}": _verify_cost(model, options.k)}
+    int8_model: FastModel | None = None  # the int8 mode, when the backend section loads it
     if options.backends:
         from engine.bench_backends import measure
 
@@ -510,15 +511,19 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
             report["speculative_int8"] = _speculative(modes["int8/ort-q"], tokenizer, options)
             report["verify_cost"]["int8/ort-q"] = _verify_cost(modes["int8/ort-q"], options.k)
             report["llama_cpp"] = _llama_cpp(path, options, modes["int8/ort-q"], tokenizer)
+            if chat is not None and options.workload_weights == "int8":
+                int8_model = modes["int8/ort-q"]  # kept for the workload, not loaded again
         del modes
     else:
         report["backends"] = {"modes": {}, "note": "skipped (--no-backends)"}
     if chat is not None:
-        # the workload's engine: the exact mode loaded above, or the int8 mode loaded for it
-        workload_model = model if options.workload_weights == model.weights_mode else FastModel.load(path, weights=options.workload_weights)
+        # the workload's engine: the exact mode loaded above, or the int8 mode (from the backend
+        # section when it ran, else loaded here)
+        workload_model = model if options.workload_weights == model.weights_mode else (
+            int8_model or FastModel.load(path, weights=options.workload_weights))
         report["workload_engine"] = f"{workload_model.weights_mode}/{workload_model.backend}"
         report["workload"], report["workload_llama_cpp"] = _workload(workload_model, tokenizer, chat, options, path)
-        del workload_model
+        del workload_model, int8_model
     report["early_exit"] = _early_exit(calibration, options.early_exit, model, tokenizer, ids, options)
 
     if options.reference:
