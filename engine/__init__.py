@@ -7,16 +7,22 @@ point the CLI uses; both engines satisfy :class:`reference.seams.TargetModel`.
 
 from __future__ import annotations
 
+
+if __name__ != "verispec.engine":  # pragma: no cover - a guard, not a feature
+    # The one import root is `verispec`; `import engine` from a checkout would load a second copy
+    # of every module (two registries, two exception classes) and shadow a user's own `engine`.
+    raise ImportError(f"import verispec.engine, not {__name__}: verispec installs no top-level 'engine' package")
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
-from engine.architectures import ENGINES, FAST_ARCHITECTURES
-from reference.errors import ModelError
+from verispec.engine.architectures import ENGINES, FAST_ARCHITECTURES
+from verispec.reference.errors import ModelError
 
 if TYPE_CHECKING:
-    from engine.model import FastModel
-    from reference.gguf import GGUFFile
-    from reference.model import Model
+    from verispec.engine.model import FastModel
+    from verispec.reference.gguf import GGUFFile
+    from verispec.reference.model import Model
 
 __all__ = ["ENGINES", "FAST_ARCHITECTURES", "load_model"]
 
@@ -35,7 +41,7 @@ def load_model(
     for every supported model); quantized weights for it are a ModelError.
     """
     if engine == "fast":
-        from engine.model import FastModel
+        from verispec.engine.model import FastModel
 
         if _architecture(path_or_file) not in FAST_ARCHITECTURES and weights == "f32":
             engine = "reference"
@@ -44,14 +50,14 @@ def load_model(
     if engine == "reference":
         if weights != "f32":
             raise ModelError(f"weights mode {weights!r} needs the fast engine (the reference keeps float32 weights)")
-        from reference.model import Model
+        from verispec.reference.model import Model
 
         return Model.load(path_or_file)
     raise ModelError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
 
 
 def _architecture(path_or_file: Union[str, Path, "GGUFFile"]) -> str:
-    from reference.gguf import GGUFFile
+    from verispec.reference.gguf import GGUFFile
 
     if isinstance(path_or_file, GGUFFile):
         return str(path_or_file.get("general.architecture", ""))

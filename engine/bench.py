@@ -49,19 +49,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine import sampling as fast_sampling
-from engine.bench_backends import matmul_stream
-from engine.generate import generate as fast_generate
-from engine.model import FastModel
-from reference.generate import GenerationRequest
-from reference.model import Model
-from reference.sampling import SamplingParams
-from reference.tokenizer import Tokenizer
+from verispec.engine import sampling as fast_sampling
+from verispec.engine.bench_backends import matmul_stream
+from verispec.engine.generate import generate as fast_generate
+from verispec.engine.model import FastModel
+from verispec.reference.generate import GenerationRequest
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
-    from engine.bench_llama import WorkloadDecoders
-    from reference.calibration import Calibration
-    from reference.chat import ChatFormat
+    from verispec.engine.bench_llama import WorkloadDecoders
+    from verispec.reference.calibration import Calibration
+    from verispec.reference.chat import ChatFormat
     from verispec.workload import WorkloadItem
 
 # A mixed prompt set (chat, code, structured, prose, repetitive). Kinds "structured" and
@@ -182,9 +182,9 @@ def _geomean(values: Sequence[float]) -> float:
 def _speculative(model: FastModel, tokenizer: Tokenizer, options: BenchOptions) -> dict[str, Any]:
     """Speculative vs plain for every draft source and prompt (the engine under reference/decode)."""
     try:
-        from reference.decode import SpeculativeOptions, speculative_generate
-        from reference.drafts import make_draft, parse_draft_spec
-        from reference.evidence import evidence
+        from verispec.reference.decode import SpeculativeOptions, speculative_generate
+        from verispec.reference.drafts import make_draft, parse_draft_spec
+        from verispec.reference.evidence import evidence
     except ImportError as exc:  # the speculative loop is not there: a reported gap, not a crash
         return {"error": f"speculative decoding unavailable: {exc}"}
     out: dict[str, Any] = {}
@@ -222,9 +222,9 @@ def _speculative_vs_plain_ids(
 ) -> tuple[dict[str, Any], tuple[int, ...]]:
     """:func:`_speculative_vs_plain`, and the plain decode's generated ids (the engine's side of the
     engine-vs-llama.cpp same-tokens note)."""
-    from reference.decode import SpeculativeOptions, speculative_generate
-    from reference.drafts import make_draft, parse_draft_spec
-    from reference.evidence import evidence
+    from verispec.reference.decode import SpeculativeOptions, speculative_generate
+    from verispec.reference.drafts import make_draft, parse_draft_spec
+    from verispec.reference.evidence import evidence
 
     temperature = request.params.temperature
     plain_tok_s = spec_tok_s = 0.0
@@ -265,7 +265,7 @@ def _speculative_vs_plain_ids(
 def _verify_cost(model: FastModel, k: int) -> dict[str, Any]:
     """The verify-cost curve ``--adaptive`` caps k with (engine/verify_cost.py, measured on the
     model's forward) and the cap it gives at a few acceptance rates."""
-    from reference.drafts import best_k_for_cost
+    from verispec.reference.drafts import best_k_for_cost
 
     curve = model.verify_cost_curve(k + 1)
     return {"rows_cost_relative": {str(r): c for r, c in curve.items()},
@@ -341,7 +341,7 @@ def _workload_llama_decoders(path: Path | None, lengths: Sequence[int], options:
     """llama.cpp's two decoders for the workload, or None (no model path, or llama_cpp missing).
 
     Context: the longest prompt + answer, plus room for one cycle's prompt-lookup drafts."""
-    from engine import bench_llama
+    from verispec.engine import bench_llama
 
     if path is None or not lengths or not bench_llama.available():
         return None
@@ -352,7 +352,7 @@ def _workload_llama_decoders(path: Path | None, lengths: Sequence[int], options:
 def _llama_request(llama: "WorkloadDecoders | None", ids: tuple[int, ...], request: GenerationRequest,
                    end_ids: frozenset[int], best: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each llama.cpp decoder once on the request; the faster of this run and ``best`` kept."""
-    from engine.bench_llama import WORKLOAD_DECODERS
+    from verispec.engine.bench_llama import WORKLOAD_DECODERS
 
     if llama is None:
         return best
@@ -367,7 +367,7 @@ def _llama_request(llama: "WorkloadDecoders | None", ids: tuple[int, ...], reque
 def _llama_record(item: "WorkloadItem", prompt_ids_agree: bool, llama: dict[str, dict[str, Any]],
                   engine_plain: tuple[int, ...], engine_runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One greedy request's llama.cpp side, the engine's rates beside it, and the same-tokens note."""
-    from engine.bench_llama import common_prefix
+    from verispec.engine.bench_llama import common_prefix
 
     plain_ids, lookup_ids = llama["plain"]["tokens"], llama["prompt_lookup"]["tokens"]
     return {
@@ -387,7 +387,7 @@ def _workload_llama_section(llama: "WorkloadDecoders | None", runs: list[dict[st
     """The workload's llama.cpp section: its runs, the ratios per category and over the categories
     (:func:`engine.bench_llama.workload_ratios`), and the same-tokens note summed over requests; when
     llama.cpp did not run, the reason and every ratio None."""
-    from engine.bench_llama import AGREEMENT_TOKENS, NOT_INSTALLED, available, workload_ratio_names, workload_ratios
+    from verispec.engine.bench_llama import AGREEMENT_TOKENS, NOT_INSTALLED, available, workload_ratio_names, workload_ratios
 
     if llama is None:
         note = NOT_INSTALLED if not available() else "not run (no greedy workload request, or no model file)"
@@ -414,8 +414,8 @@ def _ratio_of_sums(runs: Sequence[dict[str, Any]], key: str) -> float:
 def _engine_threads() -> int:
     """The engine's own thread count (onnxruntime's ``intra_op_num_threads``; 1 without it): what
     llama.cpp is given, so both engines use the same cores."""
-    from engine import matmul
-    from engine.ort_pool import pool_threads
+    from verispec.engine import matmul
+    from verispec.engine.ort_pool import pool_threads
 
     # the shared pool's size once it exists (engine/ort_pool.py), else what it will be created with
     return (pool_threads() or matmul.default_threads()) if matmul.ort_available() else 1
@@ -428,7 +428,7 @@ def _llama_cpp(path: Path, options: BenchOptions, int8: FastModel | None = None,
     greedy requests when ``int8`` is given; ``tok_s``: plain, geometric mean over the prompts."""
     from dataclasses import replace
 
-    from engine import bench_llama
+    from verispec.engine import bench_llama
 
     threads = _engine_threads()
     engine: bench_llama.EngineRun | None = None
@@ -451,7 +451,7 @@ def _llama_cpp(path: Path, options: BenchOptions, int8: FastModel | None = None,
 
 def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, Any]:
     """Measure everything listed in the module docstring for the model at ``path``; a JSON-able dict."""
-    from reference.gguf import GGUFFile
+    from verispec.reference.gguf import GGUFFile
 
     calibration = _load_calibration(path, options)  # a wrong artifact fails before any work
     t0 = time.perf_counter()
@@ -472,7 +472,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     rows = {str(r): _best_time(matmul_stream(model, r), max(1, options.matmul_repeats // 2)) / bound_s for r in (1, 2, 4, 5, 8)}
     report["matmul_bound"] = {"ms_per_token": bound_s * 1000, "tok_s": 1.0 / bound_s, "rows_cost_relative": rows}
     if options.kernels:
-        from engine.kernels import compare
+        from verispec.engine.kernels import compare
 
         report["kernels"] = compare(model.store.matmul_shapes(cfg), repeats=max(1, options.matmul_repeats // 2))
     else:
@@ -500,7 +500,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
     report["verify_cost"] = {f"{model.weights_mode}/{model.backend}": _verify_cost(model, options.k)}
     int8_model: FastModel | None = None  # the int8 mode, when the backend section loads it
     if options.backends:
-        from engine.bench_backends import measure
+        from verispec.engine.bench_backends import measure
 
         section, modes = measure(path, list(ids), options.decode_tokens, max(2, options.repeats), _decode_steps,
                                  threads=options.kernels, rss=options.rss_children,
@@ -542,7 +542,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> dict[str, A
 
 
 def _chat_format(metadata: Any) -> "ChatFormat":
-    from reference.chat import chat_format
+    from verispec.reference.chat import chat_format
 
     return chat_format(metadata)
 
@@ -551,7 +551,7 @@ def _load_calibration(path: Path, options: BenchOptions) -> "Calibration | None"
     """The early-exit artifact, checked to be for this model file (CalibrationError otherwise)."""
     if options.early_exit is None:
         return None
-    from reference.calibration import Calibration, file_sha256
+    from verispec.reference.calibration import Calibration, file_sha256
 
     return Calibration.load(options.early_exit, file_sha256(path))
 
@@ -563,7 +563,7 @@ def _early_exit(
     """Early exit vs plain greedy decode of the same request, alternating, best tok/s of each."""
     if calibration is None:
         return {"available": False, "note": "pass --early-exit CAL.json (made by verispec calibrate for this model)"}
-    from reference.early_exit import generate_early_exit
+    from verispec.reference.early_exit import generate_early_exit
 
     request = GenerationRequest(ids, params=SamplingParams(temperature=0.0), max_tokens=options.decode_tokens, seed=options.seed)
     plain_best = exit_best = 0.0
@@ -623,7 +623,7 @@ def _backend_ratios(report: dict[str, Any], llama: Any) -> dict[str, float | Non
     out["int8_plain_over_exact_plain"] = float(int8["plain_tok_s"]) / float(exact["plain_tok_s"]) if int8 and exact else None
     fused = report.get("backends", {}).get("int8_fused_over_unfused")  # engine/fused.py: plain steps
     out["int8_fused_over_unfused"] = float(fused) if fused is not None else None
-    from engine import bench_llama
+    from verispec.engine import bench_llama
 
     int8_runs = report.get("speculative_int8", {}).get("ngram", {})
     out.update(bench_llama.ratios(report["llama_cpp"], int8_runs.get("runs", []) if isinstance(int8_runs, dict) else []))

@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from engine import matmul
-from engine.model import FastModel
+from verispec.engine import matmul
+from verispec.engine.model import FastModel
 
 MODES: tuple[tuple[str, str], ...] = (("f32", "numpy"), ("f32", "ort"), ("int8", "auto"))
 ROWS: tuple[int, ...] = (1, 2, 3, 5, 8)
@@ -136,7 +136,7 @@ def threads_ratio(path: Path, weights: str, backend: str, repeats: int, timeout_
     best: dict[int, dict[int, float]] = {t: {1: math.inf, 5: math.inf} for t in (1, 2)}
     for _ in range(max(1, repeats)):
         for threads in (1, 2):
-            args = [sys.executable, "-m", "engine.bench_backends", "curve", str(path), weights, backend, "2"]
+            args = [sys.executable, "-m", "verispec.engine.bench_backends", "curve", str(path), weights, backend, "2"]
             env = {**os.environ, "VERISPEC_THREADS": str(threads)}
             try:
                 done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=True, env=env)
@@ -194,7 +194,7 @@ def measure(path: Path, prompt: list[int], steps: int, repeats: int,
 def rss_probe(path: Path, weights: str, backend: str, steps: int, timeout_s: float = 600) -> dict[str, Any]:
     """Peak RSS of a child process that loads ``path`` in a mode and decodes ``steps`` tokens."""
     backend = "auto" if backend == "ort-q" else backend
-    args = [sys.executable, "-m", "engine.bench_backends", str(path), weights, backend, str(steps)]
+    args = [sys.executable, "-m", "verispec.engine.bench_backends", str(path), weights, backend, str(steps)]
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=True)
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -233,8 +233,8 @@ def onnxruntime_library_bytes() -> int:
 def _child(path: Path, weights: str, backend: str, steps: int) -> dict[str, Any]:
     """(In the child.) Load, decode ``steps`` greedy tokens, report peak RSS against file + KV,
     and against what :func:`engine.weights.estimate_bytes` promised for the mode."""
-    from reference.gguf import GGUFFile
-    from engine.weights import estimate_bytes
+    from verispec.reference.gguf import GGUFFile
+    from verispec.engine.weights import estimate_bytes
 
     baseline = _high_water_bytes()
     with GGUFFile.open(path) as f:

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import ModelError
-from reference.quants import (
+from verispec.reference.errors import ModelError
+from verispec.reference.quants import (
     QK_K,
     GGMLType,
     _bits_by_plane,

@@ -37,11 +37,11 @@ from typing import Any, Union
 import numpy as np
 import numpy.typing as npt
 
-from engine.blocks import KernelBlocks
-from engine.matmul import OrtGraph, block_sum_columns, blocks_nodes, f32_nodes
-from engine.rope import rotation
-from reference.config import ACT_GELU_TANH, ACT_SILU, Config
-from reference.errors import ModelError
+from verispec.engine.blocks import KernelBlocks
+from verispec.engine.matmul import OrtGraph, block_sum_columns, blocks_nodes, f32_nodes
+from verispec.engine.rope import rotation
+from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, Config
+from verispec.reference.errors import ModelError
 
 F32 = npt.NDArray[np.float32]
 

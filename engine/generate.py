@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engine.model import FastModel
-from engine.sampling import sample, target_distribution
-from reference.errors import ContextOverflow
-from reference.generate import GenerationRequest, GenerationResult, decode_plain
-from reference.model import Model
-from reference.sampling import target_distribution as reference_law
-from reference.seams import LawFn
-from reference.tokenizer import Tokenizer
+from verispec.engine.model import FastModel
+from verispec.engine.sampling import sample, target_distribution
+from verispec.reference.errors import ContextOverflow
+from verispec.reference.generate import GenerationRequest, GenerationResult, decode_plain
+from verispec.reference.model import Model
+from verispec.reference.sampling import target_distribution as reference_law
+from verispec.reference.seams import LawFn
+from verispec.reference.tokenizer import Tokenizer
 
 
 def generate(
@@ -51,7 +51,7 @@ def generate_any(
     """Plain decoding on whichever engine ``model`` belongs to (the CLI's ``--engine``)."""
     if isinstance(model, FastModel):
         return generate(model, tokenizer, request, on_text=on_text)
-    from reference.generate import generate as reference_generate
+    from verispec.reference.generate import generate as reference_generate
 
     return reference_generate(model, tokenizer, request, on_text=on_text)
 
@@ -69,6 +69,6 @@ def prompt_logits_any(model: "FastModel | Model", prompt_ids: Sequence[int]) -> 
                 f"prompt of {len(prompt_ids)} tokens exceeds the context length {model.config.context_length}"
             )
         return model.forward(prompt_ids, model.new_cache(max(1, len(prompt_ids)))).logits
-    from reference.generate import prompt_logits
+    from verispec.reference.generate import prompt_logits
 
     return prompt_logits(model, prompt_ids)

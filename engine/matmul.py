@@ -35,9 +35,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from engine.blocks import KernelBlocks
-from engine.ort_pool import session_options
-from reference.errors import ModelError
+from verispec.engine.blocks import KernelBlocks
+from verispec.engine.ort_pool import session_options
+from verispec.reference.errors import ModelError
 
 F32 = npt.NDArray[np.float32]
 

@@ -34,17 +34,17 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 import numpy.typing as npt
 
-from reference import layers
-from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NORM, Config
-from reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
-from reference.kvcache import KVCache
-from reference.model import ForwardResult, Mask, TokenIds, check_tokens, span_positions, tree_span
-from engine.fused import LayerGraphs
-from engine.rope import rotation
-from engine.weights import FusedLayer, WeightStore, load_weights
+from verispec.reference import layers
+from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NORM, Config
+from verispec.reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
+from verispec.reference.kvcache import KVCache
+from verispec.reference.model import ForwardResult, Mask, TokenIds, check_tokens, span_positions, tree_span
+from verispec.engine.fused import LayerGraphs
+from verispec.engine.rope import rotation
+from verispec.engine.weights import FusedLayer, WeightStore, load_weights
 
 if TYPE_CHECKING:
-    from reference.gguf import GGUFFile
+    from verispec.reference.gguf import GGUFFile
 
 F32 = npt.NDArray[np.float32]
 
@@ -69,7 +69,7 @@ class FastModel:
     """A loaded model with the reference :class:`~reference.model.Model` interface, fast."""
 
     def __init__(self, config: Config, store: WeightStore, *, load_time_s: float = 0.0) -> None:
-        from engine.architectures import FAST_ARCHITECTURES
+        from verispec.engine.architectures import FAST_ARCHITECTURES
 
         if config.arch not in FAST_ARCHITECTURES:
             raise UnsupportedArchitecture(
@@ -104,7 +104,7 @@ class FastModel:
         """
         started = time.perf_counter()
         if isinstance(path_or_file, (str, Path)):
-            from reference.gguf import GGUFFile
+            from verispec.reference.gguf import GGUFFile
 
             with GGUFFile.open(path_or_file) as f:
                 config = Config.from_gguf(f)
@@ -126,7 +126,7 @@ class FastModel:
     def verify_cost_curve(self, max_rows: int) -> dict[int, float]:
         """rows -> cost of a ``rows``-row forward relative to one row, measured once per model in
         this process (engine/verify_cost.py); speculative decoding's ``--adaptive`` caps k by it."""
-        from engine.verify_cost import cost_curve
+        from verispec.engine.verify_cost import cost_curve
 
         return cost_curve(self, max_rows)
 

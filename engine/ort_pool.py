@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from reference.errors import ModelError
+from verispec.reference.errors import ModelError
 
 POOL_MODES: tuple[str, ...] = ("shared", "per-session")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from reference.config import ROPE_NEOX, ROPE_NORM
-from reference.errors import ModelError
+from verispec.reference.config import ROPE_NEOX, ROPE_NORM
+from verispec.reference.errors import ModelError
 
 F32 = npt.NDArray[np.float32]
 

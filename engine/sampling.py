@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import SamplingError
-from reference.sampling import (
+from verispec.reference.errors import SamplingError
+from verispec.reference.sampling import (
     FloatArray,
     Probs,
     SamplingParams,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 import weakref
 
-from reference.seams import TargetModel  # the protocol, not engine.model: no import loop back to the model
+from verispec.reference.seams import TargetModel  # the protocol, not engine.model: no import loop back to the model
 
 CONTEXT_TOKENS = 16  # positions already in the cache when a curve point is timed (a short prompt)
 REPEATS = 3

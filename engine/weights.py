@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from engine import matmul
-from engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, repack
-from engine.fused import LayerGraphs, LayerMatrices, Projection, build_layer, fused_default
-from engine.matmul import Matmul, NumpyMatmul
-from engine.pages import drop_pages
-from reference import quants
-from reference.config import Config
-from reference.errors import ModelError, UnsupportedArchitecture
+from verispec.engine import matmul
+from verispec.engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, repack
+from verispec.engine.fused import LayerGraphs, LayerMatrices, Projection, build_layer, fused_default
+from verispec.engine.matmul import Matmul, NumpyMatmul
+from verispec.engine.pages import drop_pages
+from verispec.reference import quants
+from verispec.reference.config import Config
+from verispec.reference.errors import ModelError, UnsupportedArchitecture
 
 if TYPE_CHECKING:
-    from reference.gguf import GGUFFile
+    from verispec.reference.gguf import GGUFFile
 
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
@@ -379,7 +379,7 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
     if fused and mode != "int8":
         raise ModelError(f"fused layers are the int8 mode's (weights mode {mode!r} has none)")
     fused = mode == "int8" and (fused_default() if fused is None else fused)
-    from engine.architectures import FAST_ARCHITECTURES
+    from verispec.engine.architectures import FAST_ARCHITECTURES
 
     if cfg.arch not in FAST_ARCHITECTURES:
         raise UnsupportedArchitecture(

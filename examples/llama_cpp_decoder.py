@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reference.sampling import SamplingParams
-from reference.tokenizer import Tokenizer
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.tokenizer import Tokenizer
 
 LOOKUP_TOKENS = 10  # num_pred_tokens, llama-cpp-python's default
 
@@ -140,7 +140,7 @@ def divergence_rows(engine: LlamaCppLookupDecoder, prompt_ids: Sequence[int], ma
 if __name__ == "__main__":  # python -m examples.llama_cpp_decoder: the rows at the bench prompts' divergences
     import json
 
-    from engine.bench import PROMPTS
+    from verispec.engine.bench import PROMPTS
     from verispec.registry import resolve_model
 
     model = resolve_model("smollm2-135m")

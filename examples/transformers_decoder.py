@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reference.sampling import SamplingParams
+from verispec.reference.sampling import SamplingParams
 
 LOOKUP_TOKENS = 3  # drafts per cycle (prompt_lookup_num_tokens)
 ASSISTANT_LAYERS = 6  # of SmolLM2-135M's 30: the assistant is the target's first six layers

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import sys
 
-from engine.bench import BenchOptions, _chat_format, _speculative_vs_plain
-from engine.model import FastModel
-from reference.generate import GenerationRequest
-from reference.gguf import GGUFFile
-from reference.sampling import SamplingParams
-from reference.tokenizer import Tokenizer
+from verispec.engine.bench import BenchOptions, _chat_format, _speculative_vs_plain
+from verispec.engine.model import FastModel
+from verispec.reference.generate import GenerationRequest
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.tokenizer import Tokenizer
 from verispec.registry import resolve_model
 from verispec.workload import load_workload, select
 

@@ -1,4 +1,4 @@
-"""verispec proofs: z3 obligations about the math the code relies on (`python -m proofs`).
+"""verispec proofs: z3 obligations about the math the code relies on (`python -m verispec.proofs`).
 
 - :mod:`proofs.core`      Obligation, the runner (Solver on the negation, rlimit, unsat required)
 - :mod:`proofs.lossless`  speculative sampling emits exactly p (lemmas + composition, n = 2..6)
@@ -9,3 +9,8 @@
 - :mod:`proofs.float32`   float rounding in the gates: a counterexample without slack, a slack proved
 - :mod:`proofs.catalog`   every obligation, in print order
 """
+
+if __name__ != "verispec.proofs":  # pragma: no cover - a guard, not a feature
+    # The one import root is `verispec`; `import proofs` from a checkout would load a second copy
+    # of every module (two registries, two exception classes) and shadow a user's own `proofs`.
+    raise ImportError(f"import verispec.proofs, not {__name__}: verispec installs no top-level 'proofs' package")

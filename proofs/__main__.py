@@ -1,4 +1,4 @@
-"""``python -m proofs [--json] [--only SUBSTRING] [--models]``: check every z3 obligation.
+"""``python -m verispec.proofs [--json] [--only SUBSTRING] [--models]``: check every z3 obligation.
 
 Prints one row per obligation (name, status, seconds, statement) and a summary line; with
 ``--json`` a JSON document instead. Exits 0 iff every obligation is ``proved`` (valid claims) or
@@ -15,8 +15,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from proofs.catalog import all_obligations
-from proofs.core import Result, check
+from verispec.proofs.catalog import all_obligations
+from verispec.proofs.core import Result, check
 
 
 def _row(result: Result) -> str:
@@ -45,7 +45,7 @@ def _as_json(results: list[Result], seconds: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m proofs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m verispec.proofs", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     parser.add_argument("--only", metavar="SUBSTRING", help="check only obligations whose name contains it")
     parser.add_argument("--models", action="store_true", help="print witness models under their rows")

@@ -28,12 +28,12 @@ from functools import partial
 
 import z3
 
-from proofs.core import Obligation, implies, rabs, reals
+from verispec.proofs.core import Obligation, implies, rabs, reals
 
 SIZES = range(2, 9)
-SUPNORM_CODE = ("reference.certificate.supnorm_admits",)
-HALFRANGE_CODE = ("reference.certificate.halfrange_admits",)
-MARGIN_CODE = ("reference.certificate.top2",)  # what the margin it returns buys
+SUPNORM_CODE = ("verispec.reference.certificate.supnorm_admits",)
+HALFRANGE_CODE = ("verispec.reference.certificate.halfrange_admits",)
+MARGIN_CODE = ("verispec.reference.certificate.top2",)  # what the margin it returns buys
 
 
 def _pairwise_margin() -> z3.BoolRef:

@@ -1,19 +1,19 @@
-"""Every obligation, in the order ``python -m proofs`` prints them."""
+"""Every obligation, in the order ``python -m verispec.proofs`` prints them."""
 
 from __future__ import annotations
 
 import importlib
 
-from proofs.core import Obligation
+from verispec.proofs.core import Obligation
 
 MODULES: tuple[str, ...] = (
-    "proofs.lossless",
-    "proofs.tree",
-    "proofs.argmax",
-    "proofs.tukey",
-    "proofs.conformal",
-    "proofs.union",
-    "proofs.float32",
+    "verispec.proofs.lossless",
+    "verispec.proofs.tree",
+    "verispec.proofs.argmax",
+    "verispec.proofs.tukey",
+    "verispec.proofs.conformal",
+    "verispec.proofs.union",
+    "verispec.proofs.float32",
 )
 
 

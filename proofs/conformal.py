@@ -49,15 +49,15 @@ from functools import partial
 
 import z3
 
-from proofs.core import Obligation, implies
+from verispec.proofs.core import Obligation, implies
 
-INDEX = ("reference.conformal.conformal_index",)
-PROMPT = ("reference.conformal.prompt_risk_threshold",)
-MIN_PROMPTS = ("reference.conformal.min_prompts", "reference.conformal.prompt_risk_threshold")
+INDEX = ("verispec.reference.conformal.conformal_index",)
+PROMPT = ("verispec.reference.conformal.prompt_risk_threshold",)
+MIN_PROMPTS = ("verispec.reference.conformal.min_prompts", "verispec.reference.conformal.prompt_risk_threshold")
 INFIMUM_TOKENS = (1, 2, 3, 4, 5)
 UNION_DEPTHS = (1, 2, 3, 5)
 UNION_TOKENS = 4
-CODE = ("reference.conformal.conformal_index", "reference.conformal.conformal_quantile")
+CODE = ("verispec.reference.conformal.conformal_index", "verispec.reference.conformal.conformal_quantile")
 
 
 def _ceiling(n: z3.ArithRef, q: z3.ArithRef, k: z3.ArithRef) -> list[z3.BoolRef]:

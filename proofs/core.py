@@ -16,7 +16,7 @@ counts in deterministic units and applies per check (relative to the count at th
 start), so "proved within the limit" is a property of the query, not of the machine's speed.
 Wall time is measured and reported, never used to decide.
 
-Only ``proved`` and ``witnessed`` are successes; ``python -m proofs`` exits non-zero otherwise.
+Only ``proved`` and ``witnessed`` are successes; ``python -m verispec.proofs`` exits non-zero otherwise.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from functools import partial
 
 import z3
 
-from proofs.core import Obligation, implies, rabs, rounded
+from verispec.proofs.core import Obligation, implies, rabs, rounded
 
 U32 = Fraction(1, 2**24)
 U64 = Fraction(1, 2**53)
@@ -53,18 +53,18 @@ SLACK_FACTOR = 8  # slack >= 8 u Q   (reference.certificate.SLACK_ULPS * spacing
 ALLOWANCE_FACTOR = 8  # A >= 8 u max|e~|   (reference.certificate.ALLOWANCE_ULPS)
 
 SUPNORM_CODE = (
-    "reference.certificate.supnorm_admits",
-    "reference.certificate.supnorm_residual_rows",
-    "reference.certificate.rounding_slack",
-    "reference.certificate.float32_slack",
-    "reference.certificate.top2",
+    "verispec.reference.certificate.supnorm_admits",
+    "verispec.reference.certificate.supnorm_residual_rows",
+    "verispec.reference.certificate.rounding_slack",
+    "verispec.reference.certificate.float32_slack",
+    "verispec.reference.certificate.top2",
 )
 HALFRANGE_CODE = (
-    "reference.certificate.halfrange_admits",
-    "reference.certificate.halfrange_residual_rows",
-    "reference.certificate.rounding_slack",
-    "reference.certificate.float32_slack",
-    "reference.certificate.top2",
+    "verispec.reference.certificate.halfrange_admits",
+    "verispec.reference.certificate.halfrange_residual_rows",
+    "verispec.reference.certificate.rounding_slack",
+    "verispec.reference.certificate.float32_slack",
+    "verispec.reference.certificate.top2",
 )
 
 
@@ -211,7 +211,7 @@ OBLIGATIONS: list[Obligation] = [
         "proofs.float32.seed_gate_fooled",
         "SAT (Float32, RNE): Q = s~ = max|fl(d-t)|, fl(2Q) <= fl(d_0-d_1), d_0 > d_1, yet t_1 > t_0",
         _seed_gate_fooled,
-        ("reference.certificate.supnorm_admits", "reference.certificate.rounding_slack"),
+        ("verispec.reference.certificate.supnorm_admits", "verispec.reference.certificate.rounding_slack"),
         kind="witness",
         rlimit=20_000_000,
     ),
@@ -219,7 +219,7 @@ OBLIGATIONS: list[Obligation] = [
         "proofs.float32.naive_halfrange_fooled",
         "SAT (Float32, RNE): fl(max e~ - min e~) < fl(d_0-d_1), e~ = fl(d-t), d_0 > d_1, yet t_1 > t_0",
         _naive_halfrange_fooled,
-        ("reference.certificate.halfrange_residual_rows",),
+        ("verispec.reference.certificate.halfrange_residual_rows",),
         kind="witness",
         rlimit=20_000_000,
     ),
@@ -247,7 +247,7 @@ OBLIGATIONS: list[Obligation] = [
             f"proofs.float32.halfrange_upper_bound[{tag}]",
             f"u = {u}: [E],[R],[S] rounded, A >= 8u max|e~|, h~ >= s~/2 => 2 h~ >= e_a - e_j (exact, any a, j)",
             partial(_halfrange_upper_bound, u),
-            ("reference.certificate.halfrange_residual_rows",),
+            ("verispec.reference.certificate.halfrange_residual_rows",),
         )
         for tag, u in (("f32", U32), ("f64", U64))
     ],
@@ -255,21 +255,21 @@ OBLIGATIONS: list[Obligation] = [
         "proofs.float32.supnorm_needs_slack",
         "SAT (u = 2^-24): the sup-norm hypotheses with slack >= 4uQ only (not 8uQ), and t_a <= t_j",
         _supnorm_needs_slack,
-        ("reference.certificate.rounding_slack",),
+        ("verispec.reference.certificate.rounding_slack",),
         kind="witness",
     ),
     Obligation(
         "proofs.float32.halfrange_needs_slack",
         "SAT (u = 2^-24): the half-range hypotheses with slack >= 2uQ only (not 8uQ), and t_a <= t_j",
         _halfrange_needs_slack,
-        ("reference.certificate.rounding_slack",),
+        ("verispec.reference.certificate.rounding_slack",),
         kind="witness",
     ),
     Obligation(
         "proofs.float32.halfrange_needs_allowance",
         "SAT (u = 2^-24): the half-range hypotheses with allowance A >= 1u max|e~| only (not 8u), and t_a <= t_j",
         _halfrange_needs_allowance,
-        ("reference.certificate.halfrange_residual_rows",),
+        ("verispec.reference.certificate.halfrange_residual_rows",),
         kind="witness",
     ),
 ]

@@ -43,10 +43,10 @@ from functools import partial
 
 import z3
 
-from proofs.core import Obligation, implies, pos, reals, rmin
+from verispec.proofs.core import Obligation, implies, pos, reals, rmin
 
 SIZES = range(2, 7)
-RELIED_ON_BY = ("reference.speculative.verify_sampled",)
+RELIED_ON_BY = ("verispec.reference.speculative.verify_sampled",)
 
 
 def _simplex(name: str, n: int) -> tuple[list[z3.ArithRef], list[z3.BoolRef]]:

@@ -44,11 +44,11 @@ from functools import partial
 
 import z3
 
-from proofs.core import Obligation, implies, pos, reals, rmin
-from proofs.lossless import accept_mass
+from verispec.proofs.core import Obligation, implies, pos, reals, rmin
+from verispec.proofs.lossless import accept_mass
 
 SIZES = range(2, 7)
-RELIED_ON_BY = ("reference.tree_speculative.verify_tree_sampled",)
+RELIED_ON_BY = ("verispec.reference.tree_speculative.verify_tree_sampled",)
 
 
 def _simplex(name: str, n: int) -> tuple[list[z3.ArithRef], list[z3.BoolRef]]:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import z3
 
-from proofs.core import Obligation, implies, rabs
+from verispec.proofs.core import Obligation, implies, rabs
 
-RHO = "reference.certificate.bisquare_rho"
-WEIGHT = "reference.certificate.bisquare_weight"
-BOWL = "reference.certificate.inside_bowl"
+RHO = "verispec.reference.certificate.bisquare_rho"
+WEIGHT = "verispec.reference.certificate.bisquare_weight"
+BOWL = "verispec.reference.certificate.inside_bowl"
 
 
 def rho(r: z3.ArithRef, c: z3.ArithRef) -> z3.ArithRef:

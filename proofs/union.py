@@ -26,11 +26,11 @@ from itertools import product
 
 import z3
 
-from proofs.core import Obligation, implies
+from verispec.proofs.core import Obligation, implies
 
-BOOLE = ("reference.conformal.bonferroni", "reference.conformal.margin_threshold")
-LEVEL = ("reference.conformal.bonferroni",)
-RISK = ("reference.conformal.margin_threshold", "reference.certificate.margin_admits")
+BOOLE = ("verispec.reference.conformal.bonferroni", "verispec.reference.conformal.margin_threshold")
+LEVEL = ("verispec.reference.conformal.bonferroni",)
+RISK = ("verispec.reference.conformal.margin_threshold", "verispec.reference.certificate.margin_admits")
 MAX_ATOMS_K = 6
 MAX_LAYERS = 16
 

@@ -49,11 +49,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
-from reference.conformal import PROMPT_CLAIM, bonferroni, exact_level, min_prompts, prompt_risk_threshold
-from reference.exit_head import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
-from reference.seams import TargetModel as Model
-from reference.errors import CalibrationError
+from verispec.reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
+from verispec.reference.conformal import PROMPT_CLAIM, bonferroni, exact_level, min_prompts, prompt_risk_threshold
+from verispec.reference.exit_head import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
+from verispec.reference.seams import TargetModel as Model
+from verispec.reference.errors import CalibrationError
 
 F32 = npt.NDArray[np.float32]
 FORMAT = "verispec-early-exit-calibration/2"

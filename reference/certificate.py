@@ -50,7 +50,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import CertificateError
+from verispec.reference.errors import CertificateError
 
 FloatArray = npt.NDArray[np.floating[Any]]
 ResidualKind = Literal["supnorm", "halfrange"]

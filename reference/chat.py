@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from reference.errors import VerispecError
+from verispec.reference.errors import VerispecError
 
 
 class ChatFormatError(VerispecError):

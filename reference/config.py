@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reference.errors import ModelError, UnsupportedArchitecture
+from verispec.reference.errors import ModelError, UnsupportedArchitecture
 
 if TYPE_CHECKING:
-    from reference.gguf import GGUFFile
+    from verispec.reference.gguf import GGUFFile
 
 ROPE_NORM = "norm"  # rotate adjacent pairs (x[2i], x[2i+1])            -- ggml rope mode 0
 ROPE_NEOX = "neox"  # rotate split halves  (x[i], x[i + rope_dim/2])    -- ggml rope mode 2

@@ -55,7 +55,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import CalibrationError
+from verispec.reference.errors import CalibrationError
 
 Level = Fraction | int | str | float
 

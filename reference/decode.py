@@ -42,12 +42,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from reference import speculative, tree_decode
-from reference.drafts import AdaptiveK, check_options
-from reference.sampling import sample, target_distribution
-from reference.seams import DraftContext, DraftSource, LawFn, TargetModel
-from reference.session import DecodeSession, GenerationRequest, GenerationResult
-from reference.tokenizer import Tokenizer
+from verispec.reference import speculative, tree_decode
+from verispec.reference.drafts import AdaptiveK, check_options
+from verispec.reference.sampling import sample, target_distribution
+from verispec.reference.seams import DraftContext, DraftSource, LawFn, TargetModel
+from verispec.reference.session import DecodeSession, GenerationRequest, GenerationResult
+from verispec.reference.tokenizer import Tokenizer
 
 
 # -- options and results --------------------------------------------------------------------------

@@ -49,18 +49,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from reference.draft_control import MeasuredCurve, best_k
-from reference.errors import DraftError
-from reference.sampling import SamplingParams, sample, target_distribution
-from reference.seams import Cache, TargetModel
-from reference.seams import DraftContext as DraftContext  # the draft seam (reference/seams.py)
-from reference.seams import DraftSource as DraftSource
-from reference.seams import LawFn as LawFn
-from reference.seams import Proposal as Proposal
-from reference.speculative import draft_law_rows
+from verispec.reference.draft_control import MeasuredCurve, best_k
+from verispec.reference.errors import DraftError
+from verispec.reference.sampling import SamplingParams, sample, target_distribution
+from verispec.reference.seams import Cache, TargetModel
+from verispec.reference.seams import DraftContext as DraftContext  # the draft seam (reference/seams.py)
+from verispec.reference.seams import DraftSource as DraftSource
+from verispec.reference.seams import LawFn as LawFn
+from verispec.reference.seams import Proposal as Proposal
+from verispec.reference.speculative import draft_law_rows
 
 if TYPE_CHECKING:
-    from reference.tokenizer import Tokenizer
+    from verispec.reference.tokenizer import Tokenizer
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -477,7 +477,7 @@ def make_draft(
     if spec.kind == "ngram":
         return NgramDraft()
     if spec.kind == "suffix":
-        from reference.suffix_draft import TREE_WIDTH, SuffixCache, SuffixDraft, vocab_fingerprint
+        from verispec.reference.suffix_draft import TREE_WIDTH, SuffixCache, SuffixDraft, vocab_fingerprint
 
         width = TREE_WIDTH if spec.tree else 0
         if cache_path is None:
@@ -489,9 +489,9 @@ def make_draft(
     if spec.kind == "layerskip":
         return LayerSkipDraft(target.config.n_layer, spec.layer)
     if spec.kind == "model":
-        from reference.gguf import GGUFFile
-        from reference.model import Model
-        from reference.tokenizer import Tokenizer
+        from verispec.reference.gguf import GGUFFile
+        from verispec.reference.model import Model
+        from verispec.reference.tokenizer import Tokenizer
 
         path = Path(spec.path)
         if not path.is_file():

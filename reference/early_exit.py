@@ -40,17 +40,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from reference.calibration import Calibration
-from reference.certificate import RESIDUAL_KINDS, ResidualKind, margin_admits, residual_admits, top2
-from reference.errors import CalibrationError, ModelError, SamplingError
-from reference.exit_head import GATE_KINDS as GATE_KINDS  # re-exported: the CLI and tests import them here
-from reference.exit_head import GateKind as GateKind
-from reference.exit_head import Lens as Lens
-from reference.exit_head import exit_logits as exit_logits
-from reference.exit_head import fit_lens as fit_lens
-from reference.seams import Cache, TargetModel
-from reference.session import DecodeSession, GenerationRequest, GenerationResult
-from reference.tokenizer import Tokenizer
+from verispec.reference.calibration import Calibration
+from verispec.reference.certificate import RESIDUAL_KINDS, ResidualKind, margin_admits, residual_admits, top2
+from verispec.reference.errors import CalibrationError, ModelError, SamplingError
+from verispec.reference.exit_head import GATE_KINDS as GATE_KINDS  # re-exported: the CLI and tests import them here
+from verispec.reference.exit_head import GateKind as GateKind
+from verispec.reference.exit_head import Lens as Lens
+from verispec.reference.exit_head import exit_logits as exit_logits
+from verispec.reference.exit_head import fit_lens as fit_lens
+from verispec.reference.seams import Cache, TargetModel
+from verispec.reference.session import DecodeSession, GenerationRequest, GenerationResult
+from verispec.reference.tokenizer import Tokenizer
 
 Model = TargetModel  # what early exit needs of a model: the one model seam (reference/seams.py)
 

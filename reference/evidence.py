@@ -29,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
-from reference.drafts import predicted_speedup
-from reference.generate import GenerationRequest, GenerationResult, generate
-from reference.sampling import target_distribution
-from reference.seams import DraftSource, LawFn, TargetModel
-from reference.tokenizer import Tokenizer
+from verispec.reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
+from verispec.reference.drafts import predicted_speedup
+from verispec.reference.generate import GenerationRequest, GenerationResult, generate
+from verispec.reference.sampling import target_distribution
+from verispec.reference.seams import DraftSource, LawFn, TargetModel
+from verispec.reference.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

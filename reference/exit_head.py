@@ -17,8 +17,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import CalibrationError
-from reference.seams import TargetModel
+from verispec.reference.errors import CalibrationError
+from verispec.reference.seams import TargetModel
 
 F32 = npt.NDArray[np.float32]
 GateKind = Literal["margin", "supnorm", "halfrange"]

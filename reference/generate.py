@@ -20,17 +20,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.chat import ChatFormat
-from reference.errors import ContextOverflow, ModelError
-from reference.sampling import sample, target_distribution
-from reference.seams import LawFn, TargetModel
-from reference.session import DecodeSession
-from reference.session import GenerationRequest as GenerationRequest  # re-exported: the request types
-from reference.session import GenerationResult as GenerationResult
-from reference.session import GenerationStats as GenerationStats
-from reference.session import StopStringText as StopStringText
-from reference.session import fit_context as fit_context
-from reference.tokenizer import Tokenizer
+from verispec.reference.chat import ChatFormat
+from verispec.reference.errors import ContextOverflow, ModelError
+from verispec.reference.sampling import sample, target_distribution
+from verispec.reference.seams import LawFn, TargetModel
+from verispec.reference.session import DecodeSession
+from verispec.reference.session import GenerationRequest as GenerationRequest  # re-exported: the request types
+from verispec.reference.session import GenerationResult as GenerationResult
+from verispec.reference.session import GenerationStats as GenerationStats
+from verispec.reference.session import StopStringText as StopStringText
+from verispec.reference.session import fit_context as fit_context
+from verispec.reference.tokenizer import Tokenizer
 
 F32 = npt.NDArray[np.float32]
 DrawFn = Callable[[npt.NDArray[np.float64], np.random.Generator], int]

@@ -39,9 +39,9 @@ from typing import Union
 import numpy as np
 import numpy.typing as npt
 
-from reference import quants
-from reference.errors import GGUFError, UnsupportedQuantType
-from reference.quants import GGMLType
+from verispec.reference import quants
+from verispec.reference.errors import GGUFError, UnsupportedQuantType
+from verispec.reference.quants import GGMLType
 
 __all__ = [
     "GGMLType",

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import ContextOverflow, ModelError
+from verispec.reference.errors import ContextOverflow, ModelError
 
 if TYPE_CHECKING:
-    from reference.config import Config
+    from verispec.reference.config import Config
 
 _INITIAL_SLOTS = 64
 

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM
-from reference.errors import ModelError
+from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM
+from verispec.reference.errors import ModelError
 
 F32 = npt.NDArray[np.float32]
 

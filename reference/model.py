@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 import numpy.typing as npt
 
-from reference import layers, tree_attention
-from reference.config import Config
-from reference.errors import ContextOverflow, ModelError
-from reference.kvcache import KVCache
+from verispec.reference import layers, tree_attention
+from verispec.reference.config import Config
+from verispec.reference.errors import ContextOverflow, ModelError
+from verispec.reference.kvcache import KVCache
 
 if TYPE_CHECKING:
-    from reference.gguf import GGUFFile
+    from verispec.reference.gguf import GGUFFile
 
 F32 = npt.NDArray[np.float32]
 Mask = npt.NDArray[np.bool_]
@@ -104,7 +104,7 @@ class Model:
         """
         started = time.perf_counter()
         if isinstance(path_or_file, (str, Path)):
-            from reference.gguf import GGUFFile
+            from verispec.reference.gguf import GGUFFile
 
             with GGUFFile.open(path_or_file) as f:
                 config, weights = _load(f)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from reference.errors import TokenizerError
+from verispec.reference.errors import TokenizerError
 
 # The Unicode White_Space property (PropList.txt), identical to llama.cpp's unicode_set_whitespace.
 WHITE_SPACE: frozenset[str] = frozenset(

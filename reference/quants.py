@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import GGUFError, UnsupportedQuantType
+from verispec.reference.errors import GGUFError, UnsupportedQuantType
 
 __all__ = [
     "GGMLType",

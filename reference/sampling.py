@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import SamplingError
+from verispec.reference.errors import SamplingError
 
 FloatArray = npt.NDArray[np.floating[Any]]
 Probs = npt.NDArray[np.float64]

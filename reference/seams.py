@@ -27,7 +27,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from reference.sampling import SamplingParams
+from verispec.reference.sampling import SamplingParams
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from reference.errors import ContextOverflow, ModelError, SamplingError
-from reference.sampling import SamplingParams
-from reference.seams import ModelConfig
-from reference.tokenizer import Tokenizer
+from verispec.reference.errors import ContextOverflow, ModelError, SamplingError
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.seams import ModelConfig
+from verispec.reference.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import VerificationError
-from reference.sampling import SamplingParams, inverse_cdf, target_distribution
-from reference.seams import BatchVerdict as BatchVerdict  # the verifier seam (reference/seams.py)
-from reference.seams import BatchVerifier as BatchVerifier
-from reference.seams import LawFn as LawFn
-from reference.seams import Verdict as Verdict
-from reference.seams import Verifier as Verifier
+from verispec.reference.errors import VerificationError
+from verispec.reference.sampling import SamplingParams, inverse_cdf, target_distribution
+from verispec.reference.seams import BatchVerdict as BatchVerdict  # the verifier seam (reference/seams.py)
+from verispec.reference.seams import BatchVerifier as BatchVerifier
+from verispec.reference.seams import LawFn as LawFn
+from verispec.reference.seams import Verdict as Verdict
+from verispec.reference.seams import Verifier as Verifier
 
 PROTOCOL_VERSION = 1
 

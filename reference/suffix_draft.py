@@ -40,17 +40,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reference.draft_control import MAX_ACCEPT, Calibration, VerifyCost, best_k, best_size
-from reference.errors import DraftError
-from reference.seams import DraftContext, Proposal
-from reference.tree_decode import TreeProposal, score_tree
-from reference.tree_speculative import DraftTree
+from verispec.reference.draft_control import MAX_ACCEPT, Calibration, VerifyCost, best_k, best_size
+from verispec.reference.errors import DraftError
+from verispec.reference.seams import DraftContext, Proposal
+from verispec.reference.tree_decode import TreeProposal, score_tree
+from verispec.reference.tree_speculative import DraftTree
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from reference.tokenizer import Tokenizer
+    from verispec.reference.tokenizer import Tokenizer
 
     F32 = npt.NDArray[np.float32]
 

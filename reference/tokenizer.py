@@ -51,11 +51,11 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Union, cast
 
-from reference import pretokenize as pre
-from reference import tokenizer_bpe as bpe
-from reference import tokenizer_spm as spm
-from reference.errors import TokenizerError
-from reference.gguf import GGUFFile, MetadataValue  # MetadataValue: str | int | float | bool | list[MetadataValue]
+from verispec.reference import pretokenize as pre
+from verispec.reference import tokenizer_bpe as bpe
+from verispec.reference import tokenizer_spm as spm
+from verispec.reference.errors import TokenizerError
+from verispec.reference.gguf import GGUFFile, MetadataValue  # MetadataValue: str | int | float | bool | list[MetadataValue]
 
 
 KEY = "tokenizer.ggml."

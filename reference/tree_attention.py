@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import ModelError
+from verispec.reference.errors import ModelError
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]

@@ -32,12 +32,12 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from reference import speculative
-from reference.errors import VerificationError
-from reference.sampling import SamplingParams, sample
-from reference.seams import LawFn
-from reference.tree_attention import is_chain
-from reference.tree_speculative import DraftTree, TreeVerdict, verify_tree_greedy, verify_tree_sampled
+from verispec.reference import speculative
+from verispec.reference.errors import VerificationError
+from verispec.reference.sampling import SamplingParams, sample
+from verispec.reference.seams import LawFn
+from verispec.reference.tree_attention import is_chain
+from verispec.reference.tree_speculative import DraftTree, TreeVerdict, verify_tree_greedy, verify_tree_sampled
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

@@ -56,9 +56,9 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import VerificationError
-from reference.sampling import inverse_cdf
-from reference.speculative import ArrayLike, Probs2D, _as_rows, _check_rows
+from verispec.reference.errors import VerificationError
+from verispec.reference.sampling import inverse_cdf
+from verispec.reference.speculative import ArrayLike, Probs2D, _as_rows, _check_rows
 
 TREE_PROTOCOL_VERSION = 1
 MAX_TREE_NODES = 4096  # a verification pass over more positions than this is a caller's bug

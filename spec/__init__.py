@@ -27,3 +27,8 @@
   trees, the known flaws, a float verifier integrated over the cells of its uniforms.
 - :mod:`spec.tree_mutants`: broken tree verifiers (each a known failure mode).
 """
+
+if __name__ != "verispec.spec":  # pragma: no cover - a guard, not a feature
+    # The one import root is `verispec`; `import spec` from a checkout would load a second copy
+    # of every module (two registries, two exception classes) and shadow a user's own `spec`.
+    raise ImportError(f"import verispec.spec, not {__name__}: verispec installs no top-level 'spec' package")

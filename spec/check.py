@@ -56,18 +56,18 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import VerificationError, VerispecError
-from reference.sampling import SamplingParams
-from reference.speculative import PROTOCOL_VERSION, BatchVerdict, BatchVerifier, Probs2D, Verdict, Verifier
-from spec.external import CommandTransport, ExternalError, Unsupported, WireImplementation, parse_verdict
-from spec.pipeline import Pipeline, RowsRequest
-from spec.law_only import NOT_APPLICABLE_REASON, applicable, batch_ignoring_uniforms, ignoring_uniforms
-from spec.properties import PROPERTY_NAMES, STAT_DESIGNS, as_verifier, run_properties
-from spec.sequential import BlockDraw, Budget, SequentialTest, final_state, run_interleaved, schedule, serial_draw, shard_blocks
-from spec.statistics import TV_BIAS
-from spec.vectors import KINDS, Json, VectorSet, compare
-from spec.vectors.gen_large import as_sampled_case
-from spec.vectors.wire import rows_request_from_json
+from verispec.reference.errors import VerificationError, VerispecError
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, BatchVerifier, Probs2D, Verdict, Verifier
+from verispec.spec.external import CommandTransport, ExternalError, Unsupported, WireImplementation, parse_verdict
+from verispec.spec.pipeline import Pipeline, RowsRequest
+from verispec.spec.law_only import NOT_APPLICABLE_REASON, applicable, batch_ignoring_uniforms, ignoring_uniforms
+from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS, as_verifier, run_properties
+from verispec.spec.sequential import BlockDraw, Budget, SequentialTest, final_state, run_interleaved, schedule, serial_draw, shard_blocks
+from verispec.spec.statistics import TV_BIAS
+from verispec.spec.vectors import KINDS, Json, VectorSet, compare
+from verispec.spec.vectors.gen_large import as_sampled_case
+from verispec.spec.vectors.wire import rows_request_from_json
 
 Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive"]
 EXIT_PASSED, EXIT_FAILED, EXIT_INCONCLUSIVE = 0, 1, 3  # 2: a usage error (verispec/cli.py)
@@ -622,7 +622,7 @@ def _run_sequential(
     """The designed statistical tests, group-sequentially (or one shard's blocks of them)."""
     verifier, batch, _ = parts
     if draw is None:
-        from spec.properties import as_batch
+        from verispec.spec.properties import as_batch
 
         draw = serial_draw(batch if batch is not None else as_batch(verifier), report.seed)
     began = time.perf_counter()

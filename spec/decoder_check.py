@@ -44,11 +44,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from reference.errors import VerispecError
-from reference.sampling import SamplingParams
-from spec.external import ExternalError
-from spec.decoder_law import F32, CachedLaw, LawVerdict, LogitsOf, Prefix, first_tokens_law, judge, sample_size
-from spec.vectors import Json
+from verispec.reference.errors import VerispecError
+from verispec.reference.sampling import SamplingParams
+from verispec.spec.external import ExternalError
+from verispec.spec.decoder_law import F32, CachedLaw, LawVerdict, LogitsOf, Prefix, first_tokens_law, judge, sample_size
+from verispec.spec.vectors import Json
 
 
 class DecoderEngine(Protocol):
@@ -275,9 +275,9 @@ class ReferenceDecoder:
         self.law = CachedLaw()
 
     def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
-        from reference.decode import SpeculativeOptions, speculative_generate
-        from reference.drafts import ModelDraft
-        from reference.session import GenerationRequest
+        from verispec.reference.decode import SpeculativeOptions, speculative_generate
+        from verispec.reference.drafts import ModelDraft
+        from verispec.reference.session import GenerationRequest
 
         rng = np.random.default_rng(seed)
         draft = ModelDraft(self.target, "model", params=self.draft_params)
@@ -289,8 +289,8 @@ class ReferenceDecoder:
         return out
 
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
-        from reference.generate import generate
-        from reference.session import GenerationRequest
+        from verispec.reference.generate import generate
+        from verispec.reference.session import GenerationRequest
 
         rng = np.random.default_rng(seed)
         out = []
@@ -305,10 +305,10 @@ class ReferenceDecoder:
         return logits(prefix) if split_at is None else logits.split_row(prefix, split_at)
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
-        from reference.decode import SpeculativeOptions, speculative_generate
-        from reference.drafts import NgramDraft
-        from reference.generate import generate
-        from reference.session import GenerationRequest
+        from verispec.reference.decode import SpeculativeOptions, speculative_generate
+        from verispec.reference.drafts import NgramDraft
+        from verispec.reference.generate import generate
+        from verispec.reference.session import GenerationRequest
 
         request = GenerationRequest(tuple(prompt_ids), SamplingParams(temperature=0.0), max_tokens=max_tokens)
         if not speculative:
@@ -325,12 +325,12 @@ class CommandEngine:
     """An engine behind a command speaking the ops of the module docstring."""
 
     def __init__(self, command: str, timeout: float) -> None:
-        from spec.external import CommandTransport, WireImplementation
+        from verispec.spec.external import CommandTransport, WireImplementation
 
         self.wire = WireImplementation(CommandTransport(command, timeout))
 
     def _samples(self, op: str, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
-        from spec.vectors.wire import params_to_json
+        from verispec.spec.vectors.wire import params_to_json
 
         out = self.wire.call(op, {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "m": m, "n": n, "seed": seed})
         samples = out.get("samples")
@@ -352,7 +352,7 @@ class CommandEngine:
 
     def offers(self, op: str) -> bool:
         """Probe an optional op with a one-id request (prefix [0])."""
-        from spec.external import Unsupported
+        from verispec.spec.external import Unsupported
 
         try:
             if op == "logits":

@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.sampling import SamplingParams, target_distribution
-from spec.statistics import ChiSquare, chi_square, power_of, required_sample_size
+from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.spec.statistics import ChiSquare, chi_square, power_of, required_sample_size
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.sampling import SamplingParams, sample
-from reference.speculative import verify_greedy, verify_sampled
-from spec.decoder_law import CachedLaw, LogitsOf
+from verispec.reference.sampling import SamplingParams, sample
+from verispec.reference.speculative import verify_greedy, verify_sampled
+from verispec.spec.decoder_law import CachedLaw, LogitsOf
 
 F64 = npt.NDArray[np.float64]
 

@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import VerispecError
-from spec.decoder_law import MAX_CELLS, LawVerdict, Prefix, well_formed
-from spec.statistics import MIN_EXPECTED, ChiSquare, chi2_sf, power_of, required_sample_size
+from verispec.reference.errors import VerispecError
+from verispec.spec.decoder_law import MAX_CELLS, LawVerdict, Prefix, well_formed
+from verispec.spec.statistics import MIN_EXPECTED, ChiSquare, chi2_sf, power_of, required_sample_size
 
 PILOT = 1000  # plain draws that pick the cells (a cell of mass 0.01 is seen ~10 times)
 

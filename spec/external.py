@@ -55,8 +55,8 @@ response, a response out of order, a crash or a response slower than the timeout
 This module holds both ends: :class:`CommandTransport` / :class:`WireImplementation` (the
 checker's side, adapting a program to the :class:`~reference.speculative.Verifier`,
 :class:`~reference.speculative.BatchVerifier` and :class:`~spec.pipeline.Pipeline` protocols)
-and :func:`serve` (a program's side): ``python -m spec.external --reference`` serves the
-reference, ``python -m spec.external --mutant NAME`` a mutant of :mod:`spec.mutants`.
+and :func:`serve` (a program's side): ``python -m verispec.spec.external --reference`` serves the
+reference, ``python -m verispec.spec.external --mutant NAME`` a mutant of :mod:`spec.mutants`.
 """
 
 from __future__ import annotations
@@ -77,12 +77,12 @@ from typing import IO, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import VerificationError, VerispecError
-from reference.sampling import SamplingParams
-from reference.speculative import PROTOCOL_VERSION, BatchVerdict, Probs2D, Verdict, verify_greedy, verify_sampled_batch
-from spec.pipeline import RowsRequest
-from spec.vectors import ANSWERS, Json
-from spec.vectors.wire import rows_request_from_json, rows_request_to_json
+from verispec.reference.errors import VerificationError, VerispecError
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, Probs2D, Verdict, verify_greedy, verify_sampled_batch
+from verispec.spec.pipeline import RowsRequest
+from verispec.spec.vectors import ANSWERS, Json
+from verispec.spec.vectors.wire import rows_request_from_json, rows_request_to_json
 
 REQUIRED_OPS: tuple[str, ...] = ("sampled", "sampled_batch", "greedy")
 OPTIONAL_OPS: tuple[str, ...] = ("rows", "target_law", "gate", "conformal_index", "dequantize")
@@ -580,7 +580,7 @@ def reference_handler(op: str, inp: Mapping[str, Any]) -> Json:
 
 def mutant_handler(name: str) -> Handler:
     """The reference with one mutant of :mod:`spec.mutants` in place of its verifier or pipeline."""
-    from spec.mutants import catalogue
+    from verispec.spec.mutants import catalogue
 
     by_name = {m.name: m for m in catalogue()}
     if name not in by_name:
@@ -624,10 +624,10 @@ def law_handler(handle: Handler, seed: int) -> Handler:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m spec.external (--reference | --mutant NAME | --list-mutants) [--law-only SEED]``: serve the wire
+    """``python -m verispec.spec.external (--reference | --mutant NAME | --list-mutants) [--law-only SEED]``: serve the wire
     protocol on stdin/stdout."""
     parser = argparse.ArgumentParser(
-        prog="python -m spec.external", description="Serve the verispec wire protocol (JSON lines on stdin/stdout)."
+        prog="python -m verispec.spec.external", description="Serve the verispec wire protocol (JSON lines on stdin/stdout)."
     )
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--reference", action="store_true", help="serve the reference implementation")
@@ -641,7 +641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.list_mutants:
-        from spec.mutants import catalogue
+        from verispec.spec.mutants import catalogue
 
         for mutant in catalogue():
             print(mutant.name)
@@ -649,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         handle = reference_handler if args.reference else mutant_handler(args.mutant)
     except VerispecError as exc:
-        print(f"spec.external: error: {exc}", file=sys.stderr)
+        print(f"verispec.spec.external: error: {exc}", file=sys.stderr)
         return 2
     if args.law_only is not None:
         return serve(law_handler(handle, args.law_only), sys.stdin.buffer, sys.stdout.buffer, ("sampled_law",))

@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from reference.speculative import BatchVerifier
-from spec.llm_rows import LlmCase, Rows, case_rng
+from verispec.reference.speculative import BatchVerifier
+from verispec.spec.llm_rows import LlmCase, Rows, case_rng
 
 ALL_TOKENS = 96  # probe every positive-weight token when there are at most this many
 PROBE_BUDGET = 1024  # evaluations per case, at most ...

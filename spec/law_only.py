@@ -36,8 +36,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from reference.speculative import BatchVerdict, BatchVerifier, Verdict, Verifier
-from spec.properties import PROPERTY_NAMES, STATISTICAL
+from verispec.reference.speculative import BatchVerdict, BatchVerifier, Verdict, Verifier
+from verispec.spec.properties import PROPERTY_NAMES, STATISTICAL
 
 DETERMINISTIC_LAW_PROPERTIES: tuple[str, ...] = ("contract", "range_and_mass")
 LAW_PROPERTIES: tuple[str, ...] = DETERMINISTIC_LAW_PROPERTIES + tuple(n for n in PROPERTY_NAMES if n in STATISTICAL)

@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from reference.sampling import SamplingParams, target_distribution
+from verispec.reference.sampling import SamplingParams, target_distribution
 
 Rows = npt.NDArray[np.float64]
 
@@ -244,7 +244,7 @@ REAL_PARAMS = (SamplingParams(temperature=0.7, top_p=0.95), SamplingParams(tempe
 def real_cases(seed: int = 20_261_130) -> tuple[LlmCase, ...]:
     """Cases from the stored real-model rows (:mod:`spec.real_rows`): drafts drawn from the
     draft's law (the exit head's row at the same params), read-only rows."""
-    from spec.real_rows import load_pairs
+    from verispec.spec.real_rows import load_pairs
 
     cases = []
     for index, pair in enumerate(load_pairs()):

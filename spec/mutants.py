@@ -2,7 +2,7 @@
 
 Each mutant is the reference with ONE realistic mistake, either in the verifier (row level: what
 it does with p, q, drafts and uniforms) or in the pipeline (how p and q are computed from logits
-before the verifier sees them). ``python -m spec.mutants [--json]`` runs every property of
+before the verifier sees them). ``python -m verispec.spec.mutants [--json]`` runs every property of
 :mod:`spec.properties` against the reference and every mutant and prints which properties killed
 each one; it exits 0 only if the reference passes everything and every mutant is killed.
 
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.sampling import SamplingParams, target_distribution
-from reference.speculative import (
+from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.reference.speculative import (
     BatchVerdict,
     BatchVerifier,
     Probs2D,
@@ -33,8 +33,8 @@ from reference.speculative import (
     verify_sampled,
     verify_sampled_batch,
 )
-from spec.pipeline import Pipeline, ReferencePipeline, RowsRequest
-from spec.properties import PropertyResult, as_verifier, run_properties
+from verispec.spec.pipeline import Pipeline, ReferencePipeline, RowsRequest
+from verispec.spec.properties import PropertyResult, as_verifier, run_properties
 
 
 @dataclass(frozen=True)
@@ -364,8 +364,8 @@ def _as_json(report: MutantReport) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m spec.mutants [--json] [--fail-fast] [--only NAME ...] [--scale S]``."""
-    parser = argparse.ArgumentParser(prog="python -m spec.mutants", description=__doc__.splitlines()[0])
+    """``python -m verispec.spec.mutants [--json] [--fail-fast] [--only NAME ...] [--scale S]``."""
+    parser = argparse.ArgumentParser(prog="python -m verispec.spec.mutants", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--fail-fast", action="store_true", help="stop each mutant at its first failing property")
     parser.add_argument("--only", nargs="+", metavar="PROPERTY", help="run only these properties")
@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         reference, reports = run_catalogue(fail_fast=args.fail_fast, only=args.only, scale=args.scale, log=log)
     except ValueError as exc:
-        print(f"spec.mutants: error: {exc}", file=sys.stderr)
+        print(f"verispec.spec.mutants: error: {exc}", file=sys.stderr)
         return 2
     killed = sum(r.killed for r in reports)
     ok = not reference.killed and killed == len(reports)

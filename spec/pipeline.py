@@ -15,8 +15,8 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from reference.sampling import SamplingParams
-from reference.speculative import Probs2D, speculative_rows, verification_mode
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.speculative import Probs2D, speculative_rows, verification_mode
 
 Mode = Literal["greedy", "sampled"]
 

@@ -46,9 +46,9 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import VerificationError
-from reference.sampling import SamplingParams, target_distribution
-from reference.speculative import (
+from verispec.reference.errors import VerificationError
+from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.reference.speculative import (
     BatchVerdict,
     BatchVerifier,
     Probs2D,
@@ -57,13 +57,13 @@ from reference.speculative import (
     verify_sampled,
     verify_sampled_batch,
 )
-from spec import exact
-from spec.llm_properties import LLM_EXACT, LLM_STATISTICS  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
-from spec.pipeline import Pipeline as Pipeline
-from spec.pipeline import ReferencePipeline as ReferencePipeline
-from spec.pipeline import RowsRequest
-from spec.sequential import StatDesign
-from spec.statistics import (
+from verispec.spec import exact
+from verispec.spec.llm_properties import LLM_EXACT, LLM_STATISTICS  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
+from verispec.spec.pipeline import Pipeline as Pipeline
+from verispec.spec.pipeline import ReferencePipeline as ReferencePipeline
+from verispec.spec.pipeline import RowsRequest
+from verispec.spec.sequential import StatDesign
+from verispec.spec.statistics import (
     ALPHA_BUDGET,
     TV_BIAS,
     chi_square,
@@ -919,7 +919,7 @@ STATISTICAL: frozenset[str] = frozenset(name for name in PROPERTY_NAMES if name.
 def strata_design(name: str) -> StatDesign:
     """A stratified LLM-scale test of :mod:`spec.strata` as a design: cells (accepted, stratum),
     designed against ``strata.design_tv(name)`` (``STRATA_TV``; 0.1 at V = 262,144, for cost)."""
-    from spec import strata
+    from verispec.spec import strata
 
     p, q = strata.rows_for(name)
 

@@ -1,6 +1,6 @@
 """Real target/draft row pairs from the two real models, stored small in ``spec/data``.
 
-Provenance. ``python -m spec.real_rows --build`` (needs the models: ``verispec models fetch``)
+Provenance. ``python -m verispec.spec.real_rows --build`` (needs the models: ``verispec models fetch``)
 runs the reference forward pass of each model on a fixed prompt, teacher-forced, and keeps for
 the last ``positions`` positions the full model's logits (the TARGET) and the logits of the
 model's own exit head after ``n_layer // 2`` layers (final norm + lm_head on the mid hidden state:
@@ -85,8 +85,8 @@ def load_pairs(path: Path = DATA) -> list[RealPair]:
 
 def build(out: Path = DATA) -> None:  # pragma: no cover - needs the real models
     """Run the models and write ``out`` (see the module docstring)."""
-    from reference.model import Model
-    from reference.tokenizer import Tokenizer
+    from verispec.reference.model import Model
+    from verispec.reference.tokenizer import Tokenizer
     from verispec.registry import resolve_model
 
     arrays: dict[str, npt.NDArray[np.generic]] = {}
@@ -115,7 +115,7 @@ def build(out: Path = DATA) -> None:  # pragma: no cover - needs the real models
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spec.real_rows", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m verispec.spec.real_rows", description=__doc__.splitlines()[0])
     parser.add_argument("--build", action="store_true", help="recompute spec/data/real_rows.npz from the models")
     args = parser.parse_args(argv)
     if args.build:

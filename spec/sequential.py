@@ -40,8 +40,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from reference.speculative import BatchVerifier
-from spec.statistics import POWER, ChiSquare, chi_square, power_of, required_sample_size
+from verispec.reference.speculative import BatchVerifier
+from verispec.spec.statistics import POWER, ChiSquare, chi_square, power_of, required_sample_size
 
 LOOKS = 7  # looks per test: after 1, 2, 4, ..., 64 blocks
 FINAL_SHARE = 0.5  # of the test's alpha spent at the final look (the rest split over the others)

@@ -27,9 +27,9 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from reference.speculative import BatchVerifier
-from spec.llm_rows import Rows, case_rng, normalized
-from spec.statistics import ChiSquare, chi_square, counts_of
+from verispec.reference.speculative import BatchVerifier
+from verispec.spec.llm_rows import Rows, case_rng, normalized
+from verispec.spec.statistics import ChiSquare, chi_square, counts_of
 
 STRATA: tuple[str, ...] = ("head", "body", "tail", "last", "outside")
 STRATA_TV = 0.03  # the smallest deviation of the (accepted, stratum) law each test must detect

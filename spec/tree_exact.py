@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from spec.exact import ONE, ZERO, Law, Model, Outcome, Row, accept_probability, add_to
+from verispec.spec.exact import ONE, ZERO, Law, Model, Outcome, Row, accept_probability, add_to
 
 Shape = tuple[int, ...]            # parents, parents[0] == -1
 TreeKey = tuple[Outcome, int, str]  # (accepted node path, token, kind)

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from reference.sampling import inverse_cdf
-from reference.speculative import ArrayLike, Probs2D
-from reference.tree_speculative import DraftTree, TreeVerdict, check_tree_inputs
+from verispec.reference.sampling import inverse_cdf
+from verispec.reference.speculative import ArrayLike, Probs2D
+from verispec.reference.tree_speculative import DraftTree, TreeVerdict, check_tree_inputs
 
 TreeVerifier = Callable[[DraftTree, ArrayLike, ArrayLike, ArrayLike], TreeVerdict]
 

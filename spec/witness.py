@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import VerispecError
-from reference.speculative import verify_sampled
-from spec import exact
-from spec.statistics import ALPHA_BUDGET, ChiSquare, chi_square, counts_of
+from verispec.reference.errors import VerispecError
+from verispec.reference.speculative import verify_sampled
+from verispec.spec import exact
+from verispec.spec.statistics import ALPHA_BUDGET, ChiSquare, chi_square, counts_of
 
 ROW_BITS = 20  # toy rows are multiples of 2^-20: exact in float64
 LAW_TOKENS = 2  # the exact law is computed for the first m = 2 emitted tokens

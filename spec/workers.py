@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference.speculative import BatchVerifier
-from spec.sequential import Counts, StatDesign, draw_block
+from verispec.reference.speculative import BatchVerifier
+from verispec.spec.sequential import Counts, StatDesign, draw_block
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ImplementationSpec:
 
     def build(self) -> object:
         """The implementation (a :class:`spec.check.Implementation`)."""
-        from spec.check import CommandImplementation, PythonImplementation
+        from verispec.spec.check import CommandImplementation, PythonImplementation
 
         if self.command is not None:
             return CommandImplementation(self.command, self.timeout, law_only=self.law_only)
@@ -50,7 +50,7 @@ _designs: dict[str, StatDesign] = {}
 
 def _start(spec: ImplementationSpec, seed: int) -> None:
     global _batch, _seed
-    from spec.properties import as_batch
+    from verispec.spec.properties import as_batch
 
     impl = spec.build()
     verifier, batch, _ = impl.verifier_parts()  # type: ignore[attr-defined]
@@ -58,7 +58,7 @@ def _start(spec: ImplementationSpec, seed: int) -> None:
 
 
 def _draw(name: str, block: int, size: int) -> list[int]:
-    from spec.properties import STAT_DESIGNS
+    from verispec.spec.properties import STAT_DESIGNS
 
     assert _batch is not None, "worker not started"
     if name not in _designs:

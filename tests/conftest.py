@@ -50,7 +50,7 @@ def model_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def smollm2_model(smollm2_path: Path) -> Any:
     """The dequantized reference model of smollm2-135m (loaded once per test session)."""
-    from reference.model import Model
+    from verispec.reference.model import Model
 
     return Model.load(smollm2_path)
 
@@ -58,14 +58,14 @@ def smollm2_model(smollm2_path: Path) -> Any:
 @pytest.fixture(scope="session")
 def gemma3_model(gemma3_path: Path) -> Any:
     """The dequantized reference model of gemma3-270m (loaded once per test session)."""
-    from reference.model import Model
+    from verispec.reference.model import Model
 
     return Model.load(gemma3_path)
 
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_path: Path) -> Any:
-    from reference.tokenizer import Tokenizer
+    from verispec.reference.tokenizer import Tokenizer
 
     return Tokenizer.from_file(smollm2_path)
 

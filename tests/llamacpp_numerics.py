@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference import layers
-from reference.config import ACT_GELU_TANH, ROPE_NEOX, ROPE_NORM
-from reference.gguf import GGUFFile
-from reference.model import Model
+from verispec.reference import layers
+from verispec.reference.config import ACT_GELU_TANH, ROPE_NEOX, ROPE_NORM
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
 
 F32 = npt.NDArray[np.float32]
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from reference.tokenizer_bpe import byte_to_unicode
+from verispec.reference.tokenizer_bpe import byte_to_unicode
 from tests.gguf_builder import F16, F32, Q8_0, VT, Array, Meta, Tensor, Value, build
 
 # -- the two seeds ---------------------------------------------------------------------------------
@@ -393,12 +393,12 @@ STAGES = ("parse", "inspect", "config", "tokenizer", "reference", "engine_f32", 
 def exercise(data: bytes) -> dict[str, str]:
     """Run ``data`` through every stage; stage -> "ok" or the typed error's class name. A stage
     after a failed one it depends on is "skipped". Untyped exceptions propagate."""
-    from engine import load_model
-    from reference.config import Config
-    from reference.errors import VerispecError
-    from reference.gguf import GGUFFile
-    from reference.model import Model
-    from reference.tokenizer import Tokenizer
+    from verispec.engine import load_model
+    from verispec.reference.config import Config
+    from verispec.reference.errors import VerispecError
+    from verispec.reference.gguf import GGUFFile
+    from verispec.reference.model import Model
+    from verispec.reference.tokenizer import Tokenizer
     from verispec.commands.inspect import _text, describe
 
     outcome = dict.fromkeys(STAGES, "skipped")

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from engine.bench import format_report
-from engine.bench_backends import variant_label
-from engine.fused import FUSED_BY_DEFAULT
+from verispec.engine.bench import format_report
+from verispec.engine.bench_backends import variant_label
+from verispec.engine.fused import FUSED_BY_DEFAULT
 from verispec import cli
 
 
@@ -80,7 +80,7 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
 
 
 def test_kernel_comparison_runs_each_coretype_in_a_child() -> None:
-    from engine.kernels import KERNELS, compare
+    from verispec.engine.kernels import KERNELS, compare
 
     results = compare([(64, 32), (32, 64)], rows=(1, 4), repeats=1, timeout_s=120)
     assert [r["coretype"] for r in results] == list(KERNELS)
@@ -92,7 +92,7 @@ def test_kernel_comparison_runs_each_coretype_in_a_child() -> None:
 
 
 def test_rss_probe_reports_a_child_peak(tiny_gguf: Any) -> None:
-    from engine.bench_backends import rss_probe
+    from verispec.engine.bench_backends import rss_probe
 
     path = tiny_gguf("llama")
     probe = rss_probe(path, "int8", "ort-q", steps=2, timeout_s=300)
@@ -111,11 +111,11 @@ def test_bench_refuses_an_unknown_prompt_kind(capsys: pytest.CaptureFixture[str]
 def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_path: Path) -> None:
     """`bench --early-exit CAL.json`: early exit against plain greedy on the same engine, with its
     depth statistics; the artifact must be for this model (CalibrationError otherwise)."""
-    from engine import load_model
-    from engine.bench import BenchOptions, run_bench
-    from reference.calibration import calibrate, file_sha256
-    from reference.errors import CalibrationError
-    from reference.tokenizer import Tokenizer
+    from verispec.engine import load_model
+    from verispec.engine.bench import BenchOptions, run_bench
+    from verispec.reference.calibration import calibrate, file_sha256
+    from verispec.reference.errors import CalibrationError
+    from verispec.reference.tokenizer import Tokenizer
 
     model = load_model(smollm2_path)
     tokenizer = Tokenizer.from_file(smollm2_path)
@@ -146,7 +146,7 @@ def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_pa
 
 
 def test_llama_cpp_columns_say_how_to_get_them_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine import bench_llama
+    from verispec.engine import bench_llama
 
     monkeypatch.setattr(bench_llama, "available", lambda: False)
     out = bench_llama.measure(Path("unused.gguf"), [("chat", "hi")], 4, 4, 1, 1)
@@ -156,7 +156,7 @@ def test_llama_cpp_columns_say_how_to_get_them_when_missing(monkeypatch: pytest.
 
 
 def test_llama_cpp_ratios_pair_prompts_and_skip_sampled_runs() -> None:
-    from engine import bench_llama
+    from verispec.engine import bench_llama
 
     llama = {"available": True,
              "plain": {"runs": [{"prompt": "a", "tok_s": 10.0}, {"prompt": "b", "tok_s": 40.0}]},

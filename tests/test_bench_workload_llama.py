@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from engine import bench, bench_llama
-from reference.chat import ChatFormat, ChatMessage
-from reference.generate import GenerationRequest
+from verispec.engine import bench, bench_llama
+from verispec.reference.chat import ChatFormat, ChatMessage
+from verispec.reference.generate import GenerationRequest
 from verispec.workload import WorkloadItem
 
 CHATML = ChatFormat("chatml", None, "<|im_end|>")
@@ -172,10 +172,10 @@ def test_real_llama_cpp_beside_a_small_workload(smollm2_path: Path) -> None:
     """The optional extra installed: both llama.cpp decoders run every greedy request on the same
     prompt ids, with the engine's thread count; every ratio is positive and finite."""
     pytest.importorskip("llama_cpp")
-    from engine.model import FastModel
-    from reference.chat import chat_format
-    from reference.gguf import GGUFFile
-    from reference.tokenizer import Tokenizer
+    from verispec.engine.model import FastModel
+    from verispec.reference.chat import chat_format
+    from verispec.reference.gguf import GGUFFile
+    from verispec.reference.tokenizer import Tokenizer
 
     with GGUFFile.open(smollm2_path) as f:
         model = FastModel.load(f)

@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.calibration import (
+from verispec.reference.calibration import (
     Calibration, Records, build, calibrate, default_depths, greedy_trajectory, score, split_for_lens,
 )
-from reference.certificate import halfrange_residual, supnorm_residual, top2
-from reference.conformal import prompt_risk_threshold
-from reference.early_exit import gate_admits
-from reference.errors import CalibrationError
-from reference.model import Model
+from verispec.reference.certificate import halfrange_residual, supnorm_residual, top2
+from verispec.reference.conformal import prompt_risk_threshold
+from verispec.reference.early_exit import gate_admits
+from verispec.reference.errors import CalibrationError
+from verispec.reference.model import Model
 from tests.tolerances import assert_within, forward_spread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +122,7 @@ def test_a_kind_with_too_few_prompts_refuses_everything_and_says_so() -> None:
 def test_artifact_round_trip_is_exact_and_atomic(tmp_path: Path) -> None:
     rec = synthetic_records(n_prompts=30, kinds=("chat", "code"))
     rng = np.random.default_rng(1)
-    from reference.early_exit import Lens
+    from verispec.reference.early_exit import Lens
 
     lens = Lens((3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
     cal = build(rec, q="0.999", model_sha256="b" * 64, model_name="m.gguf", n_layer=6, lens=lens, n_lens=7, ridge=0.5)
@@ -184,8 +184,8 @@ def test_a_nan_threshold_is_refused(tmp_path: Path) -> None:
 def test_the_pair_is_one_atomic_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed between the lens and the JSON, the old artifact (JSON + its lens) still loads; after
     a completed save only the new lens file is left."""
-    from reference import calibration as calibration_module
-    from reference.early_exit import Lens
+    from verispec.reference import calibration as calibration_module
+    from verispec.reference.early_exit import Lens
 
     rng = np.random.default_rng(2)
 

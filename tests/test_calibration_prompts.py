@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from reference.errors import CalibrationError
-from reference.prompt_kind import PROMPT_KINDS, prompt_kind
-from reference.conformal import min_prompts
+from verispec.reference.errors import CalibrationError
+from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
+from verispec.reference.conformal import min_prompts
 from verispec.calibration_prompts import DEFAULT_SEED, generate, generate_mix
 from verispec.commands.calibrate import hand_written_pool
 

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from reference.speculative import verify_greedy, verify_sampled, verify_sampled_batch
-from spec.check import CheckReport, CommandImplementation, PythonImplementation, as_verdict, property_names, run_check
-from spec.external import ExternalError
-from spec.mutants import catalogue
-from spec.properties import PROPERTY_NAMES, ReferencePipeline
-from spec.statistics import ALPHA_BUDGET, POWER
-from spec.vectors import DEFAULT_COUNT, DEFAULT_SEED, KINDS, VectorSet, build_vectors
+from verispec.reference.speculative import verify_greedy, verify_sampled, verify_sampled_batch
+from verispec.spec.check import CheckReport, CommandImplementation, PythonImplementation, as_verdict, property_names, run_check
+from verispec.spec.external import ExternalError
+from verispec.spec.mutants import catalogue
+from verispec.spec.properties import PROPERTY_NAMES, ReferencePipeline
+from verispec.spec.statistics import ALPHA_BUDGET, POWER
+from verispec.spec.vectors import DEFAULT_COUNT, DEFAULT_SEED, KINDS, VectorSet, build_vectors
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
-REFERENCE_CMD = f"{PY} -m spec.external --reference"
+REFERENCE_CMD = f"{PY} -m verispec.spec.external --reference"
 EXAMPLE_CMD = f"{PY} {REPO / 'examples' / 'external_verifier.py'}"
 COMMAND_SCALE = 0.02  # of the statistical N through a pipe (see the module docstring)
 STATISTICAL = [name for name in PROPERTY_NAMES if name.startswith("stat_")]
@@ -106,7 +106,7 @@ def test_example_external_verifier_passes(vectors: VectorSet) -> None:
 
 @pytest.mark.parametrize("mutant", [m.name for m in catalogue()])
 def test_every_mutant_served_as_a_command_is_rejected(mutant: str, vectors: VectorSet) -> None:
-    report = _run_command(f"{PY} -m spec.external --mutant {mutant}", vectors, fail_fast=True)
+    report = _run_command(f"{PY} -m verispec.spec.external --mutant {mutant}", vectors, fail_fast=True)
     assert not report.passed
     assert report.properties[-1].status == "failed" and len(report.failed) == 1  # stopped at the first
     assert report.properties[-1].name.startswith("vectors_"), report.properties[-1]  # replay kills it
@@ -119,7 +119,7 @@ def test_the_spec_properties_alone_kill_mutants_through_the_wire(mutant: str, ve
     """Without the vectors: the spec's own properties, carried by the wire adapter (single,
     batch and rows requests), still reject mutants of each kind (boundary, draw, pipeline)."""
     report = _run_command(
-        f"{PY} -m spec.external --mutant {mutant}", vectors, only=list(PROPERTY_NAMES), fail_fast=True
+        f"{PY} -m verispec.spec.external --mutant {mutant}", vectors, only=list(PROPERTY_NAMES), fail_fast=True
     )
     assert not report.passed and report.properties[-1].name in PROPERTY_NAMES
 
@@ -211,7 +211,7 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
     report = json.loads(ok.stdout)
     assert report["passed"] and [p["name"] for p in report["properties"]] == ["vectors_sampled", "vectors_greedy"]
     assert {"status", "n", "alpha", "power", "detail"} <= set(report["properties"][0])
-    bad = run("--verifier-cmd", f"{PY} -m spec.external --mutant always_accept", "--fail-fast", "--count", "4")
+    bad = run("--verifier-cmd", f"{PY} -m verispec.spec.external --mutant always_accept", "--fail-fast", "--count", "4")
     assert bad.returncode == 1 and "FAIL  vectors_sampled" in bad.stdout and "FAILED: vectors_sampled" in bad.stdout
     assert bad.stdout.count("FAIL  ") == 1 and "vectors_greedy" not in bad.stdout  # --fail-fast stopped there
     subprocess.run(
@@ -222,7 +222,7 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
     )
     py = run(
         "--verifier",
-        "reference.speculative:verify_sampled",
+        "verispec.reference.speculative:verify_sampled",
         "--vectors",
         str(tmp_path),
         "--only",
@@ -230,7 +230,7 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
         "contract",
     )
     assert py.returncode == 0 and "PASSED" in py.stdout, py.stdout + py.stderr
-    missing = run("--verifier", "reference.speculative:no_such_function")
+    missing = run("--verifier", "verispec.reference.speculative:no_such_function")
     assert missing.returncode == 2 and "no_such_function" in missing.stderr
 
 

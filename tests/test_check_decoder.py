@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.sampling import SamplingParams
-from spec.decoder_check import EngineLogits, LawCase, ReferenceDecoder, ReferenceLogits, check_greedy, check_law
-from spec.decoder_law import MemoLaw, first_tokens_law
-from spec.decoder_mutants import EOG_MUTANT, MUTANT_BUGS, DecoderBugs, LoopDecoder
-from spec.decoder_two_sample import check_two_sample, homogeneity
-from spec.statistics import ALPHA_BUDGET, POWER
+from verispec.reference.sampling import SamplingParams
+from verispec.spec.decoder_check import EngineLogits, LawCase, ReferenceDecoder, ReferenceLogits, check_greedy, check_law
+from verispec.spec.decoder_law import MemoLaw, first_tokens_law
+from verispec.spec.decoder_mutants import EOG_MUTANT, MUTANT_BUGS, DecoderBugs, LoopDecoder
+from verispec.spec.decoder_two_sample import check_two_sample, homogeneity
+from verispec.spec.statistics import ALPHA_BUDGET, POWER
 
 pytestmark = pytest.mark.model
 
@@ -58,7 +58,7 @@ def case(smollm2_tokenizer: Any) -> LawCase:
 
 def test_our_decode_loop_passes(logits: ReferenceLogits, case: LawCase, smollm2_tokenizer: Any) -> None:
     verdict = check_law(ReferenceDecoder(logits, smollm2_tokenizer, DRAFT, k=2), logits, case, alpha=ALPHA, tv=TV)
-    print(f"reference.decode: {verdict.detail} N={verdict.n} power={verdict.power:.4f}")
+    print(f"verispec.reference.decode: {verdict.detail} N={verdict.n} power={verdict.power:.4f}")
     assert verdict.power >= POWER
     assert verdict.passed, verdict.detail
 
@@ -323,7 +323,7 @@ def test_llama_cpp_prompt_lookup_greedy(smollm2_path: Any, smollm2_tokenizer: An
     Kept cheap for `make test` (the bench's "repetitive" prompt, 16 tokens: prompt lookup's drafts
     are accepted there); the five bench prompts at 48 tokens took ~13 min at load ~14 and are run by
     hand (README: `check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy`)."""
-    from engine.bench import PROMPTS
+    from verispec.engine.bench import PROMPTS
     from examples.llama_cpp_decoder import prompt_lookup
 
     engine = prompt_lookup(smollm2_path)
@@ -361,8 +361,8 @@ def test_command_engine_speaks_the_engine_ops(tmp_path: Any) -> None:
     logits op is seen as not reporting logits; a non-finite row is rejected with a typed error."""
     import sys
 
-    from spec.decoder_check import CommandEngine, reports_logits
-    from spec.external import ExternalError
+    from verispec.spec.decoder_check import CommandEngine, reports_logits
+    from verispec.spec.external import ExternalError
 
     stub = tmp_path / "engine.py"
     stub.write_text(STUB_ENGINE)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from reference.config import MAX_CONTEXT_LENGTH, Config
-from reference.errors import ModelError
-from reference.gguf import GGUFFile, GGUFLimitExceeded
-from reference.model import Model
+from verispec.reference.config import MAX_CONTEXT_LENGTH, Config
+from verispec.reference.errors import ModelError
+from verispec.reference.gguf import GGUFFile, GGUFLimitExceeded
+from verispec.reference.model import Model
 from tests.gguf_builder import F32, VT, Meta, Tensor, Value
 from tests.model_corpus import SEEDS, ModelFile
 from verispec.cli import main

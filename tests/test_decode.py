@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.decode import SpeculativeOptions, speculative_generate
-from reference.drafts import DraftSource, LayerSkipDraft, ModelDraft, NgramDraft, make_draft, parse_draft_spec
-from reference.errors import DraftError
-from reference.generate import GenerationRequest, generate
-from reference.model import Model
-from reference.sampling import SamplingParams
+from verispec.reference.decode import SpeculativeOptions, speculative_generate
+from verispec.reference.drafts import DraftSource, LayerSkipDraft, ModelDraft, NgramDraft, make_draft, parse_draft_spec
+from verispec.reference.errors import DraftError
+from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.draft_control import CALIBRATION_BOUNDS, EWMA, MAX_ACCEPT, Calibration, VerifyCost, best_k, expected_accepted
+from verispec.reference.draft_control import CALIBRATION_BOUNDS, EWMA, MAX_ACCEPT, Calibration, VerifyCost, best_k, expected_accepted
 
 
 def brute_best(accept: list[float], cost: VerifyCost) -> int:
@@ -86,7 +86,7 @@ def test_cost_is_robust_to_noise_and_monotone() -> None:
 
 @pytest.mark.parametrize("per_row", [0.0, 0.1, 0.3, 1.0])
 def test_best_size_maximizes_expected_tokens_per_cost(per_row: float) -> None:
-    from reference.draft_control import best_size
+    from verispec.reference.draft_control import best_size
 
     cost = VerifyCost(prior_row_cost=per_row)
     for reach in ([0.9, 0.5, 0.44, 0.3, 0.2, 0.1], [0.31, 0.29, 0.28], [], [0.99] * 10, [0.5, 0.05, 0.01]):

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from reference.drafts import (
+from verispec.reference.drafts import (
     NGRAM_MIN, AdaptiveK, DraftSpec, NgramDraft, check_exit_layer, check_options, check_same_vocab, lookup,
     parse_draft_spec,
     predicted_speedup,
 )
-from reference.errors import DraftError
-from reference.tokenizer import Tokenizer
+from verispec.reference.errors import DraftError
+from verispec.reference.tokenizer import Tokenizer
 
 
 def test_lookup_longest_most_recent() -> None:

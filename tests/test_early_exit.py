@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.calibration import Calibration, DepthCalibration
-from reference.certificate import top2
-from reference.early_exit import ExitStats, exit_logits, fit_lens, gate_admits, generate_early_exit
-from reference.errors import CalibrationError, SamplingError
-from reference.generate import GenerationRequest, generate
-from reference.model import Model
-from reference.sampling import SamplingParams
+from verispec.reference.calibration import Calibration, DepthCalibration
+from verispec.reference.certificate import top2
+from verispec.reference.early_exit import ExitStats, exit_logits, fit_lens, gate_admits, generate_early_exit
+from verispec.reference.errors import CalibrationError, SamplingError
+from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
 from tests.tolerances import assert_within, gamma
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -156,7 +156,7 @@ def test_the_prompt_kind_picks_its_own_thresholds(tiny_gguf: Any) -> None:
     +inf) and an uncalibrated kind admit none; no kind means the pooled thresholds."""
     from dataclasses import replace
 
-    from reference.calibration import KindCalibration
+    from verispec.reference.calibration import KindCalibration
 
     model = tiny(tiny_gguf, seed=3)
     tok: Any = ByteTokenizer()

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference.calibration import Records
+from verispec.reference.calibration import Records
 from verispec.early_exit_shift import compare, main, folds_of, of_prompts, renumbered, with_hand_written
 from verispec.measure_early_exit import load_records, save_records, verdict
 

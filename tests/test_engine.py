@@ -27,17 +27,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import load_model
-from engine.generate import generate as fast_generate
-from engine.model import FastModel
-from engine.weights import InsufficientMemory, check_fits, estimate_bytes
-from reference import sampling as ref_sampling
-from reference.errors import ContextOverflow, ModelError
-from reference.generate import GenerationRequest
-from reference.gguf import GGUFFile
-from reference.model import Model
-from reference.sampling import SamplingParams
-from reference.tokenizer import Tokenizer
+from verispec.engine import load_model
+from verispec.engine.generate import generate as fast_generate
+from verispec.engine.model import FastModel
+from verispec.engine.weights import InsufficientMemory, check_fits, estimate_bytes
+from verispec.reference import sampling as ref_sampling
+from verispec.reference.errors import ContextOverflow, ModelError
+from verispec.reference.generate import GenerationRequest
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.tokenizer import Tokenizer
 from tests.conftest import GOLDEN_KEYS
 from tests.tolerances import ForwardSpread, assert_within, forward_spread, truncated
 
@@ -240,7 +240,7 @@ def test_synthetic_quantized_llamas_match_reference(tmp_path: Path, variant: str
 
 
 def test_architectures_the_fast_engine_lacks_run_on_the_reference(tmp_path: Path) -> None:
-    from reference.errors import UnsupportedArchitecture
+    from verispec.reference.errors import UnsupportedArchitecture
     from tests.synthetic import write_synthetic
 
     path = tmp_path / "phi3.gguf"

@@ -31,19 +31,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import load_model
-from engine import matmul as mm
-from engine import sampling as fast_sampling
-from engine.blocks import LOSSLESS_TYPES, KernelBlocks, NotBlockQuantized, concat, repack
-from engine.fused import FUSED_BY_DEFAULT
-from engine.generate import generate as fast_generate
-from engine.model import FastModel
-from reference import quants
-from reference.errors import ModelError
-from reference.generate import GenerationRequest
-from reference.gguf import GGUFFile
-from reference.model import Model
-from reference.sampling import SamplingParams
+from verispec.engine import load_model
+from verispec.engine import matmul as mm
+from verispec.engine import sampling as fast_sampling
+from verispec.engine.blocks import LOSSLESS_TYPES, KernelBlocks, NotBlockQuantized, concat, repack
+from verispec.engine.fused import FUSED_BY_DEFAULT
+from verispec.engine.generate import generate as fast_generate
+from verispec.engine.model import FastModel
+from verispec.reference import quants
+from verispec.reference.errors import ModelError
+from verispec.reference.generate import GenerationRequest
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
 from tests.conftest import GOLDEN_KEYS
 from tests.tolerances import assert_within, forward_spread
 
@@ -250,9 +250,9 @@ def test_int8_mode_compared_with_the_reference_like_llama_cpp(
 
 @pytest.mark.model
 def test_int8_speculative_equals_plain(int8_models: dict[str, FastModel], smollm2_path: Path) -> None:
-    from reference.decode import SpeculativeOptions, speculative_generate
-    from reference.drafts import make_draft, parse_draft_spec
-    from reference.tokenizer import Tokenizer
+    from verispec.reference.decode import SpeculativeOptions, speculative_generate
+    from verispec.reference.drafts import make_draft, parse_draft_spec
+    from verispec.reference.tokenizer import Tokenizer
 
     model = int8_models["smollm2-135m"]
     tokenizer = Tokenizer.from_file(smollm2_path)
@@ -307,9 +307,9 @@ def test_int8_early_exit_full_depth_tokens_are_the_int8_models(int8_models: dict
     (exits at layers 16/22/26 of 30) makes some tokens exit and some run every layer."""
     from fractions import Fraction
 
-    from reference.calibration import Calibration, DepthCalibration
-    from reference.early_exit import generate_early_exit
-    from reference.tokenizer import Tokenizer
+    from verispec.reference.calibration import Calibration, DepthCalibration
+    from verispec.reference.early_exit import generate_early_exit
+    from verispec.reference.tokenizer import Tokenizer
 
     model = int8_models["smollm2-135m"]
     tokenizer = Tokenizer.from_file(smollm2_path)

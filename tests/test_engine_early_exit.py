@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.model import FastModel
-from reference.calibration import Calibration, DepthCalibration
-from reference.early_exit import generate_early_exit
-from reference.generate import GenerationRequest
-from reference.model import Model
-from reference.sampling import SamplingParams
+from verispec.engine.model import FastModel
+from verispec.reference.calibration import Calibration, DepthCalibration
+from verispec.reference.early_exit import generate_early_exit
+from verispec.reference.generate import GenerationRequest
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
 
 
 def _calibration(n_layer: int, threshold: float, gate: Any) -> Calibration:

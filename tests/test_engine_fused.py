@@ -29,16 +29,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import fused as fused_mod
-from engine import matmul as mm
-from engine.blocks import LOSSLESS_TYPES, repack
-from engine.matmul import OrtGraph
-from engine.model import FastModel
-from reference import quants
-from reference.config import Config
-from reference.errors import ModelError
-from reference.gguf import GGUFFile
-from reference.model import Model
+from verispec.engine import fused as fused_mod
+from verispec.engine import matmul as mm
+from verispec.engine.blocks import LOSSLESS_TYPES, repack
+from verispec.engine.matmul import OrtGraph
+from verispec.engine.model import FastModel
+from verispec.reference import quants
+from verispec.reference.config import Config
+from verispec.reference.errors import ModelError
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
 from tests.test_engine_backends import _blocks
 from tests.tolerances import assert_within, forward_spread
 
@@ -212,7 +212,7 @@ if __name__ == "__main__":  # the child of test_int8_rows_are_invariant_bit_for_
     import json
     import sys
 
-    from engine import ort_pool
+    from verispec.engine import ort_pool
 
     paths = [Path(a) for a in sys.argv[1:]]
     checks = [rows_are_invariant(path, fused) for path in paths for fused in (True, False)]
@@ -225,7 +225,7 @@ def test_fused_bench_reports_both_paths(tiny_gguf: Any, capsys: pytest.CaptureFi
     import json
     import math
 
-    from engine import fused_bench
+    from verispec.engine import fused_bench
 
     path = tiny_gguf("llama", n_vocab=6400)  # the bench prompt ids go up to 6354
     report = fused_bench.compare(path, steps=2, repeats=1)

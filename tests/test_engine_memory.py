@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import matmul
-from engine.bench_backends import rss_probe
+from verispec.engine import matmul
+from verispec.engine.bench_backends import rss_probe
 
 pytestmark = pytest.mark.skipif(not matmul.ort_available(), reason="onnxruntime/onnx not installed")
 

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import sampling as fast
-from reference import sampling as ref
-from reference.errors import SamplingError
-from reference.sampling import SamplingParams
+from verispec.engine import sampling as fast
+from verispec.reference import sampling as ref
+from verispec.reference.errors import SamplingError
+from verispec.reference.sampling import SamplingParams
 from tests.profiles import examples
 
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from engine import sampling as fast_sampling
-from engine.model import FastModel
-from reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
-from reference.drafts import make_draft, parse_draft_spec
-from reference.generate import GenerationRequest
-from reference.model import Model
-from reference.sampling import SamplingParams
+from verispec.engine import sampling as fast_sampling
+from verispec.engine.model import FastModel
+from verispec.reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
+from verispec.reference.drafts import make_draft, parse_draft_spec
+from verispec.reference.generate import GenerationRequest
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
 
 
 def _trace(result: SpeculativeResult) -> list[tuple[Any, ...]]:

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.chat import chat_format
-from reference.errors import ContextOverflow, ModelError, SamplingError
-from reference.generate import GenerationRequest, encode_prompt, fit_context, generate, prompt_logits
-from reference.gguf import GGUFFile
-from reference.sampling import SamplingParams
+from verispec.reference.chat import chat_format
+from verispec.reference.errors import ContextOverflow, ModelError, SamplingError
+from verispec.reference.generate import GenerationRequest, encode_prompt, fit_context, generate, prompt_logits
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.sampling import SamplingParams
 from verispec import cli
 from tests.tolerances import assert_within, forward_spread
 from verispec.commands import generate as generate_command
@@ -297,7 +297,7 @@ def test_cli_loads_a_model_for_real(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_prompt_logits_refuses_overlong(tiny_gguf: Any) -> None:
-    from reference.model import Model
+    from verispec.reference.model import Model
 
     model = Model.load(tiny_gguf("llama", context_length=8))
     with pytest.raises(ContextOverflow):

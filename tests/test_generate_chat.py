@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from reference.chat import ChatFormat, ChatFormatError, ChatMessage, chat_format
-from reference.gguf import GGUFFile
+from verispec.reference.chat import ChatFormat, ChatFormatError, ChatMessage, chat_format
+from verispec.reference.gguf import GGUFFile
 
 SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 SMOL_TEMPLATE = (

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.errors import UnsupportedQuantType
-from reference.gguf import (
+from verispec.reference.errors import UnsupportedQuantType
+from verispec.reference.gguf import (
     GGMLType,
     GGUFBadMetadataType,
     GGUFClosed,

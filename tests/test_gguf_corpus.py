@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from reference.errors import GGUFError
-from reference.gguf import (
+from verispec.reference.errors import GGUFError
+from verispec.reference.gguf import (
     GGUFBadAlignment,
     GGUFBadKey,
     GGUFBadMagic,

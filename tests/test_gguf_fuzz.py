@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference.errors import GGUFError
-from reference.gguf import GGUFFile
+from verispec.reference.errors import GGUFError
+from verispec.reference.gguf import GGUFFile
 from tests.gguf_builder import small_model
 from tests.profiles import examples
 

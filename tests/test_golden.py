@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference import layers
-from reference.gguf import GGUFFile
-from reference.model import Model
+from verispec.reference import layers
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
 from tests.conftest import GOLDEN, GOLDEN_KEYS
 
 pytestmark = [pytest.mark.model, pytest.mark.oracle, pytest.mark.usefixtures("blas_single_thread")]

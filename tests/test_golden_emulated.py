@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.model import Model
+from verispec.reference.model import Model
 from tests.conftest import GOLDEN_KEYS
 from tests.llamacpp_numerics import EmulatedModel, Numerics, emulated_forward, new_cache
 

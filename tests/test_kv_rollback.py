@@ -18,11 +18,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from reference.decode import SpeculativeOptions, speculative_generate
-from reference.drafts import DraftContext, DraftSource, LayerSkipDraft, ModelDraft, NgramDraft, Proposal
-from reference.generate import GenerationRequest
-from reference.model import Model
-from reference.sampling import SamplingParams
+from verispec.reference.decode import SpeculativeOptions, speculative_generate
+from verispec.reference.drafts import DraftContext, DraftSource, LayerSkipDraft, ModelDraft, NgramDraft, Proposal
+from verispec.reference.generate import GenerationRequest
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
 from tests.test_decode import FakeTokenizer
 from tests.tolerances import assert_within, forward_spread
 

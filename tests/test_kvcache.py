@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.errors import ContextOverflow, ModelError
-from reference.model import Model
+from verispec.reference.errors import ContextOverflow, ModelError
+from verispec.reference.model import Model
 from tests.tolerances import assert_within, forward_spread
 
 TOKENS = [5, 17, 3, 60, 22, 9, 9, 41, 0, 33, 12, 7, 7, 7, 50]

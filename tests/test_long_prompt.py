@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference import layers
+from verispec.reference import layers
 from tests.conftest import write_tiny_gguf
 
 N_HEAD, N_HEAD_KV, N_EMBD, N_FF, N_LAYER, N_VOCAB = 4, 2, 32, 48, 3, 64
@@ -57,7 +57,7 @@ def test_the_bound_would_catch_an_unblocked_attention() -> None:
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_a_long_span_costs_memory_linear_in_its_length(tmp_path: Path, engine: str, blas_single_thread: Any) -> None:
-    from engine import load_model
+    from verispec.engine import load_model
 
     path = write_tiny_gguf(tmp_path / "long.gguf", n_vocab=N_VOCAB, n_embd=N_EMBD, n_layer=N_LAYER, n_head=N_HEAD,
                            n_head_kv=N_HEAD_KV, n_ff=N_FF, context_length=T)

@@ -19,12 +19,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from reference import speculative
-from reference.decode import SpeculativeOptions, speculative_generate
-from reference.drafts import ModelDraft, NgramDraft
-from reference.generate import GenerationRequest, generate
-from reference.model import Model
-from reference.sampling import SamplingParams, target_distribution
+from verispec.reference import speculative
+from verispec.reference.decode import SpeculativeOptions, speculative_generate
+from verispec.reference.drafts import ModelDraft, NgramDraft
+from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams, target_distribution
 from tests.test_decode import FakeTokenizer
 
 F64 = npt.NDArray[np.float64]

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference import layers
-from reference.config import Config
-from reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
-from reference.gguf import GGUFFile
-from reference.model import Model
+from verispec.reference import layers
+from verispec.reference.config import Config
+from verispec.reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
 from tests.tolerances import (
     assert_within,
     forward_spread,

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.model import Model
-from reference.tokenizer import Tokenizer
+from verispec.reference.model import Model
+from verispec.reference.tokenizer import Tokenizer
 from tests.hf_oracle import hf_logits, load_hf_model
 
 # One BLAS thread (conftest.blas_single_thread): the token-by-token decode is many small matmuls,

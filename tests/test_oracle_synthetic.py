@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.config import ROPE_NEOX, ROPE_NORM
-from reference.gguf import GGUFFile
-from reference.model import Model
-from reference.tokenizer import Tokenizer
+from verispec.reference.config import ROPE_NEOX, ROPE_NORM
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
+from verispec.reference.tokenizer import Tokenizer
 from tests.hf_oracle import build_hf_gemma4, hf_logits, load_hf_model
 from tests.synthetic import GEMMA4_HF_CONFIG, VARIANTS, write_synthetic
 from verispec.cli import main as verispec_main
@@ -175,7 +175,7 @@ def test_cli_default_engine_runs_every_architecture(synthetic: dict[str, Any], c
     """`verispec generate` with the default `--engine fast` works on every synthetic file; an
     architecture the fast engine does not implement runs on the reference with a one-line note on
     stderr (never a silent switch), and gives the same greedy tokens as `--engine reference`."""
-    from engine import FAST_ARCHITECTURES
+    from verispec.engine import FAST_ARCHITECTURES
 
     path = str(synthetic["path"])
     args = ["generate", "--model", path, "--prompt", PROMPTS[0], "--max-tokens", "4", "--temperature", "0", "--json"]

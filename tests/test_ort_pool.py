@@ -18,18 +18,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import matmul as mm
-from engine import ort_pool
-from reference.errors import ModelError
+from verispec.engine import matmul as mm
+from verispec.engine import ort_pool
+from verispec.reference.errors import ModelError
 
 pytestmark = pytest.mark.skipif(not mm.ort_available(), reason="onnxruntime not installed (extra `fast`)")
 
 CHILD = """
 import sys
 import numpy as np
-from engine import matmul as mm
-from engine.blocks import repack
-from reference import quants
+from verispec.engine import matmul as mm
+from verispec.engine.blocks import repack
+from verispec.reference import quants
 rng = np.random.default_rng(7)
 shape = (1536, 576)  # SmolLM2's gate/up width: large enough for MLAS to split it between threads
 w = rng.standard_normal(shape).astype(np.float32)

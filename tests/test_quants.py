@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference import quants
-from reference.errors import GGUFError, UnsupportedQuantType
-from reference.quants import GGMLType
+from verispec.reference import quants
+from verispec.reference.errors import GGUFError, UnsupportedQuantType
+from verispec.reference.quants import GGMLType
 from tests.profiles import examples
 
 pytestmark = pytest.mark.oracle

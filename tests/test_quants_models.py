@@ -14,8 +14,8 @@ import gguf
 import numpy as np
 import pytest
 
-from reference import quants
-from reference.gguf import GGUFFile
+from verispec.reference import quants
+from verispec.reference.gguf import GGUFFile
 from tests import gguf_oracle
 
 pytestmark = [pytest.mark.model, pytest.mark.oracle]

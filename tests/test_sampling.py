@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.errors import SamplingError
-from reference.sampling import (
+from verispec.reference.errors import SamplingError
+from verispec.reference.sampling import (
     SamplingParams,
     greedy_token,
     inverse_cdf,

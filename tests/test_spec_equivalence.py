@@ -26,14 +26,14 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from reference.decode import SpeculativeOptions, speculative_generate
-from reference.drafts import DraftSource, ModelDraft, make_draft, parse_draft_spec
-from reference.generate import GenerationRequest, generate
-from reference.model import Model
-from reference.sampling import SamplingParams, target_distribution
-from reference.tokenizer import Tokenizer
-from spec.decoder_check import MemoTargetModel, ReferenceLogits
-from spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
+from verispec.reference.decode import SpeculativeOptions, speculative_generate
+from verispec.reference.drafts import DraftSource, ModelDraft, make_draft, parse_draft_spec
+from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.reference.tokenizer import Tokenizer
+from verispec.spec.decoder_check import MemoTargetModel, ReferenceLogits
+from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
 from tests.conftest import GOLDEN_KEYS
 from tests.tolerances import forward_spread
 

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.decode import SpeculativeOptions, speculative_generate
-from reference.drafts import DraftSpec, make_draft, parse_draft_spec
-from reference.errors import DraftError
-from reference.generate import GenerationRequest, generate
-from reference.sampling import SamplingParams
-from reference.suffix_draft import SuffixCache, SuffixDraft, SuffixTree, walk
+from verispec.reference.decode import SpeculativeOptions, speculative_generate
+from verispec.reference.drafts import DraftSpec, make_draft, parse_draft_spec
+from verispec.reference.errors import DraftError
+from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.suffix_draft import SuffixCache, SuffixDraft, SuffixTree, walk
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -248,7 +248,7 @@ class _FakeTokenizer:
 
 @pytest.mark.parametrize("k", [1, 4])
 def test_greedy_suffix_equals_plain_on_a_tiny_model(tiny_gguf: Callable[..., Path], k: int) -> None:
-    from reference.model import Model
+    from verispec.reference.model import Model
 
     model = Model.load(tiny_gguf("llama", n_vocab=32, n_layer=2, weight_scale=1.0, seed=3))
     tok: Any = _FakeTokenizer()
@@ -265,9 +265,9 @@ def test_greedy_suffix_equals_plain_on_a_tiny_model(tiny_gguf: Callable[..., Pat
 @pytest.mark.model
 def test_greedy_suffix_equals_plain_on_smollm2(smollm2_path: Path, tmp_path: Path) -> None:
     """On the real model, with a persisted cache across two requests (the second repeats the first)."""
-    from engine import load_model
-    from engine.sampling import target_distribution
-    from reference.tokenizer import Tokenizer
+    from verispec.engine import load_model
+    from verispec.engine.sampling import target_distribution
+    from verispec.reference.tokenizer import Tokenizer
 
     model: Any = load_model(smollm2_path)
     tokenizer = Tokenizer.from_file(smollm2_path)
@@ -293,7 +293,7 @@ def test_greedy_suffix_equals_plain_on_smollm2(smollm2_path: Path, tmp_path: Pat
 
 
 def test_estimates_are_smoothed_frequencies() -> None:
-    from reference.suffix_draft import Step, walk_steps
+    from verispec.reference.suffix_draft import Step, walk_steps
 
     text = [1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 4, 0, 1, 2]
     steps = walk_steps([tree_of(text, 8)], text, 2, max_match=2, min_match=2)
@@ -304,7 +304,7 @@ def test_estimates_are_smoothed_frequencies() -> None:
 def test_control_verifies_only_what_pays() -> None:
     """A context seen once (estimate 1/2) under a steep cost curve is not worth a wide pass: the
     draft proposes fewer tokens than the walk found, and none when rows are very expensive."""
-    from reference.draft_control import VerifyCost
+    from verispec.reference.draft_control import VerifyCost
 
     text = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6]
     cheap, steep = SuffixDraft(), SuffixDraft()
@@ -326,7 +326,7 @@ def _raw(estimates: list[float], buckets: list[int]) -> list[float]:
 @given(text=texts_st, depth=st.integers(2, 8), max_depth=st.integers(1, 10))
 def test_width_one_tree_is_the_walk(text: list[int], depth: int, max_depth: int) -> None:
     """A width-1 tree grown without a node limit is the walk's chain (same tokens, same order)."""
-    from reference.suffix_draft import grow_tree
+    from verispec.reference.suffix_draft import grow_tree
 
     tree = tree_of(text, depth)
     nodes = grow_tree([tree], text, max_depth, 64, 1, _raw)
@@ -341,8 +341,8 @@ def test_tree_is_best_first(text: list[int], depth: int, max_depth: int, width: 
     """Parents first, reach nonincreasing along the list, siblings distinct and each a continuation
     actually observed after the node's context; a node's reach is its parent's times its own
     estimate (siblings scaled to at most MAX_ACCEPT together)."""
-    from reference.draft_control import MAX_ACCEPT
-    from reference.suffix_draft import grow_tree
+    from verispec.reference.draft_control import MAX_ACCEPT
+    from verispec.reference.suffix_draft import grow_tree
 
     tree = tree_of(text, depth)
     nodes = grow_tree([tree], text, max_depth, max_nodes, width, _raw)

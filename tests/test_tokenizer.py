@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference import pretokenize as pre
-from reference import tokenizer_bpe as bpe
-from reference import tokenizer_spm as spm
-from reference.errors import TokenizerError
-from reference.tokenizer import Tokenizer, TokenAttr
+from verispec.reference import pretokenize as pre
+from verispec.reference import tokenizer_bpe as bpe
+from verispec.reference import tokenizer_spm as spm
+from verispec.reference.errors import TokenizerError
+from verispec.reference.tokenizer import Tokenizer, TokenAttr
 from tests.profiles import examples
 
 # --------------------------------------------------------------------------------------------------

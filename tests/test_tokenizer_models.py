@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.errors import TokenizerError
-from reference.gguf import GGUFFile
-from reference.tokenizer import Tokenizer, TokenAttr
+from verispec.reference.errors import TokenizerError
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.tokenizer import Tokenizer, TokenAttr
 from tests.profiles import examples
 
 pytestmark = pytest.mark.model

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.model import FastModel
-from reference.errors import ModelError
-from reference.model import Model
-from reference.tree_attention import ancestor_mask, check_parents, depths
+from verispec.engine.model import FastModel
+from verispec.reference.errors import ModelError
+from verispec.reference.model import Model
+from verispec.reference.tree_attention import ancestor_mask, check_parents, depths
 from tests.tolerances import assert_within, forward_spread
 
 SAMPLES = 16  # Monte Carlo samples per tolerance (one per tree row: cheaper; lambda widens to 31)

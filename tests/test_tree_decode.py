@@ -25,19 +25,19 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from engine.model import FastModel
-from reference.decode import SpeculativeOptions, speculative_generate
-from reference.drafts import make_draft, parse_draft_spec
-from reference.generate import GenerationRequest, generate
-from reference.model import Model
-from reference.sampling import SamplingParams
-from reference.seams import DraftContext, Proposal
-from reference.suffix_draft import SuffixDraft
-from reference.tokenizer import Tokenizer
-from reference.tree_decode import TreeProposal, node_path, span_parents
-from reference.tree_speculative import DraftTree
-from spec.decoder_check import MemoTargetModel, ReferenceLogits
-from spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
+from verispec.engine.model import FastModel
+from verispec.reference.decode import SpeculativeOptions, speculative_generate
+from verispec.reference.drafts import make_draft, parse_draft_spec
+from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.seams import DraftContext, Proposal
+from verispec.reference.suffix_draft import SuffixDraft
+from verispec.reference.tokenizer import Tokenizer
+from verispec.reference.tree_decode import TreeProposal, node_path, span_parents
+from verispec.reference.tree_speculative import DraftTree
+from verispec.spec.decoder_check import MemoTargetModel, ReferenceLogits
+from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
 from tests.conftest import GOLDEN_KEYS
 from tests.test_decode import FakeTokenizer
 from tests.test_spec_equivalence import (
@@ -240,7 +240,7 @@ class FixedTreeDraft:
         return TreeProposal(DraftTree((-1, 0, 0, 0, 1, 2, 3), (-1, *firsts, *seconds)))
 
     def score_tree(self, pending: Sequence[int], tree: DraftTree) -> F32:
-        from reference.tree_decode import score_tree
+        from verispec.reference.tree_decode import score_tree
 
         return score_tree(self.target, self.ctx.cache, pending, tree)
 

@@ -24,13 +24,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from engine import sampling as fast_sampling
-from engine.generate import generate as fast_generate
-from engine.model import FastModel
-from reference.decode import SpeculativeOptions, speculative_generate
-from reference.generate import GenerationRequest
-from reference.sampling import SamplingParams
-from reference.tree_attention import ancestor_mask, check_parents, depths
+from verispec.engine import sampling as fast_sampling
+from verispec.engine.generate import generate as fast_generate
+from verispec.engine.model import FastModel
+from verispec.reference.decode import SpeculativeOptions, speculative_generate
+from verispec.reference.generate import GenerationRequest
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.tree_attention import ancestor_mask, check_parents, depths
 from tests.synthetic import write_synthetic
 from tests.test_decode import FakeTokenizer
 from tests.test_tree_attention import PARENTS, path_of
@@ -140,7 +140,7 @@ def test_greedy_int8_trees_give_plain_int8_tokens(int8_tiny: FastModel) -> None:
 @pytest.mark.model
 @pytest.mark.slow
 def test_greedy_int8_trees_give_plain_int8_tokens_smollm2(smollm2_path: Path) -> None:
-    from reference.tokenizer import Tokenizer
+    from verispec.reference.tokenizer import Tokenizer
 
     model = FastModel.load(smollm2_path, weights="int8")
     tokenizer = Tokenizer.from_file(smollm2_path)

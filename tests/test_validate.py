@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-import engine.weights
+import verispec.engine.weights as engine_weights
 import verispec.commands.generate_early_exit  # noqa: F401  (imported before any patch: see tripwire)
 import verispec.commands.speculative  # noqa: F401
-from engine.model import FastModel
-from reference.model import Model
+from verispec.engine.model import FastModel
+from verispec.reference.model import Model
 from tests.conftest import write_tiny_gguf
 from verispec import engine_load
 from verispec.cli import main
@@ -43,7 +43,7 @@ def tripwire(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(Model, "load", trip("Model.load"))
     monkeypatch.setattr(FastModel, "load", trip("FastModel.load"))
     monkeypatch.setattr(engine_load, "load_model", trip("engine.load_model"))
-    monkeypatch.setattr(engine.weights, "load_weights", trip("load_weights"))
+    monkeypatch.setattr(engine_weights, "load_weights", trip("load_weights"))
     return calls
 
 

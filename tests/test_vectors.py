@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.errors import VerispecError
-from spec import exact
-from spec.vectors import (
+from verispec.reference.errors import VerispecError
+from verispec.spec import exact
+from verispec.spec.vectors import (
     DEFAULT_COUNT,
     DEFAULT_SEED,
     FORMAT_MARKDOWN,
@@ -192,7 +192,7 @@ def _fractions(rows: list[list[float]]) -> list[tuple[Fraction, ...]]:
 
 
 def test_sampled_expectations_equal_the_exact_rational_protocol(vectors: VectorSet) -> None:
-    """spec.exact.protocol_verdict runs the protocol in Fractions. Edge cases are dyadic (every
+    """verispec.spec.exact.protocol_verdict runs the protocol in Fractions. Edge cases are dyadic (every
     float step exact); random cases agree unless a product or running sum rounds across a
     comparison, which these fixed cases do not do."""
     for case in _valid(vectors.cases["sampled"]):
@@ -250,7 +250,7 @@ def test_gate_expectations_by_the_float_formula(vectors: VectorSet) -> None:
 @pytest.mark.oracle
 def test_dequantize_expectations_bit_exact_vs_gguf_py(vectors: VectorSet) -> None:
     import gguf  # the dev extra installs it: a missing oracle fails, it never skips
-    from reference.quants import block_layout
+    from verispec.reference.quants import block_layout
 
     types_seen = set()
     for case in vectors.cases["dequantize"]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spec.vectors import read_vectors
+from verispec.spec.vectors import read_vectors
 from verispec.atomic import OutputError, replace_directory
 from verispec.cli import main
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from engine import sampling as fast_sampling
-from engine import verify_cost
-from engine.model import FastModel
-from reference.decode import SpeculativeOptions, speculative_generate
-from reference.drafts import AdaptiveK, best_k_for_cost, make_draft, parse_draft_spec
-from reference.generate import GenerationRequest
-from reference.sampling import SamplingParams
+from verispec.engine import sampling as fast_sampling
+from verispec.engine import verify_cost
+from verispec.engine.model import FastModel
+from verispec.reference.decode import SpeculativeOptions, speculative_generate
+from verispec.reference.drafts import AdaptiveK, best_k_for_cost, make_draft, parse_draft_spec
+from verispec.reference.generate import GenerationRequest
+from verispec.reference.sampling import SamplingParams
 
 
 def _expected_tokens(alpha: float, k: int) -> float:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from spec import exact
-from spec.statistics import ALPHA_BUDGET
-from spec.witness import WitnessConfig, emitted_law, predicted_speedup, run_witness, toy_laws
+from verispec.spec import exact
+from verispec.spec.statistics import ALPHA_BUDGET
+from verispec.spec.witness import WitnessConfig, emitted_law, predicted_speedup, run_witness, toy_laws
 from verispec.cli import main
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from engine.bench import format_report
-from reference.chat import ChatFormat
+from verispec.engine.bench import format_report
+from verispec.reference.chat import ChatFormat
 from verispec import cli
 from verispec.workload import CATEGORIES, WORKLOAD, WorkloadError, load_workload, select
 

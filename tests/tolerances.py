@@ -56,9 +56,9 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from reference import layers
-from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM
-from reference.model import Model
+from verispec.reference import layers
+from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM
+from verispec.reference.model import Model
 
 F64 = npt.NDArray[np.float64]
 
@@ -277,7 +277,7 @@ def truncated(model: Model, n_layer: int) -> Model:
 
 
 def _layer(r: Rounding, model: Model, layer: int, x: F64, pos: npt.NDArray[np.int64]) -> tuple[F64, F64, F64]:
-    """reference.model.Model._layer on ``[1 + R, T, E]`` -> (output, k, v ``[1 + R, n_kv, T, d]``
+    """verispec.reference.model.Model._layer on ``[1 + R, T, E]`` -> (output, k, v ``[1 + R, n_kv, T, d]``
     zero-padded to the cache's head count and head dim)."""
     cfg, w = model.config, model.weights.layers[layer]
     n_samples, n = x.shape[0], x.shape[1]

@@ -25,7 +25,7 @@ from typing import BinaryIO
 from contextlib import contextmanager
 from pathlib import Path
 
-from reference.errors import VerispecError
+from verispec.reference.errors import VerispecError
 
 
 class OutputError(VerispecError):

@@ -22,8 +22,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from reference.errors import CalibrationError
-from reference.prompt_kind import PROMPT_KINDS
+from verispec.reference.errors import CalibrationError
+from verispec.reference.prompt_kind import PROMPT_KINDS
 
 DEFAULT_SEED = 20261130
 

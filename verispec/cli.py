@@ -14,7 +14,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from reference.errors import VerispecError
+from verispec.reference.errors import VerispecError
 
 # One entry per subcommand module in verispec/commands/ (add yours here).
 COMMAND_MODULES: tuple[str, ...] = (

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.calibration import Records, build
-from reference.errors import CalibrationError
+from verispec.reference.calibration import Records, build
+from verispec.reference.errors import CalibrationError
 from verispec.measure_early_exit import at_depths, first_exits, load_records, write_readme
 
 FOLD_SEED = 1130

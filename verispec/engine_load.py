@@ -9,12 +9,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from engine import FAST_ARCHITECTURES, load_model
-from engine.model import FastModel
-from reference.chat import ChatFormat, optional_chat_format
-from reference.gguf import GGUFFile
-from reference.model import Model
-from reference.tokenizer import Tokenizer
+from verispec.engine import FAST_ARCHITECTURES, load_model
+from verispec.engine.model import FastModel
+from verispec.reference.chat import ChatFormat, optional_chat_format
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
+from verispec.reference.tokenizer import Tokenizer
 from verispec.registry import resolve_model
 
 

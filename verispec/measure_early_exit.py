@@ -50,16 +50,16 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from reference.calibration import (
+from verispec.reference.calibration import (
     Calibration, Records, Trajectory, build, default_depths, file_sha256, greedy_trajectory, lens_from, score,
 )
-from reference.certificate import residual_admits
-from reference.conformal import PROMPT_CLAIM
-from reference.early_exit import GateKind, Lens, Model as ExitModel, exit_logits, generate_early_exit
-from reference.generate import GenerationRequest, generate
-from reference.model import Model
-from reference.prompt_kind import prompt_kind
-from reference.sampling import SamplingParams
+from verispec.reference.certificate import residual_admits
+from verispec.reference.conformal import PROMPT_CLAIM
+from verispec.reference.early_exit import GateKind, Lens, Model as ExitModel, exit_logits, generate_early_exit
+from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.model import Model
+from verispec.reference.prompt_kind import prompt_kind
+from verispec.reference.sampling import SamplingParams
 from verispec.bounded_mean import p_value_above, upper_bound
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.calibrate import HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts

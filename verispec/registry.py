@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reference.errors import RegistryError
+from verispec.reference.errors import RegistryError
 
 
 @dataclass(frozen=True)

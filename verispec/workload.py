@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from reference.chat import ROLES, ChatFormat, ChatMessage
-from reference.errors import VerispecError
+from verispec.reference.chat import ROLES, ChatFormat, ChatMessage
+from verispec.reference.errors import VerispecError
 
 WORKLOAD = Path(__file__).resolve().parent / "data" / "workload.jsonl"
 CATEGORIES: tuple[str, ...] = ("multi_turn", "translation", "summarisation", "qa", "maths", "rag", "code_edit")

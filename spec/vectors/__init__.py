@@ -31,12 +31,12 @@ Modules, by concern:
 - :mod:`~spec.vectors.files`: the directory on disk (manifest, sha256, FORMAT.md).
 """
 
-from spec.vectors.answers import ANSWERS, reference_answer
-from spec.vectors.cases import GENERATORS, PROB_TOLERANCE, TOLERANCES, VectorSet, build_cases, build_vectors
-from spec.vectors.compare import compare
-from spec.vectors.files import FORMAT_MARKDOWN, format_markdown, manifest_for, read_vectors, write_vectors
-from spec.vectors.kinds import DEFAULT_COUNT, DEFAULT_SEED, FORMAT_VERSION, KINDS, VectorError
-from spec.vectors.wire import (
+from verispec.spec.vectors.answers import ANSWERS, reference_answer
+from verispec.spec.vectors.cases import GENERATORS, PROB_TOLERANCE, TOLERANCES, VectorSet, build_cases, build_vectors
+from verispec.spec.vectors.compare import compare
+from verispec.spec.vectors.files import FORMAT_MARKDOWN, format_markdown, manifest_for, read_vectors, write_vectors
+from verispec.spec.vectors.kinds import DEFAULT_COUNT, DEFAULT_SEED, FORMAT_VERSION, KINDS, VectorError
+from verispec.spec.vectors.wire import (
     Case,
     Json,
     encode_case,

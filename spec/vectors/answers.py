@@ -8,15 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from reference.certificate import halfrange_admits, margin_admits, supnorm_admits
-from reference.conformal import conformal_index
-from reference.errors import CalibrationError, VerispecError
-from reference.quants import dequantize
-from reference.sampling import target_distribution
-from reference.speculative import verify_greedy, verify_sampled
-from spec.pipeline import ReferencePipeline
-from spec.vectors.gen_large import expand
-from spec.vectors.wire import Json, f32_bits, params_from_json, rows_json, rows_request_from_json, verdict_json
+from verispec.reference.certificate import halfrange_admits, margin_admits, supnorm_admits
+from verispec.reference.conformal import conformal_index
+from verispec.reference.errors import CalibrationError, VerispecError
+from verispec.reference.quants import dequantize
+from verispec.reference.sampling import target_distribution
+from verispec.reference.speculative import verify_greedy, verify_sampled
+from verispec.spec.pipeline import ReferencePipeline
+from verispec.spec.vectors.gen_large import expand
+from verispec.spec.vectors.wire import Json, f32_bits, params_from_json, rows_json, rows_request_from_json, verdict_json
 
 REFERENCE_PIPELINE = ReferencePipeline()
 

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spec.vectors.answers import reference_answer
-from spec.vectors.draws import Item
-from spec.vectors.gen_dequantize import dequantize_items
-from spec.vectors.gen_gates import conformal_items, gate_items
-from spec.vectors.gen_large import large_items
-from spec.vectors.gen_processors import rows_items, target_law_items
-from spec.vectors.gen_verdicts import greedy_items, sampled_items
-from spec.vectors.kinds import DEFAULT_COUNT, DEFAULT_SEED, KINDS, VectorError
-from spec.vectors.wire import Case
+from verispec.spec.vectors.answers import reference_answer
+from verispec.spec.vectors.draws import Item
+from verispec.spec.vectors.gen_dequantize import dequantize_items
+from verispec.spec.vectors.gen_gates import conformal_items, gate_items
+from verispec.spec.vectors.gen_large import large_items
+from verispec.spec.vectors.gen_processors import rows_items, target_law_items
+from verispec.spec.vectors.gen_verdicts import greedy_items, sampled_items
+from verispec.spec.vectors.kinds import DEFAULT_COUNT, DEFAULT_SEED, KINDS, VectorError
+from verispec.spec.vectors.wire import Case
 
 PROB_TOLERANCE = 1e-6  # |got - expected| per probability (zeros must match exactly)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from spec.vectors.wire import Json
+from verispec.spec.vectors.wire import Json
 
 Item = tuple[Json, list[str]]
 

@@ -9,15 +9,15 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-from reference.speculative import PROTOCOL_VERSION
-from spec.vectors.cases import VectorSet, build_vectors
-from spec.vectors.kinds import DEFAULT_COUNT, DEFAULT_SEED, FORMAT_VERSION, KINDS, VectorError
-from spec.vectors.wire import Case, Json, encode_case
+from verispec.reference.speculative import PROTOCOL_VERSION
+from verispec.spec.vectors.cases import VectorSet, build_vectors
+from verispec.spec.vectors.kinds import DEFAULT_COUNT, DEFAULT_SEED, FORMAT_VERSION, KINDS, VectorError
+from verispec.spec.vectors.wire import Case, Json, encode_case
 
 
 def format_markdown() -> str:
     """The format text (spec/VECTORS.md), the FORMAT.md written next to the files."""
-    return resources.files("spec").joinpath("VECTORS.md").read_text(encoding="utf-8")
+    return resources.files("verispec.spec").joinpath("VECTORS.md").read_text(encoding="utf-8")
 
 
 FORMAT_MARKDOWN = format_markdown()

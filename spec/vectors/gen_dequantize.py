@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.quants import SUPPORTED_DEQUANT, block_layout, dequantize, type_name
-from spec.vectors.draws import Item
-from spec.vectors.kinds import VectorError
-from spec.vectors.wire import Json
+from verispec.reference.quants import SUPPORTED_DEQUANT, block_layout, dequantize, type_name
+from verispec.spec.vectors.draws import Item
+from verispec.spec.vectors.kinds import VectorError
+from verispec.spec.vectors.wire import Json
 
 
 # dequantization: random blocks (resampled until every value is finite: NaN payloads are not

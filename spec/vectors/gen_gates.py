@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.vectors.draws import Item
+from verispec.spec.vectors.draws import Item
 
 
 def gate_items(rng: np.random.Generator, count: int) -> list[Item]:

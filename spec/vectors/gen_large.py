@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from spec.vectors.draws import Item
-from spec.vectors.wire import Json
+from verispec.spec.vectors.draws import Item
+from verispec.spec.vectors.wire import Json
 
 SCALE_LOG2 = 48
 ONE = 1 << SCALE_LOG2

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.errors import VerispecError
-from reference.sampling import SamplingParams, target_distribution
-from spec.vectors.draws import Item, draw
-from spec.pipeline import RowsRequest
-from spec.vectors.wire import Json, params_to_json, rows_request_to_json
+from verispec.reference.errors import VerispecError
+from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.spec.vectors.draws import Item, draw
+from verispec.spec.pipeline import RowsRequest
+from verispec.spec.vectors.wire import Json, params_to_json, rows_request_to_json
 
 
 def _random_params(rng: np.random.Generator, vocab: int, *, allow_greedy: bool = True) -> SamplingParams:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from spec.vectors.draws import U_MAX, Item, draw, normalize, one_hot, random_row
-from spec.vectors.wire import Json, rows_json
+from verispec.spec.vectors.draws import U_MAX, Item, draw, normalize, one_hot, random_row
+from verispec.spec.vectors.wire import Json, rows_json
 
 
 def _sampled(p: npt.ArrayLike, q: npt.ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Json:

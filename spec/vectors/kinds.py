@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reference.errors import VerispecError
+from verispec.reference.errors import VerispecError
 
 FORMAT_VERSION = 1
 DEFAULT_SEED = 20_240_601

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reference.sampling import SamplingParams
-from spec.pipeline import RowsRequest
+from verispec.reference.sampling import SamplingParams
+from verispec.spec.pipeline import RowsRequest
 
 Case = dict[str, Any]
 Json = dict[str, Any]

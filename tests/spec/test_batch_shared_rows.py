@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from reference.speculative import verify_sampled, verify_sampled_batch
+from verispec.reference.speculative import verify_sampled, verify_sampled_batch
 
 Rows = npt.NDArray[np.float64]
 

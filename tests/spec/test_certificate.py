@@ -19,8 +19,8 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
-from reference import certificate as cert
-from reference.errors import CertificateError
+from verispec.reference import certificate as cert
+from verispec.reference.errors import CertificateError
 from tests.profiles import examples
 
 DTYPES: tuple[type[np.floating[Any]], ...] = (np.float32, np.float64)

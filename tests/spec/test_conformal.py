@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.conformal import (
+from verispec.reference.conformal import (
     bonferroni,
     conformal_index,
     conformal_quantile,
@@ -19,7 +19,7 @@ from reference.conformal import (
     exact_level,
     margin_threshold,
 )
-from reference.errors import CalibrationError
+from verispec.reference.errors import CalibrationError
 from tests.profiles import examples
 
 levels = st.builds(Fraction, st.integers(1, 10_000), st.just(10_001)) | st.integers(2, 2_000).flatmap(

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
-from reference.conformal import conformal_index, conformal_quantile, margin_threshold
+from verispec.reference.conformal import conformal_index, conformal_quantile, margin_threshold
 
 Z_TWO_SIDED_1E6 = float(stats.norm.isf(0.5e-6))  # 4.89
 Z_ONE_SIDED_1E6 = float(stats.norm.isf(1e-6))  # 4.75

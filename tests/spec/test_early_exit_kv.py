@@ -29,10 +29,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
-from reference.early_exit import DeferredDecoder
-from reference.early_exit import Model as ModelLike
-from reference.model import LayerWeights, Model, Weights
+from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
+from verispec.reference.early_exit import DeferredDecoder
+from verispec.reference.early_exit import Model as ModelLike
+from verispec.reference.model import LayerWeights, Model, Weights
 from tests.profiles import examples
 from tests.tolerances import ForwardSpread, assert_within, forward_spread
 
@@ -196,7 +196,7 @@ def test_the_tolerance_holds_for_another_blas(arch: str, linear: object, monkeyp
     as another BLAS could (sequential float32 sums in reverse; float64 accumulation) still agrees
     with the full forward run by this machine's BLAS. (With OPENBLAS_CORETYPE=Haswell, an AVX2
     kernel, the old hand-picked rtol 1e-4 / atol 2e-5 failed here; see the README Testing notes.)"""
-    from reference import layers
+    from verispec.reference import layers
 
     model = MODELS[arch]
 
@@ -229,8 +229,8 @@ def test_the_tolerance_is_far_below_a_missing_kv(arch: str) -> None:
 def test_real_model_exit_pattern_gives_the_full_cache(engine: str) -> None:
     """SmolLM2-135M on both engines: 10 tokens exiting at mixed depths (with a forced catch-up)
     -> the full cache."""
-    from engine import load_model
-    from reference.gguf import GGUFFile
+    from verispec.engine import load_model
+    from verispec.reference.gguf import GGUFFile
     from verispec.registry import resolve_model
 
     with GGUFFile.open(resolve_model("smollm2-135m")) as f:

@@ -17,9 +17,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.sampling import SamplingParams, target_distribution
-from reference.speculative import verify_sampled, verify_sampled_batch
-from spec import exact
+from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.reference.speculative import verify_sampled, verify_sampled_batch
+from verispec.spec import exact
 from tests.profiles import examples
 
 MODES = ("independent", "equal", "disjoint", "one_hot_p", "one_hot_q")

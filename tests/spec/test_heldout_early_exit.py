@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference.calibration import build, greedy_trajectory, score
-from reference.prompt_kind import PROMPT_KINDS, prompt_kind
-from spec.statistics import ALPHA_BUDGET
+from verispec.reference.calibration import build, greedy_trajectory, score
+from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
+from verispec.spec.statistics import ALPHA_BUDGET
 from verispec.commands.calibrate import HELDOUT_PROMPTS, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
 from verispec.engine_load import load_engine
 from verispec.measure_early_exit import held_out_report

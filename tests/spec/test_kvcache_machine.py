@@ -26,8 +26,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from reference.errors import ContextOverflow, ModelError
-from reference.kvcache import KVCache
+from verispec.reference.errors import ContextOverflow, ModelError
+from verispec.reference.kvcache import KVCache
 from tests.profiles import examples
 
 N_LAYER, N_KV, HEAD_DIM, CAPACITY = 3, 2, 4, 150  # capacity > 64: growth is exercised

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference.speculative import verify_sampled, verify_sampled_batch
-from spec.check import (
+from verispec.reference.speculative import verify_sampled, verify_sampled_batch
+from verispec.spec.check import (
     EXIT_FAILED,
     EXIT_INCONCLUSIVE,
     EXIT_PASSED,
@@ -30,12 +30,12 @@ from spec.check import (
     merge_reports,
     run_check,
 )
-from spec.law_only import LAW_PROPERTIES, single_with_own_randomness, with_own_randomness
-from spec.mutants import catalogue
-from spec.properties import STAT_DESIGNS
-from spec.sequential import LOOKS, Budget, SequentialTest, schedule, serial_draw
-from spec.statistics import ALPHA_BUDGET, POWER, power_of, required_sample_size
-from spec.vectors import VectorSet, build_vectors
+from verispec.spec.law_only import LAW_PROPERTIES, single_with_own_randomness, with_own_randomness
+from verispec.spec.mutants import catalogue
+from verispec.spec.properties import STAT_DESIGNS
+from verispec.spec.sequential import LOOKS, Budget, SequentialTest, schedule, serial_draw
+from verispec.spec.statistics import ALPHA_BUDGET, POWER, power_of, required_sample_size
+from verispec.spec.vectors import VectorSet, build_vectors
 
 PY = sys.executable
 SCALE = 0.03  # of the full N, for runs that pass (see the module docstring)
@@ -197,7 +197,7 @@ def test_merged_shards_equal_the_unsharded_run_exactly(vectors: VectorSet) -> No
 
 
 def test_merge_refuses_missing_or_foreign_shards(vectors: VectorSet) -> None:
-    from spec.check import CheckError
+    from verispec.spec.check import CheckError
 
     impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
     only = ["stat_verdict_law_k1"]
@@ -210,9 +210,9 @@ def test_merge_refuses_missing_or_foreign_shards(vectors: VectorSet) -> None:
 
 
 def test_workers_draw_the_same_blocks(vectors: VectorSet) -> None:
-    from spec.workers import ImplementationSpec, WorkerPool
+    from verispec.spec.workers import ImplementationSpec, WorkerPool
 
-    spec = ImplementationSpec("reference.speculative:verify_sampled", "reference.speculative:verify_sampled_batch")
+    spec = ImplementationSpec("verispec.reference.speculative:verify_sampled", "verispec.reference.speculative:verify_sampled_batch")
     impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
     only = ["stat_verdict_law_k2"]
     serial = run_check(impl, vectors, only=only, scale=SCALE, sequential=True)
@@ -230,7 +230,7 @@ def test_workers_draw_the_same_blocks(vectors: VectorSet) -> None:
 
 @pytest.mark.parametrize(("served", "expected"), [("--reference", EXIT_PASSED), ("--mutant resample_from_target", EXIT_FAILED)])
 def test_law_only_through_the_wire(served: str, expected: int, vectors: VectorSet) -> None:
-    impl = CommandImplementation(f"{PY} -m spec.external {served} --law-only 5", timeout=60.0, law_only=True)
+    impl = CommandImplementation(f"{PY} -m verispec.spec.external {served} --law-only 5", timeout=60.0, law_only=True)
     try:
         report = run_check(impl, vectors, only=FEW, scale=0.01, sequential=True)
     finally:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference.speculative import PROB_TOLERANCE, verify_sampled, verify_sampled_batch
-from spec import full_vocab, mutants, strata
-from spec.llm_properties import gate_cases
-from spec.llm_rows import TAIL, VOCABS, default_cases, llm_case, real_cases
-from spec.properties import run_properties
-from spec.statistics import ALPHA_BUDGET, POWER, SUITE_ALPHA, power_of, required_sample_size
+from verispec.reference.speculative import PROB_TOLERANCE, verify_sampled, verify_sampled_batch
+from verispec.spec import full_vocab, mutants, strata
+from verispec.spec.llm_properties import gate_cases
+from verispec.spec.llm_rows import TAIL, VOCABS, default_cases, llm_case, real_cases
+from verispec.spec.properties import run_properties
+from verispec.spec.statistics import ALPHA_BUDGET, POWER, SUITE_ALPHA, power_of, required_sample_size
 
 BY_NAME = {m.name: m for m in mutants.catalogue()}
 SEED = 20_240_531  # the property runner's default seed

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spec.mutants import catalogue
-from reference.speculative import verify_sampled_batch
+from verispec.spec.mutants import catalogue
+from verispec.reference.speculative import verify_sampled_batch
 
 ROW_MUTANTS = [m for m in catalogue() if m.batch is not verify_sampled_batch]
 

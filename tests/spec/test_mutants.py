@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from reference.speculative import verify_sampled, verify_sampled_batch
-from spec import mutants
-from spec.properties import PROPERTY_NAMES, STATISTICAL, ReferencePipeline, run_properties
+from verispec.reference.speculative import verify_sampled, verify_sampled_batch
+from verispec.spec import mutants
+from verispec.spec.properties import PROPERTY_NAMES, STATISTICAL, ReferencePipeline, run_properties
 
 # Row-level mutants that change the law of the emitted tokens on ordinary rows (the others only
 # break the protocol or an edge case: no bonus is lossless but slower and off-protocol, a padded

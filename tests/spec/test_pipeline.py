@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from reference.sampling import SamplingParams
-from reference.speculative import speculative_rows
-from spec.pipeline import ReferencePipeline, RowsRequest
-from spec.vectors.wire import rows_request_from_json, rows_request_to_json
+from verispec.reference.sampling import SamplingParams
+from verispec.reference.speculative import speculative_rows
+from verispec.spec.pipeline import ReferencePipeline, RowsRequest
+from verispec.spec.vectors.wire import rows_request_from_json, rows_request_to_json
 
 
 def _request() -> RowsRequest:

@@ -13,9 +13,9 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import chi2, ncx2
 
-import spec.properties
-from spec.properties import STATISTICAL, reference_results
-from spec.statistics import POWER, TV_BIAS, chi2_isf, ncx2_sf, required_sample_size
+import verispec.spec.properties as spec_properties
+from verispec.spec.properties import STATISTICAL, reference_results
+from verispec.spec.statistics import POWER, TV_BIAS, chi2_isf, ncx2_sf, required_sample_size
 
 EPS = 2.0**-52
 CHI2_SF_REL = 1e-12  # chi2_sf's relative accuracy (its docstring; tests/spec/test_statistics.py)
@@ -71,7 +71,7 @@ def _sizes_the_properties_ask_for(monkeypatch: pytest.MonkeyPatch) -> set[tuple[
         asked.add((df, alpha, tv))
         raise Recorded
 
-    monkeypatch.setattr(spec.properties, "required_sample_size", record)
+    monkeypatch.setattr(spec_properties, "required_sample_size", record)
     reference_results(only=sorted(STATISTICAL))
     return asked
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.conformal import min_prompts, prompt_losses, prompt_risk_threshold
-from reference.errors import CalibrationError
+from verispec.reference.conformal import min_prompts, prompt_losses, prompt_risk_threshold
+from verispec.reference.errors import CalibrationError
 from tests.profiles import examples
 
 

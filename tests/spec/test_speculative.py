@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference import speculative
-from reference.errors import VerificationError
-from reference.sampling import SamplingParams, target_distribution
-from reference.speculative import (
+from verispec.reference import speculative
+from verispec.reference.errors import VerificationError
+from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.reference.speculative import (
     Verdict,
     speculative_rows,
     verify_greedy,
@@ -23,7 +23,7 @@ from reference.speculative import (
     verify_sampled_rng,
     verify_step,
 )
-from spec.properties import SHAPES, draw_drafts, small_case
+from verispec.spec.properties import SHAPES, draw_drafts, small_case
 from tests.profiles import examples
 
 P = np.array([[0.5, 0.25, 0.25, 0.0], [0.25, 0.25, 0.25, 0.25]])

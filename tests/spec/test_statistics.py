@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy.stats import chi2
 
-from spec.properties import PropertyResult, reference_results
-from spec.statistics import (
+from verispec.spec.properties import PropertyResult, reference_results
+from verispec.spec.statistics import (
     ALPHA_BUDGET,
     POWER,
     SUITE_ALPHA,

@@ -14,16 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.errors import VerificationError
-from reference.speculative import verify_sampled
-from reference.tree_speculative import (
+from verispec.reference.errors import VerificationError
+from verispec.reference.speculative import verify_sampled
+from verispec.reference.tree_speculative import (
     DraftTree, sibling_laws, verify_tree_greedy, verify_tree_sampled, verify_tree_sampled_batch,
 )
-from spec.exact import Outcome, Row, first_tokens_law, target_sequence_law
-from spec.tree_exact import (
+from verispec.spec.exact import Outcome, Row, first_tokens_law, target_sequence_law
+from verispec.spec.tree_exact import (
     CORRECT, Flaws, Shape, greedy_tree_verdict, sibling_law, tree_cells_law, tree_round_law, tree_verdict_law,
 )
-from spec.tree_mutants import VERIFIER_MUTANTS, raw_sibling_rows
+from verispec.spec.tree_mutants import VERIFIER_MUTANTS, raw_sibling_rows
 
 # Toy models over V = 3: rows picked by the prefix, zeros included. At the empty prefix the target
 # row is TARGET_ROWS[0] and the draft's DRAFT_ROWS[1] / DRAFT_ROWS_FULL[1]: pairs chosen so that

@@ -13,10 +13,10 @@ from fractions import Fraction as F
 import numpy as np
 import numpy.typing as npt
 
-from reference.tree_speculative import DraftTree, sibling_laws, verify_tree_sampled_batch
-from spec.exact import Outcome, Row, target_sequence_law
-from spec.statistics import ALPHA_BUDGET, chi_square, counts_of, required_sample_size
-from spec.tree_exact import Shape, children, tree_verdict_law
+from verispec.reference.tree_speculative import DraftTree, sibling_laws, verify_tree_sampled_batch
+from verispec.spec.exact import Outcome, Row, target_sequence_law
+from verispec.spec.statistics import ALPHA_BUDGET, chi_square, counts_of, required_sample_size
+from verispec.spec.tree_exact import Shape, children, tree_verdict_law
 
 V = 4
 # At the root: token 1 (q = 1/2 > p = 1/8) is drawn, rejected and repeated often, and after its
@@ -134,8 +134,8 @@ def test_iid_sibling_laws_are_the_draft_row() -> None:
 def test_flaws_differ_from_the_rule_on_the_statistics_tree() -> None:
     """On the statistics test's fixed tree each known verifier flaw moves the verdict law (exactly,
     spec/tree_exact.Flaws) by more than the 0.005 TV the test is powered for."""
-    from spec.exact import total_variation
-    from spec.tree_exact import Flaws
+    from verispec.spec.exact import total_variation
+    from verispec.spec.tree_exact import Flaws
 
     shape: Shape = (-1, 0, 0, 0, 1)
     tokens = (-1, 1, 1, 0, 2)

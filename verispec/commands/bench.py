@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from engine.bench import DRAFTS, PROMPTS, BenchOptions, format_report, plot, run_bench
-from reference.errors import VerispecError
+from verispec.engine.bench import DRAFTS, PROMPTS, BenchOptions, format_report, plot, run_bench
+from verispec.reference.errors import VerispecError
 from verispec.registry import DEFAULT_MODEL, resolve_model
 from verispec.workload import WorkloadItem, load_workload, select
 

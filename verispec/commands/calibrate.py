@@ -36,15 +36,15 @@ from pathlib import Path
 
 import numpy as np
 
-from reference.calibration import Calibration, Prompt, Records, calibrate, check_output_path, file_sha256
-from reference.certificate import residual_admits
-from reference.chat import ChatFormat
-from reference.conformal import exact_level
-from reference.early_exit import GateKind
-from reference.errors import CalibrationError
-from reference.generate import encode_prompt
-from reference.prompt_kind import PROMPT_KINDS, prompt_kind
-from reference.tokenizer import Tokenizer
+from verispec.reference.calibration import Calibration, Prompt, Records, calibrate, check_output_path, file_sha256
+from verispec.reference.certificate import residual_admits
+from verispec.reference.chat import ChatFormat
+from verispec.reference.conformal import exact_level
+from verispec.reference.early_exit import GateKind
+from verispec.reference.errors import CalibrationError
+from verispec.reference.generate import encode_prompt
+from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
+from verispec.reference.tokenizer import Tokenizer
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.request import add_engine_arguments
 from verispec.engine_load import load_engine

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from spec.check import CheckReport, PropertyOutcome
+    from verispec.spec.check import CheckReport, PropertyOutcome
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    from spec.external import DEFAULT_TIMEOUT
+    from verispec.spec.external import DEFAULT_TIMEOUT
 
     parser = subparsers.add_parser("check", help="check another verifier implementation against the spec")
     which = parser.add_mutually_exclusive_group(required=False)
@@ -96,7 +96,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def _shard(text: str | None) -> tuple[int, int] | None:
-    from spec.check import CheckError
+    from verispec.spec.check import CheckError
 
     if text is None:
         return None
@@ -107,7 +107,7 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from spec.check import CheckError, CheckReport, format_outcome, merge_reports
+    from verispec.spec.check import CheckError, CheckReport, format_outcome, merge_reports
 
     reports = []
     for path in args.merge:
@@ -141,7 +141,7 @@ def _print(report: "CheckReport", as_json: bool, format_outcome: "Callable[[Prop
 
 
 def run(args: argparse.Namespace) -> int:
-    from spec.check import (
+    from verispec.spec.check import (
         DEFAULT_STAT_SEED,
         CheckError,
         CommandImplementation,
@@ -150,9 +150,9 @@ def run(args: argparse.Namespace) -> int:
         format_outcome,
         run_check,
     )
-    from spec.sequential import Budget
-    from spec.vectors import DEFAULT_COUNT, DEFAULT_SEED, build_vectors, read_vectors
-    from spec.workers import ImplementationSpec, WorkerPool
+    from verispec.spec.sequential import Budget
+    from verispec.spec.vectors import DEFAULT_COUNT, DEFAULT_SEED, build_vectors, read_vectors
+    from verispec.spec.workers import ImplementationSpec, WorkerPool
 
     if args.merge:
         if args.verifier or args.verifier_cmd or args.shard:

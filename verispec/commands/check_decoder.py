@@ -63,10 +63,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def _engine(args: argparse.Namespace, path: Any, logits: Any, tokenizer: Any) -> Any:
-    from reference.sampling import SamplingParams
-    from spec.check import CheckError, load_callable
-    from spec.decoder_check import CommandEngine, ReferenceDecoder
-    from spec.decoder_mutants import MUTANT_BUGS, LoopDecoder
+    from verispec.reference.sampling import SamplingParams
+    from verispec.spec.check import CheckError, load_callable
+    from verispec.spec.decoder_check import CommandEngine, ReferenceDecoder
+    from verispec.spec.decoder_mutants import MUTANT_BUGS, LoopDecoder
 
     draft = SamplingParams(temperature=args.draft_temperature, top_k=args.draft_top_k)
     if args.ours:
@@ -81,13 +81,13 @@ def _engine(args: argparse.Namespace, path: Any, logits: Any, tokenizer: Any) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from reference.model import Model
-    from reference.sampling import SamplingParams
-    from reference.tokenizer import Tokenizer
-    from spec.check import CheckError
-    from spec.decoder_check import EngineLogits, LawCase, ReferenceLogits, check_greedy, check_law, law_json, reports_logits
-    from spec.decoder_law import MAX_M
-    from spec.decoder_two_sample import check_two_sample
+    from verispec.reference.model import Model
+    from verispec.reference.sampling import SamplingParams
+    from verispec.reference.tokenizer import Tokenizer
+    from verispec.spec.check import CheckError
+    from verispec.spec.decoder_check import EngineLogits, LawCase, ReferenceLogits, check_greedy, check_law, law_json, reports_logits
+    from verispec.spec.decoder_law import MAX_M
+    from verispec.spec.decoder_two_sample import check_two_sample
     from verispec.registry import resolve_model
 
     if not 1 <= args.m <= MAX_M:
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     logits = ReferenceLogits(model)
     engine = _engine(args, path, logits, tokenizer)
     if args.bench_prompts:
-        from engine.bench import PROMPTS
+        from verispec.engine.bench import PROMPTS
 
         args.prompt = [text for _, text in PROMPTS]
     alpha = (args.alpha if args.alpha is not None else 1e-3) / len(args.prompt)  # Bonferroni over prompts

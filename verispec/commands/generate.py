@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from engine.generate import generate_any as generate
+from verispec.engine.generate import generate_any as generate
 from verispec.commands.generate_early_exit import run_early_exit
 from verispec.commands.request import LoadedModel as LoadedModel  # re-exported: tests patch them here
 from verispec.commands.request import add_engine_arguments, build_request, result_json, stats_line, stream

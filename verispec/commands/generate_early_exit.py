@@ -16,10 +16,10 @@ import argparse
 import json
 import sys
 
-from reference.calibration import Calibration, file_sha256
-from reference.early_exit import ExitStats, generate_early_exit
-from reference.prompt_kind import prompt_kind
-from reference.generate import GenerationResult
+from verispec.reference.calibration import Calibration, file_sha256
+from verispec.reference.early_exit import ExitStats, generate_early_exit
+from verispec.reference.prompt_kind import prompt_kind
+from verispec.reference.generate import GenerationResult
 from verispec.commands.request import build_request, result_json, stats_line
 from verispec.engine_load import load_engine
 from verispec.registry import resolve_model

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from reference.gguf import GGUFFile, GGUFValueType, MetadataValue
+from verispec.reference.gguf import GGUFFile, GGUFValueType, MetadataValue
 from verispec.registry import resolve_model
 
 

@@ -9,13 +9,13 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from engine import ENGINES
-from engine.weights import BACKEND_CHOICES, WEIGHT_MODES
-from reference.chat import ChatFormat, optional_chat_format
-from reference.generate import GenerationRequest, GenerationResult, encode_prompt
-from reference.gguf import GGUFFile
-from reference.model import Model
-from reference.tokenizer import Tokenizer
+from verispec.engine import ENGINES
+from verispec.engine.weights import BACKEND_CHOICES, WEIGHT_MODES
+from verispec.reference.chat import ChatFormat, optional_chat_format
+from verispec.reference.generate import GenerationRequest, GenerationResult, encode_prompt
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
+from verispec.reference.tokenizer import Tokenizer
 from verispec.commands.validate import sampling_params
 from verispec.engine_load import EngineLoaded
 from verispec.registry import resolve_model

@@ -16,17 +16,17 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from engine.generate import generate_any, law_for
-from reference.config import Config
-from reference.decode import SpeculativeOptions
-from reference.drafts import (
+from verispec.engine.generate import generate_any, law_for
+from verispec.reference.config import Config
+from verispec.reference.decode import SpeculativeOptions
+from verispec.reference.drafts import (
     DraftSpec, check_exit_layer, check_options, check_same_vocab, make_draft, parse_draft_spec,
 )
-from reference.errors import DraftError
-from reference.evidence import Evidence, measure
-from reference.gguf import GGUFFile
-from reference.suffix_draft import SuffixDraft
-from reference.tokenizer import Tokenizer
+from verispec.reference.errors import DraftError
+from verispec.reference.evidence import Evidence, measure
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.suffix_draft import SuffixDraft
+from verispec.reference.tokenizer import Tokenizer
 from verispec.commands.request import build_request, result_json, stats_line, stream
 from verispec.engine_load import load_engine
 from verispec.registry import resolve_model

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from reference.tokenizer import Tokenizer
+from verispec.reference.tokenizer import Tokenizer
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
 

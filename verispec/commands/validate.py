@@ -27,11 +27,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from reference.config import Config
-from reference.drafts import check_exit_layer, check_options, parse_draft_spec
-from reference.errors import ContextOverflow, DraftError, SamplingError, VerispecError
-from reference.gguf import GGUFFile
-from reference.sampling import SamplingParams
+from verispec.reference.config import Config
+from verispec.reference.drafts import check_exit_layer, check_options, parse_draft_spec
+from verispec.reference.errors import ContextOverflow, DraftError, SamplingError, VerispecError
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.sampling import SamplingParams
 from verispec.registry import resolve_model
 
 MAX_TEMPERATURE = 100.0

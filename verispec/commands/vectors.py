@@ -20,7 +20,7 @@ from verispec.commands.validate import check_vectors
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    from spec.vectors import DEFAULT_COUNT, DEFAULT_SEED
+    from verispec.spec.vectors import DEFAULT_COUNT, DEFAULT_SEED
 
     parser = subparsers.add_parser("vectors", help="write deterministic portable test vectors (JSON lines)")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory to write (created if needed)")
@@ -40,7 +40,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def run(args: argparse.Namespace) -> int:
-    from spec.vectors import write_vectors
+    from verispec.spec.vectors import write_vectors
 
     check_vectors(args)
     with replace_directory(args.out, force=args.force) as staging:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from spec.witness import WitnessConfig, WitnessError, format_report, run_witness
+from verispec.spec.witness import WitnessConfig, WitnessError, format_report, run_witness
 
 DEFAULTS = WitnessConfig()
 

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from proofs.catalog import all_obligations
+from verispec.proofs.catalog import all_obligations
 
 STRICT_MODULES = ("reference.certificate", "reference.conformal")
 

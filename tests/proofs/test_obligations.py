@@ -1,11 +1,11 @@
-"""Every obligation of ``python -m proofs`` is discharged: one test per obligation."""
+"""Every obligation of ``python -m verispec.proofs`` is discharged: one test per obligation."""
 
 from __future__ import annotations
 
 import pytest
 
-from proofs.catalog import all_obligations
-from proofs.core import Obligation, check
+from verispec.proofs.catalog import all_obligations
+from verispec.proofs.core import Obligation, check
 
 OBLIGATIONS = all_obligations()
 

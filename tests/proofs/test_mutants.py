@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 import z3
 
-from proofs import conformal, lossless, tukey, union
-from proofs.core import Obligation, check, implies, pos, rabs, reals, rmin
+from verispec.proofs import conformal, lossless, tukey, union
+from verispec.proofs.core import Obligation, check, implies, pos, rabs, reals, rmin
 
 
 def _margin_tau_le_gamma() -> z3.BoolRef:  # forgot the factor 2

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 import z3
 
-from proofs.core import Obligation, check, implies, pos, rmin
-from proofs.lossless import accept_mass
-from proofs.tree import _simplex
+from verispec.proofs.core import Obligation, check, implies, pos, rmin
+from verispec.proofs.lossless import accept_mass
+from verispec.proofs.tree import _simplex
 
 
 def _second_sibling_tested_against_p() -> z3.BoolRef:

@@ -9,10 +9,10 @@ from functools import partial
 import pytest
 import z3
 
-import proofs.__main__ as cli
-from proofs import lossless
-from proofs.catalog import MODULES, all_obligations
-from proofs.core import Obligation, check
+import verispec.proofs.__main__ as cli
+from verispec.proofs import lossless
+from verispec.proofs.catalog import MODULES, all_obligations
+from verispec.proofs.core import Obligation, check
 
 
 def _true_claim() -> z3.BoolRef:
@@ -69,7 +69,7 @@ def test_cli_json_and_exit_status(capsys: pytest.CaptureFixture[str], monkeypatc
     assert [row["status"] for row in doc["obligations"]] == ["proved"]
     assert set(doc["obligations"][0]) >= {"name", "statement", "status", "seconds"}
 
-    bad = Obligation("proofs.union.bogus", "x > 0 => x^2 > x", _false_claim, ("reference.conformal.bonferroni",))
+    bad = Obligation("proofs.union.bogus", "x > 0 => x^2 > x", _false_claim, ("verispec.reference.conformal.bonferroni",))
     monkeypatch.setattr(cli, "all_obligations", lambda: [bad])
     assert cli.main([]) == 1
     out = capsys.readouterr()
