@@ -1,8 +1,8 @@
 """README's workload tables from a saved `verispec bench --workload --json` measurement.
 
-    PYTHONPATH=. python examples/workload_tables.py verispec/data/measurements/workload_smollm2-135m.json
+    PYTHONPATH=. python examples/workload_tables.py lab/measurements/workload_smollm2-135m.json
 
-The file is ``{"provenance": {...}, "report": <bench JSON>}`` (verispec/data/measurements/). Prints
+The file is ``{"provenance": {...}, "report": <bench JSON>}`` (lab/measurements/). Prints
 markdown: the targets' rows (geomean, worst category, the three 2x categories, evidence), then one
 row per category with the llama.cpp columns measured beside the engine in the same run.
 """
