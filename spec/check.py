@@ -167,6 +167,22 @@ class CheckReport:
             return EXIT_INCONCLUSIVE
         return EXIT_PASSED if self.passed else EXIT_FAILED
 
+    def verdict(self) -> str:
+        """The run's one-word verdict with what it names: PASSED, FAILED: ..., INCONCLUSIVE: ..."""
+        if self.shard is not None:
+            return f"SHARD {self.shard[0]}/{self.shard[1]} DONE"
+        if self.failed:
+            return "FAILED: " + ", ".join(p.name for p in self.failed)
+        if self.inconclusive:
+            return "INCONCLUSIVE: " + ", ".join(p.name for p in self.inconclusive)
+        return "PASSED" if self.passed else "NOTHING RAN"
+
+    def summary(self) -> str:
+        """The failed and inconclusive properties' lines, the verdict and the claim (an assertion's message)."""
+        lines = [format_outcome(p) for p in self.properties if p.status in ("failed", "inconclusive")]
+        lines.append(f"{self.verdict()}  ({len(self.properties)} properties, {self.seconds:.1f}s)")
+        return "\n".join([*lines, self.claim()])
+
     def statistical(self) -> list[PropertyOutcome]:
         return [p for p in self.properties if p.name.startswith("stat_") and p.status != "not_applicable"]
 

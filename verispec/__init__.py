@@ -1,3 +1,24 @@
-"""verispec: the command-line layer and model registry over reference/ and engine/."""
+"""verispec: the command-line layer and model registry over reference/ and engine/, and the gate
+as a Python API: ``verispec.check(...)`` and ``verispec.check_decoder(...)`` (verispec/api.py).
+
+The API is loaded on first use (PEP 562 ``__getattr__``), so ``import verispec`` stays cheap: the
+pytest plugin imports this package in every test session.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+__all__ = ["__version__", "check", "check_decoder"]
+
+if TYPE_CHECKING:
+    from verispec.api import check, check_decoder
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("check", "check_decoder"):
+        from verispec import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'verispec' has no attribute {name!r}")

@@ -3,8 +3,8 @@
     verispec check --verifier-cmd "CMD" [--timeout S]
     verispec check --verifier MOD:FN [--batch-verifier MOD:FN] [--greedy-verifier MOD:FN] [--pipeline MOD:OBJ]
         [--vectors DIR | --seed S --count N] [--scale X] [--fail-fast] [--only NAME ...] [--json]
-        [--law-only] [--sequential] [--budget SECONDS] [--workers N] [--shard I/S]
-    verispec check --merge REPORT.json ... [--json]
+        [--law-only] [--sequential] [--budget SECONDS] [--workers N] [--shard I/S] [--junit-xml PATH]
+    verispec check --merge REPORT.json ... [--json] [--junit-xml PATH]
 
 Exit status: 0 passed, 1 failed, 2 usage error, 3 inconclusive (--budget ended before power 0.99).
 --law-only: the verifier draws its own randomness (f(p, q, drafts); wire op sampled_law), see
@@ -15,7 +15,7 @@ verdict is exactly the unsharded run's (block counts add).
 It replays the portable vectors (exact agreement), then runs the spec's properties, including the
 powered statistical tests, through the implementation, and reports per property: status, N,
 alpha, power. The interfaces are documented in spec/check.py (Python) and spec/external.py (the
-JSON-lines wire protocol).
+JSON-lines wire protocol). The same run from Python: ``verispec.check(...)`` (verispec/api.py).
 """
 
 from __future__ import annotations
@@ -92,18 +92,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--workers", type=int, default=1, metavar="N", help="draw the statistics in N verifier processes")
     parser.add_argument("--shard", metavar="I/S", help="run shard I of S (1-based; --json, then --merge the S reports)")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT", help="combine shard reports (--json output)")
+    parser.add_argument("--junit-xml", type=Path, metavar="PATH", help="also write the report as JUnit XML (one testcase per property)")
     parser.set_defaults(func=run)
-
-
-def _shard(text: str | None) -> tuple[int, int] | None:
-    from verispec.spec.check import CheckError
-
-    if text is None:
-        return None
-    index, sep, count = text.partition("/")
-    if not sep or not index.isdigit() or not count.isdigit() or not 1 <= int(index) <= int(count):
-        raise CheckError(f"--shard must be I/S with 1 <= I <= S, got {text!r}")
-    return int(index), int(count)
 
 
 def _merge(args: argparse.Namespace) -> int:
@@ -116,8 +106,16 @@ def _merge(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CheckError(f"cannot read shard report {path}: {exc}") from None
     report = merge_reports(reports)
+    _write_junit(args.junit_xml, report)
     _print(report, args.json, format_outcome)
     return report.exit_status
+
+
+def _write_junit(path: Path | None, report: "CheckReport") -> None:
+    if path is not None:
+        from verispec.junit import write_check_junit
+
+        write_check_junit(path, report)
 
 
 def _print(report: "CheckReport", as_json: bool, format_outcome: "Callable[[PropertyOutcome], str]", logged: bool = False) -> None:
@@ -127,32 +125,14 @@ def _print(report: "CheckReport", as_json: bool, format_outcome: "Callable[[Prop
     if not logged:
         for outcome in report.properties:
             print(format_outcome(outcome))
-    failed = [p.name for p in report.failed]
-    if report.shard is not None:
-        verdict = f"SHARD {report.shard[0]}/{report.shard[1]} DONE"
-    elif failed:
-        verdict = "FAILED: " + ", ".join(failed)
-    elif report.inconclusive:
-        verdict = "INCONCLUSIVE: " + ", ".join(p.name for p in report.inconclusive)
-    else:
-        verdict = "PASSED" if report.passed else "NOTHING RAN"
+    verdict = report.verdict()
     print(f"{verdict}  ({len(report.properties)} properties, {report.seconds:.1f}s)")
     print(report.claim())
 
 
 def run(args: argparse.Namespace) -> int:
-    from verispec.spec.check import (
-        DEFAULT_STAT_SEED,
-        CheckError,
-        CommandImplementation,
-        Implementation,
-        PythonImplementation,
-        format_outcome,
-        run_check,
-    )
-    from verispec.spec.sequential import Budget
-    from verispec.spec.vectors import DEFAULT_COUNT, DEFAULT_SEED, build_vectors, read_vectors
-    from verispec.spec.workers import ImplementationSpec, WorkerPool
+    from verispec.api import check
+    from verispec.spec.check import CheckError, format_outcome
 
     if args.merge:
         if args.verifier or args.verifier_cmd or args.shard:
@@ -160,67 +140,32 @@ def run(args: argparse.Namespace) -> int:
         return _merge(args)
     if not (args.verifier or args.verifier_cmd):
         raise CheckError("give --verifier MOD:FN or --verifier-cmd CMD (or --merge REPORT ...)")
-    if args.verifier_cmd and (args.batch_verifier or args.greedy_verifier or args.pipeline):
-        raise CheckError("--batch-verifier, --greedy-verifier and --pipeline go with --verifier, not --verifier-cmd")
-    if args.vectors is not None and (args.seed is not None or args.count is not None):
-        raise CheckError("--vectors replays files; --seed/--count generate vectors: give one or the other")
-    if not args.timeout > 0:
-        raise CheckError(f"--timeout must be > 0, got {args.timeout}")
-    if args.budget is not None and not args.budget > 0:
-        raise CheckError(f"--budget must be > 0 seconds, got {args.budget}")
-    if args.budget_samples is not None and args.budget_samples < 0:
-        raise CheckError(f"--budget-samples must be >= 0, got {args.budget_samples}")
-    if args.workers < 1:
-        raise CheckError(f"--workers must be >= 1, got {args.workers}")
-    shard = _shard(args.shard)
-    if shard is not None and (args.budget is not None or args.budget_samples is not None):
-        raise CheckError("--shard runs its whole slice: a budget would leave holes in the merge")
-    if shard is not None and not args.json:
+    if args.shard is not None and not args.json:
         raise CheckError("--shard writes a report for --merge: add --json")
-    vectors = (
-        read_vectors(args.vectors)
-        if args.vectors is not None
-        else build_vectors(
-            DEFAULT_COUNT if args.count is None else args.count, DEFAULT_SEED if args.seed is None else args.seed
-        )
+    quiet = args.json
+    report = check(  # verispec/api.py: the flags' checks, defaults and the run, one copy for CLI and API
+        args.verifier,
+        batch_verifier=args.batch_verifier,
+        greedy_verifier=args.greedy_verifier,
+        pipeline=args.pipeline,
+        verifier_cmd=args.verifier_cmd,
+        timeout=args.timeout,
+        law_only=args.law_only,
+        vectors=args.vectors,
+        seed=args.seed,
+        count=args.count,
+        scale=args.scale,
+        fail_fast=args.fail_fast,
+        only=args.only,
+        sequential=args.sequential,
+        budget=args.budget,
+        budget_samples=args.budget_samples,
+        workers=args.workers,
+        shard=args.shard,
+        log=None if quiet else (lambda outcome: print(format_outcome(outcome), flush=True)),
+        announce=None if quiet else (lambda description: print(f"checking {description}", flush=True)),
     )
-    spec = ImplementationSpec(
-        args.verifier, args.batch_verifier, args.greedy_verifier, args.pipeline, args.verifier_cmd, args.timeout, args.law_only
-    )
-    impl: Implementation
-    if args.verifier_cmd:
-        impl = CommandImplementation(args.verifier_cmd, args.timeout, law_only=args.law_only)
-    else:
-        impl = PythonImplementation.from_specs(
-            args.verifier, args.batch_verifier, args.greedy_verifier, args.pipeline, law_only=args.law_only
-        )
-    budget = (
-        Budget(seconds=args.budget, samples=args.budget_samples)
-        if args.budget is not None or args.budget_samples is not None
-        else None
-    )
-    log = None if args.json else (lambda outcome: print(format_outcome(outcome), flush=True))
-    if not args.json:
-        print(f"checking {impl.description}", flush=True)
-    pool = WorkerPool(spec, DEFAULT_STAT_SEED, args.workers) if args.workers > 1 else None
-    try:
-        report = run_check(
-            impl,
-            vectors,
-            scale=args.scale,
-            fail_fast=args.fail_fast,
-            only=args.only,
-            log=log,
-            sequential=args.sequential,
-            budget=budget,
-            shard=shard,
-            draw=pool.draw if pool else None,
-            parallel=args.workers,
-        )
-    finally:
-        impl.close()
-        if pool:
-            pool.close()
+    _write_junit(args.junit_xml, report)
     _print(report, args.json, format_outcome, logged=True)
     sys.stdout.flush()
     return report.exit_status

@@ -4,7 +4,7 @@
         [--model NAME|PATH] [--prompt TEXT ... | --bench-prompts] [--m 3] [--temperature T] [--top-k K] [--top-p P]
         [--repeat-penalty R] [--draft-temperature T] [--draft-top-k K] [--k 2]
         [--target-law reference|engine-logits|two-sample] [--tv 0.2] [--alpha A]
-        [--greedy --max-tokens N] [--json]
+        [--greedy --max-tokens N] [--json] [--junit-xml PATH]
 
 ``--engine MOD:FACTORY``: ``FACTORY(model_path)`` returns an engine with
 ``sample(prompt_ids, params, m, n, seed) -> [[t1..tm], ...]`` (and ``greedy(prompt_ids,
@@ -18,6 +18,7 @@ processors; ``two-sample`` tests speculation on against the same engine's ``samp
 logits when it reports them, else from our forward (the report says which).
 Exit status 0: every prompt passed; 1: a prompt failed (a law off the target, or a greedy
 divergence beyond the batch-shape noise); 2: a usage error (a mode the engine does not offer).
+The same run from Python: ``verispec.check_decoder(...)`` (verispec/decoder_api.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from pathlib import Path
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -59,93 +60,46 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--max-tokens", type=int, default=16, help="--greedy: tokens compared")
     parser.add_argument("--timeout", type=float, default=600.0, help="--engine-cmd: seconds per response")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--junit-xml", type=Path, metavar="PATH", help="also write the report as JUnit XML (one testcase per prompt)")
     parser.set_defaults(func=run)
 
 
-def _engine(args: argparse.Namespace, path: Any, logits: Any, tokenizer: Any) -> Any:
-    from verispec.reference.sampling import SamplingParams
-    from verispec.spec.check import CheckError, load_callable
-    from verispec.spec.decoder_check import CommandEngine, ReferenceDecoder
-    from verispec.spec.decoder_mutants import MUTANT_BUGS, LoopDecoder
-
-    draft = SamplingParams(temperature=args.draft_temperature, top_k=args.draft_top_k)
-    if args.ours:
-        return ReferenceDecoder(logits, tokenizer, draft, args.k)
-    if args.mutant:
-        if args.mutant not in MUTANT_BUGS:
-            raise CheckError(f"unknown mutant decoder {args.mutant!r}; known: {', '.join(MUTANT_BUGS)}")
-        return LoopDecoder(logits, draft, args.k, MUTANT_BUGS[args.mutant][1])
-    if args.engine_cmd:
-        return CommandEngine(args.engine_cmd, args.timeout)
-    return load_callable(args.engine)(path)
-
-
 def run(args: argparse.Namespace) -> int:
-    from verispec.reference.model import Model
-    from verispec.reference.sampling import SamplingParams
-    from verispec.reference.tokenizer import Tokenizer
-    from verispec.spec.check import CheckError
-    from verispec.spec.decoder_check import EngineLogits, LawCase, ReferenceLogits, check_greedy, check_law, law_json, reports_logits
-    from verispec.spec.decoder_law import MAX_M
-    from verispec.spec.decoder_two_sample import check_two_sample
-    from verispec.registry import resolve_model
+    from verispec.decoder_api import check_decoder
 
-    if not 1 <= args.m <= MAX_M:
-        raise CheckError(f"--m must be in [1, {MAX_M}], got {args.m}")
-    if not 0 < args.tv <= 1:
-        raise CheckError(f"--tv must be in (0, 1], got {args.tv}")
-    if args.alpha is not None and not 0 < args.alpha < 1:
-        raise CheckError(f"--alpha must be in (0, 1), got {args.alpha}")
-    if args.k < 1 or args.max_tokens < 1:
-        raise CheckError("--k and --max-tokens must be >= 1")
-    params = SamplingParams(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repeat_penalty=args.repeat_penalty
+    report = check_decoder(  # verispec/decoder_api.py: the flags' checks and the run, one copy for CLI and API
+        args.engine,
+        engine_cmd=args.engine_cmd,
+        ours=args.ours,
+        mutant=args.mutant,
+        model=args.model,
+        prompts=args.prompt,
+        bench_prompts=args.bench_prompts,
+        m=args.m,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repeat_penalty=args.repeat_penalty,
+        draft_temperature=args.draft_temperature,
+        draft_top_k=args.draft_top_k,
+        k=args.k,
+        target_law=args.target_law,
+        tv=args.tv,
+        alpha=args.alpha,
+        min_mass=args.min_mass,
+        greedy=args.greedy,
+        max_tokens=args.max_tokens,
+        timeout=args.timeout,
     )
-    params.validate()
-    path = resolve_model(args.model)
-    model, tokenizer = Model.load(path), Tokenizer.from_file(path)
-    logits = ReferenceLogits(model)
-    engine = _engine(args, path, logits, tokenizer)
-    if args.bench_prompts:
-        from verispec.engine.bench import PROMPTS
+    if args.junit_xml is not None:
+        from verispec.junit import write_decoder_junit
 
-        args.prompt = [text for _, text in PROMPTS]
-    alpha = (args.alpha if args.alpha is not None else 1e-3) / len(args.prompt)  # Bonferroni over prompts
-    eog = frozenset(tokenizer.eog_ids)
-    results: list[dict[str, Any]] = []
-    try:
-        own = reports_logits(engine)
-        if args.target_law == "engine-logits" and not own:
-            raise CheckError("--target-law engine-logits needs an engine that reports its logits (logits / the logits op)")
-        if args.target_law == "two-sample" and not args.greedy and not callable(getattr(engine, "sample_plain", None)):
-            raise CheckError("--target-law two-sample needs an engine with sample_plain (the sample_plain op)")
-        target = EngineLogits(engine) if own and (args.greedy or args.target_law == "engine-logits") else logits
-        for text in args.prompt:
-            prompt = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True))  # as the bench
-            if args.greedy:
-                g = check_greedy(engine, target, prompt, args.max_tokens)
-                results.append({"prompt": text, "mode": "greedy", "passed": g.passed, "detail": g.detail(),
-                                "margin": g.margin, "noise": g.noise, "noise_source": g.noise_source,
-                                "divergence": g.divergence})
-            elif args.target_law == "two-sample":
-                v = check_two_sample(engine, prompt, params, args.m, alpha=alpha, tv=args.tv, eog=eog, min_mass=args.min_mass)
-                results.append({"prompt": text, "mode": "two-sample", **law_json(v)})
-            else:
-                case = LawCase(prompt, params, args.m, args.min_mass, eog)
-                v = check_law(engine, target, case, alpha=alpha, tv=args.tv)
-                results.append({"prompt": text, "mode": f"law ({target.source})", **law_json(v)})
-    finally:
-        close = getattr(engine, "close", None)
-        if callable(close):
-            close()
-    passed = all(r["passed"] for r in results)
+        write_decoder_junit(args.junit_xml, report)
     if args.json:
-        print(json.dumps({"passed": passed, "model": str(path), "results": results}, indent=2))
+        print(json.dumps(report.as_json(), indent=2))
     else:
-        for r in results:
-            print(f"{'PASS' if r['passed'] else 'FAIL'}  {r['prompt']!r}: {r['detail']}"
-                  + (f"  N={r['n']}{'/arm' if r['mode'] == 'two-sample' else ''} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}"
-                     if r["mode"] != "greedy" else ""))
-        print("PASSED" if passed else "FAILED")
+        for result in report.results:
+            print(result.line())
+        print(report.verdict())
     sys.stdout.flush()
-    return 0 if passed else 1
+    return report.exit_status

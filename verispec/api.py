@@ -1,0 +1,224 @@
+"""The gate from Python: :func:`check` and :func:`check_decoder`, the two commands as functions.
+
+    import verispec
+
+    report = verispec.check(verifier="mypkg.sampler:verify", batch_verifier="mypkg.sampler:verify_batch",
+                            law_only=True, budget=600)
+    assert report.passed, report.summary()
+
+The keyword arguments are the command-line flags (``--batch-verifier`` -> ``batch_verifier``);
+``verispec check`` and ``verispec check-decoder`` call these same functions, so a flag and its
+keyword are checked, defaulted and run by one piece of code. Bad arguments raise a
+:class:`~verispec.reference.errors.VerispecError` (``CheckError``) before anything runs; a failing
+implementation is not an exception but a report with ``passed`` False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from verispec.decoder_api import check_decoder  # re-exported: cheap, it imports its work lazily
+
+if TYPE_CHECKING:
+    from verispec.spec.check import CheckReport, Implementation, PropertyOutcome
+    from verispec.spec.sequential import Budget
+    from verispec.spec.vectors import VectorSet
+    from verispec.spec.workers import ImplementationSpec
+
+__all__ = ["check", "check_decoder", "parse_shard"]
+
+Part = str | Callable[..., Any] | None  # "module:function" or the callable itself
+
+
+def check(
+    verifier: Part = None,
+    *,
+    batch_verifier: Part = None,
+    greedy_verifier: Part = None,
+    pipeline: Any = None,
+    verifier_cmd: str | None = None,
+    timeout: float | None = None,
+    law_only: bool = False,
+    vectors: str | Path | None = None,
+    seed: int | None = None,
+    count: int | None = None,
+    scale: float = 1.0,
+    fail_fast: bool = False,
+    only: Sequence[str] | None = None,
+    sequential: bool = False,
+    budget: float | None = None,
+    budget_samples: int | None = None,
+    workers: int = 1,
+    shard: str | tuple[int, int] | None = None,
+    log: Callable[[PropertyOutcome], None] | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> CheckReport:
+    """Check a verifier against the spec (``verispec check``); returns the typed report.
+
+    The implementation: ``verifier`` (with ``batch_verifier``, ``greedy_verifier``, ``pipeline``),
+    each a ``"module:function"`` string or the callable itself, or ``verifier_cmd``, a program
+    speaking the JSON-lines wire protocol (``timeout`` seconds per answer; default
+    ``spec.external.DEFAULT_TIMEOUT``). ``law_only``: it draws
+    its own randomness, ``f(p, q, drafts)`` (spec/law_only.py). ``vectors``: replay these vector
+    files, else generate them (``seed``, ``count``). ``scale`` multiplies the statistical sample
+    sizes (the reported power follows). ``sequential`` / ``budget`` (seconds) / ``budget_samples``:
+    group-sequential statistics that stop early (inconclusive when a budget ends first).
+    ``workers``: draw in N processes (string parts only: they cross a process boundary).
+    ``shard``: ``"I/S"`` or ``(I, S)``, one shard of a run that ``verispec check --merge`` adds up.
+    ``log`` sees each property's outcome as it is decided; ``announce`` the implementation's
+    description once it is loaded.
+
+    Example (a law-only sampler, quick local run)::
+
+        report = verispec.check(verifier=verify, batch_verifier=verify_batch, law_only=True, scale=0.05)
+        print(report.summary())          # the failing properties, the verdict, the claim
+        report.exit_status               # 0 passed, 1 failed, 3 inconclusive
+        json.dumps(report.as_json())     # what `verispec check --json` prints
+    """
+    from verispec.spec.check import DEFAULT_STAT_SEED, run_check
+    from verispec.spec.external import DEFAULT_TIMEOUT
+    from verispec.spec.workers import WorkerPool
+
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    _check_arguments(timeout, budget, budget_samples, workers)
+    if vectors is not None and (seed is not None or count is not None):
+        raise _error("vectors replays files; seed/count generate vectors: give one or the other")
+    where = parse_shard(shard)
+    if where is not None and (budget is not None or budget_samples is not None):
+        raise _error("shard runs its whole slice: a budget would leave holes in the merge")
+    impl, spec = _implementation(verifier, batch_verifier, greedy_verifier, pipeline, verifier_cmd, timeout, law_only)
+    try:
+        cases = _vectors(vectors, seed, count, _replayed_kinds(law_only, only))
+    except BaseException:
+        impl.close()
+        raise
+    if workers > 1 and spec is None:
+        impl.close()
+        raise _error("workers > 1 builds the verifier in other processes: give its parts as 'module:function'")
+    if announce is not None:
+        announce(impl.description)
+    pool = WorkerPool(spec, DEFAULT_STAT_SEED, workers) if workers > 1 and spec is not None else None
+    try:
+        return run_check(
+            impl,
+            cases,
+            scale=scale,
+            fail_fast=fail_fast,
+            only=only,
+            log=log,
+            sequential=sequential,
+            budget=_budget(budget, budget_samples),
+            shard=where,
+            draw=pool.draw if pool else None,
+            parallel=workers,
+        )
+    finally:
+        impl.close()
+        if pool:
+            pool.close()
+
+
+def _error(message: str) -> Exception:
+    from verispec.spec.check import CheckError
+
+    return CheckError(message)
+
+
+def _check_arguments(timeout: float, budget: float | None, budget_samples: int | None, workers: int) -> None:
+    if not timeout > 0:
+        raise _error(f"timeout must be > 0, got {timeout}")
+    if budget is not None and not budget > 0:
+        raise _error(f"budget must be > 0 seconds, got {budget}")
+    if budget_samples is not None and budget_samples < 0:
+        raise _error(f"budget_samples must be >= 0, got {budget_samples}")
+    if workers < 1:
+        raise _error(f"workers must be >= 1, got {workers}")
+
+
+def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    """``"I/S"`` or ``(I, S)`` -> (I, S) with 1 <= I <= S; CheckError otherwise."""
+    if shard is None:
+        return None
+    if isinstance(shard, str):
+        index, sep, count = shard.partition("/")
+        if sep and index.isdigit() and count.isdigit():
+            shard = (int(index), int(count))
+    if not isinstance(shard, tuple) or len(shard) != 2 or not 1 <= shard[0] <= shard[1]:
+        raise _error(f"shard must be I/S with 1 <= I <= S, got {shard!r}")
+    return shard
+
+
+def _replayed_kinds(law_only: bool, only: Sequence[str] | None) -> list[str]:
+    """The vector kinds the run replays: none for a law-only verifier (replay is not applicable),
+    those ``only`` names otherwise (generating the rest would cost seconds for nothing)."""
+    from verispec.spec.vectors import KINDS
+
+    return [] if law_only else [kind for kind in KINDS if only is None or f"vectors_{kind}" in only]
+
+
+def _vectors(path: str | Path | None, seed: int | None, count: int | None, kinds: Sequence[str]) -> VectorSet:
+    from verispec.spec.vectors import DEFAULT_COUNT, DEFAULT_SEED, build_vectors, read_vectors
+
+    if path is not None:
+        return read_vectors(Path(path))
+    return build_vectors(DEFAULT_COUNT if count is None else count, DEFAULT_SEED if seed is None else seed, kinds)
+
+
+def _budget(seconds: float | None, samples: int | None) -> Budget | None:
+    from verispec.spec.sequential import Budget
+
+    return None if seconds is None and samples is None else Budget(seconds=seconds, samples=samples)
+
+
+def _implementation(
+    verifier: Part,
+    batch: Part,
+    greedy: Part,
+    pipeline: Any,
+    command: str | None,
+    timeout: float,
+    law_only: bool,
+) -> tuple[Implementation, ImplementationSpec | None]:
+    """The implementation, and how to rebuild it in a worker (None when a part is a callable)."""
+    from verispec.spec.check import CommandImplementation, PythonImplementation
+    from verispec.spec.workers import ImplementationSpec
+
+    if command is not None:
+        if verifier is not None or batch is not None or greedy is not None or pipeline is not None:
+            raise _error("batch_verifier, greedy_verifier and pipeline go with verifier, not verifier_cmd")
+        spec = ImplementationSpec(command=command, timeout=timeout, law_only=law_only)
+        return CommandImplementation(command, timeout, law_only=law_only), spec
+    if verifier is None:
+        raise _error("give verifier (module:function or a callable) or verifier_cmd")
+    parts = (verifier, batch, greedy, pipeline)
+    if all(part is None or isinstance(part, str) for part in parts):
+        strings: list[str | None] = [part if isinstance(part, str) else None for part in parts]
+        spec = ImplementationSpec(strings[0], strings[1], strings[2], strings[3], law_only=law_only)
+        return PythonImplementation.from_specs(verifier, strings[1], strings[2], strings[3], law_only=law_only), spec  # type: ignore[arg-type]
+    return _from_objects(verifier, batch, greedy, pipeline, law_only), None
+
+
+def _from_objects(verifier: Part, batch: Part, greedy: Part, pipeline: Any, law_only: bool) -> Implementation:
+    """A PythonImplementation from callables (strings among them loaded), described by name."""
+    from verispec.spec.check import PythonImplementation, load_callable
+
+    def resolve(part: Any) -> Any:
+        return load_callable(part) if isinstance(part, str) else part
+
+    def name(part: Any) -> str:
+        if isinstance(part, str):
+            return part
+        return f"{getattr(part, '__module__', '?')}:{getattr(part, '__qualname__', type(part).__qualname__)}"
+
+    labelled = [("verifier", verifier), ("batch", batch), ("greedy", greedy), ("pipeline", pipeline)]
+    description = ", ".join(f"{label} {name(part)}" for label, part in labelled if part is not None)
+    return PythonImplementation(
+        resolve(verifier),
+        batch=resolve(batch),
+        greedy=resolve(greedy),
+        pipeline=resolve(pipeline),
+        description=("python (law only): " if law_only else "python: ") + description,
+        law_only=law_only,
+    )

@@ -1,0 +1,212 @@
+"""``verispec.check_decoder(...)``: the law test of a whole speculative decoder, as a function.
+
+``verispec check-decoder`` parses its flags and calls :func:`check_decoder` with them (one keyword
+per flag: ``--engine-cmd`` -> ``engine_cmd``, ``--prompt`` -> ``prompts``), so the checks of the
+arguments, the defaults and the run are one piece of code. The modes and the engine interface are
+those of :mod:`verispec.spec.decoder_check`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from verispec.decoder_report import DecoderReport, PromptOutcome
+    from verispec.reference.sampling import SamplingParams
+
+TargetLaw = Literal["reference", "engine-logits", "two-sample"]
+DEFAULT_PROMPTS: tuple[str, ...] = ("The cat sat on the",)
+DEFAULT_ALPHA = 1e-3  # the run's false-alarm probability, split over the prompts (Bonferroni)
+
+
+def check_decoder(
+    engine: str | Callable[[Path], Any] | None = None,
+    *,
+    engine_cmd: str | None = None,
+    ours: bool = False,
+    mutant: str | None = None,
+    model: str | Path = "smollm2-135m",
+    prompts: Sequence[str] = DEFAULT_PROMPTS,
+    bench_prompts: bool = False,
+    m: int = 3,
+    temperature: float = 1.0,
+    top_k: int = 4,
+    top_p: float = 1.0,
+    repeat_penalty: float = 1.5,
+    draft_temperature: float = 2.0,
+    draft_top_k: int = 4,
+    k: int = 2,
+    target_law: TargetLaw = "reference",
+    tv: float = 0.2,
+    alpha: float | None = None,
+    min_mass: float = 0.01,
+    greedy: bool = False,
+    max_tokens: int = 16,
+    timeout: float = 600.0,
+    log: Callable[[PromptOutcome], None] | None = None,
+) -> DecoderReport:
+    """Test a decoder's first ``m`` tokens after each prompt against the target law (or, with
+    ``greedy``, its speculative output against its own plain greedy output) on ``model``.
+
+    The decoder, exactly one of: ``engine``, a factory ``FACTORY(model_path) -> engine`` or its
+    ``"module:FACTORY"``; ``engine_cmd``, a program speaking the JSON-lines ops; ``ours``, our own
+    decode loop; ``mutant``, a mutant decoder of spec/decoder_mutants.py. ``target_law``: where the
+    law comes from (``reference``: our forward; ``engine-logits``: the engine's reported logits;
+    ``two-sample``: the same engine with speculation off). N is chosen for power 0.99 against a
+    total-variation deviation ``tv`` at false-alarm probability ``alpha`` (default 1e-3, split over
+    the prompts). ``log`` sees each prompt's outcome as it is decided.
+
+    Example::
+
+        report = verispec.check_decoder("mypkg.serving:engine_factory", model="model.gguf", m=2)
+        assert report.passed, report.summary()
+    """
+    from verispec.decoder_report import DecoderReport
+    from verispec.reference.model import Model
+    from verispec.reference.tokenizer import Tokenizer
+    from verispec.registry import resolve_model
+    from verispec.spec.decoder_check import ReferenceLogits
+
+    _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
+    params = _params(temperature, top_k, top_p, repeat_penalty)
+    texts = _prompts(prompts, bench_prompts)
+    path = resolve_model(str(model))
+    reference, tokenizer = Model.load(path), Tokenizer.from_file(path)
+    logits = ReferenceLogits(reference)
+    decoder = _engine(engine, engine_cmd, ours, mutant, path, logits, tokenizer, draft_temperature, draft_top_k, k, timeout)
+    report = DecoderReport(str(path))
+    start = time.perf_counter()
+    run = _Run(decoder, logits, tokenizer, params, m, (alpha if alpha is not None else DEFAULT_ALPHA) / len(texts),
+               tv, min_mass, greedy, max_tokens, target_law)
+    try:
+        run.check_modes()
+        for text in texts:
+            report.results.append(run.prompt(text))
+            if log:
+                log(report.results[-1])
+    finally:
+        report.seconds = time.perf_counter() - start
+        close = getattr(decoder, "close", None)
+        if callable(close):
+            close()
+    return report
+
+
+def _error(message: str) -> Exception:
+    from verispec.spec.check import CheckError
+
+    return CheckError(message)
+
+
+def _check_arguments(
+    engine: object, engine_cmd: str | None, ours: bool, mutant: str | None,
+    m: int, tv: float, alpha: float | None, k: int, max_tokens: int, target_law: str,
+) -> None:
+    from verispec.spec.decoder_law import MAX_M
+
+    given = sum(1 for chosen in (engine is not None, engine_cmd is not None, ours, mutant is not None) if chosen)
+    if given != 1:
+        raise _error("give exactly one decoder: engine (module:FACTORY or a factory), engine_cmd, ours or mutant")
+    if not 1 <= m <= MAX_M:
+        raise _error(f"m must be in [1, {MAX_M}], got {m}")
+    if not 0 < tv <= 1:
+        raise _error(f"tv must be in (0, 1], got {tv}")
+    if alpha is not None and not 0 < alpha < 1:
+        raise _error(f"alpha must be in (0, 1), got {alpha}")
+    if k < 1 or max_tokens < 1:
+        raise _error("k and max_tokens must be >= 1")
+    if target_law not in ("reference", "engine-logits", "two-sample"):
+        raise _error(f"target_law must be reference, engine-logits or two-sample, got {target_law!r}")
+
+
+def _params(temperature: float, top_k: int, top_p: float, repeat_penalty: float) -> SamplingParams:
+    from verispec.reference.sampling import SamplingParams
+
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, repeat_penalty=repeat_penalty)
+    params.validate()
+    return params
+
+
+def _prompts(prompts: Sequence[str], bench_prompts: bool) -> list[str]:
+    if bench_prompts:
+        from verispec.engine.bench import PROMPTS
+
+        return [text for _, text in PROMPTS]
+    if isinstance(prompts, str) or not prompts:
+        raise _error("prompts must be a non-empty sequence of strings")
+    return list(prompts)
+
+
+def _engine(
+    engine: str | Callable[[Path], Any] | None, engine_cmd: str | None, ours: bool, mutant: str | None,
+    path: Path, logits: Any, tokenizer: Any, draft_temperature: float, draft_top_k: int, k: int, timeout: float,
+) -> Any:
+    from verispec.reference.sampling import SamplingParams
+    from verispec.spec.check import load_callable
+    from verispec.spec.decoder_check import CommandEngine, ReferenceDecoder
+    from verispec.spec.decoder_mutants import MUTANT_BUGS, LoopDecoder
+
+    draft = SamplingParams(temperature=draft_temperature, top_k=draft_top_k)
+    if ours:
+        return ReferenceDecoder(logits, tokenizer, draft, k)
+    if mutant is not None:
+        if mutant not in MUTANT_BUGS:
+            raise _error(f"unknown mutant decoder {mutant!r}; known: {', '.join(MUTANT_BUGS)}")
+        return LoopDecoder(logits, draft, k, MUTANT_BUGS[mutant][1])
+    if engine_cmd is not None:
+        return CommandEngine(engine_cmd, timeout)
+    factory = load_callable(engine) if isinstance(engine, str) else engine
+    assert factory is not None  # _check_arguments: exactly one decoder was given
+    return factory(path)
+
+
+class _Run:
+    """One decoder, one model, one mode: :meth:`prompt` judges a prompt."""
+
+    def __init__(
+        self, engine: Any, logits: Any, tokenizer: Any, params: SamplingParams, m: int, alpha: float,
+        tv: float, min_mass: float, greedy: bool, max_tokens: int, target_law: TargetLaw,
+    ) -> None:
+        self.engine, self.logits, self.tokenizer, self.params = engine, logits, tokenizer, params
+        self.m, self.alpha, self.tv, self.min_mass = m, alpha, tv, min_mass
+        self.greedy, self.max_tokens, self.target_law = greedy, max_tokens, target_law
+        self.eog = frozenset(tokenizer.eog_ids)
+        self.target: Any = logits
+
+    def check_modes(self) -> None:
+        """A usage error for a mode the engine does not offer; picks whose logits are the target."""
+        from verispec.spec.decoder_check import EngineLogits, reports_logits
+
+        own = reports_logits(self.engine)
+        if self.target_law == "engine-logits" and not own:
+            raise _error("target_law engine-logits needs an engine that reports its logits (logits / the logits op)")
+        if self.target_law == "two-sample" and not self.greedy and not callable(getattr(self.engine, "sample_plain", None)):
+            raise _error("target_law two-sample needs an engine with sample_plain (the sample_plain op)")
+        if own and (self.greedy or self.target_law == "engine-logits"):
+            self.target = EngineLogits(self.engine)
+
+    def prompt(self, text: str) -> PromptOutcome:
+        from verispec.decoder_report import PromptOutcome
+        from verispec.spec.decoder_check import LawCase, check_greedy, check_law, law_json
+        from verispec.spec.decoder_two_sample import check_two_sample
+
+        began = time.perf_counter()
+        ids = tuple(self.tokenizer.encode(text, add_bos=self.tokenizer.add_bos, parse_special=True))  # as the bench
+        if self.greedy:
+            g = check_greedy(self.engine, self.target, ids, self.max_tokens)
+            numbers = {"margin": g.margin, "noise": g.noise, "noise_source": g.noise_source, "divergence": g.divergence}
+            return PromptOutcome(text, "greedy", g.passed, g.detail(), time.perf_counter() - began, numbers)
+        if self.target_law == "two-sample":
+            v = check_two_sample(self.engine, ids, self.params, self.m, alpha=self.alpha, tv=self.tv, eog=self.eog,
+                                 min_mass=self.min_mass)
+            mode = "two-sample"
+        else:
+            v = check_law(self.engine, self.target, LawCase(ids, self.params, self.m, self.min_mass, self.eog),
+                          alpha=self.alpha, tv=self.tv)
+            mode = f"law ({self.target.source})"
+        numbers = law_json(v)
+        passed, detail = bool(numbers.pop("passed")), str(numbers.pop("detail"))
+        return PromptOutcome(text, mode, passed, detail, time.perf_counter() - began, numbers)
