@@ -142,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
         raise CheckError("give --verifier MOD:FN or --verifier-cmd CMD (or --merge REPORT ...)")
     if args.shard is not None and not args.json:
         raise CheckError("--shard writes a report for --merge: add --json")
+    if args.junit_xml is not None:
+        from verispec.junit import check_junit_target
+
+        check_junit_target(args.junit_xml)
     quiet = args.json
     report = check(  # verispec/api.py: the flags' checks, defaults and the run, one copy for CLI and API
         args.verifier,

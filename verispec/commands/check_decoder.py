@@ -66,7 +66,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def run(args: argparse.Namespace) -> int:
     from verispec.decoder_api import check_decoder
+    from verispec.junit import check_junit_target, write_decoder_junit
 
+    if args.junit_xml is not None:
+        check_junit_target(args.junit_xml)
     report = check_decoder(  # verispec/decoder_api.py: the flags' checks and the run, one copy for CLI and API
         args.engine,
         engine_cmd=args.engine_cmd,
@@ -92,8 +95,6 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     if args.junit_xml is not None:
-        from verispec.junit import write_decoder_junit
-
         write_decoder_junit(args.junit_xml, report)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
