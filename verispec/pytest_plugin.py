@@ -1,0 +1,90 @@
+"""pytest plugin (entry point ``pytest11``): gate a verifier from a test suite in a few lines.
+
+    def test_my_sampler(verispec_check):
+        report = verispec_check(verifier="mypkg.sampler:verify", batch_verifier="mypkg.sampler:verify_batch",
+                                law_only=True, budget=600)
+        assert report.passed, report.summary()
+
+``verispec_check(**kwargs)`` is :func:`verispec.check` and ``verispec_check_decoder(**kwargs)`` is
+:func:`verispec.check_decoder`, with one difference: ``--verispec-scale X`` (or the ini option
+``verispec_scale``) multiplies every ``scale`` the tests ask for, so ``pytest --verispec-scale
+0.05`` is a quick local look and plain ``pytest`` in CI runs at the power the tests state. The
+reported power follows the scale (a scaled-down pass is not a full-power claim: ``report.claim()``
+says the power reached). Each test's claim is recorded as the JUnit property ``verispec_claim``.
+
+Loaded in every pytest session of an environment that has verispec installed, so this module
+imports nothing beyond pytest until a fixture is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from verispec.decoder_report import DecoderReport
+    from verispec.spec.check import CheckReport
+
+SCALE_OPTION = "--verispec-scale"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("verispec", "verispec gate")
+    group.addoption(
+        SCALE_OPTION,
+        type=float,
+        default=None,
+        metavar="X",
+        help="multiply the statistical sample sizes of every verispec_check (quick local runs: 0.05; default 1)",
+    )
+    parser.addini("verispec_scale", "default of --verispec-scale", default="1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    scale_factor(config)  # a bad value stops the session at once, not in the first gated test
+
+
+def scale_factor(config: pytest.Config) -> float:
+    """The session's scale multiplier: the option, else the ini value; > 0 or a usage error."""
+    option = config.getoption(SCALE_OPTION.lstrip("-").replace("-", "_"))
+    text = str(config.getini("verispec_scale")) if option is None else str(option)
+    try:
+        factor = float(text)
+    except ValueError:
+        raise pytest.UsageError(f"{SCALE_OPTION} / verispec_scale must be a number, got {text!r}") from None
+    if not factor > 0:
+        raise pytest.UsageError(f"{SCALE_OPTION} / verispec_scale must be > 0, got {factor}")
+    return factor
+
+
+@pytest.fixture
+def verispec_check(request: pytest.FixtureRequest) -> Callable[..., CheckReport]:
+    """``verispec_check(**kwargs) -> CheckReport``: :func:`verispec.check` at the session's scale."""
+    factor = scale_factor(request.config)
+
+    def run(*args: Any, **kwargs: Any) -> CheckReport:
+        from verispec.api import check
+
+        kwargs["scale"] = float(kwargs.get("scale", 1.0)) * factor
+        report = check(*args, **kwargs)
+        request.node.user_properties.append(("verispec_claim", report.claim()))
+        return report
+
+    return run
+
+
+@pytest.fixture
+def verispec_check_decoder(request: pytest.FixtureRequest) -> Callable[..., DecoderReport]:
+    """``verispec_check_decoder(**kwargs) -> DecoderReport``: :func:`verispec.check_decoder`
+    (its sample sizes come from ``tv`` and ``alpha``, which the session's scale does not change)."""
+
+    def run(*args: Any, **kwargs: Any) -> DecoderReport:
+        from verispec.decoder_api import check_decoder
+
+        report = check_decoder(*args, **kwargs)
+        request.node.user_properties.append(("verispec_verdict", report.verdict()))
+        return report
+
+    return run
