@@ -1,0 +1,1 @@
+../../../examples/law_only_verifier.py

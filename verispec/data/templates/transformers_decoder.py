@@ -1,0 +1,1 @@
+../../../examples/transformers_decoder.py
