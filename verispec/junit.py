@@ -47,7 +47,7 @@ def check_cases(report: CheckReport) -> list[Case]:
     """A ``verispec check`` report's properties as cases (a shard's undrawn verdicts: skipped)."""
     cases = []
     for p in report.properties:
-        result: Result = "skipped" if p.status in ("skipped", "not_applicable") else p.status
+        result: Result = "skipped" if p.status == "skipped" or p.status == "not_applicable" else p.status
         numbers = f"N={p.n} alpha={p.alpha:.3g} power={p.power:.4f} tv={p.tv:g}"
         message = "" if result == "passed" else f"{p.status}: {p.detail}"
         cases.append(Case(p.name, "verispec.check", p.seconds, result, message, f"{numbers}\n{p.detail}"))
@@ -87,7 +87,8 @@ def junit_xml(suite: str, cases: Sequence[Case], seconds: float) -> bytes:
         elif case.text:
             ET.SubElement(child, "system-out").text = _xml_text(case.text)
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    document: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return document + b"\n"
 
 
 def check_junit_target(path: Path) -> None:

@@ -5,7 +5,8 @@ engine/, verispec/) must not need a package that only the `dev` or `oracle` extr
 environment per test run is too slow here; instead a subprocess refuses every dev/oracle package
 with an import hook, imports every shipped module, and runs the three spec commands on a small
 scale (the statistical property runs the power analysis, the witness the chi-square). proofs/ is
-left out: `python -m verispec.proofs` needs z3 by design (the `dev` extra).
+left out: `python -m verispec.proofs` needs z3 by design (the `dev` extra); so is the pytest plugin,
+which only pytest loads.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ SCRIPT = textwrap.dedent(
     import importlib, importlib.abc, pkgutil, sys, tempfile
 
     BLOCKED = set(sys.argv[1].split(","))
+    PYTEST_OR_Z3 = ("verispec.proofs", "verispec.pytest_plugin")
 
     class Refuse(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path=None, target=None):
@@ -61,8 +63,9 @@ SCRIPT = textwrap.dedent(
     for top in sys.argv[2].split(","):
         package = importlib.import_module(top)
         for info in pkgutil.walk_packages(package.__path__, top + "."):
-            # __main__ runs the program; verispec.proofs needs z3 by design (the dev extra)
-            if info.name.rsplit(".", 1)[-1] != "__main__" and not info.name.startswith("verispec.proofs"):
+            # __main__ runs the program; verispec.proofs needs z3 by design (the dev extra);
+            # verispec.pytest_plugin is loaded by pytest itself (its pytest11 entry point)
+            if info.name.rsplit(".", 1)[-1] != "__main__" and not info.name.startswith(PYTEST_OR_Z3):
                 importlib.import_module(info.name)
                 imported += 1
 
