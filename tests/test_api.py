@@ -177,6 +177,15 @@ def test_the_check_decoder_command_hands_its_flags_to_the_api(monkeypatch: pytes
     ((kwargs),) = calls
     assert kwargs["engine"] is None and kwargs["ours"] and kwargs["model"] == "x.gguf"
     assert kwargs["prompts"] == ["a", "b"] and kwargs["m"] == 2 and kwargs["tv"] == 0.3 and kwargs["target_law"] == "reference"
+    assert kwargs["alpha"] is None and kwargs["greedy"] is False and kwargs["timeout"] == 600.0 and callable(kwargs["log"])
+
+
+def test_the_check_decoder_command_prints_each_prompt_as_it_is_decided(
+    tiny_gguf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["check-decoder", "--ours", "--model", str(tiny_gguf), "--m", "1", "--prompt", "hi", "yo"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line[:10] for line in lines] == ["PASS  'hi'", "PASS  'yo'", "PASSED"]
 
 
 @pytest.mark.parametrize(

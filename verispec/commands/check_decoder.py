@@ -93,14 +93,13 @@ def run(args: argparse.Namespace) -> int:
         greedy=args.greedy,
         max_tokens=args.max_tokens,
         timeout=args.timeout,
+        log=None if args.json else (lambda result: print(result.line(), flush=True)),  # each prompt as it is decided
     )
     if args.junit_xml is not None:
         write_decoder_junit(args.junit_xml, report)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
     else:
-        for result in report.results:
-            print(result.line())
         print(report.verdict())
     sys.stdout.flush()
     return report.exit_status
