@@ -115,6 +115,16 @@ def test_bad_arguments_are_check_errors_before_anything_runs(kwargs: dict[str, A
         verispec.check(**kwargs)
 
 
+def test_workers_draw_what_one_process_draws() -> None:
+    """The reference consumes the given uniforms, so its verdicts in 2 worker processes are the
+    one-process verdicts (spec/workers.py): the same N and the same chi-square."""
+    kwargs: dict[str, Any] = {"batch_verifier": f"{REFERENCE}:verify_sampled_batch", "only": ["stat_verdict_law_k1"],
+                              "scale": SCALE, "sequential": True}
+    alone = verispec.check(f"{REFERENCE}:verify_sampled", **kwargs)
+    pooled = verispec.check(f"{REFERENCE}:verify_sampled", workers=2, **kwargs)
+    assert pooled.passed and [(p.n, p.detail) for p in pooled.properties] == [(p.n, p.detail) for p in alone.properties]
+
+
 def test_workers_need_parts_that_cross_a_process_boundary(sampler: ModuleType) -> None:
     with pytest.raises(CheckError, match="module:function"):
         verispec.check(sampler.verify, law_only=True, workers=2)

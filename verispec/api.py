@@ -60,9 +60,9 @@ def check(
     The implementation: ``verifier`` (with ``batch_verifier``, ``greedy_verifier``, ``pipeline``),
     each a ``"module:function"`` string or the callable itself, or ``verifier_cmd``, a program
     speaking the JSON-lines wire protocol (``timeout`` seconds per answer; default
-    ``spec.external.DEFAULT_TIMEOUT``). ``law_only``: it draws
-    its own randomness, ``f(p, q, drafts)`` (spec/law_only.py). ``vectors``: replay these vector
-    files, else generate them (``seed``, ``count``). ``scale`` multiplies the statistical sample
+    ``spec.external.DEFAULT_TIMEOUT``). ``law_only``: it draws its own randomness,
+    ``f(p, q, drafts)`` (spec/law_only.py). ``vectors``: replay these vector files, else generate
+    them (``seed``, ``count``; only the kinds the run replays). ``scale`` multiplies the statistical sample
     sizes (the reported power follows). ``sequential`` / ``budget`` (seconds) / ``budget_samples``:
     group-sequential statistics that stop early (inconclusive when a budget ends first).
     ``workers``: draw in N processes (string parts only: they cross a process boundary).
@@ -88,19 +88,17 @@ def check(
     where = parse_shard(shard)
     if where is not None and (budget is not None or budget_samples is not None):
         raise _error("shard runs its whole slice: a budget would leave holes in the merge")
-    impl, spec = _implementation(verifier, batch_verifier, greedy_verifier, pipeline, verifier_cmd, timeout, law_only)
+    parts = (verifier, batch_verifier, greedy_verifier, pipeline)
+    if workers > 1 and any(part is not None and not isinstance(part, str) for part in parts):
+        raise _error("workers > 1 builds the verifier in other processes: give its parts as 'module:function'")
+    impl, spec = _implementation(*parts, verifier_cmd, timeout, law_only)  # cheap errors first, then the vectors
+    pool: WorkerPool | None = None
     try:
         cases = _vectors(vectors, seed, count, _replayed_kinds(law_only, only))
-    except BaseException:
-        impl.close()
-        raise
-    if workers > 1 and spec is None:
-        impl.close()
-        raise _error("workers > 1 builds the verifier in other processes: give its parts as 'module:function'")
-    if announce is not None:
-        announce(impl.description)
-    pool = WorkerPool(spec, DEFAULT_STAT_SEED, workers) if workers > 1 and spec is not None else None
-    try:
+        if announce is not None:
+            announce(impl.description)
+        if workers > 1 and spec is not None:
+            pool = WorkerPool(spec, DEFAULT_STAT_SEED, workers)
         return run_check(
             impl,
             cases,
@@ -192,12 +190,14 @@ def _implementation(
         return CommandImplementation(command, timeout, law_only=law_only), spec
     if verifier is None:
         raise _error("give verifier (module:function or a callable) or verifier_cmd")
-    parts = (verifier, batch, greedy, pipeline)
-    if all(part is None or isinstance(part, str) for part in parts):
-        strings: list[str | None] = [part if isinstance(part, str) else None for part in parts]
-        spec = ImplementationSpec(strings[0], strings[1], strings[2], strings[3], law_only=law_only)
-        return PythonImplementation.from_specs(verifier, strings[1], strings[2], strings[3], law_only=law_only), spec  # type: ignore[arg-type]
+    if isinstance(verifier, str) and all(part is None or isinstance(part, str) for part in (batch, greedy, pipeline)):
+        spec = ImplementationSpec(verifier, _text(batch), _text(greedy), _text(pipeline), law_only=law_only)
+        return PythonImplementation.from_specs(verifier, spec.batch, spec.greedy, spec.pipeline, law_only=law_only), spec
     return _from_objects(verifier, batch, greedy, pipeline, law_only), None
+
+
+def _text(part: object) -> str | None:
+    return part if isinstance(part, str) else None
 
 
 def _from_objects(verifier: Part, batch: Part, greedy: Part, pipeline: Any, law_only: bool) -> Implementation:
