@@ -79,9 +79,9 @@ def check_decoder(
     decoder = _engine(engine, engine_cmd, ours, mutant, path, logits, tokenizer, draft_temperature, draft_top_k, k, timeout)
     report = DecoderReport(str(path))
     start = time.perf_counter()
-    run = _Run(decoder, logits, tokenizer, params, m, (alpha if alpha is not None else DEFAULT_ALPHA) / len(texts),
-               tv, min_mass, greedy, max_tokens, target_law)
+    per_prompt = (alpha if alpha is not None else DEFAULT_ALPHA) / len(texts)  # Bonferroni over the prompts
     try:
+        run = _Run(decoder, logits, tokenizer, params, m, per_prompt, tv, min_mass, greedy, max_tokens, target_law)
         run.check_modes()
         for text in texts:
             report.results.append(run.prompt(text))
