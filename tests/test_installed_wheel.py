@@ -14,7 +14,8 @@ What is shown, all through the INSTALLED wheel and its console script:
   runs them: the install step, the shard matrix (concurrently, as CI's jobs), the merge step; the
   correct sampler's merged verdict passes, the broken one's fails (shard 1, which runs the
   deterministic properties, fails too);
-- the shipped wire-protocol example verifier answers the vectors through ``--verifier-cmd``.
+- the shipped templates: the correct sampler IS ``verispec template law-only-verifier``'s output,
+  and the wire-protocol example verifier answers the vectors through ``--verifier-cmd``.
 
 The venv: ``python -m venv --without-pip`` plus a ``.pth`` line naming this interpreter's
 site-packages, so NumPy and pytest (and pip) come from there without a download. Only the line is
@@ -97,7 +98,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     root = tmp_path_factory.mktemp("installed")
     wheel = _build_wheel(root)
     venv = _venv(root)
-    project = write_project(root / "project", SAMPLER_TEMPLATE.read_text(encoding="utf-8"))
+    project = root / "project"
+    project.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON", "VIRTUAL_ENV"))}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), PYTHONNOUSERSITE="1",
                OPENBLAS_NUM_THREADS="1", VERISPEC_THREADS="1")
@@ -108,6 +110,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     setup = Installed(wheel, venv, project, env)
     install = setup.run(flow.run_line("shard", "install"))  # the workflow's own install step
     assert install.returncode == 0, install.stderr
+    sampler = setup.run("verispec template law-only-verifier")  # the user starts from the shipped template
+    assert sampler.returncode == 0 and sampler.stdout == SAMPLER_TEMPLATE.read_text(encoding="utf-8")
+    write_project(project, sampler.stdout)
     return setup
 
 
