@@ -175,6 +175,19 @@ def test_the_check_command_hands_its_flags_to_the_api(monkeypatch: pytest.Monkey
     assert json.loads(capsys.readouterr().out)["implementation"] == "stub"
 
 
+def test_the_command_finds_a_module_of_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the console script runs: the current folder is not on the import path until the command
+    appends it (``python -m verispec`` has it first)."""
+    (tmp_path / "gate_here_verifier.py").write_text(f"from {REFERENCE} import verify_sampled as verify\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "gate_here_verifier", raising=False)
+    assert cli.main(["check", "--verifier", "gate_here_verifier:verify", "--only", "contract"]) == 0
+    assert sys.path[-1] == str(tmp_path) and "PASSED" in capsys.readouterr().out
+
+
 def test_the_check_decoder_command_hands_its_flags_to_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
 

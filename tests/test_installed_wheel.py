@@ -132,6 +132,11 @@ def _junit_failures(path: Path) -> int:
     return int(suite.get("failures", "-1"))
 
 
+def test_the_console_script_imports_the_users_module_without_pythonpath(installed: Installed) -> None:
+    result = installed.run(f"env -u PYTHONPATH verispec check {VERIFIER_FLAGS['correct']} --only contract")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_the_console_script_gates_both_samplers(installed: Installed) -> None:
     correct = installed.run(f"verispec check {VERIFIER_FLAGS['correct']} --scale {SCALE} --junit-xml correct.xml")
     assert correct.returncode == 0, correct.stdout + correct.stderr

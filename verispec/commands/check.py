@@ -132,6 +132,7 @@ def _print(report: "CheckReport", as_json: bool, format_outcome: "Callable[[Prop
 
 def run(args: argparse.Namespace) -> int:
     from verispec.api import check
+    from verispec.commands import import_from_current_folder
     from verispec.spec.check import CheckError, format_outcome
 
     if args.merge:
@@ -146,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         from verispec.junit import check_junit_target
 
         check_junit_target(args.junit_xml)
+    import_from_current_folder()
     quiet = args.json
     report = check(  # verispec/api.py: the flags' checks, defaults and the run, one copy for CLI and API
         args.verifier,

@@ -65,11 +65,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def run(args: argparse.Namespace) -> int:
+    from verispec.commands import import_from_current_folder
     from verispec.decoder_api import check_decoder
     from verispec.junit import check_junit_target, write_decoder_junit
 
     if args.junit_xml is not None:
         check_junit_target(args.junit_xml)
+    import_from_current_folder()
     report = check_decoder(  # verispec/decoder_api.py: the flags' checks and the run, one copy for CLI and API
         args.engine,
         engine_cmd=args.engine_cmd,
