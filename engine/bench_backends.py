@@ -264,7 +264,7 @@ def _child(path: Path, weights: str, backend: str, steps: int) -> dict[str, Any]
 
 
 if __name__ == "__main__":
-    import engine.matmul  # noqa: F401  (onnxruntime imported before the baseline, as in any run)
+    import verispec.engine.matmul  # noqa: F401  (onnxruntime imported before the baseline, as in any run)
 
     if matmul.ort_available():
         import onnxruntime  # noqa: F401
