@@ -266,6 +266,31 @@ def law_only_page(path: Path) -> str:
                  _provenance_lines(path.name, _provenance(path, saved)))
 
 
+# ---- the README's one performance table ---------------------------------------------------------
+
+def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
+    """The README's dated performance table, computed from the saved workload runs (the README is
+    written by hand; tests/test_docs.py requires these lines in it, so its numbers stay the JSON's)."""
+    models = ("smollm2-135m", "gemma3-270m")
+    exact = {m: _load(folder / f"workload_{m}.json")["report"] for m in models}
+    int8 = {m: _load(folder / f"workload_int8_{m}.json")["report"] for m in models}
+
+    def tree(report: dict[str, Any], temperature: str) -> str:
+        return _fmt(report["workload"]["suffix:tree"]["by_temperature"][temperature]["geomean_speedup"])
+
+    def llama(report: dict[str, Any], key: str) -> str:
+        return _fmt(report["workload_llama_cpp"]["geomean"][key])
+
+    rows = (
+        ("exact mode, token trees ÷ its own plain decoding, greedy", [tree(exact[m], "0.0") for m in models]),
+        ("exact mode, token trees ÷ its own plain decoding, T = 0.8", [tree(exact[m], "0.8") for m in models]),
+        ("int8 mode, token trees ÷ llama.cpp plain, greedy", [llama(int8[m], "engine_suffix:tree_over_llama_cpp_plain") for m in models]),
+        ("int8 mode, plain ÷ llama.cpp plain, greedy", [llama(int8[m], "engine_plain_over_llama_cpp_plain") for m in models]),
+        ("llama.cpp prompt lookup ÷ llama.cpp plain, greedy", [llama(int8[m], "llama_cpp_prompt_lookup_over_llama_cpp_plain") for m in models]),
+    )
+    return [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+
+
 # ---- the index and the driver ------------------------------------------------------------------
 
 PAGES = (
