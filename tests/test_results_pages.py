@@ -39,7 +39,13 @@ def test_every_page_is_marked_generated_and_states_its_provenance(regenerated: P
         text = page.read_text()
         assert text.startswith(results.BANNER), page.name
         if page.name != "index.md":
-            assert "## Provenance" in text and "command: `" in text and "commit: " in text, page.name
+            assert "## Provenance" in text, page.name
+            sources = text.split("## Provenance")[1].split("\n- `lab/measurements/")[1:]  # one per saved file
+            assert sources, page.name
+            for field, spellings in (("date", ("date: ", "started utc: ")), ("machine", ("machine: ",)),
+                                     ("command", ("command: `",)), ("commit", ("commit: ",))):
+                missing = [s.split("`")[0] for s in sources if not any(w in s for w in spellings)]
+                assert not missing, f"{page.name}: no {field} for {missing}"
 
 
 def test_every_saved_measurement_reaches_a_page(regenerated: Path) -> None:
