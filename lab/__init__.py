@@ -1,0 +1,1 @@
+"""The lab: experiments, microbenchmarks and saved measurements; not part of the installed package."""
