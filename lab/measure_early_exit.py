@@ -1,9 +1,11 @@
-"""Held-out measurement of certified early exit: ``python -m verispec.measure_early_exit``.
+"""Held-out measurement of certified early exit (a lab experiment): ``python -m lab.measure_early_exit``.
 
-    OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model smollm2-135m --readme \
+    OPENBLAS_NUM_THREADS=1 python -m lab.measure_early_exit --model smollm2-135m \
         [--prompts hand|generated] [--prompts-per-kind N] [--lens-prompts-per-kind 8] [--tokens-per-prompt 16] \
         [--heldout-tokens 32] [--q 0.9] [--depth-sets "8,12,16,20,24;24"] [--speed-prompts 4] \
-        [--json OUT.json] [--records OUT.npz] [--write-readme README.md]
+        [--json OUT.json] [--records OUT.npz]
+
+Run from the repository root (lab/ is not installed with verispec).
 
 1. Calibrate on the hand-written pool (verispec/data/prompts_calibration.jsonl, all of it by
    default; ``--prompts generated``: the seeded generator, :mod:`verispec.calibration_prompts`, 60
@@ -18,27 +20,28 @@
    fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable"), so the
    statistics are per prompt (tokens of one prompt are correlated, so counting every token as a
    trial would overstate the evidence): the mean over prompts of each prompt's flip fraction with
-   a one-sided 95% upper bound valid for any losses in [0, 1] (:mod:`verispec.bounded_mean`), per
+   a one-sided 95% upper bound valid for any losses in [0, 1] (:mod:`lab.bounded_mean`), per
    kind a verdict on H0: mean <= α at 0.05 / (number of kinds) (:func:`verdict`); and one uniformly
    drawn step per prompt (seeded) whose flip is a Bernoulli with mean exactly that expected flip
    fraction: k flips of m prompts, a Clopper-Pearson 95% interval, and the one-sided binomial
    p-value of k against α. ``--records`` saves every scored step, for
-   :mod:`verispec.early_exit_shift` (generated vs hand-written prompts, for a ``--prompts
+   :mod:`lab.early_exit_shift` (generated vs hand-written prompts, for a ``--prompts
    generated`` run; no model work).
 3. Cost: the exit head's time (own / lens + head, one row) relative to a full one-token forward;
    tokens/s of plain greedy decoding vs early-exit decoding (deferred KV catch-up included) on
    the first ``--speed-prompts`` held-out prompts, in the same run.
 
-``--readme`` prints the README's table (markdown); ``--write-readme README.md`` replaces the block
-between ``<!-- measure_early_exit:MODEL begin -->`` and ``<!-- measure_early_exit:MODEL end -->``;
-``--from-json OUT.json`` renders a saved run again without running the model.
+The run's JSON is the result: written (atomically, before anything is rendered) to ``--json``,
+by default ``lab/measurements/early_exit_MODEL.json`` (``..._generated.json`` for ``--prompts
+generated``), where the docs' results pages are generated from; nothing here writes into a README.
+The markdown tables (:func:`markdown`) are printed after the run; ``--from-json OUT.json`` prints
+them for a saved run without running the model.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -60,13 +63,27 @@ from verispec.reference.generate import GenerationRequest, generate
 from verispec.reference.model import Model
 from verispec.reference.prompt_kind import prompt_kind
 from verispec.reference.sampling import SamplingParams
-from verispec.bounded_mean import p_value_above, upper_bound
+from verispec.atomic import replace_file
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.calibrate import HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
 from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
 
+from lab.bounded_mean import p_value_above, upper_bound
+
 DRAW_SEED = 18  # the seed of the one-step-per-prompt draw
+MEASUREMENTS = Path(__file__).resolve().parent / "measurements"  # lab/measurements/: the saved runs
+
+
+def default_json_path(model: str, source: str) -> Path:
+    """Where a run's JSON goes without ``--json``: the name the saved runs already have."""
+    return MEASUREMENTS / f"early_exit_{model}{'_generated' if source == 'generated' else ''}.json"
+
+
+def write_json(path: Path, results: dict[str, Any]) -> None:
+    """The run's results as indented JSON, all or nothing (verispec.atomic.replace_file)."""
+    with replace_file(path) as f:
+        f.write((json.dumps(results, indent=2) + "\n").encode("utf-8"))
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -204,7 +221,7 @@ def median_time(fn: Any, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verispec.measure_early_exit", description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.measure_early_exit", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--engine", choices=("fast", "reference"), default="fast")
     parser.add_argument("--prompts", choices=("hand", "generated"), default="hand",
@@ -218,19 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth-sets", default=None, help='candidate depth sets, e.g. "8,12,16,20,24;24" (default: the five default depths, and the deepest alone)')
     parser.add_argument("--speed-prompts", type=int, default=4)
     parser.add_argument("--max-heldout", type=int, default=None)
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None,
+                        help="where the run's JSON goes (default lab/measurements/early_exit_MODEL[_generated].json)")
     parser.add_argument("--records", type=Path, default=None, help="save the scored calibration and held-out steps (.npz) to recalibrate without the model")
-    parser.add_argument("--readme", action="store_true", help="print the README's markdown table")
-    parser.add_argument("--write-readme", type=Path, default=None, help="replace this model's marked block in the given README")
     parser.add_argument("--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)")
     args = parser.parse_args(argv)
     if args.from_json is not None:
-        table = markdown(json.loads(args.from_json.read_text()))
-        print(table)
-        if args.write_readme is not None:
-            write_readme(args.write_readme, args.model, table)
+        print(markdown(json.loads(args.from_json.read_text())))
         return 0
 
+    out_json = args.json or default_json_path(Path(args.model).stem if args.model.endswith(".gguf") else args.model, args.prompts)
+    if not out_json.parent.is_dir():  # checked before the model work, which takes minutes
+        parser.error(f"--json {out_json}: the folder {out_json.parent} does not exist")
     path = resolve_model(args.model)
     loaded = load_engine(str(path), engine=args.engine)
     model, n_layer = loaded.model, loaded.model.config.n_layer
@@ -296,12 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     results["speed"] = speed(model, loaded.tokenizer, held_prompts[: args.speed_prompts], args.heldout_tokens,
                              stop_ids, cals, levels[0], sets)
     results["wall_s"] = time.perf_counter() - started
-    if args.json is not None:  # before rendering: a rendering error must not lose the run
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    table = markdown(results)
-    print(table)
-    if args.write_readme is not None:
-        write_readme(args.write_readme, args.model, table)
+    # before rendering: a rendering error must not lose the run
+    write_json(out_json, results)
+    print(markdown(results))
     return 0
 
 
@@ -389,7 +402,7 @@ LEVEL = 0.05  # per-kind upper bounds at 1 - LEVEL; verdicts at LEVEL / (number 
 
 def verdict(fractions: Sequence[float], alpha: float, n_kinds: int) -> tuple[float, float, str]:
     """(upper bound, p-value, verdict) for a kind's claim "mean flip fraction <= alpha" from its
-    held-out prompts' flip fractions (:mod:`verispec.bounded_mean`). "exceeds": H0 mean <= alpha
+    held-out prompts' flip fractions (:mod:`lab.bounded_mean`). "exceeds": H0 mean <= alpha
     rejected at LEVEL / n_kinds; "within (shown)": the upper bound itself is <= alpha; "within":
     not rejected, not shown."""
     level = LEVEL / n_kinds
@@ -412,7 +425,7 @@ def _pct(x: float) -> str:
 
 
 def markdown(r: dict[str, Any]) -> str:
-    """The README block for one model (what ``--readme`` prints)."""
+    """The markdown tables of one model's run (printed after a run, or for ``--from-json``)."""
     hand = r.get("calibration_source", "generated") == "hand"  # runs before the pool: generated
     source = "hand-written" if hand else "generated"
     pool = " from verispec/data/prompts_calibration.jsonl" if hand else ""
@@ -460,16 +473,6 @@ def markdown(r: dict[str, Any]) -> str:
         ) + ".",
     ]
     return "\n".join(lines)
-
-
-def write_readme(path: Path, model: str, table: str, tool: str = "measure_early_exit") -> None:
-    """Replace the block between this model's markers in ``path`` (markers must exist)."""
-    begin, end = f"<!-- {tool}:{model} begin -->", f"<!-- {tool}:{model} end -->"
-    text = path.read_text()
-    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"{path}: no {begin} ... {end} block")
-    path.write_text(pattern.sub(lambda _: f"{begin}\n{table}\n{end}", text))
 
 
 if __name__ == "__main__":

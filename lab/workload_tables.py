@@ -1,6 +1,6 @@
-"""README's workload tables from a saved `verispec bench --workload --json` measurement.
+"""The workload tables (markdown) of a saved `verispec bench --workload --json` measurement.
 
-    PYTHONPATH=. python examples/workload_tables.py lab/measurements/workload_smollm2-135m.json
+    python -m lab.workload_tables lab/measurements/workload_smollm2-135m.json
 
 The file is ``{"provenance": {...}, "report": <bench JSON>}`` (lab/measurements/). Prints
 markdown: the targets' rows (geomean, worst category, the three 2x categories, evidence), then one

@@ -1,7 +1,7 @@
 """The bench's workload measurement, one JSON line per request as each ends (for long runs on a
 shared machine, where a whole `verispec bench --workload` may not finish in the time there is).
 
-    PYTHONPATH=. python examples/workload_by_request.py MODEL PER_CATEGORY TEMPS K DRAFTS
+    python -m lab.workload_by_request MODEL PER_CATEGORY TEMPS K DRAFTS
     e.g. ... gemma3-270m 1 0,0.8 12 suffix,suffix:tree > runs.jsonl
 
 Each line is what `verispec bench --workload` records per request (engine.bench._speculative_vs_plain:
