@@ -186,7 +186,8 @@ def results(from_json: Path, records: Path, folds: int) -> dict[str, Any]:
                              "generated_vs_hand": compare(cal, held, q, run["n_layer"], folds),
                              "added": with_hand_written(cal, held, q, run["n_layer"]),
                              "alone": with_hand_written(cal, held, q, run["n_layer"], generated=False)})
-    return {"model": run["model"], "folds": folds, "kinds": kinds, "rows": rows}
+    return {"model": run["model"], "from_json": str(from_json), "records": str(records), "folds": folds,
+            "kinds": kinds, "rows": rows}
 
 
 def markdown(shift: dict[str, Any]) -> str:

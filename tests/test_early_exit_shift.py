@@ -123,3 +123,17 @@ def test_measure_early_exit_writes_json_to_the_lab_never_a_readme(capsys: pytest
     saved = MEASUREMENTS / "early_exit_smollm2-135m.json"
     assert measure_early_exit.main(["--from-json", str(saved)]) == 0
     assert capsys.readouterr().out == measure_early_exit.markdown(json.loads(saved.read_text())) + "\n"
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
+def test_the_saved_comparisons_name_their_sources_and_render(model: str) -> None:
+    """lab/measurements/early_exit_shift_MODEL.json (``--json`` of a run on the saved generated-prompt
+    run): its sources are saved beside it, and it renders one table row per head, depth set and level."""
+    saved = json.loads((MEASUREMENTS / f"early_exit_shift_{model}.json").read_text())
+    root = MEASUREMENTS.parent.parent
+    assert (root / saved["from_json"]).is_file() and (root / saved["records"]).is_file()
+    run = json.loads((root / saved["from_json"]).read_text())
+    levels = {g["q"] for g in run["gates"]}
+    assert len(saved["rows"]) == 2 * len(run["depth_sets"]) * len(levels)  # own and lens heads
+    table = markdown(saved).splitlines()
+    assert len(table) == 4 + len(saved["rows"]) and table[0].startswith(f"**{run['model']}**")

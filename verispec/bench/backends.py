@@ -12,7 +12,7 @@ shared, so only ratios within this run mean anything):
 - ``plain``: greedy decode, best step, and its ratio to the mode's bound.
 - ``threads``: the 1-row and 5-row pass with 2 onnxruntime threads over 1 thread (ort modes).
 - ``rss``: a child process per mode loads the model, decodes, and reports its peak RSS against the
-  GGUF file size plus the KV cache it allocated (the issue's memory target: <= 1.5x).
+  GGUF file size plus the KV cache it allocated (the memory target: <= 1.5x).
 - ``int8_fused_over_unfused``: the int8 mode's other layer path (:mod:`engine.fused`) is measured
   beside it as one more mode (``int8/ort-q fused`` or ``int8/ort-q unfused``, whichever is not the
   default), interleaved the same way: plain decode steps per second, fused over unfused. For a
@@ -216,7 +216,7 @@ def _high_water_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-RSS_TARGET = 1.5  # the memory target: peak RSS <= 1.5x (GGUF file + KV cache)
+RSS_TARGET = 1.5  # the memory target: peak RSS <= 1.5x (GGUF file + KV cache)
 
 
 def onnxruntime_library_bytes() -> int:

@@ -108,7 +108,7 @@ def measure(path: Path, prompts: Sequence[tuple[str, str]], max_tokens: int, k: 
 
 
 def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[str, float | None]:
-    """The issue's llama.cpp targets as geometric means over the prompts both sides ran.
+    """The int8 mode's llama.cpp targets as geometric means over the prompts both sides ran.
 
     ``int8_runs``: the engine's greedy speculative-vs-plain runs on the int8 mode (``prompt``,
     ``plain_tok_s``, ``speculative_tok_s``, end to end like llama.cpp's ``tok_s``); the runs
