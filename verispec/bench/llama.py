@@ -70,41 +70,55 @@ def measure(path: Path, prompts: Sequence[tuple[str, str]], max_tokens: int, k: 
     if not available():
         return {"available": False, "note": NOT_INSTALLED}
     import llama_cpp  # type: ignore[import-not-found, unused-ignore]
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
 
-    common: dict[str, Any] = {"model_path": str(path), "n_ctx": 512, "n_batch": 512, "n_threads": threads,
-              "n_threads_batch": threads, "seed": seed, "verbose": False}
-    decoders = {
-        "plain": llama_cpp.Llama(**common),
-        "prompt_lookup": llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)),
-    }
+    decoders = _prompt_decoders(path, k, threads, seed)
     out: dict[str, Any] = {"available": True, "version": getattr(llama_cpp, "__version__", None),
                            "threads": threads, "num_pred_tokens": k}
     for name in decoders:
         out[name] = {"runs": []}
     engine_runs: list[dict[str, Any]] = []
     for kind, text in prompts:
-        best: dict[str, dict[str, float]] = {}
-        ours = {"plain_tok_s": 0.0, "speculative_tok_s": 0.0}
-        for _ in range(max(1, repeats)):  # alternate the decoders; keep each one's best run
-            for name, llm in decoders.items():
-                run = _one_run(llm, text, max_tokens)
-                if name not in best or run["tok_s"] > best[name]["tok_s"]:
-                    best[name] = run
-            if engine is not None:
-                mine = engine(kind, text)
-                ours = {key: max(ours[key], float(mine[key])) for key in ours}
+        best, ours = _best_runs(decoders, kind, text, max_tokens, repeats, engine)
         for name in decoders:
             out[name]["runs"].append({"prompt": kind, **best[name]})
-        if engine is not None:
+        if ours is not None:
             engine_runs.append({"prompt": kind, "temperature": 0.0, **ours})
     if engine is not None:
         out["engine_runs"] = engine_runs
     for name in decoders:
-        runs = out[name]["runs"]
-        out[name]["geomean_tok_s"] = geomean([r["tok_s"] for r in runs])
+        out[name]["geomean_tok_s"] = geomean([r["tok_s"] for r in out[name]["runs"]])
     del decoders
     return out
+
+
+def _prompt_decoders(path: Path, k: int, threads: int, seed: int) -> dict[str, Any]:
+    """llama.cpp plain and prompt lookup (``k`` drafted tokens) on ``path``, ``threads`` each."""
+    import llama_cpp  # type: ignore[import-not-found, unused-ignore]
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
+
+    common: dict[str, Any] = {"model_path": str(path), "n_ctx": 512, "n_batch": 512, "n_threads": threads,
+                              "n_threads_batch": threads, "seed": seed, "verbose": False}
+    return {
+        "plain": llama_cpp.Llama(**common),
+        "prompt_lookup": llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)),
+    }
+
+
+def _best_runs(decoders: dict[str, Any], kind: str, text: str, max_tokens: int, repeats: int,
+               engine: EngineRun | None) -> tuple[dict[str, dict[str, float]], dict[str, float] | None]:
+    """One prompt, ``repeats`` rounds of every decoder then the engine: each side's best run
+    (the engine's best plain and best speculative rate, or None without it)."""
+    best: dict[str, dict[str, float]] = {}
+    ours = {"plain_tok_s": 0.0, "speculative_tok_s": 0.0}
+    for _ in range(max(1, repeats)):  # alternate the decoders; keep each one's best run
+        for name, llm in decoders.items():
+            run = _one_run(llm, text, max_tokens)
+            if name not in best or run["tok_s"] > best[name]["tok_s"]:
+                best[name] = run
+        if engine is not None:
+            mine = engine(kind, text)
+            ours = {key: max(ours[key], float(mine[key])) for key in ours}
+    return best, ours if engine is not None else None
 
 
 def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[str, float | None]:
