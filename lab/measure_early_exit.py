@@ -220,7 +220,7 @@ def median_time(fn: Any, repeats: int) -> float:
     return float(np.median(times))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab.measure_early_exit", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--engine", choices=("fast", "reference"), default="fast")
@@ -239,6 +239,70 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the run's JSON goes (default lab/measurements/early_exit_MODEL[_generated].json)")
     parser.add_argument("--records", type=Path, default=None, help="save the scored calibration and held-out steps (.npz) to recalibrate without the model")
     parser.add_argument("--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)")
+    return parser
+
+
+def depth_sets(text: str | None, n_layer: int) -> list[tuple[int, ...]]:
+    """``--depth-sets`` ("8,12;24"), or the default depths and the deepest alone."""
+    if text is None:
+        default = default_depths(n_layer)
+        return [default, (default[-1],)]
+    return [tuple(int(x) for x in part.split(",")) for part in text.split(";")]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The scored steps of one run: per head ("own", "lens"), calibration and held-out records."""
+
+    lens: Lens
+    n_lens: int  # steps the lens was fitted on
+    cal: dict[str, Records]
+    held: dict[str, Records]
+
+
+def score_prompts(model: ExitModel, prompts: dict[str, list[tuple[str, list[int]]]], tokens: int, heldout_tokens: int,
+                  depths: tuple[int, ...], stop_ids: frozenset[int]) -> Scored:
+    """Greedy trajectories of the lens, calibration and held-out prompts, the lens fitted on the
+    first, the other two scored with each head (trajectories released as soon as scored)."""
+    lens_traj = trajectories(model, prompts["lens"], tokens, depths, stop_ids, "lens prompts")
+    lens = lens_from(lens_traj, depths, 1e-2)
+    n_lens = sum(t.full_logits.shape[0] for t in lens_traj)
+    del lens_traj
+    cal_traj = trajectories(model, prompts["cal"], tokens, depths, stop_ids, "calibration prompts")
+    held_traj = trajectories(model, prompts["held"], heldout_tokens, depths, stop_ids, "held-out prompts")
+    cal = {"lens": score(model, cal_traj, depths, lens), "own": score(model, cal_traj, depths, None)}
+    held = {"lens": score(model, held_traj, depths, lens), "own": score(model, held_traj, depths, None)}
+    return Scored(lens, n_lens, cal, held)
+
+
+Calibrations = dict[tuple[str, Fraction, tuple[int, ...]], Calibration]  # (head, q, depth set) -> artifact
+
+
+def gate_rows(scored: Scored, sets: list[tuple[int, ...]], depths: tuple[int, ...], levels: list[Fraction],
+              identity: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], Calibrations]:
+    """Per head: the held-out agreement per depth; per head, depth set, level and gate: the
+    held-out report of a calibration built on the calibration records; and those calibrations.
+    ``identity``: model_sha256, model_name, n_layer of the artifacts."""
+    agreement: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    cals: Calibrations = {}
+    for head in ("own", "lens"):
+        agreement[head] = {"depths": list(depths),
+                           "heldout": [float(np.mean(~scored.held[head].flips[i])) for i in range(len(depths))]}
+        for subset in sets:
+            cal_rec, held_rec = at_depths(scored.cal[head], subset), at_depths(scored.held[head], subset)
+            keep = [depths.index(d) for d in subset]
+            head_lens = None if head == "own" else Lens(subset, scored.lens.weight[keep], scored.lens.bias[keep])
+            for level in levels:
+                cal = build(cal_rec, q=level, lens=head_lens, n_lens=scored.n_lens if head == "lens" else 0, **identity)
+                cals[(head, level, subset)] = cal
+                for gate in cast(tuple[GateKind, ...], ("margin", "halfrange")):
+                    rows.append({**held_out_report(cal, held_rec, gate), "head": head})
+    return agreement, rows, cals
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.from_json is not None:
         print(markdown(json.loads(args.from_json.read_text())))
@@ -250,70 +314,38 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_model(args.model)
     loaded = load_engine(str(path), engine=args.engine)
     model, n_layer = loaded.model, loaded.model.config.n_layer
-    if args.depth_sets is None:
-        default = default_depths(n_layer)
-        sets = [default, (default[-1],)]
-    else:
-        sets = [tuple(int(x) for x in part.split(",")) for part in args.depth_sets.split(";")]
+    sets = depth_sets(args.depth_sets, n_layer)
     depths = tuple(sorted({d for s in sets for d in s}))
     stop_ids = chat_stop_ids(loaded.tokenizer, loaded.chat)
-    sha = file_sha256(path)
-    lens_text = generate_mix(args.lens_prompts_per_kind, args.seed)
-    cal_text = calibration_text(args.prompts, args.prompts_per_kind, args.seed, args.lens_prompts_per_kind)
     held_text = [(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)[: args.max_heldout]]
-    lens_prompts = encode_prompts(loaded.tokenizer, loaded.chat, lens_text)
-    cal_prompts = encode_prompts(loaded.tokenizer, loaded.chat, cal_text)
-    held_prompts = encode_prompts(loaded.tokenizer, loaded.chat, held_text)
+    texts = {"lens": generate_mix(args.lens_prompts_per_kind, args.seed),
+             "cal": calibration_text(args.prompts, args.prompts_per_kind, args.seed, args.lens_prompts_per_kind),
+             "held": held_text}
+    prompts = {name: encode_prompts(loaded.tokenizer, loaded.chat, text) for name, text in texts.items()}
 
     started = time.perf_counter()
-    lens_traj = trajectories(model, lens_prompts, args.tokens_per_prompt, depths, stop_ids, "lens prompts")
-    lens = lens_from(lens_traj, depths, 1e-2)
-    n_lens = sum(t.full_logits.shape[0] for t in lens_traj)
-    del lens_traj
-    cal_traj = trajectories(model, cal_prompts, args.tokens_per_prompt, depths, stop_ids, "calibration prompts")
-    held_traj = trajectories(model, held_prompts, args.heldout_tokens, depths, stop_ids, "held-out prompts")
-    cal_records = {"lens": score(model, cal_traj, depths, lens), "own": score(model, cal_traj, depths, None)}
-    held_records = {"lens": score(model, held_traj, depths, lens), "own": score(model, held_traj, depths, None)}
-    del cal_traj, held_traj
+    scored = score_prompts(model, prompts, args.tokens_per_prompt, args.heldout_tokens, depths, stop_ids)
     if args.records is not None:
-        save_records(args.records, {f"cal_{h}": r for h, r in cal_records.items()} | {f"held_{h}": r for h, r in held_records.items()})
+        save_records(args.records, {f"cal_{h}": r for h, r in scored.cal.items()} | {f"held_{h}": r for h, r in scored.held.items()})
     print(f"[trajectories and scores: {time.perf_counter() - started:.0f} s]", file=sys.stderr)
 
     levels = [Fraction(x) for x in args.q.split(",")]
+    identity = {"model_sha256": file_sha256(path), "model_name": path.name, "n_layer": n_layer}
+    agreement, gates, cals = gate_rows(scored, sets, depths, levels, identity)
     results: dict[str, Any] = {
         "model": path.name, "engine": args.engine, "n_layer": n_layer, "depth_sets": [list(s) for s in sets],
-        "claim": PROMPT_CLAIM, "calibration_prompts": cal_records["own"].n_prompts,
-        "calibration_steps": cal_records["own"].n, "lens_prompts": len(lens_prompts), "lens_steps": n_lens,
-        "heldout_prompts": held_records["own"].n_prompts, "heldout_steps": held_records["own"].n,
+        "claim": PROMPT_CLAIM, "calibration_prompts": scored.cal["own"].n_prompts,
+        "calibration_steps": scored.cal["own"].n, "lens_prompts": len(prompts["lens"]), "lens_steps": scored.n_lens,
+        "heldout_prompts": scored.held["own"].n_prompts, "heldout_steps": scored.held["own"].n,
         "tokens_per_prompt": args.tokens_per_prompt, "heldout_tokens": args.heldout_tokens,
-        "calibration_source": args.prompts, "seed": args.seed, "draw_seed": DRAW_SEED, "agreement": {}, "gates": [],
+        "calibration_source": args.prompts, "seed": args.seed, "draw_seed": DRAW_SEED, "agreement": agreement, "gates": gates,
     }
-    cals: dict[tuple[str, Fraction, tuple[int, ...]], Calibration] = {}
-    for head in ("own", "lens"):
-        results["agreement"][head] = {
-            "depths": list(depths),
-            "heldout": [float(np.mean(~held_records[head].flips[i])) for i in range(len(depths))],
-        }
-        for subset in sets:
-            cal_rec, held_rec = at_depths(cal_records[head], subset), at_depths(held_records[head], subset)
-            head_lens = None if head == "own" else Lens(
-                subset, lens.weight[[depths.index(d) for d in subset]], lens.bias[[depths.index(d) for d in subset]]
-            )
-            for level in levels:
-                cal = build(cal_rec, q=level, model_sha256=sha, model_name=path.name, n_layer=n_layer,
-                            lens=head_lens, n_lens=n_lens if head == "lens" else 0)
-                cals[(head, level, subset)] = cal
-                for gate in cast(tuple[GateKind, ...], ("margin", "halfrange")):
-                    row = held_out_report(cal, held_rec, gate)
-                    row["head"] = head
-                    results["gates"].append(row)
-
-    results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], lens)
+    held_prompts = prompts["held"]
+    results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], scored.lens)
     results["speed"] = speed(model, loaded.tokenizer, held_prompts[: args.speed_prompts], args.heldout_tokens,
                              stop_ids, cals, levels[0], sets)
     results["wall_s"] = time.perf_counter() - started
-    # before rendering: a rendering error must not lose the run
-    write_json(out_json, results)
+    write_json(out_json, results)  # before rendering: a rendering error must not lose the run
     print(markdown(results))
     return 0
 

@@ -137,3 +137,11 @@ def test_the_saved_comparisons_name_their_sources_and_render(model: str) -> None
     assert len(saved["rows"]) == 2 * len(run["depth_sets"]) * len(levels)  # own and lens heads
     table = markdown(saved).splitlines()
     assert len(table) == 4 + len(saved["rows"]) and table[0].startswith(f"**{run['model']}**")
+
+
+def test_depth_sets_parse_or_default_to_the_default_depths_and_the_deepest_alone() -> None:
+    from verispec.reference.calibration import default_depths
+
+    assert measure_early_exit.depth_sets("8,12;24", 30) == [(8, 12), (24,)]
+    default = default_depths(30)
+    assert measure_early_exit.depth_sets(None, 30) == [default, (default[-1],)]
