@@ -140,7 +140,7 @@ def divergence_rows(engine: LlamaCppLookupDecoder, prompt_ids: Sequence[int], ma
 if __name__ == "__main__":  # python -m examples.llama_cpp_decoder: the rows at the bench prompts' divergences
     import json
 
-    from verispec.engine.bench import PROMPTS
+    from verispec.bench.options import PROMPTS
     from verispec.registry import resolve_model
 
     model = resolve_model("smollm2-135m")

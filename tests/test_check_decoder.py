@@ -323,7 +323,7 @@ def test_llama_cpp_prompt_lookup_greedy(smollm2_path: Any, smollm2_tokenizer: An
     Kept cheap for `make test` (the bench's "repetitive" prompt, 16 tokens: prompt lookup's drafts
     are accepted there); the five bench prompts at 48 tokens took ~13 min at load ~14 and are run by
     hand (README: `check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy`)."""
-    from verispec.engine.bench import PROMPTS
+    from verispec.bench.options import PROMPTS
     from examples.llama_cpp_decoder import prompt_lookup
 
     engine = prompt_lookup(smollm2_path)

@@ -1,4 +1,4 @@
-"""Peak RSS of the int8 mode: a child process loads SmolLM2 and decodes (engine/bench_backends.py).
+"""Peak RSS of the int8 mode: a child process loads SmolLM2 and decodes (verispec/bench/backends.py).
 
 The issue's target is peak RSS <= 1.5x (GGUF file + KV cache); this mode misses it (README
 "Performance": the prepacked kernel format is larger than the file's blocks, and the interpreter
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from verispec.engine import matmul
-from verispec.engine.bench_backends import rss_probe
+from verispec.bench.backends import rss_probe
 
 pytestmark = pytest.mark.skipif(not matmul.ort_available(), reason="onnxruntime/onnx not installed")
 

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     logits = ReferenceLogits(model)
     engine = _engine(args, path, logits, tokenizer)
     if args.bench_prompts:
-        from verispec.engine.bench import PROMPTS
+        from verispec.bench.options import PROMPTS
 
         args.prompt = [text for _, text in PROMPTS]
     alpha = (args.alpha if args.alpha is not None else 1e-3) / len(args.prompt)  # Bonferroni over prompts
