@@ -74,10 +74,9 @@ RECORDED_PROVENANCE: dict[str, dict[str, str]] = {
     },
 }
 
-# The early-exit renderers belong to the measurement scripts (they also print them after a run);
-# those scripts are lab code, so look for them where the lab keeps them.
-EARLY_EXIT_MODULES = ("lab.measure_early_exit", "lab.early_exit.measure_early_exit", "verispec.measure_early_exit")
-EARLY_EXIT_SHIFT_MODULES = ("lab.early_exit_shift", "lab.early_exit.early_exit_shift", "verispec.early_exit_shift")
+# The early-exit renderers belong to the measurement scripts (they also print them after a run).
+EARLY_EXIT_MODULES = ("lab.measure_early_exit",)
+EARLY_EXIT_SHIFT_MODULES = ("lab.early_exit_shift",)
 
 
 def _first_module(names: Sequence[str]) -> ModuleType:
@@ -228,6 +227,20 @@ def bench_page(folder: Path) -> str:
 
 # ---- certified early exit (held-out runs) ------------------------------------------------------
 
+def _shift_provenance(run: Path, compared: Path) -> dict[str, str]:
+    """A re-scoring of a saved run's records: deterministic (seeded folds), no model work, so its
+    date, machine and commit are the saved run's."""
+    own = _provenance(run, _load(run))
+    return {
+        "date": own.get("date", "as the run it re-scores"),
+        "machine": "none (re-scores the saved records; deterministic)",
+        "command": f"python -m lab.early_exit_shift --from-json lab/measurements/{run.name} "
+                   f"--records lab/measurements/{run.with_suffix('.npz').name} --folds 6 --json lab/measurements/{compared.name}",
+        "commit": own.get("commit", "the saved run's"),
+        "source": f"lab/measurements/{run.name} and its .npz records",
+    }
+
+
 def early_exit_page(folder: Path) -> str:
     measure = _first_module(EARLY_EXIT_MODULES)
     shift = _first_module(EARLY_EXIT_SHIFT_MODULES)
@@ -243,8 +256,10 @@ def early_exit_page(folder: Path) -> str:
              "records (`.npz`, no model work): out-of-fold generated prompts against hand-written ones.", ""]
     for model in ("smollm2-135m", "gemma3-270m"):
         path = folder / f"early_exit_{model}_generated.json"
-        body += [str(shift.render(path, path.with_suffix(".npz"), 6)), ""]
+        compared = folder / f"early_exit_shift_{model}.json"  # python -m lab.early_exit_shift --json
+        body += [str(shift.markdown(_load(compared))), ""]
         provenance += _provenance_lines(path.name, _provenance(path, _load(path)))
+        provenance += _provenance_lines(compared.name, _shift_provenance(path, compared))
     intro = ("Held-out checks of the early-exit guarantee (*expected flip fraction of a new prompt ≤ α, valid when "
              "prompts, not tokens, are exchangeable*), per prompt and per kind, with the exit head's cost and "
              "tokens/s against plain decoding in the same run. How to read the verdicts: "

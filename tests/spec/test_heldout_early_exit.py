@@ -6,7 +6,7 @@ pool (verispec/data/prompts_calibration.jsonl, the default of `verispec calibrat
 per kind, 6 greedy steps each, the model's own head at the
 single depth 24, q = 0.8 (α = 0.2; a kind needs min_prompts = 4) -- and serves 40 hand-written
 held-out prompts, the first 10 of each kind in verispec/data/prompts_heldout.jsonl (disjoint from
-the pool and the generator; the file has more, which the README run uses), 6 steps each,
+the pool and the generator; the file has more, which the lab's held-out run uses), 6 steps each,
 through the margin gate exactly as the serve loop decides it, each under its kind's threshold.
 
 The test. Tokens of one prompt are correlated, so the trials are prompts: one step per prompt,
@@ -20,7 +20,7 @@ budget allows 40 short prompts): 0.019 against p = 0.4, 0.215 against p = 0.5, 0
 0.968 against p = 0.7, 0.995 against p = 0.75. It can
 catch a gross failure of the guarantee on hand-written text (the token-level gate this replaced
 was 3x over its bound), not a miss of a few points; lab.measure_early_exit reports the larger
-run with intervals in the README. What it cannot detect: anything on other models, other kinds
+run with intervals in docs/results/early-exit.md. What it cannot detect: anything on other models, other kinds
 or longer generations than measured.
 """
 
