@@ -49,7 +49,7 @@ F32 = npt.NDArray[np.float32]
 # GGUF type has no block form (kept exact, never requantized; engine/weights.py lists it).
 Projection = Union[KernelBlocks, F32]
 
-FUSED_BY_DEFAULT = True  # measured: README "Performance", fused vs unfused int8
+FUSED_BY_DEFAULT = True  # measured: docs/performance.md, fused vs unfused int8
 ENV = "VERISPEC_INT8_FUSED"
 
 

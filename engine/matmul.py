@@ -30,7 +30,7 @@ per-session pools measured 0.56x / 0.34x (1 / 5 rows) on f32/ort. `verispec benc
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,7 @@ F32 = npt.NDArray[np.float32]
 BACKENDS: tuple[str, ...] = ("numpy", "ort", "ort-q")
 EXACT_BACKENDS: tuple[str, ...] = ("numpy", "ort")
 ACCURACY_INT8 = 4  # MatMulNBits accuracy_level: int8 activations, int32 accumulation
+RowMode = Literal["native", "pad-single-row", "row-by-row"]  # OrtGraph._probe_row_mode
 
 
 class BackendUnavailable(ModelError):
@@ -143,11 +144,55 @@ class OrtGraph:
         # the public run where a version lacks it.
         inner = getattr(self.session, "_sess", None)
         self._run: Any = inner.run if inner is not None and hasattr(inner, "run") else self.session.run
+        self.row_mode: RowMode = "native"
+        if any(node.op_type == "MatMulNBits" for node in nodes):
+            self.row_mode = self._probe_row_mode({n: s for n, s in inputs.items()})
 
     def run(self, *arrays: F32) -> list[F32]:
-        """The outputs, in the order of ``outputs``, for the inputs in the order of ``inputs``."""
-        feeds = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in zip(self.input_names, arrays)}
-        return self._run(self._output_list, feeds, None)  # type: ignore[no-any-return]
+        """The outputs, in the order of ``outputs``, for the inputs in the order of ``inputs``.
+
+        Every input and output has the row axis first, and each row's outputs depend only on that
+        row's inputs; :attr:`row_mode` makes the value of a row independent of how many rows the
+        call carries (see :meth:`_probe_row_mode`)."""
+        feeds = [np.ascontiguousarray(a, dtype=np.float32) for a in arrays]
+        rows = int(feeds[0].shape[0]) if feeds else 0
+        if self.row_mode == "pad-single-row" and rows == 1:
+            doubled = self._raw([np.concatenate([a, a]) for a in feeds])
+            return [out[:1] for out in doubled]
+        if self.row_mode == "row-by-row" and rows > 1:
+            parts = [self._raw([a[i : i + 1] for a in feeds]) for i in range(rows)]
+            return [np.concatenate([part[j] for part in parts]) for j in range(len(self._output_list))]
+        return self._raw(feeds)
+
+    def _raw(self, feeds: list[F32]) -> list[F32]:
+        named = dict(zip(self.input_names, feeds))
+        return self._run(self._output_list, named, None)  # type: ignore[no-any-return]
+
+    def _probe_row_mode(self, inputs: dict[str, list[int | str]]) -> RowMode:
+        """How to call this graph so that a row's value does not depend on the call's row count.
+
+        MLAS's ``MatMulNBits`` runs a 1-row call through its own matrix-vector kernel on some
+        (CPU, bit width) pairs, which rounds differently from its k-row kernel: seen on AVX2 for
+        4-bit blocks (every output differs in the last bits), never on AVX-512 VNNI. The engine's
+        contract (a k-row verify pass gives each row what a 1-row pass gives, so speculation keeps
+        the int8 mode's law) must hold on every machine, so it is measured here, on this graph,
+        with random rows: ``native`` when 1-row and 3-row calls agree; else ``pad-single-row``
+        (a 1-row call runs as 2 identical rows, through the k-row kernel) when that agrees with
+        the 3-row call; else ``row-by-row`` (every call is made of 1-row calls).
+        """
+        rng = np.random.default_rng(0)
+        probe = [
+            rng.standard_normal([3 if isinstance(n, str) else n for n in shape]).astype(np.float32)
+            for shape in inputs.values()
+        ]
+        three = self._raw(probe)
+        one = self._raw([a[:1] for a in probe])
+        if all(np.array_equal(o, t[:1]) for o, t in zip(one, three)):
+            return "native"
+        padded = self._raw([np.concatenate([a[:1], a[:1]]) for a in probe])
+        if all(np.array_equal(p[:1], t[:1]) for p, t in zip(padded, three)):
+            return "pad-single-row"
+        return "row-by-row"
 
 
 class _OrtSession(OrtGraph):
@@ -159,8 +204,7 @@ class _OrtSession(OrtGraph):
         self.n_in, self.n_out = n_in, n_out
 
     def __call__(self, x: F32) -> F32:
-        out = self.session.run(None, {"A": np.ascontiguousarray(x, dtype=np.float32)})[0]
-        return np.asarray(out, dtype=np.float32)
+        return np.asarray(self.run(x)[0], dtype=np.float32)
 
 
 _ONNX_TYPES = {np.dtype(np.uint8): 2, np.dtype(np.float32): 1, np.dtype(np.int64): 7}  # TensorProto enums

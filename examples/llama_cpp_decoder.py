@@ -4,8 +4,8 @@
     verispec check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy --max-tokens 32
     verispec check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --tv 0.2
 
-Run against llama-cpp-python 0.3.36 (greedy mode on the bench prompts: README, "The
-llama-cpp-python verdict"); `make test` never installs it (it compiles llama.cpp: the optional
+Run against llama-cpp-python 0.3.36 (greedy mode on the bench prompts: docs/checking-decoders.md,
+the llama-cpp-python verdict); `make test` never installs it (it compiles llama.cpp: the optional
 ``llama`` extra), and its test skips without it. API used: ``Llama(draft_model=
 LlamaPromptLookupDecoding(...))``, ``Llama.generate`` yielding token ids, ``set_seed``, and a
 ``logits_all`` context's ``eval``/``scores`` for :meth:`LlamaCppLookupDecoder.logits`.
@@ -140,7 +140,7 @@ def divergence_rows(engine: LlamaCppLookupDecoder, prompt_ids: Sequence[int], ma
 if __name__ == "__main__":  # python -m examples.llama_cpp_decoder: the rows at the bench prompts' divergences
     import json
 
-    from verispec.engine.bench import PROMPTS
+    from verispec.bench.options import PROMPTS
     from verispec.registry import resolve_model
 
     model = resolve_model("smollm2-135m")

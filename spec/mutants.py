@@ -267,7 +267,7 @@ def catalogue() -> list[Mutant]:
         _row_mutant("acceptance_uniform_reused_for_repair", "the rejecting uniform also drives the repair draw", Bugs(repair="reuse_uniform")),
         _row_mutant("accept_on_equality", "u * q <= p instead of <: breaks bit-exact portability", Bugs(accept="le")),
         _row_mutant("target_rows_off_by_one", "draft i tested against target row i+1 (transformers PR #28166 indexing)", Bugs(accept="off_by_one")),
-        # LLM-scale bug classes (issue 14): they fire only at large V, in the tail, at the last id,
+        # LLM-scale bug classes: they fire only at large V, in the tail, at the last id,
         # for k >= 4 or in reduced precision; the toy-V properties let several of them through
         _row_mutant("float32_cumsum_in_draw", "the inverse-CDF running sum in float32 (a GPU kernel's accumulator)", Bugs(draw="float32_cumsum")),
         _row_mutant("reversed_scan_large_vocab", "for V > 8 the draw scans ids from the top down (a reduction in another order)", Bugs(draw="reversed_large_vocab")),

@@ -4,7 +4,7 @@ A verifier under test is given as a :class:`~reference.speculative.Verifier` (on
 optionally a :class:`~reference.speculative.BatchVerifier` (N at once, for cheap statistics; lifted
 from the single form when absent) and optionally a :class:`~spec.pipeline.Pipeline` (how p and q
 rows are computed from logits; the reference's by default). ``spec.mutants`` runs every broken
-verifier through this; ``verispec check`` (issue 7) runs external implementations through it.
+verifier through this; ``verispec check`` runs external implementations through it.
 
 Properties, cheapest first (deterministic ones have alpha 0 and power 1):
 

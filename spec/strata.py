@@ -12,7 +12,7 @@ stratum is taken in the law the token must come from (the residual at a repair, 
 
 Rows are TARGETED (``tail_rows``, ``deep_rows``): built so that the bug classes above move
 0.27 to 0.44 of the cell law's mass (q-tail underflow, small residual entries dropped, the last id
-never drawn; a top-1,024 residual kernel only ~0.025, see the README's gate section), while the
+never drawn; a top-1,024 residual kernel only ~0.025, see docs/llm-scale-gate.md), while the
 test is designed against ``STRATA_TV`` = 0.03: with N from the power analysis
 (:func:`spec.statistics.required_sample_size` at the test's df and alpha share) it detects ANY
 deviation of total variation >= 0.03 on the (a, stratum) law with probability >= 0.99. What it

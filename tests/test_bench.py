@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from verispec.engine.bench import format_report
-from verispec.engine.bench_backends import variant_label
+from verispec.bench.backends import variant_label
+from verispec.bench.report import SCHEMA_VERSION, BenchReport
+from verispec.bench.text import format_report
 from verispec.engine.fused import FUSED_BY_DEFAULT
 from verispec import cli
 
@@ -28,6 +29,8 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
                        "--prompts", "chat,repetitive", "--repeats", "1", "--matmul-repeats", "1", "--no-rss"])
     assert status == 0
     report = json.loads(capsys.readouterr().out)
+    assert report["schema_version"] == SCHEMA_VERSION
+    assert BenchReport.from_json(report).as_json() == report  # the printed JSON reads back whole
     assert set(report) >= {"date", "model", "machine", "matmul_bound", "plain", "prefill", "speculative",
                            "early_exit", "reference", "llama_cpp", "ratios", "peak_rss_mib", "plot"}
     assert report["machine"]["cores"] >= 1 and report["machine"]["cpu"]
@@ -59,7 +62,7 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
         assert set(curve["rows_cost_relative"]) == {"1", "2", "3", "4"} and curve["rows_cost_relative"]["1"] == 1.0
         assert all(c >= 1.0 for c in curve["rows_cost_relative"].values())
         assert all(0 <= k <= 3 for k in curve["k_cap_at_alpha"].values())
-    # every backend / weights mode in the same run (engine/bench_backends.py)
+    # every backend / weights mode in the same run (verispec/bench/backends.py)
     modes = report["backends"]["modes"]
     other = variant_label(not FUSED_BY_DEFAULT)  # the int8 mode's other layer path, measured beside it
     assert set(modes) == {"f32/numpy", "f32/ort", "int8/ort-q", other} and report["default_backend"] == "ort"
@@ -75,12 +78,12 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
         assert _positive_finite(ratios[key]), key
     assert _positive_finite(report["peak_rss_mib"])
     assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    text = format_report(report)
+    text = format_report(BenchReport.from_json(report))
     assert "matmul-only bound" in text and "plain decode" in text and "BLAS" in text
 
 
 def test_kernel_comparison_runs_each_coretype_in_a_child() -> None:
-    from verispec.engine.kernels import KERNELS, compare
+    from verispec.bench.kernels import KERNELS, compare
 
     results = compare([(64, 32), (32, 64)], rows=(1, 4), repeats=1, timeout_s=120)
     assert [r["coretype"] for r in results] == list(KERNELS)
@@ -92,7 +95,7 @@ def test_kernel_comparison_runs_each_coretype_in_a_child() -> None:
 
 
 def test_rss_probe_reports_a_child_peak(tiny_gguf: Any) -> None:
-    from verispec.engine.bench_backends import rss_probe
+    from verispec.bench.backends import rss_probe
 
     path = tiny_gguf("llama")
     probe = rss_probe(path, "int8", "ort-q", steps=2, timeout_s=300)
@@ -112,7 +115,8 @@ def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_pa
     """`bench --early-exit CAL.json`: early exit against plain greedy on the same engine, with its
     depth statistics; the artifact must be for this model (CalibrationError otherwise)."""
     from verispec.engine import load_model
-    from verispec.engine.bench import BenchOptions, run_bench
+    from verispec.bench.options import BenchOptions
+    from verispec.bench.run import run_bench
     from verispec.reference.calibration import calibrate, file_sha256
     from verispec.reference.errors import CalibrationError
     from verispec.reference.tokenizer import Tokenizer
@@ -128,10 +132,10 @@ def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_pa
     options = BenchOptions(decode_tokens=6, prefill_tokens=8, matmul_repeats=1, reference=False, kernels=False,
                            prompts=(("chat", "Hello"),), repeats=1, early_exit=cal_path, backends=False)
     report = run_bench(smollm2_path, options)
-    ee = report["early_exit"]
+    ee = report.early_exit
     assert ee["available"] is True and ee["gate"] == "margin" and ee["n_layer"] == 30
     assert _positive_finite(ee["early_exit_tok_s"]) and _positive_finite(ee["plain_tok_s"])
-    assert _positive_finite(report["ratios"]["early_exit_over_plain"])
+    assert _positive_finite(report.ratios["early_exit_over_plain"])
     assert 0.0 <= ee["admitted_fraction"] <= 1.0 and 24.0 <= ee["mean_exit_depth"] <= 30.0
     assert ee["head_evaluations_per_token"] >= 0.0
     assert "early exit (margin gate)" in format_report(report)
@@ -146,7 +150,7 @@ def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_pa
 
 
 def test_llama_cpp_columns_say_how_to_get_them_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from verispec.engine import bench_llama
+    from verispec.bench import llama as bench_llama
 
     monkeypatch.setattr(bench_llama, "available", lambda: False)
     out = bench_llama.measure(Path("unused.gguf"), [("chat", "hi")], 4, 4, 1, 1)
@@ -156,7 +160,7 @@ def test_llama_cpp_columns_say_how_to_get_them_when_missing(monkeypatch: pytest.
 
 
 def test_llama_cpp_ratios_pair_prompts_and_skip_sampled_runs() -> None:
-    from verispec.engine import bench_llama
+    from verispec.bench import llama as bench_llama
 
     llama = {"available": True,
              "plain": {"runs": [{"prompt": "a", "tok_s": 10.0}, {"prompt": "b", "tok_s": 40.0}]},

@@ -1,4 +1,4 @@
-"""`bench --workload`'s llama.cpp section (engine/bench.py ``_workload``, engine/bench_llama.py):
+"""`bench --workload`'s llama.cpp section (verispec/bench/workload.py, verispec/bench/llama.py):
 llama.cpp plain and prompt lookup on the workload's greedy requests, interleaved request by request
 with the engine's runs; ratios per category and over the categories; the same-tokens note.
 
@@ -16,7 +16,11 @@ from typing import Any
 
 import pytest
 
-from verispec.engine import bench, bench_llama
+from verispec.bench import llama as bench_llama
+from verispec.bench import workload as bench
+from verispec.bench.llama_section import engine_threads
+from verispec.bench.options import BenchOptions
+from verispec.bench.text import format_workload_llama
 from verispec.reference.chat import ChatFormat, ChatMessage
 from verispec.reference.generate import GenerationRequest
 from verispec.workload import WorkloadItem
@@ -82,7 +86,7 @@ def run_stand_in_workload(monkeypatch: pytest.MonkeyPatch, repeats: int) -> tupl
     assert len(request_of) == len(ITEMS)  # the stand-in tokenizer tells the requests apart
     log: list[tuple[str, ...]] = []
     decoders = StandInDecoders(log, request_of)
-    monkeypatch.setattr(bench, "_workload_llama_decoders", lambda path, lengths, options: decoders)
+    monkeypatch.setattr(bench, "workload_llama_decoders", lambda path, lengths, options: decoders)
 
     def engine(model: Any, tokenizer: Any, spec_text: str, request: GenerationRequest, options: Any) -> tuple[dict[str, Any], tuple[int, ...]]:
         rid = request_of[tuple(request.prompt_ids)]
@@ -93,9 +97,9 @@ def run_stand_in_workload(monkeypatch: pytest.MonkeyPatch, repeats: int) -> tupl
                "tokens_per_pass": 2.0, "generated_tokens": 5, "same_tokens_as_plain": True if t == 0.0 else None}
         return run, ENGINE_IDS
 
-    monkeypatch.setattr(bench, "_speculative_vs_plain_ids", engine)
-    options = bench.BenchOptions(drafts=DRAFTS, repeats=repeats, workload=ITEMS, workload_sampled=True, k=12)
-    out, section = bench._workload(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
+    monkeypatch.setattr(bench, "speculative_vs_plain_ids", engine)
+    options = BenchOptions(drafts=DRAFTS, repeats=repeats, workload=ITEMS, workload_sampled=True, k=12)
+    out, section = bench.workload_section(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
     return log, out, section, decoders
 
 
@@ -136,7 +140,7 @@ def test_llama_cpp_workload_ratios_per_category_and_over_categories(monkeypatch:
     note = section["same_tokens_note"]
     assert note == {"first_tokens": bench_llama.AGREEMENT_TOKENS, "requests": 3,
                     "requests_all_compared_tokens_same": 0, "mean_same_leading_tokens": 2.0}
-    lines = bench._format_workload_llama(section)
+    lines = format_workload_llama(section)
     assert any(line.startswith("workload llama.cpp rag:") for line in lines)
     assert "0/3 requests agree on their first 32 tokens" in lines[-1]
 
@@ -153,17 +157,17 @@ def test_workload_llama_section_without_llama_cpp(monkeypatch: pytest.MonkeyPatc
     and every ratio field is there, None."""
     monkeypatch.setattr(bench_llama, "available", lambda: False)
     tok = StandInTokenizer()
-    monkeypatch.setattr(bench, "_speculative_vs_plain_ids", lambda *a: ({
+    monkeypatch.setattr(bench, "speculative_vs_plain_ids", lambda *a: ({
         "temperature": 0.0, "plain_tok_s": 1.0, "speculative_tok_s": 2.0, "speedup": 2.0, "speedup_cpu": 2.0,
         "alpha": 0.5, "tokens_per_pass": 2.0, "generated_tokens": 4, "same_tokens_as_plain": True}, ENGINE_IDS))
-    options = bench.BenchOptions(drafts=DRAFTS, repeats=2, workload=ITEMS, workload_sampled=False)
-    out, section = bench._workload(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
+    options = BenchOptions(drafts=DRAFTS, repeats=2, workload=ITEMS, workload_sampled=False)
+    out, section = bench.workload_section(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
     assert set(out) == set(DRAFTS) and len(out["suffix"]["runs"]) == len(ITEMS)
     assert section["available"] is False and section["note"] == bench_llama.NOT_INSTALLED
     assert "optional extra `llama`" in section["note"]
     assert section["runs"] == [] and section["per_category"] == {}
     assert section["geomean"] == {name: None for name in bench_llama.workload_ratio_names(DRAFTS)}
-    assert bench._format_workload_llama(section) == [f"workload llama.cpp: {bench_llama.NOT_INSTALLED}"]
+    assert format_workload_llama(section) == [f"workload llama.cpp: {bench_llama.NOT_INSTALLED}"]
 
 
 @pytest.mark.model
@@ -183,10 +187,10 @@ def test_real_llama_cpp_beside_a_small_workload(smollm2_path: Path) -> None:
         chat = chat_format(f.metadata)
     items = (WorkloadItem("rag", "r", (ChatMessage("user", "Copy this: one two three four."),), 6),
              WorkloadItem("code_edit", "c", (ChatMessage("user", "Rename x to y: def f(x): return x"),), 6))
-    options = bench.BenchOptions(drafts=("suffix",), repeats=1, workload=items, workload_sampled=False, k=4)
-    out, section = bench._workload(model, tokenizer, chat, options, smollm2_path)
+    options = BenchOptions(drafts=("suffix",), repeats=1, workload=items, workload_sampled=False, k=4)
+    out, section = bench.workload_section(model, tokenizer, chat, options, smollm2_path)
     assert out["suffix"]["all_greedy_same_tokens"] is True
-    assert section["available"] is True and section["threads"] == bench._engine_threads() >= 1
+    assert section["available"] is True and section["threads"] == engine_threads() >= 1
     assert section["num_pred_tokens"] == 4 and section["n_ctx"] >= max(r["prompt_tokens"] for r in out["suffix"]["runs"]) + 6
     assert [r["id"] for r in section["runs"]] == ["r", "c"]
     for run in section["runs"]:

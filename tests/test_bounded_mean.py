@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from verispec.bounded_mean import p_value_above, upper_bound
+from lab.bounded_mean import p_value_above, upper_bound
 
 # Float64 slack of exact_probability: each term is a product of n <= 9 probabilities (relative
 # error <= n u, u = 2^-53), and at most 3^6 = 729 terms (2^9 = 512 for two-point laws) are summed

@@ -281,7 +281,7 @@ def hf_target(smollm2_path: Any) -> Any:
 def test_transformers_prompt_lookup_greedy(smollm2_path: Any, hf_target: Any, logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
     """examples/transformers_decoder.py: transformers' prompt lookup, greedy, against its own plain
     greedy (the law mode needs ~1,000 generate() calls: minutes per prompt on a busy 2-core CPU,
-    so it is run by hand: see README)."""
+    so it is run by hand: see docs/checking-decoders.md)."""
     from examples.transformers_decoder import TransformersLookupDecoder
 
     engine = TransformersLookupDecoder(smollm2_path, model=hf_target)
@@ -322,8 +322,8 @@ def test_llama_cpp_prompt_lookup_greedy(smollm2_path: Any, smollm2_tokenizer: An
     own plain greedy output, the margin and batch-shape noise llama.cpp's OWN (its logits_all rows).
     Kept cheap for `make test` (the bench's "repetitive" prompt, 16 tokens: prompt lookup's drafts
     are accepted there); the five bench prompts at 48 tokens took ~13 min at load ~14 and are run by
-    hand (README: `check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy`)."""
-    from verispec.engine.bench import PROMPTS
+    hand (docs/checking-decoders.md: `check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy`)."""
+    from verispec.bench.options import PROMPTS
     from examples.llama_cpp_decoder import prompt_lookup
 
     engine = prompt_lookup(smollm2_path)

@@ -1,4 +1,4 @@
-"""Metadata is bounded before it sizes anything: the cases of issue 13, each a typed error.
+"""Metadata is bounded before it sizes anything: each hostile-metadata case a typed error.
 
 Built from the corpus seeds (tests/model_corpus.py) with one value changed, so each test names
 exactly one bad field; the CLI turns each into one line on stderr and exit status 2.

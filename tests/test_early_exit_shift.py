@@ -1,10 +1,11 @@
-"""The offline held-out diagnostics of verispec.measure_early_exit / early_exit_shift, on synthetic records.
+"""The offline held-out diagnostics of lab.measure_early_exit / early_exit_shift, on synthetic records.
 
 No model: records are built by hand so the right answer is known exactly.
 """
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 from pathlib import Path
 
@@ -12,8 +13,12 @@ import numpy as np
 import pytest
 
 from verispec.reference.calibration import Records
-from verispec.early_exit_shift import compare, main, folds_of, of_prompts, renumbered, with_hand_written
-from verispec.measure_early_exit import load_records, save_records, verdict
+
+from lab import measure_early_exit
+from lab.early_exit_shift import compare, main, folds_of, markdown, of_prompts, renumbered, with_hand_written
+from lab.measure_early_exit import load_records, save_records, verdict
+
+MEASUREMENTS = Path(__file__).resolve().parent.parent / "lab" / "measurements"
 
 KINDS = ("chat", "code")
 
@@ -86,3 +91,57 @@ def test_a_run_calibrated_on_the_hand_written_pool_is_refused_in_one_line(tmp_pa
     assert main(["--from-json", str(run), "--records", str(tmp_path / "none.npz")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--prompts generated" in err
+
+
+def test_the_comparison_saves_its_numbers_and_prints_them_as_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--json`` saves what the table shows (the docs' results pages are generated from it); the
+    printed table is :func:`markdown` of exactly that JSON, one row per head, depth set and level."""
+    cal, held = synthetic(12, 4, 0.3, seed=5), synthetic(6, 4, 0.3, seed=6)
+    records = tmp_path / "run.npz"
+    save_records(records, {"cal_own": cal, "held_own": held, "cal_lens": cal, "held_lens": held})
+    run = tmp_path / "run.json"
+    run.write_text('{"model": "synthetic", "calibration_source": "generated", "n_layer": 4, "depth_sets": [[3]], '
+                   '"gates": [{"q": "0.8"}, {"q": "0.9"}]}')
+    out = tmp_path / "shift.json"
+    assert main(["--from-json", str(run), "--records", str(records), "--folds", "3", "--json", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert capsys.readouterr().out == markdown(saved) + "\n"
+    assert saved["kinds"] == list(KINDS) and saved["folds"] == 3
+    assert [(r["head"], r["depths"], round(r["alpha"], 9)) for r in saved["rows"]] == [
+        (h, [3], a) for h in ("own", "lens") for a in (0.1, 0.2)]
+    assert all(set(r["generated_vs_hand"]) == set(KINDS) for r in saved["rows"])
+
+
+def test_measure_early_exit_writes_json_to_the_lab_never_a_readme(capsys: pytest.CaptureFixture[str]) -> None:
+    """The run's JSON goes to lab/measurements/ under the saved runs' names; no option rewrites a
+    README; a saved run renders again without the model."""
+    assert measure_early_exit.default_json_path("smollm2-135m", "hand") == MEASUREMENTS / "early_exit_smollm2-135m.json"
+    assert measure_early_exit.default_json_path("gemma3-270m", "generated") == MEASUREMENTS / "early_exit_gemma3-270m_generated.json"
+    with pytest.raises(SystemExit) as refused:
+        measure_early_exit.main(["--write-readme", "README.md"])
+    assert refused.value.code == 2 and "--write-readme" in capsys.readouterr().err
+    saved = MEASUREMENTS / "early_exit_smollm2-135m.json"
+    assert measure_early_exit.main(["--from-json", str(saved)]) == 0
+    assert capsys.readouterr().out == measure_early_exit.markdown(json.loads(saved.read_text())) + "\n"
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
+def test_the_saved_comparisons_name_their_sources_and_render(model: str) -> None:
+    """lab/measurements/early_exit_shift_MODEL.json (``--json`` of a run on the saved generated-prompt
+    run): its sources are saved beside it, and it renders one table row per head, depth set and level."""
+    saved = json.loads((MEASUREMENTS / f"early_exit_shift_{model}.json").read_text())
+    root = MEASUREMENTS.parent.parent
+    assert (root / saved["from_json"]).is_file() and (root / saved["records"]).is_file()
+    run = json.loads((root / saved["from_json"]).read_text())
+    levels = {g["q"] for g in run["gates"]}
+    assert len(saved["rows"]) == 2 * len(run["depth_sets"]) * len(levels)  # own and lens heads
+    table = markdown(saved).splitlines()
+    assert len(table) == 4 + len(saved["rows"]) and table[0].startswith(f"**{run['model']}**")
+
+
+def test_depth_sets_parse_or_default_to_the_default_depths_and_the_deepest_alone() -> None:
+    from verispec.reference.calibration import default_depths
+
+    assert measure_early_exit.depth_sets("8,12;24", 30) == [(8, 12), (24,)]
+    default = default_depths(30)
+    assert measure_early_exit.depth_sets(None, 30) == [default, (default[-1],)]

@@ -328,3 +328,23 @@ def test_int8_early_exit_full_depth_tokens_are_the_int8_models(int8_models: dict
         logits = model.forward([token], cache).logits[-1]
     assert full_depth_choices and len(full_depth_choices) < len(result.ids)  # both kinds happened
     assert all(plain == served for plain, served in full_depth_choices)
+
+
+@pytest.mark.parametrize("mode", ["native", "pad-single-row", "row-by-row"])
+def test_every_row_mode_keeps_rows_invariant_where_the_probe_chose_it(mode: str) -> None:
+    """Each way of calling the int8 kernel keeps the k-row == k 1-row contract: the probe's own
+    choice on this machine (asserted by the tests above) and, forced, the two fallbacks, which
+    must hold by construction (``pad-single-row`` needs the k-row kernel to treat rows alike;
+    ``row-by-row`` makes every call out of 1-row calls)."""
+    shape = (48, 512)
+    blocks = repack(_blocks(quants.GGMLType.Q4_0, shape, seed=3), quants.GGMLType.Q4_0, shape)
+    kernel = mm.ort_blocks(blocks, threads=1)
+    chosen = kernel.row_mode
+    assert chosen in ("native", "pad-single-row", "row-by-row")
+    if mode == "native" and chosen != "native":
+        pytest.skip(f"this machine's MatMulNBits needs {chosen!r}: native calls differ by row count here")
+    kernel.row_mode = mode  # type: ignore[assignment]
+    x = np.random.default_rng(9).standard_normal((5, shape[1])).astype(np.float32)
+    whole = kernel(x)
+    one_by_one = np.concatenate([kernel(x[i : i + 1]) for i in range(x.shape[0])])
+    assert np.array_equal(one_by_one, whole)

@@ -220,12 +220,12 @@ if __name__ == "__main__":  # the child of test_int8_rows_are_invariant_bit_for_
 
 
 def test_fused_bench_reports_both_paths(tiny_gguf: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    """engine/fused_bench.py on a tiny model: both paths timed, ratios positive and finite; bad
+    """lab/fused_bench.py on a tiny model: both paths timed, ratios positive and finite; bad
     counts refused by the parser. Never asserts a speed."""
     import json
     import math
 
-    from verispec.engine import fused_bench
+    from lab import fused_bench
 
     path = tiny_gguf("llama", n_vocab=6400)  # the bench prompt ids go up to 6354
     report = fused_bench.compare(path, steps=2, repeats=1)

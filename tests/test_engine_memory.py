@@ -1,7 +1,6 @@
-"""Peak RSS of the int8 mode: a child process loads SmolLM2 and decodes (engine/bench_backends.py).
+"""Peak RSS of the int8 mode: a child process loads SmolLM2 and decodes (verispec/bench/backends.py).
 
-The issue's target is peak RSS <= 1.5x (GGUF file + KV cache); this mode misses it (README
-"Performance": the prepacked kernel format is larger than the file's blocks, and the interpreter
+The target is peak RSS <= 1.5x (GGUF file + KV cache); this mode misses it (docs/performance.md: the prepacked kernel format is larger than the file's blocks, and the interpreter
 with NumPy and onnxruntime is ~0.5x SmolLM2's file by itself). What this test holds is the bound
 the load's memory check promises (engine.weights.estimate_bytes, the refusal before loading):
 
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from verispec.engine import matmul
-from verispec.engine.bench_backends import rss_probe
+from verispec.bench.backends import rss_probe
 
 pytestmark = pytest.mark.skipif(not matmul.ort_available(), reason="onnxruntime/onnx not installed")
 

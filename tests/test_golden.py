@@ -5,7 +5,7 @@ alone. What "agreement" can mean is set by how llama.cpp computes on a CPU: ever
 first rounds its input activations to 8 bits (Q8_0 / Q8_1 blocks of 32, Q8_K blocks of 256), the KV
 cache is float16, and GELU is a float16 table. Our float32 forward computes the exact function of
 the dequantized weights, so it differs from llama.cpp by llama.cpp's own rounding noise. Measured on
-these models (see the report of issue 4): switching our forward's activations to 8 bits moves its
+these models (measured when the golden data was recorded): switching our forward's activations to 8 bits moves its
 logits by an NMSE of up to 1e-2, and llama.cpp's greedy choices whose top-1 margin is below ~0.5 can
 flip. Hence three kinds of test:
 

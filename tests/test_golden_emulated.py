@@ -1,4 +1,4 @@
-"""Why llama.cpp agreement stops at NMSE ~1e-3 after the first position (issue 4's bar).
+"""Why llama.cpp agreement stops at NMSE ~1e-3 after the first position (the golden tests' bar).
 
 llama.cpp rounds every quantized matmul's input to 8 bits (tests/llamacpp_numerics.py emulates
 that, with its F16 KV cache, F16 query and softmax weights, F16 GELU table). A rounding to 8 bits

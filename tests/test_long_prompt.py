@@ -1,4 +1,4 @@
-"""A long prompt costs memory linear in its length (issue 13: 100k characters with --truncate grew
+"""A long prompt costs memory linear in its length (100k characters with --truncate once grew
 to 6.1 GB): attention runs in blocks of query rows, so no [n_head, T, S] score matrix is built.
 
 The bound is counted, not timed: tracemalloc's peak (numpy reports its buffers to it) during one

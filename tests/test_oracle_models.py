@@ -37,7 +37,7 @@ LOGIT_TOL = 1e-3  # absolute, float32 vs float32 on identical dequantized weight
 # the 262k-row gemma3 head over 70 positions also costs minutes. So 1e-3 is NOT derived: it is a
 # margin over measured differences (~6e-5), tighter than the derived spread of our own forward on
 # the real models (~0.02-0.07, tests/test_engine.py), and could fail where transformers' kernels
-# round differently (open: issue 12, tolerances).
+# round differently (the derived tolerances of tests/tolerances.py).
 N_GREEDY = 64
 
 PROMPTS = (

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from verispec.engine.bench import format_report
+from verispec.bench.report import BenchReport
+from verispec.bench.text import format_report
 from verispec.reference.chat import ChatFormat
 from verispec import cli
 from verispec.workload import CATEGORIES, WORKLOAD, WorkloadError, load_workload, select
@@ -118,7 +119,7 @@ def test_bench_workload_reports_each_category_and_the_geomean(
                  "llama_cpp_prompt_lookup_over_llama_cpp_plain"):
         value = report["ratios"][f"workload_{name}"]
         assert (value is None) if not llama["available"] else _positive(value), name
-    text = format_report(report)
+    text = format_report(BenchReport.from_json(report))
     assert "workload ngram T=0.0: geomean" in text and "workload ngram T=0.8: geomean" in text
     assert all(_positive(r["speedup_cpu"]) for r in entry["runs"])
 

@@ -132,7 +132,7 @@ def _params(temperature: float, top_k: int, top_p: float, repeat_penalty: float)
 
 def _prompts(prompts: Sequence[str], bench_prompts: bool) -> list[str]:
     if bench_prompts:
-        from verispec.engine.bench import PROMPTS
+        from verispec.bench.options import PROMPTS
 
         return [text for _, text in PROMPTS]
     if isinstance(prompts, str) or not prompts:

@@ -195,7 +195,7 @@ def test_the_tolerance_holds_for_another_blas(arch: str, linear: object, monkeyp
     """The tolerance is not tuned to this machine's BLAS: a decoder whose every projection rounds
     as another BLAS could (sequential float32 sums in reverse; float64 accumulation) still agrees
     with the full forward run by this machine's BLAS. (With OPENBLAS_CORETYPE=Haswell, an AVX2
-    kernel, the old hand-picked rtol 1e-4 / atol 2e-5 failed here; see the README Testing notes.)"""
+    kernel, the old hand-picked rtol 1e-4 / atol 2e-5 failed here; see docs/testing.md.)"""
     from verispec.reference import layers
 
     model = MODELS[arch]

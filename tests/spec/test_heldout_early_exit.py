@@ -6,7 +6,7 @@ pool (verispec/data/prompts_calibration.jsonl, the default of `verispec calibrat
 per kind, 6 greedy steps each, the model's own head at the
 single depth 24, q = 0.8 (α = 0.2; a kind needs min_prompts = 4) -- and serves 40 hand-written
 held-out prompts, the first 10 of each kind in verispec/data/prompts_heldout.jsonl (disjoint from
-the pool and the generator; the file has more, which the README run uses), 6 steps each,
+the pool and the generator; the file has more, which the lab's held-out run uses), 6 steps each,
 through the margin gate exactly as the serve loop decides it, each under its kind's threshold.
 
 The test. Tokens of one prompt are correlated, so the trials are prompts: one step per prompt,
@@ -19,8 +19,8 @@ the artifact they hold). Reject when P(Bin(40, 0.2) ≥ k) < ALPHA_BUDGET["heldo
 budget allows 40 short prompts): 0.019 against p = 0.4, 0.215 against p = 0.5, 0.689 against p = 0.6,
 0.968 against p = 0.7, 0.995 against p = 0.75. It can
 catch a gross failure of the guarantee on hand-written text (the token-level gate this replaced
-was 3x over its bound), not a miss of a few points; verispec.measure_early_exit reports the larger
-run with intervals in the README. What it cannot detect: anything on other models, other kinds
+was 3x over its bound), not a miss of a few points; lab.measure_early_exit reports the larger
+run with intervals in docs/results/early-exit.md. What it cannot detect: anything on other models, other kinds
 or longer generations than measured.
 """
 
@@ -37,7 +37,8 @@ from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
 from verispec.spec.statistics import ALPHA_BUDGET
 from verispec.commands.calibrate import HELDOUT_PROMPTS, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
 from verispec.engine_load import load_engine
-from verispec.measure_early_exit import held_out_report
+
+from lab.measure_early_exit import held_out_report
 
 Q = Fraction(4, 5)
 DEPTHS = (24,)

@@ -1,4 +1,4 @@
-"""The gate at LLM scale (issue 14): LLM-shaped and real rows, exact probes at full V with two
+"""The gate at LLM scale: LLM-shaped and real rows, exact probes at full V with two
 separate verdicts, stratified statistics with stated power, and the LLM-scale mutants."""
 
 from __future__ import annotations

@@ -1,12 +1,18 @@
-"""`verispec bench --model M [--json] [--plot FILE.png]`: engine speed, ratios, machine (engine/bench.py)."""
+"""`verispec bench --model M [--json] [--plot FILE.png]`: engine speed, ratios, machine (verispec/bench/).
+
+``--json`` prints :meth:`verispec.bench.report.BenchReport.as_json` (versioned: ``schema_version``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
-from verispec.engine.bench import DRAFTS, PROMPTS, BenchOptions, format_report, plot, run_bench
+from verispec.bench.options import DRAFTS, PROMPTS, BenchOptions
+from verispec.bench.plot import plot
+from verispec.bench.run import run_bench
+from verispec.bench.text import format_report
 from verispec.reference.errors import VerispecError
 from verispec.registry import DEFAULT_MODEL, resolve_model
 from verispec.workload import WorkloadItem, load_workload, select
@@ -88,6 +94,6 @@ def run(args: argparse.Namespace) -> int:
     report = run_bench(resolve_model(args.model), options)
     if args.plot:
         plot(report, Path(args.plot))
-        report["plot"] = args.plot
-    print(json.dumps(report) if args.json else format_report(report))
+        report = replace(report, plot=args.plot)
+    print(json.dumps(report.as_json()) if args.json else format_report(report))
     return 0

@@ -15,7 +15,7 @@ seeded generator (:mod:`verispec.calibration_prompts`), ``--prompts-per-kind`` (
 for calibration and, disjoint from them, ``--lens-prompts-per-kind`` per kind for the lens; or a
 JSON-lines FILE (the lens then takes every other prompt of each kind). The guarantee covers prompts
 drawn like the calibration prompts: the hand-written pool is the default because the generator's
-templates did not cover hand-written prompts (README, "Certified early exit"). Kinds come from the rule :func:`reference.prompt_kind.prompt_kind` (what ``generate`` uses
+templates did not cover hand-written prompts (docs/early-exit.md). Kinds come from the rule :func:`reference.prompt_kind.prompt_kind` (what ``generate`` uses
 by default), or from the file's ``kind`` field with ``--kinds declared`` (then serve with
 ``generate --kind``). The full model decodes each prompt greedily (``--tokens-per-prompt`` steps)
 and each kind gets its own thresholds (:mod:`reference.calibration`), with the claim "expected

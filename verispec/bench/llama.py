@@ -28,11 +28,12 @@ engine's own end ids or ``max_tokens``, and the generated ids come back for the 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from verispec.bench.means import geomean
 
 NOT_INSTALLED = "not installed (optional extra `llama`; builds llama.cpp from source, ~10 min)"
 
@@ -56,11 +57,6 @@ def _one_run(llm: Any, prompt: str, max_tokens: int) -> dict[str, float]:
             "tok_s": n / elapsed if n and elapsed > 0 else 0.0}
 
 
-def _geomean(values: Sequence[float]) -> float:
-    good = [v for v in values if v > 0]
-    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else 0.0
-
-
 EngineRun = Callable[[str, str], dict[str, float]]  # (kind, text) -> plain_tok_s, speculative_tok_s
 
 
@@ -74,45 +70,59 @@ def measure(path: Path, prompts: Sequence[tuple[str, str]], max_tokens: int, k: 
     if not available():
         return {"available": False, "note": NOT_INSTALLED}
     import llama_cpp  # type: ignore[import-not-found, unused-ignore]
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
 
-    common: dict[str, Any] = {"model_path": str(path), "n_ctx": 512, "n_batch": 512, "n_threads": threads,
-              "n_threads_batch": threads, "seed": seed, "verbose": False}
-    decoders = {
-        "plain": llama_cpp.Llama(**common),
-        "prompt_lookup": llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)),
-    }
+    decoders = _prompt_decoders(path, k, threads, seed)
     out: dict[str, Any] = {"available": True, "version": getattr(llama_cpp, "__version__", None),
                            "threads": threads, "num_pred_tokens": k}
     for name in decoders:
         out[name] = {"runs": []}
     engine_runs: list[dict[str, Any]] = []
     for kind, text in prompts:
-        best: dict[str, dict[str, float]] = {}
-        ours = {"plain_tok_s": 0.0, "speculative_tok_s": 0.0}
-        for _ in range(max(1, repeats)):  # alternate the decoders; keep each one's best run
-            for name, llm in decoders.items():
-                run = _one_run(llm, text, max_tokens)
-                if name not in best or run["tok_s"] > best[name]["tok_s"]:
-                    best[name] = run
-            if engine is not None:
-                mine = engine(kind, text)
-                ours = {key: max(ours[key], float(mine[key])) for key in ours}
+        best, ours = _best_runs(decoders, kind, text, max_tokens, repeats, engine)
         for name in decoders:
             out[name]["runs"].append({"prompt": kind, **best[name]})
-        if engine is not None:
+        if ours is not None:
             engine_runs.append({"prompt": kind, "temperature": 0.0, **ours})
     if engine is not None:
         out["engine_runs"] = engine_runs
     for name in decoders:
-        runs = out[name]["runs"]
-        out[name]["geomean_tok_s"] = _geomean([r["tok_s"] for r in runs])
+        out[name]["geomean_tok_s"] = geomean([r["tok_s"] for r in out[name]["runs"]])
     del decoders
     return out
 
 
+def _prompt_decoders(path: Path, k: int, threads: int, seed: int) -> dict[str, Any]:
+    """llama.cpp plain and prompt lookup (``k`` drafted tokens) on ``path``, ``threads`` each."""
+    import llama_cpp  # type: ignore[import-not-found, unused-ignore]
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
+
+    common: dict[str, Any] = {"model_path": str(path), "n_ctx": 512, "n_batch": 512, "n_threads": threads,
+                              "n_threads_batch": threads, "seed": seed, "verbose": False}
+    return {
+        "plain": llama_cpp.Llama(**common),
+        "prompt_lookup": llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)),
+    }
+
+
+def _best_runs(decoders: dict[str, Any], kind: str, text: str, max_tokens: int, repeats: int,
+               engine: EngineRun | None) -> tuple[dict[str, dict[str, float]], dict[str, float] | None]:
+    """One prompt, ``repeats`` rounds of every decoder then the engine: each side's best run
+    (the engine's best plain and best speculative rate, or None without it)."""
+    best: dict[str, dict[str, float]] = {}
+    ours = {"plain_tok_s": 0.0, "speculative_tok_s": 0.0}
+    for _ in range(max(1, repeats)):  # alternate the decoders; keep each one's best run
+        for name, llm in decoders.items():
+            run = _one_run(llm, text, max_tokens)
+            if name not in best or run["tok_s"] > best[name]["tok_s"]:
+                best[name] = run
+        if engine is not None:
+            mine = engine(kind, text)
+            ours = {key: max(ours[key], float(mine[key])) for key in ours}
+    return best, ours if engine is not None else None
+
+
 def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[str, float | None]:
-    """The issue's llama.cpp targets as geometric means over the prompts both sides ran.
+    """The int8 mode's llama.cpp targets as geometric means over the prompts both sides ran.
 
     ``int8_runs``: the engine's greedy speculative-vs-plain runs on the int8 mode (``prompt``,
     ``plain_tok_s``, ``speculative_tok_s``, end to end like llama.cpp's ``tok_s``); the runs
@@ -127,7 +137,7 @@ def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[s
     ours = {r["prompt"]: r for r in int8_runs if r.get("temperature") == 0.0 and r["prompt"] in plain}
 
     def geo(values: list[float]) -> float | None:
-        return _geomean(values) if values else None
+        return geomean(values) if values else None
 
     return {
         names[0]: geo([r["plain_tok_s"] / plain[p] for p, r in ours.items() if plain[p] > 0]),
@@ -225,7 +235,7 @@ def workload_ratios(runs: Sequence[dict[str, Any]], drafts: Sequence[str]) -> di
 
     ratios = [(r["category"], per_request(r)) for r in runs]
     categories = list(dict.fromkeys(c for c, _ in ratios))
-    per_category = {c: {n: _geomean([r[n] for cat, r in ratios if cat == c and n in r]) or None for n in names}
+    per_category = {c: {n: geomean([r[n] for cat, r in ratios if cat == c and n in r]) or None for n in names}
                     for c in categories}
-    geomean = {n: _geomean([v for v in (per_category[c][n] for c in categories) if v]) or None for n in names}
-    return {"per_category": per_category, "geomean": geomean}
+    over_categories = {n: geomean([v for v in (per_category[c][n] for c in categories) if v]) or None for n in names}
+    return {"per_category": per_category, "geomean": over_categories}

@@ -1,6 +1,6 @@
-"""Fused vs per-matrix int8 layers (engine/fused.py), one process, interleaved, best of N.
+"""Fused vs per-matrix int8 layers (engine/fused.py), one process, interleaved, best of N (a lab microbenchmark).
 
-``python -m verispec.engine.fused_bench MODEL.gguf [--steps 32] [--repeats 5] [--profile]`` prints JSON:
+``python -m lab.fused_bench MODEL.gguf [--steps 32] [--repeats 5] [--profile]`` prints JSON:
 for each path, the best and median greedy decode step (a 1-row forward over a growing cache, the
 head on the last row, as plain decoding runs it) and the best 5-row forward over the best 1-row
 forward at the same cache length; ``fused_over_unfused``: unfused step / fused step (> 1: fused is

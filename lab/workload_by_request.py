@@ -1,10 +1,10 @@
 """The bench's workload measurement, one JSON line per request as each ends (for long runs on a
 shared machine, where a whole `verispec bench --workload` may not finish in the time there is).
 
-    PYTHONPATH=. python examples/workload_by_request.py MODEL PER_CATEGORY TEMPS K DRAFTS
+    python -m lab.workload_by_request MODEL PER_CATEGORY TEMPS K DRAFTS
     e.g. ... gemma3-270m 1 0,0.8 12 suffix,suffix:tree > runs.jsonl
 
-Each line is what `verispec bench --workload` records per request (engine.bench._speculative_vs_plain:
+Each line is what `verispec bench --workload` records per request (verispec.bench.speculative.speculative_vs_plain:
 plain then speculative decoding of the same request on the fast engine, the speedup in wall and
 process-CPU time, alpha, alpha per position, tokens per pass, tree shape, same tokens as plain), plus
 the draft, category and id.
@@ -15,8 +15,10 @@ from __future__ import annotations
 import json
 import sys
 
-from verispec.engine.bench import BenchOptions, _chat_format, _speculative_vs_plain
+from verispec.bench.options import BenchOptions
+from verispec.bench.speculative import speculative_vs_plain
 from verispec.engine.model import FastModel
+from verispec.reference.chat import chat_format
 from verispec.reference.generate import GenerationRequest
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.sampling import SamplingParams
@@ -27,7 +29,7 @@ from verispec.workload import load_workload, select
 
 def main(name: str, per: str, temps: str, k: str, drafts: str) -> None:
     with GGUFFile.open(resolve_model(name)) as f:
-        model, tok, chat = FastModel.load(f), Tokenizer.from_gguf(f.metadata), _chat_format(f.metadata)
+        model, tok, chat = FastModel.load(f), Tokenizer.from_gguf(f.metadata), chat_format(f.metadata)
     end = tok.token_id(chat.end_of_turn)
     options = BenchOptions(k=int(k), repeats=1)
     for temperature in (float(t) for t in temps.split(",")):
@@ -36,7 +38,7 @@ def main(name: str, per: str, temps: str, k: str, drafts: str) -> None:
             request = GenerationRequest(ids, params=SamplingParams(temperature=temperature), max_tokens=item.max_tokens,
                                         stop_ids=frozenset() if end is None else frozenset({end}), seed=options.seed)
             for draft in drafts.split(","):
-                run = _speculative_vs_plain(model, tok, draft, request, options)
+                run = speculative_vs_plain(model, tok, draft, request, options)
                 print(json.dumps({"draft": draft, "category": item.category, "id": item.id, "prompt_tokens": len(ids), **run}), flush=True)
 
 

@@ -1,7 +1,7 @@
 """Which OpenBLAS kernel is faster here: the same weight-shape stream under each OPENBLAS_CORETYPE.
 
 OPENBLAS_CORETYPE must be set before numpy loads, so each kernel is measured in a child process
-(``python -m verispec.engine.kernels SHAPES_JSON ROWS...`` prints JSON). Random float32 matrices of the
+(``python -m verispec.bench.kernels SHAPES_JSON ROWS...`` prints JSON). Random float32 matrices of the
 model's shapes stand in for the weights: the cost of a matmul does not depend on the values.
 """
 
@@ -47,7 +47,7 @@ def compare(shapes: list[tuple[int, int]], rows: Sequence[int] = ROWS, repeats: 
         env.pop("OPENBLAS_CORETYPE", None)
         if coretype is not None:
             env["OPENBLAS_CORETYPE"] = coretype
-        args = [sys.executable, "-m", "verispec.engine.kernels", json.dumps(shapes), str(repeats), *map(str, rows)]
+        args = [sys.executable, "-m", "verispec.bench.kernels", json.dumps(shapes), str(repeats), *map(str, rows)]
         try:
             done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout_s, check=True)
             entry: dict[str, Any] = json.loads(done.stdout)

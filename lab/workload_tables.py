@@ -1,6 +1,6 @@
-"""README's workload tables from a saved `verispec bench --workload --json` measurement.
+"""The workload tables (markdown) of a saved `verispec bench --workload --json` measurement.
 
-    PYTHONPATH=. python examples/workload_tables.py lab/measurements/workload_smollm2-135m.json
+    python -m lab.workload_tables lab/measurements/workload_smollm2-135m.json
 
 The file is ``{"provenance": {...}, "report": <bench JSON>}`` (lab/measurements/). Prints
 markdown: the targets' rows (geomean, worst category, the three 2x categories, evidence), then one
@@ -10,18 +10,12 @@ row per category with the llama.cpp columns measured beside the engine in the sa
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 DRAFTS = ("suffix", "suffix:tree")
-
-
-def _geomean(values: Sequence[float]) -> float:
-    good = [v for v in values if v > 0]
-    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else 0.0
 
 
 def _fmt(value: float | None) -> str:

@@ -1,9 +1,11 @@
-"""Held-out measurement of certified early exit: ``python -m verispec.measure_early_exit``.
+"""Held-out measurement of certified early exit (a lab experiment): ``python -m lab.measure_early_exit``.
 
-    OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model smollm2-135m --readme \
+    OPENBLAS_NUM_THREADS=1 python -m lab.measure_early_exit --model smollm2-135m \
         [--prompts hand|generated] [--prompts-per-kind N] [--lens-prompts-per-kind 8] [--tokens-per-prompt 16] \
         [--heldout-tokens 32] [--q 0.9] [--depth-sets "8,12,16,20,24;24"] [--speed-prompts 4] \
-        [--json OUT.json] [--records OUT.npz] [--write-readme README.md]
+        [--json OUT.json] [--records OUT.npz]
+
+Run from the repository root (lab/ is not installed with verispec).
 
 1. Calibrate on the hand-written pool (verispec/data/prompts_calibration.jsonl, all of it by
    default; ``--prompts generated``: the seeded generator, :mod:`verispec.calibration_prompts`, 60
@@ -18,27 +20,28 @@
    fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable"), so the
    statistics are per prompt (tokens of one prompt are correlated, so counting every token as a
    trial would overstate the evidence): the mean over prompts of each prompt's flip fraction with
-   a one-sided 95% upper bound valid for any losses in [0, 1] (:mod:`verispec.bounded_mean`), per
+   a one-sided 95% upper bound valid for any losses in [0, 1] (:mod:`lab.bounded_mean`), per
    kind a verdict on H0: mean <= α at 0.05 / (number of kinds) (:func:`verdict`); and one uniformly
    drawn step per prompt (seeded) whose flip is a Bernoulli with mean exactly that expected flip
    fraction: k flips of m prompts, a Clopper-Pearson 95% interval, and the one-sided binomial
    p-value of k against α. ``--records`` saves every scored step, for
-   :mod:`verispec.early_exit_shift` (generated vs hand-written prompts, for a ``--prompts
+   :mod:`lab.early_exit_shift` (generated vs hand-written prompts, for a ``--prompts
    generated`` run; no model work).
 3. Cost: the exit head's time (own / lens + head, one row) relative to a full one-token forward;
    tokens/s of plain greedy decoding vs early-exit decoding (deferred KV catch-up included) on
    the first ``--speed-prompts`` held-out prompts, in the same run.
 
-``--readme`` prints the README's table (markdown); ``--write-readme README.md`` replaces the block
-between ``<!-- measure_early_exit:MODEL begin -->`` and ``<!-- measure_early_exit:MODEL end -->``;
-``--from-json OUT.json`` renders a saved run again without running the model.
+The run's JSON is the result: written (atomically, before anything is rendered) to ``--json``,
+by default ``lab/measurements/early_exit_MODEL.json`` (``..._generated.json`` for ``--prompts
+generated``), where the docs' results pages are generated from; nothing here writes into a README.
+The markdown tables (:func:`markdown`) are printed after the run; ``--from-json OUT.json`` prints
+them for a saved run without running the model.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -60,13 +63,27 @@ from verispec.reference.generate import GenerationRequest, generate
 from verispec.reference.model import Model
 from verispec.reference.prompt_kind import prompt_kind
 from verispec.reference.sampling import SamplingParams
-from verispec.bounded_mean import p_value_above, upper_bound
+from verispec.atomic import replace_file
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.calibrate import HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
 from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
 
+from lab.bounded_mean import p_value_above, upper_bound
+
 DRAW_SEED = 18  # the seed of the one-step-per-prompt draw
+MEASUREMENTS = Path(__file__).resolve().parent / "measurements"  # lab/measurements/: the saved runs
+
+
+def default_json_path(model: str, source: str) -> Path:
+    """Where a run's JSON goes without ``--json``: the name the saved runs already have."""
+    return MEASUREMENTS / f"early_exit_{model}{'_generated' if source == 'generated' else ''}.json"
+
+
+def write_json(path: Path, results: dict[str, Any]) -> None:
+    """The run's results as indented JSON, all or nothing (verispec.atomic.replace_file)."""
+    with replace_file(path) as f:
+        f.write((json.dumps(results, indent=2) + "\n").encode("utf-8"))
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -203,8 +220,8 @@ def median_time(fn: Any, repeats: int) -> float:
     return float(np.median(times))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verispec.measure_early_exit", description=(__doc__ or "").split("\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab.measure_early_exit", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--engine", choices=("fast", "reference"), default="fast")
     parser.add_argument("--prompts", choices=("hand", "generated"), default="hand",
@@ -218,90 +235,118 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth-sets", default=None, help='candidate depth sets, e.g. "8,12,16,20,24;24" (default: the five default depths, and the deepest alone)')
     parser.add_argument("--speed-prompts", type=int, default=4)
     parser.add_argument("--max-heldout", type=int, default=None)
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None,
+                        help="where the run's JSON goes (default lab/measurements/early_exit_MODEL[_generated].json)")
     parser.add_argument("--records", type=Path, default=None, help="save the scored calibration and held-out steps (.npz) to recalibrate without the model")
-    parser.add_argument("--readme", action="store_true", help="print the README's markdown table")
-    parser.add_argument("--write-readme", type=Path, default=None, help="replace this model's marked block in the given README")
     parser.add_argument("--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)")
-    args = parser.parse_args(argv)
-    if args.from_json is not None:
-        table = markdown(json.loads(args.from_json.read_text()))
-        print(table)
-        if args.write_readme is not None:
-            write_readme(args.write_readme, args.model, table)
-        return 0
+    return parser
 
-    path = resolve_model(args.model)
-    loaded = load_engine(str(path), engine=args.engine)
-    model, n_layer = loaded.model, loaded.model.config.n_layer
-    if args.depth_sets is None:
+
+def depth_sets(text: str | None, n_layer: int) -> list[tuple[int, ...]]:
+    """``--depth-sets`` ("8,12;24"), or the default depths and the deepest alone."""
+    if text is None:
         default = default_depths(n_layer)
-        sets = [default, (default[-1],)]
-    else:
-        sets = [tuple(int(x) for x in part.split(",")) for part in args.depth_sets.split(";")]
-    depths = tuple(sorted({d for s in sets for d in s}))
-    stop_ids = chat_stop_ids(loaded.tokenizer, loaded.chat)
-    sha = file_sha256(path)
-    lens_text = generate_mix(args.lens_prompts_per_kind, args.seed)
-    cal_text = calibration_text(args.prompts, args.prompts_per_kind, args.seed, args.lens_prompts_per_kind)
-    held_text = [(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)[: args.max_heldout]]
-    lens_prompts = encode_prompts(loaded.tokenizer, loaded.chat, lens_text)
-    cal_prompts = encode_prompts(loaded.tokenizer, loaded.chat, cal_text)
-    held_prompts = encode_prompts(loaded.tokenizer, loaded.chat, held_text)
+        return [default, (default[-1],)]
+    return [tuple(int(x) for x in part.split(",")) for part in text.split(";")]
 
-    started = time.perf_counter()
-    lens_traj = trajectories(model, lens_prompts, args.tokens_per_prompt, depths, stop_ids, "lens prompts")
+
+@dataclass(frozen=True)
+class Scored:
+    """The scored steps of one run: per head ("own", "lens"), calibration and held-out records."""
+
+    lens: Lens
+    n_lens: int  # steps the lens was fitted on
+    cal: dict[str, Records]
+    held: dict[str, Records]
+
+
+def score_prompts(model: ExitModel, prompts: dict[str, list[tuple[str, list[int]]]], tokens: int, heldout_tokens: int,
+                  depths: tuple[int, ...], stop_ids: frozenset[int]) -> Scored:
+    """Greedy trajectories of the lens, calibration and held-out prompts, the lens fitted on the
+    first, the other two scored with each head (trajectories released as soon as scored)."""
+    lens_traj = trajectories(model, prompts["lens"], tokens, depths, stop_ids, "lens prompts")
     lens = lens_from(lens_traj, depths, 1e-2)
     n_lens = sum(t.full_logits.shape[0] for t in lens_traj)
     del lens_traj
-    cal_traj = trajectories(model, cal_prompts, args.tokens_per_prompt, depths, stop_ids, "calibration prompts")
-    held_traj = trajectories(model, held_prompts, args.heldout_tokens, depths, stop_ids, "held-out prompts")
-    cal_records = {"lens": score(model, cal_traj, depths, lens), "own": score(model, cal_traj, depths, None)}
-    held_records = {"lens": score(model, held_traj, depths, lens), "own": score(model, held_traj, depths, None)}
-    del cal_traj, held_traj
+    cal_traj = trajectories(model, prompts["cal"], tokens, depths, stop_ids, "calibration prompts")
+    held_traj = trajectories(model, prompts["held"], heldout_tokens, depths, stop_ids, "held-out prompts")
+    cal = {"lens": score(model, cal_traj, depths, lens), "own": score(model, cal_traj, depths, None)}
+    held = {"lens": score(model, held_traj, depths, lens), "own": score(model, held_traj, depths, None)}
+    return Scored(lens, n_lens, cal, held)
+
+
+Calibrations = dict[tuple[str, Fraction, tuple[int, ...]], Calibration]  # (head, q, depth set) -> artifact
+
+
+def gate_rows(scored: Scored, sets: list[tuple[int, ...]], depths: tuple[int, ...], levels: list[Fraction],
+              identity: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], Calibrations]:
+    """Per head: the held-out agreement per depth; per head, depth set, level and gate: the
+    held-out report of a calibration built on the calibration records; and those calibrations.
+    ``identity``: model_sha256, model_name, n_layer of the artifacts."""
+    agreement: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    cals: Calibrations = {}
+    for head in ("own", "lens"):
+        agreement[head] = {"depths": list(depths),
+                           "heldout": [float(np.mean(~scored.held[head].flips[i])) for i in range(len(depths))]}
+        for subset in sets:
+            cal_rec, held_rec = at_depths(scored.cal[head], subset), at_depths(scored.held[head], subset)
+            keep = [depths.index(d) for d in subset]
+            head_lens = None if head == "own" else Lens(subset, scored.lens.weight[keep], scored.lens.bias[keep])
+            for level in levels:
+                cal = build(cal_rec, q=level, lens=head_lens, n_lens=scored.n_lens if head == "lens" else 0, **identity)
+                cals[(head, level, subset)] = cal
+                for gate in cast(tuple[GateKind, ...], ("margin", "halfrange")):
+                    rows.append({**held_out_report(cal, held_rec, gate), "head": head})
+    return agreement, rows, cals
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.from_json is not None:
+        print(markdown(json.loads(args.from_json.read_text())))
+        return 0
+
+    out_json = args.json or default_json_path(Path(args.model).stem if args.model.endswith(".gguf") else args.model, args.prompts)
+    if not out_json.parent.is_dir():  # checked before the model work, which takes minutes
+        parser.error(f"--json {out_json}: the folder {out_json.parent} does not exist")
+    path = resolve_model(args.model)
+    loaded = load_engine(str(path), engine=args.engine)
+    model, n_layer = loaded.model, loaded.model.config.n_layer
+    sets = depth_sets(args.depth_sets, n_layer)
+    depths = tuple(sorted({d for s in sets for d in s}))
+    stop_ids = chat_stop_ids(loaded.tokenizer, loaded.chat)
+    held_text = [(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)[: args.max_heldout]]
+    texts = {"lens": generate_mix(args.lens_prompts_per_kind, args.seed),
+             "cal": calibration_text(args.prompts, args.prompts_per_kind, args.seed, args.lens_prompts_per_kind),
+             "held": held_text}
+    prompts = {name: encode_prompts(loaded.tokenizer, loaded.chat, text) for name, text in texts.items()}
+
+    started = time.perf_counter()
+    scored = score_prompts(model, prompts, args.tokens_per_prompt, args.heldout_tokens, depths, stop_ids)
     if args.records is not None:
-        save_records(args.records, {f"cal_{h}": r for h, r in cal_records.items()} | {f"held_{h}": r for h, r in held_records.items()})
+        save_records(args.records, {f"cal_{h}": r for h, r in scored.cal.items()} | {f"held_{h}": r for h, r in scored.held.items()})
     print(f"[trajectories and scores: {time.perf_counter() - started:.0f} s]", file=sys.stderr)
 
     levels = [Fraction(x) for x in args.q.split(",")]
+    identity = {"model_sha256": file_sha256(path), "model_name": path.name, "n_layer": n_layer}
+    agreement, gates, cals = gate_rows(scored, sets, depths, levels, identity)
     results: dict[str, Any] = {
         "model": path.name, "engine": args.engine, "n_layer": n_layer, "depth_sets": [list(s) for s in sets],
-        "claim": PROMPT_CLAIM, "calibration_prompts": cal_records["own"].n_prompts,
-        "calibration_steps": cal_records["own"].n, "lens_prompts": len(lens_prompts), "lens_steps": n_lens,
-        "heldout_prompts": held_records["own"].n_prompts, "heldout_steps": held_records["own"].n,
+        "claim": PROMPT_CLAIM, "calibration_prompts": scored.cal["own"].n_prompts,
+        "calibration_steps": scored.cal["own"].n, "lens_prompts": len(prompts["lens"]), "lens_steps": scored.n_lens,
+        "heldout_prompts": scored.held["own"].n_prompts, "heldout_steps": scored.held["own"].n,
         "tokens_per_prompt": args.tokens_per_prompt, "heldout_tokens": args.heldout_tokens,
-        "calibration_source": args.prompts, "seed": args.seed, "draw_seed": DRAW_SEED, "agreement": {}, "gates": [],
+        "calibration_source": args.prompts, "seed": args.seed, "draw_seed": DRAW_SEED, "agreement": agreement, "gates": gates,
     }
-    cals: dict[tuple[str, Fraction, tuple[int, ...]], Calibration] = {}
-    for head in ("own", "lens"):
-        results["agreement"][head] = {
-            "depths": list(depths),
-            "heldout": [float(np.mean(~held_records[head].flips[i])) for i in range(len(depths))],
-        }
-        for subset in sets:
-            cal_rec, held_rec = at_depths(cal_records[head], subset), at_depths(held_records[head], subset)
-            head_lens = None if head == "own" else Lens(
-                subset, lens.weight[[depths.index(d) for d in subset]], lens.bias[[depths.index(d) for d in subset]]
-            )
-            for level in levels:
-                cal = build(cal_rec, q=level, model_sha256=sha, model_name=path.name, n_layer=n_layer,
-                            lens=head_lens, n_lens=n_lens if head == "lens" else 0)
-                cals[(head, level, subset)] = cal
-                for gate in cast(tuple[GateKind, ...], ("margin", "halfrange")):
-                    row = held_out_report(cal, held_rec, gate)
-                    row["head"] = head
-                    results["gates"].append(row)
-
-    results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], lens)
+    held_prompts = prompts["held"]
+    results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], scored.lens)
     results["speed"] = speed(model, loaded.tokenizer, held_prompts[: args.speed_prompts], args.heldout_tokens,
                              stop_ids, cals, levels[0], sets)
     results["wall_s"] = time.perf_counter() - started
-    if args.json is not None:  # before rendering: a rendering error must not lose the run
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    table = markdown(results)
-    print(table)
-    if args.write_readme is not None:
-        write_readme(args.write_readme, args.model, table)
+    write_json(out_json, results)  # before rendering: a rendering error must not lose the run
+    print(markdown(results))
     return 0
 
 
@@ -389,7 +434,7 @@ LEVEL = 0.05  # per-kind upper bounds at 1 - LEVEL; verdicts at LEVEL / (number 
 
 def verdict(fractions: Sequence[float], alpha: float, n_kinds: int) -> tuple[float, float, str]:
     """(upper bound, p-value, verdict) for a kind's claim "mean flip fraction <= alpha" from its
-    held-out prompts' flip fractions (:mod:`verispec.bounded_mean`). "exceeds": H0 mean <= alpha
+    held-out prompts' flip fractions (:mod:`lab.bounded_mean`). "exceeds": H0 mean <= alpha
     rejected at LEVEL / n_kinds; "within (shown)": the upper bound itself is <= alpha; "within":
     not rejected, not shown."""
     level = LEVEL / n_kinds
@@ -412,7 +457,7 @@ def _pct(x: float) -> str:
 
 
 def markdown(r: dict[str, Any]) -> str:
-    """The README block for one model (what ``--readme`` prints)."""
+    """The markdown tables of one model's run (printed after a run, or for ``--from-json``)."""
     hand = r.get("calibration_source", "generated") == "hand"  # runs before the pool: generated
     source = "hand-written" if hand else "generated"
     pool = " from verispec/data/prompts_calibration.jsonl" if hand else ""
@@ -460,16 +505,6 @@ def markdown(r: dict[str, Any]) -> str:
         ) + ".",
     ]
     return "\n".join(lines)
-
-
-def write_readme(path: Path, model: str, table: str, tool: str = "measure_early_exit") -> None:
-    """Replace the block between this model's markers in ``path`` (markers must exist)."""
-    begin, end = f"<!-- {tool}:{model} begin -->", f"<!-- {tool}:{model} end -->"
-    text = path.read_text()
-    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"{path}: no {begin} ... {end} block")
-    path.write_text(pattern.sub(lambda _: f"{begin}\n{table}\n{end}", text))
 
 
 if __name__ == "__main__":

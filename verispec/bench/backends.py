@@ -12,7 +12,7 @@ shared, so only ratios within this run mean anything):
 - ``plain``: greedy decode, best step, and its ratio to the mode's bound.
 - ``threads``: the 1-row and 5-row pass with 2 onnxruntime threads over 1 thread (ort modes).
 - ``rss``: a child process per mode loads the model, decodes, and reports its peak RSS against the
-  GGUF file size plus the KV cache it allocated (the issue's memory target: <= 1.5x).
+  GGUF file size plus the KV cache it allocated (the memory target: <= 1.5x).
 - ``int8_fused_over_unfused``: the int8 mode's other layer path (:mod:`engine.fused`) is measured
   beside it as one more mode (``int8/ort-q fused`` or ``int8/ort-q unfused``, whichever is not the
   default), interleaved the same way: plain decode steps per second, fused over unfused. For a
@@ -136,7 +136,7 @@ def threads_ratio(path: Path, weights: str, backend: str, repeats: int, timeout_
     best: dict[int, dict[int, float]] = {t: {1: math.inf, 5: math.inf} for t in (1, 2)}
     for _ in range(max(1, repeats)):
         for threads in (1, 2):
-            args = [sys.executable, "-m", "verispec.engine.bench_backends", "curve", str(path), weights, backend, "2"]
+            args = [sys.executable, "-m", "verispec.bench.backends", "curve", str(path), weights, backend, "2"]
             env = {**os.environ, "VERISPEC_THREADS": str(threads)}
             try:
                 done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=True, env=env)
@@ -194,7 +194,7 @@ def measure(path: Path, prompt: list[int], steps: int, repeats: int,
 def rss_probe(path: Path, weights: str, backend: str, steps: int, timeout_s: float = 600) -> dict[str, Any]:
     """Peak RSS of a child process that loads ``path`` in a mode and decodes ``steps`` tokens."""
     backend = "auto" if backend == "ort-q" else backend
-    args = [sys.executable, "-m", "verispec.engine.bench_backends", str(path), weights, backend, str(steps)]
+    args = [sys.executable, "-m", "verispec.bench.backends", str(path), weights, backend, str(steps)]
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=True)
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -216,7 +216,7 @@ def _high_water_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-RSS_TARGET = 1.5  # the issue's memory target: peak RSS <= 1.5x (GGUF file + KV cache)
+RSS_TARGET = 1.5  # the memory target: peak RSS <= 1.5x (GGUF file + KV cache)
 
 
 def onnxruntime_library_bytes() -> int:
@@ -264,8 +264,7 @@ def _child(path: Path, weights: str, backend: str, steps: int) -> dict[str, Any]
 
 
 if __name__ == "__main__":
-    import engine.matmul  # noqa: F401  (onnxruntime imported before the baseline, as in any run)
-
+    # verispec.engine.matmul is imported above; onnxruntime too, before the baseline, as in any run
     if matmul.ort_available():
         import onnxruntime  # noqa: F401
     if sys.argv[1] == "curve":

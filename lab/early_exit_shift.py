@@ -1,9 +1,8 @@
-"""Is a held-out excess a shift between generated and hand-written prompts? ``python -m verispec.early_exit_shift``.
+"""Is a held-out excess a shift between generated and hand-written prompts? ``python -m lab.early_exit_shift``.
 
-    python -m verispec.early_exit_shift --model MODEL --from-json RUN.json --records RUN.npz [--folds 6] \
-        [--write-readme README.md]   # replaces the block between <!-- early_exit_shift:MODEL begin/end -->
+    python -m lab.early_exit_shift --from-json RUN.json --records RUN.npz [--folds 6] [--json OUT.json]
 
-Reads a saved ``verispec.measure_early_exit`` run (``--json`` for the configuration, ``--records``
+Reads a saved ``lab.measure_early_exit`` run (``--json`` for the configuration, ``--records``
 for the scored steps) and, per head, depth set, level and prompt kind, compares two flip fractions
 under THE SAME calibrations, no model work:
 
@@ -20,6 +19,9 @@ generator does not represent what the hand-written prompts of that kind do. Both
 the excess is the calibration draw's (the guarantee is an expectation over calibration draws, so
 one artifact's held-out risk may sit above α by about its sampling spread). Standard errors are
 over prompts (out-of-fold values share calibration prompts, so treat them as approximate).
+
+Prints the comparison as markdown; ``--json OUT.json`` also saves its numbers (:func:`results`),
+from which the docs' results pages are generated; nothing here writes into a README.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ import numpy.typing as npt
 
 from verispec.reference.calibration import Records, build
 from verispec.reference.errors import CalibrationError
-from verispec.measure_early_exit import at_depths, first_exits, load_records, write_readme
+
+from lab.measure_early_exit import at_depths, first_exits, load_records, write_json
 
 FOLD_SEED = 1130
 
@@ -147,52 +150,63 @@ def _alone(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verispec.early_exit_shift", description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.early_exit_shift", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--from-json", type=Path, required=True)
     parser.add_argument("--records", type=Path, required=True)
     parser.add_argument("--folds", type=int, default=6)
-    parser.add_argument("--model", default="smollm2-135m", help="the README block's name")
-    parser.add_argument("--write-readme", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="also save the comparison's numbers here")
     args = parser.parse_args(argv)
     try:
-        table = render(args.from_json, args.records, args.folds)
+        shift = results(args.from_json, args.records, args.folds)
     except CalibrationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(table)
-    if args.write_readme is not None:
-        write_readme(args.write_readme, args.model, table, tool="early_exit_shift")
+    if args.json is not None:
+        write_json(args.json, shift)
+    print(markdown(shift))
     return 0
 
 
-def render(from_json: Path, records: Path, folds: int) -> str:
-    """The markdown of the comparison for one saved run."""
-    lines: list[str] = []
+def results(from_json: Path, records: Path, folds: int) -> dict[str, Any]:
+    """The comparison for one saved run: per head, depth set and level, per kind the four flip
+    fractions (:func:`compare`, :func:`with_hand_written` with and without the generated prompts)."""
     run = json.loads(from_json.read_text())
     if run.get("calibration_source", "generated") != "generated":  # runs before the pool have no field
         raise CalibrationError(f"{str(from_json)!r} calibrated on {run['calibration_source']!r} prompts: the comparison "
                                "needs a run calibrated on generated prompts (measure_early_exit --prompts generated)")
     levels = sorted({Fraction(g["q"]) for g in run["gates"]}, reverse=True)
-    lines.append(f"**{run['model']}**, margin gate, flip fraction in % (mean over prompts ± s.e.), per kind: "
-                 f"*generated* prompts out of fold ({folds} folds) / *hand*-written prompts under the same calibrations / "
-                 f"hand-written out of fold (2 folds) with the other fold *added* to the generated calibration prompts / "
-                 f"the same with the other fold *alone* as calibration (15 per kind).")
     kinds = sorted(set(load_records(records, "cal_own").kinds))
-    lines += ["", "| head | depths | α | " + " | ".join(f"{k}: gen / hand / added / alone" for k in kinds) + " |", "|---|---|---|" + "---|" * len(kinds)]
+    rows: list[dict[str, Any]] = []
     for head in ("own", "lens"):
         cal_all, held_all = load_records(records, f"cal_{head}"), load_records(records, f"held_{head}")
         for subset in run["depth_sets"]:
             cal, held = at_depths(cal_all, subset), at_depths(held_all, subset)
             for q in levels:
-                result = compare(cal, held, q, run["n_layer"], folds)
-                mixed = with_hand_written(cal, held, q, run["n_layer"])
-                alone = with_hand_written(cal, held, q, run["n_layer"], generated=False)
-                cells = [
-                    f"{_se(result[kind]['generated'], result[kind]['generated_se'])} / {_se(result[kind]['hand'], result[kind]['hand_se'])}"
-                    f" / {_se(mixed[kind]['hand_mixed'], mixed[kind]['hand_mixed_se'])} / {_alone(alone[kind])}"
-                    for kind in kinds
-                ]
-                lines.append(f"| {head} | {','.join(map(str, subset))} | {float(1 - q):g} | " + " | ".join(cells) + " |")
+                rows.append({"head": head, "depths": list(subset), "alpha": float(1 - q),
+                             "generated_vs_hand": compare(cal, held, q, run["n_layer"], folds),
+                             "added": with_hand_written(cal, held, q, run["n_layer"]),
+                             "alone": with_hand_written(cal, held, q, run["n_layer"], generated=False)})
+    return {"model": run["model"], "from_json": str(from_json), "records": str(records), "folds": folds,
+            "kinds": kinds, "rows": rows}
+
+
+def markdown(shift: dict[str, Any]) -> str:
+    """The comparison as a markdown table (what a run prints)."""
+    kinds = shift["kinds"]
+    lines = [f"**{shift['model']}**, margin gate, flip fraction in % (mean over prompts ± s.e.), per kind: "
+             f"*generated* prompts out of fold ({shift['folds']} folds) / *hand*-written prompts under the same calibrations / "
+             f"hand-written out of fold (2 folds) with the other fold *added* to the generated calibration prompts / "
+             f"the same with the other fold *alone* as calibration (15 per kind).",
+             "", "| head | depths | α | " + " | ".join(f"{k}: gen / hand / added / alone" for k in kinds) + " |",
+             "|---|---|---|" + "---|" * len(kinds)]
+    for row in shift["rows"]:
+        result, mixed, alone = row["generated_vs_hand"], row["added"], row["alone"]
+        cells = [
+            f"{_se(result[kind]['generated'], result[kind]['generated_se'])} / {_se(result[kind]['hand'], result[kind]['hand_se'])}"
+            f" / {_se(mixed[kind]['hand_mixed'], mixed[kind]['hand_mixed_se'])} / {_alone(alone[kind])}"
+            for kind in kinds
+        ]
+        lines.append(f"| {row['head']} | {','.join(map(str, row['depths']))} | {row['alpha']:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -1,0 +1,106 @@
+"""The bench's typed report against the measurements it wrote before it was typed (lab/measurements/).
+
+Every saved report reads back and writes out key for key and number for number (the JSON text
+with sorted keys is identical, ``schema_version`` aside); the split formulas recompute every saved
+summary and ratio exactly (``==`` on floats: the same operations in the same order give the same
+bits, so any change to a formula shows); a malformed report is refused with one typed error that
+names the field. No model, no timing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verispec.bench import llama
+from verispec.bench.ratios import ratios
+from verispec.bench.report import SCHEMA_VERSION, BenchReport, BenchReportError, SpeculativeSummary
+from verispec.bench.speculative import summarise
+from verispec.bench.text import format_report
+from verispec.bench.workload import workload_summary
+from verispec.reference.errors import VerispecError
+
+MEASUREMENTS = Path(__file__).resolve().parent.parent / "lab" / "measurements"
+SAVED = sorted([*MEASUREMENTS.glob("bench_*.json"), *MEASUREMENTS.glob("workload_*.json")])
+# Ratios added to the bench after some measurements were saved (absent from those files' ratios).
+NEWER_RATIOS = {"int8_fused_over_unfused"}
+
+
+def _report(path: Path) -> dict[str, Any]:
+    saved: dict[str, Any] = json.loads(path.read_text())
+    report: dict[str, Any] = saved.get("report", saved)  # workload files wrap it with their provenance
+    return report
+
+
+def test_there_are_saved_reports_of_both_kinds() -> None:
+    names = [p.name for p in SAVED]
+    assert sum(n.startswith("bench_") for n in names) >= 4 and sum(n.startswith("workload_") for n in names) >= 2
+
+
+@pytest.mark.parametrize("path", SAVED, ids=lambda p: p.name)
+def test_a_saved_report_round_trips_key_for_key_and_number_for_number(path: Path) -> None:
+    report = _report(path)
+    assert "schema_version" not in report  # saved before the field: read as version 1
+    typed = BenchReport.from_json(report)
+    back = typed.as_json()
+    assert back.pop("schema_version") == typed.schema_version == 1
+    assert json.dumps(back, sort_keys=True) == json.dumps(report, sort_keys=True)
+    assert BenchReport.from_json(typed.as_json()) == typed
+    assert format_report(typed).count("\n") >= 10  # every section renders from saved data
+
+
+@pytest.mark.parametrize("path", SAVED, ids=lambda p: p.name)
+def test_the_split_formulas_recompute_every_saved_summary_and_ratio(path: Path) -> None:
+    typed = BenchReport.from_json(_report(path))
+    for section in (typed.speculative, typed.speculative_int8 or {}):
+        for entry in section.values():
+            assert isinstance(entry, SpeculativeSummary) and summarise(entry.runs) == entry
+    for entry in (typed.workload or {}).values():
+        temperatures = [float(t) for t in entry["by_temperature"]]
+        assert workload_summary(entry["runs"], temperatures) == entry
+    beside = typed.workload_llama_cpp
+    if beside is not None and beside["available"]:
+        expected = {"per_category": beside["per_category"], "geomean": beside["geomean"]}
+        assert llama.workload_ratios(beside["runs"], list(typed.workload or {})) == expected
+    recomputed = ratios(typed)
+    assert {k: recomputed[k] for k in typed.ratios} == typed.ratios
+    assert set(recomputed) - set(typed.ratios) <= NEWER_RATIOS
+    assert [k for k in recomputed if k in typed.ratios] == list(typed.ratios)  # the same order
+
+
+def test_as_json_puts_the_version_first_and_leaves_out_sections_not_measured() -> None:
+    report = _report(MEASUREMENTS / "bench_idle_end_1thread_smollm2-135m.json")
+    out = BenchReport.from_json(report).as_json()
+    assert next(iter(out)) == "schema_version" and out["schema_version"] == SCHEMA_VERSION
+    assert not {"workload", "workload_engine", "workload_llama_cpp", "plot"} & set(out)
+
+
+def _broken(change: Any) -> dict[str, Any]:
+    report = json.loads(json.dumps(_report(MEASUREMENTS / "bench_idle_end_1thread_smollm2-135m.json")))
+    change(report)
+    return report
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    (lambda r: r.pop("plain"), "'plain'"),
+    (lambda r: r["plain"].pop("tok_s"), "plain has no 'tok_s'"),
+    (lambda r: r["plain"].update(tokens=2.5), "plain.tokens must be an integer"),
+    (lambda r: r["matmul_bound"]["rows_cost_relative"].update({"2": "fast"}), "matmul_bound.rows_cost_relative.2"),
+    (lambda r: r.update(load_s=True), "report.load_s must be a number"),
+    (lambda r: r["speculative"]["ngram"]["runs"][0].update(same_tokens_as_plain="yes"), "same_tokens_as_plain"),
+    (lambda r: r.update(backends=[]), "report.backends must be an object"),
+    (lambda r: r.update(schema_version=SCHEMA_VERSION + 1), "schema_version"),
+    (lambda r: r.update(schema_version="1"), "schema_version"),
+])
+def test_a_malformed_report_is_refused_naming_the_field(change: Any, named: str) -> None:
+    with pytest.raises(BenchReportError) as refused:
+        BenchReport.from_json(_broken(change))
+    assert named in str(refused.value) and isinstance(refused.value, VerispecError)
+
+
+def test_a_report_that_is_not_an_object_is_refused() -> None:
+    with pytest.raises(BenchReportError, match="must be an object"):
+        BenchReport.from_json([1, 2])
