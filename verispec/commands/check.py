@@ -4,13 +4,17 @@
     verispec check --verifier MOD:FN [--batch-verifier MOD:FN] [--greedy-verifier MOD:FN] [--pipeline MOD:OBJ]
         [--vectors DIR | --seed S --count N] [--scale X] [--fail-fast] [--only NAME ...] [--json]
         [--law-only] [--sequential] [--budget SECONDS] [--workers N] [--shard I/S]
-    verispec check --merge REPORT.json ... [--json]
+    verispec check --merge REPORT.json ... [--json] [--allow-partial]
 
-Exit status: 0 passed, 1 failed, 2 usage error, 3 inconclusive (--budget ended before power 0.99).
---law-only: the verifier draws its own randomness (f(p, q, drafts); wire op sampled_law), see
-spec/law_only.py. --sequential / --budget: group-sequential statistics (spec/sequential.py).
---shard I/S --json > shard_I.json on each of S machines, then --merge shard_*.json: the merged
-verdict is exactly the unsharded run's (block counts add).
+Exit status (verispec/exit_codes.py): 0 passed, 1 failed, 2 usage error (including a verifier
+program that cannot start), 3 inconclusive (--budget ended before power 0.99), 4 model/input
+error (an unreadable file, a broken vectors directory or report), 130 interrupted.
+--law-only: the verifier draws its own randomness (f(p, q, drafts, seed); wire op sampled_law
+with a seed per request), see spec/law_only.py. --sequential / --budget: group-sequential
+statistics (spec/sequential.py). --shard I/S --json > shard_I.json on each of S machines (a shard
+that sees a rejection alone exits 1), then --merge shard_*.json: the merged counts are exactly the
+unsharded run's (spec/shards.py, spec/merge.py); with VERISPEC_REPORT_KEY set shards are signed
+and the merge refuses unsigned ones (spec/report_seal.py).
 
 It replays the portable vectors (exact agreement), then runs the spec's properties, including the
 powered statistical tests, through the implementation, and reports per property: status, N,
@@ -32,9 +36,12 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from verispec.exit_codes import EPILOG
     from verispec.spec.external import DEFAULT_TIMEOUT
 
-    parser = subparsers.add_parser("check", help="check another verifier implementation against the spec")
+    parser = subparsers.add_parser(
+        "check", help="check another verifier implementation against the spec", epilog=EPILOG
+    )
     which = parser.add_mutually_exclusive_group(required=False)
     which.add_argument(
         "--verifier", metavar="MOD:FN", help="Python sampled verifier f(p, q, drafts, uniforms) -> verdict"
@@ -92,6 +99,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--workers", type=int, default=1, metavar="N", help="draw the statistics in N verifier processes")
     parser.add_argument("--shard", metavar="I/S", help="run shard I of S (1-based; --json, then --merge the S reports)")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT", help="combine shard reports (--json output)")
+    parser.add_argument(
+        "--allow-partial", action="store_true", help="with --merge: accept shards of an --only run (the claim says partial)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -107,15 +117,16 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from verispec.spec.check import CheckError, CheckReport, format_outcome, merge_reports
+    from verispec.spec.check import CheckReport, format_outcome, merge_reports
+    from verispec.spec.report import ReportError
 
     reports = []
     for path in args.merge:
         try:
             reports.append(CheckReport.from_json(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CheckError(f"cannot read shard report {path}: {exc}") from None
-    report = merge_reports(reports)
+        except (OSError, ValueError, ReportError) as exc:
+            raise ReportError(f"cannot read shard report {path}: {exc}") from None
+    report = merge_reports(reports, allow_partial=args.allow_partial)
     _print(report, args.json, format_outcome)
     return report.exit_status
 
@@ -127,16 +138,7 @@ def _print(report: "CheckReport", as_json: bool, format_outcome: "Callable[[Prop
     if not logged:
         for outcome in report.properties:
             print(format_outcome(outcome))
-    failed = [p.name for p in report.failed]
-    if report.shard is not None:
-        verdict = f"SHARD {report.shard[0]}/{report.shard[1]} DONE"
-    elif failed:
-        verdict = "FAILED: " + ", ".join(failed)
-    elif report.inconclusive:
-        verdict = "INCONCLUSIVE: " + ", ".join(p.name for p in report.inconclusive)
-    else:
-        verdict = "PASSED" if report.passed else "NOTHING RAN"
-    print(f"{verdict}  ({len(report.properties)} properties, {report.seconds:.1f}s)")
+    print(f"{report.headline()}  ({len(report.properties)} properties, {report.seconds:.1f}s)")
     print(report.claim())
 
 
@@ -154,6 +156,10 @@ def run(args: argparse.Namespace) -> int:
     from verispec.spec.vectors import DEFAULT_COUNT, DEFAULT_SEED, build_vectors, read_vectors
     from verispec.spec.workers import ImplementationSpec, WorkerPool
 
+    from verispec.progress import progress_line
+
+    if args.allow_partial and not args.merge:
+        raise CheckError("--allow-partial goes with --merge")
     if args.merge:
         if args.verifier or args.verifier_cmd or args.shard:
             raise CheckError("--merge combines reports: give no --verifier, --verifier-cmd or --shard with it")
@@ -203,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"checking {impl.description}", flush=True)
     pool = WorkerPool(spec, DEFAULT_STAT_SEED, args.workers) if args.workers > 1 else None
+    progress = progress_line()
     try:
         report = run_check(
             impl,
@@ -216,8 +223,11 @@ def run(args: argparse.Namespace) -> int:
             shard=shard,
             draw=pool.draw if pool else None,
             parallel=args.workers,
+            progress=progress,
         )
     finally:
+        if progress is not None:
+            progress.close()
         impl.close()
         if pool:
             pool.close()
