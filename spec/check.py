@@ -174,6 +174,12 @@ class _RejectingPipeline:
         return "greedy" if mode == "greedy" else "sampled"
 
 
+def _qualified(obj: Any) -> str:
+    """``module:qualname`` of a callable or object (its type's, for an instance)."""
+    named = obj if hasattr(obj, "__qualname__") else type(obj)
+    return f"{getattr(named, '__module__', '?')}:{getattr(named, '__qualname__', '?')}"
+
+
 class PythonImplementation:
     """An implementation given as Python callables (see the module docstring for signatures)."""
 
@@ -187,7 +193,11 @@ class PythonImplementation:
         description: str = "python",
         law_only: bool = False,
     ) -> None:
-        if law_only:  # f(p, q, drafts): the properties' uniforms are dropped on the way in
+        if description == "python":  # name the callables: the description is the verifier's identity
+            description = ("python (law only): " if law_only else "python: ") + ", ".join(
+                f"{label} {_qualified(fn)}" for label, fn in (("verifier", verifier), ("batch", batch), ("greedy", greedy), ("pipeline", pipeline)) if fn is not None
+            )
+        if law_only:  # f(p, q, drafts, seed): the properties' uniforms become each call's seed
             verifier = ignoring_uniforms(verifier)
             batch = batch_ignoring_uniforms(batch) if batch is not None else None
         self.law_only = law_only
@@ -525,6 +535,8 @@ def _run_deterministic(impl: Implementation, vectors: VectorSet, options: RunOpt
         if impl.law_only and not applicable(name):
             outcome = PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0)
         else:
+            if options.progress is not None:
+                options.progress(f"{name}: running")
             outcome = _run_one(name, parts, options.scale, options.seed, impl.law_only)
         if record(outcome):
             return False

@@ -12,7 +12,8 @@
 Errors are mapped by class NAME along the exception's MRO, not by importing the classes, so the
 mapping holds wherever a class lives (the errors move into reference/errors.py) and importing this
 module loads nothing else. A class not named here is a usage error (2). ``WorkloadError`` stays a
-usage error for now: it covers both an unreadable workload file and an unknown ``--prompts`` kind.
+usage error for now, and so does ``CalibrationError``: each covers both a file that cannot be read
+and a bad argument (an unknown ``--prompts`` kind; ``--q`` outside (0, 1), a missing output folder).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ INPUT_ERRORS: frozenset[str] = frozenset(
         "GGUFError",
         "TokenizerError",
         "ModelError",
-        "CalibrationError",
         "VectorError",
         "ChatFormatError",
         "ReportError",  # a --merge report that cannot be read or parsed

@@ -205,11 +205,16 @@ def run(args: argparse.Namespace) -> int:
         if args.budget is not None or args.budget_samples is not None
         else None
     )
-    log = None if args.json else (lambda outcome: print(format_outcome(outcome), flush=True))
+    progress = progress_line()
+
+    def log(outcome: "PropertyOutcome") -> None:
+        if progress is not None:
+            progress.close()  # the outcome's line replaces the progress line
+        print(format_outcome(outcome), flush=True)
+
     if not args.json:
         print(f"checking {impl.description}", flush=True)
     pool = WorkerPool(spec, DEFAULT_STAT_SEED, args.workers) if args.workers > 1 else None
-    progress = progress_line()
     try:
         report = run_check(
             impl,
@@ -217,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
             scale=args.scale,
             fail_fast=args.fail_fast,
             only=args.only,
-            log=log,
+            log=None if args.json else log,
             sequential=args.sequential,
             budget=budget,
             shard=shard,
