@@ -436,6 +436,8 @@ def _validate(options: RunOptions) -> None:
         raise CheckError(f"scale must be > 0, got {options.scale}")
     if options.shard is not None and not 1 <= options.shard[0] <= options.shard[1]:
         raise CheckError(f"shard must be I/S with 1 <= I <= S, got {options.shard[0]}/{options.shard[1]}")
+    if options.shard is not None and options.budget is not None:
+        raise CheckError("a shard draws its whole slice: a budget would leave holes in the merge")
 
 
 def run_design(report: CheckReport) -> Json:

@@ -18,7 +18,7 @@ from verispec.spec.report import SCHEMA_VERSION, STATUSES, property_fields, repo
 from verispec.spec.vectors import VectorSet, build_vectors
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "report-schema.md"
-JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
+JSON_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ schedule, but each shard stops after its first block.
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +29,7 @@ from verispec.spec.check import (
     EXIT_PASSED,
     CheckError,
     CheckReport,
+    CommandImplementation,
     PythonImplementation,
     merge_reports,
     run_check,
@@ -186,3 +189,45 @@ def test_worker_processes_with_one_stream_are_refused_and_seeded_ones_match_seri
     parallel = with_workers("seeded_single", "seeded_batch")
     serial = run_check(PythonImplementation(seeded_single, batch=seeded_batch, law_only=True), vectors, only=only, scale=SCALE, sequential=True)
     assert [(p.status, p.n, p.detail) for p in parallel.properties] == [(p.status, p.n, p.detail) for p in serial.properties]
+
+
+# -----------------------------------------------------------------------------------------------
+# the wire and the command line
+
+
+@pytest.mark.parametrize(("flags", "refused"), [("", False), (" --ignore-seed", True)])
+def test_shards_through_the_wire(vectors: VectorSet, flags: str, refused: bool) -> None:
+    """The sampled_law op carries a seed per request; a program that ignores it is refused."""
+
+    reports = []
+    for index in (1, 2):
+        impl = CommandImplementation(f"{sys.executable} -m verispec.spec.external --reference --law-only 5{flags}", 60.0, law_only=True)
+        try:
+            reports.append(run_check(impl, vectors, only=["contract", "stat_verdict_law_k1"], scale=SCALE, shard=(index, 2)))
+        finally:
+            impl.close()
+    if refused:
+        with pytest.raises(CheckError, match="shards 1 and 2 drew the same stream"):
+            merge_reports(reports, allow_partial=True)
+    else:
+        assert merge_reports(reports, allow_partial=True).exit_status == EXIT_PASSED
+
+
+def test_the_command_line_shards_and_merges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from verispec import cli
+
+    here = __name__
+    paths = []
+    for index in (1, 2):
+        status = cli.main([
+            "check", "--law-only", "--verifier", f"{here}:seeded_single", "--batch-verifier", f"{here}:seeded_batch",
+            "--only", "contract", "stat_verdict_law_k1", "--scale", str(SCALE), "--count", "1", "--shard", f"{index}/2", "--json",
+        ])
+        assert status == EXIT_PASSED
+        paths.append(tmp_path / f"shard_{index}.json")
+        paths[-1].write_text(capsys.readouterr().out, encoding="utf-8")
+    assert cli.main(["check", "--merge", *map(str, paths)]) == 2  # an --only run: the full set is required
+    assert "full property set" in capsys.readouterr().err
+    assert cli.main(["check", "--merge", *map(str, paths), "--allow-partial", "--json"]) == EXIT_PASSED
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["passed"] and "partial run" in merged["claim"]

@@ -85,7 +85,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument(
         "--law-only",
         action="store_true",
-        help="the verifier draws its own randomness: f(p, q, drafts) (command: op sampled_law); law tests only",
+        help="the verifier draws its own randomness: f(p, q, drafts, seed) drawing from seed (command: op sampled_law with a seed); law tests only",
     )
     parser.add_argument(
         "--sequential", action="store_true", help="group-sequential statistics: reject early, stop at power"
