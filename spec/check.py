@@ -494,12 +494,14 @@ def _run_properties(impl: Implementation, vectors: VectorSet, options: RunOption
     in_this_shard = options.shard is None or options.shard[0] == 1
     if in_this_shard and not _run_deterministic(impl, vectors, options, recorder, parts):
         return
-    designed = [
-        n for n in PROPERTY_NAMES
-        if recorder.wanted(n) and n in STAT_DESIGNS and options.sequential and (applicable(n) or not impl.law_only)
-    ]
+    designed = [n for n in PROPERTY_NAMES if recorder.wanted(n) and _look_by_look(n, options, impl.law_only)]
     if designed:
         _run_sequential(report, designed, parts, options, recorder)
+
+
+def _look_by_look(name: str, options: RunOptions, law_only: bool) -> bool:
+    """Whether ``name`` runs group-sequentially here (a designed test the mode applies to)."""
+    return options.sequential and name in STAT_DESIGNS and (applicable(name) or not law_only)
 
 
 class _Recorder:
@@ -532,7 +534,7 @@ def _run_deterministic(impl: Implementation, vectors: VectorSet, options: RunOpt
         if record(outcome):
             return False
     for name in PROPERTY_NAMES:
-        if not record.wanted(name) or (options.sequential and name in STAT_DESIGNS and (applicable(name) or not impl.law_only)):
+        if not record.wanted(name) or _look_by_look(name, options, impl.law_only):
             continue
         if impl.law_only and not applicable(name):
             outcome = PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0)
