@@ -192,3 +192,16 @@ def test_reports_of_another_schema_major_are_refused(good: Files) -> None:
     with pytest.raises(ReportError, match="n"):
         CheckReport.from_json(dict(data, properties=[dict(data["properties"][0], n="many")]))
     assert PropertyOutcome.from_json(data["properties"][0]).name == "contract"
+
+
+def test_malformed_shard_files_are_one_typed_error(good: Files) -> None:
+    data = _copy(good)[1]
+    with pytest.raises(ReportError, match="unknown status 'PASSED!'"):
+        CheckReport.from_json(dict(data, properties=[dict(data["properties"][0], status="PASSED!")]))
+    with pytest.raises(ReportError, match="malformed report: KeyError"):
+        CheckReport.from_json({k: v for k, v in data.items() if k != "scale"})
+    far = _copy(good)
+    blocks = far[1]["blocks"]["stat_verdict_law_k1"]
+    blocks["999999"] = blocks.pop(sorted(blocks, key=int)[0])  # a block outside the design
+    with pytest.raises(CheckError, match="are not its slice"):
+        _merge([_reseal(f) for f in far])
