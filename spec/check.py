@@ -19,7 +19,11 @@ Verifiers that draw their own randomness run law-only (:mod:`spec.law_only`: the
 properties are reported ``not_applicable``); the statistical tests may run group-sequentially
 (:mod:`spec.sequential`: early rejection, a ``Budget`` that leaves them ``inconclusive`` with the
 power reached, exit status 3), in worker processes (:mod:`spec.workers`) or as shards whose
-reports :func:`merge_reports` adds up exactly.
+block counts :func:`spec.merge.merge_reports` adds up exactly (each shard also takes looks of its
+own and fails alone on a rejection it can see: :mod:`spec.shards`). The report, its JSON schema
+and the claim live in :mod:`spec.report`; what binds a shard to its run in :mod:`spec.report_seal`.
+
+A law-only verifier is handed a seed per call and must draw from it (:mod:`spec.law_only`).
 
 THE PYTHON INTERFACE (``--verifier module:function`` and friends). All callables receive numpy
 float64 arrays for rows and plain lists for ids and uniforms; raising ANY exception means "this
@@ -47,10 +51,10 @@ A verdict is an object with ``accepted``, ``token``, ``kind`` attributes (like
 from __future__ import annotations
 
 import importlib
-import math
 import time
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -59,195 +63,35 @@ import numpy.typing as npt
 from verispec.reference.errors import VerificationError, VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, BatchVerifier, Probs2D, Verdict, Verifier
-from verispec.spec.external import CommandTransport, ExternalError, Unsupported, WireImplementation, parse_verdict
+from verispec.spec.external import CommandTransport, ExternalError, ProgramCannotStart, Unsupported, WireImplementation, parse_verdict
+from verispec.spec.law_only import NOT_APPLICABLE_REASON, applicable, batch_ignoring_uniforms, call_seed, ignoring_uniforms
 from verispec.spec.pipeline import Pipeline, RowsRequest
-from verispec.spec.law_only import NOT_APPLICABLE_REASON, applicable, batch_ignoring_uniforms, ignoring_uniforms
-from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS, as_verifier, run_properties
-from verispec.spec.sequential import BlockDraw, Budget, SequentialTest, final_state, run_interleaved, schedule, serial_draw, shard_blocks
+from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS, as_batch, as_verifier, run_properties
+from verispec.spec.report import (
+    DEFAULT_STAT_SEED,
+    EXIT_FAILED,
+    EXIT_INCONCLUSIVE,
+    EXIT_PASSED,
+    SCHEMA_VERSION,
+    CheckError,
+    CheckReport,
+    PropertyOutcome,
+    Status,
+    format_outcome,
+    sequential_outcome,
+)
+from verispec.spec.report_seal import content_digest, report_key, run_id, signature, verifier_identity
+from verispec.spec.sequential import BlockDraw, Budget, SequentialTest, run_interleaved, schedule, serial_draw
+from verispec.spec.shards import ShardTest
 from verispec.spec.statistics import TV_BIAS
+from verispec.spec.stream_probe import run_probe
 from verispec.spec.vectors import KINDS, Json, VectorSet, compare
 from verispec.spec.vectors.gen_large import as_sampled_case
 from verispec.spec.vectors.wire import rows_request_from_json
 
-Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive"]
-EXIT_PASSED, EXIT_FAILED, EXIT_INCONCLUSIVE = 0, 1, 3  # 2: a usage error (verispec/cli.py)
-DEFAULT_STAT_SEED = 20_240_531  # the properties' seed (spec.properties.run_properties)
 REQUIRED_KINDS = frozenset({"sampled", "sampled_large", "greedy"})  # vector kinds every verifier must answer
-
-
-class CheckError(VerispecError):
-    """``verispec check`` cannot start: a bad ``module:function``, an unknown property name."""
-
-
-@dataclass(frozen=True)
-class PropertyOutcome:
-    """One property on one implementation: status, N, alpha, power, what was seen, time."""
-
-    name: str
-    status: Status
-    n: int
-    alpha: float
-    power: float
-    detail: str
-    seconds: float
-    tv: float = TV_BIAS  # the deviation ``power`` is against (statistical properties)
-
-    def as_json(self) -> Json:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "passed": self.status == "passed",
-            "n": self.n,
-            "alpha": self.alpha,
-            "power": round(self.power, 6),
-            "tv": self.tv,
-            "seconds": round(self.seconds, 3),
-            "detail": self.detail,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PropertyOutcome:
-        return cls(
-            str(data["name"]),
-            data["status"],
-            int(data["n"]),
-            float(data["alpha"]),
-            float(data["power"]),
-            str(data["detail"]),
-            float(data["seconds"]),
-            float(data.get("tv", TV_BIAS)),
-        )
-
-
-@dataclass
-class CheckReport:
-    """Everything ``verispec check`` found about one implementation.
-
-    ``law_only``: the implementation draws its own randomness (:mod:`spec.law_only`);
-    ``sequential``: the statistical tests ran group-sequentially (:mod:`spec.sequential`);
-    ``shard``: (I, S) for shard I (1-based) of S, whose ``blocks`` (per test, block -> counts)
-    :func:`merge_reports` adds up; a shard report decides nothing by itself.
-    """
-
-    implementation: str
-    vectors: Json
-    scale: float
-    properties: list[PropertyOutcome] = field(default_factory=list)
-    seconds: float = 0.0
-    law_only: bool = False
-    sequential: bool = False
-    seed: int = DEFAULT_STAT_SEED
-    shard: tuple[int, int] | None = None
-    blocks: dict[str, dict[int, list[int]]] = field(default_factory=dict)
-
-    @property
-    def failed(self) -> list[PropertyOutcome]:
-        return [p for p in self.properties if p.status == "failed"]
-
-    @property
-    def inconclusive(self) -> list[PropertyOutcome]:
-        return [p for p in self.properties if p.status == "inconclusive"]
-
-    @property
-    def passed(self) -> bool:
-        """No property failed or stayed inconclusive, and at least one passed."""
-        return (
-            not self.failed and not self.inconclusive and any(p.status == "passed" for p in self.properties)
-        )
-
-    @property
-    def exit_status(self) -> int:
-        """0 passed, 1 failed (or nothing ran), 3 inconclusive (a budget ended before power); a
-        shard: 0 when its slice is drawn and its deterministic properties (shard 1) passed."""
-        if self.failed:
-            return EXIT_FAILED
-        if self.shard is not None:
-            return EXIT_PASSED
-        if self.inconclusive:
-            return EXIT_INCONCLUSIVE
-        return EXIT_PASSED if self.passed else EXIT_FAILED
-
-    def verdict(self) -> str:
-        """The run's one-word verdict with what it names: PASSED, FAILED: ..., INCONCLUSIVE: ..."""
-        if self.shard is not None:
-            return f"SHARD {self.shard[0]}/{self.shard[1]} DONE"
-        if self.failed:
-            return "FAILED: " + ", ".join(p.name for p in self.failed)
-        if self.inconclusive:
-            return "INCONCLUSIVE: " + ", ".join(p.name for p in self.inconclusive)
-        return "PASSED" if self.passed else "NOTHING RAN"
-
-    def summary(self) -> str:
-        """The failed and inconclusive properties' lines, the verdict and the claim (an assertion's message)."""
-        lines = [format_outcome(p) for p in self.properties if p.status in ("failed", "inconclusive")]
-        lines.append(f"{self.verdict()}  ({len(self.properties)} properties, {self.seconds:.1f}s)")
-        return "\n".join([*lines, self.claim()])
-
-    def statistical(self) -> list[PropertyOutcome]:
-        return [p for p in self.properties if p.name.startswith("stat_") and p.status != "not_applicable"]
-
-    def claim(self) -> str:
-        """What the run showed, at the level it holds."""
-        if self.shard is not None:
-            return f"shard {self.shard[0]}/{self.shard[1]}: counts only; merge all shards for a verdict"
-        stats = self.statistical()
-        if self.failed:
-            return "not lossless: " + ", ".join(p.name for p in self.failed) + " failed"
-        if not stats:
-            return "no statistical test ran: nothing shown about the law"
-        power = min(p.power for p in stats)
-        deviations = sorted({p.tv for p in stats})
-        alpha = math.fsum(p.alpha for p in stats)
-        what = (
-            f"lossless at power {power:.4f} against total-variation deviation "
-            + " / ".join(f"{tv:g}" for tv in deviations)
-            + f" on the suite's test laws (false-alarm probability <= {alpha:.2g})"
-        )
-        if self.inconclusive:
-            what = "inconclusive (budget ended before power 0.99): " + what
-        if self.law_only:
-            what += "; not portable: protocol properties not applicable (the verifier draws its own randomness)"
-        return what
-
-    def as_json(self) -> Json:
-        return {
-            "implementation": self.implementation,
-            "protocol_version": PROTOCOL_VERSION,
-            "vectors": self.vectors,
-            "scale": self.scale,
-            "tv_bias": TV_BIAS,
-            "law_only": self.law_only,
-            "sequential": self.sequential,
-            "seed": self.seed,
-            "shard": list(self.shard) if self.shard else None,
-            "passed": self.passed,
-            "exit_status": self.exit_status,
-            "claim": self.claim(),
-            "failed": [p.name for p in self.failed],
-            "inconclusive": [p.name for p in self.inconclusive],
-            "seconds": round(self.seconds, 3),
-            "properties": [p.as_json() for p in self.properties],
-            "blocks": {name: {str(b): c for b, c in sorted(bl.items())} for name, bl in self.blocks.items()},
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckReport:
-        shard = data.get("shard")
-        return cls(
-            implementation=str(data["implementation"]),
-            vectors=dict(data.get("vectors") or {}),
-            scale=float(data["scale"]),
-            properties=[PropertyOutcome.from_json(p) for p in data["properties"]],
-            seconds=float(data.get("seconds", 0.0)),
-            law_only=bool(data.get("law_only", False)),
-            sequential=bool(data.get("sequential", False)),
-            seed=int(data.get("seed", DEFAULT_STAT_SEED)),
-            shard=(int(shard[0]), int(shard[1])) if shard else None,
-            blocks={
-                str(name): {int(b): [int(c) for c in counts] for b, counts in bl.items()}
-                for name, bl in dict(data.get("blocks") or {}).items()
-            },
-        )
+Parts = tuple[Verifier, BatchVerifier | None, Pipeline | None]
+Progress = Callable[[str], None]  # one line of progress ("stat_x: 12/64 blocks, 38,400 draws")
 
 
 # -----------------------------------------------------------------------------------------------
@@ -330,6 +174,12 @@ class _RejectingPipeline:
         return "greedy" if mode == "greedy" else "sampled"
 
 
+def _qualified(obj: Any) -> str:
+    """``module:qualname`` of a callable or object (its type's, for an instance)."""
+    named = obj if hasattr(obj, "__qualname__") else type(obj)
+    return f"{getattr(named, '__module__', '?')}:{getattr(named, '__qualname__', '?')}"
+
+
 class PythonImplementation:
     """An implementation given as Python callables (see the module docstring for signatures)."""
 
@@ -343,7 +193,11 @@ class PythonImplementation:
         description: str = "python",
         law_only: bool = False,
     ) -> None:
-        if law_only:  # f(p, q, drafts): the properties' uniforms are dropped on the way in
+        if description == "python":  # name the callables: the description is the verifier's identity
+            description = ("python (law only): " if law_only else "python: ") + ", ".join(
+                f"{label} {_qualified(fn)}" for label, fn in (("verifier", verifier), ("batch", batch), ("greedy", greedy), ("pipeline", pipeline)) if fn is not None
+            )
+        if law_only:  # f(p, q, drafts, seed): the properties' uniforms become each call's seed
             verifier = ignoring_uniforms(verifier)
             batch = batch_ignoring_uniforms(batch) if batch is not None else None
         self.law_only = law_only
@@ -455,6 +309,8 @@ class CommandImplementation:
                 self._pipeline = self.wire
             except Unsupported:
                 self._pipeline = None
+            except ProgramCannotStart:
+                raise
             except VerispecError:
                 self._pipeline = self.wire  # it answers rows, badly: let the property say so
         return self.wire.verify, self.wire.verify_batch, self._pipeline
@@ -504,6 +360,23 @@ def property_names() -> list[str]:
     return [f"vectors_{kind}" for kind in KINDS] + list(PROPERTY_NAMES)
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How ``run_check`` runs: see its docstring for each."""
+
+    scale: float = 1.0
+    fail_fast: bool = False
+    only: Sequence[str] | None = None
+    log: Callable[[PropertyOutcome], None] | None = None
+    sequential: bool = False
+    budget: Budget | None = None
+    shard: tuple[int, int] | None = None
+    draw: BlockDraw | None = None
+    parallel: int = 1
+    seed: int = DEFAULT_STAT_SEED
+    progress: Progress | None = None
+
+
 def run_check(
     impl: Implementation,
     vectors: VectorSet,
@@ -518,99 +391,163 @@ def run_check(
     draw: BlockDraw | None = None,
     parallel: int = 1,
     seed: int = DEFAULT_STAT_SEED,
+    progress: Progress | None = None,
 ) -> CheckReport:
     """Replay the vectors, then run the spec's properties, through ``impl``.
 
     ``scale`` multiplies the statistical sample sizes (the reported power follows); ``only``
     restricts the run to the named properties (see :func:`property_names`); ``fail_fast`` stops
-    at the first failed property; ``log`` sees every outcome as it is decided. An implementation
-    with ``law_only`` runs only the law's properties (:mod:`spec.law_only`); the rest are
-    reported not applicable.
+    at the first failed property; ``log`` sees every outcome as it is decided; ``progress`` gets
+    a line after every group of blocks drawn. An implementation with ``law_only`` runs only the
+    law's properties (:mod:`spec.law_only`); the rest are reported not applicable.
 
     ``sequential`` runs the statistical tests group-sequentially (:mod:`spec.sequential`), round
     robin, until each is decided or ``budget`` ends (undecided ones: "inconclusive", with the
     power reached). ``shard`` = (I, S), 1-based: this run draws only the blocks of shard I of S
-    (implies ``sequential``; the deterministic properties run in shard 1 only) and decides
-    nothing; :func:`merge_reports` does. ``draw`` / ``parallel``: draw blocks elsewhere, e.g. in
-    worker processes (default: here, one at a time).
+    (implies ``sequential``; the deterministic properties run in shard 1 only), takes its own
+    looks on them (:mod:`spec.shards`: a rejection there fails the shard and the run) and passes
+    nothing; :func:`spec.merge.merge_reports` decides. ``draw`` / ``parallel``: draw blocks
+    elsewhere, e.g. in worker processes (default: here, one at a time).
+
+    Every run's first verifier call is the same-stream probe (:mod:`spec.stream_probe`); a
+    program that cannot start raises :class:`spec.external.ProgramCannotStart` (a usage error).
     """
-    known = property_names()
-    unknown = sorted(set(only or ()) - set(known))
-    if unknown:
-        raise CheckError(f"unknown properties {unknown}; known: {', '.join(known)}")
-    if not scale > 0:
-        raise CheckError(f"scale must be > 0, got {scale}")
-    if shard is not None and not 1 <= shard[0] <= shard[1]:
-        raise CheckError(f"shard must be I/S with 1 <= I <= S, got {shard[0]}/{shard[1]}")
-    sequential = sequential or shard is not None or budget is not None
-    report = CheckReport(
-        impl.description,
-        {"source": vectors.source, "seed": vectors.seed, "count": vectors.count},
-        scale,
-        law_only=impl.law_only,
-        sequential=sequential,
-        seed=seed,
-        shard=shard,
-    )
+    options = RunOptions(scale, fail_fast, only, log, sequential or shard is not None or budget is not None, budget, shard, draw, parallel, seed, progress)
+    _validate(options)
+    report = _new_report(impl, vectors, options)
     start = time.perf_counter()
-    stopped = False
-
-    def record(outcome: PropertyOutcome) -> bool:
-        nonlocal stopped
-        report.properties.append(outcome)
-        if log:
-            log(outcome)
-        stopped = stopped or (fail_fast and outcome.status == "failed")
-        return stopped
-
-    def wanted(name: str) -> bool:
-        return only is None or name in only
-
-    in_this_shard = shard is None or shard[0] == 1
     try:
-        for kind in KINDS:
-            name = f"vectors_{kind}"
-            if not wanted(name):
-                continue
-            if impl.law_only:
-                record(PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0))
-            elif not in_this_shard:
-                continue
-            elif record(replay_kind(impl, kind, vectors.cases.get(kind, []))):
-                return report
-        parts: tuple[Verifier, BatchVerifier | None, Pipeline | None] | None = None
-        designed: list[str] = []
-        for name in PROPERTY_NAMES:
-            if not wanted(name):
-                continue
-            if impl.law_only and not applicable(name):
-                record(PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0))
-                continue
-            if sequential and name in STAT_DESIGNS:
-                designed.append(name)  # run below, all together, look by look
-                continue
-            if not in_this_shard:
-                continue
-            if parts is None:
-                parts = impl.verifier_parts()
-            if record(_run_one(name, parts, scale, seed, impl.law_only)):
-                return report
-        if designed:
-            if parts is None:
-                parts = impl.verifier_parts()
-            _run_sequential(report, designed, parts, draw, parallel, budget, fail_fast, log)
+        parts = impl.verifier_parts()
+        report.probe = run_probe(_batch_of(parts), seed, shard[0] if shard else 0)
+        _run_properties(impl, vectors, options, report, parts)
         return report
     finally:
         report.seconds = time.perf_counter() - start
+        if shard is not None:
+            seal(report)
 
 
-def _run_one(
-    name: str,
-    parts: tuple[Verifier, BatchVerifier | None, Pipeline | None],
-    scale: float,
-    seed: int,
-    law_only: bool,
-) -> PropertyOutcome:
+def _validate(options: RunOptions) -> None:
+    known = property_names()
+    unknown = sorted(set(options.only or ()) - set(known))
+    if unknown:
+        raise CheckError(f"unknown properties {unknown}; known: {', '.join(known)}")
+    if not options.scale > 0:
+        raise CheckError(f"scale must be > 0, got {options.scale}")
+    if options.shard is not None and not 1 <= options.shard[0] <= options.shard[1]:
+        raise CheckError(f"shard must be I/S with 1 <= I <= S, got {options.shard[0]}/{options.shard[1]}")
+    if options.shard is not None and options.budget is not None:
+        raise CheckError("a shard draws its whole slice: a budget would leave holes in the merge")
+
+
+def run_design(report: CheckReport) -> Json:
+    """What a run's blocks and looks are a function of (with the seed and the verifier: its run id)."""
+    return {
+        "scale": report.scale,
+        "only": report.only,
+        "shards": report.shard[1] if report.shard else None,
+        "vectors": report.vectors,
+        "tv_bias": TV_BIAS,
+        "law_only": report.law_only,
+        "sequential": report.sequential,
+        "verispec_version": report.verispec_version,
+        "protocol_version": report.protocol_version,
+        "schema_major": SCHEMA_VERSION.split(".")[0],
+    }
+
+
+def _new_report(impl: Implementation, vectors: VectorSet, options: RunOptions) -> CheckReport:
+    report = CheckReport(
+        impl.description,
+        {"source": vectors.source, "seed": vectors.seed, "count": vectors.count},
+        options.scale,
+        law_only=impl.law_only,
+        sequential=options.sequential,
+        seed=options.seed,
+        shard=options.shard,
+        only=sorted(set(options.only), key=property_names().index) if options.only is not None else None,
+        verifier_identity=verifier_identity(impl.description, impl.law_only),
+    )
+    report.run_id = run_id(run_design(report), report.seed, report.verifier_identity)
+    return report
+
+
+def seal(report: CheckReport) -> None:
+    """Write the report's content digest, and its HMAC when ``VERISPEC_REPORT_KEY`` is set."""
+    report.digest, report.signature = None, None
+    body = report.as_json()
+    report.digest = content_digest(body)
+    key = report_key()
+    if key is not None:
+        report.signature = signature(body, key)
+
+
+def _batch_of(parts: Parts) -> BatchVerifier:
+    verifier, batch, _ = parts
+    return batch if batch is not None else as_batch(verifier)
+
+
+def _run_properties(impl: Implementation, vectors: VectorSet, options: RunOptions, report: CheckReport, parts: Parts) -> None:
+    """The vector replays and the deterministic properties (shard 1 only), then the designed
+    statistical tests (all together, look by look, when sequential)."""
+    recorder = _Recorder(report, options)
+    in_this_shard = options.shard is None or options.shard[0] == 1
+    if in_this_shard and not _run_deterministic(impl, vectors, options, recorder, parts):
+        return
+    designed = [n for n in PROPERTY_NAMES if recorder.wanted(n) and _look_by_look(n, options, impl.law_only)]
+    if designed:
+        _run_sequential(report, designed, parts, options, recorder)
+
+
+def _look_by_look(name: str, options: RunOptions, law_only: bool) -> bool:
+    """Whether ``name`` runs group-sequentially here (a designed test the mode applies to)."""
+    return options.sequential and name in STAT_DESIGNS and (applicable(name) or not law_only)
+
+
+class _Recorder:
+    """Appends outcomes to the report, logs them, and says when ``fail_fast`` stops the run."""
+
+    def __init__(self, report: CheckReport, options: RunOptions) -> None:
+        self.report, self.options, self.stopped = report, options, False
+
+    def wanted(self, name: str) -> bool:
+        return self.options.only is None or name in self.options.only
+
+    def __call__(self, outcome: PropertyOutcome) -> bool:
+        self.report.properties.append(outcome)
+        if self.options.log:
+            self.options.log(outcome)
+        self.stopped = self.stopped or (self.options.fail_fast and outcome.status == "failed")
+        return self.stopped
+
+
+def _run_deterministic(impl: Implementation, vectors: VectorSet, options: RunOptions, record: _Recorder, parts: Parts) -> bool:
+    """Vector replays and the properties not run look by look; False when ``fail_fast`` stopped."""
+    for kind in KINDS:
+        name = f"vectors_{kind}"
+        if not record.wanted(name):
+            continue
+        if impl.law_only:
+            outcome = PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0)
+        else:
+            outcome = replay_kind(impl, kind, vectors.cases.get(kind, []))
+        if record(outcome):
+            return False
+    for name in PROPERTY_NAMES:
+        if not record.wanted(name) or _look_by_look(name, options, impl.law_only):
+            continue
+        if impl.law_only and not applicable(name):
+            outcome = PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0)
+        else:
+            if options.progress is not None:
+                options.progress(f"{name}: running")
+            outcome = _run_one(name, parts, options.scale, options.seed, impl.law_only)
+        if record(outcome):
+            return False
+    return True
+
+
+def _run_one(name: str, parts: Parts, scale: float, seed: int, law_only: bool) -> PropertyOutcome:
     """One property of :mod:`spec.properties`, run in full (statistical ones at fixed N)."""
     verifier, batch, pipeline = parts
     if name == "pipeline_processors" and pipeline is None:
@@ -625,109 +562,94 @@ def _run_one(
     )
 
 
-def _run_sequential(
-    report: CheckReport,
-    names: Sequence[str],
-    parts: tuple[Verifier, BatchVerifier | None, Pipeline | None],
-    draw: BlockDraw | None,
-    parallel: int,
-    budget: Budget | None,
-    fail_fast: bool,
-    log: Callable[[PropertyOutcome], None] | None,
-) -> None:
+class _TimedDraw:
+    """A BlockDraw that keeps each test's own drawing time and reports progress."""
+
+    def __init__(self, draw: BlockDraw, progress: Progress | None) -> None:
+        self.draw, self.progress = draw, progress
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.blocks: dict[str, int] = defaultdict(int)
+
+    def __call__(self, design: Any, blocks: Sequence[int], size: int) -> list[Any]:
+        began = time.perf_counter()
+        counts = self.draw(design, blocks, size)
+        self.seconds[design.name] += time.perf_counter() - began
+        self.blocks[design.name] += len(blocks)
+        if self.progress is not None:
+            drawn = self.blocks[design.name]
+            self.progress(f"{design.name}: {drawn} blocks, {drawn * size:,} draws, {self.seconds[design.name]:.0f} s")
+        return counts
+
+
+def _run_sequential(report: CheckReport, names: Sequence[str], parts: Parts, options: RunOptions, record: _Recorder) -> None:
     """The designed statistical tests, group-sequentially (or one shard's blocks of them)."""
-    verifier, batch, _ = parts
-    if draw is None:
-        from verispec.spec.properties import as_batch
-
-        draw = serial_draw(batch if batch is not None else as_batch(verifier), report.seed)
-    began = time.perf_counter()
-    tests = [SequentialTest(design, schedule(design, report.scale)) for design in (STAT_DESIGNS[n]() for n in names)]
-    if report.shard is not None:
-        index, shards = report.shard
-        for test in tests:
-            blocks = shard_blocks(test.plan, index - 1, shards)
-            for at in range(0, len(blocks), parallel):
-                group = blocks[at : at + parallel]
-                for block, counts in zip(group, draw(test.design, group, test.plan.block)):
-                    test.add(block, counts)
-            report.blocks[test.design.name] = {b: c.tolist() for b, c in test.block_counts.items()}
-            detail = f"shard {index}/{shards}: {len(blocks)} of {test.plan.blocks} blocks of {test.plan.block}"
-            seconds = time.perf_counter() - began
-            outcome = PropertyOutcome(test.design.name, "skipped", test.samples, 0.0, 0.0, detail, seconds, test.design.tv)
-            report.properties.append(outcome)
-            if log:
-                log(outcome)
+    draw = _TimedDraw(options.draw or serial_draw(_batch_of(parts), report.seed), options.progress)
+    designs = [STAT_DESIGNS[n]() for n in names]
+    if options.shard is not None:
+        _run_shard(report, designs, draw, options, record)
         return
-    run_interleaved(tests, draw, budget, parallel=parallel, fail_fast=fail_fast)
+    tests = [SequentialTest(design, schedule(design, report.scale)) for design in designs]
+    run_interleaved(tests, draw, options.budget, parallel=options.parallel, fail_fast=options.fail_fast)
     for test in tests:
-        outcome = sequential_outcome(test, time.perf_counter() - began)
-        report.properties.append(outcome)
-        if log:
-            log(outcome)
+        record(sequential_outcome(test, draw.seconds[test.design.name]))
 
 
-def sequential_outcome(test: SequentialTest, seconds: float) -> PropertyOutcome:
-    """A sequential test's outcome: N drawn, its alpha, the power its looks reached."""
-    state = final_state(test)
-    status: Status = "passed" if state == "passed" else ("failed" if state == "failed" else "inconclusive")
-    return PropertyOutcome(
-        test.design.name,
-        status,
-        test.samples,
-        test.design.alpha,
-        test.power_reached,
-        test.detail(),
-        seconds,
-        test.design.tv,
+def _run_shard(report: CheckReport, designs: Sequence[Any], draw: _TimedDraw, options: RunOptions, record: _Recorder) -> None:
+    """Shard I's blocks of every test, its own looks after each group; a rejection stops the test."""
+    assert options.shard is not None
+    index, shards = options.shard
+    for design in designs:
+        test = ShardTest(design, schedule(design, report.scale), index, shards)
+        blocks = test.blocks
+        for at in range(0, len(blocks), options.parallel):
+            group = blocks[at : at + options.parallel]
+            for block, counts in zip(group, draw(design, group, test.plan.block)):
+                test.add(block, counts)
+                test.look()
+                if test.rejection is not None:
+                    break
+            if test.rejection is not None:
+                break
+        report.blocks[design.name] = {b: c.tolist() for b, c in test.counts.items()}
+        if record(_shard_outcome(test, draw.seconds[design.name])):
+            return
+
+
+def _shard_outcome(test: ShardTest, seconds: float) -> PropertyOutcome:
+    name, total = test.design.name, len(test.blocks)
+    if test.rejection is not None:
+        return PropertyOutcome(name, "failed", test.samples, test.look_alpha, test.power(), test.rejection, seconds, test.design.tv)
+    detail = (
+        f"shard {test.index}/{test.shards}: {len(test.counts)} of {test.plan.blocks} blocks of {test.plan.block}, "
+        f"no rejection at its own looks; the merge decides"
     )
+    return PropertyOutcome(name, "counted", test.samples, 0.0, 0.0, detail, seconds, test.design.tv)
 
 
-def merge_reports(reports: Sequence[CheckReport]) -> CheckReport:
-    """Shard reports -> the report of the whole run: block counts added (each block exactly once),
-    the looks taken on the sums; alpha and power are those of the whole run.
+def merge_reports(reports: Sequence[CheckReport], *, allow_partial: bool = False) -> CheckReport:
+    """Shard reports -> the report of the whole run (see :func:`spec.merge.merge_reports`)."""
+    from verispec.spec.merge import merge_reports as merge
 
-    Every shard of one S must be there once, with the same implementation, scale, seed and mode.
-    """
-    if not reports:
-        raise CheckError("nothing to merge")
-    first = reports[0]
-    if first.shard is None:
-        raise CheckError("merge takes shard reports (verispec check --shard I/S --json)")
-    shards = first.shard[1]
-    seen = sorted(r.shard[0] for r in reports if r.shard is not None)
-    if seen != list(range(1, shards + 1)) or any(r.shard is None or r.shard[1] != shards for r in reports):
-        raise CheckError(f"merge needs shards 1..{shards} exactly once each, got {seen}")
-    for r in reports:
-        same = (r.implementation, r.scale, r.seed, r.law_only) == (first.implementation, first.scale, first.seed, first.law_only)
-        if not same:
-            raise CheckError(f"shard {r.shard} is of another run (implementation, scale, seed or mode differ)")
-    merged = CheckReport(first.implementation, first.vectors, first.scale, law_only=first.law_only, sequential=True, seed=first.seed)
-    by_shard = sorted(reports, key=lambda r: r.shard[0] if r.shard else 0)
-    statistical = {name for r in reports for name in r.blocks}
-    for outcome in by_shard[0].properties:  # shard 1 ran the deterministic properties
-        if outcome.name not in statistical:
-            merged.properties.append(outcome)
-    for name in [n for n in PROPERTY_NAMES if n in statistical]:
-        design = STAT_DESIGNS[name]()
-        test = SequentialTest(design, schedule(design, first.scale))
-        for r in by_shard:
-            for block, counts in r.blocks.get(name, {}).items():
-                test.add(block, np.asarray(counts, dtype=np.int64))
-        test.take_looks()
-        merged.properties.append(sequential_outcome(test, sum(p.seconds for r in reports for p in r.properties if p.name == name)))
-    merged.seconds = max(r.seconds for r in reports)
-    return merged
+    return merge(reports, allow_partial=allow_partial)
 
 
-def format_outcome(outcome: PropertyOutcome) -> str:
-    """One line for humans: status, name, N, alpha, power, time, detail."""
-    mark = {"passed": "PASS", "failed": "FAIL", "skipped": "skip", "not_applicable": "n/a ", "inconclusive": "INCO"}[
-        outcome.status
-    ]
-    stats = (
-        f"N={outcome.n:<8} alpha={outcome.alpha:<7.2g} power={outcome.power:<6.4f}"
-        if outcome.status not in ("skipped", "not_applicable")
-        else " " * 38
-    )
-    return f"{mark}  {outcome.name:<28} {stats} {outcome.seconds:6.1f}s  {outcome.detail}"
+__all__ = [
+    "DEFAULT_STAT_SEED",
+    "EXIT_FAILED",
+    "EXIT_INCONCLUSIVE",
+    "EXIT_PASSED",
+    "CheckError",
+    "CheckReport",
+    "CommandImplementation",
+    "Implementation",
+    "PropertyOutcome",
+    "PythonImplementation",
+    "as_verdict",
+    "format_outcome",
+    "load_callable",
+    "merge_reports",
+    "property_names",
+    "replay_kind",
+    "run_check",
+    "sequential_outcome",
+]

@@ -25,8 +25,9 @@ op                      input                                               outp
 ``sampled_batch`` (req) p [k+1][V], q [k][V] (shared by all items),          accepted [N], token [N],
                         drafts [N][k], uniforms [N][k+1]                    kind [N]
 ``greedy`` (required)   p [k+1][V] (logits or probabilities), drafts [k]    accepted, token, kind
-``sampled_law``         p [k+1][V], q [k][V] (shared), drafts [N][k]: the     accepted [N], token [N],
-                        program's OWN randomness (``--law-only``)            kind [N]
+``sampled_law``         p [k+1][V], q [k][V] (shared), drafts [N][k], seed:  accepted [N], token [N],
+                        the program's OWN randomness (``--law-only``),      kind [N]
+                        drawn from ``seed`` (an int in [0, 2^53))
 ``rows``                target_logits [k+1][V], draft_logits [k][V],         p [k+1][V], q [k][V],
                         history [..], drafts [k], target_params,            mode ("sampled" or
                         draft_params                                        "greedy")
@@ -96,6 +97,11 @@ class ExternalError(VerispecError):
     bad input does not pass for a rejection."""
 
 
+class ProgramCannotStart(ExternalError):
+    """The program exited before its first answer ever (not found, not executable, crashed at
+    start): a usage error of the run, not a verdict about a verifier."""
+
+
 class Unsupported(ExternalError):
     """The program answered ``{"unsupported": op}``."""
 
@@ -151,6 +157,7 @@ class CommandTransport:
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
         self._counter = 0
         self._stderr_reader: threading.Thread | None = None
+        self.answered = 0  # responses over the transport's life: 0 when a death means "cannot start"
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
@@ -265,10 +272,14 @@ class CommandTransport:
                 ) from None
             if line is None:
                 status = proc.wait()
+                if self.answered == 0 and self.restarts == 0:
+                    error = self._fail(f"the program exited (status {status}) before its first answer: it cannot start")
+                    raise ProgramCannotStart(f"cannot start {self.command!r}: {error}")
                 raise self._fail(
                     f"the program exited (status {status}) before answering request {request['id']!r} ({request['op']})"
                 )
             responses.append(self._envelope(line, request))
+            self.answered += 1
         writer.join(timeout=self.timeout)
         return responses
 
@@ -407,12 +418,13 @@ class WireImplementation:
             )
         return self._batched("sampled_batch", p, q, draft_arr, draws)
 
-    def verify_law_batch(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike) -> BatchVerdict:
-        """N verifications with the program's own randomness (the ``sampled_law`` op)."""
+    def verify_law_batch(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, seed: int = 0) -> BatchVerdict:
+        """N verifications with the program's own randomness (the ``sampled_law`` op); request j
+        of the call carries ``request_seed(seed, j)`` (spec/law_only.py)."""
         draft_arr = np.asarray(drafts)
         if draft_arr.ndim != 2:
             raise VerificationError(f"batch needs drafts [N, k], got {draft_arr.shape}")
-        return self._batched("sampled_law", p, q, draft_arr, None)
+        return self._batched("sampled_law", p, q, draft_arr, None, seed)
 
     def _batched(
         self,
@@ -421,8 +433,11 @@ class WireImplementation:
         q: npt.ArrayLike,
         draft_arr: npt.NDArray[Any],
         draws: npt.NDArray[np.float64] | None,
+        seed: int | None = None,
     ) -> BatchVerdict:
         """Items grouped by their rows, each group sent in requests of at most ``batch_items``."""
+        from verispec.spec.law_only import request_seed
+
         p_arr, q_arr = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
         n = draft_arr.shape[0]
         groups = self._groups(p_arr, q_arr, n)
@@ -434,6 +449,8 @@ class WireImplementation:
                 inp = {"p": p_json, "q": q_json, "drafts": _jsonable(draft_arr[chunk])}
                 if draws is not None:
                     inp["uniforms"] = _jsonable(draws[chunk])
+                if seed is not None:
+                    inp["seed"] = request_seed(seed, len(requests))
                 requests.append((chunk, inp))
         outputs = self.call_many(op, [inp for _, inp in requests])
         accepted = np.zeros(n, dtype=np.int64)
@@ -608,15 +625,20 @@ def mutant_handler(name: str) -> Handler:
     return handle
 
 
-def law_handler(handle: Handler, seed: int) -> Handler:
-    """``sampled_law`` answered by ``handle``'s ``sampled_batch`` with uniforms from an own
-    generator: how a verifier with its own randomness looks on the wire (:mod:`spec.law_only`)."""
-    rng = np.random.default_rng(seed)
+def law_handler(handle: Handler, seed: int, use_given_seed: bool = True) -> Handler:
+    """``sampled_law`` answered by ``handle``'s ``sampled_batch`` with uniforms from the request's
+    ``seed`` (or, without one or with ``use_given_seed`` False, one generator seeded ``seed`` for
+    the process): how a verifier with its own randomness looks on the wire (:mod:`spec.law_only`)."""
+    own = np.random.default_rng(seed)
 
     def law(op: str, inp: Mapping[str, Any]) -> Json:
         drafts = np.asarray(inp["drafts"])
         if drafts.ndim != 2:
             raise VerificationError(f"sampled_law needs drafts [N][k], got shape {drafts.shape}")
+        given = inp.get("seed")
+        if use_given_seed and given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 0):
+            raise VerificationError(f"sampled_law seed must be a non-negative integer, got {given!r:.40}")
+        rng = np.random.default_rng(given) if use_given_seed and given is not None else own
         uniforms = rng.random((drafts.shape[0], drafts.shape[1] + 1)).tolist()
         return handle("sampled_batch", {"p": inp["p"], "q": inp["q"], "drafts": inp["drafts"], "uniforms": uniforms})
 
@@ -637,7 +659,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--law-only",
         type=int,
         metavar="SEED",
-        help="serve only the sampled_law op, drawing the uniforms from an own generator seeded SEED",
+        help="serve only the sampled_law op, drawing each request's uniforms from its seed (SEED: without one)",
+    )
+    parser.add_argument(
+        "--ignore-seed",
+        action="store_true",
+        help="with --law-only: ignore the requests' seeds, one stream seeded SEED per process (a broken adapter)",
     )
     args = parser.parse_args(argv)
     if args.list_mutants:
@@ -652,7 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"verispec.spec.external: error: {exc}", file=sys.stderr)
         return 2
     if args.law_only is not None:
-        return serve(law_handler(handle, args.law_only), sys.stdin.buffer, sys.stdout.buffer, ("sampled_law",))
+        return serve(law_handler(handle, args.law_only, not args.ignore_seed), sys.stdin.buffer, sys.stdout.buffer, ("sampled_law",))
     ops = REQUIRED_OPS + OPTIONAL_OPS
     return serve(handle, sys.stdin.buffer, sys.stdout.buffer, ops)
 

@@ -223,10 +223,14 @@ def _draw_from_rows(rng: np.random.Generator, rows: Probs2D) -> npt.NDArray[np.i
 MAX_FAILURES = 3  # a property stops collecting (and running) cases after this many failures
 
 
+LISTED_FAILURES = 20  # failing cases named in a detail (the contract has fewer: every one is listed)
+
+
 def _result(name: str, failures: list[str], cases: int) -> PropertyResult:
     if failures:
-        more = f" (+{len(failures) - 1} more before stopping)" if len(failures) > 1 else ""
-        return PropertyResult(name, False, cases, 0.0, 1.0, failures[0] + more)
+        listed = "; ".join(failures[:LISTED_FAILURES])
+        more = f" (+{len(failures) - LISTED_FAILURES} more)" if len(failures) > LISTED_FAILURES else ""
+        return PropertyResult(name, False, cases, 0.0, 1.0, f"{len(failures)} of {cases} cases fail: {listed}{more}")
     return PropertyResult(name, True, cases, 0.0, 1.0, f"{cases} cases agree")
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from verispec.reference.speculative import verify_greedy, verify_sampled, verify_sampled_batch
 from verispec.spec.check import CheckReport, CommandImplementation, PythonImplementation, as_verdict, property_names, run_check
-from verispec.spec.external import ExternalError
+from verispec.spec.external import ExternalError, ProgramCannotStart
 from verispec.spec.mutants import catalogue
 from verispec.spec.properties import PROPERTY_NAMES, ReferencePipeline
 from verispec.spec.statistics import ALPHA_BUDGET, POWER
@@ -142,8 +142,12 @@ _FAKES = {
     ),
     # never answers
     "silent": ("import sys, time\nfor line in sys.stdin:\n    time.sleep(60)\n", "within 1 s"),
-    # dies at once, complaining on stderr
-    "crash": ("import sys\nsys.stderr.write('boom: cannot start\\n')\nsys.exit(3)\n", "boom: cannot start"),
+    # answers once, then dies, complaining on stderr
+    "crash": (
+        "import sys, json\nr = json.loads(sys.stdin.readline())\nprint(json.dumps({'id': r['id'], 'error': 'no'}), flush=True)\n"
+        "sys.stderr.write('boom: gone\\n')\nsys.exit(3)\n",
+        "boom: gone",
+    ),
     # offers nothing
     "unsupported": (
         "import sys, json\nfor line in sys.stdin:\n    r = json.loads(line)\n    print(json.dumps({'id': r['id'], 'unsupported': r['op']}), flush=True)\n",
@@ -173,12 +177,24 @@ def test_broken_programs_fail_with_a_clear_message(fake: str, tmp_path: Path, ve
     assert len(report.properties) == 2  # the checker went on after the failure
 
 
+def test_a_program_that_cannot_start_is_a_usage_error_not_a_verdict(tmp_path: Path, vectors: VectorSet) -> None:
+    """Dying before its first answer ever (here: at once, complaining on stderr) is ProgramCannotStart."""
+    script = tmp_path / "dead.py"
+    script.write_text("import sys\nsys.stderr.write('boom: cannot start\\n')\nsys.exit(3)\n")
+    impl = CommandImplementation(f"{PY} {script}", timeout=5.0)
+    try:
+        with pytest.raises(ProgramCannotStart, match="boom: cannot start"):
+            run_check(impl, vectors, only=["vectors_sampled"])
+    finally:
+        impl.close()
+
+
 def test_a_program_that_crashes_on_bad_input_fails_the_contract(tmp_path: Path, vectors: VectorSet) -> None:
     """Dying on an invalid input is not rejecting it: the contract needs an error response."""
     script = tmp_path / "fragile.py"
     script.write_text(
         "import sys, subprocess\n"
-        f"ref = subprocess.Popen([{PY!r}, '-m', 'spec.external', '--reference'], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+        f"ref = subprocess.Popen([{PY!r}, '-m', 'verispec.spec.external', '--reference'], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
         "for line in sys.stdin.buffer:\n"
         "    ref.stdin.write(line); ref.stdin.flush()\n"
         "    answer = ref.stdout.readline()\n"
@@ -213,6 +229,7 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
     assert {"status", "n", "alpha", "power", "detail"} <= set(report["properties"][0])
     bad = run("--verifier-cmd", f"{PY} -m verispec.spec.external --mutant always_accept", "--fail-fast", "--count", "4")
     assert bad.returncode == 1 and "FAIL  vectors_sampled" in bad.stdout and "FAILED: vectors_sampled" in bad.stdout
+    assert "\r" not in bad.stderr  # no progress line when stderr is not a terminal
     assert bad.stdout.count("FAIL  ") == 1 and "vectors_greedy" not in bad.stdout  # --fail-fast stopped there
     subprocess.run(
         [PY, "-m", "verispec", "vectors", "--out", str(tmp_path), "--count", "3"],

@@ -118,6 +118,6 @@ def test_the_cli_prints_one_line(tmp_path: Path, command: str, capsys: pytest.Ca
         argv = ["tokenize", "--model", str(path), "hi"]
     else:
         argv = ["generate", "--model", str(path), "--prompt", "hi", "--max-tokens", "1"]
-    assert main(argv) == 2
+    assert main(argv) == 4  # a model/input error (verispec/exit_codes.py)
     err = capsys.readouterr().err
     assert err.startswith("verispec: error: ") and err.count("\n") == 1, err

@@ -80,10 +80,10 @@ def test_small_file_by_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert report["file_size"] == len(built.data)
 
 
-def test_malformed_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_malformed_file_is_one_line_and_exit_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bad.gguf"
     path.write_bytes(b"GGUF" + struct.pack("<I", 1) + bytes(16))
-    assert main(["inspect", str(path)]) == 2
+    assert main(["inspect", str(path)]) == 4  # a model/input error (verispec/exit_codes.py)
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.strip().splitlines()

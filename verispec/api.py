@@ -54,6 +54,7 @@ def check(
     shard: str | tuple[int, int] | None = None,
     log: Callable[[PropertyOutcome], None] | None = None,
     announce: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> CheckReport:
     """Check a verifier against the spec (``verispec check``); returns the typed report.
 
@@ -68,7 +69,7 @@ def check(
     ``workers``: draw in N processes (string parts only: they cross a process boundary).
     ``shard``: ``"I/S"`` or ``(I, S)``, one shard of a run that ``verispec check --merge`` adds up.
     ``log`` sees each property's outcome as it is decided; ``announce`` the implementation's
-    description once it is loaded.
+    description once it is loaded; ``progress`` one line of progress at a time on long runs.
 
     Example (a law-only sampler, quick local run)::
 
@@ -111,6 +112,7 @@ def check(
             shard=where,
             draw=pool.draw if pool else None,
             parallel=workers,
+            progress=progress,
         )
     finally:
         impl.close()

@@ -2,9 +2,10 @@
 
 Each subcommand lives in its own module under :mod:`verispec.commands` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` to a ``run(args) -> int``.
-Typed verispec errors become one line on stderr and exit status 2; Ctrl-C becomes one line and
-exit status 130 (every output file or folder is written atomically, so nothing is half-written);
-nothing else is swallowed.
+Typed verispec errors (and files that cannot be read) become one line on stderr and the exit
+status :mod:`verispec.exit_codes` gives them: 2 for usage errors, 4 for model / input errors;
+Ctrl-C becomes one line and exit status 130 (every output file or folder is written atomically,
+so nothing is half-written); nothing else is swallowed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from verispec.exit_codes import EXIT_INTERRUPTED, exit_code_for
 from verispec.reference.errors import VerispecError
 
 # One entry per subcommand module in verispec/commands/ (add yours here).
@@ -45,19 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         status: int = args.func(args)
-    except VerispecError as exc:
+    except (VerispecError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):  # `verispec ... | head`
+            return 0
         print(f"verispec: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # `verispec ... | head`
-        return 0
+        return exit_code_for(exc)
     except KeyboardInterrupt:  # Ctrl-C: outputs are atomic (verispec/atomic.py), so nothing is half-written
         print("verispec: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -4,13 +4,17 @@
     verispec check --verifier MOD:FN [--batch-verifier MOD:FN] [--greedy-verifier MOD:FN] [--pipeline MOD:OBJ]
         [--vectors DIR | --seed S --count N] [--scale X] [--fail-fast] [--only NAME ...] [--json]
         [--law-only] [--sequential] [--budget SECONDS] [--workers N] [--shard I/S] [--junit-xml PATH]
-    verispec check --merge REPORT.json ... [--json] [--junit-xml PATH]
+    verispec check --merge REPORT.json ... [--json] [--allow-partial] [--junit-xml PATH]
 
-Exit status: 0 passed, 1 failed, 2 usage error, 3 inconclusive (--budget ended before power 0.99).
---law-only: the verifier draws its own randomness (f(p, q, drafts); wire op sampled_law), see
-spec/law_only.py. --sequential / --budget: group-sequential statistics (spec/sequential.py).
---shard I/S --json > shard_I.json on each of S machines, then --merge shard_*.json: the merged
-verdict is exactly the unsharded run's (block counts add).
+Exit status (verispec/exit_codes.py): 0 passed, 1 failed, 2 usage error (including a verifier
+program that cannot start), 3 inconclusive (--budget ended before power 0.99), 4 model/input
+error (an unreadable file, a broken vectors directory or report), 130 interrupted.
+--law-only: the verifier draws its own randomness (f(p, q, drafts, seed); wire op sampled_law
+with a seed per request), see spec/law_only.py. --sequential / --budget: group-sequential
+statistics (spec/sequential.py). --shard I/S --json > shard_I.json on each of S machines (a shard
+that sees a rejection alone exits 1), then --merge shard_*.json: the merged counts are exactly the
+unsharded run's (spec/shards.py, spec/merge.py); with VERISPEC_REPORT_KEY set shards are signed
+and the merge refuses unsigned ones (spec/report_seal.py).
 
 It replays the portable vectors (exact agreement), then runs the spec's properties, including the
 powered statistical tests, through the implementation, and reports per property: status, N,
@@ -32,9 +36,12 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from verispec.exit_codes import EPILOG
     from verispec.spec.external import DEFAULT_TIMEOUT
 
-    parser = subparsers.add_parser("check", help="check another verifier implementation against the spec")
+    parser = subparsers.add_parser(
+        "check", help="check another verifier implementation against the spec", epilog=EPILOG
+    )
     which = parser.add_mutually_exclusive_group(required=False)
     which.add_argument(
         "--verifier", metavar="MOD:FN", help="Python sampled verifier f(p, q, drafts, uniforms) -> verdict"
@@ -78,7 +85,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument(
         "--law-only",
         action="store_true",
-        help="the verifier draws its own randomness: f(p, q, drafts) (command: op sampled_law); law tests only",
+        help="the verifier draws its own randomness: f(p, q, drafts, seed) drawing from seed (command: op sampled_law with a seed); law tests only",
     )
     parser.add_argument(
         "--sequential", action="store_true", help="group-sequential statistics: reject early, stop at power"
@@ -93,19 +100,23 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--shard", metavar="I/S", help="run shard I of S (1-based; --json, then --merge the S reports)")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT", help="combine shard reports (--json output)")
     parser.add_argument("--junit-xml", type=Path, metavar="PATH", help="also write the report as JUnit XML (one testcase per property)")
+    parser.add_argument(
+        "--allow-partial", action="store_true", help="with --merge: accept shards of an --only run (the claim says partial)"
+    )
     parser.set_defaults(func=run)
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from verispec.spec.check import CheckError, CheckReport, format_outcome, merge_reports
+    from verispec.spec.check import CheckReport, format_outcome, merge_reports
+    from verispec.spec.report import ReportError
 
     reports = []
     for path in args.merge:
         try:
             reports.append(CheckReport.from_json(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CheckError(f"cannot read shard report {path}: {exc}") from None
-    report = merge_reports(reports)
+        except (OSError, ValueError, ReportError) as exc:
+            raise ReportError(f"cannot read shard report {path}: {exc}") from None
+    report = merge_reports(reports, allow_partial=args.allow_partial)
     _write_junit(args.junit_xml, report)
     _print(report, args.json, format_outcome)
     return report.exit_status
@@ -125,16 +136,18 @@ def _print(report: "CheckReport", as_json: bool, format_outcome: "Callable[[Prop
     if not logged:
         for outcome in report.properties:
             print(format_outcome(outcome))
-    verdict = report.verdict()
-    print(f"{verdict}  ({len(report.properties)} properties, {report.seconds:.1f}s)")
+    print(f"{report.headline()}  ({len(report.properties)} properties, {report.seconds:.1f}s)")
     print(report.claim())
 
 
 def run(args: argparse.Namespace) -> int:
     from verispec.api import check
     from verispec.commands import import_from_current_folder
+    from verispec.progress import progress_line
     from verispec.spec.check import CheckError, format_outcome
 
+    if args.allow_partial and not args.merge:
+        raise CheckError("--allow-partial goes with --merge")
     if args.merge:
         if args.verifier or args.verifier_cmd or args.shard:
             raise CheckError("--merge combines reports: give no --verifier, --verifier-cmd or --shard with it")
@@ -149,28 +162,40 @@ def run(args: argparse.Namespace) -> int:
         check_junit_target(args.junit_xml)
     import_from_current_folder()
     quiet = args.json
-    report = check(  # verispec/api.py: the flags' checks, defaults and the run, one copy for CLI and API
-        args.verifier,
-        batch_verifier=args.batch_verifier,
-        greedy_verifier=args.greedy_verifier,
-        pipeline=args.pipeline,
-        verifier_cmd=args.verifier_cmd,
-        timeout=args.timeout,
-        law_only=args.law_only,
-        vectors=args.vectors,
-        seed=args.seed,
-        count=args.count,
-        scale=args.scale,
-        fail_fast=args.fail_fast,
-        only=args.only,
-        sequential=args.sequential,
-        budget=args.budget,
-        budget_samples=args.budget_samples,
-        workers=args.workers,
-        shard=args.shard,
-        log=None if quiet else (lambda outcome: print(format_outcome(outcome), flush=True)),
-        announce=None if quiet else (lambda description: print(f"checking {description}", flush=True)),
-    )
+    progress = None if quiet else progress_line()
+
+    def log(outcome: "PropertyOutcome") -> None:
+        if progress is not None:
+            progress.close()  # the outcome's line replaces the progress line
+        print(format_outcome(outcome), flush=True)
+
+    try:
+        report = check(  # verispec/api.py: the flags' checks, defaults and the run, one copy for CLI and API
+            args.verifier,
+            batch_verifier=args.batch_verifier,
+            greedy_verifier=args.greedy_verifier,
+            pipeline=args.pipeline,
+            verifier_cmd=args.verifier_cmd,
+            timeout=args.timeout,
+            law_only=args.law_only,
+            vectors=args.vectors,
+            seed=args.seed,
+            count=args.count,
+            scale=args.scale,
+            fail_fast=args.fail_fast,
+            only=args.only,
+            sequential=args.sequential,
+            budget=args.budget,
+            budget_samples=args.budget_samples,
+            workers=args.workers,
+            shard=args.shard,
+            log=None if quiet else log,
+            announce=None if quiet else (lambda description: print(f"checking {description}", flush=True)),
+            progress=progress,
+        )
+    finally:
+        if progress is not None:
+            progress.close()
     _write_junit(args.junit_xml, report)
     _print(report, args.json, format_outcome, logged=True)
     sys.stdout.flush()

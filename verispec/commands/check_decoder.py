@@ -30,7 +30,11 @@ from pathlib import Path
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = subparsers.add_parser("check-decoder", help="law test of a whole speculative decoder on a real GGUF")
+    from verispec.exit_codes import EPILOG
+
+    parser = subparsers.add_parser(
+        "check-decoder", help="law test of a whole speculative decoder on a real GGUF", epilog=EPILOG
+    )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--engine", metavar="MOD:FACTORY", help="FACTORY(model_path) -> engine with sample(...)")
     which.add_argument("--engine-cmd", metavar="CMD", help="a program speaking the sample/greedy JSON-lines ops")

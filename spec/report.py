@@ -1,0 +1,435 @@
+"""The report of ``verispec check``: per-property outcomes, the claim, the exit status, the JSON.
+
+The JSON form is versioned (``schema_version`` "MAJOR.MINOR", documented field by field in
+docs/report-schema.md): a reader refuses another MAJOR (fields changed meaning or went away) and
+accepts a newer MINOR (fields were only added). :func:`report_fields` is the documented field list
+the tests hold the schema page and :meth:`CheckReport.as_json` to.
+
+What a report says, honestly:
+
+- a test the run did not decide (a budget ended) is ``inconclusive`` and shows the power its
+  looks reached, never rounded up to 1; a run with undecided tests reads "inconclusive: ...",
+  never "lossless";
+- a verifier that accepts malformed input (the ``contract`` property) "does not validate its
+  input", reported apart from the law's failures and with every failing case;
+- a shard's statistical outcomes are ``counted`` (its slice is drawn and showed no rejection at
+  its own looks) or ``failed`` (its own looks rejected: see :mod:`spec.shards`); a shard decides no
+  pass, the merge does (:mod:`spec.merge`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from verispec.reference.errors import VerispecError
+from verispec.reference.speculative import PROTOCOL_VERSION
+from verispec.spec.sequential import SequentialTest, final_state
+from verispec.spec.statistics import TV_BIAS
+from verispec.spec.vectors import Json
+
+Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive", "counted"]
+STATUSES: tuple[str, ...] = ("passed", "failed", "skipped", "not_applicable", "inconclusive", "counted")
+EXIT_PASSED, EXIT_FAILED, EXIT_INCONCLUSIVE = 0, 1, 3  # the rest: verispec/exit_codes.py
+DEFAULT_STAT_SEED = 20_240_531  # the properties' seed (spec.properties.run_properties)
+SCHEMA_VERSION = "1.0"  # MAJOR.MINOR of the JSON report (docs/report-schema.md)
+CONTRACT = "contract"  # the property whose failure means "does not validate its input"
+
+
+class CheckError(VerispecError):
+    """``verispec check`` cannot start or cannot merge: a bad ``module:function``, an unknown
+    property name, a report that is not a shard of this run."""
+
+
+def _verispec_version() -> str:
+    from verispec import __version__
+
+    return __version__
+
+
+class ReportError(CheckError):
+    """A report file that cannot be read or parsed (an input error, exit status 4)."""
+
+
+@dataclass(frozen=True)
+class PropertyOutcome:
+    """One property on one implementation: status, N, alpha, power, what was seen, its own time."""
+
+    name: str
+    status: Status
+    n: int
+    alpha: float
+    power: float
+    detail: str
+    seconds: float
+    tv: float = TV_BIAS  # the deviation ``power`` is against (statistical properties)
+
+    def as_json(self) -> Json:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "passed": self.status == "passed",
+            "n": self.n,
+            "alpha": self.alpha,
+            "power": round(self.power, 6),
+            "tv": self.tv,
+            "seconds": round(self.seconds, 3),
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PropertyOutcome:
+        status = data["status"]
+        if status not in STATUSES:
+            raise ReportError(f"property {data.get('name')!r}: unknown status {status!r}")
+        return cls(
+            _text(data["name"], "name"),
+            status,
+            _count(data["n"], "n"),
+            _number(data["alpha"], "alpha"),
+            _number(data["power"], "power"),
+            _text(data["detail"], "detail"),
+            _number(data["seconds"], "seconds"),
+            _number(data.get("tv", TV_BIAS), "tv"),
+        )
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ReportError(f"field {what!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ReportError(f"field {what!r} must be a non-negative integer, got {value!r:.40}")
+    return value
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ReportError(f"field {what!r} must be a finite number, got {value!r:.40}")
+    return float(value)
+
+
+def format_power(outcome: PropertyOutcome) -> str:
+    """The power column: floored (0.99996 is not 1.0000), "undecided" marked as such."""
+    floored = math.floor(outcome.power * 1e4) / 1e4
+    if outcome.status == "inconclusive":
+        return f"reached={floored:.4f} (undecided)"
+    return f"power={floored:.4f}"
+
+
+@dataclass
+class CheckReport:
+    """Everything ``verispec check`` found about one implementation.
+
+    ``law_only``: the implementation draws its own randomness (:mod:`spec.law_only`);
+    ``sequential``: the statistical tests ran group-sequentially (:mod:`spec.sequential`);
+    ``shard``: (I, S) for shard I (1-based) of S, whose ``blocks`` (per test, block -> counts)
+    :func:`spec.merge.merge_reports` adds up; ``only``: the property selection (None: all);
+    ``verifier_identity`` / ``run_id`` / ``probe`` / ``digest`` / ``signature``: what binds a
+    shard to its run (:mod:`spec.report_seal`, :mod:`spec.stream_probe`).
+    """
+
+    implementation: str
+    vectors: Json
+    scale: float
+    properties: list[PropertyOutcome] = field(default_factory=list)
+    seconds: float = 0.0
+    law_only: bool = False
+    sequential: bool = False
+    seed: int = DEFAULT_STAT_SEED
+    shard: tuple[int, int] | None = None
+    blocks: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    only: list[str] | None = None
+    verifier_identity: str = ""
+    run_id: str = ""
+    probe: str | None = None
+    verispec_version: str = field(default_factory=_verispec_version)
+    protocol_version: int = PROTOCOL_VERSION
+    digest: str | None = None  # as read from a file (None: not sealed yet)
+    signature: str | None = None
+    signed: bool = False  # a merged report: every shard's HMAC verified
+
+    @property
+    def failed(self) -> list[PropertyOutcome]:
+        return [p for p in self.properties if p.status == "failed"]
+
+    @property
+    def inconclusive(self) -> list[PropertyOutcome]:
+        return [p for p in self.properties if p.status == "inconclusive"]
+
+    @property
+    def contract_failed(self) -> bool:
+        return any(p.name == CONTRACT for p in self.failed)
+
+    @property
+    def passed(self) -> bool:
+        """No property failed or stayed inconclusive, and at least one passed (a shard: none
+        failed; it decides no pass, only counts)."""
+        if self.failed or self.inconclusive:
+            return False
+        if self.shard is not None:
+            return True
+        return any(p.status == "passed" for p in self.properties)
+
+    @property
+    def exit_status(self) -> int:
+        """0 passed, 1 failed (or nothing ran), 3 inconclusive (a budget ended before power); a
+        shard: 1 when a property failed in it (its own looks, or shard 1's deterministic ones),
+        else 0. ``passed`` false never goes with 0."""
+        if self.failed:
+            return EXIT_FAILED
+        if self.inconclusive:
+            return EXIT_INCONCLUSIVE
+        return EXIT_PASSED if self.passed else EXIT_FAILED
+
+    def statistical(self) -> list[PropertyOutcome]:
+        return [p for p in self.properties if p.name.startswith("stat_") and p.status != "not_applicable"]
+
+    def headline(self) -> str:
+        """The one-line verdict: PASSED / FAILED / DOES NOT VALIDATE ITS INPUT / INCONCLUSIVE."""
+        law_failed = [p.name for p in self.failed if p.name != CONTRACT]
+        if self.shard is not None:
+            if self.failed:
+                return f"SHARD {self.shard[0]}/{self.shard[1]} FAILED: " + ", ".join(p.name for p in self.failed)
+            return f"SHARD {self.shard[0]}/{self.shard[1]} DONE"
+        if self.failed:
+            what = (["does not validate its input"] if self.contract_failed else []) + ([", ".join(law_failed)] if law_failed else [])
+            return "FAILED: " + "; ".join(what)
+        if self.inconclusive:
+            return "INCONCLUSIVE: " + ", ".join(p.name for p in self.inconclusive)
+        return "PASSED" if self.passed else "NOTHING RAN"
+
+    def verdict(self) -> str:
+        """The one-line verdict (:meth:`headline`): the name the Python API and pytest plugin use."""
+        return self.headline()
+
+    def summary(self) -> str:
+        """The failed and inconclusive properties' lines, the verdict and the claim (an assertion's message)."""
+        lines = [format_outcome(p) for p in self.properties if p.status in ("failed", "inconclusive")]
+        lines.append(f"{self.headline()}  ({len(self.properties)} properties, {self.seconds:.1f}s)")
+        return "\n".join([*lines, self.claim()])
+
+    def claim(self) -> str:
+        """What the run showed, at the level it holds."""
+        if self.shard is not None:
+            return self._shard_claim()
+        parts = []
+        if self.contract_failed:
+            contract = next(p for p in self.failed if p.name == CONTRACT)
+            parts.append(f"does not validate its input (accepts cases the contract says it must reject): {contract.detail}")
+        law_failed = [p.name for p in self.failed if p.name != CONTRACT]
+        if law_failed:
+            parts.append("not lossless: " + ", ".join(law_failed) + " failed")
+        elif self.inconclusive:
+            parts.append(self._inconclusive_claim())
+        else:
+            parts.append(self._law_claim())
+        if self.only is not None:
+            parts.append(f"partial run: only {len(self.only)} selected properties")
+        if self.law_only:
+            parts.append("not portable: protocol properties not applicable (the verifier draws its own randomness)")
+        return "; ".join(parts)
+
+    def _shard_claim(self) -> str:
+        assert self.shard is not None
+        where = f"shard {self.shard[0]}/{self.shard[1]}"
+        if self.failed:
+            return f"{where}: " + ", ".join(p.name for p in self.failed) + " failed (this shard alone rejects: the run fails)"
+        return f"{where}: counts only; merge all shards for a verdict"
+
+    def _law_claim(self) -> str:
+        stats = self.statistical()
+        if not stats:
+            return "no statistical test ran: nothing shown about the law"
+        power = math.floor(min(p.power for p in stats) * 1e4) / 1e4
+        deviations = sorted({p.tv for p in stats})
+        alpha = math.fsum(p.alpha for p in stats)
+        return (
+            f"lossless at power {power:.4f} against total-variation deviation "
+            + " / ".join(f"{tv:g}" for tv in deviations)
+            + f" on the suite's test laws (false-alarm probability <= {alpha:.2g})"
+        )
+
+    def _inconclusive_claim(self) -> str:
+        undecided = self.inconclusive
+        decided = [p for p in self.statistical() if p.status == "passed"]
+        reached = math.floor(min(p.power for p in undecided) * 1e4) / 1e4
+        text = (
+            f"inconclusive: {len(undecided)} statistical test(s) undecided when the budget ended "
+            f"(lowest power reached {reached:.4f}, short of the design's); nothing is claimed about their laws"
+        )
+        if decided:
+            text += f"; {len(decided)} other test(s) passed at their design power"
+        return text
+
+    def as_json(self) -> Json:
+        out: Json = {
+            "schema_version": SCHEMA_VERSION,
+            "verispec_version": self.verispec_version,
+            "protocol_version": self.protocol_version,
+            "implementation": self.implementation,
+            "verifier_identity": self.verifier_identity,
+            "run_id": self.run_id,
+            "vectors": self.vectors,
+            "scale": self.scale,
+            "tv_bias": TV_BIAS,
+            "law_only": self.law_only,
+            "sequential": self.sequential,
+            "seed": self.seed,
+            "only": self.only,
+            "shard": list(self.shard) if self.shard else None,
+            "probe": self.probe,
+            "passed": self.passed,
+            "exit_status": self.exit_status,
+            "headline": self.headline(),
+            "claim": self.claim(),
+            "failed": [p.name for p in self.failed],
+            "inconclusive": [p.name for p in self.inconclusive],
+            "signed": self.signed,
+            "seconds": round(self.seconds, 3),
+            "properties": [p.as_json() for p in self.properties],
+            "blocks": {name: {str(b): c for b, c in sorted(bl.items())} for name, bl in self.blocks.items()},
+        }
+        if self.digest is not None:
+            out["digest"] = self.digest
+        if self.signature is not None:
+            out["signature"] = self.signature
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckReport:
+        """A report as written by :meth:`as_json`; CheckError on another schema MAJOR or a
+        missing / mistyped field (never a KeyError or a half-read report)."""
+        if not isinstance(data, Mapping):
+            raise ReportError(f"a report is a JSON object, got {type(data).__name__}")
+        check_schema_version(data.get("schema_version"))
+        try:
+            return _report_from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ReportError(f"malformed report: {type(exc).__name__}: {exc}"[:300]) from None
+
+
+def check_schema_version(version: Any) -> None:
+    """Refuse a report of another schema MAJOR (a newer MINOR only adds fields)."""
+    if not isinstance(version, str) or not version.partition(".")[0].isdigit():
+        raise ReportError(f"not a verispec check report: schema_version {version!r:.40} (expected {SCHEMA_VERSION})")
+    if version.partition(".")[0] != SCHEMA_VERSION.partition(".")[0]:
+        raise ReportError(f"report schema {version} is not readable by this verispec (reads {SCHEMA_VERSION.split('.')[0]}.x)")
+
+
+def _report_from_json(data: Mapping[str, Any]) -> CheckReport:
+    shard = data.get("shard")
+    only = data.get("only")
+    blocks = data.get("blocks") or {}
+    return CheckReport(
+        implementation=_text(data["implementation"], "implementation"),
+        vectors=dict(data.get("vectors") or {}),
+        scale=_number(data["scale"], "scale"),
+        properties=[PropertyOutcome.from_json(p) for p in data["properties"]],
+        seconds=_number(data.get("seconds", 0.0), "seconds"),
+        law_only=bool(data.get("law_only", False)),
+        sequential=bool(data.get("sequential", False)),
+        seed=_count(data.get("seed", DEFAULT_STAT_SEED), "seed"),
+        shard=(_count(shard[0], "shard"), _count(shard[1], "shard")) if shard else None,
+        blocks={
+            _text(name, "blocks"): {int(b): [_count(c, "count") for c in counts] for b, counts in dict(bl).items()}
+            for name, bl in dict(blocks).items()
+        },
+        only=[_text(n, "only") for n in only] if only is not None else None,
+        verifier_identity=_text(data.get("verifier_identity", ""), "verifier_identity"),
+        run_id=_text(data.get("run_id", ""), "run_id"),
+        probe=_text(data["probe"], "probe") if data.get("probe") is not None else None,
+        verispec_version=_text(data["verispec_version"], "verispec_version"),
+        protocol_version=_count(data["protocol_version"], "protocol_version"),
+        digest=_text(data["digest"], "digest") if data.get("digest") is not None else None,
+        signature=_text(data["signature"], "signature") if data.get("signature") is not None else None,
+        signed=bool(data.get("signed", False)),
+    )
+
+
+def report_fields() -> dict[str, str]:
+    """The top-level fields of a report and their JSON types (docs/report-schema.md lists the same)."""
+    return {
+        "schema_version": "string",
+        "verispec_version": "string",
+        "protocol_version": "integer",
+        "implementation": "string",
+        "verifier_identity": "string",
+        "run_id": "string",
+        "vectors": "object",
+        "scale": "number",
+        "tv_bias": "number",
+        "law_only": "boolean",
+        "sequential": "boolean",
+        "seed": "integer",
+        "only": "array|null",
+        "shard": "array|null",
+        "probe": "string|null",
+        "passed": "boolean",
+        "exit_status": "integer",
+        "headline": "string",
+        "claim": "string",
+        "failed": "array",
+        "inconclusive": "array",
+        "signed": "boolean",
+        "seconds": "number",
+        "properties": "array",
+        "blocks": "object",
+        "digest": "string (optional)",
+        "signature": "string (optional)",
+    }
+
+
+def property_fields() -> dict[str, str]:
+    """The fields of each entry of ``properties`` and their JSON types."""
+    return {
+        "name": "string",
+        "status": "string",
+        "passed": "boolean",
+        "n": "integer",
+        "alpha": "number",
+        "power": "number",
+        "tv": "number",
+        "seconds": "number",
+        "detail": "string",
+    }
+
+
+def format_outcome(outcome: PropertyOutcome) -> str:
+    """One line for humans: status, name, N, alpha, power, its own time, detail."""
+    mark = {
+        "passed": "PASS",
+        "failed": "FAIL",
+        "skipped": "skip",
+        "not_applicable": "n/a ",
+        "inconclusive": "INCO",
+        "counted": "cnt ",
+    }[outcome.status]
+    stats = (
+        f"N={outcome.n:<8} alpha={outcome.alpha:<7.2g} {format_power(outcome):<12}"
+        if outcome.status not in ("skipped", "not_applicable")
+        else " " * 38
+    )
+    return f"{mark}  {outcome.name:<28} {stats} {outcome.seconds:6.1f}s  {outcome.detail}"
+
+
+def sequential_outcome(test: SequentialTest, seconds: float) -> PropertyOutcome:
+    """A sequential test's outcome: N (at the rejecting look, else drawn), its alpha, the power its
+    looks reached."""
+    state = final_state(test)
+    status: Status = "passed" if state == "passed" else ("failed" if state == "failed" else "inconclusive")
+    return PropertyOutcome(
+        test.design.name,
+        status,
+        test.looks[-1].n if state == "failed" else test.samples,
+        math.fsum(test.plan.alphas),
+        test.power_reached,
+        test.detail(),
+        seconds,
+        test.design.tv,
+    )
