@@ -170,7 +170,7 @@ def test_the_check_command_hands_its_flags_to_the_api(monkeypatch: pytest.Monkey
     expected = {"batch_verifier": "m:g", "law_only": True, "scale": 0.5, "budget": 9.0, "only": ["contract"],
                 "workers": 2, "seed": 3, "count": 4, "fail_fast": True, "shard": None, "verifier_cmd": None,
                 "greedy_verifier": None, "pipeline": None, "vectors": None, "sequential": False, "budget_samples": None,
-                "timeout": DEFAULT_TIMEOUT, "log": None, "announce": None}
+                "timeout": DEFAULT_TIMEOUT, "log": None, "announce": None, "progress": None}
     assert kwargs == expected
     assert json.loads(capsys.readouterr().out)["implementation"] == "stub"
 
