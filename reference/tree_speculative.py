@@ -57,7 +57,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import VerificationError
-from verispec.reference.sampling import inverse_cdf
+from verispec.reference.sampling import inverse_cdf, inverse_cdf_draws
 from verispec.reference.speculative import ArrayLike, Probs2D, _as_rows, _check_rows
 
 TREE_PROTOCOL_VERSION = 1
@@ -229,7 +229,7 @@ def verify_tree_sampled_batch(tree: DraftTree, p: ArrayLike, q: ArrayLike, unifo
             continue
         kids = tree.children(v)
         if not kids:
-            token[here] = _draw_many(p_rows[v], u[here, n - 1])
+            token[here] = inverse_cdf_draws(p_rows[v], u[here, n - 1])
             bonus[here] = True
             continue
         w, t = p_rows[v], 1.0
@@ -243,16 +243,8 @@ def verify_tree_sampled_batch(tree: DraftTree, p: ArrayLike, q: ArrayLike, unifo
             if t == 0.0:
                 w = p_rows[v]
                 break
-        token[here] = _draw_many(w, u[here, n - 1])
+        token[here] = inverse_cdf_draws(w, u[here, n - 1])
     return node, token, bonus
-
-
-def _draw_many(weights: F64, draws: F64) -> I64:
-    """:func:`inverse_cdf` for many uniforms against one weight row."""
-    cumulative = np.cumsum(weights, dtype=np.float64)
-    chosen = np.searchsorted(cumulative, draws * float(cumulative[-1]), side="right").astype(np.int64)
-    last = int(np.flatnonzero(np.asarray(weights) > 0)[-1])
-    return np.where(chosen == cumulative.shape[0], last, chosen).astype(np.int64)
 
 
 # -- the laws siblings are drawn from ---------------------------------------------------------------
