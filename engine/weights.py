@@ -35,6 +35,7 @@ from verispec.engine.pages import drop_pages
 from verispec.reference import quants
 from verispec.reference.config import Config
 from verispec.reference.errors import ModelError, UnsupportedArchitecture
+from verispec.reference.errors import InsufficientMemory as InsufficientMemory
 
 if TYPE_CHECKING:
     from verispec.reference.gguf import GGUFFile
@@ -47,10 +48,6 @@ BACKEND_CHOICES: tuple[str, ...] = ("auto", *matmul.EXACT_BACKENDS)  # the f32 m
 HEAD_CHUNK_ROWS = 8192  # quantized mode: head rows dequantized at a time (8192 x n_embd float32)
 INT8_HEAD_CHUNK_ROWS = 8192  # ort / int8: head rows per kernel session (bounds the load's transient copies)
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
-
-
-class InsufficientMemory(ModelError):
-    """The chosen weights mode needs more memory than is available (raised before loading)."""
 
 
 @dataclass(frozen=True)

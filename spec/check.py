@@ -57,6 +57,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import VerificationError, VerispecError
+from verispec.reference.errors import CheckError as CheckError
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, BatchVerifier, Probs2D, Verdict, Verifier
 from verispec.spec.external import CommandTransport, ExternalError, Unsupported, WireImplementation, parse_verdict
@@ -64,19 +65,15 @@ from verispec.spec.pipeline import Pipeline, RowsRequest
 from verispec.spec.law_only import NOT_APPLICABLE_REASON, applicable, batch_ignoring_uniforms, ignoring_uniforms
 from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS, as_verifier, run_properties
 from verispec.spec.sequential import BlockDraw, Budget, SequentialTest, final_state, run_interleaved, schedule, serial_draw, shard_blocks
-from verispec.spec.statistics import TV_BIAS
+from verispec.spec.statistics import PROPERTY_SEED, TV_BIAS
 from verispec.spec.vectors import KINDS, Json, VectorSet, compare
 from verispec.spec.vectors.gen_large import as_sampled_case
 from verispec.spec.vectors.wire import rows_request_from_json
 
 Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive"]
 EXIT_PASSED, EXIT_FAILED, EXIT_INCONCLUSIVE = 0, 1, 3  # 2: a usage error (verispec/cli.py)
-DEFAULT_STAT_SEED = 20_240_531  # the properties' seed (spec.properties.run_properties)
+DEFAULT_STAT_SEED = PROPERTY_SEED  # the properties' seed (spec.properties.run_properties)
 REQUIRED_KINDS = frozenset({"sampled", "sampled_large", "greedy"})  # vector kinds every verifier must answer
-
-
-class CheckError(VerispecError):
-    """``verispec check`` cannot start: a bad ``module:function``, an unknown property name."""
 
 
 @dataclass(frozen=True)

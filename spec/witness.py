@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import WitnessError as WitnessError
 from verispec.reference.sampling import inverse_cdf, inverse_cdf_draws
 from verispec.reference.speculative import verify_sampled
 from verispec.spec import exact
@@ -42,10 +42,6 @@ LAW_TOKENS = 2  # the exact law is computed for the first m = 2 emitted tokens
 MAX_VOCAB = 64
 MAX_K = 16
 MAX_STEPS = 1_000_000
-
-
-class WitnessError(VerispecError):
-    """Invalid witness settings (names the flag and the value)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from verispec.engine.bench import DRAFTS, PROMPTS, BenchOptions, format_report, plot, run_bench
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import BenchError as BenchError
 from verispec.registry import DEFAULT_MODEL, resolve_model
 from verispec.workload import WorkloadItem, load_workload, select
 
@@ -39,10 +39,6 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                         help="the engine mode the workload runs on (default f32, the exact mode; int8: the "
                              "quantized mode, llama.cpp-class numerics, its own target law)")
     parser.set_defaults(func=run)
-
-
-class BenchError(VerispecError):
-    """A bad bench option (one line, exit 2)."""
 
 
 def _prompts(text: str | None) -> tuple[tuple[str, str], ...]:
