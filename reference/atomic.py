@@ -1,4 +1,9 @@
-"""All-or-nothing output folders: build a set of files beside the target, then rename it into place.
+"""All-or-nothing outputs, the project's one atomic writer: a file or a set of files is built beside
+the target, then renamed into place (reference/ holds it so the reference's own artifacts, the
+calibration and the suffix cache, use it too; verispec/atomic.py re-exports it for the CLI).
+
+    with replace_file(Path("out.npz")) as fh:
+        fh.write(...)                               # the old bytes or the new ones, never a part
 
     with replace_directory(Path("vectors"), force=False) as staging:
         (staging / "a.jsonl").write_bytes(...)      # any number of files
@@ -25,12 +30,7 @@ from typing import BinaryIO
 from contextlib import contextmanager
 from pathlib import Path
 
-from verispec.reference.errors import VerispecError
-
-
-class OutputError(VerispecError):
-    """An output path cannot be written as asked: an existing file, a non-empty folder without
-    --force, a missing parent folder, or an operating-system error while writing."""
+from verispec.reference.errors import OutputError
 
 
 def check_target(target: Path, *, force: bool) -> None:
