@@ -28,11 +28,12 @@ engine's own end ids or ``max_tokens``, and the generated ids come back for the 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from verispec.geomean import geomean
 
 NOT_INSTALLED = "not installed (optional extra `llama`; builds llama.cpp from source, ~10 min)"
 
@@ -54,11 +55,6 @@ def _one_run(llm: Any, prompt: str, max_tokens: int) -> dict[str, float]:
     n = int(result["usage"]["completion_tokens"])
     return {"tokens": n, "prompt_tokens": int(result["usage"]["prompt_tokens"]),
             "tok_s": n / elapsed if n and elapsed > 0 else 0.0}
-
-
-def _geomean(values: Sequence[float]) -> float:
-    good = [v for v in values if v > 0]
-    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else 0.0
 
 
 EngineRun = Callable[[str, str], dict[str, float]]  # (kind, text) -> plain_tok_s, speculative_tok_s
@@ -106,7 +102,7 @@ def measure(path: Path, prompts: Sequence[tuple[str, str]], max_tokens: int, k: 
         out["engine_runs"] = engine_runs
     for name in decoders:
         runs = out[name]["runs"]
-        out[name]["geomean_tok_s"] = _geomean([r["tok_s"] for r in runs])
+        out[name]["geomean_tok_s"] = geomean([r["tok_s"] for r in runs])
     del decoders
     return out
 
@@ -127,7 +123,7 @@ def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[s
     ours = {r["prompt"]: r for r in int8_runs if r.get("temperature") == 0.0 and r["prompt"] in plain}
 
     def geo(values: list[float]) -> float | None:
-        return _geomean(values) if values else None
+        return geomean(values) if values else None
 
     return {
         names[0]: geo([r["plain_tok_s"] / plain[p] for p, r in ours.items() if plain[p] > 0]),
@@ -225,7 +221,7 @@ def workload_ratios(runs: Sequence[dict[str, Any]], drafts: Sequence[str]) -> di
 
     ratios = [(r["category"], per_request(r)) for r in runs]
     categories = list(dict.fromkeys(c for c, _ in ratios))
-    per_category = {c: {n: _geomean([r[n] for cat, r in ratios if cat == c and n in r]) or None for n in names}
+    per_category = {c: {n: geomean([r[n] for cat, r in ratios if cat == c and n in r]) or None for n in names}
                     for c in categories}
-    geomean = {n: _geomean([v for v in (per_category[c][n] for c in categories) if v]) or None for n in names}
+    geomean = {n: geomean([v for v in (per_category[c][n] for c in categories) if v]) or None for n in names}
     return {"per_category": per_category, "geomean": geomean}

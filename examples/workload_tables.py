@@ -10,18 +10,14 @@ row per category with the llama.cpp columns measured beside the engine in the sa
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from verispec.geomean import geomean
+
 DRAFTS = ("suffix", "suffix:tree")
-
-
-def _geomean(values: Sequence[float]) -> float:
-    good = [v for v in values if v > 0]
-    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else 0.0
 
 
 def _fmt(value: float | None) -> str:
