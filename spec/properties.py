@@ -215,7 +215,7 @@ def draw_drafts(rng: np.random.Generator, q: Probs2D, n: int) -> npt.NDArray[np.
 
 def _draw_from_rows(rng: np.random.Generator, rows: Probs2D) -> npt.NDArray[np.int64]:
     """One draw per row of rows [n, V] (harness-side inverse CDF)."""
-    return inverse_cdf_rows(rows, rng.random(rows.shape[0]))
+    return inverse_cdf_rows(rows, rng.random((rows.shape[0],)))
 
 
 MAX_FAILURES = 3  # a property stops collecting (and running) cases after this many failures
