@@ -166,6 +166,14 @@ def _total(w: F64) -> float:
     return float(np.cumsum(w, dtype=np.float64)[-1])
 
 
+def sibling_residual(w: F64, t: float, q_row: F64) -> tuple[F64, float]:
+    """THE tree rule's update after a rejected sibling: ``w <- max(w - t * q, 0)`` and ``t`` its
+    left-to-right total (``w / t`` is the residual law r; module docstring). With ``t = 1.0`` (the
+    first sibling) it is :func:`reference.speculative.residual_law`'s ``max(p - q, 0)``, bit for bit."""
+    w = np.maximum(w - t * q_row, 0.0)  # [V]
+    return w, _total(w)
+
+
 def verify_tree_sampled(tree: DraftTree, p: ArrayLike, q: ArrayLike, uniforms: ArrayLike) -> TreeVerdict:
     """Sampled verification of a draft tree, following the tree protocol (module docstring)."""
     p_rows, q_rows, u = check_tree_inputs(tree, p, q, uniforms)
@@ -181,8 +189,7 @@ def verify_tree_sampled(tree: DraftTree, p: ArrayLike, q: ArrayLike, uniforms: A
             x = tree.tokens[c]
             if u[c - 1] * q_rows[c - 1, x] * t < w[x]:
                 break  # accepted: continue below c
-            w = np.maximum(w - t * q_rows[c - 1], 0.0)
-            t = _total(w)
+            w, t = sibling_residual(w, t, q_rows[c - 1])
             if t == 0.0:
                 return TreeVerdict(tuple(path), inverse_cdf(p_rows[v], final), "repair")
         else:
@@ -238,8 +245,7 @@ def verify_tree_sampled_batch(tree: DraftTree, p: ArrayLike, q: ArrayLike, unifo
             accept = u[here, c - 1] * q_rows[c - 1, x] * t < w[x]
             node[here[accept]] = c
             here = here[~accept]
-            w = np.maximum(w - t * q_rows[c - 1], 0.0)
-            t = _total(w)
+            w, t = sibling_residual(w, t, q_rows[c - 1])
             if t == 0.0:
                 w = p_rows[v]
                 break
