@@ -269,7 +269,7 @@ def inverse_cdf(weights: Probs, u: float) -> int:
     positive weight: u * total < total in float64 when total is a normal number, and a zero-weight
     id repeats the previous cumsum, so the first strict crossing is never at a zero weight. If no id
     crosses (possible only for a subnormal total, where u * total can round up to total), the draw
-    is the largest id with positive weight (spec/protocol.md, "The draw").
+    is the largest id with positive weight (spec/protocol.md, "The verdict", ``draw(w, u)``).
     """
     return int(inverse_cdf_draws(weights, np.array([u], dtype=np.float64))[0])
 
@@ -291,7 +291,7 @@ def inverse_cdf_draws(weights: Probs, draws: Probs) -> npt.NDArray[np.int64]:
 def inverse_cdf_rows(weights: Probs, draws: Probs) -> npt.NDArray[np.int64]:
     """Vectorised :func:`inverse_cdf_draws`: one uniform per row, weights [M, V], draws [M] -> [M].
 
-    Row m gives exactly ``inverse_cdf(weights[m], draws[m])`` (tests/test_sampling.py checks it bit
+    Row m gives exactly ``inverse_cdf(weights[m], draws[m])`` (tests/test_one_draw.py checks it bit
     for bit, subnormal totals included): the running sum never decreases, so the count of
     ``cumsum[t] <= u * total`` is the index ``searchsorted(side="right")`` returns.
     """
@@ -300,9 +300,8 @@ def inverse_cdf_rows(weights: Probs, draws: Probs) -> npt.NDArray[np.int64]:
     threshold = draws * cumulative[:, -1]  # [M]
     chosen = np.asarray(np.sum(cumulative <= threshold[:, None], axis=1), dtype=np.int64)  # [M]
     overflow = chosen == vocab  # only for a subnormal total
-    if np.any(overflow):
-        last_positive = vocab - 1 - np.argmax((weights[overflow] > 0)[:, ::-1], axis=1)
-        chosen[overflow] = last_positive
+    for m in np.flatnonzero(overflow):  # rare: only rows with a subnormal total
+        chosen[m] = largest_positive_id(weights[m])
     return chosen
 
 
