@@ -29,8 +29,9 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+def modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    """Every Python file of ``packages``, by the name it is imported as (symlinks not followed)."""
+    return {module_name(p): p for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
@@ -74,8 +75,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def import_graph() -> dict[str, set[str]]:
-    found = modules()
+def import_graph(packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    found = modules(packages)
     known = set(found)
     return {name: imports_of(name, path, known) for name, path in found.items()}
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from tests.test_import_graph import ROOT, imports_of, module_name
+from tests.test_import_graph import import_graph, modules
 
 FOLDERS = ("reference", "engine", "spec", "proofs", "verispec", "tests", "lab", "examples")
 MAY_IMPORT: dict[str, frozenset[str]] = {
@@ -51,14 +51,12 @@ def folder_of(module: str) -> str:
 
 def all_modules() -> dict[str, Path]:
     """Every Python file of every folder, by the name it is imported as (symlinks not followed)."""
-    return {module_name(p): p for folder in FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))}
+    return modules(FOLDERS)
 
 
 @functools.cache  # one walk for all the tests: the graph is read, never changed
 def edges() -> dict[str, set[str]]:
-    found = all_modules()
-    known = set(found)
-    return {name: imports_of(name, path, known) for name, path in found.items()}
+    return import_graph(FOLDERS)
 
 
 def violations(graph: dict[str, set[str]]) -> list[str]:
