@@ -41,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import ModelError
+from verispec.reference.errors import NotBlockQuantized as NotBlockQuantized
 from verispec.reference.quants import (
     QK_K,
     GGMLType,
@@ -55,10 +56,6 @@ from verispec.reference.quants import (
 
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
-
-
-class NotBlockQuantized(ModelError):
-    """The tensor's GGUF type has no lossless kernel block form (float or IQ types)."""
 
 
 @dataclass(frozen=True)

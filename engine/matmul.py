@@ -38,6 +38,7 @@ import numpy.typing as npt
 from verispec.engine.blocks import KernelBlocks
 from verispec.engine.ort_pool import session_options
 from verispec.reference.errors import ModelError
+from verispec.reference.errors import BackendUnavailable as BackendUnavailable
 
 F32 = npt.NDArray[np.float32]
 
@@ -45,10 +46,6 @@ BACKENDS: tuple[str, ...] = ("numpy", "ort", "ort-q")
 EXACT_BACKENDS: tuple[str, ...] = ("numpy", "ort")
 ACCURACY_INT8 = 4  # MatMulNBits accuracy_level: int8 activations, int32 accumulation
 RowMode = Literal["native", "pad-single-row", "row-by-row"]  # OrtGraph._probe_row_mode
-
-
-class BackendUnavailable(ModelError):
-    """The backend's library is not installed (``pip install 'verispec[fast]'``)."""
 
 
 class Matmul(Protocol):

@@ -35,6 +35,7 @@ from verispec.engine.pages import drop_pages
 from verispec.reference import quants
 from verispec.reference.config import Config
 from verispec.reference.errors import ModelError, UnsupportedArchitecture
+from verispec.reference.errors import InsufficientMemory as InsufficientMemory
 
 if TYPE_CHECKING:
     from verispec.reference.gguf import GGUFFile
@@ -47,10 +48,6 @@ BACKEND_CHOICES: tuple[str, ...] = ("auto", *matmul.EXACT_BACKENDS)  # the f32 m
 HEAD_CHUNK_ROWS = 8192  # quantized mode: head rows dequantized at a time (8192 x n_embd float32)
 INT8_HEAD_CHUNK_ROWS = 8192  # ort / int8: head rows per kernel session (bounds the load's transient copies)
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
-
-
-class InsufficientMemory(ModelError):
-    """The chosen weights mode needs more memory than is available (raised before loading)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +91,21 @@ class _Tensors:
 
     def optional(self, name: str, shape: tuple[int, ...]) -> F32 | None:
         return self.f32(name, shape) if self.has(name) else None
+
+    def f32_or_none(self, name: str, shape: tuple[int, ...], required: bool) -> F32 | None:
+        """:meth:`f32` for a required tensor, :meth:`optional` for another."""
+        return self.f32(name, shape) if required else self.optional(name, shape)
+
+    def keep(self, name: str, shape: tuple[int, ...]) -> "_QuantTensor":
+        """The tensor's GGUF bytes as a private copy (the quantized mode's matrices)."""
+        self.check(name, shape)
+        return _QuantTensor(name, np.array(self.f.raw(name), dtype=np.uint8), self.f.tensors[name].ggml_type, shape)
+
+    def rows_in_file(self, name: str, shape: tuple[int, ...]) -> "_QuantTensor":
+        """A table read by rows (the embedding) left in the file mapping: only the pages of
+        looked-up rows become resident (a view keeps the mapping alive past ``f.close()``)."""
+        self.check(name, shape)
+        return _QuantTensor(name, self.f.raw(name), self.f.tensors[name].ggml_type, shape)
 
 
 @dataclass(frozen=True)
@@ -374,11 +386,23 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
     Checks that the mode fits in memory first (:class:`InsufficientMemory`), then every tensor's
     presence and shape (ModelError naming it), as :meth:`reference.model.Model.load` does.
     """
+    kernel, fused_layers = _check_loadable(f, cfg, mode, backend, fused)
+    common = _read_common(f, cfg)
+    if mode == "f32":
+        return _load_f32(cfg, common, kernel)
+    if mode == "int8":
+        return _Int8Loader(cfg, common).load(kernel, fused_layers)
+    return _load_quantized(cfg, common, kernel)
+
+
+def _check_loadable(f: "GGUFFile", cfg: Config, mode: str, backend: str, fused: bool | None) -> tuple[str, bool]:
+    """Everything refused before a weight is read: the mode, the backend, the fused flag, the
+    architecture, mixture-of-experts layers, the memory. Returns (kernel, fused layers)."""
     _check_mode(mode)
     kernel = resolve_backend(mode, backend)
     if fused and mode != "int8":
         raise ModelError(f"fused layers are the int8 mode's (weights mode {mode!r} has none)")
-    fused = mode == "int8" and (fused_default() if fused is None else fused)
+    fused_layers = mode == "int8" and (fused_default() if fused is None else fused)
     from verispec.engine.architectures import FAST_ARCHITECTURES
 
     if cfg.arch not in FAST_ARCHITECTURES:
@@ -389,140 +413,179 @@ def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "
     if "blk.0.ffn_gate_inp.weight" in f.tensors:
         raise ModelError("mixture-of-experts layers (ffn_gate_inp) are not supported")
     check_fits(f, mode)
+    return kernel, fused_layers
+
+
+@dataclass(frozen=True)
+class _Common:
+    """What every mode reads first: the checked tables, the layer shapes and the small vectors."""
+
+    t: _Tensors
+    shapes: dict[str, tuple[str, tuple[int, ...], bool]]  # key -> (suffix, shape, required)
+    tied: bool                # no output.weight: the head is the token embedding
+    head_name: str            # the tensor the output head reads
+    output_norm: F32          # [n_embd]
+    rope_freqs: F32 | None    # [rope_dim / 2]
+
+    def vectors(self, prefix: str) -> dict[str, F32 | None]:
+        """A layer's norms and biases (the 1-D tensors), float32; optional ones None when absent."""
+        return {key: self.t.f32_or_none(prefix + suffix, shape, required)
+                for key, (suffix, shape, required) in self.shapes.items() if len(shape) == 1}
+
+
+def _read_common(f: "GGUFFile", cfg: Config) -> _Common:
     t = _Tensors(f)
     e = cfg.n_embd
-    shapes = _layer_shapes(cfg)
     t.check("token_embd.weight", (cfg.n_vocab, e))
     tied = not t.has("output.weight")
     if not tied:
         t.check("output.weight", (cfg.n_vocab, e))
     output_norm = t.f32("output_norm.weight", (e,))
     rope_freqs = t.optional("rope_freqs.weight", (cfg.rope_dim // 2,))
-
-    def keep(name: str, shape: tuple[int, ...]) -> _QuantTensor:
-        t.check(name, shape)
-        info = f.tensors[name]
-        return _QuantTensor(name, np.array(f.raw(name), dtype=np.uint8), info.ggml_type, shape)
-
-    def rows_in_file(name: str, shape: tuple[int, ...]) -> _QuantTensor:
-        """A table read by rows (the embedding) left in the file mapping: only the pages of
-        looked-up rows become resident (a view keeps the mapping alive past ``f.close()``)."""
-        t.check(name, shape)
-        return _QuantTensor(name, f.raw(name), f.tensors[name].ggml_type, shape)
-
-    def vectors(p: str) -> dict[str, F32 | None]:
-        return {key: (t.f32(p + suffix, shape) if required else t.optional(p + suffix, shape))
-                for key, (suffix, shape, required) in shapes.items() if len(shape) == 1}
-
     head_name = "token_embd.weight" if tied else "output.weight"
-    if mode == "f32":
-        f32_layers: list[FusedLayer] = []
-        for il in range(cfg.n_layer):
-            p = f"blk.{il}."
-            raw: dict[str, F32 | None] = {
-                key: (t.f32(p + suffix, shape) if required else t.optional(p + suffix, shape))
-                for key, (suffix, shape, required) in shapes.items()
-            }
-            f32_layers.append(_fuse(raw, kernel))
-            if kernel != "numpy":
-                matmul.release_freed_memory()  # each session's freed copies, before the next layer
-        if kernel == "numpy":  # the head shares the embedding's float32 matrix when tied
-            token_embd = t.f32("token_embd.weight", (cfg.n_vocab, e))
-            head = token_embd if tied else t.f32("output.weight", (cfg.n_vocab, e))
-            return WeightStore(mode, output_norm, rope_freqs, layers=f32_layers, token_embd=token_embd,
-                               output=NumpyMatmul(head), backend=kernel)
-        head_q = rows_in_file(head_name, (cfg.n_vocab, e))
-        chunks: list[Matmul] = []
-        for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):  # the kernel keeps its own copy:
-            ids = np.arange(first, min(first + INT8_HEAD_CHUNK_ROWS, cfg.n_vocab), dtype=np.int64)
-            chunks.append(matmul.exact(head_q.rows(ids), kernel))  # built a chunk at a time
-            matmul.release_freed_memory()
-        drop_pages(head_q.raw)
-        output: Matmul = chunks[0] if len(chunks) == 1 else matmul.RowChunks(chunks)
-        embd_rows = rows_in_file("token_embd.weight", (cfg.n_vocab, e))
-        return WeightStore(mode, output_norm, rope_freqs, layers=f32_layers, output=output,
-                           token_embd_q=embd_rows, backend=kernel)
+    return _Common(t, _layer_shapes(cfg), tied, head_name, output_norm, rope_freqs)
 
-    if mode == "int8":
-        floats: list[str] = []
 
-        def projection(names: list[str], shape_rows: list[int], n_in: int) -> Projection:
-            """The stacked matrices as lossless kernel blocks, or float32 where a type has no block form."""
-            try:
-                parts = []
-                for name, n_out in zip(names, shape_rows):
-                    t.check(name, (n_out, n_in))
-                    parts.append(repack(f.raw(name), f.tensors[name].ggml_type, (n_out, n_in), name=name))
-                for name in names:
-                    drop_pages(f.raw(name))  # repacked: the file's pages need not stay resident
-                return concat(parts)
-            except NotBlockQuantized:  # kept exact, never requantized; listed for the load report
-                floats.extend(names)
-                return np.concatenate([t.f32(name, (n_out, n_in)) for name, n_out in zip(names, shape_rows)])
-
-        def as_matmul(p: Projection) -> Matmul:
-            if isinstance(p, KernelBlocks):
-                return matmul.ort_blocks(p, matmul.default_threads())
-            return matmul.exact(p, "ort")
-
-        def head_chunk(first: int, rows: int) -> Matmul:
-            info = f.tensors[head_name]
-            row_bytes = info.nbytes // cfg.n_vocab
-            raw = np.asarray(f.raw(head_name)).reshape(cfg.n_vocab, row_bytes)[first : first + rows]
-            try:
-                part = repack(raw.reshape(-1), info.ggml_type, (rows, e), name=head_name)
-                chunk = matmul.ort_blocks(part, matmul.default_threads())
-                drop_pages(raw.reshape(-1))
-                return chunk
-            except NotBlockQuantized:
-                if head_name not in floats:
-                    floats.append(head_name)
-                w = t.f32(head_name, (cfg.n_vocab, e))[first : first + rows]
-                return matmul.exact(np.ascontiguousarray(w), "ort")
-
-        q, kv, ff = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim, cfg.n_ff
-        layers_q: list[FusedLayer] = []
-        graphs: list[LayerGraphs] = []
-        for il in range(cfg.n_layer):
-            p = f"blk.{il}."
-            mats = LayerMatrices(
-                qkv=projection([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], [q, kv, kv], e),
-                o=projection([p + "attn_output.weight"], [e], q),
-                gu=projection([p + "ffn_gate.weight", p + "ffn_up.weight"], [ff, ff], e),
-                down=projection([p + "ffn_down.weight"], [e], ff),
-            )
-            if fused:
-                graphs.append(build_layer(cfg, mats, vectors(p), matmul.default_threads()))
-            else:
-                layers_q.append(_assemble(vectors(p), (as_matmul(mats.qkv), as_matmul(mats.o), as_matmul(mats.gu),
-                                                       as_matmul(mats.down)), (q, kv, kv)))
-            del mats
-            matmul.release_freed_memory()  # the peak of a load is its freed copies otherwise
-        head_parts: list[Matmul] = []
-        for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):  # bounded load-time copies
-            rows = min(INT8_HEAD_CHUNK_ROWS, cfg.n_vocab - first)
-            head_parts.append(head_chunk(first, rows))
-            matmul.release_freed_memory()
-        output_m: Matmul = head_parts[0] if len(head_parts) == 1 else matmul.RowChunks(head_parts)
+def _load_f32(cfg: Config, c: _Common, kernel: str) -> WeightStore:
+    """Every layer dequantized and fused on ``kernel``; the head whole on numpy, in row chunks otherwise."""
+    t, e = c.t, cfg.n_embd
+    layers: list[FusedLayer] = []
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        raw = {key: t.f32_or_none(p + suffix, shape, required) for key, (suffix, shape, required) in c.shapes.items()}
+        layers.append(_fuse(raw, kernel))
+        if kernel != "numpy":
+            matmul.release_freed_memory()  # each session's freed copies, before the next layer
+    if kernel == "numpy":  # the head shares the embedding's float32 matrix when tied
+        token_embd = t.f32("token_embd.weight", (cfg.n_vocab, e))
+        head = token_embd if c.tied else t.f32("output.weight", (cfg.n_vocab, e))
+        return WeightStore("f32", c.output_norm, c.rope_freqs, layers=layers, token_embd=token_embd,
+                           output=NumpyMatmul(head), backend=kernel)
+    head_q = t.rows_in_file(c.head_name, (cfg.n_vocab, e))
+    chunks: list[Matmul] = []
+    for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):  # the kernel keeps its own copy:
+        ids = np.arange(first, min(first + INT8_HEAD_CHUNK_ROWS, cfg.n_vocab), dtype=np.int64)
+        chunks.append(matmul.exact(head_q.rows(ids), kernel))  # built a chunk at a time
         matmul.release_freed_memory()
-        return WeightStore(mode, output_norm, rope_freqs, layers=None if fused else layers_q, output=output_m,
-                           fused_layers=graphs if fused else None,
-                           token_embd_q=rows_in_file("token_embd.weight", (cfg.n_vocab, e)), backend=kernel,
-                           float_matrices=tuple(floats))
+    drop_pages(head_q.raw)
+    output: Matmul = chunks[0] if len(chunks) == 1 else matmul.RowChunks(chunks)
+    embd_rows = t.rows_in_file("token_embd.weight", (cfg.n_vocab, e))
+    return WeightStore("f32", c.output_norm, c.rope_freqs, layers=layers, output=output,
+                       token_embd_q=embd_rows, backend=kernel)
 
+
+def _load_quantized(cfg: Config, c: _Common, kernel: str) -> WeightStore:
+    """The GGUF bytes kept per matrix (dequantized per use); norms and biases float32."""
     quantized: list[dict[str, _QuantTensor | F32 | None]] = []
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         entry: dict[str, _QuantTensor | F32 | None] = {}
-        for key, (suffix, shape, required) in shapes.items():
+        for key, (suffix, shape, required) in c.shapes.items():
             if len(shape) == 1:  # norms and biases: tiny, kept as float32
-                entry[key] = t.f32(p + suffix, shape) if required else t.optional(p + suffix, shape)
+                entry[key] = c.t.f32_or_none(p + suffix, shape, required)
             else:
-                entry[key] = keep(p + suffix, shape)
+                entry[key] = c.t.keep(p + suffix, shape)
         quantized.append(entry)
-    embd_q = keep("token_embd.weight", (cfg.n_vocab, e))
-    output_q = embd_q if tied else keep("output.weight", (cfg.n_vocab, e))
+    embd_q = c.t.keep("token_embd.weight", (cfg.n_vocab, cfg.n_embd))
+    output_q = embd_q if c.tied else c.t.keep("output.weight", (cfg.n_vocab, cfg.n_embd))
     return WeightStore(
-        mode, output_norm, rope_freqs, quantized_layers=quantized, token_embd_q=embd_q, output_q=output_q,
+        "quantized", c.output_norm, c.rope_freqs, quantized_layers=quantized, token_embd_q=embd_q, output_q=output_q,
         backend=kernel,
     )
+
+
+class _Int8Loader:
+    """The int8 mode: every matrix repacked losslessly into kernel blocks (float32 where its type
+    has no block form, listed in :attr:`floats`), layer by layer, then the head in row chunks."""
+
+    def __init__(self, cfg: Config, common: _Common) -> None:
+        self.cfg, self.c, self.t = cfg, common, common.t
+        self.floats: list[str] = []  # matrices kept float32, for the load report
+
+    def load(self, kernel: str, fused: bool) -> WeightStore:
+        cfg, c = self.cfg, self.c
+        layers: list[FusedLayer] = []
+        graphs: list[LayerGraphs] = []
+        for il in range(cfg.n_layer):
+            if fused:
+                graphs.append(self.fused_layer(il))
+            else:
+                layers.append(self.layer(il))
+            matmul.release_freed_memory()  # the peak of a load is its freed copies otherwise
+        output = self.head()
+        matmul.release_freed_memory()
+        return WeightStore("int8", c.output_norm, c.rope_freqs, layers=None if fused else layers, output=output,
+                           fused_layers=graphs if fused else None,
+                           token_embd_q=self.t.rows_in_file("token_embd.weight", (cfg.n_vocab, cfg.n_embd)),
+                           backend=kernel, float_matrices=tuple(self.floats))
+
+    def matrices(self, il: int) -> LayerMatrices:
+        """Layer ``il``'s four projections (q, k, v stacked; gate, up stacked)."""
+        cfg, p, e = self.cfg, f"blk.{il}.", self.cfg.n_embd
+        q, kv, ff = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim, cfg.n_ff
+        return LayerMatrices(
+            qkv=self.projection([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], [q, kv, kv], e),
+            o=self.projection([p + "attn_output.weight"], [e], q),
+            gu=self.projection([p + "ffn_gate.weight", p + "ffn_up.weight"], [ff, ff], e),
+            down=self.projection([p + "ffn_down.weight"], [e], ff),
+        )
+
+    def fused_layer(self, il: int) -> LayerGraphs:
+        """Two onnxruntime graphs for layer ``il`` (engine/fused.py)."""
+        mats = self.matrices(il)
+        return build_layer(self.cfg, mats, self.c.vectors(f"blk.{il}."), matmul.default_threads())
+
+    def layer(self, il: int) -> FusedLayer:
+        """Layer ``il`` with one matmul per projection."""
+        cfg = self.cfg
+        q, kv = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
+        mats = self.matrices(il)
+        return _assemble(self.c.vectors(f"blk.{il}."), (_as_matmul(mats.qkv), _as_matmul(mats.o), _as_matmul(mats.gu),
+                                                         _as_matmul(mats.down)), (q, kv, kv))
+
+    def projection(self, names: list[str], shape_rows: list[int], n_in: int) -> Projection:
+        """The stacked matrices as lossless kernel blocks, or float32 where a type has no block form."""
+        f = self.t.f
+        try:
+            parts = []
+            for name, n_out in zip(names, shape_rows):
+                self.t.check(name, (n_out, n_in))
+                parts.append(repack(f.raw(name), f.tensors[name].ggml_type, (n_out, n_in), name=name))
+            for name in names:
+                drop_pages(f.raw(name))  # repacked: the file's pages need not stay resident
+            return concat(parts)
+        except NotBlockQuantized:  # kept exact, never requantized; listed for the load report
+            self.floats.extend(names)
+            return np.concatenate([self.t.f32(name, (n_out, n_in)) for name, n_out in zip(names, shape_rows)])
+
+    def head(self) -> Matmul:
+        """The output head, built :data:`INT8_HEAD_CHUNK_ROWS` rows at a time (bounded load-time copies)."""
+        n_vocab = self.cfg.n_vocab
+        parts: list[Matmul] = []
+        for first in range(0, n_vocab, INT8_HEAD_CHUNK_ROWS):
+            parts.append(self.head_chunk(first, min(INT8_HEAD_CHUNK_ROWS, n_vocab - first)))
+            matmul.release_freed_memory()
+        return parts[0] if len(parts) == 1 else matmul.RowChunks(parts)
+
+    def head_chunk(self, first: int, rows: int) -> Matmul:
+        f, head_name, n_vocab = self.t.f, self.c.head_name, self.cfg.n_vocab
+        info = f.tensors[head_name]
+        row_bytes = info.nbytes // n_vocab
+        raw = np.asarray(f.raw(head_name)).reshape(n_vocab, row_bytes)[first : first + rows]
+        try:
+            part = repack(raw.reshape(-1), info.ggml_type, (rows, self.cfg.n_embd), name=head_name)
+            chunk = matmul.ort_blocks(part, matmul.default_threads())
+            drop_pages(raw.reshape(-1))
+            return chunk
+        except NotBlockQuantized:
+            if head_name not in self.floats:
+                self.floats.append(head_name)
+            w = self.t.f32(head_name, (n_vocab, self.cfg.n_embd))[first : first + rows]
+            return matmul.exact(np.ascontiguousarray(w), "ort")
+
+
+def _as_matmul(p: Projection) -> Matmul:
+    """A projection behind the matmul seam: kernel blocks on ort-q, float32 on ort."""
+    if isinstance(p, KernelBlocks):
+        return matmul.ort_blocks(p, matmul.default_threads())
+    return matmul.exact(p, "ort")

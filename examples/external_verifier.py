@@ -4,7 +4,8 @@
 It does not import verispec or numpy: it is written from the protocol texts (the random-draw
 protocol, spec/protocol.md; the wire protocol, spec/external.py and README "Checking another
 implementation") the way a Rust or TypeScript implementation would be, and it is checked the same
-way:
+way. Independent oracle by design: its draw and residual rule are its own plain-Python copies
+(never verispec's), so the gate checking it is checking a second reading of the protocol text:
 
     verispec check --verifier-cmd "python examples/external_verifier.py"
 

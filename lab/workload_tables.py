@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from verispec.geomean import geomean
+
 DRAFTS = ("suffix", "suffix:tree")
 
 

@@ -39,7 +39,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -49,11 +48,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from verispec.reference.atomic import replace_file
 from verispec.reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
 from verispec.reference.conformal import PROMPT_CLAIM, bonferroni, exact_level, min_prompts, prompt_risk_threshold
 from verispec.reference.exit_head import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
 from verispec.reference.seams import TargetModel as Model
-from verispec.reference.errors import CalibrationError
+from verispec.reference.errors import CalibrationError, OutputError
 
 F32 = npt.NDArray[np.float32]
 FORMAT = "verispec-early-exit-calibration/2"
@@ -640,19 +640,12 @@ def _count(x: object) -> int:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """``data`` becomes ``path`` whole or not at all (the project's one atomic writer)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise CalibrationError(f"cannot write {str(path)!r}: {exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with replace_file(path) as fh:
+            fh.write(data)
+    except OutputError as exc:
+        raise CalibrationError(str(exc)) from None
 
 
 def _npz_bytes(lens: Lens) -> bytes:

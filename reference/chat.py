@@ -26,11 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from verispec.reference.errors import VerispecError
-
-
-class ChatFormatError(VerispecError):
-    """The model's chat template is of no family verispec can render, or a message is malformed."""
+from verispec.reference.errors import ChatFormatError as ChatFormatError
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,29 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference import quants
-from verispec.reference.errors import GGUFError, UnsupportedQuantType
+from verispec.reference.errors import (  # the classes live in reference/errors.py; re-exported here
+    GGUFError,
+    GGUFTruncated,
+    GGUFBadMagic,
+    GGUFUnsupportedVersion,
+    GGUFBigEndian,
+    GGUFBadAlignment,
+    GGUFLimitExceeded,
+    GGUFSizeExceedsFile,
+    GGUFBadString,
+    GGUFBadKey,
+    GGUFDuplicateKey,
+    GGUFBadMetadataType,
+    GGUFMissingKey,
+    GGUFDuplicateTensor,
+    GGUFBadTensorType,
+    GGUFBadShape,
+    GGUFTensorOutOfBounds,
+    GGUFTensorMisaligned,
+    GGUFClosed,
+    GGUFUnreadable,
+    UnsupportedQuantType,
+)
 from verispec.reference.quants import GGMLType
 
 __all__ = [
@@ -82,91 +104,6 @@ MAX_ARRAY_DEPTH = 64  # arrays of arrays: real files nest at most once; this bou
 # A Python list, not a numpy array: metadata is small, except the tokenizer's arrays, which the
 # tokenizer wants as Python objects anyway.
 MetadataValue = Union[str, int, float, bool, list["MetadataValue"]]
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors: one class per way a file can be wrong. All are GGUFError.
-# ---------------------------------------------------------------------------------------------
-
-
-class GGUFTruncated(GGUFError):
-    """The file ends before a field it announces."""
-
-
-class GGUFBadMagic(GGUFError):
-    """The first four bytes are not ``GGUF``."""
-
-
-class GGUFUnsupportedVersion(GGUFError):
-    """The version is not 2 or 3."""
-
-
-class GGUFBigEndian(GGUFUnsupportedVersion):
-    """The version reads byte-swapped: a big-endian file, which verispec does not read."""
-
-
-class GGUFBadAlignment(GGUFError):
-    """``general.alignment`` is not a non-zero power of two, or not a u32."""
-
-
-class GGUFLimitExceeded(GGUFError):
-    """A count, length or size is absurd: more than the file could hold, negative, or overflowing."""
-
-
-class GGUFSizeExceedsFile(GGUFLimitExceeded, GGUFTruncated):
-    """A count or length announces more bytes than the file has left.
-
-    From the bytes alone an absurd value and a truncated file look the same, so this error is both
-    a :class:`GGUFLimitExceeded` and a :class:`GGUFTruncated`.
-    """
-
-
-class GGUFBadString(GGUFError):
-    """A string is not valid UTF-8."""
-
-
-class GGUFBadKey(GGUFError):
-    """A metadata key is empty."""
-
-
-class GGUFDuplicateKey(GGUFError):
-    """Two metadata entries share a key."""
-
-
-class GGUFBadMetadataType(GGUFError):
-    """A metadata value type id is unknown, or a key has the wrong type for its use."""
-
-
-class GGUFMissingKey(GGUFError):
-    """A required metadata key is absent."""
-
-
-class GGUFDuplicateTensor(GGUFError):
-    """Two tensors share a name."""
-
-
-class GGUFBadTensorType(GGUFError):
-    """A tensor's ggml type id is not one ggml defines."""
-
-
-class GGUFBadShape(GGUFError):
-    """A tensor has too many dims, a negative dim, or a row that is not a whole number of blocks."""
-
-
-class GGUFTensorOutOfBounds(GGUFError):
-    """A tensor's data lies (partly) past the end of the file."""
-
-
-class GGUFTensorMisaligned(GGUFError):
-    """A tensor's data offset is not a multiple of the alignment."""
-
-
-class GGUFClosed(GGUFError):
-    """The file was closed."""
-
-
-class GGUFUnreadable(GGUFError):
-    """The operating system could not open or map the file (missing, a directory, no permission)."""
 
 
 # ---------------------------------------------------------------------------------------------

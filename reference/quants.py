@@ -28,7 +28,9 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import GGUFError, UnsupportedQuantType
+from verispec.reference.errors import UnsupportedQuantType
+from verispec.reference.errors import QuantSizeMismatch as QuantSizeMismatch
+from verispec.reference.errors import NonFiniteQuantInput as NonFiniteQuantInput
 
 __all__ = [
     "GGMLType",
@@ -130,14 +132,6 @@ _LAYOUT: dict[GGMLType, tuple[int, int]] = {
     GGMLType.NVFP4: (64, 4 + 32),
     GGMLType.Q1_0: (128, 2 + 16),
 }
-
-
-class QuantSizeMismatch(GGUFError):
-    """Raw bytes do not hold a whole number of blocks for the requested element count."""
-
-
-class NonFiniteQuantInput(GGUFError, ValueError):
-    """:func:`quantize` was given NaN or inf (ggml's reference quantizers are undefined there)."""
 
 
 def _known_type(ggml_type: int, tensor_name: str = "") -> GGMLType:

@@ -269,14 +269,45 @@ def inverse_cdf(weights: Probs, u: float) -> int:
     positive weight: u * total < total in float64 when total is a normal number, and a zero-weight
     id repeats the previous cumsum, so the first strict crossing is never at a zero weight. If no id
     crosses (possible only for a subnormal total, where u * total can round up to total), the draw
-    is the largest id with positive weight.
+    is the largest id with positive weight (spec/protocol.md, "The verdict", ``draw(w, u)``).
+    """
+    return int(inverse_cdf_draws(weights, np.array([u], dtype=np.float64))[0])
+
+
+def inverse_cdf_draws(weights: Probs, draws: Probs) -> npt.NDArray[np.int64]:
+    """THE definition of the draw: :func:`inverse_cdf` of one weight row [V] for J uniforms [J].
+
+    Every production and spec copy of the draw calls this (or :func:`inverse_cdf_rows`, tested
+    bit-identical to it); the running sum is computed once for all J uniforms.
     """
     cumulative = np.cumsum(weights, dtype=np.float64)  # [V]
-    threshold = u * float(cumulative[-1])
-    chosen = int(np.searchsorted(cumulative, threshold, side="right"))
-    if chosen == cumulative.shape[0]:
-        chosen = int(np.flatnonzero(np.asarray(weights) > 0)[-1])
+    chosen = np.searchsorted(cumulative, draws * float(cumulative[-1]), side="right").astype(np.int64)  # [J]
+    overflow = chosen == cumulative.shape[0]  # only for a subnormal total
+    if np.any(overflow):
+        chosen[overflow] = largest_positive_id(weights)
     return chosen
+
+
+def inverse_cdf_rows(weights: Probs, draws: Probs) -> npt.NDArray[np.int64]:
+    """Vectorised :func:`inverse_cdf_draws`: one uniform per row, weights [M, V], draws [M] -> [M].
+
+    Row m gives exactly ``inverse_cdf(weights[m], draws[m])`` (tests/test_one_draw.py checks it bit
+    for bit, subnormal totals included): the running sum never decreases, so the count of
+    ``cumsum[t] <= u * total`` is the index ``searchsorted(side="right")`` returns.
+    """
+    vocab = weights.shape[-1]
+    cumulative = np.cumsum(weights, axis=1, dtype=np.float64)  # [M, V], left to right per row
+    threshold = draws * cumulative[:, -1]  # [M]
+    chosen = np.asarray(np.sum(cumulative <= threshold[:, None], axis=1), dtype=np.int64)  # [M]
+    overflow = chosen == vocab  # only for a subnormal total
+    for m in np.flatnonzero(overflow):  # rare: only rows with a subnormal total
+        chosen[m] = largest_positive_id(weights[m])
+    return chosen
+
+
+def largest_positive_id(weights: Probs) -> int:
+    """The subnormal fallback of the draw: the largest id t with ``weights[t] > 0`` (total > 0)."""
+    return int(np.flatnonzero(np.asarray(weights) > 0)[-1])
 
 
 def sample_from(probs: Probs, u: float) -> int:

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import VerificationError
-from verispec.reference.sampling import SamplingParams, inverse_cdf, target_distribution
+from verispec.reference.sampling import SamplingParams, inverse_cdf, inverse_cdf_draws, inverse_cdf_rows, target_distribution
 from verispec.reference.seams import BatchVerdict as BatchVerdict  # the verifier seam (reference/seams.py)
 from verispec.reference.seams import BatchVerifier as BatchVerifier
 from verispec.reference.seams import LawFn as LawFn
@@ -157,10 +157,17 @@ def _check_draft_mass(q: Probs2D, drafts: npt.NDArray[np.int64]) -> None:
 # the verifiers
 
 
-def _final_weights(p_row: Probs2D, q_row: Probs2D) -> Probs2D:
-    """The repair law's weights at a rejected row: max(p - q, 0), or p if that is all zero."""
-    residual = np.maximum(p_row - q_row, 0.0)  # [V]
-    return residual if bool(np.any(residual > 0)) else p_row
+def residual_law(p: Probs2D, q: Probs2D) -> Probs2D:
+    """THE residual rule: the repair law's weights at a rejected row, ``max(p - q, 0)``, or ``p``
+    where that is all zero (spec/protocol.md, "The residual").
+
+    p, q [..., V] (one row or a stack of rows, the rule applies row by row) -> weights [..., V],
+    unnormalized: the draw normalizes by its own running total. Every production and spec copy of
+    the residual calls this function.
+    """
+    residual = np.maximum(p - q, 0.0)  # [..., V]
+    empty = ~np.any(residual > 0, axis=-1, keepdims=True)  # [..., 1]: no positive residual mass
+    return np.where(empty, p, residual)
 
 
 def verify_sampled(p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict:
@@ -175,7 +182,7 @@ def verify_sampled(p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: 
         x = int(draft_ids[i])
         if draws[i] * q_rows[i, x] < p_rows[i, x]:
             continue  # accepted with probability min(1, p/q)
-        weights = _final_weights(p_rows[i], q_rows[i])
+        weights = residual_law(p_rows[i], q_rows[i])
         return Verdict(accepted=i, token=inverse_cdf(weights, float(draws[k])), kind="repair")
     return Verdict(accepted=k, token=inverse_cdf(p_rows[k], float(draws[k])), kind="bonus")
 
@@ -255,35 +262,18 @@ def _batch_tokens(
 ) -> npt.NDArray[np.int64]:
     """The emitted token of each item: target_row [M, V] is p[a] (the bonus row when every draft
     was accepted), draft_row [M, V] q[a] (meaningful only for repairs), draw [M] its last uniform."""
-    vocab = target_row.shape[-1]
-    residual = np.maximum(target_row - draft_row, 0.0)
-    use_residual = ~all_accepted & np.any(residual > 0, axis=1)
-    weights = np.where(use_residual[:, None], residual, target_row)  # [M, V]
-    cumulative = np.cumsum(weights, axis=1)  # [M, V], left to right per row
-    threshold = draw * cumulative[:, -1]  # [M]
-    token = np.asarray(np.sum(cumulative <= threshold[:, None], axis=1), dtype=np.int64)  # first c[t] > u*total
-    overflow = token == vocab  # only for a subnormal total: the largest id with positive weight
-    if np.any(overflow):
-        last_positive = vocab - 1 - np.argmax((weights > 0)[:, ::-1], axis=1)
-        token = np.asarray(np.where(overflow, last_positive, token), dtype=np.int64)
-    return token
+    weights = np.where(all_accepted[:, None], target_row, residual_law(target_row, draft_row))  # [M, V]
+    return inverse_cdf_rows(weights, draw)
 
 
 def _shared_row_tokens(
     target: npt.NDArray[np.float64], draft: npt.NDArray[np.float64], bonus: bool, draws: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.int64]:
     """:func:`_batch_tokens` for J items that all draw from one row: target [V] is p[a], draft [V]
-    q[a] (meaningful only for a repair), draws [J] their last uniforms. The cumulative sum of
-    non-negative weights never decreases, so counting c[t] <= u*total is a binary search."""
-    vocab = target.shape[-1]
-    residual = np.maximum(target - draft, 0.0)
-    weights = target if bonus or not np.any(residual > 0) else residual  # [V]
-    cumulative = np.cumsum(weights)  # [V], left to right
-    token = np.asarray(np.searchsorted(cumulative, draws * cumulative[-1], side="right"), dtype=np.int64)
-    overflow = token == vocab  # only for a subnormal total: the largest id with positive weight
-    if np.any(overflow):
-        token[overflow] = vocab - 1 - int(np.argmax((weights > 0)[::-1]))
-    return token
+    q[a] (meaningful only for a repair), draws [J] their last uniforms; the running sum is
+    computed once for the J items."""
+    weights = target if bonus else residual_law(target, draft)  # [V]
+    return inverse_cdf_draws(weights, draws)
 
 
 def verify_sampled_batch_rng(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, rng: np.random.Generator) -> BatchVerdict:

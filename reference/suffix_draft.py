@@ -31,8 +31,6 @@ import hashlib
 import heapq
 import itertools
 import json
-import os
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -40,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from verispec.reference.atomic import replace_file
 from verispec.reference.draft_control import MAX_ACCEPT, Calibration, VerifyCost, best_k, best_size
 from verispec.reference.errors import DraftError
 from verispec.reference.seams import DraftContext, Proposal
@@ -337,17 +336,8 @@ class SuffixCache:
         payload = {"version": CACHE_VERSION, "fingerprint": self.fingerprint, "depth": self.tree.depth,
                    "max_tokens": self.max_tokens, "texts": [list(t) for t in self.texts]}
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                os.fchmod(fh.fileno(), 0o644)  # mkstemp's 0600 would hide the cache from other users
-                json.dump(payload, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with replace_file(path) as fh:  # mode 0666 & ~umask: readable by other users, as open() makes
+            fh.write(json.dumps(payload).encode("utf-8"))
 
     @classmethod
     def load(cls, path: Path, n_vocab: int, fingerprint: str = "", max_tokens: int = CACHE_TOKENS,

@@ -57,7 +57,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import VerificationError
-from verispec.reference.sampling import inverse_cdf
+from verispec.reference.sampling import inverse_cdf, inverse_cdf_draws
 from verispec.reference.speculative import ArrayLike, Probs2D, _as_rows, _check_rows
 
 TREE_PROTOCOL_VERSION = 1
@@ -166,6 +166,14 @@ def _total(w: F64) -> float:
     return float(np.cumsum(w, dtype=np.float64)[-1])
 
 
+def sibling_residual(w: F64, t: float, q_row: F64) -> tuple[F64, float]:
+    """THE tree rule's update after a rejected sibling: ``w <- max(w - t * q, 0)`` and ``t`` its
+    left-to-right total (``w / t`` is the residual law r; module docstring). With ``t = 1.0`` (the
+    first sibling) it is :func:`reference.speculative.residual_law`'s ``max(p - q, 0)``, bit for bit."""
+    w = np.maximum(w - t * q_row, 0.0)  # [V]
+    return w, _total(w)
+
+
 def verify_tree_sampled(tree: DraftTree, p: ArrayLike, q: ArrayLike, uniforms: ArrayLike) -> TreeVerdict:
     """Sampled verification of a draft tree, following the tree protocol (module docstring)."""
     p_rows, q_rows, u = check_tree_inputs(tree, p, q, uniforms)
@@ -181,8 +189,7 @@ def verify_tree_sampled(tree: DraftTree, p: ArrayLike, q: ArrayLike, uniforms: A
             x = tree.tokens[c]
             if u[c - 1] * q_rows[c - 1, x] * t < w[x]:
                 break  # accepted: continue below c
-            w = np.maximum(w - t * q_rows[c - 1], 0.0)
-            t = _total(w)
+            w, t = sibling_residual(w, t, q_rows[c - 1])
             if t == 0.0:
                 return TreeVerdict(tuple(path), inverse_cdf(p_rows[v], final), "repair")
         else:
@@ -229,7 +236,7 @@ def verify_tree_sampled_batch(tree: DraftTree, p: ArrayLike, q: ArrayLike, unifo
             continue
         kids = tree.children(v)
         if not kids:
-            token[here] = _draw_many(p_rows[v], u[here, n - 1])
+            token[here] = inverse_cdf_draws(p_rows[v], u[here, n - 1])
             bonus[here] = True
             continue
         w, t = p_rows[v], 1.0
@@ -238,21 +245,12 @@ def verify_tree_sampled_batch(tree: DraftTree, p: ArrayLike, q: ArrayLike, unifo
             accept = u[here, c - 1] * q_rows[c - 1, x] * t < w[x]
             node[here[accept]] = c
             here = here[~accept]
-            w = np.maximum(w - t * q_rows[c - 1], 0.0)
-            t = _total(w)
+            w, t = sibling_residual(w, t, q_rows[c - 1])
             if t == 0.0:
                 w = p_rows[v]
                 break
-        token[here] = _draw_many(w, u[here, n - 1])
+        token[here] = inverse_cdf_draws(w, u[here, n - 1])
     return node, token, bonus
-
-
-def _draw_many(weights: F64, draws: F64) -> I64:
-    """:func:`inverse_cdf` for many uniforms against one weight row."""
-    cumulative = np.cumsum(weights, dtype=np.float64)
-    chosen = np.searchsorted(cumulative, draws * float(cumulative[-1]), side="right").astype(np.int64)
-    last = int(np.flatnonzero(np.asarray(weights) > 0)[-1])
-    return np.where(chosen == cumulative.shape[0], last, chosen).astype(np.int64)
 
 
 # -- the laws siblings are drawn from ---------------------------------------------------------------

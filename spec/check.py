@@ -61,6 +61,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import VerificationError, VerispecError
+from verispec.reference.errors import CheckError as CheckError
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, BatchVerifier, Probs2D, Verdict, Verifier
 from verispec.spec.external import CommandTransport, ExternalError, ProgramCannotStart, Unsupported, WireImplementation, parse_verdict
@@ -73,7 +74,6 @@ from verispec.spec.report import (
     EXIT_INCONCLUSIVE,
     EXIT_PASSED,
     SCHEMA_VERSION,
-    CheckError,
     CheckReport,
     PropertyOutcome,
     Status,

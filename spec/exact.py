@@ -18,6 +18,11 @@ The claim that q must be the EXACT law the draft sampled from is built in: draft
 weighted by the draft's true law, and the verification is given rows by a separate function, so a
 pipeline that hands the verifier another q (raw logits, softmax of a greedy draft, ...) is scored
 by what it really does.
+
+Independent oracle by design: written from spec/protocol.md alone and never importing reference,
+it carries its own draw (:func:`inverse_cdf_exact`) and residual rule in exact rationals, so a
+mistake in the float reference (reference.sampling.inverse_cdf, reference.speculative.residual_law)
+cannot hide in both.
 """
 
 from __future__ import annotations

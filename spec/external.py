@@ -79,6 +79,9 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import VerificationError, VerispecError
+from verispec.reference.errors import ExternalError as ExternalError
+from verispec.reference.errors import ProgramCannotStart as ProgramCannotStart
+from verispec.reference.errors import Unsupported as Unsupported
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, Probs2D, Verdict, verify_greedy, verify_sampled_batch
 from verispec.spec.pipeline import RowsRequest
@@ -89,21 +92,6 @@ REQUIRED_OPS: tuple[str, ...] = ("sampled", "sampled_batch", "greedy")
 OPTIONAL_OPS: tuple[str, ...] = ("rows", "target_law", "gate", "conformal_index", "dequantize")
 DEFAULT_TIMEOUT = 60.0  # seconds to wait for any one response
 BATCH_ITEMS = 20_000  # items per sampled_batch request (the checker splits bigger batches)
-
-
-class ExternalError(VerispecError):
-    """The program under test broke the wire protocol: crashed, timed out, answered malformed
-    JSON, out of order, or without a required field. Never a VerificationError, so a crash on
-    bad input does not pass for a rejection."""
-
-
-class ProgramCannotStart(ExternalError):
-    """The program exited before its first answer ever (not found, not executable, crashed at
-    start): a usage error of the run, not a verdict about a verifier."""
-
-
-class Unsupported(ExternalError):
-    """The program answered ``{"unsupported": op}``."""
 
 
 # -----------------------------------------------------------------------------------------------

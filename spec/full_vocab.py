@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.speculative import BatchVerifier
+from verispec.reference.sampling import inverse_cdf_draws
+from verispec.reference.speculative import BatchVerifier, residual_law
 from verispec.spec.llm_rows import LlmCase, Rows, case_rng
 
 ALL_TOKENS = 96  # probe every positive-weight token when there are at most this many
@@ -102,11 +103,8 @@ class Paths:
 
 def paths_of(case: LlmCase) -> Paths:
     k = case.k
-    weights = np.empty_like(case.p)
-    for j in range(k):
-        residual = np.maximum(case.p[j] - case.q[j], 0.0)
-        weights[j] = residual if np.any(residual > 0) else case.p[j]
-    weights[k] = case.p[k]
+    weights = case.p.copy()  # [k+1, V]: row k stays p_k, the bonus row
+    weights[:k] = residual_law(case.p[:k], case.q)
     drafts = np.asarray(case.drafts, dtype=np.int64)
     return Paths(
         weights,
@@ -125,10 +123,7 @@ def protocol_verdicts(paths: Paths, uniforms: npt.NDArray[np.float64]) -> tuple[
     token = np.empty(uniforms.shape[0], dtype=np.int64)
     for j in np.unique(accepted):
         rows = accepted == j
-        c = paths.cumsum[j]
-        chosen = np.searchsorted(c, uniforms[rows, k] * c[-1], side="right")
-        last_positive = int(np.flatnonzero(paths.weights[j] > 0)[-1])
-        token[rows] = np.where(chosen >= c.shape[0], last_positive, chosen)
+        token[rows] = inverse_cdf_draws(paths.weights[j], uniforms[rows, k])
     return accepted, token
 
 

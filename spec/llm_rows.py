@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.reference.sampling import SamplingParams, inverse_cdf, target_distribution
 
 Rows = npt.NDArray[np.float64]
 
@@ -176,8 +176,7 @@ def _set_mass(row: Rows, token: int, mass: float) -> None:
 
 def _draw(rng: np.random.Generator, row: Rows) -> int:
     """A draft id drawn from ``row`` (so it has q > 0)."""
-    c = np.cumsum(row)
-    return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), np.flatnonzero(row > 0)[-1]))
+    return inverse_cdf(row, float(rng.random()))
 
 
 # -----------------------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ each one; it exits 0 only if the reference passes everything and every mutant is
 
 Row-level mutants are written in the vectorized batch form (statistics need millions of draws)
 and used one at a time through :func:`spec.properties.as_verifier`.
+
+Broken on purpose: the draw and residual below are copies of the protocol's that carry the bugs
+(a float32 running sum, a pairwise total, an off-by-one clamp, a flushed residual ...); where a
+mutant's draw is not the bug, :func:`_inverse_cdf_rows` calls the reference's one definition
+(reference.sampling.inverse_cdf_rows).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.reference.sampling import SamplingParams, inverse_cdf_rows, target_distribution
 from verispec.reference.speculative import (
     BatchVerdict,
     BatchVerifier,
@@ -65,6 +70,8 @@ class Bugs:
 
 def _inverse_cdf_rows(weights: Probs2D, u: npt.NDArray[np.float64], draw: str = "protocol") -> npt.NDArray[np.int64]:
     """The protocol's draw, row by row: the first id with u * total < cumsum (or a broken draw)."""
+    if draw == "protocol":
+        return inverse_cdf_rows(weights, u)
     vocab = weights.shape[1]
     if draw == "reversed_large_vocab" and vocab > 8:  # a kernel that scans from the top id down
         flipped = _inverse_cdf_rows(weights[:, ::-1], u)

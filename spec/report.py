@@ -24,23 +24,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import CheckError as CheckError
+from verispec.reference.errors import ReportError as ReportError
 from verispec.reference.speculative import PROTOCOL_VERSION
 from verispec.spec.sequential import SequentialTest, final_state
-from verispec.spec.statistics import TV_BIAS
+from verispec.spec.statistics import PROPERTY_SEED, TV_BIAS
 from verispec.spec.vectors import Json
 
 Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive", "counted"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "skipped", "not_applicable", "inconclusive", "counted")
 EXIT_PASSED, EXIT_FAILED, EXIT_INCONCLUSIVE = 0, 1, 3  # the rest: verispec/exit_codes.py
-DEFAULT_STAT_SEED = 20_240_531  # the properties' seed (spec.properties.run_properties)
+DEFAULT_STAT_SEED = PROPERTY_SEED  # the properties' seed (spec.properties.run_properties)
 SCHEMA_VERSION = "1.0"  # MAJOR.MINOR of the JSON report (docs/report-schema.md)
 CONTRACT = "contract"  # the property whose failure means "does not validate its input"
 
-
-class CheckError(VerispecError):
-    """``verispec check`` cannot start or cannot merge: a bad ``module:function``, an unknown
-    property name, a report that is not a shard of this run."""
 
 
 def _verispec_version() -> str:
@@ -48,9 +45,6 @@ def _verispec_version() -> str:
 
     return __version__
 
-
-class ReportError(CheckError):
-    """A report file that cannot be read or parsed (an input error, exit status 4)."""
 
 
 @dataclass(frozen=True)

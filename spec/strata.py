@@ -27,7 +27,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.speculative import BatchVerifier
+from verispec.reference.sampling import inverse_cdf_draws
+from verispec.reference.speculative import BatchVerifier, residual_law
 from verispec.spec.llm_rows import Rows, case_rng, normalized
 from verispec.spec.statistics import ChiSquare, chi_square, counts_of
 
@@ -70,10 +71,7 @@ def draw_weights(p: Rows, q: Rows) -> Rows:
     """The law each accepted count a draws from: the residual (p_a if it is all zero), p_k."""
     k = q.shape[0]
     out = p.copy()
-    for j in range(k):
-        residual = np.maximum(p[j] - q[j], 0.0)
-        if np.any(residual > 0):
-            out[j] = residual
+    out[:k] = residual_law(p[:k], q)  # [k, V]
     return out
 
 
@@ -96,16 +94,12 @@ def observe(batch: BatchVerifier, p: Rows, q: Rows, n: int, rng: np.random.Gener
     """Counts over the cells of n verifications, drafts drawn from q (harness side), uniforms fresh."""
     k, vocab = q.shape
     weights = draw_weights(p, q)
-    cumulative = np.cumsum(q, axis=1)  # [k, V]: the harness' draft sampler
     counts = np.zeros((k + 1) * len(STRATA), dtype=np.int64)
     chunk = max(1, CHUNK_ELEMENTS // vocab)
     done = 0
     while done < n:
         m = min(chunk, n - done)
-        drafts = np.stack(
-            [np.minimum(np.searchsorted(cumulative[i], rng.random(m) * cumulative[i, -1], side="right"), vocab - 1) for i in range(k)],
-            axis=1,
-        ).astype(np.int64)  # [m, k]
+        drafts = np.stack([inverse_cdf_draws(q[i], rng.random(m)) for i in range(k)], axis=1)  # [m, k]: the harness' draft sampler
         result = batch(p, q, drafts, rng.random((m, k + 1)))
         accepted = np.asarray(result.accepted, dtype=np.int64)
         token = np.asarray(result.token, dtype=np.int64)

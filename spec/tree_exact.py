@@ -16,6 +16,10 @@ The tree shape is a parents tuple (``parents[0] == -1``, ``parents[i] < i``); th
 its tokens: node i is drawn from the draft's law after its parent's path, given its earlier
 siblings (the same row for i.i.d. siblings; renormalized without the earlier siblings' tokens
 otherwise).
+
+Independent oracle by design: the tree rule written again in exact rationals (its residual
+``norm(max(r - q, 0))`` is its own copy), never importing reference, so a mistake in
+reference/tree_speculative.py cannot hide in both.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Broken tree verifiers: each is :func:`reference.tree_speculative.verify_tree_sampled` with one
 known failure mode, same signature. The tree spec (tests/spec/test_tree_rule.py) must kill every
 one: by the exact law integrated over the uniform cells, and by the powered statistics.
+Broken on purpose: the sibling residual chain below is a copy of the tree rule's that carries the
+bugs; the draw itself is the reference's one definition (reference.sampling.inverse_cdf).
 
     residual_not_updated      every sibling is tested against p[v], never the residual (the
                               final draw still uses the residual chain)

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import WitnessError as WitnessError
+from verispec.reference.sampling import inverse_cdf, inverse_cdf_draws
 from verispec.reference.speculative import verify_sampled
 from verispec.spec import exact
 from verispec.spec.statistics import ALPHA_BUDGET, ChiSquare, chi_square, counts_of
@@ -41,10 +42,6 @@ LAW_TOKENS = 2  # the exact law is computed for the first m = 2 emitted tokens
 MAX_VOCAB = 64
 MAX_K = 16
 MAX_STEPS = 1_000_000
-
-
-class WitnessError(VerispecError):
-    """Invalid witness settings (names the flag and the value)."""
 
 
 @dataclass(frozen=True)
@@ -265,13 +262,12 @@ def run_witness(config: WitnessConfig) -> WitnessReport:
     k, vocab = config.k, config.vocab
     p_rows, q_rows = np.tile(p, (k + 1, 1)), np.tile(q, (k, 1))
     rng = np.random.default_rng([config.seed, 1])
-    q_cumulative = np.cumsum(q)
 
     evidence: list[StepEvidence] = []
     stream: list[int] = []
     accepted_total = repairs = bonuses = dropped = 0
     for step in range(config.steps):
-        drafts = [int(np.searchsorted(q_cumulative, u * q_cumulative[-1], side="right")) for u in rng.random(k)]
+        drafts = [int(x) for x in inverse_cdf_draws(q, rng.random(k))]
         uniforms = rng.random(k + 1).tolist()
         kind: str
         if config.verify:
@@ -279,7 +275,7 @@ def run_witness(config: WitnessConfig) -> WitnessReport:
             accepted, token, kind = verdict.accepted, verdict.token, str(verdict.kind)
         else:  # accept everything, then the bonus
             accepted, kind = k, "unverified"
-            token = int(np.searchsorted(np.cumsum(p), uniforms[k], side="right"))
+            token = inverse_cdf(p, uniforms[k])
         emitted = drafts[:accepted] + [token]
         if kind == "repair" and not config.repair:
             emitted, kind, dropped = drafts[:accepted], "dropped", dropped + 1

@@ -24,7 +24,10 @@ def _example() -> ModuleType:
 
 
 def linear_scan_draw(weights: list[float], u: float) -> int:
-    """The protocol's inverse CDF as a scan over ascending ids (the example's former code)."""
+    """The protocol's inverse CDF as a scan over ascending ids (the example's former code).
+
+    Independent oracle by design: restated from spec/protocol.md's ``draw`` block, never imported
+    from reference, so the example and the reference cannot share a mistake through it."""
     running = []
     total = 0.0
     for w in weights:

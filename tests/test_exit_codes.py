@@ -41,8 +41,8 @@ law_reference = single_with_own_randomness(verify_sampled, 3)
         (ContextOverflow("does not fit"), EXIT_USAGE),  # what was asked, not what was read
         (CheckError("unknown property"), EXIT_USAGE),
         (ProgramCannotStart("cannot start"), EXIT_USAGE),
-        (ExternalError("protocol breach"), EXIT_USAGE),
-        (VerispecError("anything else"), EXIT_USAGE),
+        (ExternalError("protocol breach"), EXIT_FAILED),  # the program under test broke the protocol: a verdict
+        (VerispecError("anything else"), EXIT_INPUT),  # the root's category: bad input
         (KeyboardInterrupt(), EXIT_INTERRUPTED),
     ],
 )

@@ -10,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import TemplateError as TemplateError
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "data" / "templates"
 
-
-class TemplateError(VerispecError):
-    """An unknown template name, or a template missing from the installation."""
 
 
 @dataclass(frozen=True)

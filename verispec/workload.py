@@ -19,16 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verispec.reference.chat import ROLES, ChatFormat, ChatMessage
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import WorkloadError as WorkloadError
 
 WORKLOAD = Path(__file__).resolve().parent / "data" / "workload.jsonl"
 CATEGORIES: tuple[str, ...] = ("multi_turn", "translation", "summarisation", "qa", "maths", "rag", "code_edit")
 MAX_TOKENS_BOUNDS = (1, 4096)  # generated tokens per request
 MAX_FILE_BYTES = 16 * 1024 * 1024  # checked before reading: a workload is text, not a corpus
-
-
-class WorkloadError(VerispecError):
-    """A workload file that cannot be read or has a malformed line (names the line)."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ below float32's resolution next to a running sum near 1), ``deep_rejection`` (k 
 position 4), ``wide_residual`` (~2,000 residual entries of seven sizes), ``division_differs`` (u
 where u * q < p and u < p/q disagree), ``inexact_running_sum`` (scale_log2 = 60: a 2^-60 grid whose
 running sum rounds; a uniform where the running sum's total and a pairwise total disagree).
+
+Independent oracle by design: the cases are built in exact integers (running sums of numerators,
+the residual ``max(p - q, 0)`` on integer rows), never with the reference's float draw or residual,
+so the boundaries they aim at are the protocol's, not the reference's reading of it.
 """
 
 from __future__ import annotations

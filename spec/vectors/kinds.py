@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import VectorError as VectorError
 
 FORMAT_VERSION = 1
 DEFAULT_SEED = 20_240_601
@@ -19,7 +19,3 @@ KINDS: tuple[str, ...] = (
     "conformal_index",
     "dequantize",
 )
-
-
-class VectorError(VerispecError):
-    """A vector directory is missing, corrupt (sha256 mismatch), or of another format version."""

@@ -20,15 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import BenchReportError as BenchReportError
 
 SCHEMA_VERSION = 1  # the layout of BenchReport.as_json; a saved report without the field is version 1
 JSONObject = dict[str, Any]
 
-
-class BenchReportError(VerispecError):
-    """A bench report that cannot be read: not an object, a missing or mistyped field, or a
-    schema version this verispec does not know (names the field)."""
 
 
 # -- typed reads of one JSON object ----------------------------------------------------------------

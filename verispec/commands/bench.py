@@ -13,7 +13,7 @@ from verispec.bench.options import DRAFTS, PROMPTS, BenchOptions
 from verispec.bench.plot import plot
 from verispec.bench.run import run_bench
 from verispec.bench.text import format_report
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import BenchError as BenchError
 from verispec.registry import DEFAULT_MODEL, resolve_model
 from verispec.workload import WorkloadItem, load_workload, select
 
@@ -45,10 +45,6 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                         help="the engine mode the workload runs on (default f32, the exact mode; int8: the "
                              "quantized mode, llama.cpp-class numerics, its own target law)")
     parser.set_defaults(func=run)
-
-
-class BenchError(VerispecError):
-    """A bad bench option (one line, exit 2)."""
 
 
 def _prompts(text: str | None) -> tuple[tuple[str, str], ...]:

@@ -29,17 +29,14 @@ from pathlib import Path
 
 from verispec.reference.config import Config
 from verispec.reference.drafts import check_exit_layer, check_options, parse_draft_spec
-from verispec.reference.errors import ContextOverflow, DraftError, SamplingError, VerispecError
+from verispec.reference.errors import ContextOverflow, DraftError, SamplingError
+from verispec.reference.errors import UsageError as UsageError
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.sampling import SamplingParams
 from verispec.registry import resolve_model
 
 MAX_TEMPERATURE = 100.0
 MAX_K = 64
-
-
-class UsageError(VerispecError):
-    """Command-line flags that contradict each other, or name an output that cannot be written."""
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
