@@ -62,3 +62,8 @@ class CertificateError(VerispecError):
 class DraftError(VerispecError):
     """A speculative draft source is misconfigured: unknown spec, k < 1, layer outside 1..L-1,
     p-min outside [0, 1], or a draft vocabulary that differs from the target's."""
+
+
+class InputError(VerispecError):
+    """An untrusted input (a JSON file or a wire line) is too large, too deeply nested, not
+    JSON, or lacks a field; the message names the source and the field."""
