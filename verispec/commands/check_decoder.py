@@ -76,7 +76,7 @@ def _engine(args: argparse.Namespace, path: Any, logits: Any, tokenizer: Any) ->
             raise CheckError(f"unknown mutant decoder {args.mutant!r}; known: {', '.join(MUTANT_BUGS)}")
         return LoopDecoder(logits, draft, args.k, MUTANT_BUGS[args.mutant][1])
     if args.engine_cmd:
-        return CommandEngine(args.engine_cmd, args.timeout)
+        return CommandEngine(args.engine_cmd, args.timeout, logits.model.config.n_vocab, tokenizer.eog_ids)
     return load_callable(args.engine)(path)
 
 
@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from verispec.spec.decoder_check import EngineLogits, LawCase, ReferenceLogits, check_greedy, check_law, law_json, reports_logits
     from verispec.spec.decoder_law import MAX_M
     from verispec.spec.decoder_two_sample import check_two_sample
+    from verispec.spec.external import check_timeout
     from verispec.registry import resolve_model
 
     if not 1 <= args.m <= MAX_M:
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise CheckError(f"--alpha must be in (0, 1), got {args.alpha}")
     if args.k < 1 or args.max_tokens < 1:
         raise CheckError("--k and --max-tokens must be >= 1")
+    check_timeout(args.timeout)  # before the model loads: inf, nan, 1e300, -1 are usage errors
     params = SamplingParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repeat_penalty=args.repeat_penalty
     )
@@ -123,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         for text in args.prompt:
             prompt = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True))  # as the bench
             if args.greedy:
-                g = check_greedy(engine, target, prompt, args.max_tokens)
+                g = check_greedy(engine, target, prompt, args.max_tokens, eog)
                 results.append({"prompt": text, "mode": "greedy", "passed": g.passed, "detail": g.detail(),
                                 "margin": g.margin, "noise": g.noise, "noise_source": g.noise_source,
                                 "divergence": g.divergence})
