@@ -619,6 +619,32 @@ def _run_sequential(
     fail_fast: bool,
     log: Callable[[PropertyOutcome], None] | None,
 ) -> None:
+    """:func:`_draw_sequential`; a broken answer while drawing (an ExternalError from the wire, a
+    crashed worker) fails the undecided tests with its reason, as the plain run does, instead of
+    aborting the run with a usage error and no report."""
+    began = time.perf_counter()
+    try:
+        _draw_sequential(report, names, parts, draw, parallel, budget, fail_fast, log)
+    except Exception as exc:  # noqa: BLE001 - the subject may break in any way: report it
+        reason = f"drawing broke off: {type(exc).__name__}: {str(exc)[:300]}"
+        decided = {p.name for p in report.properties}
+        for name in (n for n in names if n not in decided):
+            outcome = PropertyOutcome(name, "failed", 0, 0.0, 0.0, reason, time.perf_counter() - began)
+            report.properties.append(outcome)
+            if log:
+                log(outcome)
+
+
+def _draw_sequential(
+    report: CheckReport,
+    names: Sequence[str],
+    parts: tuple[Verifier, BatchVerifier | None, Pipeline | None],
+    draw: BlockDraw | None,
+    parallel: int,
+    budget: Budget | None,
+    fail_fast: bool,
+    log: Callable[[PropertyOutcome], None] | None,
+) -> None:
     """The designed statistical tests, group-sequentially (or one shard's blocks of them)."""
     verifier, batch, _ = parts
     if draw is None:
