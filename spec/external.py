@@ -95,7 +95,7 @@ DEFAULT_TIMEOUT = 60.0  # seconds to wait for any one response
 MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer is a typo (and past what queue waits accept)
 MAX_LINE_BYTES = 256 * 1024 * 1024  # one response line; the largest valid one (logits rows) is far below
 STDERR_TAIL_BYTES = 8192  # of the program's stderr kept for failure messages
-CLOSE_GRACE = 5.0  # seconds a closing program gets to exit before its group is killed
+CLOSE_GRACE = 2.0  # seconds a closing program gets to exit before its group is killed
 BATCH_ITEMS = 20_000  # items per sampled_batch request (the checker splits bigger batches)
 
 
@@ -291,6 +291,10 @@ class CommandTransport:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.wait(timeout=1.0)  # reap the shell: no zombie left in the group
+            except subprocess.TimeoutExpired:
                 pass
 
     def _fail(self, message: str) -> ExternalError:
