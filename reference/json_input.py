@@ -75,9 +75,11 @@ def loads(data: bytes | str, where: str, *, max_depth: int = MAX_DEPTH, error: t
     if depth > max_depth:
         raise error(f"{where}: JSON nested {depth} levels deep (at most {max_depth})")
     try:
-        return json.loads(raw, parse_constant=_refuse_constant)
+        text = raw.decode("utf-8")  # explicitly: json.loads would guess UTF-16 from a BOM
     except UnicodeDecodeError:
         raise error(f"{where}: not UTF-8 text") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise error(f"{where}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # an integer past the digit limit; bare NaN
@@ -91,10 +93,11 @@ def read_regular(path: str | Path, what: str, *, max_bytes: int = MAX_FILE_BYTES
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
     except OSError as exc:
         raise error(f"{what} {path} cannot be read: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise error(f"{what} {path} is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"{what} {path} is not a regular file")
         if info.st_size > max_bytes:
             raise error(f"{what} {path} is {info.st_size} bytes (at most {max_bytes})")
         try:
