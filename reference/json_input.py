@@ -92,7 +92,7 @@ def read_regular(path: str | Path, what: str, *, max_bytes: int = MAX_FILE_BYTES
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
     except OSError as exc:
-        raise error(f"{what} {path} cannot be read: {exc.strerror}") from None
+        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)

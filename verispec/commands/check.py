@@ -106,15 +106,19 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return int(index), int(count)
 
 
+REPORT_BYTES = 64 * 1024 * 1024  # a shard report: counts per block, far below this
+
+
 def _merge(args: argparse.Namespace) -> int:
+    from verispec.reference.json_input import read_json_file
     from verispec.spec.check import CheckError, CheckReport, format_outcome, merge_reports
 
     reports = []
     for path in args.merge:
         try:
-            reports.append(CheckReport.from_json(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CheckError(f"cannot read shard report {path}: {exc}") from None
+            reports.append(CheckReport.from_json(read_json_file(path, "shard report", max_bytes=REPORT_BYTES, error=CheckError)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # a malformed report
+            raise CheckError(f"cannot read shard report {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     report = merge_reports(reports)
     _print(report, args.json, format_outcome)
     return report.exit_status
