@@ -68,22 +68,31 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"bare {name} is not JSON")
 
 
-def loads(data: bytes | str, where: str, *, max_depth: int = MAX_DEPTH, error: type[VerispecError] = InputError) -> Any:
-    """Parse one JSON text from an untrusted source; ``error(one line)`` if it is not one."""
+def loads(
+    data: bytes | str,
+    where: str,
+    *,
+    max_depth: int = MAX_DEPTH,
+    error: type[VerispecError] = InputError,
+    allow_nan: bool = False,
+) -> Any:
+    """Parse one JSON text from an untrusted source; ``error(one line)`` if it is not one.
+    ``allow_nan``: let bare NaN / Infinity through, for a reader whose own field checks refuse
+    them with the field's name (a calibration's thresholds)."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     depth = nesting_depth(raw)
     if depth > max_depth:
-        raise error(f"{where}: JSON nested {depth} levels deep (at most {max_depth})")
+        raise error(f"cannot read {where}: JSON nested {depth} levels deep (at most {max_depth})")
     try:
         text = raw.decode("utf-8")  # explicitly: json.loads would guess UTF-16 from a BOM
     except UnicodeDecodeError:
-        raise error(f"{where}: not UTF-8 text") from None
+        raise error(f"cannot read {where}: not UTF-8 text") from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text) if allow_nan else json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
-        raise error(f"{where}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        raise error(f"cannot read {where}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # an integer past the digit limit; bare NaN
-        raise error(f"{where}: unacceptable JSON value ({str(exc)[:120]})") from None
+        raise error(f"cannot read {where}: unacceptable JSON value ({str(exc)[:120]})") from None
 
 
 def read_regular(path: str | Path, what: str, *, max_bytes: int = MAX_FILE_BYTES, error: type[VerispecError] = InputError) -> bytes:
@@ -116,10 +125,11 @@ def read_json_file(
     max_bytes: int = MAX_FILE_BYTES,
     max_depth: int = MAX_DEPTH,
     error: type[VerispecError] = InputError,
+    allow_nan: bool = False,
 ) -> Any:
     """A JSON file, bounded in size and nesting (see the module docstring)."""
     data = read_regular(path, what, max_bytes=max_bytes, error=error)
-    return loads(data, f"{what} {path}", max_depth=max_depth, error=error)
+    return loads(data, f"{what} {path}", max_depth=max_depth, error=error, allow_nan=allow_nan)
 
 
 def field(obj: Any, name: str, kind: type[T] | tuple[type, ...], where: str, *, error: type[VerispecError] = InputError) -> T:

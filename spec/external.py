@@ -342,7 +342,7 @@ class CommandTransport:
         try:
             obj = loads(line, f"response to {where}", error=ExternalError)
         except ExternalError as exc:
-            raise self._fail(f"malformed {exc}: {shown(line)}") from None
+            raise self._fail(f"malformed response: {exc}: {shown(line)}") from None
         if not isinstance(obj, dict):
             raise self._fail(f"malformed response to {where}: not a JSON object: {shown(line)}")
         if obj.get("id") != request["id"]:
