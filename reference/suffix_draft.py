@@ -364,7 +364,7 @@ class SuffixCache:
         if not os.path.lexists(path):
             return cache
         payload = read_json_file(path, "draft cache", max_bytes=CACHE_FILE_BYTES, error=DraftError)
-        if not isinstance(payload, dict) or payload.get("version") != CACHE_VERSION or not isinstance(payload.get("texts"), list):
+        if not isinstance(payload, dict) or type(payload.get("version")) is not int or payload["version"] != CACHE_VERSION or not isinstance(payload.get("texts"), list):
             raise DraftError(f"draft cache {path} is not a version-{CACHE_VERSION} draft cache")
         if fingerprint and payload.get("fingerprint") not in ("", fingerprint):
             raise DraftError(f"draft cache {path} was written for another vocabulary")
