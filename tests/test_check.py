@@ -178,7 +178,7 @@ def test_a_program_that_crashes_on_bad_input_fails_the_contract(tmp_path: Path, 
     script = tmp_path / "fragile.py"
     script.write_text(
         "import sys, subprocess\n"
-        f"ref = subprocess.Popen([{PY!r}, '-m', 'spec.external', '--reference'], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+        f"ref = subprocess.Popen([{PY!r}, '-m', 'verispec.spec.external', '--reference'], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
         "for line in sys.stdin.buffer:\n"
         "    ref.stdin.write(line); ref.stdin.flush()\n"
         "    answer = ref.stdout.readline()\n"
