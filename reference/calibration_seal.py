@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from verispec.reference.errors import CalibrationError
 from verispec.reference.exit_head import Lens
@@ -53,7 +54,7 @@ def _content(body: Mapping[str, Any], lens: Lens | None) -> bytes:
     """The sealed bytes: the domain, the canonical JSON body, then each lens array."""
     parts = [DOMAIN, json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")]
     if lens is not None:
-        arrays = {
+        arrays: dict[str, npt.NDArray[Any]] = {
             "depths": np.asarray(lens.depths, dtype=np.int64),
             "weight": np.ascontiguousarray(lens.weight, dtype=np.float32),
             "bias": np.ascontiguousarray(lens.bias, dtype=np.float32),

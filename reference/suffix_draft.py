@@ -373,8 +373,8 @@ class SuffixCache:
             if not isinstance(text, list) or not all(type(t) is int and 0 <= t < n_vocab for t in text):
                 raise DraftError(f"draft cache {path}: text {index} holds a value outside 0..{n_vocab - 1} (token ids only)")
         with _collector_paused():
-            for text in surviving(texts, max_tokens):
-                cache.remember(text)
+            for kept in surviving(texts, max_tokens):
+                cache.remember(kept)
         return cache
 
     @staticmethod

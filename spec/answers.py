@@ -148,14 +148,15 @@ def _answered_token(value: Any, vocab: int, who: str, where: str) -> int:
     return int(value)
 
 
-def greedy_ids(value: Any, max_tokens: int, vocab: int, eog: Collection[int], who: str = "the engine") -> list[int]:
-    """A greedy output: max_tokens ids in [0, V), or fewer ending at an end-of-generation id."""
+def greedy_ids(value: Any, max_tokens: int, vocab: int, eog: Collection[int] | None, who: str = "the engine") -> list[int]:
+    """A greedy output: max_tokens ids in [0, V), or fewer ending at an end-of-generation id
+    (``eog`` None: the ids are not known, so any 1..max_tokens ids)."""
     if not isinstance(value, (list, tuple)):
         raise ExternalError(f"{who}'s greedy answer has no list of ids, got {shown(value)}")
     ids = [_answered_token(t, vocab, who, f"at position {j} of its greedy output") for j, t in enumerate(value)]
     if len(ids) > max_tokens:
         raise ExternalError(f"{who} answered {len(ids)} greedy tokens, asked for {max_tokens}")
-    if len(ids) < max_tokens and not (ids and ids[-1] in eog):
+    if not ids or (eog is not None and len(ids) < max_tokens and ids[-1] not in eog):
         raise ExternalError(
             f"{who} answered {len(ids)} greedy tokens, asked for {max_tokens} (fewer only when ending at an end-of-generation id)"
         )
@@ -167,6 +168,8 @@ def logits_row(value: Any, vocab: int | None, what: str) -> npt.NDArray[np.float
     if not isinstance(value, (list, tuple, np.ndarray)):
         raise ExternalError(f"{what} must be a list of numbers, got {shown(value)}")
     for i, x in enumerate(value):
+        if isinstance(x, str) and x in ("NaN", "Infinity", "-Infinity"):  # the wire's non-finite markers
+            raise ExternalError(f"{what} are not all finite: entry {i} is {x}")
         if isinstance(x, (bool, str)) or x is None or not isinstance(x, (int, float, np.floating, np.integer)):
             raise ExternalError(f"{what}[{i}] must be a number, got {shown(x)}")
     try:
@@ -176,7 +179,7 @@ def logits_row(value: Any, vocab: int | None, what: str) -> npt.NDArray[np.float
     if row.ndim != 1 or row.shape[0] < 2 or (vocab is not None and row.shape[0] != vocab):
         raise ExternalError(f"{what} has shape {row.shape}, expected [{vocab if vocab is not None else 'V >= 2'}]")
     if not bool(np.all(np.isfinite(row))):
-        raise ExternalError(f"{what} holds non-finite numbers at {shown(np.flatnonzero(~np.isfinite(row))[:8].tolist())}")
+        raise ExternalError(f"{what} are not all finite: entries {shown(np.flatnonzero(~np.isfinite(row))[:8].tolist())}")
     return row
 
 

@@ -361,6 +361,8 @@ class CommandEngine:
             return True
         except Unsupported:
             return False
+        except ExternalError:
+            return True  # it answers, malformed: the check that uses the op fails with the reason
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
         out = self.wire.call("greedy", {"prompt_ids": list(prompt_ids), "max_tokens": max_tokens, "speculative": speculative})
@@ -441,12 +443,13 @@ class GreedyVerdict:
 
 
 def check_greedy(
-    engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[int], max_tokens: int, eog: Collection[int] = ()
+    engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[int], max_tokens: int, eog: Collection[int] | None = None
 ) -> GreedyVerdict:
     """Token-identical to the engine's own plain greedy output, or a near-tie: the margin and the
     batch-shape noise come from ``logits_of`` (:class:`EngineLogits` for an engine that reports its
     logits, :class:`ReferenceLogits` for one of our numerics). Each output must hold max_tokens
-    ids in [0, V) (fewer only when it ends at an ``eog`` id); a malformed one fails."""
+    ids in [0, V) (fewer only when it ends at an ``eog`` id; any 1..max_tokens ids when ``eog`` is
+    None, not known); a malformed one fails."""
     vocab = np.asarray(logits_of(tuple(int(t) for t in prompt_ids))).shape[-1]
     try:
         plain = answers.greedy_ids(engine.greedy(prompt_ids, max_tokens, False), max_tokens, vocab, eog, "the plain engine")

@@ -85,10 +85,9 @@ def run(args: argparse.Namespace) -> int:
     from verispec.reference.sampling import SamplingParams
     from verispec.reference.tokenizer import Tokenizer
     from verispec.spec.check import CheckError
-    from verispec.spec.decoder_check import EngineLogits, LawCase, ReferenceLogits, check_greedy, check_law, law_json, reports_logits
+    from verispec.spec.decoder_check import EngineLogits, ReferenceLogits, reports_logits
     from verispec.spec.decoder_law import MAX_M
-    from verispec.spec.decoder_two_sample import check_two_sample
-    from verispec.spec.external import check_timeout
+    from verispec.spec.external import ExternalError, check_timeout
     from verispec.registry import resolve_model
 
     if not 1 <= args.m <= MAX_M:
@@ -124,30 +123,44 @@ def run(args: argparse.Namespace) -> int:
         target = EngineLogits(engine) if own and (args.greedy or args.target_law == "engine-logits") else logits
         for text in args.prompt:
             prompt = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True))  # as the bench
-            if args.greedy:
-                g = check_greedy(engine, target, prompt, args.max_tokens, eog)
-                results.append({"prompt": text, "mode": "greedy", "passed": g.passed, "detail": g.detail(),
-                                "margin": g.margin, "noise": g.noise, "noise_source": g.noise_source,
-                                "divergence": g.divergence})
-            elif args.target_law == "two-sample":
-                v = check_two_sample(engine, prompt, params, args.m, alpha=alpha, tv=args.tv, eog=eog, min_mass=args.min_mass)
-                results.append({"prompt": text, "mode": "two-sample", **law_json(v)})
-            else:
-                case = LawCase(prompt, params, args.m, args.min_mass, eog)
-                v = check_law(engine, target, case, alpha=alpha, tv=args.tv)
-                results.append({"prompt": text, "mode": f"law ({target.source})", **law_json(v)})
+            try:
+                results.append(_check_prompt(args, engine, target, logits, prompt, text, params, alpha, eog))
+            except ExternalError as exc:  # a malformed answer (or a dead engine) fails the prompt, never exit 2
+                results.append({"prompt": text, "mode": "malformed", "passed": False, "detail": f"malformed answer: {str(exc)[:300]}"})
     finally:
         close = getattr(engine, "close", None)
         if callable(close):
             close()
+    return _report(results, path, args.json)
+
+
+def _check_prompt(args: argparse.Namespace, engine: Any, target: Any, logits: Any, prompt: tuple[int, ...], text: str,
+                  params: Any, alpha: float, eog: frozenset[int]) -> dict[str, Any]:
+    """One prompt's verdict as a JSON row (greedy, two-sample or law)."""
+    from verispec.spec.decoder_check import LawCase, check_greedy, check_law, law_json
+    from verispec.spec.decoder_two_sample import check_two_sample
+
+    if args.greedy:
+        g = check_greedy(engine, target, prompt, args.max_tokens, eog)
+        return {"prompt": text, "mode": "greedy", "passed": g.passed, "detail": g.detail(), "margin": g.margin,
+                "noise": g.noise, "noise_source": g.noise_source, "divergence": g.divergence}
+    if args.target_law == "two-sample":
+        v = check_two_sample(engine, prompt, params, args.m, alpha=alpha, tv=args.tv, eog=eog, min_mass=args.min_mass)
+        return {"prompt": text, "mode": "two-sample", **law_json(v)}
+    case = LawCase(prompt, params, args.m, args.min_mass, eog)
+    v = check_law(engine, target, case, alpha=alpha, tv=args.tv)
+    return {"prompt": text, "mode": f"law ({target.source})", **law_json(v)}
+
+
+def _report(results: list[dict[str, Any]], path: Any, as_json: bool) -> int:
     passed = all(r["passed"] for r in results)
-    if args.json:
+    if as_json:
         print(json.dumps({"passed": passed, "model": str(path), "results": results}, indent=2))
     else:
         for r in results:
             print(f"{'PASS' if r['passed'] else 'FAIL'}  {r['prompt']!r}: {r['detail']}"
                   + (f"  N={r['n']}{'/arm' if r['mode'] == 'two-sample' else ''} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}"
-                     if r["mode"] != "greedy" else ""))
+                     if r["mode"] not in ("greedy", "malformed") else ""))
         print("PASSED" if passed else "FAILED")
     sys.stdout.flush()
     return 0 if passed else 1
