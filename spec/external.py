@@ -51,6 +51,11 @@ rejected as a whole.
 
 Unsupported optional ops are reported as skipped; an unsupported required op, a malformed
 response, a response out of order, a crash or a response slower than the timeout are failures.
+Every answer is validated before it counts (:mod:`spec.answers`): ids are JSON integers in
+[0, V), accepted counts in [0, k], EVERY item of a batch answer is checked, rows have the shape
+asked for; a line is at most ``MAX_LINE_BYTES`` and at most ``reference.json_input.MAX_DEPTH``
+deep. The program runs in its own process group, killed with everything it started on every
+exit path; once it has timed out it is not restarted (a dead peer costs one timeout per run).
 
 This module holds both ends: :class:`CommandTransport` / :class:`WireImplementation` (the
 checker's side, adapting a program to the :class:`~reference.speculative.Verifier`,
