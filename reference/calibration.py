@@ -30,7 +30,10 @@ lens if one was fit on prompts disjoint from the calibration prompts. The lens i
 (with its sha256) replaces the old JSON: killed at any point, ``X.json`` is either the old
 artifact with its old lens file or the new one with its new lens file (the pair is one atomic
 unit); stale lens files are removed after. Loading checks the sha256, refuses NaN or malformed
-thresholds, and an artifact for another model (all CalibrationError).
+thresholds, and an artifact for another model (all CalibrationError); every number must be one
+calibration can produce (:func:`check_ranges`), and the artifact and its lens must match the
+seal over both files' contents, an HMAC where ``VERISPEC_CALIBRATION_KEY`` is set
+(:mod:`reference.calibration_seal`, which says what an unkeyed seal cannot catch).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -50,6 +53,8 @@ import numpy.typing as npt
 
 from verispec.reference.atomic import replace_file
 from verispec.reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
+from verispec.reference.calibration_seal import SEAL_FIELD, calibration_key, check_seal, seal
+from verispec.reference.json_input import read_json_file, read_regular
 from verispec.reference.conformal import PROMPT_CLAIM, bonferroni, exact_level, min_prompts, prompt_risk_threshold
 from verispec.reference.exit_head import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
 from verispec.reference.seams import TargetModel as Model
@@ -57,6 +62,8 @@ from verispec.reference.errors import CalibrationError, OutputError
 
 F32 = npt.NDArray[np.float32]
 FORMAT = "verispec-early-exit-calibration/2"
+ARTIFACT_BYTES = 64 * 1024 * 1024  # the JSON: thresholds per depth and kind, far below this
+LENS_BYTES = 4 * 1024 * 1024 * 1024  # the lens: K x D x D float32 (K = 5, D = 4096: 335 MB)
 POOLED = "*"  # the pseudo-kind of the pooled calibration (every prompt of the mix)
 
 
@@ -447,7 +454,9 @@ class Calibration:
             lens_path = path.parent / f"{path.stem}.lens.{lens_sha[:16]}.npz"
             _atomic_write(lens_path, data)
             lens_file = lens_path.name
-        text = json.dumps(self.to_json(lens_file, lens_sha), indent=2) + "\n"
+        body = self.to_json(lens_file, lens_sha)
+        body[SEAL_FIELD] = seal(body, self.lens, calibration_key())  # over the contents of both files
+        text = json.dumps(body, indent=2) + "\n"
         _atomic_write(path, text.encode())
         for stale in path.parent.glob(f"{path.stem}.lens.*.npz"):
             if stale.name != lens_file:
@@ -457,10 +466,7 @@ class Calibration:
     def load(cls, path: str | Path, model_sha256: str | None = None) -> "Calibration":
         """Read an artifact; with ``model_sha256``, CalibrationError if it is for another model."""
         path = Path(path)
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise CalibrationError(f"cannot read calibration {str(path)!r}: {exc}") from None
+        raw = read_json_file(path, "calibration", max_bytes=ARTIFACT_BYTES, error=CalibrationError, allow_nan=True)
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             found = raw.get("format") if isinstance(raw, dict) else None
             hint = " (an older, token-level calibration: run verispec calibrate again)" if found == FORMAT[:-1] + "1" else ""
@@ -468,7 +474,10 @@ class Calibration:
         try:
             cal = cls._from_json(raw, path)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CalibrationError(f"calibration {str(path)!r} is malformed: {exc!r}") from None
+            raise CalibrationError(f"calibration {str(path)!r} is malformed: {str(exc)[:200]!r}") from None
+        where = f"calibration {str(path)!r}"
+        check_ranges(cal, raw, where)
+        check_seal(raw, cal.lens, where)
         if model_sha256 is not None:
             cal.check_model(model_sha256)
         return cal
@@ -492,13 +501,10 @@ class Calibration:
         ridge = 0.0
         if raw.get("lens"):
             lens_path = path.parent / Path(str(raw["lens"]["file"])).name
-            try:
-                data = lens_path.read_bytes()
-            except OSError as exc:
-                raise CalibrationError(f"cannot read the lens {str(lens_path)!r}: {exc}") from None
+            data = read_regular(lens_path, "the lens", max_bytes=LENS_BYTES, error=CalibrationError)
             if hashlib.sha256(data).hexdigest() != raw["lens"]["sha256"]:
                 raise CalibrationError(f"lens {str(lens_path)!r} does not match the sha256 in {str(path)!r}")
-            lens = _lens_from_npz(lens_path)
+            lens = _lens_from_npz(lens_path, data)
             ridge = float(raw["lens"]["ridge"])
             if lens.depths != layers:
                 raise ValueError(f"lens depths {lens.depths}")
@@ -656,13 +662,71 @@ def _npz_bytes(lens: Lens) -> bytes:
     return buffer.getvalue()
 
 
-def _lens_from_npz(path: Path) -> Lens:
+def _lens_from_npz(path: Path, blob: bytes) -> Lens:
+    """The lens in ``blob`` (the bytes of ``path``): depths [K], weight [K, D, D], bias [K, D],
+    all finite; another shape would load and crash mid-run."""
+    import io
+    import zipfile
+
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return Lens(
-                tuple(int(k) for k in data["depths"]),
-                np.asarray(data["weight"], dtype=np.float32),
-                np.asarray(data["bias"], dtype=np.float32),
-            )
-    except (OSError, ValueError, KeyError) as exc:
-        raise CalibrationError(f"cannot read the lens {str(path)!r}: {exc}") from None
+        with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+            depths = np.asarray(data["depths"])
+            weight = np.asarray(data["weight"], dtype=np.float32)
+            bias = np.asarray(data["bias"], dtype=np.float32)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise CalibrationError(f"cannot read the lens {str(path)!r}: {str(exc)[:200]}") from None
+    k = depths.shape[0] if depths.ndim == 1 else -1
+    if k < 1 or weight.ndim != 3 or weight.shape[0] != k or weight.shape[1] != weight.shape[2] or bias.shape != weight.shape[:2]:
+        raise CalibrationError(
+            f"the lens {str(path)!r} has depths {list(depths.shape)}, weight {list(weight.shape)}, bias {list(bias.shape)}: "
+            "expected [K], [K, D, D], [K, D]"
+        )
+    if not (np.all(np.isfinite(weight)) and np.all(np.isfinite(bias))):
+        raise CalibrationError(f"the lens {str(path)!r} holds non-finite weights")
+    return Lens(tuple(int(d) for d in depths), weight, bias)
+
+
+def check_ranges(cal: Calibration, raw: Mapping[str, Any], where: str) -> None:
+    """CalibrationError unless every number is one calibration can produce (see
+    :func:`reference.conformal.prompt_risk_threshold`): q in (0, 1); the derived fields (alpha,
+    alpha/K, min_prompts, layers, admits) equal to what q and the depths give; per-kind counts
+    adding up to the pooled ones; depths strictly increasing in 1..n_layer-1; and per depth
+    thresholds +inf exactly when there are too few prompts to admit, otherwise residual
+    quantiles finite and >= 0 (a score value: scores are >= 0, and every token is an event, so
+    the budget can never cover them all) and the margin threshold >= 0 or -inf (a margin value,
+    or -inf when every flip fits in the budget)."""
+    if not 0 < cal.q < 1:
+        raise CalibrationError(f"{where}: q = {cal.q} is outside (0, 1)")
+    rebuilt = cal.to_json(None, None)
+    for name in ("alpha", "alpha_per_depth", "min_prompts", "layers", "claim", "n_layer"):
+        if raw.get(name) != rebuilt[name]:
+            raise CalibrationError(f"{where}: {name} is {str(raw.get(name))[:60]!r}, but q and the depths give {rebuilt[name]!r}")
+    layers = [d.depth for d in cal.depths]
+    if layers != sorted(set(layers)) or not all(1 <= d < cal.n_layer for d in layers):
+        raise CalibrationError(f"{where}: depths {layers[:10]} are not increasing within 1..{cal.n_layer - 1}")
+    if cal.n < cal.n_prompts or cal.n_lens < 0:
+        raise CalibrationError(f"{where}: n = {cal.n} steps for {cal.n_prompts} prompts")
+    if cal.kinds:
+        if sum(kc.n_prompts for kc in cal.kinds.values()) != cal.n_prompts or sum(kc.n for kc in cal.kinds.values()) != cal.n:
+            raise CalibrationError(f"{where}: the prompt kinds' n_prompts and n do not add up to the pooled {cal.n_prompts} and {cal.n}")
+    needed = cal.min_prompts
+    for kc in cal.kinds.values():
+        if kc.min_prompts != needed:
+            raise CalibrationError(f"{where}: kind {kc.kind!r} min_prompts {kc.min_prompts}, q and the depths give {needed}")
+    groups = [("pooled", cal.n_prompts, cal.depths)] + [(kc.kind, kc.n_prompts, kc.depths) for kc in cal.kinds.values()]
+    for kind, n_prompts, depths in groups:
+        for d in depths:
+            _check_depth(d, n_prompts >= needed, f"{where}: {kind} depth {d.depth}")
+
+
+def _check_depth(d: DepthCalibration, can_admit: bool, where: str) -> None:
+    thresholds = (d.supnorm_quantile, d.halfrange_quantile, d.margin_threshold)
+    if not can_admit:
+        if any(t != math.inf for t in thresholds):
+            raise CalibrationError(f"{where}: too few prompts to admit, so every threshold must be +inf")
+        return
+    for name, value in (("supnorm_quantile", d.supnorm_quantile), ("halfrange_quantile", d.halfrange_quantile)):
+        if not (math.isfinite(value) and value >= 0):
+            raise CalibrationError(f"{where}: {name} {value} is not a residual score (finite, >= 0)")
+    if not (d.margin_threshold == -math.inf or (math.isfinite(d.margin_threshold) and d.margin_threshold >= 0)):
+        raise CalibrationError(f"{where}: margin_threshold {d.margin_threshold} is not a margin (finite, >= 0) or -inf")

@@ -482,6 +482,7 @@ def make_draft(
         width = TREE_WIDTH if spec.tree else 0
         if cache_path is None:
             return SuffixDraft(tree_width=width)
+        SuffixCache.check_writable(cache_path)  # refused now, not after the text was generated
         fingerprint = vocab_fingerprint(target_tokenizer) if target_tokenizer is not None else ""
         return SuffixDraft(SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path, tree_width=width)
     if spec.kind == "self":

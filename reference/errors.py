@@ -34,6 +34,11 @@ class VerispecError(Exception):
     exit_category: ClassVar[ExitCategory] = "input"
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (verispec/cli.py raises it from the signal handler): unwind like Ctrl-C,
+    finally blocks run and outputs stay atomic. Not a VerispecError: nothing may catch it as one."""
+
+
 def exit_category_of(exc: BaseException) -> ExitCategory | None:
     """The exit category of ``exc``: its class's, or None when it is not a :class:`VerispecError`."""
     return exc.exit_category if isinstance(exc, VerispecError) else None
@@ -51,6 +56,12 @@ class UsageError(VerispecError):
 class OutputError(VerispecError):
     """An output path cannot be written as asked: an existing file, a non-empty folder without
     --force, a missing parent folder, or an operating-system error while writing."""
+
+    exit_category: ClassVar[ExitCategory] = "usage"
+
+
+class TimeoutSetting(VerispecError):
+    """``--timeout`` is not a finite positive number of seconds."""
 
     exit_category: ClassVar[ExitCategory] = "usage"
 
@@ -268,6 +279,11 @@ class VectorError(VerispecError):
 
 class WorkloadError(VerispecError):
     """A workload file that cannot be read or has a malformed line (names the line)."""
+
+
+class InputError(VerispecError):
+    """An untrusted input (a JSON file or a wire line) is too large, too deeply nested, not
+    JSON, or lacks a field; the message names the source and the field."""
 
 
 # -- failed: the implementation under test broke the protocol --------------------------------------

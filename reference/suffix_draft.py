@@ -30,10 +30,13 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import contextlib
+import gc
 import json
+import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +44,7 @@ from typing import TYPE_CHECKING
 from verispec.reference.atomic import replace_file
 from verispec.reference.draft_control import MAX_ACCEPT, Calibration, VerifyCost, best_k, best_size
 from verispec.reference.errors import DraftError
+from verispec.reference.json_input import read_json_file
 from verispec.reference.seams import DraftContext, Proposal
 from verispec.reference.tree_decode import TreeProposal, score_tree
 from verispec.reference.tree_speculative import DraftTree
@@ -342,31 +346,71 @@ class SuffixCache:
     @classmethod
     def load(cls, path: Path, n_vocab: int, fingerprint: str = "", max_tokens: int = CACHE_TOKENS,
              depth: int = DEPTH) -> "SuffixCache":
-        """The cache at ``path`` (an empty one if the file does not exist); DraftError if it is
-        unreadable, malformed, for another vocabulary, or holds an id outside [0, n_vocab)."""
+        """The cache at ``path`` (an empty one if nothing is there); DraftError if it is not a
+        regular file, larger than CACHE_FILE_BYTES, malformed, of another version or vocabulary,
+        or holds an id outside [0, n_vocab). Linear in the file: every id is checked once, and
+        only the texts that survive eviction are inserted (remembering every text and evicting
+        the oldest, as :meth:`remember` one by one would, rebuilt the tree over and over)."""
         cache = cls(max_tokens, depth, fingerprint)
-        if not path.exists():
+        if not os.path.lexists(path):
             return cache
-        try:
-            size = path.stat().st_size
-            if size > CACHE_FILE_BYTES:
-                raise DraftError(f"draft cache {path} is {size} bytes (at most {CACHE_FILE_BYTES})")
-            payload = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise DraftError(f"draft cache {path} cannot be read: {exc.strerror}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise DraftError(f"draft cache {path} is not a JSON draft cache") from None
-        if not isinstance(payload, dict) or payload.get("version") != CACHE_VERSION or not isinstance(payload.get("texts"), list):
+        payload = read_json_file(path, "draft cache", max_bytes=CACHE_FILE_BYTES, error=DraftError)
+        if not isinstance(payload, dict) or type(payload.get("version")) is not int or payload["version"] != CACHE_VERSION or not isinstance(payload.get("texts"), list):
             raise DraftError(f"draft cache {path} is not a version-{CACHE_VERSION} draft cache")
         if fingerprint and payload.get("fingerprint") not in ("", fingerprint):
             raise DraftError(f"draft cache {path} was written for another vocabulary")
-        for text in payload["texts"]:
-            if not isinstance(text, list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in text
-            ):
-                raise DraftError(f"draft cache {path} holds a token id outside 0..{n_vocab - 1}")
-            cache.remember(text)
+        texts: list[list[int]] = payload["texts"]
+        for index, text in enumerate(texts):
+            if not isinstance(text, list) or not all(type(t) is int and 0 <= t < n_vocab for t in text):
+                raise DraftError(f"draft cache {path}: text {index} holds a value outside 0..{n_vocab - 1} (token ids only)")
+        with _collector_paused():
+            for kept in surviving(texts, max_tokens):
+                cache.remember(kept)
         return cache
+
+    @staticmethod
+    def check_writable(path: Path) -> None:
+        """DraftError now, before any work, if :meth:`save` could not write ``path``: not a
+        regular file where one exists, or a directory that cannot take the temporary file."""
+        if os.path.lexists(path) and not path.is_file():
+            raise DraftError(f"draft cache {path} is not a regular file")
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:  # save() creates missing folders
+            folder = folder.parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise DraftError(f"draft cache {path} cannot be written: {folder} is not a writable directory")
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a tree is built: a cache holds up to
+    CACHE_TOKENS x DEPTH nodes, and each generation-2 pass would walk all of them again (the
+    nodes form no cycles: reference counting frees them)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def surviving(texts: Sequence[Sequence[int]], max_tokens: int) -> list[Sequence[int]]:
+    """The texts :meth:`SuffixCache.remember` would still hold after remembering all of
+    ``texts`` in order: each is cut to CACHE_SEQUENCE_TOKENS and skipped when shorter than 2 or
+    longer than the cache; eviction drops the oldest, so what is left is the longest run of the
+    newest texts that fits in ``max_tokens`` (oldest first)."""
+    kept: list[Sequence[int]] = []
+    total = 0
+    for text in reversed(texts):
+        text = text[:CACHE_SEQUENCE_TOKENS]
+        if len(text) < 2 or len(text) > max_tokens:
+            continue
+        if total + len(text) > max_tokens:
+            break
+        kept.append(text)
+        total += len(text)
+    return kept[::-1]
 
 
 def _uncalibrated(estimates: list[float], buckets: list[int]) -> list[float]:

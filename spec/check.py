@@ -582,6 +582,21 @@ class _TimedDraw:
 
 
 def _run_sequential(report: CheckReport, names: Sequence[str], parts: Parts, options: RunOptions, record: _Recorder) -> None:
+    """:func:`_draw_sequential`; a broken answer while drawing (an ExternalError from the wire, a
+    crashed worker) fails the undecided tests with its reason, as the plain run does, instead of
+    aborting the run with a usage error and no report."""
+    began = time.perf_counter()
+    try:
+        _draw_sequential(report, names, parts, options, record)
+    except Exception as exc:  # noqa: BLE001 - the subject may break in any way: report it
+        reason = f"drawing broke off: {type(exc).__name__}: {str(exc)[:300]}"
+        decided = {p.name for p in report.properties}
+        for name in (n for n in names if n not in decided):
+            if record(PropertyOutcome(name, "failed", 0, 0.0, 0.0, reason, time.perf_counter() - began)):
+                return
+
+
+def _draw_sequential(report: CheckReport, names: Sequence[str], parts: Parts, options: RunOptions, record: _Recorder) -> None:
     """The designed statistical tests, group-sequentially (or one shard's blocks of them)."""
     draw = _TimedDraw(options.draw or serial_draw(_batch_of(parts), report.seed), options.progress)
     designs = [STAT_DESIGNS[n]() for n in names]

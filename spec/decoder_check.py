@@ -38,7 +38,7 @@ needs one then stops with a usage error.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -46,6 +46,7 @@ import numpy as np
 
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
+from verispec.spec import answers
 from verispec.spec.external import ExternalError
 from verispec.spec.decoder_law import F32, CachedLaw, LawVerdict, LogitsOf, Prefix, first_tokens_law, judge, sample_size
 from verispec.spec.vectors import Json
@@ -322,21 +323,22 @@ class ReferenceDecoder:
 
 
 class CommandEngine:
-    """An engine behind a command speaking the ops of the module docstring."""
+    """An engine behind a command speaking the ops of the module docstring. Every answer is
+    validated (:mod:`spec.answers`) against what was asked and the model's vocabulary ``vocab``
+    (None: ids need only be non-negative integers; :func:`check_law` still bounds them by V)."""
 
-    def __init__(self, command: str, timeout: float) -> None:
+    def __init__(self, command: str, timeout: float, vocab: int | None = None, eog: Collection[int] = ()) -> None:
         from verispec.spec.external import CommandTransport, WireImplementation
 
         self.wire = WireImplementation(CommandTransport(command, timeout))
+        self.vocab = vocab
+        self.eog = frozenset(eog)
 
     def _samples(self, op: str, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         from verispec.spec.vectors.wire import params_to_json
 
         out = self.wire.call(op, {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "m": m, "n": n, "seed": seed})
-        samples = out.get("samples")
-        if not isinstance(samples, list) or len(samples) != n or not all(isinstance(s, list) for s in samples):
-            raise ExternalError(f"{op} output.samples must be a list of {n} token lists")
-        return [[int(t) for t in s] for s in samples]
+        return answers.samples(out.get("samples"), n, m, self.vocab if self.vocab is not None else 2**63, f"the engine's {op}")
 
     def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._samples("sample", prompt_ids, params, m, n, seed)
@@ -346,9 +348,8 @@ class CommandEngine:
 
     def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[Any]:
         row = self.wire.call("logits", {"prefix_ids": list(prefix_ids), "split_at": split_at}).get("logits")
-        if not isinstance(row, list):
-            raise ExternalError("logits output.logits must be a list of numbers")
-        return [float(x) if isinstance(x, str) else x for x in row]  # "NaN"/"Infinity" -> rejected as non-finite
+        checked: list[Any] = answers.logits_row(row, self.vocab, f"the engine's logits after {len(prefix_ids)} ids").tolist()
+        return checked
 
     def offers(self, op: str) -> bool:
         """Probe an optional op with a one-id request (prefix [0])."""
@@ -360,10 +361,15 @@ class CommandEngine:
             return True
         except Unsupported:
             return False
+        except ExternalError:
+            return True  # it answers, malformed: the check that uses the op fails with the reason
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
         out = self.wire.call("greedy", {"prompt_ids": list(prompt_ids), "max_tokens": max_tokens, "speculative": speculative})
-        return [int(t) for t in out.get("ids", [])]
+        if "ids" not in out:
+            raise ExternalError(f"the engine's greedy answer lacks its ids (speculative={speculative})")
+        vocab = self.vocab if self.vocab is not None else 2**63
+        return answers.greedy_ids(out["ids"], max_tokens, vocab, self.eog, "the engine")
 
     def close(self) -> None:
         self.wire.close()
@@ -389,10 +395,12 @@ def check_law(
     engine's own logits), N for power 0.99 against ``tv``."""
     law = first_tokens_law(logits_of, case.prompt_ids, case.params, case.m, case.min_mass, case.eog)
     n = sample_size(law, alpha, tv)
+    vocab = np.asarray(logits_of(case.prompt_ids)).shape[-1]  # the law's V: every id must lie in [0, V)
     try:
-        samples = engine.sample(case.prompt_ids, case.params, case.m, n, seed)
-        if len(samples) != n:
-            raise ExternalError(f"the engine returned {len(samples)} samples, asked for {n}")
+        samples = answers.samples(engine.sample(case.prompt_ids, case.params, case.m, n, seed), n, case.m, vocab)
+    except ExternalError as exc:  # a malformed answer fails the case, never counts
+        failed = judge(law, [], alpha, tv)
+        return replace(failed, passed=False, detail=f"malformed answer: {str(exc)[:300]}")
     except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
         failed = judge(law, [], alpha, tv)
         return replace(failed, passed=False, detail=f"the engine raised {type(exc).__name__}: {str(exc)[:200]}")
@@ -410,6 +418,7 @@ class GreedyVerdict:
     noise: float = 0.0  # batch-shape noise of the logits there
     noise_source: str = ""  # whose logits: the engine's own, or our reference forward
     notes: list[str] = field(default_factory=list)
+    malformed: str | None = None  # why an answer could not be counted (a failure)
 
     @property
     def near_tie(self) -> bool:
@@ -418,9 +427,11 @@ class GreedyVerdict:
 
     @property
     def passed(self) -> bool:
-        return self.divergence is None or self.near_tie
+        return self.malformed is None and (self.divergence is None or self.near_tie)
 
     def detail(self) -> str:
+        if self.malformed is not None:
+            return f"malformed answer: {self.malformed}"
         if self.divergence is None:
             return f"{len(self.plain)} tokens identical"
         what = "near-tie (within batch-shape noise)" if self.near_tie else "BUG (margin beyond batch-shape noise)"
@@ -431,12 +442,20 @@ class GreedyVerdict:
         )
 
 
-def check_greedy(engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[int], max_tokens: int) -> GreedyVerdict:
+def check_greedy(
+    engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[int], max_tokens: int, eog: Collection[int] | None = None
+) -> GreedyVerdict:
     """Token-identical to the engine's own plain greedy output, or a near-tie: the margin and the
     batch-shape noise come from ``logits_of`` (:class:`EngineLogits` for an engine that reports its
-    logits, :class:`ReferenceLogits` for one of our numerics)."""
-    plain = list(engine.greedy(prompt_ids, max_tokens, False))
-    spec = list(engine.greedy(prompt_ids, max_tokens, True))
+    logits, :class:`ReferenceLogits` for one of our numerics). Each output must hold max_tokens
+    ids in [0, V) (fewer only when it ends at an ``eog`` id; any 1..max_tokens ids when ``eog`` is
+    None, not known); a malformed one fails."""
+    vocab = np.asarray(logits_of(tuple(int(t) for t in prompt_ids))).shape[-1]
+    try:
+        plain = answers.greedy_ids(engine.greedy(prompt_ids, max_tokens, False), max_tokens, vocab, eog, "the plain engine")
+        spec = answers.greedy_ids(engine.greedy(prompt_ids, max_tokens, True), max_tokens, vocab, eog, "the speculative engine")
+    except ExternalError as exc:
+        return GreedyVerdict([], [], noise_source=logits_of.source, malformed=str(exc)[:300])
     verdict = GreedyVerdict(plain, spec, noise_source=logits_of.source)
     if plain == spec:
         return verdict

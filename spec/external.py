@@ -52,6 +52,11 @@ rejected as a whole.
 
 Unsupported optional ops are reported as skipped; an unsupported required op, a malformed
 response, a response out of order, a crash or a response slower than the timeout are failures.
+Every answer is validated before it counts (:mod:`spec.answers`): ids are JSON integers in
+[0, V), accepted counts in [0, k], EVERY item of a batch answer is checked, rows have the shape
+asked for; a line is at most ``MAX_LINE_BYTES`` and at most ``reference.json_input.MAX_DEPTH``
+deep. The program runs in its own process group, killed with everything it started on every
+exit path; once it has timed out it is not restarted (a dead peer costs one timeout per run).
 
 This module holds both ends: :class:`CommandTransport` / :class:`WireImplementation` (the
 checker's side, adapting a program to the :class:`~reference.speculative.Verifier`,
@@ -63,6 +68,7 @@ reference, ``python -m verispec.spec.external --mutant NAME`` a mutant of :mod:`
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import json
 import math
@@ -72,6 +78,7 @@ import signal
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, Any, Literal
 
@@ -81,9 +88,13 @@ import numpy.typing as npt
 from verispec.reference.errors import VerificationError, VerispecError
 from verispec.reference.errors import ExternalError as ExternalError
 from verispec.reference.errors import ProgramCannotStart as ProgramCannotStart
+from verispec.reference.errors import TimeoutSetting as TimeoutSetting
 from verispec.reference.errors import Unsupported as Unsupported
+from verispec.reference.json_input import loads
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, Probs2D, Verdict, verify_greedy, verify_sampled_batch
+from verispec.spec import answers
+from verispec.spec.answers import shown
 from verispec.spec.pipeline import RowsRequest
 from verispec.spec.vectors import ANSWERS, Json
 from verispec.spec.vectors.wire import rows_request_from_json, rows_request_to_json
@@ -91,6 +102,10 @@ from verispec.spec.vectors.wire import rows_request_from_json, rows_request_to_j
 REQUIRED_OPS: tuple[str, ...] = ("sampled", "sampled_batch", "greedy")
 OPTIONAL_OPS: tuple[str, ...] = ("rows", "target_law", "gate", "conformal_index", "dequantize")
 DEFAULT_TIMEOUT = 60.0  # seconds to wait for any one response
+MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer is a typo (and past what queue waits accept)
+MAX_LINE_BYTES = 256 * 1024 * 1024  # one response line; the largest valid one (logits rows) is far below
+STDERR_TAIL_BYTES = 8192  # of the program's stderr kept for failure messages
+CLOSE_GRACE = 2.0  # seconds a closing program gets to exit before its group is killed
 BATCH_ITEMS = 20_000  # items per sampled_batch request (the checker splits bigger batches)
 
 
@@ -132,25 +147,37 @@ class CommandTransport:
 
     :meth:`exchange` writes a list of requests (pipelined, from a writer thread) and returns one
     parsed response per request, in order; a reader thread drains stdout and another keeps the
-    tail of stderr. A crash, a timeout or a malformed line raises :class:`ExternalError` and
-    stops the process; the next exchange starts a fresh one (``restarts`` counts them).
+    tail of stderr. A crash or a malformed line raises :class:`ExternalError` and stops the
+    process; the next exchange starts a fresh one (``restarts`` counts them).
+
+    Containment (the program is untrusted): it runs in its own process group, and every way out
+    (close, a failure, Ctrl-C, SIGTERM to the checker via :func:`kill_all_peers`, interpreter
+    exit) kills the whole group, so what it forked dies with it. Every wait is bounded by the
+    validated ``timeout``; a line is read with a cap (:data:`MAX_LINE_BYTES`) and stderr is kept
+    as a bounded tail. Once the program has timed out it is not restarted: every later exchange
+    fails at once, so a dead peer costs one timeout per run, not one per case.
     """
 
     def __init__(self, command: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.command = command
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout)
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._lines: queue.Queue[bytes | None] = queue.Queue()
-        self._stderr: collections.deque[str] = collections.deque(maxlen=20)
+        self._stderr: collections.deque[bytes] = collections.deque()
         self._counter = 0
         self._stderr_reader: threading.Thread | None = None
         self.answered = 0  # responses over the transport's life: 0 when a death means "cannot start"
+        self._writer: threading.Thread | None = None
+        self._timed_out: str | None = None  # why the program is given up on (no restart after it)
 
     def _start(self) -> subprocess.Popen[bytes]:
+        if self._timed_out is not None:
+            raise ExternalError(f"the program is not restarted after it timed out ({self._timed_out})")
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         if self._proc is not None:
+            self._kill(self._proc)  # what the exited shell left behind in its group
             self.restarts += 1
         try:
             proc = subprocess.Popen(
@@ -161,10 +188,11 @@ class CommandTransport:
                 start_new_session=True,  # its own process group: a kill reaches what the shell started
             )
         except OSError as exc:
-            raise ExternalError(f"cannot start {self.command!r}: {exc}") from None
+            raise ExternalError(f"cannot start {shown(self.command)}: {exc}") from None
         self._proc = proc
+        _LIVE.add(self)
         self._lines = queue.Queue()
-        self._stderr.clear()
+        self._stderr = collections.deque()
         assert proc.stdout is not None and proc.stderr is not None
         threading.Thread(target=self._read_stdout, args=(proc.stdout, self._lines), daemon=True).start()
         self._stderr_reader = threading.Thread(target=self._read_stderr, args=(proc.stderr, self._stderr), daemon=True)
@@ -173,14 +201,31 @@ class CommandTransport:
 
     @staticmethod
     def _read_stdout(stream: IO[bytes], lines: "queue.Queue[bytes | None]") -> None:
-        for line in stream:
-            lines.put(line)
+        """Lines of at most MAX_LINE_BYTES; a longer one is queued cut (it fails as too long)."""
+        try:
+            while True:
+                line = stream.readline(MAX_LINE_BYTES + 1)
+                if not line:
+                    break
+                lines.put(line)
+                if len(line) > MAX_LINE_BYTES:
+                    break  # the program is failed on this line: read no further
+        except (OSError, ValueError):
+            pass
         lines.put(None)  # EOF
 
     @staticmethod
-    def _read_stderr(stream: IO[bytes], tail: "collections.deque[str]") -> None:
-        for line in stream:
-            tail.append(line.decode("utf-8", "replace").rstrip())
+    def _read_stderr(stream: IO[bytes], tail: "collections.deque[bytes]") -> None:
+        """Keep the last STDERR_TAIL_BYTES of stderr (chunks, never one unbounded line)."""
+        kept = 0
+        try:
+            while chunk := stream.read1(1 << 14):  # type: ignore[attr-defined]
+                tail.append(chunk)
+                kept += len(chunk)
+                while kept > STDERR_TAIL_BYTES and len(tail) > 1:
+                    kept -= len(tail.popleft())
+        except (OSError, ValueError):
+            pass
 
     @staticmethod
     def _write(stdin: IO[bytes], requests: Sequence[Json]) -> None:
@@ -202,23 +247,32 @@ class CommandTransport:
             pass  # the process died; the reader reports it
 
     def _stderr_tail(self) -> str:
-        tail = " | ".join(list(self._stderr)[-5:])
-        return f"; stderr: {tail}" if tail else ""
+        text = b"".join(list(self._stderr))[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+        lines = [line.rstrip()[:200] for line in text.splitlines() if line.strip()][-5:]
+        return f"; stderr: {' | '.join(lines)}" if lines else ""
 
     def close(self) -> None:
-        """Close stdin (the program should exit), then make sure it is gone."""
+        """Close stdin (the program should exit), wait a bounded time, then kill its group."""
         proc, self._proc = self._proc, None
+        _LIVE.discard(self)
         if proc is None:
             return
+        writer = self._writer
+        if writer is not None and writer.is_alive():
+            # the writer is blocked on a program that does not read stdin: closing the pipe would
+            # wait for the writer's lock (a deadlock); kill first, the write then fails and returns
+            self._kill(proc)
+            writer.join(timeout=CLOSE_GRACE)
         try:
             if proc.stdin:
                 proc.stdin.close()
-        except OSError:
+        except (OSError, ValueError):
             pass
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=CLOSE_GRACE)
         except subprocess.TimeoutExpired:
-            self._kill(proc)
+            pass
+        self._kill(proc)  # also when the shell exited: what it forked is still in its group
 
     @staticmethod
     def _kill(proc: "subprocess.Popen[bytes]") -> None:
@@ -226,12 +280,29 @@ class CommandTransport:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
-            proc.kill()
-        proc.wait()
+            if proc.poll() is None:
+                proc.kill()
+        try:
+            proc.wait(timeout=CLOSE_GRACE)
+        except subprocess.TimeoutExpired:
+            pass  # unkillable (a process in uninterruptible sleep): nothing more a checker can do
+
+    def kill(self) -> None:
+        """Kill the program's group now (a signal handler's exit path); no waiting on pipes."""
+        proc = self._proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.wait(timeout=1.0)  # reap the shell: no zombie left in the group
+            except subprocess.TimeoutExpired:
+                pass
 
     def _fail(self, message: str) -> ExternalError:
         proc = self._proc
-        if proc is not None and proc.poll() is None:
+        if proc is not None:
             self._kill(proc)
         if self._stderr_reader is not None:
             self._stderr_reader.join(timeout=2.0)  # the process is gone: let its last words arrive
@@ -249,76 +320,100 @@ class CommandTransport:
         proc = self._start()
         assert proc.stdin is not None
         writer = threading.Thread(target=self._write, args=(proc.stdin, requests), daemon=True)
+        self._writer = writer
         writer.start()
         responses: list[Json] = []
         for request in requests:
+            where = f"request {shown(request['id'])} ({request['op']})"
             try:
                 line = self._lines.get(timeout=self.timeout)
             except queue.Empty:
-                raise self._fail(
-                    f"no response to request {request['id']!r} ({request['op']}) within {self.timeout:g} s"
-                ) from None
+                self._timed_out = f"no response to {where} within {self.timeout:g} s"
+                raise self._fail(self._timed_out) from None
             if line is None:
-                status = proc.wait()
-                if self.answered == 0 and self.restarts == 0:
+                status = proc.poll()
+                if status is None:  # stdout closed: give an exiting program a moment to be reaped
+                    try:
+                        status = proc.wait(timeout=min(1.0, self.timeout))
+                    except subprocess.TimeoutExpired:
+                        status = None
+                if status is not None and self.answered == 0 and self.restarts == 0:
                     error = self._fail(f"the program exited (status {status}) before its first answer: it cannot start")
                     raise ProgramCannotStart(f"cannot start {self.command!r}: {error}")
-                raise self._fail(
-                    f"the program exited (status {status}) before answering request {request['id']!r} ({request['op']})"
-                )
+                how = f"exited (status {status})" if status is not None else "closed its stdout"
+                raise self._fail(f"the program {how} before answering {where}")
+            if len(line) > MAX_LINE_BYTES:
+                raise self._fail(f"the response to {where} is longer than {MAX_LINE_BYTES} bytes")
             responses.append(self._envelope(line, request))
             self.answered += 1
         writer.join(timeout=self.timeout)
         return responses
 
     def _envelope(self, line: bytes, request: Mapping[str, Any]) -> Json:
-        where = f"request {request['id']!r} ({request['op']})"
+        where = f"request {shown(request['id'])} ({request['op']})"
         try:
-            obj = json.loads(line)
-        except ValueError:
-            raise self._fail(f"malformed response to {where}: not JSON: {line[:120]!r}") from None
+            obj = loads(line, f"response to {where}", error=ExternalError)
+        except ExternalError as exc:
+            raise self._fail(f"malformed response: {exc}: {shown(line)}") from None
         if not isinstance(obj, dict):
-            raise self._fail(f"malformed response to {where}: not a JSON object: {line[:120]!r}")
+            raise self._fail(f"malformed response to {where}: not a JSON object: {shown(line)}")
         if obj.get("id") != request["id"]:
-            raise self._fail(f"response out of order: expected id {request['id']!r}, got {obj.get('id')!r}")
+            raise self._fail(f"response out of order: expected id {shown(request['id'])}, got {shown(obj.get('id'))}")
         present = [key for key in ("output", "error", "unsupported") if key in obj]
         if len(present) != 1:
             raise self._fail(
-                f"malformed response to {where}: needs exactly one of output/error/unsupported, got keys {sorted(obj)}"
+                f"malformed response to {where}: needs exactly one of output/error/unsupported, got keys {shown(sorted(obj))}"
             )
         if "output" in obj and not isinstance(obj["output"], dict):
             raise self._fail(f"malformed response to {where}: output must be a JSON object")
         return obj
 
 
+_LIVE: "weakref.WeakSet[CommandTransport]" = weakref.WeakSet()  # transports with a running program
+
+
+def kill_all_peers() -> None:
+    """Kill every running program under test (their whole groups): the checker's exit paths
+    (SIGTERM, Ctrl-C, interpreter exit) call this so no peer outlives the run."""
+    for transport in list(_LIVE):
+        transport.kill()
+
+
+atexit.register(kill_all_peers)
+
+
+def check_timeout(seconds: Any) -> float:
+    """A per-response timeout: a finite number of seconds in (0, MAX_TIMEOUT]; inf, nan, 1e300
+    or a negative one is a usage error (TimeoutSetting), before any program starts."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TimeoutSetting(f"--timeout must be a number of seconds, got {shown(seconds)}")
+    value = float(seconds)
+    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT):
+        raise TimeoutSetting(f"--timeout must be finite, > 0 and at most {MAX_TIMEOUT:g} s, got {seconds!r}")
+    return value
+
+
+
 # -----------------------------------------------------------------------------------------------
 # the checker's side: a program as a Verifier / BatchVerifier / Pipeline
 
 
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ExternalError(f"{what} must be an integer, got {value!r}")
-    return value
+def parse_verdict(
+    output: Mapping[str, Any], where: str = "verdict", *, k: int | None = None, vocab: int | None = None
+) -> Verdict:
+    """An ``{"accepted", "token", "kind"}`` output as a Verdict; ExternalError if malformed
+    (with the request's k and V: accepted in [0, k], token in [0, V), see :mod:`spec.answers`)."""
+    accepted, token, kind = answers.verdict_fields(output, k, vocab, where)
+    return Verdict(accepted=accepted, token=token, kind=kind)
 
 
-def _kind(value: Any, what: str) -> Literal["repair", "bonus"]:
-    if value == "repair":
-        return "repair"
-    if value == "bonus":
-        return "bonus"
-    raise ExternalError(f'{what} must be "repair" or "bonus", got {value!r}')
-
-
-def parse_verdict(output: Mapping[str, Any], where: str = "verdict") -> Verdict:
-    """An ``{"accepted", "token", "kind"}`` output as a Verdict; ExternalError if malformed."""
-    try:
-        return Verdict(
-            accepted=_int(output["accepted"], f"{where}.accepted"),
-            token=_int(output["token"], f"{where}.token"),
-            kind=_kind(output["kind"], f"{where}.kind"),
-        )
-    except KeyError as exc:
-        raise ExternalError(f"{where} lacks field {exc.args[0]!r}") from None
+def _shape(p: npt.ArrayLike) -> tuple[int | None, int | None]:
+    """(k, V) of a request's target rows p [k+1, V]; None where p is not such a matrix (an
+    invalid input the program must reject: its answer is then not checked against a shape)."""
+    arr = np.asarray(p)
+    if arr.ndim != 2 or arr.shape[0] < 1:
+        return None, None
+    return arr.shape[0] - 1, arr.shape[1]
 
 
 class WireImplementation:
@@ -385,12 +480,14 @@ class WireImplementation:
                 "uniforms": _jsonable(np.asarray(uniforms, dtype=np.float64)),
             },
         )
-        return parse_verdict(output, "sampled output")
+        k, vocab = _shape(p)
+        return parse_verdict(output, "sampled output", k=k, vocab=vocab)
 
     def greedy(self, p: npt.ArrayLike, drafts: Sequence[int]) -> Verdict:
         """The program's greedy verification of one case (the ``greedy`` op)."""
         output = self.call("greedy", {"p": _jsonable(np.asarray(p)), "drafts": _jsonable(np.asarray(drafts))})
-        return parse_verdict(output, "greedy output")
+        k, vocab = _shape(p)
+        return parse_verdict(output, "greedy output", k=k, vocab=vocab)
 
     # --- BatchVerifier
 
@@ -444,8 +541,9 @@ class WireImplementation:
         accepted = np.zeros(n, dtype=np.int64)
         token = np.zeros(n, dtype=np.int64)
         bonus = np.zeros(n, dtype=np.bool_)
+        k, vocab = p_arr.shape[-2] - 1, p_arr.shape[-1]  # every item: drafts [k], token in [0, V)
         for (chunk, _), output in zip(requests, outputs):
-            a, t, b = _batch_columns(output, chunk.shape[0])
+            a, t, b = answers.batch_columns(output, chunk.shape[0], k, vocab, op)
             accepted[chunk], token[chunk], bonus[chunk] = a, t, b
         return BatchVerdict(accepted, token, bonus)
 
@@ -474,7 +572,12 @@ class WireImplementation:
     def rows(self, request: RowsRequest) -> tuple[Probs2D, Probs2D]:
         """The program's p [k+1, V] and q [k, V] for one speculative step (the ``rows`` op)."""
         output = self.call("rows", rows_request_to_json(request))
-        return _matrix(output.get("p"), "rows output p"), _matrix(output.get("q"), "rows output q")
+        logits = np.asarray(request.target_logits)
+        k, vocab = len(request.drafts), (logits.shape[-1] if logits.ndim else 0)  # the shape p, q must have
+        return (
+            _matrix(output.get("p"), "rows output p", (k + 1, vocab)),
+            _matrix(output.get("q"), "rows output q", (k, vocab)),
+        )
 
     def mode(self, target_params: SamplingParams, draft_params: SamplingParams) -> Literal["greedy", "sampled"]:
         """Which verification the program runs for these params (the ``mode`` of a ``rows``
@@ -491,37 +594,17 @@ class WireImplementation:
         return "greedy" if mode == "greedy" else "sampled"
 
 
-def _matrix(value: Any, what: str) -> Probs2D:
+def _matrix(value: Any, what: str, shape: tuple[int, int]) -> Probs2D:
+    """A probability matrix of exactly ``shape`` ([rows][V]) from an answer."""
+    if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
+        raise ExternalError(f"{what} must be a matrix [rows][V] of numbers, got {shown(value)}")
     try:
         rows = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ExternalError(f"{what} must be a matrix of numbers, got {str(value)[:80]}") from None
-    if rows.ndim != 2:
-        raise ExternalError(f"{what} must be a matrix [rows][V], got shape {rows.shape}")
-    return rows
-
-
-def _batch_columns(
-    output: Mapping[str, Any], n: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-    columns = []
-    for field in ("accepted", "token", "kind"):
-        value = output.get(field)
-        if not isinstance(value, list) or len(value) != n:
-            raise ExternalError(f"sampled_batch output.{field} must be a list of {n} items, got {str(value)[:80]}")
-        columns.append(value)
-    try:
-        accepted = np.asarray(columns[0], dtype=np.int64)
-        token = np.asarray(columns[1], dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
-        raise ExternalError("sampled_batch output.accepted/token must hold integers") from None
-    if any(isinstance(v, (bool, float)) for v in columns[0][:1] + columns[1][:1]):
-        raise ExternalError("sampled_batch output.accepted/token must hold integers")
-    kinds = columns[2]
-    bonus = np.fromiter((k == "bonus" for k in kinds), dtype=np.bool_, count=n)
-    if int(bonus.sum()) + sum(1 for k in kinds if k == "repair") != n:
-        raise ExternalError('sampled_batch output.kind must hold only "repair" and "bonus"')
-    return accepted, token, bonus
+        raise ExternalError(f"{what} must be a matrix of numbers, got {shown(value)}") from None
+    if rows.shape != shape:
+        raise ExternalError(f"{what} must have shape [{shape[0]}][{shape[1]}], got {list(rows.shape)}")
+    return rows
 
 
 # -----------------------------------------------------------------------------------------------

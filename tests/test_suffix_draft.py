@@ -195,7 +195,7 @@ def test_cache_persistence_round_trip(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("content", "fragment"), [
-    ("{not json", "not a JSON draft cache"),
+    ("{not json", "not JSON"),
     ('{"version": 99, "texts": []}', "version-1"),
     ('{"version": 1, "fingerprint": "zzz", "texts": []}', "another vocabulary"),
     ('{"version": 1, "fingerprint": "abc", "texts": [[1, 2, 10]]}', "outside 0..9"),

@@ -58,7 +58,7 @@ def test_bad_workload_lines_are_refused_by_line(tmp_path: Path, line: str, fragm
 
 
 def test_missing_empty_and_duplicate_workloads_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(WorkloadError, match="cannot be read"):
+    with pytest.raises(WorkloadError, match="cannot read"):
         load_workload(tmp_path / "absent.jsonl")
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(WorkloadError, match="no requests"):

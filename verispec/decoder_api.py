@@ -70,7 +70,10 @@ def check_decoder(
     from verispec.registry import resolve_model
     from verispec.spec.decoder_check import ReferenceLogits
 
+    from verispec.spec.external import check_timeout
+
     _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
+    check_timeout(timeout)  # before the model loads: inf, nan, 1e300, -1 are usage errors
     params = _params(temperature, top_k, top_p, repeat_penalty)
     texts = _prompts(prompts, bench_prompts)
     path = resolve_model(str(model))
@@ -157,7 +160,7 @@ def _engine(
             raise _error(f"unknown mutant decoder {mutant!r}; known: {', '.join(MUTANT_BUGS)}")
         return LoopDecoder(logits, draft, k, MUTANT_BUGS[mutant][1])
     if engine_cmd is not None:
-        return CommandEngine(engine_cmd, timeout)
+        return CommandEngine(engine_cmd, timeout, logits.model.config.n_vocab, tokenizer.eog_ids)
     factory = load_callable(engine) if isinstance(engine, str) else engine
     assert factory is not None  # _check_arguments: exactly one decoder was given
     return factory(path)
@@ -189,14 +192,24 @@ class _Run:
             self.target = EngineLogits(self.engine)
 
     def prompt(self, text: str) -> PromptOutcome:
+        """The prompt's verdict; a malformed answer (or a dead engine) fails it with its reason, never exit 2."""
+        from verispec.decoder_report import PromptOutcome
+        from verispec.spec.external import ExternalError
+
+        began = time.perf_counter()
+        try:
+            return self._judge(text, began)
+        except ExternalError as exc:
+            return PromptOutcome(text, "malformed", False, f"malformed answer: {str(exc)[:300]}", time.perf_counter() - began)
+
+    def _judge(self, text: str, began: float) -> PromptOutcome:
         from verispec.decoder_report import PromptOutcome
         from verispec.spec.decoder_check import LawCase, check_greedy, check_law, law_json
         from verispec.spec.decoder_two_sample import check_two_sample
 
-        began = time.perf_counter()
         ids = tuple(self.tokenizer.encode(text, add_bos=self.tokenizer.add_bos, parse_special=True))  # as the bench
         if self.greedy:
-            g = check_greedy(self.engine, self.target, ids, self.max_tokens)
+            g = check_greedy(self.engine, self.target, ids, self.max_tokens, self.eog)
             numbers = {"margin": g.margin, "noise": g.noise, "noise_source": g.noise_source, "divergence": g.divergence}
             return PromptOutcome(text, "greedy", g.passed, g.detail(), time.perf_counter() - began, numbers)
         if self.target_law == "two-sample":

@@ -21,7 +21,7 @@ class PromptOutcome:
     """One prompt through the decoder: its mode, verdict, what was seen, its own time."""
 
     prompt: str
-    mode: str  # "greedy", "two-sample" or "law (<where the target law comes from>)"
+    mode: str  # "greedy", "two-sample", "law (<where the target law comes from>)" or "malformed" (a bad answer)
     passed: bool
     detail: str
     seconds: float
@@ -40,7 +40,7 @@ class PromptOutcome:
     def line(self) -> str:
         """One line for humans: PASS/FAIL, the prompt, what was seen, N / alpha / power for a law."""
         head = f"{'PASS' if self.passed else 'FAIL'}  {self.prompt!r}: {self.detail}"
-        if self.mode == "greedy":
+        if self.mode in ("greedy", "malformed"):
             return head
         per_arm = "/arm" if self.mode == "two-sample" else ""
         n = self.numbers

@@ -8,6 +8,7 @@
     4   model or input error: a file that cannot be read, a bad GGUF, a broken vectors directory,
         a calibration or workload that does not parse
     130 interrupted (Ctrl-C)
+    143 terminated (SIGTERM; the programs under test are killed first)
 
 Errors are mapped by the ``exit_category`` each class of reference/errors.py carries (one table:
 that module's docstring): "usage" 2, "input" 4, "failed" 1; an ``OSError`` (a file that cannot be
@@ -26,7 +27,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopp
 EPILOG = (
     "exit status: 0 passed, 1 failed, 2 usage error (bad arguments, a verifier that cannot be loaded "
     "or started), 3 inconclusive (a budget ended before power), 4 model/input error (a file that cannot "
-    "be read, a bad GGUF, a broken vectors directory), 130 interrupted"
+    "be read, a bad GGUF, a broken vectors directory), 130 interrupted, 143 terminated"
 )
 
 

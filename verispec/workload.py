@@ -13,13 +13,13 @@ models see their turn markers); the last message is the user's, the answer is ge
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from verispec.reference.chat import ROLES, ChatFormat, ChatMessage
 from verispec.reference.errors import WorkloadError as WorkloadError
+from verispec.reference.json_input import loads, read_regular, shown
 
 WORKLOAD = Path(__file__).resolve().parent / "data" / "workload.jsonl"
 CATEGORIES: tuple[str, ...] = ("multi_turn", "translation", "summarisation", "qa", "maths", "rag", "code_edit")
@@ -40,42 +40,37 @@ class WorkloadItem:
 
 
 def load_workload(path: Path = WORKLOAD) -> tuple[WorkloadItem, ...]:
-    """Every request of the workload file, in file order; WorkloadError for a bad file or line."""
+    """Every request of the workload file, in file order; WorkloadError for a bad file or line
+    (a regular file of at most MAX_FILE_BYTES, every line through the bounded JSON reader)."""
+    data = read_regular(path, "workload", max_bytes=MAX_FILE_BYTES, error=WorkloadError)
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise WorkloadError(f"workload {path} is {size} bytes (at most {MAX_FILE_BYTES})")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"workload {path} cannot be read: {exc.strerror}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise WorkloadError(f"workload {path} is not UTF-8") from None
     items = [_parse_line(line, n, path) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not items:
         raise WorkloadError(f"workload {path} has no requests")
-    ids = [i.id for i in items]
-    duplicate = next((x for x in ids if ids.count(x) > 1), None)
-    if duplicate is not None:
-        raise WorkloadError(f"workload {path}: id {duplicate!r} appears more than once")
+    seen: set[str] = set()
+    for item in items:
+        if item.id in seen:
+            raise WorkloadError(f"workload {path}: id {shown(item.id)} appears more than once")
+        seen.add(item.id)
     return tuple(items)
 
 
 def _parse_line(line: str, number: int, path: Path) -> WorkloadItem:
     where = f"workload {path} line {number}"
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{where}: not JSON ({exc.msg})") from None
+    row = loads(line, where, error=WorkloadError)
     if not isinstance(row, dict):
         raise WorkloadError(f"{where}: expected an object")
     category, ident, messages, max_tokens = (row.get(k) for k in ("category", "id", "messages", "max_tokens"))
     if category not in CATEGORIES:
-        raise WorkloadError(f"{where}: category {category!r} is not one of {', '.join(CATEGORIES)}")
+        raise WorkloadError(f"{where}: category {shown(category)} is not one of {', '.join(CATEGORIES)}")
     if not isinstance(ident, str) or not ident:
         raise WorkloadError(f"{where}: id must be a non-empty string")
     lo, hi = MAX_TOKENS_BOUNDS
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not lo <= max_tokens <= hi:
-        raise WorkloadError(f"{where}: max_tokens must be an integer in {lo}..{hi}, got {max_tokens!r}")
+        raise WorkloadError(f"{where}: max_tokens must be an integer in {lo}..{hi}, got {shown(max_tokens)}")
     if not isinstance(messages, list) or not messages:
         raise WorkloadError(f"{where}: messages must be a non-empty list")
     parsed: list[ChatMessage] = []

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
+from verispec.reference.json_input import field, loads, read_json_file, read_regular, shown
 from verispec.reference.speculative import PROTOCOL_VERSION
 from verispec.spec.vectors.cases import VectorSet, build_vectors
 from verispec.spec.vectors.kinds import DEFAULT_COUNT, DEFAULT_SEED, FORMAT_VERSION, KINDS, VectorError
@@ -62,33 +63,60 @@ def write_vectors(out: Path, count: int = DEFAULT_COUNT, seed: int = DEFAULT_SEE
     return manifest
 
 
+MANIFEST_BYTES = 1 << 20  # a manifest names a handful of files
+VECTOR_FILE_BYTES = 256 << 20  # one KIND.jsonl (the large-V kinds are the biggest, far below)
+CASE_FIELDS: tuple[tuple[str, type], ...] = (("id", str), ("op", str), ("input", dict), ("expected", dict), ("tags", list))
+
+
 def read_vectors(directory: Path) -> VectorSet:
-    """Read a directory written by :func:`write_vectors`, checking versions and every sha256."""
+    """Read a directory written by :func:`write_vectors`, checking versions and every sha256.
+    Everything in it is untrusted: every file goes through the bounded reader
+    (:mod:`reference.json_input`), every field is type-checked, and file names must be plain
+    names inside the directory; anything else is one VectorError naming the file and field."""
     manifest_path = directory / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise VectorError(f"cannot read {manifest_path}: {exc}") from None
+    manifest = read_json_file(manifest_path, "vector manifest", max_bytes=MANIFEST_BYTES, error=VectorError)
+    where = str(manifest_path)
+    if not isinstance(manifest, dict):
+        raise VectorError(f"{where}: expected a JSON object")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise VectorError(
-            f"{manifest_path}: format_version {manifest.get('format_version')!r}, this verispec reads {FORMAT_VERSION}"
-        )
+        raise VectorError(f"{where}: format_version {shown(manifest.get('format_version'))}, this verispec reads {FORMAT_VERSION}")
     if manifest.get("protocol_version") != PROTOCOL_VERSION:
-        raise VectorError(
-            f"{manifest_path}: protocol_version {manifest.get('protocol_version')!r}, this verispec speaks {PROTOCOL_VERSION}"
-        )
+        raise VectorError(f"{where}: protocol_version {shown(manifest.get('protocol_version'))}, this verispec speaks {PROTOCOL_VERSION}")
+    seed = field(manifest, "seed", int, where, error=VectorError)
+    count = field(manifest, "count", int, where, error=VectorError)
     cases: dict[str, list[Case]] = {}
-    for entry in manifest.get("files", []):
-        path = directory / str(entry["name"])
-        try:
-            blob = path.read_bytes()
-        except OSError as exc:
-            raise VectorError(f"cannot read {path}: {exc}") from None
-        digest = hashlib.sha256(blob).hexdigest()
-        if digest != entry["sha256"]:
-            raise VectorError(f"{path}: sha256 {digest} does not match the manifest's {entry['sha256']}")
-        kind = str(entry["kind"])
-        cases[kind] = [json.loads(line) for line in blob.decode("utf-8").splitlines() if line.strip()]
-        if len(cases[kind]) != entry["cases"]:
-            raise VectorError(f"{path}: {len(cases[kind])} cases, the manifest says {entry['cases']}")
-    return VectorSet(cases, int(manifest["seed"]), int(manifest["count"]), str(directory))
+    for index, entry in enumerate(field(manifest, "files", list, where, error=VectorError)):
+        kind, cases_of_kind = _read_entry(directory, entry, f"{where} files[{index}]")
+        if kind in cases:
+            raise VectorError(f"{where} files[{index}]: kind {kind!r} listed twice")
+        cases[kind] = cases_of_kind
+    return VectorSet(cases, seed, count, str(directory))
+
+
+def _read_entry(directory: Path, entry: object, where: str) -> tuple[str, list[Case]]:
+    """One manifest entry's file: its sha256 checked, then its cases parsed and typed."""
+    name = field(entry, "name", str, where, error=VectorError)
+    kind = field(entry, "kind", str, where, error=VectorError)
+    expected_cases = field(entry, "cases", int, where, error=VectorError)
+    digest_wanted = field(entry, "sha256", str, where, error=VectorError)
+    if kind not in KINDS:
+        raise VectorError(f"{where}: kind {shown(kind)} is not one of {', '.join(KINDS)}")
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise VectorError(f"{where}: file name {shown(name)} must be a plain name inside {directory}")
+    path = directory / name
+    blob = read_regular(path, "vector file", max_bytes=VECTOR_FILE_BYTES, error=VectorError)
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != digest_wanted:
+        raise VectorError(f"{path}: sha256 {digest} does not match the manifest's {shown(digest_wanted)}")
+    cases = [_case(line, f"{path} line {n}") for n, line in enumerate(blob.split(b"\n"), 1) if line.strip()]
+    if len(cases) != expected_cases:
+        raise VectorError(f"{path}: {len(cases)} cases, the manifest says {expected_cases}")
+    return kind, cases
+
+
+def _case(line: bytes, where: str) -> Case:
+    case = loads(line, where, error=VectorError)
+    for name, kind in CASE_FIELDS:
+        field(case, name, kind, where, error=VectorError)
+    assert isinstance(case, dict)
+    return case

@@ -43,6 +43,7 @@ from verispec.reference.conformal import exact_level
 from verispec.reference.early_exit import GateKind
 from verispec.reference.errors import CalibrationError
 from verispec.reference.generate import encode_prompt
+from verispec.reference.json_input import field, loads, read_regular
 from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
 from verispec.reference.tokenizer import Tokenizer
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
@@ -55,23 +56,24 @@ HELDOUT_PROMPTS = DATA / "prompts_heldout.jsonl"
 # hand-written calibration pool (>= 49 per kind: alpha = 0.1 over 5 depths), disjoint from the
 # held-out prompts and from the generator (tests/test_calibration_prompts.py)
 CALIBRATION_PROMPTS = DATA / "prompts_calibration.jsonl"
+PROMPTS_FILE_BYTES = 16 * 1024 * 1024  # a prompt file is text, checked before reading
 
 
 def read_prompts(path: Path) -> list[tuple[str, str]]:
     """(declared kind, text) per line of a JSON-lines prompt file ({"kind": ..., "text": ...})."""
+    data = read_regular(path, "prompts", max_bytes=PROMPTS_FILE_BYTES, error=CalibrationError)
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise CalibrationError(f"cannot read prompts {str(path)!r}: {exc}") from None
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise CalibrationError(f"cannot read prompts {str(path)!r}: not UTF-8") from None
     out = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            item = json.loads(line)
-            kind, text = str(item["kind"]), str(item["text"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CalibrationError(f"{str(path)!r} line {number} is not {{\"kind\", \"text\"}} JSON: {exc!r}") from None
+        where = f"{str(path)!r} line {number}"
+        item = loads(line, where, error=CalibrationError)
+        kind = field(item, "kind", str, where, error=CalibrationError)
+        text = field(item, "text", str, where, error=CalibrationError)
         out.append((kind, text))
     if not out:
         raise CalibrationError(f"{str(path)!r} holds no prompts")

@@ -106,16 +106,20 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.set_defaults(func=run)
 
 
+REPORT_BYTES = 64 * 1024 * 1024  # a shard report: counts per block, far below this
+
+
 def _merge(args: argparse.Namespace) -> int:
+    from verispec.reference.json_input import read_json_file
     from verispec.spec.check import CheckReport, format_outcome, merge_reports
     from verispec.spec.report import ReportError
 
     reports = []
     for path in args.merge:
         try:
-            reports.append(CheckReport.from_json(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, ReportError) as exc:
-            raise ReportError(f"cannot read shard report {path}: {exc}") from None
+            reports.append(CheckReport.from_json(read_json_file(path, "shard report", max_bytes=REPORT_BYTES, error=ReportError)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # a malformed report
+            raise ReportError(f"cannot read shard report {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     report = merge_reports(reports, allow_partial=args.allow_partial)
     _write_junit(args.junit_xml, report)
     _print(report, args.json, format_outcome)

@@ -38,6 +38,10 @@ def draft_options(args: argparse.Namespace) -> tuple[DraftSpec, SpeculativeOptio
     check_options(args.k, args.p_min)
     if getattr(args, "draft_cache", None) is not None and spec.kind != "suffix":
         raise DraftError(f"--draft-cache is for --draft suffix, not {spec}")
+    if getattr(args, "draft_cache", None) is not None:
+        from verispec.reference.suffix_draft import SuffixCache
+
+        SuffixCache.check_writable(Path(args.draft_cache))  # before the model loads
     return spec, SpeculativeOptions(k=args.k, adaptive=args.adaptive, p_min=args.p_min)
 
 

@@ -1,0 +1,175 @@
+"""A calibration that was tampered with is refused before the model loads.
+
+Each case edits a real (synthetic-records) artifact the way an attacker or a careless hand would:
+thresholds calibration cannot produce (-inf / negative residual quantiles, negative margins, a
+finite threshold where too few prompts allow only +inf), q outside (0, 1), derived fields that no
+longer follow from q, counts that do not add up, a lens zeroed with its sha256 field recomputed,
+a lens of the wrong shape, a re-sealed edit under a key, an unsigned artifact under a key. Every
+one must raise CalibrationError on load; the untouched artifact must load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from verispec.reference.calibration import Calibration, build
+from verispec.reference.calibration_seal import KEY_ENV, SEAL_FIELD, seal
+from verispec.reference.early_exit import Lens
+from verispec.reference.errors import CalibrationError
+from tests.test_calibration import synthetic_records
+
+KEY = "k" * 32
+
+
+def artifact(tmp_path: Path, n_prompts: int = 120) -> Path:
+    rng = np.random.default_rng(3)
+    lens = Lens((3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
+    cal = build(synthetic_records(n_prompts=n_prompts, kinds=("chat", "code")), q="0.9", model_sha256="b" * 64,
+                model_name="m", n_layer=6, lens=lens, n_lens=7, ridge=0.5)
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    return path
+
+
+def edit(path: Path, change: Callable[[dict[str, Any]], None], *, reseal: bool = True) -> None:
+    """Apply ``change`` to the JSON; with ``reseal`` recompute the (unkeyed) seal as an attacker
+    who knows the format would, so only the range checks stand in the way."""
+    raw = json.loads(path.read_text())
+    change(raw)
+    if reseal:
+        body = {k: v for k, v in raw.items() if k != SEAL_FIELD}
+        raw[SEAL_FIELD] = seal(body, _lens_of(path, raw), None)
+    path.write_text(json.dumps(raw))
+
+
+def _lens_of(path: Path, raw: dict[str, Any]) -> Lens | None:
+    if not raw.get("lens"):
+        return None
+    with np.load(path.parent / raw["lens"]["file"]) as data:
+        return Lens(tuple(int(d) for d in data["depths"]), data["weight"], data["bias"])
+
+
+def depth0(raw: dict[str, Any], kind: str | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = raw["depths"][0] if kind is None else raw["kinds"][kind]["depths"][0]
+    return entry
+
+
+def test_the_untouched_artifact_loads(tmp_path: Path) -> None:
+    cal = Calibration.load(artifact(tmp_path), "b" * 64)
+    assert cal.lens is not None and cal.n_prompts == 120
+
+
+RESEALED_EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "margin -inf -> -5": lambda raw: depth0(raw).update(margin_threshold=-5.0),
+    "halfrange quantile -inf": lambda raw: depth0(raw).update(halfrange_quantile="-inf"),
+    "supnorm quantile negative": lambda raw: depth0(raw, "chat").update(supnorm_quantile=-0.5),
+    "q = 1": lambda raw: raw.update(q="1"),
+    "q edited, alpha kept": lambda raw: raw.update(q="1/2"),
+    "alpha edited": lambda raw: raw.update(alpha="1/2"),
+    "n_prompts edited": lambda raw: raw.update(n_prompts=raw["n_prompts"] + 50),
+    "min_prompts edited": lambda raw: raw.update(min_prompts=1),
+    "kind n edited": lambda raw: raw["kinds"]["chat"].update(n=raw["kinds"]["chat"]["n"] + 1),
+    "depth order": lambda raw: [d.update(depth=9 - d["depth"]) for d in raw["depths"]],
+    "finite threshold with too few prompts": lambda raw: (
+        raw.update(n_prompts=10, n=50),
+        raw["kinds"]["chat"].update(n_prompts=5, n=25),
+        raw["kinds"]["code"].update(n_prompts=5, n=25),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESEALED_EDITS))
+def test_a_resealed_out_of_range_edit_is_refused(tmp_path: Path, name: str) -> None:
+    path = artifact(tmp_path)
+    edit(path, RESEALED_EDITS[name])
+    with pytest.raises(CalibrationError) as caught:
+        Calibration.load(path, "b" * 64)
+    assert "\n" not in str(caught.value) and "does not match its contents" not in str(caught.value)  # by range, not the seal
+
+
+def test_an_edit_without_resealing_is_refused_by_the_seal(tmp_path: Path) -> None:
+    path = artifact(tmp_path)
+    edit(path, lambda raw: depth0(raw).update(agreement=0.25), reseal=False)  # in range: only the seal sees it
+    with pytest.raises(CalibrationError, match="seal does not match"):
+        Calibration.load(path)
+
+
+def test_a_zeroed_lens_with_its_sha256_recomputed_is_refused(tmp_path: Path) -> None:
+    path = artifact(tmp_path)
+    raw = json.loads(path.read_text())
+    lens_path = path.parent / raw["lens"]["file"]
+    with np.load(lens_path) as data:
+        arrays = {name: np.zeros_like(data[name]) if name != "depths" else data[name] for name in data.files}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    lens_path.write_bytes(buffer.getvalue())
+    raw["lens"]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()  # the field the file carries about itself
+    path.write_text(json.dumps(raw))
+    with pytest.raises(CalibrationError, match="seal does not match"):
+        Calibration.load(path)
+
+
+def test_a_lens_of_the_wrong_shape_is_refused_at_load(tmp_path: Path) -> None:
+    path = artifact(tmp_path)
+    raw = json.loads(path.read_text())
+    lens_path = path.parent / raw["lens"]["file"]
+    buffer = io.BytesIO()
+    np.savez(buffer, depths=np.array([3, 5]), weight=np.ones((2, 4, 3), np.float32), bias=np.ones((2, 4), np.float32))
+    lens_path.write_bytes(buffer.getvalue())
+    raw["lens"]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    path.write_text(json.dumps(raw))
+    with pytest.raises(CalibrationError, match="expected"):
+        Calibration.load(path)
+
+
+def test_an_artifact_without_a_seal_is_refused(tmp_path: Path) -> None:
+    path = artifact(tmp_path)
+    edit(path, lambda raw: raw.pop(SEAL_FIELD), reseal=False)
+    with pytest.raises(CalibrationError, match="no seal"):
+        Calibration.load(path)
+
+
+def test_with_a_key_only_artifacts_signed_with_it_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for folder in "abc":
+        (tmp_path / folder).mkdir()
+    unsigned = artifact(tmp_path / "a")
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with pytest.raises(CalibrationError, match="not signed"):
+        Calibration.load(unsigned)
+    signed = artifact(tmp_path / "b")  # saved while the key is set: signed
+    assert Calibration.load(signed).n_prompts == 120
+    edit(signed, lambda raw: depth0(raw).update(agreement=0.25), reseal=False)
+    with pytest.raises(CalibrationError, match="signature does not match"):
+        Calibration.load(signed)
+    monkeypatch.setenv(KEY_ENV, "another key of 32 bytes........")
+    other = artifact(tmp_path / "c")
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with pytest.raises(CalibrationError, match="signature does not match"):
+        Calibration.load(other)
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(CalibrationError, match="is signed"):
+        Calibration.load(other)
+
+
+def test_a_short_key_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = artifact(tmp_path)
+    monkeypatch.setenv(KEY_ENV, "short")
+    with pytest.raises(CalibrationError, match="at least"):
+        Calibration.load(path)
+
+
+def test_a_deeply_nested_or_huge_integer_artifact_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "cal.json"
+    for text in ("[" * 10_000 + "]" * 10_000, '{"format": ' + "7" * 5000 + "}"):
+        path.write_text(text)
+        with pytest.raises(CalibrationError) as caught:
+            Calibration.load(path)
+        assert "\n" not in str(caught.value)

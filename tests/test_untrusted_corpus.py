@@ -1,0 +1,335 @@
+"""A seeded corpus of untrusted inputs: malformed answers, JSON documents, draft caches,
+calibrations and misbehaving peers. Every case has a known right outcome, so a wrong verdict is
+countable:
+
+- a malformed answer must raise ExternalError (refused, so the property FAILS); the valid answer
+  it was mutated from must be accepted unchanged;
+- a JSON document must parse to what ``json.loads`` gives, or raise InputError, nothing else
+  (no RecursionError, MemoryError, bare ValueError: a traceback is a failure);
+- a mutated draft cache or calibration must load or raise its domain's typed error; one whose
+  mutation is out of range must be refused;
+- a misbehaving peer must end in ExternalError within its bound, its process group gone.
+
+The fast subset runs in the default test run (well under 30 s); ``VERISPEC_CORPUS_LONG=1`` runs
+the long corpus (10x the seeds per family, every peer behaviour on every op). Seeds are fixed:
+the same corpus every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from verispec.reference.calibration import Calibration
+from verispec.reference.errors import CalibrationError, DraftError, InputError
+from verispec.reference.json_input import loads
+from verispec.reference.suffix_draft import SuffixCache
+from verispec.spec import answers
+from verispec.spec.external import CommandTransport, ExternalError, WireImplementation, parse_verdict
+
+LONG = os.environ.get("VERISPEC_CORPUS_LONG") == "1"
+CASES = 20_000 if LONG else 2_000  # per answer family
+FILES = 400 if LONG else 40  # per file family
+
+# values that are never a token id or an accepted count, whatever V and k
+NOT_AN_ID: tuple[Any, ...] = (-3, -1, 5.0, 5.5, "5", None, True, False, [1], {"t": 1}, 10**30, -(10**30), float("nan"))
+
+
+def mutated_value(rng: random.Random, vocab: int) -> Any:
+    return rng.choice([*NOT_AN_ID, vocab, vocab + 1, 2**63])
+
+
+def valid_batch(rng: random.Random, n: int, k: int, vocab: int) -> dict[str, list[Any]]:
+    return {
+        "accepted": [rng.randrange(k + 1) for _ in range(n)],
+        "token": [rng.randrange(vocab) for _ in range(n)],
+        "kind": [rng.choice(["repair", "bonus"]) for _ in range(n)],
+    }
+
+
+def test_every_item_of_a_batch_answer_is_checked() -> None:
+    rng = random.Random(20_261_201)
+    wrong = 0
+    for _ in range(CASES // 10):
+        n, k, vocab = rng.randrange(1, 60), rng.randrange(1, 9), rng.randrange(2, 300)
+        output = valid_batch(rng, n, k, vocab)
+        accepted, token, bonus = answers.batch_columns(output, n, k, vocab)
+        assert accepted.tolist() == output["accepted"] and token.tolist() == output["token"]
+        assert bonus.tolist() == [kind == "bonus" for kind in output["kind"]]
+        bad = json.loads(json.dumps(output))
+        field = rng.choice(["accepted", "token", "kind", "length"])
+        item = rng.randrange(n)  # anywhere, not only the first item
+        if field == "length":
+            bad[rng.choice(["accepted", "token", "kind"])].append(0) if rng.random() < 0.5 else bad["token"].pop()
+        elif field == "kind":
+            bad["kind"][item] = rng.choice(["Repair", "", None, 1, "bonus "])
+        elif field == "accepted":
+            bad["accepted"][item] = rng.choice([-1, k + 1, *NOT_AN_ID[2:]])
+        else:
+            bad["token"][item] = mutated_value(rng, vocab)
+        try:
+            answers.batch_columns(bad, n, k, vocab)
+            wrong += 1
+        except ExternalError:
+            pass
+    assert wrong == 0
+
+
+def test_a_malformed_verdict_is_refused_and_a_valid_one_kept() -> None:
+    rng = random.Random(7)
+    wrong = 0
+    for _ in range(CASES):
+        k, vocab = rng.randrange(1, 9), rng.randrange(2, 300)
+        output: dict[str, Any] = {"accepted": rng.randrange(k + 1), "token": rng.randrange(vocab), "kind": rng.choice(["repair", "bonus"])}
+        verdict = parse_verdict(output, k=k, vocab=vocab)
+        assert (verdict.accepted, verdict.token, verdict.kind) == (output["accepted"], output["token"], output["kind"])
+        field = rng.choice(["accepted", "token", "kind", "missing"])
+        if field == "missing":
+            del output[rng.choice(["accepted", "token", "kind"])]
+        elif field == "kind":
+            output["kind"] = rng.choice(["", None, 0, "REPAIR"])
+        elif field == "accepted":
+            output["accepted"] = rng.choice([-1, k + 1, *NOT_AN_ID[2:]])
+        else:
+            output["token"] = mutated_value(rng, vocab)
+        try:
+            parse_verdict(output, k=k, vocab=vocab)
+            wrong += 1
+        except ExternalError:
+            pass
+    assert wrong == 0
+
+
+def test_decoder_samples_and_greedy_ids_are_checked_item_by_item() -> None:
+    rng = random.Random(11)
+    wrong = 0
+    for _ in range(CASES // 10):
+        n, m, vocab = rng.randrange(1, 40), rng.randrange(1, 4), rng.randrange(2, 500)
+        samples = [[rng.randrange(vocab) for _ in range(rng.randrange(1, m + 1))] for _ in range(n)]
+        assert answers.samples(samples, n, m, vocab) == samples
+        bad = json.loads(json.dumps(samples))
+        how = rng.choice(["token", "count", "length", "empty"])
+        i = rng.randrange(n)
+        if how == "token":
+            bad[i][rng.randrange(len(bad[i]))] = mutated_value(rng, vocab)
+        elif how == "count":
+            bad.append([0]) if rng.random() < 0.5 else bad.pop()
+        elif how == "length":
+            bad[i] = [0] * (m + 1)
+        else:
+            bad[i] = []
+        try:
+            answers.samples(bad, n, m, vocab)
+            wrong += 1
+        except ExternalError:
+            pass
+        max_tokens, eog = rng.randrange(2, 20), {vocab - 1}
+        ids = [rng.randrange(vocab - 1) for _ in range(max_tokens)]
+        assert answers.greedy_ids(ids, max_tokens, vocab, eog) == ids
+        short = ids[: rng.randrange(max_tokens)]  # stopped early without an end-of-generation id
+        for bad_ids in (short, [*ids, 0], [*ids[:-1], mutated_value(rng, vocab)], None):
+            try:
+                answers.greedy_ids(bad_ids, max_tokens, vocab, eog)
+                wrong += 1
+            except ExternalError:
+                pass
+    assert wrong == 0
+
+
+def random_json(rng: random.Random, depth: int = 0) -> Any:
+    roll = rng.random()
+    if depth > 6 or roll < 0.3:
+        return rng.choice([0, -1, 1.5, "s", "\\u00e9\"[", True, None, 10**20])
+    if roll < 0.65:
+        return [random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {f"k{i}": random_json(rng, depth + 1) for i in range(rng.randrange(4))}
+
+
+def hostile_json(rng: random.Random) -> bytes:
+    deep = rng.randrange(65, 20_000)
+    return rng.choice([
+        b"[" * deep + b"]" * deep,
+        b'{"a":' * deep + b"1" + b"}" * deep,
+        b"[" * deep,
+        b"9" * rng.randrange(4301, 20_000),
+        b"[1, NaN]",
+        b'{"a": Infinity}',
+        b"\xff\xfe{}",
+        bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))),
+        b'["' + b"[" * deep + b'"]',  # brackets inside a string do not nest: valid
+    ])
+
+
+def test_the_json_reader_parses_or_raises_input_error_only() -> None:
+    rng = random.Random(13)
+    for _ in range(CASES // 4):
+        value = random_json(rng)
+        text = json.dumps(value)
+        assert loads(text, "corpus") == json.loads(text)
+        data = hostile_json(rng)
+        try:
+            parsed = loads(data, "corpus")
+        except InputError as exc:
+            assert "\n" not in str(exc) and len(str(exc)) < 400
+        else:
+            assert parsed == json.loads(data)  # only what the standard parser also accepts
+
+
+def test_mutated_draft_caches_load_or_raise_draft_error(tmp_path: Path) -> None:
+    rng = random.Random(17)
+    vocab = 50
+    path = tmp_path / "cache.json"
+    for _ in range(FILES):
+        texts = [[rng.randrange(vocab) for _ in range(rng.randrange(0, 30))] for _ in range(rng.randrange(1, 8))]
+        payload: dict[str, Any] = {"version": 1, "fingerprint": "", "depth": 24, "max_tokens": 65536, "texts": texts}
+        path.write_text(json.dumps(payload))
+        assert list(SuffixCache.load(path, vocab).texts) == [tuple(t) for t in texts if len(t) >= 2]
+        bad = json.loads(json.dumps(payload))
+        how = rng.choice(["id", "version", "texts", "bytes"])
+        if how == "id" and any(bad["texts"]):
+            text = next(t for t in bad["texts"] if t)
+            text[rng.randrange(len(text))] = rng.choice([-1, vocab, 5.0, "5", None, True, 10**30])
+        elif how == "version":
+            bad["version"] = rng.choice([0, 2, "1", None, 1.0])
+        else:
+            bad["texts"] = rng.choice(["x", None, 7, [[1, 2], "t"], {"a": 1}])
+        data = json.dumps(bad).encode()
+        if how == "bytes":
+            data = data[: rng.randrange(len(data))]
+        path.write_bytes(data)
+        with pytest.raises(DraftError):
+            SuffixCache.load(path, vocab)
+
+
+def test_mutated_calibrations_are_refused(tmp_path: Path) -> None:
+    from tests.test_calibration_untrusted import artifact, edit
+
+    rng = random.Random(19)
+    path = artifact(tmp_path)
+    original = path.read_text()
+    bad_values: list[Any] = [-1.0, "-inf", "NaN", "x", None, True, [1], {"a": 1}, -(10**30)]
+    for _ in range(FILES):
+        path.write_text(original)
+        kind = rng.choice([None, "chat", "code"])
+        name = rng.choice(["margin_threshold", "supnorm_quantile", "halfrange_quantile", "agreement", "depth"])
+        # -inf is a margin threshold calibration can produce (every flip fits in the budget):
+        # only a key tells a forged one from a real one (reference/calibration_seal.py)
+        value = rng.choice([v for v in bad_values if not (name == "margin_threshold" and v == "-inf")])
+
+        def change(raw: dict[str, Any]) -> None:
+            depths = raw["depths"] if kind is None else raw["kinds"][kind]["depths"]
+            depths[rng.randrange(len(depths))][name] = value
+
+        edit(path, change, reseal=rng.random() < 0.8)
+        with pytest.raises(CalibrationError):
+            Calibration.load(path, "b" * 64)
+
+
+# -- peers --------------------------------------------------------------------------------------
+
+PEERS: dict[str, str] = {
+    "closes stdout, keeps running": "exec >&-; sleep 60",
+    "forks a child and exits": "(sleep 60 </dev/null >/dev/null 2>&1 &); exit 3",
+    "never answers": "cat >/dev/null",
+    "never reads stdin": "sleep 60",
+    "answers garbage": "while read line; do echo 'not json'; done",
+    "answers deep JSON": "read line; python3 -c \"print('['*100000 + ']'*100000)\"; sleep 60",
+    "answers a huge integer id": "read line; python3 -c \"print('{\\\"id\\\": ' + '7'*6000 + ', \\\"output\\\": {}}')\"; sleep 60",
+    "answers out of order": "while read line; do echo '{\"id\": \"other\", \"output\": {}}'; done",
+    "answers negative tokens": (
+        "while read line; do echo '{\"id\": '$(echo \"$line\" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[\"id\"]))')"
+        "', \"output\": {\"accepted\": 0, \"token\": -3, \"kind\": \"repair\"}}'; done"
+    ),
+}
+PEER_TIMEOUT = 1.0
+
+
+def group_gone(pgid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def sampled_call(wire: WireImplementation) -> Callable[[], object]:
+    p = np.full((2, 4), 0.25)
+    q = np.full((1, 4), 0.25)
+    return lambda: wire.verify(p, q, [1], [0.5, 0.5])
+
+
+def batch_call(wire: WireImplementation) -> Callable[[], object]:
+    p = np.full((2, 4), 0.25)
+    q = np.full((1, 4), 0.25)
+    return lambda: wire.verify_batch(p, q, np.ones((3, 1), dtype=np.int64), np.full((3, 2), 0.5))
+
+
+@pytest.mark.parametrize("peer", sorted(PEERS) if LONG else ["closes stdout, keeps running", "answers negative tokens", "never reads stdin"])
+@pytest.mark.parametrize("call", [sampled_call, batch_call] if LONG else [sampled_call])
+def test_a_misbehaving_peer_fails_within_its_bound_and_leaves_nothing(peer: str, call: Callable[[WireImplementation], Callable[[], object]]) -> None:
+    wire = WireImplementation(CommandTransport(PEERS[peer], timeout=PEER_TIMEOUT))
+    pgids = []
+    began = time.monotonic()
+    for _ in range(3):  # a dead peer fails every later call too, at once
+        with pytest.raises(ExternalError):
+            call(wire)()
+        proc = wire.transport._proc
+        if proc is not None:
+            pgids.append(proc.pid)
+    wire.close()
+    assert time.monotonic() - began < 3 * (PEER_TIMEOUT + 10)  # no hang: each call ends within its bound
+    assert all(group_gone(pgid) for pgid in pgids)
+
+
+# -- whole runs (long mode: each is a full `verispec check --law-only`) ---------------------------
+
+LATE_BREAKER = '''
+import json, sys
+from verispec.spec.external import law_handler, reference_handler
+law = law_handler(reference_handler, 1)
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] != "sampled_law":
+        print(json.dumps({"id": request["id"], "unsupported": request["op"]}), flush=True)
+        continue
+    try:
+        output = law("sampled_law", request["input"])
+    except Exception as exc:
+        print(json.dumps({"id": request["id"], "error": str(exc)}), flush=True)
+        continue
+    if len(output["token"]) > 1:
+        output["token"][-1] = -3  # one bad item, the last: only a check of every item sees it
+    print(json.dumps({"id": request["id"], "output": output}), flush=True)
+'''
+
+
+@pytest.mark.skipif(not LONG, reason="long corpus only (VERISPEC_CORPUS_LONG=1): full check runs")
+@pytest.mark.parametrize("mode", [[], ["--sequential"], ["--budget", "600"], ["--shard", "1/2"], ["--workers", "2"]])
+def test_a_late_bad_item_fails_every_kind_of_run_with_a_complete_report(tmp_path: Path, mode: list[str]) -> None:
+    import subprocess
+    import sys
+
+    peer = tmp_path / "peer.py"
+    peer.write_text(LATE_BREAKER)
+    repo = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "verispec", "check", "--verifier-cmd", f"{sys.executable} {peer}", "--law-only",
+         "--timeout", "60", "--json", *mode],
+        cwd=repo, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["failed"] and "Traceback" not in result.stderr
+    assert any("token -3" in p["detail"] for p in report["properties"] if p["status"] == "failed")
