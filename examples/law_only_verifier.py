@@ -17,10 +17,11 @@ at the first rejection emit a token from the residual ``max(p_i - q_i, 0)`` (``p
 that is all zero), after k acceptances a bonus token from ``p_k``. Rows shared by a batch give
 k + 1 laws, each drawn from once per batch (``Generator.choice``), so V = 262,144 stays cheap.
 
-Randomness: every call draws from a generator keyed by a digest of its inputs and a call counter,
-so a run is reproducible AND every shard or worker process draws its own stream (its blocks hold
-other drafts). A plain fixed seed per process would give every ``--shard I/S`` process the same
-stream, and their merged counts would be correlated: a correct sampler could fail the merge.
+Randomness: the gate hands every call a ``seed`` (derived from the run seed, the test, the block
+and the call); a verifier gated with ``--law-only`` must draw from it, so that every ``--shard I/S``
+and ``--workers`` process draws its own stream (one fixed seed per process would give every shard
+the same stream; the merge refuses that). Called without one (in production), it draws from a
+generator keyed by a digest of its inputs and a call counter.
 """
 
 from __future__ import annotations
@@ -129,15 +130,16 @@ def _verify_per_item(rng: np.random.Generator, p: Rows, q: Rows, drafts: npt.NDA
     return BatchVerdict(accepted, np.minimum(tokens, last_positive).astype(np.int64), accepted == k)
 
 
-def verify_batch(p_in: object, q_in: object, drafts_in: object) -> BatchVerdict:
-    """N verifications: p [k+1, V] or [N, k+1, V], q [k, V] or [N, k, V], drafts [N, k]."""
+def verify_batch(p_in: object, q_in: object, drafts_in: object, seed: int | None = None) -> BatchVerdict:
+    """N verifications: p [k+1, V] or [N, k+1, V], q [k, V] or [N, k, V], drafts [N, k]; ``seed``:
+    the gate's seed for this call (draw from it when given)."""
     p, q, drafts = _checked(p_in, q_in, drafts_in)
-    rng = _generator(p, q, drafts)
+    rng = np.random.default_rng(seed) if seed is not None else _generator(p, q, drafts)
     return (_verify_shared if p.ndim == 2 else _verify_per_item)(rng, p, q, drafts)
 
 
-def verify(p: object, q: object, drafts: object) -> Verdict:
-    """One verification: p [k+1, V], q [k, V], drafts [k]."""
-    one = verify_batch(p, q, np.asarray(drafts)[None, :])
+def verify(p: object, q: object, drafts: object, seed: int | None = None) -> Verdict:
+    """One verification: p [k+1, V], q [k, V], drafts [k]; ``seed`` as in :func:`verify_batch`."""
+    one = verify_batch(p, q, np.asarray(drafts)[None, :], seed)
     accepted = int(one.accepted[0])
     return Verdict(accepted, int(one.token[0]), "bonus" if bool(one.is_bonus[0]) else "repair")

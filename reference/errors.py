@@ -266,7 +266,13 @@ class VerificationError(VerispecError):
 
 
 class CalibrationError(VerispecError):
-    """A calibration artifact is malformed, for another model, or cannot be built."""
+    """A calibration artifact is malformed, for another model, or cannot be built.
+
+    A usage error: most are raised for what the command line asked (``--q`` outside (0, 1), a
+    report folder that does not exist, a calibration for another model than ``--model``); one
+    class covers both, so the stricter of the two codes is not claimed."""
+
+    exit_category: ClassVar[ExitCategory] = "usage"
 
 
 class CertificateError(VerispecError):
@@ -278,7 +284,11 @@ class VectorError(VerispecError):
 
 
 class WorkloadError(VerispecError):
-    """A workload file that cannot be read or has a malformed line (names the line)."""
+    """A workload file that cannot be read or has a malformed line (names the line).
+
+    A usage error, like CalibrationError: it is also raised for an unknown ``--prompts`` kind."""
+
+    exit_category: ClassVar[ExitCategory] = "usage"
 
 
 class InputError(VerispecError):

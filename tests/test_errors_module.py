@@ -82,7 +82,7 @@ def test_every_class_is_ours_and_has_an_exit_category() -> None:
     [
         ("UsageError", "usage"), ("CheckError", "usage"), ("OutputError", "usage"), ("BackendUnavailable", "usage"),
         ("ContextOverflow", "usage"), ("GGUFTruncated", "input"), ("ModelError", "input"), ("VectorError", "input"),
-        ("CalibrationError", "input"), ("ExternalError", "failed"), ("Unsupported", "failed"),
+        ("CalibrationError", "usage"), ("ExternalError", "failed"), ("Unsupported", "failed"),
     ],
 )
 def test_categories_follow_the_module_docstring(name: str, category: str) -> None:
