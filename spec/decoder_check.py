@@ -405,16 +405,17 @@ class GreedyVerdict:
 
     plain: list[int]
     speculative: list[int]
-    divergence: int | None = None  # first differing step
+    divergence: int | None = None  # first differing step (the shorter length when one output is a prefix of the other)
     margin: float = 0.0  # target's top-1 margin there (our reference logits)
     noise: float = 0.0  # batch-shape noise of the logits there
     noise_source: str = ""  # whose logits: the engine's own, or our reference forward
     notes: list[str] = field(default_factory=list)
+    ending_bug: str = ""  # one output ends where no near-tie can explain it (past an EOG, past max_tokens, early)
 
     @property
     def near_tie(self) -> bool:
         """Both rows may move by the noise: a margin within twice it can flip."""
-        return self.divergence is not None and self.margin <= 2.0 * self.noise
+        return self.divergence is not None and not self.ending_bug and self.margin <= 2.0 * self.noise
 
     @property
     def passed(self) -> bool:
@@ -423,18 +424,47 @@ class GreedyVerdict:
     def detail(self) -> str:
         if self.divergence is None:
             return f"{len(self.plain)} tokens identical"
+        j = self.divergence
+        if self.ending_bug:
+            return f"differ at step {j}: plain {_token_at(self.plain, j)} vs speculative {_token_at(self.speculative, j)}: BUG ({self.ending_bug})"
         what = "near-tie (within batch-shape noise)" if self.near_tie else "BUG (margin beyond batch-shape noise)"
         return (
-            f"differ at step {self.divergence}: plain {self.plain[self.divergence]} vs speculative "
-            f"{self.speculative[self.divergence]}, top-1 margin {self.margin:.4g}, noise {self.noise:.3g} "
+            f"differ at step {j}: plain {_token_at(self.plain, j)} vs speculative "
+            f"{_token_at(self.speculative, j)}, top-1 margin {self.margin:.4g}, noise {self.noise:.3g} "
             f"(from {self.noise_source}): {what}"
         )
 
 
-def check_greedy(engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[int], max_tokens: int) -> GreedyVerdict:
+def _token_at(ids: Sequence[int], step: int) -> str:
+    """The id at ``step``, or "(ended)" past the end of an output."""
+    return str(ids[step]) if step < len(ids) else "(ended)"
+
+
+def ending_bug(shorter: Sequence[int], max_tokens: int, eog: frozenset[int]) -> str:
+    """Why one output being a strict prefix of the other is a bug outright, or "" when the shorter
+    may have ended on an end-of-generation id it does not report (then the step is a near-tie
+    candidate: that EOG against the longer output's token)."""
+    if shorter and shorter[-1] in eog:
+        return f"the longer output runs on past the end-of-generation id {shorter[-1]} at step {len(shorter) - 1}"
+    if len(shorter) >= max_tokens:
+        return f"the longer output exceeds max_tokens = {max_tokens}"
+    if not eog:
+        return f"the shorter output stops at {len(shorter)} of max_tokens = {max_tokens} tokens, not at an end-of-generation id"
+    return ""
+
+
+def check_greedy(
+    engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[int], max_tokens: int, eog: frozenset[int] = frozenset()
+) -> GreedyVerdict:
     """Token-identical to the engine's own plain greedy output, or a near-tie: the margin and the
     batch-shape noise come from ``logits_of`` (:class:`EngineLogits` for an engine that reports its
-    logits, :class:`ReferenceLogits` for one of our numerics)."""
+    logits, :class:`ReferenceLogits` for one of our numerics).
+
+    Outputs of different lengths with one a prefix of the other: the longer continues where the
+    shorter ended. That is a bug outright when the shorter ended at a reported end-of-generation id
+    (``eog``), at ``max_tokens``, or early with no EOG known; otherwise the shorter ended on an EOG
+    it does not report, and the step is judged as a near-tie between the best EOG and the longer
+    output's token."""
     plain = list(engine.greedy(prompt_ids, max_tokens, False))
     spec = list(engine.greedy(prompt_ids, max_tokens, True))
     verdict = GreedyVerdict(plain, spec, noise_source=logits_of.source)
@@ -442,12 +472,19 @@ def check_greedy(engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[i
         return verdict
     j = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
     verdict.divergence = j
-    if j >= min(len(plain), len(spec)):
-        verdict.notes.append("outputs differ in length only")
-        return verdict
     prefix = tuple(int(t) for t in prompt_ids) + tuple(plain[:j])
-    row = np.sort(np.asarray(logits_of(prefix), dtype=np.float64))
-    verdict.margin = float(row[-1] - row[-2])
+    row = np.asarray(logits_of(prefix), dtype=np.float64)
+    if j >= min(len(plain), len(spec)):  # one output is a strict prefix of the other
+        shorter, longer = (plain, spec) if len(plain) < len(spec) else (spec, plain)
+        verdict.notes.append("outputs differ in length only")
+        verdict.ending_bug = ending_bug(shorter, max_tokens, eog)
+        if verdict.ending_bug:
+            return verdict
+        best_eog = max(float(row[e]) for e in eog if 0 <= e < row.shape[0]) if any(0 <= e < row.shape[0] for e in eog) else -np.inf
+        verdict.margin = abs(float(row[longer[j]]) - best_eog)
+    else:
+        top = np.sort(row)
+        verdict.margin = float(top[-1] - top[-2])
     verdict.noise = logits_of.batch_shape_noise(prefix, len(prompt_ids)) if len(prefix) > 1 else 0.0
     return verdict
 

@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         for text in args.prompt:
             prompt = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True))  # as the bench
             if args.greedy:
-                g = check_greedy(engine, target, prompt, args.max_tokens)
+                g = check_greedy(engine, target, prompt, args.max_tokens, eog)
                 results.append({"prompt": text, "mode": "greedy", "passed": g.passed, "detail": g.detail(),
                                 "margin": g.margin, "noise": g.noise, "noise_source": g.noise_source,
                                 "divergence": g.divergence})
