@@ -24,6 +24,12 @@ Wire ops (same envelope as :mod:`spec.external`)::
       -> {"samples": [[t1, t2], ...]}                     n runs, speculation on
     {"op": "sample_plain", "input": (as sample)}          n runs, speculation off (two-sample)
       -> {"samples": [[t1, t2], ...]}
+    {"op": "generate", "input": {"prompt_ids": [..], "params": {..}, "max_tokens": 64,
+                                 "min_tokens": 0, "n": 200, "seed": 7}}
+      -> {"samples": [[t1, .., tT] | {"ids": [..], "cycles": [[drafted, accepted], ..]}, ...]}
+                                                          n whole generations, speculation on
+                                                          (the depth test, spec/decoder_depth.py;
+                                                          cycles optional)
     {"op": "greedy", "input": {"prompt_ids": [..], "max_tokens": 16, "speculative": true}}
       -> {"ids": [..]}
     {"op": "logits", "input": {"prefix_ids": [..], "split_at": null}}
@@ -169,6 +175,11 @@ class EngineLogits:
             self.memo[prefix] = self._row(prefix, None)
         return self.memo[prefix]
 
+    def fresh(self, prefix: Prefix) -> F32:
+        """The row after ``prefix``, checked, not memoized (the depth test asks for every prefix of
+        every generation once: a memo would only grow)."""
+        return self._row(prefix, None)
+
     def batch_shape_noise(self, prefix: Prefix, prompt_length: int | None = None) -> float:
         """The engine's own: max |one pass of the prefix - the same row at :func:`noise_splits`|."""
         whole = np.asarray(self(prefix), dtype=np.float64)
@@ -288,6 +299,15 @@ class ReferenceDecoder:
             out.append(list(result.generation.ids))
         return out
 
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[list[int]]:
+        """n whole generations (the depth test's engine interface); our loop has no min_tokens."""
+        if min_tokens:
+            raise VerispecError("our decode loop has no min_tokens")
+        self.target.logits.memo.clear()  # every prefix at depth is new: the memos would only grow
+        self.law.memo.clear()
+        return self.sample(prompt_ids, params, max_tokens, n, seed)
+
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         from verispec.reference.generate import generate
         from verispec.reference.session import GenerationRequest
@@ -340,6 +360,18 @@ class CommandEngine:
 
     def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._samples("sample", prompt_ids, params, m, n, seed)
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[Any]:
+        """n whole generations (ids lists, or ``{"ids", "cycles"}`` objects: spec/decoder_depth.py reads them)."""
+        from verispec.spec.vectors.wire import params_to_json
+
+        out = self.wire.call("generate", {"prompt_ids": list(prompt_ids), "params": params_to_json(params),
+                                          "max_tokens": max_tokens, "min_tokens": min_tokens, "n": n, "seed": seed})
+        samples = out.get("samples")
+        if not isinstance(samples, list) or len(samples) != n or not all(isinstance(s, (list, dict)) for s in samples):
+            raise ExternalError(f"generate output.samples must be a list of {n} generations")
+        return samples
 
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._samples("sample_plain", prompt_ids, params, m, n, seed)

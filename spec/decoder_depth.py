@@ -93,6 +93,7 @@ TV = 0.05
 FRACTION = 0.1
 PILOT = 32  # generations of the pilot (design only)
 MAX_PILOT_ROWS = 1024
+MAX_BLOCK = 50  # generations per engine call: a broken decoder is seen after its first block
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
         raise ValueError(f"teacher-forced rows have shape {logits.shape}, expected [{len(ids)}, V]")
     history = list(prompt)
     t_count = len(ids)
-    out = Scored(*(np.zeros(t_count) for _ in range(5)), [])
+    out = Scored(np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), [])
     eog_ids = np.array(sorted(e for e in case.eog if 0 <= e < logits.shape[1]), dtype=np.int64)
     for t, x in enumerate(ids):
         if not 0 <= x < logits.shape[1]:
@@ -454,7 +455,7 @@ def check_depth(
     except VerispecError as exc:
         raise VerispecError(f"depth test design: {exc}") from exc
     targets = [math.ceil(plan.tokens / 2 ** (LOOKS - 1 - j)) for j in range(LOOKS)]
-    per_block = block or max(1, math.ceil(targets[0] / mean_length))
+    per_block = block or min(MAX_BLOCK, max(1, math.ceil(targets[0] / mean_length)))
     alphas = look_alphas(alpha)
     alpha_collision = alpha * COLLISION_SHARE
     sums = Sums()

@@ -312,7 +312,7 @@ class DesignDeviation:
         rng = np.random.default_rng(seed)
         out = []
         for _ in range(n):
-            history, ids = [int(t) for t in prompt_ids], []
+            history, ids = [int(t) for t in prompt_ids], list[int]()
             while len(ids) < max_tokens and not (ids and ids[-1] in self.eog):
                 p = target_distribution(self.logits_of(tuple(history)), history, position_params(case, len(ids)))
                 law = self._deviated(p) if rng.random() < self.fraction else p

@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from conftest import write_tiny_gguf  # noqa: E402
+from tests.conftest import write_tiny_gguf  # noqa: E402
 
 from verispec.reference.model import Model  # noqa: E402
 from verispec.reference.sampling import SamplingParams  # noqa: E402

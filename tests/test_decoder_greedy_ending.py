@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from verispec.spec.decoder_check import GreedyVerdict, check_greedy
+from verispec.spec.decoder_law import F32
 
 EOG = 2
 V = 10
@@ -32,7 +33,7 @@ class FixedOutputs:
         return list(self.speculative if speculative else self.plain)
 
 
-@dataclass(frozen=True)
+@dataclass
 class FixedRow:
     """A Logits source: every prefix gets ``row``; batch-shape noise ``noise``."""
 
@@ -40,7 +41,7 @@ class FixedRow:
     noise: float = 0.01
     source: str = "a fixed row"
 
-    def __call__(self, prefix: tuple[int, ...]) -> np.ndarray:
+    def __call__(self, prefix: tuple[int, ...]) -> F32:
         return np.asarray(self.row, dtype=np.float32)
 
     def batch_shape_noise(self, prefix: tuple[int, ...], prompt_length: int | None = None) -> float:

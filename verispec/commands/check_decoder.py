@@ -1,10 +1,17 @@
 """`verispec check-decoder`: the law of a whole speculative decoder's first tokens, on a real GGUF.
 
     verispec check-decoder (--engine MOD:FACTORY | --engine-cmd CMD | --ours | --mutant NAME)
-        [--model NAME|PATH] [--prompt TEXT ... | --bench-prompts] [--m 3] [--temperature T] [--top-k K] [--top-p P]
-        [--repeat-penalty R] [--draft-temperature T] [--draft-top-k K] [--k 2]
-        [--target-law reference|engine-logits|two-sample] [--tv 0.2] [--alpha A]
-        [--greedy --max-tokens N] [--json]
+        [--model NAME|PATH] [--prompt TEXT ... | --bench-prompts] [--depth 64 | --depth 0 --m 3]
+        [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--min-tokens N]
+        [--draft-temperature T] [--draft-top-k K] [--k 2]
+        [--target-law reference|engine-logits|two-sample] [--tv TV] [--fraction F] [--alpha A]
+        [--budget SECONDS] [--greedy --max-tokens N] [--json]
+
+``--depth N`` (default 64): the sampled modes test EVERY token of whole generations of up to N
+tokens (spec/decoder_depth.py: the engine's ``generate``; power 0.99 against TV ``--tv`` (default
+0.05) on ``--fraction`` (default 0.1) of positions; ``--budget`` seconds per prompt, exit 3 when
+it ends short of that power). ``--depth 0``: the first-m test of the first ``--m`` tokens
+(spec/decoder_law.py, default TV 0.2); two-sample mode is always first-m.
 
 ``--engine MOD:FACTORY``: ``FACTORY(model_path)`` returns an engine with
 ``sample(prompt_ids, params, m, n, seed) -> [[t1..tm], ...]`` (and ``greedy(prompt_ids,
@@ -17,7 +24,8 @@ processors; ``two-sample`` tests speculation on against the same engine's ``samp
 (speculation off). Greedy mode takes the margin and the batch-shape noise from the engine's own
 logits when it reports them, else from our forward (the report says which).
 Exit status 0: every prompt passed; 1: a prompt failed (a law off the target, or a greedy
-divergence beyond the batch-shape noise); 2: a usage error (a mode the engine does not offer).
+divergence beyond the batch-shape noise); 2: a usage error (a mode the engine does not offer);
+3: inconclusive (the depth test's budget ended before its power, nothing failed).
 """
 
 from __future__ import annotations
@@ -38,11 +46,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--model", default="smollm2-135m", help="registry name or .gguf path (default smollm2-135m)")
     parser.add_argument("--prompt", nargs="+", default=["The cat sat on the"], metavar="TEXT")
     parser.add_argument("--bench-prompts", action="store_true", help="the five prompts of `verispec bench` instead of --prompt")
-    parser.add_argument("--m", type=int, default=3, help="first tokens whose law is tested (1..3)")
+    parser.add_argument("--depth", type=int, default=64, help="tokens per generation of the depth test (0: the first-m test)")
+    parser.add_argument("--m", type=int, default=3, help="--depth 0: first tokens whose law is tested (1..3)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=4)
     parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--min-p", type=float, default=0.0)
     parser.add_argument("--repeat-penalty", type=float, default=1.5)
+    parser.add_argument("--min-tokens", type=int, default=0, help="--depth: end-of-generation banned before this many tokens")
     parser.add_argument("--draft-temperature", type=float, default=2.0, help="--ours/--mutant: the draft's law")
     parser.add_argument("--draft-top-k", type=int, default=4, help="--ours/--mutant: the draft's law")
     parser.add_argument("--k", type=int, default=2, help="--ours/--mutant: drafts per cycle")
@@ -52,7 +63,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         default="reference",
         help="where the law comes from: our forward (default), the engine's own logits, or its plain decoding",
     )
-    parser.add_argument("--tv", type=float, default=0.2, help="deviation detected with power 0.99 (default 0.2)")
+    parser.add_argument("--tv", type=float, default=None, help="deviation detected with power 0.99 (default: 0.05 at depth, 0.2 first-m)")
+    parser.add_argument("--fraction", type=float, default=0.1, help="--depth: share of positions the deviation hits (default 0.1)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS", help="--depth: seconds per prompt (exit 3 if short of power)")
     parser.add_argument("--alpha", type=float, default=None, help="false-alarm probability of the run (default 1e-3)")
     parser.add_argument("--min-mass", type=float, default=0.01, help="sequences at least this likely are cells")
     parser.add_argument("--greedy", action="store_true", help="greedy mode: speculative == plain greedy, or a near-tie")
@@ -62,19 +75,45 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.set_defaults(func=run)
 
 
+class FreshMemos:
+    """A mutant decoder whose whole generations (``generate``) run on fresh memos per call: at depth
+    every prefix is new, and a memo of real-vocabulary rows would only grow (GBs over a run)."""
+
+    def __init__(self, decoder: Any) -> None:
+        self.decoder = decoder
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        from dataclasses import replace
+
+        from verispec.spec.decoder_check import ReferenceLogits
+        from verispec.spec.decoder_law import CachedLaw
+
+        fresh = replace(self.decoder, logits_of=ReferenceLogits(self.decoder.logits_of.model), law=CachedLaw())
+        return fresh.generate(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # sample, sample_plain, logits, greedy: the decoder's own
+        return getattr(self.decoder, name)
+
+
 def _engine(args: argparse.Namespace, path: Any, logits: Any, tokenizer: Any) -> Any:
     from verispec.reference.sampling import SamplingParams
     from verispec.spec.check import CheckError, load_callable
     from verispec.spec.decoder_check import CommandEngine, ReferenceDecoder
-    from verispec.spec.decoder_mutants import MUTANT_BUGS, LoopDecoder
+    from verispec.spec.decoder_mutants import DEPTH_MUTANTS, MUTANT_BUGS, LoopDecoder
 
     draft = SamplingParams(temperature=args.draft_temperature, top_k=args.draft_top_k)
     if args.ours:
         return ReferenceDecoder(logits, tokenizer, draft, args.k)
     if args.mutant:
-        if args.mutant not in MUTANT_BUGS:
-            raise CheckError(f"unknown mutant decoder {args.mutant!r}; known: {', '.join(MUTANT_BUGS)}")
-        return LoopDecoder(logits, draft, args.k, MUTANT_BUGS[args.mutant][1])
+        known = {**MUTANT_BUGS, **DEPTH_MUTANTS}
+        if args.mutant not in known:
+            raise CheckError(f"unknown mutant decoder {args.mutant!r}; known: {', '.join(known)}")
+
+        def positioned(ids: Any, positions: Any) -> Any:
+            model = logits.model
+            return model.forward(list(ids), model.new_cache(len(ids)), positions=list(positions)).logits[-1]
+
+        return FreshMemos(LoopDecoder(logits, draft, args.k, known[args.mutant][1], eog=frozenset(tokenizer.eog_ids), positioned=positioned))
     if args.engine_cmd:
         return CommandEngine(args.engine_cmd, args.timeout)
     return load_callable(args.engine)(path)
@@ -92,14 +131,24 @@ def run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.m <= MAX_M:
         raise CheckError(f"--m must be in [1, {MAX_M}], got {args.m}")
+    if args.depth < 0 or args.min_tokens < 0:
+        raise CheckError("--depth and --min-tokens must be >= 0")
+    if args.tv is None:
+        args.tv = 0.05 if args.depth else 0.2
     if not 0 < args.tv <= 1:
         raise CheckError(f"--tv must be in (0, 1], got {args.tv}")
+    if not 0 < args.fraction <= 1:
+        raise CheckError(f"--fraction must be in (0, 1], got {args.fraction}")
+    if args.budget is not None and not args.budget > 0:
+        raise CheckError(f"--budget must be > 0 seconds, got {args.budget}")
+    if args.ours and args.min_tokens:
+        raise CheckError("--ours: our decode loop has no min_tokens")
     if args.alpha is not None and not 0 < args.alpha < 1:
         raise CheckError(f"--alpha must be in (0, 1), got {args.alpha}")
     if args.k < 1 or args.max_tokens < 1:
         raise CheckError("--k and --max-tokens must be >= 1")
     params = SamplingParams(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repeat_penalty=args.repeat_penalty
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repeat_penalty=args.repeat_penalty
     )
     params.validate()
     path = resolve_model(args.model)
@@ -127,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
                 results.append({"prompt": text, "mode": "greedy", "passed": g.passed, "detail": g.detail(),
                                 "margin": g.margin, "noise": g.noise, "noise_source": g.noise_source,
                                 "divergence": g.divergence})
+            elif args.depth and args.target_law != "two-sample":
+                results.append(_depth(args, engine, model, target, prompt, params, eog, alpha, text))
             elif args.target_law == "two-sample":
                 v = check_two_sample(engine, prompt, params, args.m, alpha=alpha, tv=args.tv, eog=eog, min_mass=args.min_mass)
                 results.append({"prompt": text, "mode": "two-sample", **law_json(v)})
@@ -139,13 +190,33 @@ def run(args: argparse.Namespace) -> int:
         if callable(close):
             close()
     passed = all(r["passed"] for r in results)
+    status = 1 if not all(r["passed"] or r.get("state") == "inconclusive" for r in results) else 0 if passed else 3
     if args.json:
         print(json.dumps({"passed": passed, "model": str(path), "results": results}, indent=2))
     else:
         for r in results:
-            print(f"{'PASS' if r['passed'] else 'FAIL'}  {r['prompt']!r}: {r['detail']}"
+            print(f"{'PASS' if r['passed'] else 'INCONCLUSIVE' if r.get('state') == 'inconclusive' else 'FAIL'}  {r['prompt']!r}: {r['detail']}"
                   + (f"  N={r['n']}{'/arm' if r['mode'] == 'two-sample' else ''} alpha={r['alpha']:.2g} power={r['power']:.4f} vs TV>={r['tv']}"
-                     if r["mode"] != "greedy" else ""))
-        print("PASSED" if passed else "FAILED")
+                     if r["mode"] not in ("greedy", "depth") else ""))
+        print({0: "PASSED", 1: "FAILED", 3: "INCONCLUSIVE"}[status])
     sys.stdout.flush()
-    return 0 if passed else 1
+    return status
+
+
+def _depth(args: argparse.Namespace, engine: Any, model: Any, target: Any, prompt: tuple[int, ...], params: Any,
+           eog: frozenset[int], alpha: float, text: str) -> dict[str, Any]:
+    """The depth test of one prompt (spec/decoder_depth.py) as a result row."""
+    from verispec.spec.check import CheckError
+    from verispec.spec.decoder_check import EngineLogits
+    from verispec.spec.decoder_depth import DepthCase, check_depth, per_prefix_rows, reference_rows, verdict_json
+
+    if not callable(getattr(engine, "generate", None)):
+        raise CheckError("--depth needs an engine with generate (the generate op); --depth 0 runs the first-m test")
+    rows = per_prefix_rows(target.fresh) if isinstance(target, EngineLogits) else reference_rows(model)
+    case = DepthCase(prompt, params, args.depth, eog, args.min_tokens)
+    verdict = check_depth(engine, rows, case, alpha=alpha, tv=args.tv, fraction=args.fraction, budget_s=args.budget)
+    row = verdict_json(verdict)
+    label = {"passed": "PASS", "failed": "FAIL", "inconclusive": "INCONCLUSIVE"}[verdict.state]
+    row["detail"] = (f"[{label}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; design {verdict.design.tokens} tokens "
+                     f"for power 0.99 vs TV {verdict.design.tv} on {verdict.design.fraction:.0%} of positions, alpha={alpha:.2g}, power reached {verdict.power:.4f}")
+    return {"prompt": text, "mode": "depth", **row}
