@@ -12,7 +12,9 @@ target law of those tokens comes from one of three places (``--target-law``):
     two-sample     no law at all: the same engine with speculation off (``sample_plain``) vs on,
                    a chi-square homogeneity test (:mod:`spec.decoder_two_sample`)
 
-and :mod:`spec.decoder_law` runs the powered chi-square. Greedy mode compares the engine's
+and :mod:`spec.decoder_law` runs the powered chi-square. Whole generations (the ``generate`` op,
+``check-decoder --depth N``, the default) are judged token by token at any depth by
+:mod:`spec.decoder_depth`. Greedy mode compares the engine's
 speculative output with its own plain greedy output token for token; at a divergence it reports
 the target's top-1 margin and whether it lies within the batch-shape noise of the logits (a
 near-tie) or not (a bug): the ENGINE's own noise when it reports logits, ours otherwise (valid only

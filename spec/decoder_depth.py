@@ -40,7 +40,9 @@ Statistics (all sums of martingale differences under the null: z-scores by the m
   P(x) = prod p_t(x_t), computed exactly; a collision while the null's cumulative collision
   probability so far is <= alpha_c rejects (P <= alpha_c by optional stopping);
 - structure, deterministic: a token of target probability 0, a token after an end-of-generation
-  id, more than max_tokens, or a stop before max_tokens without an EOG fails outright.
+  id, more than max_tokens, or a stop before max_tokens without an EOG fails outright; so does a
+  reported logprob (optional, ``{"logprobs": [..]}``) off the token's target log-probability by
+  more than ``LOGPROB_TOL`` (llama.cpp #27972 reports 0.0 for every token when speculating).
 
 Sequential, with alpha spending (as :mod:`spec.sequential`): looks after 1/64, 1/32, .., 1/2 and
 all of the design's tokens; half the alpha at the final look, the rest split over the earlier
@@ -93,6 +95,11 @@ TV = 0.05
 FRACTION = 0.1
 PILOT = 32  # generations of the pilot (design only)
 MAX_PILOT_ROWS = 1024
+# Reported logprobs (the engine's log p_t(x_t), optional): log-softmax moves by at most 2 max|dl| / T
+# when the logits move by dl, and an engine of our numerics computes its rows at other batch shapes
+# (float32: |dl| <= ~1e-4 at these sizes), so 1e-3 leaves T >= 0.2 covered; a looser engine passes
+# its own bound with ``logprob_tol``.
+LOGPROB_TOL = 1e-3
 MAX_BLOCK = 50  # generations per engine call: a broken decoder is seen after its first block
 
 
@@ -130,6 +137,7 @@ class GenerationEngine(Protocol):
 class Generation:
     ids: tuple[int, ...]
     cycles: tuple[tuple[int, int], ...] | None = None  # (drafted, accepted) per cycle, when reported
+    logprobs: tuple[float, ...] | None = None  # the engine's reported log p_t(x_t), when reported
 
 
 def as_generation(raw: Any) -> Generation:
@@ -139,7 +147,9 @@ def as_generation(raw: Any) -> Generation:
     if isinstance(raw, Mapping):
         cycles = raw.get("cycles")
         parsed = None if cycles is None else tuple((int(d), int(a)) for d, a in cycles)
-        return Generation(tuple(int(t) for t in raw["ids"]), parsed)
+        logprobs = raw.get("logprobs")
+        reported = None if logprobs is None else tuple(float(x) for x in logprobs)
+        return Generation(tuple(int(t) for t in raw["ids"]), parsed, reported)
     return Generation(tuple(int(t) for t in raw))
 
 
@@ -446,6 +456,7 @@ def check_depth(
     max_generations: int | None = None,
     pilot: int = PILOT,
     block: int | None = None,
+    logprob_tol: float = LOGPROB_TOL,
 ) -> DepthVerdict:
     """The sequential depth test of one case (module docstring). ``budget_s`` (seconds) or
     ``max_generations`` end it early: failed if a look rejected, else inconclusive."""
@@ -475,7 +486,9 @@ def check_depth(
             return _verdict("failed", plan, sums, alpha, looks, f"the engine raised {type(exc).__name__}: {str(exc)[:200]}")
         block_index += 1
         for gen in gens:
-            sums.add(gen.ids, score(rows_of, case, gen.ids, rng), events_of(gen), alpha_collision, case.eog)
+            scored = score(rows_of, case, gen.ids, rng)
+            scored.broken = scored.broken or logprob_error(gen, scored, logprob_tol)
+            sums.add(gen.ids, scored, events_of(gen), alpha_collision, case.eog)
         if sums.broken or sums.collision:
             return _verdict("failed", plan, sums, alpha, looks, sums.broken or sums.collision)
         while next_look < LOOKS and sums.overall.tokens >= targets[next_look]:
@@ -485,6 +498,19 @@ def check_depth(
             if look.rejected:
                 return _verdict("failed", plan, sums, alpha, looks, look.where)
     return _verdict("passed", plan, sums, alpha, looks, "")
+
+
+def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
+    """Why the engine's reported logprobs are not its tokens' target log-probabilities ("" when they
+    are within ``tol``, or not reported)."""
+    if gen.logprobs is None or scored.broken:
+        return ""
+    if len(gen.logprobs) != len(gen.ids):
+        return f"{len(gen.logprobs)} logprobs reported for {len(gen.ids)} tokens"
+    for t, (reported, ours) in enumerate(zip(gen.logprobs, scored.logp)):
+        if not abs(reported - float(ours)) <= tol:  # NaN fails too
+            return f"reported logprob {reported:.6g} at position {t}, target law {float(ours):.6g} (|diff| > {tol:g})"
+    return ""
 
 
 def _verdict(state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str) -> DepthVerdict:

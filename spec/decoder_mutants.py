@@ -9,6 +9,14 @@ as ``logits_of(prefix)`` with an explicit KV cache (the ids whose K,V it holds: 
 changes the next logits exactly as a real cache would), with one switch per bug.
 
 ``DecoderBugs()`` (no bug) is a correct decoder; :func:`catalogue` lists the mutants.
+:data:`DEPTH_MUTANTS` are the bug classes of the public catalogue that show late or only with
+processors on (penalties counted one token a cycle, min_tokens counted in cycles, EOS inside an
+accepted span at max_tokens, cache positions advanced by one a cycle, min_p/logit_bias skipped on
+verified rows, two requests on one random stream, a bonus token's K,V dropped, logprobs reported
+as 0.0), each with its upstream issue; :meth:`LoopDecoder.generate` gives whole generations with
+their cycles and logprobs for the depth test (:mod:`spec.decoder_depth`), and
+:class:`DesignDeviation` is that test's design alternative. Correct but different decoders: a
+greedy draft (one-hot q) and sample-and-match verification (``verify="match"``).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ class DecoderBugs:
     verified_rows_unbiased: bool = False  # min_p and logit_bias applied to the bonus row only
     shared_stream: bool = False  # two consecutive requests draw from one random stream
     bonus_kv_dropped: bool = False  # after a full acceptance the bonus token's K,V is never written
+    logprobs_zero: bool = False  # every token of a speculative cycle reported with logprob 0.0
 
 
 Positioned = Callable[[Prefix, Sequence[int]], Any]  # (ids, their positions) -> last logits row [V]
@@ -58,6 +67,7 @@ class Traced:
 
     ids: list[int]
     cycles: list[tuple[int, int]]
+    logprobs: list[float] = field(default_factory=list)  # log p_t(x_t) of each id, as the loop reports it
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,7 @@ class LoopDecoder:
         penalty_history = list(history)  # the penalty mutant's history: one token a cycle
         out: list[int] = []
         cycles: list[tuple[int, int]] = []
+        logprobs: list[float] = []
         while len(out) < m:
             want = k if bugs.length_before_eog else min(k, m - len(out) - 1)
             drafts: list[int] = []
@@ -131,15 +142,16 @@ class LoopDecoder:
             if bugs.bonus_kv_dropped and drafts and accepted == len(drafts):
                 covered += 1  # the bonus is counted as cached and never fed
             cycles.append((len(drafts), accepted))
+            logprobs += [0.0 if bugs.logprobs_zero and drafts else math.log(float(p[i][t])) for i, t in enumerate(emitted)]
             history += emitted
             penalty_history.append(emitted[-1])
             out += emitted
             if bugs.length_before_eog and len(out) >= m:
-                return Traced(out[:m], cycles)
+                return Traced(out[:m], cycles, logprobs[:m])
             end = next((i for i, t in enumerate(out) if t in self.eog), None)
             if end is not None and bugs.stops_at_eog:
-                return Traced(out[: min(end + 1, m)], cycles)
-        return Traced(out[:m], cycles)
+                return Traced(out[: min(end + 1, m)], cycles, logprobs[: min(end + 1, m)])
+        return Traced(out[:m], cycles, logprobs[:m])
 
     def _rows(self, cache: list[int], positions: list[int], span: list[int], span_positions: list[int],
               pending: int, drafts: int) -> list[Any]:
@@ -203,7 +215,7 @@ class LoopDecoder:
         for i in range(n):
             rng = np.random.default_rng(int(seeds[i - i % 2] if self.bugs.shared_stream else seeds[i]))
             traced = self.decode(prompt_ids, params, max_tokens, rng, min_tokens=min_tokens)
-            out.append({"ids": traced.ids, "cycles": [list(c) for c in traced.cycles]})
+            out.append({"ids": traced.ids, "cycles": [list(c) for c in traced.cycles], "logprobs": traced.logprobs})
         return out
 
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
@@ -282,6 +294,11 @@ DEPTH_MUTANTS: dict[str, tuple[str, DecoderBugs]] = {
     "requests_share_one_stream": (
         "TensorRT-LLM #19487: unseeded requests share one random stream: identical samples",
         DecoderBugs(shared_stream=True),
+    ),
+    "logprobs_zero_when_speculating": (
+        "llama.cpp #27972 (also vLLM #17876, #34497): every token reported with logprob 0.0 (p = 1) "
+        "when speculating; the tokens themselves are right",
+        DecoderBugs(logprobs_zero=True),
     ),
     "bonus_kv_dropped": (
         "vLLM PR #3951 (there the draft's cache; here the target's): after a full acceptance the "

@@ -80,6 +80,7 @@ class Loop:
     bugs: DecoderBugs = DecoderBugs()
     draft: SamplingParams = DRAFT
     verify: str = "rejection"
+    logprobs: bool = False  # pass the loop's reported logprobs on (else the statistics alone judge)
 
     def positioned(self, ids: tuple[int, ...], positions: Sequence[int]) -> Any:
         return self.model.forward(list(ids), self.model.new_cache(len(ids)), positions=list(positions)).logits[-1]
@@ -88,7 +89,8 @@ class Loop:
                  min_tokens: int = 0) -> list[dict[str, Any]]:
         loop = LoopDecoder(ReferenceLogits(self.model), self.draft, 2, self.bugs, eog=frozenset({EOG}),
                            law=CachedLaw(), verify=self.verify, positioned=self.positioned)
-        return loop.generate(prompt_ids, params, max_tokens, n, seed, min_tokens)
+        out = loop.generate(prompt_ids, params, max_tokens, n, seed, min_tokens)
+        return out if self.logprobs else [{k: v for k, v in g.items() if k != "logprobs"} for g in out]
 
 
 # --- the per-token statistics, exactly -------------------------------------------------------------
@@ -197,11 +199,11 @@ def test_correct_decoders_pass(name: str, model: Model) -> None:
 # --- the bug classes are rejected -------------------------------------------------------------------
 
 
-def run_mutant(model: Model, name: str, params: SamplingParams) -> Any:
+def run_mutant(model: Model, name: str, params: SamplingParams, logprobs: bool = False) -> Any:
     """The mutant against the product's design; the EOS-at-max_tokens one with a cap of 8 tokens
     (its bug needs an EOG inside a span that crosses the cap: a short cap makes that common, and
     the cap is where it shows, wherever it is)."""
-    engine = Loop(model, DEPTH_MUTANTS[name][1])
+    engine = Loop(model, DEPTH_MUTANTS[name][1], logprobs=logprobs or name == "logprobs_zero_when_speculating")
     the_case = case(params) if name != "eos_in_span_at_max_tokens" else replace(case(params), max_tokens=8, min_tokens=0)
     return check_depth(engine, reference_rows(model), the_case, alpha=PRODUCT_ALPHA, pilot=16, block=20)
 
@@ -263,3 +265,18 @@ def test_a_budget_short_of_the_design_is_inconclusive(model: Model) -> None:
 def test_support_sorted_drops_zeros() -> None:
     assert list(support_sorted(np.array([0.0, 0.3, 0.7]))) == [0.7, 0.3]
 
+
+
+def test_reported_logprobs_are_checked_exactly(model: Model) -> None:
+    """The bug-free loop reports each token's log p from its verifier rows (our reference forward
+    at other batch shapes: within LOGPROB_TOL of the teacher-forced law), and passes that check;
+    the llama.cpp #27972 mutant reports 0.0 when speculating and fails on its first generation."""
+    from verispec.spec.decoder_depth import as_generation, logprob_error
+
+    the_case = case(WITH_PROCESSORS)
+    rng = np.random.default_rng(0)
+    for raw in Loop(model, logprobs=True).generate(PROMPT, WITH_PROCESSORS, MAX_TOKENS, 5, 1, MIN_TOKENS):
+        gen = as_generation(raw)
+        assert gen.logprobs is not None and logprob_error(gen, score(reference_rows(model), the_case, gen.ids, rng), 1e-3) == ""
+    verdict = run_mutant(model, "logprobs_zero_when_speculating", WITH_PROCESSORS)
+    assert verdict.state == "failed" and "reported logprob 0" in verdict.where and verdict.generations <= 20
