@@ -422,7 +422,10 @@ def draw(engine: GenerationEngine, case: DepthCase, n: int, seed: int) -> list[G
     raw = engine.generate(case.prompt_ids, case.params, case.max_tokens, n, seed, case.min_tokens)
     if len(raw) != n:
         raise VerispecError(f"the engine returned {len(raw)} generations, asked for {n}")
-    return [as_generation(r) for r in raw]
+    try:
+        return [as_generation(r) for r in raw]
+    except (TypeError, ValueError, KeyError) as exc:
+        raise VerispecError(f"a generation is not a list of ids or an {{ids, cycles, logprobs}} object: {exc}") from exc
 
 
 def pilot_design(
@@ -463,8 +466,9 @@ def check_depth(
     started = time.monotonic()
     try:
         plan, mean_length = pilot_design(engine, rows_of, case, alpha, tv, fraction, seed, pilot)
-    except VerispecError as exc:
-        raise VerispecError(f"depth test design: {exc}") from exc
+    except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
+        unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
+        return _verdict("failed", unplanned, Sums(), alpha, [], f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}")
     targets = [math.ceil(plan.tokens / 2 ** (LOOKS - 1 - j)) for j in range(LOOKS)]
     per_block = block or min(MAX_BLOCK, max(1, math.ceil(targets[0] / mean_length)))
     alphas = look_alphas(alpha)

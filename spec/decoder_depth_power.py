@@ -156,7 +156,10 @@ class PowerDesign:
     effects: tuple[tuple[RowEffect, ...], tuple[RowEffect, ...]]  # (sharpen, flatten) per pilot row
 
     def power_at(self, n: float) -> float:
-        """Power reached on n tokens: the smaller over the directions of the larger over the statistics."""
+        """Power reached on n tokens: the smaller over the directions of the larger over the statistics
+        (0 for a design without pilot rows)."""
+        if not all(self.effects):
+            return 0.0
         out = []
         for effects in self.effects:
             arrays = _arrays(effects)

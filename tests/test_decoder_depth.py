@@ -280,3 +280,16 @@ def test_reported_logprobs_are_checked_exactly(model: Model) -> None:
         assert gen.logprobs is not None and logprob_error(gen, score(reference_rows(model), the_case, gen.ids, rng), 1e-3) == ""
     verdict = run_mutant(model, "logprobs_zero_when_speculating", WITH_PROCESSORS)
     assert verdict.state == "failed" and "reported logprob 0" in verdict.where and verdict.generations <= 20
+
+
+class Broken:
+    """An engine that answers with something that is not a generation."""
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[Any]:
+        return [{"tokens": [1, 2]}] * n
+
+
+def test_an_engine_answering_garbage_fails_the_case(model: Model) -> None:
+    verdict = check_depth(Broken(), reference_rows(model), case(FULL_SUPPORT), alpha=PRODUCT_ALPHA, pilot=4)
+    assert verdict.state == "failed" and "the pilot failed" in verdict.where and verdict.power == 0.0
