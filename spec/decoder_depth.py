@@ -94,6 +94,7 @@ INDEX = ("1st", "2nd", "3rd", "4th+")  # a token's index in its cycle
 TV = 0.05
 FRACTION = 0.1
 PILOT = 32  # generations of the pilot (design only)
+PILOT_BLOCK = 8
 MAX_PILOT_ROWS = 1024
 # Reported logprobs (the engine's log p_t(x_t), optional): log-softmax moves by at most 2 max|dl| / T
 # when the logits move by dl, and an engine of our numerics computes its rows at other batch shapes
@@ -429,16 +430,21 @@ def draw(engine: GenerationEngine, case: DepthCase, n: int, seed: int) -> list[G
 
 
 def pilot_design(
-    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, alpha: float, tv: float, fraction: float, seed: int, pilot: int
+    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, alpha: float, tv: float, fraction: float, seed: int,
+    pilot: int, deadline: float | None = None,
 ) -> tuple[PowerDesign, float]:
-    """(design, mean tokens per generation) from ``pilot`` generations of the engine itself."""
+    """(design, mean tokens per generation) from ``pilot`` generations of the engine itself, drawn
+    in blocks of :data:`PILOT_BLOCK` (a ``deadline`` on ``time.monotonic()`` ends it after a block)."""
     rng = np.random.default_rng([seed, 1])
     rows: list[F64] = []
-    lengths = []
-    for gen in draw(engine, case, pilot, seed + 1):
-        scored = score(rows_of, case, gen.ids, rng, keep_rows=True)
-        rows.extend(scored.rows)
-        lengths.append(len(gen.ids))
+    lengths: list[int] = []
+    for start in range(0, pilot, PILOT_BLOCK):
+        if deadline is not None and lengths and time.monotonic() > deadline:
+            break
+        for gen in draw(engine, case, min(PILOT_BLOCK, pilot - start), seed + 1 + start):
+            scored = score(rows_of, case, gen.ids, rng, keep_rows=True)
+            rows.extend(scored.rows)
+            lengths.append(len(gen.ids))
     if not rows:
         raise VerispecError("the pilot generations are all malformed: no row to design the test on")
     if len(rows) > MAX_PILOT_ROWS:  # a uniform subsample: the design needs row shapes, not all rows
@@ -465,7 +471,8 @@ def check_depth(
     ``max_generations`` end it early: failed if a look rejected, else inconclusive."""
     started = time.monotonic()
     try:
-        plan, mean_length = pilot_design(engine, rows_of, case, alpha, tv, fraction, seed, pilot)
+        deadline = None if budget_s is None else started + budget_s
+        plan, mean_length = pilot_design(engine, rows_of, case, alpha, tv, fraction, seed, pilot, deadline)
     except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
         unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
         return _verdict("failed", unplanned, Sums(), alpha, [], f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}")
