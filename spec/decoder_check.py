@@ -12,7 +12,9 @@ target law of those tokens comes from one of three places (``--target-law``):
     two-sample     no law at all: the same engine with speculation off (``sample_plain``) vs on,
                    a chi-square homogeneity test (:mod:`spec.decoder_two_sample`)
 
-and :mod:`spec.decoder_law` runs the powered chi-square. Greedy mode compares the engine's
+and :mod:`spec.decoder_law` runs the powered chi-square. Whole generations (the ``generate`` op,
+``check-decoder --depth N``, the default) are judged token by token at any depth by
+:mod:`spec.decoder_depth`. Greedy mode compares the engine's
 speculative output with its own plain greedy output token for token; at a divergence it reports
 the target's top-1 margin and whether it lies within the batch-shape noise of the logits (a
 near-tie) or not (a bug): the ENGINE's own noise when it reports logits, ours otherwise (valid only
@@ -24,6 +26,12 @@ Wire ops (same envelope as :mod:`spec.external`)::
       -> {"samples": [[t1, t2], ...]}                     n runs, speculation on
     {"op": "sample_plain", "input": (as sample)}          n runs, speculation off (two-sample)
       -> {"samples": [[t1, t2], ...]}
+    {"op": "generate", "input": {"prompt_ids": [..], "params": {..}, "max_tokens": 64,
+                                 "min_tokens": 0, "n": 200, "seed": 7}}
+      -> {"samples": [[t1, .., tT] | {"ids": [..], "cycles": [[drafted, accepted], ..]}, ...]}
+                                                          n whole generations, speculation on
+                                                          (the depth test, spec/decoder_depth.py;
+                                                          cycles optional)
     {"op": "greedy", "input": {"prompt_ids": [..], "max_tokens": 16, "speculative": true}}
       -> {"ids": [..]}
     {"op": "logits", "input": {"prefix_ids": [..], "split_at": null}}
@@ -170,6 +178,11 @@ class EngineLogits:
             self.memo[prefix] = self._row(prefix, None)
         return self.memo[prefix]
 
+    def fresh(self, prefix: Prefix) -> F32:
+        """The row after ``prefix``, checked, not memoized (the depth test asks for every prefix of
+        every generation once: a memo would only grow)."""
+        return self._row(prefix, None)
+
     def batch_shape_noise(self, prefix: Prefix, prompt_length: int | None = None) -> float:
         """The engine's own: max |one pass of the prefix - the same row at :func:`noise_splits`|."""
         whole = np.asarray(self(prefix), dtype=np.float64)
@@ -289,6 +302,15 @@ class ReferenceDecoder:
             out.append(list(result.generation.ids))
         return out
 
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[list[int]]:
+        """n whole generations (the depth test's engine interface); our loop has no min_tokens."""
+        if min_tokens:
+            raise VerispecError("our decode loop has no min_tokens")
+        self.target.logits.memo.clear()  # every prefix at depth is new: the memos would only grow
+        self.law.memo.clear()
+        return self.sample(prompt_ids, params, max_tokens, n, seed)
+
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         from verispec.reference.generate import generate
         from verispec.reference.session import GenerationRequest
@@ -342,6 +364,18 @@ class CommandEngine:
 
     def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._samples("sample", prompt_ids, params, m, n, seed)
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[Any]:
+        """n whole generations (ids lists, or ``{"ids", "cycles"}`` objects: spec/decoder_depth.py reads them)."""
+        from verispec.spec.vectors.wire import params_to_json
+
+        out = self.wire.call("generate", {"prompt_ids": list(prompt_ids), "params": params_to_json(params),
+                                          "max_tokens": max_tokens, "min_tokens": min_tokens, "n": n, "seed": seed})
+        samples = out.get("samples")
+        if not isinstance(samples, list) or len(samples) != n or not all(isinstance(s, (list, dict)) for s in samples):
+            raise ExternalError(f"generate output.samples must be a list of {n} generations")
+        return samples
 
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._samples("sample_plain", prompt_ids, params, m, n, seed)
@@ -413,17 +447,18 @@ class GreedyVerdict:
 
     plain: list[int]
     speculative: list[int]
-    divergence: int | None = None  # first differing step
+    divergence: int | None = None  # first differing step (the shorter length when one output is a prefix of the other)
     margin: float = 0.0  # target's top-1 margin there (our reference logits)
     noise: float = 0.0  # batch-shape noise of the logits there
     noise_source: str = ""  # whose logits: the engine's own, or our reference forward
     notes: list[str] = field(default_factory=list)
     malformed: str | None = None  # why an answer could not be counted (a failure)
+    ending_bug: str = ""  # one output ends where no near-tie can explain it (past an EOG, past max_tokens, early)
 
     @property
     def near_tie(self) -> bool:
         """Both rows may move by the noise: a margin within twice it can flip."""
-        return self.divergence is not None and self.margin <= 2.0 * self.noise
+        return self.divergence is not None and not self.ending_bug and self.margin <= 2.0 * self.noise
 
     @property
     def passed(self) -> bool:
@@ -434,11 +469,43 @@ class GreedyVerdict:
             return f"malformed answer: {self.malformed}"
         if self.divergence is None:
             return f"{len(self.plain)} tokens identical"
+        j = self.divergence
+        if self.ending_bug:
+            return f"differ at step {j}: plain {_token_at(self.plain, j)} vs speculative {_token_at(self.speculative, j)}: BUG ({self.ending_bug})"
         what = "near-tie (within batch-shape noise)" if self.near_tie else "BUG (margin beyond batch-shape noise)"
         return (
-            f"differ at step {self.divergence}: plain {self.plain[self.divergence]} vs speculative "
-            f"{self.speculative[self.divergence]}, top-1 margin {self.margin:.4g}, noise {self.noise:.3g} "
+            f"differ at step {j}: plain {_token_at(self.plain, j)} vs speculative "
+            f"{_token_at(self.speculative, j)}, top-1 margin {self.margin:.4g}, noise {self.noise:.3g} "
             f"(from {self.noise_source}): {what}"
+        )
+
+
+def _token_at(ids: Sequence[int], step: int) -> str:
+    """The id at ``step``, or "(ended)" past the end of an output."""
+    return str(ids[step]) if step < len(ids) else "(ended)"
+
+
+def ending_bug(shorter: Sequence[int], max_tokens: int, eog: frozenset[int]) -> str:
+    """Why one output being a strict prefix of the other is a bug outright, or "" when the shorter
+    may have ended on an end-of-generation id it does not report (then the step is a near-tie
+    candidate: that EOG against the longer output's token)."""
+    if shorter and shorter[-1] in eog:
+        return f"the longer output runs on past the end-of-generation id {shorter[-1]} at step {len(shorter) - 1}"
+    if len(shorter) >= max_tokens:
+        return f"the longer output exceeds max_tokens = {max_tokens}"
+    if not eog:
+        return f"the shorter output stops at {len(shorter)} of max_tokens = {max_tokens} tokens, not at an end-of-generation id"
+    return ""
+
+
+def _short_without_an_end(ids: Sequence[int], other: Sequence[int], max_tokens: int, ends: frozenset[int], who: str) -> None:
+    """Fewer than max_tokens ids must end at an end-of-generation id (when those are known), unless
+    the other output continues them: then the shorter may have ended on an EOG it does not report,
+    which :func:`check_greedy` judges as a near-tie candidate."""
+    continued = len(other) > len(ids) and list(other[: len(ids)]) == list(ids)
+    if ends and len(ids) < max_tokens and ids[-1] not in ends and not continued:
+        raise ExternalError(
+            f"{who} answered {len(ids)} greedy tokens, asked for {max_tokens} (fewer only when ending at an end-of-generation id)"
         )
 
 
@@ -447,13 +514,23 @@ def check_greedy(
 ) -> GreedyVerdict:
     """Token-identical to the engine's own plain greedy output, or a near-tie: the margin and the
     batch-shape noise come from ``logits_of`` (:class:`EngineLogits` for an engine that reports its
-    logits, :class:`ReferenceLogits` for one of our numerics). Each output must hold max_tokens
-    ids in [0, V) (fewer only when it ends at an ``eog`` id; any 1..max_tokens ids when ``eog`` is
-    None, not known); a malformed one fails."""
+    logits, :class:`ReferenceLogits` for one of our numerics).
+
+    Outputs of different lengths with one a prefix of the other: the longer continues where the
+    shorter ended. That is a bug outright when the shorter ended at a reported end-of-generation id
+    (``eog``), at ``max_tokens``, or early with no EOG known; otherwise the shorter ended on an EOG
+    it does not report, and the step is judged as a near-tie between the best EOG and the longer
+    output's token.
+
+    Each output must first be well formed: max_tokens ids in [0, V), fewer only when it ends at an
+    ``eog`` id (any 1..max_tokens ids when ``eog`` is None, not known); a malformed one fails."""
     vocab = np.asarray(logits_of(tuple(int(t) for t in prompt_ids))).shape[-1]
+    ends = frozenset(eog or ())  # the end-of-generation ids, as a set
     try:
-        plain = answers.greedy_ids(engine.greedy(prompt_ids, max_tokens, False), max_tokens, vocab, eog, "the plain engine")
-        spec = answers.greedy_ids(engine.greedy(prompt_ids, max_tokens, True), max_tokens, vocab, eog, "the speculative engine")
+        plain = answers.greedy_ids(engine.greedy(prompt_ids, max_tokens, False), max_tokens, vocab, None, "the plain engine")
+        spec = answers.greedy_ids(engine.greedy(prompt_ids, max_tokens, True), max_tokens, vocab, None, "the speculative engine")
+        _short_without_an_end(plain, spec, max_tokens, ends, "the plain engine")
+        _short_without_an_end(spec, plain, max_tokens, ends, "the speculative engine")
     except ExternalError as exc:
         return GreedyVerdict([], [], noise_source=logits_of.source, malformed=str(exc)[:300])
     verdict = GreedyVerdict(plain, spec, noise_source=logits_of.source)
@@ -461,12 +538,19 @@ def check_greedy(
         return verdict
     j = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
     verdict.divergence = j
-    if j >= min(len(plain), len(spec)):
-        verdict.notes.append("outputs differ in length only")
-        return verdict
     prefix = tuple(int(t) for t in prompt_ids) + tuple(plain[:j])
-    row = np.sort(np.asarray(logits_of(prefix), dtype=np.float64))
-    verdict.margin = float(row[-1] - row[-2])
+    row = np.asarray(logits_of(prefix), dtype=np.float64)
+    if j >= min(len(plain), len(spec)):  # one output is a strict prefix of the other
+        shorter, longer = (plain, spec) if len(plain) < len(spec) else (spec, plain)
+        verdict.notes.append("outputs differ in length only")
+        verdict.ending_bug = ending_bug(shorter, max_tokens, ends)
+        if verdict.ending_bug:
+            return verdict
+        best_eog = max(float(row[e]) for e in ends if 0 <= e < row.shape[0]) if any(0 <= e < row.shape[0] for e in ends) else -np.inf
+        verdict.margin = abs(float(row[longer[j]]) - best_eog)
+    else:
+        top = np.sort(row)
+        verdict.margin = float(top[-1] - top[-2])
     verdict.noise = logits_of.batch_shape_noise(prefix, len(prompt_ids)) if len(prefix) > 1 else 0.0
     return verdict
 

@@ -9,23 +9,38 @@ as ``logits_of(prefix)`` with an explicit KV cache (the ids whose K,V it holds: 
 changes the next logits exactly as a real cache would), with one switch per bug.
 
 ``DecoderBugs()`` (no bug) is a correct decoder; :func:`catalogue` lists the mutants.
+:data:`DEPTH_MUTANTS` are the bug classes of the public catalogue that show late or only with
+processors on (penalties counted one token a cycle, min_tokens counted in cycles, EOS inside an
+accepted span at max_tokens, cache positions advanced by one a cycle, min_p/logit_bias skipped on
+verified rows, two requests on one random stream, a bonus token's K,V dropped, logprobs reported
+as 0.0), each with its upstream issue; :meth:`LoopDecoder.generate` gives whole generations with
+their cycles and logprobs for the depth test (:mod:`spec.decoder_depth`), and
+:class:`DesignDeviation` is that test's design alternative. Correct but different decoders: a
+greedy draft (one-hot q) and sample-and-match verification (``verify="match"``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.sampling import SamplingParams, sample
+from verispec.reference.sampling import SamplingParams, sample, target_distribution
 from verispec.reference.speculative import verify_greedy, verify_sampled
-from verispec.spec.decoder_law import CachedLaw, LogitsOf
+from verispec.spec.decoder_depth_power import beta_at_tv, tempered
+from verispec.spec.decoder_law import CachedLaw, LogitsOf, Prefix
 
 F64 = npt.NDArray[np.float64]
 
+
+
+def _log(probability: float) -> float:
+    """log p, -inf for a token of probability 0 (a mutant can emit one: the law test sees it)."""
+    return math.log(probability) if probability > 0 else -math.inf
 
 @dataclass(frozen=True)
 class DecoderBugs:
@@ -37,12 +52,36 @@ class DecoderBugs:
     rows_with_drafts: bool = True  # False: every target row from the logits after the history alone
     penalty_counts_rejected: bool = False  # the penalty history includes every drafted token
     stops_at_eog: bool = True  # False: decoding runs on past an end-of-generation token
+    # -- bugs that show late (the depth test, spec/decoder_depth.py) --
+    penalty_last_per_cycle: bool = False  # the penalty history gets one token a cycle (its last)
+    min_tokens_in_cycles: bool = False  # EOG masked while fewer than min_tokens CYCLES are done
+    length_before_eog: bool = False  # spans run past max_tokens; the length cut is made before the EOG check
+    position_per_cycle: bool = False  # the span's first position advances by 1 a cycle, not by the tokens accepted
+    verified_rows_unbiased: bool = False  # min_p and logit_bias applied to the bonus row only
+    shared_stream: bool = False  # two consecutive requests draw from one random stream
+    bonus_kv_dropped: bool = False  # after a full acceptance the bonus token's K,V is never written
+    logprobs_zero: bool = False  # every token of a speculative cycle reported with logprob 0.0
+
+
+Positioned = Callable[[Prefix, Sequence[int]], Any]  # (ids, their positions) -> last logits row [V]
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One decode: the ids and each cycle's (drafted, accepted)."""
+
+    ids: list[int]
+    cycles: list[tuple[int, int]]
+    logprobs: list[float] = field(default_factory=list)  # log p_t(x_t) of each id, as the loop reports it
 
 
 @dataclass(frozen=True)
 class LoopDecoder:
     """A speculative decoder (target ``logits_of``, the same model drafting with ``draft_params``)
-    that returns the first m tokens; ``bugs`` selects a mutant."""
+    that returns the first m tokens; ``bugs`` selects a mutant. ``verify``: "rejection" (the
+    accept/reject rule) or "match" (sample-and-match: each row's token drawn from p, drafts kept
+    while they equal it; lossless too). ``positioned``: the target's logits at explicit positions
+    (only the ``position_per_cycle`` mutant needs it)."""
 
     logits_of: LogitsOf
     draft_params: SamplingParams
@@ -51,20 +90,34 @@ class LoopDecoder:
     draft_logits_of: LogitsOf | None = None  # default: the target's logits (a self-draft)
     law: CachedLaw = field(default_factory=CachedLaw)  # THE target law, memoized
     eog: frozenset[int] = frozenset()  # end-of-generation ids: a decode stops after one
+    verify: str = "rejection"
+    positioned: Positioned | None = None
 
     def first_tokens(
         self, prompt: Sequence[int], params: SamplingParams, m: int, rng: np.random.Generator, k: int | None = None
     ) -> list[int]:
         """One decode of m tokens (``k`` drafts per cycle, default ``self.k``; 0: plain decoding)."""
+        return self.decode(prompt, params, m, rng, k).ids
+
+    def decode(
+        self, prompt: Sequence[int], params: SamplingParams, m: int, rng: np.random.Generator, k: int | None = None,
+        min_tokens: int = 0,
+    ) -> Traced:
+        """One decode of up to m tokens, EOG banned before ``min_tokens`` (with its cycles)."""
         bugs = self.bugs
         k = self.k if k is None else k
         draft_of = self.draft_logits_of or self.logits_of
         history = [int(t) for t in prompt]
         cache: list[int] = []  # the ids whose K,V the target cache holds
+        positions: list[int] = []  # their positions (only the position mutant moves them)
+        covered = 0  # history tokens the loop believes cached (> len(cache) once a bonus K,V is dropped)
         drafted_ever: list[int] = []
+        penalty_history = list(history)  # the penalty mutant's history: one token a cycle
         out: list[int] = []
+        cycles: list[tuple[int, int]] = []
+        logprobs: list[float] = []
         while len(out) < m:
-            want = min(k, m - len(out) - 1)
+            want = k if bugs.length_before_eog else min(k, m - len(out) - 1)
             drafts: list[int] = []
             q_rows: list[F64] = []
             for _ in range(want):
@@ -74,34 +127,76 @@ class LoopDecoder:
                 drafts.append(sample(q, rng))
                 q_rows.append(self._reported_q(q, logits, context, params))
             drafted_ever += drafts
-            pending = history[len(cache) :]
+            pending = history[covered:]
             span = pending + drafts
-            if bugs.rows_with_drafts:
-                rows = [self.logits_of(tuple(cache + span[:j])) for j in range(len(pending), len(span) + 1)]
-            else:
-                rows = [self.logits_of(tuple(cache + pending))] * (len(drafts) + 1)
-            cache = cache + span
-            seen = history + drafted_ever if bugs.penalty_counts_rejected else history
-            p = np.stack([self.law(rows[i], seen + drafts[:i], params) for i in range(len(drafts) + 1)])
+            start = len(cache) if not bugs.position_per_cycle or not cycles else len(prompt) + len(cycles) - 1
+            span_positions = [start + i for i in range(len(span))]
+            rows = self._rows(cache, positions, span, span_positions, len(pending), len(drafts))
+            cache, positions, covered = cache + span, positions + span_positions, covered + len(span)
+            seen = history + drafted_ever if bugs.penalty_counts_rejected else penalty_history if bugs.penalty_last_per_cycle else history
+            p = np.stack([
+                self.law(rows[i], (seen + drafts[:i]) if not bugs.penalty_last_per_cycle else seen,
+                         self._row_params(params, len(out) + i, len(cycles), min_tokens, is_bonus=i == len(drafts)))
+                for i in range(len(drafts) + 1)
+            ])
             before = len(history)
-            if drafts:
-                if bugs.bonus_row:
-                    p = p.copy()
-                    p[-1] = p[-1 + bugs.bonus_row]
-                if params.greedy:
-                    verdict = verify_greedy(p, drafts)
-                else:
-                    verdict = verify_sampled(p, np.stack(q_rows), drafts, rng.random(len(drafts) + 1).tolist())
-                accepted, emitted = verdict.accepted, drafts[: verdict.accepted] + [verdict.token]
-            else:
-                accepted, emitted = 0, [sample(p[0], rng)]
-            cache = cache[: min(len(cache), before + accepted + bugs.rollback_extra)]
+            accepted, emitted = self._verify(p, q_rows, drafts, params, rng)
+            keep = min(covered, before + accepted + bugs.rollback_extra)
+            offset = covered - len(cache)  # history tokens counted as cached without K,V (dropped bonuses)
+            cache, positions, covered = cache[: keep - offset], positions[: keep - offset], keep
+            if bugs.bonus_kv_dropped and drafts and accepted == len(drafts):
+                covered += 1  # the bonus is counted as cached and never fed
+            cycles.append((len(drafts), accepted))
+            logprobs += [0.0 if bugs.logprobs_zero and drafts else _log(float(p[i][t])) for i, t in enumerate(emitted)]
             history += emitted
+            penalty_history.append(emitted[-1])
             out += emitted
+            if bugs.length_before_eog and len(out) >= m:
+                return Traced(out[:m], cycles, logprobs[:m])
             end = next((i for i, t in enumerate(out) if t in self.eog), None)
             if end is not None and bugs.stops_at_eog:
-                return out[: min(end + 1, m)]
-        return out[:m]
+                return Traced(out[: min(end + 1, m)], cycles, logprobs[: min(end + 1, m)])
+        return Traced(out[:m], cycles, logprobs[:m])
+
+    def _rows(self, cache: list[int], positions: list[int], span: list[int], span_positions: list[int],
+              pending: int, drafts: int) -> list[Any]:
+        """The target's logits rows [drafts + 1] for the span after the cache."""
+        if self.bugs.position_per_cycle:
+            if self.positioned is None:
+                raise ValueError("the position mutant needs a target with explicit positions (positioned)")
+            ids, where = cache + span, positions + span_positions
+            return [self.positioned(tuple(ids[: len(cache) + j]), where[: len(cache) + j]) for j in range(pending, pending + drafts + 1)]
+        if self.bugs.rows_with_drafts:
+            return [self.logits_of(tuple(cache + span[:j])) for j in range(pending, len(span) + 1)]
+        return [self.logits_of(tuple(cache + span[:pending]))] * (drafts + 1)
+
+    def _row_params(self, params: SamplingParams, position: int, cycle: int, min_tokens: int, is_bonus: bool) -> SamplingParams:
+        """THE target law's params at an output position (min_tokens bans EOG), as the mutant builds them."""
+        if self.bugs.verified_rows_unbiased and not is_bonus:
+            params = replace(params, min_p=0.0, logit_bias=None)
+        masked = (cycle if self.bugs.min_tokens_in_cycles else position) < min_tokens
+        if not masked or not self.eog:
+            return params
+        return replace(params, logit_bias={**dict(params.logit_bias or {}), **{int(e): -math.inf for e in self.eog}})
+
+    def _verify(self, p: F64, q_rows: list[F64], drafts: list[int], params: SamplingParams,
+                rng: np.random.Generator) -> tuple[int, list[int]]:
+        """(accepted drafts, emitted tokens) of one cycle."""
+        if not drafts:
+            return 0, [sample(p[0], rng)]
+        if self.bugs.bonus_row:
+            p = p.copy()
+            p[-1] = p[-1 + self.bugs.bonus_row]
+        if params.greedy:
+            verdict = verify_greedy(p, drafts)
+        elif self.verify == "match":
+            for i in range(len(drafts) + 1):
+                token = sample(p[i], rng)
+                if i == len(drafts) or token != drafts[i]:
+                    return i, drafts[:i] + [token]
+        else:
+            verdict = verify_sampled(p, np.stack(q_rows), drafts, rng.random(len(drafts) + 1).tolist())
+        return verdict.accepted, drafts[: verdict.accepted] + [verdict.token]
 
     def _reported_q(self, q: F64, logits: Any, context: list[int], params: SamplingParams) -> F64:
         if self.bugs.reported_q == "raw_softmax":  # the processors the draft sampled with are lost
@@ -114,6 +209,19 @@ class LoopDecoder:
         """n independent runs (the DecoderEngine interface of :mod:`spec.decoder_check`)."""
         rng = np.random.default_rng(seed)
         return [self.first_tokens(prompt_ids, params, m, rng) for _ in range(n)]
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[dict[str, Any]]:
+        """n independent whole generations with their cycles (the GenerationEngine interface of
+        :mod:`spec.decoder_depth`); each request its own stream, or (``shared_stream``) one stream
+        per two requests."""
+        seeds = np.random.default_rng(seed).integers(2**63, size=n)
+        out = []
+        for i in range(n):
+            rng = np.random.default_rng(int(seeds[i - i % 2] if self.bugs.shared_stream else seeds[i]))
+            traced = self.decode(prompt_ids, params, max_tokens, rng, min_tokens=min_tokens)
+            out.append({"ids": traced.ids, "cycles": [list(c) for c in traced.cycles], "logprobs": traced.logprobs})
+        return out
 
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         """n runs with speculation off (k = 0: one target token per step; two-sample mode)."""
@@ -159,6 +267,89 @@ MUTANT_BUGS: dict[str, tuple[str, DecoderBugs]] = {
 # Seen only where end-of-generation has real probability in the first m tokens (not in the six
 # above, whose test prompt never ends early): decoding runs on past an EOG token.
 EOG_MUTANT = ("ignores_end_of_generation", DecoderBugs(stops_at_eog=False))
+
+
+# The bug classes of the public catalogue (../shared/research/peer_defects.md) that show only deep
+# in a generation or only with processors on; the depth test (spec/decoder_depth.py) must reject each.
+DEPTH_MUTANTS: dict[str, tuple[str, DecoderBugs]] = {
+    "penalty_one_token_a_cycle": (
+        "SGLang PR #33643: the penalizer is fed only output_ids[-1] per step, so the repetition "
+        "penalty counts one token a cycle (its strength ~ nominal / accepted length)",
+        DecoderBugs(penalty_last_per_cycle=True),
+    ),
+    "min_tokens_counted_in_cycles": (
+        "SGLang PR #33643: min_new_tokens counts steps, not tokens: EOG stays masked ~L times too long",
+        DecoderBugs(min_tokens_in_cycles=True),
+    ),
+    "eos_in_span_at_max_tokens": (
+        "SGLang #31599 (PR #33758), vLLM PR #47616: the length cap is checked before stop/EOS, so an "
+        "accepted span holding an EOG that crosses max_tokens emits the tokens after the EOG",
+        DecoderBugs(length_before_eog=True),
+    ),
+    "cache_position_per_cycle": (
+        "transformers #30042 (PR #30068): cache_position advanced by 1 per cycle, not by the number "
+        "of tokens accepted: later tokens sit at wrong positions",
+        DecoderBugs(position_per_cycle=True),
+    ),
+    "min_p_logit_bias_skipped_on_verified_rows": (
+        "vLLM #42744 (also SGLang #10617): the rejection sampler runs only the non-argmax-invariant "
+        "processors, so min_p and logit_bias act on the bonus row alone",
+        DecoderBugs(verified_rows_unbiased=True),
+    ),
+    "requests_share_one_stream": (
+        "TensorRT-LLM #19487: unseeded requests share one random stream: identical samples",
+        DecoderBugs(shared_stream=True),
+    ),
+    "logprobs_zero_when_speculating": (
+        "llama.cpp #27972 (also vLLM #17876, #34497): every token reported with logprob 0.0 (p = 1) "
+        "when speculating; the tokens themselves are right",
+        DecoderBugs(logprobs_zero=True),
+    ),
+    "bonus_kv_dropped": (
+        "vLLM PR #3951 (there the draft's cache; here the target's): after a full acceptance the "
+        "bonus token's K,V is never written, so every later row misses that token",
+        DecoderBugs(bonus_kv_dropped=True),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class DesignDeviation:
+    """The depth test's design alternative as a decoder (:mod:`spec.decoder_depth_power`): plain
+    decoding that at each position, with probability ``fraction``, draws from the target law
+    tempered to total variation ``tv`` (sharpened or flattened), and from the target law
+    elsewhere. The depth test must reject it with probability >= 0.99 at its design N."""
+
+    logits_of: LogitsOf
+    tv: float = 0.05
+    fraction: float = 0.1
+    sharpen: bool = False
+    eog: frozenset[int] = frozenset()
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[list[int]]:
+        from verispec.spec.decoder_depth import DepthCase, position_params
+
+        case = DepthCase(tuple(prompt_ids), params, max_tokens, self.eog, min_tokens)
+        rng = np.random.default_rng(seed)
+        out = []
+        for _ in range(n):
+            history, ids = [int(t) for t in prompt_ids], list[int]()
+            while len(ids) < max_tokens and not (ids and ids[-1] in self.eog):
+                p = target_distribution(self.logits_of(tuple(history)), history, position_params(case, len(ids)))
+                law = self._deviated(p) if rng.random() < self.fraction else p
+                ids.append(sample(law, rng))
+                history.append(ids[-1])
+            out.append(ids)
+        return out
+
+    def _deviated(self, p: F64) -> F64:
+        live = p > 0
+        if live.sum() < 2:
+            return p
+        q = np.zeros_like(p)
+        q[live] = tempered(p[live], beta_at_tv(p[live], self.tv, self.sharpen))
+        return q
 
 
 def catalogue(logits_of: LogitsOf, draft_params: SamplingParams, k: int = 2) -> dict[str, LoopDecoder]:

@@ -196,7 +196,7 @@ def test_the_check_decoder_command_hands_its_flags_to_the_api(monkeypatch: pytes
         return DecoderReport("stub.gguf")
 
     monkeypatch.setattr("verispec.decoder_api.check_decoder", fake)
-    assert cli.main(["check-decoder", "--ours", "--model", "x.gguf", "--prompt", "a", "b", "--m", "2", "--tv", "0.3"]) == 1
+    assert cli.main(["check-decoder", "--ours", "--model", "x.gguf", "--prompt", "a", "b", "--depth", "0", "--m", "2", "--tv", "0.3"]) == 1
     ((kwargs),) = calls
     assert kwargs["engine"] is None and kwargs["ours"] and kwargs["model"] == "x.gguf"
     assert kwargs["prompts"] == ["a", "b"] and kwargs["m"] == 2 and kwargs["tv"] == 0.3 and kwargs["target_law"] == "reference"
@@ -206,7 +206,7 @@ def test_the_check_decoder_command_hands_its_flags_to_the_api(monkeypatch: pytes
 def test_the_check_decoder_command_prints_each_prompt_as_it_is_decided(
     tiny_gguf: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["check-decoder", "--ours", "--model", str(tiny_gguf), "--m", "1", "--prompt", "hi", "yo"]) == 0
+    assert cli.main(["check-decoder", "--ours", "--model", str(tiny_gguf), "--depth", "0", "--m", "1", "--prompt", "hi", "yo"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line[:10] for line in lines] == ["PASS  'hi'", "PASS  'yo'", "PASSED"]
 
@@ -239,11 +239,11 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_check_decoder_passes_our_loop_and_rejects_a_mutant(tiny_gguf: Path) -> None:
-    ours = verispec.check_decoder(ours=True, model=tiny_gguf, m=2, prompts=["hello"])
+    ours = verispec.check_decoder(ours=True, model=tiny_gguf, depth=0, m=2, prompts=["hello"])
     assert isinstance(ours, DecoderReport) and ours.passed and ours.exit_status == 0, ours.summary()
     (result,) = ours.results
     assert result.mode.startswith("law (") and result.numbers["n"] >= 1000 and result.numbers["alpha"] == 1e-3
-    mutant = verispec.check_decoder(mutant="bonus_from_wrong_row", model=tiny_gguf, m=2, prompts=["hello"])
+    mutant = verispec.check_decoder(mutant="bonus_from_wrong_row", model=tiny_gguf, depth=0, m=2, prompts=["hello"])
     assert not mutant.passed and mutant.exit_status == 1
     assert mutant.summary().startswith("FAIL  'hello'") and mutant.summary().endswith(f"{tiny_gguf})")
     assert json.loads(json.dumps(mutant.as_json()))["results"][0]["passed"] is False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,16 +32,21 @@ def check_decoder(
     model: str | Path = "smollm2-135m",
     prompts: Sequence[str] = DEFAULT_PROMPTS,
     bench_prompts: bool = False,
+    depth: int = 64,
     m: int = 3,
     temperature: float = 1.0,
     top_k: int = 4,
     top_p: float = 1.0,
+    min_p: float = 0.0,
     repeat_penalty: float = 1.5,
+    min_tokens: int = 0,
     draft_temperature: float = 2.0,
     draft_top_k: int = 4,
     k: int = 2,
     target_law: TargetLaw = "reference",
-    tv: float = 0.2,
+    tv: float | None = None,
+    fraction: float = 0.1,
+    budget: float | None = None,
     alpha: float | None = None,
     min_mass: float = 0.01,
     greedy: bool = False,
@@ -48,8 +54,11 @@ def check_decoder(
     timeout: float = 600.0,
     log: Callable[[PromptOutcome], None] | None = None,
 ) -> DecoderReport:
-    """Test a decoder's first ``m`` tokens after each prompt against the target law (or, with
-    ``greedy``, its speculative output against its own plain greedy output) on ``model``.
+    """Test a decoder's law on ``model``: every token of whole generations of up to ``depth``
+    tokens (the default; spec/decoder_depth.py, power 0.99 against TV ``tv`` (0.05) on ``fraction``
+    of positions, ``budget`` seconds per prompt, inconclusive when it ends short), or with
+    ``depth=0`` the first ``m`` tokens (spec/decoder_law.py, default TV 0.2), or with ``greedy``
+    its speculative output against its own plain greedy output.
 
     The decoder, exactly one of: ``engine``, a factory ``FACTORY(model_path) -> engine`` or its
     ``"module:FACTORY"``; ``engine_cmd``, a program speaking the JSON-lines ops; ``ours``, our own
@@ -72,9 +81,11 @@ def check_decoder(
 
     from verispec.spec.external import check_timeout
 
+    tv = (0.05 if depth else 0.2) if tv is None else tv
     _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
+    _check_depth_arguments(depth, min_tokens, fraction, budget, ours)
     check_timeout(timeout)  # before the model loads: inf, nan, 1e300, -1 are usage errors
-    params = _params(temperature, top_k, top_p, repeat_penalty)
+    params = _params(temperature, top_k, top_p, min_p, repeat_penalty)
     texts = _prompts(prompts, bench_prompts)
     path = resolve_model(str(model))
     reference, tokenizer = Model.load(path), Tokenizer.from_file(path)
@@ -85,6 +96,7 @@ def check_decoder(
     per_prompt = (alpha if alpha is not None else DEFAULT_ALPHA) / len(texts)  # Bonferroni over the prompts
     try:
         run = _Run(decoder, logits, tokenizer, params, m, per_prompt, tv, min_mass, greedy, max_tokens, target_law)
+        run.depth = _Depth(depth, min_tokens, fraction, budget, reference)
         run.check_modes()
         for text in texts:
             report.results.append(run.prompt(text))
@@ -125,10 +137,21 @@ def _check_arguments(
         raise _error(f"target_law must be reference, engine-logits or two-sample, got {target_law!r}")
 
 
-def _params(temperature: float, top_k: int, top_p: float, repeat_penalty: float) -> SamplingParams:
+def _check_depth_arguments(depth: int, min_tokens: int, fraction: float, budget: float | None, ours: bool) -> None:
+    if depth < 0 or min_tokens < 0:
+        raise _error("depth and min_tokens must be >= 0")
+    if not 0 < fraction <= 1:
+        raise _error(f"fraction must be in (0, 1], got {fraction}")
+    if budget is not None and not budget > 0:
+        raise _error(f"budget must be > 0 seconds, got {budget}")
+    if ours and min_tokens:
+        raise _error("ours: our decode loop has no min_tokens")
+
+
+def _params(temperature: float, top_k: int, top_p: float, min_p: float, repeat_penalty: float) -> SamplingParams:
     from verispec.reference.sampling import SamplingParams
 
-    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, repeat_penalty=repeat_penalty)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty)
     params.validate()
     return params
 
@@ -150,20 +173,58 @@ def _engine(
     from verispec.reference.sampling import SamplingParams
     from verispec.spec.check import load_callable
     from verispec.spec.decoder_check import CommandEngine, ReferenceDecoder
-    from verispec.spec.decoder_mutants import MUTANT_BUGS, LoopDecoder
+    from verispec.spec.decoder_mutants import DEPTH_MUTANTS, MUTANT_BUGS, LoopDecoder
 
     draft = SamplingParams(temperature=draft_temperature, top_k=draft_top_k)
     if ours:
         return ReferenceDecoder(logits, tokenizer, draft, k)
     if mutant is not None:
-        if mutant not in MUTANT_BUGS:
-            raise _error(f"unknown mutant decoder {mutant!r}; known: {', '.join(MUTANT_BUGS)}")
-        return LoopDecoder(logits, draft, k, MUTANT_BUGS[mutant][1])
+        known = {**MUTANT_BUGS, **DEPTH_MUTANTS}
+        if mutant not in known:
+            raise _error(f"unknown mutant decoder {mutant!r}; known: {', '.join(known)}")
+
+        def positioned(ids: Any, positions: Any) -> Any:
+            model = logits.model
+            return model.forward(list(ids), model.new_cache(len(ids)), positions=list(positions)).logits[-1]
+
+        loop = LoopDecoder(logits, draft, k, known[mutant][1], eog=frozenset(tokenizer.eog_ids), positioned=positioned)
+        return FreshMemos(loop)
     if engine_cmd is not None:
         return CommandEngine(engine_cmd, timeout, logits.model.config.n_vocab, tokenizer.eog_ids)
     factory = load_callable(engine) if isinstance(engine, str) else engine
     assert factory is not None  # _check_arguments: exactly one decoder was given
     return factory(path)
+
+
+class FreshMemos:
+    """A mutant decoder whose whole generations (``generate``) run on fresh memos per call: at depth
+    every prefix is new, and a memo of real-vocabulary rows would only grow (GBs over a run)."""
+
+    def __init__(self, decoder: Any) -> None:
+        self.decoder = decoder
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        from dataclasses import replace
+
+        from verispec.spec.decoder_check import ReferenceLogits
+        from verispec.spec.decoder_law import CachedLaw
+
+        fresh = replace(self.decoder, logits_of=ReferenceLogits(self.decoder.logits_of.model), law=CachedLaw())
+        return fresh.generate(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # sample, sample_plain, logits, greedy: the decoder's own
+        return getattr(self.decoder, name)
+
+
+@dataclass(frozen=True)
+class _Depth:
+    """The depth test's settings (``tokens`` 0: the first-m test instead)."""
+
+    tokens: int = 0
+    min_tokens: int = 0
+    fraction: float = 0.1
+    budget: float | None = None
+    model: Any = None  # our reference model: teacher-forced rows of whole generations
 
 
 class _Run:
@@ -178,6 +239,7 @@ class _Run:
         self.greedy, self.max_tokens, self.target_law = greedy, max_tokens, target_law
         self.eog = frozenset(tokenizer.eog_ids)
         self.target: Any = logits
+        self.depth = _Depth()
 
     def check_modes(self) -> None:
         """A usage error for a mode the engine does not offer; picks whose logits are the target."""
@@ -212,6 +274,8 @@ class _Run:
             g = check_greedy(self.engine, self.target, ids, self.max_tokens, self.eog)
             numbers = {"margin": g.margin, "noise": g.noise, "noise_source": g.noise_source, "divergence": g.divergence}
             return PromptOutcome(text, "greedy", g.passed, g.detail(), time.perf_counter() - began, numbers)
+        if self.depth.tokens and self.target_law != "two-sample":
+            return self._depth(text, ids, began)
         if self.target_law == "two-sample":
             v = check_two_sample(self.engine, ids, self.params, self.m, alpha=self.alpha, tv=self.tv, eog=self.eog,
                                  min_mass=self.min_mass)
@@ -223,3 +287,25 @@ class _Run:
         numbers = law_json(v)
         passed, detail = bool(numbers.pop("passed")), str(numbers.pop("detail"))
         return PromptOutcome(text, mode, passed, detail, time.perf_counter() - began, numbers)
+
+    def _depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
+        """The depth test of one prompt (spec/decoder_depth.py)."""
+        from verispec.decoder_report import PromptOutcome
+        from verispec.spec.decoder_check import EngineLogits
+        from verispec.spec.decoder_depth import DepthCase, check_depth, per_prefix_rows, reference_rows, verdict_json
+
+        if not callable(getattr(self.engine, "generate", None)):
+            raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
+        rows = per_prefix_rows(self.target.fresh) if isinstance(self.target, EngineLogits) else reference_rows(self.depth.model)
+        case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens)
+        verdict = check_depth(self.engine, rows, case, alpha=self.alpha, tv=self.tv, fraction=self.depth.fraction,
+                              budget_s=self.depth.budget)
+        numbers = verdict_json(verdict)
+        label = {"passed": "PASS", "failed": "FAIL", "inconclusive": "INCONCLUSIVE"}[verdict.state]
+        detail = (f"[{label}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; design {verdict.design.tokens} "
+                  f"tokens for power 0.99 vs TV {verdict.design.tv} on {verdict.design.fraction:.0%} of positions, "
+                  f"alpha={self.alpha:.2g}, power reached {verdict.power:.4f}")
+        numbers.pop("detail", None)
+        passed = bool(numbers.pop("passed", verdict.state == "passed"))
+        return PromptOutcome(text, "depth", passed, detail, time.perf_counter() - began, numbers,
+                             inconclusive=verdict.state == "inconclusive")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-EXIT_PASSED, EXIT_FAILED = 0, 1  # as `verispec check` (2: a usage error, verispec/cli.py)
+EXIT_PASSED, EXIT_FAILED, EXIT_INCONCLUSIVE = 0, 1, 3  # as `verispec check` (verispec/exit_codes.py)
 
 Json = dict[str, Any]
 
@@ -26,6 +26,7 @@ class PromptOutcome:
     detail: str
     seconds: float
     numbers: Json = field(default_factory=dict)  # the mode's own numbers (see the module docstring)
+    inconclusive: bool = False  # the depth test's budget ended before its power (and nothing failed)
 
     def as_json(self) -> Json:
         return {
@@ -39,8 +40,9 @@ class PromptOutcome:
 
     def line(self) -> str:
         """One line for humans: PASS/FAIL, the prompt, what was seen, N / alpha / power for a law."""
-        head = f"{'PASS' if self.passed else 'FAIL'}  {self.prompt!r}: {self.detail}"
-        if self.mode in ("greedy", "malformed"):
+        word = "PASS" if self.passed else "INCONCLUSIVE" if self.inconclusive else "FAIL"
+        head = f"{word}  {self.prompt!r}: {self.detail}"
+        if self.mode in ("greedy", "malformed", "depth"):  # depth: its numbers are in the detail
             return head
         per_arm = "/arm" if self.mode == "two-sample" else ""
         n = self.numbers
@@ -57,23 +59,32 @@ class DecoderReport:
 
     @property
     def failed(self) -> list[PromptOutcome]:
-        return [r for r in self.results if not r.passed]
+        return [r for r in self.results if not r.passed and not r.inconclusive]
+
+    @property
+    def inconclusive(self) -> list[PromptOutcome]:
+        return [r for r in self.results if r.inconclusive]
 
     @property
     def passed(self) -> bool:
         """Every prompt passed, and at least one ran."""
-        return bool(self.results) and not self.failed
+        return bool(self.results) and all(r.passed for r in self.results)
 
     @property
     def exit_status(self) -> int:
-        return EXIT_PASSED if self.passed else EXIT_FAILED
+        """0 passed, 1 a prompt failed (or nothing ran), 3 inconclusive (a budget ended short of power)."""
+        if self.failed or not self.results:
+            return EXIT_FAILED
+        return EXIT_INCONCLUSIVE if self.inconclusive else EXIT_PASSED
 
     def verdict(self) -> str:
-        return "PASSED" if self.passed else ("FAILED" if self.results else "NOTHING RAN")
+        if not self.results:
+            return "NOTHING RAN"
+        return {EXIT_PASSED: "PASSED", EXIT_FAILED: "FAILED", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[self.exit_status]
 
     def summary(self) -> str:
-        """The failing prompts' lines, then the verdict (what an assertion message needs)."""
-        lines = [r.line() for r in self.failed]
+        """The failing and undecided prompts' lines, then the verdict (what an assertion message needs)."""
+        lines = [r.line() for r in self.results if not r.passed]
         return "\n".join([*lines, f"{self.verdict()}  ({len(self.results)} prompts, {self.seconds:.1f}s, {self.model})"])
 
     def as_json(self) -> Json:

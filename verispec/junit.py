@@ -59,8 +59,9 @@ def check_cases(report: CheckReport) -> list[Case]:
 def decoder_cases(report: DecoderReport) -> list[Case]:
     """A ``verispec check-decoder`` report's prompts as cases."""
     return [
-        Case(r.prompt, f"verispec.check_decoder.{r.mode}", r.seconds, "passed" if r.passed else "failed",
-             "" if r.passed else f"failed: {r.detail}", r.line())
+        Case(r.prompt, f"verispec.check_decoder.{r.mode}", r.seconds,
+             "passed" if r.passed else "inconclusive" if r.inconclusive else "failed",
+             "" if r.passed else f"{'inconclusive' if r.inconclusive else 'failed'}: {r.detail}", r.line())
         for r in report.results
     ]
 

@@ -1,10 +1,17 @@
 """`verispec check-decoder`: the law of a whole speculative decoder's first tokens, on a real GGUF.
 
     verispec check-decoder (--engine MOD:FACTORY | --engine-cmd CMD | --ours | --mutant NAME)
-        [--model NAME|PATH] [--prompt TEXT ... | --bench-prompts] [--m 3] [--temperature T] [--top-k K] [--top-p P]
-        [--repeat-penalty R] [--draft-temperature T] [--draft-top-k K] [--k 2]
-        [--target-law reference|engine-logits|two-sample] [--tv 0.2] [--alpha A]
-        [--greedy --max-tokens N] [--json] [--junit-xml PATH]
+        [--model NAME|PATH] [--prompt TEXT ... | --bench-prompts] [--depth 64 | --depth 0 --m 3]
+        [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--min-tokens N]
+        [--draft-temperature T] [--draft-top-k K] [--k 2]
+        [--target-law reference|engine-logits|two-sample] [--tv TV] [--fraction F] [--alpha A]
+        [--budget SECONDS] [--greedy --max-tokens N] [--json] [--junit-xml PATH]
+
+``--depth N`` (default 64): the sampled modes test EVERY token of whole generations of up to N
+tokens (spec/decoder_depth.py: the engine's ``generate``; power 0.99 against TV ``--tv`` (default
+0.05) on ``--fraction`` (default 0.1) of positions; ``--budget`` seconds per prompt, exit 3 when
+it ends short of that power). ``--depth 0``: the first-m test of the first ``--m`` tokens
+(spec/decoder_law.py, default TV 0.2); two-sample mode is always first-m.
 
 ``--engine MOD:FACTORY``: ``FACTORY(model_path)`` returns an engine with
 ``sample(prompt_ids, params, m, n, seed) -> [[t1..tm], ...]`` (and ``greedy(prompt_ids,
@@ -17,7 +24,8 @@ processors; ``two-sample`` tests speculation on against the same engine's ``samp
 (speculation off). Greedy mode takes the margin and the batch-shape noise from the engine's own
 logits when it reports them, else from our forward (the report says which).
 Exit status 0: every prompt passed; 1: a prompt failed (a law off the target, or a greedy
-divergence beyond the batch-shape noise); 2: a usage error (a mode the engine does not offer).
+divergence beyond the batch-shape noise); 2: a usage error (a mode the engine does not offer);
+3: inconclusive (the depth test's budget ended before its power, nothing failed).
 The same run from Python: ``verispec.check_decoder(...)`` (verispec/decoder_api.py).
 """
 
@@ -43,11 +51,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--model", default="smollm2-135m", help="registry name or .gguf path (default smollm2-135m)")
     parser.add_argument("--prompt", nargs="+", default=["The cat sat on the"], metavar="TEXT")
     parser.add_argument("--bench-prompts", action="store_true", help="the five prompts of `verispec bench` instead of --prompt")
-    parser.add_argument("--m", type=int, default=3, help="first tokens whose law is tested (1..3)")
+    parser.add_argument("--depth", type=int, default=64, help="tokens per generation of the depth test (0: the first-m test)")
+    parser.add_argument("--m", type=int, default=3, help="--depth 0: first tokens whose law is tested (1..3)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=4)
     parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--min-p", type=float, default=0.0)
     parser.add_argument("--repeat-penalty", type=float, default=1.5)
+    parser.add_argument("--min-tokens", type=int, default=0, help="--depth: end-of-generation banned before this many tokens")
     parser.add_argument("--draft-temperature", type=float, default=2.0, help="--ours/--mutant: the draft's law")
     parser.add_argument("--draft-top-k", type=int, default=4, help="--ours/--mutant: the draft's law")
     parser.add_argument("--k", type=int, default=2, help="--ours/--mutant: drafts per cycle")
@@ -57,7 +68,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         default="reference",
         help="where the law comes from: our forward (default), the engine's own logits, or its plain decoding",
     )
-    parser.add_argument("--tv", type=float, default=0.2, help="deviation detected with power 0.99 (default 0.2)")
+    parser.add_argument("--tv", type=float, default=None, help="deviation detected with power 0.99 (default: 0.05 at depth, 0.2 first-m)")
+    parser.add_argument("--fraction", type=float, default=0.1, help="--depth: share of positions the deviation hits (default 0.1)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS", help="--depth: seconds per prompt (exit 3 if short of power)")
     parser.add_argument("--alpha", type=float, default=None, help="false-alarm probability of the run (default 1e-3)")
     parser.add_argument("--min-mass", type=float, default=0.01, help="sequences at least this likely are cells")
     parser.add_argument("--greedy", action="store_true", help="greedy mode: speculative == plain greedy, or a near-tie")
@@ -84,16 +97,21 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         prompts=args.prompt,
         bench_prompts=args.bench_prompts,
+        depth=args.depth,
         m=args.m,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
+        min_p=args.min_p,
         repeat_penalty=args.repeat_penalty,
+        min_tokens=args.min_tokens,
         draft_temperature=args.draft_temperature,
         draft_top_k=args.draft_top_k,
         k=args.k,
         target_law=args.target_law,
         tv=args.tv,
+        fraction=args.fraction,
+        budget=args.budget,
         alpha=args.alpha,
         min_mass=args.min_mass,
         greedy=args.greedy,

@@ -1,0 +1,570 @@
+"""The law at depth: every emitted token of whole generations against its conditional target law.
+
+``check-decoder``'s first-m test (:mod:`spec.decoder_law`) sees the first m <= 3 tokens; most
+speculative-decoding bugs show later (after a full acceptance, after a rollback, once a penalty
+window fills, near max_tokens). This test takes whole generations of up to ``max_tokens`` (64 to
+512) and judges every token.
+
+Target law at each position. For a generation x_1..x_T after a prompt, ONE teacher-forced pass
+over the ACTUAL emitted prefix gives every position's logits (our reference forward, or the
+engine's own ``logits`` op per prefix) and THE target law p_t = law(logits_t, prompt + x_<t,
+params_t) (:func:`reference.sampling.target_distribution`; ``params_t`` masks the
+end-of-generation ids while t < ``min_tokens``, vLLM's min_tokens, by a -inf bias before the chain).
+
+Randomized PIT. Order each row's tokens by probability descending (ids ascending on ties) and let
+F be the cumulative law in that order; with V ~ U(0,1) from the gate's own seeded generator,
+
+    U_t = F(x_t - 1) + V p_t(x_t)
+
+is exactly U(0,1) given the past (x_t ~ p_t), so by the chain rule U_1, U_2, .. are i.i.d. U(0,1)
+under the null whatever the prompts, lengths and stopping (each U_t is seen or not by the past
+alone). The descending order makes the PIT a rank: a law too sharp puts U near 0, one too flat or
+drawn from another row near 1, coherently across contexts (in id order they would cancel).
+
+Statistics (all sums of martingale differences under the null: z-scores by the martingale CLT):
+- log-score: s_t = log p_t(x_t) + H(p_t), exact mean 0 and variance Var_{p_t}(log p_t); the
+  entropy bias of temperature and penalties (the score statistic of a temperature change);
+- PIT mean: U_t - 1/2, variance 1/12;
+- PIT histogram: Pearson chi-square of the U's over ten equal bins (any shape, pooled);
+- end-of-generation rate: 1[x_t is EOG] - p_t(EOG), variance p_t(EOG)(1 - p_t(EOG)): the stopping
+  law (min_tokens counted wrong, an EOG bias lost), which moves mass from one token only and so
+  barely moves the two statistics above;
+- the three z-scores per POSITION bin ([0,1), [1,2), [2,4), .. doubling) and, when the engine reports
+  its cycles, per CYCLE EVENT: what the previous cycle did (start / full acceptance / a rejection
+  / a plain step) and the token's index in its own cycle. Both are fixed before the token is
+  drawn, so a decoder lossless at every step given its state (speculative sampling, sample-and-
+  match, tree rejection sampling) keeps p_t in every bin; the token's own role (accepted draft,
+  bonus, repair) depends on the token itself and is never a bin. A decoder lossless only over
+  whole sequences should not report cycles. The bins are the report of WHERE a law deviates;
+- independence of the requests: two independent generations are equal with probability
+  P(x) = prod p_t(x_t), computed exactly; a collision while the null's cumulative collision
+  probability so far is <= alpha_c rejects (P <= alpha_c by optional stopping);
+- structure, deterministic: a token of target probability 0, a token after an end-of-generation
+  id, more than max_tokens, or a stop before max_tokens without an EOG fails outright; so does a
+  reported logprob (optional, ``{"logprobs": [..]}``) off the token's target log-probability by
+  more than ``LOGPROB_TOL`` (llama.cpp #27972 reports 0.0 for every token when speculating).
+
+Sequential, with alpha spending (as :mod:`spec.sequential`): looks after 1/64, 1/32, .., 1/2 and
+all of the design's tokens; half the alpha at the final look, the rest split over the earlier
+ones (Bonferroni: any stopping rule keeps the total), alpha_c = alpha / 20 to the collision test
+first. Within a look: half to the four overall tests (log-score, PIT mean, EOG rate, PIT
+histogram: 1/8 each), half to the bin tests (split evenly over their fixed number). It fails at the first look that rejects, passes
+after the final look, and is INCONCLUSIVE when its time budget ends first (the power reached is
+reported). N comes from :mod:`spec.decoder_depth_power`: power 0.99 against TV 0.05 on 10% of
+positions along the law's entropy, derived from a pilot of the engine's own generations (drawn
+apart from the test's, so the test's level does not depend on it).
+
+What it cannot see: a deviation that keeps the distribution of (p_t(x_t), rank) (mass swapped
+between equally likely tokens), one whose direction alternates from context to context, and any
+deviation smaller than the design's at the rate the design assumes; numerics other than the
+target's are a deviation too (use the engine's own logits for such an engine).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from verispec.reference.errors import VerispecError
+from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.spec.decoder_depth_power import PowerDesign, design, support_sorted
+from verispec.spec.statistics import POWER, chi2_sf
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+Prefix = tuple[int, ...]
+ForcedRows = Callable[[Prefix, int], Any]  # (prompt + ids, prompt length) -> logits [len(ids), V]
+State = Literal["passed", "failed", "inconclusive"]
+
+NORMAL = NormalDist()
+LOOKS = 7  # after 1/64, 1/32, .., 1/2, 1 of the design's tokens
+FINAL_SHARE = 0.5
+COLLISION_SHARE = 0.05
+PIT_BINS = 10
+OVERALL_TESTS = 4  # log-score, PIT mean, end-of-generation rate, PIT histogram
+AFTER = ("start", "full", "rejection", "plain")
+INDEX = ("1st", "2nd", "3rd", "4th+")  # a token's index in its cycle
+TV = 0.05
+FRACTION = 0.1
+PILOT = 32  # generations of the pilot (design only)
+PILOT_BLOCK = 8
+MAX_PILOT_ROWS = 1024
+# Reported logprobs (the engine's log p_t(x_t), optional): log-softmax moves by at most 2 max|dl| / T
+# when the logits move by dl, and an engine of our numerics computes its rows at other batch shapes
+# (float32: |dl| <= ~1e-4 at these sizes), so 1e-3 leaves T >= 0.2 covered; a looser engine passes
+# its own bound with ``logprob_tol``.
+LOGPROB_TOL = 1e-3
+MAX_BLOCK = 50  # generations per engine call: a broken decoder is seen after its first block
+
+
+@dataclass(frozen=True)
+class DepthCase:
+    """One prompt's generations: up to ``max_tokens``, ending early after an id of ``eog``; the
+    EOG ids banned while fewer than ``min_tokens`` tokens are out."""
+
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams
+    max_tokens: int = 64
+    eog: frozenset[int] = frozenset()
+    min_tokens: int = 0
+
+
+def position_params(case: DepthCase, position: int) -> SamplingParams:
+    """The params of THE target law at 0-based output ``position`` (min_tokens: EOG banned)."""
+    if position >= case.min_tokens or not case.eog:
+        return case.params
+    bias = dict(case.params.logit_bias or {})
+    bias.update({int(e): -math.inf for e in case.eog})
+    return replace(case.params, logit_bias=bias)
+
+
+class GenerationEngine(Protocol):
+    """n independent generations after a prompt, speculation on; each a list of ids, or a mapping
+    ``{"ids": [...], "cycles": [[drafted, accepted], ...]}`` when the engine reports its cycles."""
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> Sequence[Any]: ...
+
+
+@dataclass(frozen=True)
+class Generation:
+    ids: tuple[int, ...]
+    cycles: tuple[tuple[int, int], ...] | None = None  # (drafted, accepted) per cycle, when reported
+    logprobs: tuple[float, ...] | None = None  # the engine's reported log p_t(x_t), when reported
+
+
+def as_generation(raw: Any) -> Generation:
+    """A list of ids, or a mapping with ``ids`` and optional ``cycles``."""
+    if isinstance(raw, Generation):
+        return raw
+    if isinstance(raw, Mapping):
+        cycles = raw.get("cycles")
+        parsed = None if cycles is None else tuple((int(d), int(a)) for d, a in cycles)
+        logprobs = raw.get("logprobs")
+        reported = None if logprobs is None else tuple(float(x) for x in logprobs)
+        return Generation(tuple(int(t) for t in raw["ids"]), parsed, reported)
+    return Generation(tuple(int(t) for t in raw))
+
+
+def events_of(gen: Generation) -> list[str] | None:
+    """Each token's cycle event ``after/index`` (module docstring), or None when the cycles are not
+    reported or do not add up to the ids (then only position bins are reported). Both parts are
+    fixed BEFORE the token is drawn (the previous cycle's outcome, the token's index in its
+    cycle), so for a decoder lossless at every step given its state the token's law in a bin is
+    still p_t; its own role (accepted, bonus, repair) is not, and is never a bin."""
+    if gen.cycles is None:
+        return None
+    out: list[str] = []
+    after = "start"
+    for drafted, accepted in gen.cycles:
+        if not 0 <= accepted <= drafted:
+            return None
+        out.extend(f"{after}/{INDEX[min(i, len(INDEX) - 1)]}" for i in range(accepted + 1))
+        after = "plain" if drafted == 0 else "full" if accepted == drafted else "rejection"
+    return out[: len(gen.ids)] if len(out) >= len(gen.ids) else None
+
+
+def position_bin(position: int) -> int:
+    """0: [0,1), 1: [1,2), 2: [2,4), 3: [4,8), ..."""
+    return 0 if position == 0 else position.bit_length()
+
+
+def position_bin_label(b: int) -> str:
+    lo, hi = (0, 1) if b == 0 else (1 << (b - 1), 1 << b)
+    return f"positions [{lo}, {hi})"
+
+
+# -----------------------------------------------------------------------------------------------
+# one generation scored
+
+
+@dataclass
+class Scored:
+    """Per token [T]: log-score term, its null variance, PIT, target log-probability."""
+
+    log_score: F64
+    log_var: F64
+    pit: F64
+    logp: F64
+    eog_mass: F64  # p_t(EOG ids)
+    rows: list[F64]
+    broken: str = ""  # a structural failure, deterministic
+
+
+def structure_error(ids: Sequence[int], case: DepthCase) -> str:
+    """Why a generation cannot come from the case's law at all ("" when well-formed)."""
+    if len(ids) > case.max_tokens:
+        return f"{len(ids)} tokens, more than max_tokens = {case.max_tokens}"
+    after = next((i for i, t in enumerate(ids[:-1]) if t in case.eog), None)
+    if after is not None:
+        return f"tokens after the end-of-generation id {ids[after]} at position {after}"
+    if len(ids) < case.max_tokens and not (ids and ids[-1] in case.eog):
+        return f"stopped at {len(ids)} of max_tokens = {case.max_tokens} tokens without an end-of-generation id"
+    return ""
+
+
+def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.random.Generator, keep_rows: bool = False) -> Scored:
+    """The teacher-forced laws of one generation and its per-token statistics (``keep_rows``: each
+    law's positive probabilities too, descending, for the power design)."""
+    prompt = tuple(case.prompt_ids)
+    empty = np.zeros(0)
+    broken = structure_error(ids, case)
+    if broken or not ids:
+        return Scored(empty, empty, empty, empty, empty, [], broken or "an empty generation")
+    logits = np.asarray(rows_of(prompt + tuple(ids), len(prompt)), dtype=np.float64)  # [T, V]
+    if logits.ndim != 2 or logits.shape[0] != len(ids):
+        raise ValueError(f"teacher-forced rows have shape {logits.shape}, expected [{len(ids)}, V]")
+    history = list(prompt)
+    t_count = len(ids)
+    out = Scored(np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), [])
+    eog_ids = np.array(sorted(e for e in case.eog if 0 <= e < logits.shape[1]), dtype=np.int64)
+    for t, x in enumerate(ids):
+        if not 0 <= x < logits.shape[1]:
+            out.broken = f"token id {x} at position {t} is outside the vocabulary [0, {logits.shape[1]})"
+            return out
+        p = target_distribution(logits[t], history, position_params(case, t))
+        px = float(p[x])
+        if px <= 0.0:
+            out.broken = f"token {x} at position {t} has target probability 0"
+            return out
+        live = p[p > 0]
+        logs = np.log(live)
+        entropy = -float(live @ logs)
+        out.log_score[t] = math.log(px) + entropy
+        out.log_var[t] = max(float(live @ logs**2) - entropy**2, 0.0)
+        ids_all = np.arange(p.shape[0])
+        before = float(p[p > px].sum() + p[(p == px) & (ids_all < x)].sum())
+        out.pit[t] = min(before + float(rng.random()) * px, np.nextafter(1.0, 0.0))
+        out.logp[t] = math.log(px)
+        out.eog_mass[t] = float(p[eog_ids].sum())
+        if keep_rows:
+            out.rows.append(support_sorted(p))
+        history.append(x)
+    return out
+
+
+# -----------------------------------------------------------------------------------------------
+# the running sums
+
+
+@dataclass
+class BinSums:
+    tokens: int = 0
+    log_score: float = 0.0
+    log_var: float = 0.0
+    pit: float = 0.0
+    eog: float = 0.0  # sum of 1[x_t is EOG] - p_t(EOG)
+    eog_var: float = 0.0  # sum of p_t(EOG) (1 - p_t(EOG))
+
+    def add(self, s: float, v: float, u: float, ended: bool, eog_mass: float) -> None:
+        self.tokens += 1
+        self.log_score += s
+        self.log_var += v
+        self.pit += u - 0.5
+        self.eog += float(ended) - eog_mass
+        self.eog_var += eog_mass * (1.0 - eog_mass)
+
+    def z_eog(self) -> float:
+        return self.eog / math.sqrt(self.eog_var) if self.eog_var > 0 else 0.0
+
+    def z_all(self) -> tuple[float, float, float]:
+        return self.z_log(), self.z_pit(), self.z_eog()
+
+    def z_log(self) -> float:
+        return self.log_score / math.sqrt(self.log_var) if self.log_var > 0 else 0.0
+
+    def z_pit(self) -> float:
+        return self.pit / math.sqrt(self.tokens / 12.0) if self.tokens else 0.0
+
+
+@dataclass
+class Sums:
+    """Everything a look needs, accumulated generation by generation."""
+
+    overall: BinSums = field(default_factory=BinSums)
+    bins: dict[str, BinSums] = field(default_factory=dict)
+    histogram: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(PIT_BINS, dtype=np.int64))
+    generations: int = 0
+    seen: dict[Prefix, float] = field(default_factory=dict)  # distinct generations -> P(x)
+    collision_mass: float = 0.0  # sum over generations of P(this one equals an earlier one) under the null
+    collision: str = ""
+    broken: str = ""
+
+    def add(self, ids: Prefix, scored: Scored, events: list[str] | None, alpha_collision: float, eog: frozenset[int]) -> None:
+        self.generations += 1
+        if scored.broken:
+            self.broken = self.broken or f"generation {self.generations}: {scored.broken}"
+            return
+        self.collision_mass += math.fsum(self.seen.values())
+        if ids in self.seen and not self.collision and self.collision_mass <= alpha_collision:
+            self.collision = (
+                f"generation {self.generations} repeats an earlier one exactly; independent requests collide "
+                f"with probability {self.collision_mass:.3g} under the target law (requests sharing a random stream?)"
+            )
+        self.seen.setdefault(ids, math.exp(float(scored.logp.sum())))
+        for t in range(len(ids)):
+            term = (float(scored.log_score[t]), float(scored.log_var[t]), float(scored.pit[t]), t == len(ids) - 1 and ids[t] in eog, float(scored.eog_mass[t]))
+            self.overall.add(*term)
+            self.histogram[min(int(term[2] * PIT_BINS), PIT_BINS - 1)] += 1
+            self.bins.setdefault(position_bin_label(position_bin(t)), BinSums()).add(*term)
+            if events is not None:
+                after, index = events[t].split("/")
+                self.bins.setdefault(f"{index} token of a cycle after {after}", BinSums()).add(*term)
+
+
+def pit_chi_square(histogram: npt.NDArray[np.int64]) -> tuple[float, float]:
+    """(statistic, p-value) of the PIT histogram against uniform (df = bins - 1)."""
+    n = int(histogram.sum())
+    if n == 0:
+        return 0.0, 1.0
+    expected = n / PIT_BINS
+    statistic = float(((histogram - expected) ** 2).sum() / expected)
+    return statistic, chi2_sf(statistic, PIT_BINS - 1)
+
+
+def two_sided_p(z: float) -> float:
+    return 2.0 * (1.0 - NORMAL.cdf(abs(z)))
+
+
+def bin_tests(case: DepthCase) -> int:
+    """The fixed number of bin z-tests (three per bin: position bins up to max_tokens, event bins)."""
+    return 3 * (position_bin(max(case.max_tokens - 1, 0)) + 1 + len(AFTER) * len(INDEX))
+
+
+@dataclass(frozen=True)
+class Look:
+    tokens: int
+    generations: int
+    alpha: float
+    rejected: bool
+    where: str
+    detail: str
+
+
+def judge_look(sums: Sums, alpha: float, case: DepthCase) -> Look:
+    """The tests of one look at level ``alpha`` (split as in the module docstring)."""
+    o = sums.overall
+    overall_alpha = alpha / 2.0 / OVERALL_TESTS
+    bin_alpha = alpha / 2.0 / bin_tests(case)
+    chi2, chi2_p = pit_chi_square(sums.histogram)
+    z_l, z_u, z_e = o.z_all()
+    flags = []
+    if two_sided_p(z_l) < overall_alpha:
+        flags.append(f"log-score z={z_l:+.2f} ({'too unlikely tokens: a flatter or other law' if z_l < 0 else 'too likely tokens: a sharper law'})")
+    if two_sided_p(z_u) < overall_alpha:
+        flags.append(f"PIT mean z={z_u:+.2f}")
+    if two_sided_p(z_e) < overall_alpha:
+        flags.append(f"end-of-generation rate z={z_e:+.2f} ({'too many' if z_e > 0 else 'too few'} EOGs)")
+    if chi2_p < overall_alpha:
+        flags.append(f"PIT histogram chi2={chi2:.1f} df={PIT_BINS - 1}")
+    scored_bins = sorted(
+        ((max(abs(z) for z in b.z_all()), name, b) for name, b in sums.bins.items()), key=lambda item: -item[0]
+    )
+    where = [
+        f"{name} (log-score z={b.z_log():+.2f}, PIT z={b.z_pit():+.2f}, EOG z={b.z_eog():+.2f}, {b.tokens} tokens)"
+        for z, name, b in scored_bins
+        if two_sided_p(z) < bin_alpha
+    ]
+    strongest = scored_bins[0] if scored_bins else None
+    rejected = bool(flags or where)
+    if rejected and not where and strongest is not None:  # an overall test rejected: say where it is largest
+        z, name, b = strongest
+        where = [f"largest in {name} (log-score z={b.z_log():+.2f}, PIT z={b.z_pit():+.2f}, EOG z={b.z_eog():+.2f}, {b.tokens} tokens)"]
+    detail = f"{o.tokens} tokens in {sums.generations} generations: log-score z={z_l:+.2f}, PIT z={z_u:+.2f}, EOG z={z_e:+.2f}, PIT chi2={chi2:.1f}"
+    if strongest is not None and not where:
+        detail += f"; largest bin deviation {strongest[1]} |z|={strongest[0]:.2f}"
+    return Look(o.tokens, sums.generations, alpha, rejected, "; ".join(flags + where), detail)
+
+
+# -----------------------------------------------------------------------------------------------
+# the sequential run
+
+
+@dataclass(frozen=True)
+class DepthVerdict:
+    state: State
+    design: PowerDesign
+    tokens: int
+    generations: int
+    alpha: float
+    power: float  # power reached against the design's deviation (at the tokens seen)
+    where: str
+    detail: str
+    looks: tuple[Look, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.state == "passed"
+
+    @property
+    def exit_status(self) -> int:
+        return {"passed": 0, "failed": 1, "inconclusive": 3}[self.state]
+
+
+def look_alphas(alpha: float) -> tuple[float, ...]:
+    rest = alpha * (1.0 - COLLISION_SHARE)
+    return (rest * (1 - FINAL_SHARE) / (LOOKS - 1),) * (LOOKS - 1) + (rest * FINAL_SHARE,)
+
+
+def final_stat_alpha(alpha: float) -> float:
+    """The level of each overall z-test at the final look (the power design's alpha)."""
+    return look_alphas(alpha)[-1] / 2.0 / OVERALL_TESTS
+
+
+def draw(engine: GenerationEngine, case: DepthCase, n: int, seed: int) -> list[Generation]:
+    raw = engine.generate(case.prompt_ids, case.params, case.max_tokens, n, seed, case.min_tokens)
+    if len(raw) != n:
+        raise VerispecError(f"the engine returned {len(raw)} generations, asked for {n}")
+    try:
+        return [as_generation(r) for r in raw]
+    except (TypeError, ValueError, KeyError) as exc:
+        raise VerispecError(f"a generation is not a list of ids or an {{ids, cycles, logprobs}} object: {exc}") from exc
+
+
+def pilot_design(
+    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, alpha: float, tv: float, fraction: float, seed: int,
+    pilot: int, deadline: float | None = None,
+) -> tuple[PowerDesign, float]:
+    """(design, mean tokens per generation) from ``pilot`` generations of the engine itself, drawn
+    in blocks of :data:`PILOT_BLOCK` (a ``deadline`` on ``time.monotonic()`` ends it after a block)."""
+    rng = np.random.default_rng([seed, 1])
+    rows: list[F64] = []
+    lengths: list[int] = []
+    for start in range(0, pilot, PILOT_BLOCK):
+        if deadline is not None and lengths and time.monotonic() > deadline:
+            break
+        for gen in draw(engine, case, min(PILOT_BLOCK, pilot - start), seed + 1 + start):
+            scored = score(rows_of, case, gen.ids, rng, keep_rows=True)
+            rows.extend(scored.rows)
+            lengths.append(len(gen.ids))
+    if not rows:
+        raise VerispecError("the pilot generations are all malformed: no row to design the test on")
+    if len(rows) > MAX_PILOT_ROWS:  # a uniform subsample: the design needs row shapes, not all rows
+        rows = [rows[int(i)] for i in np.sort(rng.choice(len(rows), MAX_PILOT_ROWS, replace=False))]
+    return design(rows, tv, fraction, final_stat_alpha(alpha), POWER), max(1.0, float(np.mean(lengths)))
+
+
+def check_depth(
+    engine: GenerationEngine,
+    rows_of: ForcedRows,
+    case: DepthCase,
+    *,
+    alpha: float,
+    tv: float = TV,
+    fraction: float = FRACTION,
+    seed: int = 20_261_130,
+    budget_s: float | None = None,
+    max_generations: int | None = None,
+    pilot: int = PILOT,
+    block: int | None = None,
+    logprob_tol: float = LOGPROB_TOL,
+) -> DepthVerdict:
+    """The sequential depth test of one case (module docstring). ``budget_s`` (seconds) or
+    ``max_generations`` end it early: failed if a look rejected, else inconclusive."""
+    started = time.monotonic()
+    try:
+        deadline = None if budget_s is None else started + budget_s
+        plan, mean_length = pilot_design(engine, rows_of, case, alpha, tv, fraction, seed, pilot, deadline)
+    except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
+        unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
+        return _verdict("failed", unplanned, Sums(), alpha, [], f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}")
+    targets = [math.ceil(plan.tokens / 2 ** (LOOKS - 1 - j)) for j in range(LOOKS)]
+    per_block = block or min(MAX_BLOCK, max(1, math.ceil(targets[0] / mean_length)))
+    alphas = look_alphas(alpha)
+    alpha_collision = alpha * COLLISION_SHARE
+    sums = Sums()
+    rng = np.random.default_rng([seed, 2])
+    looks: list[Look] = []
+    next_look = 0
+    block_index = 0
+    while next_look < LOOKS:
+        out_of_time = budget_s is not None and time.monotonic() - started > budget_s
+        out_of_draws = max_generations is not None and sums.generations >= max_generations
+        if out_of_time or out_of_draws:
+            return _verdict("inconclusive", plan, sums, alpha, looks, "budget ended before the design's tokens")
+        size = per_block if max_generations is None else min(per_block, max_generations - sums.generations)
+        try:
+            gens = draw(engine, case, size, seed + 100 + block_index)
+        except VerispecError as exc:
+            return _verdict("failed", plan, sums, alpha, looks, f"the engine raised {type(exc).__name__}: {str(exc)[:200]}")
+        block_index += 1
+        for gen in gens:
+            scored = score(rows_of, case, gen.ids, rng)
+            scored.broken = scored.broken or logprob_error(gen, scored, logprob_tol)
+            sums.add(gen.ids, scored, events_of(gen), alpha_collision, case.eog)
+        if sums.broken or sums.collision:
+            return _verdict("failed", plan, sums, alpha, looks, sums.broken or sums.collision)
+        while next_look < LOOKS and sums.overall.tokens >= targets[next_look]:
+            look = judge_look(sums, alphas[next_look], case)
+            looks.append(look)
+            next_look += 1
+            if look.rejected:
+                return _verdict("failed", plan, sums, alpha, looks, look.where)
+    return _verdict("passed", plan, sums, alpha, looks, "")
+
+
+def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
+    """Why the engine's reported logprobs are not its tokens' target log-probabilities ("" when they
+    are within ``tol``, or not reported)."""
+    if gen.logprobs is None or scored.broken:
+        return ""
+    if len(gen.logprobs) != len(gen.ids):
+        return f"{len(gen.logprobs)} logprobs reported for {len(gen.ids)} tokens"
+    for t, (reported, ours) in enumerate(zip(gen.logprobs, scored.logp)):
+        if not abs(reported - float(ours)) <= tol:  # NaN fails too
+            return f"reported logprob {reported:.6g} at position {t}, target law {float(ours):.6g} (|diff| > {tol:g})"
+    return ""
+
+
+def _verdict(state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str) -> DepthVerdict:
+    tokens = sums.overall.tokens
+    detail = looks[-1].detail if looks else f"{tokens} tokens in {sums.generations} generations"
+    return DepthVerdict(state, plan, tokens, sums.generations, alpha, plan.power_at(tokens), where, detail, tuple(looks))
+
+
+# -----------------------------------------------------------------------------------------------
+# teacher-forced rows
+
+
+def reference_rows(model: Any) -> ForcedRows:
+    """One forward of prompt + ids[:-1] (our reference model): the rows predicting each id."""
+
+    def rows(sequence: Prefix, prompt_length: int) -> Any:
+        logits = model.forward(list(sequence[:-1]), model.new_cache(len(sequence) - 1)).logits  # [L - 1, V]
+        return logits[prompt_length - 1 :]
+
+    return rows
+
+
+def per_prefix_rows(logits_of: Callable[[Prefix], Any]) -> ForcedRows:
+    """One ``logits_of`` call per prefix (an engine's own ``logits`` op)."""
+
+    def rows(sequence: Prefix, prompt_length: int) -> Any:
+        return np.stack([np.asarray(logits_of(sequence[:i]), dtype=np.float64) for i in range(prompt_length, len(sequence))])
+
+    return rows
+
+
+def verdict_json(verdict: DepthVerdict) -> dict[str, Any]:
+    return {
+        "passed": verdict.passed,
+        "state": verdict.state,
+        "exit_status": verdict.exit_status,
+        "tokens": verdict.tokens,
+        "generations": verdict.generations,
+        "design_tokens": verdict.design.tokens,
+        "alpha": verdict.alpha,
+        "power": round(verdict.power, 6),
+        "tv": verdict.design.tv,
+        "fraction": verdict.design.fraction,
+        "where": verdict.where,
+        "detail": verdict.detail,
+    }
