@@ -27,22 +27,11 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import ExternalError as ExternalError
-
-MAX_SHOWN = 80  # characters of an untrusted value quoted in a message
-
+from verispec.reference.json_input import shown as shown  # one cut for untrusted values in messages
 
 
-def shown(value: Any, limit: int = MAX_SHOWN) -> str:
-    """``repr(value)`` cut to ``limit`` characters (untrusted values in messages). A huge list
-    or string is never rendered whole: only its first items are."""
-    if isinstance(value, (list, tuple)) and len(value) > limit:
-        value = list(value[:limit])
-    elif isinstance(value, (str, bytes)) and len(value) > 4 * limit:
-        value = value[: 4 * limit]
-    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
-        return f"<an integer of {value.bit_length()} bits>"
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 
 
 def is_integer(value: Any) -> bool:

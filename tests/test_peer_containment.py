@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import group_gone
 from verispec.spec.external import CommandTransport, ExternalError, TimeoutSetting, check_timeout, kill_all_peers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,18 +33,6 @@ HANG_NET = 30.0  # seconds: far above every bounded wait below (a case hitting i
 def request(n: int = 0, payload: int = 0) -> dict[str, object]:
     return {"id": f"t#{n}", "op": "sampled", "input": {"pad": "x" * payload}}
 
-
-def group_gone(pgid: int, within: float = 5.0) -> bool:
-    """True once no process of the group is left (reaped children may take a moment)."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
 
 
 def started(transport: CommandTransport) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.processes import group_gone
 from verispec.reference.calibration import Calibration
 from verispec.reference.errors import CalibrationError, DraftError, InputError
 from verispec.reference.json_input import loads
@@ -251,17 +252,6 @@ PEERS: dict[str, str] = {
 }
 PEER_TIMEOUT = 1.0
 
-
-def group_gone(pgid: int, within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
 
 
 def sampled_call(wire: WireImplementation) -> Callable[[], object]:
