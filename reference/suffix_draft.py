@@ -30,22 +30,19 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
-import contextlib
-import gc
-import json
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from verispec.reference.atomic import replace_file
 from verispec.reference.draft_control import MAX_ACCEPT, Calibration, VerifyCost, best_k, best_size
 from verispec.reference.errors import DraftError
-from verispec.reference.json_input import read_json_file
+from verispec.reference.draft_cache_file import SEQUENCE_TOKENS, VERSION, read_texts, surviving, write_texts
 from verispec.reference.seams import DraftContext, Proposal
+from verispec.reference.suffix_index import SuffixIndex
 from verispec.reference.tree_decode import TreeProposal, score_tree
 from verispec.reference.tree_speculative import DraftTree
 
@@ -62,9 +59,9 @@ MAX_MATCH = 16        # longest suffix matched
 MIN_MATCH = 2         # shortest suffix acted on (see NGRAM_MIN in reference/drafts.py: 1-grams rarely pay)
 MIN_PROB = 0.0        # path probability below which the walk stops
 CACHE_TOKENS = 1 << 16  # cross-request cache bound (tokens over all remembered outputs)
-CACHE_SEQUENCE_TOKENS = 4096  # one remembered output is cut to its first this many tokens
+CACHE_SEQUENCE_TOKENS = SEQUENCE_TOKENS  # one remembered output is cut to its first this many tokens
 CACHE_FILE_BYTES = 64 * 1024 * 1024  # a cache file larger than this is refused before reading
-CACHE_VERSION = 1
+CACHE_VERSION = VERSION
 CALIBRATION_BUCKETS = 8  # matched-context lengths >= this share one calibration bucket
 MAX_TIMED_ROWS = 64  # score() calls over more rows (the prompt's prefill) do not inform c(r)
 TREE_WIDTH = 4        # ``suffix:tree``: most children per draft-tree node
@@ -118,20 +115,6 @@ class SuffixTree:
             self.append(t)
         self.end_text()
 
-    def remove_text(self, tokens: Sequence[int]) -> None:
-        """Undo :meth:`add_text` of the same tokens (nodes whose count drops to 0 are freed)."""
-        for start in range(len(tokens)):
-            path = [self.root]
-            for t in tokens[start : start + self.depth]:
-                path.append(path[-1].children[t])
-            for parent, child, t in zip(path, path[1:], tokens[start : start + self.depth]):
-                child.count -= 1
-                parent.total -= 1
-                if child.count == 0:
-                    del parent.children[t]
-                    self.nodes -= _size(child)
-                    break
-
     def _bump(self, node: Node, token: int, delta: int) -> Node:
         child = node.children.get(token)
         if child is None:
@@ -164,18 +147,37 @@ class SuffixTree:
         return None
 
 
-def _size(node: Node) -> int:
-    return 1 + sum(_size(c) for c in node.children.values())
+class TrieNode(Protocol):
+    """What the walk reads of a node: :class:`Node` (the request tree) and
+    :class:`reference.suffix_index.IndexNode` (the cache) both have it."""
+
+    @property
+    def children(self) -> Mapping[int, "TrieNode"]: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def last(self) -> int: ...
 
 
-def best_child(node: Node) -> tuple[int, Node]:
+class Trie(Protocol):
+    """What the walk asks of a structure: :class:`SuffixTree` and :class:`SuffixIndex`."""
+
+    @property
+    def depth(self) -> int: ...
+
+    def longest_match(self, history: Sequence[int], max_match: int, min_match: int) -> tuple[int, TrieNode] | None: ...
+
+
+def best_child(node: TrieNode) -> tuple[int, TrieNode]:
     """The most frequent continuation; ties to the most recent occurrence (then the smaller id)."""
     token = max(node.children, key=lambda t: (node.children[t].count, node.children[t].last, -t))
     return token, node.children[token]
 
 
 def walk(
-    trees: Sequence[SuffixTree], history: Sequence[int], k: int,
+    trees: Sequence[Trie], history: Sequence[int], k: int,
     max_match: int = MAX_MATCH, min_match: int = MIN_MATCH, min_prob: float = MIN_PROB,
 ) -> list[int]:
     """Up to ``k`` tokens continuing ``history`` (the algorithm in the module docstring)."""
@@ -195,14 +197,14 @@ class Step:
 
 
 def walk_steps(
-    trees: Sequence[SuffixTree], history: Sequence[int], k: int,
+    trees: Sequence[Trie], history: Sequence[int], k: int,
     max_match: int = MAX_MATCH, min_match: int = MIN_MATCH, min_prob: float = MIN_PROB,
 ) -> list[Step]:
     """:func:`walk`, with each token's :class:`Step` evidence."""
     steps: list[Step] = []
     while len(steps) < k:
         context = [*history, *(s.token for s in steps)] if steps else history
-        best: tuple[int, Node, SuffixTree] | None = None
+        best: tuple[int, TrieNode, Trie] | None = None
         for tree in trees:  # earlier trees win ties in match length
             found = tree.longest_match(context, max_match, min_match)
             if found is not None and (best is None or found[0] > best[0]):
@@ -237,11 +239,11 @@ class TreeNode:
     reach: float
 
 
-_State = tuple[Node, int, SuffixTree]  # (suffix-tree node, its string's length, its tree)
+_State = tuple[TrieNode, int, Trie]  # (suffix-tree node, its string's length, its tree)
 
 
 def continuations(
-    trees: Sequence[SuffixTree], context: Sequence[int], state: _State | None, width: int,
+    trees: Sequence[Trie], context: Sequence[int], state: _State | None, width: int,
     max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
 ) -> list[tuple[int, float, int, _State]]:
     """Up to ``width`` observed continuations of ``context``, most frequent first (ties: most
@@ -263,7 +265,7 @@ def continuations(
 
 
 def grow_tree(
-    trees: Sequence[SuffixTree], history: Sequence[int], max_depth: int, max_nodes: int, width: int,
+    trees: Sequence[Trie], history: Sequence[int], max_depth: int, max_nodes: int, width: int,
     calibrate: Callable[[list[float], list[int]], list[float]],
     max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
 ) -> list[TreeNode]:
@@ -311,16 +313,28 @@ def grow_tree(
 
 
 class SuffixCache:
-    """Earlier requests' outputs in one suffix tree, at most ``max_tokens`` tokens (oldest evicted)."""
+    """Earlier requests' outputs, at most ``max_tokens`` tokens (oldest evicted), queried through
+    a :class:`reference.suffix_index.SuffixIndex` over them (built on the first query after a
+    change: linear in the kept tokens, each node's children on first use)."""
 
     def __init__(self, max_tokens: int = CACHE_TOKENS, depth: int = DEPTH, fingerprint: str = "") -> None:
         if max_tokens < 0:
             raise DraftError(f"draft cache size must be >= 0 tokens, got {max_tokens}")
+        if depth < 2:
+            raise DraftError(f"suffix tree depth must be >= 2, got {depth}")
         self.max_tokens = max_tokens
+        self.depth = depth
         self.fingerprint = fingerprint  # of the vocabulary the ids belong to ("" = unchecked)
-        self.tree = SuffixTree(depth)
         self.texts: deque[tuple[int, ...]] = deque()
         self.tokens = 0
+        self._index: SuffixIndex | None = None
+
+    @property
+    def tree(self) -> SuffixIndex:
+        """The structure over the kept texts (rebuilt after :meth:`remember` changed them)."""
+        if self._index is None:
+            self._index = SuffixIndex(self.texts, self.depth)
+        return self._index
 
     def remember(self, output: Sequence[int]) -> None:
         """Add one output (cut to CACHE_SEQUENCE_TOKENS), evicting the oldest past ``max_tokens``."""
@@ -328,44 +342,29 @@ class SuffixCache:
         if len(text) < 2 or len(text) > self.max_tokens:
             return
         while self.tokens + len(text) > self.max_tokens:
-            old = self.texts.popleft()
-            self.tree.remove_text(old)
-            self.tokens -= len(old)
-        self.tree.add_text(text)
+            self.tokens -= len(self.texts.popleft())
         self.texts.append(text)
         self.tokens += len(text)
+        self._index = None
 
     def save(self, path: Path) -> None:
-        """Write the cache atomically (temp file in the same directory, fsync, rename)."""
-        payload = {"version": CACHE_VERSION, "fingerprint": self.fingerprint, "depth": self.tree.depth,
-                   "max_tokens": self.max_tokens, "texts": [list(t) for t in self.texts]}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with replace_file(path) as fh:  # mode 0666 & ~umask: readable by other users, as open() makes
-            fh.write(json.dumps(payload).encode("utf-8"))
+        """Write the cache atomically, in the current format (:mod:`reference.draft_cache_file`)."""
+        write_texts(path, self.texts, fingerprint=self.fingerprint, depth=self.depth, max_tokens=self.max_tokens)
 
     @classmethod
     def load(cls, path: Path, n_vocab: int, fingerprint: str = "", max_tokens: int = CACHE_TOKENS,
              depth: int = DEPTH) -> "SuffixCache":
         """The cache at ``path`` (an empty one if nothing is there); DraftError if it is not a
         regular file, larger than CACHE_FILE_BYTES, malformed, of another version or vocabulary,
-        or holds an id outside [0, n_vocab). Linear in the file: every id is checked once, and
-        only the texts that survive eviction are inserted (remembering every text and evicting
-        the oldest, as :meth:`remember` one by one would, rebuilt the tree over and over)."""
+        or holds an id outside [0, n_vocab) (:mod:`reference.draft_cache_file`). Linear in the
+        file: every id is checked once (vectorized), only the texts that survive eviction are
+        kept, and no structure is built until the first query."""
         cache = cls(max_tokens, depth, fingerprint)
         if not os.path.lexists(path):
             return cache
-        payload = read_json_file(path, "draft cache", max_bytes=CACHE_FILE_BYTES, error=DraftError)
-        if not isinstance(payload, dict) or type(payload.get("version")) is not int or payload["version"] != CACHE_VERSION or not isinstance(payload.get("texts"), list):
-            raise DraftError(f"draft cache {path} is not a version-{CACHE_VERSION} draft cache")
-        if fingerprint and payload.get("fingerprint") not in ("", fingerprint):
-            raise DraftError(f"draft cache {path} was written for another vocabulary")
-        texts: list[list[int]] = payload["texts"]
-        for index, text in enumerate(texts):
-            if not isinstance(text, list) or not all(type(t) is int and 0 <= t < n_vocab for t in text):
-                raise DraftError(f"draft cache {path}: text {index} holds a value outside 0..{n_vocab - 1} (token ids only)")
-        with _collector_paused():
-            for kept in surviving(texts, max_tokens):
-                cache.remember(kept)
+        for text in read_texts(path, n_vocab, fingerprint, max_tokens, CACHE_FILE_BYTES):
+            cache.texts.append(text)
+            cache.tokens += len(text)
         return cache
 
     @staticmethod
@@ -379,38 +378,6 @@ class SuffixCache:
             folder = folder.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
             raise DraftError(f"draft cache {path} cannot be written: {folder} is not a writable directory")
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a tree is built: a cache holds up to
-    CACHE_TOKENS x DEPTH nodes, and each generation-2 pass would walk all of them again (the
-    nodes form no cycles: reference counting frees them)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def surviving(texts: Sequence[Sequence[int]], max_tokens: int) -> list[Sequence[int]]:
-    """The texts :meth:`SuffixCache.remember` would still hold after remembering all of
-    ``texts`` in order: each is cut to CACHE_SEQUENCE_TOKENS and skipped when shorter than 2 or
-    longer than the cache; eviction drops the oldest, so what is left is the longest run of the
-    newest texts that fits in ``max_tokens`` (oldest first)."""
-    kept: list[Sequence[int]] = []
-    total = 0
-    for text in reversed(texts):
-        text = text[:CACHE_SEQUENCE_TOKENS]
-        if len(text) < 2 or len(text) > max_tokens:
-            continue
-        if total + len(text) > max_tokens:
-            break
-        kept.append(text)
-        total += len(text)
-    return kept[::-1]
 
 
 def _uncalibrated(estimates: list[float], buckets: list[int]) -> list[float]:
@@ -478,7 +445,7 @@ class SuffixDraft:
         started = time.perf_counter()
         self._learn(history)
         self._sync(history)
-        trees = [self.tree] if self.cache is None else [self.tree, self.cache.tree]
+        trees: list[Trie] = [self.tree] if self.cache is None else [self.tree, self.cache.tree]
         steps = walk_steps(trees, history, k, self.max_match, self.min_match, self.min_prob)
         if self.control and steps:
             buckets = [min(s.context, CALIBRATION_BUCKETS) for s in steps]
@@ -500,7 +467,7 @@ class SuffixDraft:
         nodes: list[TreeNode] = []
         probe = self.control and not first and (1 not in self.cost.seconds or self._since_plain >= PLAIN_PROBE)
         if not probe:
-            trees = [self.tree] if self.cache is None else [self.tree, self.cache.tree]
+            trees: list[Trie] = [self.tree] if self.cache is None else [self.tree, self.cache.tree]
             nodes = grow_tree(trees, history, max_depth, min(max_nodes, self.tree_nodes), max(1, self.tree_width),
                               self.calibration.apply if self.control else _uncalibrated,
                               self.max_match, self.min_match)

@@ -5,11 +5,11 @@ decoding with it equals plain greedy decoding on tiny models and on SmolLM2."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +20,7 @@ from verispec.reference.errors import DraftError
 from verispec.reference.generate import GenerationRequest, generate
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.suffix_draft import SuffixCache, SuffixDraft, SuffixTree, walk
+from verispec.reference.suffix_index import SuffixIndex
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -175,6 +176,33 @@ def test_cache_bound_holds_and_tree_matches_kept_texts(texts: list[list[int]], b
     assert _counts(cache.tree.root) == _counts(rebuilt.root)
 
 
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(texts=st.lists(st.lists(st.integers(0, 3), max_size=25), max_size=5), depth=st.integers(2, 7))
+def test_the_cache_index_equals_the_tree_node_for_node(texts: list[list[int]], depth: int) -> None:
+    """The lazily built index (reference.suffix_index) and the tree over the same texts have the
+    same nodes with the same count and total, and ``last`` orders occurrences as the tree's
+    stamps do (the index's positions count one separator per text: mapped back, they are equal)."""
+    tree = SuffixTree(depth)
+    for t in texts:
+        tree.add_text(t)
+    index = SuffixIndex(texts, depth)
+    separators_before = np.cumsum([0] + [len(t) + 1 for t in texts])
+
+    def stamp(position: int) -> int:  # the tree's stamp of the token at this index position
+        text = int(np.searchsorted(separators_before, position, side="right")) - 1
+        return position - text + 1
+
+    def nodes(node: Any, prefix: tuple[int, ...], lasts: bool) -> dict[tuple[int, ...], tuple[int, int, int]]:
+        last = stamp(node.last) if lasts and prefix else node.last
+        out = {prefix: (node.count, node.total, last)}
+        for t, child in node.children.items():
+            out.update(nodes(child, (*prefix, t), lasts))
+        return out
+
+    assert nodes(index.root, (), True) == nodes(tree.root, (), False)
+    assert index.nodes == tree.nodes
+
+
 def _counts(node: Any, prefix: tuple[int, ...] = ()) -> dict[tuple[int, ...], int]:
     out = {prefix: node.count}
     for t, child in node.children.items():
@@ -289,7 +317,7 @@ def test_greedy_suffix_equals_plain_on_smollm2(smollm2_path: Path, tmp_path: Pat
         passes.append(len(result.cycles))
     # the second request drafts its answer from the cached first one
     assert passes[1] < passes[0]
-    assert json.loads(cache_path.read_text())["texts"][0] == list(plain.ids)
+    assert SuffixCache.load(cache_path, tokenizer.vocab_size).texts[0] == tuple(plain.ids)
 
 
 def test_estimates_are_smoothed_frequencies() -> None:
