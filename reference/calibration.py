@@ -409,6 +409,19 @@ class Calibration:
                 f"not for {where} (sha256 {sha256[:16]}...)"
             )
 
+    def check_fits(self, n_layer: int, n_embd: int, where: str = "the model") -> None:
+        """CalibrationError, before the model runs, unless this artifact fits a model of
+        ``n_layer`` layers and hidden size ``n_embd``: the same layer count (every candidate
+        depth is then a layer of it) and a lens, if any, of width ``n_embd`` (a lens of another
+        width would load and fail mid-decode, inside the first exit head)."""
+        if n_layer != self.n_layer:
+            raise CalibrationError(f"calibration is for a {self.n_layer}-layer model, {where} has {n_layer} layers")
+        if self.lens is not None and int(self.lens.weight.shape[-1]) != n_embd:
+            raise CalibrationError(
+                f"calibration's lens is {int(self.lens.weight.shape[-1])} wide, but {where} has hidden size {n_embd}: "
+                "it was fit for another model"
+            )
+
     # -- JSON --
 
     def to_json(self, lens_file: str | None, lens_sha256: str | None) -> dict[str, Any]:

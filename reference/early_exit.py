@@ -291,6 +291,7 @@ def generate_early_exit(
     of the prompt text, or declared), whose thresholds and guarantee apply; None uses the pooled
     calibration (a guarantee for prompts exchangeable with the whole calibration mix).
     """
+    calibration.check_fits(model.config.n_layer, model.config.n_embd)
     if kind is not None:
         calibration = calibration.for_kind(kind)
     params = request.params
@@ -299,10 +300,6 @@ def generate_early_exit(
         raise SamplingError(
             f"early exit certifies greedy decoding only: temperature {params.temperature!r} must be 0, "
             f"repeat_penalty {params.repeat_penalty!r} 1 and no logit bias"
-        )
-    if calibration.n_layer != model.config.n_layer:
-        raise CalibrationError(
-            f"calibration is for a {calibration.n_layer}-layer model, this one has {model.config.n_layer}"
         )
     session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
     use_gate: GateKind = calibration.gate if gate is None else gate

@@ -21,6 +21,7 @@ from verispec.reference.early_exit import ExitStats, generate_early_exit
 from verispec.reference.prompt_kind import prompt_kind
 from verispec.reference.generate import GenerationResult
 from verispec.commands.request import build_request, result_json, stats_line
+from verispec.commands.validate import model_config
 from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
 
@@ -51,6 +52,8 @@ def run_early_exit(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     kind = args.kind if getattr(args, "kind", None) else prompt_kind(args.prompt)
     calibration = Calibration.load(args.early_exit, file_sha256(path)).for_kind(kind)
+    config = model_config(str(path))  # the metadata only: a misfit is refused before the weights load
+    calibration.check_fits(config.n_layer, config.n_embd, f"model {path.name}")
     print(claim_line(calibration), file=sys.stderr)
     loaded = load_engine(str(path), need_chat=args.chat, engine=getattr(args, "engine", "fast"), weights=getattr(args, "weights", "f32"), backend=getattr(args, "backend", "auto"))
     request = build_request(args, loaded)
