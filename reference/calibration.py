@@ -31,9 +31,12 @@ lens if one was fit on prompts disjoint from the calibration prompts. The lens i
 artifact with its old lens file or the new one with its new lens file (the pair is one atomic
 unit); stale lens files are removed after. Loading checks the sha256, refuses NaN or malformed
 thresholds, and an artifact for another model (all CalibrationError); every number must be one
-calibration can produce (:func:`check_ranges`), and the artifact and its lens must match the
+calibration can produce (:func:`check_ranges`), the artifact and its lens must match the
 seal over both files' contents, an HMAC where ``VERISPEC_CALIBRATION_KEY`` is set
-(:mod:`reference.calibration_seal`, which says what an unkeyed seal cannot catch).
+(:mod:`reference.calibration_seal`, which says what an unkeyed seal cannot catch), and every
+threshold must equal what the calibration scores the artifact carries give when recomputed
+(:func:`check_recomputed`, :mod:`reference.calibration_records`). Served, the artifact must fit
+the model: its layer count and lens width (:meth:`Calibration.check_fits`).
 """
 
 from __future__ import annotations
@@ -53,15 +56,16 @@ import numpy.typing as npt
 
 from verispec.reference.atomic import replace_file
 from verispec.reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
+from verispec.reference.calibration_records import records_from_json, records_json
 from verispec.reference.calibration_seal import SEAL_FIELD, calibration_key, check_seal, seal
-from verispec.reference.json_input import read_json_file, read_regular
+from verispec.reference.json_input import read_json_file, read_regular, shown
 from verispec.reference.conformal import PROMPT_CLAIM, bonferroni, exact_level, min_prompts, prompt_risk_threshold
 from verispec.reference.exit_head import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
 from verispec.reference.seams import TargetModel as Model
 from verispec.reference.errors import CalibrationError, OutputError
 
 F32 = npt.NDArray[np.float32]
-FORMAT = "verispec-early-exit-calibration/2"
+FORMAT = "verispec-early-exit-calibration/3"
 ARTIFACT_BYTES = 64 * 1024 * 1024  # the JSON: thresholds per depth and kind, far below this
 LENS_BYTES = 4 * 1024 * 1024 * 1024  # the lens: K x D x D float32 (K = 5, D = 4096: 335 MB)
 POOLED = "*"  # the pseudo-kind of the pooled calibration (every prompt of the mix)
@@ -348,6 +352,7 @@ class Calibration:
     kinds: dict[str, KindCalibration] = field(default_factory=dict)
     kind: str | None = None     # the kind whose thresholds are in ``depths`` (None: pooled)
     kind_rule: str = "rule"     # how calibration prompts got their kind: "rule" or "declared"
+    records: Records | None = field(default=None, compare=False, repr=False)  # the scores every threshold is computed from
 
     @property
     def q_layer(self) -> Fraction:
@@ -453,6 +458,10 @@ class Calibration:
             },
             "lens": None if lens_file is None else {"file": lens_file, "sha256": lens_sha256, "ridge": self.ridge},
             "prompts": self.prompts,
+            "records": None if self.records is None else records_json(
+                {"supnorm": self.records.supnorm, "halfrange": self.records.halfrange, "margins": self.records.margins},
+                self.records.flips, self.records.prompt, self.records.kinds,
+            ),
         }
 
     def save(self, path: str | Path) -> None:
@@ -482,7 +491,10 @@ class Calibration:
         raw = read_json_file(path, "calibration", max_bytes=ARTIFACT_BYTES, error=CalibrationError, allow_nan=True)
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             found = raw.get("format") if isinstance(raw, dict) else None
-            hint = " (an older, token-level calibration: run verispec calibrate again)" if found == FORMAT[:-1] + "1" else ""
+            hint = {
+                FORMAT[:-1] + "1": " (an older, token-level calibration: run verispec calibrate again)",
+                FORMAT[:-1] + "2": " (an older calibration without its scores, whose thresholds cannot be rechecked: run verispec calibrate again)",
+            }.get(str(found), "")
             raise CalibrationError(f"{str(path)!r} is not a {FORMAT} artifact{hint}")
         try:
             cal = cls._from_json(raw, path)
@@ -491,6 +503,7 @@ class Calibration:
         where = f"calibration {str(path)!r}"
         check_ranges(cal, raw, where)
         check_seal(raw, cal.lens, where)
+        check_recomputed(cal, where)
         if model_sha256 is not None:
             cal.check_model(model_sha256)
         return cal
@@ -522,12 +535,15 @@ class Calibration:
             if lens.depths != layers:
                 raise ValueError(f"lens depths {lens.depths}")
         kind = raw.get("kind_rule", "rule")
+        stored = records_from_json(raw.get("records"), len(layers), f"calibration {str(path)!r}")
+        records = Records(layers, stored.scores["supnorm"], stored.scores["halfrange"], stored.scores["margins"],
+                          stored.flips, stored.kinds, stored.prompt)
         return cls(
             model_sha256=str(raw["model_sha256"]), model_name=str(raw["model_name"]),
             n_layer=_count(raw["n_layer"]), q=exact_level(str(raw["q"])), gate=gate, residual=residual,
             n=_count(raw["n"]), n_lens=_count(raw["n_lens"]), depths=depths, lens=lens, ridge=ridge,
             prompts={str(k): _count(v) for k, v in raw.get("prompts", {}).items()},
-            n_prompts=_count(raw["n_prompts"]), kinds=kinds, kind_rule=str(kind),
+            n_prompts=_count(raw["n_prompts"]), kinds=kinds, kind_rule=str(kind), records=records,
         )
 
 
@@ -559,7 +575,7 @@ def build(
         prompts[kind] = prompts.get(kind, 0) + 1
     return Calibration(
         model_sha256, model_name, n_layer, level, gate, residual, records.n, n_lens,
-        _depth_thresholds(records, 1 - level), lens, ridge, prompts, records.n_prompts, kinds, None, kind_rule,
+        _depth_thresholds(records, 1 - level), lens, ridge, prompts, records.n_prompts, kinds, None, kind_rule, records,
     )
 
 
@@ -707,7 +723,9 @@ def check_ranges(cal: Calibration, raw: Mapping[str, Any], where: str) -> None:
     thresholds +inf exactly when there are too few prompts to admit, otherwise residual
     quantiles finite and >= 0 (a score value: scores are >= 0, and every token is an event, so
     the budget can never cover them all) and the margin threshold >= 0 or -inf (a margin value,
-    or -inf when every flip fits in the budget)."""
+    or -inf when every flip fits in the budget); no lens map with an all-zero weight. Values in
+    these ranges are then checked by recomputing them from the stored scores
+    (:func:`check_recomputed`)."""
     if not 0 < cal.q < 1:
         raise CalibrationError(f"{where}: q = {cal.q} is outside (0, 1)")
     rebuilt = cal.to_json(None, None)
@@ -726,10 +744,57 @@ def check_ranges(cal: Calibration, raw: Mapping[str, Any], where: str) -> None:
     for kc in cal.kinds.values():
         if kc.min_prompts != needed:
             raise CalibrationError(f"{where}: kind {kc.kind!r} min_prompts {kc.min_prompts}, q and the depths give {needed}")
+    if cal.lens is not None:
+        for depth, weight in zip(cal.lens.depths, cal.lens.weight):
+            if not bool(np.any(weight)):
+                raise CalibrationError(
+                    f"{where}: the lens map at depth {depth} ignores its input (weight all 0), which a ridge fit gives only "
+                    "for hidden states exactly uncorrelated with the last layer's: a zeroed lens, not a calibrated one"
+                )
     groups = [("pooled", cal.n_prompts, cal.depths)] + [(kc.kind, kc.n_prompts, kc.depths) for kc in cal.kinds.values()]
     for kind, n_prompts, depths in groups:
         for d in depths:
             _check_depth(d, n_prompts >= needed, f"{where}: {kind} depth {d.depth}")
+
+
+def check_recomputed(cal: Calibration, where: str) -> None:
+    """CalibrationError unless the artifact is exactly what :func:`build` makes from the records
+    it carries at its q (:mod:`reference.calibration_records`): every threshold, agreement and
+    count, pooled and per kind, recomputed from the stored scores and compared for equality (the
+    thresholds are score values, so they survive the JSON round trip exactly)."""
+    if cal.records is None:
+        raise CalibrationError(f"{where} carries no calibration records: calibrate again")
+    rebuilt = build(
+        cal.records, q=cal.q, model_sha256=cal.model_sha256, model_name=cal.model_name, n_layer=cal.n_layer,
+        gate=cal.gate, residual=cal.residual, lens=cal.lens, n_lens=cal.n_lens, ridge=cal.ridge, kind_rule=cal.kind_rule,
+    )
+    want, have = rebuilt.to_json(None, None), cal.to_json(None, None)
+    want.pop("records")
+    have.pop("records")
+    found = _first_difference(want, have, "")
+    if found is not None:
+        name, recomputed, stored = found
+        raise CalibrationError(
+            f"{where}: {name} = {shown(stored, 60)} does not follow from the calibration scores it carries "
+            f"(they give {shown(recomputed, 60)})"
+        )
+
+
+def _first_difference(a: Any, b: Any, at: str) -> tuple[str, Any, Any] | None:
+    """The first place (``depths[0].margin_threshold``) where two JSON values differ, or None."""
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        for key in a:
+            found = _first_difference(a[key], b[key], f"{at}.{key}" if at else str(key))
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = _first_difference(x, y, f"{at}[{i}]")
+            if found is not None:
+                return found
+        return None
+    return None if a == b and type(a) is type(b) else (at, a, b)
 
 
 def _check_depth(d: DepthCalibration, can_admit: bool, where: str) -> None:

@@ -12,9 +12,12 @@ With a key in the environment (``VERISPEC_CALIBRATION_KEY``, at least 16 bytes) 
 an HMAC-SHA256: only a holder of the key can make an artifact that loads, and an unsigned or
 wrongly signed one is refused. Without a key it is a plain SHA-256, which anyone can recompute:
 it catches an edit of one file without the other, a swapped lens or a truncated file, NOT a
-deliberate forgery by someone who re-seals after editing; the range checks of
-:mod:`reference.calibration` then still refuse every value calibration cannot produce, but a
-forged value that calibration COULD produce (a plausible lower threshold) is caught only by a key.
+deliberate forgery by someone who re-seals after editing. Against that, the range checks of
+:mod:`reference.calibration` refuse every value calibration cannot produce, and every threshold
+is recomputed from the calibration scores the artifact carries
+(:mod:`reference.calibration_records`), so an edited threshold, q or count is refused too; what
+is left to an unkeyed forger is forging the SCORES (and re-sealing), or swapping the lens for
+another non-zero one: only a key catches those.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from verispec.reference.calibration import (
-    Calibration, Records, build, calibrate, default_depths, greedy_trajectory, score, split_for_lens,
+    FORMAT, Calibration, Records, build, calibrate, default_depths, greedy_trajectory, score, split_for_lens,
 )
 from verispec.reference.certificate import halfrange_residual, supnorm_residual, top2
 from verispec.reference.conformal import prompt_risk_threshold
@@ -147,11 +147,14 @@ def test_artifact_round_trip_is_exact_and_atomic(tmp_path: Path) -> None:
     with pytest.raises(CalibrationError, match="does not match the sha256"):
         Calibration.load(path)
     bad = tmp_path / "bad.json"
-    bad.write_text('{"format": "verispec-early-exit-calibration/2", "gate": "margin"}')
+    bad.write_text(json.dumps({"format": FORMAT, "gate": "margin"}))
     with pytest.raises(CalibrationError, match="malformed"):
         Calibration.load(bad)
     bad.write_text('{"format": "verispec-early-exit-calibration/1"}')
     with pytest.raises(CalibrationError, match="older, token-level calibration"):
+        Calibration.load(bad)
+    bad.write_text('{"format": "verispec-early-exit-calibration/2"}')
+    with pytest.raises(CalibrationError, match="without its scores"):
         Calibration.load(bad)
     bad.write_text("[1, 2")
     with pytest.raises(CalibrationError, match="cannot read"):

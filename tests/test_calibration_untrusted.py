@@ -6,10 +6,18 @@ finite threshold where too few prompts allow only +inf), q outside (0, 1), deriv
 longer follow from q, counts that do not add up, a lens zeroed with its sha256 field recomputed,
 a lens of the wrong shape, a re-sealed edit under a key, an unsigned artifact under a key. Every
 one must raise CalibrationError on load; the untouched artifact must load.
+
+In-range forgeries, re-sealed without a key (a margin threshold of -inf or 0, a residual
+quantile of 0, a consistently edited q or prompt count, an edited agreement), are refused
+because every threshold is recomputed from the calibration scores the artifact carries; edited
+scores are refused where they are not scores. What an unkeyed artifact can still be fooled by,
+forged scores with their thresholds recomputed, or a non-zero lens swapped in and re-sealed,
+is shown to load without a key and to be refused with one.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -86,6 +94,119 @@ RESEALED_EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
+def _consistent_q(raw: dict[str, Any], q: str) -> None:
+    """q and every field derived from it edited together, as an attacker who knows the format would."""
+    from fractions import Fraction
+
+    from verispec.reference.conformal import min_prompts
+
+    level = Fraction(q)
+    k = len(raw["layers"])
+    need = min_prompts(1 - level, k)
+    raw.update(q=str(level), alpha=str(1 - level), alpha_per_depth=str((1 - level) / k), min_prompts=need)
+    for entry in raw["kinds"].values():
+        entry.update(min_prompts=need, admits=entry["n_prompts"] >= need)
+
+
+def _consistent_prompts(raw: dict[str, Any]) -> None:
+    """Ten more calibration prompts claimed, the per-kind counts adding up."""
+    raw["n_prompts"] += 10
+    raw["kinds"]["chat"]["n_prompts"] += 10
+
+
+IN_RANGE_FORGERIES: dict[str, Callable[[dict[str, Any]], None]] = {
+    "margin threshold -inf": lambda raw: depth0(raw).update(margin_threshold="-inf"),
+    "margin threshold 0": lambda raw: depth0(raw).update(margin_threshold=0.0),
+    "chat margin threshold 0": lambda raw: depth0(raw, "chat").update(margin_threshold=0.0),
+    "halfrange quantile 0": lambda raw: depth0(raw).update(halfrange_quantile=0.0),
+    "code supnorm quantile 0": lambda raw: depth0(raw, "code").update(supnorm_quantile=0.0),
+    "q edited with everything derived from it": lambda raw: _consistent_q(raw, "4/5"),
+    "n_prompts edited, kinds adding up": _consistent_prompts,
+    "agreement edited": lambda raw: depth0(raw).update(agreement=1.0),
+    "steps per kind edited": lambda raw: raw["prompts"].update(chat=raw["prompts"]["chat"] + 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IN_RANGE_FORGERIES))
+def test_a_resealed_in_range_forgery_is_refused_by_recomputing(tmp_path: Path, name: str) -> None:
+    path = artifact(tmp_path)
+    edit(path, IN_RANGE_FORGERIES[name])
+    with pytest.raises(CalibrationError) as caught:
+        Calibration.load(path, "b" * 64)
+    message = str(caught.value)
+    assert "\n" not in message and "does not match its contents" not in message
+    assert "does not follow from the calibration scores" in message or "do not add up" in message or "give" in message
+
+
+def _records(raw: dict[str, Any], name: str) -> np.ndarray[Any, Any]:
+    entry = raw["records"][name]
+    return np.frombuffer(base64.b64decode(entry["base64"]), dtype=entry["dtype"]).reshape(entry["shape"]).copy()
+
+
+def _store(raw: dict[str, Any], name: str, values: np.ndarray[Any, Any]) -> None:
+    raw["records"][name]["base64"] = base64.b64encode(values.tobytes()).decode()
+
+
+RECORD_EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "records removed": (lambda raw: raw.pop("records"), "carries no calibration records"),
+    "a negative score": (lambda raw: _store(raw, "halfrange", _records(raw, "halfrange") * -1), "not a score"),
+    "an infinite margin": (lambda raw: _store(raw, "margins", _records(raw, "margins") + np.float32("inf")), "not a score"),
+    "a flip of 2": (lambda raw: _store(raw, "flips", _records(raw, "flips") * 2), "other than 0 and 1"),
+    "a truncated array": (lambda raw: raw["records"]["supnorm"].update(base64=raw["records"]["supnorm"]["base64"][:-8]), "not base64"),
+    "not base64": (lambda raw: raw["records"]["prompt"].update(base64="!!!!"), "not base64"),
+    "another shape": (lambda raw: raw["records"]["margins"].update(shape=[1, 600]), "must be <f4 of shape"),
+    "another dtype": (lambda raw: raw["records"]["margins"].update(dtype="<f8"), "must be <f4 of shape"),
+    "a kind outside its names": (lambda raw: _store(raw, "kind", _records(raw, "kind") + 5), "outside its"),
+    "a prompt left without steps": (lambda raw: _store(raw, "prompt", _records(raw, "prompt") * 2), "has no tokens"),
+    "scores of one step edited": (
+        lambda raw: _store(raw, "margins", _records(raw, "margins") * np.float32(0.5)), "does not follow from the calibration scores"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECORD_EDITS))
+def test_resealed_edited_records_are_refused(tmp_path: Path, name: str) -> None:
+    change, why = RECORD_EDITS[name]
+    path = artifact(tmp_path)
+    edit(path, change)
+    with pytest.raises(CalibrationError, match=why) as caught:
+        Calibration.load(path, "b" * 64)
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
+
+
+def test_a_zeroed_lens_resealed_is_refused(tmp_path: Path) -> None:
+    path = artifact(tmp_path)
+    raw = json.loads(path.read_text())
+    lens_path = path.parent / raw["lens"]["file"]
+    with np.load(lens_path) as data:
+        arrays = {name: np.zeros_like(data[name]) if name == "weight" else data[name] for name in data.files}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    lens_path.write_bytes(buffer.getvalue())
+    raw["lens"]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    path.write_text(json.dumps(raw))
+    edit(path, lambda raw: None)  # the seal recomputed over the zeroed lens
+    with pytest.raises(CalibrationError, match="ignores its input"):
+        Calibration.load(path)
+
+
+def test_forged_scores_with_recomputed_thresholds_fool_only_an_unkeyed_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit, stated in docs/early-exit.md: an artifact built by calibration's own code from
+    scores that were never measured (here: every residual 0, so the quantiles are 0 and every
+    token would exit) is consistent, so without a key it loads; with a key it does not."""
+    rng = np.random.default_rng(3)
+    lens = Lens((3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
+    forged = synthetic_records(n_prompts=120, kinds=("chat", "code"))
+    forged.halfrange[:] = 0
+    cal = build(forged, q="0.9", model_sha256="b" * 64, model_name="m", n_layer=6, lens=lens, n_lens=7, ridge=0.5)
+    path = tmp_path / "cal.json"
+    cal.save(path)  # no key: an unkeyed seal anyone can make
+    loaded = Calibration.load(path, "b" * 64)
+    assert all(d.halfrange_quantile == 0 for d in loaded.depths)  # producible, from those scores
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with pytest.raises(CalibrationError, match="not signed"):
+        Calibration.load(path, "b" * 64)
+
+
 @pytest.mark.parametrize("name", sorted(RESEALED_EDITS))
 def test_a_resealed_out_of_range_edit_is_refused(tmp_path: Path, name: str) -> None:
     path = artifact(tmp_path)
@@ -102,12 +223,15 @@ def test_an_edit_without_resealing_is_refused_by_the_seal(tmp_path: Path) -> Non
         Calibration.load(path)
 
 
-def test_a_zeroed_lens_with_its_sha256_recomputed_is_refused(tmp_path: Path) -> None:
+def test_a_changed_lens_with_its_sha256_recomputed_is_refused_by_the_seal(tmp_path: Path) -> None:
+    """A lens halved (still a plausible lens: no range check can refuse it) with the sha256 field
+    it carries about itself recomputed: the seal over both files' contents refuses it; re-sealed
+    too, only a key does (the limit of an unkeyed seal)."""
     path = artifact(tmp_path)
     raw = json.loads(path.read_text())
     lens_path = path.parent / raw["lens"]["file"]
     with np.load(lens_path) as data:
-        arrays = {name: np.zeros_like(data[name]) if name != "depths" else data[name] for name in data.files}
+        arrays = {name: data[name] * np.float32(0.5) if name == "weight" else data[name] for name in data.files}
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     lens_path.write_bytes(buffer.getvalue())
@@ -115,6 +239,8 @@ def test_a_zeroed_lens_with_its_sha256_recomputed_is_refused(tmp_path: Path) -> 
     path.write_text(json.dumps(raw))
     with pytest.raises(CalibrationError, match="seal does not match"):
         Calibration.load(path)
+    edit(path, lambda raw: None)  # re-sealed over the changed lens: without a key nothing can tell
+    assert Calibration.load(path).lens is not None
 
 
 def test_a_lens_of_the_wrong_shape_is_refused_at_load(tmp_path: Path) -> None:
