@@ -210,7 +210,56 @@ def test_mutated_draft_caches_load_or_raise_draft_error(tmp_path: Path) -> None:
             SuffixCache.load(path, vocab)
 
 
+def test_mutated_binary_draft_caches_load_or_raise_draft_error(tmp_path: Path) -> None:
+    """The current (binary) format: a random byte edit, truncation or padding loads (then every
+    kept id is in range and the kept tokens fit the bound) or raises DraftError; an id at or
+    above the vocabulary, a size that does not match the header, or lengths that do not add up are
+    always refused."""
+    from verispec.reference.draft_cache_file import MAGIC
+
+    rng = random.Random(29)
+    vocab = 50
+    path = tmp_path / "cache.bin"
+    for _ in range(FILES):
+        texts = [[rng.randrange(vocab) for _ in range(rng.randrange(2, 30))] for _ in range(rng.randrange(1, 8))]
+        cache = SuffixCache(max_tokens=65536)
+        for t in texts:
+            cache.remember(t)
+        cache.save(path)
+        assert list(SuffixCache.load(path, vocab).texts) == [tuple(t) for t in texts]
+        data = bytearray(path.read_bytes())
+        body = data.index(b"\n", len(MAGIC)) + 1
+        how = rng.choice(["id", "truncate", "pad", "lengths", "byte", "header"])
+        must_refuse = how in ("id", "truncate", "pad", "lengths")
+        if how == "id":
+            at = len(data) - 4 * rng.randrange(1, sum(map(len, texts)) + 1)
+            data[at : at + 4] = np.asarray([rng.choice([vocab, vocab + 1, 2**31, 2**32 - 1])], "<u4").tobytes()
+        elif how == "truncate":
+            data = data[: rng.randrange(body, len(data))]
+        elif how == "pad":
+            data += bytes(rng.randrange(1, 9))
+        elif how == "lengths":
+            at = body + 4 * rng.randrange(len(texts))
+            old = int(np.frombuffer(bytes(data[at : at + 4]), "<u4")[0])
+            data[at : at + 4] = np.asarray([old + rng.choice([1, 2, 1000])], "<u4").tobytes()
+        elif how == "byte":
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        else:
+            data[rng.randrange(len(MAGIC), body)] = rng.randrange(256)
+        path.write_bytes(bytes(data))
+        try:
+            loaded = SuffixCache.load(path, vocab)
+        except DraftError as exc:
+            assert "\n" not in str(exc) and len(str(exc)) < 400
+            continue
+        assert not must_refuse, how
+        assert all(0 <= t < vocab for text in loaded.texts for t in text) and loaded.tokens <= 65536
+
+
 def test_mutated_calibrations_are_refused(tmp_path: Path) -> None:
+    """Out-of-range values (re-sealed or not) and IN-range forgeries re-sealed without a key (a
+    threshold moved to 0, -inf or a plausible nearby value, a count edited): all refused, the
+    in-range ones because every threshold is recomputed from the scores the artifact carries."""
     from tests.test_calibration_untrusted import artifact, edit
 
     rng = random.Random(19)
@@ -221,17 +270,56 @@ def test_mutated_calibrations_are_refused(tmp_path: Path) -> None:
         path.write_text(original)
         kind = rng.choice([None, "chat", "code"])
         name = rng.choice(["margin_threshold", "supnorm_quantile", "halfrange_quantile", "agreement", "depth"])
-        # -inf is a margin threshold calibration can produce (every flip fits in the budget):
-        # only a key tells a forged one from a real one (reference/calibration_seal.py)
-        value = rng.choice([v for v in bad_values if not (name == "margin_threshold" and v == "-inf")])
+        plausible = rng.random() < 0.5 and name != "depth"
 
         def change(raw: dict[str, Any]) -> None:
             depths = raw["depths"] if kind is None else raw["kinds"][kind]["depths"]
-            depths[rng.randrange(len(depths))][name] = value
+            entry = depths[rng.randrange(len(depths))]
+            if plausible:  # a value calibration could produce: only recomputing from the scores refutes it
+                entry[name] = rng.choice([0.0, entry[name] * rng.choice([0.5, 0.9, 0.99]), entry[name] / 2 + 1e-3])
+                if name == "agreement":
+                    entry[name] = min(1.0, entry[name])
+            else:
+                entry[name] = rng.choice(bad_values)
 
         edit(path, change, reseal=rng.random() < 0.8)
         with pytest.raises(CalibrationError):
             Calibration.load(path, "b" * 64)
+
+
+def test_mutated_calibration_records_are_refused_or_recomputed(tmp_path: Path) -> None:
+    """Random byte edits of the stored scores, re-sealed: refused (not base64, not a score, a
+    threshold that no longer follows), or loaded, and then every threshold is the one the edited
+    scores give (the load recomputed it): never a threshold the scores do not support."""
+    import base64
+
+    from tests.test_calibration_untrusted import artifact, edit
+    from verispec.reference.calibration import build
+
+    rng = random.Random(23)
+    path = artifact(tmp_path)
+    original = path.read_text()
+    for _ in range(FILES // 3):  # a third: each load recomputes every threshold
+        path.write_text(original)
+        field_name = rng.choice(["supnorm", "halfrange", "margins", "flips", "prompt", "kind"])
+
+        def change(raw: dict[str, Any]) -> None:
+            entry = raw["records"][field_name]
+            data = bytearray(base64.b64decode(entry["base64"]))
+            for _ in range(rng.randrange(1, 4)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            entry["base64"] = base64.b64encode(bytes(data)).decode()
+
+        edit(path, change)
+        try:
+            cal = Calibration.load(path, "b" * 64)
+        except CalibrationError as exc:
+            assert "\n" not in str(exc)
+            continue
+        assert cal.records is not None
+        again = build(cal.records, q=cal.q, model_sha256=cal.model_sha256, model_name=cal.model_name, n_layer=cal.n_layer,
+                      lens=cal.lens, n_lens=cal.n_lens, ridge=cal.ridge)
+        assert again.depths == cal.depths and again.kinds == cal.kinds
 
 
 # -- peers --------------------------------------------------------------------------------------
