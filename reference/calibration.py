@@ -764,10 +764,13 @@ def check_recomputed(cal: Calibration, where: str) -> None:
     thresholds are score values, so they survive the JSON round trip exactly)."""
     if cal.records is None:
         raise CalibrationError(f"{where} carries no calibration records: calibrate again")
-    rebuilt = build(
-        cal.records, q=cal.q, model_sha256=cal.model_sha256, model_name=cal.model_name, n_layer=cal.n_layer,
-        gate=cal.gate, residual=cal.residual, lens=cal.lens, n_lens=cal.n_lens, ridge=cal.ridge, kind_rule=cal.kind_rule,
-    )
+    try:
+        rebuilt = build(
+            cal.records, q=cal.q, model_sha256=cal.model_sha256, model_name=cal.model_name, n_layer=cal.n_layer,
+            gate=cal.gate, residual=cal.residual, lens=cal.lens, n_lens=cal.n_lens, ridge=cal.ridge, kind_rule=cal.kind_rule,
+        )
+    except CalibrationError as exc:  # e.g. prompt indices that skip a prompt
+        raise CalibrationError(f"{where}: its calibration records are not a calibration ({str(exc)[:160]})") from None
     want, have = rebuilt.to_json(None, None), cal.to_json(None, None)
     want.pop("records")
     have.pop("records")
