@@ -153,8 +153,8 @@ def test_llama_cpp_columns_say_how_to_get_them_when_missing(monkeypatch: pytest.
     from verispec.bench import llama as bench_llama
 
     monkeypatch.setattr(bench_llama, "available", lambda: False)
-    out = bench_llama.measure(Path("unused.gguf"), [("chat", "hi")], 4, 4, 1, 1)
-    assert out == {"available": False, "note": bench_llama.NOT_INSTALLED}
+    out = bench_llama.measure(Path("unused.gguf"), [("chat", (1, 2))], 4, 4, 1, 1)
+    assert out == {"available": False, "status": "not installed", "note": bench_llama.NOT_INSTALLED}
     assert "optional extra `llama`" in out["note"] and "from source" in out["note"]
     assert set(bench_llama.ratios(out, [])) and all(v is None for v in bench_llama.ratios(out, []).values())
 
