@@ -137,3 +137,56 @@ def test_bench_survives_a_crashing_llama_cpp_and_exits_0(tmp_path: Path, monkeyp
     crash: dict[str, Any] = report["llama_cpp"]["crash"]
     assert report["llama_cpp"]["status"] == "crashed" and crash["signal"] == "SIGSEGV" and crash["exit_code"] == -11
     assert report["plain"]["tok_s"] > 0 and report["speculative"]["ngram"]["runs"]  # everything else measured
+
+
+# A stand-in llama_cpp package for the real child (python -m verispec.bench.llama_child): its
+# native-looking prints go to file descriptor 1, which the child must keep away from its replies.
+FAKE_LLAMA_CPP = '''
+import os
+__version__ = "fake"
+os.write(1, b"ggml noise on stdout\\n")
+
+
+def llama_print_system_info():
+    return b"AVX = 1 | AVX2 = 1 | AMX_INT8 = 0 "
+
+
+class Llama:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+    def reset(self):
+        pass
+
+    def tokenize(self, text, special=False):
+        return [len(text), 1]
+
+    def generate(self, ids, **kwargs):
+        os.write(1, b"more noise\\n")
+        while True:
+            yield ids[-1] + 1
+'''
+FAKE_SPECULATIVE = '''
+class LlamaPromptLookupDecoding:
+    def __init__(self, num_pred_tokens):
+        self.num_pred_tokens = num_pred_tokens
+'''
+
+
+def test_the_real_child_runs_llama_decoders_and_keeps_its_replies_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "llama_cpp"
+    package.mkdir()
+    (package / "__init__.py").write_text(FAKE_LLAMA_CPP)
+    (package / "llama_speculative.py").write_text(FAKE_SPECULATIVE)
+    repo = Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{repo}")
+    decoders = llama_child.ChildDecoders(Path("m.gguf"), 64, 3, 1, 0)
+    try:
+        assert decoders.info["version"] == "fake" and decoders.info["process"] == "child"
+        assert decoders.info["system_info"] == "AVX = 1 | AVX2 = 1 | AMX_INT8 = 0"
+        run = decoders.run("prompt_lookup", [4, 9], 5, frozenset())
+        assert run["tokens"] == [10] * 5 and run["tok_s"] > 0  # exactly max_tokens: nothing ends it
+        assert decoders.run("plain", [4, 9], 5, frozenset({10}))["tokens"] == [10]  # an end id ends it, counted
+        assert llama.prompt_ids_agree(decoders, "abc", [3, 1]) is True
+    finally:
+        decoders.close()
