@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from verispec.bench import llama
+from verispec.bench import llama, llama_child
 
 PROMPTS = (("chat", (1, 5, 6)), ("code", (1, 7)))
 TEXT = {(1, 5, 6): "hi", (1, 7): "def f():"}
@@ -69,7 +69,7 @@ def stand_in_module(clock: Clock, log: list[tuple[str, ...]], made: list[dict[st
 
 
 def in_process(path: Path, n_ctx: int, k: int, threads: int, seed: int) -> llama.Decoders:
-    return llama.LlamaDecoders(path, n_ctx, k, threads, seed)
+    return llama_child.LlamaDecoders(path, n_ctx, k, threads, seed)
 
 
 def test_measure_interleaves_the_decoders_and_the_engine_and_keeps_each_ones_best(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,7 +78,7 @@ def test_measure_interleaves_the_decoders_and_the_engine_and_keeps_each_ones_bes
     speculative.LlamaPromptLookupDecoding = StandInLookup  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "llama_cpp", stand_in_module(clock, log, made))
     monkeypatch.setitem(sys.modules, "llama_cpp.llama_speculative", speculative)
-    monkeypatch.setattr(llama, "time", clock)
+    monkeypatch.setattr(llama_child, "time", clock)
     engine_rates = iter([{"plain_tok_s": 5.0, "speculative_tok_s": 9.0}, {"plain_tok_s": 7.0, "speculative_tok_s": 8.0},
                          {"plain_tok_s": 1.0, "speculative_tok_s": 2.0}, {"plain_tok_s": 3.0, "speculative_tok_s": 1.0}])
 

@@ -33,7 +33,6 @@ note (:func:`common_prefix`); :func:`workload_ratios` gives the ratios per categ
 from __future__ import annotations
 
 import importlib.util
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,7 +69,8 @@ OpenDecoders = Callable[[Path, int, int, int, int], Decoders]  # (path, n_ctx, k
 
 
 def open_child(path: Path, n_ctx: int, k: int, threads: int, seed: int) -> Decoders:
-    """The decoders in a child process (the bench's default); PeerFailed if it cannot open them."""
+    """The decoders (:class:`verispec.bench.llama_child.LlamaDecoders`) in a child process, the
+    bench's default; PeerFailed if it cannot open them."""
     from verispec.bench.llama_child import ChildDecoders
 
     return ChildDecoders(path, n_ctx, k, threads, seed)
@@ -173,53 +173,6 @@ def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[s
 
 WORKLOAD_DECODERS = DECODERS
 AGREEMENT_TOKENS = 32  # the engine-vs-llama.cpp same-tokens note compares this many leading tokens
-
-
-class LlamaDecoders:
-    """llama.cpp plain and prompt lookup on one file, in THIS process (the child of
-    :mod:`verispec.bench.llama_child` runs it; the bench itself never loads llama.cpp).
-
-    A request goes in as token ids and ends at one of ``end_ids`` (the token is counted, as the
-    engine counts it) or after ``max_tokens``; with no ``end_ids`` it decodes exactly
-    ``max_tokens`` (``generate`` never stops by itself). Rate: generated tokens over the wall
-    time of the whole call, prompt pass included (the engine's ``tokens_per_s``)."""
-
-    def __init__(self, path: Path, n_ctx: int, k: int, threads: int, seed: int = 0) -> None:
-        import llama_cpp  # type: ignore[import-not-found, unused-ignore]
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
-
-        common: dict[str, Any] = {"model_path": str(path), "n_ctx": n_ctx, "n_batch": min(n_ctx, 2048),
-                                  "n_threads": threads, "n_threads_batch": threads, "seed": seed, "verbose": False}
-        self.decoders: dict[str, Any] = {
-            "plain": llama_cpp.Llama(**common),
-            "prompt_lookup": llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)),
-        }
-        system_info = getattr(llama_cpp, "llama_print_system_info", None)
-        self.info: dict[str, Any] = {
-            "available": True, "version": getattr(llama_cpp, "__version__", None),
-            "system_info": system_info().decode("utf-8", "replace").strip() if system_info else None,
-            "threads": threads, "num_pred_tokens": k, "n_ctx": n_ctx}
-
-    def tokenize(self, text: str) -> list[int]:
-        """llama.cpp's own tokenization of ``text`` (special tokens parsed, its own BOS rule)."""
-        return [int(t) for t in self.decoders["plain"].tokenize(text.encode("utf-8"), special=True)]
-
-    def run(self, name: str, ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> dict[str, Any]:
-        """One greedy request on decoder ``name``: its token ids and tok/s."""
-        llm = self.decoders[name]
-        llm.reset()  # no KV reuse of an identical earlier prompt: every run pays its prompt pass
-        out: list[int] = []
-        t0 = time.perf_counter()
-        if max_tokens > 0:
-            for token in llm.generate(list(ids), temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
-                out.append(int(token))
-                if out[-1] in end_ids or len(out) >= max_tokens:
-                    break
-        elapsed = time.perf_counter() - t0
-        return {"tokens": out, "tok_s": len(out) / elapsed if out and elapsed > 0 else 0.0}
-
-    def close(self) -> None:
-        self.decoders.clear()
 
 
 def prompt_ids_agree(decoders: Decoders, text: str, ids: Sequence[int]) -> bool:
