@@ -98,7 +98,7 @@ def measure(path: Path, prompts: Sequence[tuple[str, Sequence[int]]], max_tokens
     load on the shared machine falls on both sides; its best runs go to ``engine_runs``."""
     if not available() and open_decoders is open_child:
         return {"available": False, "status": "not installed", "note": NOT_INSTALLED}
-    n_ctx = max([PROMPT_N_CTX, *(len(ids) + max_tokens + 1 for _, ids in prompts)])
+    n_ctx = max([PROMPT_N_CTX, *(len(ids) + max_tokens + k + 8 for _, ids in prompts)])  # room for one cycle of drafts
     decoders: Decoders | None = None
     try:
         decoders = open_decoders(path, n_ctx, k, threads, seed)
