@@ -183,3 +183,16 @@ def test_llama_cpp_ratios_pair_prompts_and_skip_sampled_runs() -> None:
     assert r["int8_ngram_over_llama_cpp_plain"] == pytest.approx(math.sqrt(4.0 * 0.5))
     assert r["int8_ngram_over_llama_cpp_prompt_lookup"] == pytest.approx(math.sqrt(2.0 * 0.5))
     assert r["llama_cpp_prompt_lookup_over_llama_cpp_plain"] == pytest.approx(math.sqrt(2.0 * 1.0))
+
+
+def test_the_instruction_sets_come_from_the_cpuinfo_flags() -> None:
+    from verispec.bench.machine import isa_flags, load_average
+
+    sapphire_rapids = ("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni "
+                       "avx512_vbmi avx512_bf16 amx_bf16 amx_tile amx_int8 avx_vnni\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert isa_flags(sapphire_rapids) == ["avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
+                                          "avx512_vnni", "avx512_vbmi", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"]
+    assert isa_flags("flags\t\t: fpu sse2 avx avx2 fma\n") == ["avx", "avx2", "fma"]
+    assert isa_flags("no flags line") == []
+    average = load_average()
+    assert average is None or (len(average) == 3 and all(v >= 0 for v in average))
