@@ -30,14 +30,15 @@ $(MODELS): $(STAMP) verispec/registry.py
 	$(VENV)/bin/verispec models fetch gemma3-270m
 	touch $(MODELS)
 
-# The main job on the default model: lossless speculative decoding (prompt-lookup drafts, adaptive k)
-# with its evidence (acceptance, target passes, plain decoding measured in the same run, same tokens),
-# then the toy "station" whose exact law check shows what verification and repair buy.
+# The main job on the default model, in the default (fastest lossless) mode: plain decoding,
+# lossless speculative decoding (prompt-lookup drafts, adaptive k) and llama.cpp plain (when the
+# `llama` extra is installed) side by side, measured in one run on the same prompt and the same
+# number of tokens; then the toy "station" whose exact law check shows what verification and
+# repair buy. `verispec demo --exact` runs the float32 mode instead.
 demo: $(STAMP)
 	$(VENV)/bin/verispec models fetch smollm2-135m
 	$(VENV)/bin/verispec tokenize --model smollm2-135m --pieces "Certified fast decoding keeps what the model says."
-	$(VENV)/bin/verispec generate --model smollm2-135m --chat --temperature 0 --max-tokens 96 \
-		--draft ngram --adaptive \
+	$(VENV)/bin/verispec demo --model smollm2-135m --max-tokens 96 \
 		--prompt "List the first ten prime numbers, separated by commas, then repeat the list once more."
 	$(VENV)/bin/verispec witness --steps 1000
 

@@ -224,6 +224,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab.measure_early_exit", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--engine", choices=("fast", "reference"), default="fast")
+    parser.add_argument("--weights", choices=("exact", "int8"), default="exact",
+                        help="the weights mode measured (default exact: the mode of the saved measurements)")
     parser.add_argument("--prompts", choices=("hand", "generated"), default="hand",
                         help="calibration prompts: the hand-written pool (default, all of it) or the seeded generator")
     parser.add_argument("--prompts-per-kind", type=int, default=None, help="per kind (default: the whole hand-written pool; 60 generated)")
@@ -312,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if not out_json.parent.is_dir():  # checked before the model work, which takes minutes
         parser.error(f"--json {out_json}: the folder {out_json.parent} does not exist")
     path = resolve_model(args.model)
-    loaded = load_engine(str(path), engine=args.engine)
+    loaded = load_engine(str(path), engine=args.engine, weights=args.weights)
     model, n_layer = loaded.model, loaded.model.config.n_layer
     sets = depth_sets(args.depth_sets, n_layer)
     depths = tuple(sorted({d for s in sets for d in s}))

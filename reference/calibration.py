@@ -258,11 +258,15 @@ def calibrate(
     kind_rule: str = "rule",
     stop_ids: frozenset[int] = frozenset(),
     on_step: Callable[[], None] | None = None,
+    weights: str = "f32",
 ) -> tuple[Calibration, Records]:
     """Greedy trajectories of the full model on ``prompts``; the lens (if ``use_lens``) is fit on
     ``lens_prompts`` (or, if None, on every other prompt of each kind, the rest calibrating);
     scores and the artifact on the calibration prompts. ``kind_rule`` records how the prompts'
-    kinds were assigned ("rule": :func:`reference.prompt_kind.prompt_kind`; "declared")."""
+    kinds were assigned ("rule": :func:`reference.prompt_kind.prompt_kind`; "declared");
+    ``weights`` the weights mode ``model`` runs (recorded: the artifact serves that mode's numerics)."""
+    if weights not in CALIBRATED_WEIGHTS:
+        raise CalibrationError(f"weights mode {weights!r} is not one of {', '.join(CALIBRATED_WEIGHTS)}")
     level = exact_level(q)
     ks = check_depths(default_depths(model.config.n_layer) if depths is None else depths, model.config.n_layer)
     if not use_lens:
@@ -289,10 +293,18 @@ def calibrate(
         records, q=level, model_sha256=model_sha256, model_name=model_name, n_layer=model.config.n_layer,
         gate=gate, residual=residual, lens=lens, n_lens=n_lens, ridge=ridge if use_lens else 0.0, kind_rule=kind_rule,
     )
-    return cal, records
+    return replace(cal, weights=weights), records
 
 
 # --- the artifact -------------------------------------------------------------------------------
+
+CALIBRATED_WEIGHTS = ("f32", "quantized", "int8")  # the engine's weights modes (engine/weights.py)
+
+
+def numerics(weights: str) -> str:
+    """The function a weights mode computes: ``exact`` (float32: f32, quantized) or ``int8``."""
+    return "int8" if weights == "int8" else "exact"
+
 
 
 @dataclass(frozen=True)
@@ -353,6 +365,7 @@ class Calibration:
     kind: str | None = None     # the kind whose thresholds are in ``depths`` (None: pooled)
     kind_rule: str = "rule"     # how calibration prompts got their kind: "rule" or "declared"
     records: Records | None = field(default=None, compare=False, repr=False)  # the scores every threshold is computed from
+    weights: str = "f32"        # the weights mode whose numerics were calibrated (see check_weights)
 
     @property
     def q_layer(self) -> Fraction:
@@ -427,6 +440,20 @@ class Calibration:
                 "it was fit for another model"
             )
 
+    def check_weights(self, weights: str) -> None:
+        """CalibrationError unless this artifact was calibrated on the numerics of ``weights``.
+
+        The thresholds certify flips of the exit heads against the full model as computed by the
+        mode they were measured on: the exact modes (``f32``, ``quantized``: the same float32
+        function) or the int8 mode (its own function). An artifact without the field was written
+        when calibration ran only on the float32 mode by default: it reads as ``f32``."""
+        if numerics(weights) != numerics(self.weights):
+            raise CalibrationError(
+                f"calibration was made on the {self.weights} weights mode ({numerics(self.weights)} numerics), "
+                f"this run uses {weights} ({numerics(weights)} numerics): its certificate holds for the numerics "
+                f"it was measured on; run with --weights {self.weights}, or calibrate again with --weights {weights}"
+            )
+
     # -- JSON --
 
     def to_json(self, lens_file: str | None, lens_sha256: str | None) -> dict[str, Any]:
@@ -441,6 +468,7 @@ class Calibration:
             "claim": self.claim,
             "unit": "prompt",
             "kind_rule": self.kind_rule,
+            "weights": self.weights,
             "gate": self.gate,
             "residual": self.residual,
             "n": self.n,
@@ -538,12 +566,16 @@ class Calibration:
         stored = records_from_json(raw.get("records"), len(layers), f"calibration {str(path)!r}")
         records = Records(layers, stored.scores["supnorm"], stored.scores["halfrange"], stored.scores["margins"],
                           stored.flips, stored.kinds, stored.prompt)
+        weights = raw.get("weights", "f32")
+        if weights not in CALIBRATED_WEIGHTS:
+            raise ValueError(f"weights {weights!r}")
         return cls(
             model_sha256=str(raw["model_sha256"]), model_name=str(raw["model_name"]),
             n_layer=_count(raw["n_layer"]), q=exact_level(str(raw["q"])), gate=gate, residual=residual,
             n=_count(raw["n"]), n_lens=_count(raw["n_lens"]), depths=depths, lens=lens, ridge=ridge,
             prompts={str(k): _count(v) for k, v in raw.get("prompts", {}).items()},
             n_prompts=_count(raw["n_prompts"]), kinds=kinds, kind_rule=str(kind), records=records,
+            weights=str(weights),
         )
 
 
@@ -771,6 +803,7 @@ def check_recomputed(cal: Calibration, where: str) -> None:
         )
     except CalibrationError as exc:  # e.g. prompt indices that skip a prompt
         raise CalibrationError(f"{where}: its calibration records are not a calibration ({str(exc)[:160]})") from None
+    rebuilt = replace(rebuilt, weights=cal.weights)  # which mode made the scores is a claim the seal binds, not a score
     want, have = rebuilt.to_json(None, None), cal.to_json(None, None)
     want.pop("records")
     have.pop("records")

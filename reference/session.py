@@ -13,7 +13,8 @@ session owns what the loops must agree on, so it is written once:
 
 Generation stops at the first of: an end-of-generation token (kept in ``ids``, not rendered in the
 text), a stop string (the text is cut before it; the token that completed it is kept in ``ids``),
-or ``max_tokens``. The session's ``rng`` (seeded by the request) is the request's one generator:
+or ``max_tokens`` (only ``max_tokens`` and stop strings with ``ignore_eog``: a benchmark that
+must decode the same number of tokens on two engines). The session's ``rng`` (seeded by the request) is the request's one generator:
 plain draws, draft draws and verification uniforms all come from it, in the loop's order.
 
 Stats (``GenerationStats``), all wall-clock from :meth:`DecodeSession.begin` (the start of the
@@ -47,6 +48,7 @@ class GenerationRequest:
     stop_ids: frozenset[int] = frozenset()  # extra end-of-generation ids (a chat end-of-turn token)
     seed: int | None = None                 # None: a fresh unpredictable seed
     truncate: bool = False                  # drop the oldest prompt tokens instead of overflowing
+    ignore_eog: bool = False                # decode exactly max_tokens: no token ends it (a fixed-length benchmark)
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class DecodeSession:
             truncate=request.truncate, bos_id=tokenizer.bos_id,
         )
         self.rng = np.random.default_rng(request.seed)
-        self.end_ids = tokenizer.eog_ids | request.stop_ids
+        self.end_ids = frozenset() if request.ignore_eog else tokenizer.eog_ids | request.stop_ids
         self.text = StopStringText(request.stop, tokenizer, on_text)
         self.history = list(self.prompt)   # prompt + committed tokens (the loops' context)
         self.generated: list[int] = []

@@ -34,6 +34,12 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     assert set(report) >= {"date", "model", "machine", "matmul_bound", "plain", "prefill", "speculative",
                            "early_exit", "reference", "llama_cpp", "ratios", "peak_rss_mib", "plot"}
     assert report["machine"]["cores"] >= 1 and report["machine"]["cpu"]
+    assert isinstance(report["machine"]["isa"], list) and len(report["machine"]["load_average_end"]) == 3
+    # the headline is the default mode: int8 where onnxruntime is installed (the dev extra has it)
+    kernel = report["engine_kernel"]
+    assert kernel["mode"] == "int8/ort-q" and kernel["providers"] == ["CPUExecutionProvider"]
+    assert sum(kernel["row_modes"].values()) == kernel["graphs"] > 0
+    assert set(kernel["row_modes"]) <= {"native", "pad-single-row", "row-by-row"}
     assert any(b["internal_api"] for b in report["machine"]["blas"])
     assert _positive_finite(report["matmul_bound"]["tok_s"]) and _positive_finite(report["plain"]["tok_s"])
     assert _positive_finite(report["prefill"]["tok_s"]) and _positive_finite(report["reference"]["tok_s"])
@@ -51,11 +57,15 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     for key in ("plain_over_matmul_bound", "plain_over_reference", "speculative_ngram_geomean_over_plain"):
         assert _positive_finite(ratios[key]), key
     assert report["llama_cpp"]["available"] in (True, False)
+    assert report["llama_cpp"]["status"] in ("ok", "not installed")  # installed, it must not crash here
     if report["llama_cpp"]["available"]:  # the optional extra is installed: both decoders, every prompt
         llama = report["llama_cpp"]
+        assert llama["generated_tokens"] == 3 and llama["eog"] == "ignored" and llama["system_info"]
         for name in ("plain", "prompt_lookup"):
             assert [r["prompt"] for r in llama[name]["runs"]] == ["chat", "repetitive"]
-            assert all(_positive_finite(r["tok_s"]) and r["tokens"] >= 1 for r in llama[name]["runs"])
+            # the same work as the engine: exactly --tokens tokens from the engine's prompt ids
+            assert all(_positive_finite(r["tok_s"]) and r["tokens"] == 3 for r in llama[name]["runs"])
+        assert [r["tokens"] for r in llama["engine_runs"]] == [3, 3]
         assert llama["threads"] == llama["engine_threads"] >= 1
         assert _positive_finite(report["ratios"]["int8_plain_over_llama_cpp_plain"])
     for curve in report["verify_cost"].values():  # what --adaptive caps k with, k + 1 = 4 rows
@@ -65,7 +75,7 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     # every backend / weights mode in the same run (verispec/bench/backends.py)
     modes = report["backends"]["modes"]
     other = variant_label(not FUSED_BY_DEFAULT)  # the int8 mode's other layer path, measured beside it
-    assert set(modes) == {"f32/numpy", "f32/ort", "int8/ort-q", other} and report["default_backend"] == "ort"
+    assert set(modes) == {"f32/numpy", "f32/ort", "int8/ort-q", other} and report["default_backend"] == "ort-q"
     for mode in modes.values():
         assert set(mode["rows_cost_relative"]) == {"1", "2", "3", "5", "8"}
         assert all(_positive_finite(mode[k]) for k in ("bound_tok_s", "plain_tok_s", "plain_over_bound"))
@@ -153,8 +163,8 @@ def test_llama_cpp_columns_say_how_to_get_them_when_missing(monkeypatch: pytest.
     from verispec.bench import llama as bench_llama
 
     monkeypatch.setattr(bench_llama, "available", lambda: False)
-    out = bench_llama.measure(Path("unused.gguf"), [("chat", "hi")], 4, 4, 1, 1)
-    assert out == {"available": False, "note": bench_llama.NOT_INSTALLED}
+    out = bench_llama.measure(Path("unused.gguf"), [("chat", (1, 2))], 4, 4, 1, 1)
+    assert out == {"available": False, "status": "not installed", "note": bench_llama.NOT_INSTALLED}
     assert "optional extra `llama`" in out["note"] and "from source" in out["note"]
     assert set(bench_llama.ratios(out, [])) and all(v is None for v in bench_llama.ratios(out, []).values())
 
@@ -173,3 +183,16 @@ def test_llama_cpp_ratios_pair_prompts_and_skip_sampled_runs() -> None:
     assert r["int8_ngram_over_llama_cpp_plain"] == pytest.approx(math.sqrt(4.0 * 0.5))
     assert r["int8_ngram_over_llama_cpp_prompt_lookup"] == pytest.approx(math.sqrt(2.0 * 0.5))
     assert r["llama_cpp_prompt_lookup_over_llama_cpp_plain"] == pytest.approx(math.sqrt(2.0 * 1.0))
+
+
+def test_the_instruction_sets_come_from_the_cpuinfo_flags() -> None:
+    from verispec.bench.machine import isa_flags, load_average
+
+    sapphire_rapids = ("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni "
+                       "avx512_vbmi avx512_bf16 amx_bf16 amx_tile amx_int8 avx_vnni\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert isa_flags(sapphire_rapids) == ["avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
+                                          "avx512_vnni", "avx512_vbmi", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"]
+    assert isa_flags("flags\t\t: fpu sse2 avx avx2 fma\n") == ["avx", "avx2", "fma"]
+    assert isa_flags("no flags line") == []
+    average = load_average()
+    assert average is None or (len(average) == 3 and all(v >= 0 for v in average))

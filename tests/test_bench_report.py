@@ -74,8 +74,47 @@ def test_the_split_formulas_recompute_every_saved_summary_and_ratio(path: Path) 
 def test_as_json_puts_the_version_first_and_leaves_out_sections_not_measured() -> None:
     report = _report(MEASUREMENTS / "bench_idle_end_1thread_smollm2-135m.json")
     out = BenchReport.from_json(report).as_json()
-    assert next(iter(out)) == "schema_version" and out["schema_version"] == SCHEMA_VERSION
-    assert not {"workload", "workload_engine", "workload_llama_cpp", "plot"} & set(out)
+    assert next(iter(out)) == "schema_version" and out["schema_version"] == 1  # the version it was read as
+    assert not {"workload", "workload_engine", "workload_llama_cpp", "plot", "engine_kernel"} & set(out)
+    assert not {"isa", "load_average_start", "load_average_end"} & set(out["machine"])  # version-2 fields
+
+
+def _version_2(report: dict[str, Any]) -> dict[str, Any]:
+    """A saved report with the fields version 2 adds (as the bench writes them)."""
+    report["schema_version"] = 2
+    report["machine"].update(isa=["avx", "avx2"], load_average_start=[1.5, 1.0, 0.5], load_average_end=[2.0, 1.2, 0.6])
+    report["engine_kernel"] = {"mode": "int8/ort-q", "onnxruntime": "1.32.0", "providers": ["CPUExecutionProvider"],
+                               "graphs": 66, "row_modes": {"native": 6, "pad-single-row": 60}}
+    report["llama_cpp"].update(status="crashed", crash={"signal": "SIGSEGV", "exit_code": -11, "during": "run",
+                                                        "stderr_tail": ["ggml_amx"]})
+    return report
+
+
+def test_a_version_2_report_round_trips_with_its_new_fields() -> None:
+    report = _broken(_version_2)
+    typed = BenchReport.from_json(report)
+    assert typed.schema_version == SCHEMA_VERSION == 2 and typed.machine.isa == ["avx", "avx2"]
+    assert typed.machine.load_average_end == [2.0, 1.2, 0.6] and typed.engine_kernel is not None
+    assert typed.as_json() == report
+    text = format_report(typed)
+    assert "instruction sets: avx avx2; load average (1/5/15 min) at start 1.50 1.00 0.50, at end 2.00 1.20 0.60" in text
+    assert "headline mode int8/ort-q: onnxruntime 1.32.0 (CPUExecutionProvider); row modes native x6, pad-single-row x60" in text
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    (lambda r: r["machine"].pop("isa"), "no 'isa' list"),
+    (lambda r: r.pop("engine_kernel"), "'engine_kernel'"),
+    (lambda r: r["llama_cpp"].pop("status"), "no 'status'"),
+    (lambda r: r["machine"].update(load_average_start=["high"]), "machine.load_average_start[0] must be a number"),
+    (lambda r: r["machine"].update(isa=["avx2", 512]), "machine.isa must be a list of strings"),
+])
+def test_a_version_2_report_without_its_fields_is_refused(change: Any, named: str) -> None:
+    def broken(r: dict[str, Any]) -> None:
+        change(_version_2(r))
+
+    with pytest.raises(BenchReportError) as refused:
+        BenchReport.from_json(_broken(broken))
+    assert named in str(refused.value)
 
 
 def _broken(change: Any) -> dict[str, Any]:

@@ -59,7 +59,7 @@ LLAMA_IDS = {"plain": [1, 2, 9, 4], "prompt_lookup": [1, 2, 9, 4]}
 
 @dataclass
 class StandInDecoders:
-    """Stands in for bench_llama.WorkloadDecoders: logs every call in one shared log."""
+    """Stands in for bench_llama.Decoders: logs every call in one shared log."""
 
     log: list[tuple[str, ...]]
     request_of: dict[tuple[int, ...], str]
@@ -67,8 +67,8 @@ class StandInDecoders:
     info: dict[str, Any] = field(default_factory=lambda: {"available": True, "version": "stand-in", "threads": 2,
                                                           "num_pred_tokens": 12, "n_ctx": 64})
 
-    def prompt_ids_agree(self, text: str, ids: Any) -> bool:
-        return True
+    def tokenize(self, text: str) -> list[int]:
+        return StandInTokenizer().encode(text)
 
     def run(self, name: str, ids: Any, max_tokens: int, end_ids: frozenset[int]) -> dict[str, Any]:
         request = self.request_of[tuple(ids)]

@@ -272,6 +272,7 @@ def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
     assert "expected flip fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable" in done.stdout
     raw = json.loads(out.read_text())
     assert raw["layers"] == [8, 16, 24] and raw["n_prompts"] == 12 and raw["lens"] is not None
+    assert raw["weights"] == "int8"  # calibrated on the default mode (onnxruntime is installed here)
     assert sorted(raw["kinds"]) == ["chat", "code", "prose", "structured"]
     # alpha = 1/2 over K = 3 depths needs ceil(6) - 1 = 5 prompts per kind: 3 are too few
     assert raw["min_prompts"] == 5 and not any(k["admits"] for k in raw["kinds"].values())
@@ -288,6 +289,10 @@ def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
     plain = verispec("generate", "--model", "smollm2-135m", "--prompt", "The capital of France is", "--temperature", "0",
                      "--max-tokens", "6", "--json")
     assert json.loads(plain.stdout)["ids"] == result["ids"]
+    other_numerics = verispec("generate", "--model", "smollm2-135m", "--prompt", "x", "--temperature", "0", "--exact",
+                              "--early-exit", str(out))
+    assert other_numerics.returncode == 2 and other_numerics.stderr.count("\n") == 1
+    assert "calibration was made on the int8 weights mode" in other_numerics.stderr
     wrong = verispec("generate", "--model", "gemma3-270m", "--prompt", "x", "--temperature", "0", "--early-exit", str(out))
     assert wrong.returncode == 2
     assert wrong.stderr.count("\n") == 1 and "calibration is for model SmolLM2" in wrong.stderr

@@ -174,16 +174,20 @@ def test_cli_inspect_and_generate(synthetic: dict[str, Any], capsys: pytest.Capt
 def test_cli_default_engine_runs_every_architecture(synthetic: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     """`verispec generate` with the default `--engine fast` works on every synthetic file; an
     architecture the fast engine does not implement runs on the reference with a one-line note on
-    stderr (never a silent switch), and gives the same greedy tokens as `--engine reference`."""
+    stderr (never a silent switch); the exact mode gives the same greedy tokens as `--engine
+    reference`."""
     from verispec.engine import FAST_ARCHITECTURES
 
     path = str(synthetic["path"])
     args = ["generate", "--model", path, "--prompt", PROMPTS[0], "--max-tokens", "4", "--temperature", "0", "--json"]
-    assert verispec_main(args) == 0
+    assert verispec_main(args) == 0  # the default mode (auto: int8 where the fast engine runs it)
     captured = capsys.readouterr()
-    default_ids = json.loads(captured.out)["ids"]
+    assert len(json.loads(captured.out)["ids"]) == 4
     arch = VARIANTS[synthetic["name"]].arch
     noted = f"running {arch} on the reference engine" in captured.err
     assert noted == (arch not in FAST_ARCHITECTURES)
+    # the exact mode computes the reference's function: the same greedy tokens
+    assert verispec_main([*args, "--exact"]) == 0
+    exact_ids = json.loads(capsys.readouterr().out)["ids"]
     assert verispec_main([*args, "--engine", "reference"]) == 0
-    assert json.loads(capsys.readouterr().out)["ids"] == default_ids
+    assert json.loads(capsys.readouterr().out)["ids"] == exact_ids

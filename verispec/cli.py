@@ -35,6 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "logits",
     "calibrate",
     "bench",
+    "demo",
     "template",
 )
 

@@ -1,123 +1,145 @@
 """`verispec bench`'s llama.cpp columns: llama.cpp plain and prompt-lookup decoding on the same
-GGUF, the same prompts, the same greedy requests, in the same run as the engine.
+GGUF, the same prompt ids, the same number of generated tokens, in the same run as the engine.
 
 Through the optional ``llama_cpp`` package (``pip install 'verispec[llama]'``: it builds llama.cpp
-from source, ~10 min). Two decoders per prompt, alternating ``repeats`` times, best of each:
+from source, ~10 min), always in a child process (:mod:`verispec.bench.llama_child`): native code
+that faults (ggml's AMX kernel on a ``-march=native`` build) ends that child, not the bench; the
+section then reports the crash (:mod:`verispec.bench.peer`) and the bench goes on. Two decoders
+per prompt, alternating ``repeats`` times, best (least time) of each:
 
 - ``plain``: ``Llama`` with no draft model;
 - ``prompt_lookup``: ``Llama(draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k))``, llama.cpp's
   prompt-lookup speculative decoding (greedy: the same tokens as plain, up to its own kernels).
 
-Both with ``n_threads`` = ``n_threads_batch`` = ``threads``: the caller passes the engine's own
-thread count (onnxruntime's ``intra_op_num_threads``), so the two engines use the same number of
-cores. Rate: ``tok_s`` = generated tokens / wall time of the call (prompt processing included,
-as :attr:`reference.session.GenerationStats.tokens_per_s` counts it for the engine, whose
-speculative section the ratios compare it with, prompt by prompt). ``reset()`` before every
-call: llama-cpp-python would otherwise reuse the KV cache of an identical prompt and skip its
-prompt pass.
+Same work on both sides: every run starts from the engine's own prompt ids (tokenized once by
+the engine) and decodes exactly ``max_tokens`` tokens greedily with end-of-generation ignored
+(llama-cpp-python's ``generate`` never stops by itself; the engine's request sets
+``ignore_eog``), so the two rates divide the same number of tokens. Both with ``n_threads`` =
+``n_threads_batch`` = ``threads``: the caller passes the engine's own thread count (onnxruntime's
+``intra_op_num_threads``), so the two engines use the same number of cores. Rate: ``tok_s`` =
+generated tokens / wall time of the run, prompt pass included (as
+:attr:`reference.session.GenerationStats.tokens_per_s` counts it for the engine). ``reset()``
+before every run: llama-cpp-python would otherwise reuse the KV cache of an identical prompt.
 
 The engine's int8 plain and ngram runs of the same requests are interleaved with llama.cpp's,
 prompt by prompt (``engine``: bench passes them), so the ratios compare runs minutes apart at
 most, not sections of the bench apart.
 
-The workload (``bench --workload``) uses :class:`WorkloadDecoders` instead: the engine's prompt ids
-go in (the chat-formatted text as the engine gets it, tokenized once), a request ends at the
-engine's own end ids or ``max_tokens``, and the generated ids come back for the same-tokens note
-(:func:`common_prefix`); :func:`workload_ratios` gives the ratios per category and over them.
+The workload (``bench --workload``) opens the same decoders with a larger context; a request ends
+at the engine's own end ids or ``max_tokens``, and the generated ids come back for the same-tokens
+note (:func:`common_prefix`); :func:`workload_ratios` gives the ratios per category and over them.
 """
 
 from __future__ import annotations
 
-import time
+import importlib.util
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from verispec.bench.means import geomean
+from verispec.bench.peer import PeerFailed, describe
 
 NOT_INSTALLED = "not installed (optional extra `llama`; builds llama.cpp from source, ~10 min)"
+DECODERS = ("plain", "prompt_lookup")
+PROMPT_N_CTX = 512  # the bench prompts' context (prompt + max_tokens must fit; checked below)
 
 
 def available() -> bool:
+    """llama_cpp is installed (found, not imported: its native library loads only in the child)."""
     try:
-        import llama_cpp  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
-    except ImportError:
+        return importlib.util.find_spec("llama_cpp") is not None
+    except (ImportError, ValueError):
         return False
-    return True
 
 
-def _one_run(llm: Any, prompt: str, max_tokens: int) -> dict[str, float]:
-    """One greedy completion: generated tokens (llama.cpp's own count) over its wall time."""
-    llm.reset()
-    t0 = time.perf_counter()
-    result = llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, top_k=1, repeat_penalty=1.0)
-    elapsed = time.perf_counter() - t0
-    n = int(result["usage"]["completion_tokens"])
-    return {"tokens": n, "prompt_tokens": int(result["usage"]["prompt_tokens"]),
-            "tok_s": n / elapsed if n and elapsed > 0 else 0.0}
+class Decoders(Protocol):
+    """llama.cpp's two decoders on one file (in this process or a child: the same calls)."""
+
+    info: dict[str, Any]  # available, version, system_info, threads, num_pred_tokens, n_ctx
+
+    def run(self, name: str, ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> dict[str, Any]: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def close(self) -> None: ...
 
 
-EngineRun = Callable[[str, str], dict[str, float]]  # (kind, text) -> plain_tok_s, speculative_tok_s
+OpenDecoders = Callable[[Path, int, int, int, int], Decoders]  # (path, n_ctx, k, threads, seed)
 
 
-def measure(path: Path, prompts: Sequence[tuple[str, str]], max_tokens: int, k: int, threads: int,
-            repeats: int, seed: int = 0, engine: EngineRun | None = None) -> dict[str, Any]:
-    """llama.cpp plain and prompt-lookup decoding on ``prompts`` (kind, text); see the module doc.
+def open_child(path: Path, n_ctx: int, k: int, threads: int, seed: int) -> Decoders:
+    """The decoders (:class:`verispec.bench.llama_child.LlamaDecoders`) in a child process, the
+    bench's default; PeerFailed if it cannot open them."""
+    from verispec.bench.llama_child import ChildDecoders
+
+    return ChildDecoders(path, n_ctx, k, threads, seed)
+
+
+def crashed_section(failure: PeerFailed) -> dict[str, Any]:
+    """A peer that died or failed, as the section's result: ``available`` false, ``status``, a
+    one-line ``note`` and the details (``crash``: signal, exit code, during, stderr tail)."""
+    return {"available": False, "status": failure.result.get("status", "failed"), "note": describe(failure.result),
+            "crash": failure.result}
+
+
+EngineRun = Callable[[str, tuple[int, ...]], dict[str, float]]  # (kind, ids) -> plain_tok_s, speculative_tok_s, ...
+
+
+def measure(path: Path, prompts: Sequence[tuple[str, Sequence[int]]], max_tokens: int, k: int, threads: int,
+            repeats: int, seed: int = 0, engine: EngineRun | None = None,
+            open_decoders: OpenDecoders = open_child) -> dict[str, Any]:
+    """llama.cpp plain and prompt-lookup decoding on ``prompts`` (kind, engine prompt ids); see the
+    module doc. A crash or failure of the decoders' process is the section's result
+    (:func:`crashed_section`), never an exception.
 
     ``engine``: the engine's own plain and speculative run of a prompt, interleaved with llama.cpp's
     (each repeat runs llama.cpp plain, llama.cpp prompt lookup, then the engine), so a change of
     load on the shared machine falls on both sides; its best runs go to ``engine_runs``."""
-    if not available():
-        return {"available": False, "note": NOT_INSTALLED}
-    import llama_cpp  # type: ignore[import-not-found, unused-ignore]
-
-    decoders = _prompt_decoders(path, k, threads, seed)
-    out: dict[str, Any] = {"available": True, "version": getattr(llama_cpp, "__version__", None),
-                           "threads": threads, "num_pred_tokens": k}
-    for name in decoders:
-        out[name] = {"runs": []}
-    engine_runs: list[dict[str, Any]] = []
-    for kind, text in prompts:
-        best, ours = _best_runs(decoders, kind, text, max_tokens, repeats, engine)
-        for name in decoders:
-            out[name]["runs"].append({"prompt": kind, **best[name]})
-        if ours is not None:
-            engine_runs.append({"prompt": kind, "temperature": 0.0, **ours})
+    if not available() and open_decoders is open_child:
+        return {"available": False, "status": "not installed", "note": NOT_INSTALLED}
+    n_ctx = max([PROMPT_N_CTX, *(len(ids) + max_tokens + k + 8 for _, ids in prompts)])  # room for one cycle of drafts
+    decoders: Decoders | None = None
+    try:
+        decoders = open_decoders(path, n_ctx, k, threads, seed)
+        out: dict[str, Any] = {**decoders.info, "status": "ok", "generated_tokens": max_tokens, "eog": "ignored"}
+        for name in DECODERS:
+            out[name] = {"runs": []}
+        engine_runs: list[dict[str, Any]] = []
+        for kind, ids in prompts:
+            best, ours = _best_runs(decoders, kind, tuple(ids), max_tokens, repeats, engine)
+            for name in DECODERS:
+                out[name]["runs"].append({"prompt": kind, **best[name]})
+            if ours is not None:
+                engine_runs.append({"prompt": kind, "temperature": 0.0, **ours})
+    except PeerFailed as failure:
+        return crashed_section(failure)
+    finally:
+        if decoders is not None:
+            decoders.close()
     if engine is not None:
         out["engine_runs"] = engine_runs
-    for name in decoders:
+    for name in DECODERS:
         out[name]["geomean_tok_s"] = geomean([r["tok_s"] for r in out[name]["runs"]])
-    del decoders
     return out
 
 
-def _prompt_decoders(path: Path, k: int, threads: int, seed: int) -> dict[str, Any]:
-    """llama.cpp plain and prompt lookup (``k`` drafted tokens) on ``path``, ``threads`` each."""
-    import llama_cpp  # type: ignore[import-not-found, unused-ignore]
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
-
-    common: dict[str, Any] = {"model_path": str(path), "n_ctx": 512, "n_batch": 512, "n_threads": threads,
-                              "n_threads_batch": threads, "seed": seed, "verbose": False}
-    return {
-        "plain": llama_cpp.Llama(**common),
-        "prompt_lookup": llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)),
-    }
-
-
-def _best_runs(decoders: dict[str, Any], kind: str, text: str, max_tokens: int, repeats: int,
+def _best_runs(decoders: Decoders, kind: str, ids: tuple[int, ...], max_tokens: int, repeats: int,
                engine: EngineRun | None) -> tuple[dict[str, dict[str, float]], dict[str, float] | None]:
     """One prompt, ``repeats`` rounds of every decoder then the engine: each side's best run
     (the engine's best plain and best speculative rate, or None without it)."""
     best: dict[str, dict[str, float]] = {}
-    ours = {"plain_tok_s": 0.0, "speculative_tok_s": 0.0}
+    ours: dict[str, float] = {"plain_tok_s": 0.0, "speculative_tok_s": 0.0}
     for _ in range(max(1, repeats)):  # alternate the decoders; keep each one's best run
-        for name, llm in decoders.items():
-            run = _one_run(llm, text, max_tokens)
-            if name not in best or run["tok_s"] > best[name]["tok_s"]:
-                best[name] = run
+        for name in DECODERS:
+            run = decoders.run(name, ids, max_tokens, frozenset())  # EOG ignored: exactly max_tokens
+            summary = {"tokens": len(run["tokens"]), "prompt_tokens": len(ids), "tok_s": float(run["tok_s"])}
+            if name not in best or summary["tok_s"] > best[name]["tok_s"]:
+                best[name] = summary
         if engine is not None:
-            mine = engine(kind, text)
-            ours = {key: max(ours[key], float(mine[key])) for key in ours}
+            mine = engine(kind, ids)
+            ours = {key: max(ours[key], float(mine[key])) for key in ("plain_tok_s", "speculative_tok_s")}
+            ours["tokens"] = int(mine["generated_tokens"])
     return best, ours if engine is not None else None
 
 
@@ -149,55 +171,14 @@ def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[s
 
 # -- the workload beside the engine (bench --workload) ------------------------------------------------
 
-WORKLOAD_DECODERS = ("plain", "prompt_lookup")
+WORKLOAD_DECODERS = DECODERS
 AGREEMENT_TOKENS = 32  # the engine-vs-llama.cpp same-tokens note compares this many leading tokens
 
 
-class WorkloadDecoders:
-    """llama.cpp plain and prompt lookup, opened once for the workload's greedy requests.
-
-    The requests go in as the engine's own prompt token ids (the chat-formatted text the engine
-    gets, tokenized once by the engine), so both engines start from the very same prompt; whether
-    llama.cpp's own tokenizer gives the same ids is recorded beside it (``prompt_ids_agree``).
-    A request ends like the engine's decode session ends it: at one of ``end_ids`` (the token is
-    counted, as the engine counts it) or after ``max_tokens``. Rate: generated tokens over the
-    wall time of the whole call, prompt pass included (the engine's ``tokens_per_s``)."""
-
-    def __init__(self, path: Path, n_ctx: int, k: int, threads: int, seed: int = 0) -> None:
-        import llama_cpp  # type: ignore[import-not-found, unused-ignore]
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
-
-        common: dict[str, Any] = {"model_path": str(path), "n_ctx": n_ctx, "n_batch": min(n_ctx, 2048),
-                                  "n_threads": threads, "n_threads_batch": threads, "seed": seed, "verbose": False}
-        self.decoders: dict[str, Any] = {
-            "plain": llama_cpp.Llama(**common),
-            "prompt_lookup": llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)),
-        }
-        self.info: dict[str, Any] = {"available": True, "version": getattr(llama_cpp, "__version__", None),
-                                     "threads": threads, "num_pred_tokens": k, "n_ctx": n_ctx}
-
-    def prompt_ids_agree(self, text: str, ids: Sequence[int]) -> bool:
-        """llama.cpp's tokenization of the prompt text (special tokens parsed, its own BOS rule)
-        equals the engine's ids: information on the two tokenizers, not a precondition."""
-        llm = self.decoders["plain"]
-        return [int(t) for t in llm.tokenize(text.encode("utf-8"), special=True)] == list(ids)
-
-    def run(self, name: str, ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> dict[str, Any]:
-        """One greedy request on decoder ``name``: its token ids and tok/s."""
-        llm = self.decoders[name]
-        llm.reset()  # no KV reuse of an identical earlier prompt: every run pays its prompt pass
-        out: list[int] = []
-        t0 = time.perf_counter()
-        if max_tokens > 0:
-            for token in llm.generate(list(ids), temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
-                out.append(int(token))
-                if out[-1] in end_ids or len(out) >= max_tokens:
-                    break
-        elapsed = time.perf_counter() - t0
-        return {"tokens": out, "tok_s": len(out) / elapsed if out and elapsed > 0 else 0.0}
-
-    def close(self) -> None:
-        self.decoders.clear()
+def prompt_ids_agree(decoders: Decoders, text: str, ids: Sequence[int]) -> bool:
+    """llama.cpp's tokenization of the prompt text equals the engine's ids: information on the
+    two tokenizers, not a precondition (both engines start from the engine's ids)."""
+    return decoders.tokenize(text) == list(ids)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int], limit: int = AGREEMENT_TOKENS) -> dict[str, int]:

@@ -22,7 +22,10 @@ from typing import Any
 
 from verispec.reference.errors import BenchReportError as BenchReportError
 
-SCHEMA_VERSION = 1  # the layout of BenchReport.as_json; a saved report without the field is version 1
+# The layout of BenchReport.as_json; a saved report without the field is version 1. Version 2 adds
+# machine.isa, machine.load_average_start / load_average_end, engine_kernel, and in the llama_cpp
+# sections status, system_info, generated_tokens, eog and (a failed peer) crash.
+SCHEMA_VERSION = 2
 JSONObject = dict[str, Any]
 
 
@@ -85,6 +88,24 @@ def _optional_bool(obj: JSONObject, key: str, where: str) -> bool | None:
     return value
 
 
+def _optional_texts(obj: JSONObject, key: str, where: str) -> list[str] | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BenchReportError(f"bench report: {where}.{key} must be a list of strings, got {value!r}")
+    return value
+
+
+def _optional_numbers(obj: JSONObject, key: str, where: str) -> list[float] | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise BenchReportError(f"bench report: {where}.{key} must be a list of numbers, got {value!r}")
+    return [_as_number(v, f"{where}.{key}[{i}]") for i, v in enumerate(value)]
+
+
 def _numbers_by_name(obj: JSONObject, key: str, where: str) -> dict[str, float]:
     table = _object(_get(obj, key, where), f"{where}.{key}")
     return {name: _number(table, name, f"{where}.{key}") for name in table}
@@ -119,7 +140,9 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class MachineInfo:
-    """Where it ran: CPU, cores, the BLAS libraries as threadpoolctl sees them, versions."""
+    """Where it ran: CPU, cores, the BLAS libraries as threadpoolctl sees them, versions; from
+    schema version 2 the CPU's vector instruction sets and the load average at the start and the
+    end of the run (None in older reports, and then left out of the JSON)."""
 
     cpu: str
     cores: int | None
@@ -128,6 +151,13 @@ class MachineInfo:
     python: str
     numpy: str
     onnxruntime: str | None
+    isa: list[str] | None = None  # /proc/cpuinfo flags among verispec.bench.machine.ISA_FLAGS
+    load_average_start: list[float] | None = None  # 1, 5, 15 minutes
+    load_average_end: list[float] | None = None
+
+    def as_json(self) -> JSONObject:
+        later = ("isa", "load_average_start", "load_average_end")
+        return {k: v for k, v in _fields_of(self).items() if k not in later or v is not None}
 
     @classmethod
     def from_json(cls, obj: JSONObject) -> MachineInfo:
@@ -138,7 +168,8 @@ class MachineInfo:
         return cls(_text(obj, "cpu", w), _optional_integer(obj, "cores", w),
                    [_object(b, f"{w}.blas[{i}]") for i, b in enumerate(blas)],
                    _optional_text(obj, "openblas_coretype", w), _text(obj, "python", w), _text(obj, "numpy", w),
-                   _optional_text(obj, "onnxruntime", w))
+                   _optional_text(obj, "onnxruntime", w), _optional_texts(obj, "isa", w),
+                   _optional_numbers(obj, "load_average_start", w), _optional_numbers(obj, "load_average_end", w))
 
 
 @dataclass(frozen=True)
@@ -321,6 +352,7 @@ class BenchReport:
     workload_engine: str | None = None  # with --workload: the mode label the workload ran on
     workload: JSONObject | None = None  # with --workload: per draft, runs and by_temperature (verispec/bench/workload.py)
     workload_llama_cpp: JSONObject | None = None  # with --workload: llama.cpp beside it, or why not
+    engine_kernel: JSONObject | None = None  # version 2: the headline model's kernels (verispec/bench/kernel_info.py)
     plot: str | None = None  # with --plot: the PNG written
     schema_version: int = SCHEMA_VERSION
 
@@ -347,6 +379,8 @@ class BenchReport:
             raise BenchReportError("bench report: report.kernels must be a list")
         verify = _section(report, "verify_cost")
         speculative_int8 = _optional_section(report, "speculative_int8")
+        if version >= 2:
+            _check_version_2(report)
         return cls(
             date=_text(report, "date", "report"),
             model=ModelInfo.from_json(_section(report, "model")),
@@ -369,9 +403,22 @@ class BenchReport:
             workload_engine=_optional_text(report, "workload_engine", "report"),
             workload=_optional_section(report, "workload"),
             workload_llama_cpp=_optional_section(report, "workload_llama_cpp"),
+            engine_kernel=_optional_section(report, "engine_kernel"),
             plot=_optional_text(report, "plot", "report"),
             schema_version=version,
         )
+
+
+def _check_version_2(report: JSONObject) -> None:
+    """What a version-2 report always has: the CPU's instruction sets, the headline model's
+    kernels, and llama.cpp's status (ok, not installed, crashed, timed out, failed)."""
+    isa = _section(report, "machine").get("isa")
+    if not isinstance(isa, list):
+        raise BenchReportError("bench report: a version-2 report's machine has no 'isa' list")
+    _section(report, "engine_kernel")
+    status = _section(report, "llama_cpp").get("status")
+    if not isinstance(status, str):
+        raise BenchReportError("bench report: a version-2 report's llama_cpp has no 'status'")
 
 
 def _ratios_from_json(obj: JSONObject) -> dict[str, float | None]:
@@ -384,8 +431,8 @@ def _section_as_json(name: str, value: Any) -> Any:
         return _speculative_as_json(value)
     if name == "verify_cost":
         return {mode: _fields_of(curve) for mode, curve in value.items()}
-    if isinstance(value, ReferenceSpeed):
+    if isinstance(value, (ReferenceSpeed, MachineInfo)):
         return value.as_json()
-    if isinstance(value, (ModelInfo, MachineInfo, MatmulBound, PlainDecode, Prefill)):
+    if isinstance(value, (ModelInfo, MatmulBound, PlainDecode, Prefill)):
         return _fields_of(value)
     return value

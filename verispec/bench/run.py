@@ -1,10 +1,13 @@
 """`verispec bench`'s run: every section measured in ONE process, on the same loaded model, in a
-fixed order (see verispec/bench/__init__.py for what each section is).
+fixed order (see verispec/bench/__init__.py for what each section is); llama.cpp alone runs in a
+child process (verispec/bench/llama_child.py), so a crash of its native code is its result only.
 
-:func:`run_bench` is the order; each section is one function here or in its own module. The model
-is loaded once (float32, the default backend); the backend section loads the other modes and hands
-back the int8 one for the speculative, llama.cpp and (``--workload-weights int8``) workload runs;
-every other model is released before the reference engine loads its own copy.
+:func:`run_bench` is the order; each section is one function here or in its own module. The
+headline model is loaded once, in the default mode (``options.weights``, auto: the int8 mode where
+onnxruntime is installed, else the exact float32 mode, verispec/engine_load.py); the backend
+section loads the other modes and hands back the int8 one for the speculative, llama.cpp and
+(``--workload-weights int8``) workload runs (the headline model itself when it is int8); every
+other model is released before the reference engine loads its own copy.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import numpy as np
 
 from verispec.bench.backends import matmul_stream
 from verispec.bench.early_exit import early_exit_section, load_calibration
+from verispec.bench.kernel_info import engine_kernel
 from verispec.bench.llama_section import llama_cpp_section
-from verispec.bench.machine import machine_info, peak_rss_mib
+from verispec.bench.machine import load_average, machine_info, peak_rss_mib
 from verispec.bench.options import BenchOptions
 from verispec.bench.ratios import ratios
 from verispec.bench.report import (
@@ -30,12 +34,15 @@ from verispec.bench.timing import best_time, decode_steps
 from verispec.bench.workload import workload_section
 from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel
+from verispec.engine_load import resolve_weights
+from verispec.reference.calibration import numerics
 from verispec.reference.generate import GenerationRequest
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
+    from verispec.reference.calibration import Calibration
     from verispec.reference.chat import ChatFormat
 
 BOUND_ROWS = (1, 2, 4, 5, 8)  # activation rows of the matmul-bound curve
@@ -79,27 +86,33 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> BenchReport
         verify["int8/ort-q"] = backends.verify_cost_int8
     workload = _workload(path, loaded, options, int8)
     del int8  # released before the reference engine loads its own copy
-    early_exit = early_exit_section(calibration, model, tokenizer, ids, options)
+    early_exit = early_exit_section(calibration, _early_exit_model(path, model, calibration), tokenizer, ids, options)
     reference = reference_speed(path, ids, options)
-    llama_cpp = backends.llama_cpp if backends.llama_cpp is not None else llama_cpp_section(path, options)
+    llama_cpp = backends.llama_cpp if backends.llama_cpp is not None else llama_cpp_section(
+        path, options, tokenizer, model if model.weights_mode == "int8" else None)
     report = BenchReport(
         date=date, model=_model_info(path, model), machine=machine, load_s=loaded.load_s, matmul_bound=bound,
         kernels=kernels, plain=plain, prefill=prefill, speculative=speculative, verify_cost=verify,
         backends=backends.section, early_exit=early_exit, reference=reference, llama_cpp=llama_cpp, ratios={},
-        peak_rss_mib=0.0, default_backend=backends.default_backend, speculative_int8=backends.speculative_int8,
+        peak_rss_mib=0.0, default_backend=backends.default_backend,
+        # the headline model in the int8 mode: its speculative section is the int8 one
+        speculative_int8=backends.speculative_int8 or (speculative if model.weights_mode == "int8" else None),
         workload_engine=workload[0], workload=workload[1], workload_llama_cpp=workload[2],
+        engine_kernel=engine_kernel(model),
     )
-    return replace(report, ratios=ratios(report), peak_rss_mib=peak_rss_mib())
+    machine = replace(machine, load_average_end=load_average())
+    return replace(report, machine=machine, ratios=ratios(report), peak_rss_mib=peak_rss_mib())
 
 
 def _load(path: Path, options: BenchOptions) -> _Loaded:
-    """The fast engine's default mode, the tokenizer, and (with a workload) the chat format."""
+    """The headline model (the fast engine in ``options.weights``, auto: the default mode), the
+    tokenizer, and (with a workload) the chat format."""
     from verispec.reference.chat import chat_format
     from verispec.reference.gguf import GGUFFile
 
     t0 = time.perf_counter()
     with GGUFFile.open(path) as f:
-        model = FastModel.load(f)
+        model = FastModel.load(f, weights=resolve_weights(options.weights, arch=str(f.get("general.architecture", ""))))
         tokenizer = Tokenizer.from_gguf(f.metadata)
         chat = chat_format(f.metadata) if options.workload else None
     return _Loaded(model, tokenizer, chat, time.perf_counter() - t0)
@@ -172,8 +185,10 @@ def _backends(path: Path, model: FastModel, tokenizer: Tokenizer, ids: tuple[int
     int8 = modes.get("int8/ort-q")
     if int8 is None:
         return _Backends(section, model.backend), None
+    if int8 is model:  # the headline model is the int8 mode: its sections are already measured
+        return _Backends(section, model.backend, llama_cpp=llama_cpp_section(path, options, tokenizer, int8)), None
     measured = _Backends(section, model.backend, speculative_section(int8, tokenizer, options),
-                         verify_cost(int8, options.k), llama_cpp_section(path, options, int8, tokenizer))
+                         verify_cost(int8, options.k), llama_cpp_section(path, options, tokenizer, int8))
     keep = options.workload and options.workload_weights == "int8"
     return measured, int8 if keep else None
 
@@ -186,10 +201,20 @@ def _workload(path: Path, loaded: _Loaded, options: BenchOptions,
     it ran, else loaded here)."""
     if loaded.chat is None:
         return None, None, None
-    model = loaded.model if options.workload_weights == loaded.model.weights_mode else (
-        int8 or FastModel.load(path, weights=options.workload_weights))
+    wanted = loaded.model.weights_mode if options.workload_weights == "auto" else resolve_weights(options.workload_weights)
+    model = loaded.model if wanted == loaded.model.weights_mode else (
+        int8 if int8 is not None and wanted == "int8" else FastModel.load(path, weights=wanted))
     workload, beside = workload_section(model, loaded.tokenizer, loaded.chat, options, path)
     return _label(model), workload, beside
+
+
+def _early_exit_model(path: Path, model: FastModel, calibration: "Calibration | None") -> FastModel:
+    """The model early exit is measured on: the headline one when the calibration was made on
+    its numerics, else the calibration's own mode (a certificate holds for the numerics it was
+    measured on)."""
+    if calibration is None or numerics(calibration.weights) == numerics(model.weights_mode):
+        return model
+    return FastModel.load(path, weights=calibration.weights)
 
 
 def reference_speed(path: Path, ids: tuple[int, ...], options: BenchOptions) -> ReferenceSpeed:

@@ -38,11 +38,34 @@ def _format_head(report: BenchReport) -> list[str]:
     return [
         f"model {report.model.path} ({report.model.arch}); {report.date}",
         f"machine: {m.cpu}, {m.cores} cores; BLAS {blas}; OPENBLAS_CORETYPE={m.openblas_coretype}",
+        *_format_machine_load(report),
+        *_format_engine_kernel(report.engine_kernel),
         f"matmul-only bound: {bound.tok_s:.1f} tok/s ({bound.ms_per_token:.1f} ms); "
         "rows cost x1-row: " + ", ".join(f"{r}: {c:.2f}" for r, c in bound.rows_cost_relative.items()),
         f"plain decode: {plain.tok_s:.1f} tok/s best step, {plain.tok_s_median_step:.1f} median step, "
         f"{plain.tok_s_end_to_end:.1f} end to end; prefill {report.prefill.tok_s:.1f} tok/s",
     ]
+
+
+def _format_machine_load(report: BenchReport) -> list[str]:
+    """The instruction sets and the load average at the start and the end (version-2 reports)."""
+    m = report.machine
+    if m.isa is None:
+        return []
+
+    def load(values: list[float] | None) -> str:
+        return "unknown" if values is None else " ".join(f"{v:.2f}" for v in values)
+
+    return [f"instruction sets: {' '.join(m.isa) or 'none known'}; load average (1/5/15 min) at start "
+            f"{load(m.load_average_start)}, at end {load(m.load_average_end)}"]
+
+
+def _format_engine_kernel(kernel: dict[str, Any] | None) -> list[str]:
+    if kernel is None:
+        return []
+    rows = ", ".join(f"{mode} x{n}" for mode, n in kernel["row_modes"].items()) or "no onnxruntime graphs"
+    ort = f"onnxruntime {kernel['onnxruntime']} ({', '.join(kernel['providers'])})" if kernel["onnxruntime"] else "NumPy"
+    return [f"headline mode {kernel['mode']}: {ort}; row modes {rows}"]
 
 
 def _format_speculative(report: BenchReport) -> list[str]:
@@ -91,8 +114,12 @@ def _format_early_exit(ee: dict[str, Any]) -> str:
 
 def _format_llama(llama: dict[str, Any]) -> list[str]:
     if not llama.get("available"):
-        return [f"llama.cpp: {llama.get('note')}"]
-    lines = []
+        lines = [f"llama.cpp: {llama.get('note')}"]
+        crash = llama.get("crash") or {}
+        lines.extend(f"llama.cpp stderr: {line}" for line in crash.get("stderr_tail", [])[-3:])
+        return lines
+    lines = [f"llama.cpp kernel: {llama.get('system_info')}; {llama.get('generated_tokens')} tokens a run, "
+             f"end of generation {llama.get('eog')}, both engines from the same prompt ids"]
     for name in ("plain", "prompt_lookup"):
         runs = ", ".join(f"{r['prompt']} {r['tok_s']:.1f}" for r in llama[name]["runs"])
         lines.append(f"llama.cpp {name} ({llama['threads']} threads, llama-cpp-python {llama['version']}): "

@@ -41,9 +41,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--workload-categories", default=None, metavar="CAT,...", help="workload categories to run (default all)")
     parser.add_argument("--workload-per-category", type=int, default=None, metavar="N", help="first N requests of each category (default all)")
     parser.add_argument("--workload-greedy-only", action="store_true", help="skip the workload's sampled (T=0.8) runs")
-    parser.add_argument("--workload-weights", choices=("f32", "int8"), default="f32",
-                        help="the engine mode the workload runs on (default f32, the exact mode; int8: the "
-                             "quantized mode, llama.cpp-class numerics, its own target law)")
+    parser.add_argument("--workload-weights", choices=("auto", "exact", "f32", "int8"), default="auto",
+                        help="the engine mode the workload runs on (default auto: the headline mode; exact = f32: "
+                             "the reference's float32 numerics; int8: llama.cpp-class numerics, its own target law)")
+    parser.add_argument("--weights", choices=("auto", "int8", "exact", "f32"), default="auto",
+                        help="the headline model's mode (default auto: int8 where onnxruntime is installed, "
+                             "else exact; exact = f32: the reference's float32 numerics)")
+    parser.add_argument("--exact", dest="weights", action="store_const", const="exact",
+                        help="the exact float32 mode as the headline (= --weights exact)")
     parser.set_defaults(func=run)
 
 
@@ -86,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         workload=workload,
         workload_sampled=not args.workload_greedy_only,
         workload_weights=args.workload_weights,
+        weights=args.weights,
     )
     report = run_bench(resolve_model(args.model), options)
     if args.plot:

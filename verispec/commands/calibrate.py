@@ -22,7 +22,9 @@ and each kind gets its own thresholds (:mod:`reference.calibration`), with the c
 flip fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable"; a kind with
 too few prompts for α over K depths admits nothing (the summary says so). Calibrate on the engine
 you serve with (``--engine``, default fast, as for ``verispec generate``): the two engines round
-differently in the last bits. Every argument and the output folder are checked before the model
+differently in the last bits. The artifact records the weights mode it was calibrated on
+(``--weights``, default auto: int8 where onnxruntime is installed); ``generate --early-exit``
+serves on that mode and refuses a mode of other numerics (int8 vs exact). Every argument and the output folder are checked before the model
 loads. Progress goes to stderr; a summary per kind and depth to stdout.
 """
 
@@ -48,7 +50,7 @@ from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
 from verispec.reference.tokenizer import Tokenizer
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.request import add_engine_arguments
-from verispec.engine_load import load_engine
+from verispec.engine_load import load_engine, weights_mode_of
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -209,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         use_lens=not args.no_lens, lens_prompts=lens_prompts, ridge=args.ridge, gate=gate, residual=args.residual,
         kind_rule=args.kinds if args.prompts != "generated" else "rule",
         stop_ids=chat_stop_ids(loaded.tokenizer, loaded.chat), on_step=progress.step,
+        weights=weights_mode_of(loaded.model),  # the artifact serves this mode's numerics only
     )
     progress.close()
     cal.save(args.out)

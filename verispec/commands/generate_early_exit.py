@@ -22,7 +22,7 @@ from verispec.reference.prompt_kind import prompt_kind
 from verispec.reference.generate import GenerationResult
 from verispec.commands.request import build_request, result_json, stats_line
 from verispec.commands.validate import model_config
-from verispec.engine_load import load_engine
+from verispec.engine_load import AUTO, load_engine, resolve_weights, weights_mode_of
 from verispec.registry import resolve_model
 
 
@@ -48,14 +48,28 @@ def claim_line(calibration: Calibration) -> str:
     )
 
 
+def serving_weights(calibration: Calibration, requested: str) -> str:
+    """The weights mode early exit serves on: the calibrated one under ``auto`` (a certificate
+    holds for the numerics it was measured on), the requested one if it has those numerics;
+    CalibrationError otherwise."""
+    if requested == AUTO:
+        return calibration.weights
+    weights = resolve_weights(requested)
+    calibration.check_weights(weights)
+    return weights
+
+
 def run_early_exit(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     kind = args.kind if getattr(args, "kind", None) else prompt_kind(args.prompt)
     calibration = Calibration.load(args.early_exit, file_sha256(path)).for_kind(kind)
     config = model_config(str(path))  # the metadata only: a misfit is refused before the weights load
     calibration.check_fits(config.n_layer, config.n_embd, f"model {path.name}")
+    weights = serving_weights(calibration, getattr(args, "weights", AUTO))  # refused before the model loads
     print(claim_line(calibration), file=sys.stderr)
-    loaded = load_engine(str(path), need_chat=args.chat, engine=getattr(args, "engine", "fast"), weights=getattr(args, "weights", "f32"), backend=getattr(args, "backend", "auto"))
+    loaded = load_engine(str(path), need_chat=args.chat, engine=getattr(args, "engine", "fast"), weights=weights,
+                         backend=getattr(args, "backend", "auto"))
+    calibration.check_weights(weights_mode_of(loaded.model))  # e.g. --engine reference serves f32
     request = build_request(args, loaded)
 
     def stream(piece: str) -> None:

@@ -17,7 +17,7 @@ from verispec.reference.generate import encode_prompt
 from verispec.commands.request import add_engine_arguments, load  # noqa: F401  (load: the reference loader, kept importable here)
 from verispec.atomic import replace_file
 from verispec.commands.validate import check_logits
-from verispec.engine_load import load_engine
+from verispec.engine_load import EXACT, load_engine
 from verispec.registry import DEFAULT_MODEL
 
 
@@ -28,7 +28,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--out", required=True, help="output .npy file: float32 [prompt_tokens, vocab]")
     parser.add_argument("--special", action="store_true", help="parse special tokens written in the prompt")
     parser.add_argument("--json", action="store_true", help="print a JSON summary")
-    add_engine_arguments(parser)
+    add_engine_arguments(parser, default_weights=EXACT)  # the logits it saves are the reference's numerics
     parser.set_defaults(func=run)
 
 

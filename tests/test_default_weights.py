@@ -1,0 +1,114 @@
+"""The default weights mode is the fastest lossless one installed (verispec/engine_load.py):
+``auto`` is int8 where onnxruntime is importable, the exact float32 mode otherwise (said on
+stderr in one line, never silently); ``--exact`` / ``--weights exact`` are the float32 mode by
+name, and the old ``--weights f32`` still works. A calibration records the mode whose numerics it
+certifies, and early exit serves on that mode or refuses another (reference/calibration.py).
+No model is loaded here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from verispec import engine_load
+from verispec.commands import generate as generate_command
+from verispec.commands import logits as logits_command
+from verispec.commands.generate_early_exit import serving_weights
+from verispec.engine_load import KERNELS_MISSING, resolve_weights
+from verispec.reference.calibration import Calibration, build, numerics
+from verispec.reference.errors import CalibrationError
+from tests.test_calibration import synthetic_records
+
+
+def test_auto_is_int8_where_the_kernels_are_installed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(engine_load, "ort_available", lambda: True)
+    assert resolve_weights("auto", arch="llama") == "int8"
+    assert resolve_weights("auto", arch="gemma3") == "int8"
+    assert capsys.readouterr().err == ""
+
+
+def test_without_the_kernels_auto_falls_back_to_exact_with_one_stderr_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(engine_load, "ort_available", lambda: False)
+    assert resolve_weights("auto", arch="llama") == "f32"
+    err = capsys.readouterr().err
+    assert err == KERNELS_MISSING + "\n" and "verispec[fast]" in err
+
+
+@pytest.mark.parametrize(("weights", "kwargs", "expected"), [
+    ("exact", {}, "f32"), ("f32", {}, "f32"), ("int8", {}, "int8"), ("quantized", {}, "quantized"),
+    ("auto", {"engine": "reference"}, "f32"),       # the reference engine keeps float32 weights
+    ("auto", {"arch": "phi3"}, "f32"),              # an architecture the fast engine runs on the reference
+    ("auto", {"backend": "numpy"}, "f32"),          # an explicit float32 kernel
+    ("auto", {"backend": "ort"}, "f32"),
+])
+def test_explicit_choices_and_what_auto_cannot_serve(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                     weights: str, kwargs: dict[str, str], expected: str) -> None:
+    monkeypatch.setattr(engine_load, "ort_available", lambda: True)
+    assert resolve_weights(weights, **kwargs) == expected
+    assert capsys.readouterr().err == ""  # a deliberate choice is no fallback
+
+
+def _parse(register: object, argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    register(sub)  # type: ignore[operator]
+    return parser.parse_args(argv)
+
+
+def test_the_flags_name_the_modes_and_keep_the_old_names() -> None:
+    gen = ["generate", "--prompt", "x"]
+    assert _parse(generate_command.register, gen).weights == "auto"
+    assert _parse(generate_command.register, [*gen, "--exact"]).weights == "exact"
+    assert _parse(generate_command.register, [*gen, "--weights", "exact"]).weights == "exact"
+    assert _parse(generate_command.register, [*gen, "--weights", "f32"]).weights == "f32"
+    assert _parse(generate_command.register, [*gen, "--weights", "int8"]).weights == "int8"
+    # logits exports numerics: the reference's float32 ones unless asked
+    assert _parse(logits_command.register, ["logits", "--prompt", "x", "--out", "o.npy"]).weights == "exact"
+
+
+def _calibration(weights: str) -> Calibration:
+    cal = build(synthetic_records(n_prompts=12), q="0.9", model_sha256="c" * 64, model_name="m.gguf", n_layer=6)
+    from dataclasses import replace
+
+    return replace(cal, weights=weights)
+
+
+def test_a_calibration_records_its_mode_and_refuses_other_numerics(tmp_path: Path) -> None:
+    assert numerics("f32") == numerics("quantized") == "exact" and numerics("int8") == "int8"
+    cal = _calibration("int8")
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    assert json.loads(path.read_text())["weights"] == "int8"
+    back = Calibration.load(path)
+    assert back.weights == "int8"
+    back.check_weights("int8")
+    with pytest.raises(CalibrationError, match="made on the int8 weights mode .* this run uses f32"):
+        back.check_weights("f32")
+    _calibration("f32").check_weights("quantized")  # the same float32 function
+
+
+def test_an_artifact_without_the_field_reads_as_the_old_default_f32(tmp_path: Path) -> None:
+    from verispec.reference.calibration_seal import SEAL_FIELD, seal
+
+    path = tmp_path / "old.json"
+    _calibration("f32").save(path)
+    raw = json.loads(path.read_text())
+    del raw["weights"], raw[SEAL_FIELD]
+    raw[SEAL_FIELD] = seal(raw, None, None)  # an artifact written before the field, sealed as then
+    path.write_text(json.dumps(raw))
+    assert Calibration.load(path).weights == "f32"
+
+
+def test_early_exit_serves_on_the_calibrated_mode() -> None:
+    assert serving_weights(_calibration("int8"), "auto") == "int8"
+    assert serving_weights(_calibration("f32"), "auto") == "f32"
+    assert serving_weights(_calibration("f32"), "exact") == "f32"
+    with pytest.raises(CalibrationError, match="run with --weights int8"):
+        serving_weights(_calibration("int8"), "exact")
+    with pytest.raises(CalibrationError, match="calibrate again with --weights int8"):
+        serving_weights(_calibration("f32"), "int8")

@@ -1,0 +1,69 @@
+"""`verispec demo` (what `make demo` runs): plain, speculative and llama.cpp plain side by side in
+one run, the same prompt ids and the same number of tokens on every side; llama.cpp in a child
+process, so a crash of it is its row of the table and the demo still exits 0. On a small synthetic
+llama file with stand-in llama.cpp children (no llama_cpp needed); never asserts a speed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.synthetic import write_synthetic
+from tests.test_bench_peer_crash import SEGV_AT_FIRST_RUN
+from verispec import cli
+from verispec.bench import llama, llama_child
+
+# A llama.cpp stand-in that opens and then decodes exactly max_tokens tokens of id 5 per run.
+DECODES = """
+import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] == "exit":
+        break
+    args = request["args"]
+    if request["op"] == "open":
+        result = {"available": True, "version": "stand-in", "system_info": "AVX2 = 1", "threads": 1,
+                  "num_pred_tokens": args["k"], "n_ctx": args["n_ctx"]}
+    else:
+        assert args["end_ids"] == [] and args["ids"][0] >= 0  # the engine's prompt ids, EOG ignored
+        result = {"tokens": [5] * args["max_tokens"], "tok_s": 1000.0}
+    sys.stdout.write(json.dumps({"ok": True, "result": result}) + "\\n"); sys.stdout.flush()
+"""
+
+
+@pytest.fixture
+def tinyllama(tmp_path: Path) -> Path:
+    path = tmp_path / "tinyllama.gguf"
+    write_synthetic(path, "tinyllama")
+    return path
+
+
+def demo(model: Path, child: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    monkeypatch.setattr(llama, "available", lambda: True)
+    monkeypatch.setattr(llama_child, "child_argv", lambda: [sys.executable, "-c", child])
+    status = cli.main(["demo", "--model", str(model), "--no-chat", "--prompt", "one two one two one two",
+                       "--max-tokens", "6", "--repeats", "1", "--k", "3"])
+    assert status == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_three_sides_run_the_same_number_of_tokens(tinyllama: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    lines = demo(tinyllama, DECODES, monkeypatch, capsys)
+    assert "int8 mode, lossless w.r.t. the int8 model's own law" in lines[0]
+    table = lines[lines.index(next(line for line in lines if "tokens on every side" in line)):]
+    n = int(table[0].split()[0])
+    assert 1 <= n <= 6
+    assert table[1].split()[0] == "plain" and table[1].split()[3] == "1.00x"
+    assert table[2].startswith("  speculative ngram") and table[2].endswith("same tokens as plain: True")
+    assert table[3].startswith("  llama.cpp plain") and "tok/s" in table[3] and "cut to our length" in table[3]
+
+
+def test_a_crashing_llama_cpp_is_its_row_and_the_demo_exits_0(tinyllama: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    lines = demo(tinyllama, SEGV_AT_FIRST_RUN, monkeypatch, capsys)
+    row = next(line for line in lines if line.startswith("  llama.cpp plain"))
+    assert "crashed (killed by SIGSEGV, exit -11) during run" in row
+    assert any(line.startswith("  speculative ngram") for line in lines)
