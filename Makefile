@@ -44,10 +44,11 @@ demo: $(STAMP)
 
 # pytest-xdist: one worker per physical core (-n auto), at most 4: every worker loads both models
 # (~2-3 GB), so a many-core runner must not start one per core. One BLAS / torch / onnxruntime thread per worker:
-# the workers already fill the cores. WORKERS=0 runs in-process.
+# the workers already fill the cores. WORKERS=0 runs in-process. The 25 slowest tests are listed at the
+# end, so a run over the time target says where its time went.
 WORKERS ?= auto
 pytest: models $(ORACLE)
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 VERISPEC_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --maxprocesses=4; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 VERISPEC_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --maxprocesses=4 --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
 typecheck: $(STAMP)
 	$(PY) -m mypy --strict
