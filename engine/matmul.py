@@ -112,6 +112,8 @@ class OrtGraph:
     session exists.
 
     ``inputs`` / ``outputs``: name -> shape (a str entry is a symbolic size, e.g. ``"T"``).
+    ``initializers`` is emptied once its arrays are written to the file: where the caller holds
+    no other reference, they are freed before onnxruntime makes its copies (a load's peak).
     """
 
     def __init__(self, nodes: list[Any], initializers: dict[str, npt.NDArray[Any]],
@@ -124,6 +126,7 @@ class OrtGraph:
 
         with tempfile.TemporaryDirectory(prefix="verispec-ort-", ignore_cleanup_errors=True) as folder:
             tensors = _external_initializers(initializers, os.path.join(folder, "weights.bin"))
+            initializers.clear()  # written: the arrays need not live while the session copies them
             graph = helper.make_graph(
                 nodes, "verispec",
                 [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in inputs.items()],
@@ -360,6 +363,7 @@ def ort_blocks(blocks: KernelBlocks, threads: int) -> _OrtSession:
     (:func:`blocks_nodes`)."""
     nodes, inits = blocks_nodes(blocks, "A", "Y")
     n, k = blocks.shape
+    del blocks  # a caller that passed its only reference has the levels freed before the session's copies
     return _OrtSession(nodes, inits, k, n, threads)
 
 
