@@ -65,6 +65,18 @@ class EngineCache(KVCache):
         self.positions = np.zeros(slots, dtype=np.int64)  # [S]
 
 
+LARGE_METADATA_ITEMS = 4096  # a metadata list this long is a tokenizer table, not a model setting
+
+
+def _drop_large_metadata(f: "GGUFFile") -> None:
+    """Drop ``f``'s long metadata lists (the tokenizer's tokens, scores, types, merges: Python
+    objects, ~31 MiB for Gemma 3's 262144-entry vocabulary) once the config is read. The weights
+    need none of it, and a load's peak is the weights plus whatever else is alive then; the
+    tokenizer reads its own copy of the file. Only for a file the loader opened itself."""
+    for key in [k for k, v in f.metadata.items() if isinstance(v, list) and len(v) >= LARGE_METADATA_ITEMS]:
+        del f.metadata[key]
+
+
 class FastModel:
     """A loaded model with the reference :class:`~reference.model.Model` interface, fast."""
 
@@ -110,6 +122,7 @@ class FastModel:
 
             with GGUFFile.open(path_or_file) as f:
                 config = Config.from_gguf(f)
+                _drop_large_metadata(f)  # our own handle: its vocabulary lists need not outlive the config
                 store = load_weights(f, config, weights, backend, fused)
         else:
             config = Config.from_gguf(path_or_file)
@@ -294,7 +307,10 @@ class FastModel:
     ) -> F32:
         """:meth:`_layer` of the fused int8 mode: two onnxruntime calls (engine/fused.py) around
         the same KV store and the same attention."""
-        q, k, v = graphs.pre.run(x, *rope)  # [T, n_head, d], [T, n_kv, d], [T, n_kv, d]
+        qk, v_flat = graphs.pre.run(x, *rope)  # [T, n_head + n_kv, d], [T, n_kv d]
+        cfg = self.config
+        q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]  # views: [T, n_head, d], [T, n_kv, d]
+        v = v_flat.reshape(x.shape[0], cfg.n_head_kv, cfg.head_dim)
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
         # the batch-invariant attention, this mode's law (a token tree row by row along its paths)
         a = self._attend_invariant(q, layer, cache, positions, start + x.shape[0], span_visible)  # [T, n_head d]
@@ -383,8 +399,8 @@ class FastModel:
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)
-        out: F32 = (scores @ cache.v[layer, :, :end]).reshape(1, -1)  # [n_kv, g, d] -> [1, n_head d]
-        return out
+        out = np.asarray(scores @ cache.v[layer, :, :end], dtype=np.float32)  # [n_kv, g, d] (no copy)
+        return out.reshape(1, -1)  # [1, n_head d]
 
     def _attend_tree_invariant(
         self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], first_slot: int,
