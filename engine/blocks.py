@@ -112,7 +112,9 @@ def _q5_1(b: U8) -> _Unpacked:
 
 
 def _q8_0(b: U8) -> _Unpacked:
-    levels = (np.ascontiguousarray(b[:, 2:34]).view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+    # int8 v -> v + 128 as uint8 is the byte with its top bit flipped ((u + 128) mod 256): one
+    # byte a weight, no wider temporaries (this is most of a Q8_0 head's load-time peak otherwise)
+    levels = np.bitwise_xor(b[:, 2:34], np.uint8(0x80))
     return levels, _f16(b, 0), None
 
 

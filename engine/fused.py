@@ -5,8 +5,10 @@ per matrix, ~10 us each from Python) and ~25 NumPy calls for the norms, RoPE, re
 activation. Here everything of a layer except the KV store and the attention runs inside two
 graphs (:class:`LayerGraphs`), one call each:
 
-- ``pre``:  ``x [T, E], cos [T, 1, d], sin [T, 1, d] -> q [T, n_head, d], k [T, n_kv, d], v [T, n_kv, d]``
-  RMSNorm -> QKV (``MatMulNBits``, with the min term) (+ bias) -> per-head q/k norm (gemma3) -> RoPE
+- ``pre``:  ``x [T, E], cos [T, 1, d], sin [T, 1, d] -> qk [T, n_head + n_kv, d], v [T, n_kv d]``
+  RMSNorm -> QKV (``MatMulNBits``, with the min term) (+ bias) -> per-head q/k norm (gemma3) -> RoPE;
+  the caller takes q and k as views of ``qk`` (query heads first) and shapes ``v``: a Split and a
+  Reshape node fewer a call (each costs a kernel dispatch, a view costs nothing)
 - ``post``: ``attn [T, n_head d], x [T, E] -> x' [T, E]``
   o (+ bias) (-> post-attention norm) -> ``+ x`` -> RMSNorm -> gate/up -> act(gate) * up -> down
   (-> post-FFN norm) -> ``+`` the residual
@@ -77,7 +79,7 @@ class LayerMatrices:
 class LayerGraphs:
     """One decoder layer as two graphs (see the module docstring)."""
 
-    pre: OrtGraph   # x, cos, sin -> q, k, v
+    pre: OrtGraph   # x, cos, sin -> qk, v
     post: OrtGraph  # attn, x -> x'
 
 
@@ -191,7 +193,7 @@ def rotation_matrix(cfg: Config) -> F32:
 
 
 def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> OrtGraph:
-    """``x, cos, sin -> q, k, v`` of one layer (module docstring)."""
+    """``x, cos, sin -> qk, v`` of one layer (module docstring)."""
     d, n_head, n_kv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
     q, kv = n_head * d, n_kv * d
     g = _Graph()
@@ -203,19 +205,18 @@ def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], 
                                                   np.zeros(kv, np.float32) if bk is None else bk]))
     v_flat = g.bias(v_flat, bv)
     qk = g.reshape(qk_flat, [-1, n_head + n_kv, d])  # [T, H, d]: query heads, then key heads
-    g.reshape(v_flat, [-1, n_kv, d], out="v")
+    g.op("Identity", [v_flat], out=["v"])  # [T, n_kv d]
     q_norm, k_norm = _vector(vectors, "q_norm", d, cfg.qk_norm), _vector(vectors, "k_norm", d, cfg.qk_norm)
     if q_norm is not None and k_norm is not None:  # per head: one norm, then each head's weights
         unit = g.rms_norm(qk, np.ones(d, np.float32), cfg.norm_eps)
         weights = np.concatenate([np.tile(q_norm, (n_head, 1)), np.tile(k_norm, (n_kv, 1))])  # [H, d]
         qk = g.op("Mul", [unit, g.const("qk_norm", weights)])[0]
     rotated = g.op("MatMul", [qk, g.const("rot", rotation_matrix(cfg))])[0]  # [T, H, d]: x[..., index]
-    turned = g.op("Add", [g.op("Mul", [qk, "cos"])[0], g.op("Mul", [rotated, "sin"])[0]])[0]
-    g.op("Split", [turned, g.const("heads", np.array([n_head, n_kv], dtype=np.int64))], out=["q", "k"], axis=1)
+    g.op("Add", [g.op("Mul", [qk, "cos"])[0], g.op("Mul", [rotated, "sin"])[0]], out=["qk"])  # [T, H, d]
     return OrtGraph(
         g.nodes, g.inits,
         {"x": ["T", cfg.n_embd], "cos": ["T", 1, d], "sin": ["T", 1, d]},
-        {"q": ["T", n_head, d], "k": ["T", n_kv, d], "v": ["T", n_kv, d]},
+        {"qk": ["T", n_head + n_kv, d], "v": ["T", kv]},
         threads,
     )
 

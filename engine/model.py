@@ -65,6 +65,18 @@ class EngineCache(KVCache):
         self.positions = np.zeros(slots, dtype=np.int64)  # [S]
 
 
+LARGE_METADATA_ITEMS = 4096  # a metadata list this long is a tokenizer table, not a model setting
+
+
+def _drop_large_metadata(f: "GGUFFile") -> None:
+    """Drop ``f``'s long metadata lists (the tokenizer's tokens, scores, types, merges: Python
+    objects, ~31 MiB for Gemma 3's 262144-entry vocabulary) once the config is read. The weights
+    need none of it, and a load's peak is the weights plus whatever else is alive then; the
+    tokenizer reads its own copy of the file. Only for a file the loader opened itself."""
+    for key in [k for k, v in f.metadata.items() if isinstance(v, list) and len(v) >= LARGE_METADATA_ITEMS]:
+        del f.metadata[key]
+
+
 class FastModel:
     """A loaded model with the reference :class:`~reference.model.Model` interface, fast."""
 
@@ -89,6 +101,8 @@ class FastModel:
         self._q = cfg.n_head * cfg.head_dim
         self._kv = cfg.n_head_kv * cfg.head_dim
         self._rot_index, self._rot_sign = rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
+        self._attn_scale = np.float32(cfg.attn_scale)
+        self._windows = [cfg.sliding_window if cfg.is_sliding(il) else 0 for il in range(cfg.n_layer)]
 
     @classmethod
     def load(
@@ -108,6 +122,7 @@ class FastModel:
 
             with GGUFFile.open(path_or_file) as f:
                 config = Config.from_gguf(f)
+                _drop_large_metadata(f)  # our own handle: its vocabulary lists need not outlive the config
                 store = load_weights(f, config, weights, backend, fused)
         else:
             config = Config.from_gguf(path_or_file)
@@ -292,7 +307,10 @@ class FastModel:
     ) -> F32:
         """:meth:`_layer` of the fused int8 mode: two onnxruntime calls (engine/fused.py) around
         the same KV store and the same attention."""
-        q, k, v = graphs.pre.run(x, *rope)  # [T, n_head, d], [T, n_kv, d], [T, n_kv, d]
+        qk, v_flat = graphs.pre.run(x, *rope)  # [T, n_head + n_kv, d], [T, n_kv d]
+        cfg = self.config
+        q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]  # views: [T, n_head, d], [T, n_kv, d]
+        v = v_flat.reshape(x.shape[0], cfg.n_head_kv, cfg.head_dim)
         cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
         # the batch-invariant attention, this mode's law (a token tree row by row along its paths)
         a = self._attend_invariant(q, layer, cache, positions, start + x.shape[0], span_visible)  # [T, n_head d]
@@ -356,11 +374,33 @@ class FastModel:
         first_slot = end - n_tokens
         if span_visible is not None:
             return self._attend_tree_invariant(q, layer, cache, positions, first_slot, span_visible)
-        rows = [
-            self._attend(q[t : t + 1], layer, cache, positions[t : t + 1], first_slot + t + 1)
-            for t in range(n_tokens)
-        ]
-        return rows[0] if n_tokens == 1 else np.concatenate(rows)
+        if n_tokens == 1:
+            return self._attend_row(q, layer, cache, int(positions[0]), end)
+        rows = [self._attend_row(q[t : t + 1], layer, cache, int(positions[t]), first_slot + t + 1)
+                for t in range(n_tokens)]
+        return np.concatenate(rows)
+
+    def _attend_row(self, q: F32, layer: int, cache: KVCache, position: int, end: int) -> F32:
+        """:meth:`_attend_block` for one query row ``q [1, n_head, d]`` at ``position`` over slots
+        ``[0, end)`` -> ``[1, n_head d]``: the same NumPy operations on the same shapes (so the same
+        bits), without the block loop, the ``[T, ...]`` reshapes (identities at T = 1) and the
+        mask where it hides nothing: it is built only when a key is newer than the query or
+        outside a sliding window; otherwise ``where(visible, scores, -inf)`` would return
+        ``scores`` unchanged. The batch-invariant attention's one call per row."""
+        cfg = self.config
+        qg = q.reshape(cfg.n_head_kv, cfg.n_group, cfg.head_dim)  # [n_kv, g, d]
+        scores = qg @ cache.k[layer, :, :end].transpose(0, 2, 1)  # [n_kv, g, S]
+        scores *= self._attn_scale
+        window = self._windows[layer]
+        key_positions = cache.positions[:end]
+        if position < key_positions.max() or (window > 0 and position - key_positions.min() >= window):
+            mask = layers.attention_mask(np.array([position], dtype=np.int64), key_positions, window)  # [1, S]
+            scores = np.where(mask, scores, np.float32(-np.inf))
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        out = np.asarray(scores @ cache.v[layer, :, :end], dtype=np.float32)  # [n_kv, g, d] (no copy)
+        return out.reshape(1, -1)  # [1, n_head d]
 
     def _attend_tree_invariant(
         self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], first_slot: int,
@@ -390,7 +430,7 @@ class FastModel:
                 cache.k[layer, :, slots] = saved_k[:, path]
                 cache.v[layer, :, slots] = saved_v[:, path]
                 cache.positions[slots] = saved_pos[path]
-                rows.append(self._attend(q[t : t + 1], layer, cache, positions[t : t + 1], slots.stop))
+                rows.append(self._attend_row(q[t : t + 1], layer, cache, int(positions[t]), slots.stop))
         finally:
             cache.k[layer, :, span] = saved_k
             cache.v[layer, :, span] = saved_v

@@ -44,3 +44,73 @@ def drop_pages(view: npt.NDArray[np.uint8]) -> bool:
         return False
     mapping.madvise(mmap.MADV_DONTNEED, first, end - first)
     return True
+
+
+def _madvise() -> Any:
+    """libc's ``madvise`` through ctypes, or None where it cannot be had."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name, use_errno=True) if name else None
+    except OSError:
+        return None
+    if libc is None or not hasattr(libc, "madvise"):
+        return None
+    fn = libc.madvise
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _clean_mappings(folder: str, smaps: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the mappings in ``smaps`` (the text of /proc/self/smaps) of files under
+    ``folder`` with no anonymous page (no page the process wrote: a write to a private file
+    mapping copies the page into anonymous memory), so every resident page is the file's own.
+    (``Private_Dirty`` would not tell: a page of a file just written is dirty in the page cache.)"""
+    prefix = folder.rstrip("/") + "/"
+    found: list[tuple[int, int]] = []
+    current: tuple[int, int] | None = None
+    written = 0
+    for line in smaps.splitlines():
+        head = line.split(maxsplit=5)
+        if not head:
+            continue
+        if not head[0].endswith(":"):  # a mapping's header line: range perms offset dev inode path
+            if current is not None and written == 0:
+                found.append(current)
+            path = head[5] if len(head) > 5 else ""
+            low, _, high = head[0].partition("-")
+            current = (int(low, 16), int(high, 16)) if path.startswith(prefix) else None
+            written = 0
+        elif head[0] == "Anonymous:" and current is not None:
+            written += int(head[1])
+    if current is not None and written == 0:
+        found.append(current)
+    return found
+
+
+def drop_folder_pages(folder: str) -> int:
+    """Release the resident pages of this process's mappings of files under ``folder``; returns
+    the bytes advised (0 where /proc or madvise is missing).
+
+    The case: onnxruntime maps an external-data file (engine.matmul.OrtGraph) and, on x86,
+    keeps ``MatMulNBits``' scales and zero points referenced after packing them into its own
+    buffer (it never reads them again: measured, RSS stays down through decoding, the same bits).
+    Their pages stay resident, 4-5 bytes a block. Only mappings with no page the process wrote are advised:
+    ``MADV_DONTNEED`` on a clean file page drops it, and a later read faults in the same bytes from
+    the file (which lives while mapped), so nothing but the resident size changes."""
+    try:
+        with open("/proc/self/smaps") as fh:
+            smaps = fh.read()
+    except OSError:
+        return 0
+    advise = _madvise()
+    if advise is None:
+        return 0
+    advised = 0
+    for low, high in _clean_mappings(folder, smaps):
+        if advise(low, high - low, mmap.MADV_DONTNEED) == 0:
+            advised += high - low
+    return advised

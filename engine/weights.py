@@ -573,10 +573,10 @@ class _Int8Loader:
         row_bytes = info.nbytes // n_vocab
         raw = np.asarray(f.raw(head_name)).reshape(n_vocab, row_bytes)[first : first + rows]
         try:
-            part = repack(raw.reshape(-1), info.ggml_type, (rows, self.cfg.n_embd), name=head_name)
-            chunk = matmul.ort_blocks(part, matmul.default_threads())
-            drop_pages(raw.reshape(-1))
-            return chunk
+            parts = [repack(raw.reshape(-1), info.ggml_type, (rows, self.cfg.n_embd), name=head_name)]
+            drop_pages(raw.reshape(-1))  # repacked: the file's pages go before the kernel's copies exist
+            # handed over (no reference left here): its levels are freed before the session copies them
+            return matmul.ort_blocks(parts.pop(), matmul.default_threads())
         except NotBlockQuantized:
             if head_name not in self.floats:
                 self.floats.append(head_name)

@@ -1,0 +1,136 @@
+"""Where one int8 decode step goes: wall time per component, accumulated over greedy 1-row steps.
+
+``python -m lab.step_profile MODEL.gguf [--steps 64] [--repeats 3]`` prints JSON: milliseconds per
+step in the layer graphs (``pre`` / ``post``, onnxruntime calls including their Python wrapper),
+the attention (the batch-invariant Python attention), the KV store, the RoPE tables, the head
+(final norm, the head's kernel calls, softcap), the embedding, and ``other`` (the rest of
+``forward``: the loop, checks, the finite test); the number of onnxruntime calls a step makes;
+the best and median step. The components are timed by wrapping the model's own methods (a
+``perf_counter`` pair each, ~0.1 us, against ~20-400 us a component), so their sum is the
+measured step. Set ``OPENBLAS_NUM_THREADS=1`` and ``VERISPEC_THREADS`` as the run you compare
+with; on a shared machine compare only components measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verispec.engine.model import FastModel
+from verispec.engine.matmul import OrtGraph
+
+PROMPT = [1, 504, 2365, 6354, 28, 1130, 314, 260]  # token ids valid in both vocabularies
+
+
+class Clock:
+    """Seconds and calls accumulated per component name."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+                self.calls[name] = self.calls.get(name, 0) + 1
+        return timed
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+
+def instrument(model: FastModel, clock: Clock) -> None:
+    """Wrap the model's components (instance attributes shadow the class's methods)."""
+    graphs = model.store.fused_layers
+    if graphs is None:
+        raise SystemExit("step_profile measures the fused int8 mode (load with weights='int8', fused)")
+    for layer in graphs:
+        for name in ("pre", "post"):
+            graph: OrtGraph = getattr(layer, name)
+            graph.run = clock.wrap(name, graph.run)  # type: ignore[method-assign]
+    raw = OrtGraph._raw
+
+    def counted(self: OrtGraph, feeds: list[Any]) -> Any:
+        clock.calls["onnxruntime_calls"] = clock.calls.get("onnxruntime_calls", 0) + 1
+        return raw(self, feeds)
+
+    OrtGraph._raw = counted  # type: ignore[method-assign]
+    for attr, name in (("_attend_invariant", "attention"), ("head", "head"), ("embed", "embed"),
+                       ("_rope_tables", "rope_tables")):
+        setattr(model, attr, clock.wrap(name, getattr(model, attr)))
+    model.forward = clock.wrap("step", model.forward)  # type: ignore[method-assign]
+
+
+def steps(model: FastModel, n: int, clock: Clock) -> list[float]:
+    """Greedy 1-row steps after the prompt; the seconds of each (the clock counts only these)."""
+    cache = model.new_cache(len(PROMPT) + n + 8)
+    cache_store = cache.store
+    cache.store = clock.wrap("kv_store", cache_store)  # type: ignore[method-assign]
+    logits = model.forward(PROMPT, cache, last_only=True).logits[-1]
+    clock.reset()
+    times = []
+    for _ in range(n):
+        token = int(np.argmax(logits))
+        t0 = time.perf_counter()
+        logits = model.forward([token], cache, last_only=True).logits[-1]
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def profile(path: Path, n_steps: int, repeats: int) -> dict[str, Any]:
+    model = FastModel.load(path, weights="int8", fused=True)
+    clock = Clock()
+    instrument(model, clock)
+    steps(model, 2, clock)  # warm-up
+    load = [os.getloadavg()[0]]
+    best: dict[str, float] | None = None
+    all_times: list[float] = []
+    calls: dict[str, int] = {}
+    for _ in range(repeats):
+        times = steps(model, n_steps, clock)
+        all_times += times
+        total = sum(times)
+        if best is None or total < best["_total"]:
+            best = dict(clock.seconds, _total=total)
+            calls = dict(clock.calls)
+    load.append(os.getloadavg()[0])
+    assert best is not None
+    per_step = {k: 1e3 * v / n_steps for k, v in best.items() if not k.startswith("_")}
+    # wrappers nest (kv_store and attention are inside forward, pre/post too): other is the step less the parts
+    parts = ("pre", "post", "attention", "kv_store", "rope_tables", "head", "embed")
+    per_step["other"] = per_step["step"] - sum(per_step.get(k, 0.0) for k in parts)
+    return {
+        "model": path.name, "threads": os.environ.get("VERISPEC_THREADS", "default"), "steps": n_steps,
+        "repeats": repeats, "load_average": load,
+        "ms_per_step": {k: round(v, 3) for k, v in per_step.items()},
+        "onnxruntime_calls_per_step": calls.get("onnxruntime_calls", 0) / n_steps,
+        "best_step_ms": 1e3 * min(all_times), "median_step_ms": 1e3 * statistics.median(all_times),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.repeats < 1:
+        parser.error("--steps and --repeats must be at least 1")
+    print(json.dumps(profile(args.model, args.steps, args.repeats), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""engine.pages.drop_folder_pages: the resident pages of clean file mappings under a folder go,
+their bytes stay; a mapping the process wrote to (copy-on-write pages) is left alone."""
+
+from __future__ import annotations
+
+import mmap
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verispec.engine.pages import _clean_mappings, drop_folder_pages
+
+PAGES = 16
+
+
+def _resident_kib(path: Path) -> int:
+    """Rss of this process's mappings of ``path`` (kB, from /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and not head[0].endswith(":"):
+            inside = len(head) > 5 and head[5] == str(path)
+        elif inside and head[0] == "Rss:":
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_clean_mapping_pages_are_dropped_and_its_bytes_kept(tmp_path: Path) -> None:
+    data = np.random.default_rng(0).integers(0, 256, PAGES * mmap.PAGESIZE, dtype=np.uint8)
+    clean, written = tmp_path / "clean.bin", tmp_path / "written.bin"
+    data.tofile(clean)
+    data.tofile(written)
+    a = np.memmap(clean, dtype=np.uint8, mode="c")  # MAP_PRIVATE, as onnxruntime maps external data
+    b = np.memmap(written, dtype=np.uint8, mode="c")
+    assert int(a.sum()) == int(data.sum()) == int(b.sum())  # every page read: resident
+    b[0] ^= 1  # one copy-on-write page: this mapping must not be advised (it would lose the write)
+    assert _resident_kib(clean) >= PAGES * mmap.PAGESIZE // 1024
+    advised = drop_folder_pages(str(tmp_path))
+    assert advised == PAGES * mmap.PAGESIZE  # the clean mapping only
+    assert _resident_kib(clean) == 0
+    assert np.array_equal(a, data)  # faulted back in from the file
+    assert b[0] == data[0] ^ 1 and np.array_equal(b[1:], data[1:])
+
+
+def test_clean_mappings_parses_headers_and_skips_other_folders() -> None:
+    smaps = "\n".join([
+        "7f0000000000-7f0000004000 rw-p 00000000 fe:00 1   /tmp/x/weights.bin",
+        "Rss:                  16 kB",
+        "Anonymous:             0 kB",
+        "7f0000004000-7f0000008000 rw-p 00004000 fe:00 1   /tmp/x/weights.bin",
+        "Anonymous:             4 kB",
+        "7f0000008000-7f000000c000 rw-p 00000000 fe:00 2   /tmp/xy/weights.bin",
+        "Anonymous:             0 kB",
+        "7f000000c000-7f0000010000 rw-p 00000000 00:00 0 ",
+        "Anonymous:             0 kB",
+    ])
+    assert _clean_mappings("/tmp/x", smaps) == [(0x7F0000000000, 0x7F0000004000)]
