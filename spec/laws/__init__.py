@@ -75,6 +75,12 @@ def build(name: str, flags: Mapping[str, Any], eog: Collection[int] = ()) -> Pro
     return profile
 
 
+def min_tokens_of(profile: Profile) -> int:
+    """The output tokens that must come before an end-of-generation id under ``profile``."""
+    params = profile.params
+    return int(getattr(params, "min_tokens", getattr(params, "min_new_tokens", 0)))
+
+
 def from_json(obj: Mapping[str, Any]) -> Profile:
     """Inverse of :meth:`Profile.to_json` (the wire form an engine receives)."""
     from verispec.spec.laws.common import bias_from_json
@@ -99,4 +105,4 @@ def from_json(obj: Mapping[str, Any]) -> Profile:
     return result
 
 
-__all__ = ["ALL_FLAGS", "DEFAULT", "FLAGS", "NAMES", "Profile", "build", "flag_name", "from_json"]
+__all__ = ["ALL_FLAGS", "DEFAULT", "FLAGS", "NAMES", "Profile", "build", "flag_name", "from_json", "min_tokens_of"]
