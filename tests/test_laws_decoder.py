@@ -112,9 +112,13 @@ def test_the_engine_is_told_the_law(model: Model) -> None:
 
 def test_cli_flag_the_law_lacks_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = str(tmp_path / "absent.gguf")  # refused before the model loads
-    assert cli.main(["check-decoder", "--model", missing, "--mutant", "bonus_kv_dropped", "--law", "transformers",
+    assert cli.main(["check-decoder", "--model", missing, "--engine-cmd", "true", "--law", "transformers",
                      "--frequency-penalty", "0.5"]) == 2
     assert "--frequency-penalty is not a parameter of --law transformers" in capsys.readouterr().err
-    assert cli.main(["check-decoder", "--model", missing, "--mutant", "bonus_kv_dropped", "--law", "llama.cpp",
+    assert cli.main(["check-decoder", "--model", missing, "--engine-cmd", "true", "--law", "llama.cpp",
                      "--min-tokens", "2"]) == 2
+    assert "--min-tokens is not a parameter of --law llama.cpp" in capsys.readouterr().err
     assert cli.main(["check-decoder", "--model", missing, "--ours", "--law", "vllm"]) == 2
+    assert cli.main(["check-decoder", "--model", missing, "--mutant", "bonus_kv_dropped", "--law", "vllm"]) == 2
+    assert cli.main(["check-decoder", "--model", missing, "--engine-cmd", "true", "--law", "vllm",
+                     "--target-law", "two-sample"]) == 2

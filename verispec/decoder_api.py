@@ -102,7 +102,7 @@ def check_decoder(
              "presence_penalty": presence_penalty, "penalty_last_n": penalty_last_n, "min_tokens": min_tokens}
     _check_depth_arguments(depth, min_tokens or 0, fraction, budget, ours)
     _profile(law, flags, ())  # before the model loads: a flag the law lacks, a bad value
-    _check_law_mode(law, ours, target_law, greedy)
+    _check_law_mode(law, ours or mutant is not None, target_law, greedy)
     check_timeout(timeout)  # before the model loads: inf, nan, 1e300, -1 are usage errors
     texts = _prompts(prompts, bench_prompts)
     path = resolve_model(str(model))
@@ -177,10 +177,12 @@ def _profile(law: str, flags: dict[str, Any], eog: Sequence[int] | frozenset[int
 
 
 def _check_law_mode(law: str, ours: bool, target_law: str, greedy: bool) -> None:
+    """Our decode loop and its mutants sample the verispec law (their bugs are written against its
+    penalty window and min_tokens); two-sample mode has no law at all."""
     if law == "verispec" or greedy:
         return
     if ours:
-        raise _error(f"ours: our decode loop samples the verispec law; law {law} needs another decoder")
+        raise _error(f"ours and the mutants sample the verispec law; law {law} needs another decoder")
     if target_law == "two-sample":
         raise _error(f"target_law two-sample compares the engine with itself, no law; law {law} needs reference or engine-logits")
 
