@@ -122,3 +122,38 @@ def test_cli_flag_the_law_lacks_is_a_usage_error(tmp_path: Path, capsys: pytest.
     assert cli.main(["check-decoder", "--model", missing, "--mutant", "bonus_kv_dropped", "--law", "vllm"]) == 2
     assert cli.main(["check-decoder", "--model", missing, "--engine-cmd", "true", "--law", "vllm",
                      "--target-law", "two-sample"]) == 2
+
+
+ECHO_ENGINE = r"""
+import json, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    inp = req["input"]
+    law = inp.get("law")
+    token = 0 if law is None else len(law["name"])  # the answer says which law arrived
+    with open(sys.argv[1], "a") as seen:
+        seen.write(json.dumps(law) + "\n")
+    print(json.dumps({"id": req["id"], "output": {"samples": [[token]] * inp["n"]}}), flush=True)
+"""
+
+
+def test_the_wire_carries_the_law(tmp_path: Path) -> None:
+    """A program receives ``"law": {"name", "params"}`` for a non-default law, nothing otherwise."""
+    import json
+    import sys
+
+    from verispec.spec.decoder_check import CommandEngine
+
+    stub, seen = tmp_path / "engine.py", tmp_path / "seen.jsonl"
+    stub.write_text(ECHO_ENGINE)
+    engine = CommandEngine(f"{sys.executable} {stub} {seen}", timeout=30)
+    vllm = laws.build("vllm", {"presence_penalty": 0.5, "min_tokens": 2}, eog=[EOG])
+    try:
+        assert engine.sample([1], VERISPEC, 1, 2, 0) == [[0]] * 2
+        assert engine.sample([1], vllm.legacy, 1, 2, 0, law=vllm) == [[4]] * 2
+        assert engine.generate([1], vllm.legacy, 4, 1, 0, 2, law=vllm) == [[4]]
+    finally:
+        engine.close()
+    lines = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert lines[0] is None and lines[1] == lines[2] == vllm.to_json()
+    assert laws.from_json(lines[1]) == vllm and lines[1]["params"]["stop_token_ids"] == [EOG]
