@@ -9,8 +9,8 @@ the test first asserts the two first-token laws differ by TV >= 0.2 (a precondit
 so a gate that knows only the verispec law false-alarms on this correct decoder, and the
 ``--law transformers`` gate does not.
 
-Alpha: the pass runs draw the ``decoder_laws`` line of spec.statistics.ALPHA_BUDGET (half to the
-first-m run, half to the depth run); the fail runs use check-decoder's default 1e-3 with power 0.99
+Alpha: the pass runs draw the ``decoder_laws`` line of spec.statistics.ALPHA_BUDGET (a third each
+to the first-m run, the depth run and the run through ``verispec.check_decoder``); the fail runs use check-decoder's default 1e-3 with power 0.99
 against the TV the precondition guarantees. The depth runs use a weaker stated design than the product's, for cost:
 generations of 8 tokens, power 0.99 against TV 0.2 on every position.
 The first-m runs test the first token (m = 1), where the precondition's TV lives.
@@ -40,7 +40,7 @@ PROMPT = (1, 5, 9, 13)
 FLAGS = {"temperature": 1.5, "top_k": 0, "top_p": 0.8}
 VERISPEC = SamplingParams(temperature=1.5, top_k=0, top_p=0.8, repeat_penalty=1.0)
 DRAFT = SamplingParams(temperature=1.5, top_k=12)
-PASS_ALPHA = ALPHA_BUDGET["decoder_laws"] / 2
+PASS_ALPHA = ALPHA_BUDGET["decoder_laws"] / 3
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +157,32 @@ def test_the_wire_carries_the_law(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in seen.read_text().splitlines()]
     assert lines[0] is None and lines[1] == lines[2] == vllm.to_json()
     assert laws.from_json(lines[1]) == vllm and lines[1]["params"]["stop_token_ids"] == [EOG]
+
+
+def test_check_decoder_api_hands_the_law_to_the_engine(tmp_path: Path) -> None:
+    """Through ``verispec.check_decoder(law="transformers", ...)`` on a synthetic GGUF with a real
+    tokenizer: the engine is built by a factory, receives the profile as ``law=`` and samples it
+    (our loop following the law it is told): it passes the first-m test at the budget's alpha."""
+    from tests.synthetic import Variant, write_synthetic
+    from verispec import check_decoder
+
+    path = tmp_path / "tiny.gguf"
+    write_synthetic(path, Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
+                    quant_types=("F16",))
+    told: list[object] = []
+
+    class Engine:
+        def __init__(self, model_path: Path) -> None:
+            self.loop = LoopDecoder(ReferenceLogits(Model.load(model_path)), DRAFT, 2, law=CachedLaw())
+
+        def sample(self, prompt_ids: object, params: SamplingParams, m: int, n: int, seed: int,
+                   law: laws.Profile | None = None) -> list[list[int]]:
+            told.append(law)
+            return self.loop.sample(prompt_ids, params, m, n, seed, law=law)  # type: ignore[arg-type]
+
+    report = check_decoder(Engine, model=path, prompts=["the model"], depth=0, m=1, law="transformers",
+                           temperature=1.5, top_k=0, top_p=0.8, alpha=PASS_ALPHA)
+    assert report.passed, report.summary()
+    profile = told[0]
+    assert isinstance(profile, laws.Profile) and profile.name == "transformers"
+    assert profile.params.temperature == 1.5 and profile.params.top_p == 0.8 and profile.params.top_k == 0
