@@ -155,8 +155,10 @@ def alive_of(logits: F64) -> Alive:
 
 def one_hot_argmax(logits: F64, alive: Alive) -> Probs:
     """The greedy law: one-hot at the largest surviving logit, the lowest id on ties."""
+    from verispec.reference.sampling import greedy_token
+
     probs = np.zeros(logits.shape[0], dtype=np.float64)
-    probs[int(np.argmax(np.where(alive, logits, -np.inf)))] = 1.0
+    probs[greedy_token(np.where(alive, logits, -np.inf))] = 1.0
     return probs
 
 
