@@ -15,9 +15,10 @@ Shared ops (the chain of each profile says where, and on which logits, it runs t
                          (llama.cpp over its window, vLLM over the output; the OpenAI definition)
     top-k (ties kept)    remove l[t] < (the k-th largest l): every token tied with the k-th stays
                          (transformers' TopKLogitsWarper, vLLM's apply_top_k_top_p)
-    top-p (ascending)    sort ascending (logit, then id), p = softmax of the survivors, remove the
-                         prefix whose running sum is <= 1 - top_p, never the last ``min_keep``
-                         (transformers' TopPLogitsWarper, vLLM's apply_top_k_top_p)
+    top-p (ascending)    sort ascending (logit, then id: the libraries' torch.sort leaves ties
+                         unspecified), p = softmax of the survivors, remove the prefix whose
+                         running sum is <= 1 - top_p, never the last ``min_keep`` (transformers'
+                         TopPLogitsWarper, vLLM's apply_top_k_top_p)
     min-p (relative)     remove p[t] < min_p * max(p), p = softmax of the survivors (transformers'
                          MinPLogitsWarper, vLLM's MinPLogitsProcessor)
     end-of-generation    l[e] = -inf for the given ids (min_tokens / min_new_tokens)

@@ -24,8 +24,10 @@ scores):
     5. top_k               (!= 0) remove s < the k-th largest s: ties with it are KEPT (TopKLogitsWarper,
                            k = max(top_k, min_tokens_to_keep = 1))
     6. top_p               (< 1) sort ascending, p = softmax, remove the prefix whose running sum is
-                           <= 1 - top_p, never the last token (TopPLogitsWarper; ties: ascending by
-                           (score, id), torch's stable CPU sort)
+                           <= 1 - top_p, never the last token (TopPLogitsWarper). Ties: torch.sort
+                           leaves equal scores in an unspecified order (measured: by id for a
+                           few, not for 40 equal scores), so a tie straddling the cut is cut here
+                           by (score, id) ascending, the lower id removed first
     7. min_p               (set) p = softmax of the survivors, remove p < min_p * max p, the most
                            likely always stays (MinPLogitsWarper)
     8. softmax             over the survivors

@@ -28,7 +28,7 @@ Chain, in this order (``Sampler.forward``; every op on float32 logits in vLLM, f
     7. top_k               (0 or -1 disables) remove l < the k-th largest: ties with it are KEPT
     8. top_p               (< 1) sort ascending, p = softmax of the top-k survivors, remove the prefix
                            whose running sum is <= 1 - top_p, never the last (most likely) token;
-                           ties: ascending by (logit, id)
+                           ties: torch.sort's order is unspecified, here ascending by (logit, id)
     9. softmax             over the survivors (vLLM draws by the exponential race, same law)
 
 Left out: ``allowed_token_ids``, ``bad_words``, structured outputs, custom logits processors.
