@@ -87,6 +87,7 @@ def test_transformers_profile_matches_generate_processors() -> None:
         assert np.all(gap <= bound), (trial, settings, int(np.argmax(gap - bound)), float(gap.max()))
         assert np.array_equal(ours > 0, theirs > 0), (trial, settings)
         worst = max(worst, float(np.max(gap / np.maximum(bound, 1e-300))))
+    print(f"{TRIALS} rows: the largest |p_ours - p_theirs| is {worst:.3f} of its bound")
     assert worst <= 1.0
 
 
