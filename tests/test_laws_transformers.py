@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 EPS32 = 2.0**-24
-TRIALS = 300
+TRIALS = 150
 
 
 def _tiny_model() -> Any:
