@@ -55,7 +55,8 @@ def _theirs(params: law.Params, output: list[int], logits: np.ndarray) -> dict[i
     for token in output:
         sampler.accept(token)
     data = (llama_cpp.llama_token_data * vocab)(*[llama_cpp.llama_token_data(i, float(logits[i]), 0.0) for i in range(vocab)])
-    array = llama_cpp.llama_token_data_array(data=data, size=vocab, selected=-1, sorted=False)
+    array = llama_cpp.llama_token_data_array(data=ctypes.cast(data, llama_cpp.llama_token_data_p), size=vocab,
+                                             selected=-1, sorted=False)
     llama_cpp.llama_sampler_apply(sampler.sampler, ctypes.byref(array))
     return {int(array.data[i].id): float(array.data[i].p) for i in range(array.size)}
 
