@@ -96,3 +96,42 @@ def test_llamacpp_profile_matches_the_sampler_chain() -> None:
         assert np.all(np.abs(ours - theirs) <= bound), (trial, params, float(np.abs(ours - theirs).max()))
         worst, sizes = max(worst, float(np.abs(ours - theirs).max())), sizes + [int((theirs > 0).sum())]
     print(f"{TRIALS} rows: max |p_ours - p_theirs| = {worst:.2g}, surviving tokens {min(sizes)}..{max(sizes)}")
+
+
+PROMPT_TOKENS = (4, 117, 128, 145, 186, 216, *range(5, 19))
+
+
+@pytest.mark.oracle
+def test_generate_penalizes_the_output_not_the_prompt(tmp_path: Any) -> None:
+    """Which history ``Llama.generate``'s penalties see, run (not only read): on a tiny synthetic
+    GGUF, greedy generation with repeat_penalty 3 after 2-token prompts, each token against the
+    profile's argmax on llama.cpp's own logits (``Llama.eval`` + ``scores``) with the window on the
+    output only (the default) and with the prompt in it (llama-cli's ``penalize_prompt``). Every
+    token must agree with the first; the second must disagree somewhere (the prompts include ones
+    whose greedy continuation is a prompt token), else the check could not tell them apart.
+    ``PROMPT_TOKENS``: the six second tokens (of all 319) where a search found the two laws differ on
+    this synthetic model (seed 0), and 14 others."""
+    from tests.synthetic import Variant, write_synthetic
+
+    path = tmp_path / "tiny.gguf"
+    write_synthetic(path, Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
+                    quant_types=("F16",))
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, verbose=False, seed=1, logits_all=True)
+    output_only, with_prompt = law.Params(temp=0.0, repeat_penalty=3.0), law.Params(temp=0.0, repeat_penalty=3.0, penalize_prompt=True)
+    total = disagree = 0
+    for x in PROMPT_TOKENS:
+        prompt = [1, x]
+        gen = llm.generate(prompt, temp=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=3.0)
+        ids = [next(gen) for _ in range(2)]
+        gen.close()
+        out: list[int] = []
+        for token in ids:
+            llm.reset()
+            llm.eval(prompt + out)
+            row = np.array(llm.scores[len(prompt + out) - 1], dtype=np.float32)
+            assert int(np.argmax(law.law(row, prompt, out, output_only))) == token, (prompt, out)
+            disagree += int(np.argmax(law.law(row, prompt, out, with_prompt))) != token
+            total += 1
+            out.append(token)
+    print(f"{total} tokens agree with the output-only window; the prompt-penalized law differs at {disagree}")
+    assert disagree >= 6

@@ -13,7 +13,8 @@ Which history the penalties see. ``generate`` builds a FRESH sampler chain per c
 ``llama_sampler_sample`` accepts only the token it samples: the prompt is never accepted, so the
 penalty window is the last ``penalty_last_n`` OUTPUT tokens (``penalize_prompt=False``, the
 default). llama.cpp's own CLI (``common_sampler``) pushes the prompt into the window first:
-``penalize_prompt=True`` gives that law. ``penalty_last_n <= 0`` disables the penalties
+``penalize_prompt=True`` gives that law (tests/test_laws_llamacpp.py runs ``generate`` to show the
+output-only window). ``penalty_last_n <= 0`` disables the penalties
 (``llama_sampler_init_penalties`` clamps it to 0; there is no -1 = whole history here).
 
 Chain, in this order (temperature LAST, so the filters act on untempered logits):
