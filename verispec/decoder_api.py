@@ -9,7 +9,7 @@ those of :mod:`verispec.spec.decoder_check`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -169,7 +169,7 @@ def _check_depth_arguments(depth: int, min_tokens: int, fraction: float, budget:
         raise _error("ours: our decode loop has no min_tokens")
 
 
-def _profile(law: str, flags: dict[str, Any], eog: Sequence[int] | frozenset[int] | tuple[()]) -> Profile:
+def _profile(law: str, flags: dict[str, Any], eog: Collection[int]) -> Profile:
     """The law profile of the sampling flags (spec/laws/); a usage error names a flag it lacks."""
     from verispec.spec.laws import build
 
