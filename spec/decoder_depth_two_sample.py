@@ -47,8 +47,8 @@ plain decoding exactly as it moves the speculative one (the plain decoding is th
 anything about whether the engine's processors or numerics are ours. Reported logprobs are not
 checked (no law to check them against). Sequential: looks after 1/64, 1/32, .., 1/2 and all of N, half
 the alpha at the final look, the rest split evenly over the earlier ones; within a look the alpha
-is split evenly over the fixed number of tests (Bonferroni). ``budget_s`` ends it early:
-inconclusive (exit 3) unless a look rejected.
+is split evenly over the fixed number of tests (Bonferroni). ``budget_s`` ends it early (the
+pilot too, drawn in blocks): inconclusive (exit 3) unless a look rejected.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ FINAL_SHARE = 0.5
 TV = 0.1
 PILOT = 400  # plain generations that pick the token cells (a token of mass 0.01 in a bin is seen ~4 times)
 MIN_MASS = 0.01
-MAX_BLOCK = 50  # generations per arm per engine call
+MAX_BLOCK = 64  # generations per arm per engine call (at most)
 ARM_STEP = 50  # N per arm is a multiple of this
 ENDED = -1  # the cell "the generation stopped before this position"
 OTHER = -2  # the cell "another token" (the tail)
@@ -303,8 +303,12 @@ def check_two_sample_depth(
     rng = np.random.default_rng([seed, 3])
     bins = bins_of(case.max_tokens)
     final_level = look_alphas(alpha)[-1] / looked_tests(case)
+    pilot_gens: list[tuple[int, ...]] = []
     try:
-        pilot_gens = draw_arm(engine, True, case, pilot, seed + 1)
+        for start in range(0, pilot, MAX_BLOCK):  # in blocks: the budget bounds the pilot too
+            if budget_s is not None and pilot_gens and time.monotonic() - started > budget_s:
+                return TwoSampleDepthVerdict("inconclusive", 0, 0, alpha, tv, 1, 0.0, "budget ended in the pilot", "")
+            pilot_gens += draw_arm(engine, True, case, min(MAX_BLOCK, pilot - start), seed + 1 + start)
     except VerispecError as exc:
         return TwoSampleDepthVerdict("failed", 0, 0, alpha, tv, 1, 0.0, f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}", "")
     broken = next((e for e in (structure_error(g, case) for g in pilot_gens) if e), "")
