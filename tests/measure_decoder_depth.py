@@ -8,7 +8,8 @@ of tests/test_decoder_depth.py with full support (temperature 1, repeat penalty 
 (check-decoder's default), the design: power 0.99 against TV 0.05 on 10% of positions.
 ``deviation``: spec.decoder_mutants.DesignDeviation (exactly that deviation, flattened) must
 FAIL; ``correct``: the mutant loop without bugs must PASS after the final look. Prints the
-verdict, the design's N, the seconds taken and the load average before and after. ``rows``: where
+verdict, the design's N, the seconds taken, the CPU seconds of this process and of the workers
+(on a loaded machine the wall time is mostly waiting) and the load average before and after. ``rows``: where
 the decoder's own logits come from: ``path`` (default: spec/prefix_rows.py, one KV cache along
 the decode path) or ``one-pass`` (spec.decoder_check.ReferenceLogits: one forward of the whole
 prefix per new prefix, the former way). ``workers`` (``correct`` only, default 1): the bug-free
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -128,7 +130,13 @@ def main() -> None:
     load_before = os.getloadavg()
     started = time.perf_counter()
     verdict = check_depth(engine, reference_rows(model), case, alpha=1e-3)
-    print({**verdict_json(verdict), "seconds": round(time.perf_counter() - started, 1), "rows": rows, "workers": workers,
+    seconds = round(time.perf_counter() - started, 1)
+    if getattr(engine, "pool", None) is not None:
+        engine.pool.close()
+        engine.pool.join()  # the workers' CPU time is counted once they are reaped
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    print({**verdict_json(verdict), "seconds": seconds, "rows": rows, "workers": workers,
+           "cpu_s": {"this process": round(own.ru_utime + own.ru_stime, 1), "workers": round(children.ru_utime + children.ru_stime, 1)},
            "load_before": load_before, "load_after": os.getloadavg()})
 
 
