@@ -64,7 +64,8 @@ def check_decoder(
     ``"module:FACTORY"``; ``engine_cmd``, a program speaking the JSON-lines ops; ``ours``, our own
     decode loop; ``mutant``, a mutant decoder of spec/decoder_mutants.py. ``target_law``: where the
     law comes from (``reference``: our forward; ``engine-logits``: the engine's reported logits;
-    ``two-sample``: the same engine with speculation off). N is chosen for power 0.99 against a
+    ``two-sample``: the same engine with speculation off, at depth its ``generate_plain`` and
+    position-binned features, default TV 0.1). N is chosen for power 0.99 against a
     total-variation deviation ``tv`` at false-alarm probability ``alpha`` (default 1e-3, split over
     the prompts). ``log`` sees each prompt's outcome as it is decided.
 
