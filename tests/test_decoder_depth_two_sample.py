@@ -3,12 +3,12 @@
 On the tiny synthetic GGUF of tests/test_decoder_depth.py (vocab 64, one layer, 32 wide) through
 the mutant loop of spec/decoder_mutants.py (its plain generations: k = 0).
 
-Alpha. The one no-false-alarm test (the bug-free loop must PASS) runs at the
-``decoder_depth_two_sample`` line of spec.statistics.ALPHA_BUDGET. The mutant tests run at
+Alpha. The no-false-alarm tests (the three correct decoders of tests/test_decoder_depth.py must
+PASS) share the ``decoder_depth_two_sample`` line of spec.statistics.ALPHA_BUDGET, a third each. The mutant tests run at
 check-decoder's default alpha 1e-3 and the mode's default design (power 0.99 against TV 0.1 on
 each feature's law): a mutant passing there is a miss of the design, not bad luck.
 
-Cost. The pass test must run every look, so it uses a weaker stated design (TV 0.5 on each
+Cost. The pass tests must run every look, so it uses a weaker stated design (TV 0.5 on each
 feature's law, 8 tokens); the mutants stop at their first rejecting look. The mode's full design
 on 64 tokens is the measured run of tests/measure_decoder_depth_two_sample.py.
 """
@@ -37,7 +37,7 @@ from verispec.spec.decoder_depth_two_sample import (
 from verispec.spec.decoder_mutants import DEPTH_MUTANTS, MUTANT_BUGS, DecoderBugs
 from verispec.spec.statistics import ALPHA_BUDGET, POWER, power_of
 
-from tests.test_decoder_depth import EOG, PROMPT, WITH_PROCESSORS, Loop, case, model  # noqa: F401 (a fixture)
+from tests.test_decoder_depth import CORRECT, EOG, PROMPT, WITH_PROCESSORS, Loop, case, model  # noqa: F401 (a fixture)
 
 PASS_ALPHA = ALPHA_BUDGET["decoder_depth_two_sample"]
 PRODUCT_ALPHA = 1e-3
@@ -64,12 +64,15 @@ def test_arm_size_is_the_smallest_powered_multiple() -> None:
         assert n == 50 or power_of((n - 50) // 2, df, level, tv) < POWER
 
 
-def test_the_bug_free_loop_passes(model: Model) -> None:
-    """Every look, alpha from the budget; a weaker stated design (TV 0.5 on each feature's law,
-    8 tokens, cells of pilot mass >= 0.05) for cost."""
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_correct_decoders_pass(name: str, model: Model) -> None:
+    """The bug-free loop, a greedy draft (one-hot q) and sample-and-match verification: every
+    look, alpha from the budget (a third each); a weaker stated design (TV 0.5 on each feature's
+    law, 8 tokens, cells of pilot mass >= 0.05) for cost."""
     the_case = replace(case(WITH_PROCESSORS), max_tokens=8)
-    verdict = check_two_sample_depth(Loop(model), the_case, alpha=PASS_ALPHA, tv=0.5, pilot=100, min_mass=0.05)
-    print(f"bug-free loop: {verdict.state} {verdict.detail} N={verdict.n_per_arm}/arm power={verdict.power:.4f}")
+    engine = Loop(model, **CORRECT[name])  # type: ignore[arg-type]
+    verdict = check_two_sample_depth(engine, the_case, alpha=PASS_ALPHA / 3, tv=0.5, pilot=100, min_mass=0.05)
+    print(f"{name}: {verdict.state} {verdict.detail} N={verdict.n_per_arm}/arm power={verdict.power:.4f}")
     assert verdict.passed, f"{verdict.where}: {verdict.detail}"
     assert verdict.generations >= verdict.n_per_arm and verdict.power >= POWER
 
