@@ -124,6 +124,8 @@ def _check_logits(logits: FloatArray) -> npt.NDArray[np.float64]:
 
 
 def _check_history(history: Sequence[int], vocab_size: int) -> None:
+    if all(type(token) is int for token in history) and (len(history) == 0 or (min(history) >= 0 and max(history) < vocab_size)):
+        return  # plain ints in range (the common case, checked in C); otherwise find and name the first bad one
     for position, token in enumerate(history):
         if not _is_int(token) or not (0 <= int(token) < vocab_size):
             raise SamplingError(

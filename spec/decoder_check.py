@@ -34,6 +34,9 @@ Wire ops (same envelope as :mod:`spec.external`)::
                                                           cycles optional)
       sample, sample_plain and generate carry ``"law": {"name": "transformers", "params": {..}}``
       when check-decoder runs another ecosystem's law (``--law``, spec/laws/; absent: verispec)
+    {"op": "generate_plain", "input": (as generate)}    n whole generations, speculation off
+      -> {"samples": [[t1, .., tT], ...]}                 (two-sample mode at depth,
+                                                          spec/decoder_depth_two_sample.py)
     {"op": "greedy", "input": {"prompt_ids": [..], "max_tokens": 16, "speculative": true}}
       -> {"ids": [..]}
     {"op": "logits", "input": {"prefix_ids": [..], "split_at": null}}
@@ -42,7 +45,7 @@ Wire ops (same envelope as :mod:`spec.external`)::
                                                           prefix[:s] in one pass, then each later
                                                           token alone (batch-shape noise)
 
-Optional ops (``sample_plain``, ``logits``) may be answered ``{"unsupported": op}``; a mode that
+Optional ops (``sample_plain``, ``generate_plain``, ``logits``) may be answered ``{"unsupported": op}``; a mode that
 needs one then stops with a usage error.
 """
 
@@ -60,6 +63,7 @@ from verispec.spec import answers
 from verispec.spec.external import ExternalError
 from verispec.spec.laws.common import Profile
 from verispec.spec.decoder_law import F32, CachedLaw, LawVerdict, LogitsOf, Prefix, first_tokens_law, judge, sample_size
+from verispec.spec.prefix_rows import PathRows
 from verispec.spec.vectors import Json
 
 
@@ -240,9 +244,10 @@ class MemoTargetModel:
     unchanged (its cache, rollback, draft, token trees) while a forward costs a dictionary look-up
     per row (a miss: one real forward of the row's whole prefix, which memoizes every prefix).
     Each span row gets the row of its own prefix; with ``tree_parents`` the prefix is the row's
-    path through the tree (reference/tree_attention.py's meaning)."""
+    path through the tree (reference/tree_attention.py's meaning). Over :class:`PathRows` (whole
+    generations: every prefix is new) a miss runs only the ids past the cached path."""
 
-    def __init__(self, logits: ReferenceLogits) -> None:
+    def __init__(self, logits: ReferenceLogits | PathRows) -> None:
         self.logits = logits
 
     @property
@@ -268,6 +273,8 @@ class MemoTargetModel:
             parent = i - 1 if tree_parents is None else int(tree_parents[i])
             paths.append((*(prefix if parent < 0 else paths[parent]), token))
         cache.ids.extend(int(t) for t in tokens)
+        if tree_parents is None and paths:  # nested paths: the longest first serves the others
+            self.logits(paths[-1])
         return _Out(np.stack([self.logits(p) for p in paths]))
 
     def forward_layers(self, *args: Any, **kwargs: Any) -> F32:
@@ -285,48 +292,63 @@ class ReferenceDecoder:
     the target on :class:`MemoTargetModel`, the same model drafting with ``draft_params``."""
 
     def __init__(self, logits: ReferenceLogits, tokenizer: Any, draft_params: SamplingParams, k: int = 2) -> None:
+        self.reference = logits
         self.target = MemoTargetModel(logits)
         self.tokenizer = tokenizer
         self.draft_params = draft_params
         self.k = k
         self.law = CachedLaw()
 
-    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
+               target: MemoTargetModel | None = None, law: CachedLaw | None = None) -> list[list[int]]:
         from verispec.reference.decode import SpeculativeOptions, speculative_generate
         from verispec.reference.drafts import ModelDraft
         from verispec.reference.session import GenerationRequest
 
+        target = target or self.target
         rng = np.random.default_rng(seed)
-        draft = ModelDraft(self.target, "model", params=self.draft_params)
+        draft = ModelDraft(target, "model", params=self.draft_params)
         out = []
         for _ in range(n):
             request = GenerationRequest(tuple(prompt_ids), params, max_tokens=m, seed=int(rng.integers(2**63)))
-            result = speculative_generate(self.target, self.tokenizer, request, draft, SpeculativeOptions(k=self.k), law=self.law)
+            result = speculative_generate(target, self.tokenizer, request, draft, SpeculativeOptions(k=self.k), law=law or self.law)
             out.append(list(result.generation.ids))
         return out
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
                  min_tokens: int = 0) -> list[list[int]]:
-        """n whole generations (the depth test's engine interface); our loop has no min_tokens."""
+        """n whole generations (the depth test's engine interface); our loop has no min_tokens. Every
+        prefix at depth is new: the rows come from one KV cache along the path (:class:`PathRows`)
+        and the law memo is fresh per call (a memo would only grow)."""
         if min_tokens:
             raise VerispecError("our decode loop has no min_tokens")
-        self.target.logits.memo.clear()  # every prefix at depth is new: the memos would only grow
-        self.law.memo.clear()
-        return self.sample(prompt_ids, params, max_tokens, n, seed)
+        return self.sample(prompt_ids, params, max_tokens, n, seed, self._path_target(), CachedLaw())
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                       min_tokens: int = 0) -> list[list[int]]:
+        """n whole generations with speculation off (two-sample mode at depth)."""
+        if min_tokens:
+            raise VerispecError("our decode loop has no min_tokens")
+        return self.sample_plain(prompt_ids, params, max_tokens, n, seed, self._path_target())
+
+    def _path_target(self) -> MemoTargetModel:
+        return MemoTargetModel(PathRows(self.reference.model))
+
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
+                     target: MemoTargetModel | None = None) -> list[list[int]]:
         from verispec.reference.generate import generate
         from verispec.reference.session import GenerationRequest
 
+        target = target or self.target
         rng = np.random.default_rng(seed)
         out = []
         for _ in range(n):
             request = GenerationRequest(tuple(prompt_ids), params, max_tokens=m, seed=int(rng.integers(2**63)))
-            out.append(list(generate(self.target, self.tokenizer, request).ids))
+            out.append(list(generate(target, self.tokenizer, request).ids))
         return out
 
     def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> F32:
-        logits = self.target.logits
+        logits = self.reference
         prefix = tuple(int(t) for t in prefix_ids)
         return logits(prefix) if split_at is None else logits.split_row(prefix, split_at)
 
@@ -380,14 +402,23 @@ class CommandEngine:
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
                  min_tokens: int = 0, law: Profile | None = None) -> list[Any]:
         """n whole generations (ids lists, or ``{"ids", "cycles"}`` objects: spec/decoder_depth.py reads them)."""
+        return self._generations("generate", prompt_ids, params, max_tokens, n, seed, min_tokens, law)
+
+    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                       min_tokens: int = 0) -> list[Any]:
+        """n whole generations with speculation off (op ``generate_plain``; two-sample mode at depth)."""
+        return self._generations("generate_plain", prompt_ids, params, max_tokens, n, seed, min_tokens)
+
+    def _generations(self, op: str, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                     min_tokens: int, law: Profile | None = None) -> list[Any]:
         from verispec.spec.vectors.wire import params_to_json
 
         request = {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "max_tokens": max_tokens,
                    "min_tokens": min_tokens, "n": n, "seed": seed}
-        out = self.wire.call("generate", with_law(request, law))
+        out = self.wire.call(op, with_law(request, law))
         samples = out.get("samples")
         if not isinstance(samples, list) or len(samples) != n or not all(isinstance(s, (list, dict)) for s in samples):
-            raise ExternalError(f"generate output.samples must be a list of {n} generations")
+            raise ExternalError(f"{op} output.samples must be a list of {n} generations")
         return samples
 
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,

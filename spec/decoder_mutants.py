@@ -12,8 +12,9 @@ changes the next logits exactly as a real cache would), with one switch per bug.
 :data:`DEPTH_MUTANTS` are the bug classes of the public catalogue that show late or only with
 processors on (penalties counted one token a cycle, min_tokens counted in cycles, EOS inside an
 accepted span at max_tokens, cache positions advanced by one a cycle, min_p/logit_bias skipped on
-verified rows, two requests on one random stream, a bonus token's K,V dropped, logprobs reported
-as 0.0), each with its upstream issue; :meth:`LoopDecoder.generate` gives whole generations with
+verified rows, penalties dropped when speculating, top-k and top-p in the other order, two
+requests on one random stream, a rollback not done, a q that is not the law the draft was drawn
+from, a bonus token's K,V dropped, logprobs reported as 0.0), each with its upstream issue; :meth:`LoopDecoder.generate` gives whole generations with
 their cycles and logprobs for the depth test (:mod:`spec.decoder_depth`), and
 :class:`DesignDeviation` is that test's design alternative. Correct but different decoders: a
 greedy draft (one-hot q) and sample-and-match verification (``verify="match"``).
@@ -62,6 +63,8 @@ class DecoderBugs:
     shared_stream: bool = False  # two consecutive requests draw from one random stream
     bonus_kv_dropped: bool = False  # after a full acceptance the bonus token's K,V is never written
     logprobs_zero: bool = False  # every token of a speculative cycle reported with logprob 0.0
+    penalties_dropped_when_speculating: bool = False  # a cycle's rows without the repeat penalty and logit_bias
+    top_p_on_unfiltered_law: bool = False  # a cycle's rows: top-p cutoff on the law before top-k, intersected with top-k
 
 
 Positioned = Callable[[Prefix, Sequence[int]], Any]  # (ids, their positions) -> last logits row [V]
@@ -144,8 +147,9 @@ class LoopDecoder:
                 p = np.stack([profile(rows[i], prompt, out + drafts[:i]) for i in range(len(drafts) + 1)])
             else:
                 p = np.stack([
-                    self.law(rows[i], (seen + drafts[:i]) if not bugs.penalty_last_per_cycle else seen,
-                             self._row_params(params, len(out) + i, len(cycles), min_tokens, is_bonus=i == len(drafts)))
+                    self._target_law(rows[i], (seen + drafts[:i]) if not bugs.penalty_last_per_cycle else seen,
+                                     self._row_params(params, len(out) + i, len(cycles), min_tokens, is_bonus=i == len(drafts),
+                                                      speculative=bool(drafts)), speculative=bool(drafts))
                     for i in range(len(drafts) + 1)
                 ])
             before = len(history)
@@ -179,10 +183,26 @@ class LoopDecoder:
             return [self.logits_of(tuple(cache + span[:j])) for j in range(pending, len(span) + 1)]
         return [self.logits_of(tuple(cache + span[:pending]))] * (drafts + 1)
 
-    def _row_params(self, params: SamplingParams, position: int, cycle: int, min_tokens: int, is_bonus: bool) -> SamplingParams:
+    def _target_law(self, row: Any, history: list[int], params: SamplingParams, speculative: bool) -> F64:
+        """The law of a target row, as the mutant computes it (``top_p_on_unfiltered_law``: in a
+        speculative cycle the top-p cutoff is taken on the law before top-k and intersected with
+        the top-k set, the other order of the two filters; plain steps are right)."""
+        if not (self.bugs.top_p_on_unfiltered_law and speculative and params.top_p < 1.0 and not params.greedy):
+            return self.law(row, history, params)
+        unfiltered = self.law(row, history, replace(params, top_k=0, top_p=1.0, min_p=0.0, temperature=1.0))
+        order = np.lexsort((np.arange(unfiltered.shape[0]), -unfiltered))
+        reached = np.flatnonzero(np.cumsum(unfiltered[order]) >= params.top_p)
+        kept = order[: int(reached[0]) + 1 if reached.size else order.shape[0]]
+        banned = {int(t): -math.inf for t in np.setdiff1d(np.arange(unfiltered.shape[0]), kept)}
+        return self.law(row, history, replace(params, top_p=1.0, logit_bias={**dict(params.logit_bias or {}), **banned}))
+
+    def _row_params(self, params: SamplingParams, position: int, cycle: int, min_tokens: int, is_bonus: bool,
+                    speculative: bool = True) -> SamplingParams:
         """THE target law's params at an output position (min_tokens bans EOG), as the mutant builds them."""
         if self.bugs.verified_rows_unbiased and not is_bonus:
             params = replace(params, min_p=0.0, logit_bias=None)
+        if self.bugs.penalties_dropped_when_speculating and speculative:
+            params = replace(params, repeat_penalty=1.0, logit_bias=None)
         masked = (cycle if self.bugs.min_tokens_in_cycles else position) < min_tokens
         if not masked or not self.eog:
             return params
@@ -225,11 +245,23 @@ class LoopDecoder:
         """n independent whole generations with their cycles (the GenerationEngine interface of
         :mod:`spec.decoder_depth`); each request its own stream, or (``shared_stream``) one stream
         per two requests."""
+        return self._generations(prompt_ids, params, max_tokens, n, seed, min_tokens, None, law)
+
+    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                       min_tokens: int = 0) -> list[dict[str, Any]]:
+        """n whole generations with speculation off (k = 0: one target token a step, each request
+        its own stream; two-sample mode at depth). Every bug of the loop lives in its speculative
+        cycles, so the plain generations are correct for every mutant but ``stops_at_eog``."""
+        return self._generations(prompt_ids, params, max_tokens, n, seed, min_tokens, 0, None)
+
+    def _generations(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                     min_tokens: int, k: int | None, law: Profile | None) -> list[dict[str, Any]]:
         seeds = np.random.default_rng(seed).integers(2**63, size=n)
+        shared = self.bugs.shared_stream and k != 0
         out = []
         for i in range(n):
-            rng = np.random.default_rng(int(seeds[i - i % 2] if self.bugs.shared_stream else seeds[i]))
-            traced = self.decode(prompt_ids, params, max_tokens, rng, min_tokens=min_tokens, law=law)
+            rng = np.random.default_rng(int(seeds[i - i % 2] if shared else seeds[i]))
+            traced = self.decode(prompt_ids, params, max_tokens, rng, k, min_tokens=min_tokens, law=law)
             out.append({"ids": traced.ids, "cycles": [list(c) for c in traced.cycles], "logprobs": traced.logprobs})
         return out
 
@@ -315,6 +347,30 @@ DEPTH_MUTANTS: dict[str, tuple[str, DecoderBugs]] = {
         "llama.cpp #27972 (also vLLM #17876, #34497): every token reported with logprob 0.0 (p = 1) "
         "when speculating; the tokens themselves are right",
         DecoderBugs(logprobs_zero=True),
+    ),
+    "penalties_dropped_when_speculating": (
+        "TensorRT-LLM PR #17701 (one-model speculative decoding silently ignores the repetition "
+        "penalty), SGLang PR #22049 (spec v2 ignores the penalties and logit_bias in verification): "
+        "every row of a speculative cycle without the repeat penalty and the logit bias",
+        DecoderBugs(penalties_dropped_when_speculating=True),
+    ),
+    "top_k_top_p_in_the_other_order": (
+        "SGLang PR #36173: the speculative verifier and the plain sampler apply top-k and top-p in "
+        "different orders (one takes the top-p cutoff on the law renormalised over the top-k set, "
+        "the other on the whole law intersected with top-k); here our order is top-k, renormalise, "
+        "top-p and the mutant's cycle rows take the other",
+        DecoderBugs(top_p_on_unfiltered_law=True),
+    ),
+    "rollback_not_done": (
+        "mlx-lm #846 (PR #1109): the cache is not rewound after a rejection (a non-trimmable "
+        "cache): the rejected drafts' K,V stay and corrupt every later row",
+        DecoderBugs(rollback_extra=1 << 30),
+    ),
+    "q_not_the_drawn_law": (
+        "transformers #32867 (the assistant drew greedily or with processors while its untempered "
+        "softmax was reported as q) and #47932 (candidate generators return raw logits as q while "
+        "sampling from the processed law): the verifier is handed a q the draft was not drawn from",
+        DecoderBugs(reported_q="raw_softmax"),
     ),
     "bonus_kv_dropped": (
         "vLLM PR #3951 (there the draft's cache; here the target's): after a full acceptance the "

@@ -4,7 +4,9 @@ A tiny synthetic llama file with a real SentencePiece vocabulary (tests/syntheti
 layer) so the command's tokenizer, EOG ids and reference forward all run. Exit statuses: 1 for a
 mutant caught outright (the stream-sharing one repeats a generation at once: no statistics
 needed, so the run is cheap), 3 when a one-second budget ends before the design's power, 2 for
-a usage error. What it cannot show: the statistical power (tests/test_decoder_depth.py does).
+a usage error; two-sample mode at depth through the command (the same mutant: identical request
+pairs). What it cannot show: the statistical power (tests/test_decoder_depth.py and
+tests/test_decoder_depth_two_sample.py do).
 """
 
 from __future__ import annotations
@@ -48,3 +50,19 @@ def test_a_budget_short_of_power_is_inconclusive(tiny_model: Path, capsys: pytes
 def test_depth_usage_errors(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["check-decoder", "--model", str(tiny_model), "--mutant", "bonus_kv_dropped", "--fraction", "0"]) == 2
     assert cli.main(["check-decoder", "--model", str(tiny_model), "--ours", "--min-tokens", "3"]) == 2
+
+
+def test_two_sample_mode_at_depth_sees_a_shared_stream(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--target-law two-sample --depth: the stream-sharing mutant's request pairs are identical
+    (its plain generations are not): exit 1 at the first look, the feature named."""
+    status, report = run(tiny_model, capsys, "--mutant", "requests_share_one_stream", "--target-law", "two-sample")
+    result = report["results"][0]  # type: ignore[index]
+    assert status == 1 and result["mode"] == "two-sample depth" and "identical request pairs" in result["where"]
+    assert result["tv"] == 0.1  # the mode's default design
+
+
+def test_two_sample_mode_at_depth_runs_our_loop_and_its_budget(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Our decode loop through generate / generate_plain; a budget that ends after the pilot: exit 3."""
+    status, report = run(tiny_model, capsys, "--ours", "--target-law", "two-sample", "--budget", "0.001")
+    result = report["results"][0]  # type: ignore[index]
+    assert (status, result["state"], result["exit_status"]) == (3, "inconclusive", 3)

@@ -26,7 +26,6 @@ import pytest
 
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams, target_distribution
-from verispec.spec.decoder_check import ReferenceLogits
 from verispec.spec.decoder_depth import (
     DepthCase,
     Generation,
@@ -41,6 +40,7 @@ from verispec.spec.decoder_depth import (
 from verispec.spec.decoder_depth_power import beta_at_tv, simulate_power, support_sorted, tempered, tv_of
 from verispec.spec.decoder_law import CachedLaw
 from verispec.spec.decoder_mutants import DEPTH_MUTANTS, DecoderBugs, DesignDeviation, LoopDecoder
+from verispec.spec.prefix_rows import PathRows
 from verispec.spec.statistics import ALPHA_BUDGET, POWER
 
 from tests.conftest import write_tiny_gguf
@@ -85,12 +85,18 @@ class Loop:
     def positioned(self, ids: tuple[int, ...], positions: Sequence[int]) -> Any:
         return self.model.forward(list(ids), self.model.new_cache(len(ids)), positions=list(positions)).logits[-1]
 
+    def loop(self) -> LoopDecoder:
+        return LoopDecoder(PathRows(self.model), self.draft, 2, self.bugs, eog=frozenset({EOG}),
+                           law=CachedLaw(), verify=self.verify, positioned=self.positioned)
+
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
                  min_tokens: int = 0) -> list[dict[str, Any]]:
-        loop = LoopDecoder(ReferenceLogits(self.model), self.draft, 2, self.bugs, eog=frozenset({EOG}),
-                           law=CachedLaw(), verify=self.verify, positioned=self.positioned)
-        out = loop.generate(prompt_ids, params, max_tokens, n, seed, min_tokens)
+        out = self.loop().generate(prompt_ids, params, max_tokens, n, seed, min_tokens)
         return out if self.logprobs else [{k: v for k, v in g.items() if k != "logprobs"} for g in out]
+
+    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                       min_tokens: int = 0) -> list[dict[str, Any]]:
+        return self.loop().generate_plain(prompt_ids, params, max_tokens, n, seed, min_tokens)
 
 
 # --- the per-token statistics, exactly -------------------------------------------------------------
@@ -202,8 +208,10 @@ def test_correct_decoders_pass(name: str, model: Model) -> None:
 def run_mutant(model: Model, name: str, params: SamplingParams, logprobs: bool = False) -> Any:
     """The mutant against the product's design; the EOS-at-max_tokens one with a cap of 8 tokens
     (its bug needs an EOG inside a span that crosses the cap: a short cap makes that common, and
-    the cap is where it shows, wherever it is)."""
+    the cap is where it shows, wherever it is); the top-k/top-p order one with top-p 0.8 on."""
     engine = Loop(model, DEPTH_MUTANTS[name][1], logprobs=logprobs or name == "logprobs_zero_when_speculating")
+    if name == "top_k_top_p_in_the_other_order":  # its bug needs both filters on
+        params = replace(params, top_p=0.8)
     the_case = case(params) if name != "eos_in_span_at_max_tokens" else replace(case(params), max_tokens=8, min_tokens=0)
     return check_depth(engine, reference_rows(model), the_case, alpha=PRODUCT_ALPHA, pilot=16, block=20)
 
@@ -251,7 +259,7 @@ class Fresh:
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
                  min_tokens: int = 0) -> list[list[int]]:
-        deviation = DesignDeviation(ReferenceLogits(self.model), fraction=self.fraction, eog=frozenset({EOG}))
+        deviation = DesignDeviation(PathRows(self.model), fraction=self.fraction, eog=frozenset({EOG}))
         return deviation.generate(prompt_ids, params, max_tokens, n, seed, min_tokens)
 
 

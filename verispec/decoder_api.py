@@ -70,7 +70,8 @@ def check_decoder(
     ``"module:FACTORY"``; ``engine_cmd``, a program speaking the JSON-lines ops; ``ours``, our own
     decode loop; ``mutant``, a mutant decoder of spec/decoder_mutants.py. ``target_law``: where the
     law comes from (``reference``: our forward; ``engine-logits``: the engine's reported logits;
-    ``two-sample``: the same engine with speculation off). N is chosen for power 0.99 against a
+    ``two-sample``: the same engine with speculation off, at depth its ``generate_plain`` and
+    position-binned features, default TV 0.1). N is chosen for power 0.99 against a
     total-variation deviation ``tv`` at false-alarm probability ``alpha`` (default 1e-3, split over
     the prompts). ``log`` sees each prompt's outcome as it is decided.
 
@@ -95,7 +96,7 @@ def check_decoder(
     from verispec.spec.external import check_timeout
     from verispec.spec.laws import min_tokens_of
 
-    tv = (0.05 if depth else 0.2) if tv is None else tv
+    tv = default_tv(depth, target_law) if tv is None else tv
     _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
     flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "repeat_penalty": repeat_penalty,
              "repetition_penalty": repetition_penalty, "frequency_penalty": frequency_penalty,
@@ -129,6 +130,14 @@ def check_decoder(
         if callable(close):
             close()
     return report
+
+
+def default_tv(depth: int, target_law: str) -> float:
+    """The deviation N is designed for: TV 0.05 on 10% of positions at depth against a law, TV 0.1
+    on one bin's feature law in two-sample mode at depth, TV 0.2 on the first-m cell law."""
+    if not depth:
+        return 0.2
+    return 0.1 if target_law == "two-sample" else 0.05
 
 
 def _error(message: str) -> Exception:
@@ -228,20 +237,26 @@ def _engine(
 
 
 class FreshMemos:
-    """A mutant decoder whose whole generations (``generate``) run on fresh memos per call: at depth
+    """A mutant decoder whose whole generations (``generate``, ``generate_plain``) run on fresh
+    memos per call, its rows from one KV cache along its path (spec/prefix_rows.py): at depth
     every prefix is new, and a memo of real-vocabulary rows would only grow (GBs over a run)."""
 
     def __init__(self, decoder: Any) -> None:
         self.decoder = decoder
 
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
+    def _fresh(self) -> Any:
         from dataclasses import replace
 
-        from verispec.spec.decoder_check import ReferenceLogits
         from verispec.spec.decoder_law import CachedLaw
+        from verispec.spec.prefix_rows import PathRows
 
-        fresh = replace(self.decoder, logits_of=ReferenceLogits(self.decoder.logits_of.model), law=CachedLaw())
-        return fresh.generate(*args, **kwargs)
+        return replace(self.decoder, logits_of=PathRows(self.decoder.logits_of.model), law=CachedLaw())
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fresh().generate(*args, **kwargs)
+
+    def generate_plain(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fresh().generate_plain(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # sample, sample_plain, logits, greedy: the decoder's own
         return getattr(self.decoder, name)
@@ -280,8 +295,9 @@ class _Run:
         own = reports_logits(self.engine)
         if self.target_law == "engine-logits" and not own:
             raise _error("target_law engine-logits needs an engine that reports its logits (logits / the logits op)")
-        if self.target_law == "two-sample" and not self.greedy and not callable(getattr(self.engine, "sample_plain", None)):
-            raise _error("target_law two-sample needs an engine with sample_plain (the sample_plain op)")
+        plain_op = "generate_plain" if self.depth.tokens else "sample_plain"
+        if self.target_law == "two-sample" and not self.greedy and not callable(getattr(self.engine, plain_op, None)):
+            raise _error(f"target_law two-sample needs an engine with {plain_op} (the {plain_op} op)")
         if own and (self.greedy or self.target_law == "engine-logits"):
             self.target = EngineLogits(self.engine)
 
@@ -306,7 +322,9 @@ class _Run:
             g = check_greedy(self.engine, self.target, ids, self.max_tokens, self.eog)
             numbers = {"margin": g.margin, "noise": g.noise, "noise_source": g.noise_source, "divergence": g.divergence}
             return PromptOutcome(text, "greedy", g.passed, g.detail(), time.perf_counter() - began, numbers)
-        if self.depth.tokens and self.target_law != "two-sample":
+        if self.depth.tokens and self.target_law == "two-sample":
+            return self._two_sample_depth(text, ids, began)
+        if self.depth.tokens:
             return self._depth(text, ids, began)
         if self.target_law == "two-sample":
             v = check_two_sample(self.engine, ids, self.params, self.m, alpha=self.alpha, tv=self.tv, eog=self.eog,
@@ -340,4 +358,25 @@ class _Run:
         numbers.pop("detail", None)
         passed = bool(numbers.pop("passed", verdict.state == "passed"))
         return PromptOutcome(text, "depth", passed, detail, time.perf_counter() - began, numbers,
+                             inconclusive=verdict.state == "inconclusive")
+
+    def _two_sample_depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
+        """Two-sample mode at depth on one prompt (spec/decoder_depth_two_sample.py)."""
+        from verispec.decoder_report import PromptOutcome
+        from verispec.spec.decoder_depth import DepthCase
+        from verispec.spec.decoder_depth_two_sample import check_two_sample_depth, verdict_json
+
+        if not callable(getattr(self.engine, "generate", None)):
+            raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
+        case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens)
+        verdict = check_two_sample_depth(self.engine, case, alpha=self.alpha, tv=self.tv, budget_s=self.depth.budget,
+                                         min_mass=self.min_mass)
+        numbers = verdict_json(verdict)
+        label = {"passed": "PASS", "failed": "FAIL", "inconclusive": "INCONCLUSIVE"}[verdict.state]
+        detail = (f"[{label}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; design {verdict.n_per_arm} "
+                  f"generations per arm for power 0.99 vs TV {verdict.tv} on each feature's law (df {verdict.df}), "
+                  f"alpha={self.alpha:.2g}, power reached {verdict.power:.4f}")
+        numbers.pop("detail", None)
+        passed = bool(numbers.pop("passed", verdict.state == "passed"))
+        return PromptOutcome(text, "two-sample depth", passed, detail, time.perf_counter() - began, numbers,
                              inconclusive=verdict.state == "inconclusive")

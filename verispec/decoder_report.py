@@ -21,7 +21,7 @@ class PromptOutcome:
     """One prompt through the decoder: its mode, verdict, what was seen, its own time."""
 
     prompt: str
-    mode: str  # "greedy", "two-sample", "law (<where the target law comes from>)" or "malformed" (a bad answer)
+    mode: str  # "greedy", "two-sample", "depth", "two-sample depth", "law (<where the target law comes from>)" or "malformed" (a bad answer)
     passed: bool
     detail: str
     seconds: float
@@ -42,7 +42,7 @@ class PromptOutcome:
         """One line for humans: PASS/FAIL, the prompt, what was seen, N / alpha / power for a law."""
         word = "PASS" if self.passed else "INCONCLUSIVE" if self.inconclusive else "FAIL"
         head = f"{word}  {self.prompt!r}: {self.detail}"
-        if self.mode in ("greedy", "malformed", "depth"):  # depth: its numbers are in the detail
+        if self.mode in ("greedy", "malformed", "depth", "two-sample depth"):  # depth: its numbers are in the detail
             return head
         per_arm = "/arm" if self.mode == "two-sample" else ""
         n = self.numbers

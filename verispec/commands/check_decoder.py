@@ -13,7 +13,10 @@
 tokens (spec/decoder_depth.py: the engine's ``generate``; power 0.99 against TV ``--tv`` (default
 0.05) on ``--fraction`` (default 0.1) of positions; ``--budget`` seconds per prompt, exit 3 when
 it ends short of that power). ``--depth 0``: the first-m test of the first ``--m`` tokens
-(spec/decoder_law.py, default TV 0.2); two-sample mode is always first-m.
+(spec/decoder_law.py, default TV 0.2). ``--target-law two-sample --depth N``: whole generations
+with speculation on against the same engine's plain ones (``generate_plain``), position-binned
+law-free features (spec/decoder_depth_two_sample.py: power 0.99 against TV ``--tv`` (default 0.1)
+on each feature's law).
 
 ``--law`` (default ``verispec``): whose target law each token must follow (spec/laws/, one chain per
 ecosystem: ``llama.cpp`` = llama-cpp-python's sampler chain, ``transformers`` = ``generate``'s
@@ -28,7 +31,7 @@ spec/decoder_check.py. ``--ours``: our decode loop (reference.decode); ``--mutan
 decoder of spec/decoder_mutants.py. ``--target-law``: ``reference`` (default) builds the target law
 from our reference forward on --model (an engine of our numerics); ``engine-logits`` from the
 engine's own reported logits (``logits(prefix_ids, split_at)`` / the ``logits`` op) through our
-processors; ``two-sample`` tests speculation on against the same engine's ``sample_plain``
+processors; ``two-sample`` tests speculation on against the same engine's ``sample_plain`` (``generate_plain`` at depth)
 (speculation off). Greedy mode takes the margin and the batch-shape noise from the engine's own
 logits when it reports them, else from our forward (the report says which).
 Exit status 0: every prompt passed; 1: a prompt failed (a law off the target, or a greedy
@@ -83,7 +86,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         default="reference",
         help="where the law comes from: our forward (default), the engine's own logits, or its plain decoding",
     )
-    parser.add_argument("--tv", type=float, default=None, help="deviation detected with power 0.99 (default: 0.05 at depth, 0.2 first-m)")
+    parser.add_argument("--tv", type=float, default=None, help="deviation detected with power 0.99 (default: 0.05 at depth, 0.1 two-sample at depth, 0.2 first-m)")
     parser.add_argument("--fraction", type=float, default=0.1, help="--depth: share of positions the deviation hits (default 0.1)")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS", help="--depth: seconds per prompt (exit 3 if short of power)")
     parser.add_argument("--alpha", type=float, default=None, help="false-alarm probability of the run (default 1e-3)")
