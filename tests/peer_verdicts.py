@@ -1,0 +1,123 @@
+"""Verdicts of transformers' speculative paths on tiny synthetic GGUF models (docs/peers.md).
+
+    python -m tests.peer_verdicts --out DIR [--path PATH ...] [--params NAME ...]
+        [--tv 0.05] [--fraction 0.1] [--budget SECONDS]
+
+Writes the tiny models (tests/synthetic.py: a 3-layer TinyLlama-shaped target, a 1-layer
+same-vocabulary assistant of another seed, and a Phi-3-shaped assistant whose tokenizer has four
+more tokens) to ``DIR``, then runs ``verispec.check_decoder`` (the depth test, its default sampled
+mode) on every chosen path x param set, transformers loading the files itself
+(verispec/peers/transformers_peer.py), and prints one JSON line per verdict. Only param sets where
+transformers' law is verispec's default law (:func:`laws_coincide`) are run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tests.synthetic import VARIANTS, write_synthetic
+from verispec.reference.sampling import SamplingParams
+
+PROMPT = "The cat sat on the"  # 11 tokens with the synthetic vocabulary's BOS
+
+
+@dataclass(frozen=True)
+class ParamSet:
+    """One sampled law and the generation length it is judged at."""
+
+    name: str
+    params: SamplingParams
+    depth: int = 64
+    library_defaults: bool = False
+
+
+PARAM_SETS = {
+    "t1": ParamSet("t1", SamplingParams(temperature=1.0)),
+    "t0.7": ParamSet("t0.7", SamplingParams(temperature=0.7)),
+    "t0.7-k8": ParamSet("t0.7-k8", SamplingParams(temperature=0.7, top_k=8)),
+    "t1-k8-p0.9": ParamSet("t1-k8-p0.9", SamplingParams(temperature=1.0, top_k=8, top_p=0.9)),
+    "t1-minp0.05": ParamSet("t1-minp0.05", SamplingParams(temperature=1.0, min_p=0.05)),
+    # the penalty's window (64) covers prompt + 48 tokens, as transformers' whole sequence
+    "t1-rep1.3": ParamSet("t1-rep1.3", SamplingParams(temperature=1.0, repeat_penalty=1.3), depth=48),
+    "defaults": ParamSet("defaults", SamplingParams(temperature=1.0, top_k=50), library_defaults=True),
+}
+PATHS = ("plain", "prompt-lookup", "assisted", "early-exit", "universal")
+
+
+def write_models(folder: Path) -> dict[str, Path]:
+    """The target, a same-vocabulary 1-layer assistant, and an assistant with another tokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"target": folder / "tinyllama.gguf", "assistant": folder / "tinyllama-1layer.gguf",
+             "other-tokenizer": folder / "phi3.gguf"}
+    small = replace(VARIANTS["tinyllama"], name="tinyllama-1layer", n_layer=1)
+    for key, variant, seed in (("target", VARIANTS["tinyllama"], 3), ("assistant", small, 4), ("other-tokenizer", VARIANTS["phi3"], 2)):
+        if not files[key].exists():
+            write_synthetic(files[key], variant, seed=seed)
+    return files
+
+
+def factory(path_name: str, files: dict[str, Path], library_defaults: bool) -> Any:
+    from verispec.peers.transformers_peer import engine
+
+    assistant = {"assisted": files["assistant"], "universal": files["other-tokenizer"]}.get(path_name)
+    return lambda model_path: engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults)
+
+
+def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float, budget: float | None) -> dict[str, Any]:
+    """One check_decoder depth run; its numbers, the seconds it took and the load it ran under."""
+    import transformers
+
+    from verispec.decoder_api import check_decoder
+    from verispec.peers.transformers_peer import laws_coincide
+
+    p = ps.params
+    if not laws_coincide(p, 11 + ps.depth):
+        raise SystemExit(f"{ps.name}: transformers' law is not verispec's default law there")
+    start, load = time.perf_counter(), os.getloadavg()[0]
+    report = check_decoder(
+        factory(path_name, files, ps.library_defaults), model=files["target"], prompts=(PROMPT,), depth=ps.depth,
+        temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p, repeat_penalty=p.repeat_penalty,
+        tv=tv, fraction=fraction, budget=budget,
+    )
+    outcome = report.results[0]
+    return {"peer": "transformers", "version": transformers.__version__, "path": path_name, "params": ps.name,
+            "state": outcome.numbers.get("state"), "tokens": outcome.numbers.get("tokens"),
+            "design_tokens": outcome.numbers.get("design_tokens"), "power": outcome.numbers.get("power"),
+            "tv": tv, "fraction": fraction, "minutes": round((time.perf_counter() - start) / 60, 2),
+            "load_at_start": round(load, 1), "detail": outcome.detail}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(prog="python -m tests.peer_verdicts")
+    parser.add_argument("--out", type=Path, required=True, help="folder of the tiny models")
+    parser.add_argument("--path", nargs="+", default=list(PATHS), choices=PATHS)
+    parser.add_argument("--params", nargs="+", default=list(PARAM_SETS), choices=list(PARAM_SETS))
+    parser.add_argument("--tv", type=float, default=0.05)
+    parser.add_argument("--fraction", type=float, default=0.1)
+    parser.add_argument("--budget", type=float, default=None, help="seconds per run (inconclusive when short)")
+    parser.add_argument("--write-only", action="store_true", help="write the tiny models and stop")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    files = write_models(args.out)
+    if args.write_only:
+        return 0
+    failed = False
+    for path_name in args.path:
+        for name in args.params:
+            row = verdict(path_name, PARAM_SETS[name], files, args.tv, args.fraction, args.budget)
+            failed |= row["state"] == "failed"
+            print(json.dumps(row), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
