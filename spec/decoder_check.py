@@ -32,6 +32,8 @@ Wire ops (same envelope as :mod:`spec.external`)::
                                                           n whole generations, speculation on
                                                           (the depth test, spec/decoder_depth.py;
                                                           cycles optional)
+      sample, sample_plain and generate carry ``"law": {"name": "transformers", "params": {..}}``
+      when check-decoder runs another ecosystem's law (``--law``, spec/laws/; absent: verispec)
     {"op": "greedy", "input": {"prompt_ids": [..], "max_tokens": 16, "speculative": true}}
       -> {"ids": [..]}
     {"op": "logits", "input": {"prefix_ids": [..], "split_at": null}}
@@ -56,6 +58,7 @@ from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec import answers
 from verispec.spec.external import ExternalError
+from verispec.spec.laws.common import Profile
 from verispec.spec.decoder_law import F32, CachedLaw, LawVerdict, LogitsOf, Prefix, first_tokens_law, judge, sample_size
 from verispec.spec.vectors import Json
 
@@ -344,6 +347,12 @@ class ReferenceDecoder:
 # a program under test
 
 
+def with_law(request: dict[str, Any], law: Profile | None) -> dict[str, Any]:
+    """The request with ``"law": {"name", "params"}`` when a law profile is given (an engine that
+    ignores the field samples ``params``: the verispec law, the default)."""
+    return request if law is None else {**request, "law": law.to_json()}
+
+
 class CommandEngine:
     """An engine behind a command speaking the ops of the module docstring. Every answer is
     validated (:mod:`spec.answers`) against what was asked and the model's vocabulary ``vocab``
@@ -356,29 +365,34 @@ class CommandEngine:
         self.vocab = vocab
         self.eog = frozenset(eog)
 
-    def _samples(self, op: str, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def _samples(self, op: str, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
+                 law: Profile | None = None) -> list[list[int]]:
         from verispec.spec.vectors.wire import params_to_json
 
-        out = self.wire.call(op, {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "m": m, "n": n, "seed": seed})
+        request = {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "m": m, "n": n, "seed": seed}
+        out = self.wire.call(op, with_law(request, law))
         return answers.samples(out.get("samples"), n, m, self.vocab if self.vocab is not None else 2**63, f"the engine's {op}")
 
-    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
-        return self._samples("sample", prompt_ids, params, m, n, seed)
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
+               law: Profile | None = None) -> list[list[int]]:
+        return self._samples("sample", prompt_ids, params, m, n, seed, law)
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[Any]:
+                 min_tokens: int = 0, law: Profile | None = None) -> list[Any]:
         """n whole generations (ids lists, or ``{"ids", "cycles"}`` objects: spec/decoder_depth.py reads them)."""
         from verispec.spec.vectors.wire import params_to_json
 
-        out = self.wire.call("generate", {"prompt_ids": list(prompt_ids), "params": params_to_json(params),
-                                          "max_tokens": max_tokens, "min_tokens": min_tokens, "n": n, "seed": seed})
+        request = {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "max_tokens": max_tokens,
+                   "min_tokens": min_tokens, "n": n, "seed": seed}
+        out = self.wire.call("generate", with_law(request, law))
         samples = out.get("samples")
         if not isinstance(samples, list) or len(samples) != n or not all(isinstance(s, (list, dict)) for s in samples):
             raise ExternalError(f"generate output.samples must be a list of {n} generations")
         return samples
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
-        return self._samples("sample_plain", prompt_ids, params, m, n, seed)
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
+                     law: Profile | None = None) -> list[list[int]]:
+        return self._samples("sample_plain", prompt_ids, params, m, n, seed, law)
 
     def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[Any]:
         row = self.wire.call("logits", {"prefix_ids": list(prefix_ids), "split_at": split_at}).get("logits")
@@ -420,6 +434,15 @@ class LawCase:
     m: int = 2
     min_mass: float = 0.01
     eog: frozenset[int] = frozenset()  # end-of-generation ids: a sample may end early at one
+    law: Profile | None = None  # another ecosystem's target law (None: THE target law of params)
+
+
+def law_options(law: Profile | None) -> dict[str, Profile]:
+    """The keyword an engine receives for a non-default law profile (none for the default: old
+    engines keep working)."""
+    from verispec.spec.laws import DEFAULT
+
+    return {} if law is None or law.name == DEFAULT else {"law": law}
 
 
 def check_law(
@@ -427,11 +450,12 @@ def check_law(
 ) -> LawVerdict:
     """The engine's first m tokens against the target law of ``logits_of`` (our forward, or the
     engine's own logits), N for power 0.99 against ``tv``."""
-    law = first_tokens_law(logits_of, case.prompt_ids, case.params, case.m, case.min_mass, case.eog)
+    law = first_tokens_law(logits_of, case.prompt_ids, case.params, case.m, case.min_mass, case.eog, case.law)
     n = sample_size(law, alpha, tv)
     vocab = np.asarray(logits_of(case.prompt_ids)).shape[-1]  # the law's V: every id must lie in [0, V)
     try:
-        samples = answers.samples(engine.sample(case.prompt_ids, case.params, case.m, n, seed), n, case.m, vocab)
+        sample: Any = engine.sample  # an engine of the default law need not take ``law``
+        samples = answers.samples(sample(case.prompt_ids, case.params, case.m, n, seed, **law_options(case.law)), n, case.m, vocab)
     except ExternalError as exc:  # a malformed answer fails the case, never counts
         failed = judge(law, [], alpha, tv)
         return replace(failed, passed=False, detail=f"malformed answer: {str(exc)[:300]}")

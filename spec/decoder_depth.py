@@ -7,9 +7,11 @@ window fills, near max_tokens). This test takes whole generations of up to ``max
 
 Target law at each position. For a generation x_1..x_T after a prompt, ONE teacher-forced pass
 over the ACTUAL emitted prefix gives every position's logits (our reference forward, or the
-engine's own ``logits`` op per prefix) and THE target law p_t = law(logits_t, prompt + x_<t,
-params_t) (:func:`reference.sampling.target_distribution`; ``params_t`` masks the
-end-of-generation ids while t < ``min_tokens``, vLLM's min_tokens, by a -inf bias before the chain).
+engine's own ``logits`` op per prefix) and the case's target law p_t = law(logits_t, prompt, x_<t)
+(a profile of :mod:`spec.laws`: the default ``verispec`` profile is
+:func:`reference.sampling.target_distribution` with the end-of-generation ids masked while
+t < ``min_tokens``, vLLM's min_tokens, by a -inf bias before the chain; ``--law`` picks another
+ecosystem's chain).
 
 Randomized PIT. Order each row's tokens by probability descending (ids ascending on ties) and let
 F be the cumulative law in that order; with V ~ U(0,1) from the gate's own seeded generator,
@@ -73,8 +75,10 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import VerispecError
-from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder_depth_power import PowerDesign, design, support_sorted
+from verispec.spec.laws import default as default_law
+from verispec.spec.laws.common import Profile
 from verispec.spec.statistics import POWER, chi2_sf
 
 F32 = npt.NDArray[np.float32]
@@ -107,13 +111,23 @@ MAX_BLOCK = 50  # generations per engine call: a broken decoder is seen after it
 @dataclass(frozen=True)
 class DepthCase:
     """One prompt's generations: up to ``max_tokens``, ending early after an id of ``eog``; the
-    EOG ids banned while fewer than ``min_tokens`` tokens are out."""
+    EOG ids banned while fewer than ``min_tokens`` tokens are out. ``law``: the target law's
+    profile (None: the verispec profile of ``params``, ``eog`` and ``min_tokens``); the engine
+    receives a non-default profile as ``generate(..., law=profile)``."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
     max_tokens: int = 64
     eog: frozenset[int] = frozenset()
     min_tokens: int = 0
+    law: Profile | None = None
+
+
+def case_law(case: DepthCase) -> Profile:
+    """The case's target law: its profile, or the verispec profile of its params (min_tokens on EOG)."""
+    if case.law is not None:
+        return case.law
+    return default_law.profile(default_law.Params(case.params, case.eog, case.min_tokens))
 
 
 def position_params(case: DepthCase, position: int) -> SamplingParams:
@@ -222,7 +236,7 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
     logits = np.asarray(rows_of(prompt + tuple(ids), len(prompt)), dtype=np.float64)  # [T, V]
     if logits.ndim != 2 or logits.shape[0] != len(ids):
         raise ValueError(f"teacher-forced rows have shape {logits.shape}, expected [{len(ids)}, V]")
-    history = list(prompt)
+    law = case_law(case)
     t_count = len(ids)
     out = Scored(np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), [])
     eog_ids = np.array(sorted(e for e in case.eog if 0 <= e < logits.shape[1]), dtype=np.int64)
@@ -230,7 +244,7 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
         if not 0 <= x < logits.shape[1]:
             out.broken = f"token id {x} at position {t} is outside the vocabulary [0, {logits.shape[1]})"
             return out
-        p = target_distribution(logits[t], history, position_params(case, t))
+        p = law(logits[t], prompt, ids[:t])
         px = float(p[x])
         if px <= 0.0:
             out.broken = f"token {x} at position {t} has target probability 0"
@@ -247,7 +261,6 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
         out.eog_mass[t] = float(p[eog_ids].sum())
         if keep_rows:
             out.rows.append(support_sorted(p))
-        history.append(x)
     return out
 
 
@@ -420,7 +433,9 @@ def final_stat_alpha(alpha: float) -> float:
 
 
 def draw(engine: GenerationEngine, case: DepthCase, n: int, seed: int) -> list[Generation]:
-    raw = engine.generate(case.prompt_ids, case.params, case.max_tokens, n, seed, case.min_tokens)
+    chosen = {} if case.law is None or case.law.name == default_law.NAME else {"law": case.law}
+    generate: Any = engine.generate  # an engine of the default law need not take ``law``
+    raw = generate(case.prompt_ids, case.params, case.max_tokens, n, seed, case.min_tokens, **chosen)
     if len(raw) != n:
         raise VerispecError(f"the engine returned {len(raw)} generations, asked for {n}")
     try:

@@ -6,7 +6,8 @@ decoder's samples follow the TARGET law of those tokens,
 
     P(t_1 .. t_m) = prod_j law(logits(prompt + t_<j), prompt + t_<j, params),
 
-``law`` being THE target law (:func:`reference.sampling.target_distribution`) and ``logits`` the
+``law`` being THE target law (:func:`reference.sampling.target_distribution`, or another
+ecosystem's profile of :mod:`spec.laws`, called as ``law(logits, prompt, t_<j)``) and ``logits`` the
 target's logits after a prefix: here computed by OUR reference forward (exact for an engine with
 our numerics: transformers float32 on the same dequantized weights, our fast engine), or given as
 an engine's own reported logits (``logits_of`` is any prefix -> row function).
@@ -41,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.spec.laws.common import Profile
 from verispec.spec.statistics import ChiSquare, chi_square, power_of, required_sample_size
 
 F32 = npt.NDArray[np.float32]
@@ -83,17 +85,25 @@ class SequenceLaw:
 
 
 class MemoLaw:
-    """Target law rows by prefix, memoized (one ``logits_of`` call per prefix)."""
+    """Target law rows by prefix, memoized (one ``logits_of`` call per prefix). ``law``: a profile
+    of :mod:`spec.laws` called with the prefix split at ``prompt_length`` (None: THE target law of
+    ``params`` on the whole prefix)."""
 
-    def __init__(self, logits_of: LogitsOf, params: SamplingParams) -> None:
+    def __init__(self, logits_of: LogitsOf, params: SamplingParams, law: Profile | None = None, prompt_length: int = 0) -> None:
         self.logits_of = logits_of
         self.params = params
+        self.law = law
+        self.prompt_length = prompt_length
         self.memo: dict[Prefix, F64] = {}
 
     def row(self, prefix: Prefix) -> F64:
         if prefix not in self.memo:
             logits = np.asarray(self.logits_of(prefix), dtype=np.float64)
-            self.memo[prefix] = np.asarray(target_distribution(logits, list(prefix), self.params), dtype=np.float64)
+            if self.law is None:
+                probs = target_distribution(logits, list(prefix), self.params)
+            else:
+                probs = self.law(logits, prefix[: self.prompt_length], prefix[self.prompt_length:])
+            self.memo[prefix] = np.asarray(probs, dtype=np.float64)
         return self.memo[prefix]
 
 
@@ -141,15 +151,17 @@ def first_tokens_law(
     m: int,
     min_mass: float = 0.01,
     eog: frozenset[int] = frozenset(),
+    law: Profile | None = None,
 ) -> SequenceLaw:
     """The cell law of the first ``m`` tokens after ``prompt``, a sample ending early at an id of
-    ``eog`` (see the module docstring)."""
+    ``eog`` (see the module docstring); ``law``: another ecosystem's profile (None: THE target law
+    of ``params``)."""
     if not 1 <= m <= MAX_M:
         raise ValueError(f"m must be in [1, {MAX_M}], got {m}")
     if not 0 < min_mass < 1:
         raise ValueError(f"min_mass must be in (0, 1), got {min_mass}")
     base = tuple(int(t) for t in prompt)
-    law = MemoLaw(logits_of, params)
+    rows = MemoLaw(logits_of, params, law, len(prompt))
     heap: list[tuple[float, Prefix]] = [(-1.0, ())]
     cells: list[tuple[Prefix, float]] = []
     while heap and len(cells) < MAX_CELLS:
@@ -158,13 +170,13 @@ def first_tokens_law(
         if complete(tokens, m, eog):
             cells.append((tokens, mass))
             continue
-        row = law.row(base + tokens)
+        row = rows.row(base + tokens)
         for t in np.flatnonzero(row * mass >= min_mass):
             heapq.heappush(heap, (-mass * float(row[t]), tokens + (int(t),)))
     probs = np.array([mass for _, mass in cells] + [max(0.0, 1.0 - math.fsum(mass for _, mass in cells))])
 
     def support(seq: Prefix) -> bool:
-        return well_formed(seq, m, eog) and all(law.row(base + seq[:j])[seq[j]] > 0 for j in range(len(seq)))
+        return well_formed(seq, m, eog) and all(rows.row(base + seq[:j])[seq[j]] > 0 for j in range(len(seq)))
 
     return SequenceLaw(base, params, m, tuple(c for c, _ in cells), probs, support)
 

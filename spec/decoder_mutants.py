@@ -33,6 +33,7 @@ from verispec.reference.sampling import SamplingParams, sample, target_distribut
 from verispec.reference.speculative import verify_greedy, verify_sampled
 from verispec.spec.decoder_depth_power import beta_at_tv, tempered
 from verispec.spec.decoder_law import CachedLaw, LogitsOf, Prefix
+from verispec.spec.laws.common import Profile
 
 F64 = npt.NDArray[np.float64]
 
@@ -81,7 +82,9 @@ class LoopDecoder:
     that returns the first m tokens; ``bugs`` selects a mutant. ``verify``: "rejection" (the
     accept/reject rule) or "match" (sample-and-match: each row's token drawn from p, drafts kept
     while they equal it; lossless too). ``positioned``: the target's logits at explicit positions
-    (only the ``position_per_cycle`` mutant needs it)."""
+    (only the ``position_per_cycle`` mutant needs it). ``target``: a law profile of :mod:`spec.laws`
+    the verified rows always follow (a correct decoder of another ecosystem); otherwise the profile
+    it is asked for (``law=``), else THE target law of ``params``."""
 
     logits_of: LogitsOf
     draft_params: SamplingParams
@@ -92,6 +95,7 @@ class LoopDecoder:
     eog: frozenset[int] = frozenset()  # end-of-generation ids: a decode stops after one
     verify: str = "rejection"
     positioned: Positioned | None = None
+    target: Profile | None = None  # the target law this decoder really samples (None: the law it is asked for)
 
     def first_tokens(
         self, prompt: Sequence[int], params: SamplingParams, m: int, rng: np.random.Generator, k: int | None = None
@@ -101,10 +105,12 @@ class LoopDecoder:
 
     def decode(
         self, prompt: Sequence[int], params: SamplingParams, m: int, rng: np.random.Generator, k: int | None = None,
-        min_tokens: int = 0,
+        min_tokens: int = 0, law: Profile | None = None,
     ) -> Traced:
-        """One decode of up to m tokens, EOG banned before ``min_tokens`` (with its cycles)."""
+        """One decode of up to m tokens, EOG banned before ``min_tokens`` (with its cycles); the
+        verified rows follow ``self.target`` or ``law`` when one is given (module docstring)."""
         bugs = self.bugs
+        profile = self.target or law
         k = self.k if k is None else k
         draft_of = self.draft_logits_of or self.logits_of
         history = [int(t) for t in prompt]
@@ -134,11 +140,14 @@ class LoopDecoder:
             rows = self._rows(cache, positions, span, span_positions, len(pending), len(drafts))
             cache, positions, covered = cache + span, positions + span_positions, covered + len(span)
             seen = history + drafted_ever if bugs.penalty_counts_rejected else penalty_history if bugs.penalty_last_per_cycle else history
-            p = np.stack([
-                self.law(rows[i], (seen + drafts[:i]) if not bugs.penalty_last_per_cycle else seen,
-                         self._row_params(params, len(out) + i, len(cycles), min_tokens, is_bonus=i == len(drafts)))
-                for i in range(len(drafts) + 1)
-            ])
+            if profile is not None:
+                p = np.stack([profile(rows[i], prompt, out + drafts[:i]) for i in range(len(drafts) + 1)])
+            else:
+                p = np.stack([
+                    self.law(rows[i], (seen + drafts[:i]) if not bugs.penalty_last_per_cycle else seen,
+                             self._row_params(params, len(out) + i, len(cycles), min_tokens, is_bonus=i == len(drafts)))
+                    for i in range(len(drafts) + 1)
+                ])
             before = len(history)
             accepted, emitted = self._verify(p, q_rows, drafts, params, rng)
             keep = min(covered, before + accepted + bugs.rollback_extra)
@@ -205,13 +214,14 @@ class LoopDecoder:
             return self.law(logits, context, params)
         return q
 
-    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
+               law: Profile | None = None) -> list[list[int]]:
         """n independent runs (the DecoderEngine interface of :mod:`spec.decoder_check`)."""
         rng = np.random.default_rng(seed)
-        return [self.first_tokens(prompt_ids, params, m, rng) for _ in range(n)]
+        return [self.decode(prompt_ids, params, m, rng, law=law).ids for _ in range(n)]
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[dict[str, Any]]:
+                 min_tokens: int = 0, law: Profile | None = None) -> list[dict[str, Any]]:
         """n independent whole generations with their cycles (the GenerationEngine interface of
         :mod:`spec.decoder_depth`); each request its own stream, or (``shared_stream``) one stream
         per two requests."""
@@ -219,14 +229,15 @@ class LoopDecoder:
         out = []
         for i in range(n):
             rng = np.random.default_rng(int(seeds[i - i % 2] if self.bugs.shared_stream else seeds[i]))
-            traced = self.decode(prompt_ids, params, max_tokens, rng, min_tokens=min_tokens)
+            traced = self.decode(prompt_ids, params, max_tokens, rng, min_tokens=min_tokens, law=law)
             out.append({"ids": traced.ids, "cycles": [list(c) for c in traced.cycles], "logprobs": traced.logprobs})
         return out
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
+                     law: Profile | None = None) -> list[list[int]]:
         """n runs with speculation off (k = 0: one target token per step; two-sample mode)."""
         rng = np.random.default_rng(seed)
-        return [self.first_tokens(prompt_ids, params, m, rng, 0) for _ in range(n)]
+        return [self.decode(prompt_ids, params, m, rng, 0, law=law).ids for _ in range(n)]
 
     def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> Any:
         """The target's own plain logits after a prefix (``split_at``: the batch-shape variant,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from verispec.decoder_report import DecoderReport, PromptOutcome
     from verispec.reference.sampling import SamplingParams
+    from verispec.spec.laws import Profile
 
 TargetLaw = Literal["reference", "engine-logits", "two-sample"]
 DEFAULT_PROMPTS: tuple[str, ...] = ("The cat sat on the",)
@@ -34,12 +35,17 @@ def check_decoder(
     bench_prompts: bool = False,
     depth: int = 64,
     m: int = 3,
-    temperature: float = 1.0,
-    top_k: int = 4,
-    top_p: float = 1.0,
-    min_p: float = 0.0,
-    repeat_penalty: float = 1.5,
-    min_tokens: int = 0,
+    law: str = "verispec",
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repeat_penalty: float | None = None,
+    repetition_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    penalty_last_n: int | None = None,
+    min_tokens: int | None = None,
     draft_temperature: float = 2.0,
     draft_top_k: int = 4,
     k: int = 2,
@@ -68,6 +74,13 @@ def check_decoder(
     total-variation deviation ``tv`` at false-alarm probability ``alpha`` (default 1e-3, split over
     the prompts). ``log`` sees each prompt's outcome as it is decided.
 
+    ``law``: whose target law the tokens must follow (spec/laws/): ``verispec`` (the default;
+    temperature 1, top_k 4, repeat_penalty 1.5 unless given), ``llama.cpp``, ``transformers`` or
+    ``vllm``, each with its ecosystem's parameter names and defaults for the sampling keywords left
+    None; a keyword the chosen law does not have is a usage error naming its flag. The engine
+    receives a non-default law as ``law=`` (a :class:`verispec.spec.laws.Profile`; on the wire the
+    ``"law"`` field).
+
     Example::
 
         report = verispec.check_decoder("mypkg.serving:engine_factory", model="model.gguf", m=2)
@@ -80,15 +93,22 @@ def check_decoder(
     from verispec.spec.decoder_check import ReferenceLogits
 
     from verispec.spec.external import check_timeout
+    from verispec.spec.laws import min_tokens_of
 
     tv = (0.05 if depth else 0.2) if tv is None else tv
     _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
-    _check_depth_arguments(depth, min_tokens, fraction, budget, ours)
+    flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "repeat_penalty": repeat_penalty,
+             "repetition_penalty": repetition_penalty, "frequency_penalty": frequency_penalty,
+             "presence_penalty": presence_penalty, "penalty_last_n": penalty_last_n, "min_tokens": min_tokens}
+    _check_depth_arguments(depth, min_tokens or 0, fraction, budget, ours)
+    _profile(law, flags, ())  # before the model loads: a flag the law lacks, a bad value
+    _check_law_mode(law, ours or mutant is not None, target_law, greedy)
     check_timeout(timeout)  # before the model loads: inf, nan, 1e300, -1 are usage errors
-    params = _params(temperature, top_k, top_p, min_p, repeat_penalty)
     texts = _prompts(prompts, bench_prompts)
     path = resolve_model(str(model))
     reference, tokenizer = Model.load(path), Tokenizer.from_file(path)
+    profile = _profile(law, flags, tokenizer.eog_ids)
+    params = profile.legacy
     logits = ReferenceLogits(reference)
     decoder = _engine(engine, engine_cmd, ours, mutant, path, logits, tokenizer, draft_temperature, draft_top_k, k, timeout)
     report = DecoderReport(str(path))
@@ -96,7 +116,8 @@ def check_decoder(
     per_prompt = (alpha if alpha is not None else DEFAULT_ALPHA) / len(texts)  # Bonferroni over the prompts
     try:
         run = _Run(decoder, logits, tokenizer, params, m, per_prompt, tv, min_mass, greedy, max_tokens, target_law)
-        run.depth = _Depth(depth, min_tokens, fraction, budget, reference)
+        run.law = None if profile.name == "verispec" else profile
+        run.depth = _Depth(depth, min_tokens_of(profile), fraction, budget, reference)
         run.check_modes()
         for text in texts:
             report.results.append(run.prompt(text))
@@ -148,12 +169,22 @@ def _check_depth_arguments(depth: int, min_tokens: int, fraction: float, budget:
         raise _error("ours: our decode loop has no min_tokens")
 
 
-def _params(temperature: float, top_k: int, top_p: float, min_p: float, repeat_penalty: float) -> SamplingParams:
-    from verispec.reference.sampling import SamplingParams
+def _profile(law: str, flags: dict[str, Any], eog: Sequence[int] | frozenset[int] | tuple[()]) -> Profile:
+    """The law profile of the sampling flags (spec/laws/); a usage error names a flag it lacks."""
+    from verispec.spec.laws import build
 
-    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty)
-    params.validate()
-    return params
+    return build(law, flags, eog)
+
+
+def _check_law_mode(law: str, ours: bool, target_law: str, greedy: bool) -> None:
+    """Our decode loop and its mutants sample the verispec law (their bugs are written against its
+    penalty window and min_tokens); two-sample mode has no law at all."""
+    if law == "verispec" or greedy:
+        return
+    if ours:
+        raise _error(f"ours and the mutants sample the verispec law; law {law} needs another decoder")
+    if target_law == "two-sample":
+        raise _error(f"target_law two-sample compares the engine with itself, no law; law {law} needs reference or engine-logits")
 
 
 def _prompts(prompts: Sequence[str], bench_prompts: bool) -> list[str]:
@@ -240,6 +271,7 @@ class _Run:
         self.eog = frozenset(tokenizer.eog_ids)
         self.target: Any = logits
         self.depth = _Depth()
+        self.law: Profile | None = None  # another ecosystem's target law (None: verispec, of params)
 
     def check_modes(self) -> None:
         """A usage error for a mode the engine does not offer; picks whose logits are the target."""
@@ -281,7 +313,7 @@ class _Run:
                                  min_mass=self.min_mass)
             mode = "two-sample"
         else:
-            v = check_law(self.engine, self.target, LawCase(ids, self.params, self.m, self.min_mass, self.eog),
+            v = check_law(self.engine, self.target, LawCase(ids, self.params, self.m, self.min_mass, self.eog, self.law),
                           alpha=self.alpha, tv=self.tv)
             mode = f"law ({self.target.source})"
         numbers = law_json(v)
@@ -297,7 +329,7 @@ class _Run:
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
         rows = per_prefix_rows(self.target.fresh) if isinstance(self.target, EngineLogits) else reference_rows(self.depth.model)
-        case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens)
+        case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law)
         verdict = check_depth(self.engine, rows, case, alpha=self.alpha, tv=self.tv, fraction=self.depth.fraction,
                               budget_s=self.depth.budget)
         numbers = verdict_json(verdict)

@@ -2,7 +2,9 @@
 
     verispec check-decoder (--engine MOD:FACTORY | --engine-cmd CMD | --ours | --mutant NAME)
         [--model NAME|PATH] [--prompt TEXT ... | --bench-prompts] [--depth 64 | --depth 0 --m 3]
+        [--law verispec|llama.cpp|transformers|vllm]
         [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--min-tokens N]
+        [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P] [--penalty-last-n N]
         [--draft-temperature T] [--draft-top-k K] [--k 2]
         [--target-law reference|engine-logits|two-sample] [--tv TV] [--fraction F] [--alpha A]
         [--budget SECONDS] [--greedy --max-tokens N] [--json] [--junit-xml PATH]
@@ -12,6 +14,12 @@ tokens (spec/decoder_depth.py: the engine's ``generate``; power 0.99 against TV 
 0.05) on ``--fraction`` (default 0.1) of positions; ``--budget`` seconds per prompt, exit 3 when
 it ends short of that power). ``--depth 0``: the first-m test of the first ``--m`` tokens
 (spec/decoder_law.py, default TV 0.2); two-sample mode is always first-m.
+
+``--law`` (default ``verispec``): whose target law each token must follow (spec/laws/, one chain per
+ecosystem: ``llama.cpp`` = llama-cpp-python's sampler chain, ``transformers`` = ``generate``'s
+processors, ``vllm`` = vLLM's V1 sampler). A sampling flag left out takes that ecosystem's default
+(``verispec``: temperature 1, top-k 4, repeat penalty 1.5); a flag the law does not have is a usage
+error naming it. The engine receives a non-default law (``law=`` / the wire's ``"law"`` field).
 
 ``--engine MOD:FACTORY``: ``FACTORY(model_path)`` returns an engine with
 ``sample(prompt_ids, params, m, n, seed) -> [[t1..tm], ...]`` (and ``greedy(prompt_ids,
@@ -53,12 +61,19 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--bench-prompts", action="store_true", help="the five prompts of `verispec bench` instead of --prompt")
     parser.add_argument("--depth", type=int, default=64, help="tokens per generation of the depth test (0: the first-m test)")
     parser.add_argument("--m", type=int, default=3, help="--depth 0: first tokens whose law is tested (1..3)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=4)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--min-p", type=float, default=0.0)
-    parser.add_argument("--repeat-penalty", type=float, default=1.5)
-    parser.add_argument("--min-tokens", type=int, default=0, help="--depth: end-of-generation banned before this many tokens")
+    parser.add_argument("--law", choices=("verispec", "llama.cpp", "transformers", "vllm"), default="verispec",
+                        help="whose target law: its chain, names and defaults (default verispec)")
+    parser.add_argument("--temperature", type=float, default=None, help="(verispec default 1.0)")
+    parser.add_argument("--top-k", type=int, default=None, help="(verispec default 4)")
+    parser.add_argument("--top-p", type=float, default=None, help="(verispec default 1.0)")
+    parser.add_argument("--min-p", type=float, default=None, help="(verispec default 0.0)")
+    parser.add_argument("--repeat-penalty", type=float, default=None, help="verispec, llama.cpp (verispec default 1.5)")
+    parser.add_argument("--repetition-penalty", type=float, default=None, help="transformers, vllm")
+    parser.add_argument("--frequency-penalty", type=float, default=None, help="llama.cpp, vllm")
+    parser.add_argument("--presence-penalty", type=float, default=None, help="llama.cpp, vllm")
+    parser.add_argument("--penalty-last-n", type=int, default=None, help="verispec, llama.cpp: the penalty window (default 64)")
+    parser.add_argument("--min-tokens", type=int, default=None,
+                        help="verispec, transformers, vllm: end-of-generation banned before this many tokens")
     parser.add_argument("--draft-temperature", type=float, default=2.0, help="--ours/--mutant: the draft's law")
     parser.add_argument("--draft-top-k", type=int, default=4, help="--ours/--mutant: the draft's law")
     parser.add_argument("--k", type=int, default=2, help="--ours/--mutant: drafts per cycle")
@@ -99,11 +114,16 @@ def run(args: argparse.Namespace) -> int:
         bench_prompts=args.bench_prompts,
         depth=args.depth,
         m=args.m,
+        law=args.law,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         min_p=args.min_p,
         repeat_penalty=args.repeat_penalty,
+        repetition_penalty=args.repetition_penalty,
+        frequency_penalty=args.frequency_penalty,
+        presence_penalty=args.presence_penalty,
+        penalty_last_n=args.penalty_last_n,
         min_tokens=args.min_tokens,
         draft_temperature=args.draft_temperature,
         draft_top_k=args.draft_top_k,
