@@ -7,8 +7,9 @@ Writes the tiny models (tests/synthetic.py: a 3-layer TinyLlama-shaped target, a
 same-vocabulary assistant of another seed, and a Phi-3-shaped assistant whose tokenizer has four
 more tokens) to ``DIR``, then runs ``verispec.check_decoder`` (the depth test, its default sampled
 mode) on every chosen path x param set, transformers loading the files itself
-(verispec/peers/transformers_peer.py), and prints one JSON line per verdict. Only param sets where
-transformers' law is verispec's default law (:func:`laws_coincide`) are run.
+(verispec/peers/transformers_peer.py), and prints one JSON line per verdict. The param sets of the
+default (verispec) law are those where it is transformers' law (:func:`laws_coincide`); the
+``hf-`` sets judge against ``--law transformers`` (spec/laws/transformers.py).
 """
 
 from __future__ import annotations
@@ -30,23 +31,43 @@ PROMPT = "The cat sat on the"  # 11 tokens with the synthetic vocabulary's BOS
 
 @dataclass(frozen=True)
 class ParamSet:
-    """One sampled law and the generation length it is judged at."""
+    """One sampled law (check_decoder's ``law`` and sampling keywords) and the generation length
+    it is judged at; ``library_defaults``: the engine sends ``do_sample=True`` alone."""
 
     name: str
-    params: SamplingParams
+    flags: dict[str, Any]
+    law: str = "verispec"
     depth: int = 64
     library_defaults: bool = False
 
+    def params(self) -> SamplingParams:
+        f = self.flags
+        return SamplingParams(temperature=f.get("temperature", 1.0), top_k=f.get("top_k", 0), top_p=f.get("top_p", 1.0),
+                              min_p=f.get("min_p", 0.0), repeat_penalty=f.get("repeat_penalty", 1.0))
+
+
+def _v(**flags: Any) -> dict[str, Any]:
+    """verispec-law flags with every filter stated (top_k 0, no penalty unless given)."""
+    return {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, **flags}
+
 
 PARAM_SETS = {
-    "t1": ParamSet("t1", SamplingParams(temperature=1.0)),
-    "t0.7": ParamSet("t0.7", SamplingParams(temperature=0.7)),
-    "t0.7-k8": ParamSet("t0.7-k8", SamplingParams(temperature=0.7, top_k=8)),
-    "t1-k8-p0.9": ParamSet("t1-k8-p0.9", SamplingParams(temperature=1.0, top_k=8, top_p=0.9)),
-    "t1-minp0.05": ParamSet("t1-minp0.05", SamplingParams(temperature=1.0, min_p=0.05)),
+    # where transformers' law is verispec's default law (laws_coincide)
+    "t1": ParamSet("t1", _v()),
+    "t0.7": ParamSet("t0.7", _v(temperature=0.7)),
+    "t0.7-k8": ParamSet("t0.7-k8", _v(temperature=0.7, top_k=8)),
+    "t1-k8-p0.9": ParamSet("t1-k8-p0.9", _v(top_k=8, top_p=0.9)),
+    "t1-minp0.05": ParamSet("t1-minp0.05", _v(min_p=0.05)),
     # the penalty's window (64) covers prompt + 48 tokens, as transformers' whole sequence
-    "t1-rep1.3": ParamSet("t1-rep1.3", SamplingParams(temperature=1.0, repeat_penalty=1.3), depth=48),
-    "defaults": ParamSet("defaults", SamplingParams(temperature=1.0, top_k=50), library_defaults=True),
+    "t1-rep1.3": ParamSet("t1-rep1.3", _v(repeat_penalty=1.3), depth=48),
+    "defaults": ParamSet("defaults", _v(top_k=50), library_defaults=True),
+    # --law transformers (spec/laws/transformers.py): its whole parameter set
+    "hf-t0.7-p0.9": ParamSet("hf-t0.7-p0.9", {"temperature": 0.7, "top_k": 0, "top_p": 0.9}, law="transformers"),
+    "hf-t0.7-k20-minp0.1": ParamSet("hf-t0.7-k20-minp0.1", {"temperature": 0.7, "top_k": 20, "min_p": 0.1},
+                                    law="transformers"),
+    "hf-rep1.3": ParamSet("hf-rep1.3", {"temperature": 0.8, "top_k": 0, "repetition_penalty": 1.3}, law="transformers"),
+    "hf-min8": ParamSet("hf-min8", {"temperature": 1.0, "top_k": 0, "min_tokens": 8}, law="transformers"),
+    "hf-defaults": ParamSet("hf-defaults", {}, law="transformers", library_defaults=True),
 }
 PATHS = ("plain", "prompt-lookup", "assisted", "early-exit", "universal")
 
@@ -77,17 +98,16 @@ def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fra
     from verispec.decoder_api import check_decoder
     from verispec.peers.transformers_peer import laws_coincide
 
-    p = ps.params
-    if not laws_coincide(p, 11 + ps.depth):
+    if ps.law == "verispec" and not laws_coincide(ps.params(), 11 + ps.depth):
         raise SystemExit(f"{ps.name}: transformers' law is not verispec's default law there")
     start, load = time.perf_counter(), os.getloadavg()[0]
     report = check_decoder(
         factory(path_name, files, ps.library_defaults), model=files["target"], prompts=(PROMPT,), depth=ps.depth,
-        temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p, repeat_penalty=p.repeat_penalty,
-        tv=tv, fraction=fraction, budget=budget,
+        law=ps.law, tv=tv, fraction=fraction, budget=budget, **ps.flags,
     )
     outcome = report.results[0]
     return {"peer": "transformers", "version": transformers.__version__, "path": path_name, "params": ps.name,
+            "law": ps.law, "flags": ps.flags,
             "state": outcome.numbers.get("state"), "tokens": outcome.numbers.get("tokens"),
             "design_tokens": outcome.numbers.get("design_tokens"), "power": outcome.numbers.get("power"),
             "tv": tv, "fraction": fraction, "minutes": round((time.perf_counter() - start) / 60, 2),

@@ -120,6 +120,28 @@ def test_greedy_mode_passes_each_same_tokenizer_path(files: dict[str, Path], pat
     assert report.passed, report.results[0].detail
 
 
+def test_the_transformers_law_profile_drives_the_whole_parameter_set(files: dict[str, Path]) -> None:
+    """Under ``--law transformers`` the engine receives the profile and samples its params as they
+    are: tempered top-p (where verispec's law would differ) and min_new_tokens."""
+    report = check_decoder(_factory(files, "prompt-lookup"), model=files["target"], law="transformers",
+                           temperature=0.7, top_k=0, top_p=0.8, min_tokens=4, **SMOKE)
+    assert report.passed, report.results[0].detail
+
+
+def test_profile_keywords_refuse_another_ecosystems_law() -> None:
+    from verispec.peers.transformers_peer import profile_kwargs
+    from verispec.spec.laws import build
+
+    hf = build("transformers", {"temperature": 0.5, "min_p": 0.1}, (2,))
+    assert profile_kwargs(hf) == {"do_sample": True, "temperature": 0.5, "top_k": 50, "top_p": 1.0, "min_p": 0.1,
+                                  "repetition_penalty": 1.0}
+    assert profile_kwargs(build("transformers", {}, (2,)), library_defaults=True) == {"do_sample": True}
+    with pytest.raises(CheckError, match="library_defaults"):
+        profile_kwargs(hf, library_defaults=True)
+    with pytest.raises(CheckError, match="llama.cpp"):
+        profile_kwargs(build("llama.cpp", {}, (2,)))
+
+
 def test_sampling_keywords_state_every_filter() -> None:
     from verispec.peers.transformers_peer import sampling_kwargs
 

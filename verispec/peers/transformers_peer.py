@@ -21,8 +21,11 @@ top-k only for 0, and an unset top_k becomes the library default 50), top_p, min
 repetition_penalty; ``min_tokens`` is ``min_new_tokens``. ``library_defaults`` sends
 ``do_sample=True`` alone and takes transformers' own defaults (top_k 50, temperature 1), so it
 accepts only the params that state those defaults. What transformers computes is ITS law
-(temperature before top-k/top-p/min-p, the penalty over the whole sequence), which is verispec's
-default law only where the two coincide: :func:`laws_coincide` says where.
+(temperature before top-k/top-p/min-p, the penalty over the whole sequence): run the gate with
+``--law transformers`` (spec/laws/transformers.py), and ``generate`` receives that profile as
+``law=`` and sends its params as they are; under the default (verispec) law the adapter maps
+verispec's params, which is transformers' law only where the two coincide
+(:func:`laws_coincide`).
 
 Each ``generate`` call seeds torch's global generator from the gate's seed (``torch.manual_seed``)
 and draws its ``n`` generations one after another (assisted generation is batch-size 1 only).
@@ -35,7 +38,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +54,9 @@ LIBRARY_DEFAULTS = SamplingParams(temperature=1.0, top_k=50)  # GenerationConfig
 def _quiet_transformers() -> Any:
     import transformers
 
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
+    logging: Any = transformers.utils.logging  # untyped helpers
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
     return transformers
 
 
@@ -127,6 +131,24 @@ def sampling_kwargs(params: SamplingParams, library_defaults: bool = False) -> d
     }
 
 
+def profile_kwargs(law: Any, library_defaults: bool = False) -> dict[str, Any]:
+    """``generate()`` keywords of a ``--law transformers`` profile (spec/laws/transformers.py):
+    its GenerationConfig fields as they are; a :class:`CheckError` for another ecosystem's law."""
+    from verispec.spec.laws.transformers import NAME, Params
+
+    if getattr(law, "name", None) != NAME:
+        raise CheckError(f"the transformers adapter samples transformers' law, not --law {getattr(law, 'name', law)!r}")
+    p = law.params
+    if not p.do_sample:
+        raise CheckError("do_sample false is greedy: run check-decoder --greedy")
+    if library_defaults:
+        if replace(p, min_new_tokens=0, eos_token_id=()) != Params():
+            raise CheckError(f"library_defaults samples transformers' defaults: give the gate no sampling flag, got {p}")
+        return {"do_sample": True}
+    return {"do_sample": True, "temperature": float(p.temperature), "top_k": int(p.top_k), "top_p": float(p.top_p),
+            "min_p": None if p.min_p is None else float(p.min_p), "repetition_penalty": float(p.repetition_penalty)}
+
+
 def _filters(params: SamplingParams) -> tuple[float, int, float, float, float]:
     return (params.temperature, params.top_k, params.top_p, params.min_p, params.repeat_penalty)
 
@@ -184,13 +206,19 @@ class TransformersPeer:
         return [int(t) for t in out[0, len(prompt_ids):].tolist()]
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0,
+        law: Any = None,
     ) -> list[list[int]]:
         """``n`` independent sampled generations of up to ``max_tokens`` tokens, speculation on,
-        from torch's generator seeded with ``seed``."""
+        from torch's generator seeded with ``seed``; ``law``: the gate's non-default profile
+        (``--law transformers``), whose params are sent instead of ``params``."""
         import torch
 
-        sampling = sampling_kwargs(params, self.library_defaults)
+        if law is None:
+            sampling = sampling_kwargs(params, self.library_defaults)
+        else:
+            sampling = profile_kwargs(law, self.library_defaults)
+            min_tokens = int(law.params.min_new_tokens)
         torch.manual_seed(seed)
         return [self._generate(prompt_ids, max_tokens, min_tokens, True, **sampling) for _ in range(n)]
 
