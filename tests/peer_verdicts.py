@@ -114,6 +114,21 @@ def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fra
             "load_at_start": round(load, 1), "detail": outcome.detail}
 
 
+def table_rows(lines: list[str]) -> list[str]:
+    """docs/peers.md's table rows from this runner's JSON lines."""
+    rows = []
+    for line in lines:
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        ps = PARAM_SETS[r["params"]]
+        flags = ", ".join(f"{k}={v}" for k, v in ps.flags.items()) or "none (library defaults)"
+        command = f"`python -m tests.peer_verdicts --out DIR --path {r['path']} --params {r['params']} --fraction {r['fraction']}`"
+        rows.append(f"| {r['version']} | {r['path']} | {r['params']}: --law {ps.law}, {flags}{', depth ' + str(ps.depth) if ps.depth != 64 else ''} | **{r['state']}** | "
+                    f"{r['tokens']} / {r['design_tokens']} | {r['power']:.3f} | {r['minutes']} (load {r['load_at_start']}) | {command} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -125,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--budget", type=float, default=None, help="seconds per run (inconclusive when short)")
     parser.add_argument("--write-only", action="store_true", help="write the tiny models and stop")
+    parser.add_argument("--table", type=Path, help="print docs/peers.md's table rows of a saved JSON-lines file and stop")
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print("\n".join(table_rows(args.table.read_text().splitlines())))
+        return 0
     torch.set_num_threads(1)
     files = write_models(args.out)
     if args.write_only:
