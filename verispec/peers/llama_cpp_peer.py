@@ -63,12 +63,12 @@ class LlamaCppPeer:
 
         self.path, self.lookup_tokens, self.logits_processor = path, lookup_tokens, logits_processor
         self.windows: dict[int, Any] = {}
-        self.make = lambda window: Llama(
+        self.make: Any = lambda window: Llama(
             model_path=str(path), n_ctx=N_CTX, verbose=False, last_n_tokens_size=window, n_threads=THREADS, n_threads_batch=THREADS,
             draft_model=None if lookup_tokens is None else LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens),
         )
-        self.scorer = Llama(model_path=str(path), n_ctx=N_CTX, verbose=False, logits_all=True, n_threads=THREADS,
-                            n_threads_batch=THREADS)
+        self.scorer: Any = Llama(model_path=str(path), n_ctx=N_CTX, verbose=False, logits_all=True, n_threads=THREADS,
+                                 n_threads_batch=THREADS)
         self.eos = int(self.scorer.token_eos())
 
     def _llm(self, window: int) -> Any:
