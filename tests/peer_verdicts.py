@@ -1,0 +1,162 @@
+"""Verdicts of transformers' speculative paths on tiny synthetic GGUF models (docs/peers.md).
+
+    python -m tests.peer_verdicts --out DIR [--path PATH ...] [--params NAME ...]
+        [--tv 0.05] [--fraction 0.1] [--budget SECONDS]
+
+Writes the tiny models (tests/synthetic.py: a 3-layer TinyLlama-shaped target, a 1-layer
+same-vocabulary assistant of another seed, and a Phi-3-shaped assistant whose tokenizer has four
+more tokens) to ``DIR``, then runs ``verispec.check_decoder`` (the depth test, its default sampled
+mode) on every chosen path x param set, transformers loading the files itself
+(verispec/peers/transformers_peer.py), and prints one JSON line per verdict. The param sets of the
+default (verispec) law are those where it is transformers' law (:func:`laws_coincide`); the
+``hf-`` sets judge against ``--law transformers`` (spec/laws/transformers.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tests.synthetic import VARIANTS, write_synthetic
+from verispec.reference.sampling import SamplingParams
+
+PROMPT = "The cat sat on the"  # 11 tokens with the synthetic vocabulary's BOS
+
+
+@dataclass(frozen=True)
+class ParamSet:
+    """One sampled law (check_decoder's ``law`` and sampling keywords) and the generation length
+    it is judged at; ``library_defaults``: the engine sends ``do_sample=True`` alone."""
+
+    name: str
+    flags: dict[str, Any]
+    law: str = "verispec"
+    depth: int = 64
+    library_defaults: bool = False
+
+    def params(self) -> SamplingParams:
+        f = self.flags
+        return SamplingParams(temperature=f.get("temperature", 1.0), top_k=f.get("top_k", 0), top_p=f.get("top_p", 1.0),
+                              min_p=f.get("min_p", 0.0), repeat_penalty=f.get("repeat_penalty", 1.0))
+
+
+def _v(**flags: Any) -> dict[str, Any]:
+    """verispec-law flags with every filter stated (top_k 0, no penalty unless given)."""
+    return {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, **flags}
+
+
+PARAM_SETS = {
+    # where transformers' law is verispec's default law (laws_coincide)
+    "t1": ParamSet("t1", _v()),
+    "t0.7": ParamSet("t0.7", _v(temperature=0.7)),
+    "t0.7-k8": ParamSet("t0.7-k8", _v(temperature=0.7, top_k=8)),
+    "t1-k8-p0.9": ParamSet("t1-k8-p0.9", _v(top_k=8, top_p=0.9)),
+    "t1-minp0.05": ParamSet("t1-minp0.05", _v(min_p=0.05)),
+    # the penalty's window (64) covers prompt + 48 tokens, as transformers' whole sequence
+    "t1-rep1.3": ParamSet("t1-rep1.3", _v(repeat_penalty=1.3), depth=48),
+    "defaults": ParamSet("defaults", _v(top_k=50), library_defaults=True),
+    # --law transformers (spec/laws/transformers.py): its whole parameter set
+    "hf-t0.7-p0.9": ParamSet("hf-t0.7-p0.9", {"temperature": 0.7, "top_k": 0, "top_p": 0.9}, law="transformers"),
+    "hf-t0.7-k20-minp0.1": ParamSet("hf-t0.7-k20-minp0.1", {"temperature": 0.7, "top_k": 20, "min_p": 0.1},
+                                    law="transformers"),
+    "hf-rep1.3": ParamSet("hf-rep1.3", {"temperature": 0.8, "top_k": 0, "repetition_penalty": 1.3}, law="transformers"),
+    "hf-min8": ParamSet("hf-min8", {"temperature": 1.0, "top_k": 0, "min_tokens": 8}, law="transformers"),
+    "hf-defaults": ParamSet("hf-defaults", {}, law="transformers", library_defaults=True),
+}
+PATHS = ("plain", "prompt-lookup", "assisted", "early-exit", "universal")
+
+
+def write_models(folder: Path) -> dict[str, Path]:
+    """The target, a same-vocabulary 1-layer assistant, and an assistant with another tokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"target": folder / "tinyllama.gguf", "assistant": folder / "tinyllama-1layer.gguf",
+             "other-tokenizer": folder / "phi3.gguf"}
+    small = replace(VARIANTS["tinyllama"], name="tinyllama-1layer", n_layer=1)
+    for key, variant, seed in (("target", VARIANTS["tinyllama"], 3), ("assistant", small, 4), ("other-tokenizer", VARIANTS["phi3"], 2)):
+        if not files[key].exists():
+            write_synthetic(files[key], variant, seed=seed)
+    return files
+
+
+def factory(path_name: str, files: dict[str, Path], library_defaults: bool) -> Any:
+    from verispec.peers.transformers_peer import engine
+
+    assistant = {"assisted": files["assistant"], "universal": files["other-tokenizer"]}.get(path_name)
+    return lambda model_path: engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults)
+
+
+def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float, budget: float | None) -> dict[str, Any]:
+    """One check_decoder depth run; its numbers, the seconds it took and the load it ran under."""
+    import transformers
+
+    from verispec.decoder_api import check_decoder
+    from verispec.peers.transformers_peer import laws_coincide
+
+    if ps.law == "verispec" and not laws_coincide(ps.params(), 11 + ps.depth):
+        raise SystemExit(f"{ps.name}: transformers' law is not verispec's default law there")
+    start, load = time.perf_counter(), os.getloadavg()[0]
+    report = check_decoder(
+        factory(path_name, files, ps.library_defaults), model=files["target"], prompts=(PROMPT,), depth=ps.depth,
+        law=ps.law, tv=tv, fraction=fraction, budget=budget, **ps.flags,
+    )
+    outcome = report.results[0]
+    return {"peer": "transformers", "version": transformers.__version__, "path": path_name, "params": ps.name,
+            "law": ps.law, "flags": ps.flags,
+            "state": outcome.numbers.get("state"), "tokens": outcome.numbers.get("tokens"),
+            "design_tokens": outcome.numbers.get("design_tokens"), "power": outcome.numbers.get("power"),
+            "tv": tv, "fraction": fraction, "minutes": round((time.perf_counter() - start) / 60, 2),
+            "load_at_start": round(load, 1), "detail": outcome.detail}
+
+
+def table_rows(lines: list[str]) -> list[str]:
+    """docs/peers.md's table rows from this runner's JSON lines."""
+    rows = []
+    for line in lines:
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        ps = PARAM_SETS[r["params"]]
+        flags = ", ".join(f"{k}={v}" for k, v in ps.flags.items()) or "none (library defaults)"
+        command = f"`python -m tests.peer_verdicts --out DIR --path {r['path']} --params {r['params']} --fraction {r['fraction']}`"
+        rows.append(f"| {r['version']} | {r['path']} | {r['params']}: --law {ps.law}, {flags}{', depth ' + str(ps.depth) if ps.depth != 64 else ''} | **{r['state']}** | "
+                    f"{r['tokens']} / {r['design_tokens']} | {r['power']:.3f} | {r['minutes']} (load {r['load_at_start']}) | {command} |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(prog="python -m tests.peer_verdicts")
+    parser.add_argument("--out", type=Path, required=True, help="folder of the tiny models")
+    parser.add_argument("--path", nargs="+", default=list(PATHS), choices=PATHS)
+    parser.add_argument("--params", nargs="+", default=list(PARAM_SETS), choices=list(PARAM_SETS))
+    parser.add_argument("--tv", type=float, default=0.05)
+    parser.add_argument("--fraction", type=float, default=0.1)
+    parser.add_argument("--budget", type=float, default=None, help="seconds per run (inconclusive when short)")
+    parser.add_argument("--write-only", action="store_true", help="write the tiny models and stop")
+    parser.add_argument("--table", type=Path, help="print docs/peers.md's table rows of a saved JSON-lines file and stop")
+    args = parser.parse_args(argv)
+    if args.table is not None:
+        print("\n".join(table_rows(args.table.read_text().splitlines())))
+        return 0
+    torch.set_num_threads(1)
+    files = write_models(args.out)
+    if args.write_only:
+        return 0
+    failed = False
+    for path_name in args.path:
+        for name in args.params:
+            row = verdict(path_name, PARAM_SETS[name], files, args.tv, args.fraction, args.budget)
+            failed |= row["state"] == "failed"
+            print(json.dumps(row), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

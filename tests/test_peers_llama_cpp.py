@@ -1,0 +1,59 @@
+"""llama-cpp-python's prompt lookup decoding and a history-dependent logits processor.
+
+The processor is handed ``Llama._input_ids``, which under prompt lookup already holds drafted
+tokens not yet verified (examples/llama_cpp_processor_history_repro.py, docs/peers.md). Skips
+without llama-cpp-python (the optional ``llama`` extra, which compiles llama.cpp).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.peer_verdicts import write_models
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+pytestmark = pytest.mark.usefixtures("blas_single_thread")
+
+
+def test_prompt_lookup_hands_the_processor_unverified_drafts(tmp_path: Path) -> None:
+    """Plain decoding hands the processor exactly prompt + the tokens emitted so far; prompt lookup
+    hands it longer histories (its drafts), deterministic for the seeds used."""
+    from examples.llama_cpp_processor_history_repro import run
+
+    target = str(write_models(tmp_path)["target"])
+    tokens, calls, ahead, repeats = run(target, lookup=False, generations=6)
+    assert calls == tokens and ahead == 0 and repeats == 0
+    tokens, calls, ahead, repeats = run(target, lookup=True, generations=6)
+    assert ahead > 0, f"no processor call saw a draft in {calls} calls"
+
+
+def test_prompt_lookup_passes_a_small_depth_run_with_penalties(tmp_path: Path) -> None:
+    """The adapter under ``--law llama.cpp`` and the engine's own logits: repeat, frequency and
+    presence penalties over the output tokens (8 tokens, power 0.99 against TV 0.5 on every position)."""
+    from verispec.decoder_api import check_decoder
+    from verispec.peers.llama_cpp_peer import prompt_lookup
+
+    target = write_models(tmp_path)["target"]
+    report = check_decoder(prompt_lookup, model=target, law="llama.cpp", target_law="engine-logits", depth=8, tv=0.5,
+                           fraction=1.0, temperature=0.8, repeat_penalty=1.3, frequency_penalty=0.2, presence_penalty=0.1)
+    assert report.passed, report.results[0].detail
+
+
+def test_generation_seeds_differ_across_calls_and_the_penalized_prompt_is_refused() -> None:
+    from verispec.peers.llama_cpp_peer import generation_seed, sampling_kwargs
+    from verispec.reference.errors import CheckError
+    from verispec.reference.sampling import SamplingParams
+    from verispec.spec.laws import build
+
+    seeds = {generation_seed(s, i) for s in range(20) for i in range(20)}
+    assert len(seeds) == 400  # seed + i would collide across consecutive calls
+    kwargs, window = sampling_kwargs(SamplingParams(), build("llama.cpp", {"repeat_penalty": 1.2, "penalty_last_n": 32}))
+    assert kwargs["repeat_penalty"] == 1.2 and kwargs["min_p"] == 0.05 and window == 32
+    with pytest.raises(CheckError, match="penalizes the prompt"):
+        from dataclasses import replace
+
+        law = build("llama.cpp", {})
+        sampling_kwargs(SamplingParams(), replace(law, params=replace(law.params, penalize_prompt=True)))

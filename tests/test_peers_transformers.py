@@ -1,0 +1,178 @@
+"""transformers' speculative paths through the check-decoder gate, on tiny synthetic GGUF models.
+
+transformers loads each tiny file itself (verispec/peers/transformers_peer.py), so one generate()
+costs milliseconds. Each path gets a small-N smoke run of the depth test (8 tokens, power 0.99
+against TV 0.5 on every position: a few hundred tokens) at a setting where transformers' law is
+verispec's default law, and the gate is shown to reject through the adapter: an adapter that
+samples at twice the temperature it is asked for fails. The full-power verdicts (TV 0.05) are
+``python -m tests.peer_verdicts`` (minutes each; docs/peers.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.hf_oracle import _memoized_gguf
+from tests.peer_verdicts import PROMPT, write_models
+from verispec.decoder_api import check_decoder
+from verispec.reference.errors import CheckError
+from verispec.reference.sampling import SamplingParams
+
+pytestmark = [pytest.mark.oracle, pytest.mark.usefixtures("blas_single_thread")]
+
+SMOKE = {"depth": 8, "tv": 0.5, "fraction": 1.0, "prompts": (PROMPT,)}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import torch
+
+    from verispec.peers.transformers_peer import load_causal_lm
+
+    torch.set_num_threads(1)
+    models = write_models(tmp_path_factory.mktemp("peers"))
+    with _memoized_gguf():  # the adapter's per-process cache, filled at the oracle's loading cost
+        for key in ("target", "assistant", "other-tokenizer"):
+            load_causal_lm(models[key])
+    return models
+
+
+def _factory(files: dict[str, Path], path: str, **options: Any) -> Any:
+    from verispec.peers.transformers_peer import engine
+
+    assistant = {"assisted": files["assistant"], "universal": files["other-tokenizer"]}.get(path)
+    return lambda model_path: engine(model_path, path, assistant=assistant, **options)
+
+
+@pytest.mark.parametrize("path", ["plain", "prompt-lookup", "assisted", "early-exit"])
+def test_each_path_passes_a_small_depth_run_where_the_laws_coincide(files: dict[str, Path], path: str) -> None:
+    report = check_decoder(_factory(files, path), model=files["target"], temperature=0.7, top_k=0,
+                           repeat_penalty=1.0, **SMOKE)
+    outcome = report.results[0]
+    assert outcome.passed and outcome.numbers["state"] == "passed", outcome.detail
+    assert outcome.numbers["tokens"] >= outcome.numbers["design_tokens"] > 0
+
+
+def test_universal_assisted_generation_fails_the_gate(files: dict[str, Path]) -> None:
+    """transformers 5.24's sampled universal assisted generation (an assistant with another
+    tokenizer) emits tokens the target almost never draws (docs/peers.md,
+    examples/transformers_universal_repro.py): the gate rejects it within one generation. Should a
+    release fix it, this test fails and the verdict table is to be rerun."""
+    report = check_decoder(_factory(files, "universal"), model=files["target"], temperature=0.7, top_k=0,
+                           repeat_penalty=1.0, **SMOKE)
+    outcome = report.results[0]
+    assert outcome.numbers["state"] == "failed" and "too unlikely tokens" in outcome.detail, outcome.detail
+
+
+def test_the_assistant_built_from_the_target_passes_too(files: dict[str, Path]) -> None:
+    from verispec.peers.transformers_peer import engine
+
+    report = check_decoder(lambda p: engine(p, "assisted"), model=files["target"], temperature=1.0, top_k=8,
+                           repeat_penalty=1.0, **SMOKE)
+    assert report.passed, report.results[0].detail
+
+
+def test_library_defaults_are_top_k_50_at_temperature_1(files: dict[str, Path]) -> None:
+    """``do_sample=True`` alone samples transformers' defaults: the gate run at top_k 50 passes,
+    and the library still states those defaults (the adapter's LIBRARY_DEFAULTS)."""
+    from transformers import GenerationConfig
+
+    from verispec.peers.transformers_peer import LIBRARY_DEFAULTS
+
+    defaults = GenerationConfig._get_default_generation_params()
+    assert (defaults["top_k"], defaults["temperature"], defaults["top_p"]) == (LIBRARY_DEFAULTS.top_k, 1.0, 1.0)
+    report = check_decoder(_factory(files, "prompt-lookup", library_defaults=True), model=files["target"],
+                           temperature=1.0, top_k=50, repeat_penalty=1.0, **SMOKE)
+    assert report.passed, report.results[0].detail
+
+
+class _TwiceTheTemperature:
+    """An adapter that asks transformers for twice the temperature the gate gave: a wrong law."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[list[int]]:
+        wrong = replace(params, temperature=2.0 * params.temperature)
+        result: list[list[int]] = self.engine.generate(prompt_ids, wrong, max_tokens, n, seed, min_tokens)
+        return result
+
+
+@pytest.mark.parametrize("path", ["prompt-lookup", "assisted"])
+def test_the_gate_rejects_a_wrong_law_through_the_adapter(files: dict[str, Path], path: str) -> None:
+    inner = _factory(files, path)
+    report = check_decoder(lambda p: _TwiceTheTemperature(inner(p)), model=files["target"], temperature=0.5,
+                           top_k=0, repeat_penalty=1.0, **SMOKE)
+    outcome = report.results[0]
+    assert not outcome.passed and outcome.numbers["state"] == "failed", outcome.detail
+
+
+@pytest.mark.parametrize("path", ["prompt-lookup", "assisted", "early-exit"])
+def test_greedy_mode_passes_each_same_tokenizer_path(files: dict[str, Path], path: str) -> None:
+    report = check_decoder(_factory(files, path), model=files["target"], greedy=True, max_tokens=16,
+                           prompts=(PROMPT,))
+    assert report.passed, report.results[0].detail
+
+
+def test_the_transformers_law_profile_drives_the_whole_parameter_set(files: dict[str, Path]) -> None:
+    """Under ``--law transformers`` the engine receives the profile and samples its params as they
+    are: tempered top-p (where verispec's law would differ) and min_new_tokens."""
+    report = check_decoder(_factory(files, "prompt-lookup"), model=files["target"], law="transformers",
+                           temperature=0.7, top_k=0, top_p=0.8, min_tokens=4, **SMOKE)
+    assert report.passed, report.results[0].detail
+
+
+def test_profile_keywords_refuse_another_ecosystems_law() -> None:
+    from verispec.peers.transformers_peer import profile_kwargs
+    from verispec.spec.laws import build
+
+    hf = build("transformers", {"temperature": 0.5, "min_p": 0.1}, (2,))
+    assert profile_kwargs(hf) == {"do_sample": True, "temperature": 0.5, "top_k": 50, "top_p": 1.0, "min_p": 0.1,
+                                  "repetition_penalty": 1.0}
+    assert profile_kwargs(build("transformers", {}, (2,)), library_defaults=True) == {"do_sample": True}
+    with pytest.raises(CheckError, match="library_defaults"):
+        profile_kwargs(hf, library_defaults=True)
+    with pytest.raises(CheckError, match="llama.cpp"):
+        profile_kwargs(build("llama.cpp", {}, (2,)))
+
+
+def test_sampling_keywords_state_every_filter() -> None:
+    from verispec.peers.transformers_peer import sampling_kwargs
+
+    kwargs = sampling_kwargs(SamplingParams(temperature=0.8, top_k=0, top_p=0.9, repeat_penalty=1.2))
+    assert kwargs == {"do_sample": True, "temperature": 0.8, "top_k": 0, "top_p": 0.9, "min_p": None,
+                      "repetition_penalty": 1.2}  # top_k 0 sent: unset, transformers would use 50
+    assert sampling_kwargs(SamplingParams(temperature=1.0, top_k=50), library_defaults=True) == {"do_sample": True}
+    with pytest.raises(CheckError, match="library_defaults"):
+        sampling_kwargs(SamplingParams(temperature=1.0, top_k=0), library_defaults=True)
+    with pytest.raises(CheckError, match="logit_bias"):
+        sampling_kwargs(SamplingParams(logit_bias={3: -1.0}))
+    with pytest.raises(CheckError, match="greedy"):
+        sampling_kwargs(SamplingParams(temperature=0.0))
+
+
+def test_laws_coincide_only_where_transformers_order_and_window_agree() -> None:
+    from verispec.peers.transformers_peer import laws_coincide
+
+    assert laws_coincide(SamplingParams(temperature=0.7, top_k=8), 200)  # top-k: the same set at any T
+    assert laws_coincide(SamplingParams(temperature=1.0, top_p=0.9, min_p=0.05), 200)
+    assert not laws_coincide(SamplingParams(temperature=0.7, top_p=0.9), 10)  # tempered vs untempered top-p
+    assert not laws_coincide(SamplingParams(temperature=0.7, min_p=0.05), 10)
+    assert laws_coincide(SamplingParams(repeat_penalty=1.3), 64)
+    assert not laws_coincide(SamplingParams(repeat_penalty=1.3), 65)  # window 64 vs the whole sequence
+    assert laws_coincide(SamplingParams(repeat_penalty=1.3, repeat_last_n=-1), 500)
+
+
+def test_an_unknown_path_or_a_missing_assistant_is_a_usage_error(files: dict[str, Path]) -> None:
+    from verispec.peers.transformers_peer import engine
+
+    with pytest.raises(CheckError, match="unknown transformers path"):
+        engine(files["target"], "medusa")
+    with pytest.raises(CheckError, match="assistant GGUF"):
+        engine(files["target"], "universal")

@@ -1,0 +1,121 @@
+"""llama-cpp-python's prompt lookup decoding as an engine for ``verispec check-decoder``.
+
+    verispec check-decoder --engine verispec.peers.llama_cpp_peer:prompt_lookup --model FILE.gguf \\
+        --law llama.cpp --target-law engine-logits --temperature 0.8 --repeat-penalty 1.3
+
+llama-cpp-python computes with llama.cpp's quantized kernels, so the target law comes from its own
+logits (``--target-law engine-logits``: :meth:`LlamaCppPeer.logits`, a plain ``logits_all``
+evaluation of the prefix) through ``--law llama.cpp`` (spec/laws/llamacpp.py: ``Llama.generate``'s
+chain, its penalties over the output tokens only). ``generate`` samples with
+``Llama(draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k))``: temp, top_k, top_p, min_p,
+typical_p, repeat/frequency/presence penalties and the penalty window as the profile states them,
+and an optional ``logits_processor`` list (the processor sees ``Llama._input_ids``). Each
+generation is seeded from (gate seed, index) through NumPy's SeedSequence, so the generations of
+different calls never share a seed. Needs the optional ``llama`` extra (llama-cpp-python).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from verispec.reference.errors import CheckError
+from verispec.reference.sampling import SamplingParams
+
+LOOKUP_TOKENS = 10  # num_pred_tokens, llama-cpp-python's default
+N_CTX = 512
+THREADS = 1  # a tiny model gains nothing from more, and spinning threads stall a shared machine
+
+
+def generation_seed(seed: int, index: int) -> int:
+    """A 32-bit seed for generation ``index`` of the call seeded ``seed`` (distinct pairs, distinct streams)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(index)]).generate_state(1)[0])
+
+
+def sampling_kwargs(params: SamplingParams, law: Any) -> tuple[dict[str, Any], int]:
+    """``Llama.generate`` keywords and the penalty window of the gate's law: the ``--law llama.cpp``
+    profile as it is, or (no profile) verispec's params, whose penalty window also covers the
+    prompt and so is llama-cpp-python's law only without penalties."""
+    if law is None:
+        if params.logit_bias:
+            raise CheckError("the llama-cpp-python adapter maps no logit_bias")
+        return ({"temp": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
+                 "repeat_penalty": params.repeat_penalty}, params.repeat_last_n)
+    if getattr(law, "name", None) != "llama.cpp":
+        raise CheckError(f"the llama-cpp-python adapter samples llama.cpp's law, not --law {getattr(law, 'name', law)!r}")
+    p = law.params
+    if p.penalize_prompt or p.logit_bias:
+        raise CheckError("Llama.generate neither penalizes the prompt nor takes a logit bias")
+    return ({"temp": p.temp, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p, "typical_p": p.typical_p,
+             "repeat_penalty": p.repeat_penalty, "frequency_penalty": p.frequency_penalty,
+             "presence_penalty": p.presence_penalty}, p.penalty_last_n)
+
+
+class LlamaCppPeer:
+    """``generate`` (the depth test) and ``logits`` (its own target law) over ``Llama.generate``."""
+
+    def __init__(self, path: Path, lookup_tokens: int | None = LOOKUP_TOKENS, logits_processor: Any = None) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.path, self.lookup_tokens, self.logits_processor = path, lookup_tokens, logits_processor
+        self.windows: dict[int, Any] = {}
+        self.make: Any = lambda window: Llama(
+            model_path=str(path), n_ctx=N_CTX, verbose=False, last_n_tokens_size=window, n_threads=THREADS, n_threads_batch=THREADS,
+            draft_model=None if lookup_tokens is None else LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens),
+        )
+        self.scorer: Any = Llama(model_path=str(path), n_ctx=N_CTX, verbose=False, logits_all=True, n_threads=THREADS,
+                                 n_threads_batch=THREADS)
+        self.eos = int(self.scorer.token_eos())
+
+    def _llm(self, window: int) -> Any:
+        if window not in self.windows:  # the penalty window is a constructor argument
+            self.windows[window] = self.make(window)
+        return self.windows[window]
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0,
+        law: Any = None,
+    ) -> list[list[int]]:
+        """``n`` sampled generations of up to ``max_tokens`` tokens, prompt lookup on."""
+        if min_tokens:
+            raise CheckError("Llama.generate has no min_tokens")
+        sampling, window = sampling_kwargs(params, law)
+        llm = self._llm(window)
+        out = []
+        for i in range(n):
+            llm.set_seed(generation_seed(seed, i))
+            llm.reset()
+            ids: list[int] = []
+            for token in llm.generate(list(prompt_ids), reset=True, logits_processor=self.logits_processor, **sampling):
+                ids.append(int(token))
+                if len(ids) == max_tokens or int(token) == self.eos:
+                    break
+            out.append(ids)
+        return out
+
+    def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[float]:
+        """llama.cpp's plain next-token logits after the prefix (one batch, or ``prefix[:split_at]``
+        then one token at a time)."""
+        ids = [int(t) for t in prefix_ids]
+        self.scorer.reset()
+        if split_at is None:
+            self.scorer.eval(ids)
+        else:
+            self.scorer.eval(ids[:split_at])
+            for token in ids[split_at:]:
+                self.scorer.eval([token])
+        return [float(x) for x in self.scorer.scores[self.scorer.n_tokens - 1]]
+
+
+def prompt_lookup(path: Path) -> LlamaCppPeer:
+    """The ``--engine`` factory: prompt lookup, 10 drafts (llama-cpp-python's default)."""
+    return LlamaCppPeer(Path(path))
+
+
+def plain(path: Path) -> LlamaCppPeer:
+    """The ``--engine`` factory: no draft model (the control)."""
+    return LlamaCppPeer(Path(path), lookup_tokens=None)
