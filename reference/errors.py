@@ -22,7 +22,7 @@ Exit codes that are not errors (3 inconclusive, 130 interrupted) are the CLI's, 
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 ExitCategory = Literal["usage", "input", "failed"]
 EXIT_CATEGORIES: tuple[ExitCategory, ...] = ("usage", "input", "failed")
@@ -100,6 +100,18 @@ class BenchError(VerispecError):
     """A bad bench option (one line)."""
 
     exit_category: ClassVar[ExitCategory] = "usage"
+
+
+class PeerFailed(VerispecError):
+    """A measured peer's child process (bench, demo: llama.cpp) died, hung or refused a request;
+    :attr:`result` says how, as the JSON object the report shows in that peer's place. Bench and
+    demo catch it and report it as the peer's result; uncaught it is a failed run."""
+
+    exit_category: ClassVar[ExitCategory] = "failed"
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class RegistryError(VerispecError):

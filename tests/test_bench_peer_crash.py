@@ -21,7 +21,8 @@ import pytest
 
 from tests.processes import group_gone
 from verispec.bench import llama, llama_child
-from verispec.bench.peer import PeerFailed, PeerProcess
+from verispec.bench.peer import PeerProcess
+from verispec.reference.errors import PeerFailed
 from verispec.bench.text import _format_llama
 
 # Answers "open" like the real child, then faults on the first "run" (after a last word on stderr).

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from verispec.bench.means import geomean
-from verispec.bench.peer import PeerFailed, describe
+from verispec.bench.peer import describe
+from verispec.reference.errors import PeerFailed
 
 NOT_INSTALLED = "not installed (optional extra `llama`; builds llama.cpp from source, ~10 min)"
 DECODERS = ("plain", "prompt_lookup")

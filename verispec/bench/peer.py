@@ -28,16 +28,10 @@ import time
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
+from verispec.reference.errors import PeerFailed
+
 STDERR_TAIL_LINES = 12  # lines of the dead child's stderr kept in the report
 MAX_REPLY_BYTES = 64 * 2**20  # a reply line longer than this is a broken peer, not a result
-
-
-class PeerFailed(Exception):
-    """The peer process died, hung or refused a request; :attr:`result` says how (JSON object)."""
-
-    def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__(describe(result))
-        self.result = result
 
 
 def describe(result: dict[str, Any]) -> str:
@@ -71,7 +65,8 @@ class PeerProcess:
         """Send one request and return its result; PeerFailed if the child cannot answer it."""
         proc = self._proc
         if proc is None or proc.stdin is None:
-            raise PeerFailed({"status": "failed", "during": op, "error": "the peer process was already closed"})
+            closed = {"status": "failed", "during": op, "error": "the peer process was already closed"}
+            raise PeerFailed(describe(closed), closed)
         try:
             proc.stdin.write(json.dumps({"op": op, "args": args}).encode() + b"\n")
             proc.stdin.flush()
@@ -122,7 +117,7 @@ class PeerProcess:
             error = error or "the peer exited before answering"
         if error:
             result["error"] = error
-        return PeerFailed(result)
+        return PeerFailed(describe(result), result)
 
     def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> list[str]:
         """The last ``lines`` lines the child wrote to stderr (decoded leniently)."""

@@ -31,7 +31,7 @@ from verispec.bench import llama
 from verispec.bench.llama_section import engine_threads
 from verispec.bench.means import geomean, ratio_of_sums
 from verispec.bench.options import BenchOptions
-from verispec.bench.peer import PeerFailed
+from verispec.reference.errors import PeerFailed
 from verispec.bench.speculative import speculative_vs_plain_ids
 from verispec.engine.model import FastModel
 from verispec.reference.generate import GenerationRequest

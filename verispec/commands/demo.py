@@ -20,7 +20,7 @@ from typing import Any
 
 from verispec.bench import llama
 from verispec.bench.llama_section import engine_threads
-from verispec.bench.peer import PeerFailed
+from verispec.reference.errors import PeerFailed
 from verispec.commands.request import add_engine_arguments, build_request
 from verispec.commands.validate import check_generate
 from verispec.engine.generate import generate_any, law_for
