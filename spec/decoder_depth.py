@@ -28,9 +28,15 @@ Statistics (all sums of martingale differences under the null: z-scores by the m
   entropy bias of temperature and penalties (the score statistic of a temperature change);
 - PIT mean: U_t - 1/2, variance 1/12;
 - PIT histogram: Pearson chi-square of the U's over ten equal bins (any shape, pooled);
-- end-of-generation rate: 1[x_t is EOG] - p_t(EOG), variance p_t(EOG)(1 - p_t(EOG)): the stopping
-  law (min_tokens counted wrong, an EOG bias lost), which moves mass from one token only and so
-  barely moves the two statistics above;
+- end-of-generation rate: the count of EOGs against their masses p_t(EOG): the stopping law
+  (min_tokens counted wrong, an EOG bias lost), which moves mass from one token only and so barely
+  moves the two statistics above. EOGs are rare events (a few per generation at most, each of
+  small mass), where a normal approximation fails: ONE EOG of mass 0.03 is z = +5.6, "p = 2e-8",
+  while its probability is 0.03. So this test is exact instead: for each lambda of a fixed grid
+  (both signs), M(lambda) = exp(lambda K - sum_t log(1 - p_t + p_t e^lambda)), K the EOG count, is
+  a martingale of mean 1 under the null (each EOG indicator is Bernoulli(p_t) given the past), and
+  so is their average M; it rejects at level a when M >= 1/a (Markov's inequality; Ville's at any
+  stopping time). The z-score is still reported as a description;
 - the three z-scores per POSITION bin ([0,1), [1,2), [2,4), .. doubling) and, when the engine reports
   its cycles, per CYCLE EVENT: what the previous cycle did (start / full acceptance / a rejection
   / a plain step) and the token's index in its own cycle. Both are fixed before the token is
@@ -268,6 +274,12 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
 # the running sums
 
 
+# The lambdas of the EOG test-martingale (module docstring): |lambda| from 1/16 (a small shift in a
+# long run) to 4 (e^4 = 55 times the EOG rate: a few EOGs where almost none are due), both signs.
+EOG_LAMBDAS = np.array([sign * 2.0**e for sign in (1.0, -1.0) for e in range(-4, 3)], dtype=np.float64)
+EOG_EXP_M1 = np.expm1(EOG_LAMBDAS)  # e^lambda - 1
+
+
 @dataclass
 class BinSums:
     tokens: int = 0
@@ -276,6 +288,8 @@ class BinSums:
     pit: float = 0.0
     eog: float = 0.0  # sum of 1[x_t is EOG] - p_t(EOG)
     eog_var: float = 0.0  # sum of p_t(EOG) (1 - p_t(EOG))
+    eog_count: int = 0  # K: the EOGs seen
+    eog_log_mgf: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(EOG_LAMBDAS.shape[0]))  # sum_t log E[e^(lambda 1[EOG])]
 
     def add(self, s: float, v: float, u: float, ended: bool, eog_mass: float) -> None:
         self.tokens += 1
@@ -284,9 +298,22 @@ class BinSums:
         self.pit += u - 0.5
         self.eog += float(ended) - eog_mass
         self.eog_var += eog_mass * (1.0 - eog_mass)
+        self.eog_count += int(ended)
+        if eog_mass > 0.0:
+            self.eog_log_mgf += np.log1p(eog_mass * EOG_EXP_M1)
 
     def z_eog(self) -> float:
         return self.eog / math.sqrt(self.eog_var) if self.eog_var > 0 else 0.0
+
+    def eog_evidence(self) -> float:
+        """M: the mean over the lambda grid of exp(lambda K - sum_t log(1 - p_t + p_t e^lambda)),
+        a nonnegative martingale of mean 1 under the null (P(M >= 1/a) <= a at any look)."""
+        exponents = EOG_LAMBDAS * self.eog_count - self.eog_log_mgf
+        top = float(exponents.max())
+        return math.exp(min(top, 700.0)) * float(np.mean(np.exp(exponents - top)))
+
+    def eog_rejects(self, alpha: float) -> bool:
+        return self.eog_evidence() >= 1.0 / alpha
 
     def z_all(self) -> tuple[float, float, float]:
         return self.z_log(), self.z_pit(), self.z_eog()
@@ -374,17 +401,20 @@ def judge_look(sums: Sums, alpha: float, case: DepthCase) -> Look:
         flags.append(f"log-score z={z_l:+.2f} ({'too unlikely tokens: a flatter or other law' if z_l < 0 else 'too likely tokens: a sharper law'})")
     if two_sided_p(z_u) < overall_alpha:
         flags.append(f"PIT mean z={z_u:+.2f}")
-    if two_sided_p(z_e) < overall_alpha:
-        flags.append(f"end-of-generation rate z={z_e:+.2f} ({'too many' if z_e > 0 else 'too few'} EOGs)")
+    if o.eog_rejects(overall_alpha):
+        flags.append(
+            f"end-of-generation rate z={z_e:+.2f} ({'too many' if z_e > 0 else 'too few'} EOGs: {o.eog_count} seen, "
+            f"{o.eog_count - o.eog:.2f} due; evidence {o.eog_evidence():.3g} >= 1/alpha)"
+        )
     if chi2_p < overall_alpha:
         flags.append(f"PIT histogram chi2={chi2:.1f} df={PIT_BINS - 1}")
     scored_bins = sorted(
-        ((max(abs(z) for z in b.z_all()), name, b) for name, b in sums.bins.items()), key=lambda item: -item[0]
+        ((max(abs(b.z_log()), abs(b.z_pit())), name, b) for name, b in sums.bins.items()), key=lambda item: -item[0]
     )
     where = [
         f"{name} (log-score z={b.z_log():+.2f}, PIT z={b.z_pit():+.2f}, EOG z={b.z_eog():+.2f}, {b.tokens} tokens)"
         for z, name, b in scored_bins
-        if two_sided_p(z) < bin_alpha
+        if two_sided_p(z) < bin_alpha or b.eog_rejects(bin_alpha)
     ]
     strongest = scored_bins[0] if scored_bins else None
     rejected = bool(flags or where)
