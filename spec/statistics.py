@@ -75,9 +75,9 @@ ALPHA_BUDGET: dict[str, float] = {
     "decoder_depth": 1e-8,
     # tests/test_laws_decoder.py: a correct decoder of another ecosystem's law must pass that law
     # (first-m and depth: half each)
-    "decoder_laws": 5e-9,
+    "decoder_laws": 4e-9,
     # tests/test_decoder_depth_two_sample.py: the bug-free loop must pass two-sample mode at depth
-    "decoder_depth_two_sample": 5e-9,
+    "decoder_depth_two_sample": 4e-9,
 }
 assert sum(ALPHA_BUDGET.values()) <= SUITE_ALPHA + 1e-15, "alpha budget exceeds the suite's"
 
