@@ -97,6 +97,7 @@ import numpy.typing as npt
 
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
+from verispec.spec.decoder_depth_ties import TIE_NOISES, NearTie, cut_edge_margin
 from verispec.spec.decoder_depth_power import (
     SCORE_LAMBDAS,
     PowerDesign,
@@ -239,6 +240,7 @@ class Scored:
     eog_mass: F64  # p_t(EOG ids)
     rows: list[F64]
     broken: str = ""  # a structural failure, deterministic
+    near_ties: list[NearTie] = field(default_factory=list)  # impossible tokens within the engine's noise of a cut
     score_terms: F64 = field(default_factory=lambda: np.zeros((0, SCORE_LAMBDAS.shape[0])))  # [T, G]: l_t(lambda)
 
 
@@ -277,8 +279,15 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
         p = law(logits[t], prompt, ids[:t])
         px = float(p[x])
         if px <= 0.0:
-            out.broken = f"token {x} at position {t} has target probability 0"
-            return out
+            tie, why = impossible_token(rows_of, law, logits[t], prompt, ids, t)
+            if tie is None:
+                out.broken = why
+                return out
+            out.near_ties.append(tie)
+            out.logp[t] = math.nan  # no target probability: left out of every statistic
+            if keep_rows:
+                out.rows.append(support_sorted(p))
+            continue
         live = p[p > 0]
         logs = np.log(live)
         entropy = -float(live @ logs)
@@ -293,6 +302,24 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
         if keep_rows:
             out.rows.append(support_sorted(p))
     return out
+
+
+def impossible_token(
+    rows_of: ForcedRows, law: Profile, row: F64, prompt: Prefix, ids: Sequence[int], t: int
+) -> tuple[NearTie | None, str]:
+    """(a near-tie, "") when token ``ids[t]`` of target probability 0 is within twice the
+    engine's own batch-shape noise of the cut (rows with a ``batch_shape_noise``, the engine's
+    own: spec/decoder_depth_ties.py), else (None, why it fails outright)."""
+    x = int(ids[t])
+    why = f"token {x} at position {t} has target probability 0"
+    noise_of = getattr(rows_of, "batch_shape_noise", None)
+    if not callable(noise_of):
+        return None, why
+    noise = float(noise_of(prompt + tuple(ids[:t]), len(prompt)))
+    margin = cut_edge_margin(law, row, prompt, ids[:t], x, TIE_NOISES * noise)
+    if margin is None:
+        return None, f"{why}, beyond twice the engine's own batch-shape noise there ({noise:.3g}) from the cut"
+    return NearTie(t, x, margin, noise), ""
 
 
 # -----------------------------------------------------------------------------------------------
@@ -375,6 +402,7 @@ class Sums:
     collision: str = ""
     broken: str = ""
     score_log_weights: F64 = field(default_factory=lambda: np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0])))
+    near_ties: list[tuple[int, NearTie]] = field(default_factory=list)  # (generation, near-tie)
 
     def add(self, ids: Prefix, scored: Scored, events: list[str] | None, alpha_collision: float, eog: frozenset[int]) -> None:
         self.generations += 1
@@ -387,8 +415,12 @@ class Sums:
                 f"generation {self.generations} repeats an earlier one exactly; independent requests collide "
                 f"with probability {self.collision_mass:.3g} under the target law (requests sharing a random stream?)"
             )
-        self.seen.setdefault(ids, math.exp(float(scored.logp.sum())))
+        self.seen.setdefault(ids, math.exp(float(np.nansum(scored.logp))))  # a near-tie counted as 1: conservative
+        self.near_ties.extend((self.generations, tie) for tie in scored.near_ties)
+        tied = {tie.position for tie in scored.near_ties}
         for t in range(len(ids)):
+            if t in tied:
+                continue
             term = (float(scored.log_score[t]), float(scored.log_var[t]), float(scored.pit[t]), t == len(ids) - 1 and ids[t] in eog, float(scored.eog_mass[t]),
                     scored.score_terms[t])
             self.overall.add(*term)
@@ -509,6 +541,7 @@ class DepthVerdict:
     where: str
     detail: str
     looks: tuple[Look, ...] = ()
+    near_ties: tuple[tuple[int, NearTie], ...] = ()  # (generation, near-tie): numerics at a cut edge, not judged
 
     @property
     def passed(self) -> bool:
@@ -643,7 +676,9 @@ def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
     if len(gen.logprobs) != len(gen.ids):
         return f"{len(gen.logprobs)} logprobs reported for {len(gen.ids)} tokens"
     for t, (reported, ours) in enumerate(zip(gen.logprobs, scored.logp)):
-        if not abs(reported - float(ours)) <= tol:  # NaN fails too
+        if math.isnan(float(ours)):  # a near-tie at a cut edge: no target log-probability to check
+            continue
+        if not abs(reported - float(ours)) <= tol:  # a reported NaN fails
             return f"reported logprob {reported:.6g} at position {t}, target law {float(ours):.6g} (|diff| > {tol:g})"
     return ""
 
@@ -651,7 +686,22 @@ def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
 def _verdict(state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str) -> DepthVerdict:
     tokens = sums.overall.tokens
     detail = looks[-1].detail if looks else f"{tokens} tokens in {sums.generations} generations"
-    return DepthVerdict(state, plan, tokens, sums.generations, alpha, plan.power_at(tokens), where, detail, tuple(looks))
+    detail += near_ties_note(sums.near_ties)
+    return DepthVerdict(state, plan, tokens, sums.generations, alpha, plan.power_at(tokens), where, detail, tuple(looks),
+                        tuple(sums.near_ties))
+
+
+NEAR_TIES_SHOWN = 3
+
+
+def near_ties_note(ties: Sequence[tuple[int, NearTie]]) -> str:
+    """The report's line on numerics near-ties at cut edges ("" when none)."""
+    if not ties:
+        return ""
+    shown = "; ".join(f"generation {g}, {tie.describe()}" for g, tie in ties[:NEAR_TIES_SHOWN])
+    more = f"; {len(ties) - NEAR_TIES_SHOWN} more" if len(ties) > NEAR_TIES_SHOWN else ""
+    return (f"; {len(ties)} numerics near-ties at a cut edge (impossible under the target row, within twice the "
+            f"engine's own batch-shape noise of the cut; not judged): {shown}{more}")
 
 
 # -----------------------------------------------------------------------------------------------
@@ -691,4 +741,6 @@ def verdict_json(verdict: DepthVerdict) -> dict[str, Any]:
         "fraction": verdict.design.fraction,
         "where": verdict.where,
         "detail": verdict.detail,
+        "near_ties": len(verdict.near_ties),
+        "near_tie_margins": [[g, t.position, t.token, round(t.margin, 6), round(t.noise, 6)] for g, t in verdict.near_ties[:100]],
     }
