@@ -32,7 +32,7 @@ z-test:
   likelihood ratio of the tempered law p^(1+lambda)/Z (mean 1 given the past: the chain rule),
   mixed with the design's weights (spec/decoder_depth_power.py: most weight where the design's
   tempering puts it). A z-test of sum_t log p_t(x_t) + H(p_t) (exact mean 0, variance
-  Var_p(log p)) called one correct token of p = 1e-5 in a sharp row at an early look z = -30;
+  Var_p(log p)) called one correct token of p = 1e-5 in a sharp row at an early look z = -7;
   that z is still reported, as a description;
 - PIT mean: U_t - 1/2, variance 1/12; the U's are i.i.d. U(0,1) under the null whatever the
   rows, so the sum's law is exactly Irwin-Hall's, bounded (|z| <= sqrt(3 n)), with tails below
