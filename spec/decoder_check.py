@@ -190,6 +190,12 @@ class EngineLogits:
         every generation once: a memo would only grow)."""
         return self._row(prefix, None)
 
+    def plain_fed(self, prefix: Prefix, prompt_length: int) -> F32:
+        """The row after ``prefix`` fed as plain decoding feeds it: the first ``prompt_length`` ids
+        (the prompt) in one pass, then each later id alone (``split_at``); the prompt alone is one
+        pass. Checked, not memoized (as :meth:`fresh`)."""
+        return self._row(prefix, prompt_length if 1 <= prompt_length < len(prefix) else None)
+
     def batch_shape_noise(self, prefix: Prefix, prompt_length: int | None = None) -> float:
         """The engine's own: max |one pass of the prefix - the same row at :func:`noise_splits`|."""
         whole = np.asarray(self(prefix), dtype=np.float64)

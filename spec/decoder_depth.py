@@ -23,11 +23,23 @@ under the null whatever the prompts, lengths and stopping (each U_t is seen or n
 alone). The descending order makes the PIT a rank: a law too sharp puts U near 0, one too flat or
 drawn from another row near 1, coherently across contexts (in id order they would cancel).
 
-Statistics (all sums of martingale differences under the null: z-scores by the martingale CLT):
-- log-score: s_t = log p_t(x_t) + H(p_t), exact mean 0 and variance Var_{p_t}(log p_t); the
-  entropy bias of temperature and penalties (the score statistic of a temperature change);
-- PIT mean: U_t - 1/2, variance 1/12;
-- PIT histogram: Pearson chi-square of the U's over ten equal bins (any shape, pooled);
+Statistics. Those with heavy or skewed terms are test-martingales, exact at any count (a
+nonnegative martingale of mean 1 under the null rejects when it reaches 1/a: P <= a by Ville's
+inequality at any look, so these need no split over the looks either); the bounded PIT mean is a
+z-test:
+- log score, the entropy bias of temperature and penalties: for each lambda of a fixed grid
+  (both signs: sharper and flatter laws), prod_t p_t(x_t)^lambda / sum_y p_t(y)^(1 + lambda), the
+  likelihood ratio of the tempered law p^(1+lambda)/Z (mean 1 given the past: the chain rule),
+  mixed with the design's weights (spec/decoder_depth_power.py: most weight where the design's
+  tempering puts it). A z-test of sum_t log p_t(x_t) + H(p_t) (exact mean 0, variance
+  Var_p(log p)) called one correct token of p = 1e-5 in a sharp row at an early look z = -7;
+  that z is still reported, as a description;
+- PIT mean: U_t - 1/2, variance 1/12; the U's are i.i.d. U(0,1) under the null whatever the
+  rows, so the sum's law is exactly Irwin-Hall's, bounded (|z| <= sqrt(3 n)), with tails below
+  the normal's at every level used here (z >= 2; checked exactly, tests/test_decoder_depth_exact.py);
+- PIT histogram: the U's over ten equal bins against uniform (any shape, pooled), as the Bayes
+  factor of a Dirichlet(1/2)-multinomial mixture (:func:`histogram_log_evidence`); Pearson's
+  chi-square is still reported (it called 5 tokens in one bin p = 1e-6 where that has p = 1e-4);
 - end-of-generation rate: the count of EOGs against their masses p_t(EOG): the stopping law
   (min_tokens counted wrong, an EOG bias lost), which moves mass from one token only and so barely
   moves the two statistics above. EOGs are rare events (a few per generation at most, each of
@@ -37,7 +49,7 @@ Statistics (all sums of martingale differences under the null: z-scores by the m
   a martingale of mean 1 under the null (each EOG indicator is Bernoulli(p_t) given the past), and
   so is their average M; it rejects at level a when M >= 1/a (Markov's inequality; Ville's at any
   stopping time). The z-score is still reported as a description;
-- the three z-scores per POSITION bin ([0,1), [1,2), [2,4), .. doubling) and, when the engine reports
+- the three tests (log-score martingale, PIT z, EOG martingale) per POSITION bin ([0,1), [1,2), [2,4), .. doubling) and, when the engine reports
   its cycles, per CYCLE EVENT: what the previous cycle did (start / full acceptance / a rejection
   / a plain step) and the token's index in its own cycle. Both are fixed before the token is
   drawn, so a decoder lossless at every step given its state (speculative sampling, sample-and-
@@ -47,7 +59,9 @@ Statistics (all sums of martingale differences under the null: z-scores by the m
 - independence of the requests: two independent generations are equal with probability
   P(x) = prod p_t(x_t), computed exactly; a collision while the null's cumulative collision
   probability so far is <= alpha_c rejects (P <= alpha_c by optional stopping);
-- structure, deterministic: a token of target probability 0, a token after an end-of-generation
+- structure, deterministic: a token of target probability 0 (with the engine's own rows, unless
+  within twice its own batch-shape noise of a cut edge: a numerics near-tie, reported and left
+  out of the statistics, spec/decoder_depth_ties.py), a token after an end-of-generation
   id, more than max_tokens, or a stop before max_tokens without an EOG fails outright; so does a
   reported logprob (optional, ``{"logprobs": [..]}``) off the token's target log-probability by
   more than ``LOGPROB_TOL`` (llama.cpp #27972 reports 0.0 for every token when speculating).
@@ -56,7 +70,10 @@ Sequential, with alpha spending (as :mod:`spec.sequential`): looks after 1/64, 1
 all of the design's tokens; half the alpha at the final look, the rest split over the earlier
 ones (Bonferroni: any stopping rule keeps the total), alpha_c = alpha / 20 to the collision test
 first. Within a look: half to the four overall tests (log-score, PIT mean, EOG rate, PIT
-histogram: 1/8 each), half to the bin tests (split evenly over their fixed number). It fails at the first look that rejects, passes
+histogram: 1/8 each), half to the bin tests (split evenly over their fixed number). A test-
+martingale spends at every look the SUM of its per-look shares (:func:`martingale_alpha`): one
+crossing of 1/a over all looks has probability <= a, so the union over the looks costs what
+the per-look shares add up to, and the total stays alpha. It fails at the first look that rejects, passes
 after the final look, and is INCONCLUSIVE when its time budget ends first (the power reached is
 reported). N comes from :mod:`spec.decoder_depth_power`: power 0.99 against TV 0.05 on 10% of
 positions along the law's entropy, derived from a pilot of the engine's own generations (drawn
@@ -65,7 +82,8 @@ apart from the test's, so the test's level does not depend on it).
 What it cannot see: a deviation that keeps the distribution of (p_t(x_t), rank) (mass swapped
 between equally likely tokens), one whose direction alternates from context to context, and any
 deviation smaller than the design's at the rate the design assumes; numerics other than the
-target's are a deviation too (use the engine's own logits for such an engine).
+target's are a deviation too (use the engine's own logits for such an engine), and with the
+engine's own rows a bug that only moves mass across a cut edge within twice its noise.
 """
 
 from __future__ import annotations
@@ -83,7 +101,15 @@ import numpy.typing as npt
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder_blocks import blocks, plan_of
-from verispec.spec.decoder_depth_power import PowerDesign, design, support_sorted
+from verispec.spec.decoder_depth_ties import TIE_NOISES, NearTie, cut_edge_margin
+from verispec.spec.decoder_depth_power import (
+    SCORE_LAMBDAS,
+    PowerDesign,
+    design,
+    log_normalizers,
+    mixture_log_evidence,
+    support_sorted,
+)
 from verispec.spec.laws import default as default_law
 from verispec.spec.laws.common import Profile
 from verispec.spec.statistics import POWER, chi2_sf
@@ -218,6 +244,8 @@ class Scored:
     eog_mass: F64  # p_t(EOG ids)
     rows: list[F64]
     broken: str = ""  # a structural failure, deterministic
+    near_ties: list[NearTie] = field(default_factory=list)  # impossible tokens within the engine's noise of a cut
+    score_terms: F64 = field(default_factory=lambda: np.zeros((0, SCORE_LAMBDAS.shape[0])))  # [T, G]: l_t(lambda)
 
 
 def structure_error(ids: Sequence[int], case: DepthCase) -> str:
@@ -245,7 +273,8 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
         raise ValueError(f"teacher-forced rows have shape {logits.shape}, expected [{len(ids)}, V]")
     law = case_law(case)
     t_count = len(ids)
-    out = Scored(np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), [])
+    out = Scored(np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), [],
+                 score_terms=np.zeros((t_count, SCORE_LAMBDAS.shape[0])))
     eog_ids = np.array(sorted(e for e in case.eog if 0 <= e < logits.shape[1]), dtype=np.int64)
     for t, x in enumerate(ids):
         if not 0 <= x < logits.shape[1]:
@@ -254,13 +283,21 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
         p = law(logits[t], prompt, ids[:t])
         px = float(p[x])
         if px <= 0.0:
-            out.broken = f"token {x} at position {t} has target probability 0"
-            return out
+            tie, why = impossible_token(rows_of, law, logits[t], prompt, ids, t)
+            if tie is None:
+                out.broken = why
+                return out
+            out.near_ties.append(tie)
+            out.logp[t] = math.nan  # no target probability: left out of every statistic
+            if keep_rows:
+                out.rows.append(support_sorted(p))
+            continue
         live = p[p > 0]
         logs = np.log(live)
         entropy = -float(live @ logs)
         out.log_score[t] = math.log(px) + entropy
         out.log_var[t] = max(float(live @ logs**2) - entropy**2, 0.0)
+        out.score_terms[t] = SCORE_LAMBDAS * math.log(px) - log_normalizers(logs)
         ids_all = np.arange(p.shape[0])
         before = float(p[p > px].sum() + p[(p == px) & (ids_all < x)].sum())
         out.pit[t] = min(before + float(rng.random()) * px, np.nextafter(1.0, 0.0))
@@ -269,6 +306,24 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
         if keep_rows:
             out.rows.append(support_sorted(p))
     return out
+
+
+def impossible_token(
+    rows_of: ForcedRows, law: Profile, row: F64, prompt: Prefix, ids: Sequence[int], t: int
+) -> tuple[NearTie | None, str]:
+    """(a near-tie, "") when token ``ids[t]`` of target probability 0 is within twice the
+    engine's own batch-shape noise of the cut (rows with a ``batch_shape_noise``, the engine's
+    own: spec/decoder_depth_ties.py), else (None, why it fails outright)."""
+    x = int(ids[t])
+    why = f"token {x} at position {t} has target probability 0"
+    noise_of = getattr(rows_of, "batch_shape_noise", None)
+    if not callable(noise_of):
+        return None, why
+    noise = float(noise_of(prompt + tuple(ids[:t]), len(prompt)))
+    margin = cut_edge_margin(law, row, prompt, ids[:t], x, TIE_NOISES * noise)
+    if margin is None:
+        return None, f"{why}, beyond twice the engine's own batch-shape noise there ({noise:.3g}) from the cut"
+    return NearTie(t, x, margin, noise), ""
 
 
 # -----------------------------------------------------------------------------------------------
@@ -292,8 +347,12 @@ class BinSums:
     eog_count: int = 0  # K: the EOGs seen
     eog_log_mgf: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(EOG_LAMBDAS.shape[0]))  # sum_t log E[e^(lambda 1[EOG])]
 
-    def add(self, s: float, v: float, u: float, ended: bool, eog_mass: float) -> None:
+    score_log: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(SCORE_LAMBDAS.shape[0]))  # S_g = sum_t l_t(lambda_g)
+
+    def add(self, s: float, v: float, u: float, ended: bool, eog_mass: float, terms: F64 | None = None) -> None:
         self.tokens += 1
+        if terms is not None:
+            self.score_log += terms
         self.log_score += s
         self.log_var += v
         self.pit += u - 0.5
@@ -315,6 +374,14 @@ class BinSums:
 
     def eog_rejects(self, alpha: float) -> bool:
         return self.eog_evidence() >= 1.0 / alpha
+
+    def score_log_evidence(self, log_weights: F64) -> float:
+        """log M of the log-score test-martingale (spec/decoder_depth_power.py): log sum_g w_g
+        exp(S_g), a nonnegative martingale of mean 1 under the null (P(M >= 1/a) <= a at any look)."""
+        return mixture_log_evidence(self.score_log, log_weights)
+
+    def score_rejects(self, alpha: float, log_weights: F64) -> bool:
+        return self.score_log_evidence(log_weights) >= -math.log(alpha)
 
     def z_all(self) -> tuple[float, float, float]:
         return self.z_log(), self.z_pit(), self.z_eog()
@@ -338,6 +405,8 @@ class Sums:
     collision_mass: float = 0.0  # sum over generations of P(this one equals an earlier one) under the null
     collision: str = ""
     broken: str = ""
+    score_log_weights: F64 = field(default_factory=lambda: np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0])))
+    near_ties: list[tuple[int, NearTie]] = field(default_factory=list)  # (generation, near-tie)
 
     def add(self, ids: Prefix, scored: Scored, events: list[str] | None, alpha_collision: float, eog: frozenset[int]) -> None:
         self.generations += 1
@@ -350,9 +419,14 @@ class Sums:
                 f"generation {self.generations} repeats an earlier one exactly; independent requests collide "
                 f"with probability {self.collision_mass:.3g} under the target law (requests sharing a random stream?)"
             )
-        self.seen.setdefault(ids, math.exp(float(scored.logp.sum())))
+        self.seen.setdefault(ids, math.exp(float(np.nansum(scored.logp))))  # a near-tie counted as 1: conservative
+        self.near_ties.extend((self.generations, tie) for tie in scored.near_ties)
+        tied = {tie.position for tie in scored.near_ties}
         for t in range(len(ids)):
-            term = (float(scored.log_score[t]), float(scored.log_var[t]), float(scored.pit[t]), t == len(ids) - 1 and ids[t] in eog, float(scored.eog_mass[t]))
+            if t in tied:
+                continue
+            term = (float(scored.log_score[t]), float(scored.log_var[t]), float(scored.pit[t]), t == len(ids) - 1 and ids[t] in eog, float(scored.eog_mass[t]),
+                    scored.score_terms[t])
             self.overall.add(*term)
             self.histogram[min(int(term[2] * PIT_BINS), PIT_BINS - 1)] += 1
             self.bins.setdefault(position_bin_label(position_bin(t)), BinSums()).add(*term)
@@ -369,6 +443,25 @@ def pit_chi_square(histogram: npt.NDArray[np.int64]) -> tuple[float, float]:
     expected = n / PIT_BINS
     statistic = float(((histogram - expected) ** 2).sum() / expected)
     return statistic, chi2_sf(statistic, PIT_BINS - 1)
+
+
+HISTOGRAM_PRIOR = 0.5  # the Dirichlet(1/2, .., 1/2) prior of the histogram's mixture (Krichevsky-Trofimov)
+
+
+def histogram_log_evidence(histogram: npt.NDArray[np.int64]) -> float:
+    """log M of the PIT histogram's test-martingale: the Bayes factor of a Dirichlet-multinomial
+    (every bin law, mixed over a Dirichlet(1/2) prior) against the uniform law of the bins,
+
+        M = Gamma(K a) / Gamma(K a + n) prod_i Gamma(a + c_i) / Gamma(a) * K^n,
+
+    the mixture over bin laws r of the likelihood ratios prod_t K r(bin_t), each a nonnegative
+    martingale of mean 1 under the null (the U's i.i.d. uniform), so P(M ever >= 1/a) <= a at any
+    count. Pearson's chi-square in its place calls 5 tokens in one bin p = 1e-6 (9n against df 9)
+    when its probability is 1e-4; this holds at one token and at a million."""
+    n = int(histogram.sum())
+    k, a = PIT_BINS, HISTOGRAM_PRIOR
+    cells = sum(math.lgamma(a + int(c)) - math.lgamma(a) for c in histogram)
+    return math.lgamma(k * a) - math.lgamma(k * a + n) + cells + n * math.log(k)
 
 
 def two_sided_p(z: float) -> float:
@@ -390,32 +483,41 @@ class Look:
     detail: str
 
 
-def judge_look(sums: Sums, alpha: float, case: DepthCase) -> Look:
-    """The tests of one look at level ``alpha`` (split as in the module docstring)."""
+def judge_look(sums: Sums, alpha: float, case: DepthCase, martingale_alpha: float | None = None) -> Look:
+    """The tests of one look at level ``alpha`` (split as in the module docstring); the
+    test-martingales (log score, EOG rate, PIT histogram) at ``martingale_alpha``, the level of
+    all looks together (Ville's inequality holds over every look at once; default ``alpha``)."""
     o = sums.overall
+    weights = sums.score_log_weights
     overall_alpha = alpha / 2.0 / OVERALL_TESTS
     bin_alpha = alpha / 2.0 / bin_tests(case)
-    chi2, chi2_p = pit_chi_square(sums.histogram)
+    total = alpha if martingale_alpha is None else martingale_alpha
+    overall_total, bin_total = total / 2.0 / OVERALL_TESTS, total / 2.0 / bin_tests(case)
+    chi2, _ = pit_chi_square(sums.histogram)
     z_l, z_u, z_e = o.z_all()
     flags = []
-    if two_sided_p(z_l) < overall_alpha:
-        flags.append(f"log-score z={z_l:+.2f} ({'too unlikely tokens: a flatter or other law' if z_l < 0 else 'too likely tokens: a sharper law'})")
+    if o.score_rejects(overall_total, weights):
+        flags.append(
+            f"log-score z={z_l:+.2f} ({'too unlikely tokens: a flatter or other law' if z_l < 0 else 'too likely tokens: a sharper law'}; "
+            f"evidence e^{o.score_log_evidence(weights):.1f} >= 1/alpha)"
+        )
     if two_sided_p(z_u) < overall_alpha:
         flags.append(f"PIT mean z={z_u:+.2f}")
-    if o.eog_rejects(overall_alpha):
+    if o.eog_rejects(overall_total):
         flags.append(
             f"end-of-generation rate z={z_e:+.2f} ({'too many' if z_e > 0 else 'too few'} EOGs: {o.eog_count} seen, "
             f"{o.eog_count - o.eog:.2f} due; evidence {o.eog_evidence():.3g} >= 1/alpha)"
         )
-    if chi2_p < overall_alpha:
-        flags.append(f"PIT histogram chi2={chi2:.1f} df={PIT_BINS - 1}")
+    histogram_evidence = histogram_log_evidence(sums.histogram)
+    if histogram_evidence >= -math.log(overall_total):
+        flags.append(f"PIT histogram chi2={chi2:.1f} df={PIT_BINS - 1} (evidence e^{histogram_evidence:.1f} >= 1/alpha)")
     scored_bins = sorted(
         ((max(abs(b.z_log()), abs(b.z_pit())), name, b) for name, b in sums.bins.items()), key=lambda item: -item[0]
     )
     where = [
         f"{name} (log-score z={b.z_log():+.2f}, PIT z={b.z_pit():+.2f}, EOG z={b.z_eog():+.2f}, {b.tokens} tokens)"
         for z, name, b in scored_bins
-        if two_sided_p(z) < bin_alpha or b.eog_rejects(bin_alpha)
+        if b.score_rejects(bin_total, weights) or two_sided_p(b.z_pit()) < bin_alpha or b.eog_rejects(bin_total)
     ]
     strongest = scored_bins[0] if scored_bins else None
     rejected = bool(flags or where)
@@ -443,6 +545,7 @@ class DepthVerdict:
     where: str
     detail: str
     looks: tuple[Look, ...] = ()
+    near_ties: tuple[tuple[int, NearTie], ...] = ()  # (generation, near-tie): numerics at a cut edge, not judged
 
     @property
     def passed(self) -> bool:
@@ -461,6 +564,17 @@ def look_alphas(alpha: float) -> tuple[float, ...]:
 def final_stat_alpha(alpha: float) -> float:
     """The level of each overall z-test at the final look (the power design's alpha)."""
     return look_alphas(alpha)[-1] / 2.0 / OVERALL_TESTS
+
+
+def martingale_alpha(alpha: float) -> float:
+    """The level of the test-martingales over all looks: the sum of the looks' levels (a union
+    over the looks of each look's share spends exactly this; Ville's inequality needs no split)."""
+    return math.fsum(look_alphas(alpha))
+
+
+def martingale_stat_alpha(alpha: float) -> float:
+    """The level of each overall test-martingale (the power design's ``martingale_alpha``)."""
+    return martingale_alpha(alpha) / 2.0 / OVERALL_TESTS
 
 
 def draw(engine: GenerationEngine, case: DepthCase, n: int, seed: int) -> list[Generation]:
@@ -493,7 +607,8 @@ def pilot_design(
         raise VerispecError("the pilot generations are all malformed: no row to design the test on")
     if len(rows) > MAX_PILOT_ROWS:  # a uniform subsample: the design needs row shapes, not all rows
         rows = [rows[int(i)] for i in np.sort(rng.choice(len(rows), MAX_PILOT_ROWS, replace=False))]
-    return design(rows, tv, fraction, final_stat_alpha(alpha), POWER), max(1.0, float(np.mean(lengths)))
+    plan = design(rows, tv, fraction, final_stat_alpha(alpha), POWER, martingale_stat_alpha(alpha))
+    return plan, max(1.0, float(np.mean(lengths)))
 
 
 def check_depth(
@@ -524,7 +639,7 @@ def check_depth(
     per_block = block or min(MAX_BLOCK, max(1, math.ceil(targets[0] / mean_length)))
     alphas = look_alphas(alpha)
     alpha_collision = alpha * COLLISION_SHARE
-    sums = Sums()
+    sums = Sums(score_log_weights=plan.score_log_weights)
     rng = np.random.default_rng([seed, 2])
     looks: list[Look] = []
     next_look = 0
@@ -545,7 +660,7 @@ def check_depth(
         if sums.broken or sums.collision:
             return _verdict("failed", plan, sums, alpha, looks, sums.broken or sums.collision)
         while next_look < LOOKS and sums.overall.tokens >= targets[next_look]:
-            look = judge_look(sums, alphas[next_look], case)
+            look = judge_look(sums, alphas[next_look], case, martingale_alpha(alpha))
             looks.append(look)
             next_look += 1
             if look.rejected:
@@ -561,7 +676,9 @@ def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
     if len(gen.logprobs) != len(gen.ids):
         return f"{len(gen.logprobs)} logprobs reported for {len(gen.ids)} tokens"
     for t, (reported, ours) in enumerate(zip(gen.logprobs, scored.logp)):
-        if not abs(reported - float(ours)) <= tol:  # NaN fails too
+        if math.isnan(float(ours)):  # a near-tie at a cut edge: no target log-probability to check
+            continue
+        if not abs(reported - float(ours)) <= tol:  # a reported NaN fails
             return f"reported logprob {reported:.6g} at position {t}, target law {float(ours):.6g} (|diff| > {tol:g})"
     return ""
 
@@ -569,7 +686,22 @@ def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
 def _verdict(state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str) -> DepthVerdict:
     tokens = sums.overall.tokens
     detail = looks[-1].detail if looks else f"{tokens} tokens in {sums.generations} generations"
-    return DepthVerdict(state, plan, tokens, sums.generations, alpha, plan.power_at(tokens), where, detail, tuple(looks))
+    detail += near_ties_note(sums.near_ties)
+    return DepthVerdict(state, plan, tokens, sums.generations, alpha, plan.power_at(tokens), where, detail, tuple(looks),
+                        tuple(sums.near_ties))
+
+
+NEAR_TIES_SHOWN = 3
+
+
+def near_ties_note(ties: Sequence[tuple[int, NearTie]]) -> str:
+    """The report's line on numerics near-ties at cut edges ("" when none)."""
+    if not ties:
+        return ""
+    shown = "; ".join(f"generation {g}, {tie.describe()}" for g, tie in ties[:NEAR_TIES_SHOWN])
+    more = f"; {len(ties) - NEAR_TIES_SHOWN} more" if len(ties) > NEAR_TIES_SHOWN else ""
+    return (f"; {len(ties)} numerics near-ties at a cut edge (impossible under the target row, within twice the "
+            f"engine's own batch-shape noise of the cut; not judged): {shown}{more}")
 
 
 # -----------------------------------------------------------------------------------------------
@@ -609,4 +741,6 @@ def verdict_json(verdict: DepthVerdict) -> dict[str, Any]:
         "fraction": verdict.design.fraction,
         "where": verdict.where,
         "detail": verdict.detail,
+        "near_ties": len(verdict.near_ties),
+        "near_tie_margins": [[g, t.position, t.token, round(t.margin, 6), round(t.noise, 6)] for g, t in verdict.near_ties[:100]],
     }

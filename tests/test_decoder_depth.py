@@ -4,7 +4,8 @@ On a tiny synthetic GGUF (vocab 64, one layer, 32 wide: tests/conftest.py's writ
 reference forward. What each test can detect is said in its docstring.
 
 Alpha. The no-false-alarm tests (the three correct decoders must PASS) share the
-``decoder_depth`` line of spec.statistics.ALPHA_BUDGET (1e-8, a third each). The mutant tests
+``decoder_depth`` line of spec.statistics.ALPHA_BUDGET (1e-8, a quarter each; the fourth quarter is
+tests/test_decoder_depth_ties.py's noisy-numerics engine). The mutant tests
 run at check-decoder's default alpha 1e-3 with the product's design (power 0.99 against TV 0.05
 on 10% of positions): a mutant passing there is a miss of the design, not bad luck.
 
@@ -57,7 +58,7 @@ DRAFT = SamplingParams(temperature=1.5, top_k=12)
 PROMPT = (1, 5, 9, 13)
 MAX_TOKENS = 24
 MIN_TOKENS = 6
-PASS_ALPHA = ALPHA_BUDGET["decoder_depth"] / 3
+PASS_ALPHA = ALPHA_BUDGET["decoder_depth"] / 4  # a quarter each: three here, one in tests/test_decoder_depth_ties.py
 PRODUCT_ALPHA = 1e-3
 
 
@@ -192,7 +193,7 @@ CORRECT = {
 
 @pytest.mark.parametrize("name", sorted(CORRECT))
 def test_correct_decoders_pass(name: str, model: Model) -> None:
-    """Each runs every look and passes at alpha = 1e-8 / 3; its design: power 0.99 against TV
+    """Each runs every look and passes at alpha = 1e-8 / 4; its design: power 0.99 against TV
     0.1 on every position (a weaker stated design than the product's, for cost)."""
     engine = Loop(model, **CORRECT[name])  # type: ignore[arg-type]
     verdict = check_depth(engine, reference_rows(model), case(WITH_PROCESSORS), alpha=PASS_ALPHA, tv=0.1,

@@ -57,3 +57,22 @@ def test_generation_seeds_differ_across_calls_and_the_penalized_prompt_is_refuse
 
         law = build("llama.cpp", {})
         sampling_kwargs(SamplingParams(), replace(law, params=replace(law.params, penalize_prompt=True)))
+
+
+def test_the_scorer_continues_a_plain_feed_exactly_as_a_fresh_one(tmp_path: Path) -> None:
+    """The depth test's plain-fed rows (the prompt in one pass, then one token at a time) ask for
+    every prefix of a generation in turn; the adapter continues its scorer instead of re-feeding,
+    which must give bitwise the rows a fresh scorer computes with the same batches (n_threads 1:
+    deterministic), and a one-pass row afterwards must not reuse a split state."""
+    from verispec.peers.llama_cpp_peer import LlamaCppPeer
+
+    target = write_models(tmp_path)["target"]
+    continued, fresh = LlamaCppPeer(target, lookup_tokens=None), LlamaCppPeer(target, lookup_tokens=None)
+    prompt, tokens = [1, 5, 9, 13], [7, 3, 11, 2, 8]
+    for i in range(1, len(tokens) + 1):
+        row = continued.logits(prompt + tokens[:i], split_at=len(prompt))
+        fresh.fed = ([], -1)  # forget: a reset and a full feed
+        assert row == fresh.logits(prompt + tokens[:i], split_at=len(prompt))
+    one_pass = continued.logits(prompt + tokens)
+    fresh.fed = ([], -1)
+    assert one_pass == fresh.logits(prompt + tokens)

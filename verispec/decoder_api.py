@@ -396,11 +396,12 @@ class _Run:
         """The depth test of one prompt (spec/decoder_depth.py)."""
         from verispec.decoder_report import PromptOutcome
         from verispec.spec.decoder_check import EngineLogits
-        from verispec.spec.decoder_depth import DepthCase, check_depth, per_prefix_rows, reference_rows, verdict_json
+        from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json
+        from verispec.spec.decoder_depth_ties import PlainFedRows
 
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
-        rows = per_prefix_rows(self.target.fresh) if isinstance(self.target, EngineLogits) else reference_rows(self.depth.model)
+        rows = PlainFedRows(self.target) if isinstance(self.target, EngineLogits) else reference_rows(self.depth.model)
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law)
         verdict = check_depth(self.generations, rows, case, alpha=self.alpha, tv=self.tv, fraction=self.depth.fraction,
                               budget_s=self.depth.budget)

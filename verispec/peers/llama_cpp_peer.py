@@ -70,6 +70,7 @@ class LlamaCppPeer:
         self.scorer: Any = Llama(model_path=str(path), n_ctx=N_CTX, verbose=False, logits_all=True, n_threads=THREADS,
                                  n_threads_batch=THREADS)
         self.eos = int(self.scorer.token_eos())
+        self.fed: tuple[list[int], int] = ([], -1)  # the scorer's ids and the length of their first batch
 
     def _llm(self, window: int) -> Any:
         if window not in self.windows:  # the penalty window is a constructor argument
@@ -99,15 +100,21 @@ class LlamaCppPeer:
 
     def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[float]:
         """llama.cpp's plain next-token logits after the prefix (one batch, or ``prefix[:split_at]``
-        then one token at a time)."""
+        then one token at a time). A request that extends the scorer's last one with the same first
+        batch continues it (the same batches in the same order: the same rows), so the depth test's
+        plain-fed rows of one generation cost one token each, not a re-feed of every prefix."""
         ids = [int(t) for t in prefix_ids]
-        self.scorer.reset()
-        if split_at is None:
-            self.scorer.eval(ids)
+        first = len(ids) if split_at is None else split_at
+        fed, fed_first = self.fed
+        if fed_first == first and len(fed) >= first and len(ids) > len(fed) and ids[: len(fed)] == fed:
+            rest = ids[len(fed):]
         else:
-            self.scorer.eval(ids[:split_at])
-            for token in ids[split_at:]:
-                self.scorer.eval([token])
+            self.scorer.reset()
+            self.scorer.eval(ids[:first])
+            rest = ids[first:]
+        for token in rest:
+            self.scorer.eval([token])
+        self.fed = (ids, first)
         return [float(x) for x in self.scorer.scores[self.scorer.n_tokens - 1]]
 
 
