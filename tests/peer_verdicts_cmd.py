@@ -109,6 +109,24 @@ def verdict(peer: str, path: str, ps: ParamSet, files: dict[str, Path], tv: floa
             "load_at_start": round(load, 1), "detail": outcome.detail}
 
 
+def table_rows(lines: list[str]) -> list[str]:
+    """docs/peers.md's rows ("Other peers") from this runner's JSON lines."""
+    rows = []
+    for line in lines:
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        ps = ALL_SETS[r["params"]]
+        flags = ", ".join(f"{k}={v}" for k, v in ps.flags.items())
+        depth = f", depth {ps.depth}" if ps.depth != 64 else ""
+        prompt = "" if r.get("prompt", PROMPT) == PROMPT else f" --prompt {r['prompt']!r}"
+        command = f"`python -m tests.peer_verdicts_cmd --peer {r['peer']} --out DIR --path {r['path']} --params {r['params']}{prompt}`"
+        rows.append(f"| {r['peer']} {r['version']} | {r['path']} | {r['params']}: --law {ps.law}, {flags}{depth} | "
+                    f"{r.get('prompt', PROMPT)!r} | **{r['state']}** | {r['tokens']} / {r['design_tokens']} | {r['power']:.3f} | "
+                    f"{r['minutes']} (load {r['load_at_start']}) | {command} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.peer_verdicts_cmd")
     parser.add_argument("--peer", choices=list(PEERS), default="mlx-lm")
@@ -120,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=None)
     parser.add_argument("--prompt", default=PROMPT, help=f"the prompt's text (default {PROMPT!r}; {PENALTY_PROMPT!r}: "
                         "one whose tokens the target likes, so a penalty on them moves mass)")
+    parser.add_argument("--table", type=Path, help="print docs/peers.md's rows of a saved JSON-lines file and stop")
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print("\n".join(table_rows(args.table.read_text().splitlines())))
+        return 0
     files = write_peer_models(args.out)
     failed = False
     for path in args.path or PEERS[args.peer][2]:
