@@ -114,6 +114,41 @@ _PIECES = (
     "▁p", "▁in", "ou", "▁to", "▁of", "▁and", "ing", "▁is", "▁model", "▁token", "▁fast", "▁says",
 )
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_BYTE = 1, 2, 3, 6
+BPE_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2, as SmolLM2 ships them
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's bytes_to_unicode: the printable character that stands for each byte 0..255."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + list(range(ord("\xae"), ord("\xff") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def bpe_vocabulary() -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges) of a small byte-level BPE vocabulary (llama.cpp model
+    "gpt2"): the three SmolLM2 specials, the 256 byte characters, then every left-to-right
+    merge that builds the words of :data:`_PIECES` (``Ġ`` for the word-start marker); each merge's
+    result is a token, so the vocabulary is a valid BPE one."""
+    tokens = list(BPE_SPECIALS) + _byte_chars()
+    merges: list[str] = []
+    for piece in _PIECES:
+        word = piece.replace("▁", "Ġ")
+        if len(word) < 2:
+            continue
+        left = word[0]
+        for ch in word[1:]:
+            if left + ch not in tokens:
+                merges.append(f"{left} {ch}")
+                tokens.append(left + ch)
+            left = left + ch
+    types = [TOKEN_CONTROL] * len(BPE_SPECIALS) + [TOKEN_NORMAL] * (len(tokens) - len(BPE_SPECIALS))
+    return tokens, types, merges
 
 
 # Phi-3 appends its chat specials after the SentencePiece pieces (32000 <|endoftext|>, pad too).
@@ -261,25 +296,36 @@ def _add_tensor(writer: Any, name: str, array: np.ndarray, qtype_name: str) -> s
 
 
 def write_synthetic(path: Path, variant: str | Variant, *, seed: int = 0,
-                    quant_types: tuple[str, ...] = QUANT_ROTATION) -> dict[str, str]:
+                    quant_types: tuple[str, ...] = QUANT_ROTATION, file_type: str = "MOSTLY_Q4_0",
+                    tokenizer: str = "spm") -> dict[str, str]:
     """Write the synthetic model ``variant`` to ``path``; returns {tensor name: ggml type name}.
 
     Matrices cycle through ``quant_types`` in file order, so every type meets several roles.
+    ``file_type`` is ``general.file_type`` (a ``gguf.LlamaFileType`` name): llama.cpp only
+    reports it, but openvino-genai's GGUF reader picks its weight layout by it. ``tokenizer``
+    "bpe" writes the byte-level BPE vocabulary of :func:`bpe_vocabulary` (SmolLM2's kind, the
+    only kind openvino-genai's GGUF reader converts) instead of SentencePiece.
     """
     import gguf
 
     v = VARIANTS[variant] if isinstance(variant, str) else variant
     rng = np.random.default_rng(seed)
-    tokens, scores, types = spm_vocabulary(PHI3_SPECIALS if v.arch == "phi3" else ())
+    if tokenizer == "bpe":
+        tokens, types, merges = bpe_vocabulary()
+    else:
+        tokens, scores, types = spm_vocabulary(PHI3_SPECIALS if v.arch == "phi3" else ())
     w = gguf.GGUFWriter(str(path), v.arch)
     w.add_name(v.general_name)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    w.add_file_type(gguf.LlamaFileType[file_type])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     if v.arch == "gemma4":
         _gemma4_metadata(w)
     else:
         _common_metadata(w, v, len(tokens))
-    _spm_tokenizer(w, v, tokens, scores, types)
+    if tokenizer == "bpe":
+        _bpe_tokenizer(w, tokens, types, merges)
+    else:
+        _spm_tokenizer(w, v, tokens, scores, types)
     written: dict[str, str] = {}
     matrices = 0
     weights = _gemma4_tensors(len(tokens), rng) if v.arch == "gemma4" else _tensors(v, len(tokens), rng)
@@ -313,6 +359,20 @@ def _common_metadata(w: Any, v: Variant, n_vocab: int) -> None:
             w.add_float32(key, value)
         else:
             w.add_uint32(key, int(value))
+
+
+def _bpe_tokenizer(w: Any, tokens: list[str], types: list[int], merges: list[str]) -> None:
+    """A byte-level BPE tokenizer (llama.cpp model "gpt2", pre "smollm"), ids as SmolLM2's:
+    <|endoftext|> 0 (BOS, unknown), <|im_end|> 2 (EOS); no BOS is added."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(False)
 
 
 def _spm_tokenizer(w: Any, v: Variant, tokens: list[str], scores: list[float], types: list[int]) -> None:
