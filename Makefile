@@ -38,8 +38,7 @@ $(MODELS): $(STAMP) verispec/registry.py
 demo: $(STAMP)
 	$(VENV)/bin/verispec models fetch smollm2-135m
 	$(VENV)/bin/verispec tokenize --model smollm2-135m --pieces "Certified fast decoding keeps what the model says."
-	$(VENV)/bin/verispec demo --model smollm2-135m --max-tokens 96 \
-		--prompt "List the first ten prime numbers, separated by commas, then repeat the list once more."
+	$(VENV)/bin/verispec demo --model smollm2-135m --max-tokens 96
 	$(VENV)/bin/verispec witness --steps 1000
 
 # pytest-xdist: one worker per physical core (-n auto), at most 4: every worker loads both models

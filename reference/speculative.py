@@ -424,8 +424,55 @@ def verify_drafts(
     passed for both). A sampled verification reads ``rng.random(k + 1)`` (the draw protocol); a
     greedy one reads nothing.
     """
-    p = target_rows(target_logits, history, drafts, params, law)
     if verification_mode(params, params) == "greedy":
-        return verify_greedy(p, drafts)
-    q_rows = draft_law_rows(q, drafts, p.shape[-1])
-    return verify_sampled(p, q_rows, drafts, rng.random(len(drafts) + 1).tolist())
+        return verify_greedy(target_rows(target_logits, history, drafts, params, law), drafts)
+    return verify_drafts_sampled(target_logits, history, drafts, q, params, rng.random(len(drafts) + 1), law)
+
+
+def verify_drafts_sampled(
+    target_logits: ArrayLike,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    q: Probs2D | Sequence[Probs2D | None] | None,
+    params: SamplingParams,
+    uniforms: npt.NDArray[np.float64],
+    law: LawFn = target_distribution,
+) -> Verdict:
+    """:func:`verify_sampled` of ``target_rows(...)`` and ``draft_law_rows(q, ...)`` on ``uniforms``
+    [k+1] (the same verdict, bit for bit), computing only the rows it reads.
+
+    Row i of p is ``law(target_logits[i], history + drafts[:i], params)``, one law evaluation over
+    the vocabulary; verification reads rows 0..a (a = the first rejected position, or k after all
+    accepted), so rows after the verdict are neither computed nor checked (they cannot change it).
+    Every row it reads is checked as :func:`verify_sampled` checks it: p rows finite,
+    non-negative, summing to 1; q rows too, with mass on their drafted token.
+    """
+    logits = np.asarray(target_logits)
+    k = len(drafts)
+    if k < 1:
+        raise VerificationError(f"need k >= 1 draft tokens, got k = {k}")
+    if logits.ndim != 2 or logits.shape[0] != k + 1 or logits.shape[1] < 1:
+        raise VerificationError(f"target logits must be [k+1 = {k + 1}, V], got shape {logits.shape}")
+    draws = np.asarray(uniforms, dtype=np.float64)
+    if draws.shape != (k + 1,) or not np.all((draws >= 0) & (draws < 1)):
+        raise VerificationError(f"need k + 1 = {k + 1} uniforms in [0, 1), got {draws!r}")
+    vocab = logits.shape[1]
+    given: Sequence[Probs2D | None] = [None] * k if q is None else list(q)
+    if len(given) != k:
+        raise VerificationError(f"need one law row per draft: {k} drafts, {len(given)} rows")
+    context = [int(t) for t in history]
+    ids = [int(x) for x in drafts]
+    for i, x in enumerate(ids):
+        if not 0 <= x < vocab:
+            raise VerificationError(f"draft id {x} is outside the vocabulary [0, {vocab})")
+        p_row = _as_rows(law(logits[i], context + ids[:i], params), "p")
+        _check_rows(p_row, "p")
+        q_row = draft_law_rows([given[i]], [x], vocab)
+        _check_rows(q_row, "q")
+        _check_draft_mass(q_row[None], np.array([[x]], dtype=np.int64))
+        if draws[i] * q_row[0, x] < p_row[x]:
+            continue  # accepted with probability min(1, p/q)
+        return Verdict(accepted=i, token=inverse_cdf(residual_law(p_row, q_row[0]), float(draws[k])), kind="repair")
+    last = _as_rows(law(logits[k], context + ids, params), "p")
+    _check_rows(last, "p")
+    return Verdict(accepted=k, token=inverse_cdf(last, float(draws[k])), kind="bonus")

@@ -12,7 +12,8 @@ target cache holds all of it but the ``pending`` tail (after the first cycle: th
     p[v]      = law(logits[v], history + path(v), params)           THE target law, each node with
                                                                     its own path in the history
     verdict   = verify_tree_greedy(tree, p)                         greedy target: longest argmax path
-                verify_tree_sampled(tree, p, q, rng.random(N))      otherwise: the tree protocol
+                verify_tree_sampled(tree, p, q, rng.random(N))      otherwise: the tree protocol (rows computed
+                                                                    as the walk reads them)
                                                                     (reference/tree_speculative.py)
     keep      cache <- committed slots + the accepted path's slots  O(accepted) (KVCache.keep)
     commit    path tokens + verdict.token, one at a time to the decode session
@@ -37,7 +38,7 @@ from verispec.reference.errors import VerificationError
 from verispec.reference.sampling import SamplingParams, sample
 from verispec.reference.seams import LawFn
 from verispec.reference.tree_attention import is_chain
-from verispec.reference.tree_speculative import DraftTree, TreeVerdict, verify_tree_greedy, verify_tree_sampled
+from verispec.reference.tree_speculative import DraftTree, TreeVerdict, verify_tree_greedy, verify_tree_sampled_lazy
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -131,13 +132,15 @@ def verify_tree_cycle(
         row = law(logits[0], history, params)
         return TreeOutcome((), sample(row, rng), "plain")
     context = [int(t) for t in history]
-    p = np.stack([law(logits[v], context + node_path(tree, v), params) for v in range(tree.size)])  # [N, V]
+
+    def p_of(v: int) -> Any:
+        return law(logits[v], context + node_path(tree, v), params)
+
     verdict: TreeVerdict
     if speculative.verification_mode(params, params) == "greedy":
-        verdict = verify_tree_greedy(tree, p)
-    else:
-        q = proposal.q if proposal.q is not None else one_hot_rows(tree, p.shape[1])
-        verdict = verify_tree_sampled(tree, p, q, rng.random(tree.size))
+        verdict = verify_tree_greedy(tree, np.stack([p_of(v) for v in range(tree.size)]))  # [N, V]
+    else:  # only the rows the walk reads: the same verdict as verify_tree_sampled on every row
+        verdict = verify_tree_sampled_lazy(tree, p_of, proposal.q, rng.random(tree.size))
     return TreeOutcome(verdict.path, verdict.token, verdict.kind)
 
 

@@ -49,7 +49,7 @@ duplicate matching siblings the one with the longer accepted path wins (the firs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -177,25 +177,88 @@ def sibling_residual(w: F64, t: float, q_row: F64) -> tuple[F64, float]:
 def verify_tree_sampled(tree: DraftTree, p: ArrayLike, q: ArrayLike, uniforms: ArrayLike) -> TreeVerdict:
     """Sampled verification of a draft tree, following the tree protocol (module docstring)."""
     p_rows, q_rows, u = check_tree_inputs(tree, p, q, uniforms)
+    return walk_tree_sampled(tree, lambda v: p_rows[v], lambda c: q_rows[c - 1], u)
+
+
+def walk_tree_sampled(tree: DraftTree, p_row: Callable[[int], F64], q_row: Callable[[int], F64], u: F64) -> TreeVerdict:
+    """The tree protocol's walk from the root: ``p_row(v)`` is node v's target row, ``q_row(c)`` the
+    law node c's token was drawn from, ``u`` [N] the uniforms. It reads the rows of the nodes on the
+    accepted path and of the children it tries, nothing else, in the same order and with the same
+    float64 operations whether the rows were computed ahead (:func:`verify_tree_sampled`) or on
+    demand (:func:`verify_tree_sampled_lazy`)."""
     final = float(u[tree.size - 1])
     path: list[int] = []
     v = 0
     while True:
         kids = tree.children(v)
         if not kids:
-            return TreeVerdict(tuple(path), inverse_cdf(p_rows[v], final), "bonus")
-        w, t = p_rows[v], 1.0
+            return TreeVerdict(tuple(path), inverse_cdf(p_row(v), final), "bonus")
+        w, t = p_row(v), 1.0
         for c in kids:
             x = tree.tokens[c]
-            if u[c - 1] * q_rows[c - 1, x] * t < w[x]:
+            q_c = q_row(c)
+            if u[c - 1] * q_c[x] * t < w[x]:
                 break  # accepted: continue below c
-            w, t = sibling_residual(w, t, q_rows[c - 1])
+            w, t = sibling_residual(w, t, q_c)
             if t == 0.0:
-                return TreeVerdict(tuple(path), inverse_cdf(p_rows[v], final), "repair")
+                return TreeVerdict(tuple(path), inverse_cdf(p_row(v), final), "repair")
         else:
             return TreeVerdict(tuple(path), inverse_cdf(w, final), "repair")
         path.append(c)
         v = c
+
+
+def verify_tree_sampled_lazy(tree: DraftTree, p_of: Callable[[int], ArrayLike], q: ArrayLike | None,
+                             uniforms: ArrayLike) -> TreeVerdict:
+    """:func:`verify_tree_sampled` with node v's target row computed by ``p_of(v)`` only when the
+    walk reads it (once): the same verdict, bit for bit, on the same uniforms. ``q`` [N-1, V] the
+    draft's laws, or None for a deterministic draft (one-hot rows at the nodes' tokens, built when
+    read). Every row read is checked as :func:`check_tree_inputs` checks it (a valid law; the
+    drafted token in range with positive draft mass); rows never read are neither computed nor
+    checked: they cannot change the verdict."""
+    n = tree.size
+    if n < 2:
+        raise VerificationError("a tree to verify needs at least one draft node")
+    rows: dict[int, F64] = {}
+    vocab: list[int] = []
+
+    def p_row(v: int) -> F64:
+        if v not in rows:
+            row = _as_rows(p_of(v), "p")
+            if row.ndim != 1 or row.shape[0] < 1 or (vocab and row.shape[0] != vocab[0]):
+                raise VerificationError(f"p row {v} must be [V], got shape {row.shape}")
+            _check_rows(row, "p")
+            vocab[:1] = [row.shape[0]]
+            rows[v] = row
+        return rows[v]
+
+    q_rows = None if q is None else _as_rows(q, "q")
+
+    def q_row(c: int) -> F64:
+        size = vocab[0]
+        x = tree.tokens[c]
+        if not 0 <= x < size:
+            raise VerificationError(f"node {c} token {x} is outside the vocabulary [0, {size})")
+        if q_rows is None:
+            one_hot = np.zeros(size, dtype=np.float64)
+            one_hot[x] = 1.0
+            return one_hot
+        if q_rows.ndim != 2 or q_rows.shape != (n - 1, size):
+            raise VerificationError(f"q must be [N - 1 = {n - 1}, V = {size}], got shape {q_rows.shape}")
+        row: F64 = np.asarray(q_rows[c - 1], dtype=np.float64)
+        _check_rows(row, "q")
+        if row[x] <= 0:
+            raise VerificationError(f"node {c} token {x} has q = 0: the draft cannot have drawn it")
+        return row
+
+    try:
+        draws = np.asarray(uniforms, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise VerificationError(f"uniforms are not numeric: {exc}") from None
+    if draws.shape != (n,) or not np.all((draws >= 0.0) & (draws < 1.0)):
+        raise VerificationError(f"need N = {n} uniforms in [0, 1), got shape {draws.shape}")
+    p_row(0)  # the root's row is always read; it fixes V for the q rows
+    return walk_tree_sampled(tree, p_row, q_row, draws)
 
 
 def verify_tree_greedy(tree: DraftTree, p: ArrayLike) -> TreeVerdict:

@@ -1,6 +1,8 @@
 """`bench --workload`'s llama.cpp section (verispec/bench/workload.py, verispec/bench/llama.py):
-llama.cpp plain and prompt lookup on the workload's greedy requests, interleaved request by request
-with the engine's runs; ratios per category and over the categories; the same-tokens note.
+llama.cpp plain and prompt lookup on the workload's greedy requests, interleaved round by round
+with the engine's runs, every side decoding the same number of tokens (the engine's answer length
+or max_tokens, end of generation ignored); ratios per category and over the categories; the
+same-tokens note.
 
 The interleaving and the ratio arithmetic are checked with stand-ins for both engines (exact
 numbers, no timing); the section's shape without llama_cpp with ``available()`` patched; one small
@@ -53,8 +55,9 @@ LLAMA_TOK_S = {"plain": {"rag-1": 10.0, "rag-2": 40.0, "code-1": 20.0},
 ENGINE_PLAIN = {"rag-1": 10.0, "rag-2": 10.0, "code-1": 5.0}
 ENGINE_SPEC = {"suffix": {"rag-1": 20.0, "rag-2": 40.0, "code-1": 10.0},
                "suffix:tree": {"rag-1": 40.0, "rag-2": 40.0, "code-1": 40.0}}
+ANSWER = {"rag-1": 3, "rag-2": 5, "code-1": 4}  # the engine's plain greedy answer length (its end id counted)
+LLAMA_IDS = (1, 2, 9, 4, 5)  # llama.cpp's greedy output, cut to the requested length
 ENGINE_IDS = (1, 2, 3, 4, 5)
-LLAMA_IDS = {"plain": [1, 2, 9, 4], "prompt_lookup": [1, 2, 9, 4]}
 
 
 @dataclass
@@ -63,6 +66,7 @@ class StandInDecoders:
 
     log: list[tuple[str, ...]]
     request_of: dict[tuple[int, ...], str]
+    short_by: int = 0  # a broken peer that decodes fewer tokens than asked
     closed: bool = False
     info: dict[str, Any] = field(default_factory=lambda: {"available": True, "version": "stand-in", "threads": 2,
                                                           "num_pred_tokens": 12, "n_ctx": 64})
@@ -72,49 +76,96 @@ class StandInDecoders:
 
     def run(self, name: str, ids: Any, max_tokens: int, end_ids: frozenset[int]) -> dict[str, Any]:
         request = self.request_of[tuple(ids)]
-        self.log.append(("llama", name, request))
-        assert end_ids == EOG | {END}  # the engine's own end set: the session's EOG ids and the chat's end of turn
-        return {"tokens": LLAMA_IDS[name], "tok_s": LLAMA_TOK_S[name][request]}
+        self.log.append(("llama", name, request, str(max_tokens)))
+        assert end_ids == frozenset()  # end of generation ignored: exactly max_tokens
+        return {"tokens": list(LLAMA_IDS[:max_tokens - self.short_by]), "tok_s": LLAMA_TOK_S[name][request]}
 
     def close(self) -> None:
         self.closed = True
 
 
-def run_stand_in_workload(monkeypatch: pytest.MonkeyPatch, repeats: int) -> tuple[list[tuple[str, ...]], dict[str, Any], dict[str, Any], StandInDecoders]:
+def run_stand_in_workload(monkeypatch: pytest.MonkeyPatch, repeats: int, length: str = "answer",
+                          short_by: int = 0) -> tuple[list[tuple[str, ...]], dict[str, Any], dict[str, Any], StandInDecoders]:
     tok = StandInTokenizer()
     request_of = {tuple(tok.encode(i.prompt_text(CHATML))): i.id for i in ITEMS}
+    max_tokens = {i.id: i.max_tokens for i in ITEMS}
     assert len(request_of) == len(ITEMS)  # the stand-in tokenizer tells the requests apart
     log: list[tuple[str, ...]] = []
-    decoders = StandInDecoders(log, request_of)
+    decoders = StandInDecoders(log, request_of, short_by)
     monkeypatch.setattr(bench, "workload_llama_decoders", lambda path, lengths, options: decoders)
 
-    def engine(model: Any, tokenizer: Any, spec_text: str, request: GenerationRequest, options: Any) -> tuple[dict[str, Any], tuple[int, ...]]:
+    def answer_length(model: Any, tokenizer: Any, request: GenerationRequest) -> int:
         rid = request_of[tuple(request.prompt_ids)]
-        t = request.params.temperature
-        log.append(("engine", spec_text, rid, str(t)))
+        log.append(("answer", rid))
+        # the length probe: greedy, to the engine's own end ids, within the request's max_tokens
+        assert request.params.temperature == 0.0 and not request.ignore_eog and request.stop_ids == {END}
+        assert request.max_tokens == max_tokens[rid]
+        return ANSWER[rid]
+
+    def engine_round(model: Any, tokenizer: Any, spec_text: str, request: GenerationRequest, options: Any) -> tuple[str, str, float, int]:
+        rid = request_of[tuple(request.prompt_ids)]
+        log.append(("engine", spec_text, rid, str(request.params.temperature), str(request.max_tokens)))
+        assert request.ignore_eog  # every timed engine run decodes exactly max_tokens
+        return rid, spec_text, request.params.temperature, request.max_tokens
+
+    def rounds_summary(rounds: list[tuple[str, str, float, int]]) -> tuple[dict[str, Any], tuple[int, ...]]:
+        assert len(rounds) == repeats and len(set(rounds)) == 1  # the rounds of one request and draft
+        rid, spec_text, t, n = rounds[0]
         run = {"temperature": t, "plain_tok_s": ENGINE_PLAIN[rid], "speculative_tok_s": ENGINE_SPEC[spec_text][rid],
                "speedup": ENGINE_SPEC[spec_text][rid] / ENGINE_PLAIN[rid], "speedup_cpu": 1.0, "alpha": 0.5,
-               "tokens_per_pass": 2.0, "generated_tokens": 5, "same_tokens_as_plain": True if t == 0.0 else None}
-        return run, ENGINE_IDS
+               "tokens_per_pass": 2.0, "generated_tokens": n,
+               "same_tokens_as_plain": True if t == 0.0 else None}
+        return run, ENGINE_IDS[:n]
 
-    monkeypatch.setattr(bench, "speculative_vs_plain_ids", engine)
-    options = BenchOptions(drafts=DRAFTS, repeats=repeats, workload=ITEMS, workload_sampled=True, k=12)
+    monkeypatch.setattr(bench, "answer_length", answer_length)
+    monkeypatch.setattr(bench, "engine_round", engine_round)
+    monkeypatch.setattr(bench, "rounds_summary", rounds_summary)
+    options = BenchOptions(drafts=DRAFTS, repeats=repeats, workload=ITEMS, workload_sampled=True, k=12,
+                           workload_length=length)
     out, section = bench.workload_section(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
     return log, out, section, decoders
 
 
-@pytest.mark.parametrize("repeats", [1, 2])
-def test_llama_cpp_runs_beside_each_greedy_request(monkeypatch: pytest.MonkeyPatch, repeats: int) -> None:
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_every_round_runs_llama_cpp_then_the_engine_request_by_request(monkeypatch: pytest.MonkeyPatch, repeats: int) -> None:
+    """Greedy: per request, the answer-length probe, then ``repeats`` rounds of llama.cpp plain,
+    llama.cpp lookup and each draft's engine round, all to the same length; then the sampled runs
+    (no llama.cpp) to the same lengths, with no second probe."""
     log, out, section, decoders = run_stand_in_workload(monkeypatch, repeats)
-    greedy = [e for e in log if e[0] == "llama" or e[3] == "0.0"]
     expected: list[tuple[str, ...]] = []
-    for item in ITEMS:  # request by request: llama.cpp, the engine's drafts, llama.cpp again when repeating
-        llama: list[tuple[str, ...]] = [("llama", "plain", item.id), ("llama", "prompt_lookup", item.id)]
-        expected += llama + [("engine", d, item.id, "0.0") for d in DRAFTS] + (llama if repeats > 1 else [])
-    assert greedy == expected
-    assert all(e[0] == "engine" for e in log[len(expected):])  # the sampled runs: no llama.cpp beside them
-    assert len(log) - len(expected) == len(ITEMS) * len(DRAFTS) and decoders.closed
+    for item in ITEMS:
+        n = str(ANSWER[item.id])
+        one_round = [("llama", "plain", item.id, n), ("llama", "prompt_lookup", item.id, n),
+                     *(("engine", d, item.id, "0.0", n) for d in DRAFTS)]
+        expected += [("answer", item.id)] + one_round * repeats
+    for item in ITEMS:
+        expected += [("engine", d, item.id, "0.8", str(ANSWER[item.id])) for d in DRAFTS] * repeats
+    assert log == expected and decoders.closed
     assert set(out) == set(DRAFTS) and {r["temperature"] for r in out["suffix"]["runs"]} == {0.0, 0.8}
+    assert [r["decoded_tokens"] for r in out["suffix"]["runs"]] == [ANSWER[i.id] for i in ITEMS] * 2
+    assert section["length"] == "answer" and section["repeats"] == repeats
+
+
+def test_length_max_decodes_every_request_to_its_max_tokens_without_a_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    log, out, section, _ = run_stand_in_workload(monkeypatch, 1, length="max")
+    assert not any(e[0] == "answer" for e in log)
+    assert {(e[2], e[-1]) for e in log} == {(i.id, str(i.max_tokens)) for i in ITEMS}
+    assert section["length"] == "max" and section["all_sides_same_length"] is True
+    assert "max_tokens" in section["length_note"]
+
+
+def test_every_side_decodes_the_same_number_of_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, section, _ = run_stand_in_workload(monkeypatch, 1)
+    assert section["all_sides_same_length"] is True
+    assert [r["decoded_tokens"] for r in section["runs"]] == [ANSWER[i.id] for i in ITEMS]
+    assert all(r["llama_cpp"][n]["generated_tokens"] == r["decoded_tokens"] for r in section["runs"] for n in ("plain", "prompt_lookup"))
+    assert "same number of tokens on every request" in "\n".join(format_workload_llama(section))
+
+
+def test_a_side_that_decodes_fewer_tokens_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, section, _ = run_stand_in_workload(monkeypatch, 1, short_by=1)
+    assert section["all_sides_same_length"] is False and not any(r["same_length"] for r in section["runs"])
+    assert "NOT every side decoded the same number of tokens" in "\n".join(format_workload_llama(section))
 
 
 def test_llama_cpp_workload_ratios_per_category_and_over_categories(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,21 +179,27 @@ def test_llama_cpp_workload_ratios_per_category_and_over_categories(monkeypatch:
     assert rag["engine_suffix:tree_over_llama_cpp_plain"] == pytest.approx(math.sqrt(4.0 * 1.0))
     assert rag["engine_plain_over_llama_cpp_plain"] == pytest.approx(math.sqrt(1.0 * 0.25))
     assert rag["llama_cpp_prompt_lookup_over_llama_cpp_plain"] == pytest.approx(math.sqrt(2.0 * 0.5))
+    # over the engine's own plain: rag 20/10 and 40/10, code 10/5
+    assert rag["engine_suffix_over_engine_plain"] == pytest.approx(math.sqrt(2.0 * 4.0))
+    assert code["engine_suffix:tree_over_engine_plain"] == pytest.approx(8.0)
     geo = section["geomean"]  # each category weighs the same: rag's two requests count once
     assert set(geo) == set(bench_llama.workload_ratio_names(DRAFTS))
     assert geo["engine_suffix_over_llama_cpp_plain"] == pytest.approx(math.sqrt(math.sqrt(2.0) * 0.5))
+    assert geo["engine_suffix_over_engine_plain"] == pytest.approx(math.sqrt(math.sqrt(8.0) * 2.0))
     assert geo["engine_plain_over_llama_cpp_plain"] == pytest.approx(math.sqrt(0.5 * 0.25))
     assert geo["llama_cpp_prompt_lookup_over_llama_cpp_plain"] == pytest.approx(math.sqrt(1.0 * 1.0))
-    run = section["runs"][0]
-    assert run["engine_plain_vs_llama_cpp_plain"] == {"same_leading_tokens": 2, "compared": 4}
-    assert run["llama_cpp_prompt_lookup_vs_llama_cpp_plain"] == {"same_leading_tokens": 4, "compared": 4}
-    assert run["llama_cpp"]["plain"] == {"tok_s": 10.0, "generated_tokens": 4}
+    run = section["runs"][0]  # rag-1: 3 tokens on every side; llama.cpp's third differs from the engine's
+    assert run["engine_plain_vs_llama_cpp_plain"] == {"same_leading_tokens": 2, "compared": 3}
+    assert run["llama_cpp_prompt_lookup_vs_llama_cpp_plain"] == {"same_leading_tokens": 3, "compared": 3}
+    assert run["llama_cpp"]["plain"] == {"tok_s": 10.0, "generated_tokens": 3}
     note = section["same_tokens_note"]
     assert note == {"first_tokens": bench_llama.AGREEMENT_TOKENS, "requests": 3,
-                    "requests_all_compared_tokens_same": 0, "mean_same_leading_tokens": 2.0}
+                    "requests_all_compared_tokens_same": 0, "mean_same_leading_tokens": 2.0,
+                    "llama_cpp_lookup_vs_plain_requests_all_same": 3,
+                    "engine_speculative_same_tokens_as_plain": {"suffix": 3, "suffix:tree": 3}}
     lines = format_workload_llama(section)
     assert any(line.startswith("workload llama.cpp rag:") for line in lines)
-    assert "0/3 requests agree on their first 32 tokens" in lines[-1]
+    assert any("0/3 requests agree on their first 32 tokens" in line for line in lines)
 
 
 def test_common_prefix_counts_leading_agreement_within_the_limit() -> None:
@@ -157,9 +214,11 @@ def test_workload_llama_section_without_llama_cpp(monkeypatch: pytest.MonkeyPatc
     and every ratio field is there, None."""
     monkeypatch.setattr(bench_llama, "available", lambda: False)
     tok = StandInTokenizer()
-    monkeypatch.setattr(bench, "speculative_vs_plain_ids", lambda *a: ({
+    monkeypatch.setattr(bench, "answer_length", lambda *a: 4)
+    monkeypatch.setattr(bench, "engine_round", lambda *a: None)
+    monkeypatch.setattr(bench, "rounds_summary", lambda rounds: ({
         "temperature": 0.0, "plain_tok_s": 1.0, "speculative_tok_s": 2.0, "speedup": 2.0, "speedup_cpu": 2.0,
-        "alpha": 0.5, "tokens_per_pass": 2.0, "generated_tokens": 4, "same_tokens_as_plain": True}, ENGINE_IDS))
+        "alpha": 0.5, "tokens_per_pass": 2.0, "generated_tokens": 4, "same_tokens_as_plain": True}, ENGINE_IDS[:4]))
     options = BenchOptions(drafts=DRAFTS, repeats=2, workload=ITEMS, workload_sampled=False)
     out, section = bench.workload_section(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
     assert set(out) == set(DRAFTS) and len(out["suffix"]["runs"]) == len(ITEMS)
@@ -174,7 +233,8 @@ def test_workload_llama_section_without_llama_cpp(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.slow
 def test_real_llama_cpp_beside_a_small_workload(smollm2_path: Path) -> None:
     """The optional extra installed: both llama.cpp decoders run every greedy request on the same
-    prompt ids, with the engine's thread count; every ratio is positive and finite."""
+    prompt ids, with the engine's thread count, to the engine's answer length (every side the same
+    count); every ratio is positive and finite."""
     pytest.importorskip("llama_cpp")
     from verispec.engine.model import FastModel
     from verispec.reference.chat import chat_format
@@ -193,10 +253,13 @@ def test_real_llama_cpp_beside_a_small_workload(smollm2_path: Path) -> None:
     assert section["available"] is True and section["threads"] == engine_threads() >= 1
     assert section["num_pred_tokens"] == 4 and section["n_ctx"] >= max(r["prompt_tokens"] for r in out["suffix"]["runs"]) + 6
     assert [r["id"] for r in section["runs"]] == ["r", "c"]
+    assert section["all_sides_same_length"] is True
+    assert [r["generated_tokens"] for r in out["suffix"]["runs"]] == [r["decoded_tokens"] for r in section["runs"]]
     for run in section["runs"]:
         assert isinstance(run["prompt_ids_agree"], bool)
+        assert 1 <= run["decoded_tokens"] <= 6
         for name in ("plain", "prompt_lookup"):
-            assert 1 <= run["llama_cpp"][name]["generated_tokens"] <= 6 and run["llama_cpp"][name]["tok_s"] > 0
+            assert run["llama_cpp"][name]["generated_tokens"] == run["decoded_tokens"] and run["llama_cpp"][name]["tok_s"] > 0
         note = run["engine_plain_vs_llama_cpp_plain"]
         assert 0 <= note["same_leading_tokens"] <= note["compared"] <= 6
     for value in section["geomean"].values():

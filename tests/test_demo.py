@@ -5,6 +5,7 @@ llama file with stand-in llama.cpp children (no llama_cpp needed); never asserts
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from tests.synthetic import write_synthetic
 from tests.test_bench_peer_crash import SEGV_AT_FIRST_RUN
 from verispec import cli
 from verispec.bench import llama, llama_child
+from verispec.commands import demo as demo_command
+from verispec.workload import load_workload
 
 # A llama.cpp stand-in that opens and then decodes exactly max_tokens tokens of id 5 per run.
 DECODES = """
@@ -53,6 +56,7 @@ def test_the_three_sides_run_the_same_number_of_tokens(tinyllama: Path, monkeypa
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     lines = demo(tinyllama, DECODES, monkeypatch, capsys)
     assert "int8 mode, lossless w.r.t. the int8 model's own law" in lines[0]
+    assert lines[1].startswith("prompt: the --prompt text, ") and lines[1].endswith(" prompt tokens")
     table = lines[lines.index(next(line for line in lines if "tokens on every side" in line)):]
     n = int(table[0].split()[0])
     assert 1 <= n <= 6
@@ -67,3 +71,15 @@ def test_a_crashing_llama_cpp_is_its_row_and_the_demo_exits_0(tinyllama: Path, m
     row = next(line for line in lines if line.startswith("  llama.cpp plain"))
     assert "crashed (killed by SIGSEGV, exit -11) during run" in row
     assert any(line.startswith("  speculative ngram") for line in lines)
+
+
+def test_the_default_prompt_is_the_workloads_first_summarisation_request() -> None:
+    """Grounded work (a report to summarise), taken from the workload as it is, and said so."""
+    args = argparse.Namespace(prompt=None)
+    said = demo_command.describe_prompt(args)
+    item = next(i for i in load_workload() if i.id == demo_command.DEMO_REQUEST)
+    assert item.category == "summarisation" and item == next(i for i in load_workload() if i.category == "summarisation")
+    assert args.prompt == item.messages[-1].content
+    assert said.startswith("a summarisation request (verispec/data/workload.jsonl summarisation-1: ")
+    own = argparse.Namespace(prompt="my text")
+    assert demo_command.describe_prompt(own) == "the --prompt text" and own.prompt == "my text"

@@ -108,6 +108,8 @@ def test_bench_workload_reports_each_category_and_the_geomean(
     assert {r["id"] for r in entry["runs"]} == {i.id for i in rows}
     assert {r["temperature"] for r in entry["runs"]} == {0.0, 0.8}
     assert entry["all_greedy_same_tokens"] is True  # lossless
+    # the same work: plain and speculative decode each request's answer length (end of generation ignored)
+    assert all(r["generated_tokens"] == r["decoded_tokens"] <= 4 for r in entry["runs"])
     for summary in entry["by_temperature"].values():
         assert set(summary["per_category_speedup"]) == {"rag", "code_edit"}
         values = list(summary["per_category_speedup"].values())

@@ -25,9 +25,10 @@ The engine's int8 plain and ngram runs of the same requests are interleaved with
 prompt by prompt (``engine``: bench passes them), so the ratios compare runs minutes apart at
 most, not sections of the bench apart.
 
-The workload (``bench --workload``) opens the same decoders with a larger context; a request ends
-at the engine's own end ids or ``max_tokens``, and the generated ids come back for the same-tokens
-note (:func:`common_prefix`); :func:`workload_ratios` gives the ratios per category and over them.
+The workload (``bench --workload``) opens the same decoders with a larger context; every side of a
+request decodes the same fixed number of tokens, end of generation ignored (verispec/bench/workload.py
+says which length), and the generated ids come back for the same-tokens note (:func:`common_prefix`);
+:func:`workload_ratios` gives the ratios per category and over them.
 """
 
 from __future__ import annotations
@@ -192,15 +193,17 @@ def common_prefix(a: Sequence[int], b: Sequence[int], limit: int = AGREEMENT_TOK
 
 def workload_ratio_names(drafts: Sequence[str]) -> tuple[str, ...]:
     """The ratio fields of the workload's llama.cpp section, for these engine drafts."""
-    return (*(f"engine_{d}_over_llama_cpp_plain" for d in drafts), "engine_plain_over_llama_cpp_plain",
-            "llama_cpp_prompt_lookup_over_llama_cpp_plain")
+    return (*(f"engine_{d}_over_llama_cpp_plain" for d in drafts), *(f"engine_{d}_over_engine_plain" for d in drafts),
+            "engine_plain_over_llama_cpp_plain", "llama_cpp_prompt_lookup_over_llama_cpp_plain")
 
 
 def workload_ratios(runs: Sequence[dict[str, Any]], drafts: Sequence[str]) -> dict[str, Any]:
     """Per category and over the categories, each ratio of :func:`workload_ratio_names`.
 
     ``runs``: one per greedy request: ``category``, ``llama_cpp`` {``plain``, ``prompt_lookup``:
-    {``tok_s``}}, ``engine`` {``plain_tok_s``, ``speculative_tok_s``: {draft: tok/s}}. Ratios are
+    {``tok_s``}}, ``engine`` {``plain_tok_s``, ``speculative_tok_s``: {draft: tok/s}}
+    (``engine_D_over_engine_plain``: draft D's speculative rate over the engine's best plain run of
+    the same request, both interleaved with llama.cpp's). Ratios are
     taken request by request (both sides of a ratio ran minutes apart at most), their geometric
     mean per category, then the geometric mean over the categories (each category weighs the same,
     as in the engine's own workload table). A request a side did not decode (0 tok/s) is left out."""
@@ -208,12 +211,20 @@ def workload_ratios(runs: Sequence[dict[str, Any]], drafts: Sequence[str]) -> di
 
     def per_request(run: dict[str, Any]) -> dict[str, float]:
         plain = float(run["llama_cpp"]["plain"]["tok_s"])
+        ours = float(run["engine"]["plain_tok_s"])
+        out: dict[str, float] = {}
+        if ours > 0:
+            for d in drafts:
+                spec = float(run["engine"]["speculative_tok_s"].get(d, 0.0))
+                if spec > 0:
+                    out[f"engine_{d}_over_engine_plain"] = spec / ours
         if plain <= 0:
-            return {}
+            return out
         sides = {f"engine_{d}_over_llama_cpp_plain": float(run["engine"]["speculative_tok_s"].get(d, 0.0)) for d in drafts}
-        sides["engine_plain_over_llama_cpp_plain"] = float(run["engine"]["plain_tok_s"])
+        sides["engine_plain_over_llama_cpp_plain"] = ours
         sides["llama_cpp_prompt_lookup_over_llama_cpp_plain"] = float(run["llama_cpp"]["prompt_lookup"]["tok_s"])
-        return {name: v / plain for name, v in sides.items() if v > 0}
+        out.update({name: v / plain for name, v in sides.items() if v > 0})
+        return out
 
     ratios = [(r["category"], per_request(r)) for r in runs]
     categories = list(dict.fromkeys(c for c, _ in ratios))

@@ -43,5 +43,6 @@ class BenchOptions:
     rss_children: bool = True  # with backends: a child process per mode for its peak RSS
     workload: "tuple[WorkloadItem, ...]" = ()  # verispec/workload.py requests (chat): a second prompt set
     workload_sampled: bool = True  # also run the workload at sampled_temperature
+    workload_length: str = "answer"  # tokens every side decodes per request (verispec/bench/workload.py): "answer", "max"
     workload_weights: str = "auto"  # the engine mode the workload runs on ("auto": the headline's; "f32", "int8")
     weights: str = "auto"  # the headline model's weights mode (verispec.engine_load.resolve_weights)

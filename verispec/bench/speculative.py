@@ -9,8 +9,9 @@ within one run mean anything).
 
 from __future__ import annotations
 
-import math
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from verispec.bench.means import geomean
@@ -19,10 +20,10 @@ from verispec.bench.report import Speculative, SpeculativeRun, SpeculativeSummar
 from verispec.engine import sampling as fast_sampling
 from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel
-from verispec.reference.decode import SpeculativeOptions, speculative_generate
+from verispec.reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
 from verispec.reference.drafts import best_k_for_cost, make_draft, parse_draft_spec
 from verispec.reference.evidence import evidence
-from verispec.reference.generate import GenerationRequest
+from verispec.reference.generate import GenerationRequest, GenerationResult
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.tokenizer import Tokenizer
 
@@ -71,22 +72,51 @@ def speculative_vs_plain_ids(
 ) -> tuple[dict[str, Any], tuple[int, ...]]:
     """:func:`speculative_vs_plain`, and the plain decode's generated ids (the engine's side of the
     engine-vs-llama.cpp same-tokens note)."""
-    temperature = request.params.temperature
-    plain_tok_s = spec_tok_s = 0.0
-    plain_cpu = spec_cpu = math.inf  # process CPU seconds: less disturbed by other processes on the machine
-    for _ in range(max(1, options.repeats)):  # alternate; keep each side's least-disturbed run
-        c0 = time.process_time()
-        plain = fast_generate(model, tokenizer, request)
-        c1 = time.process_time()
-        draft = make_draft(parse_draft_spec(spec_text), model, tokenizer)
-        spec = speculative_generate(
-            model, tokenizer, request, draft, SpeculativeOptions(k=options.k, adaptive=True),
-            law=fast_sampling.target_distribution,
-        )
-        c2 = time.process_time()
-        plain_tok_s = max(plain_tok_s, plain.stats.tokens_per_s)
-        spec_tok_s = max(spec_tok_s, spec.generation.stats.tokens_per_s)
-        plain_cpu, spec_cpu = min(plain_cpu, c1 - c0), min(spec_cpu, c2 - c1)
+    rounds = [engine_round(model, tokenizer, spec_text, request, options) for _ in range(max(1, options.repeats))]
+    return rounds_summary(rounds)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One plain decode then one speculative decode of the same request, back to back, with the
+    process CPU seconds of each."""
+
+    temperature: float
+    plain: GenerationResult
+    speculative: SpeculativeResult
+    plain_cpu_s: float
+    speculative_cpu_s: float
+
+
+def engine_round(
+    model: FastModel, tokenizer: Tokenizer, spec_text: str, request: GenerationRequest, options: BenchOptions
+) -> Round:
+    """``request`` decoded plain, then speculatively with a fresh ``spec_text`` draft (adaptive k
+    up to ``options.k``, the engine's bit-identical law)."""
+    c0 = time.process_time()
+    plain = fast_generate(model, tokenizer, request)
+    c1 = time.process_time()
+    draft = make_draft(parse_draft_spec(spec_text), model, tokenizer)
+    spec = speculative_generate(
+        model, tokenizer, request, draft, SpeculativeOptions(k=options.k, adaptive=True),
+        law=fast_sampling.target_distribution,
+    )
+    c2 = time.process_time()
+    return Round(request.params.temperature, plain, spec, c1 - c0, c2 - c1)
+
+
+def rounds_summary(rounds: Sequence[Round]) -> tuple[dict[str, Any], tuple[int, ...]]:
+    """The rounds of one request and draft: each side's least-disturbed run (best tok/s, least CPU),
+    the speedup and its evidence (the last round's trace), and the plain decode's ids."""
+    if not rounds:
+        raise ValueError("rounds_summary needs at least one round")
+    last = rounds[-1]
+    plain, spec = last.plain, last.speculative
+    temperature = last.temperature
+    plain_tok_s = max(r.plain.stats.tokens_per_s for r in rounds)
+    spec_tok_s = max(r.speculative.generation.stats.tokens_per_s for r in rounds)
+    plain_cpu = min(r.plain_cpu_s for r in rounds)
+    spec_cpu = min(r.speculative_cpu_s for r in rounds)
     ev = evidence(spec, plain)
     plain_tokens, spec_tokens = plain.stats.generated_tokens, spec.generation.stats.generated_tokens
     return {

@@ -141,10 +141,20 @@ def format_workload_llama(section: dict[str, Any]) -> list[str]:
     lines = [f"workload llama.cpp ({section['threads']} threads, llama-cpp-python {section['version']}, "
              f"prompt lookup {section['num_pred_tokens']} tokens), geomean over categories: {ratios(section['geomean'])}"]
     lines.extend(f"workload llama.cpp {c}: {ratios(v)}" for c, v in section["per_category"].items())
+    if "length" in section:
+        same = "every side the same number of tokens on every request" if section.get("all_sides_same_length") \
+            else "NOT every side decoded the same number of tokens"
+        lines.append(f"workload length rule {section['length']}: {section['length_note']}; best of "
+                     f"{section['repeats']} interleaved rounds; {same}")
     note = section["same_tokens_note"]
     lines.append(f"workload engine plain vs llama.cpp plain (information): {note['requests_all_compared_tokens_same']}/"
                  f"{note['requests']} requests agree on their first {note['first_tokens']} tokens, "
                  f"{note['mean_same_leading_tokens']:.1f} leading tokens the same on average")
+    if "llama_cpp_lookup_vs_plain_requests_all_same" in note:
+        spec = ", ".join(f"{d} {n}/{note['requests']}" for d, n in note["engine_speculative_same_tokens_as_plain"].items())
+        lines.append(f"workload same tokens as its own plain: llama.cpp prompt lookup "
+                     f"{note['llama_cpp_lookup_vs_plain_requests_all_same']}/{note['requests']} (first "
+                     f"{note['first_tokens']} tokens); engine {spec} (all tokens)")
     return lines
 
 

@@ -1,23 +1,45 @@
 """The bench's workload section (``--workload``): the chat requests of :mod:`verispec.workload`
-through :func:`verispec.bench.speculative.speculative_vs_plain_ids`, per draft source, and
-llama.cpp beside them.
+through :func:`verispec.bench.speculative.engine_round` (plain, then speculative) per draft source,
+and llama.cpp beside them.
 
 ``workload``: per draft, ``runs`` (every request greedy, and at ``sampled_temperature`` unless
-``--workload-greedy-only``: category, id, prompt_tokens and the speculative run's keys),
+``--workload-greedy-only``: category, id, prompt_tokens, decoded_tokens and the keys of
+:func:`verispec.bench.speculative.rounds_summary`),
 ``by_temperature`` (per category and over the categories: the geometric mean of the speedups,
 wall and CPU, each category weighing the same however many requests it has; alpha pooled over
 generated tokens) and ``all_greedy_same_tokens``.
 
+The same work on every side. Each request is decoded by every side (the engine's plain and
+speculative runs at each temperature, llama.cpp plain and prompt lookup) to the SAME number of
+tokens, from the same prompt ids, with end of generation ignored on every side (the engine's
+request sets ``ignore_eog``; llama-cpp-python's ``generate`` never stops by itself). Which number
+(``--workload-length``, recorded as ``length``):
+
+- ``answer`` (the default): the length of the engine's own plain greedy answer to the request (one
+  untimed decode that ends at the engine's end ids or ``max_tokens``; the end id counted). The
+  engine's greedy runs then decode exactly that answer, so the time is the time of the answer;
+  llama.cpp decodes its own greedy answer to the same length (past its own end of turn when it
+  ended sooner, cut when it would go on). A fixed ``max_tokens`` with end of generation ignored
+  instead times the text after the end of turn (the model opening new turns, often repeating
+  itself, which flatters every lookup draft), and cutting each side to the common length after the
+  fact needs a clock per token on every side, which speculation (several tokens a cycle) and
+  llama.cpp's lookup do not give.
+- ``max``: the request's ``max_tokens``.
+
+The sampled runs (T = ``sampled_temperature``) decode the same length as the greedy ones.
+
 ``workload_llama_cpp``: with the model file and ``llama_cpp`` importable, llama.cpp plain and prompt
 lookup on the same greedy requests (:class:`verispec.bench.llama.Decoders`, in a child process),
-interleaved request by request with the engine's runs: llama.cpp runs before the engine's runs of
-a request and, when ``repeats`` > 1, again after them (best of each), so both sides see the same
-minutes of load; the ratios per category and over them, and the same-tokens note. Otherwise why
-it is missing; when llama.cpp's process dies or fails part way, the requests it finished, and
-``status`` / ``note`` / ``crash`` saying how it ended (the engine's runs go on without it).
-Each side ends a request at its own end of generation (the engine's end ids) or ``max_tokens``:
-the rates of a request may divide different token counts where the two greedy outputs part
-(``generated_tokens`` of each side is recorded).
+interleaved request by request with the engine's runs: each of ``repeats`` rounds runs llama.cpp
+plain, llama.cpp prompt lookup, then each draft's engine plain and speculative run; each side keeps
+its best (least-time) run, so both sides see the same minutes of load. Per category and over the
+categories (geometric means, each category weighing the same): every draft over llama.cpp plain and
+over the engine's plain, the engine's plain over llama.cpp plain, llama.cpp lookup over llama.cpp
+plain; ``all_sides_same_length`` (every side decoded ``decoded_tokens`` on every request) and the
+same-tokens note (how far the engine's and llama.cpp's greedy outputs agree, llama.cpp lookup's
+against its plain, the engine's speculative against its plain). Otherwise why it is missing; when
+llama.cpp's process dies or fails part way, the requests it finished, and ``status`` / ``note`` /
+``crash`` saying how it ended (the engine's runs go on without it).
 """
 
 from __future__ import annotations
@@ -32,7 +54,8 @@ from verispec.bench.llama_section import engine_threads
 from verispec.bench.means import geomean, ratio_of_sums
 from verispec.bench.options import BenchOptions
 from verispec.reference.errors import PeerFailed
-from verispec.bench.speculative import speculative_vs_plain_ids
+from verispec.bench.speculative import Round, engine_round, rounds_summary
+from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel
 from verispec.reference.generate import GenerationRequest
 from verispec.reference.sampling import SamplingParams
@@ -64,19 +87,39 @@ def workload_section(
     beside = _Beside(path, [len(r.ids) + r.item.max_tokens for r in requests], options)
     runs: dict[str, list[dict[str, Any]]] = {spec_text: [] for spec_text in options.drafts}
     llama_runs: list[dict[str, Any]] = []
+    lengths: dict[str, int] = {}
     try:
         for temperature in temperatures:
             for r in requests:
+                if r.item.id not in lengths:
+                    lengths[r.item.id] = request_length(model, tokenizer, r, stop_ids, options)
                 request = GenerationRequest(r.ids, params=SamplingParams(temperature=temperature),
-                                            max_tokens=r.item.max_tokens, stop_ids=stop_ids, seed=options.seed)
-                record = _one_request(model, tokenizer, r, request, options, beside if temperature == 0.0 else None,
-                                      runs, tokenizer.eog_ids | stop_ids)
+                                            max_tokens=lengths[r.item.id], stop_ids=stop_ids, seed=options.seed,
+                                            ignore_eog=True)
+                record = _one_request(model, tokenizer, r, request, options, beside if temperature == 0.0 else None, runs)
                 if record is not None:
                     llama_runs.append(record)
     finally:
         beside.close()
     out = {spec_text: workload_summary(draft_runs, temperatures) for spec_text, draft_runs in runs.items()}
-    return out, workload_llama_section(beside, llama_runs, options.drafts)
+    return out, workload_llama_section(beside, llama_runs, options)
+
+
+def request_length(model: FastModel, tokenizer: Tokenizer, r: _Request, stop_ids: frozenset[int],
+                   options: BenchOptions) -> int:
+    """How many tokens every side decodes for this request (``options.workload_length``):
+    ``answer``, the length of the engine's plain greedy answer (ended by its end-of-generation
+    ids or the request's ``max_tokens``; one untimed decode); ``max``, the request's ``max_tokens``."""
+    if options.workload_length == "max":
+        return r.item.max_tokens
+    natural = GenerationRequest(r.ids, params=SamplingParams(temperature=0.0), max_tokens=r.item.max_tokens,
+                                stop_ids=stop_ids, seed=options.seed)
+    return answer_length(model, tokenizer, natural)
+
+
+def answer_length(model: FastModel, tokenizer: Tokenizer, request: GenerationRequest) -> int:
+    """The generated-token count of the engine's plain decode of ``request`` (its end id counted)."""
+    return int(fast_generate(model, tokenizer, request).stats.generated_tokens)
 
 
 class _Beside:
@@ -98,11 +141,11 @@ class _Beside:
     def running(self) -> bool:
         return self.decoders is not None
 
-    def request(self, ids: tuple[int, ...], request: GenerationRequest, end_ids: frozenset[int],
+    def request(self, ids: tuple[int, ...], request: GenerationRequest,
                 best: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
         """:func:`llama_request` on the decoders; None once their process has failed."""
         try:
-            return llama_request(self.decoders, ids, request, end_ids, best)
+            return llama_request(self.decoders, ids, request, best)
         except PeerFailed as failure:
             self._failed(failure)
             return None
@@ -128,24 +171,32 @@ class _Beside:
 
 def _one_request(
     model: FastModel, tokenizer: Tokenizer, r: _Request, request: GenerationRequest, options: BenchOptions,
-    beside: _Beside | None, runs: dict[str, list[dict[str, Any]]], end_ids: frozenset[int],
+    beside: _Beside | None, runs: dict[str, list[dict[str, Any]]],
 ) -> dict[str, Any] | None:
-    """One request: llama.cpp first (greedy only), every draft's engine run (appended to ``runs``),
-    llama.cpp again when repeating; the llama.cpp record, or None when it did not run (or failed)."""
-    best = beside.request(r.ids, request, end_ids, {}) if beside is not None and beside.running else None
+    """One request, ``options.repeats`` rounds; each round runs llama.cpp plain and prompt lookup
+    (greedy requests only), then each draft's engine round (plain, then speculative); each side
+    keeps its best run. The drafts' summaries are appended to ``runs``; the llama.cpp record is
+    returned, or None when llama.cpp did not run (or its process failed)."""
+    rounds: dict[str, list[Round]] = {spec_text: [] for spec_text in options.drafts}
+    best: dict[str, dict[str, Any]] | None = {} if beside is not None and beside.running else None
+    for _ in range(max(1, options.repeats)):
+        if best is not None and beside is not None:
+            best = beside.request(r.ids, request, best)
+        for spec_text in options.drafts:
+            rounds[spec_text].append(engine_round(model, tokenizer, spec_text, request, options))
     engine_plain: tuple[int, ...] = ()
-    for spec_text in options.drafts:
-        run, engine_plain = speculative_vs_plain_ids(model, tokenizer, spec_text, request, options)
-        runs[spec_text].append({"category": r.item.category, "id": r.item.id, "prompt_tokens": len(r.ids), **run})
+    latest: dict[str, dict[str, Any]] = {}
+    for spec_text, draft_rounds in rounds.items():
+        run, engine_plain = rounds_summary(draft_rounds)
+        latest[spec_text] = run
+        runs[spec_text].append({"category": r.item.category, "id": r.item.id, "prompt_tokens": len(r.ids),
+                                "decoded_tokens": request.max_tokens, **run})
     if beside is None or best is None:
         return None
-    if options.repeats > 1:
-        best = beside.request(r.ids, request, end_ids, best)
     agree = beside.prompt_ids_agree(r.text, r.ids)
-    if best is None or agree is None:
+    if agree is None:
         return None
-    latest = {spec_text: draft_runs[-1] for spec_text, draft_runs in runs.items()}
-    return llama_record(r.item, agree, best, engine_plain, latest)
+    return llama_record(r.item, agree, best, engine_plain, latest, request.max_tokens)
 
 
 def workload_summary(runs: list[dict[str, Any]], temperatures: Sequence[float]) -> dict[str, Any]:
@@ -183,52 +234,79 @@ def workload_llama_decoders(path: Path | None, lengths: Sequence[int], options: 
 
 
 def llama_request(decoders: "llama.Decoders | None", ids: tuple[int, ...], request: GenerationRequest,
-                  end_ids: frozenset[int], best: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each llama.cpp decoder once on the request; the faster of this run and ``best`` kept."""
+                  best: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each llama.cpp decoder once on the request, exactly ``request.max_tokens`` tokens (its end of
+    generation ignored, as the engine's request ignores its own); the faster of this run and
+    ``best`` kept."""
     if decoders is None:
         return best
     out = dict(best)
     for name in llama.WORKLOAD_DECODERS:
-        run = decoders.run(name, ids, request.max_tokens, end_ids)
+        run = decoders.run(name, ids, request.max_tokens, frozenset())
         if name not in out or run["tok_s"] > out[name]["tok_s"]:
             out[name] = run
     return out
 
 
 def llama_record(item: "WorkloadItem", prompt_ids_agree: bool, runs: dict[str, dict[str, Any]],
-                 engine_plain: tuple[int, ...], engine_runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """One greedy request's llama.cpp side, the engine's rates beside it, and the same-tokens note."""
+                 engine_plain: tuple[int, ...], engine_runs: dict[str, dict[str, Any]], length: int) -> dict[str, Any]:
+    """One greedy request's llama.cpp side, the engine's rates beside it, the token count of every
+    side (``same_length``: all of them decoded ``length``), and the same-tokens note."""
     plain_ids, lookup_ids = runs["plain"]["tokens"], runs["prompt_lookup"]["tokens"]
+    counts = [len(run["tokens"]) for run in runs.values()] + [len(engine_plain)] + [
+        int(r["generated_tokens"]) for r in engine_runs.values()]
     return {
         "category": item.category, "id": item.id, "prompt_ids_agree": prompt_ids_agree,
+        "decoded_tokens": length, "same_length": all(c == length for c in counts),
         "llama_cpp": {name: {"tok_s": run["tok_s"], "generated_tokens": len(run["tokens"])} for name, run in runs.items()},
         # the engine's plain rate: the best of its plain runs of this request (one beside each draft)
         "engine": {"plain_tok_s": max((float(r["plain_tok_s"]) for r in engine_runs.values()), default=0.0),
-                   "speculative_tok_s": {d: float(r["speculative_tok_s"]) for d, r in engine_runs.items()}},
+                   "speculative_tok_s": {d: float(r["speculative_tok_s"]) for d, r in engine_runs.items()},
+                   "same_tokens_as_plain": {d: r["same_tokens_as_plain"] for d, r in engine_runs.items()}},
         # information, not a check: two engines' greedy outputs part at near-ties of their own numerics
         "engine_plain_vs_llama_cpp_plain": llama.common_prefix(engine_plain, plain_ids),
         "llama_cpp_prompt_lookup_vs_llama_cpp_plain": llama.common_prefix(lookup_ids, plain_ids),
     }
 
 
-def workload_llama_section(beside: _Beside, runs: list[dict[str, Any]], drafts: Sequence[str]) -> dict[str, Any]:
+LENGTH_NOTES = {
+    "answer": "every side decodes exactly the length of the engine's plain greedy answer (its end id counted), "
+              "end of generation ignored on every side",
+    "max": "every side decodes exactly the request's max_tokens, end of generation ignored on every side "
+           "(the text after the end of turn is timed too)",
+}
+
+
+def workload_llama_section(beside: _Beside, runs: list[dict[str, Any]], options: BenchOptions) -> dict[str, Any]:
     """The workload's llama.cpp section: its runs, the ratios per category and over the categories
-    (:func:`verispec.bench.llama.workload_ratios`), and the same-tokens note summed over requests;
-    when llama.cpp did not run, the reason and every ratio None; when its process failed, the
-    requests it finished and how it failed (``status``, ``note``, ``crash``)."""
+    (:func:`verispec.bench.llama.workload_ratios`), the length rule, and the same-tokens note
+    summed over requests; when llama.cpp did not run, the reason and every ratio None; when its
+    process failed, the requests it finished and how it failed (``status``, ``note``, ``crash``)."""
+    drafts = options.drafts
     failed = {} if beside.failure is None else llama.crashed_section(beside.failure)
+    length = {"length": options.workload_length, "length_note": LENGTH_NOTES[options.workload_length],
+              "repeats": max(1, options.repeats)}
     if not beside.info:
         note = llama.NOT_INSTALLED if not llama.available() else "not run (no greedy workload request, or no model file)"
-        return {"available": False, "note": note, "runs": [], "per_category": {},
+        return {"available": False, "note": note, "runs": [], "per_category": {}, **length,
                 "geomean": {name: None for name in llama.workload_ratio_names(drafts)}, **failed}
     notes = [r["engine_plain_vs_llama_cpp_plain"] for r in runs]
+    lookup = [r["llama_cpp_prompt_lookup_vs_llama_cpp_plain"] for r in runs]
     status = {"status": failed["status"], "note": failed["note"], "crash": failed["crash"]} if failed else {"status": "ok"}
     return {
-        **beside.info, **status, "runs": runs, **llama.workload_ratios(runs, drafts),
+        **beside.info, **status, **length, "runs": runs, **llama.workload_ratios(runs, drafts),
+        "all_sides_same_length": all(r["same_length"] for r in runs),
         "same_tokens_note": {
             "first_tokens": llama.AGREEMENT_TOKENS,
             "requests": len(notes),
-            "requests_all_compared_tokens_same": sum(1 for n in notes if n["same_leading_tokens"] == n["compared"]),
+            "requests_all_compared_tokens_same": _all_same(notes),
             "mean_same_leading_tokens": sum(n["same_leading_tokens"] for n in notes) / len(notes) if notes else None,
+            "llama_cpp_lookup_vs_plain_requests_all_same": _all_same(lookup),
+            "engine_speculative_same_tokens_as_plain": {
+                d: sum(1 for r in runs if r["engine"]["same_tokens_as_plain"].get(d) is True) for d in drafts},
         },
     }
+
+
+def _all_same(notes: Sequence[dict[str, int]]) -> int:
+    return sum(1 for n in notes if n["same_leading_tokens"] == n["compared"])

@@ -41,6 +41,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--workload-categories", default=None, metavar="CAT,...", help="workload categories to run (default all)")
     parser.add_argument("--workload-per-category", type=int, default=None, metavar="N", help="first N requests of each category (default all)")
     parser.add_argument("--workload-greedy-only", action="store_true", help="skip the workload's sampled (T=0.8) runs")
+    parser.add_argument("--workload-length", choices=("answer", "max"), default="answer",
+                        help="tokens every side decodes per workload request, end of generation ignored on every side "
+                             "(default answer: the length of the engine's plain greedy answer; max: the request's max_tokens)")
     parser.add_argument("--workload-weights", choices=("auto", "exact", "f32", "int8"), default="auto",
                         help="the engine mode the workload runs on (default auto: the headline mode; exact = f32: "
                              "the reference's float32 numerics; int8: llama.cpp-class numerics, its own target law)")
@@ -90,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         rss_children=not args.no_rss,
         workload=workload,
         workload_sampled=not args.workload_greedy_only,
+        workload_length=args.workload_length,
         workload_weights=args.workload_weights,
         weights=args.weights,
     )

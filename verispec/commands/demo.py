@@ -10,6 +10,10 @@ row of the table, verispec/bench/peer.py) starts from the engine's prompt ids an
 ``n`` tokens greedily, its end of generation ignored (the length is cut to the engine's). The three
 run interleaved, ``--repeats`` rounds, and each keeps its best (least-time) run. Rates are
 generated tokens over wall time, the prompt pass included, on every side.
+
+The default prompt is the workload's first summarisation request (:data:`DEMO_REQUEST` of
+verispec/data/workload.jsonl: a report to summarise in one paragraph), grounded work where drafts
+copied from the prompt are what speculation is used for; the output says what the prompt is.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from verispec.reference.errors import DraftError
 from verispec.reference.generate import GenerationRequest, GenerationResult
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
-DEFAULT_PROMPT = "List the first ten prime numbers, separated by commas, then repeat the list once more."
+DEMO_REQUEST = "summarisation-1"  # the workload's first summarisation request: grounded work, where speculation is used
 LAWS = {
     "int8": "int8 mode, lossless w.r.t. the int8 model's own law (speculation never changes its output; --exact: the float32 mode)",
     "f32": "exact mode, the reference's float32 numerics (checked against transformers float32)",
@@ -42,7 +46,9 @@ LAWS = {
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("demo", help="plain, speculative and llama.cpp decoding of one prompt, side by side")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt (one user turn of the chat format unless --no-chat)")
+    parser.add_argument("--prompt", default=None,
+                        help=f"the prompt (one user turn of the chat format unless --no-chat; default the workload's "
+                             f"{DEMO_REQUEST} request: summarise a given report in one paragraph)")
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens to generate at most (default 96)")
     parser.add_argument("--draft", default="ngram", metavar="SPEC", help="the speculative draft source (default ngram)")
     parser.add_argument("--k", type=int, default=8, help="draft tokens per cycle at most (adaptive; default 8)")
@@ -55,6 +61,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def run(args: argparse.Namespace) -> int:
+    described = describe_prompt(args)  # the default prompt filled in from the workload
     check_generate(args)  # the shared flag checks, before any model loads
     if args.repeats < 1:
         raise DraftError(f"--repeats must be at least 1, got {args.repeats}")
@@ -64,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     request = build_request(args, loaded)
     mode = weights_mode_of(loaded.model)
     print(f"{args.model} ({loaded.model.config.arch}) in the {LAWS.get(mode, mode)}")
+    print(f"prompt: {described}, {len(request.prompt_ids)} prompt tokens")
     first = generate_any(loaded.model, loaded.tokenizer, request)
     sys.stdout.write(first.text + "\n")
     n = first.stats.generated_tokens
@@ -71,6 +79,20 @@ def run(args: argparse.Namespace) -> int:
     for line in table(rows, n, args.repeats):
         print(line)
     return 0
+
+
+def describe_prompt(args: argparse.Namespace) -> str:
+    """Fill in the default prompt (the workload's :data:`DEMO_REQUEST`, its last user turn) and say
+    what the prompt is, for the demo's output."""
+    if args.prompt is not None:
+        return "the --prompt text"
+    from verispec.workload import load_workload
+
+    item = next(i for i in load_workload() if i.id == DEMO_REQUEST)
+    args.prompt = item.messages[-1].content
+    first_line = args.prompt.splitlines()[0]
+    return (f"a {item.category} request (verispec/data/workload.jsonl {item.id}: {first_line!r} and a "
+            f"{len(args.prompt.split())}-word report to summarise)")
 
 
 def _measure(args: argparse.Namespace, loaded: EngineLoaded, request: GenerationRequest, kind: str, n: int,
