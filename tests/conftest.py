@@ -64,7 +64,7 @@ def gemma3_model(gemma3_path: Path) -> Any:
     return Model.load(gemma3_path)
 
 
-# Test files that share a session fixture's expensive loads: under ``--dist loadfile`` (the
+# Test files that share a session fixture's expensive loads: under ``--dist loadgroup`` (the
 # Makefile's) each group runs in one xdist worker, so the loads happen once (see
 # pytest_xdist_make_scheduler below).
 SHARED_LOAD_GROUPS = {
@@ -79,7 +79,7 @@ def int8_real_model(smollm2_path: Path, gemma3_path: Path) -> Callable[[str, boo
     process. A load costs 4-6 s of CPU (onnxruntime sessions for every matrix); four files use
     these four models. Requires that no test mutates a model: the tests only run forwards on
     caches of their own. The files that use it are one of ``SHARED_LOAD_GROUPS``, so under the
-    Makefile's ``--dist loadfile`` they run in one worker and share its loads."""
+    Makefile's ``--dist loadgroup`` they run in one worker and share its loads."""
     from verispec.engine.fused import fused_default
     from verispec.engine.model import FastModel
 
@@ -221,23 +221,38 @@ def blas_single_thread() -> Any:
         yield
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile``, with the files of each ``SHARED_LOAD_GROUPS`` entry as one unit.
 
-    Whole files go to one worker, so a module-scoped fixture (a model load, a vector set) is
-    built once, not by every worker that got some of the file's tests (as ``--dist load`` does
-    at the boundaries of its chunks). Larger units go first (xdist's ``--loadscopereorder``).
-    (xdist's own ``loadgroup`` cannot do this under pytest 9: it renames ``item._nodeid``, which
-    pytest 9 no longer reads.) Any other ``--dist`` keeps xdist's scheduler."""
-    if config.getvalue("dist") != "loadfile":
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` (the Makefile's): tests go to xdist workers one at a time, as with
+    ``--dist load``, except that each ``SHARED_LOAD_GROUPS`` entry, and each file that defines a
+    module-scoped fixture, is one unit that a single worker runs whole: its shared loads (a model,
+    a vector set, a built wheel) then happen once, not in every worker that got some of its tests.
+    The units go first, larger first (xdist's ``--loadscopereorder``); the single tests after them
+    keep the end of the run fine-grained, so no worker is left alone with a long file.
+    (xdist's own ``loadgroup`` reads ``xdist_group`` marks by renaming ``item._nodeid``, which
+    pytest 9 no longer reads: it would silently run as ``load``.) Other ``--dist`` values keep
+    xdist's schedulers."""
+    if config.getvalue("dist") != "loadgroup":
         return None
+    import re
+
     from xdist.scheduler import LoadScopeScheduling
 
     group_of = {path: name for name, paths in SHARED_LOAD_GROUPS.items() for path in paths}
+    module_fixture = re.compile(r"""@pytest\.fixture\([^)]*scope=["']module["']""")
+    has_module_fixture: dict[str, bool] = {}
 
-    class FileGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    def unit(nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        if path in group_of:
+            return group_of[path]
+        if path not in has_module_fixture:
+            file = config.rootpath / path
+            has_module_fixture[path] = file.is_file() and bool(module_fixture.search(file.read_text(encoding="utf-8")))
+        return path if has_module_fixture[path] else nodeid
+
+    class SharedLoadScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return group_of.get(path, path)
+            return unit(nodeid)
 
-    return FileGroupScheduling(config, log)
+    return SharedLoadScheduling(config, log)
