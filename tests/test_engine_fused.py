@@ -179,7 +179,7 @@ def _pool_size_here() -> int | None:
 @pytest.mark.model
 @pytest.mark.parametrize("threads", [1, 2])
 def test_int8_rows_are_invariant_bit_for_bit(
-    smollm2_path: Path, gemma3_path: Path, threads: int, int8_real_model: Any
+    smollm2_path: Path, gemma3_path: Path, threads: int, request: pytest.FixtureRequest
 ) -> None:
     """onnxruntime's thread pool is one per process, its size fixed by the first session
     (engine/ort_pool.py), so a count is a process setting: the count this test process's pool
@@ -193,6 +193,7 @@ def test_int8_rows_are_invariant_bit_for_bit(
     from verispec.engine import ort_pool
 
     if _pool_size_here() == threads:
+        int8_real_model = request.getfixturevalue("int8_real_model")
         checks = [model_rows_are_invariant(int8_real_model(name, fused))
                   for name in ("smollm2-135m", "gemma3-270m") for fused in (True, False)]
         assert {"threads": ort_pool.pool_threads(), "invariant": checks} == {"threads": threads, "invariant": [True] * 4}
