@@ -236,7 +236,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     import re
 
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
     group_of = {path: name for name, paths in SHARED_LOAD_GROUPS.items() for path in paths}
     module_fixture = re.compile(r"""@pytest\.fixture\([^)]*scope=["']module["']""")
