@@ -43,11 +43,13 @@ demo: $(STAMP)
 
 # pytest-xdist: one worker per physical core (-n auto), at most 4: every worker loads both models
 # (~2-3 GB), so a many-core runner must not start one per core. One BLAS / torch / onnxruntime thread per worker:
-# the workers already fill the cores. WORKERS=0 runs in-process. The 25 slowest tests are listed at the
+# the workers already fill the cores. --dist loadgroup: tests one at a time, but a file with a module-scoped
+# fixture (and each group of files sharing a session fixture's loads) whole to one worker, so a load happens once
+# (tests/conftest.py: pytest_xdist_make_scheduler). WORKERS=0 runs in-process. The 25 slowest tests are listed at the
 # end, so a run over the time target says where its time went.
 WORKERS ?= auto
 pytest: models $(ORACLE)
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 VERISPEC_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --maxprocesses=4 --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 VERISPEC_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --maxprocesses=4 --dist loadgroup --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
 typecheck: $(STAMP)
 	$(PY) -m mypy --strict

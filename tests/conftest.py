@@ -8,6 +8,7 @@ not a passed one.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,37 @@ def gemma3_model(gemma3_path: Path) -> Any:
     from verispec.reference.model import Model
 
     return Model.load(gemma3_path)
+
+
+# Test files that share a session fixture's expensive loads: under ``--dist loadgroup`` (the
+# Makefile's) each group runs in one xdist worker, so the loads happen once (see
+# pytest_xdist_make_scheduler below).
+SHARED_LOAD_GROUPS = {
+    "real-int8-models": ("tests/test_engine_backends.py", "tests/test_engine_fused.py", "tests/test_tree_int8.py"),
+}
+
+
+@pytest.fixture(scope="session")
+def int8_real_model(smollm2_path: Path, gemma3_path: Path) -> Callable[[str, bool | None], Any]:
+    """Factory: ``int8_real_model(name, fused) -> FastModel``, the int8 mode of a real model on one
+    layer path (``fused=None``: the default path, engine.fused.fused_default), loaded once per test
+    process. A load costs 4-6 s of CPU (onnxruntime sessions for every matrix); four files use
+    these four models. Requires that no test mutates a model: the tests only run forwards on
+    caches of their own. The files that use it are one of ``SHARED_LOAD_GROUPS``, so under the
+    Makefile's ``--dist loadgroup`` they run in one worker and share its loads."""
+    from verispec.engine.fused import fused_default
+    from verispec.engine.model import FastModel
+
+    paths = {"smollm2-135m": smollm2_path, "gemma3-270m": gemma3_path}
+    loaded: dict[tuple[str, bool], Any] = {}
+
+    def get(name: str, fused: bool | None = None) -> Any:
+        key = (name, fused_default() if fused is None else fused)
+        if key not in loaded:
+            loaded[key] = FastModel.load(paths[name], weights="int8", fused=key[1])
+        return loaded[key]
+
+    return get
 
 
 @pytest.fixture(scope="session")
@@ -187,3 +219,40 @@ def blas_single_thread() -> Any:
 
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` (the Makefile's): tests go to xdist workers one at a time, as with
+    ``--dist load``, except that each ``SHARED_LOAD_GROUPS`` entry, and each file that defines a
+    module-scoped fixture, is one unit that a single worker runs whole: its shared loads (a model,
+    a vector set, a built wheel) then happen once, not in every worker that got some of its tests.
+    The units go first, larger first (xdist's ``--loadscopereorder``); the single tests after them
+    keep the end of the run fine-grained, so no worker is left alone with a long file.
+    (xdist's own ``loadgroup`` reads ``xdist_group`` marks by renaming ``item._nodeid``, which
+    pytest 9 no longer reads: it would silently run as ``load``.) Other ``--dist`` values keep
+    xdist's schedulers."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    import re
+
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    group_of = {path: name for name, paths in SHARED_LOAD_GROUPS.items() for path in paths}
+    module_fixture = re.compile(r"""@pytest\.fixture\([^)]*scope=["']module["']""")
+    has_module_fixture: dict[str, bool] = {}
+
+    def unit(nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        if path in group_of:
+            return group_of[path]
+        if path not in has_module_fixture:
+            file = config.rootpath / path
+            has_module_fixture[path] = file.is_file() and bool(module_fixture.search(file.read_text(encoding="utf-8")))
+        return path if has_module_fixture[path] else nodeid
+
+    class SharedLoadScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return unit(nodeid)
+
+    return SharedLoadScheduling(config, log)

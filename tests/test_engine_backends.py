@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from tests.conftest import GOLDEN_KEYS
 from tests.tolerances import assert_within, forward_spread
+
 
 # byte offsets of the fp16 scale fields of each block type (set to finite values in _blocks)
 _F16_FIELDS = {
@@ -201,18 +203,16 @@ MAX_NMSE, MEAN_NMSE, TOP1_MARGIN = 5e-2, 1e-2, 0.05
 
 
 @pytest.fixture(scope="module")
-def int8_models(smollm2_path: Path, gemma3_path: Path) -> dict[str, FastModel]:
-    """The int8 mode on its default layer path (engine/fused.py: fused)."""
-    return {"smollm2-135m": FastModel.load(smollm2_path, weights="int8"),
-            "gemma3-270m": FastModel.load(gemma3_path, weights="int8")}
+def int8_models(int8_real_model: Callable[[str, bool | None], FastModel]) -> dict[str, FastModel]:
+    """The int8 mode on its default layer path (engine/fused.py: fused); the loads are shared
+    with the other files of its shared-load group (tests/conftest.py: int8_real_model)."""
+    return {name: int8_real_model(name, None) for name in ("smollm2-135m", "gemma3-270m")}
 
 
 @pytest.fixture(scope="module")
-def int8_other_path_models(smollm2_path: Path, gemma3_path: Path) -> dict[str, FastModel]:
+def int8_other_path_models(int8_real_model: Callable[[str, bool | None], FastModel]) -> dict[str, FastModel]:
     """The int8 mode on the layer path that is not the default (VERISPEC_INT8_FUSED)."""
-    other = not FUSED_BY_DEFAULT
-    return {"smollm2-135m": FastModel.load(smollm2_path, weights="int8", fused=other),
-            "gemma3-270m": FastModel.load(gemma3_path, weights="int8", fused=other)}
+    return {name: int8_real_model(name, not FUSED_BY_DEFAULT) for name in ("smollm2-135m", "gemma3-270m")}
 
 
 @pytest.mark.model

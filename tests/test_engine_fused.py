@@ -13,8 +13,8 @@
   a time through ``forward_layers`` (early exit and its catch-up use both).
 - The law: a 5-row pass gives each row bit for bit what five 1-row passes give, on both real models,
   with 1 and 2 onnxruntime threads (MLAS splits work across threads; every fused op is per row;
-  a child process per count, the pool being a process setting), on both layer paths (fused and
-  per-matrix), logits and every layer's hidden state.
+  the pool being a process setting, the test process's own count runs in it, any other count in
+  a child process), on both layer paths (fused and per-matrix), logits and every layer's hidden state.
 - Typed errors for a bad switch value, a mode without fused layers, a matrix of the wrong shape.
 - A projection split inside a graph (the min term's block sums carried through the split) is the
   per-matrix projection, for every block type, within the float32 bound of one reordered sum.
@@ -41,6 +41,7 @@ from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
 from tests.test_engine_backends import _blocks
 from tests.tolerances import assert_within, forward_spread
+
 
 TINY = {"llama": {}, "gemma3": {"sliding_window": 3, "softcap": 30.0, "head_dim": 16}}
 
@@ -147,8 +148,12 @@ def test_build_layer_refuses_wrong_shapes(tiny_gguf: Any) -> None:
 
 def rows_are_invariant(path: Path, fused: bool) -> bool:
     """A 5-row pass == five 1-row passes, bit for bit, logits and every layer's hidden state."""
+    return model_rows_are_invariant(FastModel.load(path, weights="int8", fused=fused))
+
+
+def model_rows_are_invariant(model: FastModel) -> bool:
+    """:func:`rows_are_invariant` on a loaded int8 model."""
     prompt, span = [1, 504, 2365, 6354, 28], [1130, 314, 260, 3465, 30]  # ids valid in both vocabularies
-    model = FastModel.load(path, weights="int8", fused=fused)
     cache = model.new_cache(16)
     model.forward(prompt, cache)
     together = model.forward(span, cache, return_hidden=True)
@@ -160,16 +165,39 @@ def rows_are_invariant(path: Path, fused: bool) -> bool:
                 and np.array_equal(together.hidden, np.concatenate([r.hidden for r in alone if r.hidden is not None], axis=1)))
 
 
+def _pool_size_here() -> int | None:
+    """The size of this process's shared onnxruntime pool: the first session's count (the
+    default thread count, as the engine's loads ask) when none exists yet; None for per-session
+    pools (VERISPEC_ORT_POOL), which this test does not run in-process."""
+    from verispec.engine import ort_pool
+
+    if ort_pool.pool_mode() != "shared":
+        return None
+    return ort_pool.pool_threads() or mm.default_threads()
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("threads", [1, 2])
-def test_int8_rows_are_invariant_bit_for_bit(smollm2_path: Path, gemma3_path: Path, threads: int) -> None:
-    """In a child process per thread count: onnxruntime's thread pool is one per process, its size
-    fixed by the first session (engine/ort_pool.py), so a count is a process setting."""
+def test_int8_rows_are_invariant_bit_for_bit(
+    smollm2_path: Path, gemma3_path: Path, threads: int, request: pytest.FixtureRequest
+) -> None:
+    """onnxruntime's thread pool is one per process, its size fixed by the first session
+    (engine/ort_pool.py), so a count is a process setting: the count this test process's pool
+    has runs here, on the real int8 models its shared-load group shares (tests/conftest.py), and any
+    other count in a child process of its own. The same four checks either way."""
     import json
     import os
     import subprocess
     import sys
 
+    from verispec.engine import ort_pool
+
+    if _pool_size_here() == threads:
+        int8_real_model = request.getfixturevalue("int8_real_model")
+        checks = [model_rows_are_invariant(int8_real_model(name, fused))
+                  for name in ("smollm2-135m", "gemma3-270m") for fused in (True, False)]
+        assert {"threads": ort_pool.pool_threads(), "invariant": checks} == {"threads": threads, "invariant": [True] * 4}
+        return
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "VERISPEC_THREADS": str(threads), "PYTHONPATH": str(root)}
     args = [sys.executable, "-m", "tests.test_engine_fused", str(smollm2_path), str(gemma3_path)]
