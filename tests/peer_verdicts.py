@@ -68,6 +68,9 @@ PARAM_SETS = {
     "hf-rep1.3": ParamSet("hf-rep1.3", {"temperature": 0.8, "top_k": 0, "repetition_penalty": 1.3}, law="transformers"),
     "hf-min8": ParamSet("hf-min8", {"temperature": 1.0, "top_k": 0, "min_tokens": 8}, law="transformers"),
     "hf-defaults": ParamSet("hf-defaults", {}, law="transformers", library_defaults=True),
+    # every processor a sampled speculative path takes at once (the full-power runs)
+    "hf-all": ParamSet("hf-all", {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.3,
+                                  "min_tokens": 8}, law="transformers"),
 }
 PATHS = ("plain", "prompt-lookup", "assisted", "early-exit", "universal")
 
@@ -84,15 +87,21 @@ def write_models(folder: Path) -> dict[str, Path]:
     return files
 
 
-def factory(path_name: str, files: dict[str, Path], library_defaults: bool) -> Any:
+def factory(path_name: str, files: dict[str, Path], library_defaults: bool, assistant_layers: int = 1) -> Any:
+    """The engine factory of one path: the assisted path drafts with ``files["assistant"]`` (when
+    there is one; else the target's first ``assistant_layers`` layers), the universal path with
+    ``files["other-tokenizer"]``."""
     from verispec.peers.transformers_peer import engine
 
-    assistant = {"assisted": files["assistant"], "universal": files["other-tokenizer"]}.get(path_name)
-    return lambda model_path: engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults)
+    assistant = {"assisted": files.get("assistant"), "universal": files.get("other-tokenizer")}.get(path_name)
+    return lambda model_path: engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults,
+                                     assistant_layers=assistant_layers)
 
 
-def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float, budget: float | None) -> dict[str, Any]:
-    """One check_decoder depth run; its numbers, the seconds it took and the load it ran under."""
+def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float, budget: float | None,
+            assistant_layers: int = 1) -> dict[str, Any]:
+    """One check_decoder depth run; its numbers, the wall and CPU seconds it took and the load it
+    ran under."""
     import transformers
 
     from verispec.decoder_api import check_decoder
@@ -100,18 +109,19 @@ def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fra
 
     if ps.law == "verispec" and not laws_coincide(ps.params(), 11 + ps.depth):
         raise SystemExit(f"{ps.name}: transformers' law is not verispec's default law there")
-    start, load = time.perf_counter(), os.getloadavg()[0]
+    start, load, cpu = time.perf_counter(), os.getloadavg()[0], time.process_time()
     report = check_decoder(
-        factory(path_name, files, ps.library_defaults), model=files["target"], prompts=(PROMPT,), depth=ps.depth,
-        law=ps.law, tv=tv, fraction=fraction, budget=budget, **ps.flags,
+        factory(path_name, files, ps.library_defaults, assistant_layers), model=files["target"], prompts=(PROMPT,),
+        depth=ps.depth, law=ps.law, tv=tv, fraction=fraction, budget=budget, **ps.flags,
     )
     outcome = report.results[0]
-    return {"peer": "transformers", "version": transformers.__version__, "path": path_name, "params": ps.name,
-            "law": ps.law, "flags": ps.flags,
+    return {"peer": "transformers", "version": transformers.__version__, "model": files["target"].name,
+            "path": path_name, "params": ps.name, "law": ps.law, "flags": ps.flags, "depth": ps.depth,
             "state": outcome.numbers.get("state"), "tokens": outcome.numbers.get("tokens"),
             "design_tokens": outcome.numbers.get("design_tokens"), "power": outcome.numbers.get("power"),
             "tv": tv, "fraction": fraction, "minutes": round((time.perf_counter() - start) / 60, 2),
-            "load_at_start": round(load, 1), "detail": outcome.detail}
+            "cpu_minutes": round((time.process_time() - cpu) / 60, 2), "load_at_start": round(load, 1),
+            "load_at_end": round(os.getloadavg()[0], 1), "budget": budget, "detail": outcome.detail}
 
 
 def table_rows(lines: list[str]) -> list[str]:
@@ -129,6 +139,19 @@ def table_rows(lines: list[str]) -> list[str]:
     return rows
 
 
+def preload(files: dict[str, Path]) -> None:
+    """transformers' models of ``files`` into the adapter's per-process cache, at the oracle's
+    memoized loading cost (a real vocabulary's metadata is otherwise parsed many times)."""
+    from tests.hf_oracle import _memoized_gguf
+    from verispec.peers.transformers_peer import load_causal_lm, load_tokenizer
+
+    with _memoized_gguf():
+        for path in files.values():
+            load_causal_lm(path)
+        if "other-tokenizer" in files:
+            load_tokenizer(files["target"]), load_tokenizer(files["other-tokenizer"])
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -139,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tv", type=float, default=0.05)
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--budget", type=float, default=None, help="seconds per run (inconclusive when short)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="another target GGUF (e.g. SmolLM2): assisted drafts with its first --assistant-layers layers")
+    parser.add_argument("--universal-assistant", type=Path, default=None, help="with --model: the universal path's assistant GGUF")
+    parser.add_argument("--assistant-layers", type=int, default=1)
+    parser.add_argument("--depth", type=int, default=None, help="generation length (default: the param set's)")
     parser.add_argument("--write-only", action="store_true", help="write the tiny models and stop")
     parser.add_argument("--table", type=Path, help="print docs/peers.md's table rows of a saved JSON-lines file and stop")
     args = parser.parse_args(argv)
@@ -149,10 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     files = write_models(args.out)
     if args.write_only:
         return 0
+    if args.model is not None:  # a real target: no same-vocabulary assistant file
+        files = {"target": args.model} | ({} if args.universal_assistant is None else {"other-tokenizer": args.universal_assistant})
+        preload(files)
     failed = False
     for path_name in args.path:
         for name in args.params:
-            row = verdict(path_name, PARAM_SETS[name], files, args.tv, args.fraction, args.budget)
+            ps = PARAM_SETS[name] if args.depth is None else replace(PARAM_SETS[name], depth=args.depth)
+            row = verdict(path_name, ps, files, args.tv, args.fraction, args.budget, args.assistant_layers)
             failed |= row["state"] == "failed"
             print(json.dumps(row), flush=True)
     return 1 if failed else 0

@@ -57,3 +57,16 @@ def test_generation_seeds_differ_across_calls_and_the_penalized_prompt_is_refuse
 
         law = build("llama.cpp", {})
         sampling_kwargs(SamplingParams(), replace(law, params=replace(law.params, penalize_prompt=True)))
+
+
+def test_the_example_adapter_scores_with_the_shipped_adapters_logits(tmp_path: Path) -> None:
+    """examples/llama_cpp_decoder.py's ``logits`` is the shipped adapter's (plain_logits): the same
+    rows, bit for bit, in one batch and split, for a prefix of the tiny target."""
+    from examples.llama_cpp_decoder import LlamaCppLookupDecoder
+    from verispec.peers.llama_cpp_peer import LlamaCppPeer
+
+    target = write_models(tmp_path)["target"]
+    example, shipped = LlamaCppLookupDecoder(target), LlamaCppPeer(target)
+    prefix = [1, 259, 87, 286, 300, 296, 294, 296, 259]
+    for split_at in (None, 4):
+        assert example.logits(prefix, split_at) == shipped.logits(prefix, split_at)
