@@ -82,6 +82,7 @@ import numpy.typing as npt
 
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
+from verispec.spec.decoder_blocks import blocks, plan_of
 from verispec.spec.decoder_depth_power import PowerDesign, design, support_sorted
 from verispec.spec.laws import default as default_law
 from verispec.spec.laws.common import Profile
@@ -463,15 +464,8 @@ def final_stat_alpha(alpha: float) -> float:
 
 
 def draw(engine: GenerationEngine, case: DepthCase, n: int, seed: int) -> list[Generation]:
-    chosen = {} if case.law is None or case.law.name == default_law.NAME else {"law": case.law}
-    generate: Any = engine.generate  # an engine of the default law need not take ``law``
-    raw = generate(case.prompt_ids, case.params, case.max_tokens, n, seed, case.min_tokens, **chosen)
-    if len(raw) != n:
-        raise VerispecError(f"the engine returned {len(raw)} generations, asked for {n}")
-    try:
-        return [as_generation(r) for r in raw]
-    except (TypeError, ValueError, KeyError) as exc:
-        raise VerispecError(f"a generation is not a list of ids or an {{ids, cycles, logprobs}} object: {exc}") from exc
+    """One block of ``n`` generations seeded ``seed`` (:mod:`spec.decoder_blocks`)."""
+    return next(blocks(engine, case, [(n, seed)]))
 
 
 def pilot_design(
@@ -483,13 +477,18 @@ def pilot_design(
     rng = np.random.default_rng([seed, 1])
     rows: list[F64] = []
     lengths: list[int] = []
-    for start in range(0, pilot, PILOT_BLOCK):
-        if deadline is not None and lengths and time.monotonic() > deadline:
-            break
-        for gen in draw(engine, case, min(PILOT_BLOCK, pilot - start), seed + 1 + start):
-            scored = score(rows_of, case, gen.ids, rng, keep_rows=True)
-            rows.extend(scored.rows)
-            lengths.append(len(gen.ids))
+    plan = [(min(PILOT_BLOCK, pilot - start), seed + 1 + start) for start in range(0, pilot, PILOT_BLOCK)]
+    pilot_blocks = blocks(engine, case, plan)
+    try:
+        for block in pilot_blocks:
+            for gen in block:
+                scored = score(rows_of, case, gen.ids, rng, keep_rows=True)
+                rows.extend(scored.rows)
+                lengths.append(len(gen.ids))
+            if deadline is not None and time.monotonic() > deadline:
+                break
+    finally:
+        pilot_blocks.close()
     if not rows:
         raise VerispecError("the pilot generations are all malformed: no row to design the test on")
     if len(rows) > MAX_PILOT_ROWS:  # a uniform subsample: the design needs row shapes, not all rows
@@ -529,18 +528,16 @@ def check_depth(
     rng = np.random.default_rng([seed, 2])
     looks: list[Look] = []
     next_look = 0
-    block_index = 0
+    drawn = blocks(engine, case, plan_of(seed + 100, per_block, max_generations))  # closed (its lookahead dropped) on return
     while next_look < LOOKS:
         out_of_time = budget_s is not None and time.monotonic() - started > budget_s
         out_of_draws = max_generations is not None and sums.generations >= max_generations
         if out_of_time or out_of_draws:
             return _verdict("inconclusive", plan, sums, alpha, looks, "budget ended before the design's tokens")
-        size = per_block if max_generations is None else min(per_block, max_generations - sums.generations)
         try:
-            gens = draw(engine, case, size, seed + 100 + block_index)
+            gens = next(drawn)
         except VerispecError as exc:
             return _verdict("failed", plan, sums, alpha, looks, f"the engine raised {type(exc).__name__}: {str(exc)[:200]}")
-        block_index += 1
         for gen in gens:
             scored = score(rows_of, case, gen.ids, rng)
             scored.broken = scored.broken or logprob_error(gen, scored, logprob_tol)

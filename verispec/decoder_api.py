@@ -58,6 +58,7 @@ def check_decoder(
     greedy: bool = False,
     max_tokens: int = 16,
     timeout: float = 600.0,
+    workers: int = 1,
     log: Callable[[PromptOutcome], None] | None = None,
 ) -> DecoderReport:
     """Test a decoder's law on ``model``: every token of whole generations of up to ``depth``
@@ -74,6 +75,12 @@ def check_decoder(
     position-binned features, default TV 0.1). N is chosen for power 0.99 against a
     total-variation deviation ``tv`` at false-alarm probability ``alpha`` (default 1e-3, split over
     the prompts). ``log`` sees each prompt's outcome as it is decided.
+
+    ``workers``: the depth test's generations decoded by that many processes, each building its
+    own engine (``engine`` then a ``"module:FACTORY"`` string; ``engine_cmd`` started that many
+    times), each contained like a program under test (spec/decoder_pool.py); teacher forcing and
+    the statistics stay in this process. A block of generations depends on the run seed and its
+    index only, so the verdict is the same with any number of workers.
 
     ``law``: whose target law the tokens must follow (spec/laws/): ``verispec`` (the default;
     temperature 1, top_k 4, repeat_penalty 1.5 unless given), ``llama.cpp``, ``transformers`` or
@@ -102,6 +109,7 @@ def check_decoder(
              "repetition_penalty": repetition_penalty, "frequency_penalty": frequency_penalty,
              "presence_penalty": presence_penalty, "penalty_last_n": penalty_last_n, "min_tokens": min_tokens}
     _check_depth_arguments(depth, min_tokens or 0, fraction, budget, ours)
+    _check_workers(workers, engine, depth, greedy)
     _profile(law, flags, ())  # before the model loads: a flag the law lacks, a bad value
     _check_law_mode(law, ours or mutant is not None, target_law, greedy)
     check_timeout(timeout)  # before the model loads: inf, nan, 1e300, -1 are usage errors
@@ -111,12 +119,16 @@ def check_decoder(
     profile = _profile(law, flags, tokenizer.eog_ids)
     params = profile.legacy
     logits = ReferenceLogits(reference)
-    decoder = _engine(engine, engine_cmd, ours, mutant, path, logits, tokenizer, draft_temperature, draft_top_k, k, timeout)
+    decoder = build_engine(engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer)
     report = DecoderReport(str(path))
     start = time.perf_counter()
     per_prompt = (alpha if alpha is not None else DEFAULT_ALPHA) / len(texts)  # Bonferroni over the prompts
+    pool = None
     try:
         run = _Run(decoder, logits, tokenizer, params, m, per_prompt, tv, min_mass, greedy, max_tokens, target_law)
+        if workers > 1:
+            pool = _pool(workers, engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer)
+            run.generations = pool
         run.law = None if profile.name == "verispec" else profile
         run.depth = _Depth(depth, min_tokens_of(profile), fraction, budget, reference)
         run.check_modes()
@@ -126,6 +138,8 @@ def check_decoder(
                 log(report.results[-1])
     finally:
         report.seconds = time.perf_counter() - start
+        if pool is not None:
+            pool.close()
         close = getattr(decoder, "close", None)
         if callable(close):
             close()
@@ -178,6 +192,35 @@ def _check_depth_arguments(depth: int, min_tokens: int, fraction: float, budget:
         raise _error("ours: our decode loop has no min_tokens")
 
 
+def _check_workers(workers: int, engine: object, depth: int, greedy: bool) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise _error(f"workers must be an integer >= 1, got {workers!r}")
+    if workers > 1 and (not depth or greedy):
+        raise _error("workers > 1 decodes the depth test's generations: it needs depth > 0 and no greedy mode")
+    if workers > 1 and engine is not None and not isinstance(engine, str):
+        raise _error("workers > 1 builds the engine in other processes: give it as 'module:FACTORY'")
+
+
+def _pool(
+    workers: int, engine: str | Callable[[Path], Any] | None, engine_cmd: str | None, ours: bool, mutant: str | None,
+    path: Path, draft_temperature: float, draft_top_k: int, k: int, timeout: float, logits: Any, tokenizer: Any,
+) -> Any:
+    """``workers`` engine processes (spec/decoder_pool.py): ``engine_cmd`` that many times, or
+    verispec/decoder_worker.py building the Python engine in each."""
+    import os
+
+    from verispec.decoder_worker import WorkerRecipe
+    from verispec.spec.decoder_check import CommandEngine
+    from verispec.spec.decoder_pool import GenerationPool
+
+    if engine_cmd is None:
+        recipe = WorkerRecipe(str(path), engine if isinstance(engine, str) else None, ours, mutant, draft_temperature,
+                              draft_top_k, k, os.getcwd())
+        engine_cmd = recipe.command()
+    vocab = logits.model.config.n_vocab
+    return GenerationPool([CommandEngine(engine_cmd, timeout, vocab, tokenizer.eog_ids) for _ in range(workers)])
+
+
 def _profile(law: str, flags: dict[str, Any], eog: Collection[int]) -> Profile:
     """The law profile of the sampling flags (spec/laws/); a usage error names a flag it lacks."""
     from verispec.spec.laws import build
@@ -206,16 +249,26 @@ def _prompts(prompts: Sequence[str], bench_prompts: bool) -> list[str]:
     return list(prompts)
 
 
-def _engine(
+def build_engine(
     engine: str | Callable[[Path], Any] | None, engine_cmd: str | None, ours: bool, mutant: str | None,
-    path: Path, logits: Any, tokenizer: Any, draft_temperature: float, draft_top_k: int, k: int, timeout: float,
+    path: Path, draft_temperature: float, draft_top_k: int, k: int, timeout: float,
+    logits: Any = None, tokenizer: Any = None,
 ) -> Any:
+    """The decoder under test, as check-decoder builds it (here and in each worker process);
+    ``logits`` / ``tokenizer``: our reference forward and the tokenizer of ``path`` (loaded here
+    when None and the decoder is ours or a mutant)."""
     from verispec.reference.sampling import SamplingParams
     from verispec.spec.check import load_callable
     from verispec.spec.decoder_check import CommandEngine, ReferenceDecoder
     from verispec.spec.decoder_mutants import DEPTH_MUTANTS, MUTANT_BUGS, LoopDecoder
 
     draft = SamplingParams(temperature=draft_temperature, top_k=draft_top_k)
+    if (ours or mutant is not None) and (logits is None or tokenizer is None):
+        from verispec.reference.model import Model
+        from verispec.reference.tokenizer import Tokenizer
+        from verispec.spec.decoder_check import ReferenceLogits
+
+        logits, tokenizer = ReferenceLogits(Model.load(path)), Tokenizer.from_file(path)
     if ours:
         return ReferenceDecoder(logits, tokenizer, draft, k)
     if mutant is not None:
@@ -287,6 +340,7 @@ class _Run:
         self.target: Any = logits
         self.depth = _Depth()
         self.law: Profile | None = None  # another ecosystem's target law (None: verispec, of params)
+        self.generations: Any = engine  # who decodes the depth tests' blocks (a pool with workers > 1)
 
     def check_modes(self) -> None:
         """A usage error for a mode the engine does not offer; picks whose logits are the target."""
@@ -348,7 +402,7 @@ class _Run:
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
         rows = per_prefix_rows(self.target.fresh) if isinstance(self.target, EngineLogits) else reference_rows(self.depth.model)
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law)
-        verdict = check_depth(self.engine, rows, case, alpha=self.alpha, tv=self.tv, fraction=self.depth.fraction,
+        verdict = check_depth(self.generations, rows, case, alpha=self.alpha, tv=self.tv, fraction=self.depth.fraction,
                               budget_s=self.depth.budget)
         numbers = verdict_json(verdict)
         label = {"passed": "PASS", "failed": "FAIL", "inconclusive": "INCONCLUSIVE"}[verdict.state]
@@ -369,7 +423,7 @@ class _Run:
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens)
-        verdict = check_two_sample_depth(self.engine, case, alpha=self.alpha, tv=self.tv, budget_s=self.depth.budget,
+        verdict = check_two_sample_depth(self.generations, case, alpha=self.alpha, tv=self.tv, budget_s=self.depth.budget,
                                          min_mass=self.min_mass)
         numbers = verdict_json(verdict)
         label = {"passed": "PASS", "failed": "FAIL", "inconclusive": "INCONCLUSIVE"}[verdict.state]

@@ -7,12 +7,13 @@
         [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P] [--penalty-last-n N]
         [--draft-temperature T] [--draft-top-k K] [--k 2]
         [--target-law reference|engine-logits|two-sample] [--tv TV] [--fraction F] [--alpha A]
-        [--budget SECONDS] [--greedy --max-tokens N] [--json] [--junit-xml PATH]
+        [--budget SECONDS] [--workers N] [--greedy --max-tokens N] [--json] [--junit-xml PATH]
 
 ``--depth N`` (default 64): the sampled modes test EVERY token of whole generations of up to N
 tokens (spec/decoder_depth.py: the engine's ``generate``; power 0.99 against TV ``--tv`` (default
 0.05) on ``--fraction`` (default 0.1) of positions; ``--budget`` seconds per prompt, exit 3 when
-it ends short of that power). ``--depth 0``: the first-m test of the first ``--m`` tokens
+it ends short of that power; ``--workers N``: its generations decoded by N engine processes,
+spec/decoder_pool.py, the same verdict with any N). ``--depth 0``: the first-m test of the first ``--m`` tokens
 (spec/decoder_law.py, default TV 0.2). ``--target-law two-sample --depth N``: whole generations
 with speculation on against the same engine's plain ones (``generate_plain``), position-binned
 law-free features (spec/decoder_depth_two_sample.py: power 0.99 against TV ``--tv`` (default 0.1)
@@ -89,6 +90,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--tv", type=float, default=None, help="deviation detected with power 0.99 (default: 0.05 at depth, 0.1 two-sample at depth, 0.2 first-m)")
     parser.add_argument("--fraction", type=float, default=0.1, help="--depth: share of positions the deviation hits (default 0.1)")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS", help="--depth: seconds per prompt (exit 3 if short of power)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="--depth: decode the generations in N engine processes (same verdict for any N)")
     parser.add_argument("--alpha", type=float, default=None, help="false-alarm probability of the run (default 1e-3)")
     parser.add_argument("--min-mass", type=float, default=0.01, help="sequences at least this likely are cells")
     parser.add_argument("--greedy", action="store_true", help="greedy mode: speculative == plain greedy, or a near-tie")
@@ -140,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         greedy=args.greedy,
         max_tokens=args.max_tokens,
         timeout=args.timeout,
+        workers=args.workers,
         log=None if args.json else (lambda result: print(result.line(), flush=True)),  # each prompt as it is decided
     )
     if args.junit_xml is not None:

@@ -1,0 +1,99 @@
+"""One ``check-decoder --workers N`` worker: a Python engine served over the decoder wire ops.
+
+    python -m verispec.decoder_worker RECIPE_JSON
+
+The recipe (:class:`WorkerRecipe`, JSON) names the decoder as ``check-decoder`` does (``engine``
+``"module:FACTORY"``, ``ours``, ``mutant``) and the model file; the worker builds that engine for
+itself, answers the depth tests' ops ``generate`` and ``generate_plain`` (spec/decoder_check.py's
+wire, one JSON line per request and per response, through :func:`spec.external.serve`) and the
+start probe ``ready`` until its stdin closes. Whatever the engine prints goes to stderr: stdout
+carries the protocol only. The checker runs each worker as a program under test
+(:mod:`spec.decoder_pool`), so it is contained like one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+OPS = ("generate", "generate_plain", "ready")
+
+
+@dataclass(frozen=True)
+class WorkerRecipe:
+    """How a worker builds its engine (exactly one of ``engine``, ``ours``, ``mutant``)."""
+
+    model: str
+    engine: str | None = None
+    ours: bool = False
+    mutant: str | None = None
+    draft_temperature: float = 2.0
+    draft_top_k: int = 4
+    k: int = 2
+    cwd: str = ""  # the checker's folder: ``module:FACTORY`` may name a module there
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def from_json(text: str) -> WorkerRecipe:
+        return WorkerRecipe(**json.loads(text))
+
+    def command(self) -> str:
+        """The shell command that starts a worker with this recipe (this interpreter)."""
+        import shlex
+
+        return f"{shlex.quote(sys.executable)} -m verispec.decoder_worker {shlex.quote(self.to_json())}"
+
+
+def build(recipe: WorkerRecipe) -> Any:
+    """The recipe's engine, built as ``check-decoder`` builds it in the checker's process."""
+    from verispec.decoder_api import build_engine
+
+    if recipe.cwd and recipe.cwd not in sys.path:
+        sys.path.append(recipe.cwd)
+    return build_engine(recipe.engine, None, recipe.ours, recipe.mutant, Path(recipe.model),
+                        recipe.draft_temperature, recipe.draft_top_k, recipe.k, 600.0)
+
+
+def handler(engine: Any) -> Any:
+    """``handle(op, input) -> output`` for the worker's ops."""
+    from verispec.spec.decoder_blocks import as_mapping
+    from verispec.spec.laws import from_json as law_from_json
+    from verispec.spec.vectors.wire import params_from_json
+
+    def handle(op: str, inp: Mapping[str, Any]) -> dict[str, Any]:
+        if op == "ready":
+            return {}
+        keywords = {"law": law_from_json(inp["law"])} if inp.get("law") is not None else {}
+        raw = getattr(engine, op)([int(t) for t in inp["prompt_ids"]], params_from_json(inp["params"]), int(inp["max_tokens"]),
+                                  int(inp["n"]), int(inp["seed"]), int(inp.get("min_tokens", 0)), **keywords)
+        return {"samples": [as_mapping(g) for g in raw]}
+
+    return handle
+
+
+def main(argv: list[str]) -> int:
+    from verispec.spec.external import serve
+
+    if len(argv) != 1:
+        print("usage: python -m verispec.decoder_worker RECIPE_JSON", file=sys.stderr)
+        return 2
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the engine's prints go to stderr
+    engine = build(WorkerRecipe.from_json(argv[0]))
+    try:
+        return serve(handler(engine), sys.stdin.buffer, protocol, OPS)
+    finally:
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
