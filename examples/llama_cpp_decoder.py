@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from verispec.peers.llama_cpp_peer import plain_logits
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.tokenizer import Tokenizer
 
@@ -88,19 +89,12 @@ class LlamaCppLookupDecoder:
         return self._take(llm, prompt_ids, max_tokens, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
 
     def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[float]:
-        """llama.cpp's own plain next-token logits after the prefix (a ``logits_all`` context):
-        one batch of the whole prefix, or (``split_at`` s) ``prefix[:s]`` in one batch, then each
-        later token alone, as plain decoding feeds a generation (speculative verification feeds
-        the last token and its drafts in one batch: another shape again)."""
-        ids = [int(t) for t in prefix_ids]
-        self.scorer.reset()
-        if split_at is None:
-            self.scorer.eval(ids)
-        else:
-            self.scorer.eval(ids[:split_at])
-            for token in ids[split_at:]:
-                self.scorer.eval([token])
-        return [float(x) for x in self.scorer.scores[self.scorer.n_tokens - 1]]
+        """llama.cpp's own plain next-token logits after the prefix (a ``logits_all`` context,
+        the shipped adapter's :func:`verispec.peers.llama_cpp_peer.plain_logits`): one batch of the
+        whole prefix, or (``split_at`` s) ``prefix[:s]`` in one batch, then each later token alone,
+        as plain decoding feeds a generation (speculative verification feeds the last token and
+        its drafts in one batch: another shape again)."""
+        return plain_logits(self.scorer, prefix_ids, split_at)
 
 
 def prompt_lookup(path: Path) -> LlamaCppLookupDecoder:

@@ -2,6 +2,7 @@
 
     python -m tests.peer_verdicts --out /tmp/peers --write-only     # the tiny GGUF models
     python examples/llama_cpp_processor_history_repro.py /tmp/peers/tinyllama.gguf
+    python examples/llama_cpp_processor_history_repro.py SmolLM2-135M-Instruct.Q4_1.gguf   # any GGUF
 
 ``Llama.generate`` calls each logits processor as ``processor(self._input_ids, logits)``. With a
 draft model (``LlamaPromptLookupDecoding``), ``generate`` first evaluates the last token together
@@ -23,8 +24,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-PROMPT = [1] + [259, 87, 286, 300, 296, 294, 296, 259, 291, 290] * 3  # "The cat sat on the" x3: lookup drafts
-GENERATIONS, MAX_TOKENS, EOS = 40, 48, 2
+PROMPT_TEXT = "The cat sat on the"  # three times over: prompt lookup finds drafts in it
+GENERATIONS, MAX_TOKENS = 40, 48
+
+
+def prompt_ids(llm: Any) -> list[int]:
+    """The model's BOS (where its vocabulary adds one), then the text's ids three times."""
+    body = llm.tokenize(PROMPT_TEXT.encode(), add_bos=False, special=True)
+    return [int(t) for t in llm.tokenize(b"", add_bos=True, special=True)] + [int(t) for t in body] * 3
 
 
 def run(path: str, lookup: bool, generations: int = GENERATIONS) -> tuple[int, int, int, int]:
@@ -35,7 +42,8 @@ def run(path: str, lookup: bool, generations: int = GENERATIONS) -> tuple[int, i
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     draft = LlamaPromptLookupDecoding(num_pred_tokens=3) if lookup else None
-    llm = Llama(model_path=path, n_ctx=512, verbose=False, draft_model=draft)
+    llm = Llama(model_path=path, n_ctx=512, verbose=False, draft_model=draft, n_threads=1, n_threads_batch=1)
+    prompt, eos = prompt_ids(llm), int(llm.token_eos())
     tokens = calls = ahead = repeats = 0
     for g in range(generations):
         out: list[int] = []
@@ -43,19 +51,19 @@ def run(path: str, lookup: bool, generations: int = GENERATIONS) -> tuple[int, i
         def no_repeat(input_ids: Any, logits: Any) -> Any:
             nonlocal calls, ahead
             calls += 1
-            ahead += len(input_ids) > len(PROMPT) + len(out)
+            ahead += len(input_ids) > len(prompt) + len(out)
             logits[int(input_ids[-1])] = -np.inf
             return logits
 
         llm.set_seed(g)
         llm.reset()
-        for t in llm.generate(PROMPT, reset=True, temp=0.5, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
+        for t in llm.generate(prompt, reset=True, temp=0.5, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
                               logits_processor=[no_repeat]):
             out.append(int(t))
-            if len(out) == MAX_TOKENS or int(t) == EOS:
+            if len(out) == MAX_TOKENS or int(t) == eos:
                 break
-        history = PROMPT + out
-        repeats += sum(history[len(PROMPT) + i] == history[len(PROMPT) + i - 1] for i in range(len(out)))
+        history = prompt + out
+        repeats += sum(history[len(prompt) + i] == history[len(prompt) + i - 1] for i in range(len(out)))
         tokens += len(out)
     return tokens, calls, ahead, repeats
 

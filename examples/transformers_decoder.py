@@ -13,7 +13,9 @@ q one-hot) or assisted generation with a SAME-VOCABULARY ASSISTANT model (``assi
 sampled, transformers verifies with its ``_speculative_sampling``). No assistant is downloaded: it
 is built from the same GGUF, the target's first :data:`ASSISTANT_LAYERS` decoder layers plus its
 final norm and (tied) head, as a smaller ``LlamaForCausalLM`` on the same vocabulary: a weak but
-honest draft model. ``do_sample`` follows the params: sampled for temperature > 0 (the law test),
+honest draft model (the shipped adapter's
+:func:`verispec.peers.transformers_peer.truncated_assistant`, which raises a ``CheckError`` for a
+layer count out of range). ``do_sample`` follows the params: sampled for temperature > 0 (the law test),
 greedy for temperature 0 (the greedy mode; ``speculative=False`` runs plain ``generate``).
 ``logits`` (the target's plain forward, for ``--target-law engine-logits`` and the engine's own
 batch-shape noise) and ``sample_plain`` (plain sampled ``generate``, for ``--target-law
@@ -33,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from verispec.peers.transformers_peer import load_causal_lm, truncated_assistant
 from verispec.reference.sampling import SamplingParams
 
 LOOKUP_TOKENS = 3  # drafts per cycle (prompt_lookup_num_tokens)
@@ -41,32 +44,9 @@ ASSISTANT_TOKENS = 3  # drafts per cycle (num_assistant_tokens, schedule "consta
 
 
 def load_target(path: Path) -> Any:
-    """The GGUF as a transformers float32 model (dequantized weights: our numerics)."""
-    import torch
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
-
-
-def truncated_assistant(target: Any, layers: int = ASSISTANT_LAYERS) -> Any:
-    """A same-vocabulary assistant from the target itself: its embedding, first ``layers`` decoder
-    layers, final norm and head (copies: the target is left as it was)."""
-    import copy
-
-    config = copy.deepcopy(target.config)
-    if not 1 <= layers < config.num_hidden_layers:
-        raise ValueError(f"assistant layers must be in [1, {config.num_hidden_layers - 1}], got {layers}")
-    config.num_hidden_layers = layers
-    if getattr(config, "layer_types", None) is not None:
-        config.layer_types = config.layer_types[:layers]
-    assistant = type(target)(config).eval()
-    state = {k: v for k, v in target.state_dict().items() if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
-    missing, unexpected = assistant.load_state_dict(state, strict=False)
-    if unexpected or any(not k.endswith("rotary_emb.inv_freq") for k in missing):
-        raise ValueError(f"assistant weights do not fit: missing {missing}, unexpected {unexpected}")
-    return assistant.to(next(target.parameters()).dtype)
+    """The GGUF as a transformers float32 model (dequantized weights: our numerics); the shipped
+    adapter's loader, one model per process and path."""
+    return load_causal_lm(Path(path))
 
 
 class TransformersLookupDecoder:

@@ -1,7 +1,8 @@
 """Verdicts of transformers' speculative paths on tiny synthetic GGUF models (docs/peers.md).
 
     python -m tests.peer_verdicts --out DIR [--path PATH ...] [--params NAME ...]
-        [--tv 0.05] [--fraction 0.1] [--budget SECONDS]
+        [--tv 0.05] [--fraction 0.1] [--budget SECONDS] [--workers N] [--depth T]
+        [--model FILE.gguf [--assistant-layers L] [--universal-assistant FILE.gguf]]
 
 Writes the tiny models (tests/synthetic.py: a 3-layer TinyLlama-shaped target, a 1-layer
 same-vocabulary assistant of another seed, and a Phi-3-shaped assistant whose tokenizer has four
@@ -15,12 +16,14 @@ default (verispec) law are those where it is transformers' law (:func:`laws_coin
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from tests.synthetic import VARIANTS, write_synthetic
@@ -68,6 +71,9 @@ PARAM_SETS = {
     "hf-rep1.3": ParamSet("hf-rep1.3", {"temperature": 0.8, "top_k": 0, "repetition_penalty": 1.3}, law="transformers"),
     "hf-min8": ParamSet("hf-min8", {"temperature": 1.0, "top_k": 0, "min_tokens": 8}, law="transformers"),
     "hf-defaults": ParamSet("hf-defaults", {}, law="transformers", library_defaults=True),
+    # every processor a sampled speculative path takes at once (the full-power runs)
+    "hf-all": ParamSet("hf-all", {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.3,
+                                  "min_tokens": 8}, law="transformers"),
 }
 PATHS = ("plain", "prompt-lookup", "assisted", "early-exit", "universal")
 
@@ -84,15 +90,47 @@ def write_models(folder: Path) -> dict[str, Path]:
     return files
 
 
-def factory(path_name: str, files: dict[str, Path], library_defaults: bool) -> Any:
+def factory(path_name: str, files: dict[str, Path], library_defaults: bool, assistant_layers: int = 1) -> Any:
+    """The engine factory of one path: the assisted path drafts with ``files["assistant"]`` (when
+    there is one; else the target's first ``assistant_layers`` layers), the universal path with
+    ``files["other-tokenizer"]``."""
     from verispec.peers.transformers_peer import engine
 
-    assistant = {"assisted": files["assistant"], "universal": files["other-tokenizer"]}.get(path_name)
-    return lambda model_path: engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults)
+    assistant = {"assisted": files.get("assistant"), "universal": files.get("other-tokenizer")}.get(path_name)
+    return lambda model_path: engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults,
+                                     assistant_layers=assistant_layers)
 
 
-def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float, budget: float | None) -> dict[str, Any]:
-    """One check_decoder depth run; its numbers, the seconds it took and the load it ran under."""
+def tiny_engine(path_name: str, library_defaults: bool, model_path: Path) -> Any:
+    """The engine of one path on the tiny target at ``model_path``, its assistants the files
+    :func:`write_models` puts beside it (one torch thread: a worker shares the machine)."""
+    import torch
+
+    from verispec.peers.transformers_peer import engine
+
+    torch.set_num_threads(1)
+    folder = Path(model_path).parent
+    assistant = {"assisted": folder / "tinyllama-1layer.gguf", "universal": folder / "phi3.gguf"}.get(path_name)
+    return engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults)
+
+
+# ``check_decoder(workers=N)`` builds the engine in each worker from a "module:FACTORY" name:
+# ``tests.peer_verdicts:ENGINES.prompt_lookup``, ``..ENGINES.assisted_defaults`` and so on.
+ENGINES = SimpleNamespace(**{
+    path.replace("-", "_") + ("_defaults" if defaults else ""): functools.partial(tiny_engine, path, defaults)
+    for path in PATHS for defaults in (False, True)
+})
+
+
+def engine_name(path_name: str, library_defaults: bool) -> str:
+    """The ``module:FACTORY`` name of a tiny-model engine in :data:`ENGINES`."""
+    return f"tests.peer_verdicts:ENGINES.{path_name.replace('-', '_')}{'_defaults' if library_defaults else ''}"
+
+
+def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float, budget: float | None,
+            assistant_layers: int = 1, workers: int = 1) -> dict[str, Any]:
+    """One check_decoder depth run; its numbers, the wall and CPU seconds it took and the load it
+    ran under."""
     import transformers
 
     from verispec.decoder_api import check_decoder
@@ -100,18 +138,30 @@ def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fra
 
     if ps.law == "verispec" and not laws_coincide(ps.params(), 11 + ps.depth):
         raise SystemExit(f"{ps.name}: transformers' law is not verispec's default law there")
-    start, load = time.perf_counter(), os.getloadavg()[0]
+    start, load, cpu = time.perf_counter(), os.getloadavg()[0], cpu_seconds()
+    decoder = engine_name(path_name, ps.library_defaults) if workers > 1 else factory(path_name, files, ps.library_defaults,
+                                                                                   assistant_layers)
     report = check_decoder(
-        factory(path_name, files, ps.library_defaults), model=files["target"], prompts=(PROMPT,), depth=ps.depth,
-        law=ps.law, tv=tv, fraction=fraction, budget=budget, **ps.flags,
+        decoder, model=files["target"], prompts=(PROMPT,), depth=ps.depth, law=ps.law, tv=tv, fraction=fraction,
+        budget=budget, workers=workers, **ps.flags,
     )
     outcome = report.results[0]
-    return {"peer": "transformers", "version": transformers.__version__, "path": path_name, "params": ps.name,
-            "law": ps.law, "flags": ps.flags,
+    return {"peer": "transformers", "version": transformers.__version__, "model": files["target"].name,
+            "path": path_name, "params": ps.name, "law": ps.law, "flags": ps.flags, "depth": ps.depth,
             "state": outcome.numbers.get("state"), "tokens": outcome.numbers.get("tokens"),
             "design_tokens": outcome.numbers.get("design_tokens"), "power": outcome.numbers.get("power"),
             "tv": tv, "fraction": fraction, "minutes": round((time.perf_counter() - start) / 60, 2),
-            "load_at_start": round(load, 1), "detail": outcome.detail}
+            "workers": workers,  # the workers' CPU is not this process's (nor reliably its children's): counted at 1 only
+            "cpu_minutes": round((cpu_seconds() - cpu) / 60, 2) if workers == 1 else None, "load_at_start": round(load, 1),
+            "load_at_end": round(os.getloadavg()[0], 1), "budget": budget, "detail": outcome.detail}
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process, all its threads."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 def table_rows(lines: list[str]) -> list[str]:
@@ -129,6 +179,41 @@ def table_rows(lines: list[str]) -> list[str]:
     return rows
 
 
+def preload(files: dict[str, Path]) -> None:
+    """transformers' models of ``files`` into the adapter's per-process cache, at the oracle's
+    memoized loading cost (a real vocabulary's metadata is otherwise parsed many times)."""
+    from tests.hf_oracle import _memoized_gguf
+    from verispec.peers.transformers_peer import load_causal_lm, load_tokenizer
+
+    with _memoized_gguf():
+        for path in files.values():
+            load_causal_lm(path)
+        if "other-tokenizer" in files:
+            load_tokenizer(files["target"]), load_tokenizer(files["other-tokenizer"])
+
+
+SUMMARY_HEADER = ("| peer | model | path | params | design | verdict | tokens / design | power | minutes: wall (CPU, load) "
+                  "| reproduce |")
+
+
+def _flags_text(flags: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in flags.items()) or "library defaults"
+
+
+def summary_row(r: dict[str, Any], reproduce: str) -> str:
+    """One row of the summary table (docs/peers.md and README.md) from a runner's JSON line."""
+    peer = f"{r['peer']} {r['version']}"
+    if r["peer"] == "transformers":
+        params = f"{r['params']}: --law {r['law']}, {_flags_text(r['flags'])}"
+    else:
+        params = f"--law llama.cpp, {_flags_text(r['flags'])}"
+    design = f"TV {r.get('tv', 0.05)} on {r['fraction']:.0%} of positions, {r.get('depth', 64)} tokens"
+    cpu = "" if r.get("cpu_minutes") is None else f"{r['cpu_minutes']} CPU, "
+    return (f"| {peer} | {r.get('model', 'tinyllama.gguf')} | {r['path']} | {params} | {design} | **{r['state']}** | "
+            f"{r['tokens']:,} / {r['design_tokens']:,} | {r['power']:.3f} | {r['minutes']} ({cpu}load {r['load_at_start']}) "
+            f"| {reproduce} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -139,20 +224,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tv", type=float, default=0.05)
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--budget", type=float, default=None, help="seconds per run (inconclusive when short)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="another target GGUF (e.g. SmolLM2): assisted drafts with its first --assistant-layers layers")
+    parser.add_argument("--universal-assistant", type=Path, default=None, help="with --model: the universal path's assistant GGUF")
+    parser.add_argument("--assistant-layers", type=int, default=1)
+    parser.add_argument("--depth", type=int, default=None, help="generation length (default: the param set's)")
+    parser.add_argument("--workers", type=int, default=1, help="engine processes (tiny models only)")
     parser.add_argument("--write-only", action="store_true", help="write the tiny models and stop")
     parser.add_argument("--table", type=Path, help="print docs/peers.md's table rows of a saved JSON-lines file and stop")
+    parser.add_argument("--summary", type=Path, help="print the summary table's rows of a saved JSON-lines file and stop")
     args = parser.parse_args(argv)
     if args.table is not None:
         print("\n".join(table_rows(args.table.read_text().splitlines())))
+        return 0
+    if args.summary is not None:
+        for line in args.summary.read_text().splitlines():
+            if line.startswith("{"):
+                print(summary_row(json.loads(line), "COMMAND"))
         return 0
     torch.set_num_threads(1)
     files = write_models(args.out)
     if args.write_only:
         return 0
+    if args.model is not None and args.workers > 1:
+        raise SystemExit("--workers builds the tiny models' engines (tests.peer_verdicts:ENGINES): not with --model")
+    if args.model is not None:  # a real target: no same-vocabulary assistant file
+        files = {"target": args.model} | ({} if args.universal_assistant is None else {"other-tokenizer": args.universal_assistant})
+        preload(files)
     failed = False
     for path_name in args.path:
         for name in args.params:
-            row = verdict(path_name, PARAM_SETS[name], files, args.tv, args.fraction, args.budget)
+            ps = PARAM_SETS[name] if args.depth is None else replace(PARAM_SETS[name], depth=args.depth)
+            row = verdict(path_name, ps, files, args.tv, args.fraction, args.budget, args.assistant_layers, args.workers)
             failed |= row["state"] == "failed"
             print(json.dumps(row), flush=True)
     return 1 if failed else 0

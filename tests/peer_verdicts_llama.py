@@ -1,22 +1,68 @@
 """llama-cpp-python's verdicts for docs/peers.md: ``check_decoder`` under ``--law llama.cpp`` with
-the engine's own logits as the target (verispec/peers/llama_cpp_peer.py), on the tiny target that
-``python -m tests.peer_verdicts --out /tmp/peers/m --write-only`` writes.
+the engine's own logits as the target (verispec/peers/llama_cpp_peer.py), on the tiny target of
+``python -m tests.peer_verdicts --out DIR --write-only`` (or any GGUF given as ``--model``).
 
-    python -m tests.peer_verdicts_llama lookup|plain 'FLAGS_AS_JSON' FRACTION
+    python -m tests.peer_verdicts_llama --out DIR --path lookup|plain --flags 'JSON'
+        [--tv 0.05] [--fraction 0.1] [--budget SECONDS] [--depth 64] [--model FILE.gguf]
 
-prints one JSON line.
+prints one JSON line (verdict, tokens, design, power, wall and CPU minutes, load); exit status 1
+when the verdict is failed. ``--flags``: check_decoder's llama.cpp-law keywords, e.g.
+``{"temperature": 0.8, "repeat_penalty": 1.3}``.
 """
-import sys, time, json
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
 from pathlib import Path
-from verispec.decoder_api import check_decoder
-from verispec.peers.llama_cpp_peer import LlamaCppPeer
-import llama_cpp
-lookup = None if sys.argv[1] == "plain" else 10
-flags = json.loads(sys.argv[2])
-t = time.time()
-r = check_decoder(lambda p: LlamaCppPeer(Path(p), lookup_tokens=lookup), model="/tmp/peers/m/tinyllama.gguf", law="llama.cpp",
-                  target_law="engine-logits", fraction=float(sys.argv[3]), depth=64, **flags)
-o = r.results[0]
-print(json.dumps({"peer": "llama-cpp-python", "version": llama_cpp.__version__, "path": sys.argv[1], "flags": flags,
-                  "state": o.numbers.get("state"), "tokens": o.numbers.get("tokens"), "design_tokens": o.numbers.get("design_tokens"),
-                  "power": o.numbers.get("power"), "minutes": round((time.time()-t)/60, 2), "detail": o.detail}))
+from typing import Any
+
+from tests.peer_verdicts import PROMPT, write_models
+
+LOOKUP_TOKENS = 10  # num_pred_tokens: llama-cpp-python's default
+
+
+def verdict(model: Path, path_name: str, flags: dict[str, Any], fraction: float, budget: float | None, depth: int,
+            tv: float = 0.05, prompt: str = PROMPT) -> dict[str, Any]:
+    """One check_decoder depth run of llama-cpp-python (prompt lookup or plain) and its costs."""
+    import llama_cpp
+
+    from verispec.decoder_api import check_decoder
+    from verispec.peers.llama_cpp_peer import LlamaCppPeer
+
+    lookup = None if path_name == "plain" else LOOKUP_TOKENS
+    start, load, cpu = time.perf_counter(), os.getloadavg()[0], time.process_time()
+    report = check_decoder(lambda p: LlamaCppPeer(Path(p), lookup_tokens=lookup), model=model, prompts=(prompt,),
+                           law="llama.cpp", target_law="engine-logits", tv=tv, fraction=fraction, depth=depth, budget=budget,
+                           **flags)
+    o = report.results[0]
+    return {"peer": "llama-cpp-python", "version": llama_cpp.__version__, "path": path_name, "model": model.name,
+            "flags": flags, "depth": depth, "state": o.numbers.get("state"), "tokens": o.numbers.get("tokens"),
+            "design_tokens": o.numbers.get("design_tokens"), "power": o.numbers.get("power"), "tv": tv, "fraction": fraction,
+            "minutes": round((time.perf_counter() - start) / 60, 2), "cpu_minutes": round((time.process_time() - cpu) / 60, 2),
+            "load_at_start": round(load, 1), "load_at_end": round(os.getloadavg()[0], 1), "budget": budget,
+            "detail": o.detail}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.peer_verdicts_llama")
+    parser.add_argument("--out", type=Path, required=True, help="folder of the tiny models")
+    parser.add_argument("--model", type=Path, default=None, help="a GGUF other than the tiny target")
+    parser.add_argument("--path", choices=("lookup", "plain"), default="lookup")
+    parser.add_argument("--flags", type=json.loads, default={}, help="llama.cpp-law keywords as JSON")
+    parser.add_argument("--tv", type=float, default=0.05)
+    parser.add_argument("--fraction", type=float, default=0.1)
+    parser.add_argument("--budget", type=float, default=None, help="seconds (inconclusive when short)")
+    parser.add_argument("--depth", type=int, default=64)
+    args = parser.parse_args(argv)
+    model = args.model if args.model is not None else write_models(args.out)["target"]
+    row = verdict(model, args.path, args.flags, args.fraction, args.budget, args.depth, args.tv)
+    print(json.dumps(row), flush=True)
+    return 1 if row["state"] == "failed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -76,3 +76,16 @@ def test_the_scorer_continues_a_plain_feed_exactly_as_a_fresh_one(tmp_path: Path
     one_pass = continued.logits(prompt + tokens)
     fresh.fed = ([], -1)
     assert one_pass == fresh.logits(prompt + tokens)
+
+
+def test_the_example_adapter_scores_with_the_shipped_adapters_logits(tmp_path: Path) -> None:
+    """examples/llama_cpp_decoder.py's ``logits`` is the shipped adapter's (plain_logits): the same
+    rows, bit for bit, in one batch and split, for a prefix of the tiny target."""
+    from examples.llama_cpp_decoder import LlamaCppLookupDecoder
+    from verispec.peers.llama_cpp_peer import LlamaCppPeer
+
+    target = write_models(tmp_path)["target"]
+    example, shipped = LlamaCppLookupDecoder(target), LlamaCppPeer(target)
+    prefix = [1, 259, 87, 286, 300, 296, 294, 296, 259]
+    for split_at in (None, 4):
+        assert example.logits(prefix, split_at) == shipped.logits(prefix, split_at)

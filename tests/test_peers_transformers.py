@@ -176,3 +176,18 @@ def test_an_unknown_path_or_a_missing_assistant_is_a_usage_error(files: dict[str
         engine(files["target"], "medusa")
     with pytest.raises(CheckError, match="assistant GGUF"):
         engine(files["target"], "universal")
+
+
+def test_the_example_adapter_runs_on_the_shipped_adapters_parts(files: dict[str, Path]) -> None:
+    """examples/transformers_decoder.py builds on verispec/peers/transformers_peer.py (its loader and
+    its truncated assistant): the assisted example passes greedy mode on the tiny target, and a
+    layer count out of range is the shipped adapter's typed error."""
+    from examples.transformers_decoder import TransformersLookupDecoder, load_target
+    from verispec.peers.transformers_peer import load_causal_lm
+
+    assert load_target(files["target"]) is load_causal_lm(files["target"])  # one model per process and path
+    report = check_decoder(lambda p: TransformersLookupDecoder(p, assistant_layers=1), model=files["target"],
+                           greedy=True, max_tokens=16, prompts=(PROMPT,))
+    assert report.passed, report.results[0].detail
+    with pytest.raises(CheckError, match="assistant layers must be in"):
+        TransformersLookupDecoder(files["target"], assistant_layers=3)  # the target has 3 layers

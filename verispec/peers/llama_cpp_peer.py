@@ -118,6 +118,22 @@ class LlamaCppPeer:
         return [float(x) for x in self.scorer.scores[self.scorer.n_tokens - 1]]
 
 
+def plain_logits(scorer: Any, prefix_ids: Sequence[int], split_at: int | None = None) -> list[float]:
+    """The next-token logits after the prefix of a ``logits_all`` ``Llama`` context: one batch of
+    the whole prefix, or (``split_at`` s) ``prefix[:s]`` in one batch, then each later token alone,
+    as plain decoding feeds a generation. The context is reset first, so a row never depends on
+    the previous call."""
+    ids = [int(t) for t in prefix_ids]
+    scorer.reset()
+    if split_at is None:
+        scorer.eval(ids)
+    else:
+        scorer.eval(ids[:split_at])
+        for token in ids[split_at:]:
+            scorer.eval([token])
+    return [float(x) for x in scorer.scores[scorer.n_tokens - 1]]
+
+
 def prompt_lookup(path: Path) -> LlamaCppPeer:
     """The ``--engine`` factory: prompt lookup, 10 drafts (llama-cpp-python's default)."""
     return LlamaCppPeer(Path(path))
