@@ -36,6 +36,7 @@ class WorkerRecipe:
     draft_top_k: int = 4
     k: int = 2
     cwd: str = ""  # the checker's folder: ``module:FACTORY`` may name a module there
+    weights: str | None = None  # with ``ours``: the fast engine's decoder in this weights mode
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -58,7 +59,7 @@ def build(recipe: WorkerRecipe) -> Any:
     if recipe.cwd and recipe.cwd not in sys.path:
         sys.path.append(recipe.cwd)
     return build_engine(recipe.engine, None, recipe.ours, recipe.mutant, Path(recipe.model),
-                        recipe.draft_temperature, recipe.draft_top_k, recipe.k, 600.0)
+                        recipe.draft_temperature, recipe.draft_top_k, recipe.k, 600.0, weights=recipe.weights)
 
 
 def handler(engine: Any) -> Any:
