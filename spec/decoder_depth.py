@@ -75,7 +75,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -83,6 +83,7 @@ import numpy.typing as npt
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder_blocks import blocks, plan_of
+from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder_depth_power import PowerDesign, design, support_sorted
 from verispec.spec.laws import default as default_law
 from verispec.spec.laws.common import Profile
@@ -92,7 +93,6 @@ F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 Prefix = tuple[int, ...]
 ForcedRows = Callable[[Prefix, int], Any]  # (prompt + ids, prompt length) -> logits [len(ids), V]
-State = Literal["passed", "failed", "inconclusive"]
 
 NORMAL = NormalDist()
 LOOKS = 7  # after 1/64, 1/32, .., 1/2, 1 of the design's tokens
@@ -433,7 +433,7 @@ def judge_look(sums: Sums, alpha: float, case: DepthCase) -> Look:
 
 
 @dataclass(frozen=True)
-class DepthVerdict:
+class DepthVerdict(StateVerdict):
     state: State
     design: PowerDesign
     tokens: int
@@ -443,14 +443,6 @@ class DepthVerdict:
     where: str
     detail: str
     looks: tuple[Look, ...] = ()
-
-    @property
-    def passed(self) -> bool:
-        return self.state == "passed"
-
-    @property
-    def exit_status(self) -> int:
-        return {"passed": 0, "failed": 1, "inconclusive": 3}[self.state]
 
 
 def look_alphas(alpha: float) -> tuple[float, ...]:

@@ -423,7 +423,6 @@ class _Run:
 
     def _depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
         """The depth test of one prompt (spec/decoder_depth.py)."""
-        from verispec.decoder_report import PromptOutcome
         from verispec.spec.decoder_check import EngineLogits
         from verispec.spec.decoder_depth import DepthCase, check_depth, per_prefix_rows, reference_rows, verdict_json
 
@@ -438,19 +437,25 @@ class _Run:
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law)
         verdict = check_depth(self.generations, rows, case, alpha=self.alpha, tv=self.tv, fraction=self.depth.fraction,
                               budget_s=self.depth.budget)
-        numbers = verdict_json(verdict)
-        label = {"passed": "PASS", "failed": "FAIL", "inconclusive": "INCONCLUSIVE"}[verdict.state]
-        detail = (f"[{label}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; design {verdict.design.tokens} "
-                  f"tokens for power 0.99 vs TV {verdict.design.tv} on {verdict.design.fraction:.0%} of positions, "
+        design = (f"design {verdict.design.tokens} tokens for power 0.99 vs TV {verdict.design.tv} on "
+                  f"{verdict.design.fraction:.0%} of positions")
+        return self._outcome(text, "depth", verdict, verdict_json(verdict), design, began)
+
+    def _outcome(self, text: str, mode: str, verdict: Any, numbers: dict[str, Any], design: str, began: float) -> PromptOutcome:
+        """A depth verdict (either mode: a :class:`spec.sequential_state.StateVerdict` with ``where``,
+        ``detail`` and ``power``) as the prompt's outcome."""
+        from verispec.decoder_report import PromptOutcome
+        from verispec.spec.sequential_state import LABEL
+
+        detail = (f"[{LABEL[verdict.state]}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; {design}, "
                   f"alpha={self.alpha:.2g}, power reached {verdict.power:.4f}")
         numbers.pop("detail", None)
-        passed = bool(numbers.pop("passed", verdict.state == "passed"))
-        return PromptOutcome(text, "depth", passed, detail, time.perf_counter() - began, numbers,
+        passed = bool(numbers.pop("passed", verdict.passed))
+        return PromptOutcome(text, mode, passed, detail, time.perf_counter() - began, numbers,
                              inconclusive=verdict.state == "inconclusive")
 
     def _two_sample_depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
         """Two-sample mode at depth on one prompt (spec/decoder_depth_two_sample.py)."""
-        from verispec.decoder_report import PromptOutcome
         from verispec.spec.decoder_depth import DepthCase
         from verispec.spec.decoder_depth_two_sample import check_two_sample_depth, verdict_json
 
@@ -459,12 +464,6 @@ class _Run:
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens)
         verdict = check_two_sample_depth(self.generations, case, alpha=self.alpha, tv=self.tv, budget_s=self.depth.budget,
                                          min_mass=self.min_mass)
-        numbers = verdict_json(verdict)
-        label = {"passed": "PASS", "failed": "FAIL", "inconclusive": "INCONCLUSIVE"}[verdict.state]
-        detail = (f"[{label}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; design {verdict.n_per_arm} "
-                  f"generations per arm for power 0.99 vs TV {verdict.tv} on each feature's law (df {verdict.df}), "
-                  f"alpha={self.alpha:.2g}, power reached {verdict.power:.4f}")
-        numbers.pop("detail", None)
-        passed = bool(numbers.pop("passed", verdict.state == "passed"))
-        return PromptOutcome(text, "two-sample depth", passed, detail, time.perf_counter() - began, numbers,
-                             inconclusive=verdict.state == "inconclusive")
+        design = (f"design {verdict.n_per_arm} generations per arm for power 0.99 vs TV {verdict.tv} on each "
+                  f"feature's law (df {verdict.df})")
+        return self._outcome(text, "two-sample depth", verdict, verdict_json(verdict), design, began)

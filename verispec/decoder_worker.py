@@ -49,7 +49,7 @@ class WorkerRecipe:
         """The shell command that starts a worker with this recipe (this interpreter)."""
         import shlex
 
-        return f"{shlex.quote(sys.executable)} -m verispec.decoder_worker {shlex.quote(self.to_json())}"
+        return f"exec {shlex.quote(sys.executable)} -m verispec.decoder_worker {shlex.quote(self.to_json())}"  # no shell between
 
 
 def build(recipe: WorkerRecipe) -> Any:
