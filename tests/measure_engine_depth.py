@@ -2,7 +2,7 @@
 
     OPENBLAS_NUM_THREADS=1 VERISPEC_THREADS=1 nice -n 10 python tests/measure_engine_depth.py [MODEL] [WEIGHTS] [BUDGET_S] [WORKERS]
 
-(defaults: smollm2-135m int8 480 2). First the three costs of one judged token, measured in this
+(defaults: smollm2-135m int8 480 2; BUDGET_S 0: the costs only). First the three costs of one judged token, measured in this
 process on the same generations (CPU seconds, so a loaded machine inflates them less than wall
 time): decoding (the engine's speculative decoder, n-gram draft, k = 2), teacher forcing (one
 k-row pass per generation) and scoring (the target law and the statistics of every position).
@@ -68,6 +68,9 @@ def main() -> None:
     per_token = costs(path, weights)
     out["costs"] = per_token
     out["load_after_costs"] = os.getloadavg()
+    print(json.dumps(out), flush=True)  # the costs, before the (long) gate run
+    if budget <= 0:
+        return
     began = time.perf_counter()
     report = check_decoder(ours=True, weights=weights, model=path, prompts=[PROMPT], depth=64, budget=budget, workers=workers)
     wall = time.perf_counter() - began
