@@ -93,7 +93,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -101,6 +101,7 @@ import numpy.typing as npt
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder_blocks import blocks, plan_of
+from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder_depth_ties import TIE_NOISES, NearTie, cut_edge_margin
 from verispec.spec.decoder_depth_power import (
     SCORE_LAMBDAS,
@@ -118,7 +119,6 @@ F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 Prefix = tuple[int, ...]
 ForcedRows = Callable[[Prefix, int], Any]  # (prompt + ids, prompt length) -> logits [len(ids), V]
-State = Literal["passed", "failed", "inconclusive"]
 
 NORMAL = NormalDist()
 LOOKS = 7  # after 1/64, 1/32, .., 1/2, 1 of the design's tokens
@@ -535,7 +535,7 @@ def judge_look(sums: Sums, alpha: float, case: DepthCase, martingale_alpha: floa
 
 
 @dataclass(frozen=True)
-class DepthVerdict:
+class DepthVerdict(StateVerdict):
     state: State
     design: PowerDesign
     tokens: int
@@ -546,14 +546,6 @@ class DepthVerdict:
     detail: str
     looks: tuple[Look, ...] = ()
     near_ties: tuple[tuple[int, NearTie], ...] = ()  # (generation, near-tie): numerics at a cut edge, not judged
-
-    @property
-    def passed(self) -> bool:
-        return self.state == "passed"
-
-    @property
-    def exit_status(self) -> int:
-        return {"passed": 0, "failed": 1, "inconclusive": 3}[self.state]
 
 
 def look_alphas(alpha: float) -> tuple[float, ...]:

@@ -65,7 +65,8 @@ import numpy.typing as npt
 
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder_depth import DepthCase, State, as_generation, position_bin, position_bin_label, structure_error
+from verispec.spec.decoder_depth import DepthCase, as_generation, position_bin, position_bin_label, structure_error
+from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder_law import MAX_CELLS
 from verispec.spec.decoder_two_sample import homogeneity
 from verispec.spec.statistics import POWER, power_of
@@ -226,7 +227,7 @@ def look_alphas(alpha: float) -> tuple[float, ...]:
 
 
 @dataclass(frozen=True)
-class TwoSampleDepthVerdict:
+class TwoSampleDepthVerdict(StateVerdict):
     state: State
     n_per_arm: int
     generations: int  # per arm, seen
@@ -236,14 +237,6 @@ class TwoSampleDepthVerdict:
     power: float  # reached against ``tv`` on the largest test, at the generations seen
     where: str
     detail: str
-
-    @property
-    def passed(self) -> bool:
-        return self.state == "passed"
-
-    @property
-    def exit_status(self) -> int:
-        return {"passed": 0, "failed": 1, "inconclusive": 3}[self.state]
 
 
 def judge(plain: Arm, spec: Arm, cells: TokenCells, case: DepthCase, alpha: float) -> tuple[bool, str, str]:
@@ -275,7 +268,22 @@ def _test(name: str, a: Counter[int], b: Counter[int], level: float, extra: str 
 
 def draw_arm(engine: Any, plain: bool, case: DepthCase, n: int, seed: int) -> list[tuple[int, ...]]:
     op = engine.generate_plain if plain else engine.generate
-    raw = op(case.prompt_ids, case.params, case.max_tokens, n, seed, case.min_tokens)
+    return arm_ids(op(case.prompt_ids, case.params, case.max_tokens, n, seed, case.min_tokens), n)
+
+
+def draw_arms(engine: Any, case: DepthCase, n: int, seed: int) -> list[list[tuple[int, ...]]]:
+    """Both arms of a block, plain (seed + 1) and speculative (seed): at once on an engine pool
+    (``submit``: spec/decoder_pool.py), else one after the other; the same generations either way."""
+    submit = getattr(engine, "submit", None)
+    if not callable(submit):
+        return [draw_arm(engine, is_plain, case, n, seed + is_plain) for is_plain in (True, False)]
+    pending = [submit("generate_plain" if is_plain else "generate", case.prompt_ids, case.params, case.max_tokens, n,
+                      seed + is_plain, case.min_tokens) for is_plain in (True, False)]
+    return [arm_ids(future.result(), n) for future in pending]
+
+
+def arm_ids(raw: Any, n: int) -> list[tuple[int, ...]]:
+    """An arm's answer as id tuples; VerispecError when it is not ``n`` generations."""
     if len(raw) != n:
         raise VerispecError(f"the engine returned {len(raw)} generations, asked for {n}")
     try:
@@ -331,7 +339,7 @@ def check_two_sample_depth(
         if budget_s is not None and time.monotonic() - started > budget_s:
             return verdict("inconclusive", "budget ended before the design's generations")
         try:
-            drawn = [draw_arm(engine, is_plain, case, per_block, seed + 100 + 2 * block_index + is_plain) for is_plain in (True, False)]
+            drawn = draw_arms(engine, case, per_block, seed + 100 + 2 * block_index)
         except VerispecError as exc:
             return verdict("failed", f"the engine raised {type(exc).__name__}: {str(exc)[:200]}")
         block_index += 1

@@ -131,3 +131,16 @@ def test_workers_through_the_command_exit_codes(tiny_model: Path, capsys: pytest
     assert cli.main(["check-decoder", "--model", str(tiny_model), "--engine-cmd", "exit 5", "--workers", "2"]) == 2
     assert cli.main(["check-decoder", "--model", str(tiny_model), "--ours", "--workers", "0"]) == 2
     assert cli.main(["check-decoder", "--model", str(tiny_model), "--ours", "--workers", "2", "--depth", "0"]) == 2
+
+
+def test_two_sample_mode_at_depth_reaches_the_same_numbers_with_two_workers(tiny_model: Path, two_workers: GenerationPool) -> None:
+    """Both arms of a block decoded at once by the pool: the same generations as one after the other here."""
+    from verispec.spec.decoder_depth_two_sample import check_two_sample_depth
+    from verispec.spec.decoder_depth_two_sample import verdict_json as two_sample_json
+
+    case = case_of(tiny_model)
+    here = build_engine(None, None, True, None, tiny_model, 2.0, 4, 2, NET)
+    settings = {"alpha": 1e-3, "pilot": 8, "n_per_arm": 8, "block": 4}
+    one = two_sample_json(check_two_sample_depth(here, case, **settings))  # type: ignore[arg-type]
+    two = two_sample_json(check_two_sample_depth(two_workers, case, **settings))  # type: ignore[arg-type]
+    assert one["generations_per_arm"] == 8 and two == one

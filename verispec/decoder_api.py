@@ -59,6 +59,7 @@ def check_decoder(
     max_tokens: int = 16,
     timeout: float = 600.0,
     workers: int = 1,
+    weights: str | None = None,
     log: Callable[[PromptOutcome], None] | None = None,
 ) -> DecoderReport:
     """Test a decoder's law on ``model``: every token of whole generations of up to ``depth``
@@ -81,6 +82,12 @@ def check_decoder(
     times), each contained like a program under test (spec/decoder_pool.py); teacher forcing and
     the statistics stay in this process. A block of generations depends on the run seed and its
     index only, so the verdict is the same with any number of workers.
+
+    ``weights`` (with ``ours``): the decoder is the fast engine's own speculative decoder in that
+    weights mode (``auto``, ``int8``, ``f32``/``exact``; verispec/engine_decoder.py) instead of our
+    reference loop, and the target law at each position is the SAME engine's plain rows, one
+    teacher-forced k-row pass per generation (bit for bit its 1-row passes: the engine's
+    contract), through the target law's processors (``engine-logits`` semantics). Depth test only.
 
     ``law``: whose target law the tokens must follow (spec/laws/): ``verispec`` (the default;
     temperature 1, top_k 4, repeat_penalty 1.5 unless given), ``llama.cpp``, ``transformers`` or
@@ -110,6 +117,7 @@ def check_decoder(
              "presence_penalty": presence_penalty, "penalty_last_n": penalty_last_n, "min_tokens": min_tokens}
     _check_depth_arguments(depth, min_tokens or 0, fraction, budget, ours)
     _check_workers(workers, engine, depth, greedy)
+    _check_weights(weights, ours, depth, greedy, target_law)
     _profile(law, flags, ())  # before the model loads: a flag the law lacks, a bad value
     _check_law_mode(law, ours or mutant is not None, target_law, greedy)
     check_timeout(timeout)  # before the model loads: inf, nan, 1e300, -1 are usage errors
@@ -119,7 +127,8 @@ def check_decoder(
     profile = _profile(law, flags, tokenizer.eog_ids)
     params = profile.legacy
     logits = ReferenceLogits(reference)
-    decoder = build_engine(engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer)
+    decoder = build_engine(engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer,
+                           weights)
     report = DecoderReport(str(path))
     start = time.perf_counter()
     per_prompt = (alpha if alpha is not None else DEFAULT_ALPHA) / len(texts)  # Bonferroni over the prompts
@@ -127,7 +136,8 @@ def check_decoder(
     try:
         run = _Run(decoder, logits, tokenizer, params, m, per_prompt, tv, min_mass, greedy, max_tokens, target_law)
         if workers > 1:
-            pool = _pool(workers, engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer)
+            pool = _pool(workers, engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer,
+                         weights)
             run.generations = pool
         run.law = None if profile.name == "verispec" else profile
         run.depth = _Depth(depth, min_tokens_of(profile), fraction, budget, reference)
@@ -201,9 +211,23 @@ def _check_workers(workers: int, engine: object, depth: int, greedy: bool) -> No
         raise _error("workers > 1 builds the engine in other processes: give it as 'module:FACTORY'")
 
 
+def _check_weights(weights: str | None, ours: bool, depth: int, greedy: bool, target_law: str) -> None:
+    from verispec.engine_load import WEIGHTS_CHOICES
+
+    if weights is None:
+        return
+    if weights not in WEIGHTS_CHOICES or weights == "quantized":
+        raise _error(f"weights must be auto, int8, exact or f32, got {weights!r}")
+    if not ours:
+        raise _error("weights picks the engine of our own decoder: it needs ours")
+    if not depth or greedy or target_law == "two-sample":
+        raise _error("ours with weights runs the depth test against the engine's own rows: depth > 0, no greedy, no two-sample")
+
+
 def _pool(
     workers: int, engine: str | Callable[[Path], Any] | None, engine_cmd: str | None, ours: bool, mutant: str | None,
     path: Path, draft_temperature: float, draft_top_k: int, k: int, timeout: float, logits: Any, tokenizer: Any,
+    weights: str | None = None,
 ) -> Any:
     """``workers`` engine processes (spec/decoder_pool.py): ``engine_cmd`` that many times, or
     verispec/decoder_worker.py building the Python engine in each."""
@@ -215,7 +239,7 @@ def _pool(
 
     if engine_cmd is None:
         recipe = WorkerRecipe(str(path), engine if isinstance(engine, str) else None, ours, mutant, draft_temperature,
-                              draft_top_k, k, os.getcwd())
+                              draft_top_k, k, os.getcwd(), weights)
         engine_cmd = recipe.command()
     vocab = logits.model.config.n_vocab
     return GenerationPool([CommandEngine(engine_cmd, timeout, vocab, tokenizer.eog_ids) for _ in range(workers)])
@@ -252,17 +276,22 @@ def _prompts(prompts: Sequence[str], bench_prompts: bool) -> list[str]:
 def build_engine(
     engine: str | Callable[[Path], Any] | None, engine_cmd: str | None, ours: bool, mutant: str | None,
     path: Path, draft_temperature: float, draft_top_k: int, k: int, timeout: float,
-    logits: Any = None, tokenizer: Any = None,
+    logits: Any = None, tokenizer: Any = None, weights: str | None = None,
 ) -> Any:
     """The decoder under test, as check-decoder builds it (here and in each worker process);
     ``logits`` / ``tokenizer``: our reference forward and the tokenizer of ``path`` (loaded here
-    when None and the decoder is ours or a mutant)."""
+    when None and the decoder is ours or a mutant); ``weights`` with ``ours``: the fast engine's
+    decoder in that mode (verispec/engine_decoder.py)."""
     from verispec.reference.sampling import SamplingParams
     from verispec.spec.check import load_callable
     from verispec.spec.decoder_check import CommandEngine, ReferenceDecoder
     from verispec.spec.decoder_mutants import DEPTH_MUTANTS, MUTANT_BUGS, LoopDecoder
 
     draft = SamplingParams(temperature=draft_temperature, top_k=draft_top_k)
+    if ours and weights is not None:
+        from verispec.engine_decoder import EngineDecoder
+
+        return EngineDecoder(path, weights, k)
     if (ours or mutant is not None) and (logits is None or tokenizer is None):
         from verispec.reference.model import Model
         from verispec.reference.tokenizer import Tokenizer
@@ -394,30 +423,40 @@ class _Run:
 
     def _depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
         """The depth test of one prompt (spec/decoder_depth.py)."""
-        from verispec.decoder_report import PromptOutcome
         from verispec.spec.decoder_check import EngineLogits
         from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json
         from verispec.spec.decoder_depth_ties import PlainFedRows
 
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
-        rows = PlainFedRows(self.target) if isinstance(self.target, EngineLogits) else reference_rows(self.depth.model)
+        if callable(getattr(self.engine, "forced_rows", None)):  # the engine's own k-row pass (engine_decoder.py)
+            rows = self.engine.forced_rows
+        elif isinstance(self.target, EngineLogits):
+            rows = PlainFedRows(self.target)
+        else:
+            rows = reference_rows(self.depth.model)
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law)
         verdict = check_depth(self.generations, rows, case, alpha=self.alpha, tv=self.tv, fraction=self.depth.fraction,
                               budget_s=self.depth.budget)
-        numbers = verdict_json(verdict)
-        label = {"passed": "PASS", "failed": "FAIL", "inconclusive": "INCONCLUSIVE"}[verdict.state]
-        detail = (f"[{label}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; design {verdict.design.tokens} "
-                  f"tokens for power 0.99 vs TV {verdict.design.tv} on {verdict.design.fraction:.0%} of positions, "
+        design = (f"design {verdict.design.tokens} tokens for power 0.99 vs TV {verdict.design.tv} on "
+                  f"{verdict.design.fraction:.0%} of positions")
+        return self._outcome(text, "depth", verdict, verdict_json(verdict), design, began)
+
+    def _outcome(self, text: str, mode: str, verdict: Any, numbers: dict[str, Any], design: str, began: float) -> PromptOutcome:
+        """A depth verdict (either mode: a :class:`spec.sequential_state.StateVerdict` with ``where``,
+        ``detail`` and ``power``) as the prompt's outcome."""
+        from verispec.decoder_report import PromptOutcome
+        from verispec.spec.sequential_state import LABEL
+
+        detail = (f"[{LABEL[verdict.state]}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; {design}, "
                   f"alpha={self.alpha:.2g}, power reached {verdict.power:.4f}")
         numbers.pop("detail", None)
-        passed = bool(numbers.pop("passed", verdict.state == "passed"))
-        return PromptOutcome(text, "depth", passed, detail, time.perf_counter() - began, numbers,
+        passed = bool(numbers.pop("passed", verdict.passed))
+        return PromptOutcome(text, mode, passed, detail, time.perf_counter() - began, numbers,
                              inconclusive=verdict.state == "inconclusive")
 
     def _two_sample_depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
         """Two-sample mode at depth on one prompt (spec/decoder_depth_two_sample.py)."""
-        from verispec.decoder_report import PromptOutcome
         from verispec.spec.decoder_depth import DepthCase
         from verispec.spec.decoder_depth_two_sample import check_two_sample_depth, verdict_json
 
@@ -426,12 +465,6 @@ class _Run:
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens)
         verdict = check_two_sample_depth(self.generations, case, alpha=self.alpha, tv=self.tv, budget_s=self.depth.budget,
                                          min_mass=self.min_mass)
-        numbers = verdict_json(verdict)
-        label = {"passed": "PASS", "failed": "FAIL", "inconclusive": "INCONCLUSIVE"}[verdict.state]
-        detail = (f"[{label}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; design {verdict.n_per_arm} "
-                  f"generations per arm for power 0.99 vs TV {verdict.tv} on each feature's law (df {verdict.df}), "
-                  f"alpha={self.alpha:.2g}, power reached {verdict.power:.4f}")
-        numbers.pop("detail", None)
-        passed = bool(numbers.pop("passed", verdict.state == "passed"))
-        return PromptOutcome(text, "two-sample depth", passed, detail, time.perf_counter() - began, numbers,
-                             inconclusive=verdict.state == "inconclusive")
+        design = (f"design {verdict.n_per_arm} generations per arm for power 0.99 vs TV {verdict.tv} on each "
+                  f"feature's law (df {verdict.df})")
+        return self._outcome(text, "two-sample depth", verdict, verdict_json(verdict), design, began)

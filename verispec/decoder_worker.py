@@ -36,6 +36,7 @@ class WorkerRecipe:
     draft_top_k: int = 4
     k: int = 2
     cwd: str = ""  # the checker's folder: ``module:FACTORY`` may name a module there
+    weights: str | None = None  # with ``ours``: the fast engine's decoder in this weights mode
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -48,7 +49,7 @@ class WorkerRecipe:
         """The shell command that starts a worker with this recipe (this interpreter)."""
         import shlex
 
-        return f"{shlex.quote(sys.executable)} -m verispec.decoder_worker {shlex.quote(self.to_json())}"
+        return f"exec {shlex.quote(sys.executable)} -m verispec.decoder_worker {shlex.quote(self.to_json())}"  # no shell between
 
 
 def build(recipe: WorkerRecipe) -> Any:
@@ -58,7 +59,7 @@ def build(recipe: WorkerRecipe) -> Any:
     if recipe.cwd and recipe.cwd not in sys.path:
         sys.path.append(recipe.cwd)
     return build_engine(recipe.engine, None, recipe.ours, recipe.mutant, Path(recipe.model),
-                        recipe.draft_temperature, recipe.draft_top_k, recipe.k, 600.0)
+                        recipe.draft_temperature, recipe.draft_top_k, recipe.k, 600.0, weights=recipe.weights)
 
 
 def handler(engine: Any) -> Any:

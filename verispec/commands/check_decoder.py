@@ -28,7 +28,9 @@ error naming it. The engine receives a non-default law (``law=`` / the wire's ``
 ``--engine MOD:FACTORY``: ``FACTORY(model_path)`` returns an engine with
 ``sample(prompt_ids, params, m, n, seed) -> [[t1..tm], ...]`` (and ``greedy(prompt_ids,
 max_tokens, speculative) -> ids`` for ``--greedy``); ``--engine-cmd``: the JSON-lines ops of
-spec/decoder_check.py. ``--ours``: our decode loop (reference.decode); ``--mutant NAME``: a mutant
+spec/decoder_check.py. ``--ours``: our decode loop (reference.decode; with ``--weights MODE`` the fast
+engine's own speculative decoder, n-gram draft, judged against the same engine's teacher-forced
+rows: verispec/engine_decoder.py); ``--mutant NAME``: a mutant
 decoder of spec/decoder_mutants.py. ``--target-law``: ``reference`` (default) builds the target law
 from our reference forward on --model (an engine of our numerics); ``engine-logits`` from the
 engine's own reported logits (``logits(prefix_ids, split_at)`` / the ``logits`` op) through our
@@ -60,6 +62,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     which.add_argument("--engine-cmd", metavar="CMD", help="a program speaking the sample/greedy JSON-lines ops")
     which.add_argument("--ours", action="store_true", help="our own decode loop (reference.decode)")
     which.add_argument("--mutant", metavar="NAME", help="a mutant decoder of spec/decoder_mutants.py")
+    parser.add_argument("--weights", default=None, choices=("auto", "int8", "exact", "f32"),
+                        help="--ours: the fast engine's own speculative decoder in this mode, judged against its own rows")
     parser.add_argument("--model", default="smollm2-135m", help="registry name or .gguf path (default smollm2-135m)")
     parser.add_argument("--prompt", nargs="+", default=["The cat sat on the"], metavar="TEXT")
     parser.add_argument("--bench-prompts", action="store_true", help="the five prompts of `verispec bench` instead of --prompt")
@@ -144,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         timeout=args.timeout,
         workers=args.workers,
+        weights=args.weights,
         log=None if args.json else (lambda result: print(result.line(), flush=True)),  # each prompt as it is decided
     )
     if args.junit_xml is not None:

@@ -1,0 +1,73 @@
+"""``check-decoder --ours --weights MODE``: the fast engine's own speculative decoder under the depth test.
+
+The decoder is what ``verispec generate --draft ngram`` runs: :func:`reference.decode.speculative_generate`
+(the one speculative loop) on the fast engine's model (engine/, ``--weights`` int8, f32 or auto,
+as :func:`verispec.engine_load.load_engine` resolves it) with the engine's own law
+(:func:`verispec.engine.generate.law_for`) and the n-gram draft (q one-hot: drafts copied from the
+context, verified by speculative sampling). Each generation is seeded from (the block's seed, its
+index), so a block is the same wherever it is decoded.
+
+The target law at every emitted position comes from the SAME engine's plain rows: ONE k-row
+teacher-forced pass over prompt + generation (:meth:`EngineDecoder.forced_rows`). In the int8 mode
+these are, bit for bit, the rows its decoding sees: the mode's contract is that a k-row pass gives
+each row what k 1-row passes give (tests/test_engine_fused.py on both real models;
+tests/test_engine_decoder.py checks it on the rows of a generation). So the stated law is
+``--target-law engine-logits``'s: the engine's own logits through the target law's processors,
+the law its own plain decoding samples. In the f32 mode the one-pass rows equal the decoding's
+only up to float32 rounding (max |d logit| 8.6e-5 measured on a 24-token SmolLM2 generation), as
+our reference loop's rows equal its one-pass rows: the law of an engine of our numerics with its
+batch-shape noise, a deviation some 1e-4 in logits, far below the design's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verispec.reference.errors import VerispecError
+from verispec.reference.sampling import SamplingParams
+
+
+class EngineDecoder:
+    """The engine's speculative decoder (module docstring): ``generate`` and ``forced_rows``."""
+
+    def __init__(self, path: Path, weights: str = "auto", k: int = 2) -> None:
+        from verispec.engine.generate import law_for
+        from verispec.engine_load import load_engine
+
+        loaded = load_engine(str(path), weights=weights)
+        self.model, self.tokenizer, self.k = loaded.model, loaded.tokenizer, k
+        self.law = law_for(loaded.model)
+        self.weights = str(getattr(loaded.model, "weights_mode", weights))
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[dict[str, Any]]:
+        """n whole generations, speculation on, each with its cycles ``[drafted, accepted]``."""
+        from verispec.reference.decode import SpeculativeOptions, speculative_generate
+        from verispec.reference.drafts import NgramDraft
+        from verispec.reference.session import GenerationRequest
+
+        if min_tokens:
+            raise VerispecError("the engine's decode loop has no min_tokens")
+        out = []
+        for index in range(n):
+            request = GenerationRequest(tuple(prompt_ids), params, max_tokens=max_tokens, seed=generation_seed(seed, index))
+            result = speculative_generate(self.model, self.tokenizer, request, NgramDraft(), SpeculativeOptions(k=self.k),
+                                          law=self.law)
+            cycles = [[len(c.drafted), c.accepted] for c in result.cycles]
+            out.append({"ids": list(result.generation.ids), "cycles": cycles})
+        return out
+
+    def forced_rows(self, sequence: Sequence[int], prompt_length: int) -> Any:
+        """The logits predicting each generated id: one pass over ``sequence[:-1]`` [T, V]."""
+        ids = [int(t) for t in sequence[:-1]]
+        logits = self.model.forward(ids, self.model.new_cache(len(ids))).logits
+        return np.asarray(logits[prompt_length - 1 :], dtype=np.float32)
+
+
+def generation_seed(seed: int, index: int) -> int:
+    """The seed of generation ``index`` of the block seeded ``seed`` (distinct pairs, distinct streams)."""
+    return int(np.random.SeedSequence([int(seed) & (2**63 - 1), int(index)]).generate_state(2, np.uint64)[0] >> 1)
