@@ -225,6 +225,42 @@ def bench_page(folder: Path) -> str:
     return _page("Results: the engine on an idle machine, llama.cpp beside it", intro, body, provenance)
 
 
+
+SAME_WORK_EXTRA_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+    ("load average (1 min) at start → end", lambda r: f"{r['machine']['load_average_start'][0]:.2f} → {r['machine']['load_average_end'][0]:.2f}"),
+    ("engine kernel: graphs, row modes", lambda r: f"{r['engine_kernel']['graphs']}, " + ", ".join(f"{k} {v}" for k, v in sorted(r["engine_kernel"]["row_modes"].items()))),
+)
+
+
+def _text_value(row: Callable[[dict[str, Any]], Any], report: dict[str, Any]) -> str:
+    try:
+        value = row(report)
+    except KeyError:
+        return "-"
+    return value if isinstance(value, str) else _fmt(value)
+
+
+def same_work_page(folder: Path) -> str:
+    """The schema-2 bench (fixed length, end of generation ignored on both sides) on the idle machine."""
+    cols = [(m, t, f"{label} {tlabel}") for m, label in BENCH_MODELS for t, tlabel in BENCH_THREADS]
+    saved = {(m, t): _load(folder / f"bench_same_work_{t}_{m}.json") for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS}
+    body = ["| idle machine | " + " | ".join(c[2] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for label, row in (*BENCH_ROWS, *SAME_WORK_EXTRA_ROWS):
+        body.append(f"| {label} | " + " | ".join(_text_value(row, saved[m, t]["report"]) for m, t, _ in cols) + " |")
+    first = saved[BENCH_MODELS[0][0], BENCH_THREADS[0][0]]["report"]
+    isa = ", ".join(first["machine"].get("isa", [])) or "not stated"
+    body += ["", f"Instruction set: {isa}. llama.cpp: `{first['llama_cpp'].get('system_info', '').strip()}`."]
+    provenance: list[str] = []
+    for (m, t), run in saved.items():
+        name = f"bench_same_work_{t}_{m}.json"
+        provenance += _provenance_lines(name, _provenance(folder / name, run))
+    intro = ("`verispec bench` (report schema 2) on the 2-core machine with nothing else running, both models, the "
+             "engine's onnxruntime threads and llama.cpp's `n_threads` both 1 or both 2. Every side decodes the same "
+             "prompt ids to the same number of tokens (48), end of generation ignored on both, runs interleaved, the "
+             "best of each kept; llama.cpp runs in a child process. A ratio is what counts; absolute tok/s move with "
+             "the machine. What each row measures: [docs/performance.md](../performance.md#what-bench-measures).")
+    return _page("Results: the engine and llama.cpp on the same work, idle machine", intro, body, provenance)
+
 # ---- certified early exit (held-out runs) ------------------------------------------------------
 
 def _shift_provenance(run: Path, compared: Path) -> dict[str, str]:
@@ -289,32 +325,27 @@ def law_only_page(path: Path) -> str:
 # ---- the README's one performance table ---------------------------------------------------------
 
 def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
-    """The README's dated performance table, computed from the saved workload runs (the README is
+    """The README's performance rows, computed from the saved idle-machine bench runs (the README is
     written by hand; tests/test_docs.py requires these lines in it, so its numbers stay the JSON's)."""
-    models = ("smollm2-135m", "gemma3-270m")
-    exact = {m: _load(folder / f"workload_{m}.json")["report"] for m in models}
-    int8 = {m: _load(folder / f"workload_int8_{m}.json")["report"] for m in models}
-
-    def tree(report: dict[str, Any], temperature: str) -> str:
-        return _fmt(report["workload"]["suffix:tree"]["by_temperature"][temperature]["geomean_speedup"])
-
-    def llama(report: dict[str, Any], key: str) -> str:
-        return _fmt(report["workload_llama_cpp"]["geomean"][key])
-
+    runs = {(m, t): _load(folder / f"bench_same_work_{t}_{m}.json")["report"]
+            for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS}
+    cols = [(m, t) for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS]
     rows = (
-        ("exact mode, token trees ÷ its own plain decoding, greedy", [tree(exact[m], "0.0") for m in models]),
-        ("exact mode, token trees ÷ its own plain decoding, T = 0.8", [tree(exact[m], "0.8") for m in models]),
-        ("int8 mode, token trees ÷ llama.cpp plain, greedy", [llama(int8[m], "engine_suffix:tree_over_llama_cpp_plain") for m in models]),
-        ("int8 mode, plain ÷ llama.cpp plain, greedy", [llama(int8[m], "engine_plain_over_llama_cpp_plain") for m in models]),
-        ("llama.cpp prompt lookup ÷ llama.cpp plain, greedy", [llama(int8[m], "llama_cpp_prompt_lookup_over_llama_cpp_plain") for m in models]),
+        ("int8 plain ÷ llama.cpp plain (target ≥ 1.2)", "int8_plain_over_llama_cpp_plain"),
+        ("int8 n-gram speculation ÷ llama.cpp plain", "int8_ngram_over_llama_cpp_plain"),
+        ("int8 n-gram speculation ÷ llama.cpp prompt lookup", "int8_ngram_over_llama_cpp_prompt_lookup"),
+        ("int8 peak RSS ÷ (file + KV) (target ≤ 1.5)", "int8_peak_rss_over_file_plus_kv"),
     )
-    return [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    header = "| same prompt ids, 48 tokens each side | " + " | ".join(
+        f"{label} {tlabel}" for _, label in BENCH_MODELS for _, tlabel in BENCH_THREADS) + " |"
+    return [header, *(f"| {label} | " + " | ".join(_fmt(runs[c]["ratios"][key]) for c in cols) + " |" for label, key in rows)]
 
 
 # ---- the index and the driver ------------------------------------------------------------------
 
 PAGES = (
     ("workload.md", "the chat workload, exact and int8 modes, llama.cpp beside it"),
+    ("bench-same-work.md", "the engine and llama.cpp on an idle machine, the same tokens on both sides (bench schema 2)"),
     ("bench-idle.md", "the engine on an idle machine, before and after the shared pool and fused layers"),
     ("early-exit.md", "certified early exit, held out, and the generated-prompt diagnosis"),
     ("transformers-law-only.md", "transformers' speculative sampling at full power under --law-only"),
@@ -335,6 +366,7 @@ def pages(folder: Path = MEASUREMENTS) -> dict[str, str]:
     return {
         "index.md": index_page(),
         "workload.md": workload_page(workloads),
+        "bench-same-work.md": same_work_page(folder),
         "bench-idle.md": bench_page(folder),
         "early-exit.md": early_exit_page(folder),
         "transformers-law-only.md": law_only_page(folder / "transformers_speculative_sampling_law_only.json"),
