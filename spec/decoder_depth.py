@@ -599,8 +599,8 @@ def pilot_design(
         raise VerispecError("the pilot generations are all malformed: no row to design the test on")
     if len(rows) > MAX_PILOT_ROWS:  # a uniform subsample: the design needs row shapes, not all rows
         rows = [rows[int(i)] for i in np.sort(rng.choice(len(rows), MAX_PILOT_ROWS, replace=False))]
-    plan = design(rows, tv, fraction, final_stat_alpha(alpha), POWER, martingale_stat_alpha(alpha))
-    return plan, max(1.0, float(np.mean(lengths)))
+    power_design = design(rows, tv, fraction, final_stat_alpha(alpha), POWER, martingale_stat_alpha(alpha))
+    return power_design, max(1.0, float(np.mean(lengths)))
 
 
 def check_depth(
