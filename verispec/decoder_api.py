@@ -233,7 +233,7 @@ def _pool(
     verispec/decoder_worker.py building the Python engine in each."""
     import os
 
-    from verispec.decoder_worker import WorkerRecipe
+    from verispec.decoder_recipe import WorkerRecipe
     from verispec.spec.decoder_check import CommandEngine
     from verispec.spec.decoder_pool import GenerationPool
 

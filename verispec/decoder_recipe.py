@@ -1,0 +1,40 @@
+"""How a ``check-decoder --workers`` worker builds its engine: the recipe the checker hands it.
+
+Its own module so that the checker (verispec/decoder_api.py) and the worker
+(verispec/decoder_worker.py, which builds engines through the checker's ``build_engine``) both
+import it without importing each other.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class WorkerRecipe:
+    """How a worker builds its engine (exactly one of ``engine``, ``ours``, ``mutant``)."""
+
+    model: str
+    engine: str | None = None
+    ours: bool = False
+    mutant: str | None = None
+    draft_temperature: float = 2.0
+    draft_top_k: int = 4
+    k: int = 2
+    cwd: str = ""  # the checker's folder: ``module:FACTORY`` may name a module there
+    weights: str | None = None  # with ``ours``: the fast engine's decoder in this weights mode
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def from_json(text: str) -> WorkerRecipe:
+        return WorkerRecipe(**json.loads(text))
+
+    def command(self) -> str:
+        """The shell command that starts a worker with this recipe (this interpreter)."""
+        import shlex
+
+        return f"exec {shlex.quote(sys.executable)} -m verispec.decoder_worker {shlex.quote(self.to_json())}"  # no shell between
