@@ -322,6 +322,31 @@ def law_only_page(path: Path) -> str:
                  _provenance_lines(path.name, _provenance(path, saved)))
 
 
+# ---- the decoder gate at depth, run at its full design -----------------------------------------
+
+DEPTH_RUNS = "decoder_depth_*.json"
+
+
+def depth_page(folder: Path) -> str:
+    """Each saved full-design run of the depth test: who decoded, the verdict, tokens against the
+    design, the power reached, and what it cost in wall and CPU minutes."""
+    saved = [(path, _load(path)) for path in sorted(folder.glob(DEPTH_RUNS))]
+    body = ["| decoder | model | params | workers | verdict | tokens / design | power | wall min | CPU min |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for _, run in ((path, s["run"]) for path, s in saved):
+        cpu = "not counted" if run.get("cpu_minutes") is None else _fmt(run["cpu_minutes"])
+        body.append(f"| {_cell(run['decoder'])} | {_cell(run['model'])} | {_cell(run['params'])} | {run['workers']} | "
+                    f"**{run['state']}** | {run['tokens']:,} / {run['design_tokens']:,} | {run['power']:.3f} | "
+                    f"{_fmt(run['wall_minutes'])} | {cpu} |")
+    body += ["", *(f"- `{path.name}`: {_cell(s['run']['detail'])}" for path, s in saved)]
+    intro = ("`check-decoder --depth` at the gate's full design: power 0.99 against total variation 0.05 on 10% of "
+             "positions, every emitted token's law given its actual prefix. A run short of its design is "
+             "inconclusive, never passed. What the test detects and what it cannot: "
+             "[docs/checking-decoders.md](../checking-decoders.md).")
+    provenance = [line for path, s in saved for line in _provenance_lines(path.name, _provenance(path, s))]
+    return _page("Results: the decoder gate at depth, full design", intro, body, provenance)
+
+
 # ---- the README's one performance table ---------------------------------------------------------
 
 def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
@@ -349,6 +374,7 @@ PAGES = (
     ("bench-idle.md", "the engine on an idle machine, before and after the shared pool and fused layers"),
     ("early-exit.md", "certified early exit, held out, and the generated-prompt diagnosis"),
     ("transformers-law-only.md", "transformers' speculative sampling at full power under --law-only"),
+    ("decoder-depth.md", "the decoder gate at depth at its full design: our loop and the peers' speculative paths"),
 )
 
 
@@ -370,6 +396,7 @@ def pages(folder: Path = MEASUREMENTS) -> dict[str, str]:
         "bench-idle.md": bench_page(folder),
         "early-exit.md": early_exit_page(folder),
         "transformers-law-only.md": law_only_page(folder / "transformers_speculative_sampling_law_only.json"),
+        "decoder-depth.md": depth_page(folder),
     }
 
 
