@@ -124,3 +124,16 @@ def test_smollm2_int8_spans_are_batch_invariant(int8_real_model: Any) -> None:
     cases = [((1, 504, 2354, 3844, 335, 260), (4789,)), ((1, 504, 2354), (3844, 335, 260)), ((), (1, 504, 2354, 3844)),
              ((1, 9, 45, 3107, 28, 4000, 5, 88, 201, 7), (17, 6))]
     assert_many_equals_alone(model, cases)
+
+
+@pytest.mark.model
+@pytest.mark.slow  # ~10-20 s on the shared 2-core machine: 48 prefix passes, 24 alone, one wide pass
+def test_smollm2_int8_a_block_wide_pass_is_batch_invariant(int8_real_model: Any) -> None:
+    """24 spans of 2-4 rows (a depth block is up to 50 generations): a pass of over 64 rows, more
+    than a 64-token teacher-forced pass, where a kernel could switch its blocking."""
+    model = int8_real_model("smollm2-135m", None)
+    rng = np.random.default_rng(11)
+    cases = [(tuple(int(t) for t in rng.integers(1, 49152, int(rng.integers(1, 7)))),
+              tuple(int(t) for t in rng.integers(1, 49152, int(rng.integers(2, 5))))) for _ in range(24)]
+    assert sum(len(span) for _, span in cases) > 64
+    assert_many_equals_alone(model, cases)
