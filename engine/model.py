@@ -177,6 +177,95 @@ class FastModel:
         hidden = None if collected is None else np.stack(collected)
         return ForwardResult(logits=logits, hidden=hidden)
 
+    @property
+    def batches_spans(self) -> bool:
+        """Whether :meth:`forward_many` stacks its spans into one call of each graph: the fused
+        int8 mode only, whose rows are batch-invariant (every graph op is per row, the attention
+        is one call per row), so a span's rows cannot depend on what else is in the pass. In the
+        f32 mode BLAS blocking depends on the row count and in the unfused int8 path the layer is
+        not split around the attention: there ``forward_many`` runs one ``forward`` per span."""
+        return self.batch_invariant and self.store.fused_layers is not None
+
+    def forward_many(
+        self, spans: Sequence[tuple[TokenIds, KVCache]], *, last_only: bool = False
+    ) -> list[ForwardResult]:
+        """:meth:`forward` of several causal spans, each on its own cache, in ONE pass.
+
+        Requirement: span i's result equals, bit for bit, ``forward(tokens_i, cache_i,
+        last_only=last_only)`` run alone (:attr:`batches_spans`: the rows of all spans go through
+        one call of each fused graph per layer, RoPE at each row's own position, K, V stored into
+        each span's own cache and attended row by row over it; elsewhere one ``forward`` a span).
+        The caches must be distinct (ModelError). A bad span (an empty one, an id outside the
+        vocabulary, a cache too short: ModelError / ContextOverflow) or non-finite logits in any
+        span raise as ``forward`` raises for that span, and then NO cache is advanced.
+        """
+        caches = [cache for _, cache in spans]
+        if len({id(cache) for cache in caches}) != len(caches):
+            raise ModelError("forward_many needs a distinct cache for every span")
+        if not self.batches_spans or len(spans) <= 1:
+            return self._forward_each(spans, last_only)
+        ids = [check_tokens(tokens, self.config.n_vocab) for tokens, _ in spans]
+        pos = [span_positions(None, cache.length, len(i), self.config.context_length) for i, cache in zip(ids, caches)]
+        starts = [cache.reserve(len(i)) for i, cache in zip(ids, caches)]
+        ends = np.cumsum([len(i) for i in ids])
+        x = self._run_layers_many(self.embed(np.concatenate(ids)), caches, pos, starts, ends)
+        logits = self.head(x[ends - 1] if last_only else x)
+        bounds = np.arange(1, len(ids) + 1) if last_only else ends
+        per_span = np.split(logits, bounds[:-1])
+        for span_ids, span_pos, span_logits in zip(ids, pos, per_span):
+            if not np.isfinite(span_logits).all():
+                self._raise_non_finite(span_ids, span_pos)
+        for span_ids, cache in zip(ids, caches):
+            cache.advance(len(span_ids))
+        return [ForwardResult(logits=np.ascontiguousarray(rows)) for rows in per_span]
+
+    def _forward_each(self, spans: Sequence[tuple[TokenIds, KVCache]], last_only: bool) -> list[ForwardResult]:
+        """One :meth:`forward` a span; on an error the spans already run are rolled back."""
+        done: list[tuple[KVCache, int]] = []
+        out = []
+        try:
+            for tokens, cache in spans:
+                length = cache.length
+                out.append(self.forward(tokens, cache, last_only=last_only))
+                done.append((cache, length))
+        except BaseException:
+            for cache, length in done:
+                cache.truncate(length)
+            raise
+        return out
+
+    def _run_layers_many(
+        self,
+        x: F32,  # [N, n_embd]: the spans' rows, stacked
+        caches: Sequence[KVCache],
+        positions: Sequence[npt.NDArray[np.int64]],  # each span's [T_i]
+        starts: Sequence[int],
+        ends: npt.NDArray[np.int64],  # [n_spans]: the row after each span's last
+    ) -> F32:
+        """Every layer of the fused int8 mode on stacked spans: :meth:`_layer_fused`'s two graph
+        calls on all rows, the KV store and the batch-invariant attention span by span."""
+        graphs = self.store.fused_layers
+        assert graphs is not None
+        cfg = self.config
+        stacked = np.concatenate(positions)
+        firsts = [int(e) - len(p) for e, p in zip(ends, positions)]
+        tables: dict[tuple[float, float], tuple[F32, F32]] = {}
+        for layer in range(cfg.n_layer):
+            key = (cfg.layer_rope_base(layer), cfg.layer_rope_freq_scale(layer))
+            if key not in tables:
+                cos, sin = self._rope_tables(stacked, *key)
+                tables[key] = (cos, sin * self._rot_sign)
+            qk, v_flat = graphs[layer].pre.run(x, *tables[key])
+            q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]
+            v = v_flat.reshape(x.shape[0], cfg.n_head_kv, cfg.head_dim)
+            parts = []
+            for cache, span_pos, start, first, end in zip(caches, positions, starts, firsts, ends):
+                rows = slice(first, int(end))
+                cache.store(layer, start, k[rows].transpose(1, 0, 2), v[rows].transpose(1, 0, 2), span_pos)
+                parts.append(self._attend_invariant(q[rows], layer, cache, span_pos, start + len(span_pos)))
+            x = graphs[layer].post.run(np.concatenate(parts), x)[0]
+        return x
+
     def forward_layers(
         self,
         hidden: F32,  # [T, n_embd]

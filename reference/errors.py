@@ -328,3 +328,11 @@ class ProgramCannotStart(ExternalError):
 
 class Unsupported(ExternalError):
     """The program answered ``{"unsupported": op}``."""
+
+
+class LoopStopped(VerispecError):
+    """A decode loop run in lockstep with others (engine/lockstep.py) was stopped at its model
+    call because another loop failed or the run was interrupted; the caller raises that loop's
+    error (or the interrupt) instead, so this one never leaves the run."""
+
+    exit_category: ClassVar[ExitCategory] = "failed"

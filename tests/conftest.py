@@ -68,7 +68,8 @@ def gemma3_model(gemma3_path: Path) -> Any:
 # Makefile's) each group runs in one xdist worker, so the loads happen once (see
 # pytest_xdist_make_scheduler below).
 SHARED_LOAD_GROUPS = {
-    "real-int8-models": ("tests/test_engine_backends.py", "tests/test_engine_fused.py", "tests/test_tree_int8.py"),
+    "real-int8-models": ("tests/test_engine_backends.py", "tests/test_engine_fused.py", "tests/test_tree_int8.py",
+                         "tests/test_engine_forward_many.py"),
 }
 
 

@@ -17,11 +17,19 @@ the law its own plain decoding samples. In the f32 mode the one-pass rows equal 
 only up to float32 rounding (max |d logit| 8.6e-5 measured on a 24-token SmolLM2 generation), as
 our reference loop's rows equal its one-pass rows: the law of an engine of our numerics with its
 batch-shape noise, a deviation some 1e-4 in logits, far below the design's.
+
+Batched decoding. In the fused int8 mode (``FastModel.batches_spans``) a ``generate`` call runs up
+to ``batch`` of its generations in lockstep (:mod:`engine.lockstep`): each generation is the same
+:func:`reference.decode.speculative_generate` call as alone, and each cycle's target passes of
+all live generations are ONE ``FastModel.forward_many`` pass, which gives every span bit for bit
+what its own ``forward`` gives it. So the tokens and cycles are those of decoding the generations
+one after another (tests/test_engine_lockstep.py), whatever ``batch``. Other modes decode one
+generation at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,35 +39,46 @@ from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 
 
+BATCH = 64  # at most this many generations in lockstep: a depth block has at most 50 (spec/decoder_depth.py)
+
+
 class EngineDecoder:
     """The engine's speculative decoder (module docstring): ``generate`` and ``forced_rows``."""
 
-    def __init__(self, path: Path, weights: str = "auto", k: int = 2) -> None:
+    def __init__(self, path: Path, weights: str = "auto", k: int = 2, batch: int = BATCH) -> None:
         from verispec.engine.generate import law_for
         from verispec.engine_load import load_engine
 
         loaded = load_engine(str(path), weights=weights)
         self.model, self.tokenizer, self.k = loaded.model, loaded.tokenizer, k
+        self.batch = batch  # generations decoded in lockstep (module docstring); 1: one at a time
         self.law = law_for(loaded.model)
         self.weights = str(getattr(loaded.model, "weights_mode", weights))
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
                  min_tokens: int = 0) -> list[dict[str, Any]]:
         """n whole generations, speculation on, each with its cycles ``[drafted, accepted]``."""
-        from verispec.reference.decode import SpeculativeOptions, speculative_generate
+        from verispec.engine.lockstep import run_lockstep
+        from verispec.reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
         from verispec.reference.drafts import NgramDraft
         from verispec.reference.session import GenerationRequest
 
         if min_tokens:
             raise VerispecError("the engine's decode loop has no min_tokens")
-        out = []
-        for index in range(n):
-            request = GenerationRequest(tuple(prompt_ids), params, max_tokens=max_tokens, seed=generation_seed(seed, index))
-            result = speculative_generate(self.model, self.tokenizer, request, NgramDraft(), SpeculativeOptions(k=self.k),
-                                          law=self.law)
-            cycles = [[len(c.drafted), c.accepted] for c in result.cycles]
-            out.append({"ids": list(result.generation.ids), "cycles": cycles})
-        return out
+        requests = [GenerationRequest(tuple(prompt_ids), params, max_tokens=max_tokens, seed=generation_seed(seed, index))
+                    for index in range(n)]
+        options = SpeculativeOptions(k=self.k)
+
+        def loop(request: GenerationRequest) -> Callable[[Any], SpeculativeResult]:
+            return lambda model: speculative_generate(model, self.tokenizer, request, NgramDraft(), options, law=self.law)
+
+        loops = [loop(request) for request in requests]
+        if self.batch > 1 and n > 1 and getattr(self.model, "batches_spans", False):
+            results = run_lockstep(self.model, loops, self.batch)
+        else:
+            results = [run(self.model) for run in loops]
+        return [{"ids": list(r.generation.ids), "cycles": [[len(c.drafted), c.accepted] for c in r.cycles]}
+                for r in results]
 
     def forced_rows(self, sequence: Sequence[int], prompt_length: int) -> Any:
         """The logits predicting each generated id: one pass over ``sequence[:-1]`` [T, V]."""
