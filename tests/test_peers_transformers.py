@@ -191,3 +191,46 @@ def test_the_example_adapter_runs_on_the_shipped_adapters_parts(files: dict[str,
     assert report.passed, report.results[0].detail
     with pytest.raises(CheckError, match="assistant layers must be in"):
         TransformersLookupDecoder(files["target"], assistant_layers=3)  # the target has 3 layers
+
+
+@pytest.mark.parametrize("path", ["prompt-lookup", "assisted"])
+def test_the_adapters_tokens_are_transformers_own_generate_under_no_grad(files: dict[str, Path], path: str) -> None:
+    """The adapter runs generate() under inference_mode (no autograd bookkeeping): the same seed
+    gives the very tokens of a direct model.generate() under no_grad with the same keywords, so
+    the speed-up changes nothing the gate judges (assisted: its KV-cache crops included)."""
+    import torch
+
+    from verispec.peers.transformers_peer import sampling_kwargs
+
+    peer = _factory(files, path)(files["target"])
+    params = SamplingParams(temperature=0.8, top_k=20, top_p=0.95)
+    prompt = [1, 5, 7, 9, 11]
+    got = peer.generate(prompt, params, 16, 2, seed=11)
+    torch.manual_seed(11)
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        direct = [peer.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, num_beams=1,
+                                      pad_token_id=peer.model.config.eos_token_id, **peer.speculation.kwargs(),
+                                      **sampling_kwargs(params))[0, len(prompt):].tolist() for _ in range(2)]
+    assert got == direct and all(len(g) == 16 or g[-1] == peer.model.config.eos_token_id for g in got)
+
+
+def test_prompt_lookup_drafts_nothing_under_a_repetition_penalty_with_top_k(files: dict[str, Path]) -> None:
+    """transformers 5.24's prompt lookup refuses a drafted token that its processors map to -inf on
+    all-ones logits; a repetition penalty lowers every context token there, below top-k's tie at
+    the cut, and every prompt-lookup draft is a context token. So with both (the ``hf-all`` set)
+    the path never speculates: its verdict is on plain sampling through the assisted loop. Without
+    them the same prompt and seed draft (tests/peer_cost.py counts the cycles)."""
+    from tests.peer_cost import CycleCounter
+
+    peer = _factory(files, "prompt-lookup")(files["target"])
+    prompt = [1, 5, 7, 9, 11, 13, 15, 17]
+    drafted = {}
+    for name, params in {"penalty and top-k": SamplingParams(temperature=0.8, top_k=20, repeat_penalty=1.3),
+                         "neither": SamplingParams(temperature=0.8, top_k=0, repeat_penalty=1.0)}.items():
+        counter = CycleCounter()
+        with counter.installed():
+            peer.generate(prompt, params, 32, 2, seed=3)
+        assert counter.cycles > 0
+        drafted[name] = counter.drafted
+    assert drafted["penalty and top-k"] == 0 and drafted["neither"] > 0, drafted
