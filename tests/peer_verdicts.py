@@ -74,6 +74,10 @@ PARAM_SETS = {
     # every processor a sampled speculative path takes at once (the full-power runs)
     "hf-all": ParamSet("hf-all", {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.3,
                                   "min_tokens": 8}, law="transformers"),
+    # hf-all less the repetition penalty: prompt lookup drafts (under a penalty with top-k or top-p,
+    # transformers refuses every draft copied from the context, so it decodes plainly)
+    "hf-all-no-penalty": ParamSet("hf-all-no-penalty", {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "min_p": 0.05,
+                                                        "min_tokens": 8}, law="transformers"),
 }
 PATHS = ("plain", "prompt-lookup", "assisted", "early-exit", "universal")
 
