@@ -152,8 +152,10 @@ class CommandTransport:
 
     Containment (the program is untrusted): it runs in its own process group, and every way out
     (close, a failure, Ctrl-C, SIGTERM to the checker via :func:`kill_all_peers`, interpreter
-    exit) kills the whole group, so what it forked dies with it. Every wait is bounded by the
-    validated ``timeout``; a line is read with a cap (:data:`MAX_LINE_BYTES`) and stderr is kept
+    exit) kills the whole group, so what it forked dies with it; a Ctrl-C during the start is
+    acted on once the program is recorded for that kill. Every wait is bounded by the validated
+    ``timeout`` and waited in slices that a signal ends, whichever thread the kernel handed it to
+    (:mod:`spec.signals`); a line is read with a cap (:data:`MAX_LINE_BYTES`) and stderr is kept
     as a bounded tail. Once the program has timed out it is not restarted: every later exchange
     fails at once, so a dead peer costs one timeout per run, not one per case.
     """
