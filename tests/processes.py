@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -43,3 +44,13 @@ def _running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def sigint_default() -> None:
+    """A ``preexec_fn`` for a program a test will send SIGINT: SIGINT back to its default action.
+
+    A test run started as a background job of a non-interactive shell (``nohup make test &``)
+    inherits SIGINT ignored, and so does every program it starts; a program started with SIGINT
+    ignored rightly keeps ignoring it (Python then raises no KeyboardInterrupt), so a SIGINT the
+    test sends would do nothing. A terminal's Ctrl-C reaches a program whose SIGINT is default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

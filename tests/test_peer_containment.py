@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import group_gone
+from tests.processes import group_gone, sigint_default
 from verispec.spec.external import CommandTransport, ExternalError, TimeoutSetting, check_timeout, kill_all_peers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,11 +181,13 @@ def start_waiting_checker(pidfile: Path) -> tuple[subprocess.Popen[str], int]:
     The peer reads the first request, then records its group, forks a child that ignores stdin
     and never answers: once the group id is there the checker has started and recorded the peer
     and sent it a request (a readiness signal, not a guess at how long a loaded machine takes).
-    The checker's --timeout (120 s) is past HANG_NET, so a signal it fails to act on is a hang."""
+    The checker's --timeout (120 s) is past HANG_NET, so a signal it fails to act on is a hang.
+    Its SIGINT is the default a terminal's Ctrl-C meets, not whatever this test run inherited
+    (a background ``make test`` has SIGINT ignored: the checker would rightly ignore it too)."""
     peer = f"read line; echo $$ > {pidfile}; sleep 60 </dev/null >/dev/null 2>&1 & exec sleep 60"
     checker = subprocess.Popen(
         [PY, "-m", "verispec", "check", "--verifier-cmd", peer, "--timeout", "120", "--count", "1"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
     )
     deadline = time.monotonic() + 120
     while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
@@ -262,12 +264,14 @@ def test_a_ctrl_c_while_a_peer_starts_is_acted_on_once_the_peer_is_recorded(monk
 
     monkeypatch.setattr(external.subprocess, "Popen", popen_then_ctrl_c)
     transport = CommandTransport("sleep 60", timeout=HANG_NET)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as an interactive run has it
     try:
         with pytest.raises(KeyboardInterrupt):
             transport._start()
         kill_all_peers()  # what the CLI's KeyboardInterrupt handler runs
         assert started and group_gone(started[0].pid)
     finally:
+        signal.signal(signal.SIGINT, previous)
         for proc in started:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
