@@ -203,18 +203,35 @@ def _value(row: Callable[[dict[str, Any]], Any], report: dict[str, Any]) -> str:
         return "-"
 
 
+BENCH_COLUMNS = tuple((m, t, f"{label} {tlabel}") for m, label in BENCH_MODELS for t, tlabel in BENCH_THREADS)
+
+
+def _bench_grid(corner: str, rows: Sequence[tuple[str, Callable[[str, str], str]]]) -> list[str]:
+    """A table with a column per (model, threads) of BENCH_COLUMNS and a row per ``(label,
+    cell(model, threads))``."""
+    body = [f"| {corner} | " + " | ".join(c[2] for c in BENCH_COLUMNS) + " |", "|---" * (len(BENCH_COLUMNS) + 1) + "|"]
+    for label, cell in rows:
+        body.append(f"| {label} | " + " | ".join(cell(m, t) for m, t, _ in BENCH_COLUMNS) + " |")
+    return body
+
+
+def _files_provenance(folder: Path, saved: dict[str, dict[str, Any]]) -> list[str]:
+    """The provenance lines of saved measurement files, by file name, in order."""
+    provenance: list[str] = []
+    for name, run in saved.items():
+        provenance += _provenance_lines(name, _provenance(folder / name, run))
+    return provenance
+
+
 def bench_page(folder: Path) -> str:
-    cols = [(m, t, f"{label} {tlabel}") for m, label in BENCH_MODELS for t, tlabel in BENCH_THREADS]
     reports = {(when, m, t): _load(folder / f"bench_idle_{when}_{t}_{m}.json")
                for when in ("start", "end") for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS}
-    body = ["| idle machine, start → end | " + " | ".join(c[2] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for label, row in BENCH_ROWS:
-        cells = [f"{_value(row, reports['start', m, t])} → {_value(row, reports['end', m, t])}" for m, t, _ in cols]
-        body.append(f"| {label} | " + " | ".join(cells) + " |")
-    provenance: list[str] = []
-    for (when, m, t), saved in reports.items():
-        name = f"bench_idle_{when}_{t}_{m}.json"
-        provenance += _provenance_lines(name, _provenance(folder / name, saved))
+
+    def start_to_end(row: Callable[[dict[str, Any]], Any]) -> Callable[[str, str], str]:
+        return lambda m, t: f"{_value(row, reports['start', m, t])} → {_value(row, reports['end', m, t])}"
+
+    body = _bench_grid("idle machine, start → end", [(label, start_to_end(row)) for label, row in BENCH_ROWS])
+    provenance = _files_provenance(folder, {f"bench_idle_{when}_{t}_{m}.json": saved for (when, m, t), saved in reports.items()})
     intro = ("`verispec bench` on the 2-core machine with nothing else running, twice: `start` before and `end` after "
              "the engine's shared onnxruntime pool and fused int8 layers, both models, the engine's onnxruntime "
              "threads and llama.cpp's `n_threads` both 1 or both 2. llama.cpp ratios are end-to-end tok/s of the same "
@@ -242,18 +259,16 @@ def _text_value(row: Callable[[dict[str, Any]], Any], report: dict[str, Any]) ->
 
 def same_work_page(folder: Path) -> str:
     """The schema-2 bench (fixed length, end of generation ignored on both sides) on the idle machine."""
-    cols = [(m, t, f"{label} {tlabel}") for m, label in BENCH_MODELS for t, tlabel in BENCH_THREADS]
     saved = {(m, t): _load(folder / f"bench_same_work_{t}_{m}.json") for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS}
-    body = ["| idle machine | " + " | ".join(c[2] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for label, row in (*BENCH_ROWS, *SAME_WORK_EXTRA_ROWS):
-        body.append(f"| {label} | " + " | ".join(_text_value(row, saved[m, t]["report"]) for m, t, _ in cols) + " |")
+
+    def of_report(row: Callable[[dict[str, Any]], Any]) -> Callable[[str, str], str]:
+        return lambda m, t: _text_value(row, saved[m, t]["report"])
+
+    body = _bench_grid("idle machine", [(label, of_report(row)) for label, row in (*BENCH_ROWS, *SAME_WORK_EXTRA_ROWS)])
     first = saved[BENCH_MODELS[0][0], BENCH_THREADS[0][0]]["report"]
     isa = ", ".join(first["machine"].get("isa", [])) or "not stated"
     body += ["", f"Instruction set: {isa}. llama.cpp: `{first['llama_cpp'].get('system_info', '').strip()}`."]
-    provenance: list[str] = []
-    for (m, t), run in saved.items():
-        name = f"bench_same_work_{t}_{m}.json"
-        provenance += _provenance_lines(name, _provenance(folder / name, run))
+    provenance = _files_provenance(folder, {f"bench_same_work_{t}_{m}.json": run for (m, t), run in saved.items()})
     intro = ("`verispec bench` (report schema 2) on the 2-core machine with nothing else running, both models, the "
              "engine's onnxruntime threads and llama.cpp's `n_threads` both 1 or both 2. Every side decodes the same "
              "prompt ids to the same number of tokens (48), end of generation ignored on both, runs interleaved, the "

@@ -710,15 +710,6 @@ def reference_rows(model: Any) -> ForcedRows:
     return rows
 
 
-def per_prefix_rows(logits_of: Callable[[Prefix], Any]) -> ForcedRows:
-    """One ``logits_of`` call per prefix (an engine's own ``logits`` op)."""
-
-    def rows(sequence: Prefix, prompt_length: int) -> Any:
-        return np.stack([np.asarray(logits_of(sequence[:i]), dtype=np.float64) for i in range(prompt_length, len(sequence))])
-
-    return rows
-
-
 def verdict_json(verdict: DepthVerdict) -> dict[str, Any]:
     return {
         "passed": verdict.passed,

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from verispec.spec import signals
+
 READY_OP = "ready"  # the start probe: any valid envelope (an engine answers "unsupported") means it runs
 
 
@@ -48,13 +50,13 @@ class GenerationPool:
     def _start_all(self) -> None:
         """Start every worker (concurrently: each loads its model) and wait for its first answer;
         ProgramCannotStart for one that exits before it."""
-        started = [self._executor.submit(_ready, engine) for engine in self.engines]
-        for future in started:
-            future.result()
+        started = [Block(self._executor.submit(_ready, engine)) for engine in self.engines]
+        for block in started:
+            block.result()
 
-    def submit(self, op: str, *args: Any, **kwargs: Any) -> Future[Any]:
+    def submit(self, op: str, *args: Any, **kwargs: Any) -> Block:
         """One block (``op`` = ``generate`` or ``generate_plain`` with its arguments) on the next idle worker."""
-        return self._executor.submit(self._run, op, args, kwargs)
+        return Block(self._executor.submit(self._run, op, args, kwargs))
 
     def _run(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         engine = self._idle.get()
@@ -77,6 +79,20 @@ class GenerationPool:
             if callable(close):
                 close()
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+class Block:
+    """A block in flight on a worker. The checker's main thread waits for it in slices
+    (spec/signals.py): a Ctrl-C or SIGTERM ends the wait at once, whichever thread took it."""
+
+    def __init__(self, future: Future[Any]) -> None:
+        self.future = future
+
+    def result(self) -> Any:
+        return signals.result(self.future)
+
+    def cancel(self) -> bool:
+        return self.future.cancel()
 
 
 def _ready(engine: Any) -> None:

@@ -93,7 +93,7 @@ from verispec.reference.errors import Unsupported as Unsupported
 from verispec.reference.json_input import loads
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, Probs2D, Verdict, verify_greedy, verify_sampled_batch
-from verispec.spec import answers
+from verispec.spec import answers, signals
 from verispec.spec.answers import shown
 from verispec.spec.pipeline import RowsRequest
 from verispec.spec.vectors import ANSWERS, Json
@@ -152,8 +152,10 @@ class CommandTransport:
 
     Containment (the program is untrusted): it runs in its own process group, and every way out
     (close, a failure, Ctrl-C, SIGTERM to the checker via :func:`kill_all_peers`, interpreter
-    exit) kills the whole group, so what it forked dies with it. Every wait is bounded by the
-    validated ``timeout``; a line is read with a cap (:data:`MAX_LINE_BYTES`) and stderr is kept
+    exit) kills the whole group, so what it forked dies with it; a Ctrl-C during the start is
+    acted on once the program is recorded for that kill. Every wait is bounded by the validated
+    ``timeout`` and waited in slices that a signal ends, whichever thread the kernel handed it to
+    (:mod:`spec.signals`); a line is read with a cap (:data:`MAX_LINE_BYTES`) and stderr is kept
     as a bounded tail. Once the program has timed out it is not restarted: every later exchange
     fails at once, so a dead peer costs one timeout per run, not one per case.
     """
@@ -179,18 +181,19 @@ class CommandTransport:
         if self._proc is not None:
             self._kill(self._proc)  # what the exited shell left behind in its group
             self.restarts += 1
-        try:
-            proc = subprocess.Popen(
-                ["/bin/sh", "-c", self.command],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group: a kill reaches what the shell started
-            )
-        except OSError as exc:
-            raise ExternalError(f"cannot start {shown(self.command)}: {exc}") from None
-        self._proc = proc
-        _LIVE.add(self)
+        with signals.deferred():  # a Ctrl-C between the fork and _LIVE.add would leave it unkillable
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", self.command],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,  # its own process group: a kill reaches what the shell started
+                )
+            except OSError as exc:
+                raise ExternalError(f"cannot start {shown(self.command)}: {exc}") from None
+            self._proc = proc
+            _LIVE.add(self)
         self._lines = queue.Queue()
         self._stderr = collections.deque()
         assert proc.stdout is not None and proc.stderr is not None
@@ -262,7 +265,7 @@ class CommandTransport:
             # the writer is blocked on a program that does not read stdin: closing the pipe would
             # wait for the writer's lock (a deadlock); kill first, the write then fails and returns
             self._kill(proc)
-            writer.join(timeout=CLOSE_GRACE)
+            signals.join(writer, CLOSE_GRACE)
         try:
             if proc.stdin:
                 proc.stdin.close()
@@ -305,7 +308,7 @@ class CommandTransport:
         if proc is not None:
             self._kill(proc)
         if self._stderr_reader is not None:
-            self._stderr_reader.join(timeout=2.0)  # the process is gone: let its last words arrive
+            signals.join(self._stderr_reader, 2.0)  # the process is gone: let its last words arrive
         return ExternalError(message + self._stderr_tail())
 
     def next_id(self, op: str) -> str:
@@ -326,7 +329,7 @@ class CommandTransport:
         for request in requests:
             where = f"request {shown(request['id'])} ({request['op']})"
             try:
-                line = self._lines.get(timeout=self.timeout)
+                line = signals.queue_get(self._lines, self.timeout)  # a signal ends it at once (spec/signals.py)
             except queue.Empty:
                 self._timed_out = f"no response to {where} within {self.timeout:g} s"
                 raise self._fail(self._timed_out) from None
@@ -346,7 +349,7 @@ class CommandTransport:
                 raise self._fail(f"the response to {where} is longer than {MAX_LINE_BYTES} bytes")
             responses.append(self._envelope(line, request))
             self.answered += 1
-        writer.join(timeout=self.timeout)
+        signals.join(writer, self.timeout)
         return responses
 
     def _envelope(self, line: bytes, request: Mapping[str, Any]) -> Json:

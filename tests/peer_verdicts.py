@@ -168,18 +168,32 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime
 
 
+def verdict_records(lines: list[str]) -> list[dict[str, Any]]:
+    """The JSON records among a runner's output lines (its other lines are progress)."""
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def law_cell(r: dict[str, Any], ps: ParamSet, no_flags: str = "") -> str:
+    """A verdict row's parameter cell: the set's name, law, flags (``no_flags`` when it has none)
+    and depth (when not the default 64)."""
+    flags = ", ".join(f"{k}={v}" for k, v in ps.flags.items()) or no_flags
+    depth = f", depth {ps.depth}" if ps.depth != 64 else ""
+    return f"{r['params']}: --law {ps.law}, {flags}{depth}"
+
+
+def outcome_cells(r: dict[str, Any]) -> str:
+    """A verdict row's cells from the state to the run time: state, tokens, power, minutes (load)."""
+    return (f"**{r['state']}** | {r['tokens']} / {r['design_tokens']} | {r['power']:.3f} | "
+            f"{r['minutes']} (load {r['load_at_start']})")
+
+
 def table_rows(lines: list[str]) -> list[str]:
     """docs/peers.md's table rows from this runner's JSON lines."""
     rows = []
-    for line in lines:
-        if not line.startswith("{"):
-            continue
-        r = json.loads(line)
-        ps = PARAM_SETS[r["params"]]
-        flags = ", ".join(f"{k}={v}" for k, v in ps.flags.items()) or "none (library defaults)"
+    for r in verdict_records(lines):
+        law = law_cell(r, PARAM_SETS[r["params"]], no_flags="none (library defaults)")
         command = f"`python -m tests.peer_verdicts --out DIR --path {r['path']} --params {r['params']} --fraction {r['fraction']}`"
-        rows.append(f"| {r['version']} | {r['path']} | {r['params']}: --law {ps.law}, {flags}{', depth ' + str(ps.depth) if ps.depth != 64 else ''} | **{r['state']}** | "
-                    f"{r['tokens']} / {r['design_tokens']} | {r['power']:.3f} | {r['minutes']} (load {r['load_at_start']}) | {command} |")
+        rows.append(f"| {r['version']} | {r['path']} | {law} | {outcome_cells(r)} | {command} |")
     return rows
 
 

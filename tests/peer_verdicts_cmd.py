@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.peer_verdicts import PARAM_SETS, PROMPT, ParamSet, _v, write_models
+from tests.peer_verdicts import PARAM_SETS, PROMPT, ParamSet, _v, law_cell, outcome_cells, verdict_records, write_models
 
 VENVS = Path(os.environ.get("VERISPEC_PEER_VENVS", "/work/venvs"))
 REPO = Path(__file__).resolve().parents[1]
@@ -112,18 +112,11 @@ def verdict(peer: str, path: str, ps: ParamSet, files: dict[str, Path], tv: floa
 def table_rows(lines: list[str]) -> list[str]:
     """docs/peers.md's rows ("Other peers") from this runner's JSON lines."""
     rows = []
-    for line in lines:
-        if not line.startswith("{"):
-            continue
-        r = json.loads(line)
-        ps = ALL_SETS[r["params"]]
-        flags = ", ".join(f"{k}={v}" for k, v in ps.flags.items())
-        depth = f", depth {ps.depth}" if ps.depth != 64 else ""
+    for r in verdict_records(lines):
         prompt = "" if r.get("prompt", PROMPT) == PROMPT else f" --prompt {r['prompt']!r}"
         command = f"`python -m tests.peer_verdicts_cmd --peer {r['peer']} --out DIR --path {r['path']} --params {r['params']}{prompt}`"
-        rows.append(f"| {r['peer']} {r['version']} | {r['path']} | {r['params']}: --law {ps.law}, {flags}{depth} | "
-                    f"{r.get('prompt', PROMPT)!r} | **{r['state']}** | {r['tokens']} / {r['design_tokens']} | {r['power']:.3f} | "
-                    f"{r['minutes']} (load {r['load_at_start']}) | {command} |")
+        rows.append(f"| {r['peer']} {r['version']} | {r['path']} | {law_cell(r, ALL_SETS[r['params']])} | "
+                    f"{r.get('prompt', PROMPT)!r} | {outcome_cells(r)} | {command} |")
     return rows
 
 

@@ -18,11 +18,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.processes import group_gone
+from tests.processes import group_gone, sigint_default
 from verispec.spec.external import CommandTransport, ExternalError, TimeoutSetting, check_timeout, kill_all_peers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,28 +172,107 @@ def test_the_check_command_refuses_a_bad_timeout_with_exit_2(timeout: str) -> No
     assert "Traceback" not in result.stderr and "timeout" in result.stderr
 
 
-@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_to_the_checker_kills_the_peer_and_its_children(tmp_path: Path, signum: int, status: int) -> None:
-    pidfile = tmp_path / "pgid"
-    # the peer records its group, forks a child that ignores stdin, and never answers
-    peer = f"echo $$ > {pidfile}; sleep 60 </dev/null >/dev/null 2>&1 & exec sleep 60"
+SIGNALS = pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+
+
+def start_waiting_checker(pidfile: Path) -> tuple[subprocess.Popen[str], int]:
+    """A checker waiting on a peer's first answer, and the peer's group id.
+
+    The peer reads the first request, then records its group, forks a child that ignores stdin
+    and never answers: once the group id is there the checker has started and recorded the peer
+    and sent it a request (a readiness signal, not a guess at how long a loaded machine takes).
+    The checker's --timeout (120 s) is past HANG_NET, so a signal it fails to act on is a hang.
+    Its SIGINT is the default a terminal's Ctrl-C meets, not whatever this test run inherited
+    (a background ``make test`` has SIGINT ignored: the checker would rightly ignore it too)."""
+    peer = f"read line; echo $$ > {pidfile}; sleep 60 </dev/null >/dev/null 2>&1 & exec sleep 60"
     checker = subprocess.Popen(
         [PY, "-m", "verispec", "check", "--verifier-cmd", peer, "--timeout", "120", "--count", "1"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
     )
+    deadline = time.monotonic() + 120
+    while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
+        if checker.poll() is not None or time.monotonic() > deadline:
+            checker.kill()
+            raise AssertionError(f"the peer never started: {checker.communicate()}")
+        time.sleep(0.05)
+    return checker, int(pidfile.read_text())
+
+
+def stopped_by(checker: subprocess.Popen[str], send: Callable[[], None]) -> str:
+    """``send()`` a signal, then the checker's stderr once it has exited (a hang fails at HANG_NET)."""
     try:
-        deadline = time.monotonic() + 120
-        while not (pidfile.exists() and pidfile.read_text().strip()):
-            assert checker.poll() is None, checker.communicate()
-            assert time.monotonic() < deadline, "the peer never started"
-            time.sleep(0.05)
-        pgid = int(pidfile.read_text())
-        time.sleep(0.2)  # the checker is now waiting on the peer's first answer
-        checker.send_signal(signum)
+        send()
         _, err = checker.communicate(timeout=HANG_NET)
     finally:
         if checker.poll() is None:
             checker.kill()
+            checker.communicate()
+    return err
+
+
+@SIGNALS
+def test_a_signal_to_the_checker_kills_the_peer_and_its_children(tmp_path: Path, signum: int, status: int) -> None:
+    checker, pgid = start_waiting_checker(tmp_path / "pgid")
+    err = stopped_by(checker, lambda: checker.send_signal(signum))
     assert checker.returncode == status, err
     assert "Traceback" not in err
     assert group_gone(pgid)
+
+
+def first_helper_thread(pid: int) -> int:
+    """The id of the earliest-started thread of ``pid`` other than its main thread (Linux /proc):
+    a long-lived one (a thread pool's, or the reader of the peer's stdout), not the writer that
+    may be exiting."""
+    def started_at(tid: int) -> tuple[int, int]:
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19]), tid  # field 22, starttime
+
+    helpers = [int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid]
+    assert helpers, "the checker waits on a peer with reader threads"
+    return min(helpers, key=started_at)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads of another process are named in Linux's /proc")
+@SIGNALS
+def test_a_signal_taken_by_a_helper_thread_still_stops_the_checker_at_once(tmp_path: Path, signum: int, status: int) -> None:
+    """The kernel may hand a signal sent to the checker to any of its threads (always so while
+    the main thread creates one). kill() of a thread id sends the process its signal with that
+    thread first in line, so here a helper thread takes it and the main thread, asleep in its
+    wait for the peer's answer, is not woken by it: it must still act on it within a slice of its
+    wait (spec/signals.py), not when the 120 s --timeout ends."""
+    checker, pgid = start_waiting_checker(tmp_path / "pgid")
+    err = stopped_by(checker, lambda: os.kill(first_helper_thread(checker.pid), signum))
+    assert checker.returncode == status, err
+    assert "Traceback" not in err
+    assert group_gone(pgid)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers run in the main thread")
+def test_a_ctrl_c_while_a_peer_starts_is_acted_on_once_the_peer_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C that lands between the fork of a peer and its registration must not leave the
+    peer unknown to kill_all_peers (the checker's exit path): it is raised after the registration."""
+    import verispec.spec.external as external
+
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_ctrl_c(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc: subprocess.Popen[bytes] = real_popen(*args, **kwargs)  # type: ignore[call-overload]
+        started.append(proc)
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C right after the fork
+        return proc
+
+    monkeypatch.setattr(external.subprocess, "Popen", popen_then_ctrl_c)
+    transport = CommandTransport("sleep 60", timeout=HANG_NET)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as an interactive run has it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            transport._start()
+        kill_all_peers()  # what the CLI's KeyboardInterrupt handler runs
+        assert started and group_gone(started[0].pid)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        for proc in started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

@@ -6,7 +6,8 @@ The recipe (:class:`WorkerRecipe`, JSON) names the decoder as ``check-decoder`` 
 ``"module:FACTORY"``, ``ours``, ``mutant``) and the model file; the worker builds that engine for
 itself, answers the depth tests' ops ``generate`` and ``generate_plain`` (spec/decoder_check.py's
 wire, one JSON line per request and per response, through :func:`spec.external.serve`) and the
-start probe ``ready`` until its stdin closes. Whatever the engine prints goes to stderr: stdout
+start probe ``ready`` until its stdin closes, and ends when the checker that started it dies
+(verispec/parent_death.py), even in the middle of a block. Whatever the engine prints goes to stderr: stdout
 carries the protocol only. The checker runs each worker as a program under test
 (:mod:`spec.decoder_pool`), so it is contained like one.
 """
@@ -55,8 +56,10 @@ def handler(engine: Any) -> Any:
 
 
 def main(argv: list[str]) -> int:
+    from verispec.parent_death import die_with_parent
     from verispec.spec.external import serve
 
+    die_with_parent()  # a checker killed outright takes its workers with it
     if len(argv) != 1:
         print("usage: python -m verispec.decoder_worker RECIPE_JSON", file=sys.stderr)
         return 2

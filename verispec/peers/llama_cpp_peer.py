@@ -107,15 +107,11 @@ class LlamaCppPeer:
         first = len(ids) if split_at is None else split_at
         fed, fed_first = self.fed
         if fed_first == first and len(fed) >= first and len(ids) > len(fed) and ids[: len(fed)] == fed:
-            rest = ids[len(fed):]
+            row = _fed_row(self.scorer, None, ids[len(fed):])
         else:
-            self.scorer.reset()
-            self.scorer.eval(ids[:first])
-            rest = ids[first:]
-        for token in rest:
-            self.scorer.eval([token])
+            row = _fed_row(self.scorer, ids[:first], ids[first:])
         self.fed = (ids, first)
-        return [float(x) for x in self.scorer.scores[self.scorer.n_tokens - 1]]
+        return row
 
 
 def plain_logits(scorer: Any, prefix_ids: Sequence[int], split_at: int | None = None) -> list[float]:
@@ -124,13 +120,18 @@ def plain_logits(scorer: Any, prefix_ids: Sequence[int], split_at: int | None = 
     as plain decoding feeds a generation. The context is reset first, so a row never depends on
     the previous call."""
     ids = [int(t) for t in prefix_ids]
-    scorer.reset()
-    if split_at is None:
-        scorer.eval(ids)
-    else:
-        scorer.eval(ids[:split_at])
-        for token in ids[split_at:]:
-            scorer.eval([token])
+    first = len(ids) if split_at is None else split_at
+    return _fed_row(scorer, ids[:first], ids[first:])
+
+
+def _fed_row(scorer: Any, batch: list[int] | None, one_by_one: list[int]) -> list[float]:
+    """Reset the context and feed ``batch`` in one batch (None: go on from the context as it is),
+    then each token of ``one_by_one`` alone; the next-token logits after the last one fed."""
+    if batch is not None:
+        scorer.reset()
+        scorer.eval(batch)
+    for token in one_by_one:
+        scorer.eval([token])
     return [float(x) for x in scorer.scores[scorer.n_tokens - 1]]
 
 
