@@ -176,11 +176,26 @@ def _softmax_over(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_],
     return probs
 
 
+def _first_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: int) -> npt.NDArray[np.intp]:
+    """The first ``k`` ids of :func:`_order` (0 < k < number alive), without sorting all of them.
+
+    Every one of them has a logit >= the k-th largest surviving logit (a partition finds it), and
+    every survivor above it is among them; so sorting the survivors at or above it (the ties at the
+    cut included) and taking k gives exactly the same ids as the full order.
+    """
+    ids = np.flatnonzero(alive)
+    keys = logits[ids]
+    kth_largest = np.partition(keys, ids.shape[0] - k)[ids.shape[0] - k]
+    candidates = ids[keys >= kth_largest]
+    return candidates[np.lexsort((candidates, -logits[candidates]))][:k]
+
+
 def _apply_top_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: int) -> None:
     if k <= 0 or k >= int(alive.sum()):
         return
-    order = _order(logits, alive)
-    alive[order[k:]] = False
+    keep = _first_k(logits, alive, k)
+    alive[:] = False
+    alive[keep] = True
 
 
 def _apply_top_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], top_p: float) -> None:
