@@ -1,10 +1,11 @@
-"""The partition top-k of reference.sampling is the full sort's top-k, bit for bit.
+"""The partition top-k and prefix top-p of reference.sampling are the full sort's, bit for bit.
 
 The law defines top-k as the k first ids in the order (logit descending, id ascending);
 ``_first_k`` finds them with a partition and sorts only the candidates at or above the k-th
-value. Tolerance: none. ``array_equal`` on the ids and on the whole law (float64) against the
-full-sort formulation, on rows of both real vocabulary sizes (SmolLM2 49,152, Gemma-3 262,144)
-and small ones, with many exact ties at the cut (integer logits), -inf biases, every processor.
+value; top-p sorts only a prefix long enough to reach top_p. Tolerance: none. ``array_equal`` on
+the ids and on the whole law (float64) against the full-sort formulation, on rows of both real
+vocabulary sizes (SmolLM2 49,152, Gemma-3 262,144) and small ones, with many exact ties at the
+cut (integer logits), -inf biases, every processor.
 Also the depth test's PIT mass over the support equals the same sums over the full row.
 """
 
@@ -30,10 +31,22 @@ def full_sort_top_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_
     alive[ref._order(logits, alive)[k:]] = False
 
 
+def full_sort_top_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], top_p: float) -> None:
+    """The definition read literally: the cumulative sum over the whole sorted order."""
+    if top_p >= 1.0:
+        return
+    order = ref._order(logits, alive)
+    cumulative = np.cumsum(ref._softmax_over(logits, alive)[order])
+    reached = np.flatnonzero(cumulative >= top_p)
+    keep = int(reached[0]) + 1 if reached.size else order.shape[0]
+    alive[order[keep:]] = False
+
+
 def full_sort_law(logits: npt.NDArray[np.float64], history: list[int], params: SamplingParams,
                   monkeypatch: pytest.MonkeyPatch) -> npt.NDArray[np.float64]:
     with monkeypatch.context() as patched:
         patched.setattr(ref, "_apply_top_k", full_sort_top_k)
+        patched.setattr(ref, "_apply_top_p", full_sort_top_p)
         return ref.target_distribution(logits, history, params)
 
 
@@ -66,6 +79,9 @@ def test_law_equals_the_full_sort_law(vocab: int, monkeypatch: pytest.MonkeyPatc
         SamplingParams(temperature=1.3, top_k=1, top_p=0.5),
         SamplingParams(temperature=1.0, top_k=vocab - 1, min_p=0.2),
         SamplingParams(temperature=0.0, top_k=3),
+        SamplingParams(temperature=1.0, top_p=0.9, repeat_penalty=1.5),  # top-p over the whole vocabulary
+        SamplingParams(temperature=1.0, top_p=0.999999),  # a prefix longer than the first tries
+        SamplingParams(temperature=0.5, top_p=0.3, min_p=0.01),
     ]
     for params in settings:
         for tied in (True, False):
