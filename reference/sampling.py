@@ -183,10 +183,10 @@ def _first_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: i
     every survivor above it is among them; so sorting the survivors at or above it (the ties at the
     cut included) and taking k gives exactly the same ids as the full order.
     """
-    ids = np.flatnonzero(alive)
-    keys = logits[ids]
-    kth_largest = np.partition(keys, ids.shape[0] - k)[ids.shape[0] - k]
-    candidates = ids[keys >= kth_largest]
+    keys = np.where(alive, logits, -np.inf)  # [V]; the k largest are survivors (k < number alive)
+    keys.partition(keys.shape[0] - k)
+    kth_largest = keys[keys.shape[0] - k]
+    candidates = np.flatnonzero(alive & (logits >= kth_largest))
     first: npt.NDArray[np.intp] = candidates[np.lexsort((candidates, -logits[candidates]))][:k]
     return first
 
