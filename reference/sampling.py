@@ -176,22 +176,51 @@ def _softmax_over(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_],
     return probs
 
 
+def _first_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: int) -> npt.NDArray[np.intp]:
+    """The first ``k`` ids of :func:`_order` (0 < k < number alive), without sorting all of them.
+
+    Every one of them has a logit >= the k-th largest surviving logit (a partition finds it), and
+    every survivor above it is among them; so sorting the survivors at or above it (the ties at the
+    cut included) and taking k gives exactly the same ids as the full order.
+    """
+    keys = np.where(alive, logits, -np.inf)  # [V]; the k largest are survivors (k < number alive)
+    keys.partition(keys.shape[0] - k)
+    kth_largest = keys[keys.shape[0] - k]
+    candidates = np.flatnonzero(alive & (logits >= kth_largest))
+    first: npt.NDArray[np.intp] = candidates[np.lexsort((candidates, -logits[candidates]))][:k]
+    return first
+
+
 def _apply_top_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: int) -> None:
     if k <= 0 or k >= int(alive.sum()):
         return
-    order = _order(logits, alive)
-    alive[order[k:]] = False
+    keep = _first_k(logits, alive, k)
+    alive[:] = False
+    alive[keep] = True
 
 
 def _apply_top_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], top_p: float) -> None:
+    """Keep the shortest prefix of :func:`_order` whose cumulative probability is >= ``top_p``.
+
+    The running sum is sequential (``np.cumsum``), so its value at a position depends only on the
+    prefix before it: the order is sorted only as far as a prefix that reaches ``top_p`` (64 ids,
+    then 4 times more each try, at most the whole order), and the cut is the one the whole order
+    gives.
+    """
     if top_p >= 1.0:
         return
-    order = _order(logits, alive)
-    probs = _softmax_over(logits, alive)[order]
-    cumulative = np.cumsum(probs)
-    reached = np.flatnonzero(cumulative >= top_p)
-    keep = int(reached[0]) + 1 if reached.size else order.shape[0]
-    alive[order[keep:]] = False
+    probs = _softmax_over(logits, alive)
+    n_alive = int(np.count_nonzero(alive))
+    length = min(n_alive, 64)
+    while True:
+        prefix = _order(logits, alive) if length == n_alive else _first_k(logits, alive, length)
+        reached = np.flatnonzero(np.cumsum(probs[prefix]) >= top_p)
+        if reached.size or length == n_alive:
+            break
+        length = min(n_alive, 4 * length)
+    keep = int(reached[0]) + 1 if reached.size else n_alive
+    alive[:] = False
+    alive[prefix[:keep]] = True
 
 
 def _apply_min_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], min_p: float) -> None:

@@ -292,20 +292,31 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
             if keep_rows:
                 out.rows.append(support_sorted(p))
             continue
-        live = p[p > 0]
+        support = np.flatnonzero(p > 0)  # ascending ids: every sum below runs over the support alone
+        live = p[support]
         logs = np.log(live)
         entropy = -float(live @ logs)
         out.log_score[t] = math.log(px) + entropy
         out.log_var[t] = max(float(live @ logs**2) - entropy**2, 0.0)
         out.score_terms[t] = SCORE_LAMBDAS * math.log(px) - log_normalizers(logs)
-        ids_all = np.arange(p.shape[0])
-        before = float(p[p > px].sum() + p[(p == px) & (ids_all < x)].sum())
+        before = pit_mass_before(live, support, px, x)
         out.pit[t] = min(before + float(rng.random()) * px, np.nextafter(1.0, 0.0))
         out.logp[t] = math.log(px)
         out.eog_mass[t] = float(p[eog_ids].sum())
         if keep_rows:
             out.rows.append(support_sorted(p))
     return out
+
+
+def pit_mass_before(live: F64, support: npt.NDArray[np.intp], px: float, x: int) -> float:
+    """The target mass before token ``x`` in the PIT's order (probability descending, id ascending):
+    the support's probabilities above ``p(x) = px > 0``, then the equal ones of lower ids.
+
+    ``live`` is ``p[support]`` for the ascending ids ``support`` of ``p > 0``: as ``px > 0``, the
+    entries selected here are those the full row [V] would select, in the same order, so both sums
+    are the full row's, bit for bit.
+    """
+    return float(live[live > px].sum() + live[(live == px) & (support < x)].sum())
 
 
 def impossible_token(
