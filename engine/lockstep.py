@@ -135,15 +135,6 @@ class LockstepModel:
             options["tree_parents"] = tree_parents
         return self._call("forward", (tokens, cache), options)
 
-    def forward_layers(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("forward_layers", args, kwargs)
-
-    def head(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("head", args, kwargs)
-
-    def embed(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("embed", args, kwargs)
-
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._scheduler.model, name)
         if not callable(value):

@@ -348,7 +348,7 @@ def depth_page(folder: Path) -> str:
     saved = [(path, _load(path)) for path in sorted(folder.glob(DEPTH_RUNS))]
     body = ["| decoder | model | params | workers | verdict | tokens / design | power | wall min | CPU min |",
             "|---|---|---|---|---|---|---|---|---|"]
-    for _, run in ((path, s["run"]) for path, s in saved):
+    for run in (s["run"] for _, s in saved):
         cpu = "not counted" if run.get("cpu_minutes") is None else _fmt(run["cpu_minutes"])
         body.append(f"| {_cell(run['decoder'])} | {_cell(run['model'])} | {_cell(run['params'])} | {run['workers']} | "
                     f"**{run['state']}** | {run['tokens']:,} / {run['design_tokens']:,} | {run['power']:.3f} | "
