@@ -105,9 +105,10 @@ def factory(path_name: str, files: dict[str, Path], library_defaults: bool, assi
                                      assistant_layers=assistant_layers)
 
 
-def tiny_engine(path_name: str, library_defaults: bool, model_path: Path) -> Any:
+def tiny_engine(path_name: str, library_defaults: bool, model_path: Path, assistant_layers: int | None = None) -> Any:
     """The engine of one path on the tiny target at ``model_path``, its assistants the files
-    :func:`write_models` puts beside it (one torch thread: a worker shares the machine)."""
+    :func:`write_models` puts beside it, or for ``assisted`` with ``assistant_layers`` the target's
+    own first layers (one torch thread: a worker shares the machine)."""
     import torch
 
     from verispec.peers.transformers_peer import engine
@@ -115,26 +116,53 @@ def tiny_engine(path_name: str, library_defaults: bool, model_path: Path) -> Any
     torch.set_num_threads(1)
     folder = Path(model_path).parent
     assistant = {"assisted": folder / "tinyllama-1layer.gguf", "universal": folder / "phi3.gguf"}.get(path_name)
+    if path_name == "assisted" and assistant_layers is not None:
+        return engine(model_path, path_name, assistant=None, assistant_layers=assistant_layers,
+                      library_defaults=library_defaults)
     return engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults)
 
 
+TINY_LAYERS = 3  # the tiny target's depth (tests/synthetic.py's tinyllama): an assistant keeps fewer
+
+
+def _engine_key(path_name: str, library_defaults: bool, assistant_layers: int | None = None) -> str:
+    first = "" if assistant_layers is None else f"_first{assistant_layers}"
+    return path_name.replace("-", "_") + first + ("_defaults" if library_defaults else "")
+
+
 # ``check_decoder(workers=N)`` builds the engine in each worker from a "module:FACTORY" name:
-# ``tests.peer_verdicts:ENGINES.prompt_lookup``, ``..ENGINES.assisted_defaults`` and so on.
+# ``tests.peer_verdicts:ENGINES.prompt_lookup``, ``..ENGINES.assisted_defaults``,
+# ``..ENGINES.assisted_first2`` (the target's first 2 layers as the assistant) and so on.
 ENGINES = SimpleNamespace(**{
-    path.replace("-", "_") + ("_defaults" if defaults else ""): functools.partial(tiny_engine, path, defaults)
+    _engine_key(path, defaults): functools.partial(tiny_engine, path, defaults)
     for path in PATHS for defaults in (False, True)
+} | {
+    _engine_key("assisted", defaults, layers): functools.partial(tiny_engine, "assisted", defaults, assistant_layers=layers)
+    for layers in range(1, TINY_LAYERS) for defaults in (False, True)
 })
 
 
-def engine_name(path_name: str, library_defaults: bool) -> str:
+def engine_name(path_name: str, library_defaults: bool, assistant_layers: int | None = None) -> str:
     """The ``module:FACTORY`` name of a tiny-model engine in :data:`ENGINES`."""
-    return f"tests.peer_verdicts:ENGINES.{path_name.replace('-', '_')}{'_defaults' if library_defaults else ''}"
+    return f"tests.peer_verdicts:ENGINES.{_engine_key(path_name, library_defaults, assistant_layers)}"
+
+
+def assistant_text(path_name: str, files: dict[str, Path], assistant_layers: int | None) -> str | None:
+    """What drafts on the assisted and universal paths (None on the others)."""
+    if path_name == "assisted":
+        if assistant_layers is None and "assistant" in files:
+            return files["assistant"].name
+        return f"the target's first {assistant_layers or 1} layer{'s' if (assistant_layers or 1) > 1 else ''}"
+    if path_name == "universal":
+        return files["other-tokenizer"].name if "other-tokenizer" in files else None
+    return None
 
 
 def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float, budget: float | None,
-            assistant_layers: int = 1, workers: int = 1) -> dict[str, Any]:
+            assistant_layers: int | None = None, workers: int = 1) -> dict[str, Any]:
     """One check_decoder depth run; its numbers, the wall and CPU seconds it took and the load it
-    ran under."""
+    ran under. ``assistant_layers``: the assisted path drafts with the target's first layers
+    instead of ``files["assistant"]``."""
     import transformers
 
     from verispec.decoder_api import check_decoder
@@ -143,15 +171,18 @@ def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fra
     if ps.law == "verispec" and not laws_coincide(ps.params(), 11 + ps.depth):
         raise SystemExit(f"{ps.name}: transformers' law is not verispec's default law there")
     start, load, cpu = time.perf_counter(), os.getloadavg()[0], cpu_seconds()
-    decoder = engine_name(path_name, ps.library_defaults) if workers > 1 else factory(path_name, files, ps.library_defaults,
-                                                                                   assistant_layers)
+    own_layers = path_name == "assisted" and assistant_layers is not None
+    decoder = (engine_name(path_name, ps.library_defaults, assistant_layers) if workers > 1 else
+               factory(path_name, {k: v for k, v in files.items() if not (own_layers and k == "assistant")},
+                       ps.library_defaults, assistant_layers or 1))
     report = check_decoder(
         decoder, model=files["target"], prompts=(PROMPT,), depth=ps.depth, law=ps.law, tv=tv, fraction=fraction,
         budget=budget, workers=workers, **ps.flags,
     )
     outcome = report.results[0]
     return {"peer": "transformers", "version": transformers.__version__, "model": files["target"].name,
-            "path": path_name, "params": ps.name, "law": ps.law, "flags": ps.flags, "depth": ps.depth,
+            "path": path_name, "assistant": assistant_text(path_name, files, assistant_layers), "params": ps.name,
+            "law": ps.law, "flags": ps.flags, "depth": ps.depth,
             "state": outcome.numbers.get("state"), "tokens": outcome.numbers.get("tokens"),
             "design_tokens": outcome.numbers.get("design_tokens"), "power": outcome.numbers.get("power"),
             "tv": tv, "fraction": fraction, "minutes": round((time.perf_counter() - start) / 60, 2),
@@ -227,7 +258,8 @@ def summary_row(r: dict[str, Any], reproduce: str) -> str:
         params = f"--law llama.cpp, {_flags_text(r['flags'])}"
     design = f"TV {r.get('tv', 0.05)} on {r['fraction']:.0%} of positions, {r.get('depth', 64)} tokens"
     cpu = "" if r.get("cpu_minutes") is None else f"{r['cpu_minutes']} CPU, "
-    return (f"| {peer} | {r.get('model', 'tinyllama.gguf')} | {r['path']} | {params} | {design} | **{r['state']}** | "
+    path = r["path"] if r.get("assistant") is None else f"{r['path']} (assistant: {r['assistant']})"
+    return (f"| {peer} | {r.get('model', 'tinyllama.gguf')} | {path} | {params} | {design} | **{r['state']}** | "
             f"{r['tokens']:,} / {r['design_tokens']:,} | {r['power']:.3f} | {r['minutes']} ({cpu}load {r['load_at_start']}) "
             f"| {reproduce} |")
 
@@ -245,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=None,
                         help="another target GGUF (e.g. SmolLM2): assisted drafts with its first --assistant-layers layers")
     parser.add_argument("--universal-assistant", type=Path, default=None, help="with --model: the universal path's assistant GGUF")
-    parser.add_argument("--assistant-layers", type=int, default=1)
+    parser.add_argument("--assistant-layers", type=int, default=None,
+                        help="the assisted path drafts with the target's first L layers (default: the 1-layer "
+                             "assistant file on the tiny models, 1 layer with --model)")
     parser.add_argument("--depth", type=int, default=None, help="generation length (default: the param set's)")
     parser.add_argument("--workers", type=int, default=1, help="engine processes (tiny models only)")
     parser.add_argument("--write-only", action="store_true", help="write the tiny models and stop")

@@ -234,3 +234,26 @@ def test_prompt_lookup_drafts_nothing_under_a_repetition_penalty_with_top_k(file
         assert counter.cycles > 0
         drafted[name] = counter.drafted
     assert drafted["penalty and top-k"] == 0 and drafted["neither"] > 0, drafted
+
+
+def test_the_runners_own_layers_assistant_is_the_targets_first_layers(files: dict[str, Path]) -> None:
+    """``python -m tests.peer_verdicts --assistant-layers 2`` (and its workers'
+    ``ENGINES.assisted_first2``) drafts with the target's own first two layers, not the 1-layer file
+    of another seed, and its JSON row says so; the default keeps the file."""
+    import torch
+
+    from tests.peer_verdicts import ENGINES, assistant_text, engine_name
+
+    own = getattr(ENGINES, engine_name("assisted", False, 2).rsplit(".", 1)[1])(files["target"])
+    assistant = own.speculation.assistant
+    assert assistant.config.num_hidden_layers == 2
+    target_embedding = own.model.get_input_embeddings().weight
+    assert torch.equal(assistant.get_input_embeddings().weight, target_embedding)
+    default = getattr(ENGINES, engine_name("assisted", False).rsplit(".", 1)[1])(files["target"])
+    assert default.speculation.assistant.config.num_hidden_layers == 1
+    assert not torch.equal(default.speculation.assistant.get_input_embeddings().weight, target_embedding)
+    assert assistant_text("assisted", files, 2) == "the target's first 2 layers"
+    assert assistant_text("assisted", files, None) == files["assistant"].name
+    report = check_decoder(engine_name("assisted", False, 2), model=files["target"], temperature=0.7, top_k=0,
+                           repeat_penalty=1.0, workers=1, **SMOKE)
+    assert report.passed, report.results[0].detail
