@@ -5,11 +5,8 @@ way the surviving set is found changes:
 
 - repeat penalty: one gather/scatter over the distinct window ids instead of a Python loop (each id
   still gets exactly one ``/ r`` or ``* r``);
-- top-k: ``np.argpartition`` finds the k-th value, then the kept set is every id above it plus the
-  lowest ids equal to it (the reference's order: logit descending, id ascending), instead of sorting
-  the whole vocabulary;
-- top-p / min-p / softmax then run exactly as in the reference (on the few survivors of top-k, so
-  their sorts are cheap), through the reference's own helpers;
+- top-k, top-p, min-p and the softmax are the reference's own helpers (its top-k already partitions
+  instead of sorting the whole vocabulary, and its top-p sorts only the prefix it needs);
 - drawing: the inverse CDF over the nonzero ids only. Zero weights do not change a running sum, so
   the cumulative sums, the total and the first crossing are the reference's, bit for bit.
 
@@ -31,6 +28,7 @@ from verispec.reference.sampling import (
     SamplingParams,
     _apply_logit_bias,
     _apply_min_p,
+    _apply_top_k,
     _apply_top_p,
     _check_history,
     _check_logits,
@@ -48,18 +46,6 @@ def _apply_repeat_penalty(
     ids = np.unique(np.asarray(window, dtype=np.int64))
     values = logits[ids]
     logits[ids] = np.where(values > 0, values / penalty, values * penalty)
-
-
-def _apply_top_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: int) -> None:
-    n_alive = int(np.count_nonzero(alive))
-    if k <= 0 or k >= n_alive:
-        return
-    keys = np.where(alive, logits, -np.inf)
-    kth = float(keys[np.argpartition(-keys, k - 1)[k - 1]])  # the k-th largest surviving logit
-    above = alive & (keys > kth)
-    ties = np.flatnonzero(alive & (keys == kth))[: k - int(np.count_nonzero(above))]
-    alive[:] = above
-    alive[ties] = True
 
 
 def target_distribution(logits: FloatArray, history: Sequence[int], params: SamplingParams) -> Probs:
