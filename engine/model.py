@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
@@ -51,6 +52,17 @@ F32 = npt.NDArray[np.float32]
 # Preallocate at most this many slots up front; beyond it the cache grows by doubling (the default
 # capacity is the whole context, 32768 slots for gemma3: ~1.2 GB that a short request never uses).
 PREALLOCATE_SLOTS = 4096
+
+
+@dataclass(frozen=True)
+class SpanRows:
+    """One causal span's rows in a layer pass: where its K, V go and what its rows attend to."""
+
+    cache: KVCache
+    positions: npt.NDArray[np.int64]  # [T_i]
+    start: int  # the cache slot of its first row
+    rows: slice  # its rows among the pass's rows
+    visible: Mask | None = None  # [T_i, T_i]: a token tree's mask (reference/tree_attention.py)
 
 
 class EngineCache(KVCache):
@@ -242,28 +254,17 @@ class FastModel:
         starts: Sequence[int],
         ends: npt.NDArray[np.int64],  # [n_spans]: the row after each span's last
     ) -> F32:
-        """Every layer of the fused int8 mode on stacked spans: :meth:`_layer_fused`'s two graph
-        calls on all rows, the KV store and the batch-invariant attention span by span."""
+        """Every layer of the fused int8 mode on stacked spans: :meth:`_layer_fused` with one
+        :class:`SpanRows` a span (its graph calls on all rows, the KV store and the attention span
+        by span)."""
         graphs = self.store.fused_layers
         assert graphs is not None
-        cfg = self.config
-        stacked = np.concatenate(positions)
-        firsts = [int(e) - len(p) for e, p in zip(ends, positions)]
+        spans = [SpanRows(cache, span_pos, start, slice(int(end) - len(span_pos), int(end)))
+                 for cache, span_pos, start, end in zip(caches, positions, starts, ends)]
+        stacked = np.concatenate(positions)  # [N]
         tables: dict[tuple[float, float], tuple[F32, F32]] = {}
-        for layer in range(cfg.n_layer):
-            key = (cfg.layer_rope_base(layer), cfg.layer_rope_freq_scale(layer))
-            if key not in tables:
-                cos, sin = self._rope_tables(stacked, *key)
-                tables[key] = (cos, sin * self._rot_sign)
-            qk, v_flat = graphs[layer].pre.run(x, *tables[key])
-            q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]
-            v = v_flat.reshape(x.shape[0], cfg.n_head_kv, cfg.head_dim)
-            parts = []
-            for cache, span_pos, start, first, end in zip(caches, positions, starts, firsts, ends):
-                rows = slice(first, int(end))
-                cache.store(layer, start, k[rows].transpose(1, 0, 2), v[rows].transpose(1, 0, 2), span_pos)
-                parts.append(self._attend_invariant(q[rows], layer, cache, span_pos, start + len(span_pos)))
-            x = graphs[layer].post.run(np.concatenate(parts), x)[0]
+        for layer in range(self.config.n_layer):
+            x = self._layer_fused(x, layer, graphs[layer], self._rope_for(layer, stacked, tables, fused=True), spans)
         return x
 
     def forward_layers(
@@ -320,18 +321,28 @@ class FastModel:
     ) -> F32:
         tables: dict[tuple[float, float], tuple[F32, F32]] = {}
         graphs = self.store.fused_layers
+        span = (SpanRows(cache, positions, start, slice(0, x.shape[0]), span_visible),)
         for layer in range(first_layer, last_layer + 1):
-            key = (self.config.layer_rope_base(layer), self.config.layer_rope_freq_scale(layer))
-            if key not in tables:
-                cos, sin = self._rope_tables(positions, *key)
-                tables[key] = (cos, sin) if graphs is None else (cos, sin * self._rot_sign)  # fused: signed sin
+            rope = self._rope_for(layer, positions, tables, fused=graphs is not None)
             if graphs is not None:
-                x = self._layer_fused(x, layer, graphs[layer], cache, positions, start, tables[key], span_visible)
+                x = self._layer_fused(x, layer, graphs[layer], rope, span)
             else:
-                x = self._layer(x, layer, self.store.layer(layer), cache, positions, start, tables[key], span_visible)
+                x = self._layer(x, layer, self.store.layer(layer), cache, positions, start, rope, span_visible)
             if collected is not None:
                 collected.append(x)
         return x
+
+    def _rope_for(
+        self, layer: int, positions: npt.NDArray[np.int64], tables: dict[tuple[float, float], tuple[F32, F32]],
+        *, fused: bool,
+    ) -> tuple[F32, F32]:
+        """The RoPE tables of ``layer`` at ``positions`` (cos, sin; the fused graphs take the sign
+        of the rotation in sin), computed once per (base, scale) in ``tables``."""
+        key = (self.config.layer_rope_base(layer), self.config.layer_rope_freq_scale(layer))
+        if key not in tables:
+            cos, sin = self._rope_tables(positions, *key)
+            tables[key] = (cos, sin * self._rot_sign) if fused else (cos, sin)
+        return tables[key]
 
     def _layer(
         self,
@@ -385,24 +396,27 @@ class FastModel:
 
     def _layer_fused(
         self,
-        x: F32,  # [T, n_embd]
+        x: F32,  # [N, n_embd]
         layer: int,
         graphs: LayerGraphs,
-        cache: KVCache,
-        positions: npt.NDArray[np.int64],
-        start: int,
-        rope: tuple[F32, F32],  # cos, sign * sin: [T, 1, d]
-        span_visible: Mask | None = None,
+        rope: tuple[F32, F32],  # cos, sign * sin: [N, 1, d]
+        spans: Sequence[SpanRows],  # the causal spans whose rows make up x
     ) -> F32:
-        """:meth:`_layer` of the fused int8 mode: two onnxruntime calls (engine/fused.py) around
-        the same KV store and the same attention."""
-        qk, v_flat = graphs.pre.run(x, *rope)  # [T, n_head + n_kv, d], [T, n_kv d]
+        """:meth:`_layer` of the fused int8 mode: two onnxruntime calls (engine/fused.py) on all
+        rows, around each span's KV store and attention. Every graph op is per row and the
+        attention is one call a row, so a span's rows get the same bits whatever else is in x."""
+        qk, v_flat = graphs.pre.run(x, *rope)  # [N, n_head + n_kv, d], [N, n_kv d]
         cfg = self.config
-        q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]  # views: [T, n_head, d], [T, n_kv, d]
+        q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]  # views: [N, n_head, d], [N, n_kv, d]
         v = v_flat.reshape(x.shape[0], cfg.n_head_kv, cfg.head_dim)
-        cache.store(layer, start, k.transpose(1, 0, 2), v.transpose(1, 0, 2), positions)
-        # the batch-invariant attention, this mode's law (a token tree row by row along its paths)
-        a = self._attend_invariant(q, layer, cache, positions, start + x.shape[0], span_visible)  # [T, n_head d]
+        parts = []
+        for span in spans:
+            rows = span.rows
+            span.cache.store(layer, span.start, k[rows].transpose(1, 0, 2), v[rows].transpose(1, 0, 2), span.positions)
+            # the batch-invariant attention, this mode's law (a token tree row by row along its paths)
+            end = span.start + len(span.positions)
+            parts.append(self._attend_invariant(q[rows], layer, span.cache, span.positions, end, span.visible))
+        a = parts[0] if len(parts) == 1 else np.concatenate(parts)  # [N, n_head d]
         return graphs.post.run(a, x)[0]
 
     def _attend(
