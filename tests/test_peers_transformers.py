@@ -242,7 +242,7 @@ def test_the_runners_own_layers_assistant_is_the_targets_first_layers(files: dic
     of another seed, and its JSON row says so; the default keeps the file."""
     import torch
 
-    from tests.peer_verdicts import ENGINES, assistant_text, engine_name
+    from tests.peer_verdicts import ENGINES, assistant_text, engine_name, summary_row
 
     own = getattr(ENGINES, engine_name("assisted", False, 2).rsplit(".", 1)[1])(files["target"])
     assistant = own.speculation.assistant
@@ -254,6 +254,10 @@ def test_the_runners_own_layers_assistant_is_the_targets_first_layers(files: dic
     assert not torch.equal(default.speculation.assistant.get_input_embeddings().weight, target_embedding)
     assert assistant_text("assisted", files, 2) == "the target's first 2 layers"
     assert assistant_text("assisted", files, None) == files["assistant"].name
+    row = {"peer": "transformers", "version": "5", "path": "assisted", "assistant": "the target's first 2 layers",
+           "params": "hf-all", "law": "transformers", "flags": {}, "fraction": 0.1, "state": "passed", "tokens": 2,
+           "design_tokens": 1, "power": 0.99, "minutes": 1.0, "load_at_start": 0.5}
+    assert "| assisted (assistant: the target's first 2 layers) |" in summary_row(row, "COMMAND")
     report = check_decoder(engine_name("assisted", False, 2), model=files["target"], temperature=0.7, top_k=0,
                            repeat_penalty=1.0, workers=1, **SMOKE)
     assert report.passed, report.results[0].detail
