@@ -362,6 +362,32 @@ def depth_page(folder: Path) -> str:
     return _page("Results: the decoder gate at depth, full design", intro, body, provenance)
 
 
+CONFIRMATIONS = "peer_confirmations_*.json"
+
+
+def confirmations_page(folder: Path) -> str:
+    """Each passing peer path once on a real model: the runners' JSON rows (tests/peer_verdicts.py,
+    tests/peer_verdicts_llama.py) with their design, verdict, tokens, power and cost."""
+    saved = [(path, _load(path)) for path in sorted(folder.glob(CONFIRMATIONS))]
+    body = ["| peer | model | path | params | design | verdict | tokens / design | power | wall min | CPU min |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in (r for _, s in saved for r in s["rows"]):
+        path = row["path"] if row.get("assistant") is None else f"{row['path']} (assistant: {row['assistant']})"
+        flags = ", ".join(f"{k} {v}" for k, v in row["flags"].items())
+        law = row.get("law", "llama.cpp")
+        design = f"TV {row['tv']} on {row['fraction']:.0%} of positions, {row['depth']} tokens"
+        body.append(f"| {row['peer']} {row['version']} | {_cell(row['model'])} | {_cell(path)} | "
+                    f"{_cell(f'--law {law}, {flags}')} | {design} | **{row['state']}** | "
+                    f"{row['tokens']:,} / {row['design_tokens']:,} | {row['power']:.3f} | {_fmt(row['minutes'])} | "
+                    f"{_fmt(row.get('cpu_minutes'))} |")
+    body += ["", *(f"- {r['peer']} {r['path']}: {_cell(r['detail'])}" for _, s in saved for r in s["rows"])]
+    intro = ("The peers' passing speculative paths, each confirmed once on a real model at a design its cost allows "
+             "(the full-power verdicts are on the tiny synthetic models: [decoder-depth.md](decoder-depth.md), "
+             "[docs/peers.md](../peers.md)). A run short of its design is inconclusive, never passed.")
+    provenance = [line for path, s in saved for line in _provenance_lines(path.name, _provenance(path, s))]
+    return _page("Results: the peers' passing paths on a real model", intro, body, provenance)
+
+
 # ---- the README's one performance table ---------------------------------------------------------
 
 def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
@@ -390,6 +416,7 @@ PAGES = (
     ("early-exit.md", "certified early exit, held out, and the generated-prompt diagnosis"),
     ("transformers-law-only.md", "transformers' speculative sampling at full power under --law-only"),
     ("decoder-depth.md", "the decoder gate at depth at its full design: our loop and the peers' speculative paths"),
+    ("peer-confirmations.md", "the peers' passing speculative paths once on SmolLM2"),
 )
 
 
@@ -412,6 +439,7 @@ def pages(folder: Path = MEASUREMENTS) -> dict[str, str]:
         "early-exit.md": early_exit_page(folder),
         "transformers-law-only.md": law_only_page(folder / "transformers_speculative_sampling_law_only.json"),
         "decoder-depth.md": depth_page(folder),
+        "peer-confirmations.md": confirmations_page(folder),
     }
 
 
