@@ -82,11 +82,16 @@ PARAM_SETS = {
 PATHS = ("plain", "prompt-lookup", "assisted", "early-exit", "universal")
 
 
+def model_files(folder: Path) -> dict[str, Path]:
+    """Where :func:`write_models` puts each tiny model in ``folder``."""
+    return {"target": folder / "tinyllama.gguf", "assistant": folder / "tinyllama-1layer.gguf",
+            "other-tokenizer": folder / "phi3.gguf"}
+
+
 def write_models(folder: Path) -> dict[str, Path]:
     """The target, a same-vocabulary 1-layer assistant, and an assistant with another tokenizer."""
     folder.mkdir(parents=True, exist_ok=True)
-    files = {"target": folder / "tinyllama.gguf", "assistant": folder / "tinyllama-1layer.gguf",
-             "other-tokenizer": folder / "phi3.gguf"}
+    files = model_files(folder)
     small = replace(VARIANTS["tinyllama"], name="tinyllama-1layer", n_layer=1)
     for key, variant, seed in (("target", VARIANTS["tinyllama"], 3), ("assistant", small, 4), ("other-tokenizer", VARIANTS["phi3"], 2)):
         if not files[key].exists():
@@ -94,15 +99,16 @@ def write_models(folder: Path) -> dict[str, Path]:
     return files
 
 
-def factory(path_name: str, files: dict[str, Path], library_defaults: bool, assistant_layers: int = 1) -> Any:
+def factory(path_name: str, files: dict[str, Path], library_defaults: bool, assistant_layers: int | None = None) -> Any:
     """The engine factory of one path: the assisted path drafts with ``files["assistant"]`` (when
-    there is one; else the target's first ``assistant_layers`` layers), the universal path with
-    ``files["other-tokenizer"]``."""
+    there is one and ``assistant_layers`` is None; else the target's first ``assistant_layers``
+    layers, 1 by default), the universal path with ``files["other-tokenizer"]``."""
     from verispec.peers.transformers_peer import engine
 
-    assistant = {"assisted": files.get("assistant"), "universal": files.get("other-tokenizer")}.get(path_name)
+    own_layers = path_name == "assisted" and assistant_layers is not None
+    assistant = None if own_layers else {"assisted": files.get("assistant"), "universal": files.get("other-tokenizer")}.get(path_name)
     return lambda model_path: engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults,
-                                     assistant_layers=assistant_layers)
+                                     assistant_layers=assistant_layers or 1)
 
 
 def tiny_engine(path_name: str, library_defaults: bool, model_path: Path, assistant_layers: int | None = None) -> Any:
@@ -111,15 +117,8 @@ def tiny_engine(path_name: str, library_defaults: bool, model_path: Path, assist
     own first layers (one torch thread: a worker shares the machine)."""
     import torch
 
-    from verispec.peers.transformers_peer import engine
-
     torch.set_num_threads(1)
-    folder = Path(model_path).parent
-    assistant = {"assisted": folder / "tinyllama-1layer.gguf", "universal": folder / "phi3.gguf"}.get(path_name)
-    if path_name == "assisted" and assistant_layers is not None:
-        return engine(model_path, path_name, assistant=None, assistant_layers=assistant_layers,
-                      library_defaults=library_defaults)
-    return engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults)
+    return factory(path_name, model_files(Path(model_path).parent), library_defaults, assistant_layers)(model_path)
 
 
 TINY_LAYERS = 3  # the tiny target's depth (tests/synthetic.py's tinyllama): an assistant keeps fewer
@@ -171,10 +170,8 @@ def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fra
     if ps.law == "verispec" and not laws_coincide(ps.params(), 11 + ps.depth):
         raise SystemExit(f"{ps.name}: transformers' law is not verispec's default law there")
     start, load, cpu = time.perf_counter(), os.getloadavg()[0], cpu_seconds()
-    own_layers = path_name == "assisted" and assistant_layers is not None
     decoder = (engine_name(path_name, ps.library_defaults, assistant_layers) if workers > 1 else
-               factory(path_name, {k: v for k, v in files.items() if not (own_layers and k == "assistant")},
-                       ps.library_defaults, assistant_layers or 1))
+               factory(path_name, files, ps.library_defaults, assistant_layers))
     report = check_decoder(
         decoder, model=files["target"], prompts=(PROMPT,), depth=ps.depth, law=ps.law, tv=tv, fraction=fraction,
         budget=budget, workers=workers, **ps.flags,
