@@ -164,7 +164,9 @@ def workload_page(paths: Sequence[Path]) -> str:
         report = saved["report"]
         name = Path(report["model"]["path"]).name
         weights = "int8" if "int8" in path.name else "f32"
-        body += [f"## {name}, `--workload-weights {weights}`", "", f"From `lab/measurements/{path.name}`.", ""]
+        length = report.get("workload_llama_cpp", {}).get("length_note")
+        same_work = f" Same work: {length}." if length else ""
+        body += [f"## {name}, `--workload-weights {weights}`", "", f"From `lab/measurements/{path.name}`.{same_work}", ""]
         body += [*tables.summary_table(report, name), "", *tables.category_table(report, name), "",
                  tables.llama_note(report) + ".", ""]
         provenance += _provenance_lines(path.name, _provenance(path, saved))
@@ -257,24 +259,42 @@ def _text_value(row: Callable[[dict[str, Any]], Any], report: dict[str, Any]) ->
     return value if isinstance(value, str) else _fmt(value)
 
 
+# The same-work bench on each machine it ran on, newest first: (file stem, heading). The README's
+# table is the first set's.
+SAME_WORK_SETS: tuple[tuple[str, str], ...] = (
+    ("bench_same_work_avx512", "AMD EPYC, AVX-512 with VNNI, no AMX"),
+    ("bench_same_work", "AMD EPYC, AVX2, no AVX-512"),
+)
+
+
+def _same_work_runs(folder: Path, stem: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(m, t): _load(folder / f"{stem}_{t}_{m}.json") for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS}
+
+
+def _report_cell(saved: dict[tuple[str, str], dict[str, Any]], row: Callable[[dict[str, Any]], Any]) -> Callable[[str, str], str]:
+    return lambda m, t: _text_value(row, saved[m, t]["report"])
+
+
 def same_work_page(folder: Path) -> str:
-    """The schema-2 bench (fixed length, end of generation ignored on both sides) on the idle machine."""
-    saved = {(m, t): _load(folder / f"bench_same_work_{t}_{m}.json") for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS}
-
-    def of_report(row: Callable[[dict[str, Any]], Any]) -> Callable[[str, str], str]:
-        return lambda m, t: _text_value(row, saved[m, t]["report"])
-
-    body = _bench_grid("idle machine", [(label, of_report(row)) for label, row in (*BENCH_ROWS, *SAME_WORK_EXTRA_ROWS)])
-    first = saved[BENCH_MODELS[0][0], BENCH_THREADS[0][0]]["report"]
-    isa = ", ".join(first["machine"].get("isa", [])) or "not stated"
-    body += ["", f"Instruction set: {isa}. llama.cpp: `{first['llama_cpp'].get('system_info', '').strip()}`."]
-    provenance = _files_provenance(folder, {f"bench_same_work_{t}_{m}.json": run for (m, t), run in saved.items()})
-    intro = ("`verispec bench` (report schema 2) on the 2-core machine with nothing else running, both models, the "
+    """The schema-2 bench (fixed length, end of generation ignored on both sides) on idle machines."""
+    body: list[str] = []
+    provenance: list[str] = []
+    for stem, heading in SAME_WORK_SETS:
+        saved = _same_work_runs(folder, stem)
+        first = saved[BENCH_MODELS[0][0], BENCH_THREADS[0][0]]
+        date = str(first.get("provenance", {}).get("date", "")).split(" ")[0]
+        body += [f"## {heading} ({date})", ""]
+        body += _bench_grid("idle machine", [(label, _report_cell(saved, row)) for label, row in (*BENCH_ROWS, *SAME_WORK_EXTRA_ROWS)])
+        isa = ", ".join(first["report"]["machine"].get("isa", [])) or "not stated"
+        body += ["", f"Instruction set: {isa}. llama.cpp: `{first['report']['llama_cpp'].get('system_info', '').strip()}`.", ""]
+        provenance += _files_provenance(folder, {f"{stem}_{t}_{m}.json": run for (m, t), run in saved.items()})
+    intro = ("`verispec bench` (report schema 2) on 2-core machines with nothing else running, both models, the "
              "engine's onnxruntime threads and llama.cpp's `n_threads` both 1 or both 2. Every side decodes the same "
              "prompt ids to the same number of tokens (48), end of generation ignored on both, runs interleaved, the "
              "best of each kept; llama.cpp runs in a child process. A ratio is what counts; absolute tok/s move with "
-             "the machine. What each row measures: [docs/performance.md](../performance.md#what-bench-measures).")
-    return _page("Results: the engine and llama.cpp on the same work, idle machine", intro, body, provenance)
+             "the machine, and the ratios with its instruction set (each machine's is under its table). What each row "
+             "measures: [docs/performance.md](../performance.md#what-bench-measures).")
+    return _page("Results: the engine and llama.cpp on the same work, idle machines", intro, body[:-1], provenance)
 
 # ---- certified early exit (held-out runs) ------------------------------------------------------
 
@@ -393,8 +413,7 @@ def confirmations_page(folder: Path) -> str:
 def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
     """The README's performance rows, computed from the saved idle-machine bench runs (the README is
     written by hand; tests/test_docs.py requires these lines in it, so its numbers stay the JSON's)."""
-    runs = {(m, t): _load(folder / f"bench_same_work_{t}_{m}.json")["report"]
-            for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS}
+    runs = {key: saved["report"] for key, saved in _same_work_runs(folder, SAME_WORK_SETS[0][0]).items()}
     cols = [(m, t) for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS]
     rows = (
         ("int8 plain ÷ llama.cpp plain (target ≥ 1.2)", "int8_plain_over_llama_cpp_plain"),
@@ -411,7 +430,7 @@ def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
 
 PAGES = (
     ("workload.md", "the chat workload, exact and int8 modes, llama.cpp beside it"),
-    ("bench-same-work.md", "the engine and llama.cpp on an idle machine, the same tokens on both sides (bench schema 2)"),
+    ("bench-same-work.md", "the engine and llama.cpp on idle machines (AVX-512 VNNI, AVX2), the same tokens on both sides (bench schema 2)"),
     ("bench-idle.md", "the engine on an idle machine, before and after the shared pool and fused layers"),
     ("early-exit.md", "certified early exit, held out, and the generated-prompt diagnosis"),
     ("transformers-law-only.md", "transformers' speculative sampling at full power under --law-only"),
@@ -430,7 +449,8 @@ def index_page() -> str:
 
 def pages(folder: Path = MEASUREMENTS) -> dict[str, str]:
     """File name -> page text, every page of docs/results/."""
-    workloads = [folder / f"workload_{m}.json" for m in ("smollm2-135m", "gemma3-270m", "int8_smollm2-135m", "int8_gemma3-270m")]
+    workloads = [folder / f"workload_{m}.json" for m in ("same_work_int8_smollm2-135m", "same_work_int8_gemma3-270m",
+                                                          "smollm2-135m", "gemma3-270m", "int8_smollm2-135m", "int8_gemma3-270m")]
     return {
         "index.md": index_page(),
         "workload.md": workload_page(workloads),
