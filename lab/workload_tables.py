@@ -17,7 +17,11 @@ from typing import Any
 
 from verispec.geomean import geomean
 
-DRAFTS = ("suffix", "suffix:tree")
+
+
+def drafts_of(report: dict[str, Any]) -> tuple[str, ...]:
+    """The draft sources the run measured (``--draft``, in its order)."""
+    return tuple(report["workload"])
 
 
 def _fmt(value: float | None) -> str:
@@ -43,9 +47,9 @@ def _tree(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def summary_table(report: dict[str, Any], name: str) -> list[str]:
-    workload = report["workload"]
-    temps = list(workload[DRAFTS[0]]["by_temperature"])
-    cols = [(d, t) for t in temps for d in DRAFTS]
+    workload, drafts = report["workload"], drafts_of(report)
+    temps = list(workload[drafts[0]]["by_temperature"])
+    cols = [(d, t) for t in temps for d in drafts]
     head = "| " + name + " | " + " | ".join(f"`{d}` T={t}" for d, t in cols) + " |"
     lines = [head, "|---" * (len(cols) + 1) + "|"]
 
@@ -77,20 +81,20 @@ def summary_table(report: dict[str, Any], name: str) -> list[str]:
 
 def category_table(report: dict[str, Any], name: str) -> list[str]:
     """Per category: the engine's speedups over its own plain, and the llama.cpp ratios."""
-    workload, llama = report["workload"], report.get("workload_llama_cpp", {})
-    temps = list(workload[DRAFTS[0]]["by_temperature"])
+    workload, llama, drafts = report["workload"], report.get("workload_llama_cpp", {}), drafts_of(report)
+    temps = list(workload[drafts[0]]["by_temperature"])
     llama_cols = ("llama_cpp_prompt_lookup_over_llama_cpp_plain", "engine_plain_over_llama_cpp_plain",
-                  *(f"engine_{d}_over_llama_cpp_plain" for d in DRAFTS))
+                  *(f"engine_{d}_over_llama_cpp_plain" for d in drafts))
     llama_heads = ("llama.cpp lookup / llama.cpp plain", "engine plain / llama.cpp plain",
-                   *(f"engine `{d}` / llama.cpp plain" for d in DRAFTS))
-    heads = [f"`{d}` T={t} wall (CPU)" for t in temps for d in DRAFTS] + list(llama_heads)
+                   *(f"engine `{d}` / llama.cpp plain" for d in drafts))
+    heads = [f"`{d}` T={t} wall (CPU)" for t in temps for d in drafts] + list(llama_heads)
     lines = [f"| {name}, per category | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
-    categories = list(workload[DRAFTS[0]]["by_temperature"][temps[0]]["per_category_speedup"])
+    categories = list(workload[drafts[0]]["by_temperature"][temps[0]]["per_category_speedup"])
     per_llama = llama.get("per_category", {})
     for c in [*categories, "geomean"]:
         cells = []
         for t in temps:
-            for d in DRAFTS:
+            for d in drafts:
                 s = workload[d]["by_temperature"][t]
                 wall = s["geomean_speedup"] if c == "geomean" else s["per_category_speedup"][c]
                 cpu = s["geomean_speedup_cpu"] if c == "geomean" else s["per_category_speedup_cpu"][c]
