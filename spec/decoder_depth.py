@@ -91,6 +91,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any, Protocol
@@ -101,6 +102,7 @@ import numpy.typing as npt
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder_blocks import blocks, plan_of
+from verispec.spec.decoder_forcing import rows_in_order
 from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder_depth_ties import TIE_NOISES, NearTie, cut_edge_margin
 from verispec.spec.decoder_depth_power import (
@@ -656,10 +658,12 @@ def check_depth(
             gens = next(drawn)
         except VerispecError as exc:
             return _verdict("failed", plan, sums, alpha, looks, f"the engine raised {type(exc).__name__}: {str(exc)[:200]}")
-        for gen in gens:
-            scored = score(rows_of, case, gen.ids, rng)
-            scored.broken = scored.broken or logprob_error(gen, scored, logprob_tol)
-            sums.add(gen.ids, scored, events_of(gen), alpha_collision, case.eog)
+        with closing(rows_in_order(rows_of, tuple(case.prompt_ids), [g.ids for g in gens],
+                                   lambda ids: bool(ids) and not structure_error(ids, case))) as forced:
+            for gen, rows in zip(gens, forced):
+                scored = score(rows, case, gen.ids, rng)
+                scored.broken = scored.broken or logprob_error(gen, scored, logprob_tol)
+                sums.add(gen.ids, scored, events_of(gen), alpha_collision, case.eog)
         if sums.broken or sums.collision:
             return _verdict("failed", plan, sums, alpha, looks, sums.broken or sums.collision)
         while next_look < LOOKS and sums.overall.tokens >= targets[next_look]:

@@ -32,7 +32,7 @@ from verispec.spec.decoder_depth import DepthCase, score  # noqa: E402
 
 PROMPT = "The cat sat on the"
 PARAMS = SamplingParams(temperature=1.0, top_k=4, repeat_penalty=1.5)  # check-decoder's verispec defaults
-COST_GENERATIONS = 4
+COST_GENERATIONS = 32  # decoded in lockstep, as a depth block (up to 50 generations) is: 4 overstated the per-token cost
 
 
 def costs(path: Path, weights: str) -> dict[str, float]:

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 TargetLaw = Literal["reference", "engine-logits", "two-sample"]
 DEFAULT_PROMPTS: tuple[str, ...] = ("The cat sat on the",)
+# Threads computing our engine's teacher-forced passes ahead of the scoring (spec/decoder_forcing.py):
+# its passes are thread-safe and release the GIL in onnxruntime, and the checker's serial pass is
+# what the decoding workers wait on.
+FORCING_THREADS = 2
 DEFAULT_ALPHA = 1e-3  # the run's false-alarm probability, split over the prompts (Bonferroni)
 
 
@@ -426,11 +430,12 @@ class _Run:
         from verispec.spec.decoder_check import EngineLogits
         from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json
         from verispec.spec.decoder_depth_ties import PlainFedRows
+        from verispec.spec.decoder_forcing import ConcurrentRows, ForcedRows
 
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
         if callable(getattr(self.engine, "forced_rows", None)):  # the engine's own k-row pass (engine_decoder.py)
-            rows = self.engine.forced_rows
+            rows: ForcedRows = ConcurrentRows(self.engine.forced_rows, FORCING_THREADS)
         elif isinstance(self.target, EngineLogits):
             rows = PlainFedRows(self.target)
         else:
