@@ -18,8 +18,8 @@ from verispec.reference.model import Model
 from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json
 from verispec.spec.decoder_forcing import ConcurrentRows, rows_in_order
 
-from tests.conftest import write_tiny_gguf
 from tests.test_decoder_depth import EOG, MAX_TOKENS, MIN_TOKENS, PRODUCT_ALPHA, PROMPT, WITH_PROCESSORS, Loop
+from tests.test_decoder_depth import model  # noqa: F401 - the tiny model fixture, shared
 
 PROMPT_IDS = (1, 2)
 
@@ -107,13 +107,6 @@ def test_a_failing_pass_raises_at_its_own_generation() -> None:
 def test_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ConcurrentRows(Recorder(), 0)
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
-    path = write_tiny_gguf(tmp_path_factory.mktemp("forcing") / "tiny.gguf", n_vocab=64, n_embd=32, n_layer=1,
-                           n_head=4, n_head_kv=2, context_length=256, weight_scale=1.0)
-    return Model.load(path)
 
 
 def test_the_depth_verdict_is_the_same_with_the_passes_ahead(model: Model) -> None:
