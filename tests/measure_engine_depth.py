@@ -5,7 +5,7 @@
 (defaults: smollm2-135m int8 480 2; BUDGET_S 0: the costs only). First the three costs of one judged token, measured in this
 process on the same generations (CPU seconds, so a loaded machine inflates them less than wall
 time): decoding (the engine's speculative decoder, n-gram draft, k = 2), teacher forcing (one
-k-row pass per generation) and scoring (the target law and the statistics of every position).
+k-row pass per generation; and its wall computed ahead on threads, as the checker does) and scoring (the target law and the statistics of every position).
 Then the gate itself with ``WORKERS`` processes and a ``BUDGET_S`` budget: its design's N, the
 tokens it judged, the wall time. The projection of the full-power run is N times the CPU seconds
 a token costs, over the cores (the workers decode, this process teacher-forces and scores).
@@ -24,11 +24,12 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 import numpy as np  # noqa: E402
 
-from verispec.decoder_api import check_decoder  # noqa: E402
+from verispec.decoder_api import FORCING_THREADS, check_decoder  # noqa: E402
 from verispec.engine_decoder import EngineDecoder  # noqa: E402
 from verispec.reference.sampling import SamplingParams  # noqa: E402
 from verispec.registry import resolve_model  # noqa: E402
 from verispec.spec.decoder_depth import DepthCase, score  # noqa: E402
+from verispec.spec.decoder_forcing import ConcurrentRows, rows_in_order  # noqa: E402
 
 PROMPT = "The cat sat on the"
 PARAMS = SamplingParams(temperature=1.0, top_k=4, repeat_penalty=1.5)  # check-decoder's verispec defaults
@@ -49,13 +50,21 @@ def costs(path: Path, weights: str) -> dict[str, float]:
     began = time.process_time()
     rows = [decoder.forced_rows(list(prompt) + g["ids"], len(prompt)) for g in gens]
     forcing = time.process_time() - began
+    # the checker's way (spec/decoder_forcing.py): the passes FORCING_THREADS generations ahead, wall per token
+    ahead_rows = ConcurrentRows(decoder.forced_rows, FORCING_THREADS)
+    keys = [g["ids"] for g in gens]
+    began_wall = time.perf_counter()
+    ahead = [f(prompt + tuple(ids), len(prompt)) for ids, f in zip(keys, rows_in_order(ahead_rows, prompt, keys, bool))]
+    forcing_ahead_wall = time.perf_counter() - began_wall
+    if not all(np.array_equal(a, b) for a, b in zip(ahead, rows)):
+        raise AssertionError("the passes computed ahead on threads differ from the serial ones")
     rng = np.random.default_rng(0)
     began = time.process_time()
     for g, r in zip(gens, rows):
         score(lambda sequence, length, r=r: r, case, g["ids"], rng)
     scoring = time.process_time() - began
     return {"tokens": tokens, "decode_cpu_s_per_token": decode / tokens, "forcing_cpu_s_per_token": forcing / tokens,
-            "scoring_cpu_s_per_token": scoring / tokens}
+            "forcing_ahead_wall_s_per_token": forcing_ahead_wall / tokens, "scoring_cpu_s_per_token": scoring / tokens}
 
 
 def main() -> None:
