@@ -18,7 +18,6 @@ from typing import Any
 from verispec.geomean import geomean
 
 
-
 def drafts_of(report: dict[str, Any]) -> tuple[str, ...]:
     """The draft sources the run measured (``--draft``, in its order)."""
     return tuple(report["workload"])

@@ -31,6 +31,13 @@ Prefix = tuple[int, ...]
 ForcedRows = Callable[[Prefix, int], Any]
 
 
+def _keep_noise(wrapper: object, rows_of: ForcedRows) -> None:
+    """The near-tie test reads ``batch_shape_noise`` off the rows it is given: a wrapper keeps it."""
+    noise = getattr(rows_of, "batch_shape_noise", None)
+    if noise is not None:
+        setattr(wrapper, "batch_shape_noise", noise)
+
+
 class ConcurrentRows:
     """``rows_of`` declared safe to call from ``concurrency`` threads at once."""
 
@@ -39,9 +46,7 @@ class ConcurrentRows:
             raise ValueError(f"concurrency {concurrency} must be at least 1")
         self.rows_of = rows_of
         self.concurrency = concurrency
-        noise = getattr(rows_of, "batch_shape_noise", None)  # the near-tie test reads it off the rows
-        if noise is not None:
-            self.batch_shape_noise = noise
+        _keep_noise(self, rows_of)
 
     def __call__(self, sequence: Prefix, prompt_length: int) -> Any:
         return self.rows_of(sequence, prompt_length)
@@ -52,9 +57,7 @@ class _Ahead:
 
     def __init__(self, rows_of: ForcedRows, key: Prefix, future: Future[Any]) -> None:
         self.rows_of, self.key, self.future = rows_of, key, future
-        noise = getattr(rows_of, "batch_shape_noise", None)
-        if noise is not None:
-            self.batch_shape_noise = noise
+        _keep_noise(self, rows_of)
 
     def __call__(self, sequence: Prefix, prompt_length: int) -> Any:
         if tuple(sequence) == self.key:

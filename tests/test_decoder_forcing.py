@@ -118,3 +118,14 @@ def test_the_depth_verdict_is_the_same_with_the_passes_ahead(model: Model) -> No
                         max_generations=40, pilot=8, block=20)
     assert verdict_json(serial) == verdict_json(ahead)
     assert serial.state == "inconclusive" and serial.power > 0
+
+
+def test_the_wrappers_keep_the_rows_batch_shape_noise() -> None:
+    """The near-tie test reads ``batch_shape_noise`` off the rows it is handed (spec/decoder_depth.py)."""
+    rows = Recorder()
+    rows.batch_shape_noise = 3e-5  # type: ignore[attr-defined]
+    concurrent = ConcurrentRows(rows, 2)
+    assert concurrent.batch_shape_noise == 3e-5  # type: ignore[attr-defined]
+    handed = list(rows_in_order(concurrent, PROMPT_IDS, GENERATIONS, forced))
+    assert all(getattr(got, "batch_shape_noise", None) == 3e-5 for got in handed)
+    assert getattr(ConcurrentRows(Recorder(), 2), "batch_shape_noise", None) is None  # none where the rows have none
