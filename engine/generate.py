@@ -19,8 +19,9 @@ from verispec.engine.sampling import sample, target_distribution
 from verispec.reference.errors import ContextOverflow
 from verispec.reference.generate import GenerationRequest, GenerationResult, decode_plain
 from verispec.reference.model import Model
+from verispec.reference.sampling import sample as reference_draw
 from verispec.reference.sampling import target_distribution as reference_law
-from verispec.reference.seams import LawFn
+from verispec.reference.seams import DrawFn, LawFn
 from verispec.reference.tokenizer import Tokenizer
 
 
@@ -59,6 +60,11 @@ def generate_any(
 def law_for(model: "FastModel | Model") -> LawFn:
     """The target law of ``model``'s engine (bit-identical on both; the fast one is vectorized)."""
     return target_distribution if isinstance(model, FastModel) else reference_law
+
+
+def draw_for(model: "FastModel | Model") -> DrawFn:
+    """The draw of ``model``'s engine (bit-identical on both; the fast one scans the support only)."""
+    return sample if isinstance(model, FastModel) else reference_draw
 
 
 def prompt_logits_any(model: "FastModel | Model", prompt_ids: Sequence[int]) -> npt.NDArray[np.float32]:

@@ -7,6 +7,8 @@ way the surviving set is found changes:
   still gets exactly one ``/ r`` or ``* r``);
 - top-k, top-p, min-p and the softmax are the reference's own helpers (its top-k already partitions
   instead of sorting the whole vocabulary, and its top-p sorts only the prefix it needs);
+- a small top-k (at most :data:`SPARSE_TOP_K`) is found in a pool of the vocabulary, and the later
+  processors run on its survivors alone (:func:`_top_k_law`);
 - drawing: the inverse CDF over the nonzero ids only. Zero weights do not change a running sum, so
   the cumulative sums, the total and the first crossing are the reference's, bit for bit.
 
@@ -32,9 +34,13 @@ from verispec.reference.sampling import (
     _apply_top_p,
     _check_history,
     _check_logits,
+    _first_k,
     _softmax_over,
     inverse_cdf,
 )
+
+SPARSE_TOP_K = 64  # top-k up to this size takes the survivors-only path; the reference's top-p sorts 64 ids at once
+POOL_STRIDE = 16  # every 16th logit bounds the k-th largest from below (_top_k_pool)
 
 
 def _apply_repeat_penalty(
@@ -50,11 +56,12 @@ def _apply_repeat_penalty(
 
 def target_distribution(logits: FloatArray, history: Sequence[int], params: SamplingParams) -> Probs:
     """Same contract and same bits as :func:`reference.sampling.target_distribution`."""
-    row = _check_logits(logits)
+    source = np.asarray(logits)
+    row = _check_logits(source)
     vocab_size = row.shape[0]
     params.validate(vocab_size)
     _check_history(history, vocab_size)
-    working = row.copy()  # [V]
+    working = row.copy() if np.may_share_memory(row, source) else row  # [V]; a converted row is already a copy
     _apply_logit_bias(working, params.logit_bias)
     _apply_repeat_penalty(working, history, params.repeat_penalty, params.repeat_last_n)
     if np.any(working == np.inf):
@@ -66,10 +73,56 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
         probs = np.zeros(vocab_size, dtype=np.float64)
         probs[int(np.argmax(np.where(alive, working, -np.inf)))] = 1.0
         return probs
+    all_alive = bool(alive.all())
+    n_alive = vocab_size if all_alive else int(alive.sum())
+    if 0 < params.top_k <= SPARSE_TOP_K and params.top_k < n_alive:
+        return _top_k_law(working, alive, all_alive, params)
     _apply_top_k(working, alive, params.top_k)
     _apply_top_p(working, alive, params.top_p)
     _apply_min_p(working, alive, params.min_p)
     return _softmax_over(working, alive, params.temperature)
+
+
+def _top_k_law(
+    working: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], all_alive: bool, params: SamplingParams
+) -> Probs:
+    """Steps top-k .. softmax when 0 < k <= SPARSE_TOP_K and k < the number alive, on k survivors.
+
+    After top-k every later step (top-p, min-p, temperature, softmax) reads only the survivors'
+    logits and their id order, and writes zeros elsewhere. So the survivors, in ascending id order
+    (an order-preserving relabelling: ties still break to the lower id), are a law problem of
+    their own: the reference's helpers run on it unchanged, on the same values in the same order,
+    and its probabilities are scattered back. Same bits as the full row.
+    """
+    survivors = np.sort(_top_k_pool(working, alive, all_alive, params.top_k))  # [k] ascending ids
+    sub = working[survivors]  # [k]
+    sub_alive = np.ones(survivors.shape[0], dtype=np.bool_)
+    _apply_top_p(sub, sub_alive, params.top_p)
+    _apply_min_p(sub, sub_alive, params.min_p)
+    probs = np.zeros(working.shape[0], dtype=np.float64)  # [V]
+    probs[survivors] = _softmax_over(sub, sub_alive, params.temperature)
+    return probs
+
+
+def _top_k_pool(
+    working: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], all_alive: bool, k: int
+) -> npt.NDArray[np.intp]:
+    """The reference's ``_first_k(working, alive, k)``, run on a pool of the vocabulary.
+
+    The k-th largest key of every POOL_STRIDE-th id is at most the k-th largest of all (a subset's
+    k-th largest never exceeds the whole set's), so the ids whose key reaches it -- the pool --
+    hold every id at or above the whole row's k-th largest, its ties included. ``_first_k`` of
+    the pool then finds that same k-th largest and the same ids; pool indices ascend with the ids,
+    so its id-ascending tie rule is unchanged.
+    """
+    keys = working if all_alive else np.where(alive, working, -np.inf)  # [V]
+    sample = keys[::POOL_STRIDE]
+    if sample.shape[0] <= k:
+        return _first_k(working, alive, k)
+    floor = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
+    pool = np.flatnonzero(keys >= floor)  # ascending ids
+    chosen: npt.NDArray[np.intp] = pool[_first_k(working[pool], alive[pool], k)]
+    return chosen
 
 
 def sample_from(probs: Probs, u: float) -> int:
@@ -81,7 +134,7 @@ def sample_from(probs: Probs, u: float) -> int:
         raise SamplingError(f"uniform must be in [0, 1), got {u!r}")
     if not np.all(np.isfinite(row)) or np.any(row < 0):
         raise SamplingError("probs must be finite and non-negative")
-    support = np.flatnonzero(row)  # ascending ids with positive weight
+    support = np.flatnonzero(row > 0)  # ascending ids with positive weight (a boolean scan: faster than nonzero of floats)
     if support.size == 0:
         raise SamplingError("probs have zero total mass")
     # The draw over the support alone: adding the zeros between support ids changes no running

@@ -45,7 +45,7 @@ from typing import Any, Literal
 from verispec.reference import speculative, tree_decode
 from verispec.reference.drafts import AdaptiveK, check_options
 from verispec.reference.sampling import sample, target_distribution
-from verispec.reference.seams import DraftContext, DraftSource, LawFn, TargetModel
+from verispec.reference.seams import DraftContext, DraftSource, DrawFn, LawFn, TargetModel
 from verispec.reference.session import DecodeSession, GenerationRequest, GenerationResult
 from verispec.reference.tokenizer import Tokenizer
 
@@ -148,13 +148,16 @@ def speculative_generate(
     *,
     on_text: Callable[[str], None] | None = None,
     law: LawFn = target_distribution,
+    draw: DrawFn = sample,
 ) -> SpeculativeResult:
     """Decode ``request`` speculatively with ``draft``; same stopping rules and stats as
     :func:`reference.generate.generate`, and the per-cycle trace.
 
     ``law`` is THE target law (:func:`reference.sampling.target_distribution`); a caller may pass a
-    memoized wrapper of it (the statistical tests do), never another law. Raises DraftError for bad
-    options and the errors of plain decoding, all before any model work.
+    memoized wrapper of it (the statistical tests do), never another law. ``draw`` draws a plain
+    cycle's token: THE draw (:func:`reference.sampling.sample`) or a bit-identical one (the fast
+    engine's). Raises DraftError for bad options and the errors of plain decoding, all before any
+    model work.
     """
     options.validate()
     session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
@@ -191,7 +194,7 @@ def speculative_generate(
             accepted, token, kind = verdict.accepted, verdict.token, verdict.kind
         else:
             accepted, kind = 0, "plain"
-            token = sample(speculative.target_rows(logits, history, (), params, law)[0], rng)
+            token = draw(speculative.target_rows(logits, history, (), params, law)[0], rng)
         cache.truncate(before + accepted)
         t2 = time.perf_counter()
         if adaptive is not None:

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from verispec.reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
 from verispec.reference.drafts import predicted_speedup
 from verispec.reference.generate import GenerationRequest, GenerationResult, generate
-from verispec.reference.sampling import target_distribution
-from verispec.reference.seams import DraftSource, LawFn, TargetModel
+from verispec.reference.sampling import sample, target_distribution
+from verispec.reference.seams import DraftSource, DrawFn, LawFn, TargetModel
 from verispec.reference.tokenizer import Tokenizer
 
 
@@ -151,17 +151,18 @@ def measure(
     on_text: Callable[[str], None] | None = None,
     plain: Callable[[GenerationRequest], GenerationResult] | None = None,
     law: LawFn = target_distribution,
+    draw: DrawFn = sample,
 ) -> tuple[SpeculativeResult, Evidence]:
     """Plain decoding then speculative decoding of ``request`` in this process; the speculative
     result and its evidence (speedup measured against the plain run just made).
 
     Both runs must be on the same engine, or the speedup compares two engines: ``plain`` is that
     engine's plain loop for ``request`` (default :func:`reference.generate.generate` on ``model``)
-    and ``law`` its target law (bit-identical on every engine; only its speed differs). The CLI
-    passes the chosen engine's (:func:`engine.generate.generate_any`, :func:`engine.generate.law_for`),
-    as ``verispec bench`` does.
+    and ``law`` / ``draw`` its target law and draw (bit-identical on every engine; only their speed
+    differs). The CLI passes the chosen engine's (:func:`engine.generate.generate_any`, ``law_for``
+    and ``draw_for``), as ``verispec bench`` does.
     """
     options.validate()
     plain_result = plain(request) if plain is not None else generate(model, tokenizer, request)
-    result = speculative_generate(model, tokenizer, request, draft, options, on_text=on_text, law=law)
+    result = speculative_generate(model, tokenizer, request, draft, options, on_text=on_text, law=law, draw=draw)
     return result, evidence(result, plain_result, trace=trace)

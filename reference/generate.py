@@ -23,6 +23,7 @@ import numpy.typing as npt
 from verispec.reference.chat import ChatFormat
 from verispec.reference.errors import ContextOverflow, ModelError
 from verispec.reference.sampling import sample, target_distribution
+from verispec.reference.seams import DrawFn as DrawFn
 from verispec.reference.seams import LawFn, TargetModel
 from verispec.reference.session import DecodeSession
 from verispec.reference.session import GenerationRequest as GenerationRequest  # re-exported: the request types
@@ -33,8 +34,6 @@ from verispec.reference.session import fit_context as fit_context
 from verispec.reference.tokenizer import Tokenizer
 
 F32 = npt.NDArray[np.float32]
-DrawFn = Callable[[npt.NDArray[np.float64], np.random.Generator], int]
-"""``draw(probs [V], rng) -> id``: :func:`reference.sampling.sample` or a bit-identical draw."""
 LastLogitsFn = Callable[[Sequence[int], Any], F32]
 """``last_logits(span, cache) -> [V]``: run a span (appending it to the cache), its last logits row."""
 

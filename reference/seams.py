@@ -14,6 +14,8 @@ typed against these protocols, and nothing else restates them:
                   (spec/protocol.md) (and :class:`BatchVerifier`, N at once).
     LawFn         THE target law (:func:`reference.sampling.target_distribution`) or a bit-identical
                   implementation of it (the fast engine's; a memo of it in the tests).
+    DrawFn        THE draw (:func:`reference.sampling.sample`: one ``rng.random()``, the inverse CDF)
+                  or a bit-identical implementation of it (the fast engine's).
 
 This module imports no loop, no model and no engine, so every one of them can import it.
 """
@@ -35,6 +37,8 @@ ArrayLike = npt.ArrayLike
 
 LawFn = Callable[[F32, Sequence[int], SamplingParams], F64]
 """``law(logits [V], history, params) -> probs [V]``: THE target law or a bit-identical one."""
+DrawFn = Callable[[F64, np.random.Generator], int]
+"""``draw(probs [V], rng) -> id``: :func:`reference.sampling.sample` or a bit-identical draw."""
 
 
 # -- the model and its cache ---------------------------------------------------------------------

@@ -82,3 +82,63 @@ def test_draw_edges_as_reference() -> None:
         fast.sample_from(probs, 1.0)
     rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
     assert [fast.sample(probs, rng_a) for _ in range(20)] == [ref.sample(probs, rng_b) for _ in range(20)]
+
+
+def _large_vocabulary_cases() -> list[tuple[np.ndarray, list[int], SamplingParams]]:
+    """Rows of a real vocabulary's size, where the small-top-k path pools the vocabulary:
+    ties at the cut (integer logits), penalised history ids moving across the cut, and -inf
+    biases on every POOL_STRIDE-th id (the pool's sample all banned: the pool is the whole row)."""
+    rng = np.random.default_rng(7)
+    vocab = 49152
+    out = []
+    for trial in range(24):
+        if trial % 2:
+            logits = rng.integers(-6, 6, size=vocab).astype(np.float32)
+        else:
+            logits = (rng.standard_normal(vocab) * 3).astype(np.float32)
+        top = [int(t) for t in np.argsort(-logits, kind="stable")[:8]]
+        history = top[: trial % 5] + [int(t) for t in rng.integers(0, vocab, size=40)]
+        bias: dict[int, float] | None = None
+        if trial % 3 == 1:
+            bias = {int(t): -np.inf for t in range(0, vocab, fast.POOL_STRIDE)}
+        elif trial % 3 == 2:
+            bias = {top[0]: -np.inf, top[1]: 2.0}
+        params = SamplingParams(
+            temperature=[1.0, 0.7, 2.0][trial % 3],
+            top_k=[1, 4, 40, fast.SPARSE_TOP_K][trial % 4],
+            top_p=[1.0, 0.9, 0.3][trial % 3],
+            min_p=[0.0, 0.05][trial % 2],
+            repeat_penalty=[1.5, 1.0, 0.8][trial % 3],
+            logit_bias=bias,
+        )
+        out.append((logits, history, params))
+    return out
+
+
+@pytest.mark.parametrize("case", _large_vocabulary_cases())
+def test_small_top_k_path_bit_identical_on_a_full_vocabulary(case: tuple[np.ndarray, list[int], SamplingParams]) -> None:
+    logits, history, params = case
+    want = ref.target_distribution(logits, history, params)
+    got = fast.target_distribution(logits, history, params)
+    np.testing.assert_array_equal(got, want)
+    assert fast.sample_from(got, 0.6180339887) == ref.sample_from(want, 0.6180339887)
+
+
+def test_small_top_k_path_pool_exactly_k_alive() -> None:
+    """The pool can hold exactly k live ids (all others banned): they are the law's support."""
+    vocab = 4096
+    logits = np.zeros(vocab, dtype=np.float32)
+    keep = [3, 700, 701, 4000]
+    bias = {t: -np.inf for t in range(vocab) if t not in keep + [9]}
+    params = SamplingParams(top_k=4, logit_bias=bias)
+    got = fast.target_distribution(logits, [], params)
+    np.testing.assert_array_equal(got, ref.target_distribution(logits, [], params))
+    assert list(np.flatnonzero(got)) == [3, 9, 700, 701]
+
+
+def test_the_law_does_not_write_into_a_float64_row() -> None:
+    row = np.linspace(-3.0, 3.0, 5000)
+    before = row.copy()
+    fast.target_distribution(row, [4999, 4998], SamplingParams(top_k=4, repeat_penalty=1.5))
+    fast.target_distribution(row, [4999, 4998], SamplingParams(top_k=0, repeat_penalty=1.5))
+    np.testing.assert_array_equal(row, before)

@@ -35,11 +35,18 @@ def test_speculative_trace_identical(tiny_gguf: Any, smollm2_tokenizer: Any, dra
     request = GenerationRequest(prompt, params=params, max_tokens=24, seed=42)
     options = SpeculativeOptions(k=3)
     want = speculative_generate(ref, smollm2_tokenizer, request, make_draft(parse_draft_spec(draft_spec), ref), options)
+    draws: list[int] = []
+
+    def draw(probs: Any, rng: Any) -> int:  # the engine's draw, counted: a plain cycle's token comes from it
+        draws.append(fast_sampling.sample(probs, rng))
+        return draws[-1]
+
     got = speculative_generate(
         fast, smollm2_tokenizer, request, make_draft(parse_draft_spec(draft_spec), fast), options,
-        law=fast_sampling.target_distribution,
+        law=fast_sampling.target_distribution, draw=draw,
     )
     assert _trace(got) == _trace(want)
+    assert draws == [c.token for c in got.cycles if c.kind == "plain"]
     assert got.generation.ids == want.generation.ids
     assert any(c.drafted for c in want.cycles)  # drafting happened: the comparison covers verification
     assert any(c.accepted for c in want.cycles)  # and acceptance

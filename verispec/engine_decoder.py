@@ -46,13 +46,13 @@ class EngineDecoder:
     """The engine's speculative decoder (module docstring): ``generate`` and ``forced_rows``."""
 
     def __init__(self, path: Path, weights: str = "auto", k: int = 2, batch: int = BATCH) -> None:
-        from verispec.engine.generate import law_for
+        from verispec.engine.generate import draw_for, law_for
         from verispec.engine_load import load_engine
 
         loaded = load_engine(str(path), weights=weights)
         self.model, self.tokenizer, self.k = loaded.model, loaded.tokenizer, k
         self.batch = batch  # generations decoded in lockstep (module docstring); 1: one at a time
-        self.law = law_for(loaded.model)
+        self.law, self.draw = law_for(loaded.model), draw_for(loaded.model)
         self.weights = str(getattr(loaded.model, "weights_mode", weights))
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
@@ -70,7 +70,8 @@ class EngineDecoder:
         options = SpeculativeOptions(k=self.k)
 
         def loop(request: GenerationRequest) -> Callable[[Any], SpeculativeResult]:
-            return lambda model: speculative_generate(model, self.tokenizer, request, NgramDraft(), options, law=self.law)
+            return lambda model: speculative_generate(model, self.tokenizer, request, NgramDraft(), options, law=self.law,
+                                                     draw=self.draw)
 
         loops = [loop(request) for request in requests]
         if self.batch > 1 and n > 1 and getattr(self.model, "batches_spans", False):

@@ -99,7 +99,7 @@ def engine_round(
     draft = make_draft(parse_draft_spec(spec_text), model, tokenizer)
     spec = speculative_generate(
         model, tokenizer, request, draft, SpeculativeOptions(k=options.k, adaptive=True),
-        law=fast_sampling.target_distribution,
+        law=fast_sampling.target_distribution, draw=fast_sampling.sample,
     )
     c2 = time.process_time()
     return Round(request.params.temperature, plain, spec, c1 - c0, c2 - c1)

@@ -27,7 +27,7 @@ from verispec.bench.llama_section import engine_threads
 from verispec.reference.errors import PeerFailed
 from verispec.commands.request import add_engine_arguments, build_request
 from verispec.commands.validate import check_generate
-from verispec.engine.generate import generate_any, law_for
+from verispec.engine.generate import draw_for, generate_any, law_for
 from verispec.engine_load import EngineLoaded, load_engine, weights_mode_of
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import check_options, make_draft, parse_draft_spec
@@ -106,7 +106,8 @@ def _measure(args: argparse.Namespace, loaded: EngineLoaded, request: Generation
             plain = generate_any(loaded.model, loaded.tokenizer, request)
             _keep(best, "plain", {"tok_s": plain.stats.tokens_per_s, "tokens": plain.stats.generated_tokens})
             draft = make_draft(parse_draft_spec(args.draft), loaded.model, loaded.tokenizer)
-            spec = speculative_generate(loaded.model, loaded.tokenizer, request, draft, spec_options, law=law_for(loaded.model))
+            spec = speculative_generate(loaded.model, loaded.tokenizer, request, draft, spec_options, law=law_for(loaded.model),
+                                        draw=draw_for(loaded.model))
             ids = spec.generation.ids
             _keep(best, "speculative", {"tok_s": spec.generation.stats.tokens_per_s, "tokens": len(ids),
                                         "same_tokens": list(ids) == list(first.ids)})

@@ -16,7 +16,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from verispec.engine.generate import generate_any, law_for
+from verispec.engine.generate import draw_for, generate_any, law_for
 from verispec.reference.config import Config
 from verispec.reference.decode import SpeculativeOptions
 from verispec.reference.drafts import (
@@ -102,17 +102,17 @@ def run_speculative(args: argparse.Namespace) -> int:
     cache_path = Path(args.draft_cache) if getattr(args, "draft_cache", None) else None
     draft = make_draft(spec, loaded.model, None if spec.kind == "model" else loaded.tokenizer, cache_path=cache_path)
     plain = partial(generate_any, loaded.model, loaded.tokenizer)  # the chosen engine's plain loop
-    law = law_for(loaded.model)                                    # and its (bit-identical) law
+    law, draw = law_for(loaded.model), draw_for(loaded.model)      # and its (bit-identical) law and draw
     if args.json:
         result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace,
-                             plain=plain, law=law)
+                             plain=plain, law=law, draw=draw)
         _finish(draft, result.generation.ids)
         out = result_json(result.generation)
         out["speculative"] = ev.as_dict()
         print(json.dumps(out, ensure_ascii=False))
         return 0
     result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace, on_text=stream,
-                         plain=plain, law=law)
+                         plain=plain, law=law, draw=draw)
     _finish(draft, result.generation.ids)
     sys.stdout.write("\n")
     sys.stdout.flush()
