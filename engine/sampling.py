@@ -39,7 +39,7 @@ from verispec.reference.sampling import (
     inverse_cdf,
 )
 
-SPARSE_TOP_K = 64  # top-k up to this size takes the survivors-only path; the reference's top-p sorts 64 ids at once
+SPARSE_TOP_K = 64  # top-k up to this size takes the survivors-only path (same bits at any k; past it the pool gains little)
 POOL_STRIDE = 16  # every 16th logit bounds the k-th largest from below (_top_k_pool)
 
 
