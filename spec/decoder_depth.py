@@ -90,7 +90,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
@@ -103,6 +103,8 @@ from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder_blocks import blocks, plan_of
 from verispec.spec.decoder_forcing import rows_in_order
+from verispec.spec.decoder_types import ForcedRows as ForcedRows
+from verispec.spec.decoder_types import Prefix as Prefix
 from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder_depth_ties import TIE_NOISES, NearTie, cut_edge_margin
 from verispec.spec.decoder_depth_power import (
@@ -119,8 +121,6 @@ from verispec.spec.statistics import POWER, chi2_sf
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
-Prefix = tuple[int, ...]
-ForcedRows = Callable[[Prefix, int], Any]  # (prompt + ids, prompt length) -> logits [len(ids), V]
 
 NORMAL = NormalDist()
 LOOKS = 7  # after 1/64, 1/32, .., 1/2, 1 of the design's tokens

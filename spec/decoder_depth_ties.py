@@ -35,8 +35,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from verispec.spec.decoder_types import Prefix
+
 F64 = npt.NDArray[np.float64]
-Prefix = tuple[int, ...]
 Law = Callable[[F64, tuple[int, ...], Sequence[int]], Any]  # (logits, prompt, history) -> p [V]
 TIE_NOISES = 2.0  # a near-tie needs a margin within twice the engine's own noise
 BISECTIONS = 40

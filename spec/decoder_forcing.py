@@ -27,8 +27,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-Prefix = tuple[int, ...]
-ForcedRows = Callable[[Prefix, int], Any]
+from verispec.spec.decoder_types import ForcedRows, Prefix
 
 
 def _keep_noise(wrapper: object, rows_of: ForcedRows) -> None:

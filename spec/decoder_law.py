@@ -42,13 +42,13 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.spec.decoder_types import LogitsOf as LogitsOf
+from verispec.spec.decoder_types import Prefix as Prefix
 from verispec.spec.laws.common import Profile
 from verispec.spec.statistics import ChiSquare, chi_square, power_of, required_sample_size
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
-Prefix = tuple[int, ...]
-LogitsOf = Callable[[Prefix], Any]  # prefix (prompt + tokens) -> logits row [V] after it
 
 MAX_M = 3
 MAX_CELLS = 64

@@ -430,7 +430,8 @@ class _Run:
         from verispec.spec.decoder_check import EngineLogits
         from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json
         from verispec.spec.decoder_depth_ties import PlainFedRows
-        from verispec.spec.decoder_forcing import ConcurrentRows, ForcedRows
+        from verispec.spec.decoder_forcing import ConcurrentRows
+        from verispec.spec.decoder_types import ForcedRows
 
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
