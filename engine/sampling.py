@@ -73,10 +73,10 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
         probs = np.zeros(vocab_size, dtype=np.float64)
         probs[int(np.argmax(np.where(alive, working, -np.inf)))] = 1.0
         return probs
-    all_alive = bool(alive.all())
-    n_alive = vocab_size if all_alive else int(alive.sum())
-    if 0 < params.top_k <= SPARSE_TOP_K and params.top_k < n_alive:
-        return _top_k_law(working, alive, all_alive, params)
+    if 0 < params.top_k <= SPARSE_TOP_K:
+        all_alive = bool(alive.all())
+        if params.top_k < (vocab_size if all_alive else int(alive.sum())):  # else top-k keeps every live id
+            return _top_k_law(working, alive, all_alive, params)
     _apply_top_k(working, alive, params.top_k)
     _apply_top_p(working, alive, params.top_p)
     _apply_min_p(working, alive, params.min_p)
