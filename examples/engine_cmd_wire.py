@@ -1,4 +1,4 @@
-"""The JSON-lines loop of a ``check-decoder --engine-cmd`` program (spec/decoder_check.py's ops,
+"""The JSON-lines loop of a ``check-decoder --engine-cmd`` program (spec/decoder/check.py's ops,
 spec/external.py's envelope), standard library only, so that it runs in any peer's venv.
 
 An engine is a function ``answer(op, input) -> output``: it raises :class:`LookupError` for an op

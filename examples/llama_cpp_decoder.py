@@ -32,7 +32,7 @@ LOOKUP_TOKENS = 10  # num_pred_tokens, llama-cpp-python's default
 
 
 class LlamaCppLookupDecoder:
-    """``sample`` / ``greedy`` of :mod:`spec.decoder_check` over ``llama_cpp.Llama.generate``."""
+    """``sample`` / ``greedy`` of :mod:`spec.decoder.check` over ``llama_cpp.Llama.generate``."""
 
     def __init__(self, path: Path, lookup_tokens: int = LOOKUP_TOKENS) -> None:
         from llama_cpp import Llama

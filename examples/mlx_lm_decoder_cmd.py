@@ -11,7 +11,7 @@ and loads it with ``mlx_lm.utils.load_model``; mlx then computes in float32 on o
 |logit difference| to our reference forward ~1e-5 on the tiny models), so the gate's target law
 comes from our forward (``--target-law reference``, the default).
 
-Ops (spec/decoder_check.py): ``generate`` = ``speculative_generate_step`` with the draft model
+Ops (spec/decoder/check.py): ``generate`` = ``speculative_generate_step`` with the draft model
 (``--num-draft`` drafts a cycle; mlx-lm verifies by sample-and-match: the target samples every
 position with the same sampler and keeps drafts while they equal its own draws), cycles reported
 from its ``from_draft`` flags; ``generate_plain`` = ``generate_step`` alone; ``greedy``; ``logits``

@@ -22,7 +22,7 @@ it by the pipeline's ``enable_save_ov_model``: ``draft_model`` does not read GGU
 The law (openvino-genai's LogitProcessor, src/cpp/src/sampling/logit_processor.hpp): repetition
 penalty over the prompt's and the output's distinct tokens (the whole sequence), then top-k, then
 temperature, then min-p and top-p on the TEMPERED probabilities. That is ``--law transformers``
-(spec/laws/transformers.py) except with min-p and top-p both on (transformers applies top-p
+(spec/decoder/laws/transformers.py) except with min-p and top-p both on (transformers applies top-p
 first), which is refused. Under verispec's default law the adapter answers only where the two
 laws coincide: top-k at any temperature, top-p or min-p at temperature 1, a penalty while the
 prompt and ``max_tokens`` fit ``repeat_last_n``. Every generation is seeded (``rng_seed``) from

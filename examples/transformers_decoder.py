@@ -50,7 +50,7 @@ def load_target(path: Path) -> Any:
 
 
 class TransformersLookupDecoder:
-    """``sample`` / ``greedy`` / ``logits`` / ``sample_plain`` of :mod:`spec.decoder_check` over
+    """``sample`` / ``greedy`` / ``logits`` / ``sample_plain`` of :mod:`spec.decoder.check` over
     transformers' generate(): prompt lookup (default) or a same-vocabulary ``assistant``."""
 
     def __init__(

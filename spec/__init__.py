@@ -18,9 +18,9 @@
 - :mod:`spec.law_only`: ``check --law-only``: verifiers that draw their own randomness.
 - :mod:`spec.sequential`: group-sequential statistics (early rejection, ``--budget``, shards).
 - :mod:`spec.workers`: ``check --workers N``: the statistics drawn in N verifier processes.
-- :mod:`spec.decoder_law`, :mod:`spec.decoder_check`: ``check-decoder``: the law of a whole
+- :mod:`spec.decoder.first_tokens`, :mod:`spec.decoder.check`: ``check-decoder``: the law of a whole
   decoder's first m tokens on a real GGUF, greedy divergences vs batch-shape noise.
-- :mod:`spec.decoder_mutants`: mutant decode loops (pipeline bugs) that ``check-decoder`` rejects.
+- :mod:`spec.decoder.mutants`: mutant decode loops (pipeline bugs) that ``check-decoder`` rejects.
 - :mod:`spec.witness`: the speculative decoding station of ``verispec witness`` (toy target, draft,
   evidence).
 - :mod:`spec.tree_exact`: token trees (``protocol.md``, "Token trees"): exact laws over small

@@ -68,6 +68,7 @@ from verispec.spec.external import CommandTransport, ExternalError, ProgramCanno
 from verispec.spec.law_only import NOT_APPLICABLE_REASON, applicable, batch_ignoring_uniforms, call_seed, ignoring_uniforms
 from verispec.spec.pipeline import Pipeline, RowsRequest
 from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS, as_batch, as_verifier, run_properties
+from verispec.spec.property_names import property_names
 from verispec.spec.report import (
     DEFAULT_STAT_SEED,
     EXIT_FAILED,
@@ -78,6 +79,7 @@ from verispec.spec.report import (
     PropertyOutcome,
     Status,
     format_outcome,
+    run_design,
     sequential_outcome,
 )
 from verispec.spec.report_seal import content_digest, report_key, run_id, signature, verifier_identity
@@ -355,11 +357,6 @@ def replay_kind(impl: Implementation, kind: str, cases: Sequence[Mapping[str, An
     return outcome("passed", f"{len(cases)} cases agree")
 
 
-def property_names() -> list[str]:
-    """Every property ``run_check`` can run, in order: vector replays, then the spec's."""
-    return [f"vectors_{kind}" for kind in KINDS] + list(PROPERTY_NAMES)
-
-
 @dataclass(frozen=True)
 class RunOptions:
     """How ``run_check`` runs: see its docstring for each."""
@@ -438,22 +435,6 @@ def _validate(options: RunOptions) -> None:
         raise CheckError(f"shard must be I/S with 1 <= I <= S, got {options.shard[0]}/{options.shard[1]}")
     if options.shard is not None and options.budget is not None:
         raise CheckError("a shard draws its whole slice: a budget would leave holes in the merge")
-
-
-def run_design(report: CheckReport) -> Json:
-    """What a run's blocks and looks are a function of (with the seed and the verifier: its run id)."""
-    return {
-        "scale": report.scale,
-        "only": report.only,
-        "shards": report.shard[1] if report.shard else None,
-        "vectors": report.vectors,
-        "tv_bias": TV_BIAS,
-        "law_only": report.law_only,
-        "sequential": report.sequential,
-        "verispec_version": report.verispec_version,
-        "protocol_version": report.protocol_version,
-        "schema_major": SCHEMA_VERSION.split(".")[0],
-    }
 
 
 def _new_report(impl: Implementation, vectors: VectorSet, options: RunOptions) -> CheckReport:

@@ -32,11 +32,13 @@ import numpy as np
 from verispec.reference.speculative import PROTOCOL_VERSION
 from verispec.spec.law_only import applicable
 from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS
-from verispec.spec.report import CheckError, CheckReport, PropertyOutcome, sequential_outcome
+from verispec.spec.property_names import property_names
+from verispec.spec.report import CheckError, CheckReport, PropertyOutcome, run_design, sequential_outcome
 from verispec.spec.report_seal import REPORT_KEY_ENV, content_digest, report_key, run_id, signature_matches, verifier_identity
 from verispec.spec.sequential import SequentialTest, StatDesign, schedule, shard_blocks
 from verispec.spec.shards import ShardTest, foreign_shard_message, merged_schedule, missing_shards_message, replay_own_looks
 from verispec.spec.stream_probe import same_stream, same_stream_message
+from verispec.spec.version import VERSION
 
 
 def merge_reports(reports: Sequence[CheckReport], *, allow_partial: bool = False) -> CheckReport:
@@ -99,12 +101,9 @@ def _membership(reports: Sequence[CheckReport]) -> int:
 
 
 def _same_run(report: CheckReport, first: CheckReport) -> None:
-    from verispec import __version__
-    from verispec.spec.check import run_design
-
     where = f"shard {_index(report)}/{report.shard[1] if report.shard else 0}"
-    if report.verispec_version != __version__:
-        raise CheckError(f"{where} was written by verispec {report.verispec_version}; this is {__version__}: rerun it")
+    if report.verispec_version != VERSION:
+        raise CheckError(f"{where} was written by verispec {report.verispec_version}; this is {VERSION}: rerun it")
     if report.protocol_version != PROTOCOL_VERSION:
         raise CheckError(f"{where} is of protocol version {report.protocol_version}; this verispec speaks {PROTOCOL_VERSION}")
     if report.verifier_identity != verifier_identity(report.implementation, report.law_only):
@@ -149,8 +148,6 @@ def _seals(reports: Sequence[CheckReport]) -> bytes | None:
 
 def expected_properties(report: CheckReport) -> tuple[list[str], list[str]]:
     """(properties shard 1 runs alone, the designed tests every shard draws) of the run's mode."""
-    from verispec.spec.check import property_names
-
     wanted = [n for n in property_names() if report.only is None or n in report.only]
     designed = [n for n in wanted if n in STAT_DESIGNS and n in PROPERTY_NAMES and (applicable(n) or not report.law_only)]
     return [n for n in wanted if n not in designed], designed

@@ -29,6 +29,7 @@ from verispec.reference.errors import ReportError as ReportError
 from verispec.reference.speculative import PROTOCOL_VERSION
 from verispec.spec.sequential import SequentialTest, final_state
 from verispec.spec.statistics import PROPERTY_SEED, TV_BIAS
+from verispec.spec.version import VERSION
 from verispec.spec.vectors import Json
 
 Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive", "counted"]
@@ -38,12 +39,6 @@ DEFAULT_STAT_SEED = PROPERTY_SEED  # the properties' seed (spec.properties.run_p
 SCHEMA_VERSION = "1.0"  # MAJOR.MINOR of the JSON report (docs/report-schema.md)
 CONTRACT = "contract"  # the property whose failure means "does not validate its input"
 
-
-
-def _verispec_version() -> str:
-    from verispec import __version__
-
-    return __version__
 
 
 
@@ -142,7 +137,7 @@ class CheckReport:
     verifier_identity: str = ""
     run_id: str = ""
     probe: str | None = None
-    verispec_version: str = field(default_factory=_verispec_version)
+    verispec_version: str = VERSION
     protocol_version: int = PROTOCOL_VERSION
     digest: str | None = None  # as read from a file (None: not sealed yet)
     signature: str | None = None
@@ -427,3 +422,19 @@ def sequential_outcome(test: SequentialTest, seconds: float) -> PropertyOutcome:
         seconds,
         test.design.tv,
     )
+
+
+def run_design(report: CheckReport) -> Json:
+    """What a run's blocks and looks are a function of (with the seed and the verifier: its run id)."""
+    return {
+        "scale": report.scale,
+        "only": report.only,
+        "shards": report.shard[1] if report.shard else None,
+        "vectors": report.vectors,
+        "tv_bias": TV_BIAS,
+        "law_only": report.law_only,
+        "sequential": report.sequential,
+        "verispec_version": report.verispec_version,
+        "protocol_version": report.protocol_version,
+        "schema_major": SCHEMA_VERSION.split(".")[0],
+    }

@@ -1,6 +1,6 @@
 """The three outcomes of a sequential test with a budget, and their exit statuses.
 
-A depth test (:mod:`spec.decoder_depth`, :mod:`spec.decoder_depth_two_sample`) ends ``passed``
+A depth test (:mod:`spec.decoder.depth.law`, :mod:`spec.decoder.depth.two_sample`) ends ``passed``
 after its final look, ``failed`` at the first look that rejects (or on a structural failure), or
 ``inconclusive`` when its budget ends first; the exit statuses are ``check``'s: 0, 1 and 3.
 """

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from verispec.engine.matmul import OrtGraph  # noqa: E402
 from verispec.engine.model import FastModel  # noqa: E402
-from verispec.engine_decoder import EngineDecoder  # noqa: E402
+from verispec.decoder.ours import EngineDecoder  # noqa: E402
 from verispec.reference.sampling import SamplingParams  # noqa: E402
 from verispec.registry import resolve_model  # noqa: E402
 

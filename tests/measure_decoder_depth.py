@@ -6,12 +6,12 @@
 On a tiny synthetic GGUF (tests/conftest.py's writer: vocab 64, one layer, 32 wide), the case
 of tests/test_decoder_depth.py with full support (temperature 1, repeat penalty 1.5), alpha 1e-3
 (check-decoder's default), the design: power 0.99 against TV 0.05 on 10% of positions.
-``deviation``: spec.decoder_mutants.DesignDeviation (exactly that deviation, flattened) must
+``deviation``: spec.decoder.mutants.DesignDeviation (exactly that deviation, flattened) must
 FAIL; ``correct``: the mutant loop without bugs must PASS after the final look. Prints the
 verdict, the design's N, the seconds taken, the CPU seconds of this process and of the workers
 (on a loaded machine the wall time is mostly waiting) and the load average before and after. ``rows``: where
-the decoder's own logits come from: ``path`` (default: spec/prefix_rows.py, one KV cache along
-the decode path) or ``one-pass`` (spec.decoder_check.ReferenceLogits: one forward of the whole
+the decoder's own logits come from: ``path`` (default: spec/decoder/prefix_rows.py, one KV cache along
+the decode path) or ``one-pass`` (spec.decoder.check.ReferenceLogits: one forward of the whole
 prefix per new prefix, the former way). ``workers`` (``correct`` only, default 1): the bug-free
 loop decodes each block's generations in that many forked processes (2: both cores).
 
@@ -37,11 +37,11 @@ from tests.conftest import write_tiny_gguf  # noqa: E402
 
 from verispec.reference.model import Model  # noqa: E402
 from verispec.reference.sampling import SamplingParams  # noqa: E402
-from verispec.spec.decoder_check import ReferenceLogits  # noqa: E402
-from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json  # noqa: E402
-from verispec.spec.decoder_law import CachedLaw  # noqa: E402
-from verispec.spec.decoder_mutants import DesignDeviation, LoopDecoder  # noqa: E402
-from verispec.spec.prefix_rows import PathRows  # noqa: E402
+from verispec.spec.decoder.check import ReferenceLogits  # noqa: E402
+from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json  # noqa: E402
+from verispec.spec.decoder.first_tokens import CachedLaw  # noqa: E402
+from verispec.spec.decoder.mutants import DesignDeviation, LoopDecoder  # noqa: E402
+from verispec.spec.decoder.prefix_rows import PathRows  # noqa: E402
 
 EOG = 2
 PARAMS = SamplingParams(temperature=1.0, repeat_penalty=1.5, repeat_last_n=32)

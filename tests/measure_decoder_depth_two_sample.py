@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from tests.measure_decoder_depth import tiny_model  # noqa: E402
 from tests.test_decoder_depth import WITH_PROCESSORS, Loop, case  # noqa: E402
 
-from verispec.spec.decoder_depth_two_sample import check_two_sample_depth, verdict_json  # noqa: E402
-from verispec.spec.decoder_mutants import DEPTH_MUTANTS, DecoderBugs  # noqa: E402
+from verispec.spec.decoder.depth.two_sample import check_two_sample_depth, verdict_json  # noqa: E402
+from verispec.spec.decoder.mutants import DEPTH_MUTANTS, DecoderBugs  # noqa: E402
 
 
 def main() -> None:

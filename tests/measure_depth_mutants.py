@@ -2,7 +2,7 @@
 
     OPENBLAS_NUM_THREADS=1 python tests/measure_depth_mutants.py [law|two-sample|both] [NAME ...]
 
-Every mutant of spec.decoder_mutants.DEPTH_MUTANTS (and the first-m mutant ``rollback_off_by_one``)
+Every mutant of spec.decoder.mutants.DEPTH_MUTANTS (and the first-m mutant ``rollback_off_by_one``)
 on the tiny synthetic GGUF of tests/test_decoder_depth.py, k = 2, through the law at depth (the
 product's design: power 0.99 against TV 0.05 on 10% of positions, alpha 1e-3, processors on:
 top-k 12, min-p 0.02, a ban, a repeat penalty window, min_tokens 6; blocks of 20 generations)
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from tests.measure_decoder_depth import tiny_model  # noqa: E402
 from tests.test_decoder_depth import WITH_PROCESSORS, Loop, case, run_mutant  # noqa: E402
 
-from verispec.spec.decoder_depth_two_sample import check_two_sample_depth  # noqa: E402
-from verispec.spec.decoder_mutants import DEPTH_MUTANTS, MUTANT_BUGS  # noqa: E402
+from verispec.spec.decoder.depth.two_sample import check_two_sample_depth  # noqa: E402
+from verispec.spec.decoder.mutants import DEPTH_MUTANTS, MUTANT_BUGS  # noqa: E402
 
 
 BUDGET = 150.0  # seconds per two-sample run: a mutant it cannot see would run to the design's N

@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 import numpy as np  # noqa: E402
 
-from verispec.decoder_api import FORCING_THREADS, check_decoder  # noqa: E402
-from verispec.engine_decoder import EngineDecoder  # noqa: E402
+from verispec.decoder.api import FORCING_THREADS, check_decoder  # noqa: E402
+from verispec.decoder.ours import EngineDecoder  # noqa: E402
 from verispec.reference.sampling import SamplingParams  # noqa: E402
 from verispec.registry import resolve_model  # noqa: E402
-from verispec.spec.decoder_depth import DepthCase, score  # noqa: E402
-from verispec.spec.decoder_forcing import ConcurrentRows, rows_in_order  # noqa: E402
+from verispec.spec.decoder.depth.law import DepthCase, score  # noqa: E402
+from verispec.spec.decoder.depth.forcing import ConcurrentRows, rows_in_order  # noqa: E402
 
 PROMPT = "The cat sat on the"
 PARAMS = SamplingParams(temperature=1.0, top_k=4, repeat_penalty=1.5)  # check-decoder's verispec defaults
@@ -50,7 +50,7 @@ def costs(path: Path, weights: str) -> dict[str, float]:
     began = time.process_time()
     rows = [decoder.forced_rows(list(prompt) + g["ids"], len(prompt)) for g in gens]
     forcing = time.process_time() - began
-    # the checker's way (spec/decoder_forcing.py): the passes FORCING_THREADS generations ahead, wall per token
+    # the checker's way (spec/decoder/depth/forcing.py): the passes FORCING_THREADS generations ahead, wall per token
     ahead_rows = ConcurrentRows(decoder.forced_rows, FORCING_THREADS)
     keys = [g["ids"] for g in gens]
     began_wall = time.perf_counter()

@@ -30,8 +30,8 @@ def main() -> None:
     from verispec.reference.sampling import SamplingParams
     from verispec.reference.tokenizer import Tokenizer
     from verispec.registry import resolve_model
-    from verispec.spec.decoder_check import ReferenceDecoder, ReferenceLogits
-    from verispec.spec.decoder_depth import reference_rows
+    from verispec.spec.decoder.check import ReferenceDecoder, ReferenceLogits
+    from verispec.spec.decoder.depth.law import reference_rows
 
     path = resolve_model("smollm2-135m")
     model, tokenizer = Model.load(path), Tokenizer.from_file(path)

@@ -12,7 +12,7 @@ tokens (``same_tokens``). It prints one JSON line per path: CPU ms a token for e
 their ratio; transformers' cycles (one target forward each), the drafts they proposed and
 accepted, CPU ms a cycle; and the checker's CPU ms a token for the same tokens (our reference
 forward teacher-forcing each generation, the law of each position and the statistics:
-``spec.decoder_depth.score``). CPU time is this process's (user + system), so a ratio within
+``spec.decoder.depth.law.score``). CPU time is this process's (user + system), so a ratio within
 one run is meaningful on a shared machine; absolute milliseconds drift with the load.
 """
 
@@ -96,8 +96,8 @@ def measure(path: str, params_name: str, files: dict[str, Path], generations: in
     """One path's JSON line (module docstring)."""
     from verispec.reference.model import Model
     from verispec.reference.tokenizer import Tokenizer
-    from verispec.spec.decoder_depth import DepthCase, reference_rows, score
-    from verispec.spec.laws import build
+    from verispec.spec.decoder.depth.law import DepthCase, reference_rows, score
+    from verispec.spec.decoder.laws import build
 
     ps = PARAM_SETS[params_name]
     tokenizer = Tokenizer.from_file(files["target"])

@@ -10,7 +10,7 @@ more tokens) to ``DIR``, then runs ``verispec.check_decoder`` (the depth test, i
 mode) on every chosen path x param set, transformers loading the files itself
 (verispec/peers/transformers_peer.py), and prints one JSON line per verdict. The param sets of the
 default (verispec) law are those where it is transformers' law (:func:`laws_coincide`); the
-``hf-`` sets judge against ``--law transformers`` (spec/laws/transformers.py).
+``hf-`` sets judge against ``--law transformers`` (spec/decoder/laws/transformers.py).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ PARAM_SETS = {
     # the penalty's window (64) covers prompt + 48 tokens, as transformers' whole sequence
     "t1-rep1.3": ParamSet("t1-rep1.3", _v(repeat_penalty=1.3), depth=48),
     "defaults": ParamSet("defaults", _v(top_k=50), library_defaults=True),
-    # --law transformers (spec/laws/transformers.py): its whole parameter set
+    # --law transformers (spec/decoder/laws/transformers.py): its whole parameter set
     "hf-t0.7-p0.9": ParamSet("hf-t0.7-p0.9", {"temperature": 0.7, "top_k": 0, "top_p": 0.9}, law="transformers"),
     "hf-t0.7-k20-minp0.1": ParamSet("hf-t0.7-k20-minp0.1", {"temperature": 0.7, "top_k": 20, "min_p": 0.1},
                                     law="transformers"),
@@ -164,7 +164,7 @@ def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fra
     instead of ``files["assistant"]``."""
     import transformers
 
-    from verispec.decoder_api import check_decoder
+    from verispec.decoder.api import check_decoder
     from verispec.peers.transformers_peer import laws_coincide
 
     if ps.law == "verispec" and not laws_coincide(ps.params(), 11 + ps.depth):

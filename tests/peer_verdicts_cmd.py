@@ -92,7 +92,7 @@ def peer_version(peer: str) -> str:
 def verdict(peer: str, path: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float,
             budget: float | None, prompt: str = PROMPT) -> dict[str, Any]:
     """One depth run of the gate on the peer's program; its numbers, minutes and load."""
-    from verispec.decoder_api import check_decoder
+    from verispec.decoder.api import check_decoder
 
     if ps.library_defaults:
         raise SystemExit(f"{ps.name}: the engine-cmd adapters send every parameter (no library defaults)")

@@ -44,7 +44,7 @@ def verdict(model: Path, path_name: str, flags: dict[str, Any], fraction: float,
     """One check_decoder depth run of llama-cpp-python (prompt lookup or plain) and its costs."""
     import llama_cpp
 
-    from verispec.decoder_api import check_decoder
+    from verispec.decoder.api import check_decoder
 
     start, load, cpu = time.perf_counter(), os.getloadavg()[0], time.process_time()
     decoder = f"tests.peer_verdicts_llama:ENGINES.{path_name}" if workers > 1 else functools.partial(peer, path_name)

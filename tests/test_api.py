@@ -28,7 +28,7 @@ import pytest
 
 import verispec
 from verispec import cli
-from verispec.decoder_report import DecoderReport
+from verispec.decoder.report import DecoderReport
 from verispec.spec.check import CheckError, CheckReport, PropertyOutcome
 from verispec.spec.external import DEFAULT_TIMEOUT
 
@@ -195,7 +195,7 @@ def test_the_check_decoder_command_hands_its_flags_to_the_api(monkeypatch: pytes
         calls.append({"engine": engine, **kwargs})
         return DecoderReport("stub.gguf")
 
-    monkeypatch.setattr("verispec.decoder_api.check_decoder", fake)
+    monkeypatch.setattr("verispec.decoder.api.check_decoder", fake)
     assert cli.main(["check-decoder", "--ours", "--model", "x.gguf", "--prompt", "a", "b", "--depth", "0", "--m", "2", "--tv", "0.3"]) == 1
     ((kwargs),) = calls
     assert kwargs["engine"] is None and kwargs["ours"] and kwargs["model"] == "x.gguf"

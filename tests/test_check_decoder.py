@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder_check import EngineLogits, LawCase, ReferenceDecoder, ReferenceLogits, check_greedy, check_law
-from verispec.spec.decoder_law import MemoLaw, first_tokens_law
-from verispec.spec.decoder_mutants import EOG_MUTANT, MUTANT_BUGS, DecoderBugs, LoopDecoder
-from verispec.spec.decoder_two_sample import check_two_sample, homogeneity
+from verispec.spec.decoder.check import EngineLogits, LawCase, ReferenceDecoder, ReferenceLogits, check_greedy, check_law
+from verispec.spec.decoder.first_tokens import MemoLaw, first_tokens_law
+from verispec.spec.decoder.mutants import EOG_MUTANT, MUTANT_BUGS, DecoderBugs, LoopDecoder
+from verispec.spec.decoder.two_sample import check_two_sample, homogeneity
 from verispec.spec.statistics import ALPHA_BUDGET, POWER
 
 pytestmark = pytest.mark.model
@@ -361,7 +361,7 @@ def test_command_engine_speaks_the_engine_ops(tmp_path: Any) -> None:
     logits op is seen as not reporting logits; a non-finite row is rejected with a typed error."""
     import sys
 
-    from verispec.spec.decoder_check import CommandEngine, reports_logits
+    from verispec.spec.decoder.check import CommandEngine, reports_logits
     from verispec.spec.external import ExternalError
 
     stub = tmp_path / "engine.py"

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder_check import CommandEngine, LawCase, check_greedy, check_law
+from verispec.spec.decoder.check import CommandEngine, LawCase, check_greedy, check_law
 from verispec.spec.external import ExternalError
 
 V = 8
@@ -93,7 +93,7 @@ def test_a_malformed_sample_fails_the_case_with_its_reason(spoil: Any, reason: s
     ("spoil", "eog", "reason"),
     [
         # 2 of 16 tokens, no EOG: the plain output continues them, so it is judged as an unreported
-        # EOG against plain's token at step 2 (spec/decoder_check.py::check_greedy): a BUG here
+        # EOG against plain's token at step 2 (spec/decoder/check.py::check_greedy): a BUG here
         (lambda ids: ids[:2], {0}, "plain 7 vs speculative (ended)"),
         (lambda ids: [*ids, 1], {0}, "answered 17 greedy tokens"),
         (lambda ids: [10**9, -5, 7] + ids[3:], {0}, "outside [0, 8)"),

@@ -1,4 +1,4 @@
-"""The depth test (spec/decoder_depth.py): every emitted token's law over whole generations.
+"""The depth test (spec/decoder/depth/law.py): every emitted token's law over whole generations.
 
 On a tiny synthetic GGUF (vocab 64, one layer, 32 wide: tests/conftest.py's writer) through our
 reference forward. What each test can detect is said in its docstring.
@@ -27,7 +27,7 @@ import pytest
 
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams, target_distribution
-from verispec.spec.decoder_depth import (
+from verispec.spec.decoder.depth.law import (
     DepthCase,
     Generation,
     check_depth,
@@ -38,10 +38,10 @@ from verispec.spec.decoder_depth import (
     score,
     structure_error,
 )
-from verispec.spec.decoder_depth_power import beta_at_tv, simulate_power, support_sorted, tempered, tv_of
-from verispec.spec.decoder_law import CachedLaw
-from verispec.spec.decoder_mutants import DEPTH_MUTANTS, DecoderBugs, DesignDeviation, LoopDecoder
-from verispec.spec.prefix_rows import PathRows
+from verispec.spec.decoder.depth.power import beta_at_tv, simulate_power, support_sorted, tempered, tv_of
+from verispec.spec.decoder.first_tokens import CachedLaw
+from verispec.spec.decoder.mutants import DEPTH_MUTANTS, DecoderBugs, DesignDeviation, LoopDecoder
+from verispec.spec.decoder.prefix_rows import PathRows
 from verispec.spec.statistics import ALPHA_BUDGET, POWER
 
 from tests.conftest import write_tiny_gguf
@@ -156,7 +156,7 @@ def test_tempering_reaches_the_design_tv() -> None:
 
 
 def test_the_design_reaches_power_099_by_simulation(model: Model) -> None:
-    """The design's N (normal approximation, spec/decoder_depth_power.py) against TV 0.05 on 10%
+    """The design's N (normal approximation, spec/decoder/depth/power.py) against TV 0.05 on 10%
     of positions, checked by simulating the two overall z-tests on the pilot's own rows: 200
     replications each way at N, fixed seeds. The assertion allows 3 binomial standard errors
     below 0.99 (0.97): a design whose real power is 0.93 or less fails it (P < 0.01). And at N / 4 the power
@@ -280,7 +280,7 @@ def test_reported_logprobs_are_checked_exactly(model: Model) -> None:
     """The bug-free loop reports each token's log p from its verifier rows (our reference forward
     at other batch shapes: within LOGPROB_TOL of the teacher-forced law), and passes that check;
     the llama.cpp #27972 mutant reports 0.0 when speculating and fails on its first generation."""
-    from verispec.spec.decoder_depth import as_generation, logprob_error
+    from verispec.spec.decoder.depth.law import as_generation, logprob_error
 
     the_case = case(WITH_PROCESSORS)
     rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""The depth test's end-of-generation rate test is exact at any count (spec/decoder_depth.py).
+"""The depth test's end-of-generation rate test is exact at any count (spec/decoder/depth/law.py).
 
 EOGs are rare events: a normal approximation of their count calls ONE EOG of mass 0.03 a z = +5.6
 deviation (p = 2e-8) when its probability is 0.03, a false alarm a correct decoder meets in its
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from verispec.spec.decoder_depth import BinSums
+from verispec.spec.decoder.depth.law import BinSums
 
 
 def _sums(masses: list[float], ended_at: int | None) -> BinSums:

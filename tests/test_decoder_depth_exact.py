@@ -1,4 +1,4 @@
-"""The depth test's statistics are exact at any count (spec/decoder_depth.py, spec/decoder_depth_power.py).
+"""The depth test's statistics are exact at any count (spec/decoder/depth/law.py, spec/decoder/depth/power.py).
 
 The log score and the PIT histogram are test-martingales (level by Ville's inequality at any
 count); the PIT mean stays a z-test because its null law is exactly Irwin-Hall's, whose tails lie
@@ -15,7 +15,7 @@ from fractions import Fraction
 import numpy as np
 
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder_depth import (
+from verispec.spec.decoder.depth.law import (
     BinSums,
     DepthCase,
     Sums,
@@ -27,7 +27,7 @@ from verispec.spec.decoder_depth import (
     score,
     two_sided_p,
 )
-from verispec.spec.decoder_depth_power import SCORE_LAMBDAS, score_terms
+from verispec.spec.decoder.depth.power import SCORE_LAMBDAS, score_terms
 
 UNIFORM_WEIGHTS = np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0]))
 

@@ -1,4 +1,4 @@
-"""Cut-edge near-ties under ``--target-law engine-logits`` (spec/decoder_depth_ties.py).
+"""Cut-edge near-ties under ``--target-law engine-logits`` (spec/decoder/depth/ties.py).
 
 A fake engine of known numerics noise: its logits after a prefix are fixed random numbers plus
 sigma times a random sign per token, the signs depending on HOW the row was computed (one pass,
@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder_check import EngineLogits
-from verispec.spec.decoder_depth import DepthCase, case_law, check_depth
-from verispec.spec.decoder_depth_ties import PlainFedRows, cut_edge_margin
-from verispec.spec.laws import default as default_law
+from verispec.spec.decoder.check import EngineLogits
+from verispec.spec.decoder.depth.law import DepthCase, case_law, check_depth
+from verispec.spec.decoder.depth.ties import PlainFedRows, cut_edge_margin
+from verispec.spec.decoder.laws import default as default_law
 from verispec.spec.statistics import ALPHA_BUDGET
 
 VOCAB = 32

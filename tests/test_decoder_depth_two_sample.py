@@ -1,7 +1,7 @@
-"""Two-sample mode at depth (spec/decoder_depth_two_sample.py): speculation on vs plain, no law.
+"""Two-sample mode at depth (spec/decoder/depth/two_sample.py): speculation on vs plain, no law.
 
 On the tiny synthetic GGUF of tests/test_decoder_depth.py (vocab 64, one layer, 32 wide) through
-the mutant loop of spec/decoder_mutants.py (its plain generations: k = 0).
+the mutant loop of spec/decoder/mutants.py (its plain generations: k = 0).
 
 Alpha. The no-false-alarm tests (the three correct decoders of tests/test_decoder_depth.py must
 PASS) share the ``decoder_depth_two_sample`` line of spec.statistics.ALPHA_BUDGET, a third each. The mutant tests run at
@@ -24,8 +24,8 @@ import pytest
 
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder_depth import DepthCase
-from verispec.spec.decoder_depth_two_sample import (
+from verispec.spec.decoder.depth.law import DepthCase
+from verispec.spec.decoder.depth.two_sample import (
     ENDED,
     arm_size,
     bins_of,
@@ -34,7 +34,7 @@ from verispec.spec.decoder_depth_two_sample import (
     look_alphas,
     looked_tests,
 )
-from verispec.spec.decoder_mutants import DEPTH_MUTANTS, MUTANT_BUGS, DecoderBugs
+from verispec.spec.decoder.mutants import DEPTH_MUTANTS, MUTANT_BUGS, DecoderBugs
 from verispec.spec.statistics import ALPHA_BUDGET, POWER, power_of
 
 from tests.test_decoder_depth import CORRECT, EOG, PROMPT, WITH_PROCESSORS, Loop, case, model  # noqa: F401 (a fixture)

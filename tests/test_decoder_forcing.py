@@ -1,4 +1,4 @@
-"""The teacher-forced passes computed ahead (spec/decoder_forcing.py).
+"""The teacher-forced passes computed ahead (spec/decoder/depth/forcing.py).
 
 The rows handed to the scoring are the rows function's own, in order, whatever the threads; a
 rows function that does not declare ``concurrency`` is called lazily on the caller's thread; the
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from verispec.reference.model import Model
-from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json
-from verispec.spec.decoder_forcing import ConcurrentRows, rows_in_order
+from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json
+from verispec.spec.decoder.depth.forcing import ConcurrentRows, rows_in_order
 
 from tests.test_decoder_depth import EOG, MAX_TOKENS, MIN_TOKENS, PRODUCT_ALPHA, PROMPT, WITH_PROCESSORS, Loop
 from tests.test_decoder_depth import model  # noqa: F401 - the tiny model fixture, shared
@@ -121,7 +121,7 @@ def test_the_depth_verdict_is_the_same_with_the_passes_ahead(model: Model) -> No
 
 
 def test_the_wrappers_keep_the_rows_batch_shape_noise() -> None:
-    """The near-tie test reads ``batch_shape_noise`` off the rows it is handed (spec/decoder_depth.py)."""
+    """The near-tie test reads ``batch_shape_noise`` off the rows it is handed (spec/decoder/depth/law.py)."""
     rows = Recorder()
     rows.batch_shape_noise = 3e-5  # type: ignore[attr-defined]
     concurrent = ConcurrentRows(rows, 2)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from verispec.spec.decoder_check import GreedyVerdict, check_greedy
-from verispec.spec.decoder_law import F32
+from verispec.spec.decoder.check import GreedyVerdict, check_greedy
+from verispec.spec.decoder.first_tokens import F32
 
 EOG = 2
 V = 10

@@ -1,7 +1,7 @@
 """`check-decoder --workers N`: the depth test's generations decoded by N engine processes.
 
 On the tiny synthetic llama of tests/test_check_decoder_depth_cli.py (322 ids, one layer): our
-decode loop served by verispec/decoder_worker.py gives, block for block, the tokens the same
+decode loop served by verispec/decoder/worker.py gives, block for block, the tokens the same
 loop gives in this process (each block's stream is fixed by its seed); a depth test cut after a
 fixed number of generations reaches the same numbers with 1 and 2 workers; the command's verdict
 is the same with 1 and 2 workers; a worker that dies mid-run fails the prompt with the reason
@@ -20,14 +20,14 @@ import pytest
 from tests.processes import group_gone
 from tests.synthetic import Variant, write_synthetic
 from verispec import cli
-from verispec.decoder_api import build_engine
-from verispec.decoder_worker import WorkerRecipe
+from verispec.decoder.api import build_engine
+from verispec.decoder.worker import WorkerRecipe
 from verispec.reference.errors import ExternalError, ProgramCannotStart
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.tokenizer import Tokenizer
-from verispec.spec.decoder_check import CommandEngine
-from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json
-from verispec.spec.decoder_pool import GenerationPool
+from verispec.spec.decoder.check import CommandEngine
+from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json
+from verispec.spec.decoder.depth.pool import GenerationPool
 
 TINY = Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48)
 PARAMS = SamplingParams(temperature=1.0, top_k=0, repeat_penalty=1.5)
@@ -135,8 +135,8 @@ def test_workers_through_the_command_exit_codes(tiny_model: Path, capsys: pytest
 
 def test_two_sample_mode_at_depth_reaches_the_same_numbers_with_two_workers(tiny_model: Path, two_workers: GenerationPool) -> None:
     """Both arms of a block decoded at once by the pool: the same generations as one after the other here."""
-    from verispec.spec.decoder_depth_two_sample import check_two_sample_depth
-    from verispec.spec.decoder_depth_two_sample import verdict_json as two_sample_json
+    from verispec.spec.decoder.depth.two_sample import check_two_sample_depth
+    from verispec.spec.decoder.depth.two_sample import verdict_json as two_sample_json
 
     case = case_of(tiny_model)
     here = build_engine(None, None, True, None, tiny_model, 2.0, 4, 2, NET)

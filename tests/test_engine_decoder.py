@@ -20,7 +20,7 @@ import pytest
 
 from tests.synthetic import Variant, write_synthetic
 from verispec import cli
-from verispec.engine_decoder import EngineDecoder
+from verispec.decoder.ours import EngineDecoder
 from verispec.reference.sampling import SamplingParams
 
 TINY = Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48)

@@ -20,7 +20,7 @@ import pytest
 
 from tests.synthetic import write_synthetic
 from verispec.engine.lockstep import LockstepModel, run_lockstep
-from verispec.engine_decoder import EngineDecoder
+from verispec.decoder.ours import EngineDecoder
 from verispec.reference.errors import ModelError
 from verispec.reference.sampling import SamplingParams
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Edges to modules outside these packages are not followed.
-PACKAGES = ("reference", "engine", "verispec")
+PACKAGES = ("reference", "engine", "spec", "proofs", "verispec")
 # top-level folders imported under the one import root (verispec/reference etc. are symlinks)
 UNDER_VERISPEC = frozenset({"reference", "engine", "spec", "proofs"})
 

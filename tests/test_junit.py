@@ -16,7 +16,7 @@ import pytest
 
 from verispec import cli
 from verispec.atomic import OutputError
-from verispec.decoder_report import DecoderReport, PromptOutcome
+from verispec.decoder.report import DecoderReport, PromptOutcome
 from verispec.junit import check_cases, junit_xml, write_check_junit, write_decoder_junit
 from verispec.spec.check import CheckReport, PropertyOutcome
 

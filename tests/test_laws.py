@@ -1,4 +1,4 @@
-"""The law profiles (spec/laws/): each op of each ecosystem's chain on hand-checkable vectors
+"""The law profiles (spec/decoder/laws/): each op of each ecosystem's chain on hand-checkable vectors
 (spec/vectors/laws/*.json: logits ln(w) of small rationals, exact rational probabilities), the
 default profile identical to THE target law, and the flags each profile has."""
 
@@ -15,9 +15,9 @@ import pytest
 
 from verispec.reference.errors import SamplingError
 from verispec.reference.sampling import SamplingParams, target_distribution
-from verispec.spec import laws
+from verispec.spec.decoder import laws
 from verispec.spec import vectors as vectors_package
-from verispec.spec.decoder_depth import DepthCase, case_law, position_params
+from verispec.spec.decoder.depth.law import DepthCase, case_law, position_params
 
 VECTORS = Path(vectors_package.__file__).parent / "laws"  # shipped as package data
 

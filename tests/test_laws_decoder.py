@@ -1,7 +1,7 @@
 """A correct decoder of ANOTHER ecosystem's law: it passes check-decoder under that law and fails
 under the verispec law, where the two laws differ by a clear total variation.
 
-The decoder is our speculative loop (spec/decoder_mutants.py, no bug) whose verified rows follow
+The decoder is our speculative loop (spec/decoder/mutants.py, no bug) whose verified rows follow
 transformers' chain (``LoopDecoder(target=...)``: temperature BEFORE top-p), on the tiny synthetic
 model of tests/test_decoder_depth.py. At temperature 1.5 and top_p 0.8 transformers' top-p acts on
 the tempered (flatter) law and keeps many more tokens than verispec's, which acts at temperature 1:
@@ -26,11 +26,11 @@ import pytest
 from verispec import cli
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
-from verispec.spec import laws
-from verispec.spec.decoder_check import LawCase, ReferenceLogits, check_law
-from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows
-from verispec.spec.decoder_law import CachedLaw
-from verispec.spec.decoder_mutants import LoopDecoder
+from verispec.spec.decoder import laws
+from verispec.spec.decoder.check import LawCase, ReferenceLogits, check_law
+from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows
+from verispec.spec.decoder.first_tokens import CachedLaw
+from verispec.spec.decoder.mutants import LoopDecoder
 from verispec.spec.statistics import ALPHA_BUDGET
 
 from tests.conftest import write_tiny_gguf
@@ -142,7 +142,7 @@ def test_the_wire_carries_the_law(tmp_path: Path) -> None:
     import json
     import sys
 
-    from verispec.spec.decoder_check import CommandEngine
+    from verispec.spec.decoder.check import CommandEngine
 
     stub, seen = tmp_path / "engine.py", tmp_path / "seen.jsonl"
     stub.write_text(ECHO_ENGINE)

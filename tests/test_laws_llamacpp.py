@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from verispec.spec.laws import llamacpp as law
+from verispec.spec.decoder.laws import llamacpp as law
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

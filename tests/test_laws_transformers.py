@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from verispec.spec.laws import transformers as hf_law
+from verispec.spec.decoder.laws import transformers as hf_law
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -17,7 +17,7 @@ import pytest
 from tests.peer_verdicts import SUMMARY_HEADER
 
 ROOT = Path(__file__).resolve().parent.parent
-POWER = 0.99  # the gate's design power (spec/decoder_depth.py)
+POWER = 0.99  # the gate's design power (spec/decoder/depth/law.py)
 README_DROPS = ("design", "reproduce")  # in docs/peers.md only: the README stays readable
 
 

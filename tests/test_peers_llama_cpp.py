@@ -33,7 +33,7 @@ def test_prompt_lookup_hands_the_processor_unverified_drafts(tmp_path: Path) -> 
 def test_prompt_lookup_passes_a_small_depth_run_with_penalties(tmp_path: Path) -> None:
     """The adapter under ``--law llama.cpp`` and the engine's own logits: repeat, frequency and
     presence penalties over the output tokens (8 tokens, power 0.99 against TV 0.5 on every position)."""
-    from verispec.decoder_api import check_decoder
+    from verispec.decoder.api import check_decoder
     from verispec.peers.llama_cpp_peer import prompt_lookup
 
     target = write_models(tmp_path)["target"]
@@ -46,7 +46,7 @@ def test_generation_seeds_differ_across_calls_and_the_penalized_prompt_is_refuse
     from verispec.peers.llama_cpp_peer import generation_seed, sampling_kwargs
     from verispec.reference.errors import CheckError
     from verispec.reference.sampling import SamplingParams
-    from verispec.spec.laws import build
+    from verispec.spec.decoder.laws import build
 
     seeds = {generation_seed(s, i) for s in range(20) for i in range(20)}
     assert len(seeds) == 400  # seed + i would collide across consecutive calls

@@ -19,7 +19,7 @@ import pytest
 
 from tests.hf_oracle import _memoized_gguf
 from tests.peer_verdicts import PROMPT, write_models
-from verispec.decoder_api import check_decoder
+from verispec.decoder.api import check_decoder
 from verispec.reference.errors import CheckError
 from verispec.reference.sampling import SamplingParams
 
@@ -130,7 +130,7 @@ def test_the_transformers_law_profile_drives_the_whole_parameter_set(files: dict
 
 def test_profile_keywords_refuse_another_ecosystems_law() -> None:
     from verispec.peers.transformers_peer import profile_kwargs
-    from verispec.spec.laws import build
+    from verispec.spec.decoder.laws import build
 
     hf = build("transformers", {"temperature": 0.5, "min_p": 0.1}, (2,))
     assert profile_kwargs(hf) == {"do_sample": True, "temperature": 0.5, "top_k": 50, "top_p": 1.0, "min_p": 0.1,

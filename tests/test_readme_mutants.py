@@ -3,14 +3,14 @@
 The README shows, per late-firing decoder mutant, where it first shows, what catches it in the
 law at depth, and the generations it took: columns 1, 3, 4 and 5 of the measured table in
 docs/checking-decoders.md (tests/measure_depth_mutants.py writes its rows). This checks the two
-agree cell for cell and that both list exactly the mutants of spec.decoder_mutants.DEPTH_MUTANTS.
+agree cell for cell and that both list exactly the mutants of spec.decoder.mutants.DEPTH_MUTANTS.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from verispec.spec.decoder_mutants import DEPTH_MUTANTS
+from verispec.spec.decoder.mutants import DEPTH_MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS_HEADER = "| mutant | upstream | where it first shows | law at depth: caught by | generations |"

@@ -19,7 +19,7 @@ import pytest
 
 from verispec.reference import sampling as ref
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder_depth import pit_mass_before
+from verispec.spec.decoder.depth.law import pit_mass_before
 
 VOCABS = (7, 300, 49_152, 262_144)
 

@@ -12,7 +12,7 @@ Sampling (temperature 0.8, top-p 0.95): the law of the first two emitted tokens 
 equals the law without it, P(t1, t2) = p(t1 | prompt) p(t2 | prompt t1), computed exactly from
 the model's logits through THE target law. Chi-square over the most likely pairs plus a tail bin
 (spec.statistics.chi_square; cells expected < 5 pooled). The target's logits are memoized by token
-prefix (:class:`spec.decoder_check.MemoTargetModel`, a TargetModel), and the law by (prefix, params), so tens of
+prefix (:class:`spec.decoder.check.MemoTargetModel`, a TargetModel), and the law by (prefix, params), so tens of
 thousands of speculative runs cost a handful of forwards.
 """
 
@@ -32,7 +32,7 @@ from verispec.reference.generate import GenerationRequest, generate
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams, target_distribution
 from verispec.reference.tokenizer import Tokenizer
-from verispec.spec.decoder_check import MemoTargetModel, ReferenceLogits
+from verispec.spec.decoder.check import MemoTargetModel, ReferenceLogits
 from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
 from tests.conftest import GOLDEN_KEYS
 from tests.tolerances import forward_spread

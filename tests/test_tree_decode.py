@@ -36,7 +36,7 @@ from verispec.reference.suffix_draft import SuffixDraft
 from verispec.reference.tokenizer import Tokenizer
 from verispec.reference.tree_decode import TreeProposal, node_path, span_parents
 from verispec.reference.tree_speculative import DraftTree
-from verispec.spec.decoder_check import MemoTargetModel, ReferenceLogits
+from verispec.spec.decoder.check import MemoTargetModel, ReferenceLogits
 from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
 from tests.conftest import GOLDEN_KEYS
 from tests.test_decode import FakeTokenizer

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from verispec.moved import install as _install_moved_names
+from verispec.spec.version import VERSION as __version__
+
+_install_moved_names()
 __all__ = ["__version__", "check", "check_decoder"]
 
 if TYPE_CHECKING:

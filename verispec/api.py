@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verispec.decoder_api import check_decoder  # re-exported: cheap, it imports its work lazily
+from verispec.decoder.api import check_decoder  # re-exported: cheap, it imports its work lazily
 
 if TYPE_CHECKING:
     from verispec.spec.check import CheckReport, Implementation, PropertyOutcome

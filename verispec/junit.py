@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from verispec.atomic import OutputError, replace_file
 
 if TYPE_CHECKING:
-    from verispec.decoder_report import DecoderReport
+    from verispec.decoder.report import DecoderReport
     from verispec.spec.check import CheckReport
 
 Result = Literal["passed", "failed", "inconclusive", "skipped"]

@@ -1,7 +1,7 @@
 """A worker process that ends when the process that started it dies.
 
-A ``check-decoder --workers N`` worker (verispec/decoder_worker.py) is a program under test of its
-checker (spec/decoder_pool.py): the checker kills the worker's process group on every exit path it
+A ``check-decoder --workers N`` worker (verispec/decoder/worker.py) is a program under test of its
+checker (spec/decoder/depth/pool.py): the checker kills the worker's process group on every exit path it
 runs (close, a failure, Ctrl-C, the CLI's SIGTERM handler, interpreter exit). A checker killed
 outright runs none of them: SIGKILL, or SIGTERM to a Python program that calls
 ``verispec.check_decoder(..., workers=N)`` and installs no handler (SIGTERM's default action ends

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from verispec.decoder_report import DecoderReport
+    from verispec.decoder.report import DecoderReport
     from verispec.spec.check import CheckReport
 
 SCALE_OPTION = "--verispec-scale"
@@ -81,7 +81,7 @@ def verispec_check_decoder(request: pytest.FixtureRequest) -> Callable[..., Deco
     (its sample sizes come from ``tv`` and ``alpha``, which the session's scale does not change)."""
 
     def run(*args: Any, **kwargs: Any) -> DecoderReport:
-        from verispec.decoder_api import check_decoder
+        from verispec.decoder.api import check_decoder
 
         report = check_decoder(*args, **kwargs)
         request.node.user_properties.append(("verispec_verdict", report.verdict()))

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from verispec.reference.speculative import verify_sampled, verify_sampled_batch
-from verispec.spec.check import CheckError, CheckReport, PythonImplementation, merge_reports, run_check, run_design
+from verispec.spec.check import CheckError, CheckReport, PythonImplementation, merge_reports, run_check
+from verispec.spec.report import run_design
 from verispec.spec.mutants import catalogue
 from verispec.spec.report import PropertyOutcome, ReportError
 from verispec.spec.report_seal import REPORT_KEY_ENV, content_digest, run_id, verifier_identity

@@ -10,16 +10,16 @@
         [--budget SECONDS] [--workers N] [--greedy --max-tokens N] [--json] [--junit-xml PATH]
 
 ``--depth N`` (default 64): the sampled modes test EVERY token of whole generations of up to N
-tokens (spec/decoder_depth.py: the engine's ``generate``; power 0.99 against TV ``--tv`` (default
+tokens (spec/decoder/depth/law.py: the engine's ``generate``; power 0.99 against TV ``--tv`` (default
 0.05) on ``--fraction`` (default 0.1) of positions; ``--budget`` seconds per prompt, exit 3 when
 it ends short of that power; ``--workers N``: its generations decoded by N engine processes,
-spec/decoder_pool.py, the same verdict with any N). ``--depth 0``: the first-m test of the first ``--m`` tokens
-(spec/decoder_law.py, default TV 0.2). ``--target-law two-sample --depth N``: whole generations
+spec/decoder/depth/pool.py, the same verdict with any N). ``--depth 0``: the first-m test of the first ``--m`` tokens
+(spec/decoder/first_tokens.py, default TV 0.2). ``--target-law two-sample --depth N``: whole generations
 with speculation on against the same engine's plain ones (``generate_plain``), position-binned
-law-free features (spec/decoder_depth_two_sample.py: power 0.99 against TV ``--tv`` (default 0.1)
+law-free features (spec/decoder/depth/two_sample.py: power 0.99 against TV ``--tv`` (default 0.1)
 on each feature's law).
 
-``--law`` (default ``verispec``): whose target law each token must follow (spec/laws/, one chain per
+``--law`` (default ``verispec``): whose target law each token must follow (spec/decoder/laws/, one chain per
 ecosystem: ``llama.cpp`` = llama-cpp-python's sampler chain, ``transformers`` = ``generate``'s
 processors, ``vllm`` = vLLM's V1 sampler). A sampling flag left out takes that ecosystem's default
 (``verispec``: temperature 1, top-k 4, repeat penalty 1.5); a flag the law does not have is a usage
@@ -28,10 +28,10 @@ error naming it. The engine receives a non-default law (``law=`` / the wire's ``
 ``--engine MOD:FACTORY``: ``FACTORY(model_path)`` returns an engine with
 ``sample(prompt_ids, params, m, n, seed) -> [[t1..tm], ...]`` (and ``greedy(prompt_ids,
 max_tokens, speculative) -> ids`` for ``--greedy``); ``--engine-cmd``: the JSON-lines ops of
-spec/decoder_check.py. ``--ours``: our decode loop (reference.decode; with ``--weights MODE`` the fast
+spec/decoder/check.py. ``--ours``: our decode loop (reference.decode; with ``--weights MODE`` the fast
 engine's own speculative decoder, n-gram draft, judged against the same engine's teacher-forced
-rows: verispec/engine_decoder.py); ``--mutant NAME``: a mutant
-decoder of spec/decoder_mutants.py. ``--target-law``: ``reference`` (default) builds the target law
+rows: verispec/decoder/ours.py); ``--mutant NAME``: a mutant
+decoder of spec/decoder/mutants.py. ``--target-law``: ``reference`` (default) builds the target law
 from our reference forward on --model (an engine of our numerics); ``engine-logits`` from the
 engine's own reported logits (``logits(prefix_ids, split_at)`` / the ``logits`` op) through our
 processors; ``two-sample`` tests speculation on against the same engine's ``sample_plain`` (``generate_plain`` at depth)
@@ -40,7 +40,7 @@ logits when it reports them, else from our forward (the report says which).
 Exit status 0: every prompt passed; 1: a prompt failed (a law off the target, or a greedy
 divergence beyond the batch-shape noise); 2: a usage error (a mode the engine does not offer);
 3: inconclusive (the depth test's budget ended before its power, nothing failed).
-The same run from Python: ``verispec.check_decoder(...)`` (verispec/decoder_api.py).
+The same run from Python: ``verispec.check_decoder(...)`` (verispec/decoder/api.py).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     which.add_argument("--engine", metavar="MOD:FACTORY", help="FACTORY(model_path) -> engine with sample(...)")
     which.add_argument("--engine-cmd", metavar="CMD", help="a program speaking the sample/greedy JSON-lines ops")
     which.add_argument("--ours", action="store_true", help="our own decode loop (reference.decode)")
-    which.add_argument("--mutant", metavar="NAME", help="a mutant decoder of spec/decoder_mutants.py")
+    which.add_argument("--mutant", metavar="NAME", help="a mutant decoder of spec/decoder/mutants.py")
     parser.add_argument("--weights", default=None, choices=("auto", "int8", "exact", "f32"),
                         help="--ours: the fast engine's own speculative decoder in this mode, judged against its own rows")
     parser.add_argument("--model", default="smollm2-135m", help="registry name or .gguf path (default smollm2-135m)")
@@ -108,13 +108,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def run(args: argparse.Namespace) -> int:
     from verispec.commands import import_from_current_folder
-    from verispec.decoder_api import check_decoder
+    from verispec.decoder.api import check_decoder
     from verispec.junit import check_junit_target, write_decoder_junit
 
     if args.junit_xml is not None:
         check_junit_target(args.junit_xml)
     import_from_current_folder()
-    report = check_decoder(  # verispec/decoder_api.py: the flags' checks and the run, one copy for CLI and API
+    report = check_decoder(  # verispec/decoder/api.py: the flags' checks and the run, one copy for CLI and API
         args.engine,
         engine_cmd=args.engine_cmd,
         ours=args.ours,

@@ -5,7 +5,7 @@
 
 llama-cpp-python computes with llama.cpp's quantized kernels, so the target law comes from its own
 logits (``--target-law engine-logits``: :meth:`LlamaCppPeer.logits`, a plain ``logits_all``
-evaluation of the prefix) through ``--law llama.cpp`` (spec/laws/llamacpp.py: ``Llama.generate``'s
+evaluation of the prefix) through ``--law llama.cpp`` (spec/decoder/laws/llamacpp.py: ``Llama.generate``'s
 chain, its penalties over the output tokens only). ``generate`` samples with
 ``Llama(draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k))``: temp, top_k, top_p, min_p,
 typical_p, repeat/frequency/presence penalties and the penalty window as the profile states them,

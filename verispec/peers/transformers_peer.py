@@ -22,7 +22,7 @@ repetition_penalty; ``min_tokens`` is ``min_new_tokens``. ``library_defaults`` s
 ``do_sample=True`` alone and takes transformers' own defaults (top_k 50, temperature 1), so it
 accepts only the params that state those defaults. What transformers computes is ITS law
 (temperature before top-k/top-p/min-p, the penalty over the whole sequence): run the gate with
-``--law transformers`` (spec/laws/transformers.py), and ``generate`` receives that profile as
+``--law transformers`` (spec/decoder/laws/transformers.py), and ``generate`` receives that profile as
 ``law=`` and sends its params as they are; under the default (verispec) law the adapter maps
 verispec's params, which is transformers' law only where the two coincide
 (:func:`laws_coincide`).
@@ -135,9 +135,9 @@ def sampling_kwargs(params: SamplingParams, library_defaults: bool = False) -> d
 
 
 def profile_kwargs(law: Any, library_defaults: bool = False) -> dict[str, Any]:
-    """``generate()`` keywords of a ``--law transformers`` profile (spec/laws/transformers.py):
+    """``generate()`` keywords of a ``--law transformers`` profile (spec/decoder/laws/transformers.py):
     its GenerationConfig fields as they are; a :class:`CheckError` for another ecosystem's law."""
-    from verispec.spec.laws.transformers import NAME, Params
+    from verispec.spec.decoder.laws.transformers import NAME, Params
 
     if getattr(law, "name", None) != NAME:
         raise CheckError(f"the transformers adapter samples transformers' law, not --law {getattr(law, 'name', law)!r}")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from verispec.reference.sampling import FloatArray, Probs, SamplingParams, target_distribution
-from verispec.spec.laws.common import Profile, check_ids, check_int
+from verispec.spec.decoder.laws.common import Profile, check_ids, check_int
 
 NAME = "verispec"
 
@@ -53,7 +53,7 @@ class Params:
         return replace(self.sampling, logit_bias=bias)
 
     def to_json(self) -> dict[str, Any]:
-        from verispec.spec.laws.common import bias_json
+        from verispec.spec.decoder.laws.common import bias_json
 
         s = self.sampling
         return {"temperature": float(s.temperature), "top_k": int(s.top_k), "top_p": float(s.top_p),

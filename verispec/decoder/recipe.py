@@ -1,7 +1,7 @@
 """How a ``check-decoder --workers`` worker builds its engine: the recipe the checker hands it.
 
-Its own module so that the checker (verispec/decoder_api.py) and the worker
-(verispec/decoder_worker.py, which builds engines through the checker's ``build_engine``) both
+Its own module so that the checker (verispec/decoder/api.py) and the worker
+(verispec/decoder/worker.py, which builds engines through the checker's ``build_engine``) both
 import it without importing each other.
 """
 
@@ -37,4 +37,4 @@ class WorkerRecipe:
         """The shell command that starts a worker with this recipe (this interpreter)."""
         import shlex
 
-        return f"exec {shlex.quote(sys.executable)} -m verispec.decoder_worker {shlex.quote(self.to_json())}"  # no shell between
+        return f"exec {shlex.quote(sys.executable)} -m verispec.decoder.worker {shlex.quote(self.to_json())}"  # no shell between

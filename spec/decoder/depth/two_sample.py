@@ -8,7 +8,7 @@ come from one law through FEATURES of a generation, each a function of the gener
 of the gate's own random choice of a position, made the same way in both arms), chosen to see the
 late-firing bug classes:
 
-- per position bin b ([0,1), [1,2), [2,4), .. doubling, as :mod:`spec.decoder_depth`), at ONE
+- per position bin b ([0,1), [1,2), [2,4), .. doubling, as :mod:`spec.decoder.depth.law`), at ONE
   position drawn uniformly in the bin for each generation: the token there, as one of the pilot's
   frequent tokens of that bin or "another token", or "ended" when the generation stopped before
   that position (penalties, processors, rows from the wrong cache or position: the token law; the
@@ -23,10 +23,10 @@ late-firing bug classes:
 
 Every feature is computed from independent generations, one value per generation, so within an
 arm the values are i.i.d. and each test is Pearson's chi-square of homogeneity on a 2 x C table
-(:func:`spec.decoder_two_sample.homogeneity`), exactly valid asymptotically whatever the
+(:func:`spec.decoder.two_sample.homogeneity`), exactly valid asymptotically whatever the
 dependence between the positions of one generation. The cells of the token features come from a
 PILOT of plain generations drawn apart from the test's (the tokens of pilot frequency >=
-``min_mass`` in the bin, at most :data:`spec.decoder_law.MAX_CELLS`), fixed before the test draws,
+``min_mass`` in the bin, at most :data:`spec.decoder.first_tokens.MAX_CELLS`), fixed before the test draws,
 so the level does not depend on what the pilot drew. A malformed generation in either arm (more
 than max_tokens, tokens after an end-of-generation id, a stop before max_tokens without one) fails
 outright.
@@ -34,7 +34,7 @@ outright.
 Power. N generations per arm are chosen so that each test detects, with probability >= 0.99 at
 its level, any deviation of total variation >= ``tv`` between the two arms' laws of that feature
 (on its cells): with N per arm the homogeneity statistic's non-centrality is at least
-N/2 * 4 TV^2 (Cauchy-Schwarz on the pooled law, :mod:`spec.decoder_two_sample`), the one-sample
+N/2 * 4 TV^2 (Cauchy-Schwarz on the pooled law, :mod:`spec.decoder.two_sample`), the one-sample
 test's with N/2 draws (:func:`arm_size`). The deviation this mode is designed for is therefore
 "TV >= tv in the law of one bin's token at a uniformly drawn position of the bin (or of its
 repeat indicator, or of the stopping bin)": at the default tv = 0.1 far weaker than the law-at-
@@ -65,10 +65,10 @@ import numpy.typing as npt
 
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder_depth import DepthCase, as_generation, position_bin, position_bin_label, structure_error
+from verispec.spec.decoder.depth.law import DepthCase, as_generation, position_bin, position_bin_label, structure_error
 from verispec.spec.sequential_state import State, StateVerdict
-from verispec.spec.decoder_law import MAX_CELLS
-from verispec.spec.decoder_two_sample import homogeneity
+from verispec.spec.decoder.first_tokens import MAX_CELLS
+from verispec.spec.decoder.two_sample import homogeneity
 from verispec.spec.statistics import POWER, power_of
 
 I64 = npt.NDArray[np.int64]
@@ -87,7 +87,7 @@ REPEAT_WINDOW = 64  # the repeat feature's window when the params have no penalt
 
 class PlainGenerationEngine(Protocol):
     """Whole generations both ways: ``generate`` (speculation on) and ``generate_plain`` (off),
-    each n independent requests (the interface of :class:`spec.decoder_depth.GenerationEngine`)."""
+    each n independent requests (the interface of :class:`spec.decoder.depth.law.GenerationEngine`)."""
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
@@ -273,7 +273,7 @@ def draw_arm(engine: Any, plain: bool, case: DepthCase, n: int, seed: int) -> li
 
 def draw_arms(engine: Any, case: DepthCase, n: int, seed: int) -> list[list[tuple[int, ...]]]:
     """Both arms of a block, plain (seed + 1) and speculative (seed): at once on an engine pool
-    (``submit``: spec/decoder_pool.py), else one after the other; the same generations either way."""
+    (``submit``: spec/decoder/depth/pool.py), else one after the other; the same generations either way."""
     submit = getattr(engine, "submit", None)
     if not callable(submit):
         return [draw_arm(engine, is_plain, case, n, seed + is_plain) for is_plain in (True, False)]

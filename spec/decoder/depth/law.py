@@ -1,6 +1,6 @@
 """The law at depth: every emitted token of whole generations against its conditional target law.
 
-``check-decoder``'s first-m test (:mod:`spec.decoder_law`) sees the first m <= 3 tokens; most
+``check-decoder``'s first-m test (:mod:`spec.decoder.first_tokens`) sees the first m <= 3 tokens; most
 speculative-decoding bugs show later (after a full acceptance, after a rollback, once a penalty
 window fills, near max_tokens). This test takes whole generations of up to ``max_tokens`` (64 to
 512) and judges every token.
@@ -8,7 +8,7 @@ window fills, near max_tokens). This test takes whole generations of up to ``max
 Target law at each position. For a generation x_1..x_T after a prompt, ONE teacher-forced pass
 over the ACTUAL emitted prefix gives every position's logits (our reference forward, or the
 engine's own ``logits`` op per prefix) and the case's target law p_t = law(logits_t, prompt, x_<t)
-(a profile of :mod:`spec.laws`: the default ``verispec`` profile is
+(a profile of :mod:`spec.decoder.laws`: the default ``verispec`` profile is
 :func:`reference.sampling.target_distribution` with the end-of-generation ids masked while
 t < ``min_tokens``, vLLM's min_tokens, by a -inf bias before the chain; ``--law`` picks another
 ecosystem's chain).
@@ -30,7 +30,7 @@ z-test:
 - log score, the entropy bias of temperature and penalties: for each lambda of a fixed grid
   (both signs: sharper and flatter laws), prod_t p_t(x_t)^lambda / sum_y p_t(y)^(1 + lambda), the
   likelihood ratio of the tempered law p^(1+lambda)/Z (mean 1 given the past: the chain rule),
-  mixed with the design's weights (spec/decoder_depth_power.py: most weight where the design's
+  mixed with the design's weights (spec/decoder/depth/power.py: most weight where the design's
   tempering puts it). A z-test of sum_t log p_t(x_t) + H(p_t) (exact mean 0, variance
   Var_p(log p)) called one correct token of p = 1e-5 in a sharp row at an early look z = -7;
   that z is still reported, as a description;
@@ -61,7 +61,7 @@ z-test:
   probability so far is <= alpha_c rejects (P <= alpha_c by optional stopping);
 - structure, deterministic: a token of target probability 0 (with the engine's own rows, unless
   within twice its own batch-shape noise of a cut edge: a numerics near-tie, reported and left
-  out of the statistics, spec/decoder_depth_ties.py), a token after an end-of-generation
+  out of the statistics, spec/decoder/depth/ties.py), a token after an end-of-generation
   id, more than max_tokens, or a stop before max_tokens without an EOG fails outright; so does a
   reported logprob (optional, ``{"logprobs": [..]}``) off the token's target log-probability by
   more than ``LOGPROB_TOL`` (llama.cpp #27972 reports 0.0 for every token when speculating).
@@ -75,7 +75,7 @@ martingale spends at every look the SUM of its per-look shares (:func:`martingal
 crossing of 1/a over all looks has probability <= a, so the union over the looks costs what
 the per-look shares add up to, and the total stays alpha. It fails at the first look that rejects, passes
 after the final look, and is INCONCLUSIVE when its time budget ends first (the power reached is
-reported). N comes from :mod:`spec.decoder_depth_power`: power 0.99 against TV 0.05 on 10% of
+reported). N comes from :mod:`spec.decoder.depth.power`: power 0.99 against TV 0.05 on 10% of
 positions along the law's entropy, derived from a pilot of the engine's own generations (drawn
 apart from the test's, so the test's level does not depend on it).
 
@@ -101,13 +101,13 @@ import numpy.typing as npt
 
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder_blocks import blocks, plan_of
-from verispec.spec.decoder_forcing import rows_in_order
-from verispec.spec.decoder_types import ForcedRows as ForcedRows
-from verispec.spec.decoder_types import Prefix as Prefix
+from verispec.spec.decoder.depth.blocks import blocks, plan_of
+from verispec.spec.decoder.depth.forcing import rows_in_order
+from verispec.spec.decoder.types import ForcedRows as ForcedRows
+from verispec.spec.decoder.types import Prefix as Prefix
 from verispec.spec.sequential_state import State, StateVerdict
-from verispec.spec.decoder_depth_ties import TIE_NOISES, NearTie, cut_edge_margin
-from verispec.spec.decoder_depth_power import (
+from verispec.spec.decoder.depth.ties import TIE_NOISES, NearTie, cut_edge_margin
+from verispec.spec.decoder.depth.power import (
     SCORE_LAMBDAS,
     PowerDesign,
     design,
@@ -115,8 +115,8 @@ from verispec.spec.decoder_depth_power import (
     mixture_log_evidence,
     support_sorted,
 )
-from verispec.spec.laws import default as default_law
-from verispec.spec.laws.common import Profile
+from verispec.spec.decoder.laws import default as default_law
+from verispec.spec.decoder.laws.common import Profile
 from verispec.spec.statistics import POWER, chi2_sf
 
 F32 = npt.NDArray[np.float32]
@@ -326,7 +326,7 @@ def impossible_token(
 ) -> tuple[NearTie | None, str]:
     """(a near-tie, "") when token ``ids[t]`` of target probability 0 is within twice the
     engine's own batch-shape noise of the cut (rows with a ``batch_shape_noise``, the engine's
-    own: spec/decoder_depth_ties.py), else (None, why it fails outright)."""
+    own: spec/decoder/depth/ties.py), else (None, why it fails outright)."""
     x = int(ids[t])
     why = f"token {x} at position {t} has target probability 0"
     noise_of = getattr(rows_of, "batch_shape_noise", None)
@@ -389,7 +389,7 @@ class BinSums:
         return self.eog_evidence() >= 1.0 / alpha
 
     def score_log_evidence(self, log_weights: F64) -> float:
-        """log M of the log-score test-martingale (spec/decoder_depth_power.py): log sum_g w_g
+        """log M of the log-score test-martingale (spec/decoder/depth/power.py): log sum_g w_g
         exp(S_g), a nonnegative martingale of mean 1 under the null (P(M >= 1/a) <= a at any look)."""
         return mixture_log_evidence(self.score_log, log_weights)
 
@@ -583,7 +583,7 @@ def martingale_stat_alpha(alpha: float) -> float:
 
 
 def draw(engine: GenerationEngine, case: DepthCase, n: int, seed: int) -> list[Generation]:
-    """One block of ``n`` generations seeded ``seed`` (:mod:`spec.decoder_blocks`)."""
+    """One block of ``n`` generations seeded ``seed`` (:mod:`spec.decoder.depth.blocks`)."""
     return next(blocks(engine, case, [(n, seed)]))
 
 

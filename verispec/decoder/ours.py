@@ -39,7 +39,7 @@ from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 
 
-BATCH = 64  # at most this many generations in lockstep: a depth block has at most 50 (spec/decoder_depth.py)
+BATCH = 64  # at most this many generations in lockstep: a depth block has at most 50 (spec/decoder/depth/law.py)
 
 
 class EngineDecoder:

@@ -4,7 +4,7 @@
 One module per ecosystem (:mod:`.default`, :mod:`.llamacpp`, :mod:`.transformers`, :mod:`.vllm`),
 each ONE function ``law(logits[V], prompt_ids, output_ids, params) -> probs[V]`` with a typed
 ``Params`` of that ecosystem's names and defaults; its docstring is the spec of its chain.
-:func:`build` makes a :class:`~spec.laws.common.Profile` from check-decoder's flags, and refuses a
+:func:`build` makes a :class:`~spec.decoder.laws.common.Profile` from check-decoder's flags, and refuses a
 flag the chosen profile does not have (a :class:`SamplingError`, exit category usage, naming it).
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 from verispec.reference.errors import SamplingError
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.laws import default, llamacpp, transformers, vllm
-from verispec.spec.laws.common import Profile
+from verispec.spec.decoder.laws import default, llamacpp, transformers, vllm
+from verispec.spec.decoder.laws.common import Profile
 
 MODULES: dict[str, ModuleType] = {m.NAME: m for m in (default, llamacpp, transformers, vllm)}
 NAMES: tuple[str, ...] = tuple(MODULES)
@@ -83,7 +83,7 @@ def min_tokens_of(profile: Profile) -> int:
 
 def from_json(obj: Mapping[str, Any]) -> Profile:
     """Inverse of :meth:`Profile.to_json` (the wire form an engine receives)."""
-    from verispec.spec.laws.common import bias_from_json
+    from verispec.spec.decoder.laws.common import bias_from_json
 
     name = str(obj.get("name", ""))
     if name not in MODULES:

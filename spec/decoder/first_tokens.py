@@ -7,7 +7,7 @@ decoder's samples follow the TARGET law of those tokens,
     P(t_1 .. t_m) = prod_j law(logits(prompt + t_<j), prompt + t_<j, params),
 
 ``law`` being THE target law (:func:`reference.sampling.target_distribution`, or another
-ecosystem's profile of :mod:`spec.laws`, called as ``law(logits, prompt, t_<j)``) and ``logits`` the
+ecosystem's profile of :mod:`spec.decoder.laws`, called as ``law(logits, prompt, t_<j)``) and ``logits`` the
 target's logits after a prefix: here computed by OUR reference forward (exact for an engine with
 our numerics: transformers float32 on the same dequantized weights, our fast engine), or given as
 an engine's own reported logits (``logits_of`` is any prefix -> row function).
@@ -42,9 +42,9 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.sampling import SamplingParams, target_distribution
-from verispec.spec.decoder_types import LogitsOf as LogitsOf
-from verispec.spec.decoder_types import Prefix as Prefix
-from verispec.spec.laws.common import Profile
+from verispec.spec.decoder.types import LogitsOf as LogitsOf
+from verispec.spec.decoder.types import Prefix as Prefix
+from verispec.spec.decoder.laws.common import Profile
 from verispec.spec.statistics import ChiSquare, chi_square, power_of, required_sample_size
 
 F32 = npt.NDArray[np.float32]
@@ -86,7 +86,7 @@ class SequenceLaw:
 
 class MemoLaw:
     """Target law rows by prefix, memoized (one ``logits_of`` call per prefix). ``law``: a profile
-    of :mod:`spec.laws` called with the prefix split at ``prompt_length`` (None: THE target law of
+    of :mod:`spec.decoder.laws` called with the prefix split at ``prompt_length`` (None: THE target law of
     ``params`` on the whole prefix)."""
 
     def __init__(self, logits_of: LogitsOf, params: SamplingParams, law: Profile | None = None, prompt_length: int = 0) -> None:

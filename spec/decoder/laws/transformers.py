@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verispec.reference.sampling import FloatArray, Probs, SamplingParams, _apply_repeat_penalty, _softmax_over
-from verispec.spec.laws.common import (
+from verispec.spec.decoder.laws.common import (
     Profile,
     alive_of,
     ban,

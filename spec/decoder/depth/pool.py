@@ -1,8 +1,8 @@
 """``check-decoder --workers N``: the depth tests' generations decoded by N engine processes.
 
 Each worker is a program under test behind its own :class:`spec.external.CommandTransport` (a
-:class:`spec.decoder_check.CommandEngine`): ``--engine-cmd`` N times, or ``python -m
-verispec.decoder_worker`` serving a Python engine (``--engine MOD:FACTORY``, ``--ours``,
+:class:`spec.decoder.check.CommandEngine`): ``--engine-cmd`` N times, or ``python -m
+verispec.decoder.worker`` serving a Python engine (``--engine MOD:FACTORY``, ``--ours``,
 ``--mutant``) that each worker builds for itself. So a worker is contained exactly as any program
 under test is: its own process group, every wait bounded by ``--timeout``, its group killed on
 close, on a failure, on Ctrl-C / SIGTERM and at exit (:func:`spec.external.kill_all_peers`). A
@@ -12,7 +12,7 @@ engine's failure (exit 1); one that cannot start at all is a :class:`ProgramCann
 pool starts (exit 2), before any test.
 
 :class:`GenerationPool` answers ``submit(op, ...)`` (a future of one block: ``generate`` or
-``generate_plain``) by handing the block to an idle worker; :mod:`spec.decoder_blocks` keeps
+``generate_plain``) by handing the block to an idle worker; :mod:`spec.decoder.depth.blocks` keeps
 ``lookahead`` = N blocks in flight. A block's generations depend on its own seed only (the
 engine's ``generate`` contract), so they are the same whichever worker decodes them.
 """

@@ -1,4 +1,4 @@
-"""The power of the depth test (:mod:`spec.decoder_depth`): the deviation it must detect, N from it.
+"""The power of the depth test (:mod:`spec.decoder.depth.law`): the deviation it must detect, N from it.
 
 The deviation to detect. At a fraction ``f`` of the emitted positions (the design value: f = 0.1,
 a bug that fires in the cycle after a full acceptance), the token is drawn from a law q_t at total
@@ -17,7 +17,7 @@ sharpening (beta > 1) and flattening (beta < 1) both; a row that cannot reach ``
 
 The statistics and their power. Two tests see this family.
 
-The log-score test-martingale (the test of :mod:`spec.decoder_depth`). For each lambda of the
+The log-score test-martingale (the test of :mod:`spec.decoder.depth.law`). For each lambda of the
 fixed grid :data:`SCORE_LAMBDAS` (both signs: lambda > 0 a sharper law, -1 < lambda < 0 a flatter
 one), the token's term is
 

@@ -3,7 +3,7 @@
 ``verispec check-decoder`` parses its flags and calls :func:`check_decoder` with them (one keyword
 per flag: ``--engine-cmd`` -> ``engine_cmd``, ``--prompt`` -> ``prompts``), so the checks of the
 arguments, the defaults and the run are one piece of code. The modes and the engine interface are
-those of :mod:`verispec.spec.decoder_check`.
+those of :mod:`verispec.spec.decoder.check`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from verispec.decoder_report import DecoderReport, PromptOutcome
+    from verispec.decoder.report import DecoderReport, PromptOutcome
     from verispec.reference.sampling import SamplingParams
-    from verispec.spec.laws import Profile
+    from verispec.spec.decoder.laws import Profile
 
 TargetLaw = Literal["reference", "engine-logits", "two-sample"]
 DEFAULT_PROMPTS: tuple[str, ...] = ("The cat sat on the",)
-# Threads computing our engine's teacher-forced passes ahead of the scoring (spec/decoder_forcing.py):
+# Threads computing our engine's teacher-forced passes ahead of the scoring (spec/decoder/depth/forcing.py):
 # its passes are thread-safe and release the GIL in onnxruntime, and the checker's serial pass is
 # what the decoding workers wait on.
 FORCING_THREADS = 2
@@ -67,14 +67,14 @@ def check_decoder(
     log: Callable[[PromptOutcome], None] | None = None,
 ) -> DecoderReport:
     """Test a decoder's law on ``model``: every token of whole generations of up to ``depth``
-    tokens (the default; spec/decoder_depth.py, power 0.99 against TV ``tv`` (0.05) on ``fraction``
+    tokens (the default; spec/decoder/depth/law.py, power 0.99 against TV ``tv`` (0.05) on ``fraction``
     of positions, ``budget`` seconds per prompt, inconclusive when it ends short), or with
-    ``depth=0`` the first ``m`` tokens (spec/decoder_law.py, default TV 0.2), or with ``greedy``
+    ``depth=0`` the first ``m`` tokens (spec/decoder/first_tokens.py, default TV 0.2), or with ``greedy``
     its speculative output against its own plain greedy output.
 
     The decoder, exactly one of: ``engine``, a factory ``FACTORY(model_path) -> engine`` or its
     ``"module:FACTORY"``; ``engine_cmd``, a program speaking the JSON-lines ops; ``ours``, our own
-    decode loop; ``mutant``, a mutant decoder of spec/decoder_mutants.py. ``target_law``: where the
+    decode loop; ``mutant``, a mutant decoder of spec/decoder/mutants.py. ``target_law``: where the
     law comes from (``reference``: our forward; ``engine-logits``: the engine's reported logits;
     ``two-sample``: the same engine with speculation off, at depth its ``generate_plain`` and
     position-binned features, default TV 0.1). N is chosen for power 0.99 against a
@@ -83,21 +83,21 @@ def check_decoder(
 
     ``workers``: the depth test's generations decoded by that many processes, each building its
     own engine (``engine`` then a ``"module:FACTORY"`` string; ``engine_cmd`` started that many
-    times), each contained like a program under test (spec/decoder_pool.py); teacher forcing and
+    times), each contained like a program under test (spec/decoder/depth/pool.py); teacher forcing and
     the statistics stay in this process. A block of generations depends on the run seed and its
     index only, so the verdict is the same with any number of workers.
 
     ``weights`` (with ``ours``): the decoder is the fast engine's own speculative decoder in that
-    weights mode (``auto``, ``int8``, ``f32``/``exact``; verispec/engine_decoder.py) instead of our
+    weights mode (``auto``, ``int8``, ``f32``/``exact``; verispec/decoder/ours.py) instead of our
     reference loop, and the target law at each position is the SAME engine's plain rows, one
     teacher-forced k-row pass per generation (bit for bit its 1-row passes: the engine's
     contract), through the target law's processors (``engine-logits`` semantics). Depth test only.
 
-    ``law``: whose target law the tokens must follow (spec/laws/): ``verispec`` (the default;
+    ``law``: whose target law the tokens must follow (spec/decoder/laws/): ``verispec`` (the default;
     temperature 1, top_k 4, repeat_penalty 1.5 unless given), ``llama.cpp``, ``transformers`` or
     ``vllm``, each with its ecosystem's parameter names and defaults for the sampling keywords left
     None; a keyword the chosen law does not have is a usage error naming its flag. The engine
-    receives a non-default law as ``law=`` (a :class:`verispec.spec.laws.Profile`; on the wire the
+    receives a non-default law as ``law=`` (a :class:`verispec.spec.decoder.laws.Profile`; on the wire the
     ``"law"`` field).
 
     Example::
@@ -105,14 +105,14 @@ def check_decoder(
         report = verispec.check_decoder("mypkg.serving:engine_factory", model="model.gguf", m=2)
         assert report.passed, report.summary()
     """
-    from verispec.decoder_report import DecoderReport
+    from verispec.decoder.report import DecoderReport
     from verispec.reference.model import Model
     from verispec.reference.tokenizer import Tokenizer
     from verispec.registry import resolve_model
-    from verispec.spec.decoder_check import ReferenceLogits
+    from verispec.spec.decoder.check import ReferenceLogits
 
     from verispec.spec.external import check_timeout
-    from verispec.spec.laws import min_tokens_of
+    from verispec.spec.decoder.laws import min_tokens_of
 
     tv = default_tv(depth, target_law) if tv is None else tv
     _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
@@ -178,7 +178,7 @@ def _check_arguments(
     engine: object, engine_cmd: str | None, ours: bool, mutant: str | None,
     m: int, tv: float, alpha: float | None, k: int, max_tokens: int, target_law: str,
 ) -> None:
-    from verispec.spec.decoder_law import MAX_M
+    from verispec.spec.decoder.first_tokens import MAX_M
 
     given = sum(1 for chosen in (engine is not None, engine_cmd is not None, ours, mutant is not None) if chosen)
     if given != 1:
@@ -233,13 +233,13 @@ def _pool(
     path: Path, draft_temperature: float, draft_top_k: int, k: int, timeout: float, logits: Any, tokenizer: Any,
     weights: str | None = None,
 ) -> Any:
-    """``workers`` engine processes (spec/decoder_pool.py): ``engine_cmd`` that many times, or
-    verispec/decoder_worker.py building the Python engine in each."""
+    """``workers`` engine processes (spec/decoder/depth/pool.py): ``engine_cmd`` that many times, or
+    verispec/decoder/worker.py building the Python engine in each."""
     import os
 
-    from verispec.decoder_recipe import WorkerRecipe
-    from verispec.spec.decoder_check import CommandEngine
-    from verispec.spec.decoder_pool import GenerationPool
+    from verispec.decoder.recipe import WorkerRecipe
+    from verispec.spec.decoder.check import CommandEngine
+    from verispec.spec.decoder.depth.pool import GenerationPool
 
     if engine_cmd is None:
         recipe = WorkerRecipe(str(path), engine if isinstance(engine, str) else None, ours, mutant, draft_temperature,
@@ -250,8 +250,8 @@ def _pool(
 
 
 def _profile(law: str, flags: dict[str, Any], eog: Collection[int]) -> Profile:
-    """The law profile of the sampling flags (spec/laws/); a usage error names a flag it lacks."""
-    from verispec.spec.laws import build
+    """The law profile of the sampling flags (spec/decoder/laws/); a usage error names a flag it lacks."""
+    from verispec.spec.decoder.laws import build
 
     return build(law, flags, eog)
 
@@ -285,21 +285,21 @@ def build_engine(
     """The decoder under test, as check-decoder builds it (here and in each worker process);
     ``logits`` / ``tokenizer``: our reference forward and the tokenizer of ``path`` (loaded here
     when None and the decoder is ours or a mutant); ``weights`` with ``ours``: the fast engine's
-    decoder in that mode (verispec/engine_decoder.py)."""
+    decoder in that mode (verispec/decoder/ours.py)."""
     from verispec.reference.sampling import SamplingParams
     from verispec.spec.check import load_callable
-    from verispec.spec.decoder_check import CommandEngine, ReferenceDecoder
-    from verispec.spec.decoder_mutants import DEPTH_MUTANTS, MUTANT_BUGS, LoopDecoder
+    from verispec.spec.decoder.check import CommandEngine, ReferenceDecoder
+    from verispec.spec.decoder.mutants import DEPTH_MUTANTS, MUTANT_BUGS, LoopDecoder
 
     draft = SamplingParams(temperature=draft_temperature, top_k=draft_top_k)
     if ours and weights is not None:
-        from verispec.engine_decoder import EngineDecoder
+        from verispec.decoder.ours import EngineDecoder
 
         return EngineDecoder(path, weights, k)
     if (ours or mutant is not None) and (logits is None or tokenizer is None):
         from verispec.reference.model import Model
         from verispec.reference.tokenizer import Tokenizer
-        from verispec.spec.decoder_check import ReferenceLogits
+        from verispec.spec.decoder.check import ReferenceLogits
 
         logits, tokenizer = ReferenceLogits(Model.load(path)), Tokenizer.from_file(path)
     if ours:
@@ -324,7 +324,7 @@ def build_engine(
 
 class FreshMemos:
     """A mutant decoder whose whole generations (``generate``, ``generate_plain``) run on fresh
-    memos per call, its rows from one KV cache along its path (spec/prefix_rows.py): at depth
+    memos per call, its rows from one KV cache along its path (spec/decoder/prefix_rows.py): at depth
     every prefix is new, and a memo of real-vocabulary rows would only grow (GBs over a run)."""
 
     def __init__(self, decoder: Any) -> None:
@@ -333,8 +333,8 @@ class FreshMemos:
     def _fresh(self) -> Any:
         from dataclasses import replace
 
-        from verispec.spec.decoder_law import CachedLaw
-        from verispec.spec.prefix_rows import PathRows
+        from verispec.spec.decoder.first_tokens import CachedLaw
+        from verispec.spec.decoder.prefix_rows import PathRows
 
         return replace(self.decoder, logits_of=PathRows(self.decoder.logits_of.model), law=CachedLaw())
 
@@ -377,7 +377,7 @@ class _Run:
 
     def check_modes(self) -> None:
         """A usage error for a mode the engine does not offer; picks whose logits are the target."""
-        from verispec.spec.decoder_check import EngineLogits, reports_logits
+        from verispec.spec.decoder.check import EngineLogits, reports_logits
 
         own = reports_logits(self.engine)
         if self.target_law == "engine-logits" and not own:
@@ -390,7 +390,7 @@ class _Run:
 
     def prompt(self, text: str) -> PromptOutcome:
         """The prompt's verdict; a malformed answer (or a dead engine) fails it with its reason, never exit 2."""
-        from verispec.decoder_report import PromptOutcome
+        from verispec.decoder.report import PromptOutcome
         from verispec.spec.external import ExternalError
 
         began = time.perf_counter()
@@ -400,9 +400,9 @@ class _Run:
             return PromptOutcome(text, "malformed", False, f"malformed answer: {str(exc)[:300]}", time.perf_counter() - began)
 
     def _judge(self, text: str, began: float) -> PromptOutcome:
-        from verispec.decoder_report import PromptOutcome
-        from verispec.spec.decoder_check import LawCase, check_greedy, check_law, law_json
-        from verispec.spec.decoder_two_sample import check_two_sample
+        from verispec.decoder.report import PromptOutcome
+        from verispec.spec.decoder.check import LawCase, check_greedy, check_law, law_json
+        from verispec.spec.decoder.two_sample import check_two_sample
 
         ids = tuple(self.tokenizer.encode(text, add_bos=self.tokenizer.add_bos, parse_special=True))  # as the bench
         if self.greedy:
@@ -426,16 +426,16 @@ class _Run:
         return PromptOutcome(text, mode, passed, detail, time.perf_counter() - began, numbers)
 
     def _depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
-        """The depth test of one prompt (spec/decoder_depth.py)."""
-        from verispec.spec.decoder_check import EngineLogits
-        from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json
-        from verispec.spec.decoder_depth_ties import PlainFedRows
-        from verispec.spec.decoder_forcing import ConcurrentRows
-        from verispec.spec.decoder_types import ForcedRows
+        """The depth test of one prompt (spec/decoder/depth/law.py)."""
+        from verispec.spec.decoder.check import EngineLogits
+        from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json
+        from verispec.spec.decoder.depth.ties import PlainFedRows
+        from verispec.spec.decoder.depth.forcing import ConcurrentRows
+        from verispec.spec.decoder.types import ForcedRows
 
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
-        if callable(getattr(self.engine, "forced_rows", None)):  # the engine's own k-row pass (engine_decoder.py)
+        if callable(getattr(self.engine, "forced_rows", None)):  # the engine's own k-row pass (verispec/decoder/ours.py)
             rows: ForcedRows = ConcurrentRows(self.engine.forced_rows, FORCING_THREADS)
         elif isinstance(self.target, EngineLogits):
             rows = PlainFedRows(self.target)
@@ -451,7 +451,7 @@ class _Run:
     def _outcome(self, text: str, mode: str, verdict: Any, numbers: dict[str, Any], design: str, began: float) -> PromptOutcome:
         """A depth verdict (either mode: a :class:`spec.sequential_state.StateVerdict` with ``where``,
         ``detail`` and ``power``) as the prompt's outcome."""
-        from verispec.decoder_report import PromptOutcome
+        from verispec.decoder.report import PromptOutcome
         from verispec.spec.sequential_state import LABEL
 
         detail = (f"[{LABEL[verdict.state]}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; {design}, "
@@ -462,9 +462,9 @@ class _Run:
                              inconclusive=verdict.state == "inconclusive")
 
     def _two_sample_depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
-        """Two-sample mode at depth on one prompt (spec/decoder_depth_two_sample.py)."""
-        from verispec.spec.decoder_depth import DepthCase
-        from verispec.spec.decoder_depth_two_sample import check_two_sample_depth, verdict_json
+        """Two-sample mode at depth on one prompt (spec/decoder/depth/two_sample.py)."""
+        from verispec.spec.decoder.depth.law import DepthCase
+        from verispec.spec.decoder.depth.two_sample import check_two_sample_depth, verdict_json
 
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")

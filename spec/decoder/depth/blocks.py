@@ -1,13 +1,13 @@
 """The depth tests' blocks of generations, decoded ahead by an engine that runs several at once.
 
-A depth test (:mod:`spec.decoder_depth`) asks for whole generations block by block: block ``b`` is
+A depth test (:mod:`spec.decoder.depth.law`) asks for whole generations block by block: block ``b`` is
 ONE ``generate(prompt, params, max_tokens, n_b, seed_b, min_tokens)`` call whose size and seed are
 fixed by the test's plan (the run seed and the block's index), never by what earlier blocks held.
 So a block's generations are the same whichever process decodes it and whenever it is decoded,
 and the test may have the next blocks decoded while it judges this one.
 
 :func:`blocks` yields the blocks of a plan in order. An engine that offers ``submit`` (the same
-arguments as ``generate``, returning a future; :class:`spec.decoder_pool.GenerationPool`: N worker
+arguments as ``generate``, returning a future; :class:`spec.decoder.depth.pool.GenerationPool`: N worker
 processes) gets up to ``lookahead`` blocks of the plan in flight; any other engine is called block
 by block, as before. The test consumes the blocks in the plan's order and stops where it stops,
 so its verdict does not depend on the number of workers; blocks decoded past its end are dropped
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from verispec.reference.errors import VerispecError
 
 if TYPE_CHECKING:
-    from verispec.spec.decoder_depth import DepthCase, Generation
+    from verispec.spec.decoder.depth.law import DepthCase, Generation
 
 
 class Pending(Protocol):
@@ -35,14 +35,14 @@ class Pending(Protocol):
 
 def law_keywords(case: DepthCase) -> dict[str, Any]:
     """``{"law": profile}`` for a non-default target law (an engine of the default law need not take it)."""
-    from verispec.spec.laws import default as default_law
+    from verispec.spec.decoder.laws import default as default_law
 
     return {} if case.law is None or case.law.name == default_law.NAME else {"law": case.law}
 
 
 def checked_block(raw: Any, n: int) -> list[Generation]:
     """The engine's answer to a block of ``n`` as Generations; VerispecError when it is not that."""
-    from verispec.spec.decoder_depth import as_generation
+    from verispec.spec.decoder.depth.law import as_generation
 
     if len(raw) != n:
         raise VerispecError(f"the engine returned {len(raw)} generations, asked for {n}")
@@ -100,7 +100,7 @@ def plan_of(first_seed: int, per_block: int, limit: int | None = None) -> Iterat
 
 def as_mapping(raw: Any) -> Mapping[str, Any] | list[int]:
     """A generation as the wire carries it: a list of ids, or ``{"ids", "cycles", "logprobs"}``."""
-    from verispec.spec.decoder_depth import Generation
+    from verispec.spec.decoder.depth.law import Generation
 
     if isinstance(raw, Generation):
         out: dict[str, Any] = {"ids": list(raw.ids)}

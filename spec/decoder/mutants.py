@@ -15,7 +15,7 @@ accepted span at max_tokens, cache positions advanced by one a cycle, min_p/logi
 verified rows, penalties dropped when speculating, top-k and top-p in the other order, two
 requests on one random stream, a rollback not done, a q that is not the law the draft was drawn
 from, a bonus token's K,V dropped, logprobs reported as 0.0), each with its upstream issue; :meth:`LoopDecoder.generate` gives whole generations with
-their cycles and logprobs for the depth test (:mod:`spec.decoder_depth`), and
+their cycles and logprobs for the depth test (:mod:`spec.decoder.depth.law`), and
 :class:`DesignDeviation` is that test's design alternative. Correct but different decoders: a
 greedy draft (one-hot q) and sample-and-match verification (``verify="match"``).
 """
@@ -32,9 +32,9 @@ import numpy.typing as npt
 
 from verispec.reference.sampling import SamplingParams, sample, target_distribution
 from verispec.reference.speculative import verify_greedy, verify_sampled
-from verispec.spec.decoder_depth_power import beta_at_tv, tempered
-from verispec.spec.decoder_law import CachedLaw, LogitsOf, Prefix
-from verispec.spec.laws.common import Profile
+from verispec.spec.decoder.depth.power import beta_at_tv, tempered
+from verispec.spec.decoder.first_tokens import CachedLaw, LogitsOf, Prefix
+from verispec.spec.decoder.laws.common import Profile
 
 F64 = npt.NDArray[np.float64]
 
@@ -54,7 +54,7 @@ class DecoderBugs:
     rows_with_drafts: bool = True  # False: every target row from the logits after the history alone
     penalty_counts_rejected: bool = False  # the penalty history includes every drafted token
     stops_at_eog: bool = True  # False: decoding runs on past an end-of-generation token
-    # -- bugs that show late (the depth test, spec/decoder_depth.py) --
+    # -- bugs that show late (the depth test, spec/decoder/depth/law.py) --
     penalty_last_per_cycle: bool = False  # the penalty history gets one token a cycle (its last)
     min_tokens_in_cycles: bool = False  # EOG masked while fewer than min_tokens CYCLES are done
     length_before_eog: bool = False  # spans run past max_tokens; the length cut is made before the EOG check
@@ -85,7 +85,7 @@ class LoopDecoder:
     that returns the first m tokens; ``bugs`` selects a mutant. ``verify``: "rejection" (the
     accept/reject rule) or "match" (sample-and-match: each row's token drawn from p, drafts kept
     while they equal it; lossless too). ``positioned``: the target's logits at explicit positions
-    (only the ``position_per_cycle`` mutant needs it). ``target``: a law profile of :mod:`spec.laws`
+    (only the ``position_per_cycle`` mutant needs it). ``target``: a law profile of :mod:`spec.decoder.laws`
     the verified rows always follow (a correct decoder of another ecosystem); otherwise the profile
     it is asked for (``law=``), else THE target law of ``params``."""
 
@@ -236,14 +236,14 @@ class LoopDecoder:
 
     def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
                law: Profile | None = None) -> list[list[int]]:
-        """n independent runs (the DecoderEngine interface of :mod:`spec.decoder_check`)."""
+        """n independent runs (the DecoderEngine interface of :mod:`spec.decoder.check`)."""
         rng = np.random.default_rng(seed)
         return [self.decode(prompt_ids, params, m, rng, law=law).ids for _ in range(n)]
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
                  min_tokens: int = 0, law: Profile | None = None) -> list[dict[str, Any]]:
         """n independent whole generations with their cycles (the GenerationEngine interface of
-        :mod:`spec.decoder_depth`); each request its own stream, or (``shared_stream``) one stream
+        :mod:`spec.decoder.depth.law`); each request its own stream, or (``shared_stream``) one stream
         per two requests."""
         return self._generations(prompt_ids, params, max_tokens, n, seed, min_tokens, None, law)
 
@@ -313,7 +313,7 @@ EOG_MUTANT = ("ignores_end_of_generation", DecoderBugs(stops_at_eog=False))
 
 
 # The bug classes of the public catalogue (../shared/research/peer_defects.md) that show only deep
-# in a generation or only with processors on; the depth test (spec/decoder_depth.py) must reject each.
+# in a generation or only with processors on; the depth test (spec/decoder/depth/law.py) must reject each.
 DEPTH_MUTANTS: dict[str, tuple[str, DecoderBugs]] = {
     "penalty_one_token_a_cycle": (
         "SGLang PR #33643: the penalizer is fed only output_ids[-1] per step, so the repetition "
@@ -382,7 +382,7 @@ DEPTH_MUTANTS: dict[str, tuple[str, DecoderBugs]] = {
 
 @dataclass(frozen=True)
 class DesignDeviation:
-    """The depth test's design alternative as a decoder (:mod:`spec.decoder_depth_power`): plain
+    """The depth test's design alternative as a decoder (:mod:`spec.decoder.depth.power`): plain
     decoding that at each position, with probability ``fraction``, draws from the target law
     tempered to total variation ``tv`` (sharpened or flattened), and from the target law
     elsewhere. The depth test must reject it with probability >= 0.99 at its design N."""
@@ -395,7 +395,7 @@ class DesignDeviation:
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
                  min_tokens: int = 0) -> list[list[int]]:
-        from verispec.spec.decoder_depth import DepthCase, position_params
+        from verispec.spec.decoder.depth.law import DepthCase, position_params
 
         case = DepthCase(tuple(prompt_ids), params, max_tokens, self.eog, min_tokens)
         rng = np.random.default_rng(seed)

@@ -5,7 +5,7 @@ A decode loop asks for the logits after a prefix that mostly extends the one it 
 whose K,V its cache holds and the logits row after each of them; for a new prefix it truncates the
 cache to the longest common prefix (rollback is O(1)) and runs only the remaining ids, so a whole
 generation costs one token's forward per new prefix instead of one forward of the whole prefix
-(:class:`spec.decoder_check.ReferenceLogits`, whose memo of every prefix also grows without bound).
+(:class:`spec.decoder.check.ReferenceLogits`, whose memo of every prefix also grows without bound).
 
 The rows are our reference forward's, computed in spans of other lengths than one pass over the
 whole prefix: equal up to float32 rounding (the batch-shape noise, ~1e-5 on the tiny models),

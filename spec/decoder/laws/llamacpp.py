@@ -60,7 +60,7 @@ from verispec.reference.sampling import (
     _order,
     _softmax_over,
 )
-from verispec.spec.laws.common import (
+from verispec.spec.decoder.laws.common import (
     F64,
     Alive,
     Profile,

@@ -8,7 +8,7 @@ homogeneity on a 2 x C table.
 
 Cells. A PILOT sample with speculation off (``pilot`` draws, independent of the two test samples)
 picks them: every well-formed sequence whose pilot frequency is >= ``min_mass`` (at most
-:data:`spec.decoder_law.MAX_CELLS`, heaviest first), plus one tail cell for all other sequences.
+:data:`spec.decoder.first_tokens.MAX_CELLS`, heaviest first), plus one tail cell for all other sequences.
 The cells are fixed before the test samples are drawn, so the test's false-alarm probability is
 alpha whatever the pilot drew. A malformed sample (not 1..m tokens ended by m or by an
 end-of-generation id, or a token after an EOG) fails the test outright.
@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import VerispecError
-from verispec.spec.decoder_law import MAX_CELLS, LawVerdict, Prefix, well_formed
+from verispec.spec.decoder.first_tokens import MAX_CELLS, LawVerdict, Prefix, well_formed
 from verispec.spec.statistics import MIN_EXPECTED, ChiSquare, chi2_sf, power_of, required_sample_size
 
 PILOT = 1000  # plain draws that pick the cells (a cell of mass 0.01 is seen ~10 times)

@@ -1,6 +1,6 @@
 """The depth test's teacher-forced passes, computed ahead on threads where the rows allow it.
 
-The depth test (spec/decoder_depth.py) scores a block's generations one after another, and each
+The depth test (spec/decoder/depth/law.py) scores a block's generations one after another, and each
 score starts with one teacher-forced pass (``rows_of(prompt + ids, len(prompt))``). With the
 generations decoded by worker processes, that serial pass is the checker's own bottleneck: the
 workers wait for it (they run at most a block ahead). A rows function that says it may be
@@ -27,7 +27,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from verispec.spec.decoder_types import ForcedRows, Prefix
+from verispec.spec.decoder.types import ForcedRows, Prefix
 
 
 def _keep_noise(wrapper: object, rows_of: ForcedRows) -> None:

@@ -10,11 +10,11 @@ target law of those tokens comes from one of three places (``--target-law``):
     engine-logits  the engine's OWN plain logits for each prefix (:class:`EngineLogits`, the
                    ``logits`` op), put through our processors: for an engine of other numerics
     two-sample     no law at all: the same engine with speculation off (``sample_plain``) vs on,
-                   a chi-square homogeneity test (:mod:`spec.decoder_two_sample`)
+                   a chi-square homogeneity test (:mod:`spec.decoder.two_sample`)
 
-and :mod:`spec.decoder_law` runs the powered chi-square. Whole generations (the ``generate`` op,
+and :mod:`spec.decoder.first_tokens` runs the powered chi-square. Whole generations (the ``generate`` op,
 ``check-decoder --depth N``, the default) are judged token by token at any depth by
-:mod:`spec.decoder_depth`. Greedy mode compares the engine's
+:mod:`spec.decoder.depth.law`. Greedy mode compares the engine's
 speculative output with its own plain greedy output token for token; at a divergence it reports
 the target's top-1 margin and whether it lies within the batch-shape noise of the logits (a
 near-tie) or not (a bug): the ENGINE's own noise when it reports logits, ours otherwise (valid only
@@ -30,13 +30,13 @@ Wire ops (same envelope as :mod:`spec.external`)::
                                  "min_tokens": 0, "n": 200, "seed": 7}}
       -> {"samples": [[t1, .., tT] | {"ids": [..], "cycles": [[drafted, accepted], ..]}, ...]}
                                                           n whole generations, speculation on
-                                                          (the depth test, spec/decoder_depth.py;
+                                                          (the depth test, spec/decoder/depth/law.py;
                                                           cycles optional)
       sample, sample_plain and generate carry ``"law": {"name": "transformers", "params": {..}}``
-      when check-decoder runs another ecosystem's law (``--law``, spec/laws/; absent: verispec)
+      when check-decoder runs another ecosystem's law (``--law``, spec/decoder/laws/; absent: verispec)
     {"op": "generate_plain", "input": (as generate)}    n whole generations, speculation off
       -> {"samples": [[t1, .., tT], ...]}                 (two-sample mode at depth,
-                                                          spec/decoder_depth_two_sample.py)
+                                                          spec/decoder/depth/two_sample.py)
     {"op": "greedy", "input": {"prompt_ids": [..], "max_tokens": 16, "speculative": true}}
       -> {"ids": [..]}
     {"op": "logits", "input": {"prefix_ids": [..], "split_at": null}}
@@ -61,9 +61,9 @@ from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec import answers
 from verispec.spec.external import ExternalError
-from verispec.spec.laws.common import Profile
-from verispec.spec.decoder_law import F32, CachedLaw, LawVerdict, LogitsOf, Prefix, first_tokens_law, judge, sample_size
-from verispec.spec.prefix_rows import PathRows
+from verispec.spec.decoder.laws.common import Profile
+from verispec.spec.decoder.first_tokens import F32, CachedLaw, LawVerdict, LogitsOf, Prefix, first_tokens_law, judge, sample_size
+from verispec.spec.decoder.prefix_rows import PathRows
 from verispec.spec.vectors import Json
 
 
@@ -407,7 +407,7 @@ class CommandEngine:
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
                  min_tokens: int = 0, law: Profile | None = None) -> list[Any]:
-        """n whole generations (ids lists, or ``{"ids", "cycles"}`` objects: spec/decoder_depth.py reads them)."""
+        """n whole generations (ids lists, or ``{"ids", "cycles"}`` objects: spec/decoder/depth/law.py reads them)."""
         return self._generations("generate", prompt_ids, params, max_tokens, n, seed, min_tokens, law)
 
     def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
@@ -477,7 +477,7 @@ class LawCase:
 def law_options(law: Profile | None) -> dict[str, Profile]:
     """The keyword an engine receives for a non-default law profile (none for the default: old
     engines keep working)."""
-    from verispec.spec.laws import DEFAULT
+    from verispec.spec.decoder.laws import DEFAULT
 
     return {} if law is None or law.name == DEFAULT else {"law": law}
 

@@ -1,15 +1,15 @@
 """One ``check-decoder --workers N`` worker: a Python engine served over the decoder wire ops.
 
-    python -m verispec.decoder_worker RECIPE_JSON
+    python -m verispec.decoder.worker RECIPE_JSON
 
 The recipe (:class:`WorkerRecipe`, JSON) names the decoder as ``check-decoder`` does (``engine``
 ``"module:FACTORY"``, ``ours``, ``mutant``) and the model file; the worker builds that engine for
-itself, answers the depth tests' ops ``generate`` and ``generate_plain`` (spec/decoder_check.py's
+itself, answers the depth tests' ops ``generate`` and ``generate_plain`` (spec/decoder/check.py's
 wire, one JSON line per request and per response, through :func:`spec.external.serve`) and the
 start probe ``ready`` until its stdin closes, and ends when the checker that started it dies
 (verispec/parent_death.py), even in the middle of a block. Whatever the engine prints goes to stderr: stdout
 carries the protocol only. The checker runs each worker as a program under test
-(:mod:`spec.decoder_pool`), so it is contained like one.
+(:mod:`spec.decoder.depth.pool`), so it is contained like one.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verispec.decoder_recipe import WorkerRecipe
+from verispec.decoder.recipe import WorkerRecipe
 
 __all__ = ["OPS", "WorkerRecipe", "build", "handler"]
 
@@ -30,7 +30,7 @@ OPS = ("generate", "generate_plain", "ready")
 
 def build(recipe: WorkerRecipe) -> Any:
     """The recipe's engine, built as ``check-decoder`` builds it in the checker's process."""
-    from verispec.decoder_api import build_engine
+    from verispec.decoder.api import build_engine
 
     if recipe.cwd and recipe.cwd not in sys.path:
         sys.path.append(recipe.cwd)
@@ -40,8 +40,8 @@ def build(recipe: WorkerRecipe) -> Any:
 
 def handler(engine: Any) -> Any:
     """``handle(op, input) -> output`` for the worker's ops."""
-    from verispec.spec.decoder_blocks import as_mapping
-    from verispec.spec.laws import from_json as law_from_json
+    from verispec.spec.decoder.depth.blocks import as_mapping
+    from verispec.spec.decoder.laws import from_json as law_from_json
     from verispec.spec.vectors.wire import params_from_json
 
     def handle(op: str, inp: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
 
     die_with_parent()  # a checker killed outright takes its workers with it
     if len(argv) != 1:
-        print("usage: python -m verispec.decoder_worker RECIPE_JSON", file=sys.stderr)
+        print("usage: python -m verispec.decoder.worker RECIPE_JSON", file=sys.stderr)
         return 2
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the engine's prints go to stderr

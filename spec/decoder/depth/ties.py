@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from verispec.spec.decoder_types import Prefix
+from verispec.spec.decoder.types import Prefix
 
 F64 = npt.NDArray[np.float64]
 Law = Callable[[F64, tuple[int, ...], Sequence[int]], Any]  # (logits, prompt, history) -> p [V]
@@ -79,7 +79,7 @@ def cut_edge_margin(
 
 
 class NoiseLogits(Protocol):
-    """The engine's own logits (:class:`spec.decoder_check.EngineLogits`)."""
+    """The engine's own logits (:class:`spec.decoder.check.EngineLogits`)."""
 
     def plain_fed(self, prefix: Prefix, prompt_length: int) -> Any: ...
 
