@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from verispec.synth.models import TOKENIZERS, VARIANTS, SynthError, write_synthetic
+from verispec.synth.models import FILE_TYPES, VARIANTS, SynthError, check_request, write_synthetic
 
 __all__ = ["ARCHITECTURES", "DEFAULT_TYPES", "Architecture", "SynthError", "synth_filename", "synthesize"]
 
@@ -43,6 +43,14 @@ def synth_filename(arch: str, seed: int) -> str:
     return f"{arch}-seed{seed}.gguf"
 
 
+def _file_type(types: tuple[str, ...]) -> str:
+    """``general.file_type`` as llama.cpp's quantizer names a file of these weight types: the one
+    type's, or MOSTLY_Q4_0 for a mix (only reported by llama.cpp; openvino-genai reads it)."""
+    if types == ("F32",):
+        return "ALL_F32"
+    return f"MOSTLY_{types[0]}" if len(set(types)) == 1 and f"MOSTLY_{types[0]}" in FILE_TYPES else "MOSTLY_Q4_0"
+
+
 def synthesize(arch: str, out_dir: Path, *, seed: int = 0, types: tuple[str, ...] = DEFAULT_TYPES,
                tokenizer: str = "spm") -> Path:
     """Write the synthetic ``arch`` model to ``out_dir/<arch>-seed<seed>.gguf`` (the folder made if
@@ -52,13 +60,12 @@ def synthesize(arch: str, out_dir: Path, *, seed: int = 0, types: tuple[str, ...
         raise SynthError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SynthError(f"the seed must be an integer >= 0, got {seed!r}")
-    if tokenizer not in TOKENIZERS:
-        raise SynthError(f"unknown tokenizer {tokenizer!r}; known: {', '.join(TOKENIZERS)}")
     variant = VARIANTS[ARCHITECTURES[arch].variant]
+    file_type = _file_type(types)
+    check_request(variant, types, file_type, tokenizer)  # before the folder is made
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / synth_filename(arch, seed)
-    file_type = "MOSTLY_F16" if types == ("F16",) else "MOSTLY_Q4_0"
     write_synthetic(path, variant, seed=seed, quant_types=types, file_type=file_type, tokenizer=tokenizer)
     return path
 

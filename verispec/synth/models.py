@@ -368,7 +368,7 @@ class SynthError(UsageError, ValueError):
     """A synthetic model asked for with an unknown variant, type, file type or tokenizer."""
 
 
-def _check_request(v: Variant, quant_types: tuple[str, ...], file_type: str, tokenizer: str) -> None:
+def check_request(v: Variant, quant_types: tuple[str, ...], file_type: str, tokenizer: str) -> None:
     unknown = [t for t in quant_types if t not in TYPE_IDS]
     if not quant_types or unknown:
         raise SynthError(f"weight types must be some of {', '.join(TYPE_IDS)}; got {', '.join(quant_types) or 'none'}")
@@ -382,7 +382,7 @@ def fill(w: Any, v: Variant, *, seed: int = 0, quant_types: tuple[str, ...] = QU
          file_type: str = "MOSTLY_Q4_0", tokenizer: str = "spm") -> dict[str, str]:
     """Make the converter's calls for ``v`` on ``w`` (a :class:`GGUFRecorder`, or gguf-py's own
     ``GGUFWriter``: the same calls); returns {tensor name: ggml type name}."""
-    _check_request(v, quant_types, file_type, tokenizer)
+    check_request(v, quant_types, file_type, tokenizer)
     rng = np.random.default_rng(seed)
     if tokenizer == "bpe":
         tokens, types, merges = bpe_vocabulary()
