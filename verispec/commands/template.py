@@ -3,7 +3,7 @@
     verispec template github-actions > .github/workflows/verispec.yml
     verispec template law-only-verifier > my_sampler.py
     verispec template github-actions --shards 8 --install vendor/verispec-0.1.0-py3-none-any.whl \
-        --check-args "--verifier mypkg.sampler:verify --batch-verifier mypkg.sampler:verify_batch --law-only"
+        --check-args="--verifier mypkg.sampler:verify --batch-verifier mypkg.sampler:verify_batch --law-only"
 """
 
 from __future__ import annotations
