@@ -3,6 +3,9 @@
     pip install llama-cpp-python        # builds llama.cpp from source (~10 min); NOT in CI
     verispec check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy --max-tokens 32
     verispec check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --tv 0.2
+    verispec models synth --arch llama --out models/    # tiny: the default depth mode at full power
+    verispec check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --model models/llama-seed0.gguf \
+        --target-law engine-logits
 
 Run against llama-cpp-python 0.3.36 (greedy mode on the bench prompts: docs/checking-decoders.md,
 the llama-cpp-python verdict); `make test` never installs it (it compiles llama.cpp: the optional
@@ -32,7 +35,8 @@ LOOKUP_TOKENS = 10  # num_pred_tokens, llama-cpp-python's default
 
 
 class LlamaCppLookupDecoder:
-    """``sample`` / ``greedy`` of :mod:`spec.decoder.check` over ``llama_cpp.Llama.generate``."""
+    """``generate`` / ``sample`` / ``greedy`` / ``logits`` (and the plain twins) of
+    :mod:`spec.decoder.check` over ``llama_cpp.Llama.generate``."""
 
     def __init__(self, path: Path, lookup_tokens: int = LOOKUP_TOKENS) -> None:
         from llama_cpp import Llama
@@ -79,6 +83,22 @@ class LlamaCppLookupDecoder:
             llm.set_seed(seed + i)
             out.append(self._take(llm, prompt_ids, m, **sampling))
         return out
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[list[int]]:
+        """n whole generations (the default depth mode): each stops at an end-of-generation id (kept)
+        or after max_tokens."""
+        return self._generations(self.speculative, prompt_ids, params, max_tokens, n, seed, min_tokens)
+
+    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                       min_tokens: int = 0) -> list[list[int]]:
+        return self._generations(self.plain, prompt_ids, params, max_tokens, n, seed, min_tokens)
+
+    def _generations(self, llm: Any, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int,
+                     seed: int, min_tokens: int) -> list[list[int]]:
+        if min_tokens:
+            raise ValueError("llama-cpp-python's generate has no min_tokens (run check-decoder without --min-tokens)")
+        return self._sample(llm, prompt_ids, params, max_tokens, n, seed)
 
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         """The same samples with speculation off (``--target-law two-sample``)."""

@@ -1,5 +1,8 @@
 """transformers' assisted generation as a decoder under `verispec check-decoder`.
 
+    verispec models synth --arch llama --out models/      # tiny: the default depth mode at full power
+    verispec check-decoder --engine examples.transformers_decoder:prompt_lookup --model models/llama-seed0.gguf \
+        --repeat-penalty 1
     verispec check-decoder --engine examples.transformers_decoder:prompt_lookup --model smollm2-135m
     verispec check-decoder --engine examples.transformers_decoder:prompt_lookup --greedy
     verispec check-decoder --engine examples.transformers_decoder:assistant --greedy
@@ -21,9 +24,15 @@ greedy for temperature 0 (the greedy mode; ``speculative=False`` runs plain ``ge
 batch-shape noise) and ``sample_plain`` (plain sampled ``generate``, for ``--target-law
 two-sample``) are offered too.
 
+``generate`` (the default depth mode) returns whole generations that stop AT an end-of-generation
+id (included) or after ``max_tokens``, with ``min_tokens`` as transformers' ``min_new_tokens``
+(which bans the EOS ids until then, as the verispec law does); ``generate_plain`` is the same with
+speculation off.
+
 Sampling params map one to one (temperature, top_k, top_p, repetition_penalty); transformers
 penalizes every earlier token of the sequence, llama.cpp (and verispec's law) the last
-``repeat_last_n`` = 64: the same set for prompts + m tokens shorter than 64, which the checks use.
+``repeat_last_n`` = 64: the same set only while prompt + output stay within 64 tokens, so the
+adapter refuses a penalty beyond that (pass ``--repeat-penalty 1`` at depth).
 
 Needs the ``oracle`` extra (torch, transformers). Prompt lookup runs one sequence at a time, so N
 samples cost N generate() calls.
@@ -37,6 +46,7 @@ from typing import Any
 
 from verispec.peers.transformers_peer import load_causal_lm, truncated_assistant
 from verispec.reference.sampling import SamplingParams
+from verispec.reference.tokenizer import Tokenizer
 
 LOOKUP_TOKENS = 3  # drafts per cycle (prompt_lookup_num_tokens)
 ASSISTANT_LAYERS = 6  # of SmolLM2-135M's 30: the assistant is the target's first six layers
@@ -50,7 +60,8 @@ def load_target(path: Path) -> Any:
 
 
 class TransformersLookupDecoder:
-    """``sample`` / ``greedy`` / ``logits`` / ``sample_plain`` of :mod:`spec.decoder.check` over
+    """``generate`` / ``sample`` / ``greedy`` / ``logits`` / ``sample_plain`` / ``generate_plain`` of
+    :mod:`spec.decoder.check` over
     transformers' generate(): prompt lookup (default) or a same-vocabulary ``assistant``."""
 
     def __init__(
@@ -61,6 +72,7 @@ class TransformersLookupDecoder:
         self.torch = torch
         self.model = load_target(path) if model is None else model  # a loaded target may be shared
         self.lookup_tokens = lookup_tokens
+        self.eog = sorted(Tokenizer.from_file(path).eog_ids)  # where a generation stops (verispec's rule)
         self.assistant = None if assistant_layers is None else truncated_assistant(self.model, assistant_layers)
         if self.assistant is not None:
             self.assistant.generation_config.num_assistant_tokens = ASSISTANT_TOKENS
@@ -103,6 +115,42 @@ class TransformersLookupDecoder:
 
     def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._sample(prompt_ids, params, m, n, seed, True)
+
+    def _sampling(self, params: SamplingParams, history_length: int) -> dict[str, Any]:
+        if params.min_p or params.logit_bias:
+            raise ValueError("this adapter maps temperature, top_k, top_p and repeat_penalty only")
+        if params.repeat_penalty != 1.0 and params.repeat_last_n != -1 and history_length > params.repeat_last_n:
+            raise ValueError(f"transformers penalizes the whole sequence, the law its last {params.repeat_last_n} "
+                             f"tokens: {history_length} tokens differ there (pass --repeat-penalty 1)")
+        return {"do_sample": True, "temperature": params.temperature, "top_k": params.top_k or None,
+                "top_p": params.top_p, "repetition_penalty": params.repeat_penalty}
+
+    def _generations(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                     min_tokens: int, speculative: bool) -> list[list[int]]:
+        """n whole generations: each stops at an end-of-generation id (kept) or after max_tokens."""
+        torch = self.torch
+        sampling = self._sampling(params, len(prompt_ids) + max_tokens)
+        ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
+        extra = self._speculation() if speculative else {}
+        torch.manual_seed(seed)
+        out = []
+        for _ in range(n):
+            with torch.no_grad():
+                row = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
+                                          min_new_tokens=min_tokens, num_beams=1, eos_token_id=self.eog,
+                                          pad_token_id=self.eog[0] if self.eog else 0, **extra, **sampling)
+            tokens = [int(t) for t in row[0, len(prompt_ids):].tolist()]
+            end = next((i for i, t in enumerate(tokens) if t in self.eog), None)
+            out.append(tokens if end is None else tokens[: end + 1])
+        return out
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                 min_tokens: int = 0) -> list[list[int]]:
+        return self._generations(prompt_ids, params, max_tokens, n, seed, min_tokens, True)
+
+    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
+                       min_tokens: int = 0) -> list[list[int]]:
+        return self._generations(prompt_ids, params, max_tokens, n, seed, min_tokens, False)
 
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._sample(prompt_ids, params, m, n, seed, False)

@@ -48,6 +48,7 @@ PROMPTS = ("the model says the token is fast", "a fast model is a model that say
 # i.e. for a name of exactly "mistral"; real Mistral GGUFs (and this one) load as llama, which
 # computes the same function (the two differ only in a 4096-token sliding window).
 HF_CLASS = {"tinyllama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "phi3": "Phi3ForCausalLM",
+            "gemma3": "Gemma3ForCausalLM",
             "gemma4": "Gemma4ForCausalLM"}
 
 
