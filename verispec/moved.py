@@ -51,13 +51,18 @@ class _Alias(importlib.abc.Loader):
 
     def __init__(self, new: str) -> None:
         self.new = new
+        self.own_spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         warnings.warn(f"{spec.name} moved to {self.new}; import it from there", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(self.new)
+        module = importlib.import_module(self.new)
+        self.own_spec = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the new module ran when it was imported."""
+        """Nothing to run (the new module ran when it was imported); the import system set the
+        module's ``__spec__`` to the old name's, so it is given back its own."""
+        module.__spec__ = self.own_spec
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
@@ -71,4 +76,4 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Put the finder on ``sys.meta_path`` once (idempotent)."""
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-        sys.meta_path.append(_MovedFinder())
+        sys.meta_path.insert(0, _MovedFinder())  # before the path finder: an old submodule must not load twice
