@@ -99,8 +99,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import UsageError, VerispecError
 from verispec.reference.sampling import SamplingParams
+from verispec.spec import answers
 from verispec.spec.decoder_blocks import blocks, plan_of
 from verispec.spec.decoder_forcing import rows_in_order
 from verispec.spec.decoder_types import ForcedRows as ForcedRows
@@ -148,7 +149,9 @@ class DepthCase:
     """One prompt's generations: up to ``max_tokens``, ending early after an id of ``eog``; the
     EOG ids banned while fewer than ``min_tokens`` tokens are out. ``law``: the target law's
     profile (None: the verispec profile of ``params``, ``eog`` and ``min_tokens``); the engine
-    receives a non-default profile as ``generate(..., law=profile)``."""
+    receives a non-default profile as ``generate(..., law=profile)``. ``vocab``: the model's
+    vocabulary, so an answered id outside it is the engine's failure before any forward sees it
+    (None: ids are bounded by the teacher-forced rows' width when scored)."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
@@ -156,6 +159,7 @@ class DepthCase:
     eog: frozenset[int] = frozenset()
     min_tokens: int = 0
     law: Profile | None = None
+    vocab: int | None = None  # the model's vocabulary: every answered id must lie in [0, vocab)
 
 
 def case_law(case: DepthCase) -> Profile:
@@ -190,17 +194,13 @@ class Generation:
     logprobs: tuple[float, ...] | None = None  # the engine's reported log p_t(x_t), when reported
 
 
-def as_generation(raw: Any) -> Generation:
-    """A list of ids, or a mapping with ``ids`` and optional ``cycles``."""
+def as_generation(raw: Any, vocab: int | None = None, where: str = "a generation") -> Generation:
+    """A list of ids, or a mapping with ``ids`` and optional ``cycles`` and ``logprobs``, every field
+    exactly of its type (:func:`spec.answers.generation`: an id 5.0, "5" or true is refused, not
+    converted) and every id in [0, ``vocab``); ExternalError otherwise."""
     if isinstance(raw, Generation):
-        return raw
-    if isinstance(raw, Mapping):
-        cycles = raw.get("cycles")
-        parsed = None if cycles is None else tuple((int(d), int(a)) for d, a in cycles)
-        logprobs = raw.get("logprobs")
-        reported = None if logprobs is None else tuple(float(x) for x in logprobs)
-        return Generation(tuple(int(t) for t in raw["ids"]), parsed, reported)
-    return Generation(tuple(int(t) for t in raw))
+        raw = {"ids": list(raw.ids), "cycles": raw.cycles, "logprobs": raw.logprobs}
+    return Generation(*answers.generation(raw, vocab, where))
 
 
 def events_of(gen: Generation) -> list[str] | None:
