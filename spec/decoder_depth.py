@@ -56,9 +56,12 @@ z-test:
   match, tree rejection sampling) keeps p_t in every bin; the token's own role (accepted draft,
   bonus, repair) depends on the token itself and is never a bin. A decoder lossless only over
   whole sequences should not report cycles. The bins are the report of WHERE a law deviates;
-- independence of the requests: two independent generations are equal with probability
-  P(x) = prod p_t(x_t), computed exactly; a collision while the null's cumulative collision
-  probability so far is <= alpha_c rejects (P <= alpha_c by optional stopping);
+- independence of the requests: generation j equals one of the earlier distinct ones with
+  probability pi_j = sum of their P(x) = prod_t p_t(x_t) under the null, computed exactly, so the
+  count of repeated generations is a sum of Bernoulli(pi_j) given the past; its test-martingale
+  (:class:`RepeatSums`, Ville's inequality at alpha_c) fails reused random streams (four streams,
+  a stale block answered again, a seed ignored) at the first block that shows them, named
+  "repeated generations: R of M", and lets a near-deterministic law's repeats be (reported);
 - structure, deterministic: a token of target probability 0 (with the engine's own rows, unless
   within twice its own batch-shape noise of a cut edge: a numerics near-tie, reported and left
   out of the statistics, spec/decoder_depth_ties.py), a token after an end-of-generation
@@ -90,7 +93,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
@@ -406,6 +409,69 @@ class BinSums:
         return self.pit / math.sqrt(self.tokens / 12.0) if self.tokens else 0.0
 
 
+# The lambdas of the repeat test-martingale: from 1/4 (many repeats where some are due, a near-
+# deterministic law's excess) to 32 (one repeat where e^-32 is due: any P(x) of a long generation).
+REPEAT_LAMBDAS = np.array([2.0**e for e in range(-2, 6)], dtype=np.float64)
+REPEAT_EXP_M1 = np.expm1(REPEAT_LAMBDAS)
+NEAR_DETERMINISTIC = 0.5  # a repeat expected at least this often per generation: repeats are the law's own
+
+
+@dataclass
+class RepeatSums:
+    """Request independence: repeated whole generations against the rate the target law allows.
+
+    Under the null the generations are independent draws of the target law, so generation j equals
+    one of the earlier DISTINCT ones with probability pi_j = sum of their P(x) = prod_t p_t(x_t)
+    (each computed exactly on its own teacher-forced rows), fixed by the past. The repeat count R
+    is then a sum of Bernoulli(pi_j) given the past, and for each lambda > 0 of a fixed grid
+    exp(lambda R - sum_j log(1 + pi_j (e^lambda - 1))) is a nonnegative martingale of mean 1, as is
+    their average M; it rejects when M >= 1/alpha_c (Ville's inequality: P <= alpha_c at any
+    generation, over the whole run, for any number of workers). So four random streams (every
+    fifth generation a repeat), a stale block answered again or a seed ignored fail at the first
+    block that shows them, while a law that makes repeats likely (near-deterministic rows: pi_j
+    near 1) makes M stay near or below 1: its repeats are legitimate and are reported as such."""
+
+    count: int = 0  # R
+    generations: int = 0
+    first: int = 0  # the first repeating generation (1-based; 0: none)
+    seen_mass: float = 0.0  # sum of P(x) over the distinct generations so far
+    expected: float = 0.0  # sum_j pi_j
+    log_mgf: F64 = field(default_factory=lambda: np.zeros(REPEAT_LAMBDAS.shape[0]))
+
+    def add(self, repeated: bool, generation: int) -> None:
+        pi = min(self.seen_mass, 1.0)  # near-ties count 1 in P(x): a sum past 1 is capped (still conservative)
+        self.generations += 1
+        self.expected += pi
+        self.log_mgf += np.log1p(pi * REPEAT_EXP_M1)
+        if repeated:
+            self.count += 1
+            self.first = self.first or generation
+
+    def log_evidence(self) -> float:
+        exponents = REPEAT_LAMBDAS * self.count - self.log_mgf
+        top = float(exponents.max())
+        return top + math.log(float(np.mean(np.exp(exponents - top))))
+
+    def rejects(self, alpha: float) -> bool:
+        return self.count > 0 and self.log_evidence() >= -math.log(alpha)
+
+    def near_deterministic(self) -> bool:
+        return self.generations > 1 and self.expected >= NEAR_DETERMINISTIC * (self.generations - 1)
+
+    def describe(self, alpha: float) -> str:
+        return (f"repeated generations: {self.count} of {self.generations} identical to an earlier one (generation "
+                f"{self.first} repeats an earlier one exactly), where the target law expects {self.expected:.3g} "
+                f"(evidence e^{self.log_evidence():.1f} >= 1/alpha = {1 / alpha:.3g}): requests sharing or reusing a random stream?")
+
+    def note(self) -> str:
+        """The report's line on repeats that did not reject ("" when none)."""
+        if not self.count:
+            return ""
+        why = ("the target law is near-deterministic: repeats are its own" if self.near_deterministic()
+               else "not in excess")
+        return f"; repeated generations: {self.count} of {self.generations}, {self.expected:.3g} expected under the target law ({why})"
+
+
 @dataclass
 class Sums:
     """Everything a look needs, accumulated generation by generation."""
@@ -415,24 +481,28 @@ class Sums:
     histogram: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(PIT_BINS, dtype=np.int64))
     generations: int = 0
     seen: dict[Prefix, float] = field(default_factory=dict)  # distinct generations -> P(x)
-    collision_mass: float = 0.0  # sum over generations of P(this one equals an earlier one) under the null
+    repeats: RepeatSums = field(default_factory=lambda: RepeatSums())
     collision: str = ""
     broken: str = ""
     score_log_weights: F64 = field(default_factory=lambda: np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0])))
     near_ties: list[tuple[int, NearTie]] = field(default_factory=list)  # (generation, near-tie)
+
+    @property
+    def collision_mass(self) -> float:
+        """The repeats the target law expects so far: sum over generations of P(it equals an earlier one)."""
+        return self.repeats.expected
 
     def add(self, ids: Prefix, scored: Scored, events: list[str] | None, alpha_collision: float, eog: frozenset[int]) -> None:
         self.generations += 1
         if scored.broken:
             self.broken = self.broken or f"generation {self.generations}: {scored.broken}"
             return
-        self.collision_mass += math.fsum(self.seen.values())
-        if ids in self.seen and not self.collision and self.collision_mass <= alpha_collision:
-            self.collision = (
-                f"generation {self.generations} repeats an earlier one exactly; independent requests collide "
-                f"with probability {self.collision_mass:.3g} under the target law (requests sharing a random stream?)"
-            )
-        self.seen.setdefault(ids, math.exp(float(np.nansum(scored.logp))))  # a near-tie counted as 1: conservative
+        self.repeats.add(ids in self.seen, self.generations)
+        if not self.collision and self.repeats.rejects(alpha_collision):
+            self.collision = self.repeats.describe(alpha_collision)
+        if ids not in self.seen:
+            self.seen[ids] = math.exp(float(np.nansum(scored.logp)))  # a near-tie counted as 1: conservative
+            self.repeats.seen_mass += self.seen[ids]
         self.near_ties.extend((self.generations, tie) for tie in scored.near_ties)
         tied = {tie.position for tie in scored.near_ties}
         for t in range(len(ids)):
@@ -690,10 +760,11 @@ def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
     return ""
 
 
-def _verdict(state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str) -> DepthVerdict:
+def _verdict(state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str, note: str = "") -> DepthVerdict:
     tokens = sums.overall.tokens
     detail = looks[-1].detail if looks else f"{tokens} tokens in {sums.generations} generations"
-    detail += near_ties_note(sums.near_ties)
+    detail = f"{note}; {detail}" if note else detail
+    detail += near_ties_note(sums.near_ties) + ("" if sums.collision else sums.repeats.note())
     return DepthVerdict(state, plan, tokens, sums.generations, alpha, plan.power_at(tokens), where, detail, tuple(looks),
                         tuple(sums.near_ties))
 
