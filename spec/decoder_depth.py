@@ -113,6 +113,7 @@ from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder_depth_ties import TIE_NOISES, NearTie, cut_edge_margin
 from verispec.spec.decoder_depth_power import (
     SCORE_LAMBDAS,
+    DeterministicLaw,
     PowerDesign,
     design,
     log_normalizers,
@@ -686,6 +687,27 @@ def pilot_design(
     return power_design, max(1.0, float(np.mean(lengths)))
 
 
+# The largest design run: 1e8 tokens, 275 times SmolLM2's full default design (363,292 tokens in
+# 24 min on an idle AVX-512 machine: docs/results/decoder-depth.md), so days of decoding. A design
+# beyond it means the law leaves the design's deviation almost nothing to move (rows near uniform,
+# e.g. a temperature of 1e9): no run could reach its power, with or without a budget.
+MAX_DESIGN_TOKENS = 10**8
+
+
+class DesignTooLarge(UsageError):
+    """The pilot's design needs more tokens than :data:`MAX_DESIGN_TOKENS`: refused before any is drawn."""
+
+
+def refuse_unbounded(plan: PowerDesign) -> None:
+    if plan.tokens > MAX_DESIGN_TOKENS:
+        raise DesignTooLarge(
+            f"the depth test's design needs {plan.tokens:.3g} tokens for power {plan.power:g} against TV {plan.tv:g} on "
+            f"{plan.fraction:.0%} of positions, beyond the bound of {MAX_DESIGN_TOKENS:.0e} tokens (days of decoding): "
+            "this law leaves that deviation almost nothing to move (rows near uniform or near one-hot); "
+            "raise --tv or --fraction, or sample another law"
+        )
+
+
 def check_depth(
     engine: GenerationEngine,
     rows_of: ForcedRows,
@@ -710,6 +732,12 @@ def check_depth(
     except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
         unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
         return _verdict("failed", unplanned, Sums(), alpha, [], f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}")
+    except DeterministicLaw:
+        unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
+        limit = DETERMINISTIC_GENERATIONS if max_generations is None else min(max_generations, DETERMINISTIC_GENERATIONS)
+        return check_deterministic(engine, rows_of, case, unplanned, alpha=alpha, seed=seed, started=started,
+                                   budget_s=budget_s, generations=limit, logprob_tol=logprob_tol)
+    refuse_unbounded(plan)
     targets = [math.ceil(plan.tokens / 2 ** (LOOKS - 1 - j)) for j in range(LOOKS)]
     per_block = block or min(MAX_BLOCK, max(1, math.ceil(targets[0] / mean_length)))
     alphas = look_alphas(alpha)
@@ -743,6 +771,47 @@ def check_depth(
             if look.rejected:
                 return _verdict("failed", plan, sums, alpha, looks, look.where)
     return _verdict("passed", plan, sums, alpha, looks, "")
+
+
+# A deterministic target law's run: every token must be the row's one possible token, so a bug that
+# emits another in a fraction f of generations is seen in 200 with probability 1 - (1 - f)^200,
+# >= 0.99 for f >= 2.3%.
+DETERMINISTIC_GENERATIONS = 200
+
+
+def check_deterministic(
+    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, plan: PowerDesign, *, alpha: float, seed: int,
+    started: float, budget_s: float | None, generations: int, logprob_tol: float,
+) -> DepthVerdict:
+    """The depth test when every pilot row is one-hot (:class:`DeterministicLaw`: temperature 0,
+    top-k 1): no statistic has anything to measure, but every token of probability 0 (every token
+    but the row's one), every structural break, every reported logprob off the law and request
+    independence (the repeat test, whose repeats such a law expects) are still judged, on
+    :data:`DETERMINISTIC_GENERATIONS` generations (fewer when ``budget_s`` ends first: inconclusive).
+    Passes with the report saying the law is deterministic; never a failure of the law itself."""
+    sums = Sums()
+    rng = np.random.default_rng([seed, 2])
+    note = "the target law is deterministic (every pilot row one-hot): no statistics, each token checked to be the row's only one"
+    drawn = blocks(engine, case, plan_of(seed + 100, MAX_BLOCK, generations))
+    with closing(drawn):
+        while sums.generations < generations:
+            if budget_s is not None and time.monotonic() - started > budget_s:
+                return _verdict("inconclusive", plan, sums, alpha, [], f"budget ended before {generations} generations", note)
+            try:
+                gens = next(drawn)
+            except VerispecError as exc:
+                return _verdict("failed", plan, sums, alpha, [], f"the engine raised {type(exc).__name__}: {str(exc)[:200]}", note)
+            except StopIteration:
+                break
+            with closing(rows_in_order(rows_of, tuple(case.prompt_ids), [g.ids for g in gens],
+                                       lambda ids: bool(ids) and not structure_error(ids, case))) as forced:
+                for gen, rows in zip(gens, forced):
+                    scored = score(rows, case, gen.ids, rng)
+                    scored.broken = scored.broken or logprob_error(gen, scored, logprob_tol)
+                    sums.add(gen.ids, scored, events_of(gen), alpha * COLLISION_SHARE, case.eog)
+            if sums.broken or sums.collision:
+                return _verdict("failed", plan, sums, alpha, [], sums.broken or sums.collision, note)
+    return _verdict("passed", plan, sums, alpha, [], "", note)
 
 
 def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
