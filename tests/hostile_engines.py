@@ -6,8 +6,9 @@ factories so ``--workers N`` can build them in worker processes too (verispec/de
 
 - ``float_ids`` / ``near_int_ids`` / ``string_ids`` / ``bool_ids``: the first id of every
   generation sent as ``t + 0.5``, ``t - 0.001``, ``"t"`` or ``True``: each would convert to an int;
-- ``vocab_id_late`` / ``huge_id_late``: a generation of the test (not of the pilot) ends with the id
-  V (one past the vocabulary) or 10**30 (beyond any machine integer);
+- ``vocab_id_late`` / ``negative_id_late`` / ``huge_id_late``: each generation of the test (not of the
+  pilot) has the id V (one past the vocabulary), -1 or 10**30 (beyond any machine integer) just before
+  its last one (a teacher-forced pass would feed it to the model);
 - ``four_streams``: generation i of every block drawn from stream ``i % 4`` (generations 5.. repeat
   1..4 exactly);
 - ``stale_blocks``: every second call answers the previous call's block again (a stale cache);
@@ -68,10 +69,16 @@ def bool_ids(path: Path) -> Spoiled:
 def _late(value: Callable[[int], int]) -> Callable[[Path], Spoiled]:
     def factory(path: Path) -> Spoiled:
         engine = Spoiled(path, lambda ids, seed: ids)
-        engine.spoil = lambda ids, seed: ids[:-1] + [value(engine.vocab)] if seed >= TEST_SEEDS_FROM else ids
+        engine.spoil = lambda ids, seed: _middle(ids, value(engine.vocab)) if seed >= TEST_SEEDS_FROM else ids
         return engine
 
     return factory
+
+
+def _middle(ids: list[Any], bad: int) -> list[Any]:
+    """``bad`` in place of an id before the last (a teacher-forced pass would feed it to the model)."""
+    at = max(0, len(ids) - 2)
+    return ids[:at] + [bad] + ids[at + 1 :]
 
 
 vocab_id_late = _late(lambda vocab: vocab)
