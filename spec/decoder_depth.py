@@ -488,11 +488,6 @@ class Sums:
     score_log_weights: F64 = field(default_factory=lambda: np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0])))
     near_ties: list[tuple[int, NearTie]] = field(default_factory=list)  # (generation, near-tie)
 
-    @property
-    def collision_mass(self) -> float:
-        """The repeats the target law expects so far: sum over generations of P(it equals an earlier one)."""
-        return self.repeats.expected
-
     def add(self, ids: Prefix, scored: Scored, events: list[str] | None, alpha_collision: float, eog: frozenset[int]) -> None:
         self.generations += 1
         if scored.broken:
