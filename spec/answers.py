@@ -170,3 +170,64 @@ def logits_row(value: Any, vocab: int | None, what: str) -> npt.NDArray[np.float
 def id_sequence(value: Sequence[Any], vocab: int, where: str) -> list[int]:
     """A list of token ids in [0, V)."""
     return [token_id(t, vocab, f"{where}[{i}]") for i, t in enumerate(value)]
+
+
+MACHINE_IDS = 2**63  # ids where the vocabulary is not known: any non-negative int64 (an index must fit)
+
+GenerationFields = tuple[tuple[int, ...], tuple[tuple[int, int], ...] | None, tuple[float, ...] | None]
+
+
+def generation(raw: Any, vocab: int | None, where: str) -> GenerationFields:
+    """(ids, cycles, logprobs) of one whole generation of the depth tests, every field exactly of
+    its JSON type: a list of ids, or ``{"ids": [..], "cycles": [[drafted, accepted], ..] | null,
+    "logprobs": [..] | null}``. Each id an integer (never a float like ``t + 0.5`` or ``5.999``, a
+    string ``"5"`` or ``true``, which would convert) in [0, vocab) (vocab None: [0, 2**63)); each
+    cycle two non-negative integers; each logprob a number (int or float, not a bool or string).
+    The one reader of generations for every mode: this process's engine, a worker's, a command's.
+    ExternalError naming the field and the item otherwise."""
+    if isinstance(raw, np.ndarray):
+        raw = raw.tolist()
+    if isinstance(raw, Mapping):
+        if "ids" not in raw:
+            raise ExternalError(f"{where} has no field 'ids' (a generation is a list of ids or an {{ids, cycles, logprobs}} object)")
+        ids_value, cycles_value, logprobs_value = raw["ids"], raw.get("cycles"), raw.get("logprobs")
+    else:
+        ids_value, cycles_value, logprobs_value = raw, None, None
+    ids = tuple(token_id(t, MACHINE_IDS if vocab is None else vocab, f"{where}, position {i}")
+                for i, t in enumerate(_listed(ids_value, f"{where}.ids")))
+    return ids, _cycles(cycles_value, f"{where}.cycles"), _logprobs(logprobs_value, f"{where}.logprobs")
+
+
+def _listed(value: Any, where: str) -> list[Any] | tuple[Any, ...]:
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise ExternalError(f"{where} must be a list, got {shown(value)}")
+    return value
+
+
+def _cycles(value: Any, where: str) -> tuple[tuple[int, int], ...] | None:
+    if value is None:
+        return None
+    out = []
+    for i, cycle in enumerate(_listed(value, where)):
+        pair = _listed(cycle, f"{where}[{i}]")
+        if len(pair) != 2:
+            raise ExternalError(f"{where}[{i}] must be [drafted, accepted], got {shown(cycle)}")
+        out.append((bounded_int(pair[0], 0, MACHINE_IDS - 1, f"{where}[{i}][0]"),
+                    bounded_int(pair[1], 0, MACHINE_IDS - 1, f"{where}[{i}][1]")))
+    return tuple(out)
+
+
+def _logprobs(value: Any, where: str) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    out = []
+    for i, x in enumerate(_listed(value, where)):
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+            raise ExternalError(f"{where}[{i}] must be a number, got {shown(x)}")
+        try:
+            out.append(float(x))
+        except OverflowError:  # an int beyond any float: no log-probability
+            raise ExternalError(f"{where}[{i}] is {shown(x)}, not a log-probability") from None
+    return tuple(out)

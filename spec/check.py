@@ -51,6 +51,7 @@ A verdict is an object with ``accepted``, ``token``, ``kind`` attributes (like
 from __future__ import annotations
 
 import importlib
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -85,7 +86,7 @@ from verispec.spec.report import (
 from verispec.spec.report_seal import content_digest, report_key, run_id, signature, verifier_identity
 from verispec.spec.sequential import BlockDraw, Budget, SequentialTest, run_interleaved, schedule, serial_draw
 from verispec.spec.shards import ShardTest
-from verispec.spec.statistics import TV_BIAS
+from verispec.spec.statistics import POWER, TV_BIAS
 from verispec.spec.stream_probe import run_probe
 from verispec.spec.vectors import KINDS, Json, VectorSet, compare
 from verispec.spec.vectors.gen_large import as_sampled_case
@@ -424,6 +425,12 @@ def run_check(
             seal(report)
 
 
+# The largest --scale: sample sizes grow as 1/TV^2, so 100 times them is the design's power against a
+# deviation 10 times smaller (TV 0.0005); beyond, a block of the sequential test (1/64 of its
+# design) is already more draws than a budget can wait for, as the budget is checked between blocks.
+MAX_SCALE = 100.0
+
+
 def _validate(options: RunOptions) -> None:
     known = property_names()
     unknown = sorted(set(options.only or ()) - set(known))
@@ -431,6 +438,12 @@ def _validate(options: RunOptions) -> None:
         raise CheckError(f"unknown properties {unknown}; known: {', '.join(known)}")
     if not options.scale > 0:
         raise CheckError(f"scale must be > 0, got {options.scale}")
+    if not options.scale <= MAX_SCALE:
+        raise CheckError(
+            f"scale must be at most {MAX_SCALE:g}, got {options.scale:g}: {MAX_SCALE:g} times the sample sizes already "
+            f"has power {POWER} against a TV {math.sqrt(MAX_SCALE):g} times smaller, and one block of a larger design "
+            "would outlast any budget (it is checked between blocks)"
+        )
     if options.shard is not None and not 1 <= options.shard[0] <= options.shard[1]:
         raise CheckError(f"shard must be I/S with 1 <= I <= S, got {options.shard[0]}/{options.shard[1]}")
     if options.shard is not None and options.budget is not None:

@@ -51,6 +51,7 @@ needs one then stops with a usage error.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -107,24 +108,49 @@ class Logits(Protocol):
 # our reference forward, memoized by prefix
 
 
+# The memo's bound: 256 MiB of rows, least recently used evicted first (1,365 rows of SmolLM2's
+# 49,152 ids, 208,000 of a 322-id toy). The first-m test asks for the prompt and its few-token
+# continuations again and again (those stay); at depth every prefix is new and is not asked again.
+MEMO_BYTES = 256 * 2**20
+
+
 class ReferenceLogits:
     """``logits_of(prefix)``: the last logits row of one forward of the whole prefix, memoized
-    (every prefix of a forwarded span is memoized at once)."""
+    (every prefix of a forwarded span is memoized at once). Each row is a COPY (a view of a
+    float32 forward would keep the whole [T, V] forward alive: T times the row), and the memo
+    keeps at most ``memo_bytes`` of rows, the least recently used evicted first, so a long run's
+    memory is bounded whatever it asks."""
 
     source = "reference forward (ours; valid for an engine of our numerics)"
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, memo_bytes: int = MEMO_BYTES) -> None:
         self.model = model
-        self.memo: dict[Prefix, F32] = {}
+        self.memo: OrderedDict[Prefix, F32] = OrderedDict()
+        self.memo_bytes = memo_bytes
+        self.retained = 0  # bytes of the rows in the memo
         self.forwards = 0
 
     def __call__(self, prefix: Prefix) -> F32:
-        if prefix not in self.memo:
-            logits = self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits  # [T, V]
-            for i in range(len(prefix)):
-                self.memo.setdefault(prefix[: i + 1], np.asarray(logits[i], dtype=np.float32))
-            self.forwards += 1
-        return self.memo[prefix]
+        row = self.memo.get(prefix)
+        if row is not None:
+            self.memo.move_to_end(prefix)
+            return row
+        logits = self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits  # [T, V]
+        self.forwards += 1
+        for i in range(len(prefix)):
+            self._keep(prefix[: i + 1], np.array(logits[i], dtype=np.float32))  # np.array copies: no view of the forward
+        out: F32 = np.array(logits[-1], dtype=np.float32)
+        return out
+
+    def _keep(self, prefix: Prefix, row: F32) -> None:
+        if prefix in self.memo:
+            self.memo.move_to_end(prefix)
+            return
+        self.memo[prefix] = row
+        self.retained += row.nbytes
+        while self.retained > self.memo_bytes and len(self.memo) > 1:
+            _, old = self.memo.popitem(last=False)
+            self.retained -= old.nbytes
 
     def split_row(self, prefix: Prefix, split_at: int) -> F32:
         """The last row computed as ``prefix[:split_at]`` in one pass, then each later token alone."""

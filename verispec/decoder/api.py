@@ -388,6 +388,10 @@ class _Run:
         if own and (self.greedy or self.target_law == "engine-logits"):
             self.target = EngineLogits(self.engine)
 
+    def vocab(self) -> int:
+        """The model's vocabulary: an answered id outside [0, V) is the engine's failure."""
+        return int(self.logits.model.config.n_vocab)
+
     def prompt(self, text: str) -> PromptOutcome:
         """The prompt's verdict; a malformed answer (or a dead engine) fails it with its reason, never exit 2."""
         from verispec.decoder.report import PromptOutcome
@@ -441,7 +445,7 @@ class _Run:
             rows = PlainFedRows(self.target)
         else:
             rows = reference_rows(self.depth.model)
-        case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law)
+        case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law, self.vocab())
         verdict = check_depth(self.generations, rows, case, alpha=self.alpha, tv=self.tv, fraction=self.depth.fraction,
                               budget_s=self.depth.budget)
         design = (f"design {verdict.design.tokens} tokens for power 0.99 vs TV {verdict.design.tv} on "
@@ -468,7 +472,7 @@ class _Run:
 
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
-        case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens)
+        case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, vocab=self.vocab())
         verdict = check_two_sample_depth(self.generations, case, alpha=self.alpha, tv=self.tv, budget_s=self.depth.budget,
                                          min_mass=self.min_mass)
         design = (f"design {verdict.n_per_arm} generations per arm for power 0.99 vs TV {verdict.tv} on each "

@@ -21,7 +21,10 @@ from collections import deque
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from verispec.reference.errors import VerispecError
+import numpy as np
+
+from verispec.reference.errors import ExternalError
+from verispec.spec.answers import shown
 
 if TYPE_CHECKING:
     from verispec.spec.decoder.depth.law import DepthCase, Generation
@@ -40,16 +43,17 @@ def law_keywords(case: DepthCase) -> dict[str, Any]:
     return {} if case.law is None or case.law.name == default_law.NAME else {"law": case.law}
 
 
-def checked_block(raw: Any, n: int) -> list[Generation]:
-    """The engine's answer to a block of ``n`` as Generations; VerispecError when it is not that."""
+def checked_block(raw: Any, n: int, vocab: int | None = None) -> list[Generation]:
+    """The engine's answer to a block of ``n`` as Generations, every field of every generation
+    exactly of its type and every id in [0, ``vocab``) (:func:`spec.answers.generation`, the one
+    reader of generations whoever decoded them); ExternalError naming the item otherwise."""
     from verispec.spec.decoder.depth.law import as_generation
 
+    if not isinstance(raw, (list, tuple)):
+        raise ExternalError(f"the engine answered {shown(raw)}, asked for a list of {n} generations")
     if len(raw) != n:
-        raise VerispecError(f"the engine returned {len(raw)} generations, asked for {n}")
-    try:
-        return [as_generation(r) for r in raw]
-    except (TypeError, ValueError, KeyError) as exc:
-        raise VerispecError(f"a generation is not a list of ids or an {{ids, cycles, logprobs}} object: {exc}") from exc
+        raise ExternalError(f"the engine returned {len(raw)} generations, asked for {n}")
+    return [as_generation(r, vocab, f"generation {i} of the block of {n}") for i, r in enumerate(raw)]
 
 
 def blocks(
@@ -61,7 +65,7 @@ def blocks(
     if not callable(submit):
         call: Any = getattr(engine, op)
         for size, seed in plan:
-            yield checked_block(call(*_arguments(case, size, seed), **law_keywords(case)), size)
+            yield checked_block(call(*_arguments(case, size, seed), **law_keywords(case)), size, case.vocab)
         return
     lookahead = max(1, int(getattr(engine, "lookahead", 1)))
     upcoming = iter(plan)
@@ -77,7 +81,7 @@ def blocks(
             if not flight:
                 return
             size, pending = flight.popleft()
-            yield checked_block(pending.result(), size)
+            yield checked_block(pending.result(), size, case.vocab)
     finally:  # the test stopped (or failed): nothing more of the plan is decoded
         for _, pending in flight:
             pending.cancel()
@@ -98,8 +102,10 @@ def plan_of(first_seed: int, per_block: int, limit: int | None = None) -> Iterat
         planned += size
 
 
-def as_mapping(raw: Any) -> Mapping[str, Any] | list[int]:
-    """A generation as the wire carries it: a list of ids, or ``{"ids", "cycles", "logprobs"}``."""
+def as_mapping(raw: Any) -> Mapping[str, Any] | list[Any]:
+    """A generation as the wire carries it: a list of ids, or ``{"ids", "cycles", "logprobs"}``.
+    Each value keeps its type (a NumPy scalar becomes the Python scalar of its kind): a worker
+    converts nothing, so a float or string id reaches the checker's reader as what it was."""
     from verispec.spec.decoder.depth.law import Generation
 
     if isinstance(raw, Generation):
@@ -110,5 +116,18 @@ def as_mapping(raw: Any) -> Mapping[str, Any] | list[int]:
             out["logprobs"] = list(raw.logprobs)
         return out
     if isinstance(raw, Mapping):
-        return {key: (list(value) if isinstance(value, tuple) else value) for key, value in raw.items()}
-    return [int(t) for t in raw]
+        return {key: wire_value(value) for key, value in raw.items()}
+    listed: list[Any] = wire_value(raw) if isinstance(raw, (list, tuple, np.ndarray)) else raw
+    return listed
+
+
+def wire_value(value: Any) -> Any:
+    """``value`` as JSON carries it, of the same kind: tuples and arrays as lists, NumPy scalars as
+    Python's (an np.int64 as an int, an np.float64 as a float, an np.bool_ as a bool)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [wire_value(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

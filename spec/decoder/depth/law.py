@@ -56,9 +56,12 @@ z-test:
   match, tree rejection sampling) keeps p_t in every bin; the token's own role (accepted draft,
   bonus, repair) depends on the token itself and is never a bin. A decoder lossless only over
   whole sequences should not report cycles. The bins are the report of WHERE a law deviates;
-- independence of the requests: two independent generations are equal with probability
-  P(x) = prod p_t(x_t), computed exactly; a collision while the null's cumulative collision
-  probability so far is <= alpha_c rejects (P <= alpha_c by optional stopping);
+- independence of the requests: generation j equals one of the earlier distinct ones with
+  probability pi_j = sum of their P(x) = prod_t p_t(x_t) under the null, computed exactly, so the
+  count of repeated generations is a sum of Bernoulli(pi_j) given the past; its test-martingale
+  (:class:`RepeatSums`, Ville's inequality at alpha_c) fails reused random streams (four streams,
+  a stale block answered again, a seed ignored) at the first block that shows them, named
+  "repeated generations: R of M", and lets a near-deterministic law's repeats be (reported);
 - structure, deterministic: a token of target probability 0 (with the engine's own rows, unless
   within twice its own batch-shape noise of a cut edge: a numerics near-tie, reported and left
   out of the statistics, spec/decoder/depth/ties.py), a token after an end-of-generation
@@ -90,7 +93,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
@@ -99,8 +102,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import VerispecError
+from verispec.reference.errors import UsageError, VerispecError
 from verispec.reference.sampling import SamplingParams
+from verispec.spec import answers
 from verispec.spec.decoder.depth.blocks import blocks, plan_of
 from verispec.spec.decoder.depth.forcing import rows_in_order
 from verispec.spec.decoder.types import ForcedRows as ForcedRows
@@ -109,6 +113,7 @@ from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder.depth.ties import TIE_NOISES, NearTie, cut_edge_margin
 from verispec.spec.decoder.depth.power import (
     SCORE_LAMBDAS,
+    DeterministicLaw,
     PowerDesign,
     design,
     log_normalizers,
@@ -148,7 +153,9 @@ class DepthCase:
     """One prompt's generations: up to ``max_tokens``, ending early after an id of ``eog``; the
     EOG ids banned while fewer than ``min_tokens`` tokens are out. ``law``: the target law's
     profile (None: the verispec profile of ``params``, ``eog`` and ``min_tokens``); the engine
-    receives a non-default profile as ``generate(..., law=profile)``."""
+    receives a non-default profile as ``generate(..., law=profile)``. ``vocab``: the model's
+    vocabulary, so an answered id outside it is the engine's failure before any forward sees it
+    (None: ids are bounded by the teacher-forced rows' width when scored)."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
@@ -156,6 +163,7 @@ class DepthCase:
     eog: frozenset[int] = frozenset()
     min_tokens: int = 0
     law: Profile | None = None
+    vocab: int | None = None  # the model's vocabulary: every answered id must lie in [0, vocab)
 
 
 def case_law(case: DepthCase) -> Profile:
@@ -190,17 +198,13 @@ class Generation:
     logprobs: tuple[float, ...] | None = None  # the engine's reported log p_t(x_t), when reported
 
 
-def as_generation(raw: Any) -> Generation:
-    """A list of ids, or a mapping with ``ids`` and optional ``cycles``."""
+def as_generation(raw: Any, vocab: int | None = None, where: str = "a generation") -> Generation:
+    """A list of ids, or a mapping with ``ids`` and optional ``cycles`` and ``logprobs``, every field
+    exactly of its type (:func:`spec.answers.generation`: an id 5.0, "5" or true is refused, not
+    converted) and every id in [0, ``vocab``); ExternalError otherwise."""
     if isinstance(raw, Generation):
-        return raw
-    if isinstance(raw, Mapping):
-        cycles = raw.get("cycles")
-        parsed = None if cycles is None else tuple((int(d), int(a)) for d, a in cycles)
-        logprobs = raw.get("logprobs")
-        reported = None if logprobs is None else tuple(float(x) for x in logprobs)
-        return Generation(tuple(int(t) for t in raw["ids"]), parsed, reported)
-    return Generation(tuple(int(t) for t in raw))
+        raw = {"ids": list(raw.ids), "cycles": raw.cycles, "logprobs": raw.logprobs}
+    return Generation(*answers.generation(raw, vocab, where))
 
 
 def events_of(gen: Generation) -> list[str] | None:
@@ -406,6 +410,69 @@ class BinSums:
         return self.pit / math.sqrt(self.tokens / 12.0) if self.tokens else 0.0
 
 
+# The lambdas of the repeat test-martingale: from 1/4 (many repeats where some are due, a near-
+# deterministic law's excess) to 32 (one repeat where e^-32 is due: any P(x) of a long generation).
+REPEAT_LAMBDAS = np.array([2.0**e for e in range(-2, 6)], dtype=np.float64)
+REPEAT_EXP_M1 = np.expm1(REPEAT_LAMBDAS)
+NEAR_DETERMINISTIC = 0.5  # a repeat expected at least this often per generation: repeats are the law's own
+
+
+@dataclass
+class RepeatSums:
+    """Request independence: repeated whole generations against the rate the target law allows.
+
+    Under the null the generations are independent draws of the target law, so generation j equals
+    one of the earlier DISTINCT ones with probability pi_j = sum of their P(x) = prod_t p_t(x_t)
+    (each computed exactly on its own teacher-forced rows), fixed by the past. The repeat count R
+    is then a sum of Bernoulli(pi_j) given the past, and for each lambda > 0 of a fixed grid
+    exp(lambda R - sum_j log(1 + pi_j (e^lambda - 1))) is a nonnegative martingale of mean 1, as is
+    their average M; it rejects when M >= 1/alpha_c (Ville's inequality: P <= alpha_c at any
+    generation, over the whole run, for any number of workers). So four random streams (every
+    fifth generation a repeat), a stale block answered again or a seed ignored fail at the first
+    block that shows them, while a law that makes repeats likely (near-deterministic rows: pi_j
+    near 1) makes M stay near or below 1: its repeats are legitimate and are reported as such."""
+
+    count: int = 0  # R
+    generations: int = 0
+    first: int = 0  # the first repeating generation (1-based; 0: none)
+    seen_mass: float = 0.0  # sum of P(x) over the distinct generations so far
+    expected: float = 0.0  # sum_j pi_j
+    log_mgf: F64 = field(default_factory=lambda: np.zeros(REPEAT_LAMBDAS.shape[0]))
+
+    def add(self, repeated: bool, generation: int) -> None:
+        pi = min(self.seen_mass, 1.0)  # near-ties count 1 in P(x): a sum past 1 is capped (still conservative)
+        self.generations += 1
+        self.expected += pi
+        self.log_mgf += np.log1p(pi * REPEAT_EXP_M1)
+        if repeated:
+            self.count += 1
+            self.first = self.first or generation
+
+    def log_evidence(self) -> float:
+        exponents = REPEAT_LAMBDAS * self.count - self.log_mgf
+        top = float(exponents.max())
+        return top + math.log(float(np.mean(np.exp(exponents - top))))
+
+    def rejects(self, alpha: float) -> bool:
+        return self.count > 0 and self.log_evidence() >= -math.log(alpha)
+
+    def near_deterministic(self) -> bool:
+        return self.generations > 1 and self.expected >= NEAR_DETERMINISTIC * (self.generations - 1)
+
+    def describe(self, alpha: float) -> str:
+        return (f"repeated generations: {self.count} of {self.generations} identical to an earlier one (generation "
+                f"{self.first} repeats an earlier one exactly), where the target law expects {self.expected:.3g} "
+                f"(evidence e^{self.log_evidence():.1f} >= 1/alpha = {1 / alpha:.3g}): requests sharing or reusing a random stream?")
+
+    def note(self) -> str:
+        """The report's line on repeats that did not reject ("" when none)."""
+        if not self.count:
+            return ""
+        why = ("the target law is near-deterministic: repeats are its own" if self.near_deterministic()
+               else "not in excess")
+        return f"; repeated generations: {self.count} of {self.generations}, {self.expected:.3g} expected under the target law ({why})"
+
+
 @dataclass
 class Sums:
     """Everything a look needs, accumulated generation by generation."""
@@ -415,7 +482,7 @@ class Sums:
     histogram: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(PIT_BINS, dtype=np.int64))
     generations: int = 0
     seen: dict[Prefix, float] = field(default_factory=dict)  # distinct generations -> P(x)
-    collision_mass: float = 0.0  # sum over generations of P(this one equals an earlier one) under the null
+    repeats: RepeatSums = field(default_factory=lambda: RepeatSums())
     collision: str = ""
     broken: str = ""
     score_log_weights: F64 = field(default_factory=lambda: np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0])))
@@ -426,13 +493,12 @@ class Sums:
         if scored.broken:
             self.broken = self.broken or f"generation {self.generations}: {scored.broken}"
             return
-        self.collision_mass += math.fsum(self.seen.values())
-        if ids in self.seen and not self.collision and self.collision_mass <= alpha_collision:
-            self.collision = (
-                f"generation {self.generations} repeats an earlier one exactly; independent requests collide "
-                f"with probability {self.collision_mass:.3g} under the target law (requests sharing a random stream?)"
-            )
-        self.seen.setdefault(ids, math.exp(float(np.nansum(scored.logp))))  # a near-tie counted as 1: conservative
+        self.repeats.add(ids in self.seen, self.generations)
+        if not self.collision and self.repeats.rejects(alpha_collision):
+            self.collision = self.repeats.describe(alpha_collision)
+        if ids not in self.seen:
+            self.seen[ids] = math.exp(float(np.nansum(scored.logp)))  # a near-tie counted as 1: conservative
+            self.repeats.seen_mass += self.seen[ids]
         self.near_ties.extend((self.generations, tie) for tie in scored.near_ties)
         tied = {tie.position for tie in scored.near_ties}
         for t in range(len(ids)):
@@ -616,6 +682,27 @@ def pilot_design(
     return power_design, max(1.0, float(np.mean(lengths)))
 
 
+# The largest design run: 1e8 tokens, 275 times SmolLM2's full default design (363,292 tokens in
+# 24 min on an idle AVX-512 machine: docs/results/decoder-depth.md), so days of decoding. A design
+# beyond it means the law leaves the design's deviation almost nothing to move (rows near uniform,
+# e.g. a temperature of 1e9): no run could reach its power, with or without a budget.
+MAX_DESIGN_TOKENS = 10**8
+
+
+class DesignTooLarge(UsageError):
+    """The pilot's design needs more tokens than :data:`MAX_DESIGN_TOKENS`: refused before any is drawn."""
+
+
+def refuse_unbounded(plan: PowerDesign) -> None:
+    if plan.tokens > MAX_DESIGN_TOKENS:
+        raise DesignTooLarge(
+            f"the depth test's design needs {plan.tokens:.3g} tokens for power {plan.power:g} against TV {plan.tv:g} on "
+            f"{plan.fraction:.0%} of positions, beyond the bound of {MAX_DESIGN_TOKENS:.0e} tokens (days of decoding): "
+            "this law leaves that deviation almost nothing to move (rows near uniform or near one-hot); "
+            "raise --tv or --fraction, or sample another law"
+        )
+
+
 def check_depth(
     engine: GenerationEngine,
     rows_of: ForcedRows,
@@ -640,6 +727,12 @@ def check_depth(
     except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
         unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
         return _verdict("failed", unplanned, Sums(), alpha, [], f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}")
+    except DeterministicLaw:
+        unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
+        limit = DETERMINISTIC_GENERATIONS if max_generations is None else min(max_generations, DETERMINISTIC_GENERATIONS)
+        return check_deterministic(engine, rows_of, case, unplanned, alpha=alpha, seed=seed, started=started,
+                                   budget_s=budget_s, generations=limit, logprob_tol=logprob_tol)
+    refuse_unbounded(plan)
     targets = [math.ceil(plan.tokens / 2 ** (LOOKS - 1 - j)) for j in range(LOOKS)]
     per_block = block or min(MAX_BLOCK, max(1, math.ceil(targets[0] / mean_length)))
     alphas = look_alphas(alpha)
@@ -675,6 +768,47 @@ def check_depth(
     return _verdict("passed", plan, sums, alpha, looks, "")
 
 
+# A deterministic target law's run: every token must be the row's one possible token, so a bug that
+# emits another in a fraction f of generations is seen in 200 with probability 1 - (1 - f)^200,
+# >= 0.99 for f >= 2.3%.
+DETERMINISTIC_GENERATIONS = 200
+
+
+def check_deterministic(
+    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, plan: PowerDesign, *, alpha: float, seed: int,
+    started: float, budget_s: float | None, generations: int, logprob_tol: float,
+) -> DepthVerdict:
+    """The depth test when every pilot row is one-hot (:class:`DeterministicLaw`: temperature 0,
+    top-k 1): no statistic has anything to measure, but every token of probability 0 (every token
+    but the row's one), every structural break, every reported logprob off the law and request
+    independence (the repeat test, whose repeats such a law expects) are still judged, on
+    :data:`DETERMINISTIC_GENERATIONS` generations (fewer when ``budget_s`` ends first: inconclusive).
+    Passes with the report saying the law is deterministic; never a failure of the law itself."""
+    sums = Sums()
+    rng = np.random.default_rng([seed, 2])
+    note = "the target law is deterministic (every pilot row one-hot): no statistics, each token checked to be the row's only one"
+    drawn = blocks(engine, case, plan_of(seed + 100, MAX_BLOCK, generations))
+    with closing(drawn):
+        while sums.generations < generations:
+            if budget_s is not None and time.monotonic() - started > budget_s:
+                return _verdict("inconclusive", plan, sums, alpha, [], f"budget ended before {generations} generations", note)
+            try:
+                gens = next(drawn)
+            except VerispecError as exc:
+                return _verdict("failed", plan, sums, alpha, [], f"the engine raised {type(exc).__name__}: {str(exc)[:200]}", note)
+            except StopIteration:
+                break
+            with closing(rows_in_order(rows_of, tuple(case.prompt_ids), [g.ids for g in gens],
+                                       lambda ids: bool(ids) and not structure_error(ids, case))) as forced:
+                for gen, rows in zip(gens, forced):
+                    scored = score(rows, case, gen.ids, rng)
+                    scored.broken = scored.broken or logprob_error(gen, scored, logprob_tol)
+                    sums.add(gen.ids, scored, events_of(gen), alpha * COLLISION_SHARE, case.eog)
+            if sums.broken or sums.collision:
+                return _verdict("failed", plan, sums, alpha, [], sums.broken or sums.collision, note)
+    return _verdict("passed", plan, sums, alpha, [], "", note)
+
+
 def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
     """Why the engine's reported logprobs are not its tokens' target log-probabilities ("" when they
     are within ``tol``, or not reported)."""
@@ -690,10 +824,11 @@ def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
     return ""
 
 
-def _verdict(state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str) -> DepthVerdict:
+def _verdict(state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str, note: str = "") -> DepthVerdict:
     tokens = sums.overall.tokens
     detail = looks[-1].detail if looks else f"{tokens} tokens in {sums.generations} generations"
-    detail += near_ties_note(sums.near_ties)
+    detail = f"{note}; {detail}" if note else detail
+    detail += near_ties_note(sums.near_ties) + ("" if sums.collision else sums.repeats.note())
     return DepthVerdict(state, plan, tokens, sums.generations, alpha, plan.power_at(tokens), where, detail, tuple(looks),
                         tuple(sums.near_ties))
 

@@ -292,6 +292,12 @@ def _arrays(effects: Sequence[RowEffect]) -> tuple[F64, F64, F64]:
     return col("var0_u"), col("mu_u"), col("var1_u")
 
 
+class DeterministicLaw(ValueError):
+    """Every pilot row is one-hot (temperature 0 or near it, top-k 1): the target law leaves nothing
+    to sample, so no deviation of the design's kind exists and no sample size can be designed.
+    Legitimate: the depth test then checks what a deterministic law allows (spec/decoder/depth/law.py)."""
+
+
 def design(
     rows: Sequence[F64], tv: float, fraction: float, alpha: float, power: float, martingale_alpha: float | None = None
 ) -> PowerDesign:
@@ -310,7 +316,7 @@ def design(
         score = min(martingale_tokens(float(m.mean[g]), float(m.var[g]), float(thresholds[g]), power) for g in range(len(thresholds)))
         needed = max(needed, min(pit, score))
     if not math.isfinite(needed):
-        raise ValueError("no pilot row can deviate by the design's TV along its entropy (every row one-hot)")
+        raise DeterministicLaw("no pilot row can deviate by the design's TV along its entropy (every row one-hot)")
     return PowerDesign(int(math.ceil(needed)), tv, fraction, alpha, power, (per_direction[0], per_direction[1]), level,
                        moments, log_weights)
 

@@ -65,7 +65,8 @@ import numpy.typing as npt
 
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder.depth.law import DepthCase, as_generation, position_bin, position_bin_label, structure_error
+from verispec.spec.decoder.depth.blocks import checked_block
+from verispec.spec.decoder.depth.law import DepthCase, position_bin, position_bin_label, structure_error
 from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder.first_tokens import MAX_CELLS
 from verispec.spec.decoder.two_sample import homogeneity
@@ -268,7 +269,7 @@ def _test(name: str, a: Counter[int], b: Counter[int], level: float, extra: str 
 
 def draw_arm(engine: Any, plain: bool, case: DepthCase, n: int, seed: int) -> list[tuple[int, ...]]:
     op = engine.generate_plain if plain else engine.generate
-    return arm_ids(op(case.prompt_ids, case.params, case.max_tokens, n, seed, case.min_tokens), n)
+    return arm_ids(op(case.prompt_ids, case.params, case.max_tokens, n, seed, case.min_tokens), n, case.vocab)
 
 
 def draw_arms(engine: Any, case: DepthCase, n: int, seed: int) -> list[list[tuple[int, ...]]]:
@@ -279,17 +280,12 @@ def draw_arms(engine: Any, case: DepthCase, n: int, seed: int) -> list[list[tupl
         return [draw_arm(engine, is_plain, case, n, seed + is_plain) for is_plain in (True, False)]
     pending = [submit("generate_plain" if is_plain else "generate", case.prompt_ids, case.params, case.max_tokens, n,
                       seed + is_plain, case.min_tokens) for is_plain in (True, False)]
-    return [arm_ids(future.result(), n) for future in pending]
+    return [arm_ids(future.result(), n, case.vocab) for future in pending]
 
 
-def arm_ids(raw: Any, n: int) -> list[tuple[int, ...]]:
-    """An arm's answer as id tuples; VerispecError when it is not ``n`` generations."""
-    if len(raw) != n:
-        raise VerispecError(f"the engine returned {len(raw)} generations, asked for {n}")
-    try:
-        return [as_generation(r).ids for r in raw]
-    except (TypeError, ValueError, KeyError) as exc:
-        raise VerispecError(f"a generation is not a list of ids or an {{ids, cycles}} object: {exc}") from exc
+def arm_ids(raw: Any, n: int, vocab: int | None = None) -> list[tuple[int, ...]]:
+    """An arm's answer as id tuples, read as every depth answer is (:func:`spec.decoder.depth.blocks.checked_block`)."""
+    return [g.ids for g in checked_block(raw, n, vocab)]
 
 
 def check_two_sample_depth(
