@@ -25,7 +25,7 @@ from verispec.spec.decoder.check import MEMO_BYTES, ReferenceLogits
 
 
 def tiny_model(folder: Path) -> Path:
-    from tests.synthetic import Variant, write_synthetic
+    from verispec.synth.models import Variant, write_synthetic
 
     path = folder / "tiny.gguf"
     write_synthetic(path, Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
