@@ -45,11 +45,11 @@ from verispec.reference.errors import NotBlockQuantized as NotBlockQuantized
 from verispec.reference.quants import (
     QK_K,
     GGMLType,
-    _bits_by_plane,
-    _bits_lsb_first,
-    _f16,
-    _k_scales_mins,
-    _low_high_nibbles,
+    bits_by_plane,
+    bits_lsb_first,
+    f16_at,
+    k_scales_mins,
+    low_high_nibbles,
     block_layout,
     type_name,
 )
@@ -96,32 +96,32 @@ _Unpacked = tuple[U8, F32, "F32 | None"]
 
 
 def _q4_0(b: U8) -> _Unpacked:
-    return _low_high_nibbles(b[:, 2:18]), _f16(b, 0), None
+    return low_high_nibbles(b[:, 2:18]), f16_at(b, 0), None
 
 
 def _q4_1(b: U8) -> _Unpacked:
-    return _low_high_nibbles(b[:, 4:20]), _f16(b, 0), _f16(b, 2)
+    return low_high_nibbles(b[:, 4:20]), f16_at(b, 0), f16_at(b, 2)
 
 
 def _q5_0(b: U8) -> _Unpacked:
-    return _low_high_nibbles(b[:, 6:22]) | (_bits_lsb_first(b[:, 2:6]) << np.uint8(4)), _f16(b, 0), None
+    return low_high_nibbles(b[:, 6:22]) | (bits_lsb_first(b[:, 2:6]) << np.uint8(4)), f16_at(b, 0), None
 
 
 def _q5_1(b: U8) -> _Unpacked:
-    return _low_high_nibbles(b[:, 8:24]) | (_bits_lsb_first(b[:, 4:8]) << np.uint8(4)), _f16(b, 0), _f16(b, 2)
+    return low_high_nibbles(b[:, 8:24]) | (bits_lsb_first(b[:, 4:8]) << np.uint8(4)), f16_at(b, 0), f16_at(b, 2)
 
 
 def _q8_0(b: U8) -> _Unpacked:
     # int8 v -> v + 128 as uint8 is the byte with its top bit flipped ((u + 128) mod 256): one
     # byte a weight, no wider temporaries (this is most of a Q8_0 head's load-time peak otherwise)
     levels = np.bitwise_xor(b[:, 2:34], np.uint8(0x80))
-    return levels, _f16(b, 0), None
+    return levels, f16_at(b, 0), None
 
 
 def _q2_k(b: U8) -> _Unpacked:
     n = b.shape[0]
     scales = b[:, 0:16]
-    d, dmin = _f16(b, 80), _f16(b, 82)
+    d, dmin = f16_at(b, 80), f16_at(b, 82)
     shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
     levels = ((b[:, 16:80].reshape(n, 2, 1, 32) >> shifts) & np.uint8(3)).reshape(n, QK_K)
     dl = d * (scales & np.uint8(0x0F)).astype(np.float32)
@@ -132,33 +132,33 @@ def _q2_k(b: U8) -> _Unpacked:
 def _q3_k(b: U8) -> _Unpacked:
     n = b.shape[0]
     packed = b[:, 96:108]
-    low4 = _low_high_nibbles(packed[:, 0:8])
+    low4 = low_high_nibbles(packed[:, 0:8])
     high2 = packed[:, 8:12].reshape(n, 1, 4) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 4, 1)
     high2 = (high2 & np.uint8(3)).reshape(n, 16)
     sc = (low4 | (high2 << np.uint8(4))).astype(np.int8) - np.int8(32)
     shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
     low = ((b[:, 32:96].reshape(n, 2, 1, 32) >> shifts) & np.uint8(3)).reshape(n, QK_K)
-    hbit = _bits_by_plane(b[:, 0:32])
+    hbit = bits_by_plane(b[:, 0:32])
     levels = low + (hbit << np.uint8(2))  # q + 4 = low - 4 (1 - hbit) + 4, in 0..7
-    return levels, _f16(b, 108) * sc.astype(np.float32), None
+    return levels, f16_at(b, 108) * sc.astype(np.float32), None
 
 
 def _q4_k(b: U8) -> _Unpacked:
     n = b.shape[0]
-    sc, mn = _k_scales_mins(b[:, 4:16])
+    sc, mn = k_scales_mins(b[:, 4:16])
     qs = b[:, 16:144].reshape(n, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
     levels = (qs & np.uint8(0x0F)).reshape(n, QK_K)
-    return levels, _f16(b, 0) * sc.astype(np.float32), -(_f16(b, 2) * mn.astype(np.float32))
+    return levels, f16_at(b, 0) * sc.astype(np.float32), -(f16_at(b, 2) * mn.astype(np.float32))
 
 
 def _q5_k(b: U8) -> _Unpacked:
     n = b.shape[0]
-    sc, mn = _k_scales_mins(b[:, 4:16])
+    sc, mn = k_scales_mins(b[:, 4:16])
     qs = b[:, 48:176].reshape(n, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
     low = (qs & np.uint8(0x0F)).reshape(n, 8, 32)
-    high = _bits_by_plane(b[:, 16:48]).reshape(n, 8, 32)
+    high = bits_by_plane(b[:, 16:48]).reshape(n, 8, 32)
     levels = (low | (high << np.uint8(4))).reshape(n, QK_K)
-    return levels, _f16(b, 0) * sc.astype(np.float32), -(_f16(b, 2) * mn.astype(np.float32))
+    return levels, f16_at(b, 0) * sc.astype(np.float32), -(f16_at(b, 2) * mn.astype(np.float32))
 
 
 def _q6_k(b: U8) -> _Unpacked:
@@ -169,7 +169,7 @@ def _q6_k(b: U8) -> _Unpacked:
     high = (qh & np.uint8(3)).reshape(n, 2, 4, 32)
     levels = (low | (high << np.uint8(4))).reshape(n, QK_K)
     scales = np.ascontiguousarray(b[:, 192:208]).view(np.int8).astype(np.float32)
-    return levels, _f16(b, 208) * scales, None
+    return levels, f16_at(b, 208) * scales, None
 
 
 # type -> (unpack, bits, block, zero)

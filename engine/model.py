@@ -80,7 +80,7 @@ class EngineCache(KVCache):
 LARGE_METADATA_ITEMS = 4096  # a metadata list this long is a tokenizer table, not a model setting
 
 
-def _drop_large_metadata(f: "GGUFFile") -> None:
+def drop_large_metadata(f: "GGUFFile") -> None:
     """Drop ``f``'s long metadata lists (the tokenizer's tokens, scores, types, merges: Python
     objects, ~31 MiB for Gemma 3's 262144-entry vocabulary) once the config is read. The weights
     need none of it, and a load's peak is the weights plus whatever else is alive then; the
@@ -134,7 +134,7 @@ class FastModel:
 
             with GGUFFile.open(path_or_file) as f:
                 config = Config.from_gguf(f)
-                _drop_large_metadata(f)  # our own handle: its vocabulary lists need not outlive the config
+                drop_large_metadata(f)  # our own handle: its vocabulary lists need not outlive the config
                 store = load_weights(f, config, weights, backend, fused)
         else:
             config = Config.from_gguf(path_or_file)

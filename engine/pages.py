@@ -64,7 +64,7 @@ def _madvise() -> Any:
     return fn
 
 
-def _clean_mappings(folder: str, smaps: str) -> list[tuple[int, int]]:
+def clean_mappings(folder: str, smaps: str) -> list[tuple[int, int]]:
     """``(start, end)`` of the mappings in ``smaps`` (the text of /proc/self/smaps) of files under
     ``folder`` with no anonymous page (no page the process wrote: a write to a private file
     mapping copies the page into anonymous memory), so every resident page is the file's own.
@@ -110,7 +110,7 @@ def drop_folder_pages(folder: str) -> int:
     if advise is None:
         return 0
     advised = 0
-    for low, high in _clean_mappings(folder, smaps):
+    for low, high in clean_mappings(folder, smaps):
         if advise(low, high - low, mmap.MADV_DONTNEED) == 0:
             advised += high - low
     return advised

@@ -28,14 +28,14 @@ from verispec.reference.sampling import (
     FloatArray,
     Probs,
     SamplingParams,
-    _apply_logit_bias,
-    _apply_min_p,
-    _apply_top_k,
-    _apply_top_p,
-    _check_history,
-    _check_logits,
-    _first_k,
-    _softmax_over,
+    apply_logit_bias,
+    apply_min_p,
+    apply_top_k,
+    apply_top_p,
+    check_history,
+    check_logits,
+    first_k,
+    softmax_over,
     inverse_cdf,
 )
 
@@ -43,7 +43,7 @@ SPARSE_TOP_K = 64  # top-k up to this size takes the survivors-only path (same b
 POOL_STRIDE = 16  # every 16th logit bounds the k-th largest from below (_top_k_pool)
 
 
-def _apply_repeat_penalty(
+def apply_repeat_penalty(
     logits: npt.NDArray[np.float64], history: Sequence[int], penalty: float, last_n: int
 ) -> None:
     if penalty == 1.0 or last_n == 0 or not history:
@@ -57,13 +57,13 @@ def _apply_repeat_penalty(
 def target_distribution(logits: FloatArray, history: Sequence[int], params: SamplingParams) -> Probs:
     """Same contract and same bits as :func:`reference.sampling.target_distribution`."""
     source = np.asarray(logits)
-    row = _check_logits(source)
+    row = check_logits(source)
     vocab_size = row.shape[0]
     params.validate(vocab_size)
-    _check_history(history, vocab_size)
+    check_history(history, vocab_size)
     working = row.copy() if np.may_share_memory(row, source) else row  # [V]; a converted row is already a copy
-    _apply_logit_bias(working, params.logit_bias)
-    _apply_repeat_penalty(working, history, params.repeat_penalty, params.repeat_last_n)
+    apply_logit_bias(working, params.logit_bias)
+    apply_repeat_penalty(working, history, params.repeat_penalty, params.repeat_last_n)
     if np.any(working == np.inf):
         raise SamplingError(f"logit of token id {int(np.flatnonzero(working == np.inf)[0])} overflows to +inf after the bias")
     alive = np.isfinite(working)  # [V]
@@ -77,10 +77,10 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
         all_alive = bool(alive.all())
         if params.top_k < (vocab_size if all_alive else int(alive.sum())):  # else top-k keeps every live id
             return _top_k_law(working, alive, all_alive, params)
-    _apply_top_k(working, alive, params.top_k)
-    _apply_top_p(working, alive, params.top_p)
-    _apply_min_p(working, alive, params.min_p)
-    return _softmax_over(working, alive, params.temperature)
+    apply_top_k(working, alive, params.top_k)
+    apply_top_p(working, alive, params.top_p)
+    apply_min_p(working, alive, params.min_p)
+    return softmax_over(working, alive, params.temperature)
 
 
 def _top_k_law(
@@ -97,31 +97,31 @@ def _top_k_law(
     survivors = np.sort(_top_k_pool(working, alive, all_alive, params.top_k))  # [k] ascending ids
     sub = working[survivors]  # [k]
     sub_alive = np.ones(survivors.shape[0], dtype=np.bool_)
-    _apply_top_p(sub, sub_alive, params.top_p)
-    _apply_min_p(sub, sub_alive, params.min_p)
+    apply_top_p(sub, sub_alive, params.top_p)
+    apply_min_p(sub, sub_alive, params.min_p)
     probs = np.zeros(working.shape[0], dtype=np.float64)  # [V]
-    probs[survivors] = _softmax_over(sub, sub_alive, params.temperature)
+    probs[survivors] = softmax_over(sub, sub_alive, params.temperature)
     return probs
 
 
 def _top_k_pool(
     working: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], all_alive: bool, k: int
 ) -> npt.NDArray[np.intp]:
-    """The reference's ``_first_k(working, alive, k)``, run on a pool of the vocabulary.
+    """The reference's ``first_k(working, alive, k)``, run on a pool of the vocabulary.
 
     The k-th largest key of every POOL_STRIDE-th id is at most the k-th largest of all (a subset's
     k-th largest never exceeds the whole set's), so the ids whose key reaches it -- the pool --
-    hold every id at or above the whole row's k-th largest, its ties included. ``_first_k`` of
+    hold every id at or above the whole row's k-th largest, its ties included. ``first_k`` of
     the pool then finds that same k-th largest and the same ids; pool indices ascend with the ids,
     so its id-ascending tie rule is unchanged.
     """
     keys = working if all_alive else np.where(alive, working, -np.inf)  # [V]
     sample = keys[::POOL_STRIDE]
     if sample.shape[0] <= k:
-        return _first_k(working, alive, k)
+        return first_k(working, alive, k)
     floor = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
     pool = np.flatnonzero(keys >= floor)  # ascending ids
-    chosen: npt.NDArray[np.intp] = pool[_first_k(working[pool], alive[pool], k)]
+    chosen: npt.NDArray[np.intp] = pool[first_k(working[pool], alive[pool], k)]
     return chosen
 
 

@@ -51,14 +51,14 @@ SIZES = range(2, 7)
 RELIED_ON_BY = ("verispec.reference.tree_speculative.verify_tree_sampled",)
 
 
-def _simplex(name: str, n: int) -> tuple[list[z3.ArithRef], list[z3.BoolRef]]:
+def simplex_vars(name: str, n: int) -> tuple[list[z3.ArithRef], list[z3.BoolRef]]:
     xs = reals(name, n)
     return xs, [x >= 0 for x in xs] + [z3.Sum(xs) == 1]
 
 
 def _residual_in_simplex(n: int) -> z3.BoolRef:
-    r, hr = _simplex("r", n)
-    q, hq = _simplex("q", n)
+    r, hr = simplex_vars("r", n)
+    q, hq = simplex_vars("q", n)
     s = z3.Sum([pos(a - b) for a, b in zip(r, q)])
     nxt = [pos(a - b) / s for a, b in zip(r, q)]
     return implies([*hr, *hq, s > 0], z3.And(*[v >= 0 for v in nxt], z3.Sum(nxt) == 1))
@@ -71,7 +71,7 @@ def _induction_step() -> z3.BoolRef:
 
 
 def _without_replacement(n: int) -> z3.BoolRef:
-    q, hq = _simplex("q", n)
+    q, hq = simplex_vars("q", n)
     conclusions = []
     for x in range(n):
         rest = [z3.RealVal(0) if y == x else q[y] / (1 - q[x]) for y in range(n)]
@@ -80,17 +80,17 @@ def _without_replacement(n: int) -> z3.BoolRef:
 
 
 def _duplicate_rejected(n: int) -> z3.BoolRef:
-    r, hr = _simplex("r", n)
-    q, hq = _simplex("q", n)
+    r, hr = simplex_vars("r", n)
+    q, hq = simplex_vars("q", n)
     s = z3.Sum([pos(a - b) for a, b in zip(r, q)])
     return implies([*hr, *hq, s > 0], z3.And(*[z3.Implies(r[x] < q[x], pos(r[x] - q[x]) / s == 0) for x in range(n)]))
 
 
 def _two_siblings(n: int) -> z3.BoolRef:
     """Two siblings, drawn from q1 then q2 (any laws), directly: the token leaving the node ~ p."""
-    p, hp = _simplex("p", n)
-    q1, h1 = _simplex("q1", n)
-    q2, h2 = _simplex("q2", n)
+    p, hp = simplex_vars("p", n)
+    q1, h1 = simplex_vars("q1", n)
+    q2, h2 = simplex_vars("q2", n)
     s1 = z3.Sum([pos(a - b) for a, b in zip(p, q1)])
     t1 = z3.Sum([rmin(a, b) for a, b in zip(p, q1)])
     r2 = [z3.If(s1 == 0, a, pos(a - b) / s1) for a, b in zip(p, q1)]

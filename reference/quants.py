@@ -170,18 +170,18 @@ def tensor_nbytes(ggml_type: int, n_elements: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _f16(blocks: U8, start: int) -> F32:
+def f16_at(blocks: U8, start: int) -> F32:
     """fp16 at byte ``start`` of every block -> float32 ``[n_blocks, 1]`` (exact conversion)."""
     half = np.ascontiguousarray(blocks[:, start : start + 2]).view("<f2")  # [n, 1]
     return half.astype(np.float32)
 
 
-def _low_high_nibbles(packed: U8) -> U8:
+def low_high_nibbles(packed: U8) -> U8:
     """``[n, m]`` bytes -> ``[n, 2m]``: all low nibbles, then all high nibbles (ggml's qs order)."""
     return np.concatenate([packed & np.uint8(0x0F), packed >> np.uint8(4)], axis=-1)
 
 
-def _bits_lsb_first(packed: U8) -> U8:
+def bits_lsb_first(packed: U8) -> U8:
     """``[n, m]`` bytes -> ``[n, 8m]`` bits, bit 0 of byte 0 first."""
     return np.unpackbits(packed, axis=-1, bitorder="little")
 
@@ -219,8 +219,8 @@ def _dequant_bf16(blocks: U8) -> F32:
 
 
 def _dequant_q4_0(blocks: U8) -> F32:
-    d = _f16(blocks, 0)  # [n, 1]
-    q = _low_high_nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8)  # [n, 32]
+    d = f16_at(blocks, 0)  # [n, 1]
+    q = low_high_nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8)  # [n, 32]
     return np.asarray(d * q.astype(np.float32), dtype=np.float32)
 
 
@@ -236,9 +236,9 @@ def _dequant_q4_0(blocks: U8) -> F32:
 
 
 def _dequant_q4_1(blocks: U8) -> F32:
-    d = _f16(blocks, 0)  # [n, 1]
-    m = _f16(blocks, 2)  # [n, 1]
-    q = _low_high_nibbles(blocks[:, 4:20]).astype(np.float32)  # [n, 32]
+    d = f16_at(blocks, 0)  # [n, 1]
+    m = f16_at(blocks, 2)  # [n, 1]
+    q = low_high_nibbles(blocks[:, 4:20]).astype(np.float32)  # [n, 32]
     return np.asarray(d * q + m, dtype=np.float32)
 
 
@@ -255,9 +255,9 @@ def _dequant_q4_1(blocks: U8) -> F32:
 
 
 def _dequant_q5_0(blocks: U8) -> F32:
-    d = _f16(blocks, 0)  # [n, 1]
-    high = _bits_lsb_first(blocks[:, 2:6])  # [n, 32]
-    q = (_low_high_nibbles(blocks[:, 6:22]) | (high << np.uint8(4))).astype(np.int8) - np.int8(16)
+    d = f16_at(blocks, 0)  # [n, 1]
+    high = bits_lsb_first(blocks[:, 2:6])  # [n, 32]
+    q = (low_high_nibbles(blocks[:, 6:22]) | (high << np.uint8(4))).astype(np.int8) - np.int8(16)
     return np.asarray(d * q.astype(np.float32), dtype=np.float32)
 
 
@@ -273,10 +273,10 @@ def _dequant_q5_0(blocks: U8) -> F32:
 
 
 def _dequant_q5_1(blocks: U8) -> F32:
-    d = _f16(blocks, 0)  # [n, 1]
-    m = _f16(blocks, 2)  # [n, 1]
-    high = _bits_lsb_first(blocks[:, 4:8])  # [n, 32]
-    q = (_low_high_nibbles(blocks[:, 8:24]) | (high << np.uint8(4))).astype(np.float32)
+    d = f16_at(blocks, 0)  # [n, 1]
+    m = f16_at(blocks, 2)  # [n, 1]
+    high = bits_lsb_first(blocks[:, 4:8])  # [n, 32]
+    q = (low_high_nibbles(blocks[:, 8:24]) | (high << np.uint8(4))).astype(np.float32)
     return np.asarray(d * q + m, dtype=np.float32)
 
 
@@ -291,7 +291,7 @@ def _dequant_q5_1(blocks: U8) -> F32:
 
 
 def _dequant_q8_0(blocks: U8) -> F32:
-    d = _f16(blocks, 0)  # [n, 1]
+    d = f16_at(blocks, 0)  # [n, 1]
     q = np.ascontiguousarray(blocks[:, 2:34]).view(np.int8).astype(np.float32)  # [n, 32]
     return np.asarray(q * d, dtype=np.float32)
 
@@ -314,8 +314,8 @@ def _dequant_q8_0(blocks: U8) -> F32:
 def _dequant_q2_k(blocks: U8) -> F32:
     n = blocks.shape[0]
     scales = blocks[:, 0:16]  # [n, 16]
-    d = _f16(blocks, 80)  # [n, 1]
-    dmin = _f16(blocks, 82)  # [n, 1]
+    d = f16_at(blocks, 80)  # [n, 1]
+    dmin = f16_at(blocks, 82)  # [n, 1]
     dl = (d * (scales & np.uint8(0x0F)).astype(np.float32)).reshape(n, 16, 1)
     ml = (dmin * (scales >> np.uint8(4)).astype(np.float32)).reshape(n, 16, 1)
     qs = blocks[:, 16:80].reshape(n, 2, 1, 32)  # [n, half, 1, byte]
@@ -345,20 +345,20 @@ def _dequant_q3_k(blocks: U8) -> F32:
     hmask = blocks[:, 0:32]
     qs = blocks[:, 32:96]
     packed = blocks[:, 96:108]
-    d = _f16(blocks, 108)  # [n, 1]
-    low4 = _low_high_nibbles(packed[:, 0:8])  # [n, 16]: scales 0..7, then 8..15
+    d = f16_at(blocks, 108)  # [n, 1]
+    low4 = low_high_nibbles(packed[:, 0:8])  # [n, 16]: scales 0..7, then 8..15
     high2 = packed[:, 8:12].reshape(n, 1, 4) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 4, 1)
     high2 = (high2 & np.uint8(3)).reshape(n, 16)  # [n, 16]: scale k + 4j at index 4j + k
     scales = (low4 | (high2 << np.uint8(4))).astype(np.int8) - np.int8(32)  # [n, 16]
     dl = (d * scales.astype(np.float32)).reshape(n, 16, 1)
     shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
     low = ((qs.reshape(n, 2, 1, 32) >> shifts) & np.uint8(3)).reshape(n, 16, 16)
-    hbit = _bits_by_plane(hmask).reshape(n, 16, 16)
+    hbit = bits_by_plane(hmask).reshape(n, 16, 16)
     q = low.astype(np.int8) - ((hbit ^ np.uint8(1)) << np.uint8(2)).astype(np.int8)  # [n, 16, 16]
     return np.asarray(dl * q.astype(np.float32), dtype=np.float32).reshape(n, QK_K)
 
 
-def _bits_by_plane(mask: U8) -> U8:
+def bits_by_plane(mask: U8) -> U8:
     """``[n, 32]`` bytes -> ``[n, 256]``: bit b of byte l lands at index 32*b + l."""
     n = mask.shape[0]
     planes = mask.reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
@@ -381,7 +381,7 @@ def _bits_by_plane(mask: U8) -> U8:
 # ---------------------------------------------------------------------------------------------
 
 
-def _k_scales_mins(packed: U8) -> tuple[U8, U8]:
+def k_scales_mins(packed: U8) -> tuple[U8, U8]:
     """Unpack Q4_K/Q5_K's 12 bytes into 8 six-bit scales and 8 six-bit mins, each ``[n, 8]``."""
     lo = packed[:, 0:4]  # scales 0..3 (low 6 bits), high 2 bits of scales 4..7
     mid = packed[:, 4:8]  # mins 0..3 (low 6 bits), high 2 bits of mins 4..7
@@ -394,9 +394,9 @@ def _k_scales_mins(packed: U8) -> tuple[U8, U8]:
 
 def _dequant_q4_k(blocks: U8) -> F32:
     n = blocks.shape[0]
-    d = _f16(blocks, 0)  # [n, 1]
-    dmin = _f16(blocks, 2)  # [n, 1]
-    sc, mn = _k_scales_mins(blocks[:, 4:16])  # [n, 8] each
+    d = f16_at(blocks, 0)  # [n, 1]
+    dmin = f16_at(blocks, 2)  # [n, 1]
+    sc, mn = k_scales_mins(blocks[:, 4:16])  # [n, 8] each
     d_sub = (d * sc.astype(np.float32)).reshape(n, 8, 1)
     m_sub = (dmin * mn.astype(np.float32)).reshape(n, 8, 1)
     qs = blocks[:, 16:144].reshape(n, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
@@ -419,14 +419,14 @@ def _dequant_q4_k(blocks: U8) -> F32:
 
 def _dequant_q5_k(blocks: U8) -> F32:
     n = blocks.shape[0]
-    d = _f16(blocks, 0)
-    dmin = _f16(blocks, 2)
-    sc, mn = _k_scales_mins(blocks[:, 4:16])
+    d = f16_at(blocks, 0)
+    dmin = f16_at(blocks, 2)
+    sc, mn = k_scales_mins(blocks[:, 4:16])
     d_sub = (d * sc.astype(np.float32)).reshape(n, 8, 1)
     m_sub = (dmin * mn.astype(np.float32)).reshape(n, 8, 1)
     qs = blocks[:, 48:176].reshape(n, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
     low = (qs & np.uint8(0x0F)).reshape(n, 8, 32)
-    high = _bits_by_plane(blocks[:, 16:48]).reshape(n, 8, 32)
+    high = bits_by_plane(blocks[:, 16:48]).reshape(n, 8, 32)
     q = (low | (high << np.uint8(4))).astype(np.float32)  # [n, sub, 32]
     return np.asarray(d_sub * q - m_sub, dtype=np.float32).reshape(n, QK_K)
 
@@ -453,7 +453,7 @@ def _dequant_q6_k(blocks: U8) -> F32:
     high = (qh & np.uint8(3)).reshape(n, 2, 4, 32)
     q = (low | (high << np.uint8(4))).astype(np.int8) - np.int8(32)
     scales = np.ascontiguousarray(blocks[:, 192:208]).view(np.int8).astype(np.float32)  # [n, 16]
-    d = _f16(blocks, 208)  # [n, 1]
+    d = f16_at(blocks, 208)  # [n, 1]
     d_sub = (d * scales).reshape(n, 16, 1)
     return np.asarray(d_sub * q.reshape(n, 16, 16).astype(np.float32), dtype=np.float32).reshape(n, QK_K)
 

@@ -66,29 +66,29 @@ class SamplingParams:
 
         ``vocab_size`` (when given) also bounds the token ids of ``logit_bias``.
         """
-        if not _is_real(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
+        if not is_real(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
             raise SamplingError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if not _is_int(self.top_k) or self.top_k < 0:
+        if not is_int(self.top_k) or self.top_k < 0:
             raise SamplingError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
-        if not _is_real(self.top_p) or not (0.0 < self.top_p <= 1.0):
+        if not is_real(self.top_p) or not (0.0 < self.top_p <= 1.0):
             raise SamplingError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not _is_real(self.min_p) or not (0.0 <= self.min_p <= 1.0):
+        if not is_real(self.min_p) or not (0.0 <= self.min_p <= 1.0):
             raise SamplingError(f"min_p must be in [0, 1], got {self.min_p!r}")
         if (
-            not _is_real(self.repeat_penalty)
+            not is_real(self.repeat_penalty)
             or not math.isfinite(self.repeat_penalty)
             or self.repeat_penalty <= 0
         ):
             raise SamplingError(f"repeat_penalty must be a finite number > 0, got {self.repeat_penalty!r}")
-        if not _is_int(self.repeat_last_n) or self.repeat_last_n < -1:
+        if not is_int(self.repeat_last_n) or self.repeat_last_n < -1:
             raise SamplingError(
                 f"repeat_last_n must be an integer >= -1 (-1 = whole history), got {self.repeat_last_n!r}"
             )
         for token, bias in (self.logit_bias or {}).items():
-            if not _is_int(token) or token < 0 or (vocab_size is not None and token >= vocab_size):
+            if not is_int(token) or token < 0 or (vocab_size is not None and token >= vocab_size):
                 bound = f" < vocab size {vocab_size}" if vocab_size is not None else ""
                 raise SamplingError(f"logit_bias token id must be an integer >= 0{bound}, got {token!r}")
-            if not _is_real(bias) or math.isnan(bias) or bias == math.inf:
+            if not is_real(bias) or math.isnan(bias) or bias == math.inf:
                 raise SamplingError(f"logit_bias[{token}] must be finite or -inf, got {bias!r}")
 
     @property
@@ -97,11 +97,11 @@ class SamplingParams:
         return self.temperature == 0
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _is_real(value: object) -> bool:
+def is_real(value: object) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
@@ -109,7 +109,7 @@ def _is_real(value: object) -> bool:
 # input checks
 
 
-def _check_logits(logits: FloatArray) -> npt.NDArray[np.float64]:
+def check_logits(logits: FloatArray) -> npt.NDArray[np.float64]:
     """Return the logits row as float64 [V]; SamplingError on a bad shape or a non-finite value."""
     row = np.asarray(logits)
     if row.ndim != 1 or row.shape[0] == 0:
@@ -123,11 +123,11 @@ def _check_logits(logits: FloatArray) -> npt.NDArray[np.float64]:
     return row64
 
 
-def _check_history(history: Sequence[int], vocab_size: int) -> None:
+def check_history(history: Sequence[int], vocab_size: int) -> None:
     if all(type(token) is int for token in history) and (len(history) == 0 or (min(history) >= 0 and max(history) < vocab_size)):
         return  # plain ints in range (the common case, checked in C); otherwise find and name the first bad one
     for position, token in enumerate(history):
-        if not _is_int(token) or not (0 <= int(token) < vocab_size):
+        if not is_int(token) or not (0 <= int(token) < vocab_size):
             raise SamplingError(
                 f"history[{position}] = {token!r} is not a token id in [0, {vocab_size})"
             )
@@ -137,13 +137,13 @@ def _check_history(history: Sequence[int], vocab_size: int) -> None:
 # the processors, one function each, in chain order. `alive` marks the surviving tokens.
 
 
-def _apply_logit_bias(logits: npt.NDArray[np.float64], bias: Mapping[int, float] | None) -> None:
+def apply_logit_bias(logits: npt.NDArray[np.float64], bias: Mapping[int, float] | None) -> None:
     with np.errstate(over="ignore"):  # an overflow to +inf is reported by the caller
         for token, value in (bias or {}).items():
             logits[int(token)] += float(value)  # -inf bans the token
 
 
-def _apply_repeat_penalty(
+def apply_repeat_penalty(
     logits: npt.NDArray[np.float64], history: Sequence[int], penalty: float, last_n: int
 ) -> None:
     if penalty == 1.0 or last_n == 0 or not history:
@@ -156,14 +156,14 @@ def _apply_repeat_penalty(
             logits[token] *= penalty
 
 
-def _order(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
+def descending_order(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
     """Surviving ids sorted by logit descending, then id ascending (deterministic ties)."""
     ids = np.flatnonzero(alive)
     keys = logits[ids]
     return ids[np.lexsort((ids, -keys))]
 
 
-def _softmax_over(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], temperature: float = 1.0) -> Probs:
+def softmax_over(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], temperature: float = 1.0) -> Probs:
     """softmax((l - max l) / T) over the surviving ids, zeros elsewhere. [V] -> [V]
 
     Shifting before dividing keeps every exponent <= 0, so no temperature overflows to NaN.
@@ -176,8 +176,8 @@ def _softmax_over(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_],
     return probs
 
 
-def _first_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: int) -> npt.NDArray[np.intp]:
-    """The first ``k`` ids of :func:`_order` (0 < k < number alive), without sorting all of them.
+def first_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: int) -> npt.NDArray[np.intp]:
+    """The first ``k`` ids of :func:`descending_order` (0 < k < number alive), without sorting all of them.
 
     Every one of them has a logit >= the k-th largest surviving logit (a partition finds it), and
     every survivor above it is among them; so sorting the survivors at or above it (the ties at the
@@ -191,16 +191,16 @@ def _first_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: i
     return first
 
 
-def _apply_top_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: int) -> None:
+def apply_top_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], k: int) -> None:
     if k <= 0 or k >= int(alive.sum()):
         return
-    keep = _first_k(logits, alive, k)
+    keep = first_k(logits, alive, k)
     alive[:] = False
     alive[keep] = True
 
 
-def _apply_top_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], top_p: float) -> None:
-    """Keep the shortest prefix of :func:`_order` whose cumulative probability is >= ``top_p``.
+def apply_top_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], top_p: float) -> None:
+    """Keep the shortest prefix of :func:`descending_order` whose cumulative probability is >= ``top_p``.
 
     The running sum is sequential (``np.cumsum``), so its value at a position depends only on the
     prefix before it: the order is sorted only as far as a prefix that reaches ``top_p`` (64 ids,
@@ -209,11 +209,11 @@ def _apply_top_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], 
     """
     if top_p >= 1.0:
         return
-    probs = _softmax_over(logits, alive)
+    probs = softmax_over(logits, alive)
     n_alive = int(np.count_nonzero(alive))
     length = min(n_alive, 64)
     while True:
-        prefix = _order(logits, alive) if length == n_alive else _first_k(logits, alive, length)
+        prefix = descending_order(logits, alive) if length == n_alive else first_k(logits, alive, length)
         reached = np.flatnonzero(np.cumsum(probs[prefix]) >= top_p)
         if reached.size or length == n_alive:
             break
@@ -223,7 +223,7 @@ def _apply_top_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], 
     alive[prefix[:keep]] = True
 
 
-def _apply_min_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], min_p: float) -> None:
+def apply_min_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], min_p: float) -> None:
     if min_p <= 0.0:
         return
     threshold = float(logits[alive].max()) + math.log(min_p)
@@ -242,14 +242,14 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
     Raises :class:`SamplingError` for invalid params, NaN/inf logits, a history id outside
     [0, V), or an empty support (every token banned by -inf biases).
     """
-    row = _check_logits(logits)
+    row = check_logits(logits)
     vocab_size = row.shape[0]
     params.validate(vocab_size)
-    _check_history(history, vocab_size)
+    check_history(history, vocab_size)
 
     working = row.copy()  # [V]
-    _apply_logit_bias(working, params.logit_bias)
-    _apply_repeat_penalty(working, history, params.repeat_penalty, params.repeat_last_n)
+    apply_logit_bias(working, params.logit_bias)
+    apply_repeat_penalty(working, history, params.repeat_penalty, params.repeat_last_n)
     if np.any(working == np.inf):
         raise SamplingError(f"logit of token id {int(np.flatnonzero(working == np.inf)[0])} overflows to +inf after the bias")
     alive = np.isfinite(working)  # [V] bool; -inf biases ban tokens
@@ -261,10 +261,10 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
         probs[greedy_token(np.where(alive, working, -np.inf))] = 1.0
         return probs
 
-    _apply_top_k(working, alive, params.top_k)
-    _apply_top_p(working, alive, params.top_p)
-    _apply_min_p(working, alive, params.min_p)
-    return _softmax_over(working, alive, params.temperature)
+    apply_top_k(working, alive, params.top_k)
+    apply_top_p(working, alive, params.top_p)
+    apply_min_p(working, alive, params.min_p)
+    return softmax_over(working, alive, params.temperature)
 
 
 def target_distributions(

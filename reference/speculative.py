@@ -45,7 +45,7 @@ ArrayLike = npt.ArrayLike
 # contract checks
 
 
-def _check_rows(rows: npt.NDArray[Any], name: str) -> None:
+def check_rows(rows: npt.NDArray[Any], name: str) -> None:
     """Rows (any leading shape, last axis V) are finite, non-negative, and sum to 1."""
     if not np.all(np.isfinite(rows)):
         raise VerificationError(f"{name} contains a non-finite value")
@@ -62,7 +62,7 @@ def _check_rows(rows: npt.NDArray[Any], name: str) -> None:
         )
 
 
-def _as_rows(value: ArrayLike, name: str) -> Probs2D:
+def as_rows(value: ArrayLike, name: str) -> Probs2D:
     try:
         rows = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -77,10 +77,10 @@ def check_sampled_inputs(
 
     Returns ``(p [k+1, V], q [k, V], drafts [k] int64, uniforms [k+1] float64)``.
     """
-    p_rows, q_rows = _as_rows(p, "p"), _as_rows(q, "q")
+    p_rows, q_rows = as_rows(p, "p"), as_rows(q, "q")
     draft_ids, draws = _check_draft_shapes(p_rows, q_rows, drafts, uniforms, batched=False)
-    _check_rows(p_rows, "p")
-    _check_rows(q_rows, "q")
+    check_rows(p_rows, "p")
+    check_rows(q_rows, "q")
     _check_draft_mass(q_rows[None], draft_ids[None])
     return p_rows, q_rows, draft_ids, draws
 
@@ -93,10 +93,10 @@ def check_batch_inputs(
     Returns ``(p [N, k+1, V], q [N, k, V], drafts [N, k] int64, uniforms [N, k+1] float64)``;
     shared rows ([k+1, V], [k, V]) are checked once and returned as broadcast views.
     """
-    p_rows, q_rows = _as_rows(p, "p"), _as_rows(q, "q")
+    p_rows, q_rows = as_rows(p, "p"), as_rows(q, "q")
     draft_ids, draws = _check_draft_shapes(p_rows, q_rows, drafts, uniforms, batched=True)
-    _check_rows(p_rows, "p")
-    _check_rows(q_rows, "q")
+    check_rows(p_rows, "p")
+    check_rows(q_rows, "q")
     n, k = draft_ids.shape
     vocab = p_rows.shape[-1]
     p_all = np.broadcast_to(p_rows, (n, k + 1, vocab))  # [N, k+1, V] (a view when shared)
@@ -198,7 +198,7 @@ def verify_greedy(p: ArrayLike, drafts: Sequence[int]) -> Verdict:
     ``p`` is [k+1, V]: target probability rows or raw logits rows (only the argmax matters).
     Consumes no randomness. Raises :class:`VerificationError` on bad shapes, NaN, or ids.
     """
-    rows = _as_rows(p, "p")
+    rows = as_rows(p, "p")
     draft_arr = np.asarray(drafts)
     if draft_arr.ndim != 1 or draft_arr.shape[0] < 1:
         raise VerificationError(f"need k >= 1 draft tokens as a 1-D sequence, got shape {draft_arr.shape}")
@@ -465,14 +465,14 @@ def verify_drafts_sampled(
     for i, x in enumerate(ids):
         if not 0 <= x < vocab:
             raise VerificationError(f"draft id {x} is outside the vocabulary [0, {vocab})")
-        p_row = _as_rows(law(logits[i], context + ids[:i], params), "p")
-        _check_rows(p_row, "p")
+        p_row = as_rows(law(logits[i], context + ids[:i], params), "p")
+        check_rows(p_row, "p")
         q_row = draft_law_rows([given[i]], [x], vocab)
-        _check_rows(q_row, "q")
+        check_rows(q_row, "q")
         _check_draft_mass(q_row[None], np.array([[x]], dtype=np.int64))
         if draws[i] * q_row[0, x] < p_row[x]:
             continue  # accepted with probability min(1, p/q)
         return Verdict(accepted=i, token=inverse_cdf(residual_law(p_row, q_row[0]), float(draws[k])), kind="repair")
-    last = _as_rows(law(logits[k], context + ids, params), "p")
-    _check_rows(last, "p")
+    last = as_rows(law(logits[k], context + ids, params), "p")
+    check_rows(last, "p")
     return Verdict(accepted=k, token=inverse_cdf(last, float(draws[k])), kind="bonus")

@@ -58,7 +58,7 @@ import numpy.typing as npt
 
 from verispec.reference.errors import VerificationError
 from verispec.reference.sampling import inverse_cdf, inverse_cdf_draws
-from verispec.reference.speculative import ArrayLike, Probs2D, _as_rows, _check_rows
+from verispec.reference.speculative import ArrayLike, Probs2D, as_rows, check_rows
 
 TREE_PROTOCOL_VERSION = 1
 MAX_TREE_NODES = 4096  # a verification pass over more positions than this is a caller's bug
@@ -130,7 +130,7 @@ def check_tree_inputs(
     n = tree.size
     if n < 2:
         raise VerificationError("a tree to verify needs at least one draft node")
-    p_rows, q_rows = _as_rows(p, "p"), _as_rows(q, "q")
+    p_rows, q_rows = as_rows(p, "p"), as_rows(q, "q")
     if p_rows.ndim != 2 or p_rows.shape[0] != n:
         raise VerificationError(f"p must be [N = {n}, V], got shape {p_rows.shape}")
     if q_rows.ndim != 2 or q_rows.shape[0] != n - 1:
@@ -138,8 +138,8 @@ def check_tree_inputs(
     vocab = p_rows.shape[1]
     if vocab < 1 or q_rows.shape[1] != vocab:
         raise VerificationError(f"vocab sizes disagree: p has {vocab}, q has {q_rows.shape[1]}")
-    _check_rows(p_rows, "p")
-    _check_rows(q_rows, "q")
+    check_rows(p_rows, "p")
+    check_rows(q_rows, "q")
     for i in range(1, n):
         x = tree.tokens[i]
         if not 0 <= x < vocab:
@@ -224,15 +224,15 @@ def verify_tree_sampled_lazy(tree: DraftTree, p_of: Callable[[int], ArrayLike], 
 
     def p_row(v: int) -> F64:
         if v not in rows:
-            row = _as_rows(p_of(v), "p")
+            row = as_rows(p_of(v), "p")
             if row.ndim != 1 or row.shape[0] < 1 or (vocab and row.shape[0] != vocab[0]):
                 raise VerificationError(f"p row {v} must be [V], got shape {row.shape}")
-            _check_rows(row, "p")
+            check_rows(row, "p")
             vocab[:1] = [row.shape[0]]
             rows[v] = row
         return rows[v]
 
-    q_rows = None if q is None else _as_rows(q, "q")
+    q_rows = None if q is None else as_rows(q, "q")
 
     def q_row(c: int) -> F64:
         size = vocab[0]
@@ -246,7 +246,7 @@ def verify_tree_sampled_lazy(tree: DraftTree, p_of: Callable[[int], ArrayLike], 
         if q_rows.ndim != 2 or q_rows.shape != (n - 1, size):
             raise VerificationError(f"q must be [N - 1 = {n - 1}, V = {size}], got shape {q_rows.shape}")
         row: F64 = np.asarray(q_rows[c - 1], dtype=np.float64)
-        _check_rows(row, "q")
+        check_rows(row, "q")
         if row[x] <= 0:
             raise VerificationError(f"node {c} token {x} has q = 0: the draft cannot have drawn it")
         return row
@@ -263,7 +263,7 @@ def verify_tree_sampled_lazy(tree: DraftTree, p_of: Callable[[int], ArrayLike], 
 
 def verify_tree_greedy(tree: DraftTree, p: ArrayLike) -> TreeVerdict:
     """Greedy tree verification: the longest path of argmax tokens (``p`` rows or logits, [N, V])."""
-    rows = _as_rows(p, "p")
+    rows = as_rows(p, "p")
     if tree.size < 2:
         raise VerificationError("a tree to verify needs at least one draft node")
     if rows.ndim != 2 or rows.shape[0] != tree.size or rows.shape[1] < 1:

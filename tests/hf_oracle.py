@@ -44,7 +44,7 @@ def require_oracle() -> tuple[Any, Any]:
 
 
 @contextlib.contextmanager
-def _memoized_gguf() -> Iterator[None]:
+def memoized_gguf() -> Iterator[None]:
     """Within the block, gguf-py's name map and reader are built once per argument tuple."""
     import gguf
 
@@ -74,7 +74,7 @@ def load_hf_model(path: Path) -> Any:
     torch, transformers = require_oracle()
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
-    with _memoized_gguf():
+    with memoized_gguf():
         model = transformers.AutoModelForCausalLM.from_pretrained(
             str(path.parent), gguf_file=path.name, dtype=torch.float32
         )

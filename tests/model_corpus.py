@@ -399,7 +399,7 @@ def exercise(data: bytes) -> dict[str, str]:
     from verispec.reference.gguf import GGUFFile
     from verispec.reference.model import Model
     from verispec.reference.tokenizer import Tokenizer
-    from verispec.commands.inspect import _text, describe
+    from verispec.commands.inspect import text_report, describe
 
     outcome = dict.fromkeys(STAGES, "skipped")
 
@@ -424,7 +424,7 @@ def exercise(data: bytes) -> dict[str, str]:
     def inspect() -> None:
         report = describe(f)
         json.dumps(report)
-        _text(f, report)
+        text_report(f, report)
 
     def tokenizer() -> None:
         tok = Tokenizer.from_gguf(f.metadata)

@@ -49,21 +49,21 @@ class ParamSet:
                               min_p=f.get("min_p", 0.0), repeat_penalty=f.get("repeat_penalty", 1.0))
 
 
-def _v(**flags: Any) -> dict[str, Any]:
+def verdict_flags(**flags: Any) -> dict[str, Any]:
     """verispec-law flags with every filter stated (top_k 0, no penalty unless given)."""
     return {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, **flags}
 
 
 PARAM_SETS = {
     # where transformers' law is verispec's default law (laws_coincide)
-    "t1": ParamSet("t1", _v()),
-    "t0.7": ParamSet("t0.7", _v(temperature=0.7)),
-    "t0.7-k8": ParamSet("t0.7-k8", _v(temperature=0.7, top_k=8)),
-    "t1-k8-p0.9": ParamSet("t1-k8-p0.9", _v(top_k=8, top_p=0.9)),
-    "t1-minp0.05": ParamSet("t1-minp0.05", _v(min_p=0.05)),
+    "t1": ParamSet("t1", verdict_flags()),
+    "t0.7": ParamSet("t0.7", verdict_flags(temperature=0.7)),
+    "t0.7-k8": ParamSet("t0.7-k8", verdict_flags(temperature=0.7, top_k=8)),
+    "t1-k8-p0.9": ParamSet("t1-k8-p0.9", verdict_flags(top_k=8, top_p=0.9)),
+    "t1-minp0.05": ParamSet("t1-minp0.05", verdict_flags(min_p=0.05)),
     # the penalty's window (64) covers prompt + 48 tokens, as transformers' whole sequence
-    "t1-rep1.3": ParamSet("t1-rep1.3", _v(repeat_penalty=1.3), depth=48),
-    "defaults": ParamSet("defaults", _v(top_k=50), library_defaults=True),
+    "t1-rep1.3": ParamSet("t1-rep1.3", verdict_flags(repeat_penalty=1.3), depth=48),
+    "defaults": ParamSet("defaults", verdict_flags(top_k=50), library_defaults=True),
     # --law transformers (spec/decoder/laws/transformers.py): its whole parameter set
     "hf-t0.7-p0.9": ParamSet("hf-t0.7-p0.9", {"temperature": 0.7, "top_k": 0, "top_p": 0.9}, law="transformers"),
     "hf-t0.7-k20-minp0.1": ParamSet("hf-t0.7-k20-minp0.1", {"temperature": 0.7, "top_k": 20, "min_p": 0.1},
@@ -228,10 +228,10 @@ def table_rows(lines: list[str]) -> list[str]:
 def preload(files: dict[str, Path]) -> None:
     """transformers' models of ``files`` into the adapter's per-process cache, at the oracle's
     memoized loading cost (a real vocabulary's metadata is otherwise parsed many times)."""
-    from tests.hf_oracle import _memoized_gguf
+    from tests.hf_oracle import memoized_gguf
     from verispec.peers.transformers_peer import load_causal_lm, load_tokenizer
 
-    with _memoized_gguf():
+    with memoized_gguf():
         for path in files.values():
             load_causal_lm(path)
         if "other-tokenizer" in files:

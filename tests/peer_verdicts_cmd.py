@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.peer_verdicts import PARAM_SETS, PROMPT, ParamSet, _v, law_cell, outcome_cells, verdict_records, write_models
+from tests.peer_verdicts import PARAM_SETS, PROMPT, ParamSet, verdict_flags, law_cell, outcome_cells, verdict_records, write_models
 
 VENVS = Path(os.environ.get("VERISPEC_PEER_VENVS", "/work/venvs"))
 REPO = Path(__file__).resolve().parents[1]
@@ -34,9 +34,9 @@ PEERS = {
                        ("openvino-genai", "openvino")),
 }
 EXTRA = {
-    "t1-p0.9": ParamSet("t1-p0.9", _v(top_p=0.9)),
+    "t1-p0.9": ParamSet("t1-p0.9", verdict_flags(top_p=0.9)),
     # a strong penalty: the prompt's tokens lose most of their mass (mlx-lm's speculative path keeps it)
-    "t1-rep3": ParamSet("t1-rep3", _v(repeat_penalty=3.0), depth=48),
+    "t1-rep3": ParamSet("t1-rep3", verdict_flags(repeat_penalty=3.0), depth=48),
 }
 ALL_SETS = {**PARAM_SETS, **EXTRA}
 # On the TinyLlama-shaped target, penalty 3 on this prompt's tokens (or on its last one only) moves

@@ -23,7 +23,7 @@ from tests.processes import group_gone
 from verispec.bench import llama, llama_child
 from verispec.bench.peer import PeerProcess
 from verispec.reference.errors import PeerFailed
-from verispec.bench.text import _format_llama
+from verispec.bench.text import format_llama
 
 # Answers "open" like the real child, then faults on the first "run" (after a last word on stderr).
 SEGV_AT_FIRST_RUN = """
@@ -102,7 +102,7 @@ def test_the_llama_section_reports_a_crash_as_its_result(code: str, during: str)
     assert "killed by SIGSEGV" in out["note"]
     assert engine_calls == []  # the crash came before the engine's turn in the first round
     assert all(v is None for v in llama.ratios(out, []).values())  # no ratio from a dead peer
-    lines = _format_llama(out)
+    lines = format_llama(out)
     assert lines[0].startswith("llama.cpp: crashed (killed by SIGSEGV")
     json.dumps(out)  # the result is plain JSON
 

@@ -49,7 +49,7 @@ from tests.conftest import GOLDEN_KEYS
 from tests.tolerances import assert_within, forward_spread
 
 
-# byte offsets of the fp16 scale fields of each block type (set to finite values in _blocks)
+# byte offsets of the fp16 scale fields of each block type (set to finite values in random_blocks)
 _F16_FIELDS = {
     quants.GGMLType.Q4_0: (0,), quants.GGMLType.Q4_1: (0, 2), quants.GGMLType.Q5_0: (0,),
     quants.GGMLType.Q5_1: (0, 2), quants.GGMLType.Q8_0: (0,), quants.GGMLType.Q2_K: (80, 82),
@@ -58,7 +58,7 @@ _F16_FIELDS = {
 }
 
 
-def _blocks(ggml_type: int, shape: tuple[int, int], seed: int, finite: bool = True) -> np.ndarray[Any, Any]:
+def random_blocks(ggml_type: int, shape: tuple[int, int], seed: int, finite: bool = True) -> np.ndarray[Any, Any]:
     """Random GGUF bytes for a matrix ``shape``; with ``finite`` every fp16 scale is in [0.005, 0.02]."""
     rng = np.random.default_rng(seed)
     elements, nbytes = quants.block_layout(ggml_type)
@@ -75,7 +75,7 @@ def _blocks(ggml_type: int, shape: tuple[int, int], seed: int, finite: bool = Tr
 @pytest.mark.parametrize("finite", [True, False])
 def test_repack_is_lossless(ggml_type: int, finite: bool) -> None:
     shape = (6, 512)
-    raw = _blocks(ggml_type, shape, seed=ggml_type, finite=finite)
+    raw = random_blocks(ggml_type, shape, seed=ggml_type, finite=finite)
     want = quants.dequantize(raw, ggml_type, shape[0] * shape[1]).reshape(shape)
     got = repack(raw, ggml_type, shape).dequantize()
     assert np.array_equal(got, want, equal_nan=True)
@@ -84,8 +84,8 @@ def test_repack_is_lossless(ggml_type: int, finite: bool) -> None:
 
 
 def test_concat_is_lossless_across_widths_and_blocks() -> None:
-    q4k = repack(_blocks(quants.GGMLType.Q4_K, (4, 512), 1), quants.GGMLType.Q4_K, (4, 512))  # 4-bit, 32, mins
-    q6k = repack(_blocks(quants.GGMLType.Q6_K, (3, 512), 2), quants.GGMLType.Q6_K, (3, 512))  # 8-bit, 16
+    q4k = repack(random_blocks(quants.GGMLType.Q4_K, (4, 512), 1), quants.GGMLType.Q4_K, (4, 512))  # 4-bit, 32, mins
+    q6k = repack(random_blocks(quants.GGMLType.Q6_K, (3, 512), 2), quants.GGMLType.Q6_K, (3, 512))  # 8-bit, 16
     both = concat([q4k, q6k])
     assert (both.bits, both.block) == (8, 16)
     np.testing.assert_array_equal(both.dequantize(), np.concatenate([q4k.dequantize(), q6k.dequantize()]))
@@ -114,7 +114,7 @@ def _rounding_bound(x: np.ndarray[Any, Any], w: np.ndarray[Any, Any], block: int
 @pytest.mark.parametrize("ggml_type", sorted(LOSSLESS_TYPES), ids=quants.type_name)
 def test_int8_kernel_within_rounding_bound(ggml_type: int) -> None:
     shape = (48, 512)
-    blocks = repack(_blocks(ggml_type, shape, seed=3), ggml_type, shape)
+    blocks = repack(random_blocks(ggml_type, shape, seed=3), ggml_type, shape)
     rng = np.random.default_rng(4)
     x = rng.standard_normal((5, shape[1])).astype(np.float32)
     x[:, 7] *= 30.0  # an outlier channel, as real activations have
@@ -337,7 +337,7 @@ def test_every_row_mode_keeps_rows_invariant_where_the_probe_chose_it(mode: str)
     must hold by construction (``pad-single-row`` needs the k-row kernel to treat rows alike;
     ``row-by-row`` makes every call out of 1-row calls)."""
     shape = (48, 512)
-    blocks = repack(_blocks(quants.GGMLType.Q4_0, shape, seed=3), quants.GGMLType.Q4_0, shape)
+    blocks = repack(random_blocks(quants.GGMLType.Q4_0, shape, seed=3), quants.GGMLType.Q4_0, shape)
     kernel = mm.ort_blocks(blocks, threads=1)
     chosen = kernel.row_mode
     assert chosen in ("native", "pad-single-row", "row-by-row")

@@ -39,7 +39,7 @@ from verispec.reference.config import Config
 from verispec.reference.errors import ModelError
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
-from tests.test_engine_backends import _blocks
+from tests.test_engine_backends import random_blocks
 from tests.tolerances import assert_within, forward_spread
 
 
@@ -215,7 +215,7 @@ def test_split_projection_is_the_projection(ggml_type: int) -> None:
     sum differ by at most 2 gamma_{nb+1} sum |terms| (Higham's bound, any order); without mins the
     outputs are the kernel's, bit for bit. Rows stay invariant bit for bit."""
     shape = (48, 512)
-    blocks = repack(_blocks(ggml_type, shape, seed=7), ggml_type, shape)
+    blocks = repack(random_blocks(ggml_type, shape, seed=7), ggml_type, shape)
     x = np.random.default_rng(8).standard_normal((5, shape[1])).astype(np.float32)
     g = fused_mod._Graph()
     first, second = g.project_split(blocks, "x", [20, 28])

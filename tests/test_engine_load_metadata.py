@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from verispec.engine.model import LARGE_METADATA_ITEMS, _drop_large_metadata
+from verispec.engine.model import LARGE_METADATA_ITEMS, drop_large_metadata
 
 
 def test_only_tokenizer_size_lists_are_dropped() -> None:
@@ -19,6 +19,6 @@ def test_only_tokenizer_size_lists_are_dropped() -> None:
         "tokenizer.ggml.merges": ["a b"] * (LARGE_METADATA_ITEMS - 1),
     }
     handle = SimpleNamespace(metadata=metadata)
-    _drop_large_metadata(handle)  # type: ignore[arg-type]
+    drop_large_metadata(handle)  # type: ignore[arg-type]
     assert sorted(handle.metadata) == ["general.architecture", "llama.block_count",
                                        "llama.rope.dimension_sections", "tokenizer.ggml.merges"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verispec.engine.pages import _clean_mappings, drop_folder_pages
+from verispec.engine.pages import clean_mappings, drop_folder_pages
 
 PAGES = 16
 
@@ -57,4 +57,4 @@ def test_clean_mappings_parses_headers_and_skips_other_folders() -> None:
         "7f000000c000-7f0000010000 rw-p 00000000 00:00 0 ",
         "Anonymous:             0 kB",
     ])
-    assert _clean_mappings("/tmp/x", smaps) == [(0x7F0000000000, 0x7F0000004000)]
+    assert clean_mappings("/tmp/x", smaps) == [(0x7F0000000000, 0x7F0000004000)]

@@ -109,3 +109,19 @@ def test_the_walk_sees_the_import_root() -> None:
     graph = import_graph()
     assert "verispec.reference.sampling" in graph["verispec.reference.speculative"]
     assert "verispec.reference.errors" in graph["verispec.cli"]
+
+
+def private_imports(packages: tuple[str, ...] = (*PACKAGES, "lab", "tests")) -> list[str]:
+    """``from a import _name`` across modules: a private name another module leans on."""
+    found = modules(packages)
+    out = []
+    for name, path in sorted(found.items()):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module in found and node.module != name:
+                out += [f"{name} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    """A name another module needs is public (no underscore); a private one stays in its file."""
+    assert private_imports() == []

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.hf_oracle import _memoized_gguf
+from tests.hf_oracle import memoized_gguf
 from tests.peer_verdicts import PROMPT, write_models
 from verispec.decoder.api import check_decoder
 from verispec.reference.errors import CheckError
@@ -36,7 +36,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     torch.set_num_threads(1)
     models = write_models(tmp_path_factory.mktemp("peers"))
-    with _memoized_gguf():  # the adapter's per-process cache, filled at the oracle's loading cost
+    with memoized_gguf():  # the adapter's per-process cache, filled at the oracle's loading cost
         for key in ("target", "assistant", "other-tokenizer"):
             load_causal_lm(models[key])
     return models

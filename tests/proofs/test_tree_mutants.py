@@ -10,14 +10,14 @@ import z3
 
 from verispec.proofs.core import Obligation, check, implies, pos, rmin
 from verispec.proofs.lossless import accept_mass
-from verispec.proofs.tree import _simplex
+from verispec.proofs.tree import simplex_vars
 
 
 def _second_sibling_tested_against_p() -> z3.BoolRef:
     """Residual not updated between siblings: sibling 2 sees p again (n = 2)."""
-    p, hp = _simplex("p", 2)
-    q1, h1 = _simplex("q1", 2)
-    q2, h2 = _simplex("q2", 2)
+    p, hp = simplex_vars("p", 2)
+    q1, h1 = simplex_vars("q1", 2)
+    q2, h2 = simplex_vars("q2", 2)
     t1 = z3.Sum([rmin(a, b) for a, b in zip(p, q1)])
     s2 = z3.Sum([pos(a - b) for a, b in zip(p, q2)])
     t2 = z3.Sum([rmin(a, b) for a, b in zip(p, q2)])
@@ -28,7 +28,7 @@ def _second_sibling_tested_against_p() -> z3.BoolRef:
 
 def _not_renormalised_without_replacement() -> z3.BoolRef:
     """Removing x from q without zeroing it (q / (1 - q_x)) is not a law (n = 3)."""
-    q, hq = _simplex("q", 3)
+    q, hq = simplex_vars("q", 3)
     rest = [q[y] / (1 - q[0]) for y in range(3)]
     return implies([*hq, q[0] < 1], z3.Sum(rest) == 1)
 

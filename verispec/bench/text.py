@@ -24,7 +24,7 @@ def format_report(report: BenchReport) -> str:
         lines.extend(format_workload_llama(report.workload_llama_cpp))
     ref = report.reference.tok_s
     lines.append(f"reference: {ref:.2f} tok/s" if ref else "reference: skipped")
-    lines.extend(_format_llama(report.llama_cpp))
+    lines.extend(format_llama(report.llama_cpp))
     lines.append(_format_early_exit(report.early_exit))
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in report.ratios.items() if v is not None))
     lines.append(f"peak RSS {report.peak_rss_mib:.0f} MiB; load {report.load_s:.1f} s")
@@ -112,7 +112,7 @@ def _format_early_exit(ee: dict[str, Any]) -> str:
             f"admitted {ee['admitted_fraction']:.1%}, {ee['head_evaluations_per_token']:.2f} exit heads per token")
 
 
-def _format_llama(llama: dict[str, Any]) -> list[str]:
+def format_llama(llama: dict[str, Any]) -> list[str]:
     if not llama.get("available"):
         lines = [f"llama.cpp: {llama.get('note')}"]
         crash = llama.get("crash") or {}

@@ -67,7 +67,7 @@ def _display(gguf: GGUFFile, key: str, value: MetadataValue) -> str:
     return str(value)
 
 
-def _text(gguf: GGUFFile, report: dict[str, Any]) -> str:
+def text_report(gguf: GGUFFile, report: dict[str, Any]) -> str:
     tok = report["tokenizer"]
     lines = [
         f"file          {report['path']}",
@@ -99,5 +99,5 @@ def run(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     with GGUFFile.open(path) as gguf:
         report = describe(gguf)
-        print(json.dumps(report, indent=2) if args.json else _text(gguf, report))
+        print(json.dumps(report, indent=2) if args.json else text_report(gguf, report))
     return 0

@@ -10,7 +10,7 @@ Shared ops (the chain of each profile says where, and on which logits, it runs t
 
     repetition (set)     for each DISTINCT token t of a history: l[t] = l[t] / r if l[t] > 0 else
                          l[t] * r (llama.cpp, transformers and vLLM agree; l = 0 stays 0 either way)
-                         -- :func:`reference.sampling._apply_repeat_penalty`, the one copy
+                         -- :func:`reference.sampling.apply_repeat_penalty`, the one copy
     counts               l[t] -= count(t) * frequency + [count(t) > 0] * presence over a history
                          (llama.cpp over its window, vLLM over the output; the OpenAI definition)
     top-k (ties kept)    remove l[t] < (the k-th largest l): every token tied with the k-th stays
@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import SamplingError
-from verispec.reference.sampling import FloatArray, Probs, SamplingParams, _check_history, _check_logits, _is_int, _is_real
+from verispec.reference.sampling import FloatArray, Probs, SamplingParams, check_history, check_logits, is_int, is_real
 
 F64 = npt.NDArray[np.float64]
 Alive = npt.NDArray[np.bool_]
@@ -83,8 +83,8 @@ class Profile:
 
 def checked_row(logits: FloatArray, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> F64:
     """The logits row as a float64 copy [V]; SamplingError on a bad row or an id outside [0, V)."""
-    row = _check_logits(logits).copy()
-    _check_history(list(prompt_ids) + list(output_ids), row.shape[0])
+    row = check_logits(logits).copy()
+    check_history(list(prompt_ids) + list(output_ids), row.shape[0])
     return row
 
 
@@ -95,7 +95,7 @@ def require(ok: bool, message: str) -> None:
 
 def check_real(name: str, value: object, low: float, high: float, low_open: bool = False, high_open: bool = False) -> None:
     """A finite real in [low, high] (an end open when told); SamplingError naming ``name``."""
-    real = _is_real(value) and math.isfinite(float(value))  # type: ignore[arg-type]
+    real = is_real(value) and math.isfinite(float(value))  # type: ignore[arg-type]
     number = float(value) if real else math.nan  # type: ignore[arg-type]
     above = number > low if low_open else number >= low
     below = number < high if high_open else number <= high
@@ -104,13 +104,13 @@ def check_real(name: str, value: object, low: float, high: float, low_open: bool
 
 
 def check_int(name: str, value: object, low: int) -> None:
-    require(_is_int(value) and int(value) >= low, f"{name} must be an integer >= {low}, got {value!r}")  # type: ignore[call-overload]
+    require(is_int(value) and int(value) >= low, f"{name} must be an integer >= {low}, got {value!r}")  # type: ignore[call-overload]
 
 
 def check_ids(name: str, ids: Collection[int], vocab_size: int | None) -> None:
     for token in ids:
         bound = vocab_size if vocab_size is not None else math.inf
-        require(_is_int(token) and 0 <= int(token) < bound, f"{name} holds {token!r}, not a token id")
+        require(is_int(token) and 0 <= int(token) < bound, f"{name} holds {token!r}, not a token id")
 
 
 def check_bias(bias: Mapping[int, float] | None, vocab_size: int | None) -> None:
@@ -180,9 +180,9 @@ def ascending(logits: F64, alive: Alive) -> npt.NDArray[np.intp]:
 
 def softmax_alive(logits: F64, alive: Alive) -> Probs:
     """softmax at temperature 1 over the survivors (reference.sampling's one softmax)."""
-    from verispec.reference.sampling import _softmax_over
+    from verispec.reference.sampling import softmax_over
 
-    return _softmax_over(logits, alive)
+    return softmax_over(logits, alive)
 
 
 def top_p_ascending(logits: F64, alive: Alive, top_p: float, min_keep: int = 1) -> None:

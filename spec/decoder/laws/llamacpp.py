@@ -52,13 +52,13 @@ from verispec.reference.sampling import (
     FloatArray,
     Probs,
     SamplingParams,
-    _apply_logit_bias,
-    _apply_min_p,
-    _apply_repeat_penalty,
-    _apply_top_k,
-    _apply_top_p,
-    _order,
-    _softmax_over,
+    apply_logit_bias,
+    apply_min_p,
+    apply_repeat_penalty,
+    apply_top_k,
+    apply_top_p,
+    descending_order,
+    softmax_over,
 )
 from verispec.spec.decoder.laws.common import (
     F64,
@@ -134,8 +134,8 @@ def apply_typical(logits: F64, alive: Alive, typical_p: float) -> None:
     """Locally typical sampling (module docstring, step 4)."""
     if typical_p >= 1.0:
         return
-    order = _order(logits, alive)  # descending, as llama.cpp's softmax sorts first
-    probs = _softmax_over(logits, alive)[order]
+    order = descending_order(logits, alive)  # descending, as llama.cpp's softmax sorts first
+    probs = softmax_over(logits, alive)[order]
     with np.errstate(divide="ignore"):
         logs = np.log(probs)
     entropy = -float(np.sum(probs[probs > 0] * logs[probs > 0]))
@@ -151,20 +151,20 @@ def law(logits: FloatArray, prompt_ids: Sequence[int], output_ids: Sequence[int]
     """llama-cpp-python's law of the next token after ``prompt_ids + output_ids`` (module docstring)."""
     working = checked_row(logits, prompt_ids, output_ids)
     params.validate(working.shape[0])
-    _apply_logit_bias(working, params.logit_bias)
+    apply_logit_bias(working, params.logit_bias)
     seen = window(prompt_ids, output_ids, params)
-    _apply_repeat_penalty(working, seen, float(params.repeat_penalty), -1)
+    apply_repeat_penalty(working, seen, float(params.repeat_penalty), -1)
     apply_counts(working, seen, float(params.frequency_penalty), float(params.presence_penalty))
     alive = alive_of(working)
     if params.temp == 0:
         return one_hot_argmax(working, alive)
     if params.temp < 0:
-        return _softmax_over(working, alive)
-    _apply_top_k(working, alive, params.top_k)
+        return softmax_over(working, alive)
+    apply_top_k(working, alive, params.top_k)
     apply_typical(working, alive, float(params.typical_p))
-    _apply_top_p(working, alive, float(params.top_p))
-    _apply_min_p(working, alive, float(params.min_p))
-    return _softmax_over(working, alive, float(params.temp))
+    apply_top_p(working, alive, float(params.top_p))
+    apply_min_p(working, alive, float(params.min_p))
+    return softmax_over(working, alive, float(params.temp))
 
 
 def profile(params: Params) -> Profile:

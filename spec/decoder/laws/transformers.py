@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from verispec.reference.sampling import FloatArray, Probs, SamplingParams, _apply_repeat_penalty, _softmax_over
+from verispec.reference.sampling import FloatArray, Probs, SamplingParams, apply_repeat_penalty, softmax_over
 from verispec.spec.decoder.laws.common import (
     Profile,
     alive_of,
@@ -111,7 +111,7 @@ def law(logits: FloatArray, prompt_ids: Sequence[int], output_ids: Sequence[int]
     scores = checked_row(logits, prompt_ids, output_ids)
     params.validate(scores.shape[0])
     input_ids = [*prompt_ids, *output_ids]
-    _apply_repeat_penalty(scores, input_ids, float(params.repetition_penalty), -1)
+    apply_repeat_penalty(scores, input_ids, float(params.repetition_penalty), -1)
     if len(input_ids) < params.min_length or len(output_ids) < params.min_new_tokens:
         ban(scores, params.eos_token_id)
     alive = alive_of(scores)
@@ -123,7 +123,7 @@ def law(logits: FloatArray, prompt_ids: Sequence[int], output_ids: Sequence[int]
     top_p_ascending(scores, alive, float(params.top_p))
     if params.min_p is not None:
         min_p_relative(scores, alive, float(params.min_p))
-    return _softmax_over(scores, alive)
+    return softmax_over(scores, alive)
 
 
 def profile(params: Params) -> Profile:

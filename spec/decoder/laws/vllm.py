@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from verispec.reference.sampling import FloatArray, Probs, SamplingParams, _apply_logit_bias, _apply_repeat_penalty, _softmax_over
+from verispec.reference.sampling import FloatArray, Probs, SamplingParams, apply_logit_bias, apply_repeat_penalty, softmax_over
 from verispec.spec.decoder.laws.common import (
     Profile,
     alive_of,
@@ -124,8 +124,8 @@ def law(logits: FloatArray, prompt_ids: Sequence[int], output_ids: Sequence[int]
     params.validate(working.shape[0])
     if len(output_ids) < params.min_tokens:
         ban(working, params.stop_ids)
-    _apply_logit_bias(working, params.logit_bias)
-    _apply_repeat_penalty(working, [*prompt_ids, *output_ids], float(params.repetition_penalty), -1)
+    apply_logit_bias(working, params.logit_bias)
+    apply_repeat_penalty(working, [*prompt_ids, *output_ids], float(params.repetition_penalty), -1)
     apply_counts(working, output_ids, float(params.frequency_penalty), float(params.presence_penalty))
     alive = alive_of(working)
     if params.temperature < SAMPLING_EPS:
@@ -134,7 +134,7 @@ def law(logits: FloatArray, prompt_ids: Sequence[int], output_ids: Sequence[int]
     min_p_relative(working, alive, float(params.min_p))
     top_k_keep_ties(working, alive, params.top_k)
     top_p_ascending(working, alive, float(params.top_p))
-    return _softmax_over(working, alive)
+    return softmax_over(working, alive)
 
 
 def profile(params: Params) -> Profile:
