@@ -121,16 +121,18 @@ def _merge(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # a malformed report
             raise ReportError(f"cannot read shard report {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     report = merge_reports(reports, allow_partial=args.allow_partial)
-    _write_junit(args.junit_xml, report)
     _print(report, args.json, format_outcome)
+    _write_junit(args.junit_xml, report)
     return report.exit_status
 
 
 def _write_junit(path: Path | None, report: "CheckReport") -> None:
+    """After the report is printed: a file that cannot be written is one line on stderr."""
     if path is not None:
-        from verispec.junit import write_check_junit
+        from verispec.junit import write_check_junit, write_side_output
 
-        write_check_junit(path, report)
+        sys.stdout.flush()
+        write_side_output(f"the JUnit XML {path}", lambda: write_check_junit(path, report))
 
 
 def _print(report: "CheckReport", as_json: bool, format_outcome: "Callable[[PropertyOutcome], str]", logged: bool = False) -> None:
@@ -200,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
-    _write_junit(args.junit_xml, report)
     _print(report, args.json, format_outcome, logged=True)
     sys.stdout.flush()
+    _write_junit(args.junit_xml, report)
     return report.exit_status
