@@ -51,6 +51,7 @@ A verdict is an object with ``accepted``, ``token``, ``kind`` attributes (like
 from __future__ import annotations
 
 import importlib
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -432,8 +433,8 @@ def _validate(options: RunOptions) -> None:
     unknown = sorted(set(options.only or ()) - set(known))
     if unknown:
         raise CheckError(f"unknown properties {unknown}; known: {', '.join(known)}")
-    if not options.scale > 0:
-        raise CheckError(f"scale must be > 0, got {options.scale}")
+    if not (isinstance(options.scale, (int, float)) and 0 < options.scale < math.inf):
+        raise CheckError(f"scale must be a finite number > 0, got {options.scale!r}")
     if options.shard is not None and not 1 <= options.shard[0] <= options.shard[1]:
         raise CheckError(f"shard must be I/S with 1 <= I <= S, got {options.shard[0]}/{options.shard[1]}")
     if options.shard is not None and options.budget is not None:
