@@ -111,13 +111,15 @@ REPORT_BYTES = 64 * 1024 * 1024  # a shard report: counts per block, far below t
 
 def _merge(args: argparse.Namespace) -> int:
     from verispec.reference.json_input import read_json_file
-    from verispec.spec.check import CheckReport, format_outcome, merge_reports
+    from verispec.spec.check import format_outcome, merge_reports
+    from verispec.spec.merge import read_shard
     from verispec.spec.report import ReportError
 
     reports = []
     for path in args.merge:
         try:
-            reports.append(CheckReport.from_json(read_json_file(path, "shard report", max_bytes=REPORT_BYTES, error=ReportError)))
+            data = read_json_file(path, "shard report", max_bytes=REPORT_BYTES, error=ReportError)
+            reports.append(read_shard(data, f"shard report {path}"))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # a malformed report
             raise ReportError(f"cannot read shard report {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     report = merge_reports(reports, allow_partial=args.allow_partial)
