@@ -456,8 +456,8 @@ def test_extreme_and_mistyped_api_arguments_are_check_errors() -> None:
             value = "contract"  # a lone string: a list of strings is valid
         if name == "vectors" and isinstance(value, (str, bytes)):
             value = 7
-        if name in ("law", "verifier_cmd") and isinstance(value, str):
-            value = 3
+        if name in ("law", "verifier_cmd", "engine", "batch_verifier") and isinstance(value, str):
+            value = 3  # a string is the right type there ("module:function", a command, a law name)
         if name in ("law_only", "fail_fast", "sequential", "greedy") and isinstance(value, bool):
             value = "yes"  # True and False are valid there
         started = time.monotonic()
