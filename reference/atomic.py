@@ -17,6 +17,13 @@ in, and the old one deleted -- between those two renames the target name is brie
 its content is never partial, and a failed second rename puts the old set back. A process killed
 outright (SIGKILL, power loss) can leave a hidden ``.NAME.tmp-*`` or ``.NAME.old-*`` folder
 beside the target, never a partial target.
+
+Every output FILE the CLI writes goes through :func:`output_file` (checked before a run, and again
+by :func:`replace_file` just before its rename): the path must be absent or a regular file. A FIFO,
+a device node (``/dev/null``), a socket or a folder is refused with an OutputError naming it and is
+never opened, never replaced; a symbolic link is refused too unless the caller asks to follow it
+(``follow_symlinks=True``, or ``VERISPEC_FOLLOW_SYMLINKS=1`` in the environment for the CLI): then
+the file it points to is replaced (it must itself be absent or regular) and the link stays a link.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -34,7 +42,12 @@ from verispec.reference.errors import OutputError
 
 
 def check_target(target: Path, *, force: bool) -> None:
-    """OutputError unless ``target`` can become the output folder (checked before any work)."""
+    """OutputError unless ``target`` can become the output folder (checked before any work).
+
+    The current folder (``.``) or one that holds it is refused: replacing it would swap the folder
+    out from under the shell (and ``.`` has no name to stage a sibling beside)."""
+    if _holds_current_folder(target):
+        raise OutputError(f"{target} is the current folder or holds it: give a folder outside it (e.g. ../{Path.cwd().name}-out)")
     if target.exists() or target.is_symlink():
         if not target.is_dir() or target.is_symlink():
             raise OutputError(f"{target} exists and is not a folder")
@@ -45,6 +58,64 @@ def check_target(target: Path, *, force: bool) -> None:
         raise OutputError(f"cannot write {target}: the folder {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {target}: the folder {parent} is not writable")
+
+
+FOLLOW_SYMLINKS_ENV = "VERISPEC_FOLLOW_SYMLINKS"  # "1": an output path that is a symlink writes its target
+
+
+def output_file(target: Path, *, follow_symlinks: bool | None = None) -> Path:
+    """The regular file to write for ``target``: ``target`` itself, or with ``follow_symlinks``
+    (default: ``VERISPEC_FOLLOW_SYMLINKS=1``) the file a symlink points to. OutputError naming the
+    path when it exists and is not a regular file, or its folder is missing or not writable.
+
+    Only ``lstat`` looks at the path: nothing is opened, so a FIFO never blocks and a device is
+    never touched."""
+    if follow_symlinks is None:
+        follow_symlinks = os.environ.get(FOLLOW_SYMLINKS_ENV, "") == "1"
+    mode = _lstat_mode(target)
+    path = Path(target)
+    if mode is not None and stat.S_ISLNK(mode):
+        if not follow_symlinks:
+            raise OutputError(
+                f"{target} is a symbolic link: an output replaces only a regular file "
+                f"(set {FOLLOW_SYMLINKS_ENV}=1 to write the file it points to)"
+            )
+        path = Path(os.path.realpath(target))
+        mode = _lstat_mode(path)
+    if mode is not None and stat.S_ISDIR(mode):
+        raise OutputError(f"{target} is a folder, not a file")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OutputError(
+            f"{target} is {_kind(mode)}, not a regular file: an output never replaces one (give a file path)"
+        )
+    if not path.parent.is_dir():
+        raise OutputError(f"cannot write {target}: the folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {target}: the folder {path.parent} is not writable")
+    return path
+
+
+def _lstat_mode(path: Path) -> int | None:
+    """The mode of ``path`` itself (a link's own), None when nothing is there."""
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a too-long name, a folder in the path that is a file...
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link loop"))
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
+def _holds_current_folder(target: Path) -> bool:
+    """``target`` names the working folder or an ancestor of it (lexically: ``.``, ``..``, ``a/..``)."""
+    absolute = Path(os.path.abspath(target))
+    cwd = Path(os.path.abspath(os.getcwd()))
+    return absolute == cwd or absolute in cwd.parents
 
 
 @contextmanager
@@ -77,19 +148,17 @@ def replace_directory(target: Path, *, force: bool) -> Iterator[Path]:
 
 
 @contextmanager
-def replace_file(target: Path) -> Iterator[BinaryIO]:
+def replace_file(target: Path, *, follow_symlinks: bool | None = None) -> Iterator[BinaryIO]:
     """Yield a binary file handle; when the block ends normally, its bytes become ``target``.
 
     Written to a hidden temporary file beside ``target`` and renamed onto it: ``target`` holds the
     old bytes or the new ones, never a part (on any exception the temporary file is deleted).
+    ``target`` must pass :func:`output_file` before the block and again before the rename.
     """
-    if target.is_dir():
-        raise OutputError(f"{target} is a folder, not a file")
-    if not target.parent.is_dir():
-        raise OutputError(f"cannot write {target}: the folder {target.parent} does not exist")
+    path = output_file(target, follow_symlinks=follow_symlinks)
     # as in replace_directory: the name is known before the file exists (a Ctrl-C right after
     # mkstemp's open would have left the file behind)
-    name = target.parent / f".{target.name}.tmp-{secrets.token_hex(8)}"
+    name = path.parent / f".{path.name}.tmp-{secrets.token_hex(8)}"
     created = False
     try:
         # O_EXCL: a fresh file of ours; mode 0666 & ~umask, what open() would have made
@@ -99,7 +168,9 @@ def replace_file(target: Path) -> Iterator[BinaryIO]:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(name, target)
+        if output_file(target, follow_symlinks=follow_symlinks) != path:  # again: the block may have run for minutes
+            raise OutputError(f"{target} changed while it was being written (it now points elsewhere)")
+        os.replace(name, path)
     except OSError as exc:
         if created:
             name.unlink(missing_ok=True)

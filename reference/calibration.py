@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.atomic import replace_file
+from verispec.reference.atomic import output_file, replace_file
 from verispec.reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
 from verispec.reference.calibration_records import records_from_json, records_json
 from verispec.reference.calibration_seal import SEAL_FIELD, calibration_key, check_seal, seal
@@ -643,6 +643,10 @@ def check_output_path(path: str | Path) -> None:
         raise CalibrationError(f"cannot write {str(path)!r}: it is a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise CalibrationError(f"cannot write {str(path)!r}: folder {str(parent)!r} is not writable")
+    try:
+        output_file(path)  # the one writer's rule: absent or a regular file, never a FIFO or device
+    except OutputError as exc:
+        raise CalibrationError(str(exc)) from None
 
 
 def file_sha256(path: str | Path) -> str:

@@ -14,9 +14,10 @@ checks):
 It holds texts only, never a built structure: the structure is rebuilt from the texts, so an
 attacker who edits the file can choose which texts are remembered (that steers proposals, which
 verification judges losslessly: the output does not change), never what the structure claims
-about them. What is refused (DraftError, one line): a file that is not a regular file or is
-larger than the caller's bound (before reading), a header that is not one bounded JSON object of
-this version and vocabulary, a file whose size is not exactly what the header's counts give
+about them. What is refused (DraftCacheError, a DraftError of exit category "input": exit 4, one
+line): a file that is not a regular file or is larger than the caller's bound (before reading), a
+header that is not one bounded JSON object of this version and vocabulary (an empty fingerprint
+included, when the reader knows its own: nothing could check such a file's ids), a file whose size is not exactly what the header's counts give
 (truncated, padded), lengths that do not add up to M, an id >= the vocabulary size. Version 1
 files (JSON, written by older verispec) are still read, at JSON speed; the next save writes
 version 2.
@@ -32,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.atomic import replace_file
-from verispec.reference.errors import DraftError
+from verispec.reference.errors import DraftCacheError, DraftError
 from verispec.reference.json_input import loads, read_regular, shown
 
 VERSION = 2
@@ -77,7 +78,7 @@ def surviving_spans(lengths: npt.NDArray[np.int64], max_tokens: int) -> list[tup
 def read_texts(path: Path, n_vocab: int, fingerprint: str, max_tokens: int, max_bytes: int) -> list[tuple[int, ...]]:
     """The texts a cache of ``max_tokens`` tokens keeps from the file at ``path`` (see the module
     docstring for what is refused)."""
-    data = read_regular(path, "draft cache", max_bytes=max_bytes, error=DraftError)
+    data = read_regular(path, "draft cache", max_bytes=max_bytes, error=DraftCacheError)
     if data.startswith(MAGIC):
         return _read_binary(data, path, n_vocab, fingerprint, max_tokens)
     return _read_json(data, path, n_vocab, fingerprint, max_tokens)
@@ -85,49 +86,52 @@ def read_texts(path: Path, n_vocab: int, fingerprint: str, max_tokens: int, max_
 
 def _check_header(payload: Any, path: Path, version: int, fingerprint: str) -> dict[str, Any]:
     if not isinstance(payload, dict) or type(payload.get("version")) is not int or payload["version"] != version:
-        raise DraftError(f"draft cache {path} is not a version-{version} draft cache")
-    if fingerprint and payload.get("fingerprint") not in ("", fingerprint):
-        raise DraftError(f"draft cache {path} was written for another vocabulary")
+        raise DraftCacheError(f"draft cache {path} is not a version-{version} draft cache")
+    if fingerprint and payload.get("fingerprint") == "":
+        # a cache without a fingerprint could hold any vocabulary's ids: nothing would check them
+        raise DraftCacheError(f"draft cache {path} has no vocabulary fingerprint, so its ids cannot be checked (delete it)")
+    if fingerprint and payload.get("fingerprint") != fingerprint:
+        raise DraftCacheError(f"draft cache {path} was written for another vocabulary")
     return payload
 
 
 def _count(header: dict[str, Any], name: str, path: Path) -> int:
     value = header.get(name)
     if type(value) is not int or value < 0:
-        raise DraftError(f"draft cache {path}: header field {name!r} must be a count, got {shown(value)}")
+        raise DraftCacheError(f"draft cache {path}: header field {name!r} must be a count, got {shown(value)}")
     return value
 
 
 def _read_binary(data: bytes, path: Path, n_vocab: int, fingerprint: str, max_tokens: int) -> list[tuple[int, ...]]:
     end = data.find(b"\n", len(MAGIC), len(MAGIC) + HEADER_BYTES)
     if end < 0:
-        raise DraftError(f"draft cache {path}: no header line within {HEADER_BYTES} bytes")
-    header = _check_header(loads(data[len(MAGIC) : end], f"draft cache {path} header", error=DraftError), path, VERSION, fingerprint)
+        raise DraftCacheError(f"draft cache {path}: no header line within {HEADER_BYTES} bytes")
+    header = _check_header(loads(data[len(MAGIC) : end], f"draft cache {path} header", error=DraftCacheError), path, VERSION, fingerprint)
     n_texts, n_tokens = _count(header, "texts", path), _count(header, "tokens", path)
     body = end + 1
     expected = body + _ID.itemsize * (n_texts + n_tokens)
     if expected != len(data):
-        raise DraftError(f"draft cache {path} is {len(data)} bytes, but its header's {n_texts} texts and {n_tokens} tokens make {expected} (truncated or padded)")
+        raise DraftCacheError(f"draft cache {path} is {len(data)} bytes, but its header's {n_texts} texts and {n_tokens} tokens make {expected} (truncated or padded)")
     lengths = np.frombuffer(data, _ID, n_texts, body).astype(np.int64)
     ids = np.frombuffer(data, _ID, n_tokens, body + _ID.itemsize * n_texts)
     if int(lengths.sum()) != n_tokens:
-        raise DraftError(f"draft cache {path}: the text lengths add up to {int(lengths.sum())}, not the header's {n_tokens} tokens")
+        raise DraftCacheError(f"draft cache {path}: the text lengths add up to {int(lengths.sum())}, not the header's {n_tokens} tokens")
     if n_tokens and int(ids.max()) >= n_vocab:
         at = int(np.argmax(ids >= n_vocab))
         text = int(np.searchsorted(np.cumsum(lengths), at, side="right"))
-        raise DraftError(f"draft cache {path}: text {text} holds a value outside 0..{n_vocab - 1} (token ids only)")
+        raise DraftCacheError(f"draft cache {path}: text {text} holds a value outside 0..{n_vocab - 1} (token ids only)")
     return [tuple(ids[start : start + size].tolist()) for start, size in surviving_spans(lengths, max_tokens)]
 
 
 def _read_json(data: bytes, path: Path, n_vocab: int, fingerprint: str, max_tokens: int) -> list[tuple[int, ...]]:
     """A version-1 (JSON) cache: {"version": 1, "fingerprint", "depth", "max_tokens", "texts"}."""
-    payload = _check_header(loads(data, f"draft cache {path}", error=DraftError), path, JSON_VERSION, fingerprint)
+    payload = _check_header(loads(data, f"draft cache {path}", error=DraftCacheError), path, JSON_VERSION, fingerprint)
     texts = payload.get("texts")
     if not isinstance(texts, list):
-        raise DraftError(f"draft cache {path} is not a version-{JSON_VERSION} draft cache")
+        raise DraftCacheError(f"draft cache {path} is not a version-{JSON_VERSION} draft cache")
     for index, text in enumerate(texts):
         if not isinstance(text, list) or not all(type(t) is int and 0 <= t < n_vocab for t in text):
-            raise DraftError(f"draft cache {path}: text {index} holds a value outside 0..{n_vocab - 1} (token ids only)")
+            raise DraftCacheError(f"draft cache {path}: text {index} holds a value outside 0..{n_vocab - 1} (token ids only)")
     return [tuple(t) for t in surviving(texts, max_tokens)]
 
 

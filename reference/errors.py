@@ -136,6 +136,14 @@ class DraftError(VerispecError):
 # -- input: a model, file or artifact is malformed -------------------------------------------------
 
 
+class DraftCacheError(DraftError):
+    """A ``--draft-cache`` file that cannot be used: not readable, too large, malformed, of another
+    version, or of another (or no) vocabulary fingerprint. Bad input (exit 4), not a bad flag;
+    a DraftError still, so ``except DraftError`` keeps catching it."""
+
+    exit_category: ClassVar[ExitCategory] = "input"
+
+
 class GGUFError(VerispecError):
     """A GGUF container could not be read: malformed, truncated, or unsupported."""
 

@@ -371,8 +371,14 @@ class SuffixCache:
     def check_writable(path: Path) -> None:
         """DraftError now, before any work, if :meth:`save` could not write ``path``: not a
         regular file where one exists, or a directory that cannot take the temporary file."""
-        if os.path.lexists(path) and not path.is_file():
-            raise DraftError(f"draft cache {path} is not a regular file")
+        if os.path.lexists(path):
+            from verispec.reference.atomic import output_file
+            from verispec.reference.errors import OutputError
+
+            try:
+                output_file(path)  # save()'s rule, now: a regular file (a symlink only when asked)
+            except OutputError as exc:
+                raise DraftError(f"draft cache {path} is not a regular file: {exc}") from None
         folder = path.parent
         while not folder.exists() and folder != folder.parent:  # save() creates missing folders
             folder = folder.parent

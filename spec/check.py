@@ -436,8 +436,8 @@ def _validate(options: RunOptions) -> None:
     unknown = sorted(set(options.only or ()) - set(known))
     if unknown:
         raise CheckError(f"unknown properties {unknown}; known: {', '.join(known)}")
-    if not options.scale > 0:
-        raise CheckError(f"scale must be > 0, got {options.scale}")
+    if not (isinstance(options.scale, (int, float)) and 0 < options.scale < math.inf):
+        raise CheckError(f"scale must be a finite number > 0, got {options.scale!r}")
     if not options.scale <= MAX_SCALE:
         raise CheckError(
             f"scale must be at most {MAX_SCALE:g}, got {options.scale:g}: {MAX_SCALE:g} times the sample sizes already "

@@ -26,6 +26,7 @@ to fit the designs, or deterministic outcomes written "passed", with the digests
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,12 +34,35 @@ from verispec.reference.speculative import PROTOCOL_VERSION
 from verispec.spec.law_only import applicable
 from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS
 from verispec.spec.property_names import property_names
-from verispec.spec.report import CheckError, CheckReport, PropertyOutcome, run_design, sequential_outcome
-from verispec.spec.report_seal import REPORT_KEY_ENV, content_digest, report_key, run_id, signature_matches, verifier_identity
+from verispec.spec.report import CheckError, CheckReport, PropertyOutcome, ReportError, run_design, sequential_outcome
+from verispec.spec.report_seal import REPORT_KEY_ENV, canonical_json, content_digest, report_key, run_id, signature_matches, unsealed, verifier_identity
 from verispec.spec.sequential import SequentialTest, StatDesign, schedule, shard_blocks
 from verispec.spec.shards import ShardTest, foreign_shard_message, merged_schedule, missing_shards_message, replay_own_looks
 from verispec.spec.stream_probe import same_stream, same_stream_message
 from verispec.spec.version import VERSION
+
+
+def read_shard(data: Any, where: str) -> CheckReport:
+    """A shard report read for the merge: parsed, and refused unless writing it back gives exactly
+    what was read (:func:`canonical_json` of both, seal fields aside). The digest and the signature
+    cover the report as verispec re-serializes it, so a field the reader normalizes (a schema
+    version "1.7" read as this one, a block key "01" read as 1, an unknown extra field) would
+    otherwise verify although the file says something else: what is verified is what is merged."""
+    report = CheckReport.from_json(data)
+    written, read = unsealed(report.as_json()), unsealed(data)
+    if canonical_json(written) != canonical_json(read):
+        first = min(k for k in set(written) | set(read) if _field_differs(written, read, k))
+        raise ReportError(
+            f"{where} is not a report as verispec writes it: its field {first!r} does not read back as written "
+            f"(a non-canonical or edited field; the seal covers only what verispec writes)"
+        )
+    return report
+
+
+def _field_differs(written: dict[str, Any], read: dict[str, Any], key: str) -> bool:
+    if (key in written) != (key in read):
+        return True
+    return canonical_json({"v": written[key]}) != canonical_json({"v": read[key]})
 
 
 def merge_reports(reports: Sequence[CheckReport], *, allow_partial: bool = False) -> CheckReport:
@@ -54,7 +78,8 @@ def merge_reports(reports: Sequence[CheckReport], *, allow_partial: bool = False
         raise CheckError(same_stream_message(pair, "shards", first.law_only))
     if first.only is not None and not allow_partial:
         raise CheckError(
-            f"these shards ran a partial selection (--only {' '.join(first.only)}): the merge requires the mode's full property set"
+            f"these shards ran a partial selection (--only {' '.join(first.only)}): the merge requires the mode's full property set "
+            f"(--allow-partial merges it as a partial run, whose claim names the selection and never reads as a full pass)"
         )
     deterministic, designed = expected_properties(first)
     for report in by_shard:

@@ -17,7 +17,12 @@ and recomputes the digests is caught only where the merge can recompute the cont
 (block ownership, designed totals, the property set, the same-stream probe). Counts synthesised
 from the test designs, or a shard 1 whose deterministic properties are written "passed", are not
 detectable without a key. Only the HMAC binds a report to whoever holds the key: with
-``VERISPEC_REPORT_KEY`` set, unsigned or wrongly signed shards are refused.
+``VERISPEC_REPORT_KEY`` set, unsigned or wrongly signed shards are refused; set but empty (or
+blank), it is refused outright rather than read as "no key".
+
+The seal covers the report as verispec writes it; the merge reads a shard only if writing it back
+gives exactly the file's content (:func:`spec.merge.read_shard`), so a field the reader would
+normalize (a schema version, a block key "01") cannot ride along under a valid seal.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import json
 import os
 from collections.abc import Mapping
 from typing import Any
+
+from verispec.reference.errors import CheckError
 
 REPORT_KEY_ENV = "VERISPEC_REPORT_KEY"
 SEAL_FIELDS = ("digest", "signature")
@@ -63,9 +70,18 @@ def content_digest(report_json: Mapping[str, Any]) -> str:
 
 
 def report_key() -> bytes | None:
-    """The HMAC secret from the environment (None when unset or empty)."""
-    key = os.environ.get(REPORT_KEY_ENV, "")
-    return key.encode("utf-8") if key else None
+    """The HMAC secret from the environment (None when unset). Set but empty is a CheckError: a
+    CI secret that is not configured expands to "", and reading that as "no key" would turn a job
+    meant to sign and verify into an unsigned one without a word."""
+    key = os.environ.get(REPORT_KEY_ENV)
+    if key is None:
+        return None
+    if not key.strip():
+        raise CheckError(
+            f"{REPORT_KEY_ENV} is set but empty (a CI secret not configured?): give the secret, "
+            f"or unset it for unsigned shards and merges"
+        )
+    return key.encode("utf-8")
 
 
 def signature(report_json: Mapping[str, Any], key: bytes) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import verispec.reference.suffix_draft as suffix_draft
+from verispec.exit_codes import exit_code_for
 from verispec.reference.draft_cache_file import JSON_VERSION, MAGIC, write_texts
 from verispec.reference.errors import DraftError
 from verispec.reference.suffix_draft import CACHE_VERSION, SuffixCache, SuffixIndex, surviving
@@ -134,7 +135,7 @@ def test_loading_builds_no_structure_and_the_first_query_one_over_the_kept_token
 def _binary_cases() -> dict[str, tuple[bytes, str]]:
     """Broken version-2 files, each with a fragment of the one-line error it must raise."""
     good = bytearray()
-    header = {"version": CACHE_VERSION, "fingerprint": "", "depth": 24, "max_tokens": 1 << 16, "texts": 2, "tokens": 5}
+    header = {"version": CACHE_VERSION, "fingerprint": "abc", "depth": 24, "max_tokens": 1 << 16, "texts": 2, "tokens": 5}
 
     def file(head: object, lengths: list[int], ids: list[int], raw_head: bytes | None = None) -> bytes:
         line = raw_head if raw_head is not None else json.dumps(head).encode()
@@ -150,6 +151,7 @@ def _binary_cases() -> dict[str, tuple[bytes, str]]:
         "another version": (file({**header, "version": 3}, [2, 3], [1, 2, 3, 4, 5]), "not a version-2"),
         "version as a string": (file({**header, "version": "2"}, [2, 3], [1, 2, 3, 4, 5]), "not a version-2"),
         "another vocabulary": (file({**header, "fingerprint": "zzz"}, [2, 3], [1, 2, 3, 4, 5]), "another vocabulary"),
+        "no fingerprint": (file({**header, "fingerprint": ""}, [2, 3], [1, 2, 3, 4, 5]), "has no vocabulary fingerprint"),
         "negative count": (file({**header, "tokens": -5}, [2, 3], [1, 2, 3, 4, 5]), "must be a count"),
         "bool count": (file({**header, "texts": True}, [2, 3], [1, 2, 3, 4, 5]), "must be a count"),
         "huge count": (file({**header, "tokens": 10**30}, [2, 3], [1, 2, 3, 4, 5]), "truncated or padded"),
@@ -169,6 +171,7 @@ def test_a_broken_binary_cache_is_one_typed_error(tmp_path: Path, name: str) -> 
     with pytest.raises(DraftError, match=why) as caught:
         SuffixCache.load(path, V, fingerprint="abc")
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
+    assert exit_code_for(caught.value) == 4  # a bad input file, not a bad flag
 
 
 def test_a_binary_cache_edited_within_the_format_only_chooses_the_texts(tmp_path: Path) -> None:

@@ -322,6 +322,180 @@ def test_mutated_calibration_records_are_refused_or_recomputed(tmp_path: Path) -
         assert again.depths == cal.depths and again.kinds == cal.kinds
 
 
+# -- output paths, extreme parameters, API types ----------------------------------------------------
+# Each family counts its cases and its failures by kind (a wrong verdict, a traceback: an exception
+# that is not the domain's typed error, a hang: a case over HANG_S, a leftover: a temporary file or
+# a changed non-regular file), prints the tally (pytest -s shows it) and asserts all are zero.
+
+HANG_S = 5.0  # a FIFO opened for writing with no reader would block forever: any case this slow hung
+
+
+def _tally(family: str, cases: int, problems: dict[str, int]) -> None:
+    print(f"corpus {family}: {cases} cases, " + ", ".join(f"{n} {kind}" for kind, n in problems.items()))
+    assert not any(problems.values()), (family, problems)
+
+
+def _problems() -> dict[str, int]:
+    return {"wrong verdicts": 0, "tracebacks": 0, "hangs": 0, "leftovers": 0}
+
+
+def _mode(path: Path) -> int | None:
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+
+
+def _plant(rng: random.Random, folder: Path) -> tuple[Path, bool, str]:
+    """A target of a random kind in ``folder``: (path, follow_symlinks, expected 'written' or 'refused')."""
+    kind = rng.choice(["absent", "regular", "fifo", "folder", "missing parent", "through a file",
+                       "link to regular", "link to absent", "link to fifo", "link to folder", "link loop"])
+    follow = rng.random() < 0.5
+    target = folder / "out.bin"
+    if kind == "regular":
+        target.write_bytes(b"old")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "folder":
+        target.mkdir()
+    elif kind == "missing parent":
+        target = folder / "missing" / "out.bin"
+    elif kind == "through a file":
+        (folder / "file").write_bytes(b"x")
+        target = folder / "file" / "out.bin"
+    elif kind.startswith("link"):
+        pointed = folder / "pointed"
+        if kind == "link to regular":
+            pointed.write_bytes(b"old")
+        elif kind == "link to fifo":
+            os.mkfifo(pointed)
+        elif kind == "link to folder":
+            pointed.mkdir()
+        elif kind == "link loop":
+            pointed.symlink_to(target)
+        target.symlink_to(pointed)
+    written = kind in ("absent", "regular") or (follow and kind in ("link to regular", "link to absent"))
+    return target, follow, "written" if written else "refused"
+
+
+def test_non_regular_output_paths_are_refused_and_left_as_they_were(tmp_path: Path) -> None:
+    """Random targets through the one writer (reference/atomic.py): absent or regular (or, when
+    asked, a symlink to one) is written; anything else is an OutputError and stays as it was."""
+    from verispec.reference.atomic import replace_file
+    from verispec.reference.errors import OutputError
+
+    rng = random.Random(20_261_203)
+    problems = _problems()
+    cases = FILES * 5
+    for case in range(cases):
+        folder = tmp_path / f"c{case}"
+        folder.mkdir()
+        target, follow, expected = _plant(rng, folder)
+        before = {p.name: _mode(p) for p in folder.iterdir()}
+        started = time.monotonic()
+        try:
+            with replace_file(target, follow_symlinks=follow) as fh:
+                fh.write(b"new")
+            outcome = "written"
+        except OutputError as exc:
+            outcome = "refused"
+            problems["tracebacks"] += "\n" in str(exc)
+        except Exception:  # noqa: BLE001 (counted: anything else is a traceback)
+            outcome = "traceback"
+            problems["tracebacks"] += 1
+        problems["hangs"] += time.monotonic() - started > HANG_S
+        problems["wrong verdicts"] += outcome != expected and outcome != "traceback"
+        if outcome == "written":
+            real = Path(os.path.realpath(target)) if follow else target
+            problems["wrong verdicts"] += real.read_bytes() != b"new" or target.is_symlink() != (target.name in before and stat_is_link(before[target.name]))
+        after = {p.name: _mode(p) for p in folder.iterdir()}
+        left = [n for n in after if ".tmp-" in n]
+        changed = outcome == "refused" and after != before
+        problems["leftovers"] += bool(left) or changed
+    for device in ("/dev/null", "/dev/zero", "/dev/full"):  # lstat only: the writer never opens one
+        cases += 1
+        try:
+            from verispec.reference.atomic import output_file
+
+            output_file(Path(device), follow_symlinks=True)
+            problems["wrong verdicts"] += 1
+        except OutputError:
+            pass
+    _tally("output paths", cases, problems)
+
+
+def stat_is_link(mode: int | None) -> bool:
+    import stat
+
+    return mode is not None and stat.S_ISLNK(mode)
+
+
+# values of the wrong type or out of any range, for any numeric keyword
+EXTREME: tuple[Any, ...] = (float("inf"), float("-inf"), float("nan"), "1", "inf", b"1", True, False, [1], {"x": 1}, object(), 1e308 * 10)
+
+
+def test_extreme_and_mistyped_api_arguments_are_check_errors() -> None:
+    """verispec.check / check_decoder with a random keyword given a random wrong value: a CheckError
+    naming the keyword, before anything runs (never a TypeError, an OverflowError or a run)."""
+    import verispec
+    from verispec.spec.check import CheckError
+
+    check_keywords = ["scale", "timeout", "workers", "seed", "count", "budget_samples", "shard", "only", "law_only",
+                      "fail_fast", "sequential", "batch_verifier", "verifier_cmd", "vectors"]
+    decoder_keywords = ["depth", "m", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "tv", "fraction",
+                        "alpha", "min_mass", "k", "max_tokens", "draft_temperature", "draft_top_k", "greedy", "prompts",
+                        "penalty_last_n", "min_tokens", "law", "engine"]
+    rng = random.Random(20_261_204)
+    problems = _problems()
+    cases = CASES // 10
+    for _ in range(cases):
+        decoder = rng.random() < 0.5
+        name = rng.choice(decoder_keywords if decoder else check_keywords)
+        value = rng.choice(EXTREME)
+        if name in ("only", "prompts") and isinstance(value, list):
+            value = "contract"  # a lone string: a list of strings is valid
+        if name == "vectors" and isinstance(value, (str, bytes)):
+            value = 7
+        if name in ("law", "verifier_cmd", "engine", "batch_verifier") and isinstance(value, str):
+            value = 3  # a string is the right type there ("module:function", a command, a law name)
+        if name in ("law_only", "fail_fast", "sequential", "greedy") and isinstance(value, bool):
+            value = "yes"  # True and False are valid there
+        started = time.monotonic()
+        try:
+            if decoder:
+                verispec.check_decoder(ours=name != "engine", model="/nonexistent.gguf", **{name: value})
+            else:
+                verispec.check("verispec.reference.speculative:verify_sampled", **{"only": ["contract"], name: value})
+            problems["wrong verdicts"] += 1  # accepted a value of the wrong type or range
+        except CheckError as exc:
+            problems["wrong verdicts"] += name not in str(exc)
+            if name not in str(exc):
+                print(f"wrong: {name}={value!r}: {exc}")
+        except Exception as exc:  # noqa: BLE001 (counted)
+            problems["tracebacks"] += 1
+            print(f"traceback: {name}={value!r}: {type(exc).__name__}: {exc}")
+        problems["hangs"] += time.monotonic() - started > HANG_S
+    for text in ("inf", "-inf", "nan", "1e400", "", "fast", "0", "-1", "True"):  # the plugin's --verispec-scale
+        cases += 1
+        from verispec.pytest_plugin import scale_factor
+
+        class Config:
+            def getoption(self, name: str) -> None:
+                return None
+
+            def getini(self, name: str, text: str = text) -> str:
+                return text
+
+        try:
+            scale_factor(Config())  # type: ignore[arg-type]
+            problems["wrong verdicts"] += 1
+        except pytest.UsageError:
+            pass
+        except Exception:  # noqa: BLE001 (counted)
+            problems["tracebacks"] += 1
+    _tally("API arguments", cases, problems)
+
+
 # -- peers --------------------------------------------------------------------------------------
 
 PEERS: dict[str, str] = {

@@ -8,8 +8,9 @@
 
 The keyword arguments are the command-line flags (``--batch-verifier`` -> ``batch_verifier``);
 ``verispec check`` and ``verispec check-decoder`` call these same functions, so a flag and its
-keyword are checked, defaulted and run by one piece of code. Bad arguments raise a
-:class:`~verispec.reference.errors.VerispecError` (``CheckError``) before anything runs; a failing
+keyword are checked, defaulted and run by one piece of code. Bad arguments (a wrong type included:
+a string for a number, a float for an integer, a number for a verifier; verispec/arguments.py)
+raise a :class:`~verispec.reference.errors.VerispecError` (``CheckError``) before anything runs; a failing
 implementation is not an exception but a report with ``passed`` False.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from verispec import arguments
 from verispec.decoder.api import check_decoder  # re-exported: cheap, it imports its work lazily
 
 if TYPE_CHECKING:
@@ -82,6 +84,17 @@ def check(
     from verispec.spec.external import DEFAULT_TIMEOUT
     from verispec.spec.workers import WorkerPool
 
+    for label, value in (("verifier", verifier), ("batch_verifier", batch_verifier), ("greedy_verifier", greedy_verifier),
+                         ("pipeline", pipeline), ("log", log), ("announce", announce), ("progress", progress)):
+        arguments.part(label, value)
+    arguments.optional_text("verifier_cmd", verifier_cmd)
+    for label, value in (("law_only", law_only), ("fail_fast", fail_fast), ("sequential", sequential)):
+        arguments.flag(label, value)
+    arguments.optional_path("vectors", vectors)
+    arguments.optional_integer("seed", seed, minimum=0)
+    arguments.optional_integer("count", count, minimum=0)
+    arguments.number("scale", scale, positive=True)
+    arguments.optional_texts("only", only)
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     _check_arguments(timeout, budget, budget_samples, workers)
     if vectors is not None and (seed is not None or count is not None):
@@ -126,28 +139,17 @@ def _error(message: str) -> Exception:
     return CheckError(message)
 
 
-def _check_arguments(timeout: float, budget: float | None, budget_samples: int | None, workers: int) -> None:
-    if not timeout > 0:
-        raise _error(f"timeout must be > 0, got {timeout}")
-    if budget is not None and not budget > 0:
-        raise _error(f"budget must be > 0 seconds, got {budget}")
-    if budget_samples is not None and budget_samples < 0:
-        raise _error(f"budget_samples must be >= 0, got {budget_samples}")
-    if workers < 1:
-        raise _error(f"workers must be >= 1, got {workers}")
+def _check_arguments(timeout: object, budget: object, budget_samples: object, workers: object) -> None:
+    arguments.number("timeout", timeout, positive=True)
+    if budget is not None and not (isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0):
+        raise _error(f"budget must be > 0 seconds, got {arguments.shown(budget)}")  # inf: no budget, as the CLI allows
+    arguments.optional_integer("budget_samples", budget_samples, minimum=0)
+    arguments.integer("workers", workers, minimum=1)
 
 
 def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
-    """``"I/S"`` or ``(I, S)`` -> (I, S) with 1 <= I <= S; CheckError otherwise."""
-    if shard is None:
-        return None
-    if isinstance(shard, str):
-        index, sep, count = shard.partition("/")
-        if sep and index.isdigit() and count.isdigit():
-            shard = (int(index), int(count))
-    if not isinstance(shard, tuple) or len(shard) != 2 or not 1 <= shard[0] <= shard[1]:
-        raise _error(f"shard must be I/S with 1 <= I <= S, got {shard!r}")
-    return shard
+    """``"I/S"`` or ``(I, S)`` (two integers) -> (I, S) with 1 <= I <= S; CheckError otherwise."""
+    return arguments.shard(shard)
 
 
 def _replayed_kinds(law_only: bool, only: Sequence[str] | None) -> list[str]:

@@ -4,19 +4,26 @@ One ``<testsuite>`` per run, one ``<testcase>`` per property (``verispec check``
 (``verispec check-decoder``) with its own time; a failed one carries ``<failure>``, an
 inconclusive one ``<failure type="inconclusive">`` (not passed: the budget ended before power),
 a skipped or not-applicable one ``<skipped>``. The file is written atomically
-(:func:`verispec.atomic.replace_file`): a reader sees the old file or the whole new one.
+(:func:`verispec.atomic.replace_file`): a reader sees the old file or the whole new one; a path
+that is a FIFO, a device or (unless asked) a symlink is refused before the run
+(:func:`verispec.atomic.output_file`).
+
+The XML is a side output: the commands print the verdict and the report first and write the XML
+after (:func:`write_side_output`), so a file that cannot be written at the end costs one line on
+stderr, never the report, and the exit status stays the verdict's.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from verispec.atomic import OutputError, replace_file
+from verispec.atomic import OutputError, output_file, replace_file
 
 if TYPE_CHECKING:
     from verispec.decoder.report import DecoderReport
@@ -96,10 +103,18 @@ def junit_xml(suite: str, cases: Sequence[Case], seconds: float) -> bytes:
 
 def check_junit_target(path: Path) -> None:
     """OutputError now, before a run of minutes, if ``path`` could not be written afterwards."""
-    if path.is_dir():
-        raise OutputError(f"{path} is a folder, not a file")
-    if not path.parent.is_dir():
-        raise OutputError(f"cannot write {path}: the folder {path.parent} does not exist")
+    output_file(path)
+
+
+def write_side_output(what: str, write: Callable[[], None]) -> bool:
+    """Run ``write`` (a side output such as the JUnit XML, after the report is out): on failure one
+    line on stderr naming ``what`` and why, and False; the caller's exit status is unchanged."""
+    try:
+        write()
+    except (OutputError, OSError) as exc:
+        print(f"verispec: error: {what} was not written (the verdict above stands): {exc}", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def write_junit(path: Path, suite: str, cases: Sequence[Case], seconds: float) -> None:

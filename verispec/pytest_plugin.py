@@ -18,6 +18,7 @@ imports nothing beyond pytest until a fixture is used.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,8 @@ def scale_factor(config: pytest.Config) -> float:
         raise pytest.UsageError(f"{SCALE_OPTION} / verispec_scale must be a number, got {text!r}") from None
     if not factor > 0:
         raise pytest.UsageError(f"{SCALE_OPTION} / verispec_scale must be > 0, got {factor}")
+    if not math.isfinite(factor):  # inf would size every test without end
+        raise pytest.UsageError(f"{SCALE_OPTION} / verispec_scale must be finite, got {text!r}")
     return factor
 
 
@@ -65,9 +68,12 @@ def verispec_check(request: pytest.FixtureRequest) -> Callable[..., CheckReport]
     factor = scale_factor(request.config)
 
     def run(*args: Any, **kwargs: Any) -> CheckReport:
+        from verispec import arguments
         from verispec.api import check
 
-        kwargs["scale"] = float(kwargs.get("scale", 1.0)) * factor
+        # the test's own scale checked as verispec.check would, before the product can overflow to inf
+        scale = arguments.number("scale", kwargs.get("scale", 1.0), positive=True) * factor
+        kwargs["scale"] = arguments.number("scale (the test's scale times --verispec-scale)", scale, positive=True)
         report = check(*args, **kwargs)
         request.node.user_properties.append(("verispec_claim", report.claim()))
         return report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from verispec.atomic import replace_file
 from verispec.bench.report import BenchReport, SpeculativeSummary
 
 
@@ -43,5 +44,6 @@ def plot(report: BenchReport, out: Path) -> None:
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    with replace_file(out) as fh:  # the one safe writer: atomic, never onto a FIFO or a device
+        fig.savefig(fh, dpi=100, format="png")
     plt.close(fig)

@@ -77,6 +77,10 @@ def _workload(args: argparse.Namespace) -> "tuple[WorkloadItem, ...]":
 
 def run(args: argparse.Namespace) -> int:
     workload = _workload(args)  # checked before the model loads
+    if args.plot:
+        from verispec.atomic import output_file
+
+        output_file(Path(args.plot))  # a FIFO, device or folder refused before minutes of timing
     options = BenchOptions(
         decode_tokens=args.tokens,
         prefill_tokens=args.prefill_tokens,

@@ -35,6 +35,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -170,6 +171,13 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_output_path(args.out)
     if args.report is not None and not args.report.parent.is_dir():
         raise CalibrationError(f"cannot write the report {str(args.report)!r}: folder {str(args.report.parent)!r} does not exist")
+    if args.report is not None:
+        from verispec.atomic import OutputError, output_file
+
+        try:
+            output_file(args.report)
+        except OutputError as exc:
+            raise CalibrationError(str(exc)) from None
 
 
 def hand_written_pool(per_kind: int | None = None) -> list[tuple[str, str]]:
@@ -263,6 +271,14 @@ def summary(cal: Calibration, records: Records) -> str:
     return "\n".join(lines)
 
 
+def save_png(fig: Any, path: Path) -> None:
+    """``fig`` as a PNG at ``path`` through the one safe writer (atomic; never onto a FIFO or device)."""
+    from verispec.atomic import replace_file
+
+    with replace_file(path) as fh:
+        fig.savefig(fh, dpi=100, format="png")
+
+
 def write_report(cal: Calibration, records: Records, path: Path) -> None:
     """A two-panel PNG: agreement / admitted fraction per depth; residual quantiles vs margins."""
     import matplotlib
@@ -289,5 +305,5 @@ def write_report(cal: Calibration, records: Records, path: Path) -> None:
     right.set_title("exit margins (boxes) vs residual gate bars")
     right.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_png(fig, path)
     plt.close(fig)

@@ -111,26 +111,30 @@ REPORT_BYTES = 64 * 1024 * 1024  # a shard report: counts per block, far below t
 
 def _merge(args: argparse.Namespace) -> int:
     from verispec.reference.json_input import read_json_file
-    from verispec.spec.check import CheckReport, format_outcome, merge_reports
+    from verispec.spec.check import format_outcome, merge_reports
+    from verispec.spec.merge import read_shard
     from verispec.spec.report import ReportError
 
     reports = []
     for path in args.merge:
         try:
-            reports.append(CheckReport.from_json(read_json_file(path, "shard report", max_bytes=REPORT_BYTES, error=ReportError)))
+            data = read_json_file(path, "shard report", max_bytes=REPORT_BYTES, error=ReportError)
+            reports.append(read_shard(data, f"shard report {path}"))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # a malformed report
             raise ReportError(f"cannot read shard report {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     report = merge_reports(reports, allow_partial=args.allow_partial)
-    _write_junit(args.junit_xml, report)
     _print(report, args.json, format_outcome)
+    _write_junit(args.junit_xml, report)
     return report.exit_status
 
 
 def _write_junit(path: Path | None, report: "CheckReport") -> None:
+    """After the report is printed: a file that cannot be written is one line on stderr."""
     if path is not None:
-        from verispec.junit import write_check_junit
+        from verispec.junit import write_check_junit, write_side_output
 
-        write_check_junit(path, report)
+        sys.stdout.flush()
+        write_side_output(f"the JUnit XML {path}", lambda: write_check_junit(path, report))
 
 
 def _print(report: "CheckReport", as_json: bool, format_outcome: "Callable[[PropertyOutcome], str]", logged: bool = False) -> None:
@@ -200,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
-    _write_junit(args.junit_xml, report)
     _print(report, args.json, format_outcome, logged=True)
     sys.stdout.flush()
+    _write_junit(args.junit_xml, report)
     return report.exit_status

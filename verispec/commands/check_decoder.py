@@ -109,7 +109,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 def run(args: argparse.Namespace) -> int:
     from verispec.commands import import_from_current_folder
     from verispec.decoder.api import check_decoder
-    from verispec.junit import check_junit_target, write_decoder_junit
+    from verispec.junit import check_junit_target, write_decoder_junit, write_side_output
 
     if args.junit_xml is not None:
         check_junit_target(args.junit_xml)
@@ -151,11 +151,12 @@ def run(args: argparse.Namespace) -> int:
         weights=args.weights,
         log=None if args.json else (lambda result: print(result.line(), flush=True)),  # each prompt as it is decided
     )
-    if args.junit_xml is not None:
-        write_decoder_junit(args.junit_xml, report)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
     else:
         print(report.verdict())
     sys.stdout.flush()
+    if args.junit_xml is not None:  # a side output, after the report: its failure is one stderr line
+        junit_xml = args.junit_xml
+        write_side_output(f"the JUnit XML {junit_xml}", lambda: write_decoder_junit(junit_xml, report))
     return report.exit_status

@@ -110,12 +110,11 @@ def check_seed(seed: int | None) -> None:
 
 
 def check_output_file(path: str | Path) -> None:
-    """UsageError unless ``path`` can be created: its folder exists and it is not a folder."""
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{target} is a directory, not a file")
-    if not target.parent.is_dir():
-        raise UsageError(f"{target.parent} does not exist (the folder of {target})")
+    """OutputError (a usage error) unless ``path`` can be written by :func:`verispec.atomic.replace_file`:
+    absent or a regular file (never a FIFO, device or unasked-for symlink), in a writable folder."""
+    from verispec.atomic import output_file
+
+    output_file(Path(path))
 
 
 def model_config(name_or_path: str) -> Config:

@@ -114,6 +114,13 @@ def check_decoder(
     from verispec.spec.external import check_timeout
     from verispec.spec.decoder.laws import min_tokens_of
 
+    _check_types(dict(engine=engine, engine_cmd=engine_cmd, ours=ours, mutant=mutant, model=model, prompts=prompts,
+                      bench_prompts=bench_prompts, depth=depth, m=m, law=law, temperature=temperature, top_k=top_k,
+                      top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, repetition_penalty=repetition_penalty,
+                      frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+                      penalty_last_n=penalty_last_n, min_tokens=min_tokens, draft_temperature=draft_temperature,
+                      draft_top_k=draft_top_k, k=k, target_law=target_law, tv=tv, fraction=fraction, budget=budget,
+                      alpha=alpha, min_mass=min_mass, greedy=greedy, max_tokens=max_tokens, weights=weights, log=log))
     tv = default_tv(depth, target_law) if tv is None else tv
     _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
     flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "repeat_penalty": repeat_penalty,
@@ -172,6 +179,42 @@ def _error(message: str) -> Exception:
     from verispec.spec.check import CheckError
 
     return CheckError(message)
+
+
+# Each keyword's type (the ranges are checked after, by the checks below and the law profiles):
+# a Python caller can pass anything, the CLI passes what argparse parsed, and both get one message.
+_NUMBERS = ("temperature", "top_p", "min_p", "repeat_penalty", "repetition_penalty", "frequency_penalty",
+            "presence_penalty", "tv", "budget", "alpha")
+_INTEGERS = ("top_k", "penalty_last_n", "min_tokens")
+_TEXTS = ("engine_cmd", "mutant", "law", "target_law", "weights")
+
+
+def _check_types(values: dict[str, object]) -> None:
+    """CheckError (verispec/arguments.py) for a keyword of the wrong type, before anything loads."""
+    from verispec import arguments
+
+    for name in ("engine", "log"):
+        arguments.part(name, values[name])
+    for name in ("ours", "bench_prompts", "greedy"):
+        arguments.flag(name, values[name])
+    for name in _TEXTS:
+        arguments.optional_text(name, values[name])
+    for name in _NUMBERS:
+        if name == "budget":  # inf: no budget
+            if values[name] is not None and (isinstance(values[name], bool) or not isinstance(values[name], (int, float))):
+                raise _error(f"budget must be a number of seconds, got {arguments.shown(values[name])}")
+            continue
+        arguments.optional_number(name, values[name])
+    for name in _INTEGERS:
+        arguments.optional_integer(name, values[name])
+    for name in ("depth", "m", "draft_top_k", "k", "max_tokens"):
+        arguments.integer(name, values[name])
+    for name in ("draft_temperature", "fraction", "min_mass"):
+        arguments.number(name, values[name])
+    arguments.optional_path("model", values["model"])
+    if values["model"] is None:
+        raise _error("model must be a registry name or a .gguf path, got None")
+    arguments.texts("prompts", values["prompts"])
 
 
 def _check_arguments(

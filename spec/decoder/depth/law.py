@@ -225,6 +225,23 @@ def events_of(gen: Generation) -> list[str] | None:
     return out[: len(gen.ids)] if len(out) >= len(gen.ids) else None
 
 
+def cycles_error(gen: Generation) -> str:
+    """Why reported cycles cannot be this generation's ("" when absent or consistent): a cycle
+    accepting more than it drafted, or cycles that do not end within the last one (each cycle
+    emits accepted + 1 tokens; the last may be cut by an end-of-generation id or max_tokens).
+    Such cycles are a malformed answer, failed like one: dropping them would silently lose the
+    cycle-event bins that say where a law deviates."""
+    if gen.cycles is None:
+        return ""
+    for index, (drafted, accepted) in enumerate(gen.cycles):
+        if not 0 <= accepted <= drafted:
+            return f"cycle {index} reports {accepted} accepted of {drafted} drafted"
+    emitted = [accepted + 1 for _, accepted in gen.cycles]
+    if sum(emitted) < len(gen.ids) or (emitted and sum(emitted) - emitted[-1] >= len(gen.ids)):
+        return f"its {len(gen.cycles)} reported cycles emit {sum(emitted)} tokens, which do not end with its {len(gen.ids)} tokens"
+    return ""
+
+
 def position_bin(position: int) -> int:
     """0: [0,1), 1: [1,2), 2: [2,4), 3: [4,8), ..."""
     return 0 if position == 0 else position.bit_length()
@@ -664,18 +681,21 @@ def pilot_design(
     lengths: list[int] = []
     plan = [(min(PILOT_BLOCK, pilot - start), seed + 1 + start) for start in range(0, pilot, PILOT_BLOCK)]
     pilot_blocks = blocks(engine, case, plan)
+    first_broken: str | None = None  # the first malformed generation's reason, kept for the message
     try:
         for block in pilot_blocks:
             for gen in block:
                 scored = score(rows_of, case, gen.ids, rng, keep_rows=True)
                 rows.extend(scored.rows)
                 lengths.append(len(gen.ids))
+                if scored.broken and first_broken is None:
+                    first_broken = f"pilot generation {len(lengths)}: {scored.broken}"
             if deadline is not None and time.monotonic() > deadline:
                 break
     finally:
         pilot_blocks.close()
     if not rows:
-        raise VerispecError("the pilot generations are all malformed: no row to design the test on")
+        raise VerispecError(f"no row to design the test on: {_why_no_rows(lengths, first_broken)}")
     if len(rows) > MAX_PILOT_ROWS:  # a uniform subsample: the design needs row shapes, not all rows
         rows = [rows[int(i)] for i in np.sort(rng.choice(len(rows), MAX_PILOT_ROWS, replace=False))]
     power_design = design(rows, tv, fraction, final_stat_alpha(alpha), POWER, martingale_stat_alpha(alpha))
@@ -701,6 +721,13 @@ def refuse_unbounded(plan: PowerDesign) -> None:
             "this law leaves that deviation almost nothing to move (rows near uniform or near one-hot); "
             "raise --tv or --fraction, or sample another law"
         )
+def _why_no_rows(lengths: Sequence[int], first_broken: str | None) -> str:
+    """The pilot's own reason for giving no row: the first malformed generation's, not a generic one."""
+    if not lengths:
+        return "the engine returned no pilot generation"
+    if first_broken is not None:
+        return f"all {len(lengths)} pilot generations are malformed, the first as {first_broken}"
+    return f"the {len(lengths)} pilot generations hold {sum(lengths)} tokens, none at a position with a law to test"
 
 
 def check_depth(
@@ -755,7 +782,7 @@ def check_depth(
                                    lambda ids: bool(ids) and not structure_error(ids, case))) as forced:
             for gen, rows in zip(gens, forced):
                 scored = score(rows, case, gen.ids, rng)
-                scored.broken = scored.broken or logprob_error(gen, scored, logprob_tol)
+                scored.broken = scored.broken or cycles_error(gen) or logprob_error(gen, scored, logprob_tol)
                 sums.add(gen.ids, scored, events_of(gen), alpha_collision, case.eog)
         if sums.broken or sums.collision:
             return _verdict("failed", plan, sums, alpha, looks, sums.broken or sums.collision)

@@ -1,0 +1,78 @@
+"""What the merge verifies is what it merges: a shard whose file says something its re-serialized
+form does not (a schema version, a block key "01", an extra field) is refused even though its
+digest and HMAC verify; an empty ``VERISPEC_REPORT_KEY`` is refused, not read as "no key"; a
+partial selection merges only when asked, as a partial claim. The shard files come from
+tests/spec/test_merge_forgery.py's helpers (the reference, contract + one test at 2% of its N).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from verispec.spec.check import CheckError, CheckReport, merge_reports, run_check
+from verispec.spec.merge import read_shard
+from verispec.spec.report import ReportError
+from verispec.spec.report_seal import REPORT_KEY_ENV
+from verispec.spec.vectors import VectorSet, build_vectors
+from tests.spec.test_merge_forgery import ONLY, SCALE, Files, _copy, _files, _impl
+
+
+@pytest.fixture(scope="module")
+def vectors() -> VectorSet:
+    return build_vectors(2, 1)
+
+
+@pytest.fixture(scope="module")
+def signed(vectors: VectorSet) -> Files:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(REPORT_KEY_ENV, "ci-secret")
+        return _files(vectors)
+
+
+def _merge_read(files: Files) -> CheckReport:
+    return merge_reports([read_shard(f, f"shard report {i + 1}") for i, f in enumerate(files)], allow_partial=True)
+
+
+def test_signed_shards_read_back_as_written_merge(signed: Files, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(REPORT_KEY_ENV, "ci-secret")
+    assert _merge_read(_copy(signed)).signed
+
+
+@pytest.mark.parametrize("edit", ["schema_version", "block key", "extra field"])
+def test_a_field_the_reader_normalizes_is_refused_under_a_valid_signature(
+    signed: Files, edit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(REPORT_KEY_ENV, "ci-secret")
+    files = _copy(signed)
+    if edit == "schema_version":
+        files[1]["schema_version"] = "1.7"
+    elif edit == "block key":
+        blocks = files[1]["blocks"]["stat_verdict_law_k1"]
+        key = sorted(blocks, key=int)[0]
+        blocks["0" + key] = blocks.pop(key)
+    else:
+        files[1]["note"] = "merged by hand"
+    merge_reports([CheckReport.from_json(f) for f in files], allow_partial=True)  # what the merge used to accept
+    field = {"schema_version": "schema_version", "block key": "blocks", "extra field": "note"}[edit]
+    with pytest.raises(ReportError, match=f"shard report 2 is not a report as verispec writes it: its field '{field}'"):
+        _merge_read(files)
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_report_key_is_refused_not_read_as_unsigned(
+    vectors: VectorSet, signed: Files, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(REPORT_KEY_ENV, value)
+    with pytest.raises(CheckError, match="VERISPEC_REPORT_KEY is set but empty"):
+        _merge_read(_copy(signed))
+    with pytest.raises(CheckError, match="VERISPEC_REPORT_KEY is set but empty"):
+        run_check(_impl(), vectors, only=ONLY, scale=SCALE, shard=(1, 2))  # signing a shard too
+
+
+def test_a_partial_selection_is_refused_with_the_way_to_merge_it_as_partial(vectors: VectorSet) -> None:
+    files = _files(vectors)
+    reports = [CheckReport.from_json(f) for f in files]
+    with pytest.raises(CheckError, match="--allow-partial merges it as a partial run"):
+        merge_reports(reports)
+    merged = merge_reports(reports, allow_partial=True)
+    assert "partial run: only 2 selected properties" in merged.claim()
