@@ -14,7 +14,7 @@ from verispec.spec.merge import read_shard
 from verispec.spec.report import ReportError
 from verispec.spec.report_seal import REPORT_KEY_ENV
 from verispec.spec.vectors import VectorSet, build_vectors
-from tests.spec.test_merge_forgery import ONLY, SCALE, Files, _copy, _files, _impl
+from tests.spec.test_merge_forgery import ONLY, SCALE, Files, copy_shards, shard_files, python_impl
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def vectors() -> VectorSet:
 def signed(vectors: VectorSet) -> Files:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(REPORT_KEY_ENV, "ci-secret")
-        return _files(vectors)
+        return shard_files(vectors)
 
 
 def _merge_read(files: Files) -> CheckReport:
@@ -35,7 +35,7 @@ def _merge_read(files: Files) -> CheckReport:
 
 def test_signed_shards_read_back_as_written_merge(signed: Files, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(REPORT_KEY_ENV, "ci-secret")
-    assert _merge_read(_copy(signed)).signed
+    assert _merge_read(copy_shards(signed)).signed
 
 
 @pytest.mark.parametrize("edit", ["schema_version", "block key", "extra field"])
@@ -43,7 +43,7 @@ def test_a_field_the_reader_normalizes_is_refused_under_a_valid_signature(
     signed: Files, edit: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(REPORT_KEY_ENV, "ci-secret")
-    files = _copy(signed)
+    files = copy_shards(signed)
     if edit == "schema_version":
         files[1]["schema_version"] = "1.7"
     elif edit == "block key":
@@ -64,13 +64,13 @@ def test_an_empty_report_key_is_refused_not_read_as_unsigned(
 ) -> None:
     monkeypatch.setenv(REPORT_KEY_ENV, value)
     with pytest.raises(CheckError, match="VERISPEC_REPORT_KEY is set but empty"):
-        _merge_read(_copy(signed))
+        _merge_read(copy_shards(signed))
     with pytest.raises(CheckError, match="VERISPEC_REPORT_KEY is set but empty"):
-        run_check(_impl(), vectors, only=ONLY, scale=SCALE, shard=(1, 2))  # signing a shard too
+        run_check(python_impl(), vectors, only=ONLY, scale=SCALE, shard=(1, 2))  # signing a shard too
 
 
 def test_a_partial_selection_is_refused_with_the_way_to_merge_it_as_partial(vectors: VectorSet) -> None:
-    files = _files(vectors)
+    files = shard_files(vectors)
     reports = [CheckReport.from_json(f) for f in files]
     with pytest.raises(CheckError, match="--allow-partial merges it as a partial run"):
         merge_reports(reports)

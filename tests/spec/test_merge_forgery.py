@@ -34,16 +34,16 @@ def vectors() -> VectorSet:
     return build_vectors(2, 1)
 
 
-def _impl(mutant: str | None = None) -> PythonImplementation:
+def python_impl(mutant: str | None = None) -> PythonImplementation:
     if mutant is None:
         return PythonImplementation(verify_sampled, batch=verify_sampled_batch, description="python: reference")
     chosen = {m.name: m for m in catalogue()}[mutant]
     return PythonImplementation(chosen.verifier, batch=chosen.batch, description=f"python: {mutant}")
 
 
-def _files(vectors: VectorSet, mutant: str | None = None, shards: int = 2) -> Files:
+def shard_files(vectors: VectorSet, mutant: str | None = None, shards: int = 2) -> Files:
     return [
-        json.loads(json.dumps(run_check(_impl(mutant), vectors, only=ONLY, scale=SCALE, shard=(i, shards)).as_json()))
+        json.loads(json.dumps(run_check(python_impl(mutant), vectors, only=ONLY, scale=SCALE, shard=(i, shards)).as_json()))
         for i in range(1, shards + 1)
     ]
 
@@ -66,38 +66,38 @@ def _reseal(data: dict[str, Any], *, identity: bool = False) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def good(vectors: VectorSet) -> Files:
-    return _files(vectors)
+    return shard_files(vectors)
 
 
 @pytest.fixture(scope="module")
 def broken(vectors: VectorSet) -> Files:
-    return _files(vectors, "resample_from_target")
+    return shard_files(vectors, "resample_from_target")
 
 
-def _copy(files: Files) -> Files:
+def copy_shards(files: Files) -> Files:
     return json.loads(json.dumps(files))  # type: ignore[no-any-return]
 
 
 def test_the_untouched_shards_merge(good: Files, broken: Files) -> None:
-    assert _merge(_copy(good)).passed
-    assert not _merge(_copy(broken)).passed
+    assert _merge(copy_shards(good)).passed
+    assert not _merge(copy_shards(broken)).passed
 
 
 def test_an_edit_left_unsealed_is_refused(good: Files, broken: Files) -> None:
-    files = _copy(broken)
+    files = copy_shards(broken)
     files[1]["blocks"] = good[1]["blocks"]  # counts swapped in from a correct run
     with pytest.raises(CheckError, match="shard 2/2: its content digest does not match"):
         _merge(files)
 
 
 def test_scale_edited_in_every_shard_cannot_claim_a_bigger_n(good: Files) -> None:
-    files = [dict(f, scale=10.0) for f in _copy(good)]
+    files = [dict(f, scale=10.0) for f in copy_shards(good)]
     with pytest.raises(CheckError, match="holds .* draws; the design's blocks hold"):
         _merge([_reseal(f) for f in files])
 
 
 def test_removed_blocks_are_refused_even_resealed(good: Files) -> None:
-    files = _copy(good)
+    files = copy_shards(good)
     blocks = files[1]["blocks"]["stat_verdict_law_k1"]
     del blocks[sorted(blocks, key=int)[-1]]
     with pytest.raises(CheckError, match="are not its slice"):
@@ -105,7 +105,7 @@ def test_removed_blocks_are_refused_even_resealed(good: Files) -> None:
 
 
 def test_a_claimed_rejection_must_show_in_the_counts(good: Files) -> None:
-    files = _copy(good)
+    files = copy_shards(good)
     stat = next(p for p in files[1]["properties"] if p["name"] == "stat_verdict_law_k1")
     stat["status"] = "failed"
     with pytest.raises(CheckError, match="claims a rejection its counts do not show"):
@@ -114,25 +114,25 @@ def test_a_claimed_rejection_must_show_in_the_counts(good: Files) -> None:
 
 def test_a_hand_written_report_without_the_full_property_set_is_refused(good: Files) -> None:
     design_counts = {b: c for b, c in good[0]["blocks"]["stat_verdict_law_k1"].items()}
-    forged = _copy(good)[0]
+    forged = copy_shards(good)[0]
     forged.update(shard=[1, 1], only=None, implementation="nothing at all")
     forged["properties"] = [p for p in forged["properties"] if p["name"] == "stat_verdict_law_k1"]
     forged["blocks"] = {"stat_verdict_law_k1": design_counts}
     with pytest.raises(CheckError, match="lacks .* full property set"):
         merge_reports([CheckReport.from_json(_reseal(forged, identity=True))])
-    partial = _copy(good)
+    partial = copy_shards(good)
     with pytest.raises(CheckError, match="partial selection"):
         merge_reports([CheckReport.from_json(f) for f in partial])  # --only shards need allow_partial
 
 
 def test_another_verifiers_shard_is_refused(good: Files, broken: Files) -> None:
-    mixed = [_copy(good)[0], _copy(broken)[1]]
+    mixed = [copy_shards(good)[0], copy_shards(broken)[1]]
     with pytest.raises(CheckError, match="checked another verifier"):
         _merge(mixed)
-    relabelled = _copy(broken)[1]
+    relabelled = copy_shards(broken)[1]
     relabelled["implementation"] = good[0]["implementation"]
     with pytest.raises(CheckError, match="verifier identity does not match its implementation"):
-        _merge([_copy(good)[0], _reseal(relabelled)])
+        _merge([copy_shards(good)[0], _reseal(relabelled)])
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
@@ -141,43 +141,43 @@ def test_another_verifiers_shard_is_refused(good: Files, broken: Files) -> None:
     ("seed", 7, "another run"),
 ])
 def test_versions_and_the_run_must_match(good: Files, field: str, value: object, message: str) -> None:
-    files = _copy(good)
+    files = copy_shards(good)
     files[1][field] = value
     with pytest.raises(CheckError, match=message):
         _merge([_reseal(f) for f in files])
 
 
 def test_membership_messages(vectors: VectorSet, good: Files) -> None:
-    eight = _files(vectors, shards=8)
+    eight = shard_files(vectors, shards=8)
     with pytest.raises(CheckError, match="shard 3/8 does not belong to a 2-way run"):
-        _merge([_copy(good)[0], eight[2]])
+        _merge([copy_shards(good)[0], eight[2]])
     with pytest.raises(CheckError, match="shard 1/2 given twice"):
-        _merge([_copy(good)[0], _copy(good)[0]])
+        _merge([copy_shards(good)[0], copy_shards(good)[0]])
 
 
 def test_with_a_key_only_signed_shards_merge(vectors: VectorSet, good: Files, broken: Files, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(REPORT_KEY_ENV, "ci-secret")
-    signed = _files(vectors)
+    signed = shard_files(vectors)
     assert all(f["signature"] for f in signed)
-    assert _merge(_copy(signed)).signed
+    assert _merge(copy_shards(signed)).signed
     with pytest.raises(CheckError, match="is unsigned"):
-        _merge(_copy(good))
-    swapped = _copy(_files(vectors, "resample_from_target"))
+        _merge(copy_shards(good))
+    swapped = copy_shards(shard_files(vectors, "resample_from_target"))
     swapped[0]["blocks"], swapped[1]["blocks"] = signed[0]["blocks"], signed[1]["blocks"]
     with pytest.raises(CheckError, match="signature does not verify"):
         _merge([dict(_reseal(f), signature=s["signature"]) for f, s in zip(swapped, signed)])
     monkeypatch.setenv(REPORT_KEY_ENV, "another-secret")
     with pytest.raises(CheckError, match="signature does not verify"):
-        _merge(_copy(signed))
+        _merge(copy_shards(signed))
     monkeypatch.delenv(REPORT_KEY_ENV)
     with pytest.raises(CheckError, match="is signed, but VERISPEC_REPORT_KEY is not set"):
-        _merge(_copy(signed))
+        _merge(copy_shards(signed))
 
 
 def test_the_unsigned_limit_counts_swapped_in_and_resealed_pass(good: Files, broken: Files) -> None:
     """The documented limit of an unsigned merge: a forger who swaps in a correct run's counts and
     recomputes the digests gets a pass. Only the HMAC (test above) refuses this."""
-    files = _copy(broken)
+    files = copy_shards(broken)
     for mine, theirs in zip(files, good):
         mine["blocks"] = theirs["blocks"]
         mine["properties"] = theirs["properties"]
@@ -185,7 +185,7 @@ def test_the_unsigned_limit_counts_swapped_in_and_resealed_pass(good: Files, bro
 
 
 def test_reports_of_another_schema_major_are_refused(good: Files) -> None:
-    data = _copy(good)[0]
+    data = copy_shards(good)[0]
     for version in ("2.0", None, "x"):
         with pytest.raises(ReportError, match="schema"):
             CheckReport.from_json(dict(data, schema_version=version))
@@ -196,12 +196,12 @@ def test_reports_of_another_schema_major_are_refused(good: Files) -> None:
 
 
 def test_malformed_shard_files_are_one_typed_error(good: Files) -> None:
-    data = _copy(good)[1]
+    data = copy_shards(good)[1]
     with pytest.raises(ReportError, match="unknown status 'PASSED!'"):
         CheckReport.from_json(dict(data, properties=[dict(data["properties"][0], status="PASSED!")]))
     with pytest.raises(ReportError, match="malformed report: KeyError"):
         CheckReport.from_json({k: v for k, v in data.items() if k != "scale"})
-    far = _copy(good)
+    far = copy_shards(good)
     blocks = far[1]["blocks"]["stat_verdict_law_k1"]
     blocks["999999"] = blocks.pop(sorted(blocks, key=int)[0])  # a block outside the design
     with pytest.raises(CheckError, match="are not its slice"):
