@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from verispec.spec import full_vocab, strata
 from verispec.spec.llm_rows import LlmCase, default_cases, real_cases
 from verispec.spec.statistics import ALPHA_BUDGET, power_of, required_sample_size
-
-if TYPE_CHECKING:
-    from verispec.spec.properties import PropertyResult, Subject
+from verispec.spec.subject import PropertyResult, Subject
 
 MAX_REPORTED = 2
 
@@ -49,8 +46,6 @@ def _summary(found: list[str]) -> str:
 
 def prop_full_vocab_protocol(subject: Subject) -> PropertyResult:
     """At every probe (cell boundaries and midpoints at full V), the verdict is the protocol's."""
-    from verispec.spec.properties import PropertyResult
-
     v = _verdicts(subject, "protocol")
     found = v.errors + v.protocol
     detail = _summary(found) if found else f"{v.probes} probes in {v.cases} cases (V up to 262,144) agree"
@@ -59,8 +54,6 @@ def prop_full_vocab_protocol(subject: Subject) -> PropertyResult:
 
 def prop_full_vocab_law(subject: Subject) -> PropertyResult:
     """No probe proves the verdict law off the protocol's by more than float64 rounding."""
-    from verispec.spec.properties import PropertyResult
-
     v = _verdicts(subject, "law")
     found = v.errors + v.law
     if found:
@@ -73,8 +66,6 @@ def prop_full_vocab_law(subject: Subject) -> PropertyResult:
 
 def _stat_strata(name: str) -> Callable[[Subject], PropertyResult]:
     def prop(subject: Subject) -> PropertyResult:
-        from verispec.spec.properties import PropertyResult
-
         alpha = ALPHA_BUDGET[name]
         p, q = strata.rows_for(name)
         df = strata.design_df(p, q)

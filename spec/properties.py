@@ -61,6 +61,11 @@ from verispec.reference.speculative import (
 from verispec.spec import exact
 from verispec.spec.llm_properties import LLM_EXACT, LLM_STATISTICS  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
 from verispec.spec.pipeline import Pipeline as Pipeline
+from verispec.spec.subject import Property as Property
+from verispec.spec.subject import PropertyResult as PropertyResult
+from verispec.spec.subject import Subject as Subject
+from verispec.spec.subject import as_batch as as_batch
+from verispec.spec.subject import as_verifier as as_verifier
 from verispec.spec.pipeline import ReferencePipeline as ReferencePipeline
 from verispec.spec.pipeline import RowsRequest
 from verispec.spec.sequential import StatDesign
@@ -74,84 +79,6 @@ from verispec.spec.statistics import (
     power_of,
     required_sample_size,
 )
-
-@dataclass(frozen=True)
-class PropertyResult:
-    """One property's verdict on one implementation.
-
-    ``n``: cases (deterministic) or draws (statistical); ``alpha``: false-alarm probability
-    (0 for deterministic properties); ``power``: worst-case probability of detecting a TV bias of
-    ``tv`` (``spec.statistics.TV_BIAS`` unless the test is designed against another deviation, as
-    the LLM-scale strata tests are; 1 for deterministic ones); ``detail``: what was seen.
-    """
-
-    name: str
-    passed: bool
-    n: int
-    alpha: float
-    power: float
-    detail: str
-    tv: float = TV_BIAS
-
-
-# -----------------------------------------------------------------------------------------------
-# adapters between the single and batch forms
-
-
-def as_batch(verifier: Verifier) -> BatchVerifier:
-    """Lift a single-verification verifier to the batch form (a loop; slow for big N)."""
-
-    def batch(p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike) -> BatchVerdict:
-        draft_arr, draws = np.asarray(drafts), np.asarray(uniforms, dtype=np.float64)
-        n = draft_arr.shape[0]
-        p_arr, q_arr = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
-        accepted = np.zeros(n, dtype=np.int64)
-        token = np.zeros(n, dtype=np.int64)
-        bonus = np.zeros(n, dtype=np.bool_)
-        for item in range(n):
-            p_item = p_arr if p_arr.ndim == 2 else p_arr[item]
-            q_item = q_arr if q_arr.ndim == 2 else q_arr[item]
-            verdict = verifier(p_item, q_item, draft_arr[item].tolist(), draws[item].tolist())
-            accepted[item], token[item], bonus[item] = verdict.accepted, verdict.token, verdict.kind == "bonus"
-        return BatchVerdict(accepted, token, bonus)
-
-    return batch
-
-
-def as_verifier(batch: BatchVerifier) -> Verifier:
-    """A batch verifier used for one verification (N = 1)."""
-
-    def verifier(p: npt.ArrayLike, q: npt.ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict:
-        result = batch(
-            np.asarray(p, dtype=np.float64)[None],
-            np.asarray(q, dtype=np.float64)[None],
-            np.asarray(drafts)[None],
-            np.asarray(uniforms, dtype=np.float64)[None],
-        )
-        kind: Literal["repair", "bonus"] = "bonus" if bool(result.is_bonus[0]) else "repair"
-        return Verdict(accepted=int(result.accepted[0]), token=int(result.token[0]), kind=kind)
-
-    return verifier
-
-
-@dataclass
-class Subject:
-    """The implementation under test, as the properties see it."""
-
-    verifier: Verifier
-    batch: BatchVerifier
-    pipeline: Pipeline
-    scale: float = 1.0
-    seed: int = PROPERTY_SEED
-    own_randomness: bool = False  # the verifier ignores the uniforms (law-only: spec/law_only.py)
-
-    def rng(self, name: str) -> np.random.Generator:
-        """A fixed generator per property (same draws on every run)."""
-        return np.random.default_rng([self.seed, zlib.crc32(name.encode())])
-
-
-Property = Callable[[Subject], PropertyResult]
-
 
 # -----------------------------------------------------------------------------------------------
 # rows for the cases: dyadic (multiples of 2^-bits), so exact and float arithmetic agree
