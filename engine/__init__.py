@@ -3,6 +3,22 @@
 ``load_model(path, engine="fast" | "reference", weights="f32" | "quantized" | "int8",
 backend=...)`` is the one entry
 point the CLI uses; both engines satisfy :class:`reference.seams.TargetModel`.
+
+
+The modules:
+
+- :mod:`.architectures`: Which engines exist and which architectures the fast one implements (a leaf module: the package ``__init__`` and the modules it loads lazily both read it, ...
+- :mod:`.blocks`: GGUF weight blocks -> the block format of an int-dot kernel, losslessly.
+- :mod:`.fused`: The int8 mode's decoder layers as two onnxruntime graphs each, around the attention.
+- :mod:`.generate`: Plain decoding on the fast engine: :func:`reference.generate.decode_plain` (the one plain loop, its decode session) with the engine's forward (head on the ...
+- :mod:`.lockstep`: Many decode loops in lockstep: each one's target passes batched with the others' into one pass.
+- :mod:`.matmul`: The engine's one matmul seam: every projection ``x @ W.T`` goes through a :class:`Matmul`.
+- :mod:`.model`: The fast forward pass: the same function as :mod:`reference.model`, laid out for BLAS.
+- :mod:`.ort_pool`: onnxruntime's threads for the engine: ONE pool per process, shared by every session.
+- :mod:`.pages`: Hand a mapped GGUF file's pages back after their bytes were repacked (peak RSS of a load).
+- :mod:`.rope`: RoPE's partner of each dimension, shared by the engine's forward (engine/model.py) and its fused int8 graphs (engine/fused.py): a leaf module, so neither ...
+- :mod:`.sampling`: The target law, vectorized: bit-identical to :func:`reference.sampling.target_distribution`.
+- :mod:`.verify_cost`: The measured verify-cost curve of a loaded model: what a pass over r rows costs, relative to 1.
 """
 
 from __future__ import annotations

@@ -14,4 +14,16 @@ this folder stays in the repository and runs from its root, ``python -m lab.NAME
 
 ``measurements/`` holds the saved runs the docs' results pages are generated from. The lab
 imports verispec; nothing in verispec imports the lab (tests/test_lab_layout.py).
+
+
+Also here:
+
+- :mod:`.build_real_rows`: Rebuild ``spec/data/real_rows.npz``: real target/draft row pairs from the two real models.
+- :mod:`.draft_cache_load`: How fast ``--draft-cache FILE`` loads: MB/s for caches of about 1, 6 and 60 MB.
+- :mod:`.layer_ab`: CPU of the int8 mode's layer pass, for an A/B of two checkouts (SmolLM2, fused layers).
+- :mod:`.llama_plain_ab`: The int8 engine's plain decode step against llama.cpp's, interleaved in one process, with the bytes-streamed bound beside them.
+- :mod:`.reference_logits_memory`: Peak RSS of a long run of ``ReferenceLogits`` (spec/decoder/check.py) on the prefixes of a depth run.
+- :mod:`.results`: The results pages, generated from the saved measurements: ``python -m lab.results``.
+- :mod:`.source_ab`: Two source trees of verispec, the same int8 decode, interleaved: a before / after ratio in one run.
+- :mod:`.step_profile`: Where one int8 decode step goes: wall time per component, accumulated over greedy 1-row steps.
 """

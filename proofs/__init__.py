@@ -8,6 +8,11 @@
 - :mod:`proofs.union`     several exit layers: Boole's inequality and Bonferroni
 - :mod:`proofs.float32`   float rounding in the gates: a counterexample without slack, a slack proved
 - :mod:`proofs.catalog`   every obligation, in print order
+
+
+The modules:
+
+- :mod:`.tree`: Token trees (recursive rejection sampling): the token leaving a node has the node's target law.
 """
 
 if __name__ != "verispec.proofs":  # pragma: no cover - a guard, not a feature

@@ -26,6 +26,21 @@
 - :mod:`spec.tree_exact`: token trees (``protocol.md``, "Token trees"): exact laws over small
   trees, the known flaws, a float verifier integrated over the cells of its uniforms.
 - :mod:`spec.tree_mutants`: broken tree verifiers (each a known failure mode).
+
+
+Also here:
+
+- :mod:`.answers`: Answers from a program under test, validated before anything counts them.
+- :mod:`.merge`: ``verispec check --merge``: shard reports -> the report of the whole run, or a clear refusal.
+- :mod:`.property_names`: The names of everything ``verispec check`` can run, in its order: vector replays, then the properties.
+- :mod:`.report`: The report of ``verispec check``: per-property outcomes, the claim, the exit status, the JSON.
+- :mod:`.report_seal`: What binds a shard report to its run: verifier identity, run id, content digest, HMAC.
+- :mod:`.sequential_state`: The three outcomes of a sequential test with a budget, and their exit statuses.
+- :mod:`.shards`: Shards: block ownership, each shard's own looks, and the alpha they spend.
+- :mod:`.signals`: Ctrl-C and SIGTERM in a checker with threads: waits that a signal always ends, and a section that a signal cannot split.
+- :mod:`.stream_probe`: The same-stream probe: does each shard / worker draw its own randomness?
+- :mod:`.subject`: What a property is: its verdict (:class:`PropertyResult`) on the implementation under test (:class:`Subject`), and the adapters between a verifier's single ...
+- :mod:`.version`: The version of verispec this spec ships in: a report names it, a merge refuses another's shards.
 """
 
 if __name__ != "verispec.spec":  # pragma: no cover - a guard, not a feature

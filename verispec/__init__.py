@@ -3,6 +3,31 @@ as a Python API: ``verispec.check(...)`` and ``verispec.check_decoder(...)`` (ve
 
 The API is loaded on first use (PEP 562 ``__getattr__``), so ``import verispec`` stays cheap: the
 pytest plugin imports this package in every test session.
+
+
+The modules:
+
+- :mod:`.api`: The gate from Python: :func:`check` and :func:`check_decoder`, the two commands as functions.
+- :mod:`.arguments`: The argument checks of :func:`verispec.check` and :func:`verispec.check_decoder`, by type and range.
+- :mod:`.atomic`: The atomic writer for the CLI: re-exported from :mod:`reference.atomic`, the one definition.
+- :mod:`.bench`: `verispec bench`: every speed that matters, measured in ONE process so the ratios are comparable.
+- :mod:`.calibration_prompts`: A seeded, deterministic generator of calibration prompts for early exit, by kind.
+- :mod:`.cli`: `verispec` command line: a thin layer that parses, calls the library, prints text or --json.
+- :mod:`.commands`: One module per `verispec` subcommand; each exposes ``register(subparsers)``.
+- :mod:`.decoder`: ``verispec check-decoder`` as a library: the Python API, the CLI's objects, the worker process.
+- :mod:`.engine_load`: Loading a model for a CLI command on the engine its ``--engine`` / ``--weights`` flags name.
+- :mod:`.exit_codes`: The exit statuses of every ``verispec`` command, decided in one place.
+- :mod:`.geomean`: The geometric mean of speed ratios, the one definition every benchmark summary uses.
+- :mod:`.junit`: ``--junit-xml PATH``: a gate's report as JUnit XML, the format every CI system displays.
+- :mod:`.moved`: Old module names kept importable: each maps to the module's new home, with a DeprecationWarning.
+- :mod:`.parent_death`: A worker process that ends when the process that started it dies.
+- :mod:`.peers`: Adapters that drive other people's speculative decoders under ``verispec check-decoder``.
+- :mod:`.progress`: A progress line on stderr for long runs: shown on a terminal, silent in CI and in pipes.
+- :mod:`.pytest_plugin`: pytest plugin (entry point ``pytest11``): gate a verifier from a test suite in a few lines.
+- :mod:`.registry`: The model registry: short names for the real GGUF models that ship on PyPI.
+- :mod:`.synth`: Tiny synthetic GGUF models of the llama, mistral, phi3, gemma3 and gemma4 shapes (``verispec models synth``): seeded and deterministic, NumPy only, loadable ...
+- :mod:`.templates`: The files a user starts from, shipped in the wheel: ``verispec template NAME`` prints one.
+- :mod:`.workload`: The bench workload: what people speed up with speculation, in Spec-Bench's categories.
 """
 
 from __future__ import annotations

@@ -29,6 +29,15 @@ Modules, by concern:
   dequantize) and the random pieces they share.
 - :mod:`~spec.vectors.cases`: generators + tolerances + answers -> cases, in memory.
 - :mod:`~spec.vectors.files`: the directory on disk (manifest, sha256, FORMAT.md).
+
+
+Also here:
+
+- :mod:`.gen_dequantize`: Generator of the dequantization cases: raw GGUF blocks -> float32 bits.
+- :mod:`.gen_gates`: Generators of the early-exit cases: gate decisions (margin, quantile, slack, dtype -> admit) and the conformal order-statistic index ceil((n + 1) q).
+- :mod:`.gen_large`: Sampled-verification vectors beyond V = 8 (kind ``sampled_large``): V = 9 .. 262,144, in a compact run-length encoding, replayed as ordinary ``sampled`` cases.
+- :mod:`.gen_processors`: Generators of the logits-level cases: the target law (logits + history + processor settings -> probabilities) and the rows of a speculative step (target and ...
+- :mod:`.gen_verdicts`: Generators of the verifier cases: sampled verification (p, q, drafts, uniforms -> verdict) and greedy verification (p, drafts -> verdict), random and ...
 """
 
 from verispec.spec.vectors.answers import ANSWERS, reference_answer

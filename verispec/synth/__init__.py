@@ -6,6 +6,12 @@ full-power verdict in minutes on CPU, before a confirmation on the real model
 
     from verispec.synth import synthesize
     path = synthesize("llama", out_dir, seed=0)   # out_dir/llama-seed0.gguf
+
+
+Also here:
+
+- :mod:`.gguf_writer`: A tiny, independent GGUF writer: the synthetic models' files, and the tests' files broken on purpose.
+- :mod:`.quants`: Quantize float32 weights to the GGUF types the synthetic models write, with NumPy alone.
 """
 
 from __future__ import annotations
