@@ -35,6 +35,11 @@ def test_every_new_name_exists_and_no_old_file_is_left() -> None:
         assert not leftover.exists(), f"{leftover} is still there beside its new home {new}"
 
 
+def test_the_finder_looks_up_every_old_name() -> None:
+    """``import verispec``'s finder reads the table only for names with these prefixes: each old name has one."""
+    assert all(old.startswith(verispec._MovedNames.PREFIXES) for old in MOVED)
+
+
 def test_the_version_is_the_packages() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert verispec.__version__ == project["version"]

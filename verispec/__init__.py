@@ -32,19 +32,43 @@ The modules:
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
-
-from verispec.moved import install as _install_moved_names
-from verispec.spec.version import VERSION as __version__
-
-_install_moved_names()
-__all__ = ["__version__", "check", "check_decoder"]
 
 if TYPE_CHECKING:
     from verispec.api import check, check_decoder
 
 
+class _MovedNames(importlib.abc.MetaPathFinder):
+    """Imports a module's old name as the module itself (:mod:`verispec.moved` has the table)."""
+
+    PREFIXES = ("verispec.spec.decoder_", "verispec.spec.laws", "verispec.spec.prefix_rows", "verispec.decoder_", "verispec.engine_decoder")
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(self.PREFIXES):
+            return None
+        from verispec.moved import spec_for
+
+        return spec_for(fullname)
+
+
+if not any(isinstance(f, _MovedNames) for f in sys.meta_path):
+    sys.meta_path.insert(0, _MovedNames())  # before the path finder: an old submodule must not load twice
+
+__all__ = ["__version__", "check", "check_decoder"]
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # spec/version.py: the spec names the version its reports carry
+        from verispec.spec.version import VERSION
+
+        return VERSION
     if name in ("check", "check_decoder"):
         from verispec import api
 

@@ -2,8 +2,7 @@
 
 The decoder gate moved into two packages (:mod:`verispec.spec.decoder`, :mod:`verispec.decoder`);
 code that imported a module by its old name keeps working until the next minor version. The table
-is the record of what moved where. :func:`install` puts one finder on ``sys.meta_path`` (``import
-verispec`` does it); an old name imports as the SAME module object as the new one, so classes,
+is the record of what moved where. ``import verispec`` puts one finder on ``sys.meta_path``; an old name imports as the SAME module object as the new one, so classes,
 registries and exceptions are never duplicated.
 """
 
@@ -13,9 +12,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import sys
 import warnings
-from collections.abc import Sequence
 from types import ModuleType
 
 MOVED: dict[str, str] = {
@@ -65,15 +62,7 @@ class _Alias(importlib.abc.Loader):
         module.__spec__ = self.own_spec
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        new = MOVED.get(fullname)
-        return None if new is None else importlib.util.spec_from_loader(fullname, _Alias(new))
-
-
-def install() -> None:
-    """Put the finder on ``sys.meta_path`` once (idempotent)."""
-    if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _MovedFinder())  # before the path finder: an old submodule must not load twice
+def spec_for(fullname: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec that imports old name ``fullname`` as its new module; None for any other name."""
+    new = MOVED.get(fullname)
+    return None if new is None else importlib.util.spec_from_loader(fullname, _Alias(new))
