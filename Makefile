@@ -54,7 +54,12 @@ pytest: models $(ORACLE)
 typecheck: $(STAMP)
 	$(PY) -m mypy --strict
 
-test: pytest typecheck
+# The formatter and the linter (pyproject's [tool.ruff]: 120 columns); `ruff format .` fixes the first.
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
+
+test: lint pytest typecheck
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .hypothesis
