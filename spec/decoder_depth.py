@@ -925,13 +925,20 @@ def verdict_json(verdict: DepthVerdict) -> dict[str, Any]:
         "tv": verdict.design.tv,
         "fraction": verdict.design.fraction,
         "budget_led": verdict.sizing.budget_led,
-        "seconds_per_token": _finite(verdict.sizing.seconds_per_token),
-        "projected_s": _finite(verdict.sizing.projected_s),
-        "affordable_tokens": _finite(verdict.sizing.affordable),
         "where": verdict.where,
         "detail": verdict.detail,
         "near_ties": len(verdict.near_ties),
         "near_tie_margins": [[g, t.position, t.token, round(t.margin, 6), round(t.noise, 6)] for g, t in verdict.near_ties[:100]],
+    }
+
+
+def sizing_json(verdict: DepthVerdict) -> dict[str, Any]:
+    """The run's timing as the pilot measured it (apart from :func:`verdict_json`: a verdict's
+    numbers are the same with any number of workers, its timing is not)."""
+    return {
+        "seconds_per_token": _finite(verdict.sizing.seconds_per_token),
+        "projected_s": _finite(verdict.sizing.projected_s),
+        "affordable_tokens": _finite(verdict.sizing.affordable),
     }
 
 

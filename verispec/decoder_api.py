@@ -459,7 +459,7 @@ class _Run:
         """The depth test of one prompt (spec/decoder_depth.py)."""
         from verispec.spec.decoder_check import EngineLogits
         from verispec.spec.decoder_check import law_json
-        from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, verdict_json
+        from verispec.spec.decoder_depth import DepthCase, check_depth, reference_rows, sizing_json, verdict_json
         from verispec.spec.decoder_first_m import first_m_summary, split_alpha
         from verispec.spec.decoder_depth_ties import PlainFedRows
         from verispec.spec.decoder_forcing import ConcurrentRows
@@ -486,7 +486,9 @@ class _Run:
         led = f" (budget-led: the smallest TV {self.depth.budget:g} s affords)" if verdict.sizing.budget_led else ""
         design = (f"design {verdict.design.tokens} tokens for power 0.99 vs TV {verdict.design.tv}{led} on "
                   f"{verdict.design.fraction:.0%} of positions")
-        numbers = verdict_json(verdict)
+        # the timing only where it chose the design (budget-led): elsewhere a verdict's numbers do not
+        # depend on the machine or the number of workers
+        numbers = {**verdict_json(verdict), **(sizing_json(verdict) if verdict.sizing.budget_led else {})}
         if first is not None:
             numbers["first_m"] = {"m": self.m, **law_json(first[0])}
             design = f"{design}; first-m test passed ({first_m_summary(first[0], self.m)})"
