@@ -32,7 +32,7 @@ F64 = npt.NDArray[np.float64]
 ProgressSink = Callable[[str, bool], None]
 
 PILOT_SHARE = 0.25  # of a budget, at most, on the pilot
-BUDGET_USE = 0.8  # of the rest, planned: the projection's margin
+BUDGET_USE = 0.7  # of the rest, planned: the projection's margin (a loaded machine slows by tens of percent)
 TV_CEILING = 1.0
 TV_FLOOR = 1e-3  # a budget-led design asks for no finer deviation (N ~ 1 / (f tv)^2 grows past any budget)
 SEARCH_STEPS = 8  # designs the TV search may run on the subsample (it stops sooner when SEARCH_RATIO is reached)
