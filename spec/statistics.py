@@ -79,6 +79,9 @@ ALPHA_BUDGET: dict[str, float] = {
     "decoder_laws": 4e-9,
     # tests/test_decoder_depth_two_sample.py: the bug-free loop must pass two-sample mode at depth
     "decoder_depth_two_sample": 4e-9,
+    # tests/test_check_decoder_ci.py: our decode loop must pass check-decoder's default mode
+    # budget-led (first-m and depth tests inside it, split by the command); half the remainder
+    "check_decoder_ci": 1e-9,
 }
 assert sum(ALPHA_BUDGET.values()) <= SUITE_ALPHA + 1e-15, "alpha budget exceeds the suite's"
 

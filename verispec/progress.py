@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 
@@ -49,3 +50,26 @@ def progress_line(stream: TextIO | None = None) -> ProgressLine | None:
     """A progress line on ``stream`` (default stderr), or None where it does not belong."""
     target = sys.stderr if stream is None else stream
     return ProgressLine(target) if wanted(target) else None
+
+
+class PeriodicLines:
+    """Whole progress lines for terminals and CI logs alike (never rewritten in place): a
+    milestone (a design, a verdict) is passed on at once, a tick (a block judged) at most every
+    ``every`` seconds since the last line (0: no ticks), so a long run shows it is alive at a
+    rate a log can hold."""
+
+    def __init__(self, sink: Callable[[str], None], every: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.sink, self.every, self.clock = sink, every, clock
+        self._last = clock()
+
+    def __call__(self, line: str, milestone: bool = True) -> None:
+        now = self.clock()
+        if not milestone and (self.every <= 0 or now - self._last < self.every):
+            return
+        self._last = now
+        self.sink(line)
+
+
+def to_stderr(line: str) -> None:
+    """One progress line on stderr, flushed (what a CI log shows as it comes)."""
+    print(line, file=sys.stderr, flush=True)

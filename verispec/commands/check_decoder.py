@@ -11,8 +11,13 @@
 
 ``--depth N`` (default 64): the sampled modes test EVERY token of whole generations of up to N
 tokens (spec/decoder/depth/law.py: the engine's ``generate``; power 0.99 against TV ``--tv`` (default
-0.05) on ``--fraction`` (default 0.1) of positions; ``--budget`` seconds per prompt, exit 3 when
-it ends short of that power; ``--workers N``: its generations decoded by N engine processes,
+0.05) on ``--fraction`` (default 0.1) of positions; ``--budget`` seconds per prompt: without
+``--tv`` budget-led, the design is for the smallest TV the budget affords at the pilot's cost per
+token (stated up front and in the verdict), with ``--tv`` a stop, exit 3 when it ends short of
+that power; the first-m test of the first ``--m`` tokens runs first, on 10% of the alpha, unless
+``--no-first-m`` (spec/decoder/depth/first_m.py); progress on stderr: the pilot's cost and the design
+with its projected time up front, then a line at most every ``--progress-every`` seconds;
+``--workers N``: its generations decoded by N engine processes,
 spec/decoder/depth/pool.py, the same verdict with any N). ``--depth 0``: the first-m test of the first ``--m`` tokens
 (spec/decoder/first_tokens.py, default TV 0.2). ``--target-law two-sample --depth N``: whole generations
 with speculation on against the same engine's plain ones (``generate_plain``), position-binned
@@ -93,7 +98,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     parser.add_argument("--tv", type=float, default=None, help="deviation detected with power 0.99 (default: 0.05 at depth, 0.1 two-sample at depth, 0.2 first-m)")
     parser.add_argument("--fraction", type=float, default=0.1, help="--depth: share of positions the deviation hits (default 0.1)")
-    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS", help="--depth: seconds per prompt (exit 3 if short of power)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="--depth: seconds per prompt; without --tv budget-led (the smallest TV it affords), with --tv a stop (exit 3 if short of power)")
+    parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+                        help="a progress line on stderr at most every SECONDS (default 30; 0: no progress lines)")
+    parser.add_argument("--no-first-m", dest="first_m", action="store_false",
+                        help="--depth: skip the first-m test the default mode runs first (on 10%% of the alpha)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="--depth: decode the generations in N engine processes (same verdict for any N)")
     parser.add_argument("--alpha", type=float, default=None, help="false-alarm probability of the run (default 1e-3)")
@@ -110,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     from verispec.commands import import_from_current_folder
     from verispec.decoder.api import check_decoder
     from verispec.junit import check_junit_target, write_decoder_junit, write_side_output
+    from verispec.progress import to_stderr
 
     if args.junit_xml is not None:
         check_junit_target(args.junit_xml)
@@ -150,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         weights=args.weights,
         log=None if args.json else (lambda result: print(result.line(), flush=True)),  # each prompt as it is decided
+        progress=to_stderr if args.progress_every > 0 else None,  # terminals and CI logs alike
+        progress_every=args.progress_every,
+        first_m=args.first_m,
     )
     if args.json:
         print(json.dumps(report.as_json(), indent=2))

@@ -65,6 +65,9 @@ def check_decoder(
     workers: int = 1,
     weights: str | None = None,
     log: Callable[[PromptOutcome], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+    progress_every: float = 30.0,
+    first_m: bool = True,
 ) -> DecoderReport:
     """Test a decoder's law on ``model``: every token of whole generations of up to ``depth``
     tokens (the default; spec/decoder/depth/law.py, power 0.99 against TV ``tv`` (0.05) on ``fraction``
@@ -80,6 +83,17 @@ def check_decoder(
     position-binned features, default TV 0.1). N is chosen for power 0.99 against a
     total-variation deviation ``tv`` at false-alarm probability ``alpha`` (default 1e-3, split over
     the prompts). ``log`` sees each prompt's outcome as it is decided.
+
+    Sized for CI (the depth test against a law): ``progress`` receives lines as the run goes (the
+    pilot's cost per token and the design with its projected time up front, within one
+    generation's time of the start; then a line at most every ``progress_every`` seconds: tokens
+    judged of the design's, looks done, elapsed, projected remaining). ``budget`` without ``tv``
+    is budget-led: the design is for the smallest TV the budget affords at the pilot's cost,
+    stated up front and in the verdict (spec/decoder/depth/sizing.py); with ``tv`` the budget
+    only stops the run (inconclusive if short). ``first_m`` (default on): the first-m test of the
+    first ``m`` tokens runs first (its N ~1,000 samples of m tokens: a first-cycle bug is
+    rejected in seconds), on 10% of the prompt's alpha, the depth test on the rest
+    (spec/decoder/depth/first_m.py).
 
     ``workers``: the depth test's generations decoded by that many processes, each building its
     own engine (``engine`` then a ``"module:FACTORY"`` string; ``engine_cmd`` started that many
@@ -121,12 +135,14 @@ def check_decoder(
                       penalty_last_n=penalty_last_n, min_tokens=min_tokens, draft_temperature=draft_temperature,
                       draft_top_k=draft_top_k, k=k, target_law=target_law, tv=tv, fraction=fraction, budget=budget,
                       alpha=alpha, min_mass=min_mass, greedy=greedy, max_tokens=max_tokens, weights=weights, log=log))
+    budget_led = tv is None and budget is not None and depth > 0 and target_law != "two-sample" and not greedy
     tv = default_tv(depth, target_law) if tv is None else tv
     _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
     flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "repeat_penalty": repeat_penalty,
              "repetition_penalty": repetition_penalty, "frequency_penalty": frequency_penalty,
              "presence_penalty": presence_penalty, "penalty_last_n": penalty_last_n, "min_tokens": min_tokens}
     _check_depth_arguments(depth, min_tokens or 0, fraction, budget, ours)
+    _check_progress_every(progress_every)
     _check_workers(workers, engine, depth, greedy)
     _check_weights(weights, ours, depth, greedy, target_law)
     _profile(law, flags, ())  # before the model loads: a flag the law lacks, a bad value
@@ -151,7 +167,11 @@ def check_decoder(
                          weights)
             run.generations = pool
         run.law = None if profile.name == "verispec" else profile
-        run.depth = _Depth(depth, min_tokens_of(profile), fraction, budget, reference)
+        run.depth = _Depth(depth, min_tokens_of(profile), fraction, budget, reference, budget_led, first_m)
+        if progress is not None:
+            from verispec.progress import PeriodicLines
+
+            run.progress = PeriodicLines(progress, progress_every)
         run.check_modes()
         for text in texts:
             report.results.append(run.prompt(text))
@@ -247,6 +267,13 @@ def _check_depth_arguments(depth: int, min_tokens: int, fraction: float, budget:
         raise _error(f"budget must be > 0 seconds, got {budget}")
     if ours and min_tokens:
         raise _error("ours: our decode loop has no min_tokens")
+
+
+def _check_progress_every(seconds: float) -> None:
+    import math
+
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        raise _error(f"progress_every must be a finite number of seconds >= 0, got {seconds!r}")
 
 
 def _check_workers(workers: int, engine: object, depth: int, greedy: bool) -> None:
@@ -400,6 +427,8 @@ class _Depth:
     fraction: float = 0.1
     budget: float | None = None
     model: Any = None  # our reference model: teacher-forced rows of whole generations
+    budget_led: bool = False  # the design's TV chosen from the budget (no tv given)
+    first_m: bool = True  # the first-m test first, on a share of the alpha (spec/decoder/depth/first_m.py)
 
 
 class _Run:
@@ -417,6 +446,7 @@ class _Run:
         self.depth = _Depth()
         self.law: Profile | None = None  # another ecosystem's target law (None: verispec, of params)
         self.generations: Any = engine  # who decodes the depth tests' blocks (a pool with workers > 1)
+        self.progress: Callable[[str, bool], None] | None = None  # progress lines (verispec/progress.py)
 
     def check_modes(self) -> None:
         """A usage error for a mode the engine does not offer; picks whose logits are the target."""
@@ -475,7 +505,9 @@ class _Run:
     def _depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
         """The depth test of one prompt (spec/decoder/depth/law.py)."""
         from verispec.spec.decoder.check import EngineLogits
-        from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json
+        from verispec.spec.decoder.check import law_json
+        from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, sizing_json, verdict_json
+        from verispec.spec.decoder.depth.first_m import first_m_summary, split_alpha
         from verispec.spec.decoder.depth.ties import PlainFedRows
         from verispec.spec.decoder.depth.forcing import ConcurrentRows
         from verispec.spec.decoder.types import ForcedRows
@@ -489,20 +521,76 @@ class _Run:
         else:
             rows = reference_rows(self.depth.model)
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law, self.vocab())
-        verdict = check_depth(self.generations, rows, case, alpha=self.alpha, tv=self.tv, fraction=self.depth.fraction,
-                              budget_s=self.depth.budget)
-        design = (f"design {verdict.design.tokens} tokens for power 0.99 vs TV {verdict.design.tv} on "
+        alpha, budget, first = self.alpha, self.depth.budget, None
+        if self.depth.first_m and not callable(getattr(self.engine, "forced_rows", None)):  # judged on its own rows: no first-m
+            first_alpha, alpha = split_alpha(self.alpha)
+            first = self._first_m(text, case, first_alpha, alpha)
+            if not first[0].passed:
+                return self._first_m_failed(text, first[0], began)
+            budget = None if budget is None else max(budget - first[1], 1e-3)
+        verdict = check_depth(self.generations, rows, case, alpha=alpha, tv=self.tv, fraction=self.depth.fraction,
+                              budget_s=budget, size_to_budget=self.depth.budget_led, progress=self._prompt_sink(text))
+        led = f" (budget-led: the smallest TV {self.depth.budget:g} s affords)" if verdict.sizing.budget_led else ""
+        design = (f"design {verdict.design.tokens} tokens for power 0.99 vs TV {verdict.design.tv}{led} on "
                   f"{verdict.design.fraction:.0%} of positions")
-        return self._outcome(text, "depth", verdict, verdict_json(verdict), design, began)
+        # the timing only where it chose the design (budget-led): elsewhere a verdict's numbers do not
+        # depend on the machine or the number of workers
+        numbers = {**verdict_json(verdict), **(sizing_json(verdict) if verdict.sizing.budget_led else {})}
+        if first is not None:
+            numbers["first_m"] = {"m": self.m, **law_json(first[0])}
+            design = f"{design}; first-m test passed ({first_m_summary(first[0], self.m)})"
+        return self._outcome(text, "depth", verdict, numbers, design, began, alpha)
 
-    def _outcome(self, text: str, mode: str, verdict: Any, numbers: dict[str, Any], design: str, began: float) -> PromptOutcome:
+    def _prompt_sink(self, text: str) -> Callable[[str, bool], None] | None:
+        """The depth test's progress lines, each naming its prompt (None: no progress wanted)."""
+        shown = self.progress
+        if shown is None:
+            return None
+        return lambda line, milestone: shown(f"{text[:40]!r}: {line}", milestone)
+
+    def _first_m(self, text: str, case: Any, alpha: float, rest: float) -> tuple[Any, float]:
+        """The first-m test on the depth engine's ``generate`` (spec/decoder/depth/first_m.py): (verdict, seconds)."""
+        from verispec.spec.decoder.check import LawCase, check_law
+        from verispec.spec.decoder.depth.law import case_law
+        from verispec.spec.decoder.depth.first_m import FIRST_M_SHARE, FIRST_M_TV, SEED_OFFSET, FirstTokensOfGenerate, first_m_summary
+
+        say = self._prompt_sink(text)
+        if say is not None:
+            say(f"first-m test: the first {self.m} tokens' law against TV {FIRST_M_TV} at alpha={alpha:.2g} "
+                f"({FIRST_M_SHARE:.0%} of the prompt's; the depth test gets alpha={rest:.2g})", True)
+        began = time.perf_counter()
+        law = case_law(case) if case.min_tokens or self.law is not None else None  # min_tokens: the EOG ban by position
+        first_case = LawCase(case.prompt_ids, self.params, self.m, self.min_mass, self.eog, law)
+        verdict = check_law(FirstTokensOfGenerate(self.engine, case), self.target, first_case, alpha=alpha, tv=FIRST_M_TV,
+                            seed=20_261_130 + SEED_OFFSET)
+        seconds = time.perf_counter() - began
+        if say is not None:
+            say(f"first-m test {'passed' if verdict.passed else 'FAILED'} in {seconds:.1f} s: "
+                f"{first_m_summary(verdict, self.m)}", True)
+        return verdict, seconds
+
+    def _first_m_failed(self, text: str, verdict: Any, began: float) -> PromptOutcome:
+        """The prompt's outcome when the first-m test rejected: failed, the depth test not run."""
+        from verispec.decoder.report import PromptOutcome
+        from verispec.spec.decoder.check import law_json
+
+        where = f"first-m test (the first {self.m} tokens' law): {verdict.detail}"
+        detail = (f"[FAILED] {where}; N={verdict.n} alpha={verdict.alpha:.2g} power={verdict.power:.4f} vs TV>={verdict.tv} "
+                  f"(its share of the prompt's alpha {self.alpha:.2g}); the depth test was not run")
+        numbers = {"state": "failed", "exit_status": 1, "where": where, "alpha": verdict.alpha,
+                   "first_m": {"m": self.m, **law_json(verdict)}}
+        return PromptOutcome(text, "depth", False, detail, time.perf_counter() - began, numbers)
+
+    def _outcome(
+        self, text: str, mode: str, verdict: Any, numbers: dict[str, Any], design: str, began: float, alpha: float | None = None,
+    ) -> PromptOutcome:
         """A depth verdict (either mode: a :class:`spec.sequential_state.StateVerdict` with ``where``,
         ``detail`` and ``power``) as the prompt's outcome."""
         from verispec.decoder.report import PromptOutcome
         from verispec.spec.sequential_state import LABEL
 
         detail = (f"[{LABEL[verdict.state]}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; {design}, "
-                  f"alpha={self.alpha:.2g}, power reached {verdict.power:.4f}")
+                  f"alpha={self.alpha if alpha is None else alpha:.2g}, power reached {verdict.power:.4f}")
         numbers.pop("detail", None)
         passed = bool(numbers.pop("passed", verdict.passed))
         return PromptOutcome(text, mode, passed, detail, time.perf_counter() - began, numbers,

@@ -93,7 +93,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
@@ -110,6 +110,20 @@ from verispec.spec.decoder.depth.forcing import rows_in_order
 from verispec.spec.decoder.types import ForcedRows as ForcedRows
 from verispec.spec.decoder.types import Prefix as Prefix
 from verispec.spec.sequential_state import State, StateVerdict
+from verispec.spec.decoder.depth.sizing import (
+    BUDGET_USE,
+    CORRECTIONS,
+    PILOT_SHARE,
+    INTERIOR_TV,
+    SEARCH_STEPS,
+    TV_CEILING,
+    ProgressSink,
+    corrected_tv,
+    duration,
+    per_token,
+    search_rows,
+    smallest_tv,
+)
 from verispec.spec.decoder.depth.ties import TIE_NOISES, NearTie, cut_edge_margin
 from verispec.spec.decoder.depth.power import (
     SCORE_LAMBDAS,
@@ -631,6 +645,16 @@ def judge_look(sums: Sums, alpha: float, case: DepthCase, martingale_alpha: floa
 
 
 @dataclass(frozen=True)
+class Sizing:
+    """How the run is sized: ``budget_led`` (the TV chosen from the budget) and what the pilot said."""
+
+    budget_led: bool = False
+    seconds_per_token: float = math.nan
+    projected_s: float = math.nan  # the design's tokens at the pilot's rate
+    affordable: float = math.nan  # budget-led: the tokens the budget's rest affords
+
+
+@dataclass(frozen=True)
 class DepthVerdict(StateVerdict):
     state: State
     design: PowerDesign
@@ -642,6 +666,7 @@ class DepthVerdict(StateVerdict):
     detail: str
     looks: tuple[Look, ...] = ()
     near_ties: tuple[tuple[int, NearTie], ...] = ()  # (generation, near-tie): numerics at a cut edge, not judged
+    sizing: Sizing = field(default_factory=Sizing)  # how the design was sized (budget-led or not), the pilot's rate
 
 
 def look_alphas(alpha: float) -> tuple[float, ...]:
@@ -670,27 +695,57 @@ def draw(engine: GenerationEngine, case: DepthCase, n: int, seed: int) -> list[G
     return next(blocks(engine, case, [(n, seed)]))
 
 
-def pilot_design(
-    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, alpha: float, tv: float, fraction: float, seed: int,
-    pilot: int, deadline: float | None = None,
-) -> tuple[PowerDesign, float]:
-    """(design, mean tokens per generation) from ``pilot`` generations of the engine itself, drawn
-    in blocks of :data:`PILOT_BLOCK` (a ``deadline`` on ``time.monotonic()`` ends it after a block)."""
+@dataclass
+class Pilot:
+    """The pilot's rows (a uniform subsample of at most :data:`MAX_PILOT_ROWS`), its generations'
+    lengths, and what it cost: ``seconds`` for ``tokens`` tokens decoded, forced and scored."""
+
+    rows: list[F64]
+    lengths: list[int]
+    seconds: float
+    tokens: int
+
+    @property
+    def mean_length(self) -> float:
+        return max(1.0, float(np.mean(self.lengths)))
+
+    @property
+    def seconds_per_token(self) -> float:
+        return self.seconds / max(self.tokens, 1)
+
+
+def pilot_plan(pilot: int, seed: int) -> list[tuple[int, int]]:
+    """The pilot's blocks: ONE generation first (the engine's cost is known after one generation's
+    time, and said), then blocks of :data:`PILOT_BLOCK`; block seeds from the generation index."""
+    first = [(1, seed + 1)] if pilot > 0 else []
+    return first + [(min(PILOT_BLOCK, pilot - start), seed + 1 + start) for start in range(1, pilot, PILOT_BLOCK)]
+
+
+def pilot_rows(
+    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, seed: int, pilot: int, deadline: float | None = None,
+    on_block: Callable[[Pilot, bool], None] | None = None,
+) -> Pilot:
+    """The pilot (:func:`pilot_plan`), timed; a ``deadline`` on ``time.monotonic()`` ends it after a
+    block; ``on_block(pilot so far, more blocks to come)`` after each block."""
+    began = time.monotonic()
     rng = np.random.default_rng([seed, 1])
     rows: list[F64] = []
     lengths: list[int] = []
-    plan = [(min(PILOT_BLOCK, pilot - start), seed + 1 + start) for start in range(0, pilot, PILOT_BLOCK)]
+    plan = pilot_plan(pilot, seed)
     pilot_blocks = blocks(engine, case, plan)
     first_broken: str | None = None  # the first malformed generation's reason, kept for the message
     try:
-        for block in pilot_blocks:
+        for index, block in enumerate(pilot_blocks):
             for gen in block:
                 scored = score(rows_of, case, gen.ids, rng, keep_rows=True)
                 rows.extend(scored.rows)
                 lengths.append(len(gen.ids))
                 if scored.broken and first_broken is None:
                     first_broken = f"pilot generation {len(lengths)}: {scored.broken}"
-            if deadline is not None and time.monotonic() > deadline:
+            late = deadline is not None and time.monotonic() > deadline
+            if on_block is not None and rows:
+                on_block(Pilot(rows, lengths, time.monotonic() - began, sum(lengths)), index + 1 < len(plan) and not late)
+            if late:
                 break
     finally:
         pilot_blocks.close()
@@ -698,8 +753,53 @@ def pilot_design(
         raise VerispecError(f"no row to design the test on: {_why_no_rows(lengths, first_broken)}")
     if len(rows) > MAX_PILOT_ROWS:  # a uniform subsample: the design needs row shapes, not all rows
         rows = [rows[int(i)] for i in np.sort(rng.choice(len(rows), MAX_PILOT_ROWS, replace=False))]
-    power_design = design(rows, tv, fraction, final_stat_alpha(alpha), POWER, martingale_stat_alpha(alpha))
-    return power_design, max(1.0, float(np.mean(lengths)))
+    return Pilot(rows, lengths, time.monotonic() - began, sum(lengths))
+
+
+def design_of(rows: Sequence[F64], alpha: float, tv: float, fraction: float) -> PowerDesign:
+    """The depth test's design on pilot rows at the case's alpha split (power 0.99)."""
+    return design(rows, tv, fraction, final_stat_alpha(alpha), POWER, martingale_stat_alpha(alpha))
+
+
+def pilot_design(
+    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, alpha: float, tv: float, fraction: float, seed: int,
+    pilot: int, deadline: float | None = None,
+) -> tuple[PowerDesign, float]:
+    """(design, mean tokens per generation) from ``pilot`` generations of the engine itself
+    (:func:`pilot_rows`; a ``deadline`` on ``time.monotonic()`` ends it after a block)."""
+    drawn = pilot_rows(engine, rows_of, case, seed, pilot, deadline)
+    return design_of(drawn.rows, alpha, tv, fraction), drawn.mean_length
+
+
+def budget_design(pilot: Pilot, alpha: float, fraction: float, seconds_left: float) -> tuple[PowerDesign | None, float, float]:
+    """(the design for the smallest TV the rest of a budget affords, or None when even TV 1 needs
+    more tokens; the tokens afforded; the seconds left for the test) (spec/decoder/depth/sizing.py).
+    The search's own time comes out of ``seconds_left``: it is timed on one design at an interior
+    TV (at TV 1 the tempering stops at once and would time nothing)."""
+    subsample = search_rows(pilot.rows, np.random.default_rng(len(pilot.rows)))
+    memo: dict[float, float] = {}
+
+    def tokens_at(tv: float) -> float:
+        if tv not in memo:
+            memo[tv] = design_of(subsample, alpha, tv, fraction).tokens
+        return memo[tv]
+
+    began = time.monotonic()
+    tokens_at(INTERIOR_TV)
+    one = time.monotonic() - began
+    # up to SEARCH_STEPS + 2 designs on the subsample, about two on all rows (a design's cost grows with its rows)
+    usable = max(seconds_left - one * (SEARCH_STEPS + 2 + 2 * len(pilot.rows) / len(subsample)), 0.0)
+    affordable = usable * BUDGET_USE / max(pilot.seconds_per_token, 1e-9)
+    tv = smallest_tv(tokens_at, affordable)
+    if tv is None:
+        return None, affordable, usable
+    planned = design_of(pilot.rows, alpha, tv, fraction)
+    for _ in range(CORRECTIONS):  # the subsample's rows may be easier than all of them
+        if planned.tokens <= affordable or tv >= TV_CEILING:
+            break
+        tv = corrected_tv(tv, planned.tokens, affordable)
+        planned = design_of(pilot.rows, alpha, tv, fraction)
+    return planned, affordable, usable
 
 
 # The largest design run: 1e8 tokens, 275 times SmolLM2's full default design (363,292 tokens in
@@ -744,22 +844,98 @@ def check_depth(
     pilot: int = PILOT,
     block: int | None = None,
     logprob_tol: float = LOGPROB_TOL,
+    size_to_budget: bool = False,
+    progress: ProgressSink | None = None,
 ) -> DepthVerdict:
     """The sequential depth test of one case (module docstring). ``budget_s`` (seconds) or
-    ``max_generations`` end it early: failed if a look rejected, else inconclusive."""
+    ``max_generations`` end it early: failed if a look rejected, else inconclusive. With
+    ``size_to_budget`` (and ``budget_s``) ``tv`` is not used: the design is for the smallest TV the
+    budget affords at the pilot's cost (spec/decoder/depth/sizing.py). ``progress(line,
+    milestone)``: the pilot's cost and the design up front (milestones), then one tick a block."""
     started = time.monotonic()
+    say = progress or (lambda line, milestone: None)
+    budget_led = size_to_budget and budget_s is not None
     try:
-        deadline = None if budget_s is None else started + budget_s
-        plan, mean_length = pilot_design(engine, rows_of, case, alpha, tv, fraction, seed, pilot, deadline)
+        share = PILOT_SHARE if budget_led else 1.0
+        deadline = None if budget_s is None else started + share * budget_s
+        drawn = pilot_rows(engine, rows_of, case, seed, pilot, deadline,
+                           None if progress is None else _pilot_reporter(say, alpha, tv, fraction, budget_led))
     except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
         unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
         return _verdict("failed", unplanned, Sums(), alpha, [], f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}")
+    try:
+        if budget_led:
+            assert budget_s is not None
+            sized, affordable, usable = budget_design(drawn, alpha, fraction, budget_s - (time.monotonic() - started))
+            if sized is None:
+                unreachable = design_of(drawn.rows, alpha, TV_CEILING, fraction)
+                say(design_line(unreachable, drawn, alpha, usable, affordable), True)
+                return replace(_verdict("inconclusive", unreachable, Sums(), alpha, [], unaffordable(unreachable, drawn, usable, affordable)),
+                               sizing=Sizing(True, drawn.seconds_per_token, unreachable.tokens * drawn.seconds_per_token, affordable))
+            plan = sized
+        else:
+            plan, affordable, usable = design_of(drawn.rows, alpha, tv, fraction), math.nan, math.nan
     except DeterministicLaw:
         unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
         limit = DETERMINISTIC_GENERATIONS if max_generations is None else min(max_generations, DETERMINISTIC_GENERATIONS)
         return check_deterministic(engine, rows_of, case, unplanned, alpha=alpha, seed=seed, started=started,
                                    budget_s=budget_s, generations=limit, logprob_tol=logprob_tol)
     refuse_unbounded(plan)
+    sizing = Sizing(budget_led, drawn.seconds_per_token, plan.tokens * drawn.seconds_per_token, affordable)
+    say(design_line(plan, drawn, alpha, usable if budget_led else budget_s, affordable if budget_led else None), True)
+    return replace(_sequential(engine, rows_of, case, plan, drawn.mean_length, alpha, seed, started, budget_s, max_generations,
+                               block, logprob_tol, say), sizing=sizing)
+
+
+def _pilot_reporter(say: ProgressSink, alpha: float, tv: float, fraction: float, budget_led: bool) -> Callable[[Pilot, bool], None]:
+    """The pilot's progress: after its first block (one generation) its cost and, at a fixed TV, a
+    provisional design from that generation's rows; then one tick a block."""
+    blocks_seen = [0]
+
+    def report(so_far: Pilot, more: bool) -> None:
+        blocks_seen[0] += 1
+        cost = (f"pilot: {len(so_far.lengths)} generation{'s' if len(so_far.lengths) != 1 else ''}, {so_far.tokens:,} tokens in {duration(so_far.seconds)} "
+                f"({per_token(so_far.seconds_per_token)} a token, decoding and judging)")
+        if blocks_seen[0] > 1:
+            say(cost, False)
+            return
+        if more and not budget_led:
+            guess = design_of(so_far.rows, alpha, tv, fraction).tokens
+            cost += (f"; provisional design ~{guess:,} tokens for power {POWER} vs TV {tv} on {fraction:.0%} of positions, "
+                     f"~{duration(guess * so_far.seconds_per_token)} at this rate")
+        say(cost, True)
+
+    return report
+
+
+def design_line(plan: PowerDesign, drawn: Pilot, alpha: float, budget_s: float | None, affordable: float | None) -> str:
+    """The up-front line: the design, the pilot's cost per token, the projected time; budget-led:
+    what the budget affords and the TV it buys."""
+    rate = drawn.seconds_per_token
+    head = (f"design: {plan.tokens:,} tokens (~{math.ceil(plan.tokens / drawn.mean_length):,} generations of "
+            f"~{drawn.mean_length:.0f} tokens) for power {plan.power} vs TV {plan.tv} on {plan.fraction:.0%} of positions, "
+            f"alpha={alpha:.2g}; pilot {len(drawn.lengths)} generations at {per_token(rate)} a token: "
+            f"projected {duration(plan.tokens * rate)}")
+    if affordable is not None and budget_s is not None:
+        head += (f"; budget-led: the ~{duration(budget_s)} left for the test afford ~{affordable:,.0f} tokens, TV {plan.tv} is the "
+                 f"smallest deviation detectable there")
+    elif budget_s is not None and plan.tokens * rate > budget_s:
+        head += f"; the budget {duration(budget_s)} stops it first (inconclusive unless a look rejects; drop --tv for a budget-led design)"
+    return head
+
+
+def unaffordable(plan: PowerDesign, drawn: Pilot, budget_s: float, affordable: float) -> str:
+    return (f"budget-led: the ~{duration(budget_s)} left for the test afford ~{affordable:,.0f} tokens, but even TV {plan.tv} "
+            f"needs {plan.tokens:,} (~{duration(plan.tokens * drawn.seconds_per_token)} at {per_token(drawn.seconds_per_token)} "
+            f"a token); no deviation is detectable at power {plan.power} in this budget")
+
+
+def _sequential(
+    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, plan: PowerDesign, mean_length: float, alpha: float,
+    seed: int, started: float, budget_s: float | None, max_generations: int | None, block: int | None, logprob_tol: float,
+    say: ProgressSink,
+) -> DepthVerdict:
+    """The test's blocks and looks on a fixed design (module docstring)."""
     targets = [math.ceil(plan.tokens / 2 ** (LOOKS - 1 - j)) for j in range(LOOKS)]
     per_block = block or min(MAX_BLOCK, max(1, math.ceil(targets[0] / mean_length)))
     alphas = look_alphas(alpha)
@@ -768,6 +944,7 @@ def check_depth(
     rng = np.random.default_rng([seed, 2])
     looks: list[Look] = []
     next_look = 0
+    test_began = time.monotonic()
     drawn = blocks(engine, case, plan_of(seed + 100, per_block, max_generations))  # closed (its lookahead dropped) on return
     while next_look < LOOKS:
         out_of_time = budget_s is not None and time.monotonic() - started > budget_s
@@ -792,6 +969,7 @@ def check_depth(
             next_look += 1
             if look.rejected:
                 return _verdict("failed", plan, sums, alpha, looks, look.where)
+        say(tick_line(sums, plan, len(looks), time.monotonic() - started, time.monotonic() - test_began), False)
     return _verdict("passed", plan, sums, alpha, looks, "")
 
 
@@ -834,6 +1012,14 @@ def check_deterministic(
             if sums.broken or sums.collision:
                 return _verdict("failed", plan, sums, alpha, [], sums.broken or sums.collision, note)
     return _verdict("passed", plan, sums, alpha, [], "", note)
+def tick_line(sums: Sums, plan: PowerDesign, looks: int, elapsed: float, testing: float) -> str:
+    """One progress tick: tokens judged of the design's, looks done, elapsed, projected remaining
+    (at the test's own rate so far)."""
+    tokens = sums.overall.tokens
+    left = max(plan.tokens - tokens, 0) * testing / max(tokens, 1)
+    return (f"depth: {tokens:,} / {plan.tokens:,} tokens judged ({min(tokens / max(plan.tokens, 1), 1.0):.0%}) in "
+            f"{sums.generations:,} generations, looks {looks}/{LOOKS} done, elapsed {duration(elapsed)}, "
+            f"projected remaining {duration(left)}")
 
 
 def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
@@ -899,8 +1085,24 @@ def verdict_json(verdict: DepthVerdict) -> dict[str, Any]:
         "power": round(verdict.power, 6),
         "tv": verdict.design.tv,
         "fraction": verdict.design.fraction,
+        "budget_led": verdict.sizing.budget_led,
         "where": verdict.where,
         "detail": verdict.detail,
         "near_ties": len(verdict.near_ties),
         "near_tie_margins": [[g, t.position, t.token, round(t.margin, 6), round(t.noise, 6)] for g, t in verdict.near_ties[:100]],
     }
+
+
+def sizing_json(verdict: DepthVerdict) -> dict[str, Any]:
+    """The run's timing as the pilot measured it (apart from :func:`verdict_json`: a verdict's
+    numbers are the same with any number of workers, its timing is not)."""
+    return {
+        "seconds_per_token": _finite(verdict.sizing.seconds_per_token),
+        "projected_s": _finite(verdict.sizing.projected_s),
+        "affordable_tokens": _finite(verdict.sizing.affordable),
+    }
+
+
+def _finite(x: float) -> float | None:
+    """A JSON number, or null where the pilot did not say (NaN is no JSON)."""
+    return round(x, 6) if math.isfinite(x) else None
