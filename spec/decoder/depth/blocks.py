@@ -19,15 +19,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from verispec.reference.errors import ExternalError
 from verispec.spec.answers import shown
-
-if TYPE_CHECKING:
-    from verispec.spec.decoder.depth.law import DepthCase, Generation
+from verispec.spec.decoder.depth.generation import DepthCase, Generation, as_generation
+from verispec.spec.decoder.laws import default as default_law
 
 
 class Pending(Protocol):
@@ -38,8 +37,6 @@ class Pending(Protocol):
 
 def law_keywords(case: DepthCase) -> dict[str, Any]:
     """``{"law": profile}`` for a non-default target law (an engine of the default law need not take it)."""
-    from verispec.spec.decoder.laws import default as default_law
-
     return {} if case.law is None or case.law.name == default_law.NAME else {"law": case.law}
 
 
@@ -47,8 +44,6 @@ def checked_block(raw: Any, n: int, vocab: int | None = None) -> list[Generation
     """The engine's answer to a block of ``n`` as Generations, every field of every generation
     exactly of its type and every id in [0, ``vocab``) (:func:`spec.answers.generation`, the one
     reader of generations whoever decoded them); ExternalError naming the item otherwise."""
-    from verispec.spec.decoder.depth.law import as_generation
-
     if not isinstance(raw, (list, tuple)):
         raise ExternalError(f"the engine answered {shown(raw)}, asked for a list of {n} generations")
     if len(raw) != n:
@@ -106,8 +101,6 @@ def as_mapping(raw: Any) -> Mapping[str, Any] | list[Any]:
     """A generation as the wire carries it: a list of ids, or ``{"ids", "cycles", "logprobs"}``.
     Each value keeps its type (a NumPy scalar becomes the Python scalar of its kind): a worker
     converts nothing, so a float or string id reaches the checker's reader as what it was."""
-    from verispec.spec.decoder.depth.law import Generation
-
     if isinstance(raw, Generation):
         out: dict[str, Any] = {"ids": list(raw.ids)}
         if raw.cycles is not None:
