@@ -113,3 +113,29 @@ def test_a_python_verifier_without_a_batch_form_is_warned(vectors: VectorSet) ->
     assert seen == []
     verispec.check(verify_sampled, only=["stat_verdict_law_k1"], scale=0.01, min_power=0, warn=seen.append)
     assert len(seen) == 1
+
+
+def test_an_expensive_test_does_not_hold_the_cheap_ones_back() -> None:
+    """After the first round (every test's first look, untimed) the cheapest next look goes first."""
+    import time
+
+    from verispec.spec.properties import STAT_DESIGNS
+    from verispec.spec.sequential import SequentialTest, run_interleaved, schedule
+
+    order: list[str] = []
+    slow_name = "stat_verdict_law_k1"
+
+    def draw(design: object, blocks: list[int], size: int) -> list[np.ndarray]:
+        name = getattr(design, "name")
+        order.append(name)
+        if name == slow_name:
+            time.sleep(0.002)  # the expensive test: far more time per draw
+        probs = getattr(design, "probs")
+        return [np.round(probs * size).astype(np.int64) for _ in blocks]
+
+    names = [slow_name, "stat_verdict_law_k2"]
+    tests = [SequentialTest(STAT_DESIGNS[n](), schedule(STAT_DESIGNS[n](), 0.01)) for n in names]
+    run_interleaved(tests, draw)
+    assert order[:2] == names  # round 1: in the given order
+    second_round = order[2:4]
+    assert second_round == ["stat_verdict_law_k2", slow_name]
