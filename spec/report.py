@@ -262,10 +262,34 @@ class CheckReport:
         return self.headline()
 
     def summary(self) -> str:
-        """The failed and inconclusive properties' lines, the verdict and the claim (an assertion's message)."""
+        """The failed and inconclusive properties' lines, the verdict, the claim, and the run's
+        design and reach (an assertion's message)."""
         lines = [format_outcome(p) for p in self.properties if p.status in ("failed", "inconclusive")]
         lines.append(f"{self.headline()}  ({len(self.properties)} properties, {self.seconds:.1f}s)")
-        return "\n".join([*lines, self.claim()])
+        return "\n".join([*lines, self.claim(), *self.scope()])
+
+    def scope(self) -> list[str]:
+        """The design (mode, scale, N, power, false alarms) and what such a check can and cannot see."""
+        stats = [p for p in self.statistical() if p.status in ("passed", "failed", "inconclusive")]
+        mode = "law only (own randomness)" if self.law_only else "protocol (bit-exact replay and law)"
+        design = f"design: {mode}, scale {self.scale:g}, {len(stats)} statistical test(s)"
+        if stats:
+            power = math.floor(min(p.power for p in stats) * 1e4) / 1e4
+            needed = self.required_power()
+            design += (
+                f" at N = {min(p.n for p in stats):,} to {max(p.n for p in stats):,} draws, power reached {power:.4f} "
+                f"(needed {POWER if needed is None else needed:g}) against TV " + " / ".join(f"{tv:g}" for tv in sorted({p.tv for p in stats}))
+                + f", false alarms <= {math.fsum(p.alpha for p in stats):.2g}"
+            )
+        sees = "sees: the verdict law on the suite's rows and drafts" + (
+            "" if self.law_only else ", bit-exact agreement with the protocol's draws"
+        ) + ", input validation (contract)"
+        blind = (
+            "cannot see: rows or drafts the suite does not draw, deviations below the stated TV, "
+            "the decode loop around the verifier (check-decoder checks that)"
+            + ("; seed-for-seed agreement with another implementation" if self.law_only else "")
+        )
+        return [design, sees, blind]
 
     def claim(self) -> str:
         """What the run showed, at the level it holds."""

@@ -120,18 +120,18 @@ def test_an_expensive_test_does_not_hold_the_cheap_ones_back() -> None:
     import time
 
     from verispec.spec.properties import STAT_DESIGNS
-    from verispec.spec.sequential import SequentialTest, run_interleaved, schedule
+    from collections.abc import Sequence
+
+    from verispec.spec.sequential import Counts, SequentialTest, StatDesign, run_interleaved, schedule
 
     order: list[str] = []
     slow_name = "stat_verdict_law_k1"
 
-    def draw(design: object, blocks: list[int], size: int) -> list[np.ndarray]:
-        name = getattr(design, "name")
-        order.append(name)
-        if name == slow_name:
+    def draw(design: StatDesign, blocks: Sequence[int], size: int) -> list[Counts]:
+        order.append(design.name)
+        if design.name == slow_name:
             time.sleep(0.002)  # the expensive test: far more time per draw
-        probs = getattr(design, "probs")
-        return [np.round(probs * size).astype(np.int64) for _ in blocks]
+        return [np.round(design.probs * size).astype(np.int64) for _ in blocks]
 
     names = [slow_name, "stat_verdict_law_k2"]
     tests = [SequentialTest(STAT_DESIGNS[n](), schedule(STAT_DESIGNS[n](), 0.01)) for n in names]
@@ -139,3 +139,11 @@ def test_an_expensive_test_does_not_hold_the_cheap_ones_back() -> None:
     assert order[:2] == names  # round 1: in the given order
     second_round = order[2:4]
     assert second_round == ["stat_verdict_law_k2", slow_name]
+
+
+def test_the_summary_states_the_design_power_and_reach(vectors: VectorSet) -> None:
+    impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
+    summary = run_check(impl, vectors, only=["stat_verdict_law_k1"], scale=0.05, min_power=0).summary()
+    assert "design: protocol (bit-exact replay and law), scale 0.05, 1 statistical test(s) at N = " in summary
+    assert "power reached 0.0016 (needed 0)" in summary and "false alarms <= 0.0001" in summary
+    assert "sees: the verdict law" in summary and "cannot see: rows or drafts the suite does not draw" in summary
