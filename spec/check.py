@@ -35,7 +35,12 @@ input is rejected" (it is converted to :class:`VerificationError`).
   p [k+1, V] or [N, k+1, V], q [k, V] or [N, k, V], drafts int64 [N, k], uniforms [N, k+1];
   returns an object with ``accepted`` [N], ``token`` [N], ``is_bonus`` [N] arrays. Without it the
   single verifier is called N times.
-- ``greedy_verifier(p, drafts) -> verdict`` (optional): p [k+1, V] logits or probabilities.
+- ``greedy_verifier(p, drafts) -> verdict`` (optional; without it ``vectors_greedy`` is skipped,
+  said so): p [k+1, V] float64 rows of logits OR probabilities (any finite reals: only each row's
+  argmax matters, lowest id on ties), drafts list[int] (k >= 1); accept while drafts[i] is row i's
+  argmax, then emit the argmax of the first disagreeing row (kind "repair") or of row k ("bonus").
+  It must reject (raise) NaN, a wrong shape, or a draft id outside [0, V), and must NOT reject
+  negative or unnormalized rows (logits).
 - ``pipeline``: an object (or a class, instantiated without arguments) with
   ``rows(request) -> (p [k+1, V], q [k, V])`` for a :class:`spec.pipeline.RowsRequest` (target
   and draft logits, history, drafts, target and draft params) and
@@ -68,7 +73,7 @@ from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, Batch
 from verispec.spec.external import CommandTransport, ExternalError, ProgramCannotStart, Unsupported, WireImplementation, parse_verdict
 from verispec.spec.law_only import NOT_APPLICABLE_REASON, applicable, batch_ignoring_uniforms, call_seed, ignoring_uniforms
 from verispec.spec.pipeline import Pipeline, RowsRequest
-from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS, as_batch, as_verifier, run_properties
+from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS, STATISTICAL, as_batch, as_verifier, run_properties
 from verispec.spec.property_names import property_names
 from verispec.spec.report import (
     DEFAULT_STAT_SEED,
@@ -92,7 +97,10 @@ from verispec.spec.vectors import KINDS, Json, VectorSet, compare
 from verispec.spec.vectors.gen_large import as_sampled_case
 from verispec.spec.vectors.wire import rows_request_from_json
 
-REQUIRED_KINDS = frozenset({"sampled", "sampled_large", "greedy"})  # vector kinds every verifier must answer
+REQUIRED_KINDS = frozenset({"sampled", "sampled_large"})  # vector kinds every verifier must answer
+# a verifier without a greedy form is still a sampled verifier worth gating: its greedy vectors are
+# skipped, said in one line and recorded as skipped (never passed)
+GREEDY_SKIPPED = "no greedy verifier given: greedy verification not checked (--greedy-verifier MOD:FN, or the wire op greedy, adds it)"
 Parts = tuple[Verifier, BatchVerifier | None, Pipeline | None]
 Progress = Callable[[str], None]  # one line of progress ("stat_x: 12/64 blocks, 38,400 draws")
 
@@ -344,7 +352,7 @@ def replay_kind(impl: Implementation, kind: str, cases: Sequence[Mapping[str, An
     if unsupported == len(cases):
         if kind in REQUIRED_KINDS:
             return outcome("failed", f"the implementation does not offer op {kind!r}, which every verifier must")
-        return outcome("skipped", f"the implementation does not offer op {kind!r}")
+        return outcome("skipped", GREEDY_SKIPPED if kind == "greedy" else f"the implementation does not offer op {kind!r}")
     if unsupported:
         return outcome("failed", f"op {kind!r} answered 'unsupported' for {unsupported} of {len(cases)} cases")
     mismatches: list[str] = []
@@ -373,6 +381,7 @@ class RunOptions:
     parallel: int = 1
     seed: int = DEFAULT_STAT_SEED
     progress: Progress | None = None
+    keep_going: bool = True
 
 
 def run_check(
@@ -390,6 +399,8 @@ def run_check(
     parallel: int = 1,
     seed: int = DEFAULT_STAT_SEED,
     progress: Progress | None = None,
+    min_power: float | None = None,
+    keep_going: bool = True,
 ) -> CheckReport:
     """Replay the vectors, then run the spec's properties, through ``impl``.
 
@@ -407,12 +418,18 @@ def run_check(
     nothing; :func:`spec.merge.merge_reports` decides. ``draw`` / ``parallel``: draw blocks
     elsewhere, e.g. in worker processes (default: here, one at a time).
 
+    ``min_power``: the report's :attr:`CheckReport.min_power` (a pass below the power it needs is
+    inconclusive). ``keep_going`` False: once a deterministic property has failed (the verdict is
+    then FAILED whatever the statistics say), the statistical tests are skipped, each saying why
+    (not in a shard: its slice must be complete for the merge).
+
     Every run's first verifier call is the same-stream probe (:mod:`spec.stream_probe`); a
     program that cannot start raises :class:`spec.external.ProgramCannotStart` (a usage error).
     """
-    options = RunOptions(scale, fail_fast, only, log, sequential or shard is not None or budget is not None, budget, shard, draw, parallel, seed, progress)
+    options = RunOptions(scale, fail_fast, only, log, sequential or shard is not None or budget is not None, budget, shard, draw, parallel, seed, progress, keep_going or shard is not None)
     _validate(options)
     report = _new_report(impl, vectors, options)
+    report.min_power = None if min_power is None else float(min_power)  # 0 and 0.0: one JSON (the digest)
     start = time.perf_counter()
     try:
         parts = impl.verifier_parts()
@@ -489,7 +506,10 @@ def _run_properties(impl: Implementation, vectors: VectorSet, options: RunOption
     if in_this_shard and not _run_deterministic(impl, vectors, options, recorder, parts):
         return
     designed = [n for n in PROPERTY_NAMES if recorder.wanted(n) and _look_by_look(n, options, impl.law_only)]
-    if designed:
+    if designed and recorder.statistics_stopped():
+        for name in designed:
+            recorder(recorder.skipped_statistic(name))
+    elif designed:
         _run_sequential(report, designed, parts, options, recorder)
 
 
@@ -514,6 +534,15 @@ class _Recorder:
         self.stopped = self.stopped or (self.options.fail_fast and outcome.status == "failed")
         return self.stopped
 
+    def statistics_stopped(self) -> bool:
+        """Without ``keep_going``: a deterministic property has failed, so the statistics are not run."""
+        return not self.options.keep_going and any(p.name not in STATISTICAL for p in self.report.failed)
+
+    def skipped_statistic(self, name: str) -> PropertyOutcome:
+        first = next(p.name for p in self.report.failed if p.name not in STATISTICAL)
+        reason = f"not run: {first} (deterministic) already failed the verdict; --keep-going runs the statistics anyway"
+        return PropertyOutcome(name, "skipped", 0, 0.0, 0.0, reason, 0.0)
+
 
 def _run_deterministic(impl: Implementation, vectors: VectorSet, options: RunOptions, record: _Recorder, parts: Parts) -> bool:
     """Vector replays and the properties not run look by look; False when ``fail_fast`` stopped."""
@@ -532,6 +561,8 @@ def _run_deterministic(impl: Implementation, vectors: VectorSet, options: RunOpt
             continue
         if impl.law_only and not applicable(name):
             outcome = PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0)
+        elif name in STATISTICAL and record.statistics_stopped():
+            outcome = record.skipped_statistic(name)
         else:
             if options.progress is not None:
                 options.progress(f"{name}: running")

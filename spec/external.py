@@ -24,7 +24,7 @@ op                      input                                               outp
 ``sampled`` (required)  p [k+1][V], q [k][V], drafts [k], uniforms [k+1]    accepted, token, kind
 ``sampled_batch`` (req) p [k+1][V], q [k][V] (shared by all items),          accepted [N], token [N],
                         drafts [N][k], uniforms [N][k+1]                    kind [N]
-``greedy`` (required)   p [k+1][V] (logits or probabilities), drafts [k]    accepted, token, kind
+``greedy`` (optional)   p [k+1][V] (logits or probabilities), drafts [k]    accepted, token, kind
 ``sampled_law``         p [k+1][V], q [k][V] (shared), drafts [N][k], seed:  accepted [N], token [N],
                         the program's OWN randomness (``--law-only``),      kind [N]
                         drawn from ``seed`` (an int in [0, 2^53))
@@ -99,8 +99,8 @@ from verispec.spec.pipeline import RowsRequest
 from verispec.spec.vectors import ANSWERS, Json
 from verispec.spec.vectors.wire import rows_request_from_json, rows_request_to_json
 
-REQUIRED_OPS: tuple[str, ...] = ("sampled", "sampled_batch", "greedy")
-OPTIONAL_OPS: tuple[str, ...] = ("rows", "target_law", "gate", "conformal_index", "dequantize")
+REQUIRED_OPS: tuple[str, ...] = ("sampled", "sampled_batch")
+OPTIONAL_OPS: tuple[str, ...] = ("greedy", "rows", "target_law", "gate", "conformal_index", "dequantize")  # not offered: skipped
 DEFAULT_TIMEOUT = 60.0  # seconds to wait for any one response
 MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer is a typo (and past what queue waits accept)
 MAX_LINE_BYTES = 256 * 1024 * 1024  # one response line; the largest valid one (logits rows) is far below

@@ -96,6 +96,8 @@ def merge_reports(reports: Sequence[CheckReport], *, allow_partial: bool = False
         run_id=first.run_id,
         signed=key is not None,
     )
+    # a power floor the shards agree on carries over (the merge command's --min-power overrides it)
+    merged.min_power = first.min_power if all(r.min_power == first.min_power for r in reports) else None
     merged.properties.extend(_deterministic_outcomes(by_shard[0], deterministic))
     for name in designed:
         merged.properties.append(_merge_test(STAT_DESIGNS[name](), by_shard, shards))

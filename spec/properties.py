@@ -68,6 +68,7 @@ from verispec.spec.subject import as_batch as as_batch
 from verispec.spec.subject import as_verifier as as_verifier
 from verispec.spec.pipeline import ReferencePipeline as ReferencePipeline
 from verispec.spec.pipeline import RowsRequest
+from verispec.spec.report import VALID_INPUT_FAILURE
 from verispec.spec.sequential import StatDesign
 from verispec.spec.statistics import (
     ALPHA_BUDGET,
@@ -193,6 +194,9 @@ def prop_contract(subject: Subject) -> PropertyResult:
     if subject.own_randomness:  # it never sees the uniforms: their contract is not its to keep
         bad = [case for case in bad if "uniform" not in case[0]]
     failures: list[str] = []
+    outcome = _call(subject, p, q, [1], [0.5, 0.5])
+    if isinstance(outcome, str):  # listed first: the report tells "crashes on valid input" by it
+        failures.append(f"{VALID_INPUT_FAILURE}{outcome}")
     for label, bp, bq, bd, bu in bad:
         try:
             subject.verifier(bp, bq, bd, bu)
@@ -202,9 +206,6 @@ def prop_contract(subject: Subject) -> PropertyResult:
             failures.append(f"{label}: raised {type(exc).__name__} instead of VerificationError")
             continue
         failures.append(f"{label}: accepted without VerificationError")
-    outcome = _call(subject, p, q, [1], [0.5, 0.5])
-    if isinstance(outcome, str):
-        failures.append(f"valid input {outcome}")
     return _result("contract", failures, len(bad) + 1)
 
 

@@ -11,7 +11,15 @@ What a report says, honestly:
   looks reached, never rounded up to 1; a run with undecided tests reads "inconclusive: ...",
   never "lossless";
 - a verifier that accepts malformed input (the ``contract`` property) "does not validate its
-  input", reported apart from the law's failures and with every failing case;
+  input", reported apart from the law's failures and with every failing case; one that raises on
+  the contract's VALID input "crashes on valid input" (another bug under the same property);
+- a verifier whose only failures are bit-exact replays of the protocol's draws
+  (``BIT_EXACT_PROPERTIES``) is "not bit-exact with the protocol's draws", not "not lossless":
+  a textbook verifier (``u < min(1, p/q)``, the residual normalized before its draw) has the
+  target law and still fails them; ``--law-only`` tests that law;
+- a pass short of the design's power (``--scale`` below 1, or power below an explicit
+  ``min_power``) is "underpowered": exit 3, never 0, unless ``min_power`` accepts the power
+  reached, which the claim then prints;
 - a shard's statistical outcomes are ``counted`` (its slice is drawn and showed no rejection at
   its own looks) or ``failed`` (its own looks rejected: see :mod:`spec.shards`); a shard decides no
   pass, the merge does (:mod:`spec.merge`).
@@ -28,7 +36,7 @@ from verispec.reference.errors import CheckError as CheckError
 from verispec.reference.errors import ReportError as ReportError
 from verispec.reference.speculative import PROTOCOL_VERSION
 from verispec.spec.sequential import SequentialTest, final_state
-from verispec.spec.statistics import PROPERTY_SEED, TV_BIAS
+from verispec.spec.statistics import POWER, PROPERTY_SEED, TV_BIAS
 from verispec.spec.version import VERSION
 from verispec.spec.vectors import Json
 
@@ -36,8 +44,13 @@ Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive"
 STATUSES: tuple[str, ...] = ("passed", "failed", "skipped", "not_applicable", "inconclusive", "counted")
 EXIT_PASSED, EXIT_FAILED, EXIT_INCONCLUSIVE = 0, 1, 3  # the rest: verispec/exit_codes.py
 DEFAULT_STAT_SEED = PROPERTY_SEED  # the properties' seed (spec.properties.run_properties)
-SCHEMA_VERSION = "1.0"  # MAJOR.MINOR of the JSON report (docs/report-schema.md)
+SCHEMA_VERSION = "1.1"  # MAJOR.MINOR of the JSON report (docs/report-schema.md)
 CONTRACT = "contract"  # the property whose failure means "does not validate its input"
+VALID_INPUT_FAILURE = "valid input "  # how the contract names its failure on the one valid input
+# properties that compare verdicts with the protocol's at given uniforms, bit for bit: a verifier
+# can fail them with the right law (other arithmetic for the same rule), so their failure alone
+# says "not bit-exact", not "not lossless"
+BIT_EXACT_PROPERTIES = frozenset({"vectors_sampled", "vectors_sampled_large", "protocol_boundaries", "protocol_cells", "full_vocab_protocol"})
 
 
 
@@ -142,6 +155,7 @@ class CheckReport:
     digest: str | None = None  # as read from a file (None: not sealed yet)
     signature: str | None = None
     signed: bool = False  # a merged report: every shard's HMAC verified
+    min_power: float | None = None  # a smaller power a pass may have (None: the design's, at scale >= 1)
 
     @property
     def failed(self) -> list[PropertyOutcome]:
@@ -155,11 +169,48 @@ class CheckReport:
     def contract_failed(self) -> bool:
         return any(p.name == CONTRACT for p in self.failed)
 
+    def contract_failures(self) -> tuple[bool, bool]:
+        """(accepts invalid input, crashes on valid input) from the failed contract's cases."""
+        contract = next((p for p in self.failed if p.name == CONTRACT), None)
+        if contract is None:
+            return False, False
+        # "F of N cases fail: <first>; ..." with the valid input's failure listed first
+        failing, _, cases = contract.detail.partition(" cases fail: ")
+        crashes = cases.startswith(VALID_INPUT_FAILURE)
+        count = failing.split(" of ")[0]
+        return (int(count) > int(crashes)) if count.isdigit() else not crashes, crashes
+
+    def _contract_labels(self) -> list[str]:
+        accepts_invalid, crashes_on_valid = self.contract_failures()
+        return (["does not validate its input"] if accepts_invalid else []) + (["crashes on valid input"] if crashes_on_valid else [])
+
+    def _law_and_bit_exact_failures(self) -> tuple[list[str], list[str]]:
+        """The failed properties other than the contract: (law or other, bit-exact replay only)."""
+        names = [p.name for p in self.failed if p.name != CONTRACT]
+        return [n for n in names if n not in BIT_EXACT_PROPERTIES], [n for n in names if n in BIT_EXACT_PROPERTIES]
+
+    def required_power(self) -> float | None:
+        """The power a statistical pass needs: ``min_power`` when given; else the design's
+        (``POWER``) when ``scale`` < 1 shrank the design; else None (at scale >= 1 each design
+        reaches its stated power by construction: no floor to check)."""
+        if self.min_power is not None:
+            return self.min_power
+        return POWER if self.scale < 1 else None
+
+    @property
+    def underpowered(self) -> list[PropertyOutcome]:
+        """Statistical tests that passed below :meth:`required_power` (a shard decides no pass)."""
+        floor = self.required_power()
+        if floor is None or self.shard is not None:
+            return []
+        # floored to the 4 digits the reports print, so the printed power and the decision agree
+        return [p for p in self.statistical() if p.status == "passed" and math.floor(p.power * 1e4) / 1e4 < floor]
+
     @property
     def passed(self) -> bool:
         """No property failed or stayed inconclusive, and at least one passed (a shard: none
         failed; it decides no pass, only counts)."""
-        if self.failed or self.inconclusive:
+        if self.failed or self.inconclusive or self.underpowered:
             return False
         if self.shard is not None:
             return True
@@ -167,12 +218,12 @@ class CheckReport:
 
     @property
     def exit_status(self) -> int:
-        """0 passed, 1 failed (or nothing ran), 3 inconclusive (a budget ended before power); a
-        shard: 1 when a property failed in it (its own looks, or shard 1's deterministic ones),
-        else 0. ``passed`` false never goes with 0."""
+        """0 passed, 1 failed (or nothing ran), 3 inconclusive (a budget ended before power, or a
+        pass short of its required power); a shard: 1 when a property failed in it (its own
+        looks, or shard 1's deterministic ones), else 0. ``passed`` false never goes with 0."""
         if self.failed:
             return EXIT_FAILED
-        if self.inconclusive:
+        if self.inconclusive or self.underpowered:
             return EXIT_INCONCLUSIVE
         return EXIT_PASSED if self.passed else EXIT_FAILED
 
@@ -180,49 +231,105 @@ class CheckReport:
         return [p for p in self.properties if p.name.startswith("stat_") and p.status != "not_applicable"]
 
     def headline(self) -> str:
-        """The one-line verdict: PASSED / FAILED / DOES NOT VALIDATE ITS INPUT / INCONCLUSIVE."""
-        law_failed = [p.name for p in self.failed if p.name != CONTRACT]
+        """The one-line verdict: PASSED / FAILED (with what failed) / INCONCLUSIVE."""
         if self.shard is not None:
             if self.failed:
                 return f"SHARD {self.shard[0]}/{self.shard[1]} FAILED: " + ", ".join(p.name for p in self.failed)
             return f"SHARD {self.shard[0]}/{self.shard[1]} DONE"
         if self.failed:
-            what = (["does not validate its input"] if self.contract_failed else []) + ([", ".join(law_failed)] if law_failed else [])
+            law_failed, bit_exact_failed = self._law_and_bit_exact_failures()
+            what = self._contract_labels() + ([", ".join(law_failed)] if law_failed else [])
+            if bit_exact_failed:
+                what.append("not bit-exact with the protocol: " + ", ".join(bit_exact_failed))
             return "FAILED: " + "; ".join(what)
         if self.inconclusive:
             return "INCONCLUSIVE: " + ", ".join(p.name for p in self.inconclusive)
+        if self.underpowered:
+            return f"INCONCLUSIVE: underpowered (power {self._lowest_power()} < {self.required_power():g})"
         return "PASSED" if self.passed else "NOTHING RAN"
+
+    def _lowest_power(self) -> str:
+        stats = [p for p in self.statistical() if p.status == "passed"]
+        return f"{math.floor(min(p.power for p in stats) * 1e4) / 1e4:.4f}" if stats else "n/a"
 
     def verdict(self) -> str:
         """The one-line verdict (:meth:`headline`): the name the Python API and pytest plugin use."""
         return self.headline()
 
     def summary(self) -> str:
-        """The failed and inconclusive properties' lines, the verdict and the claim (an assertion's message)."""
+        """The failed and inconclusive properties' lines, the verdict, the claim, and the run's
+        design and reach (an assertion's message)."""
         lines = [format_outcome(p) for p in self.properties if p.status in ("failed", "inconclusive")]
         lines.append(f"{self.headline()}  ({len(self.properties)} properties, {self.seconds:.1f}s)")
-        return "\n".join([*lines, self.claim()])
+        return "\n".join([*lines, self.claim(), *self.scope()])
+
+    def scope(self) -> list[str]:
+        """The design (mode, scale, N, power, false alarms) and what such a check can and cannot see."""
+        stats = [p for p in self.statistical() if p.status in ("passed", "failed", "inconclusive")]
+        mode = "law only (own randomness)" if self.law_only else "protocol (bit-exact replay and law)"
+        design = f"design: {mode}, scale {self.scale:g}, {len(stats)} statistical test(s)"
+        if stats:
+            power = math.floor(min(p.power for p in stats) * 1e4) / 1e4
+            needed = self.required_power()
+            design += (
+                f" at N = {min(p.n for p in stats):,} to {max(p.n for p in stats):,} draws, power reached {power:.4f} "
+                f"(needed {POWER if needed is None else needed:g}) against TV " + " / ".join(f"{tv:g}" for tv in sorted({p.tv for p in stats}))
+                + f", false alarms <= {math.fsum(p.alpha for p in stats):.2g}"
+            )
+        sees = "sees: the verdict law on the suite's rows and drafts" + (
+            "" if self.law_only else ", bit-exact agreement with the protocol's draws"
+        ) + ", input validation (contract)"
+        blind = (
+            "cannot see: rows or drafts the suite does not draw, deviations below the stated TV, "
+            "the decode loop around the verifier (check-decoder checks that)"
+            + ("; seed-for-seed agreement with another implementation" if self.law_only else "")
+        )
+        return [design, sees, blind]
 
     def claim(self) -> str:
         """What the run showed, at the level it holds."""
         if self.shard is not None:
             return self._shard_claim()
-        parts = []
-        if self.contract_failed:
-            contract = next(p for p in self.failed if p.name == CONTRACT)
-            parts.append(f"does not validate its input (accepts cases the contract says it must reject): {contract.detail}")
-        law_failed = [p.name for p in self.failed if p.name != CONTRACT]
+        parts = self._contract_claims()
+        law_failed, bit_exact_failed = self._law_and_bit_exact_failures()
         if law_failed:
-            parts.append("not lossless: " + ", ".join(law_failed) + " failed")
-        elif self.inconclusive:
-            parts.append(self._inconclusive_claim())
-        else:
-            parts.append(self._law_claim())
+            parts.append("not lossless (the law is off): " + ", ".join(law_failed) + " failed")
+        if bit_exact_failed:
+            parts.append(
+                "not bit-exact with the protocol's draws: " + ", ".join(bit_exact_failed) + " failed"
+                + ("" if law_failed else " (the law may still be right: try --law-only)")
+            )
+        if not (law_failed or bit_exact_failed):
+            parts.append(self._undecided_or_law_claim())
         if self.only is not None:
             parts.append(f"partial run: only {len(self.only)} selected properties")
         if self.law_only:
             parts.append("not portable: protocol properties not applicable (the verifier draws its own randomness)")
         return "; ".join(parts)
+
+    def _undecided_or_law_claim(self) -> str:
+        if self.inconclusive:
+            return self._inconclusive_claim()
+        return self._underpowered_claim() if self.underpowered else self._law_claim()
+
+    def _contract_claims(self) -> list[str]:
+        contract = next((p for p in self.failed if p.name == CONTRACT), None)
+        if contract is None:
+            return []
+        accepts_invalid, crashes_on_valid = self.contract_failures()
+        what = (["accepts cases the contract says it must reject"] if accepts_invalid else []) + (
+            ["raises on a valid input it must answer"] if crashes_on_valid else []
+        )
+        return [" and ".join(self._contract_labels()) + f" ({'; '.join(what)}): {contract.detail}"]
+
+    def _underpowered_claim(self) -> str:
+        low = self.underpowered
+        why = f"--scale {self.scale:g} shrank the design" if self.scale < 1 else "below the --min-power asked"
+        return (
+            f"underpowered: {len(low)} statistical test(s) passed short of power {self.required_power():g} "
+            f"(lowest {self._lowest_power()}; {why}); nothing is claimed about their laws at the design's deviation "
+            "(run at --scale 1, or accept the power reached with --min-power X)"
+        )
 
     def _shard_claim(self) -> str:
         assert self.shard is not None
@@ -238,8 +345,9 @@ class CheckReport:
         power = math.floor(min(p.power for p in stats) * 1e4) / 1e4
         deviations = sorted({p.tv for p in stats})
         alpha = math.fsum(p.alpha for p in stats)
+        accepted = f" (below the design's {POWER:g}: accepted by --min-power {self.min_power:g})" if self.min_power is not None and power < POWER else ""
         return (
-            f"lossless at power {power:.4f} against total-variation deviation "
+            f"lossless at power {power:.4f}{accepted} against total-variation deviation "
             + " / ".join(f"{tv:g}" for tv in deviations)
             + f" on the suite's test laws (false-alarm probability <= {alpha:.2g})"
         )
@@ -279,6 +387,8 @@ class CheckReport:
             "claim": self.claim(),
             "failed": [p.name for p in self.failed],
             "inconclusive": [p.name for p in self.inconclusive],
+            "underpowered": [p.name for p in self.underpowered],
+            "min_power": self.min_power,
             "signed": self.signed,
             "seconds": round(self.seconds, 3),
             "properties": [p.as_json() for p in self.properties],
@@ -338,6 +448,7 @@ def _report_from_json(data: Mapping[str, Any]) -> CheckReport:
         digest=_text(data["digest"], "digest") if data.get("digest") is not None else None,
         signature=_text(data["signature"], "signature") if data.get("signature") is not None else None,
         signed=bool(data.get("signed", False)),
+        min_power=_number(data["min_power"], "min_power") if data.get("min_power") is not None else None,
     )
 
 
@@ -365,6 +476,8 @@ def report_fields() -> dict[str, str]:
         "claim": "string",
         "failed": "array",
         "inconclusive": "array",
+        "underpowered": "array",
+        "min_power": "number|null",
         "signed": "boolean",
         "seconds": "number",
         "properties": "array",

@@ -7,7 +7,8 @@ only after its LAST look. The schedule and the alpha spent at each look are fixe
 
 - Looks. Samples come in equal blocks of B; look j is after 2^j blocks, j = 0 .. L - 1, and the
   final look (2^(L-1) blocks) has at least the N that :func:`spec.statistics.required_sample_size`
-  asks for at the final look's alpha. L = ``LOOKS`` = 7, so the first look sees N / 64.
+  asks for at the final look's alpha. L = ``LOOKS`` = 7, so the first look sees N / 64; a design
+  too small for 64 blocks of ``MIN_BLOCK`` gets fewer looks (:func:`schedule`), never more draws.
 - Alpha spending (Bonferroni over looks). The test's alpha (its line of the budget table,
   ``spec.statistics.ALPHA_BUDGET``) is split: alpha / 2 at the final look, alpha / (2 (L - 1)) at
   each earlier look. P(any false rejection) <= sum of the looks' alphas = alpha, whatever the
@@ -84,17 +85,35 @@ class Schedule:
         return self.looks[look] * self.block
 
 
+MIN_BLOCK = 100  # draws per block at the least: a first look on fewer sees almost nothing
+
+
 def schedule(design: StatDesign, scale: float = 1.0) -> Schedule:
-    """The looks of a test: the final one reaches ``POWER`` against ``design.tv`` (times scale)."""
+    """The looks of a test: the final one reaches ``POWER`` against ``design.tv`` (times scale).
+
+    Sized to the design: a design of N >= 64 * ``MIN_BLOCK`` draws gets ``LOOKS`` looks over 64
+    blocks (whole hundreds); a smaller one gets fewer looks, 2^(L-1) blocks of at least
+    ``MIN_BLOCK``, so its final look is at N (not at a floor of 64 blocks of 100: the V = 262,144
+    strata test needs ~2,000 draws, not 6,400). The final look, where N reaches the design's N,
+    is where the test passes; its boundary (alpha * ``FINAL_SHARE``) is applied once, there, and
+    the earlier looks split the rest, so the alpha spent is <= the test's alpha at any L. The
+    schedule is a function of the design and the scale only, fixed before any draw.
+    """
     if not scale > 0:
         raise ValueError(f"scale must be > 0, got {scale}")
     final_alpha = design.alpha * FINAL_SHARE
-    early_alpha = design.alpha * (1.0 - FINAL_SHARE) / (LOOKS - 1)
     full = required_sample_size(design.df, final_alpha, design.tv) * scale
-    blocks = 2 ** (LOOKS - 1)
-    block = max(100, int(math.ceil(full / blocks / 100.0)) * 100)  # whole hundreds: readable N
-    looks = tuple(2**j for j in range(LOOKS))
-    return Schedule(block, looks, (early_alpha,) * (LOOKS - 1) + (final_alpha,))
+    looks_count = LOOKS
+    while looks_count > 1 and full / 2 ** (looks_count - 1) < MIN_BLOCK:
+        looks_count -= 1
+    blocks = 2 ** (looks_count - 1)
+    if looks_count == LOOKS:
+        block = int(math.ceil(full / blocks / 100.0)) * 100  # whole hundreds: readable N
+    else:
+        block = max(MIN_BLOCK, int(math.ceil(full / blocks)))
+    early_alpha = design.alpha * (1.0 - FINAL_SHARE) / max(looks_count - 1, 1)
+    looks = tuple(2**j for j in range(looks_count))
+    return Schedule(block, looks, (early_alpha,) * (looks_count - 1) + (final_alpha,))
 
 
 def block_rng(seed: int, name: str, block: int) -> np.random.Generator:
@@ -251,6 +270,9 @@ def run_interleaved(
 ) -> None:
     """Advance every test look by look, round robin, so a tight budget gives each some power and
     a broken verifier meets every test's cheap first look before any test's expensive last one.
+    Within a round the tests go cheapest next look first (by their measured time per draw), so
+    an expensive test does not hold the cheap ones back. The order changes no count (each
+    block's generator is its own) and no decision without a budget.
 
     Blocks go to ``draw`` ``parallel`` at a time (one per worker); the budget is asked before
     each such group. Stops when every test is decided, when the budget refuses the next group
@@ -259,10 +281,16 @@ def run_interleaved(
     """
     if parallel < 1:
         raise ValueError(f"parallel must be >= 1, got {parallel}")
+    import time
+
+    per_draw: dict[str, float] = {}  # measured seconds per draw of each test, once it has drawn
     while True:
         live = [t for t in tests if t.state == "running"]
         if not live:
             return
+        # cheapest next look first (a test not yet timed counts as free), so an expensive test
+        # (V = 262,144 rows) spends the budget after the cheap ones have taken this round's look
+        live.sort(key=lambda t: per_draw.get(t.design.name, 0.0) * t.plan.block * len(t.next_blocks()))
         for test in live:
             needed = list(test.next_blocks())
             for at in range(0, len(needed), parallel):
@@ -270,7 +298,10 @@ def run_interleaved(
                 size = test.plan.block * len(group)
                 if budget is not None and not budget.allows(size):
                     return
-                for block, counts in zip(group, draw(test.design, group, test.plan.block)):
+                began = time.perf_counter()
+                drawn = draw(test.design, group, test.plan.block)
+                per_draw[test.design.name] = (time.perf_counter() - began) / size
+                for block, counts in zip(group, drawn):
                     test.add(block, counts)
                 if budget is not None:
                     budget.spend(size)

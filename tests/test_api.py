@@ -61,7 +61,7 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
 
 
 def test_check_takes_callables_and_returns_the_typed_report(sampler: ModuleType) -> None:
-    report = verispec.check(sampler.verify, batch_verifier=sampler.verify_batch, law_only=True, only=LAW, scale=SCALE)
+    report = verispec.check(sampler.verify, batch_verifier=sampler.verify_batch, law_only=True, only=LAW, scale=SCALE, min_power=0)
     assert isinstance(report, CheckReport)
     assert report.passed and report.exit_status == 0, report.summary()
     assert [p.name for p in report.properties if p.status == "passed"] == LAW
@@ -73,7 +73,7 @@ def test_check_takes_callables_and_returns_the_typed_report(sampler: ModuleType)
 
 def test_check_takes_module_function_strings() -> None:
     report = verispec.check(f"{REFERENCE}:verify_sampled", batch_verifier=f"{REFERENCE}:verify_sampled_batch",
-                            only=["vectors_sampled", "contract", "stat_verdict_law_k1"], scale=SCALE, sequential=True)
+                            only=["vectors_sampled", "contract", "stat_verdict_law_k1"], scale=SCALE, sequential=True, min_power=0)
     assert report.passed, report.summary()
     assert report.sequential and report.implementation == (
         f"python: verifier {REFERENCE}:verify_sampled, batch {REFERENCE}:verify_sampled_batch"
@@ -119,7 +119,7 @@ def test_workers_draw_what_one_process_draws() -> None:
     """The reference consumes the given uniforms, so its verdicts in 2 worker processes are the
     one-process verdicts (spec/workers.py): the same N and the same chi-square."""
     kwargs: dict[str, Any] = {"batch_verifier": f"{REFERENCE}:verify_sampled_batch", "only": ["stat_verdict_law_k1"],
-                              "scale": SCALE, "sequential": True}
+                              "scale": SCALE, "sequential": True, "min_power": 0}
     alone = verispec.check(f"{REFERENCE}:verify_sampled", **kwargs)
     pooled = verispec.check(f"{REFERENCE}:verify_sampled", workers=2, **kwargs)
     assert pooled.passed and [(p.n, p.detail) for p in pooled.properties] == [(p.n, p.detail) for p in alone.properties]
@@ -163,14 +163,17 @@ def test_the_check_command_hands_its_flags_to_the_api(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr("verispec.api.check", fake)
     argv = ["check", "--verifier", "m:f", "--batch-verifier", "m:g", "--law-only", "--scale", "0.5", "--budget", "9",
-            "--only", "contract", "--workers", "2", "--seed", "3", "--count", "4", "--fail-fast", "--json"]
+            "--only", "contract", "--workers", "2", "--seed", "3", "--count", "4", "--fail-fast", "--json",
+            "--min-power", "0.25", "--no-keep-going"]
     assert cli.main(argv) == 0
     ((args, kwargs),) = calls
     assert args == ("m:f",)
     expected = {"batch_verifier": "m:g", "law_only": True, "scale": 0.5, "budget": 9.0, "only": ["contract"],
                 "workers": 2, "seed": 3, "count": 4, "fail_fast": True, "shard": None, "verifier_cmd": None,
                 "greedy_verifier": None, "pipeline": None, "vectors": None, "sequential": False, "budget_samples": None,
-                "timeout": DEFAULT_TIMEOUT, "log": None, "announce": None, "progress": None}
+                "timeout": DEFAULT_TIMEOUT, "log": None, "announce": None, "progress": None,
+                "min_power": 0.25, "keep_going": False}
+    assert callable(kwargs.pop("warn"))  # the slow-path warning goes to stderr
     assert kwargs == expected
     assert json.loads(capsys.readouterr().out)["implementation"] == "stub"
 

@@ -57,6 +57,9 @@ def check(
     log: Callable[[PropertyOutcome], None] | None = None,
     announce: Callable[[str], None] | None = None,
     progress: Callable[[str], None] | None = None,
+    min_power: float | None = None,
+    keep_going: bool | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> CheckReport:
     """Check a verifier against the spec (``verispec check``); returns the typed report.
 
@@ -72,6 +75,13 @@ def check(
     ``shard``: ``"I/S"`` or ``(I, S)``, one shard of a run that ``verispec check --merge`` adds up.
     ``log`` sees each property's outcome as it is decided; ``announce`` the implementation's
     description once it is loaded; ``progress`` one line of progress at a time on long runs.
+
+    ``min_power``: the power a statistical pass may have below the design's 0.99 (a pass short of
+    the power it needs, e.g. at ``scale`` < 1, is inconclusive, exit 3, unless this accepts it;
+    the claim prints the power reached). ``keep_going``: run the statistical tests after a
+    deterministic property (a vector replay, the contract, ...) has failed; default: yes, except
+    when the environment variable ``CI`` is ``true`` (a failed replay already decides the verdict).
+    ``warn`` gets one line when the run takes the slow path (default: :func:`warnings.warn`).
 
     Example (a law-only sampler, quick local run)::
 
@@ -97,6 +107,7 @@ def check(
     arguments.optional_texts("only", only)
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     _check_arguments(timeout, budget, budget_samples, workers)
+    _check_min_power(min_power)
     if vectors is not None and (seed is not None or count is not None):
         raise _error("vectors replays files; seed/count generate vectors: give one or the other")
     where = parse_shard(shard)
@@ -111,6 +122,9 @@ def check(
         cases = _vectors(vectors, seed, count, _replayed_kinds(law_only, only))
         if announce is not None:
             announce(impl.description)
+        slow = slow_path_warning(verifier_cmd is None, batch_verifier is not None, only)
+        if slow is not None:
+            (warn or _warn)(slow)
         if workers > 1 and spec is not None:
             pool = WorkerPool(spec, DEFAULT_STAT_SEED, workers)
         return run_check(
@@ -126,11 +140,46 @@ def check(
             draw=pool.draw if pool else None,
             parallel=workers,
             progress=progress,
+            min_power=min_power,
+            keep_going=ci_keeps_going() if keep_going is None else keep_going,
         )
     finally:
         impl.close()
         if pool:
             pool.close()
+
+
+def slow_path_warning(python: bool, batched: bool, only: Sequence[str] | None) -> str | None:
+    """The warning for a Python verifier without a batch form whose run has statistics to draw:
+    each of their ~7 million verifications is then one Python call (minutes to hours)."""
+    from verispec.spec.properties import STATISTICAL
+
+    if not python or batched or not (only is None or STATISTICAL & set(only)):
+        return None
+    return (
+        "no --batch-verifier (batch_verifier=): the statistical tests call the verifier once per draw, "
+        "millions of calls (minutes to hours); a batch form f(p, q, drafts [N, k], uniforms [N, k+1]) "
+        "takes seconds (docs/checking-verifiers.md)"
+    )
+
+
+def _warn(message: str) -> None:
+    import warnings
+
+    warnings.warn(message, stacklevel=3)
+
+
+def ci_keeps_going() -> bool:
+    """The default of ``keep_going``: False in CI (``CI=true``, as GitHub Actions, GitLab CI and
+    most others set it), True elsewhere."""
+    import os
+
+    return os.environ.get("CI", "").strip().lower() not in ("true", "1", "yes")
+
+
+def _check_min_power(min_power: float | None) -> None:
+    if min_power is not None and not 0 <= min_power <= 1:
+        raise _error(f"min_power must be in [0, 1], got {min_power}")
 
 
 def _error(message: str) -> Exception:

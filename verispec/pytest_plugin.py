@@ -9,8 +9,13 @@
 :func:`verispec.check_decoder`, with one difference: ``--verispec-scale X`` (or the ini option
 ``verispec_scale``) multiplies every ``scale`` the tests ask for, so ``pytest --verispec-scale
 0.05`` is a quick local look and plain ``pytest`` in CI runs at the power the tests state. The
-reported power follows the scale (a scaled-down pass is not a full-power claim: ``report.claim()``
-says the power reached). Each test's claim is recorded as the JUnit property ``verispec_claim``.
+reported power follows the scale, and a scaled-down pass is not a pass: it is inconclusive
+(``report.passed`` False, exit status 3: "underpowered", with the power reached), so a CI that
+copies ``--verispec-scale 0.05`` goes red, not green. ``--verispec-min-power P`` (ini
+``verispec_min_power``) accepts a pass at power >= P for every test that sets no ``min_power``
+itself: ``pytest --verispec-scale 0.05 --verispec-min-power 0`` is the quick local look that
+passes, its claim saying the power reached. Each test's claim is recorded as the JUnit property
+``verispec_claim``.
 
 Loaded in every pytest session of an environment that has verispec installed, so this module
 imports nothing beyond pytest until a fixture is used.
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
     from verispec.spec.check import CheckReport
 
 SCALE_OPTION = "--verispec-scale"
+MIN_POWER_OPTION = "--verispec-min-power"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,10 +47,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="multiply the statistical sample sizes of every verispec_check (quick local runs: 0.05; default 1)",
     )
     parser.addini("verispec_scale", "default of --verispec-scale", default="1")
+    group.addoption(
+        MIN_POWER_OPTION,
+        type=float,
+        default=None,
+        metavar="P",
+        help="accept a verispec_check pass at power >= P (a quick run at --verispec-scale < 1 is otherwise "
+        "inconclusive: report.passed False)",
+    )
+    parser.addini("verispec_min_power", "default of --verispec-min-power", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     scale_factor(config)  # a bad value stops the session at once, not in the first gated test
+    min_power(config)
+
+
+def min_power(config: pytest.Config) -> float | None:
+    """The session's accepted power: the option, else the ini value (empty: none); in [0, 1]."""
+    option = config.getoption(MIN_POWER_OPTION.lstrip("-").replace("-", "_"))
+    text = str(config.getini("verispec_min_power")).strip() if option is None else str(option)
+    if not text:
+        return None
+    try:
+        power = float(text)
+    except ValueError:
+        raise pytest.UsageError(f"{MIN_POWER_OPTION} / verispec_min_power must be a number, got {text!r}") from None
+    if not 0 <= power <= 1:
+        raise pytest.UsageError(f"{MIN_POWER_OPTION} / verispec_min_power must be in [0, 1], got {power}")
+    return power
 
 
 def scale_factor(config: pytest.Config) -> float:
@@ -66,6 +97,7 @@ def scale_factor(config: pytest.Config) -> float:
 def verispec_check(request: pytest.FixtureRequest) -> Callable[..., CheckReport]:
     """``verispec_check(**kwargs) -> CheckReport``: :func:`verispec.check` at the session's scale."""
     factor = scale_factor(request.config)
+    accepted = min_power(request.config)
 
     def run(*args: Any, **kwargs: Any) -> CheckReport:
         from verispec import arguments
@@ -74,6 +106,8 @@ def verispec_check(request: pytest.FixtureRequest) -> Callable[..., CheckReport]
         # the test's own scale checked as verispec.check would, before the product can overflow to inf
         scale = arguments.number("scale", kwargs.get("scale", 1.0), positive=True) * factor
         kwargs["scale"] = arguments.number("scale (the test's scale times --verispec-scale)", scale, positive=True)
+        if kwargs.get("min_power") is None:
+            kwargs["min_power"] = accepted
         report = check(*args, **kwargs)
         request.node.user_properties.append(("verispec_claim", report.claim()))
         return report

@@ -34,7 +34,7 @@ from verispec.spec.law_only import LAW_PROPERTIES, single_with_own_randomness, w
 from verispec.spec.mutants import catalogue
 from verispec.spec.properties import STAT_DESIGNS
 from verispec.spec.shards import SHARD_ALPHA_SHARE
-from verispec.spec.sequential import LOOKS, Budget, SequentialTest, schedule, serial_draw
+from verispec.spec.sequential import LOOKS, MIN_BLOCK, Budget, SequentialTest, schedule, serial_draw
 from verispec.spec.statistics import ALPHA_BUDGET, POWER, power_of, required_sample_size
 from verispec.spec.vectors import VectorSet, build_vectors
 
@@ -69,11 +69,26 @@ def test_schedule_spends_the_budget_line_and_reaches_power(name: str) -> None:
     plan = schedule(design)
     assert design.alpha == ALPHA_BUDGET[name]
     assert sum(plan.alphas) == pytest.approx(design.alpha, rel=1e-12)
-    assert len(plan.looks) == LOOKS and plan.looks[0] == 1
-    final = plan.samples(LOOKS - 1)
+    looks = len(plan.looks)
+    # 7 looks, or fewer for a design too small for 64 blocks of MIN_BLOCK draws
+    assert plan.looks[0] == 1 and (looks == LOOKS or required_sample_size(design.df, plan.alphas[-1], design.tv) < 2 ** (LOOKS - 1) * MIN_BLOCK)
+    final = plan.samples(looks - 1)
     assert power_of(final, design.df, plan.alphas[-1], design.tv) >= POWER
-    # the first look is 1/64 of the final one: the cost of an early rejection
-    assert plan.samples(0) * 2 ** (LOOKS - 1) == final
+    # the first look is 1/2^(L-1) of the final one (1/64 at 7 looks): the cost of an early rejection
+    assert plan.samples(0) * 2 ** (looks - 1) == final
+
+
+@pytest.mark.parametrize("name", sorted(STAT_DESIGNS))
+def test_the_schedule_is_sized_to_the_design(name: str) -> None:
+    """The final look is at the design's N, rounded up by less than one block: no floor of
+    64 blocks of 100 (the V = 262,144 strata test needs ~2,000 draws, not 6,400)."""
+    design = STAT_DESIGNS[name]()
+    plan = schedule(design)
+    needed = required_sample_size(design.df, plan.alphas[-1], design.tv)
+    final = plan.samples(len(plan.looks) - 1)
+    small = needed < 2 ** (LOOKS - 1) * MIN_BLOCK  # too small for 64 blocks of MIN_BLOCK: fewer looks
+    rounding = plan.blocks if small else plan.blocks * 100  # whole draws per block, or whole hundreds
+    assert needed <= final < needed + rounding
 
 
 # -----------------------------------------------------------------------------------------------
@@ -81,7 +96,7 @@ def test_schedule_spends_the_budget_line_and_reaches_power(name: str) -> None:
 
 
 def test_reference_with_its_own_randomness_passes_law_only(vectors: VectorSet) -> None:
-    report = run_check(_own_rng(), vectors, scale=SCALE, sequential=True)
+    report = run_check(_own_rng(), vectors, scale=SCALE, sequential=True, min_power=0)  # a scaled-down run
     statuses = {p.name: p.status for p in report.properties}
     assert {n for n, s in statuses.items() if s != "not_applicable"} == set(LAW_PROPERTIES)
     for name in ("vectors_sampled", "protocol_cells", "exact_lossless", "batch_matches_sequential"):
@@ -91,8 +106,8 @@ def test_reference_with_its_own_randomness_passes_law_only(vectors: VectorSet) -
     for outcome in report.statistical():  # the reported power is the schedule's, at the scale
         design = STAT_DESIGNS[outcome.name]()
         plan = schedule(design, SCALE)
-        assert outcome.n == plan.samples(LOOKS - 1)
-        assert outcome.power == pytest.approx(max(power_of(plan.samples(j), design.df, plan.alphas[j], design.tv) for j in range(LOOKS)))
+        assert outcome.n == plan.samples(len(plan.looks) - 1)
+        assert outcome.power == pytest.approx(max(power_of(plan.samples(j), design.df, plan.alphas[j], design.tv) for j in range(len(plan.looks))))
     claim = report.claim()
     assert "lossless at power" in claim and "against total-variation deviation 0.005" in claim
     assert "not portable" in claim
@@ -171,9 +186,9 @@ law_reference_batch = with_own_randomness(verify_sampled_batch, 22)
 def test_merged_shards_equal_the_unsharded_run_exactly(vectors: VectorSet) -> None:
     impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
     only = ["contract", "stat_verdict_law_k3", "stat_lossless_ar_k2"]
-    whole = run_check(impl, vectors, only=only, scale=SCALE, sequential=True)
+    whole = run_check(impl, vectors, only=only, scale=SCALE, sequential=True, min_power=0)
     shards = [
-        CheckReport.from_json(json.loads(json.dumps(run_check(impl, vectors, only=only, scale=SCALE, shard=(i, 3)).as_json())))
+        CheckReport.from_json(json.loads(json.dumps(run_check(impl, vectors, only=only, scale=SCALE, shard=(i, 3), min_power=0).as_json())))
         for i in (1, 2, 3)
     ]
     assert [p.name for p in shards[1].properties] == ["stat_verdict_law_k3", "stat_lossless_ar_k2"]
@@ -239,7 +254,7 @@ def test_workers_draw_the_same_blocks(vectors: VectorSet) -> None:
 def test_law_only_through_the_wire(served: str, expected: int, vectors: VectorSet) -> None:
     impl = CommandImplementation(f"{PY} -m verispec.spec.external {served} --law-only 5", timeout=60.0, law_only=True)
     try:
-        report = run_check(impl, vectors, only=FEW, scale=0.01, sequential=True)
+        report = run_check(impl, vectors, only=FEW, scale=0.01, sequential=True, min_power=0)
     finally:
         impl.close()
     assert report.exit_status == expected, report.as_json()["properties"]

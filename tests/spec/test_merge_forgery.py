@@ -43,7 +43,7 @@ def python_impl(mutant: str | None = None) -> PythonImplementation:
 
 def shard_files(vectors: VectorSet, mutant: str | None = None, shards: int = 2) -> Files:
     return [
-        json.loads(json.dumps(run_check(python_impl(mutant), vectors, only=ONLY, scale=SCALE, shard=(i, shards)).as_json()))
+        json.loads(json.dumps(run_check(python_impl(mutant), vectors, only=ONLY, scale=SCALE, shard=(i, shards), min_power=0).as_json()))
         for i in range(1, shards + 1)
     ]
 

@@ -68,7 +68,7 @@ def _shards(vectors: VectorSet, shards: int = SHARDS, scale: float = SCALE, **ad
     """Each shard run as its own process would: a fresh adapter, the report through JSON."""
     out = []
     for index in range(1, shards + 1):
-        report = run_check(_adapter(**adapter), vectors, only=ONLY, scale=scale, shard=(index, shards))  # type: ignore[arg-type]
+        report = run_check(_adapter(**adapter), vectors, only=ONLY, scale=scale, shard=(index, shards), min_power=0)  # type: ignore[arg-type]
         out.append(CheckReport.from_json(json.loads(json.dumps(report.as_json()))))
     return out
 
@@ -203,7 +203,7 @@ def test_shards_through_the_wire(vectors: VectorSet, flags: str, refused: bool) 
     for index in (1, 2):
         impl = CommandImplementation(f"{sys.executable} -m verispec.spec.external --reference --law-only 5{flags}", 60.0, law_only=True)
         try:
-            reports.append(run_check(impl, vectors, only=["contract", "stat_verdict_law_k1"], scale=SCALE, shard=(index, 2)))
+            reports.append(run_check(impl, vectors, only=["contract", "stat_verdict_law_k1"], scale=SCALE, shard=(index, 2), min_power=0))
         finally:
             impl.close()
     if refused:
@@ -221,7 +221,7 @@ def test_the_command_line_shards_and_merges(tmp_path: Path, capsys: pytest.Captu
     for index in (1, 2):
         status = cli.main([
             "check", "--law-only", "--verifier", f"{here}:seeded_single", "--batch-verifier", f"{here}:seeded_batch",
-            "--only", "contract", "stat_verdict_law_k1", "--scale", str(SCALE), "--count", "1", "--shard", f"{index}/2", "--json",
+            "--only", "contract", "stat_verdict_law_k1", "--scale", str(SCALE), "--min-power", "0", "--count", "1", "--shard", f"{index}/2", "--json",
         ])
         assert status == EXIT_PASSED
         paths.append(tmp_path / f"shard_{index}.json")

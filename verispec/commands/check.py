@@ -2,12 +2,14 @@
 
     verispec check --verifier-cmd "CMD" [--timeout S]
     verispec check --verifier MOD:FN [--batch-verifier MOD:FN] [--greedy-verifier MOD:FN] [--pipeline MOD:OBJ]
-        [--vectors DIR | --seed S --count N] [--scale X] [--fail-fast] [--only NAME ...] [--json]
+        [--vectors DIR | --seed S --count N] [--scale X] [--min-power P] [--fail-fast] [--[no-]keep-going]
+        [--only NAME ...] [--json]
         [--law-only] [--sequential] [--budget SECONDS] [--workers N] [--shard I/S] [--junit-xml PATH]
-    verispec check --merge REPORT.json ... [--json] [--allow-partial] [--junit-xml PATH]
+    verispec check --merge REPORT.json ... [--json] [--allow-partial] [--min-power P] [--junit-xml PATH]
 
 Exit status (verispec/exit_codes.py): 0 passed, 1 failed, 2 usage error (including a verifier
-program that cannot start), 3 inconclusive (--budget ended before power 0.99), 4 model/input
+program that cannot start), 3 inconclusive (--budget ended before power 0.99, or a pass short of
+power 0.99, as at --scale < 1, that no --min-power accepts), 4 model/input
 error (an unreadable file, a broken vectors directory or report), 130 interrupted.
 --law-only: the verifier draws its own randomness (f(p, q, drafts, seed); wire op sampled_law
 with a seed per request), see spec/law_only.py. --sequential / --budget: group-sequential
@@ -53,7 +55,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--batch-verifier", metavar="MOD:FN", help="with --verifier: batch form f(p, q, drafts [N,k], uniforms [N,k+1])"
     )
     parser.add_argument(
-        "--greedy-verifier", metavar="MOD:FN", help="with --verifier: greedy form f(p, drafts) -> verdict"
+        "--greedy-verifier",
+        metavar="MOD:FN",
+        help="with --verifier: greedy form f(p [k+1, V] logits or probabilities, drafts) -> verdict "
+        "(optional: without it vectors_greedy is skipped, said so)",
     )
     parser.add_argument("--pipeline", metavar="MOD:OBJ", help="with --verifier: object with rows(RowsRequest) and mode(...) (spec.pipeline.Pipeline)")
     parser.add_argument(
@@ -78,6 +83,21 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help=f"seconds to wait for any one response of --verifier-cmd (default {DEFAULT_TIMEOUT:g})",
     )
     parser.add_argument("--fail-fast", action="store_true", help="stop at the first failing property")
+    parser.add_argument(
+        "--keep-going",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="after a deterministic property failed, still run the statistical tests "
+        "(default: yes, except with CI=true in the environment: --no-keep-going)",
+    )
+    parser.add_argument(
+        "--min-power",
+        type=float,
+        default=None,
+        metavar="P",
+        help="accept a statistical pass at power >= P below the design's 0.99 (e.g. with --scale < 1, which "
+        "otherwise exits 3, inconclusive); the verdict prints the power reached",
+    )
     parser.add_argument(
         "--only", nargs="+", metavar="NAME", help="run only these properties (vectors_<kind>, contract, stat_..., ...)"
     )
@@ -111,7 +131,7 @@ REPORT_BYTES = 64 * 1024 * 1024  # a shard report: counts per block, far below t
 
 def _merge(args: argparse.Namespace) -> int:
     from verispec.reference.json_input import read_json_file
-    from verispec.spec.check import format_outcome, merge_reports
+    from verispec.spec.check import CheckError, CheckReport, format_outcome, merge_reports
     from verispec.spec.merge import read_shard
     from verispec.spec.report import ReportError
 
@@ -122,7 +142,11 @@ def _merge(args: argparse.Namespace) -> int:
             reports.append(read_shard(data, f"shard report {path}"))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # a malformed report
             raise ReportError(f"cannot read shard report {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if args.min_power is not None and not 0 <= args.min_power <= 1:
+        raise CheckError(f"--min-power must be in [0, 1], got {args.min_power}")
     report = merge_reports(reports, allow_partial=args.allow_partial)
+    if args.min_power is not None:  # the merge decides the pass, so its floor wins over the shards'
+        report.min_power = float(args.min_power)
     _print(report, args.json, format_outcome)
     _write_junit(args.junit_xml, report)
     return report.exit_status
@@ -200,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
             log=None if quiet else log,
             announce=None if quiet else (lambda description: print(f"checking {description}", flush=True)),
             progress=progress,
+            min_power=args.min_power,
+            keep_going=args.keep_going,
+            warn=lambda message: print(f"verispec: warning: {message}", file=sys.stderr, flush=True),
         )
     finally:
         if progress is not None:
