@@ -192,8 +192,9 @@ def test_reused_random_streams_fail_with_any_number_of_workers(
 
 def test_a_correct_decoder_at_a_sharp_law_repeats_legitimately(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Temperature 0.05: most generations repeat (the law's own collision probability); the run
-    does not fail, and the report says the repeats are the law's (its budget ends it: exit 3)."""
-    status, report = run(tiny_model, capsys, "--ours", "--temperature", "0.05", "--budget", "5")
+    does not fail, and the report says the repeats are the law's (its budget ends it: exit 3). An
+    explicit --tv makes the budget a stop (without one the design would be budget-led)."""
+    status, report = run(tiny_model, capsys, "--ours", "--temperature", "0.05", "--tv", "0.05", "--budget", "5")
     result = report["results"][0]
     assert status == 3 and result["state"] == "inconclusive"
     assert "repeated generations" in result["detail"] and "repeats are its own" in result["detail"]
@@ -213,9 +214,13 @@ def test_a_deterministic_law_passes_our_decoder_and_says_so(
 
 
 def test_a_deterministic_law_still_fails_an_impossible_token(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status, report = run(tiny_model, capsys, "--engine", "tests.hostile_engines:shifted_last", "--top-k", "1")
+    """The depth test's own deterministic path (--no-first-m); by default the first-m test, run
+    first, already rejects the impossible tokens."""
+    status, report = run(tiny_model, capsys, "--engine", "tests.hostile_engines:shifted_last", "--top-k", "1", "--no-first-m")
     result = report["results"][0]
     assert status == 1 and "has target probability 0" in result["where"]
+    status, report = run(tiny_model, capsys, "--engine", "tests.hostile_engines:shifted_last", "--top-k", "1")
+    assert status == 1 and "impossible=" in report["results"][0]["where"]
     assert "the target law is deterministic" in result["detail"]
 
 
