@@ -158,7 +158,7 @@ def test_the_workflow_steps_run_in_a_fresh_repository(tmp_path: Path) -> None:
 
     project = write_project(tmp_path / "repo", template_text("law-only-verifier"))
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    flow = Workflow.parse(workflow_text(shards=2, check_args=f"{VERIFIER_FLAGS['correct']} --scale 0.01"))
+    flow = Workflow.parse(workflow_text(shards=2, check_args=f"{VERIFIER_FLAGS['correct']} --scale 0.01 --min-power 0"))
     assert flow.run_line("shard", "install") == "python -m pip install $INSTALL"
     values = {"github.workspace": str(project), "secrets.VERISPEC_REPORT_KEY": "00ff" * 8}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))}
