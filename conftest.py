@@ -26,9 +26,7 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=30, deadline=None)
-settings.register_profile(
-    "thorough", max_examples=5_000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("thorough", max_examples=5_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 _profile = os.environ.get("VERISPEC_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 settings.load_profile(_profile)

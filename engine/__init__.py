@@ -23,14 +23,13 @@ The modules:
 
 from __future__ import annotations
 
-
 if __name__ != "verispec.engine":  # pragma: no cover - a guard, not a feature
     # The one import root is `verispec`; `import engine` from a checkout would load a second copy
     # of every module (two registries, two exception classes) and shadow a user's own `engine`.
     raise ImportError(f"import verispec.engine, not {__name__}: verispec installs no top-level 'engine' package")
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from verispec.engine.architectures import ENGINES, FAST_ARCHITECTURES
 from verispec.reference.errors import ModelError
@@ -44,8 +43,8 @@ __all__ = ["ENGINES", "FAST_ARCHITECTURES", "load_model"]
 
 
 def load_model(
-    path_or_file: Union[str, Path, "GGUFFile"], engine: str = "fast", weights: str = "f32", backend: str = "auto"
-) -> Union["FastModel", "Model"]:
+    path_or_file: str | Path | "GGUFFile", engine: str = "fast", weights: str = "f32", backend: str = "auto"
+) -> "FastModel" | "Model":
     """Load a GGUF model on ``engine``; ``weights`` ("f32", "quantized" or "int8") and ``backend``
     ("auto", "numpy", "ort": the f32 mode's matmul kernel, engine.weights.resolve_backend) apply to
     the fast one.
@@ -72,7 +71,7 @@ def load_model(
     raise ModelError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
 
 
-def _architecture(path_or_file: Union[str, Path, "GGUFFile"]) -> str:
+def _architecture(path_or_file: str | Path | "GGUFFile") -> str:
     from verispec.reference.gguf import GGUFFile
 
     if isinstance(path_or_file, GGUFFile):

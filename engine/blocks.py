@@ -47,10 +47,10 @@ from verispec.reference.quants import (
     GGMLType,
     bits_by_plane,
     bits_lsb_first,
+    block_layout,
     f16_at,
     k_scales_mins,
     low_high_nibbles,
-    block_layout,
     type_name,
 )
 
@@ -62,12 +62,12 @@ U8 = npt.NDArray[np.uint8]
 class KernelBlocks:
     """A matrix ``[n_out, n_in]`` as levels, scales, zero points and optional mins per block."""
 
-    bits: int            # 4 or 8: the kernel's storage width
-    block: int           # weights per block along the input dimension (16 or 32)
-    levels: U8           # [n_out, n_in], each < 2**bits
-    scales: F32          # [n_out, n_in // block]
-    zeros: U8            # [n_out, n_in // block]: the zero point of each block
-    mins: F32 | None     # [n_out, n_in // block] or None
+    bits: int  # 4 or 8: the kernel's storage width
+    block: int  # weights per block along the input dimension (16 or 32)
+    levels: U8  # [n_out, n_in], each < 2**bits
+    scales: F32  # [n_out, n_in // block]
+    zeros: U8  # [n_out, n_in // block]: the zero point of each block
+    mins: F32 | None  # [n_out, n_in // block] or None
     source_types: tuple[int, ...]  # the GGUF types it came from (several after concat)
 
     @property
@@ -235,9 +235,13 @@ def _split_blocks(kb: KernelBlocks, block: int) -> KernelBlocks:
         return kb
     times = kb.block // block
     return KernelBlocks(
-        bits=kb.bits, block=block, levels=kb.levels, scales=np.repeat(kb.scales, times, axis=1),
+        bits=kb.bits,
+        block=block,
+        levels=kb.levels,
+        scales=np.repeat(kb.scales, times, axis=1),
         zeros=np.repeat(kb.zeros, times, axis=1),
-        mins=None if kb.mins is None else np.repeat(kb.mins, times, axis=1), source_types=kb.source_types,
+        mins=None if kb.mins is None else np.repeat(kb.mins, times, axis=1),
+        source_types=kb.source_types,
     )
 
 
@@ -253,10 +257,13 @@ def concat(parts: list[KernelBlocks]) -> KernelBlocks:
     same = [_split_blocks(p, block) for p in parts]
     any_mins = any(p.mins is not None for p in same)
     return KernelBlocks(
-        bits=bits, block=block,
+        bits=bits,
+        block=block,
         levels=np.concatenate([p.levels for p in same]),
         scales=np.concatenate([p.scales for p in same]),
         zeros=np.concatenate([p.zeros for p in same]),
-        mins=np.concatenate([p.mins if p.mins is not None else np.zeros_like(p.scales) for p in same]) if any_mins else None,
+        mins=np.concatenate([p.mins if p.mins is not None else np.zeros_like(p.scales) for p in same])
+        if any_mins
+        else None,
         source_types=tuple(t for p in parts for t in p.source_types),
     )

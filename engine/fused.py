@@ -69,9 +69,9 @@ def fused_default() -> bool:
 class LayerMatrices:
     """The four (fused) matrices of a layer, GGUF layout ``[out, in]``."""
 
-    qkv: Projection   # [n_head d + 2 n_kv d, E]  rows: q, then k, then v
-    o: Projection     # [E, n_head d]
-    gu: Projection    # [2 n_ff, E]  rows: gate, then up
+    qkv: Projection  # [n_head d + 2 n_kv d, E]  rows: q, then k, then v
+    o: Projection  # [E, n_head d]
+    gu: Projection  # [2 n_ff, E]  rows: gate, then up
     down: Projection  # [E, n_ff]
 
 
@@ -79,7 +79,7 @@ class LayerMatrices:
 class LayerGraphs:
     """One decoder layer as two graphs (see the module docstring)."""
 
-    pre: OrtGraph   # x, cos, sin -> qk, v
+    pre: OrtGraph  # x, cos, sin -> qk, v
     post: OrtGraph  # attn, x -> x'
 
 
@@ -106,8 +106,15 @@ class _Graph:
         self.inits[name] = value
         return name
 
-    def op(self, op_type: str, inputs: list[str], n_out: int = 1, out: list[str] | None = None,
-           domain: str = "", **attrs: Any) -> list[str]:
+    def op(
+        self,
+        op_type: str,
+        inputs: list[str],
+        n_out: int = 1,
+        out: list[str] | None = None,
+        domain: str = "",
+        **attrs: Any,
+    ) -> list[str]:
         from onnx import helper
 
         outs = out if out is not None else [self.name(op_type.lower()) for _ in range(n_out)]
@@ -139,8 +146,9 @@ class _Graph:
     def rms_norm(self, x: str, weight: F32, eps: float, out: str | None = None) -> str:
         """RMSNorm over the last axis (onnxruntime's SimplifiedLayerNormalization: per row)."""
         w = self.const("norm", np.ascontiguousarray(weight, dtype=np.float32))
-        return self.op("SimplifiedLayerNormalization", [x, w], out=[out] if out else None, axis=-1,
-                       epsilon=float(np.float32(eps)))[0]
+        return self.op(
+            "SimplifiedLayerNormalization", [x, w], out=[out] if out else None, axis=-1, epsilon=float(np.float32(eps))
+        )[0]
 
     def bias(self, x: str, b: F32 | None) -> str:
         if b is None:
@@ -151,8 +159,9 @@ class _Graph:
         return self.op("Split", [x, self.const("sizes", np.array(sizes, dtype=np.int64))], n_out=len(sizes), axis=axis)
 
     def reshape(self, x: str, shape: list[int], out: str | None = None) -> str:
-        return self.op("Reshape", [x, self.const("shape", np.array(shape, dtype=np.int64))],
-                       out=[out] if out else None)[0]
+        return self.op(
+            "Reshape", [x, self.const("shape", np.array(shape, dtype=np.int64))], out=[out] if out else None
+        )[0]
 
 
 def _check(cfg: Config, mats: LayerMatrices) -> None:
@@ -201,8 +210,12 @@ def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], 
     qk_flat, v_flat = g.project_split(mats.qkv, h, [q + kv, kv])
     bq, bk, bv = (_vector(vectors, key, n, False) for key, n in (("bq", q), ("bk", kv), ("bv", kv)))
     if bq is not None or bk is not None:
-        qk_flat = g.bias(qk_flat, np.concatenate([np.zeros(q, np.float32) if bq is None else bq,
-                                                  np.zeros(kv, np.float32) if bk is None else bk]))
+        qk_flat = g.bias(
+            qk_flat,
+            np.concatenate(
+                [np.zeros(q, np.float32) if bq is None else bq, np.zeros(kv, np.float32) if bk is None else bk]
+            ),
+        )
     v_flat = g.bias(v_flat, bv)
     qk = g.reshape(qk_flat, [-1, n_head + n_kv, d])  # [T, H, d]: query heads, then key heads
     g.op("Identity", [v_flat], out=["v"])  # [T, n_kv d]
@@ -214,7 +227,8 @@ def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], 
     rotated = g.op("MatMul", [qk, g.const("rot", rotation_matrix(cfg))])[0]  # [T, H, d]: x[..., index]
     g.op("Add", [g.op("Mul", [qk, "cos"])[0], g.op("Mul", [rotated, "sin"])[0]], out=["qk"])  # [T, H, d]
     return OrtGraph(
-        g.nodes, g.inits,
+        g.nodes,
+        g.inits,
         {"x": ["T", cfg.n_embd], "cos": ["T", 1, d], "sin": ["T", 1, d]},
         {"qk": ["T", n_head + n_kv, d], "v": ["T", kv]},
         threads,
@@ -231,8 +245,13 @@ def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None],
         a = g.rms_norm(a, post_attn, cfg.norm_eps)
     ffn_norm = g.const("norm", _required(vectors, "ffn_norm", e))
     # h = RMSNorm(x + a), and the sum x + a itself (output 3): the residual
-    h, _, _, x1 = g.op("SkipSimplifiedLayerNormalization", [a, "x", ffn_norm], out=[g.name("h"), "", "", g.name("x1")],
-                       domain="com.microsoft", epsilon=float(np.float32(cfg.norm_eps)))
+    h, _, _, x1 = g.op(
+        "SkipSimplifiedLayerNormalization",
+        [a, "x", ffn_norm],
+        out=[g.name("h"), "", "", g.name("x1")],
+        domain="com.microsoft",
+        epsilon=float(np.float32(cfg.norm_eps)),
+    )
     gate, up = g.project_split(mats.gu, h, [ff, ff])
     if cfg.ffn_activation == ACT_SILU:
         act = g.op("Mul", [gate, g.op("Sigmoid", [gate])[0]])[0]
@@ -243,7 +262,9 @@ def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None],
     if post_ffn is not None:
         f = g.rms_norm(f, post_ffn, cfg.norm_eps)
     g.op("Add", [x1, f], out=["y"])
-    return OrtGraph(g.nodes, g.inits, {"attn": ["T", cfg.n_head * cfg.head_dim], "x": ["T", e]}, {"y": ["T", e]}, threads)
+    return OrtGraph(
+        g.nodes, g.inits, {"attn": ["T", cfg.n_head * cfg.head_dim], "x": ["T", e]}, {"y": ["T", e]}, threads
+    )
 
 
 def _required(vectors: dict[str, F32 | None], key: str, size: int) -> F32:
@@ -255,5 +276,4 @@ def _required(vectors: dict[str, F32 | None], key: str, size: int) -> F32:
 def build_layer(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> LayerGraphs:
     """Both graphs of one layer; ModelError for a matrix or vector of the wrong shape."""
     _check(cfg, mats)
-    return LayerGraphs(pre=build_pre(cfg, mats, vectors, threads),
-                       post=build_post(cfg, mats, vectors, threads))
+    return LayerGraphs(pre=build_pre(cfg, mats, vectors, threads), post=build_post(cfg, mats, vectors, threads))

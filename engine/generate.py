@@ -36,10 +36,13 @@ def generate(
     (the same loop and session: :func:`reference.generate.decode_plain`)."""
 
     def last_logits(span: Sequence[int], cache: Any) -> npt.NDArray[np.float32]:
-        return np.asarray(model.forward(span, cache, last_only=True).logits[-1], dtype=np.float32)  # [V]: head on one row
+        return np.asarray(
+            model.forward(span, cache, last_only=True).logits[-1], dtype=np.float32
+        )  # [V]: head on one row
 
-    return decode_plain(model, tokenizer, request, on_text=on_text, law=target_distribution, draw=sample,
-                        last_logits=last_logits)
+    return decode_plain(
+        model, tokenizer, request, on_text=on_text, law=target_distribution, draw=sample, last_logits=last_logits
+    )
 
 
 def generate_any(

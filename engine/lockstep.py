@@ -67,7 +67,7 @@ class _Scheduler:
     def __init__(self, model: Any) -> None:
         self.model = model
         self.cond = threading.Condition()
-        self.running = 0               # live loops executing their own code (not waiting on a call)
+        self.running = 0  # live loops executing their own code (not waiting on a call)
         self.waiting: list[_Call] = []
         self.stopping = False
 
@@ -123,8 +123,16 @@ class LockstepModel:
     def new_cache(self, capacity: int | None = None) -> Any:
         return self._scheduler.model.new_cache(capacity)
 
-    def forward(self, tokens: Sequence[int], cache: Any, *, positions: Sequence[int] | None = None,
-                return_hidden: bool = False, last_only: bool = False, tree_parents: Sequence[int] | None = None) -> Any:
+    def forward(
+        self,
+        tokens: Sequence[int],
+        cache: Any,
+        *,
+        positions: Sequence[int] | None = None,
+        return_hidden: bool = False,
+        last_only: bool = False,
+        tree_parents: Sequence[int] | None = None,
+    ) -> Any:
         """A plain causal span waits for the step's batched pass; any other forward runs alone."""
         if positions is None and not return_hidden and not last_only and tree_parents is None:
             return self._scheduler.submit(_Call((list(tokens), cache), None))
@@ -175,8 +183,11 @@ def run_lockstep(model: Any, loops: Sequence[Callable[[LockstepModel], T]], widt
     try:
         while True:
             with scheduler.cond:
-                while (len(threads) < len(loops) and not scheduler.stopping
-                       and scheduler.running + len(scheduler.waiting) < width):
+                while (
+                    len(threads) < len(loops)
+                    and not scheduler.stopping
+                    and scheduler.running + len(scheduler.waiting) < width
+                ):
                     scheduler.running += 1
                     threads.append(threading.Thread(target=body, args=(len(threads),), daemon=True))
                     threads[-1].start()

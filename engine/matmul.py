@@ -38,8 +38,8 @@ import numpy.typing as npt
 from verispec.engine.blocks import KernelBlocks
 from verispec.engine.ort_pool import session_options
 from verispec.engine.pages import drop_folder_pages
-from verispec.reference.errors import ModelError
 from verispec.reference.errors import BackendUnavailable as BackendUnavailable
+from verispec.reference.errors import ModelError
 
 F32 = npt.NDArray[np.float32]
 
@@ -116,8 +116,14 @@ class OrtGraph:
     no other reference, they are freed before onnxruntime makes its copies (a load's peak).
     """
 
-    def __init__(self, nodes: list[Any], initializers: dict[str, npt.NDArray[Any]],
-                 inputs: dict[str, list[int | str]], outputs: dict[str, list[int | str]], threads: int) -> None:
+    def __init__(
+        self,
+        nodes: list[Any],
+        initializers: dict[str, npt.NDArray[Any]],
+        inputs: dict[str, list[int | str]],
+        outputs: dict[str, list[int | str]],
+        threads: int,
+    ) -> None:
         import tempfile
 
         import onnx
@@ -128,7 +134,8 @@ class OrtGraph:
             tensors = _external_initializers(initializers, os.path.join(folder, "weights.bin"))
             initializers.clear()  # written: the arrays need not live while the session copies them
             graph = helper.make_graph(
-                nodes, "verispec",
+                nodes,
+                "verispec",
                 [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in inputs.items()],
                 [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in outputs.items()],
                 tensors,
@@ -204,8 +211,9 @@ class OrtGraph:
 class _OrtSession(OrtGraph):
     """A one-matrix graph ``A [T, n_in] -> Y [T, n_out]`` (a :class:`Matmul`)."""
 
-    def __init__(self, nodes: list[Any], initializers: dict[str, npt.NDArray[Any]], n_in: int, n_out: int,
-                 threads: int) -> None:
+    def __init__(
+        self, nodes: list[Any], initializers: dict[str, npt.NDArray[Any]], n_in: int, n_out: int, threads: int
+    ) -> None:
         super().__init__(nodes, initializers, {"A": ["T", n_in]}, {"Y": ["T", n_out]}, threads)
         self.n_in, self.n_out = n_in, n_out
 
@@ -238,8 +246,11 @@ def _external_initializers(arrays: dict[str, npt.NDArray[Any]], path: str) -> li
             proto.data_type = _ONNX_TYPES[array.dtype]
             proto.dims.extend(int(n) for n in array.shape)
             proto.data_location = TensorProto.EXTERNAL
-            for key, value in (("location", os.path.basename(path)), ("offset", str(offset)),
-                               ("length", str(array.nbytes))):
+            for key, value in (
+                ("location", os.path.basename(path)),
+                ("offset", str(offset)),
+                ("length", str(array.nbytes)),
+            ):
                 entry = proto.external_data.add()
                 entry.key, entry.value = key, value
             out.flush()
@@ -285,11 +296,13 @@ def _with_block_sums(blocks: KernelBlocks) -> KernelBlocks:
     ones = np.zeros((n_blocks, n_blocks, blocks.block), dtype=np.uint8)
     ones[np.arange(n_blocks), np.arange(n_blocks)] = 1
     return KernelBlocks(
-        bits=blocks.bits, block=blocks.block,
+        bits=blocks.bits,
+        block=blocks.block,
         levels=np.concatenate([blocks.levels, ones.reshape(n_blocks, k)]),
         scales=np.concatenate([blocks.scales, np.eye(n_blocks, dtype=np.float32)]),
         zeros=np.concatenate([blocks.zeros, np.zeros((n_blocks, n_blocks), dtype=np.uint8)]),
-        mins=None, source_types=blocks.source_types,
+        mins=None,
+        source_types=blocks.source_types,
     )
 
 
@@ -299,8 +312,9 @@ def block_sum_columns(blocks: KernelBlocks) -> int:
     return 0 if blocks.mins is None else blocks.shape[1] // blocks.block
 
 
-def blocks_nodes(blocks: KernelBlocks, x: str, y: str, prefix: str = "", *,
-                 wide: bool = False) -> tuple[list[Any], dict[str, npt.NDArray[Any]]]:
+def blocks_nodes(
+    blocks: KernelBlocks, x: str, y: str, prefix: str = "", *, wide: bool = False
+) -> tuple[list[Any], dict[str, npt.NDArray[Any]]]:
     """Graph nodes and initializers for ``y = x @ W.T`` on lossless blocks: ``MatMulNBits`` (int8
     compute), plus the min term if any (initializer and intermediate names start with ``prefix``).
     ``wide``: ``y`` keeps the kernel's extra columns, ``[T, n_out + block_sum_columns]`` (the first
@@ -324,10 +338,19 @@ def blocks_nodes(blocks: KernelBlocks, x: str, y: str, prefix: str = "", *,
         prefix + "Z": _pack_zeros(kernel).reshape(-1),
     }
     out = y if blocks.mins is None else prefix + "Yx"
-    nodes = [helper.make_node(
-        "MatMulNBits", [x, prefix + "B", prefix + "S", prefix + "Z"], [out], domain="com.microsoft",
-        K=k, N=n_kernel, bits=kernel.bits, block_size=kernel.block, accuracy_level=ACCURACY_INT8,
-    )]
+    nodes = [
+        helper.make_node(
+            "MatMulNBits",
+            [x, prefix + "B", prefix + "S", prefix + "Z"],
+            [out],
+            domain="com.microsoft",
+            K=k,
+            N=n_kernel,
+            bits=kernel.bits,
+            block_size=kernel.block,
+            accuracy_level=ACCURACY_INT8,
+        )
+    ]
     if blocks.mins is not None and wide:  # y = Yx + sums @ [mins.T | 0]: the same products
         inits[prefix + "from"] = np.array([n], dtype=np.int64)
         inits[prefix + "to"] = np.array([n_kernel], dtype=np.int64)
@@ -343,8 +366,10 @@ def blocks_nodes(blocks: KernelBlocks, x: str, y: str, prefix: str = "", *,
         inits[prefix + "parts"] = np.array([n, n_kernel - n], dtype=np.int64)  # inline: Split's shape needs it
         inits[prefix + "M"] = np.ascontiguousarray(blocks.mins.T)  # [n_blocks, N]
         nodes += [
-            helper.make_node("Split", [out, prefix + "parts"], [prefix + "Yq", prefix + "Sums"], axis=1),  # [T, N], [T, nb]
-            helper.make_node("MatMul", [prefix + "Sums", prefix + "M"], [prefix + "Ym"]),                 # [T, N]
+            helper.make_node(
+                "Split", [out, prefix + "parts"], [prefix + "Yq", prefix + "Sums"], axis=1
+            ),  # [T, N], [T, nb]
+            helper.make_node("MatMul", [prefix + "Sums", prefix + "M"], [prefix + "Ym"]),  # [T, N]
             helper.make_node("Add", [prefix + "Yq", prefix + "Ym"], [y]),
         ]
     return nodes, inits

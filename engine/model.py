@@ -30,19 +30,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from verispec.engine.fused import LayerGraphs
+from verispec.engine.rope import rotation
+from verispec.engine.weights import FusedLayer, WeightStore, load_weights
 from verispec.reference import layers
 from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NORM, Config
 from verispec.reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
 from verispec.reference.kvcache import KVCache
 from verispec.reference.model import ForwardResult, Mask, TokenIds, check_tokens, span_positions, tree_span
-from verispec.engine.fused import LayerGraphs
-from verispec.engine.rope import rotation
-from verispec.engine.weights import FusedLayer, WeightStore, load_weights
 
 if TYPE_CHECKING:
     from verispec.reference.gguf import GGUFFile
@@ -118,7 +118,11 @@ class FastModel:
 
     @classmethod
     def load(
-        cls, path_or_file: Union[str, Path, "GGUFFile"], *, weights: str = "f32", backend: str = "auto",
+        cls,
+        path_or_file: str | Path | "GGUFFile",
+        *,
+        weights: str = "f32",
+        backend: str = "auto",
         fused: bool | None = None,
     ) -> "FastModel":
         """Read config and weights of a GGUF model (``weights``: see engine.weights.WEIGHT_MODES;
@@ -259,8 +263,10 @@ class FastModel:
         by span)."""
         graphs = self.store.fused_layers
         assert graphs is not None
-        spans = [SpanRows(cache, span_pos, start, slice(int(end) - len(span_pos), int(end)))
-                 for cache, span_pos, start, end in zip(caches, positions, starts, ends)]
+        spans = [
+            SpanRows(cache, span_pos, start, slice(int(end) - len(span_pos), int(end)))
+            for cache, span_pos, start, end in zip(caches, positions, starts, ends)
+        ]
         stacked = np.concatenate(positions)  # [N]
         tables: dict[tuple[float, float], tuple[F32, F32]] = {}
         for layer in range(self.config.n_layer):
@@ -279,9 +285,7 @@ class FastModel:
     ) -> F32:
         """Same contract as :meth:`reference.model.Model.forward_layers` (nothing committed)."""
         if not (0 <= first_layer <= last_layer + 1 <= self.config.n_layer):
-            raise ModelError(
-                f"layer range {first_layer}..{last_layer} is outside 0..{self.config.n_layer - 1}"
-            )
+            raise ModelError(f"layer range {first_layer}..{last_layer} is outside 0..{self.config.n_layer - 1}")
         x = np.asarray(hidden, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.config.n_embd:
             raise ModelError(f"hidden state shape {x.shape} is not [T, {self.config.n_embd}]")
@@ -333,8 +337,12 @@ class FastModel:
         return x
 
     def _rope_for(
-        self, layer: int, positions: npt.NDArray[np.int64], tables: dict[tuple[float, float], tuple[F32, F32]],
-        *, fused: bool,
+        self,
+        layer: int,
+        positions: npt.NDArray[np.int64],
+        tables: dict[tuple[float, float], tuple[F32, F32]],
+        *,
+        fused: bool,
     ) -> tuple[F32, F32]:
         """The RoPE tables of ``layer`` at ``positions`` (cos, sin; the fused graphs take the sign
         of the rotation in sin), computed once per (base, scale) in ``tables``."""
@@ -420,7 +428,12 @@ class FastModel:
         return graphs.post.run(a, x)[0]
 
     def _attend(
-        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int,
+        self,
+        q: F32,
+        layer: int,
+        cache: KVCache,
+        positions: npt.NDArray[np.int64],
+        end: int,
         span_visible: Mask | None = None,
     ) -> F32:
         """Attention of the span in blocks of query rows (rows are independent): the scores of a
@@ -429,14 +442,25 @@ class FastModel:
         if q.shape[0] <= block:
             return self._attend_block(q, layer, cache, positions, end, span_visible)
         parts = [
-            self._attend_block(q[i : i + block], layer, cache, positions[i : i + block], end,
-                               None if span_visible is None else span_visible[i : i + block])
+            self._attend_block(
+                q[i : i + block],
+                layer,
+                cache,
+                positions[i : i + block],
+                end,
+                None if span_visible is None else span_visible[i : i + block],
+            )
             for i in range(0, q.shape[0], block)
         ]
         return np.concatenate(parts)
 
     def _attend_block(
-        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int,
+        self,
+        q: F32,
+        layer: int,
+        cache: KVCache,
+        positions: npt.NDArray[np.int64],
+        end: int,
         span_visible: Mask | None = None,  # [block, T]: this block's rows of the tree mask
     ) -> F32:
         """Grouped-query softmax attention of the span over slots ``[0, end)`` -> ``[T, q]``."""
@@ -465,7 +489,12 @@ class FastModel:
         )
 
     def _attend_invariant(
-        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], end: int,
+        self,
+        q: F32,
+        layer: int,
+        cache: KVCache,
+        positions: npt.NDArray[np.int64],
+        end: int,
         span_visible: Mask | None = None,
     ) -> F32:
         """:meth:`_attend`, one query row at a time over that row's own slots ``[0, its slot]``:
@@ -479,8 +508,9 @@ class FastModel:
             return self._attend_tree_invariant(q, layer, cache, positions, first_slot, span_visible)
         if n_tokens == 1:
             return self._attend_row(q, layer, cache, int(positions[0]), end)
-        rows = [self._attend_row(q[t : t + 1], layer, cache, int(positions[t]), first_slot + t + 1)
-                for t in range(n_tokens)]
+        rows = [
+            self._attend_row(q[t : t + 1], layer, cache, int(positions[t]), first_slot + t + 1) for t in range(n_tokens)
+        ]
         return np.concatenate(rows)
 
     def _attend_row(self, q: F32, layer: int, cache: KVCache, position: int, end: int) -> F32:
@@ -506,7 +536,12 @@ class FastModel:
         return out.reshape(1, -1)  # [1, n_head d]
 
     def _attend_tree_invariant(
-        self, q: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], first_slot: int,
+        self,
+        q: F32,
+        layer: int,
+        cache: KVCache,
+        positions: npt.NDArray[np.int64],
+        first_slot: int,
         span_visible: Mask,  # [T, T]: row i sees row j iff j is i or one of its ancestors
     ) -> F32:
         """A token-tree span in the batch-invariant mode: each row attends exactly as the 1-row
@@ -575,7 +610,6 @@ class FastModel:
         out = x * cos
         out += rotated
         return out
-
 
     def _raise_non_finite(self, ids: npt.NDArray[np.int64], pos: npt.NDArray[np.int64]) -> None:
         """Find the first layer with non-finite activations (slow path, errors only) and raise."""

@@ -38,7 +38,7 @@ def drop_pages(view: npt.NDArray[np.uint8]) -> bool:
     if mapping is None or not hasattr(mapping, "madvise") or view.nbytes == 0:
         return False
     start = view.ctypes.data - np.frombuffer(mapping, dtype=np.uint8).ctypes.data
-    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE   # whole pages only: neighbours may be in use
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages only: neighbours may be in use
     end = (start + view.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
     if end <= first:
         return False

@@ -35,17 +35,17 @@ from verispec.reference.sampling import (
     check_history,
     check_logits,
     first_k,
-    softmax_over,
     inverse_cdf,
+    softmax_over,
 )
 
-SPARSE_TOP_K = 64  # top-k up to this size takes the survivors-only path (same bits at any k; past it the pool gains little)
+SPARSE_TOP_K = (
+    64  # top-k up to this size takes the survivors-only path (same bits at any k; past it the pool gains little)
+)
 POOL_STRIDE = 16  # every 16th logit bounds the k-th largest from below (_top_k_pool)
 
 
-def apply_repeat_penalty(
-    logits: npt.NDArray[np.float64], history: Sequence[int], penalty: float, last_n: int
-) -> None:
+def apply_repeat_penalty(logits: npt.NDArray[np.float64], history: Sequence[int], penalty: float, last_n: int) -> None:
     if penalty == 1.0 or last_n == 0 or not history:
         return
     window = history if last_n == -1 else history[-last_n:]
@@ -65,7 +65,9 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
     apply_logit_bias(working, params.logit_bias)
     apply_repeat_penalty(working, history, params.repeat_penalty, params.repeat_last_n)
     if np.any(working == np.inf):
-        raise SamplingError(f"logit of token id {int(np.flatnonzero(working == np.inf)[0])} overflows to +inf after the bias")
+        raise SamplingError(
+            f"logit of token id {int(np.flatnonzero(working == np.inf)[0])} overflows to +inf after the bias"
+        )
     alive = np.isfinite(working)  # [V]
     if not alive.any():
         raise SamplingError("empty support: every token is banned by a -inf logit bias")
@@ -134,7 +136,9 @@ def sample_from(probs: Probs, u: float) -> int:
         raise SamplingError(f"uniform must be in [0, 1), got {u!r}")
     if not np.all(np.isfinite(row)) or np.any(row < 0):
         raise SamplingError("probs must be finite and non-negative")
-    support = np.flatnonzero(row > 0)  # ascending ids with positive weight (a boolean scan: faster than nonzero of floats)
+    support = np.flatnonzero(
+        row > 0
+    )  # ascending ids with positive weight (a boolean scan: faster than nonzero of floats)
     if support.size == 0:
         raise SamplingError("probs have zero total mass")
     # The draw over the support alone: adding the zeros between support ids changes no running

@@ -34,8 +34,8 @@ from verispec.engine.matmul import Matmul, NumpyMatmul
 from verispec.engine.pages import drop_pages
 from verispec.reference import quants
 from verispec.reference.config import Config
-from verispec.reference.errors import ModelError, UnsupportedArchitecture
 from verispec.reference.errors import InsufficientMemory as InsufficientMemory
+from verispec.reference.errors import ModelError, UnsupportedArchitecture
 
 if TYPE_CHECKING:
     from verispec.reference.gguf import GGUFFile
@@ -54,17 +54,17 @@ MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than t
 class FusedLayer:
     """One decoder layer: fused matrices (GGUF ``[out, in]``) behind the matmul seam."""
 
-    attn_norm: F32                 # [n_embd]
-    qkv: Matmul                    # [n_head*d + 2*n_kv*d, n_embd]  rows: q, then k, then v
-    o: Matmul                      # [n_embd, n_head*d]
-    ffn_norm: F32                  # [n_embd]
-    gu: Matmul                     # [2*n_ff, n_embd]  rows: gate, then up
-    down: Matmul                   # [n_embd, n_ff]
-    bqkv: F32 | None = None        # [n_head*d + 2*n_kv*d]
-    bo: F32 | None = None          # [n_embd]
-    qk_norm: F32 | None = None     # [n_head + n_kv, d]: q_norm for query heads, k_norm for key heads
+    attn_norm: F32  # [n_embd]
+    qkv: Matmul  # [n_head*d + 2*n_kv*d, n_embd]  rows: q, then k, then v
+    o: Matmul  # [n_embd, n_head*d]
+    ffn_norm: F32  # [n_embd]
+    gu: Matmul  # [2*n_ff, n_embd]  rows: gate, then up
+    down: Matmul  # [n_embd, n_ff]
+    bqkv: F32 | None = None  # [n_head*d + 2*n_kv*d]
+    bo: F32 | None = None  # [n_embd]
+    qk_norm: F32 | None = None  # [n_head + n_kv, d]: q_norm for query heads, k_norm for key heads
     post_attn_norm: F32 | None = None  # [n_embd]
-    post_ffn_norm: F32 | None = None   # [n_embd]
+    post_ffn_norm: F32 | None = None  # [n_embd]
 
 
 class _Tensors:
@@ -151,13 +151,13 @@ class WeightStore:
         fused_layers: list[LayerGraphs] | None = None,
     ) -> None:
         self.mode = mode
-        self.backend = backend          # numpy | ort | ort-q: the kernel every Matmul runs on
+        self.backend = backend  # numpy | ort | ort-q: the kernel every Matmul runs on
         self.float_matrices = float_matrices  # int8 mode: matrices kept float32 (no block form)
         self.output_norm = output_norm  # [n_embd]
-        self.rope_freqs = rope_freqs    # [rope_dim / 2] or None
+        self.rope_freqs = rope_freqs  # [rope_dim / 2] or None
         self._layers = layers
-        self._token_embd = token_embd   # [V, n_embd] float32, or None (rows from token_embd_q)
-        self._output = output           # [V, n_embd] behind the seam
+        self._token_embd = token_embd  # [V, n_embd] float32, or None (rows from token_embd_q)
+        self._output = output  # [V, n_embd] behind the seam
         self._quantized_layers = quantized_layers
         self._token_embd_q = token_embd_q
         self._output_q = output_q
@@ -171,8 +171,13 @@ class WeightStore:
         if self.fused_layers is not None:
             raise ModelError("the fused int8 layers have no per-matrix seam (load with fused=False)")
         assert self._quantized_layers is not None
-        return _fuse({k: (v.dequantize() if isinstance(v, _QuantTensor) else v)
-                      for k, v in self._quantized_layers[index].items()}, "numpy")
+        return _fuse(
+            {
+                k: (v.dequantize() if isinstance(v, _QuantTensor) else v)
+                for k, v in self._quantized_layers[index].items()
+            },
+            "numpy",
+        )
 
     def embed_rows(self, ids: npt.NDArray[np.int64]) -> F32:
         """Rows ``ids`` of the token embedding ``[T, n_embd]`` (bit-identical in every mode)."""
@@ -226,8 +231,10 @@ def estimate_bytes(f: "GGUFFile", mode: str) -> int:
     if mode == "f32":
         return sum(4 * t.n_elements for t in infos)
     if mode == "int8":
-        return sum(INT8_RESIDENT_FACTOR * kernel_nbytes(t.ggml_type, t.n_elements) if len(t.shape) == 2
-                   else 4 * t.n_elements for t in infos)
+        return sum(
+            INT8_RESIDENT_FACTOR * kernel_nbytes(t.ggml_type, t.n_elements) if len(t.shape) == 2 else 4 * t.n_elements
+            for t in infos
+        )
     per_layer: dict[str, int] = {}
     for t in infos:
         if t.name.startswith("blk."):
@@ -320,7 +327,9 @@ def _fuse(w: dict[str, F32 | None], backend: str) -> FusedLayer:
     return _assemble(w, mats, rows)
 
 
-def _assemble(w: dict[str, F32 | None], mats: tuple[Matmul, Matmul, Matmul, Matmul], rows: tuple[int, int, int]) -> FusedLayer:
+def _assemble(
+    w: dict[str, F32 | None], mats: tuple[Matmul, Matmul, Matmul, Matmul], rows: tuple[int, int, int]
+) -> FusedLayer:
     """A layer's vectors (norms, biases) and its four matmuls -> :class:`FusedLayer`.
 
     ``rows``: the output sizes of q, k, v (the fused bias and per-head norms follow them).
@@ -365,7 +374,9 @@ def resolve_backend(mode: str, backend: str = "auto") -> str:
         raise ModelError(f"backend {backend!r} is not one of {', '.join(BACKEND_CHOICES)}")
     if mode == "quantized":
         if backend == "ort":
-            raise ModelError("weights mode 'quantized' dequantizes per call and runs on numpy; use --weights f32 --backend ort")
+            raise ModelError(
+                "weights mode 'quantized' dequantizes per call and runs on numpy; use --weights f32 --backend ort"
+            )
         return "numpy"
     if mode == "int8":
         if backend == "numpy":
@@ -377,8 +388,9 @@ def resolve_backend(mode: str, backend: str = "auto") -> str:
     return backend
 
 
-def load_weights(f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "auto",
-                 fused: bool | None = None) -> WeightStore:
+def load_weights(
+    f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "auto", fused: bool | None = None
+) -> WeightStore:
     """Read the weights of ``f`` in ``mode`` (see :data:`WEIGHT_MODES`) on ``backend``
     (see :func:`resolve_backend`). ``fused``: the int8 mode's layers as two onnxruntime graphs each
     (:mod:`engine.fused`; None: ``VERISPEC_INT8_FUSED`` or the default), ModelError for another mode.
@@ -422,15 +434,18 @@ class _Common:
 
     t: _Tensors
     shapes: dict[str, tuple[str, tuple[int, ...], bool]]  # key -> (suffix, shape, required)
-    tied: bool                # no output.weight: the head is the token embedding
-    head_name: str            # the tensor the output head reads
-    output_norm: F32          # [n_embd]
-    rope_freqs: F32 | None    # [rope_dim / 2]
+    tied: bool  # no output.weight: the head is the token embedding
+    head_name: str  # the tensor the output head reads
+    output_norm: F32  # [n_embd]
+    rope_freqs: F32 | None  # [rope_dim / 2]
 
     def vectors(self, prefix: str) -> dict[str, F32 | None]:
         """A layer's norms and biases (the 1-D tensors), float32; optional ones None when absent."""
-        return {key: self.t.f32_or_none(prefix + suffix, shape, required)
-                for key, (suffix, shape, required) in self.shapes.items() if len(shape) == 1}
+        return {
+            key: self.t.f32_or_none(prefix + suffix, shape, required)
+            for key, (suffix, shape, required) in self.shapes.items()
+            if len(shape) == 1
+        }
 
 
 def _read_common(f: "GGUFFile", cfg: Config) -> _Common:
@@ -459,8 +474,15 @@ def _load_f32(cfg: Config, c: _Common, kernel: str) -> WeightStore:
     if kernel == "numpy":  # the head shares the embedding's float32 matrix when tied
         token_embd = t.f32("token_embd.weight", (cfg.n_vocab, e))
         head = token_embd if c.tied else t.f32("output.weight", (cfg.n_vocab, e))
-        return WeightStore("f32", c.output_norm, c.rope_freqs, layers=layers, token_embd=token_embd,
-                           output=NumpyMatmul(head), backend=kernel)
+        return WeightStore(
+            "f32",
+            c.output_norm,
+            c.rope_freqs,
+            layers=layers,
+            token_embd=token_embd,
+            output=NumpyMatmul(head),
+            backend=kernel,
+        )
     head_q = t.rows_in_file(c.head_name, (cfg.n_vocab, e))
     chunks: list[Matmul] = []
     for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):  # the kernel keeps its own copy:
@@ -470,8 +492,9 @@ def _load_f32(cfg: Config, c: _Common, kernel: str) -> WeightStore:
     drop_pages(head_q.raw)
     output: Matmul = chunks[0] if len(chunks) == 1 else matmul.RowChunks(chunks)
     embd_rows = t.rows_in_file("token_embd.weight", (cfg.n_vocab, e))
-    return WeightStore("f32", c.output_norm, c.rope_freqs, layers=layers, output=output,
-                       token_embd_q=embd_rows, backend=kernel)
+    return WeightStore(
+        "f32", c.output_norm, c.rope_freqs, layers=layers, output=output, token_embd_q=embd_rows, backend=kernel
+    )
 
 
 def _load_quantized(cfg: Config, c: _Common, kernel: str) -> WeightStore:
@@ -489,7 +512,12 @@ def _load_quantized(cfg: Config, c: _Common, kernel: str) -> WeightStore:
     embd_q = c.t.keep("token_embd.weight", (cfg.n_vocab, cfg.n_embd))
     output_q = embd_q if c.tied else c.t.keep("output.weight", (cfg.n_vocab, cfg.n_embd))
     return WeightStore(
-        "quantized", c.output_norm, c.rope_freqs, quantized_layers=quantized, token_embd_q=embd_q, output_q=output_q,
+        "quantized",
+        c.output_norm,
+        c.rope_freqs,
+        quantized_layers=quantized,
+        token_embd_q=embd_q,
+        output_q=output_q,
         backend=kernel,
     )
 
@@ -514,10 +542,17 @@ class _Int8Loader:
             matmul.release_freed_memory()  # the peak of a load is its freed copies otherwise
         output = self.head()
         matmul.release_freed_memory()
-        return WeightStore("int8", c.output_norm, c.rope_freqs, layers=None if fused else layers, output=output,
-                           fused_layers=graphs if fused else None,
-                           token_embd_q=self.t.rows_in_file("token_embd.weight", (cfg.n_vocab, cfg.n_embd)),
-                           backend=kernel, float_matrices=tuple(self.floats))
+        return WeightStore(
+            "int8",
+            c.output_norm,
+            c.rope_freqs,
+            layers=None if fused else layers,
+            output=output,
+            fused_layers=graphs if fused else None,
+            token_embd_q=self.t.rows_in_file("token_embd.weight", (cfg.n_vocab, cfg.n_embd)),
+            backend=kernel,
+            float_matrices=tuple(self.floats),
+        )
 
     def matrices(self, il: int) -> LayerMatrices:
         """Layer ``il``'s four projections (q, k, v stacked; gate, up stacked)."""
@@ -540,8 +575,11 @@ class _Int8Loader:
         cfg = self.cfg
         q, kv = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
         mats = self.matrices(il)
-        return _assemble(self.c.vectors(f"blk.{il}."), (_as_matmul(mats.qkv), _as_matmul(mats.o), _as_matmul(mats.gu),
-                                                         _as_matmul(mats.down)), (q, kv, kv))
+        return _assemble(
+            self.c.vectors(f"blk.{il}."),
+            (_as_matmul(mats.qkv), _as_matmul(mats.o), _as_matmul(mats.gu), _as_matmul(mats.down)),
+            (q, kv, kv),
+        )
 
     def projection(self, names: list[str], shape_rows: list[int], n_in: int) -> Projection:
         """The stacked matrices as lossless kernel blocks, or float32 where a type has no block form."""

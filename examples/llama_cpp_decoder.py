@@ -68,7 +68,9 @@ class LlamaCppLookupDecoder:
     def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._sample(self.speculative, prompt_ids, params, m, n, seed)
 
-    def _sample(self, llm: Any, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def _sample(
+        self, llm: Any, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int
+    ) -> list[list[int]]:
         if params.logit_bias:
             raise ValueError("this adapter does not map logit_bias")
         sampling = {
@@ -84,23 +86,35 @@ class LlamaCppLookupDecoder:
             out.append(self._take(llm, prompt_ids, m, **sampling))
         return out
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         """n whole generations (the default depth mode): each stops at an end-of-generation id (kept)
         or after max_tokens."""
         return self._generations(self.speculative, prompt_ids, params, max_tokens, n, seed, min_tokens)
 
-    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                       min_tokens: int = 0) -> list[list[int]]:
+    def generate_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         return self._generations(self.plain, prompt_ids, params, max_tokens, n, seed, min_tokens)
 
-    def _generations(self, llm: Any, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int,
-                     seed: int, min_tokens: int) -> list[list[int]]:
+    def _generations(
+        self,
+        llm: Any,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        n: int,
+        seed: int,
+        min_tokens: int,
+    ) -> list[list[int]]:
         if min_tokens:
             raise ValueError("llama-cpp-python's generate has no min_tokens (run check-decoder without --min-tokens)")
         return self._sample(llm, prompt_ids, params, max_tokens, n, seed)
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def sample_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int
+    ) -> list[list[int]]:
         """The same samples with speculation off (``--target-law two-sample``)."""
         return self._sample(self.plain, prompt_ids, params, m, n, seed)
 

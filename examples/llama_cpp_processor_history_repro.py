@@ -57,8 +57,16 @@ def run(path: str, lookup: bool, generations: int = GENERATIONS) -> tuple[int, i
 
         llm.set_seed(g)
         llm.reset()
-        for t in llm.generate(prompt, reset=True, temp=0.5, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
-                              logits_processor=[no_repeat]):
+        for t in llm.generate(
+            prompt,
+            reset=True,
+            temp=0.5,
+            top_k=0,
+            top_p=1.0,
+            min_p=0.0,
+            repeat_penalty=1.0,
+            logits_processor=[no_repeat],
+        ):
             out.append(int(t))
             if len(out) == MAX_TOKENS or int(t) == eos:
                 break
@@ -75,9 +83,11 @@ def main(path: str) -> int:
     for lookup in (False, True):
         results[lookup] = run(path, lookup)
         tokens, calls, ahead, repeats = results[lookup]
-        print(f"llama-cpp-python {llama_cpp.__version__}, {'prompt lookup' if lookup else 'plain'}: {tokens} tokens, "
-              f"{calls} processor calls, {ahead} with unverified tokens in the history, {repeats} banned repeats emitted",
-              flush=True)
+        print(
+            f"llama-cpp-python {llama_cpp.__version__}, {'prompt lookup' if lookup else 'plain'}: {tokens} tokens, "
+            f"{calls} processor calls, {ahead} with unverified tokens in the history, {repeats} banned repeats emitted",
+            flush=True,
+        )
     plain_ok = results[False][2] == 0 and results[False][3] == 0
     lookup_bad = results[True][2] > 0 or results[True][3] > 0
     return 1 if plain_ok and lookup_bad else 0

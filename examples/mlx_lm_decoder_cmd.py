@@ -78,24 +78,34 @@ class MlxDecoder:
         from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
         if law is not None:
-            raise ValueError(f"this adapter samples mlx-lm's law, which is verispec's default law; not --law {law.get('name')!r}")
+            raise ValueError(
+                f"this adapter samples mlx-lm's law, which is verispec's default law; not --law {law.get('name')!r}"
+            )
         if params.get("logit_bias"):
             raise ValueError("the mlx-lm adapter maps no logit_bias")
         top_k, top_p = int(params.get("top_k", 0)), float(params.get("top_p", 1.0))
         if top_k > 0 and top_p < 1.0:
             raise ValueError("mlx-lm applies top-p before top-k: with both on its law is not verispec's")
-        sampler = make_sampler(temp=float(params.get("temperature", 1.0)), top_p=top_p if top_p < 1.0 else 0.0,
-                               min_p=float(params.get("min_p", 0.0)), top_k=top_k)
+        sampler = make_sampler(
+            temp=float(params.get("temperature", 1.0)),
+            top_p=top_p if top_p < 1.0 else 0.0,
+            min_p=float(params.get("min_p", 0.0)),
+            top_k=top_k,
+        )
         penalty = float(params.get("repeat_penalty", 1.0))
         window = int(params.get("repeat_last_n", 64))
         if penalty != 1.0 and window <= 0:
             raise ValueError("repeat_last_n must be positive with a penalty (mlx-lm takes a context size)")
-        processors = make_logits_processors(repetition_penalty=penalty, repetition_context_size=window) if penalty != 1.0 else []
+        processors = (
+            make_logits_processors(repetition_penalty=penalty, repetition_context_size=window) if penalty != 1.0 else []
+        )
         return sampler, processors
 
     # -- generations -----------------------------------------------------------------------------
 
-    def one(self, prompt: list[int], max_tokens: int, sampler: Any, processors: list[Any], speculative: bool) -> dict[str, Any]:
+    def one(
+        self, prompt: list[int], max_tokens: int, sampler: Any, processors: list[Any], speculative: bool
+    ) -> dict[str, Any]:
         """One generation: ids, and (speculative) its cycles ``[drafted, accepted]``."""
         import mlx.core as mx
         from mlx_lm.generate import generate_step, speculative_generate_step
@@ -106,11 +116,22 @@ class MlxDecoder:
         if speculative:
             if self.draft is None:
                 raise ValueError("speculative generation needs --draft")
-            steps: Any = speculative_generate_step(x, self.model, self.draft, num_draft_tokens=self.num_draft,
-                                                   max_tokens=max_tokens, sampler=sampler, logits_processors=processors or None)
+            steps: Any = speculative_generate_step(
+                x,
+                self.model,
+                self.draft,
+                num_draft_tokens=self.num_draft,
+                max_tokens=max_tokens,
+                sampler=sampler,
+                logits_processors=processors or None,
+            )
         else:
-            steps = ((t, lp, False) for t, lp in generate_step(x, self.model, max_tokens=max_tokens, sampler=sampler,
-                                                                logits_processors=processors or None))
+            steps = (
+                (t, lp, False)
+                for t, lp in generate_step(
+                    x, self.model, max_tokens=max_tokens, sampler=sampler, logits_processors=processors or None
+                )
+            )
         accepted, drafted = 0, min(max_tokens, self.num_draft)
         for token, _logprobs, from_draft in steps:
             ids.append(int(token))
@@ -139,8 +160,13 @@ class MlxDecoder:
     def greedy(self, inp: dict[str, Any]) -> list[int]:
         from mlx_lm.sample_utils import make_sampler
 
-        out = self.one([int(t) for t in inp["prompt_ids"]], int(inp["max_tokens"]), make_sampler(temp=0.0), [],
-                       bool(inp["speculative"]))
+        out = self.one(
+            [int(t) for t in inp["prompt_ids"]],
+            int(inp["max_tokens"]),
+            make_sampler(temp=0.0),
+            [],
+            bool(inp["speculative"]),
+        )
         ids: list[int] = out["ids"]
         return ids
 
@@ -175,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mlx_lm_decoder_cmd.py")
     parser.add_argument("--target", type=Path, required=True, help="the target GGUF (llama architecture)")
     parser.add_argument("--draft", type=Path, help="the draft GGUF (same vocabulary)")
-    parser.add_argument("--num-draft", type=int, default=2, help="drafts per cycle (num_draft_tokens; mlx-lm's default 2)")
+    parser.add_argument(
+        "--num-draft", type=int, default=2, help="drafts per cycle (num_draft_tokens; mlx-lm's default 2)"
+    )
     parser.add_argument("--plain", action="store_true", help="answer generate with generate_step too (the control)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "verispec-mlx-models")
     args = parser.parse_args(argv)

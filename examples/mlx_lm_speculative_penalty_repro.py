@@ -41,8 +41,15 @@ PENALTY, CONTEXT, DRAWS = 3.0, 20, 1500
 
 def tiny_model() -> llama.Model:
     mx.random.seed(0)
-    args = llama.ModelArgs(model_type="llama", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
-                           num_attention_heads=4, rms_norm_eps=1e-5, vocab_size=64)
+    args = llama.ModelArgs(
+        model_type="llama",
+        hidden_size=64,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        num_attention_heads=4,
+        rms_norm_eps=1e-5,
+        vocab_size=64,
+    )
     model = llama.Model(args)
     # a head that likes the prompt's tokens, so the penalty has mass to move
     embed = model.model.embed_tokens.weight
@@ -60,8 +67,15 @@ def first_history(model: llama.Model, speculative: bool) -> list[int]:
 
     prompt = mx.array(PROMPT, dtype=mx.uint32)
     if speculative:
-        steps = speculative_generate_step(prompt, model, model, num_draft_tokens=2, max_tokens=1,
-                                          sampler=make_sampler(temp=0.0), logits_processors=[record])
+        steps = speculative_generate_step(
+            prompt,
+            model,
+            model,
+            num_draft_tokens=2,
+            max_tokens=1,
+            sampler=make_sampler(temp=0.0),
+            logits_processors=[record],
+        )
     else:
         steps = generate_step(prompt, model, max_tokens=1, sampler=make_sampler(temp=0.0), logits_processors=[record])
     for _ in steps:
@@ -75,7 +89,8 @@ def first_token_mass(model: llama.Model, tokens: set[int], history: list[int]) -
     """The exact probability of ``tokens`` at the first position when the penalty sees ``history``."""
     logits = model(mx.array([PROMPT], dtype=mx.uint32))[:, -1, :]
     penalized = make_logits_processors(repetition_penalty=PENALTY, repetition_context_size=CONTEXT)[0](
-        mx.array(history, dtype=mx.uint32), logits)
+        mx.array(history, dtype=mx.uint32), logits
+    )
     probs = mx.softmax(penalized[0].astype(mx.float32))
     return float(sum(probs[t].item() for t in tokens))
 
@@ -88,8 +103,9 @@ def frequency(model: llama.Model, tokens: set[int], speculative: bool) -> int:
     hits = 0
     for _ in range(DRAWS):
         if speculative:
-            steps = speculative_generate_step(prompt, model, model, num_draft_tokens=2, max_tokens=1, sampler=sampler,
-                                              logits_processors=processors)
+            steps = speculative_generate_step(
+                prompt, model, model, num_draft_tokens=2, max_tokens=1, sampler=sampler, logits_processors=processors
+            )
         else:
             steps = generate_step(prompt, model, max_tokens=1, sampler=sampler, logits_processors=processors)
         token = next(iter(steps))[0]
@@ -100,8 +116,16 @@ def frequency(model: llama.Model, tokens: set[int], speculative: bool) -> int:
 def binomial_tail(k: int, n: int, p: float) -> float:
     """P(|X - np| >= |k - np|) for X ~ Binomial(n, p), two-sided, exact (sum of the pmf)."""
     mean = n * p
-    pmf = [math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p))
-           for i in range(n + 1)]
+    pmf = [
+        math.exp(
+            math.lgamma(n + 1)
+            - math.lgamma(i + 1)
+            - math.lgamma(n - i + 1)
+            + i * math.log(p)
+            + (n - i) * math.log1p(-p)
+        )
+        for i in range(n + 1)
+    ]
     return min(1.0, sum(q for i, q in enumerate(pmf) if abs(i - mean) >= abs(k - mean)))
 
 
@@ -109,17 +133,25 @@ def main() -> int:
     model = tiny_model()
     plain_history = first_history(model, speculative=False)
     spec_history = first_history(model, speculative=True)
-    print(f"processor history at the first position: generate_step {len(plain_history)} tokens {plain_history}, "
-          f"speculative_generate_step {len(spec_history)} tokens {spec_history}")
+    print(
+        f"processor history at the first position: generate_step {len(plain_history)} tokens {plain_history}, "
+        f"speculative_generate_step {len(spec_history)} tokens {spec_history}"
+    )
     others = set(PROMPT[:-1]) - {PROMPT[-1]}
     p_plain = first_token_mass(model, others, PROMPT)
     p_dropped = first_token_mass(model, others, PROMPT[-1:])
     k_plain, k_spec = frequency(model, others, False), frequency(model, others, True)
     tail_plain, tail_spec = binomial_tail(k_plain, DRAWS, p_plain), binomial_tail(k_spec, DRAWS, p_plain)
-    print(f"mass of the prompt's other tokens at the first position, penalty {PENALTY}: plain law {p_plain:.4f}, "
-          f"law with only the last prompt token penalized {p_dropped:.4f}")
-    print(f"generate_step: {k_plain}/{DRAWS} = {k_plain / DRAWS:.4f} (two-sided exact p = {tail_plain:.3g} against the plain law)")
-    print(f"speculative_generate_step: {k_spec}/{DRAWS} = {k_spec / DRAWS:.4f} (p = {tail_spec:.3g} against the plain law)")
+    print(
+        f"mass of the prompt's other tokens at the first position, penalty {PENALTY}: plain law {p_plain:.4f}, "
+        f"law with only the last prompt token penalized {p_dropped:.4f}"
+    )
+    print(
+        f"generate_step: {k_plain}/{DRAWS} = {k_plain / DRAWS:.4f} (two-sided exact p = {tail_plain:.3g} against the plain law)"
+    )
+    print(
+        f"speculative_generate_step: {k_spec}/{DRAWS} = {k_spec / DRAWS:.4f} (p = {tail_spec:.3g} against the plain law)"
+    )
     defect = len(spec_history) != len(plain_history) or tail_spec < 1e-6
     print("DEFECT: speculation changes the repetition penalty's law" if defect else "no difference")
     return 1 if defect else 0

@@ -51,8 +51,12 @@ def truncated(model: Model, n_layers: int) -> Model:
     the same vocabulary. Per-layer config entries (sliding flags, KV heads) are cut to match."""
     if not 1 <= n_layers <= model.config.n_layer:
         raise ValueError(f"a draft of {n_layers} layers from a model of {model.config.n_layer}")
-    cut = {f.name: getattr(model.config, f.name)[:n_layers] for f in dataclasses.fields(model.config)
-           if isinstance(getattr(model.config, f.name), tuple) and len(getattr(model.config, f.name)) == model.config.n_layer}
+    cut = {
+        f.name: getattr(model.config, f.name)[:n_layers]
+        for f in dataclasses.fields(model.config)
+        if isinstance(getattr(model.config, f.name), tuple)
+        and len(getattr(model.config, f.name)) == model.config.n_layer
+    }
     config = dataclasses.replace(model.config, n_layer=n_layers, **cut)
     return Model(config, dataclasses.replace(model.weights, layers=model.weights.layers[:n_layers]))
 
@@ -77,8 +81,15 @@ class ModelApiDecoder:
 
     # -- one generation ---------------------------------------------------------------------------
 
-    def _generation(self, prompt: Sequence[int], params: SamplingParams, max_tokens: int, min_tokens: int,
-                    rng: np.random.Generator, speculative: bool) -> list[int]:
+    def _generation(
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        min_tokens: int,
+        rng: np.random.Generator,
+        speculative: bool,
+    ) -> list[int]:
         history, out = [int(t) for t in prompt], []
         capacity = len(history) + max_tokens + self.k + 1
         target_cache, draft_cache = self.target.new_cache(capacity), self.draft.new_cache(capacity)
@@ -86,7 +97,7 @@ class ModelApiDecoder:
             k = min(self.k, max_tokens - len(out) - 1) if speculative else 0
             drafts, qs = self._draft(history, draft_cache, params, len(out), min_tokens, k, rng)
             # the caches hold all of the history but its last token: feed the rest and the drafts at once
-            rows = self.target.forward(history[target_cache.length:] + drafts, target_cache).logits[-(k + 1):]
+            rows = self.target.forward(history[target_cache.length :] + drafts, target_cache).logits[-(k + 1) :]
             for token in self._verify(history, drafts, qs, rows, params, len(out), min_tokens, rng):
                 history.append(token)
                 out.append(token)
@@ -96,20 +107,37 @@ class ModelApiDecoder:
             draft_cache.truncate(min(draft_cache.length, len(history) - 1))
         return out
 
-    def _draft(self, history: list[int], cache: Any, params: SamplingParams, position: int, min_tokens: int,
-               k: int, rng: np.random.Generator) -> tuple[list[int], list[np.ndarray]]:
+    def _draft(
+        self,
+        history: list[int],
+        cache: Any,
+        params: SamplingParams,
+        position: int,
+        min_tokens: int,
+        k: int,
+        rng: np.random.Generator,
+    ) -> tuple[list[int], list[np.ndarray]]:
         drafts: list[int] = []
         qs: list[np.ndarray] = []
         for i in range(k):
-            span = (history + drafts)[cache.length:]
+            span = (history + drafts)[cache.length :]
             row = self.draft.forward(span, cache).logits[-1]
             q = target_distribution(row, history + drafts, self._params_at(params, position + i, min_tokens))
             drafts.append(int(rng.choice(len(q), p=q)))
             qs.append(q)
         return drafts, qs
 
-    def _verify(self, history: list[int], drafts: list[int], qs: list[np.ndarray], rows: np.ndarray,
-                params: SamplingParams, position: int, min_tokens: int, rng: np.random.Generator) -> list[int]:
+    def _verify(
+        self,
+        history: list[int],
+        drafts: list[int],
+        qs: list[np.ndarray],
+        rows: np.ndarray,
+        params: SamplingParams,
+        position: int,
+        min_tokens: int,
+        rng: np.random.Generator,
+    ) -> list[int]:
         kept: list[int] = []
         for i, (token, q) in enumerate(zip(drafts, qs)):
             p = target_distribution(rows[i], history + kept, self._params_at(params, position + i, min_tokens))
@@ -119,29 +147,43 @@ class ModelApiDecoder:
             residual = np.maximum(p - q, 0.0)
             kept.append(int(rng.choice(len(p), p=residual / residual.sum())))
             return kept
-        p = target_distribution(rows[len(drafts)], history + kept, self._params_at(params, position + len(drafts), min_tokens))
+        p = target_distribution(
+            rows[len(drafts)], history + kept, self._params_at(params, position + len(drafts), min_tokens)
+        )
         kept.append(int(rng.choice(len(p), p=p)))  # every draft kept: the bonus token
         return kept
 
     # -- the ops of check-decoder -----------------------------------------------------------------
 
-    def _many(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-              min_tokens: int, speculative: bool) -> list[list[int]]:
+    def _many(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        n: int,
+        seed: int,
+        min_tokens: int,
+        speculative: bool,
+    ) -> list[list[int]]:
         rng = np.random.default_rng(seed)
         return [self._generation(prompt_ids, params, max_tokens, min_tokens, rng, speculative) for _ in range(n)]
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         return self._many(prompt_ids, params, max_tokens, n, seed, min_tokens, True)
 
-    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                       min_tokens: int = 0) -> list[list[int]]:
+    def generate_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         return self._many(prompt_ids, params, max_tokens, n, seed, min_tokens, False)
 
     def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
         return self._many(prompt_ids, params, m, n, seed, 0, True)
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def sample_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int
+    ) -> list[list[int]]:
         return self._many(prompt_ids, params, m, n, seed, 0, False)
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:

@@ -70,11 +70,19 @@ def ir_folder(gguf: Path, cache: Path) -> Path:
 
 def check_verispec_law(params: dict[str, Any], context: int) -> None:
     """Refuse verispec-law params where openvino-genai's law is another (module docstring)."""
-    t, top_p, min_p = float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)), float(params.get("min_p", 0.0))
+    t, top_p, min_p = (
+        float(params.get("temperature", 1.0)),
+        float(params.get("top_p", 1.0)),
+        float(params.get("min_p", 0.0)),
+    )
     if (top_p < 1.0 or min_p > 0.0) and t != 1.0:
-        raise ValueError("openvino-genai applies top-p and min-p after temperature: verispec's law only at temperature 1")
+        raise ValueError(
+            "openvino-genai applies top-p and min-p after temperature: verispec's law only at temperature 1"
+        )
     if float(params.get("repeat_penalty", 1.0)) != 1.0 and not 0 < context <= int(params.get("repeat_last_n", 64)):
-        raise ValueError("openvino-genai penalizes the whole sequence: verispec's law only while prompt + max_tokens fit repeat_last_n")
+        raise ValueError(
+            "openvino-genai penalizes the whole sequence: verispec's law only while prompt + max_tokens fit repeat_last_n"
+        )
     if params.get("logit_bias"):
         raise ValueError("the openvino-genai adapter maps no logit_bias")
 
@@ -84,17 +92,30 @@ def sampling(params: dict[str, Any], law: Any, context: int) -> dict[str, Any]:
     ``--law transformers`` profile's fields as they are."""
     if law is None:
         check_verispec_law(params, context)
-        p = {"temperature": params.get("temperature", 1.0), "top_k": params.get("top_k", 0), "top_p": params.get("top_p", 1.0),
-             "min_p": params.get("min_p", 0.0), "repetition_penalty": params.get("repeat_penalty", 1.0), "min_new_tokens": 0}
+        p = {
+            "temperature": params.get("temperature", 1.0),
+            "top_k": params.get("top_k", 0),
+            "top_p": params.get("top_p", 1.0),
+            "min_p": params.get("min_p", 0.0),
+            "repetition_penalty": params.get("repeat_penalty", 1.0),
+            "min_new_tokens": 0,
+        }
     elif law.get("name") == "transformers":
         lp = law["params"]
         if not lp.get("do_sample", True):
             raise ValueError("do_sample false is greedy: run check-decoder --greedy")
-        p = {"temperature": lp.get("temperature", 1.0), "top_k": lp.get("top_k", 50), "top_p": lp.get("top_p", 1.0),
-             "min_p": lp.get("min_p") or 0.0, "repetition_penalty": lp.get("repetition_penalty", 1.0),
-             "min_new_tokens": lp.get("min_new_tokens", 0)}
+        p = {
+            "temperature": lp.get("temperature", 1.0),
+            "top_k": lp.get("top_k", 50),
+            "top_p": lp.get("top_p", 1.0),
+            "min_p": lp.get("min_p") or 0.0,
+            "repetition_penalty": lp.get("repetition_penalty", 1.0),
+            "min_new_tokens": lp.get("min_new_tokens", 0),
+        }
     else:
-        raise ValueError(f"openvino-genai samples transformers' law (or verispec's where they coincide), not --law {law.get('name')!r}")
+        raise ValueError(
+            f"openvino-genai samples transformers' law (or verispec's where they coincide), not --law {law.get('name')!r}"
+        )
     if float(p["top_p"]) < 1.0 and float(p["min_p"]) > 0.0:
         raise ValueError("openvino-genai applies min-p before top-p, transformers after: not both")
     return p
@@ -103,7 +124,9 @@ def sampling(params: dict[str, Any], law: Any, context: int) -> dict[str, Any]:
 class OpenVinoDecoder:
     """One LLMPipeline (plain, prompt lookup or a draft model) and the ops of the wire."""
 
-    def __init__(self, target: Path, mode: str, draft: Path | None, num_assistant: int, ngram: int, cache: Path) -> None:
+    def __init__(
+        self, target: Path, mode: str, draft: Path | None, num_assistant: int, ngram: int, cache: Path
+    ) -> None:
         import openvino_genai as g
 
         cache.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,12 @@ import openvino_genai as g
 PRECISION = {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32"}
 PROMPT = [87, 261, 275, 271, 269, 271, 35, 266, 259, 261]  # "The cat sat on the" in tests/synthetic.py's BPE vocabulary
 SETTINGS = [  # (temperature, top_k, num_assistant_tokens, rng_seed), each on a fresh pipeline
-    (1.0, 0, 3, 1), (1.0, 0, 3, 2), (1.0, 50, 3, 2), (0.7, 0, 3, 1), (1.0, 0, 1, 1), (0.5, 8, 5, 1),
+    (1.0, 0, 3, 1),
+    (1.0, 0, 3, 2),
+    (1.0, 50, 3, 2),
+    (0.7, 0, 3, 1),
+    (1.0, 0, 1, 1),
+    (0.5, 8, 5, 1),
 ]
 
 
@@ -42,14 +47,17 @@ def draft_ir(gguf: Path, folder: Path) -> Path:
     return folder
 
 
-def generate(pipe: g.LLMPipeline, do_sample: bool, temperature: float = 1.0, top_k: int = 0, assistant: int = 3,
-             seed: int = 1) -> list[int]:
+def generate(
+    pipe: g.LLMPipeline, do_sample: bool, temperature: float = 1.0, top_k: int = 0, assistant: int = 3, seed: int = 1
+) -> list[int]:
     cfg = pipe.get_generation_config()
     cfg.max_new_tokens, cfg.num_assistant_tokens, cfg.do_sample = 16, assistant, do_sample
     if do_sample:
         cfg.temperature, cfg.top_k, cfg.rng_seed = temperature, top_k, seed
     ids = np.array([PROMPT], dtype=np.int64)
-    return [int(t) for t in pipe.generate(g.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), cfg).tokens[0]]
+    return [
+        int(t) for t in pipe.generate(g.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), cfg).tokens[0]
+    ]
 
 
 def main(argv: list[str]) -> int:
@@ -62,13 +70,17 @@ def main(argv: list[str]) -> int:
 
         plain = g.LLMPipeline(str(target), "CPU", **PRECISION)
         greedy_spec, greedy_plain = generate(speculative(), False), generate(plain, False)
-        print(f"greedy: speculative {greedy_spec}\n        plain       {greedy_plain} (equal: {greedy_spec == greedy_plain})")
+        print(
+            f"greedy: speculative {greedy_spec}\n        plain       {greedy_plain} (equal: {greedy_spec == greedy_plain})"
+        )
         failures = 0
         for temperature, top_k, assistant, seed in SETTINGS:
             setting = f"T={temperature} top_k={top_k} num_assistant_tokens={assistant} rng_seed={seed}"
             print(f"sampled, plain pipeline, {setting}: {generate(plain, True, temperature, top_k, assistant, seed)}")
             try:
-                print(f"sampled, draft model,    {setting}: {generate(speculative(), True, temperature, top_k, assistant, seed)}")
+                print(
+                    f"sampled, draft model,    {setting}: {generate(speculative(), True, temperature, top_k, assistant, seed)}"
+                )
             except RuntimeError as exc:
                 failures += 1
                 print(f"sampled, draft model,    {setting}: RuntimeError: {str(exc).splitlines()[0][:110]}")

@@ -41,7 +41,10 @@ def early_stops(pipe: g.LLMPipeline, lookup: bool) -> tuple[int, list[tuple[int,
     count, where = 0, []
     for seed in range(SEEDS):
         cfg.rng_seed = seed
-        out = [int(t) for t in pipe.generate(g.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), cfg).tokens[0]]
+        out = [
+            int(t)
+            for t in pipe.generate(g.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), cfg).tokens[0]
+        ]
         early = [i for i, t in enumerate(out) if t in STOP and i < MIN_NEW]
         if early:
             count += 1

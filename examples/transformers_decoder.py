@@ -100,7 +100,9 @@ class TransformersLookupDecoder:
             )
         return [int(t) for t in out[0, len(prompt_ids) :].tolist()]
 
-    def _sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int, speculative: bool) -> list[list[int]]:
+    def _sample(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int, speculative: bool
+    ) -> list[list[int]]:
         if params.min_p or params.logit_bias:
             raise ValueError("this adapter maps temperature, top_k, top_p and repeat_penalty only")
         self.torch.manual_seed(seed)
@@ -120,13 +122,28 @@ class TransformersLookupDecoder:
         if params.min_p or params.logit_bias:
             raise ValueError("this adapter maps temperature, top_k, top_p and repeat_penalty only")
         if params.repeat_penalty != 1.0 and params.repeat_last_n != -1 and history_length > params.repeat_last_n:
-            raise ValueError(f"transformers penalizes the whole sequence, the law its last {params.repeat_last_n} "
-                             f"tokens: {history_length} tokens differ there (pass --repeat-penalty 1)")
-        return {"do_sample": True, "temperature": params.temperature, "top_k": params.top_k or None,
-                "top_p": params.top_p, "repetition_penalty": params.repeat_penalty}
+            raise ValueError(
+                f"transformers penalizes the whole sequence, the law its last {params.repeat_last_n} "
+                f"tokens: {history_length} tokens differ there (pass --repeat-penalty 1)"
+            )
+        return {
+            "do_sample": True,
+            "temperature": params.temperature,
+            "top_k": params.top_k or None,
+            "top_p": params.top_p,
+            "repetition_penalty": params.repeat_penalty,
+        }
 
-    def _generations(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                     min_tokens: int, speculative: bool) -> list[list[int]]:
+    def _generations(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        n: int,
+        seed: int,
+        min_tokens: int,
+        speculative: bool,
+    ) -> list[list[int]]:
         """n whole generations: each stops at an end-of-generation id (kept) or after max_tokens."""
         torch = self.torch
         sampling = self._sampling(params, len(prompt_ids) + max_tokens)
@@ -136,23 +153,35 @@ class TransformersLookupDecoder:
         out = []
         for _ in range(n):
             with torch.no_grad():
-                row = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
-                                          min_new_tokens=min_tokens, num_beams=1, eos_token_id=self.eog,
-                                          pad_token_id=self.eog[0] if self.eog else 0, **extra, **sampling)
-            tokens = [int(t) for t in row[0, len(prompt_ids):].tolist()]
+                row = self.model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=max_tokens,
+                    min_new_tokens=min_tokens,
+                    num_beams=1,
+                    eos_token_id=self.eog,
+                    pad_token_id=self.eog[0] if self.eog else 0,
+                    **extra,
+                    **sampling,
+                )
+            tokens = [int(t) for t in row[0, len(prompt_ids) :].tolist()]
             end = next((i for i, t in enumerate(tokens) if t in self.eog), None)
             out.append(tokens if end is None else tokens[: end + 1])
         return out
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         return self._generations(prompt_ids, params, max_tokens, n, seed, min_tokens, True)
 
-    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                       min_tokens: int = 0) -> list[list[int]]:
+    def generate_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         return self._generations(prompt_ids, params, max_tokens, n, seed, min_tokens, False)
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> list[list[int]]:
+    def sample_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int
+    ) -> list[list[int]]:
         return self._sample(prompt_ids, params, m, n, seed, False)
 
     def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[float]:

@@ -38,7 +38,9 @@ def _load(path: Path) -> tuple[object, object]:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     return model.eval(), tokenizer
 
@@ -63,9 +65,16 @@ def main(target_path: Path, assistant_path: Path) -> int:
     firsts = Counter()
     for _ in range(N):
         out = target.generate(  # type: ignore[attr-defined]
-            ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=TEMPERATURE, top_k=0,
-            max_new_tokens=MAX_NEW, assistant_model=assistant, tokenizer=target_tokenizer,
-            assistant_tokenizer=assistant_tokenizer, pad_token_id=pad,
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            temperature=TEMPERATURE,
+            top_k=0,
+            max_new_tokens=MAX_NEW,
+            assistant_model=assistant,
+            tokenizer=target_tokenizer,
+            assistant_tokenizer=assistant_tokenizer,
+            pad_token_id=pad,
         )
         firsts[int(out[0, ids.shape[1]])] += 1
     empirical = torch.zeros_like(law)
@@ -76,8 +85,10 @@ def main(target_path: Path, assistant_path: Path) -> int:
     p = float(law[token])
     tail = min(1.0, law.shape[0] * binomial_upper_tail(count, N, p))
     print(f"transformers universal assisted generation, T={TEMPERATURE}, first token of {N} generations")
-    print(f"TV(empirical, target law) = {tv:.3f}; token {token} ({target_tokenizer.convert_ids_to_tokens(token)!r}) "
-          f"drawn {count}/{N} times, target probability {p:.2e}, V x P(X >= {count}) = {tail:.3g} (V = {law.shape[0]})")
+    print(
+        f"TV(empirical, target law) = {tv:.3f}; token {token} ({target_tokenizer.convert_ids_to_tokens(token)!r}) "
+        f"drawn {count}/{N} times, target probability {p:.2e}, V x P(X >= {count}) = {tail:.3g} (V = {law.shape[0]})"
+    )
     return 1 if tail < 1e-6 else 0
 
 

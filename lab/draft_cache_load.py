@@ -67,8 +67,14 @@ def measure(megabytes: float, repeats: int, seed: int) -> dict[str, float]:
             started = time.perf_counter()
             proposed += len(walk([SuffixTree(DEPTH), cache.tree], list(text[cut - 8 : cut]), K))
             times.append(time.perf_counter() - started)
-    return {"mb": size, "load_s": best, "mb_per_s": size / best, "first_s": times[0],
-            "later_ms": 1000 * sum(times[1:]) / PROPOSALS, "proposed": proposed}
+    return {
+        "mb": size,
+        "load_s": best,
+        "mb_per_s": size / best,
+        "first_s": times[0],
+        "later_ms": 1000 * sum(times[1:]) / PROPOSALS,
+        "proposed": proposed,
+    }
 
 
 def main() -> None:
@@ -79,8 +85,11 @@ def main() -> None:
     args = parser.parse_args()
     for mb in (float(x) for x in args.sizes.split(",")):
         r = measure(mb, args.repeats, args.seed)
-        print(f"{r['mb']:7.2f} MB  load {r['load_s']:7.3f} s  {r['mb_per_s']:8.2f} MB/s  first proposal "
-              f"{r['first_s']:6.3f} s  then {r['later_ms']:6.3f} ms each ({int(r['proposed'])} tokens proposed)", flush=True)
+        print(
+            f"{r['mb']:7.2f} MB  load {r['load_s']:7.3f} s  {r['mb_per_s']:8.2f} MB/s  first proposal "
+            f"{r['first_s']:6.3f} s  then {r['later_ms']:6.3f} ms each ({int(r['proposed'])} tokens proposed)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -36,10 +36,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lab.measure_early_exit import at_depths, first_exits, load_records, write_json
 from verispec.reference.calibration import Records, build
 from verispec.reference.errors import CalibrationError
-
-from lab.measure_early_exit import at_depths, first_exits, load_records, write_json
 
 FOLD_SEED = 1130
 
@@ -48,16 +47,28 @@ def of_prompts(records: Records, keep: npt.NDArray[np.bool_]) -> Records:
     """The steps of the prompts with ``keep[prompt]`` (prompt ids kept as they are)."""
     mask = keep[records.prompt]
     return Records(
-        records.depths, records.supnorm[:, mask], records.halfrange[:, mask], records.margins[:, mask],
-        records.flips[:, mask], [k for k, m in zip(records.kinds, mask) if m], records.prompt[mask],
+        records.depths,
+        records.supnorm[:, mask],
+        records.halfrange[:, mask],
+        records.margins[:, mask],
+        records.flips[:, mask],
+        [k for k, m in zip(records.kinds, mask) if m],
+        records.prompt[mask],
     )
 
 
 def renumbered(records: Records) -> Records:
     """The same steps with prompt ids 0..m-1 (in order), as calibration requires."""
     _, prompt = np.unique(records.prompt, return_inverse=True)
-    return Records(records.depths, records.supnorm, records.halfrange, records.margins, records.flips,
-                   list(records.kinds), np.asarray(prompt, dtype=np.int64).reshape(-1))
+    return Records(
+        records.depths,
+        records.supnorm,
+        records.halfrange,
+        records.margins,
+        records.flips,
+        list(records.kinds),
+        np.asarray(prompt, dtype=np.int64).reshape(-1),
+    )
 
 
 def folds_of(records: Records, n_folds: int, seed: int = FOLD_SEED) -> npt.NDArray[np.int64]:
@@ -82,7 +93,9 @@ def compare(cal: Records, held: Records, q: Fraction, n_layer: int, n_folds: int
     generated: dict[int, float] = {}
     hand: dict[int, list[float]] = {}
     for f in range(n_folds):
-        calibration = build(renumbered(of_prompts(cal, fold != f)), q=q, model_sha256="0" * 64, model_name="shift", n_layer=n_layer)
+        calibration = build(
+            renumbered(of_prompts(cal, fold != f)), q=q, model_sha256="0" * 64, model_name="shift", n_layer=n_layer
+        )
         test = of_prompts(cal, fold == f)
         _, flipped, _ = first_exits(calibration, test, "margin")
         generated |= per_prompt_fractions(flipped, test.prompt)
@@ -96,8 +109,12 @@ def compare(cal: Records, held: Records, q: Fraction, n_layer: int, n_folds: int
         g = np.asarray([x for p, x in generated.items() if kind_cal[p] == kind])
         h = np.asarray([float(np.mean(xs)) for p, xs in hand.items() if kind_held[p] == kind] or [np.nan])
         out[kind] = {
-            "generated": float(g.mean()), "generated_se": float(g.std(ddof=1) / np.sqrt(g.size)), "generated_prompts": int(g.size),
-            "hand": float(h.mean()), "hand_se": float(h.std(ddof=1) / np.sqrt(h.size)), "hand_prompts": int(h.size),
+            "generated": float(g.mean()),
+            "generated_se": float(g.std(ddof=1) / np.sqrt(g.size)),
+            "generated_prompts": int(g.size),
+            "hand": float(h.mean()),
+            "hand_se": float(h.std(ddof=1) / np.sqrt(h.size)),
+            "hand_prompts": int(h.size),
         }
     return out
 
@@ -106,14 +123,23 @@ def joined(a: Records, b: Records) -> Records:
     """The steps of ``a`` then ``b`` as one calibration set (b's prompt ids after a's, renumbered)."""
     a, b = renumbered(a), renumbered(b)
     return Records(
-        a.depths, np.concatenate([a.supnorm, b.supnorm], axis=1), np.concatenate([a.halfrange, b.halfrange], axis=1),
-        np.concatenate([a.margins, b.margins], axis=1), np.concatenate([a.flips, b.flips], axis=1),
-        a.kinds + b.kinds, np.concatenate([a.prompt, b.prompt + a.n_prompts]),
+        a.depths,
+        np.concatenate([a.supnorm, b.supnorm], axis=1),
+        np.concatenate([a.halfrange, b.halfrange], axis=1),
+        np.concatenate([a.margins, b.margins], axis=1),
+        np.concatenate([a.flips, b.flips], axis=1),
+        a.kinds + b.kinds,
+        np.concatenate([a.prompt, b.prompt + a.n_prompts]),
     )
 
 
 def with_hand_written(
-    cal: Records, held: Records, q: Fraction, n_layer: int, n_folds: int = 2, generated: bool = True,
+    cal: Records,
+    held: Records,
+    q: Fraction,
+    n_layer: int,
+    n_folds: int = 2,
+    generated: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Per kind: the hand-written prompts' flip fractions (margin gate) when calibration holds the
     other folds of the hand-written prompts (seeded folds per kind) -- with every generated prompt
@@ -126,8 +152,13 @@ def with_hand_written(
     admitted = np.zeros(held.n, dtype=np.bool_)  # [steps of held]
     for f in range(n_folds):
         pool = of_prompts(held, fold != f)
-        calibration = build(joined(cal, pool) if generated else renumbered(pool), q=q, model_sha256="0" * 64,
-                            model_name="shift", n_layer=n_layer)
+        calibration = build(
+            joined(cal, pool) if generated else renumbered(pool),
+            q=q,
+            model_sha256="0" * 64,
+            model_name="shift",
+            n_layer=n_layer,
+        )
         test = of_prompts(held, fold == f)
         depth, flipped, _ = first_exits(calibration, test, "margin")
         hand |= per_prompt_fractions(flipped, test.prompt)
@@ -136,8 +167,12 @@ def with_hand_written(
     out = {}
     for kind in sorted(set(kind_held.values())):
         h = np.asarray([x for p, x in hand.items() if kind_held[p] == kind])
-        out[kind] = {"hand_mixed": float(h.mean()), "hand_mixed_se": float(h.std(ddof=1) / np.sqrt(h.size)), "prompts": int(h.size),
-                     "admitted": float(admitted[np.asarray(held.kinds) == kind].mean())}
+        out[kind] = {
+            "hand_mixed": float(h.mean()),
+            "hand_mixed_se": float(h.std(ddof=1) / np.sqrt(h.size)),
+            "prompts": int(h.size),
+            "admitted": float(admitted[np.asarray(held.kinds) == kind].mean()),
+        }
     return out
 
 
@@ -172,8 +207,10 @@ def results(from_json: Path, records: Path, folds: int) -> dict[str, Any]:
     fractions (:func:`compare`, :func:`with_hand_written` with and without the generated prompts)."""
     run = json.loads(from_json.read_text())
     if run.get("calibration_source", "generated") != "generated":  # runs before the pool have no field
-        raise CalibrationError(f"{str(from_json)!r} calibrated on {run['calibration_source']!r} prompts: the comparison "
-                               "needs a run calibrated on generated prompts (measure_early_exit --prompts generated)")
+        raise CalibrationError(
+            f"{str(from_json)!r} calibrated on {run['calibration_source']!r} prompts: the comparison "
+            "needs a run calibrated on generated prompts (measure_early_exit --prompts generated)"
+        )
     levels = sorted({Fraction(g["q"]) for g in run["gates"]}, reverse=True)
     kinds = sorted(set(load_records(records, "cal_own").kinds))
     rows: list[dict[str, Any]] = []
@@ -182,23 +219,38 @@ def results(from_json: Path, records: Path, folds: int) -> dict[str, Any]:
         for subset in run["depth_sets"]:
             cal, held = at_depths(cal_all, subset), at_depths(held_all, subset)
             for q in levels:
-                rows.append({"head": head, "depths": list(subset), "alpha": float(1 - q),
-                             "generated_vs_hand": compare(cal, held, q, run["n_layer"], folds),
-                             "added": with_hand_written(cal, held, q, run["n_layer"]),
-                             "alone": with_hand_written(cal, held, q, run["n_layer"], generated=False)})
-    return {"model": run["model"], "from_json": str(from_json), "records": str(records), "folds": folds,
-            "kinds": kinds, "rows": rows}
+                rows.append(
+                    {
+                        "head": head,
+                        "depths": list(subset),
+                        "alpha": float(1 - q),
+                        "generated_vs_hand": compare(cal, held, q, run["n_layer"], folds),
+                        "added": with_hand_written(cal, held, q, run["n_layer"]),
+                        "alone": with_hand_written(cal, held, q, run["n_layer"], generated=False),
+                    }
+                )
+    return {
+        "model": run["model"],
+        "from_json": str(from_json),
+        "records": str(records),
+        "folds": folds,
+        "kinds": kinds,
+        "rows": rows,
+    }
 
 
 def markdown(shift: dict[str, Any]) -> str:
     """The comparison as a markdown table (what a run prints)."""
     kinds = shift["kinds"]
-    lines = [f"**{shift['model']}**, margin gate, flip fraction in % (mean over prompts ± s.e.), per kind: "
-             f"*generated* prompts out of fold ({shift['folds']} folds) / *hand*-written prompts under the same calibrations / "
-             f"hand-written out of fold (2 folds) with the other fold *added* to the generated calibration prompts / "
-             f"the same with the other fold *alone* as calibration (15 per kind).",
-             "", "| head | depths | α | " + " | ".join(f"{k}: gen / hand / added / alone" for k in kinds) + " |",
-             "|---|---|---|" + "---|" * len(kinds)]
+    lines = [
+        f"**{shift['model']}**, margin gate, flip fraction in % (mean over prompts ± s.e.), per kind: "
+        f"*generated* prompts out of fold ({shift['folds']} folds) / *hand*-written prompts under the same calibrations / "
+        f"hand-written out of fold (2 folds) with the other fold *added* to the generated calibration prompts / "
+        f"the same with the other fold *alone* as calibration (15 per kind).",
+        "",
+        "| head | depths | α | " + " | ".join(f"{k}: gen / hand / added / alone" for k in kinds) + " |",
+        "|---|---|---|" + "---|" * len(kinds),
+    ]
     for row in shift["rows"]:
         result, mixed, alone = row["generated_vs_hand"], row["added"], row["alone"]
         cells = [
@@ -206,7 +258,9 @@ def markdown(shift: dict[str, Any]) -> str:
             f" / {_se(mixed[kind]['hand_mixed'], mixed[kind]['hand_mixed_se'])} / {_alone(alone[kind])}"
             for kind in kinds
         ]
-        lines.append(f"| {row['head']} | {','.join(map(str, row['depths']))} | {row['alpha']:g} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {row['head']} | {','.join(map(str, row['depths']))} | {row['alpha']:g} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)
 
 

@@ -51,8 +51,10 @@ def rows_pass(model: FastModel, rows: int) -> float:
 
 def compare(path: Path, steps: int, repeats: int) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
-    models = {"fused": FastModel.load(path, weights="int8", fused=True),
-              "unfused": FastModel.load(path, weights="int8", fused=False)}
+    models = {
+        "fused": FastModel.load(path, weights="int8", fused=True),
+        "unfused": FastModel.load(path, weights="int8", fused=False),
+    }
     for m in models.values():  # warm-up: first calls allocate
         decode_steps(m, 2)
     step: dict[str, list[float]] = {n: [] for n in models}
@@ -63,11 +65,18 @@ def compare(path: Path, steps: int, repeats: int) -> dict[str, Any]:
             step[name] += decode_steps(m, steps)
             one[name] = min(one[name], rows_pass(m, 1))
             five[name] = min(five[name], rows_pass(m, 5))
-    out: dict[str, Any] = {"model": path.name, "steps": steps, "repeats": repeats,
-                           "load_average": [load_before, os.getloadavg()[0]]}
+    out: dict[str, Any] = {
+        "model": path.name,
+        "steps": steps,
+        "repeats": repeats,
+        "load_average": [load_before, os.getloadavg()[0]],
+    }
     for name in models:
-        out[name] = {"best_step_ms": 1e3 * min(step[name]), "median_step_ms": 1e3 * statistics.median(step[name]),
-                     "five_rows_over_one_row": five[name] / one[name]}
+        out[name] = {
+            "best_step_ms": 1e3 * min(step[name]),
+            "median_step_ms": 1e3 * statistics.median(step[name]),
+            "five_rows_over_one_row": five[name] / one[name],
+        }
     out["fused_over_unfused"] = min(step["unfused"]) / min(step["fused"])
     out["fused_over_unfused_median"] = statistics.median(step["unfused"]) / statistics.median(step["fused"])
     return out

@@ -43,8 +43,15 @@ def main(argv: list[str]) -> int:
         return (time.process_time() - start) / passes
 
     decode_1row(4), many(2)  # warm
-    print(json.dumps({"label": argv[0] if argv else "", "decode_1row_ms": round(1e3 * min(decode_1row() for _ in range(3)), 3),
-                      "forward_many_16x3_ms": round(1e3 * min(many() for _ in range(3)), 3)}))
+    print(
+        json.dumps(
+            {
+                "label": argv[0] if argv else "",
+                "decode_1row_ms": round(1e3 * min(decode_1row() for _ in range(3)), 3),
+                "forward_many_16x3_ms": round(1e3 * min(many() for _ in range(3)), 3),
+            }
+        )
+    )
     return 0
 
 

@@ -19,8 +19,8 @@ import json
 import os
 import statistics
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,8 +81,9 @@ def compare(path: Path, steps: int, rounds: int) -> dict[str, Any]:
     threads = matmul.default_threads()
     load = [os.getloadavg()[0]]
     model = FastModel.load(path, weights="int8")
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=len(PROMPT) + steps + 8, n_threads=threads,
-                          n_threads_batch=threads, verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=str(path), n_ctx=len(PROMPT) + steps + 8, n_threads=threads, n_threads_batch=threads, verbose=False
+    )
     lockstep(model, llm, 2, True)  # warm-up
     times: dict[str, list[float]] = {"int8": [], "llama_cpp": []}
     tokens: dict[str, list[int]] = {}
@@ -96,13 +97,24 @@ def compare(path: Path, steps: int, rounds: int) -> dict[str, Any]:
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
     return {
-        "model": path.name, "threads": threads, "steps": steps, "rounds": rounds,
-        "llama_cpp_version": getattr(llama_cpp, "__version__", None), "load_average": load,
-        **{name: {"best_step_ms": 1e3 * best[name], "median_step_ms": 1e3 * median[name],
-                  "best_over_bound": best[name] / bound} for name in times},
+        "model": path.name,
+        "threads": threads,
+        "steps": steps,
+        "rounds": rounds,
+        "llama_cpp_version": getattr(llama_cpp, "__version__", None),
+        "load_average": load,
+        **{
+            name: {
+                "best_step_ms": 1e3 * best[name],
+                "median_step_ms": 1e3 * median[name],
+                "best_over_bound": best[name] / bound,
+            }
+            for name in times
+        },
         "int8_over_llama_cpp": best["llama_cpp"] / best["int8"],
         "int8_over_llama_cpp_median": median["llama_cpp"] / median["int8"],
-        "bound_ms": 1e3 * bound, "read_gb_s": rate / 1e9,
+        "bound_ms": 1e3 * bound,
+        "read_gb_s": rate / 1e9,
         "same_tokens": tokens["int8"] == tokens["llama_cpp"],
     }
 

@@ -53,23 +53,38 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from lab.bounded_mean import p_value_above, upper_bound
+from verispec.atomic import replace_file
+from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
+from verispec.commands.calibrate import (
+    HELDOUT_PROMPTS,
+    Progress,
+    chat_stop_ids,
+    encode_prompts,
+    hand_written_pool,
+    read_prompts,
+)
+from verispec.engine_load import load_engine
 from verispec.reference.calibration import (
-    Calibration, Records, Trajectory, build, default_depths, file_sha256, greedy_trajectory, lens_from, score,
+    Calibration,
+    Records,
+    Trajectory,
+    build,
+    default_depths,
+    file_sha256,
+    greedy_trajectory,
+    lens_from,
+    score,
 )
 from verispec.reference.certificate import residual_admits
 from verispec.reference.conformal import PROMPT_CLAIM
-from verispec.reference.early_exit import GateKind, Lens, Model as ExitModel, exit_logits, generate_early_exit
+from verispec.reference.early_exit import GateKind, Lens, exit_logits, generate_early_exit
+from verispec.reference.early_exit import Model as ExitModel
 from verispec.reference.generate import GenerationRequest, generate
 from verispec.reference.model import Model
 from verispec.reference.prompt_kind import prompt_kind
 from verispec.reference.sampling import SamplingParams
-from verispec.atomic import replace_file
-from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
-from verispec.commands.calibrate import HELDOUT_PROMPTS, Progress, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
-from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
-
-from lab.bounded_mean import p_value_above, upper_bound
 
 DRAW_SEED = 18  # the seed of the one-step-per-prompt draw
 MEASUREMENTS = Path(__file__).resolve().parent / "measurements"  # lab/measurements/: the saved runs
@@ -107,12 +122,19 @@ def at_depths(records: Records, keep: Sequence[int]) -> Records:
     """The records of a subset of the candidate depths (same steps, same prompts)."""
     rows = [records.depths.index(d) for d in keep]
     return Records(
-        tuple(keep), records.supnorm[rows], records.halfrange[rows], records.margins[rows], records.flips[rows],
-        list(records.kinds), records.prompt,
+        tuple(keep),
+        records.supnorm[rows],
+        records.halfrange[rows],
+        records.margins[rows],
+        records.flips[rows],
+        list(records.kinds),
+        records.prompt,
     )
 
 
-def first_exits(cal: Calibration, records: Records, gate: GateKind) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], int]:
+def first_exits(
+    cal: Calibration, records: Records, gate: GateKind
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], int]:
     """Per step: (depth served, flipped?) under ``gate`` with each step's kind's thresholds, and
     the exit-head evaluations made."""
     depth = np.full(records.n, cal.n_layer, dtype=np.int64)
@@ -140,12 +162,12 @@ class PromptStats:
 
     prompts: int
     steps: int
-    flips: int                 # flipped steps (all steps of all prompts)
+    flips: int  # flipped steps (all steps of all prompts)
     mean_flip_fraction: float  # mean over prompts of flips / steps
-    drawn_flips: int           # flips among one drawn step per prompt
+    drawn_flips: int  # flips among one drawn step per prompt
     ci95: tuple[float, float]  # Clopper-Pearson on drawn_flips / prompts
-    p_value: float             # P(Bin(prompts, alpha) >= drawn_flips)
-    admitted: float            # fraction of steps admitted at some depth
+    p_value: float  # P(Bin(prompts, alpha) >= drawn_flips)
+    admitted: float  # fraction of steps admitted at some depth
     mean_depth: float
     fractions: tuple[float, ...]  # [prompts] each prompt's flip fraction (the per-prompt loss)
 
@@ -154,8 +176,13 @@ class PromptStats:
 
 
 def prompt_stats(
-    depth: npt.NDArray[np.int64], flipped: npt.NDArray[np.bool_], prompt: npt.NDArray[np.int64],
-    mask: npt.NDArray[np.bool_], n_layer: int, alpha: float, draw: dict[int, int],
+    depth: npt.NDArray[np.int64],
+    flipped: npt.NDArray[np.bool_],
+    prompt: npt.NDArray[np.int64],
+    mask: npt.NDArray[np.bool_],
+    n_layer: int,
+    alpha: float,
+    draw: dict[int, int],
 ) -> PromptStats:
     """Statistics over the prompts with steps in ``mask``; ``draw`` maps a prompt to its drawn step."""
     ids = sorted(set(prompt[mask].tolist()))
@@ -163,9 +190,15 @@ def prompt_stats(
     drawn = sum(int(flipped[draw[p]]) for p in ids)
     m = len(ids)
     return PromptStats(
-        m, int(mask.sum()), int(flipped[mask].sum()), float(np.mean(fractions)) if ids else 0.0, drawn,
-        clopper_pearson(drawn, m) if m else (0.0, 1.0), binomial_p_value(drawn, m, alpha) if m else 1.0,
-        float(np.mean(depth[mask] < n_layer)) if m else 0.0, float(depth[mask].mean()) if m else float(n_layer),
+        m,
+        int(mask.sum()),
+        int(flipped[mask].sum()),
+        float(np.mean(fractions)) if ids else 0.0,
+        drawn,
+        clopper_pearson(drawn, m) if m else (0.0, 1.0),
+        binomial_p_value(drawn, m, alpha) if m else 1.0,
+        float(np.mean(depth[mask] < n_layer)) if m else 0.0,
+        float(depth[mask].mean()) if m else float(n_layer),
         tuple(fractions),
     )
 
@@ -196,17 +229,29 @@ def held_out_report(cal: Calibration, records: Records, gate: GateKind) -> dict[
         for kind in sorted(set(records.kinds))
     }
     return {
-        "gate": gate, "q": str(cal.q), "alpha": alpha, "depths": list(cal.candidate_depths),
-        "min_prompts": cal.min_prompts, "head_evaluations_per_token": evaluations / records.n,
+        "gate": gate,
+        "q": str(cal.q),
+        "alpha": alpha,
+        "depths": list(cal.candidate_depths),
+        "min_prompts": cal.min_prompts,
+        "head_evaluations_per_token": evaluations / records.n,
         **prompt_stats(depth, flipped, records.prompt, everything, cal.n_layer, alpha, draw).as_dict(),
         "per_kind": per_kind,
     }
 
 
-def trajectories(model: ExitModel, prompts: list[tuple[str, list[int]]], steps: int, depths: Sequence[int],
-                 stop_ids: frozenset[int], label: str) -> list[Trajectory]:
+def trajectories(
+    model: ExitModel,
+    prompts: list[tuple[str, list[int]]],
+    steps: int,
+    depths: Sequence[int],
+    stop_ids: frozenset[int],
+    label: str,
+) -> list[Trajectory]:
     bar = Progress(len(prompts) * steps, label)
-    out = [greedy_trajectory(model, ids, steps, depths, kind=k, stop_ids=stop_ids, on_step=bar.step) for k, ids in prompts]
+    out = [
+        greedy_trajectory(model, ids, steps, depths, kind=k, stop_ids=stop_ids, on_step=bar.step) for k, ids in prompts
+    ]
     bar.close()
     return out
 
@@ -221,26 +266,56 @@ def median_time(fn: Any, repeats: int) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m lab.measure_early_exit", description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m lab.measure_early_exit", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--engine", choices=("fast", "reference"), default="fast")
-    parser.add_argument("--weights", choices=("exact", "int8"), default="exact",
-                        help="the weights mode measured (default exact: the mode of the saved measurements)")
-    parser.add_argument("--prompts", choices=("hand", "generated"), default="hand",
-                        help="calibration prompts: the hand-written pool (default, all of it) or the seeded generator")
-    parser.add_argument("--prompts-per-kind", type=int, default=None, help="per kind (default: the whole hand-written pool; 60 generated)")
+    parser.add_argument(
+        "--weights",
+        choices=("exact", "int8"),
+        default="exact",
+        help="the weights mode measured (default exact: the mode of the saved measurements)",
+    )
+    parser.add_argument(
+        "--prompts",
+        choices=("hand", "generated"),
+        default="hand",
+        help="calibration prompts: the hand-written pool (default, all of it) or the seeded generator",
+    )
+    parser.add_argument(
+        "--prompts-per-kind",
+        type=int,
+        default=None,
+        help="per kind (default: the whole hand-written pool; 60 generated)",
+    )
     parser.add_argument("--lens-prompts-per-kind", type=int, default=8)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--tokens-per-prompt", type=int, default=16)
     parser.add_argument("--heldout-tokens", type=int, default=32)
     parser.add_argument("--q", default="0.9", help="comma-separated levels")
-    parser.add_argument("--depth-sets", default=None, help='candidate depth sets, e.g. "8,12,16,20,24;24" (default: the five default depths, and the deepest alone)')
+    parser.add_argument(
+        "--depth-sets",
+        default=None,
+        help='candidate depth sets, e.g. "8,12,16,20,24;24" (default: the five default depths, and the deepest alone)',
+    )
     parser.add_argument("--speed-prompts", type=int, default=4)
     parser.add_argument("--max-heldout", type=int, default=None)
-    parser.add_argument("--json", type=Path, default=None,
-                        help="where the run's JSON goes (default lab/measurements/early_exit_MODEL[_generated].json)")
-    parser.add_argument("--records", type=Path, default=None, help="save the scored calibration and held-out steps (.npz) to recalibrate without the model")
-    parser.add_argument("--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="where the run's JSON goes (default lab/measurements/early_exit_MODEL[_generated].json)",
+    )
+    parser.add_argument(
+        "--records",
+        type=Path,
+        default=None,
+        help="save the scored calibration and held-out steps (.npz) to recalibrate without the model",
+    )
+    parser.add_argument(
+        "--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)"
+    )
     return parser
 
 
@@ -262,8 +337,14 @@ class Scored:
     held: dict[str, Records]
 
 
-def score_prompts(model: ExitModel, prompts: dict[str, list[tuple[str, list[int]]]], tokens: int, heldout_tokens: int,
-                  depths: tuple[int, ...], stop_ids: frozenset[int]) -> Scored:
+def score_prompts(
+    model: ExitModel,
+    prompts: dict[str, list[tuple[str, list[int]]]],
+    tokens: int,
+    heldout_tokens: int,
+    depths: tuple[int, ...],
+    stop_ids: frozenset[int],
+) -> Scored:
     """Greedy trajectories of the lens, calibration and held-out prompts, the lens fitted on the
     first, the other two scored with each head (trajectories released as soon as scored)."""
     lens_traj = trajectories(model, prompts["lens"], tokens, depths, stop_ids, "lens prompts")
@@ -280,8 +361,13 @@ def score_prompts(model: ExitModel, prompts: dict[str, list[tuple[str, list[int]
 Calibrations = dict[tuple[str, Fraction, tuple[int, ...]], Calibration]  # (head, q, depth set) -> artifact
 
 
-def gate_rows(scored: Scored, sets: list[tuple[int, ...]], depths: tuple[int, ...], levels: list[Fraction],
-              identity: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], Calibrations]:
+def gate_rows(
+    scored: Scored,
+    sets: list[tuple[int, ...]],
+    depths: tuple[int, ...],
+    levels: list[Fraction],
+    identity: dict[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]], Calibrations]:
     """Per head: the held-out agreement per depth; per head, depth set, level and gate: the
     held-out report of a calibration built on the calibration records; and those calibrations.
     ``identity``: model_sha256, model_name, n_layer of the artifacts."""
@@ -289,8 +375,10 @@ def gate_rows(scored: Scored, sets: list[tuple[int, ...]], depths: tuple[int, ..
     rows: list[dict[str, Any]] = []
     cals: Calibrations = {}
     for head in ("own", "lens"):
-        agreement[head] = {"depths": list(depths),
-                           "heldout": [float(np.mean(~scored.held[head].flips[i])) for i in range(len(depths))]}
+        agreement[head] = {
+            "depths": list(depths),
+            "heldout": [float(np.mean(~scored.held[head].flips[i])) for i in range(len(depths))],
+        }
         for subset in sets:
             cal_rec, held_rec = at_depths(scored.cal[head], subset), at_depths(scored.held[head], subset)
             keep = [depths.index(d) for d in subset]
@@ -310,7 +398,9 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(json.loads(args.from_json.read_text())))
         return 0
 
-    out_json = args.json or default_json_path(Path(args.model).stem if args.model.endswith(".gguf") else args.model, args.prompts)
+    out_json = args.json or default_json_path(
+        Path(args.model).stem if args.model.endswith(".gguf") else args.model, args.prompts
+    )
     if not out_json.parent.is_dir():  # checked before the model work, which takes minutes
         parser.error(f"--json {out_json}: the folder {out_json.parent} does not exist")
     path = resolve_model(args.model)
@@ -320,32 +410,57 @@ def main(argv: list[str] | None = None) -> int:
     depths = tuple(sorted({d for s in sets for d in s}))
     stop_ids = chat_stop_ids(loaded.tokenizer, loaded.chat)
     held_text = [(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)[: args.max_heldout]]
-    texts = {"lens": generate_mix(args.lens_prompts_per_kind, args.seed),
-             "cal": calibration_text(args.prompts, args.prompts_per_kind, args.seed, args.lens_prompts_per_kind),
-             "held": held_text}
+    texts = {
+        "lens": generate_mix(args.lens_prompts_per_kind, args.seed),
+        "cal": calibration_text(args.prompts, args.prompts_per_kind, args.seed, args.lens_prompts_per_kind),
+        "held": held_text,
+    }
     prompts = {name: encode_prompts(loaded.tokenizer, loaded.chat, text) for name, text in texts.items()}
 
     started = time.perf_counter()
     scored = score_prompts(model, prompts, args.tokens_per_prompt, args.heldout_tokens, depths, stop_ids)
     if args.records is not None:
-        save_records(args.records, {f"cal_{h}": r for h, r in scored.cal.items()} | {f"held_{h}": r for h, r in scored.held.items()})
+        save_records(
+            args.records,
+            {f"cal_{h}": r for h, r in scored.cal.items()} | {f"held_{h}": r for h, r in scored.held.items()},
+        )
     print(f"[trajectories and scores: {time.perf_counter() - started:.0f} s]", file=sys.stderr)
 
     levels = [Fraction(x) for x in args.q.split(",")]
     identity = {"model_sha256": file_sha256(path), "model_name": path.name, "n_layer": n_layer}
     agreement, gates, cals = gate_rows(scored, sets, depths, levels, identity)
     results: dict[str, Any] = {
-        "model": path.name, "engine": args.engine, "n_layer": n_layer, "depth_sets": [list(s) for s in sets],
-        "claim": PROMPT_CLAIM, "calibration_prompts": scored.cal["own"].n_prompts,
-        "calibration_steps": scored.cal["own"].n, "lens_prompts": len(prompts["lens"]), "lens_steps": scored.n_lens,
-        "heldout_prompts": scored.held["own"].n_prompts, "heldout_steps": scored.held["own"].n,
-        "tokens_per_prompt": args.tokens_per_prompt, "heldout_tokens": args.heldout_tokens,
-        "calibration_source": args.prompts, "seed": args.seed, "draw_seed": DRAW_SEED, "agreement": agreement, "gates": gates,
+        "model": path.name,
+        "engine": args.engine,
+        "n_layer": n_layer,
+        "depth_sets": [list(s) for s in sets],
+        "claim": PROMPT_CLAIM,
+        "calibration_prompts": scored.cal["own"].n_prompts,
+        "calibration_steps": scored.cal["own"].n,
+        "lens_prompts": len(prompts["lens"]),
+        "lens_steps": scored.n_lens,
+        "heldout_prompts": scored.held["own"].n_prompts,
+        "heldout_steps": scored.held["own"].n,
+        "tokens_per_prompt": args.tokens_per_prompt,
+        "heldout_tokens": args.heldout_tokens,
+        "calibration_source": args.prompts,
+        "seed": args.seed,
+        "draw_seed": DRAW_SEED,
+        "agreement": agreement,
+        "gates": gates,
     }
     held_prompts = prompts["held"]
     results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], scored.lens)
-    results["speed"] = speed(model, loaded.tokenizer, held_prompts[: args.speed_prompts], args.heldout_tokens,
-                             stop_ids, cals, levels[0], sets)
+    results["speed"] = speed(
+        model,
+        loaded.tokenizer,
+        held_prompts[: args.speed_prompts],
+        args.heldout_tokens,
+        stop_ids,
+        cals,
+        levels[0],
+        sets,
+    )
     results["wall_s"] = time.perf_counter() - started
     write_json(out_json, results)  # before rendering: a rendering error must not lose the run
     print(markdown(results))
@@ -356,9 +471,15 @@ def save_records(path: Path, named: dict[str, Records]) -> None:
     """Every field of each ``Records`` under ``NAME.field`` in one compressed .npz."""
     arrays: dict[str, Any] = {}  # (numpy's stub types **kwds like its bool allow_pickle)
     for name, r in named.items():
-        arrays |= {f"{name}.depths": np.asarray(r.depths, dtype=np.int64), f"{name}.supnorm": r.supnorm,
-                   f"{name}.halfrange": r.halfrange, f"{name}.margins": r.margins, f"{name}.flips": r.flips,
-                   f"{name}.kinds": np.asarray(r.kinds, dtype=np.str_), f"{name}.prompt": r.prompt}
+        arrays |= {
+            f"{name}.depths": np.asarray(r.depths, dtype=np.int64),
+            f"{name}.supnorm": r.supnorm,
+            f"{name}.halfrange": r.halfrange,
+            f"{name}.margins": r.margins,
+            f"{name}.flips": r.flips,
+            f"{name}.kinds": np.asarray(r.kinds, dtype=np.str_),
+            f"{name}.prompt": r.prompt,
+        }
     with path.open("wb") as f:
         np.savez_compressed(f, **arrays)
 
@@ -367,9 +488,12 @@ def load_records(path: Path, name: str) -> Records:
     """The ``Records`` saved under ``name`` by :func:`save_records`."""
     with np.load(path) as z:
         return Records(
-            tuple(int(d) for d in z[f"{name}.depths"]), np.asarray(z[f"{name}.supnorm"], dtype=np.float32),
-            np.asarray(z[f"{name}.halfrange"], dtype=np.float32), np.asarray(z[f"{name}.margins"], dtype=np.float32),
-            np.asarray(z[f"{name}.flips"], dtype=np.bool_), [str(k) for k in z[f"{name}.kinds"]],
+            tuple(int(d) for d in z[f"{name}.depths"]),
+            np.asarray(z[f"{name}.supnorm"], dtype=np.float32),
+            np.asarray(z[f"{name}.halfrange"], dtype=np.float32),
+            np.asarray(z[f"{name}.margins"], dtype=np.float32),
+            np.asarray(z[f"{name}.flips"], dtype=np.bool_),
+            [str(k) for k in z[f"{name}.kinds"]],
             np.asarray(z[f"{name}.prompt"], dtype=np.int64),
         )
 
@@ -396,13 +520,24 @@ def exit_head_cost(model: ExitModel, prompt: list[int], depth: int, lens: Lens) 
     token_s = median_time(one_token, 15)
     head_s = median_time(lambda: exit_logits(model, depth, h, None), 15)
     lens_head_s = median_time(lambda: exit_logits(model, depth, h, lens), 15)
-    return {"token_s": token_s, "head_s": head_s, "lens_head_s": lens_head_s,
-            "head_relative": head_s / token_s, "lens_head_relative": lens_head_s / token_s}
+    return {
+        "token_s": token_s,
+        "head_s": head_s,
+        "lens_head_s": lens_head_s,
+        "head_relative": head_s / token_s,
+        "lens_head_relative": lens_head_s / token_s,
+    }
 
 
 def speed(
-    model: ExitModel, tokenizer: Any, prompts: list[tuple[str, list[int]]], max_tokens: int, stop_ids: frozenset[int],
-    cals: dict[tuple[str, Fraction, tuple[int, ...]], Calibration], level: Fraction, sets: list[tuple[int, ...]],
+    model: ExitModel,
+    tokenizer: Any,
+    prompts: list[tuple[str, list[int]]],
+    max_tokens: int,
+    stop_ids: frozenset[int],
+    cals: dict[tuple[str, Fraction, tuple[int, ...]], Calibration],
+    level: Fraction,
+    sets: list[tuple[int, ...]],
 ) -> list[dict[str, Any]]:
     """Tokens/s of plain greedy decoding and of early exit (margin gate, each head and depth set),
     same prompts, same run; each prompt served under its kind's thresholds."""
@@ -419,12 +554,24 @@ def speed(
                 out = generate(cast(Model, model), tokenizer, request)
                 depth_sum += len(out.ids) * model.config.n_layer
             else:
-                out, stats = generate_early_exit(model, tokenizer, request, cals[(head, level, subset)], gate="margin", kind=kind)
+                out, stats = generate_early_exit(
+                    model, tokenizer, request, cals[(head, level, subset)], gate="margin", kind=kind
+                )
                 depth_sum += sum(stats.depths)
             seconds += time.perf_counter() - t
             tokens += len(out.ids)
-        rows.append({"config": label, "head": head, "depths": list(subset), "q": str(level), "tokens": tokens,
-                     "seconds": seconds, "tokens_per_s": tokens / seconds, "mean_depth": depth_sum / max(1, tokens)})
+        rows.append(
+            {
+                "config": label,
+                "head": head,
+                "depths": list(subset),
+                "q": str(level),
+                "tokens": tokens,
+                "seconds": seconds,
+                "tokens_per_s": tokens / seconds,
+                "mean_depth": depth_sum / max(1, tokens),
+            }
+        )
         print(f"[speed {label} {head} {list(subset)}: {tokens / seconds:.2f} tokens/s]", file=sys.stderr)
     for row in rows:
         row["speedup"] = row["tokens_per_s"] / rows[0]["tokens_per_s"]
@@ -481,17 +628,25 @@ def markdown(r: dict[str, Any]) -> str:
             f"[{_pct(lo)}, {_pct(hi)}]% | {g['p_value']:.2g} | {_pct(g['admitted'])}% | {g['mean_depth']:.2f} |"
         )
     kinds = sorted(r["gates"][0]["per_kind"])
-    lines += ["", f"Per kind (margin gate): mean flip fraction over the kind's held-out prompts, its one-sided "
-              f"{1 - LEVEL:.0%} upper bound (betting), verdict at level {LEVEL:g}/{len(kinds)} = {LEVEL / len(kinds):.4g} "
-              f"per kind (Bonferroni over the {len(kinds)} kinds of a row), admitted fraction:", "",
-              "| head | depths | α | " + " | ".join(kinds) + " |", "|---|---|---|" + "---|" * len(kinds)]
+    lines += [
+        "",
+        f"Per kind (margin gate): mean flip fraction over the kind's held-out prompts, its one-sided "
+        f"{1 - LEVEL:.0%} upper bound (betting), verdict at level {LEVEL:g}/{len(kinds)} = {LEVEL / len(kinds):.4g} "
+        f"per kind (Bonferroni over the {len(kinds)} kinds of a row), admitted fraction:",
+        "",
+        "| head | depths | α | " + " | ".join(kinds) + " |",
+        "|---|---|---|" + "---|" * len(kinds),
+    ]
     for g in r["gates"]:
         if g["gate"] != "margin":
             continue
         cells = [kind_cell(g["per_kind"][kind], g["alpha"], len(kinds)) for kind in kinds]
-        lines.append(f"| {g['head']} | {','.join(map(str, g['depths']))} | {g['alpha']:g} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {g['head']} | {','.join(map(str, g['depths']))} | {g['alpha']:g} | " + " | ".join(cells) + " |"
+        )
     agree = "; ".join(
-        f"{head}: " + ", ".join(f"{d}: {_pct(a)}%" for d, a in zip(v["depths"], v["heldout"])) for head, v in r["agreement"].items()
+        f"{head}: " + ", ".join(f"{d}: {_pct(a)}%" for d, a in zip(v["depths"], v["heldout"]))
+        for head, v in r["agreement"].items()
     )
     c = r["cost"]
     lines += [
@@ -504,7 +659,8 @@ def markdown(r: dict[str, Any]) -> str:
             f"{s['config']}{'' if s['config'] == 'plain' else ' ' + s['head'] + ' ' + ','.join(map(str, s['depths']))} "
             f"{s['tokens_per_s']:.2f} (x{s['speedup']:.2f}, mean depth {s['mean_depth']:.2f})"
             for s in r["speed"]
-        ) + ".",
+        )
+        + ".",
     ]
     return "\n".join(lines)
 

@@ -28,8 +28,11 @@ def tiny_model(folder: Path) -> Path:
     from verispec.synth.models import Variant, write_synthetic
 
     path = folder / "tiny.gguf"
-    write_synthetic(path, Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
-                    quant_types=("F16",))
+    write_synthetic(
+        path,
+        Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
+        quant_types=("F16",),
+    )
     return path
 
 
@@ -51,13 +54,17 @@ def main() -> None:
         logits = ReferenceLogits(model, memo_bytes=int(args.memo_mb * 2**20))
         rng = np.random.default_rng(0)
         prompt = (1, 5, 9, 13)
-        print(f"vocab {vocab}, memo bound {args.memo_mb:.0f} MB; generations, prefixes, memo rows, memo MB, peak RSS MB")
+        print(
+            f"vocab {vocab}, memo bound {args.memo_mb:.0f} MB; generations, prefixes, memo rows, memo MB, peak RSS MB"
+        )
         for g in range(1, args.generations + 1):
             ids = prompt + tuple(int(t) for t in rng.integers(3, vocab, args.tokens))
             logits(ids)  # one forward of the whole generation: every prefix memoized at once
             if g % args.report == 0:
-                print(f"{g:8d} {g * (len(ids)):10d} {len(logits.memo):9d} {logits.retained / 2**20:8.1f} {peak_rss_mb():9.1f}",
-                      flush=True)
+                print(
+                    f"{g:8d} {g * (len(ids)):10d} {len(logits.memo):9d} {logits.retained / 2**20:8.1f} {peak_rss_mb():9.1f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -36,39 +36,54 @@ RECORDED_PROVENANCE: dict[str, dict[str, str]] = {
     **{
         f"bench_idle_{when}_{threads}_{model}.json": {
             "command": f"OPENBLAS_NUM_THREADS=1 VERISPEC_THREADS={threads[0]} verispec bench --model {model} "
-                       "--json --no-reference --no-kernels",
+            "--json --no-reference --no-kernels",
             "commit": "9d797b8 (saved with it; `start`: the engine before that round's shared onnxruntime pool "
-                      "and fused int8 layers, `end`: after them)",
+            "and fused int8 layers, `end`: after them)",
             "source": "README of commit 9d797b8",
         }
-        for when in ("start", "end") for threads in ("1thread", "2threads") for model in ("smollm2-135m", "gemma3-270m")
+        for when in ("start", "end")
+        for threads in ("1thread", "2threads")
+        for model in ("smollm2-135m", "gemma3-270m")
     },
     "early_exit_smollm2-135m.json": {
         "command": "OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model smollm2-135m --q 0.9,0.8 "
-                   "--json early_exit_smollm2-135m.json --records early_exit_smollm2-135m.npz",
-        "commit": "4b13570 (saved with it)", "date": "2026-11-30", "machine": EARLY_EXIT_MACHINE, "source": "README of commit 4b13570",
+        "--json early_exit_smollm2-135m.json --records early_exit_smollm2-135m.npz",
+        "commit": "4b13570 (saved with it)",
+        "date": "2026-11-30",
+        "machine": EARLY_EXIT_MACHINE,
+        "source": "README of commit 4b13570",
     },
     "early_exit_gemma3-270m.json": {
         "command": "OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model gemma3-270m --q 0.9,0.8 "
-                   "--tokens-per-prompt 10 --heldout-tokens 16 --speed-prompts 2 "
-                   "--json early_exit_gemma3-270m.json --records early_exit_gemma3-270m.npz",
-        "commit": "262deb9 (saved with it)", "date": "2026-11-30", "machine": EARLY_EXIT_MACHINE, "source": "README of commit 262deb9",
+        "--tokens-per-prompt 10 --heldout-tokens 16 --speed-prompts 2 "
+        "--json early_exit_gemma3-270m.json --records early_exit_gemma3-270m.npz",
+        "commit": "262deb9 (saved with it)",
+        "date": "2026-11-30",
+        "machine": EARLY_EXIT_MACHINE,
+        "source": "README of commit 262deb9",
     },
     "early_exit_smollm2-135m_generated.json": {
         "command": "OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model smollm2-135m --q 0.9,0.8 "
-                   "--prompts generated --json ... --records ...",
-        "commit": "9e8ae66 (saved with it)", "date": "2026-11-30", "machine": "the shared 2-core AMD EPYC machine, fast engine", "source": "commit 9e8ae66",
+        "--prompts generated --json ... --records ...",
+        "commit": "9e8ae66 (saved with it)",
+        "date": "2026-11-30",
+        "machine": "the shared 2-core AMD EPYC machine, fast engine",
+        "source": "commit 9e8ae66",
     },
     "early_exit_gemma3-270m_generated.json": {
         "command": "OPENBLAS_NUM_THREADS=1 python -m verispec.measure_early_exit --model gemma3-270m --q 0.9,0.8 "
-                   "--prompts generated --tokens-per-prompt 12 --json ... --records ...",
-        "commit": "1d136c2 (saved with it)", "date": "2026-11-30", "machine": "the shared 2-core AMD EPYC machine, fast engine", "source": "commit 1d136c2",
+        "--prompts generated --tokens-per-prompt 12 --json ... --records ...",
+        "commit": "1d136c2 (saved with it)",
+        "date": "2026-11-30",
+        "machine": "the shared 2-core AMD EPYC machine, fast engine",
+        "source": "commit 1d136c2",
     },
     "transformers_speculative_sampling_law_only.json": {
         "command": "for i in 1 .. 8: OMP_NUM_THREADS=1 verispec check --law-only --verifier "
-                   "examples.transformers_verifier:verify --only $ONLY --shard $i/8 --json > shard_$i.json; "
-                   "then verispec check --merge shard_*.json",
-        "commit": "1059d7d (saved with it)", "date": "2026-11-30",
+        "examples.transformers_verifier:verify --only $ONLY --shard $i/8 --json > shard_$i.json; "
+        "then verispec check --merge shard_*.json",
+        "commit": "1059d7d (saved with it)",
+        "date": "2026-11-30",
         "machine": "the shared 2-core AMD EPYC machine, load average 8-21; transformers 5.24.0, torch 2.13.0 CPU",
         "source": "README of commit 1059d7d",
     },
@@ -115,14 +130,27 @@ def _provenance(path: Path, saved: dict[str, Any]) -> dict[str, str]:
 
 def _machine(m: dict[str, Any]) -> str:
     blas = m.get("blas") or [{}]
-    return (f"{m.get('cpu')}, {m.get('cores')} cores; OpenBLAS {blas[0].get('version')} ({blas[0].get('architecture')}), "
-            f"Python {m.get('python')}, NumPy {m.get('numpy')}, onnxruntime {m.get('onnxruntime')}")
+    return (
+        f"{m.get('cpu')}, {m.get('cores')} cores; OpenBLAS {blas[0].get('version')} ({blas[0].get('architecture')}), "
+        f"Python {m.get('python')}, NumPy {m.get('numpy')}, onnxruntime {m.get('onnxruntime')}"
+    )
 
 
 def _provenance_lines(name: str, prov: dict[str, str]) -> list[str]:
     lines = [f"- `lab/measurements/{name}`"]
-    for key in ("date", "started_utc", "finished_utc", "machine", "command", "commit", "loadavg_at_start",
-                "loadavg_at_end", "loadavg_1min_min_max_every_30s", "note", "source"):
+    for key in (
+        "date",
+        "started_utc",
+        "finished_utc",
+        "machine",
+        "command",
+        "commit",
+        "loadavg_at_start",
+        "loadavg_at_end",
+        "loadavg_1min_min_max_every_30s",
+        "note",
+        "source",
+    ):
         if key in prov:
             value = f"`{prov[key]}`" if key == "command" else prov[key]
             lines.append(f"  - {key.replace('_', ' ')}: {value}")
@@ -145,6 +173,7 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 # ---- the workload (verispec bench --workload) --------------------------------------------------
 
+
 def _workload_tables() -> ModuleType:
     """examples/workload_tables.py renders a workload JSON; the lab may have moved it under lab/."""
     for name in ("lab.workload_tables", "examples.workload_tables"):
@@ -166,16 +195,29 @@ def workload_page(paths: Sequence[Path]) -> str:
         weights = "int8" if "int8" in path.name else "f32"
         length = report.get("workload_llama_cpp", {}).get("length_note")
         same_work = f" Same work: {length}." if length else ""
-        body += [f"## {name}, `--workload-weights {weights}`", "", f"From `lab/measurements/{path.name}`.{same_work}", ""]
-        body += [*tables.summary_table(report, name), "", *tables.category_table(report, name), "",
-                 tables.llama_note(report) + ".", ""]
+        body += [
+            f"## {name}, `--workload-weights {weights}`",
+            "",
+            f"From `lab/measurements/{path.name}`.{same_work}",
+            "",
+        ]
+        body += [
+            *tables.summary_table(report, name),
+            "",
+            *tables.category_table(report, name),
+            "",
+            tables.llama_note(report) + ".",
+            "",
+        ]
         provenance += _provenance_lines(path.name, _provenance(path, saved))
-    intro = ("Every request of `verispec/data/workload.jsonl` (7 categories, chat-formatted, 128-256 tokens) decoded "
-             "plain and speculatively in the same process, greedy and T = 0.8, and beside each greedy request, in "
-             "the same run, llama.cpp plain and llama.cpp prompt lookup on the same prompt ids, GGUF, max tokens and "
-             "end ids. Ratios per request, geometric mean per category, then over the categories; wall-clock and "
-             "process-CPU ratios side by side (CPU ratios are the steadier ones on a shared machine). What the "
-             "columns mean: [docs/performance.md](../performance.md#the-workload).")
+    intro = (
+        "Every request of `verispec/data/workload.jsonl` (7 categories, chat-formatted, 128-256 tokens) decoded "
+        "plain and speculatively in the same process, greedy and T = 0.8, and beside each greedy request, in "
+        "the same run, llama.cpp plain and llama.cpp prompt lookup on the same prompt ids, GGUF, max tokens and "
+        "end ids. Ratios per request, geometric mean per category, then over the categories; wall-clock and "
+        "process-CPU ratios side by side (CPU ratios are the steadier ones on a shared machine). What the "
+        "columns mean: [docs/performance.md](../performance.md#the-workload)."
+    )
     return _page("Results: the chat workload", intro, body, provenance)
 
 
@@ -226,28 +268,44 @@ def _files_provenance(folder: Path, saved: dict[str, dict[str, Any]]) -> list[st
 
 
 def bench_page(folder: Path) -> str:
-    reports = {(when, m, t): _load(folder / f"bench_idle_{when}_{t}_{m}.json")
-               for when in ("start", "end") for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS}
+    reports = {
+        (when, m, t): _load(folder / f"bench_idle_{when}_{t}_{m}.json")
+        for when in ("start", "end")
+        for m, _ in BENCH_MODELS
+        for t, _ in BENCH_THREADS
+    }
 
     def start_to_end(row: Callable[[dict[str, Any]], Any]) -> Callable[[str, str], str]:
         return lambda m, t: f"{_value(row, reports['start', m, t])} → {_value(row, reports['end', m, t])}"
 
     body = _bench_grid("idle machine, start → end", [(label, start_to_end(row)) for label, row in BENCH_ROWS])
-    provenance = _files_provenance(folder, {f"bench_idle_{when}_{t}_{m}.json": saved for (when, m, t), saved in reports.items()})
-    intro = ("`verispec bench` on the 2-core machine with nothing else running, twice: `start` before and `end` after "
-             "the engine's shared onnxruntime pool and fused int8 layers, both models, the engine's onnxruntime "
-             "threads and llama.cpp's `n_threads` both 1 or both 2. llama.cpp ratios are end-to-end tok/s of the same "
-             "48-token greedy requests, geometric mean over the bench's 5 prompts, the engine's runs interleaved "
-             "with llama.cpp's. A ratio is what counts; absolute tok/s move with load, and a k-row ÷ 1-row ratio "
-             "below 1 is a disturbed 1-row timing, not a result. What each row measures: "
-             "[docs/performance.md](../performance.md#what-bench-measures).")
+    provenance = _files_provenance(
+        folder, {f"bench_idle_{when}_{t}_{m}.json": saved for (when, m, t), saved in reports.items()}
+    )
+    intro = (
+        "`verispec bench` on the 2-core machine with nothing else running, twice: `start` before and `end` after "
+        "the engine's shared onnxruntime pool and fused int8 layers, both models, the engine's onnxruntime "
+        "threads and llama.cpp's `n_threads` both 1 or both 2. llama.cpp ratios are end-to-end tok/s of the same "
+        "48-token greedy requests, geometric mean over the bench's 5 prompts, the engine's runs interleaved "
+        "with llama.cpp's. A ratio is what counts; absolute tok/s move with load, and a k-row ÷ 1-row ratio "
+        "below 1 is a disturbed 1-row timing, not a result. What each row measures: "
+        "[docs/performance.md](../performance.md#what-bench-measures)."
+    )
     return _page("Results: the engine on an idle machine, llama.cpp beside it", intro, body, provenance)
 
 
-
 SAME_WORK_EXTRA_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
-    ("load average (1 min) at start → end", lambda r: f"{r['machine']['load_average_start'][0]:.2f} → {r['machine']['load_average_end'][0]:.2f}"),
-    ("engine kernel: graphs, row modes", lambda r: f"{r['engine_kernel']['graphs']}, " + ", ".join(f"{k} {v}" for k, v in sorted(r["engine_kernel"]["row_modes"].items()))),
+    (
+        "load average (1 min) at start → end",
+        lambda r: f"{r['machine']['load_average_start'][0]:.2f} → {r['machine']['load_average_end'][0]:.2f}",
+    ),
+    (
+        "engine kernel: graphs, row modes",
+        lambda r: (
+            f"{r['engine_kernel']['graphs']}, "
+            + ", ".join(f"{k} {v}" for k, v in sorted(r["engine_kernel"]["row_modes"].items()))
+        ),
+    ),
 )
 
 
@@ -271,7 +329,9 @@ def _same_work_runs(folder: Path, stem: str) -> dict[tuple[str, str], dict[str, 
     return {(m, t): _load(folder / f"{stem}_{t}_{m}.json") for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS}
 
 
-def _report_cell(saved: dict[tuple[str, str], dict[str, Any]], row: Callable[[dict[str, Any]], Any]) -> Callable[[str, str], str]:
+def _report_cell(
+    saved: dict[tuple[str, str], dict[str, Any]], row: Callable[[dict[str, Any]], Any]
+) -> Callable[[str, str], str]:
     return lambda m, t: _text_value(row, saved[m, t]["report"])
 
 
@@ -284,19 +344,29 @@ def same_work_page(folder: Path) -> str:
         first = saved[BENCH_MODELS[0][0], BENCH_THREADS[0][0]]
         date = str(first.get("provenance", {}).get("date", "")).split(" ")[0]
         body += [f"## {heading} ({date})", ""]
-        body += _bench_grid("idle machine", [(label, _report_cell(saved, row)) for label, row in (*BENCH_ROWS, *SAME_WORK_EXTRA_ROWS)])
+        body += _bench_grid(
+            "idle machine", [(label, _report_cell(saved, row)) for label, row in (*BENCH_ROWS, *SAME_WORK_EXTRA_ROWS)]
+        )
         isa = ", ".join(first["report"]["machine"].get("isa", [])) or "not stated"
-        body += ["", f"Instruction set: {isa}. llama.cpp: `{first['report']['llama_cpp'].get('system_info', '').strip()}`.", ""]
+        body += [
+            "",
+            f"Instruction set: {isa}. llama.cpp: `{first['report']['llama_cpp'].get('system_info', '').strip()}`.",
+            "",
+        ]
         provenance += _files_provenance(folder, {f"{stem}_{t}_{m}.json": run for (m, t), run in saved.items()})
-    intro = ("`verispec bench` (report schema 2) on 2-core machines with nothing else running, both models, the "
-             "engine's onnxruntime threads and llama.cpp's `n_threads` both 1 or both 2. Every side decodes the same "
-             "prompt ids to the same number of tokens (48), end of generation ignored on both, runs interleaved, the "
-             "best of each kept; llama.cpp runs in a child process. A ratio is what counts; absolute tok/s move with "
-             "the machine, and the ratios with its instruction set (each machine's is under its table). What each row "
-             "measures: [docs/performance.md](../performance.md#what-bench-measures).")
+    intro = (
+        "`verispec bench` (report schema 2) on 2-core machines with nothing else running, both models, the "
+        "engine's onnxruntime threads and llama.cpp's `n_threads` both 1 or both 2. Every side decodes the same "
+        "prompt ids to the same number of tokens (48), end of generation ignored on both, runs interleaved, the "
+        "best of each kept; llama.cpp runs in a child process. A ratio is what counts; absolute tok/s move with "
+        "the machine, and the ratios with its instruction set (each machine's is under its table). What each row "
+        "measures: [docs/performance.md](../performance.md#what-bench-measures)."
+    )
     return _page("Results: the engine and llama.cpp on the same work, idle machines", intro, body[:-1], provenance)
 
+
 # ---- certified early exit (held-out runs) ------------------------------------------------------
+
 
 def _shift_provenance(run: Path, compared: Path) -> dict[str, str]:
     """A re-scoring of a saved run's records: deterministic (seeded folds), no model work, so its
@@ -306,7 +376,7 @@ def _shift_provenance(run: Path, compared: Path) -> dict[str, str]:
         "date": own.get("date", "as the run it re-scores"),
         "machine": "none (re-scores the saved records; deterministic)",
         "command": f"python -m lab.early_exit_shift --from-json lab/measurements/{run.name} "
-                   f"--records lab/measurements/{run.with_suffix('.npz').name} --folds 6 --json lab/measurements/{compared.name}",
+        f"--records lab/measurements/{run.with_suffix('.npz').name} --folds 6 --json lab/measurements/{compared.name}",
         "commit": own.get("commit", "the saved run's"),
         "source": f"lab/measurements/{run.name} and its .npz records",
     }
@@ -322,39 +392,61 @@ def early_exit_page(folder: Path) -> str:
         saved = _load(path)
         body += [str(measure.markdown(saved)), ""]
         provenance += _provenance_lines(path.name, _provenance(path, saved))
-    body += ["## Calibrated on the generator: generated vs hand-written prompts under the same calibrations", "",
-             "The earlier runs calibrated on the seeded prompt generator, re-scored from their saved per-step "
-             "records (`.npz`, no model work): out-of-fold generated prompts against hand-written ones.", ""]
+    body += [
+        "## Calibrated on the generator: generated vs hand-written prompts under the same calibrations",
+        "",
+        "The earlier runs calibrated on the seeded prompt generator, re-scored from their saved per-step "
+        "records (`.npz`, no model work): out-of-fold generated prompts against hand-written ones.",
+        "",
+    ]
     for model in ("smollm2-135m", "gemma3-270m"):
         path = folder / f"early_exit_{model}_generated.json"
         compared = folder / f"early_exit_shift_{model}.json"  # python -m lab.early_exit_shift --json
         body += [str(shift.markdown(_load(compared))), ""]
         provenance += _provenance_lines(path.name, _provenance(path, _load(path)))
         provenance += _provenance_lines(compared.name, _shift_provenance(path, compared))
-    intro = ("Held-out checks of the early-exit guarantee (*expected flip fraction of a new prompt ≤ α, valid when "
-             "prompts, not tokens, are exchangeable*), per prompt and per kind, with the exit head's cost and "
-             "tokens/s against plain decoding in the same run. How to read the verdicts: "
-             "[docs/early-exit.md](../early-exit.md#held-out-evidence).")
+    intro = (
+        "Held-out checks of the early-exit guarantee (*expected flip fraction of a new prompt ≤ α, valid when "
+        "prompts, not tokens, are exchangeable*), per prompt and per kind, with the exit head's cost and "
+        "tokens/s against plain decoding in the same run. How to read the verdicts: "
+        "[docs/early-exit.md](../early-exit.md#held-out-evidence)."
+    )
     return _page("Results: certified early exit, held out", intro, body, provenance)
 
 
 # ---- transformers' _speculative_sampling under --law-only --------------------------------------
 
+
 def law_only_page(path: Path) -> str:
     saved = _load(path)
-    body = [f"Implementation: {saved['implementation']}. Verdict: **{'PASSED' if saved['passed'] else 'FAILED'}** "
-            f"(exit status {saved['exit_status']}): {saved['claim']}.", "",
-            "| property | status | N | alpha | power | detail |", "|---|---|---|---|---|---|"]
+    body = [
+        f"Implementation: {saved['implementation']}. Verdict: **{'PASSED' if saved['passed'] else 'FAILED'}** "
+        f"(exit status {saved['exit_status']}): {saved['claim']}.",
+        "",
+        "| property | status | N | alpha | power | detail |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in saved["properties"]:
-        body.append(f"| `{p['name']}` | {p['status']} | {p['n']:,} | {p['alpha']:.3g} | {p['power']:.4f} | {_cell(p['detail'])} |")
-    body += ["", f"Seed {saved['seed']}, scale {saved['scale']:g}, sequential {saved['sequential']}, "
-             f"{saved['seconds']:.0f} s of the merged shards' drawing time."]
-    intro = ("transformers' `_speculative_sampling` (rows handed in as log-probabilities, "
-             "`examples/transformers_verifier.py`) under `verispec check --law-only`, eight shards merged. `contract` "
-             "is left out: the function validates nothing by design. What a law-only verdict shows and does not: "
-             "[docs/checking-verifiers.md](../checking-verifiers.md#verifiers-with-their-own-randomness).")
-    return _page("Results: transformers' speculative sampling, law only", intro, body,
-                 _provenance_lines(path.name, _provenance(path, saved)))
+        body.append(
+            f"| `{p['name']}` | {p['status']} | {p['n']:,} | {p['alpha']:.3g} | {p['power']:.4f} | {_cell(p['detail'])} |"
+        )
+    body += [
+        "",
+        f"Seed {saved['seed']}, scale {saved['scale']:g}, sequential {saved['sequential']}, "
+        f"{saved['seconds']:.0f} s of the merged shards' drawing time.",
+    ]
+    intro = (
+        "transformers' `_speculative_sampling` (rows handed in as log-probabilities, "
+        "`examples/transformers_verifier.py`) under `verispec check --law-only`, eight shards merged. `contract` "
+        "is left out: the function validates nothing by design. What a law-only verdict shows and does not: "
+        "[docs/checking-verifiers.md](../checking-verifiers.md#verifiers-with-their-own-randomness)."
+    )
+    return _page(
+        "Results: transformers' speculative sampling, law only",
+        intro,
+        body,
+        _provenance_lines(path.name, _provenance(path, saved)),
+    )
 
 
 # ---- the decoder gate at depth, run at its full design -----------------------------------------
@@ -366,18 +458,24 @@ def depth_page(folder: Path) -> str:
     """Each saved full-design run of the depth test: who decoded, the verdict, tokens against the
     design, the power reached, and what it cost in wall and CPU minutes."""
     saved = [(path, _load(path)) for path in sorted(folder.glob(DEPTH_RUNS))]
-    body = ["| decoder | model | params | workers | verdict | tokens / design | power | wall min | CPU min |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    body = [
+        "| decoder | model | params | workers | verdict | tokens / design | power | wall min | CPU min |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in (s["run"] for _, s in saved):
         cpu = "not counted" if run.get("cpu_minutes") is None else _fmt(run["cpu_minutes"])
-        body.append(f"| {_cell(run['decoder'])} | {_cell(run['model'])} | {_cell(run['params'])} | {run['workers']} | "
-                    f"**{run['state']}** | {run['tokens']:,} / {run['design_tokens']:,} | {run['power']:.3f} | "
-                    f"{_fmt(run['wall_minutes'])} | {cpu} |")
+        body.append(
+            f"| {_cell(run['decoder'])} | {_cell(run['model'])} | {_cell(run['params'])} | {run['workers']} | "
+            f"**{run['state']}** | {run['tokens']:,} / {run['design_tokens']:,} | {run['power']:.3f} | "
+            f"{_fmt(run['wall_minutes'])} | {cpu} |"
+        )
     body += ["", *(f"- `{path.name}`: {_cell(s['run']['detail'])}" for path, s in saved)]
-    intro = ("`check-decoder --depth` at the gate's full design: power 0.99 against total variation 0.05 on 10% of "
-             "positions, every emitted token's law given its actual prefix. A run short of its design is "
-             "inconclusive, never passed. What the test detects and what it cannot: "
-             "[docs/checking-decoders.md](../checking-decoders.md).")
+    intro = (
+        "`check-decoder --depth` at the gate's full design: power 0.99 against total variation 0.05 on 10% of "
+        "positions, every emitted token's law given its actual prefix. A run short of its design is "
+        "inconclusive, never passed. What the test detects and what it cannot: "
+        "[docs/checking-decoders.md](../checking-decoders.md)."
+    )
     provenance = [line for path, s in saved for line in _provenance_lines(path.name, _provenance(path, s))]
     return _page("Results: the decoder gate at depth, full design", intro, body, provenance)
 
@@ -389,26 +487,33 @@ def confirmations_page(folder: Path) -> str:
     """Each passing peer path once on a real model: the runners' JSON rows (tests/peer_verdicts.py,
     tests/peer_verdicts_llama.py) with their design, verdict, tokens, power and cost."""
     saved = [(path, _load(path)) for path in sorted(folder.glob(CONFIRMATIONS))]
-    body = ["| peer | model | path | params | design | verdict | tokens / design | power | wall min | CPU min |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    body = [
+        "| peer | model | path | params | design | verdict | tokens / design | power | wall min | CPU min |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in (r for _, s in saved for r in s["rows"]):
         path = row["path"] if row.get("assistant") is None else f"{row['path']} (assistant: {row['assistant']})"
         flags = ", ".join(f"{k} {v}" for k, v in row["flags"].items())
         law = row.get("law", "llama.cpp")
         design = f"TV {row['tv']} on {row['fraction']:.0%} of positions, {row['depth']} tokens"
-        body.append(f"| {row['peer']} {row['version']} | {_cell(row['model'])} | {_cell(path)} | "
-                    f"{_cell(f'--law {law}, {flags}')} | {design} | **{row['state']}** | "
-                    f"{row['tokens']:,} / {row['design_tokens']:,} | {row['power']:.3f} | {_fmt(row['minutes'])} | "
-                    f"{_fmt(row.get('cpu_minutes'))} |")
+        body.append(
+            f"| {row['peer']} {row['version']} | {_cell(row['model'])} | {_cell(path)} | "
+            f"{_cell(f'--law {law}, {flags}')} | {design} | **{row['state']}** | "
+            f"{row['tokens']:,} / {row['design_tokens']:,} | {row['power']:.3f} | {_fmt(row['minutes'])} | "
+            f"{_fmt(row.get('cpu_minutes'))} |"
+        )
     body += ["", *(f"- {r['peer']} {r['path']}: {_cell(r['detail'])}" for _, s in saved for r in s["rows"])]
-    intro = ("The peers' passing speculative paths, each confirmed once on a real model at a design its cost allows "
-             "(the full-power verdicts are on the tiny synthetic models: [decoder-depth.md](decoder-depth.md), "
-             "[docs/peers.md](../peers.md)). A run short of its design is inconclusive, never passed.")
+    intro = (
+        "The peers' passing speculative paths, each confirmed once on a real model at a design its cost allows "
+        "(the full-power verdicts are on the tiny synthetic models: [decoder-depth.md](decoder-depth.md), "
+        "[docs/peers.md](../peers.md)). A run short of its design is inconclusive, never passed."
+    )
     provenance = [line for path, s in saved for line in _provenance_lines(path.name, _provenance(path, s))]
     return _page("Results: the peers' passing paths on a real model", intro, body, provenance)
 
 
 # ---- the README's one performance table ---------------------------------------------------------
+
 
 def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
     """The README's performance rows, computed from the saved idle-machine bench runs (the README is
@@ -421,16 +526,25 @@ def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
         ("int8 n-gram speculation ÷ llama.cpp prompt lookup", "int8_ngram_over_llama_cpp_prompt_lookup"),
         ("int8 peak RSS ÷ (file + KV) (target ≤ 1.5)", "int8_peak_rss_over_file_plus_kv"),
     )
-    header = "| same prompt ids, 48 tokens each side | " + " | ".join(
-        f"{label} {tlabel}" for _, label in BENCH_MODELS for _, tlabel in BENCH_THREADS) + " |"
-    return [header, *(f"| {label} | " + " | ".join(_fmt(runs[c]["ratios"][key]) for c in cols) + " |" for label, key in rows)]
+    header = (
+        "| same prompt ids, 48 tokens each side | "
+        + " | ".join(f"{label} {tlabel}" for _, label in BENCH_MODELS for _, tlabel in BENCH_THREADS)
+        + " |"
+    )
+    return [
+        header,
+        *(f"| {label} | " + " | ".join(_fmt(runs[c]["ratios"][key]) for c in cols) + " |" for label, key in rows),
+    ]
 
 
 # ---- the index and the driver ------------------------------------------------------------------
 
 PAGES = (
     ("workload.md", "the chat workload, exact and int8 modes, llama.cpp beside it"),
-    ("bench-same-work.md", "the engine and llama.cpp on idle machines (AVX-512 VNNI, AVX2), the same tokens on both sides (bench schema 2)"),
+    (
+        "bench-same-work.md",
+        "the engine and llama.cpp on idle machines (AVX-512 VNNI, AVX2), the same tokens on both sides (bench schema 2)",
+    ),
     ("bench-idle.md", "the engine on an idle machine, before and after the shared pool and fused layers"),
     ("early-exit.md", "certified early exit, held out, and the generated-prompt diagnosis"),
     ("transformers-law-only.md", "transformers' speculative sampling at full power under --law-only"),
@@ -441,16 +555,27 @@ PAGES = (
 
 def index_page() -> str:
     body = [f"- [{name}]({name}): {what}" for name, what in PAGES]
-    intro = ("Dated measurements, generated from the JSON saved in `lab/measurements/` by `python -m lab.results`. "
-             "Each page states its provenance. Regenerate after saving a new measurement; "
-             "`tests/test_results_pages.py` fails when a page here is stale.")
+    intro = (
+        "Dated measurements, generated from the JSON saved in `lab/measurements/` by `python -m lab.results`. "
+        "Each page states its provenance. Regenerate after saving a new measurement; "
+        "`tests/test_results_pages.py` fails when a page here is stale."
+    )
     return "\n".join([BANNER, "", "# Results", "", intro, "", *body, ""])
 
 
 def pages(folder: Path = MEASUREMENTS) -> dict[str, str]:
     """File name -> page text, every page of docs/results/."""
-    workloads = [folder / f"workload_{m}.json" for m in ("same_work_int8_smollm2-135m", "same_work_int8_gemma3-270m",
-                                                          "smollm2-135m", "gemma3-270m", "int8_smollm2-135m", "int8_gemma3-270m")]
+    workloads = [
+        folder / f"workload_{m}.json"
+        for m in (
+            "same_work_int8_smollm2-135m",
+            "same_work_int8_gemma3-270m",
+            "smollm2-135m",
+            "gemma3-270m",
+            "int8_smollm2-135m",
+            "int8_gemma3-270m",
+        )
+    ]
     return {
         "index.md": index_page(),
         "workload.md": workload_page(workloads),

@@ -43,12 +43,20 @@ from verispec.workload import load_workload
 LAZY = speculative.verify_drafts_sampled
 
 
-def eager(target_logits: Any, history: Any, drafts: Any, q: Any, params: SamplingParams,
-          uniforms: Any, law: Any = fast_sampling.target_distribution) -> speculative.Verdict:
+def eager(
+    target_logits: Any,
+    history: Any,
+    drafts: Any,
+    q: Any,
+    params: SamplingParams,
+    uniforms: Any,
+    law: Any = fast_sampling.target_distribution,
+) -> speculative.Verdict:
     """Every row's law, then the protocol's verifier (what the loop did before)."""
     p = speculative.target_rows(target_logits, history, drafts, params, law)
-    return speculative.verify_sampled(p, speculative.draft_law_rows(q, drafts, p.shape[-1]), drafts,
-                                      np.asarray(uniforms).tolist())
+    return speculative.verify_sampled(
+        p, speculative.draft_law_rows(q, drafts, p.shape[-1]), drafts, np.asarray(uniforms).tolist()
+    )
 
 
 def _same_tokens_at_fixed_k(model: FastModel, tok: Tokenizer, request: GenerationRequest) -> bool:
@@ -57,8 +65,14 @@ def _same_tokens_at_fixed_k(model: FastModel, tok: Tokenizer, request: Generatio
     for verifier in (eager, LAZY):
         speculative.verify_drafts_sampled = verifier
         try:
-            spec = speculative_generate(model, tok, request, make_draft(parse_draft_spec("ngram"), model, tok),
-                                        SpeculativeOptions(k=4, adaptive=False), law=fast_sampling.target_distribution)
+            spec = speculative_generate(
+                model,
+                tok,
+                request,
+                make_draft(parse_draft_spec("ngram"), model, tok),
+                SpeculativeOptions(k=4, adaptive=False),
+                law=fast_sampling.target_distribution,
+            )
         finally:
             speculative.verify_drafts_sampled = LAZY
         out.append(tuple(spec.generation.ids))
@@ -71,16 +85,28 @@ def main(name: str, draft: str, rounds: str, ids: str, temperature: str = "0.8")
     end = tok.token_id(chat.end_of_turn)
     stop = frozenset() if end is None else frozenset({end})
     items = {i.id: i for i in load_workload()}
-    ratios: dict[str, list[float]] = {"eager_over_plain_cpu": [], "lazy_over_plain_cpu": [], "lazy_over_eager_cpu": [],
-                                      "eager_over_plain_wall": [], "lazy_over_plain_wall": []}
+    ratios: dict[str, list[float]] = {
+        "eager_over_plain_cpu": [],
+        "lazy_over_plain_cpu": [],
+        "lazy_over_eager_cpu": [],
+        "eager_over_plain_wall": [],
+        "lazy_over_plain_wall": [],
+    }
     for rid in ids.split(","):
         item = items[rid]
         prompt = tuple(tok.encode(item.prompt_text(chat), add_bos=tok.add_bos, parse_special=True))
-        greedy = GenerationRequest(prompt, params=SamplingParams(temperature=0.0), max_tokens=item.max_tokens,
-                                   stop_ids=stop, seed=0)
+        greedy = GenerationRequest(
+            prompt, params=SamplingParams(temperature=0.0), max_tokens=item.max_tokens, stop_ids=stop, seed=0
+        )
         n = fast_generate(model, tok, greedy).stats.generated_tokens
-        request = GenerationRequest(prompt, params=SamplingParams(temperature=float(temperature)), max_tokens=n,
-                                    stop_ids=stop, seed=0, ignore_eog=True)
+        request = GenerationRequest(
+            prompt,
+            params=SamplingParams(temperature=float(temperature)),
+            max_tokens=n,
+            stop_ids=stop,
+            seed=0,
+            ignore_eog=True,
+        )
         cpu = {"plain": float("inf"), "eager": float("inf"), "lazy": float("inf")}
         wall = {"plain": 0.0, "eager": 0.0, "lazy": 0.0}
         outputs: dict[str, tuple[int, ...]] = {}
@@ -93,8 +119,14 @@ def main(name: str, draft: str, rounds: str, ids: str, temperature: str = "0.8")
                 else:
                     speculative.verify_drafts_sampled = eager if side == "eager" else LAZY
                     try:
-                        spec = speculative_generate(model, tok, request, make_draft(parse_draft_spec(draft), model, tok),
-                                                    SpeculativeOptions(k=12, adaptive=True), law=fast_sampling.target_distribution)
+                        spec = speculative_generate(
+                            model,
+                            tok,
+                            request,
+                            make_draft(parse_draft_spec(draft), model, tok),
+                            SpeculativeOptions(k=12, adaptive=True),
+                            law=fast_sampling.target_distribution,
+                        )
                     finally:
                         speculative.verify_drafts_sampled = LAZY
                     result = spec.generation
@@ -106,12 +138,22 @@ def main(name: str, draft: str, rounds: str, ids: str, temperature: str = "0.8")
                 if side != "plain":
                     outputs.setdefault(side, tuple(result.ids))
         same = _same_tokens_at_fixed_k(model, tok, request)
-        row = {"id": rid, "tokens": n, "draft": draft, "temperature": float(temperature),
-               "eager_lazy_same_tokens_fixed_k": same, "timed_runs_same_tokens": outputs["eager"] == outputs["lazy"],
-               "cpu_s": cpu, "wall_tok_s": wall, "alpha": alpha,
-               "eager_over_plain_cpu": cpu["plain"] / cpu["eager"], "lazy_over_plain_cpu": cpu["plain"] / cpu["lazy"],
-               "lazy_over_eager_cpu": cpu["eager"] / cpu["lazy"],
-               "eager_over_plain_wall": wall["eager"] / wall["plain"], "lazy_over_plain_wall": wall["lazy"] / wall["plain"]}
+        row = {
+            "id": rid,
+            "tokens": n,
+            "draft": draft,
+            "temperature": float(temperature),
+            "eager_lazy_same_tokens_fixed_k": same,
+            "timed_runs_same_tokens": outputs["eager"] == outputs["lazy"],
+            "cpu_s": cpu,
+            "wall_tok_s": wall,
+            "alpha": alpha,
+            "eager_over_plain_cpu": cpu["plain"] / cpu["eager"],
+            "lazy_over_plain_cpu": cpu["plain"] / cpu["lazy"],
+            "lazy_over_eager_cpu": cpu["eager"] / cpu["lazy"],
+            "eager_over_plain_wall": wall["eager"] / wall["plain"],
+            "lazy_over_plain_wall": wall["lazy"] / wall["plain"],
+        }
         for key in ratios:
             ratios[key].append(float(row[key]))  # type: ignore[arg-type]
         print(json.dumps(row), flush=True)

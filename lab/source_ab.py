@@ -49,8 +49,15 @@ print(json.dumps({"times": times, "tokens": tokens}))
 
 def child(tree: Path, model: Path, steps: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(model), json.dumps(PROMPT), str(steps)],
-                          capture_output=True, text=True, env=env, cwd=tree, timeout=900, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(model), json.dumps(PROMPT), str(steps)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tree,
+        timeout=900,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"{tree}: {done.stderr[-1500:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -71,8 +78,11 @@ def compare(before: Path, after: Path, model: Path, steps: int, rounds: int) -> 
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
     return {
-        "model": model.name, "threads": os.environ.get("VERISPEC_THREADS", "default"),
-        "steps": steps, "rounds": rounds, "load_average": load,
+        "model": model.name,
+        "threads": os.environ.get("VERISPEC_THREADS", "default"),
+        "steps": steps,
+        "rounds": rounds,
+        "load_average": load,
         "before": {"tree": str(before), "best_step_ms": 1e3 * best["before"], "median_step_ms": 1e3 * median["before"]},
         "after": {"tree": str(after), "best_step_ms": 1e3 * best["after"], "median_step_ms": 1e3 * median["after"]},
         "after_over_before": best["before"] / best["after"],
@@ -91,7 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1")
-    print(json.dumps(compare(args.before.resolve(), args.after.resolve(), args.model, args.steps, args.rounds), indent=1))
+    print(
+        json.dumps(compare(args.before.resolve(), args.after.resolve(), args.model, args.steps, args.rounds), indent=1)
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from verispec.engine.model import FastModel
 from verispec.engine.matmul import OrtGraph
+from verispec.engine.model import FastModel
 
 PROMPT = [1, 504, 2365, 6354, 28, 1130, 314, 260]  # token ids valid in both vocabularies
 
@@ -45,6 +45,7 @@ class Clock:
             finally:
                 self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
                 self.calls[name] = self.calls.get(name, 0) + 1
+
         return timed
 
     def reset(self) -> None:
@@ -68,8 +69,12 @@ def instrument(model: FastModel, clock: Clock) -> None:
         return raw(self, feeds)
 
     OrtGraph._raw = counted  # type: ignore[method-assign]
-    for attr, name in (("_attend_invariant", "attention"), ("head", "head"), ("embed", "embed"),
-                       ("_rope_tables", "rope_tables")):
+    for attr, name in (
+        ("_attend_invariant", "attention"),
+        ("head", "head"),
+        ("embed", "embed"),
+        ("_rope_tables", "rope_tables"),
+    ):
         setattr(model, attr, clock.wrap(name, getattr(model, attr)))
     model.forward = clock.wrap("step", model.forward)  # type: ignore[method-assign]
 
@@ -113,11 +118,15 @@ def profile(path: Path, n_steps: int, repeats: int) -> dict[str, Any]:
     parts = ("pre", "post", "attention", "kv_store", "rope_tables", "head", "embed")
     per_step["other"] = per_step["step"] - sum(per_step.get(k, 0.0) for k in parts)
     return {
-        "model": path.name, "threads": os.environ.get("VERISPEC_THREADS", "default"), "steps": n_steps,
-        "repeats": repeats, "load_average": load,
+        "model": path.name,
+        "threads": os.environ.get("VERISPEC_THREADS", "default"),
+        "steps": n_steps,
+        "repeats": repeats,
+        "load_average": load,
         "ms_per_step": {k: round(v, 3) for k, v in per_step.items()},
         "onnxruntime_calls_per_step": calls.get("onnxruntime_calls", 0) / n_steps,
-        "best_step_ms": 1e3 * min(all_times), "median_step_ms": 1e3 * statistics.median(all_times),
+        "best_step_ms": 1e3 * min(all_times),
+        "median_step_ms": 1e3 * statistics.median(all_times),
     }
 
 

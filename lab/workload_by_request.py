@@ -35,11 +35,21 @@ def main(name: str, per: str, temps: str, k: str, drafts: str) -> None:
     for temperature in (float(t) for t in temps.split(",")):
         for item in select(load_workload(), None, int(per)):
             ids = tuple(tok.encode(item.prompt_text(chat), add_bos=tok.add_bos, parse_special=True))
-            request = GenerationRequest(ids, params=SamplingParams(temperature=temperature), max_tokens=item.max_tokens,
-                                        stop_ids=frozenset() if end is None else frozenset({end}), seed=options.seed)
+            request = GenerationRequest(
+                ids,
+                params=SamplingParams(temperature=temperature),
+                max_tokens=item.max_tokens,
+                stop_ids=frozenset() if end is None else frozenset({end}),
+                seed=options.seed,
+            )
             for draft in drafts.split(","):
                 run = speculative_vs_plain(model, tok, draft, request, options)
-                print(json.dumps({"draft": draft, "category": item.category, "id": item.id, "prompt_tokens": len(ids), **run}), flush=True)
+                print(
+                    json.dumps(
+                        {"draft": draft, "category": item.category, "id": item.id, "prompt_tokens": len(ids), **run}
+                    ),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

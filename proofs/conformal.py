@@ -151,7 +151,9 @@ def _flip_fraction_union(depths: int) -> z3.BoolRef:
         for t in range(UNION_TOKENS)
     ]
     served_count = z3.Sum([z3.If(x, 1, 0) for x in served])
-    depth_counts = z3.Sum([z3.If(z3.And(admit[k][t], flip[k][t]), 1, 0) for k in range(depths) for t in range(UNION_TOKENS)])
+    depth_counts = z3.Sum(
+        [z3.If(z3.And(admit[k][t], flip[k][t]), 1, 0) for k in range(depths) for t in range(UNION_TOKENS)]
+    )
     return implies(per_token, served_count <= depth_counts)
 
 

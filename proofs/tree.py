@@ -97,7 +97,9 @@ def _two_siblings(n: int) -> z3.BoolRef:
     s2 = z3.Sum([pos(a - b) for a, b in zip(r2, q2)])
     t2 = z3.Sum([rmin(a, b) for a, b in zip(r2, q2)])
     r3 = [z3.If(s2 == 0, a, pos(a - b) / s2) for a, b in zip(r2, q2)]
-    goal = [accept_mass(p[y], q1[y]) + (1 - t1) * (accept_mass(r2[y], q2[y]) + (1 - t2) * r3[y]) == p[y] for y in range(n)]
+    goal = [
+        accept_mass(p[y], q1[y]) + (1 - t1) * (accept_mass(r2[y], q2[y]) + (1 - t2) * r3[y]) == p[y] for y in range(n)
+    ]
     return implies([*hp, *h1, *h2], z3.And(*goal))
 
 

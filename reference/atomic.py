@@ -34,9 +34,9 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
-from typing import BinaryIO
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from verispec.reference.errors import OutputError
 
@@ -47,7 +47,9 @@ def check_target(target: Path, *, force: bool) -> None:
     The current folder (``.``) or one that holds it is refused: replacing it would swap the folder
     out from under the shell (and ``.`` has no name to stage a sibling beside)."""
     if _holds_current_folder(target):
-        raise OutputError(f"{target} is the current folder or holds it: give a folder outside it (e.g. ../{Path.cwd().name}-out)")
+        raise OutputError(
+            f"{target} is the current folder or holds it: give a folder outside it (e.g. ../{Path.cwd().name}-out)"
+        )
     if target.exists() or target.is_symlink():
         if not target.is_dir() or target.is_symlink():
             raise OutputError(f"{target} exists and is not a folder")
@@ -106,8 +108,13 @@ def _lstat_mode(path: Path) -> int | None:
 
 
 def _kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link loop"))
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link loop"),
+    )
     return next((name for test, name in kinds if test(mode)), "not a file")
 
 

@@ -55,14 +55,14 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.atomic import output_file, replace_file
-from verispec.reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
 from verispec.reference.calibration_records import records_from_json, records_json
 from verispec.reference.calibration_seal import SEAL_FIELD, calibration_key, check_seal, seal
-from verispec.reference.json_input import read_json_file, read_regular, shown
+from verispec.reference.certificate import RESIDUAL_KINDS, ResidualKind, residual_rows, top2_rows
 from verispec.reference.conformal import PROMPT_CLAIM, bonferroni, exact_level, min_prompts, prompt_risk_threshold
-from verispec.reference.exit_head import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
-from verispec.reference.seams import TargetModel as Model
 from verispec.reference.errors import CalibrationError, OutputError
+from verispec.reference.exit_head import GATE_KINDS, GateKind, Lens, exit_logits, fit_lens
+from verispec.reference.json_input import read_json_file, read_regular, shown
+from verispec.reference.seams import TargetModel as Model
 
 F32 = npt.NDArray[np.float32]
 FORMAT = "verispec-early-exit-calibration/3"
@@ -80,10 +80,10 @@ class Trajectory:
 
     kind: str
     full_logits: F32  # [T, V]
-    hidden: F32       # [K, T, D] at the candidate depths
-    final: F32        # [T, D] at depth L (before the final norm)
+    hidden: F32  # [K, T, D] at the candidate depths
+    final: F32  # [T, D] at depth L (before the final norm)
     prompt_hidden: F32 | None = None  # [K, P-1, D] prompt positions but the last (lens data only)
-    prompt_final: F32 | None = None   # [P-1, D]
+    prompt_final: F32 | None = None  # [P-1, D]
 
 
 def greedy_trajectory(
@@ -133,10 +133,10 @@ class Records:
     """Per candidate depth and calibration step: residual scores, margins, flips (float32)."""
 
     depths: tuple[int, ...]
-    supnorm: F32                     # [K, n]
-    halfrange: F32                   # [K, n]
-    margins: F32                     # [K, n]
-    flips: npt.NDArray[np.bool_]     # [K, n]
+    supnorm: F32  # [K, n]
+    halfrange: F32  # [K, n]
+    margins: F32  # [K, n]
+    flips: npt.NDArray[np.bool_]  # [K, n]
     kinds: list[str] = field(default_factory=list)  # [n] prompt kind of each step
     prompt: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # [n] prompt index
 
@@ -153,8 +153,13 @@ class Records:
         mask = np.asarray([k == kind for k in self.kinds], dtype=np.bool_)
         _, prompt = np.unique(self.prompt[mask], return_inverse=True)
         return Records(
-            self.depths, self.supnorm[:, mask], self.halfrange[:, mask], self.margins[:, mask],
-            self.flips[:, mask], [kind] * int(mask.sum()), np.asarray(prompt, dtype=np.int64).reshape(-1),
+            self.depths,
+            self.supnorm[:, mask],
+            self.halfrange[:, mask],
+            self.margins[:, mask],
+            self.flips[:, mask],
+            [kind] * int(mask.sum()),
+            np.asarray(prompt, dtype=np.int64).reshape(-1),
         )
 
     def scores(self, kind: ResidualKind) -> F32:
@@ -276,10 +281,15 @@ def calibrate(
     else:
         lens_split, cal_split = split_for_lens(prompts)
     if use_lens and (not lens_split or not cal_split):
-        raise CalibrationError(f"a lens needs at least 2 prompts of one kind (one per split), got {len(prompts)} prompts")
+        raise CalibrationError(
+            f"a lens needs at least 2 prompts of one kind (one per split), got {len(prompts)} prompts"
+        )
 
     def run(split: Sequence[Prompt]) -> list[Trajectory]:
-        return [greedy_trajectory(model, ids, n_steps, ks, kind=kind, stop_ids=stop_ids, on_step=on_step) for kind, ids in split]
+        return [
+            greedy_trajectory(model, ids, n_steps, ks, kind=kind, stop_ids=stop_ids, on_step=on_step)
+            for kind, ids in split
+        ]
 
     lens = None
     n_lens = 0
@@ -290,8 +300,17 @@ def calibrate(
         del lens_trajectories
     records = score(model, run(cal_split), ks, lens)
     cal = build(
-        records, q=level, model_sha256=model_sha256, model_name=model_name, n_layer=model.config.n_layer,
-        gate=gate, residual=residual, lens=lens, n_lens=n_lens, ridge=ridge if use_lens else 0.0, kind_rule=kind_rule,
+        records,
+        q=level,
+        model_sha256=model_sha256,
+        model_name=model_name,
+        n_layer=model.config.n_layer,
+        gate=gate,
+        residual=residual,
+        lens=lens,
+        n_lens=n_lens,
+        ridge=ridge if use_lens else 0.0,
+        kind_rule=kind_rule,
     )
     return replace(cal, weights=weights), records
 
@@ -306,14 +325,13 @@ def numerics(weights: str) -> str:
     return "int8" if weights == "int8" else "exact"
 
 
-
 @dataclass(frozen=True)
 class DepthCalibration:
     depth: int
-    supnorm_quantile: float    # prompt-level risk control threshold of the sup-norm score at alpha/K
+    supnorm_quantile: float  # prompt-level risk control threshold of the sup-norm score at alpha/K
     halfrange_quantile: float  # ... of the half-range score (float32 values)
-    margin_threshold: float    # prompt-level risk control threshold of the margin at alpha/K
-    agreement: float           # calibration: fraction of steps whose exit top-1 == full argmax
+    margin_threshold: float  # prompt-level risk control threshold of the margin at alpha/K
+    agreement: float  # calibration: fraction of steps whose exit top-1 == full argmax
 
     def quantile(self, kind: ResidualKind) -> float:
         return self.supnorm_quantile if kind == "supnorm" else self.halfrange_quantile
@@ -331,8 +349,8 @@ class KindCalibration:
 
     kind: str
     n_prompts: int
-    n: int                    # calibration steps (tokens) of this kind
-    min_prompts: int          # prompts needed for any admission at alpha/K
+    n: int  # calibration steps (tokens) of this kind
+    min_prompts: int  # prompts needed for any admission at alpha/K
     depths: tuple[DepthCalibration, ...]
 
     @property
@@ -362,10 +380,12 @@ class Calibration:
     prompts: dict[str, int] = field(default_factory=dict)  # prompt kind -> calibration steps
     n_prompts: int = 0
     kinds: dict[str, KindCalibration] = field(default_factory=dict)
-    kind: str | None = None     # the kind whose thresholds are in ``depths`` (None: pooled)
-    kind_rule: str = "rule"     # how calibration prompts got their kind: "rule" or "declared"
-    records: Records | None = field(default=None, compare=False, repr=False)  # the scores every threshold is computed from
-    weights: str = "f32"        # the weights mode whose numerics were calibrated (see check_weights)
+    kind: str | None = None  # the kind whose thresholds are in ``depths`` (None: pooled)
+    kind_rule: str = "rule"  # how calibration prompts got their kind: "rule" or "declared"
+    records: Records | None = field(
+        default=None, compare=False, repr=False
+    )  # the scores every threshold is computed from
+    weights: str = "f32"  # the weights mode whose numerics were calibrated (see check_weights)
 
     @property
     def q_layer(self) -> Fraction:
@@ -413,7 +433,9 @@ class Calibration:
         alpha = f"alpha = {self.alpha} over K = {len(self.depths)} depths needs at least {needed}"
         if self.kind is not None and self.kind not in self.kinds:
             known = ", ".join(sorted(self.kinds)) or "none"
-            return f"prompt kind {self.kind!r} was not calibrated (calibrated kinds: {known}): early exit admits nothing"
+            return (
+                f"prompt kind {self.kind!r} was not calibrated (calibrated kinds: {known}): early exit admits nothing"
+            )
         if self.n_prompts < needed:
             which = "the calibration" if self.kind is None else f"prompt kind {self.kind!r}"
             return f"{which} has {self.n_prompts} calibration prompts; {alpha}: early exit admits nothing"
@@ -479,16 +501,23 @@ class Calibration:
             "depths": _depths_json(self.depths),
             "kinds": {
                 kc.kind: {
-                    "n_prompts": kc.n_prompts, "n": kc.n, "min_prompts": kc.min_prompts, "admits": kc.admits,
+                    "n_prompts": kc.n_prompts,
+                    "n": kc.n,
+                    "min_prompts": kc.min_prompts,
+                    "admits": kc.admits,
                     "depths": _depths_json(kc.depths),
                 }
                 for kc in self.kinds.values()
             },
             "lens": None if lens_file is None else {"file": lens_file, "sha256": lens_sha256, "ridge": self.ridge},
             "prompts": self.prompts,
-            "records": None if self.records is None else records_json(
+            "records": None
+            if self.records is None
+            else records_json(
                 {"supnorm": self.records.supnorm, "halfrange": self.records.halfrange, "margins": self.records.margins},
-                self.records.flips, self.records.prompt, self.records.kinds,
+                self.records.flips,
+                self.records.prompt,
+                self.records.kinds,
             ),
         }
 
@@ -521,7 +550,8 @@ class Calibration:
             found = raw.get("format") if isinstance(raw, dict) else None
             hint = {
                 FORMAT[:-1] + "1": " (an older, token-level calibration: run verispec calibrate again)",
-                FORMAT[:-1] + "2": " (an older calibration without its scores, whose thresholds cannot be rechecked: run verispec calibrate again)",
+                FORMAT[:-1]
+                + "2": " (an older calibration without its scores, whose thresholds cannot be rechecked: run verispec calibrate again)",
             }.get(str(found), "")
             raise CalibrationError(f"{str(path)!r} is not a {FORMAT} artifact{hint}")
         try:
@@ -549,7 +579,11 @@ class Calibration:
             if tuple(d.depth for d in kind_depths) != layers:
                 raise ValueError(f"kind {name!r} has depths {[d.depth for d in kind_depths]}, not {list(layers)}")
             kinds[str(name)] = KindCalibration(
-                str(name), _count(entry["n_prompts"]), _count(entry["n"]), _count(entry["min_prompts"]), kind_depths,
+                str(name),
+                _count(entry["n_prompts"]),
+                _count(entry["n"]),
+                _count(entry["min_prompts"]),
+                kind_depths,
             )
         lens = None
         ridge = 0.0
@@ -564,17 +598,35 @@ class Calibration:
                 raise ValueError(f"lens depths {lens.depths}")
         kind = raw.get("kind_rule", "rule")
         stored = records_from_json(raw.get("records"), len(layers), f"calibration {str(path)!r}")
-        records = Records(layers, stored.scores["supnorm"], stored.scores["halfrange"], stored.scores["margins"],
-                          stored.flips, stored.kinds, stored.prompt)
+        records = Records(
+            layers,
+            stored.scores["supnorm"],
+            stored.scores["halfrange"],
+            stored.scores["margins"],
+            stored.flips,
+            stored.kinds,
+            stored.prompt,
+        )
         weights = raw.get("weights", "f32")
         if weights not in CALIBRATED_WEIGHTS:
             raise ValueError(f"weights {weights!r}")
         return cls(
-            model_sha256=str(raw["model_sha256"]), model_name=str(raw["model_name"]),
-            n_layer=_count(raw["n_layer"]), q=exact_level(str(raw["q"])), gate=gate, residual=residual,
-            n=_count(raw["n"]), n_lens=_count(raw["n_lens"]), depths=depths, lens=lens, ridge=ridge,
+            model_sha256=str(raw["model_sha256"]),
+            model_name=str(raw["model_name"]),
+            n_layer=_count(raw["n_layer"]),
+            q=exact_level(str(raw["q"])),
+            gate=gate,
+            residual=residual,
+            n=_count(raw["n"]),
+            n_lens=_count(raw["n_lens"]),
+            depths=depths,
+            lens=lens,
+            ridge=ridge,
             prompts={str(k): _count(v) for k, v in raw.get("prompts", {}).items()},
-            n_prompts=_count(raw["n_prompts"]), kinds=kinds, kind_rule=str(kind), records=records,
+            n_prompts=_count(raw["n_prompts"]),
+            kinds=kinds,
+            kind_rule=str(kind),
+            records=records,
             weights=str(weights),
         )
 
@@ -600,14 +652,33 @@ def build(
     for kind in sorted(set(records.kinds)):
         part = records.select(kind)
         kinds[kind] = KindCalibration(
-            kind, part.n_prompts, part.n, min_prompts(1 - level, len(records.depths)), _depth_thresholds(part, 1 - level)
+            kind,
+            part.n_prompts,
+            part.n,
+            min_prompts(1 - level, len(records.depths)),
+            _depth_thresholds(part, 1 - level),
         )
     prompts: dict[str, int] = {}
     for kind in records.kinds:
         prompts[kind] = prompts.get(kind, 0) + 1
     return Calibration(
-        model_sha256, model_name, n_layer, level, gate, residual, records.n, n_lens,
-        _depth_thresholds(records, 1 - level), lens, ridge, prompts, records.n_prompts, kinds, None, kind_rule, records,
+        model_sha256,
+        model_name,
+        n_layer,
+        level,
+        gate,
+        residual,
+        records.n,
+        n_lens,
+        _depth_thresholds(records, 1 - level),
+        lens,
+        ridge,
+        prompts,
+        records.n_prompts,
+        kinds,
+        None,
+        kind_rule,
+        records,
     )
 
 
@@ -674,13 +745,22 @@ def _depths_json(depths: Sequence[DepthCalibration]) -> list[dict[str, Any]]:
 def _depths_from_json(items: Any, path: Path) -> tuple[DepthCalibration, ...]:
     out = []
     for d in items:
-        quantiles = (_float(d["supnorm_quantile"], "supnorm_quantile", path), _float(d["halfrange_quantile"], "halfrange_quantile", path))
+        quantiles = (
+            _float(d["supnorm_quantile"], "supnorm_quantile", path),
+            _float(d["halfrange_quantile"], "halfrange_quantile", path),
+        )
         if any(x < 0 for x in quantiles):
-            raise CalibrationError(f"calibration {str(path)!r} has a negative residual quantile: residual scores are >= 0")
+            raise CalibrationError(
+                f"calibration {str(path)!r} has a negative residual quantile: residual scores are >= 0"
+            )
         agreement = _float(d["agreement"], "agreement", path)
         if not 0 <= agreement <= 1:
             raise ValueError(f"agreement {agreement!r}")
-        out.append(DepthCalibration(_count(d["depth"]), *quantiles, _float(d["margin_threshold"], "margin_threshold", path), agreement))
+        out.append(
+            DepthCalibration(
+                _count(d["depth"]), *quantiles, _float(d["margin_threshold"], "margin_threshold", path), agreement
+            )
+        )
     if not out:
         raise ValueError("no depths")
     return tuple(out)
@@ -741,7 +821,13 @@ def _lens_from_npz(path: Path, blob: bytes) -> Lens:
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         raise CalibrationError(f"cannot read the lens {str(path)!r}: {str(exc)[:200]}") from None
     k = depths.shape[0] if depths.ndim == 1 else -1
-    if k < 1 or weight.ndim != 3 or weight.shape[0] != k or weight.shape[1] != weight.shape[2] or bias.shape != weight.shape[:2]:
+    if (
+        k < 1
+        or weight.ndim != 3
+        or weight.shape[0] != k
+        or weight.shape[1] != weight.shape[2]
+        or bias.shape != weight.shape[:2]
+    ):
         raise CalibrationError(
             f"the lens {str(path)!r} has depths {list(depths.shape)}, weight {list(weight.shape)}, bias {list(bias.shape)}: "
             "expected [K], [K, D, D], [K, D]"
@@ -767,19 +853,28 @@ def check_ranges(cal: Calibration, raw: Mapping[str, Any], where: str) -> None:
     rebuilt = cal.to_json(None, None)
     for name in ("alpha", "alpha_per_depth", "min_prompts", "layers", "claim", "n_layer"):
         if raw.get(name) != rebuilt[name]:
-            raise CalibrationError(f"{where}: {name} is {str(raw.get(name))[:60]!r}, but q and the depths give {rebuilt[name]!r}")
+            raise CalibrationError(
+                f"{where}: {name} is {str(raw.get(name))[:60]!r}, but q and the depths give {rebuilt[name]!r}"
+            )
     layers = [d.depth for d in cal.depths]
     if layers != sorted(set(layers)) or not all(1 <= d < cal.n_layer for d in layers):
         raise CalibrationError(f"{where}: depths {layers[:10]} are not increasing within 1..{cal.n_layer - 1}")
     if cal.n < cal.n_prompts or cal.n_lens < 0:
         raise CalibrationError(f"{where}: n = {cal.n} steps for {cal.n_prompts} prompts")
     if cal.kinds:
-        if sum(kc.n_prompts for kc in cal.kinds.values()) != cal.n_prompts or sum(kc.n for kc in cal.kinds.values()) != cal.n:
-            raise CalibrationError(f"{where}: the prompt kinds' n_prompts and n do not add up to the pooled {cal.n_prompts} and {cal.n}")
+        if (
+            sum(kc.n_prompts for kc in cal.kinds.values()) != cal.n_prompts
+            or sum(kc.n for kc in cal.kinds.values()) != cal.n
+        ):
+            raise CalibrationError(
+                f"{where}: the prompt kinds' n_prompts and n do not add up to the pooled {cal.n_prompts} and {cal.n}"
+            )
     needed = cal.min_prompts
     for kc in cal.kinds.values():
         if kc.min_prompts != needed:
-            raise CalibrationError(f"{where}: kind {kc.kind!r} min_prompts {kc.min_prompts}, q and the depths give {needed}")
+            raise CalibrationError(
+                f"{where}: kind {kc.kind!r} min_prompts {kc.min_prompts}, q and the depths give {needed}"
+            )
     if cal.lens is not None:
         for depth, weight in zip(cal.lens.depths, cal.lens.weight):
             if not bool(np.any(weight)):
@@ -802,8 +897,17 @@ def check_recomputed(cal: Calibration, where: str) -> None:
         raise CalibrationError(f"{where} carries no calibration records: calibrate again")
     try:
         rebuilt = build(
-            cal.records, q=cal.q, model_sha256=cal.model_sha256, model_name=cal.model_name, n_layer=cal.n_layer,
-            gate=cal.gate, residual=cal.residual, lens=cal.lens, n_lens=cal.n_lens, ridge=cal.ridge, kind_rule=cal.kind_rule,
+            cal.records,
+            q=cal.q,
+            model_sha256=cal.model_sha256,
+            model_name=cal.model_name,
+            n_layer=cal.n_layer,
+            gate=cal.gate,
+            residual=cal.residual,
+            lens=cal.lens,
+            n_lens=cal.n_lens,
+            ridge=cal.ridge,
+            kind_rule=cal.kind_rule,
         )
     except CalibrationError as exc:  # e.g. prompt indices that skip a prompt
         raise CalibrationError(f"{where}: its calibration records are not a calibration ({str(exc)[:160]})") from None

@@ -54,7 +54,10 @@ def _encode(array: npt.NDArray[Any], dtype: np.dtype[Any]) -> dict[str, Any]:
 
 
 def records_json(
-    scores: Mapping[str, npt.NDArray[np.float32]], flips: npt.NDArray[np.bool_], prompt: npt.NDArray[np.int64], kinds: Sequence[str],
+    scores: Mapping[str, npt.NDArray[np.float32]],
+    flips: npt.NDArray[np.bool_],
+    prompt: npt.NDArray[np.int64],
+    kinds: Sequence[str],
 ) -> dict[str, Any]:
     """The records as a JSON object (see the module docstring)."""
     names = sorted(set(kinds))
@@ -68,10 +71,14 @@ def records_json(
     return out
 
 
-def _decode(raw: Mapping[str, Any], name: str, dtype: np.dtype[Any], shape: tuple[int, ...], where: str) -> npt.NDArray[Any]:
+def _decode(
+    raw: Mapping[str, Any], name: str, dtype: np.dtype[Any], shape: tuple[int, ...], where: str
+) -> npt.NDArray[Any]:
     entry = raw.get(name)
     if not isinstance(entry, dict) or entry.get("dtype") != dtype.str or entry.get("shape") != list(shape):
-        raise CalibrationError(f"{where}: records field {name!r} must be {dtype.str} of shape {list(shape)}, got {shown(entry)}")
+        raise CalibrationError(
+            f"{where}: records field {name!r} must be {dtype.str} of shape {list(shape)}, got {shown(entry)}"
+        )
     text = entry.get("base64")
     try:
         data = base64.b64decode(text, validate=True) if isinstance(text, str) else None
@@ -86,12 +93,19 @@ def _decode(raw: Mapping[str, Any], name: str, dtype: np.dtype[Any], shape: tupl
 def records_from_json(raw: Any, n_depths: int, where: str) -> StoredRecords:
     """Decode and check the records of an artifact with ``n_depths`` candidate depths."""
     if not isinstance(raw, dict):
-        raise CalibrationError(f"{where} carries no calibration records (written by an older verispec): calibrate again")
+        raise CalibrationError(
+            f"{where} carries no calibration records (written by an older verispec): calibrate again"
+        )
     n = raw.get("n")
     names = raw.get("kind_names")
     if type(n) is not int or n < 1:
         raise CalibrationError(f"{where}: records 'n' must be a positive step count, got {shown(n)}")
-    if not isinstance(names, list) or not all(isinstance(k, str) for k in names) or len(set(names)) != len(names) or not names:
+    if (
+        not isinstance(names, list)
+        or not all(isinstance(k, str) for k in names)
+        or len(set(names)) != len(names)
+        or not names
+    ):
         raise CalibrationError(f"{where}: records 'kind_names' must be distinct strings, got {shown(names)}")
     kind = _decode(raw, "kind", _I32, (n,), where)
     if int(kind.min()) < 0 or int(kind.max()) >= len(names):

@@ -94,4 +94,6 @@ def check_seal(raw: Mapping[str, Any], lens: Lens | None, where: str) -> None:
     expected = seal(body, lens, key)["digest"]
     if not hmac.compare_digest(expected, found["digest"]):
         what = "signature" if key is not None else "seal"
-        raise CalibrationError(f"{where}: the {what} does not match its contents (the artifact or its lens was changed)")
+        raise CalibrationError(
+            f"{where}: the {what} does not match its contents (the artifact or its lens was changed)"
+        )

@@ -31,7 +31,7 @@ from verispec.reference.errors import ChatFormatError as ChatFormatError
 
 @dataclass(frozen=True)
 class ChatMessage:
-    role: str      # "system", "user" or "assistant"
+    role: str  # "system", "user" or "assistant"
     content: str
 
 
@@ -42,9 +42,9 @@ ROLES = ("system", "user", "assistant")
 class ChatFormat:
     """One chat family: how turns are opened and closed, and what ends the model's turn."""
 
-    family: str                   # "chatml" or "gemma"
-    default_system: str | None    # system prompt inserted when the conversation has none
-    end_of_turn: str              # the control token that closes a turn (generation stops on it)
+    family: str  # "chatml" or "gemma"
+    default_system: str | None  # system prompt inserted when the conversation has none
+    end_of_turn: str  # the control token that closes a turn (generation stops on it)
 
     def render(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:
         """The conversation as prompt text (special tokens written out; encode with parse_special).
@@ -116,9 +116,7 @@ def chat_format(metadata: Mapping[str, object]) -> ChatFormat:
             return ChatFormat("chatml", found.group(1) if found else None, "<|im_end|>")
         if "<start_of_turn>" in template:
             return ChatFormat("gemma", None, "<end_of_turn>")
-        raise ChatFormatError(
-            f"the chat template of this {arch!r} model is of no known family (known: chatml, gemma)"
-        )
+        raise ChatFormatError(f"the chat template of this {arch!r} model is of no known family (known: chatml, gemma)")
     family = _ARCH_FAMILY.get(arch)
     if family == "gemma":
         return ChatFormat("gemma", None, "<end_of_turn>")

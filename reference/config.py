@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 ROPE_NORM = "norm"  # rotate adjacent pairs (x[2i], x[2i+1])            -- ggml rope mode 0
 ROPE_NEOX = "neox"  # rotate split halves  (x[i], x[i + rope_dim/2])    -- ggml rope mode 2
 
-ACT_SILU = "silu"            # SwiGLU: down(silu(gate(x)) * up(x))
+ACT_SILU = "silu"  # SwiGLU: down(silu(gate(x)) * up(x))
 ACT_GELU_TANH = "gelu_tanh"  # GeGLU:  down(gelu_tanh(gate(x)) * up(x))
 
 
@@ -35,35 +35,35 @@ ACT_GELU_TANH = "gelu_tanh"  # GeGLU:  down(gelu_tanh(gate(x)) * up(x))
 class Config:
     """Everything the forward pass needs to know about a model, and nothing it does not."""
 
-    arch: str                      # general.architecture
-    n_vocab: int                   # rows of token_embd
-    n_embd: int                    # residual stream width
+    arch: str  # general.architecture
+    n_vocab: int  # rows of token_embd
+    n_embd: int  # residual stream width
     n_layer: int
-    n_head: int                    # query heads
-    n_head_kv: int                 # key/value heads (GQA: query head h reads kv head h // group)
-    head_dim: int                  # attention.key_length (== value_length)
-    n_ff: int                      # feed-forward hidden width
-    rope_base: float               # RoPE base of global-attention layers (rope.freq_base)
-    rope_base_local: float         # RoPE base of sliding-window layers (== rope_base when none)
-    rope_dim: int                  # rope.dimension_count: leading dims of each head that rotate
-    rope_type: str                 # ROPE_NORM or ROPE_NEOX
-    rope_scaling_type: str         # "none" or "linear" (others are refused at load)
-    rope_scaling_factor: float     # positions are divided by this on global layers (1.0: none)
-    norm_eps: float                # RMSNorm epsilon
-    sliding_window: int            # keys visible to a sliding layer's query, itself included; 0: none
+    n_head: int  # query heads
+    n_head_kv: int  # key/value heads (GQA: query head h reads kv head h // group)
+    head_dim: int  # attention.key_length (== value_length)
+    n_ff: int  # feed-forward hidden width
+    rope_base: float  # RoPE base of global-attention layers (rope.freq_base)
+    rope_base_local: float  # RoPE base of sliding-window layers (== rope_base when none)
+    rope_dim: int  # rope.dimension_count: leading dims of each head that rotate
+    rope_type: str  # ROPE_NORM or ROPE_NEOX
+    rope_scaling_type: str  # "none" or "linear" (others are refused at load)
+    rope_scaling_factor: float  # positions are divided by this on global layers (1.0: none)
+    norm_eps: float  # RMSNorm epsilon
+    sliding_window: int  # keys visible to a sliding layer's query, itself included; 0: none
     sliding_layers: tuple[bool, ...]  # per layer: True = sliding-window attention
-    context_length: int            # context_length the model was trained for
-    final_softcap: float | None    # logits <- cap * tanh(logits / cap) when set
-    embed_scale: float             # token embeddings are multiplied by this (gemma: sqrt(n_embd))
-    attn_scale: float              # scores = (q . k) * attn_scale
-    ffn_activation: str            # ACT_SILU or ACT_GELU_TANH
-    qk_norm: bool                  # per-head RMSNorm on Q and K before RoPE (gemma3)
-    post_norms: bool               # RMSNorm on the attention and FFN outputs before the residual add
+    context_length: int  # context_length the model was trained for
+    final_softcap: float | None  # logits <- cap * tanh(logits / cap) when set
+    embed_scale: float  # token embeddings are multiplied by this (gemma: sqrt(n_embd))
+    attn_scale: float  # scores = (q . k) * attn_scale
+    ffn_activation: str  # ACT_SILU or ACT_GELU_TANH
+    qk_norm: bool  # per-head RMSNorm on Q and K before RoPE (gemma3)
+    post_norms: bool  # RMSNorm on the attention and FFN outputs before the residual add
     # gemma4 only (the defaults leave every other architecture as it was):
-    head_dim_swa: int = 0          # head dim of sliding layers (attention.key_length_swa); 0: head_dim
-    rope_dim_swa: int = 0          # RoPE dims of sliding layers (rope.dimension_count_swa); 0: rope_dim
+    head_dim_swa: int = 0  # head dim of sliding layers (attention.key_length_swa); 0: head_dim
+    rope_dim_swa: int = 0  # RoPE dims of sliding layers (rope.dimension_count_swa); 0: rope_dim
     rope_freqs_global_only: bool = False  # rope_freqs.weight applies to global layers only
-    value_norm: bool = False       # unweighted RMSNorm on V before attention
+    value_norm: bool = False  # unweighted RMSNorm on V before attention
     n_head_kv_layers: tuple[int, ...] = ()  # per-layer KV heads when they differ; n_head_kv = max
 
     @property
@@ -112,9 +112,7 @@ class Config:
         reader = _READERS.get(arch)
         if reader is None:
             supported = ", ".join(sorted(_READERS))
-            raise UnsupportedArchitecture(
-                f"architecture {arch!r} is not supported (supported: {supported})"
-            )
+            raise UnsupportedArchitecture(f"architecture {arch!r} is not supported (supported: {supported})")
         token_embd = f.tensors.get("token_embd.weight")
         if token_embd is None:
             raise ModelError("tensor 'token_embd.weight' is missing")
@@ -127,8 +125,7 @@ class Config:
         config = reader(meta, shape[0])
         if config.n_embd != shape[1]:
             raise ModelError(
-                f"metadata key '{arch}.embedding_length' = {config.n_embd} but token_embd.weight has "
-                f"{shape[1]} columns"
+                f"metadata key '{arch}.embedding_length' = {config.n_embd} but token_embd.weight has {shape[1]} columns"
             )
         return config
 
@@ -335,7 +332,7 @@ def _llama(meta: _Metadata, n_vocab: int) -> Config:
 # neither the local RoPE base nor the layer pattern.
 GEMMA3_ROPE_BASE_LOCAL = 10000.0
 GEMMA3_SLIDING_PATTERN = 6  # layers il with il % 6 < 5 slide; every 6th layer is global
-GEMMA3_27B_LAYERS = 62      # the 27B scales queries by 1/sqrt(n_embd / n_head) instead
+GEMMA3_27B_LAYERS = 62  # the 27B scales queries by 1/sqrt(n_embd / n_head) instead
 
 
 def _sliding_layers(meta: _Metadata, n_layer: int, default_pattern: int) -> tuple[bool, ...]:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+
 import numpy as np
 import numpy.typing as npt
 

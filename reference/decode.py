@@ -49,7 +49,6 @@ from verispec.reference.seams import DraftContext, DraftSource, DrawFn, LawFn, T
 from verispec.reference.session import DecodeSession, GenerationRequest, GenerationResult
 from verispec.reference.tokenizer import Tokenizer
 
-
 # -- options and results --------------------------------------------------------------------------
 
 
@@ -70,17 +69,17 @@ class SpeculativeOptions:
 class Cycle:
     """One cycle of the trace."""
 
-    k: int                           # drafts asked for
-    drafted: tuple[int, ...]         # drafts proposed (may be fewer: lookup miss, p-min)
-    accepted: int                    # drafts accepted
+    k: int  # drafts asked for
+    drafted: tuple[int, ...]  # drafts proposed (may be fewer: lookup miss, p-min)
+    accepted: int  # drafts accepted
     kind: Literal["bonus", "repair", "plain"]
-    token: int                       # the target's own token: repair, bonus or plain step
-    emitted: tuple[int, ...]         # tokens committed (cut at EOG / stop string / max_tokens)
-    draft_s: float                   # time in propose
-    verify_s: float                  # time in score + verification
+    token: int  # the target's own token: repair, bonus or plain step
+    emitted: tuple[int, ...]  # tokens committed (cut at EOG / stop string / max_tokens)
+    draft_s: float  # time in propose
+    verify_s: float  # time in score + verification
     parents: tuple[int, ...] | None = None  # a token tree: parent of each drafted node (0 = root,
-                                            # node i = drafted[i - 1]); None for a single path
-    path: tuple[int, ...] = ()       # a token tree: the accepted nodes
+    # node i = drafted[i - 1]); None for a single path
+    path: tuple[int, ...] = ()  # a token tree: the accepted nodes
 
     @property
     def first_rejection(self) -> int | None:
@@ -105,20 +104,23 @@ class Cycle:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "k": self.k, "drafted": list(self.drafted), "accepted": self.accepted,
+            "k": self.k,
+            "drafted": list(self.drafted),
+            "accepted": self.accepted,
             "first_rejection": self.first_rejection,
             "repaired": self.token if self.kind == "repair" else None,
             "bonus": self.token if self.kind == "bonus" else None,
             "plain": self.token if self.kind == "plain" else None,
             "emitted": list(self.emitted),
-            "draft_ms": round(self.draft_s * 1e3, 3), "verify_ms": round(self.verify_s * 1e3, 3),
+            "draft_ms": round(self.draft_s * 1e3, 3),
+            "verify_ms": round(self.verify_s * 1e3, 3),
             **({} if self.parents is None else {"tree_parents": list(self.parents), "path": list(self.path)}),
         }
 
 
 @dataclass(frozen=True)
 class SpeculativeResult:
-    generation: GenerationResult     # same shape as plain decoding's (stats.target_passes = cycles)
+    generation: GenerationResult  # same shape as plain decoding's (stats.target_passes = cycles)
     cycles: tuple[Cycle, ...]
     draft: str
     mode: Literal["greedy", "sampled"]
@@ -216,7 +218,6 @@ def speculative_generate(
     )
 
 
-
 def _tree_cycle(
     draft: tree_decode.TreeDraftSource, session: DecodeSession, cache: Any, k: int, capacity: int, law: LawFn
 ) -> Cycle:
@@ -235,5 +236,15 @@ def _tree_cycle(
             break
     session.target_passes += 1
     drafted = tuple(tree.tokens[1:])
-    return Cycle(max_depth, drafted, len(outcome.path), outcome.kind, outcome.token, tuple(emitted),
-                 draft_s, verify_s, tuple(tree.parents[1:]) if drafted else None, outcome.path)
+    return Cycle(
+        max_depth,
+        drafted,
+        len(outcome.path),
+        outcome.kind,
+        outcome.token,
+        tuple(emitted),
+        draft_s,
+        verify_s,
+        tuple(tree.parents[1:]) if drafted else None,
+        outcome.path,
+    )

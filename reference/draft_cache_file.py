@@ -89,7 +89,9 @@ def _check_header(payload: Any, path: Path, version: int, fingerprint: str) -> d
         raise DraftCacheError(f"draft cache {path} is not a version-{version} draft cache")
     if fingerprint and payload.get("fingerprint") == "":
         # a cache without a fingerprint could hold any vocabulary's ids: nothing would check them
-        raise DraftCacheError(f"draft cache {path} has no vocabulary fingerprint, so its ids cannot be checked (delete it)")
+        raise DraftCacheError(
+            f"draft cache {path} has no vocabulary fingerprint, so its ids cannot be checked (delete it)"
+        )
     if fingerprint and payload.get("fingerprint") != fingerprint:
         raise DraftCacheError(f"draft cache {path} was written for another vocabulary")
     return payload
@@ -106,20 +108,28 @@ def _read_binary(data: bytes, path: Path, n_vocab: int, fingerprint: str, max_to
     end = data.find(b"\n", len(MAGIC), len(MAGIC) + HEADER_BYTES)
     if end < 0:
         raise DraftCacheError(f"draft cache {path}: no header line within {HEADER_BYTES} bytes")
-    header = _check_header(loads(data[len(MAGIC) : end], f"draft cache {path} header", error=DraftCacheError), path, VERSION, fingerprint)
+    header = _check_header(
+        loads(data[len(MAGIC) : end], f"draft cache {path} header", error=DraftCacheError), path, VERSION, fingerprint
+    )
     n_texts, n_tokens = _count(header, "texts", path), _count(header, "tokens", path)
     body = end + 1
     expected = body + _ID.itemsize * (n_texts + n_tokens)
     if expected != len(data):
-        raise DraftCacheError(f"draft cache {path} is {len(data)} bytes, but its header's {n_texts} texts and {n_tokens} tokens make {expected} (truncated or padded)")
+        raise DraftCacheError(
+            f"draft cache {path} is {len(data)} bytes, but its header's {n_texts} texts and {n_tokens} tokens make {expected} (truncated or padded)"
+        )
     lengths = np.frombuffer(data, _ID, n_texts, body).astype(np.int64)
     ids = np.frombuffer(data, _ID, n_tokens, body + _ID.itemsize * n_texts)
     if int(lengths.sum()) != n_tokens:
-        raise DraftCacheError(f"draft cache {path}: the text lengths add up to {int(lengths.sum())}, not the header's {n_tokens} tokens")
+        raise DraftCacheError(
+            f"draft cache {path}: the text lengths add up to {int(lengths.sum())}, not the header's {n_tokens} tokens"
+        )
     if n_tokens and int(ids.max()) >= n_vocab:
         at = int(np.argmax(ids >= n_vocab))
         text = int(np.searchsorted(np.cumsum(lengths), at, side="right"))
-        raise DraftCacheError(f"draft cache {path}: text {text} holds a value outside 0..{n_vocab - 1} (token ids only)")
+        raise DraftCacheError(
+            f"draft cache {path}: text {text} holds a value outside 0..{n_vocab - 1} (token ids only)"
+        )
     return [tuple(ids[start : start + size].tolist()) for start, size in surviving_spans(lengths, max_tokens)]
 
 
@@ -131,7 +141,9 @@ def _read_json(data: bytes, path: Path, n_vocab: int, fingerprint: str, max_toke
         raise DraftCacheError(f"draft cache {path} is not a version-{JSON_VERSION} draft cache")
     for index, text in enumerate(texts):
         if not isinstance(text, list) or not all(type(t) is int and 0 <= t < n_vocab for t in text):
-            raise DraftCacheError(f"draft cache {path}: text {index} holds a value outside 0..{n_vocab - 1} (token ids only)")
+            raise DraftCacheError(
+                f"draft cache {path}: text {index} holds a value outside 0..{n_vocab - 1} (token ids only)"
+            )
     return [tuple(t) for t in surviving(texts, max_tokens)]
 
 
@@ -142,8 +154,14 @@ def write_texts(path: Path, texts: Sequence[Sequence[int]], *, fingerprint: str,
     ids = np.fromiter((t for text in texts for t in text), dtype=np.int64, count=int(lengths.sum()))
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) > np.iinfo(_ID).max):
         raise DraftError(f"draft cache {path}: token ids must be in 0..{np.iinfo(_ID).max} to be saved")
-    header = {"version": VERSION, "fingerprint": fingerprint, "depth": depth, "max_tokens": max_tokens,
-              "texts": int(lengths.size), "tokens": int(ids.size)}
+    header = {
+        "version": VERSION,
+        "fingerprint": fingerprint,
+        "depth": depth,
+        "max_tokens": max_tokens,
+        "texts": int(lengths.size),
+        "tokens": int(ids.size),
+    }
     import json
 
     head = MAGIC + json.dumps(header, separators=(",", ":")).encode("utf-8") + b"\n"

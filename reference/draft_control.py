@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Protocol
 
-PRIOR_ROW_COST = 0.3   # extra plain-pass cost per extra row before any measurement
-EWMA = 0.2             # weight of a new calibration observation
-COST_WINDOW = 8        # recent timings per pass size whose median is that size's cost
+PRIOR_ROW_COST = 0.3  # extra plain-pass cost per extra row before any measurement
+EWMA = 0.2  # weight of a new calibration observation
+COST_WINDOW = 8  # recent timings per pass size whose median is that size's cost
 CALIBRATION_BOUNDS = (0.25, 2.0)
-MAX_ACCEPT = 0.99      # an estimate never claims certainty
+MAX_ACCEPT = 0.99  # an estimate never claims certainty
 
 
 class CostCurve(Protocol):

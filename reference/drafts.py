@@ -51,7 +51,7 @@ import numpy.typing as npt
 
 from verispec.reference.draft_control import MeasuredCurve, best_k
 from verispec.reference.errors import DraftError
-from verispec.reference.sampling import SamplingParams, sample, target_distribution
+from verispec.reference.sampling import SamplingParams, sample
 from verispec.reference.seams import Cache, TargetModel
 from verispec.reference.seams import DraftContext as DraftContext  # the draft seam (reference/seams.py)
 from verispec.reference.seams import DraftSource as DraftSource
@@ -233,9 +233,9 @@ class LayerSkipDraft:
         self.draft_passes = 0
         self.draft_time_s = 0.0
         self.ctx: DraftContext | None = None
-        self.base = 0                 # cache length when this cycle began
-        self.hidden: list[F32] = []   # layer-M hidden rows of the span computed so far
-        self.proposed = False         # propose() ran this cycle (else score() starts afresh)
+        self.base = 0  # cache length when this cycle began
+        self.hidden: list[F32] = []  # layer-M hidden rows of the span computed so far
+        self.proposed = False  # propose() ran this cycle (else score() starts afresh)
 
     def start(self, context: DraftContext) -> None:
         self.ctx = context
@@ -287,15 +287,22 @@ class LayerSkipDraft:
         done = cache.length - self.base
         if done < len(span):  # the last draft was never fed to the lower layers
             h_missing = target.forward_layers(
-                target.embed(span[done:]), cache, 0, self.exit_layer - 1,
+                target.embed(span[done:]),
+                cache,
+                0,
+                self.exit_layer - 1,
                 list(range(cache.length, self.base + len(span))),
             )
             cache.advance(len(span) - done)
             self.hidden.append(h_missing)
         h = np.concatenate(self.hidden, axis=0)[: len(span)]  # [P + k, n_embd]
         out = target.forward_layers(
-            h, cache, self.exit_layer, self.n_layer - 1,
-            list(range(self.base, self.base + len(span))), start=self.base,
+            h,
+            cache,
+            self.exit_layer,
+            self.n_layer - 1,
+            list(range(self.base, self.base + len(span))),
+            start=self.base,
         )
         cache.truncate(self.base + len(span))
         return target.head(out[len(pending) - 1 :])
@@ -337,8 +344,8 @@ class AdaptiveK:
         self.drafted = 0
         self.accepted = 0
         self.cycles = 0
-        self.tokens = 0          # tokens committed by drafting cycles
-        self.time_s = 0.0        # their total time
+        self.tokens = 0  # tokens committed by drafting cycles
+        self.time_s = 0.0  # their total time
         self.plain_pass_s = 0.0  # running mean time of a plain step (0: none yet)
         self.plain_left = 0
         self.probe_interval = self.PROBE_START
@@ -437,7 +444,9 @@ def parse_draft_spec(text: str) -> DraftSpec:
             raise DraftError(f"layerskip needs an integer layer, got {arg!r} in --draft {text!r}") from None
     if sep and kind == "model" and arg:
         return DraftSpec("model", path=arg)
-    raise DraftError(f"unknown draft spec {text!r} (expected ngram, suffix, suffix:tree, layerskip:M, model:PATH or self)")
+    raise DraftError(
+        f"unknown draft spec {text!r} (expected ngram, suffix, suffix:tree, layerskip:M, model:PATH or self)"
+    )
 
 
 def check_options(k: int, p_min: float) -> None:
@@ -463,7 +472,9 @@ def check_same_vocab(target: "Tokenizer", draft: "Tokenizer", draft_name: str) -
 
 
 def make_draft(
-    spec: DraftSpec, target: TargetModel, target_tokenizer: "Tokenizer | None" = None,
+    spec: DraftSpec,
+    target: TargetModel,
+    target_tokenizer: "Tokenizer | None" = None,
     cache_path: Path | None = None,
 ) -> DraftSource:
     """Build the draft source of ``spec`` for ``target`` (loading a draft model for ``model:``).
@@ -484,7 +495,9 @@ def make_draft(
             return SuffixDraft(tree_width=width)
         SuffixCache.check_writable(cache_path)  # refused now, not after the text was generated
         fingerprint = vocab_fingerprint(target_tokenizer) if target_tokenizer is not None else ""
-        return SuffixDraft(SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path, tree_width=width)
+        return SuffixDraft(
+            SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path, tree_width=width
+        )
     if spec.kind == "self":
         return ModelDraft(target, "self")
     if spec.kind == "layerskip":
@@ -502,8 +515,6 @@ def make_draft(
                 check_same_vocab(target_tokenizer, Tokenizer.from_gguf(f.metadata), spec.path)
             model = Model.load(f)
         if model.config.n_vocab != target.config.n_vocab:
-            raise DraftError(
-                f"draft {spec.path} has {model.config.n_vocab} logits, the target {target.config.n_vocab}"
-            )
+            raise DraftError(f"draft {spec.path} has {model.config.n_vocab} logits, the target {target.config.n_vocab}")
         return ModelDraft(model, f"model:{spec.path}")
     raise DraftError(f"unknown draft kind {spec.kind!r}")

@@ -67,7 +67,7 @@ class _Owed:
 
     slot: int
     position: int
-    depth: int   # layers 0..depth-1 are in the cache
+    depth: int  # layers 0..depth-1 are in the cache
     hidden: F32  # [D] the hidden state at ``depth`` (input of layer ``depth``)
 
 
@@ -77,9 +77,9 @@ ExitPolicy = Callable[[int, F32], bool]
 
 @dataclass
 class DecoderCounters:
-    layer_calls: int = 0        # forward_layers calls (one per segment and contiguous run)
-    catchup_rows: int = 0       # owed (row, layer) pairs computed
-    forced_catchups: int = 0    # times the backlog bound forced a full catch-up
+    layer_calls: int = 0  # forward_layers calls (one per segment and contiguous run)
+    catchup_rows: int = 0  # owed (row, layer) pairs computed
+    forced_catchups: int = 0  # times the backlog bound forced a full catch-up
 
 
 class DeferredDecoder:
@@ -193,7 +193,7 @@ class DeferredDecoder:
             o.depth = stop
         self.counters.catchup_rows += len(rows) * (stop - first)
         self.backlog = [o for o in self.backlog if o.depth < self.model.config.n_layer]
-        return out[len(rows):] if current is not None else None
+        return out[len(rows) :] if current is not None else None
 
 
 def _run_ends(slots: Sequence[int]) -> list[int]:
@@ -210,10 +210,10 @@ class ExitStats:
     """What early exit did over one generation (depth L = the full model)."""
 
     n_layer: int
-    depths: list[int] = field(default_factory=list)      # per generated token: its depth
-    head_evaluations: int = 0                            # exit-head (lm_head) calls
-    flips: int | None = None                              # with audit: served != full argmax
-    audited: int = 0                                      # tokens audited
+    depths: list[int] = field(default_factory=list)  # per generated token: its depth
+    head_evaluations: int = 0  # exit-head (lm_head) calls
+    flips: int | None = None  # with audit: served != full argmax
+    audited: int = 0  # tokens audited
     catchup_rows: int = 0
     forced_catchups: int = 0
 

@@ -84,12 +84,16 @@ def evidence(result: SpeculativeResult, plain: GenerationResult | None = None, *
         if (n := sum(1 for c in cycles if c.depth > i))
     ]
     trees = [c for c in drafting if c.parents is not None]
-    tree_shape = None if not trees else {
-        "nodes": sum(len(c.drafted) for c in trees) / len(trees),
-        "depth": sum(c.depth for c in trees) / len(trees),
-        "width": sum(c.width for c in trees) / len(trees),
-        "max_width": float(max(c.width for c in trees)),
-    }
+    tree_shape = (
+        None
+        if not trees
+        else {
+            "nodes": sum(len(c.drafted) for c in trees) / len(trees),
+            "depth": sum(c.depth for c in trees) / len(trees),
+            "width": sum(c.width for c in trees) / len(trees),
+            "max_width": float(max(c.width for c in trees)),
+        }
+    )
     passes = len(cycles)
     stats = result.generation.stats
     alpha = accepted / drafted if drafted else 0.0

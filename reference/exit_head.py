@@ -35,7 +35,7 @@ class Lens:
 
     depths: tuple[int, ...]
     weight: F32  # [K, D, D]
-    bias: F32    # [K, D]
+    bias: F32  # [K, D]
 
     def apply(self, depth: int, hidden: F32) -> F32:
         """Map hidden states ``[T, D]`` at ``depth`` towards the last layer's -> ``[T, D]``."""
@@ -51,7 +51,7 @@ class Lens:
 def fit_lens(
     depths: Sequence[int],
     hidden: F32,  # [K, N, D] hidden states at the depths
-    final: F32,   # [N, D] last hidden state (depth L, before the final norm)
+    final: F32,  # [N, D] last hidden state (depth L, before the final norm)
     ridge: float = 1e-2,
 ) -> Lens:
     """Ridge regression of the last hidden state on the hidden state at each depth, closed form.
@@ -76,7 +76,9 @@ def fit_lens(
         solution = np.linalg.solve(gram, x1.T @ y)  # [D+1, D]
         weights.append(solution[:d])
         biases.append(solution[d])
-    return Lens(tuple(int(k) for k in depths), np.asarray(weights, dtype=np.float32), np.asarray(biases, dtype=np.float32))
+    return Lens(
+        tuple(int(k) for k in depths), np.asarray(weights, dtype=np.float32), np.asarray(biases, dtype=np.float32)
+    )
 
 
 def exit_logits(model: TargetModel, depth: int, hidden: F32, lens: Lens | None = None) -> F32:
@@ -85,5 +87,3 @@ def exit_logits(model: TargetModel, depth: int, hidden: F32, lens: Lens | None =
     if lens is not None:
         x = lens.apply(depth, x)
     return model.head(x)
-
-

@@ -117,5 +117,3 @@ def prompt_logits(model: TargetModel, prompt_ids: Sequence[int]) -> npt.NDArray[
             f"prompt of {len(prompt_ids)} tokens exceeds the context length {model.config.context_length}"
         )
     return model.forward(prompt_ids, model.new_cache(max(1, len(prompt_ids)))).logits
-
-

@@ -41,26 +41,26 @@ import numpy.typing as npt
 
 from verispec.reference import quants
 from verispec.reference.errors import (  # the classes live in reference/errors.py; re-exported here
-    GGUFError,
-    GGUFTruncated,
-    GGUFBadMagic,
-    GGUFUnsupportedVersion,
-    GGUFBigEndian,
     GGUFBadAlignment,
-    GGUFLimitExceeded,
-    GGUFSizeExceedsFile,
-    GGUFBadString,
     GGUFBadKey,
-    GGUFDuplicateKey,
+    GGUFBadMagic,
     GGUFBadMetadataType,
-    GGUFMissingKey,
-    GGUFDuplicateTensor,
-    GGUFBadTensorType,
     GGUFBadShape,
-    GGUFTensorOutOfBounds,
-    GGUFTensorMisaligned,
+    GGUFBadString,
+    GGUFBadTensorType,
+    GGUFBigEndian,
     GGUFClosed,
+    GGUFDuplicateKey,
+    GGUFDuplicateTensor,
+    GGUFError,
+    GGUFLimitExceeded,
+    GGUFMissingKey,
+    GGUFSizeExceedsFile,
+    GGUFTensorMisaligned,
+    GGUFTensorOutOfBounds,
+    GGUFTruncated,
     GGUFUnreadable,
+    GGUFUnsupportedVersion,
     UnsupportedQuantType,
 )
 from verispec.reference.quants import GGMLType
@@ -232,9 +232,7 @@ class _Cursor:
         try:
             text = str(raw, "utf-8")
         except UnicodeDecodeError as exc:
-            raise GGUFBadString(
-                f"offset {self.pos + exc.start}: {field} is not valid UTF-8 ({exc.reason})"
-            ) from None
+            raise GGUFBadString(f"offset {self.pos + exc.start}: {field} is not valid UTF-8 ({exc.reason})") from None
         self.pos += length
         return text
 
@@ -381,9 +379,7 @@ def _read_tensor_info(cur: _Cursor, index: int) -> tuple[str, int, tuple[int, ..
     for d in dims:
         extent *= max(d, 1)
     if extent > _INT64_MAX // _F32_BYTES:
-        raise GGUFLimitExceeded(
-            f"offset {dims_at}: {label} dims {dims} overflow int64 bytes once decoded to float32"
-        )
+        raise GGUFLimitExceeded(f"offset {dims_at}: {label} dims {dims} overflow int64 bytes once decoded to float32")
     type_at = cur.pos
     ggml_type = cur.u32(f"{label} type")
     try:

@@ -98,7 +98,9 @@ def loads(
         raise error(f"cannot read {where}: unacceptable JSON value ({str(exc)[:120]})") from None
 
 
-def read_regular(path: str | Path, what: str, *, max_bytes: int = MAX_FILE_BYTES, error: type[VerispecError] = InputError) -> bytes:
+def read_regular(
+    path: str | Path, what: str, *, max_bytes: int = MAX_FILE_BYTES, error: type[VerispecError] = InputError
+) -> bytes:
     """The bytes of a regular file of at most ``max_bytes`` (not a device, FIFO or directory)."""
     path = Path(path)
     try:
@@ -135,7 +137,9 @@ def read_json_file(
     return loads(data, f"{what} {path}", max_depth=max_depth, error=error, allow_nan=allow_nan)
 
 
-def field(obj: Any, name: str, kind: type[T] | tuple[type, ...], where: str, *, error: type[VerispecError] = InputError) -> T:
+def field(
+    obj: Any, name: str, kind: type[T] | tuple[type, ...], where: str, *, error: type[VerispecError] = InputError
+) -> T:
     """``obj[name]``, which must exist and be of ``kind`` (bool is not an int here)."""
     if not isinstance(obj, dict):
         raise error(f"{where}: expected a JSON object, got {type(obj).__name__}")

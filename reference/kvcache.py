@@ -63,9 +63,7 @@ class KVCache:
             raise ModelError(f"cannot keep slots after {start} in a KV cache of length {self.length}")
         for j, slot in enumerate(rows):
             if not start + j <= slot < self.length or (j and slot <= rows[j - 1]):
-                raise ModelError(
-                    f"slots to keep must be strictly increasing committed slots >= {start}, got {rows}"
-                )
+                raise ModelError(f"slots to keep must be strictly increasing committed slots >= {start}, got {rows}")
         for j, slot in enumerate(rows):
             if slot != start + j:
                 self.k[:, :, start + j] = self.k[:, :, slot]
@@ -84,8 +82,7 @@ class KVCache:
         end = start + n_tokens
         if end > self.capacity:
             raise ContextOverflow(
-                f"{n_tokens} tokens from slot {start} need {end} slots; the KV cache holds "
-                f"{self.capacity}"
+                f"{n_tokens} tokens from slot {start} need {end} slots; the KV cache holds {self.capacity}"
             )
         slots = self.k.shape[2]
         if end > slots:

@@ -50,39 +50,39 @@ TokenIds = Union[Sequence[int], npt.NDArray[np.integer]]  # one span of token id
 class LayerWeights:
     """One decoder layer's weights, float32, GGUF layout ``[out, in]``."""
 
-    attn_norm: F32                 # [n_embd]
-    wq: F32                        # [n_head * d, n_embd]
-    wk: F32                        # [n_kv * d, n_embd]
-    wv: F32                        # [n_kv * d, n_embd]
-    wo: F32                        # [n_embd, n_head * d]
-    ffn_norm: F32                  # [n_embd]
-    ffn_gate: F32                  # [n_ff, n_embd]
-    ffn_up: F32                    # [n_ff, n_embd]
-    ffn_down: F32                  # [n_embd, n_ff]
-    bq: F32 | None = None          # [n_head * d]   optional biases (llama-arch variants)
-    bk: F32 | None = None          # [n_kv * d]
-    bv: F32 | None = None          # [n_kv * d]
-    bo: F32 | None = None          # [n_embd]
-    q_norm: F32 | None = None      # [d]  gemma3: per-head RMSNorm on Q
-    k_norm: F32 | None = None      # [d]  gemma3: per-head RMSNorm on K
+    attn_norm: F32  # [n_embd]
+    wq: F32  # [n_head * d, n_embd]
+    wk: F32  # [n_kv * d, n_embd]
+    wv: F32  # [n_kv * d, n_embd]
+    wo: F32  # [n_embd, n_head * d]
+    ffn_norm: F32  # [n_embd]
+    ffn_gate: F32  # [n_ff, n_embd]
+    ffn_up: F32  # [n_ff, n_embd]
+    ffn_down: F32  # [n_embd, n_ff]
+    bq: F32 | None = None  # [n_head * d]   optional biases (llama-arch variants)
+    bk: F32 | None = None  # [n_kv * d]
+    bv: F32 | None = None  # [n_kv * d]
+    bo: F32 | None = None  # [n_embd]
+    q_norm: F32 | None = None  # [d]  gemma3: per-head RMSNorm on Q
+    k_norm: F32 | None = None  # [d]  gemma3: per-head RMSNorm on K
     post_attn_norm: F32 | None = None  # [n_embd]  gemma3
-    post_ffn_norm: F32 | None = None   # [n_embd]  gemma3
-    out_scale: F32 | None = None   # [1]  gemma4: the layer's output is multiplied by it
+    post_ffn_norm: F32 | None = None  # [n_embd]  gemma3
+    out_scale: F32 | None = None  # [1]  gemma4: the layer's output is multiplied by it
 
 
 @dataclass(frozen=True)
 class Weights:
-    token_embd: F32                # [V, n_embd]
-    output_norm: F32               # [n_embd]
-    output: F32                    # [V, n_embd]  (token_embd itself when the output is tied)
-    rope_freqs: F32 | None         # [rope_dim / 2]  llama3 frequency factors
+    token_embd: F32  # [V, n_embd]
+    output_norm: F32  # [n_embd]
+    output: F32  # [V, n_embd]  (token_embd itself when the output is tied)
+    rope_freqs: F32 | None  # [rope_dim / 2]  llama3 frequency factors
     layers: tuple[LayerWeights, ...]
 
 
 @dataclass(frozen=True)
 class ForwardResult:
-    logits: F32                    # [T, V]
-    hidden: F32 | None = None      # [n_layer + 1, T, n_embd]: [0] embeddings, [l + 1] after layer l
+    logits: F32  # [T, V]
+    hidden: F32 | None = None  # [n_layer + 1, T, n_embd]: [0] embeddings, [l + 1] after layer l
 
 
 class Model:
@@ -96,7 +96,7 @@ class Model:
     # -- loading ---------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path_or_file: Union[str, Path, "GGUFFile"]) -> "Model":
+    def load(cls, path_or_file: str | Path | "GGUFFile") -> "Model":
         """Read the config and dequantize every weight of a GGUF model (a path or an open file).
 
         Raises :class:`~reference.errors.UnsupportedArchitecture` for an unknown architecture and
@@ -117,8 +117,7 @@ class Model:
         capacity = self.config.context_length if capacity is None else capacity
         if capacity > self.config.context_length:
             raise ContextOverflow(
-                f"KV cache capacity {capacity} exceeds the context length "
-                f"{self.config.context_length}"
+                f"KV cache capacity {capacity} exceeds the context length {self.config.context_length}"
             )
         return KVCache(self.config, capacity)
 
@@ -175,9 +174,7 @@ class Model:
         the caller wants has run). ``forward_layers(h, c, k + 1, k, ...)`` is the empty range.
         """
         if not (0 <= first_layer <= last_layer + 1 <= self.config.n_layer):
-            raise ModelError(
-                f"layer range {first_layer}..{last_layer} is outside 0..{self.config.n_layer - 1}"
-            )
+            raise ModelError(f"layer range {first_layer}..{last_layer} is outside 0..{self.config.n_layer - 1}")
         x = np.asarray(hidden, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.config.n_embd:
             raise ModelError(f"hidden state shape {x.shape} is not [T, {self.config.n_embd}]")
@@ -224,7 +221,12 @@ class Model:
         return x
 
     def _layer(
-        self, x: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], start: int,
+        self,
+        x: F32,
+        layer: int,
+        cache: KVCache,
+        positions: npt.NDArray[np.int64],
+        start: int,
         span_visible: Mask | None = None,
     ) -> F32:
         """One decoder layer: pre-norm attention block, then pre-norm FFN block, both residual."""
@@ -244,7 +246,12 @@ class Model:
         return np.asarray(out, dtype=np.float32)
 
     def _attention(
-        self, h: F32, layer: int, cache: KVCache, positions: npt.NDArray[np.int64], start: int,
+        self,
+        h: F32,
+        layer: int,
+        cache: KVCache,
+        positions: npt.NDArray[np.int64],
+        start: int,
         span_visible: Mask | None = None,
     ) -> F32:
         """Self-attention of the span over every cached slot up to its end -> ``[T, n_embd]``."""
@@ -292,8 +299,6 @@ class Model:
         )
 
 
-
-
 # -- argument checks (shared with engine/: speed does not matter here) ---------------------------
 
 
@@ -323,6 +328,7 @@ def span_positions(
             f"position {int(pos.max()) if pos.max() >= 0 else int(pos.min())} is outside [0, {context_length})"
         )
     return pos
+
 
 def tree_span(
     parents: Sequence[int] | None, positions: Sequence[int] | None, cache_length: int, n_tokens: int

@@ -38,8 +38,21 @@ from verispec.reference.errors import TokenizerError
 WHITE_SPACE: frozenset[str] = frozenset(
     chr(c)
     for c in (
-        0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680,
-        *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000,
+        0x09,
+        0x0A,
+        0x0B,
+        0x0C,
+        0x0D,
+        0x20,
+        0x85,
+        0xA0,
+        0x1680,
+        *range(0x2000, 0x200B),
+        0x2028,
+        0x2029,
+        0x202F,
+        0x205F,
+        0x3000,
     )
 )
 
@@ -247,15 +260,34 @@ PRE_FAMILY: dict[str, str] = {
     **{
         name: "gpt2"
         for name in (
-            "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
-            "a.x-4.0", "mellum", "modern-bert", "exaone4", "mpt", "olmo", "jais", "trillion",
+            "gpt-2",
+            "phi-2",
+            "jina-es",
+            "jina-de",
+            "gigachat",
+            "jina-v2-es",
+            "jina-v2-de",
+            "a.x-4.0",
+            "mellum",
+            "modern-bert",
+            "exaone4",
+            "mpt",
+            "olmo",
+            "jais",
+            "trillion",
             "granite-docling",
         )
     },
     **{
         name: "smollm"
         for name in (
-            "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b",
+            "smollm",
+            "starcoder",
+            "refact",
+            "command-r",
+            "codeshell",
+            "exaone",
+            "minerva-7b",
             "mellum2",
         )
     },

@@ -28,9 +28,9 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import UnsupportedQuantType
-from verispec.reference.errors import QuantSizeMismatch as QuantSizeMismatch
 from verispec.reference.errors import NonFiniteQuantInput as NonFiniteQuantInput
+from verispec.reference.errors import QuantSizeMismatch as QuantSizeMismatch
+from verispec.reference.errors import UnsupportedQuantType
 
 __all__ = [
     "GGMLType",

@@ -74,11 +74,7 @@ class SamplingParams:
             raise SamplingError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not is_real(self.min_p) or not (0.0 <= self.min_p <= 1.0):
             raise SamplingError(f"min_p must be in [0, 1], got {self.min_p!r}")
-        if (
-            not is_real(self.repeat_penalty)
-            or not math.isfinite(self.repeat_penalty)
-            or self.repeat_penalty <= 0
-        ):
+        if not is_real(self.repeat_penalty) or not math.isfinite(self.repeat_penalty) or self.repeat_penalty <= 0:
             raise SamplingError(f"repeat_penalty must be a finite number > 0, got {self.repeat_penalty!r}")
         if not is_int(self.repeat_last_n) or self.repeat_last_n < -1:
             raise SamplingError(
@@ -124,13 +120,13 @@ def check_logits(logits: FloatArray) -> npt.NDArray[np.float64]:
 
 
 def check_history(history: Sequence[int], vocab_size: int) -> None:
-    if all(type(token) is int for token in history) and (len(history) == 0 or (min(history) >= 0 and max(history) < vocab_size)):
+    if all(type(token) is int for token in history) and (
+        len(history) == 0 or (min(history) >= 0 and max(history) < vocab_size)
+    ):
         return  # plain ints in range (the common case, checked in C); otherwise find and name the first bad one
     for position, token in enumerate(history):
         if not is_int(token) or not (0 <= int(token) < vocab_size):
-            raise SamplingError(
-                f"history[{position}] = {token!r} is not a token id in [0, {vocab_size})"
-            )
+            raise SamplingError(f"history[{position}] = {token!r} is not a token id in [0, {vocab_size})")
 
 
 # -----------------------------------------------------------------------------------------------
@@ -143,9 +139,7 @@ def apply_logit_bias(logits: npt.NDArray[np.float64], bias: Mapping[int, float] 
             logits[int(token)] += float(value)  # -inf bans the token
 
 
-def apply_repeat_penalty(
-    logits: npt.NDArray[np.float64], history: Sequence[int], penalty: float, last_n: int
-) -> None:
+def apply_repeat_penalty(logits: npt.NDArray[np.float64], history: Sequence[int], penalty: float, last_n: int) -> None:
     if penalty == 1.0 or last_n == 0 or not history:
         return
     window = history if last_n == -1 else history[-last_n:]
@@ -251,7 +245,9 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
     apply_logit_bias(working, params.logit_bias)
     apply_repeat_penalty(working, history, params.repeat_penalty, params.repeat_last_n)
     if np.any(working == np.inf):
-        raise SamplingError(f"logit of token id {int(np.flatnonzero(working == np.inf)[0])} overflows to +inf after the bias")
+        raise SamplingError(
+            f"logit of token id {int(np.flatnonzero(working == np.inf)[0])} overflows to +inf after the bias"
+        )
     alive = np.isfinite(working)  # [V] bool; -inf biases ban tokens
     if not alive.any():
         raise SamplingError("empty support: every token is banned by a -inf logit bias")
@@ -267,9 +263,7 @@ def target_distribution(logits: FloatArray, history: Sequence[int], params: Samp
     return softmax_over(working, alive, params.temperature)
 
 
-def target_distributions(
-    logits: FloatArray, histories: Sequence[Sequence[int]], params: SamplingParams
-) -> Probs:
+def target_distributions(logits: FloatArray, histories: Sequence[Sequence[int]], params: SamplingParams) -> Probs:
     """Row-wise :func:`target_distribution`: logits [T, V] with one history per row -> [T, V].
 
     Row t must be given the history that precedes its position (for speculative verification:

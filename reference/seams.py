@@ -89,13 +89,22 @@ class TargetModel(Protocol):
         """An empty :class:`Cache` for ``capacity`` positions (default: the context length)."""
         ...
 
-    def forward(self, tokens: Sequence[int], cache: Any, *, positions: Sequence[int] | None = None,
-                return_hidden: bool = False) -> ForwardOutput:
+    def forward(
+        self, tokens: Sequence[int], cache: Any, *, positions: Sequence[int] | None = None, return_hidden: bool = False
+    ) -> ForwardOutput:
         """Run a span through every layer, APPEND it to the cache, logits ``[T, V]``."""
         ...
 
-    def forward_layers(self, hidden: F32, cache: Any, first_layer: int, last_layer: int,
-                       positions: Sequence[int], *, start: int | None = None) -> F32:
+    def forward_layers(
+        self,
+        hidden: F32,
+        cache: Any,
+        first_layer: int,
+        last_layer: int,
+        positions: Sequence[int],
+        *,
+        start: int | None = None,
+    ) -> F32:
         """Layers first..last on hidden ``[T, D]``; K,V to slots from ``start``; not committed."""
         ...
 
@@ -128,8 +137,8 @@ class DraftContext:
     """What a draft source is bound to for one request (set by :meth:`DraftSource.start`)."""
 
     target: TargetModel
-    cache: Cache              # the target's KV cache (layerskip drafts write into it)
-    params: SamplingParams    # the target's sampling params
+    cache: Cache  # the target's KV cache (layerskip drafts write into it)
+    params: SamplingParams  # the target's sampling params
     rng: np.random.Generator  # the request's generator (draft draws come from it too)
     p_min: float
     law: LawFn
@@ -200,9 +209,7 @@ class Verifier(Protocol):
     implementations are wrapped to this signature.
     """
 
-    def __call__(
-        self, p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]
-    ) -> Verdict: ...
+    def __call__(self, p: ArrayLike, q: ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict: ...
 
 
 class BatchVerifier(Protocol):
@@ -212,6 +219,4 @@ class BatchVerifier(Protocol):
     equal the :class:`Verifier` on item n (same protocol, same uniforms).
     """
 
-    def __call__(
-        self, p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms: ArrayLike
-    ) -> BatchVerdict: ...
+    def __call__(self, p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms: ArrayLike) -> BatchVerdict: ...

@@ -44,11 +44,11 @@ class GenerationRequest:
     prompt_ids: tuple[int, ...]
     params: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int = 128
-    stop: tuple[str, ...] = ()              # stop strings
+    stop: tuple[str, ...] = ()  # stop strings
     stop_ids: frozenset[int] = frozenset()  # extra end-of-generation ids (a chat end-of-turn token)
-    seed: int | None = None                 # None: a fresh unpredictable seed
-    truncate: bool = False                  # drop the oldest prompt tokens instead of overflowing
-    ignore_eog: bool = False                # decode exactly max_tokens: no token ends it (a fixed-length benchmark)
+    seed: int | None = None  # None: a fresh unpredictable seed
+    truncate: bool = False  # drop the oldest prompt tokens instead of overflowing
+    ignore_eog: bool = False  # decode exactly max_tokens: no token ends it (a fixed-length benchmark)
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,14 @@ class GenerationStats:
 
     @classmethod
     def measure(
-        cls, *, prompt_tokens: int, generated_tokens: int, started: float, first_token_at: float,
-        finished: float, target_passes: int,
+        cls,
+        *,
+        prompt_tokens: int,
+        generated_tokens: int,
+        started: float,
+        first_token_at: float,
+        finished: float,
+        target_passes: int,
     ) -> "GenerationStats":
         """Stats from ``time.perf_counter`` stamps: the request start, the first token, the end.
 
@@ -85,14 +91,16 @@ class GenerationStats:
 
 @dataclass(frozen=True)
 class GenerationResult:
-    prompt_ids: tuple[int, ...]   # as run (after BOS-for-empty and truncation)
-    ids: tuple[int, ...]          # generated ids (an ending EOG id included)
-    text: str                     # rendered text of ids (EOG not rendered, cut at a stop string)
-    stop_reason: str              # "eog", "stop" or "max_tokens"
+    prompt_ids: tuple[int, ...]  # as run (after BOS-for-empty and truncation)
+    ids: tuple[int, ...]  # generated ids (an ending EOG id included)
+    text: str  # rendered text of ids (EOG not rendered, cut at a stop string)
+    stop_reason: str  # "eog", "stop" or "max_tokens"
     stats: GenerationStats
 
 
-def fit_context(prompt_ids: Sequence[int], max_tokens: int, context_length: int, *, truncate: bool, bos_id: int | None) -> list[int]:
+def fit_context(
+    prompt_ids: Sequence[int], max_tokens: int, context_length: int, *, truncate: bool, bos_id: int | None
+) -> list[int]:
     """The prompt, checked to leave room for ``max_tokens`` within ``context_length``.
 
     Raises :class:`ContextOverflow` before any work when it does not fit, unless ``truncate``: then
@@ -132,17 +140,20 @@ class DecodeSession:
             raise ModelError("the prompt has no tokens (encode_prompt gives BOS for an empty prompt)")
         self.request = request
         self.prompt = fit_context(
-            request.prompt_ids, request.max_tokens, config.context_length,
-            truncate=request.truncate, bos_id=tokenizer.bos_id,
+            request.prompt_ids,
+            request.max_tokens,
+            config.context_length,
+            truncate=request.truncate,
+            bos_id=tokenizer.bos_id,
         )
         self.rng = np.random.default_rng(request.seed)
         self.end_ids = frozenset() if request.ignore_eog else tokenizer.eog_ids | request.stop_ids
         self.text = StopStringText(request.stop, tokenizer, on_text)
-        self.history = list(self.prompt)   # prompt + committed tokens (the loops' context)
+        self.history = list(self.prompt)  # prompt + committed tokens (the loops' context)
         self.generated: list[int] = []
         self.stop_reason = "max_tokens"
         self.done = request.max_tokens == 0
-        self.target_passes = 0             # counted by the loop
+        self.target_passes = 0  # counted by the loop
         self.started = self.first_token_at = time.perf_counter()
 
     @property
@@ -175,8 +186,12 @@ class DecodeSession:
         finished = time.perf_counter()
         final_text = self.text.finish()
         stats = GenerationStats.measure(
-            prompt_tokens=len(self.prompt), generated_tokens=len(self.generated), started=self.started,
-            first_token_at=self.first_token_at, finished=finished, target_passes=self.target_passes,
+            prompt_tokens=len(self.prompt),
+            generated_tokens=len(self.generated),
+            started=self.started,
+            first_token_at=self.first_token_at,
+            finished=finished,
+            target_passes=self.target_passes,
         )
         return GenerationResult(tuple(self.prompt), tuple(self.generated), final_text, self.stop_reason, stats)
 

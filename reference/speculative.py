@@ -24,7 +24,13 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import VerificationError
-from verispec.reference.sampling import SamplingParams, inverse_cdf, inverse_cdf_draws, inverse_cdf_rows, target_distribution
+from verispec.reference.sampling import (
+    SamplingParams,
+    inverse_cdf,
+    inverse_cdf_draws,
+    inverse_cdf_rows,
+    target_distribution,
+)
 from verispec.reference.seams import BatchVerdict as BatchVerdict  # the verifier seam (reference/seams.py)
 from verispec.reference.seams import BatchVerifier as BatchVerifier
 from verispec.reference.seams import LawFn as LawFn
@@ -248,8 +254,10 @@ def verify_sampled_batch(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, uniforms
     for start in range(0, n, chunk):
         items = np.arange(start, min(start + chunk, n))
         token[items] = _batch_tokens(
-            p_all[items, accepted[items]], q_all[items, np.minimum(accepted[items], k - 1)],
-            all_accepted[items], draws[items, k],
+            p_all[items, accepted[items]],
+            q_all[items, np.minimum(accepted[items], k - 1)],
+            all_accepted[items],
+            draws[items, k],
         )
     return BatchVerdict(accepted=accepted, token=token, is_bonus=all_accepted)
 
@@ -291,6 +299,7 @@ def verify_sampled_batch_rng(p: ArrayLike, q: ArrayLike, drafts: ArrayLike, rng:
 # spec/vectors/, the mutants) checks :func:`speculative_rows` and :func:`verify_step`, which are
 # built from the same functions. A bug in any of them is seen by both.
 
+
 def target_rows(
     target_logits: ArrayLike,
     history: Sequence[int],
@@ -331,9 +340,7 @@ def draft_rows(
     return np.stack([law(logits[i], context + ids[:i], params) for i in range(k)])
 
 
-def draft_law_rows(
-    rows: Probs2D | Sequence[Probs2D | None] | None, drafts: Sequence[int], vocab: int
-) -> Probs2D:
+def draft_law_rows(rows: Probs2D | Sequence[Probs2D | None] | None, drafts: Sequence[int], vocab: int) -> Probs2D:
     """q [k, V]: the law each draft was drawn from, as a draft source reports it.
 
     A row given as an array is the law the draft sampled from (kept as drawn); a row given as None,

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from verispec.reference.draft_cache_file import SEQUENCE_TOKENS, VERSION, read_texts, write_texts
 from verispec.reference.draft_control import MAX_ACCEPT, Calibration, VerifyCost, best_k, best_size
 from verispec.reference.errors import DraftError
-from verispec.reference.draft_cache_file import SEQUENCE_TOKENS, VERSION, read_texts, surviving, write_texts
 from verispec.reference.seams import DraftContext, Proposal
 from verispec.reference.suffix_index import SuffixIndex
 from verispec.reference.tree_decode import TreeProposal, score_tree
@@ -54,19 +54,19 @@ if TYPE_CHECKING:
 
     F32 = npt.NDArray[np.float32]
 
-DEPTH = 24            # longest substring a tree counts (match + continuation walked without re-matching)
-MAX_MATCH = 16        # longest suffix matched
-MIN_MATCH = 2         # shortest suffix acted on (see NGRAM_MIN in reference/drafts.py: 1-grams rarely pay)
-MIN_PROB = 0.0        # path probability below which the walk stops
+DEPTH = 24  # longest substring a tree counts (match + continuation walked without re-matching)
+MAX_MATCH = 16  # longest suffix matched
+MIN_MATCH = 2  # shortest suffix acted on (see NGRAM_MIN in reference/drafts.py: 1-grams rarely pay)
+MIN_PROB = 0.0  # path probability below which the walk stops
 CACHE_TOKENS = 1 << 16  # cross-request cache bound (tokens over all remembered outputs)
 CACHE_SEQUENCE_TOKENS = SEQUENCE_TOKENS  # one remembered output is cut to its first this many tokens
 CACHE_FILE_BYTES = 64 * 1024 * 1024  # a cache file larger than this is refused before reading
 CACHE_VERSION = VERSION
 CALIBRATION_BUCKETS = 8  # matched-context lengths >= this share one calibration bucket
 MAX_TIMED_ROWS = 64  # score() calls over more rows (the prompt's prefill) do not inform c(r)
-TREE_WIDTH = 4        # ``suffix:tree``: most children per draft-tree node
-TREE_NODES = 32       # most draft nodes per tree (the cost model usually verifies fewer)
-PLAIN_PROBE = 64      # tree mode: a plain step at least every this many cycles, so c(1) stays measured
+TREE_WIDTH = 4  # ``suffix:tree``: most children per draft-tree node
+TREE_NODES = 32  # most draft nodes per tree (the cost model usually verifies fewer)
+PLAIN_PROBE = 64  # tree mode: a plain step at least every this many cycles, so c(1) stays measured
 
 
 class Node:
@@ -76,9 +76,9 @@ class Node:
 
     def __init__(self) -> None:
         self.children: dict[int, Node] = {}
-        self.count = 0   # occurrences of the string
-        self.total = 0   # occurrences followed by a token (sum of the children's counts)
-        self.last = -1   # stamp of the most recent occurrence (ties between continuations)
+        self.count = 0  # occurrences of the string
+        self.total = 0  # occurrences followed by a token (sum of the children's counts)
+        self.last = -1  # stamp of the most recent occurrence (ties between continuations)
 
 
 class SuffixTree:
@@ -177,8 +177,12 @@ def best_child(node: TrieNode) -> tuple[int, TrieNode]:
 
 
 def walk(
-    trees: Sequence[Trie], history: Sequence[int], k: int,
-    max_match: int = MAX_MATCH, min_match: int = MIN_MATCH, min_prob: float = MIN_PROB,
+    trees: Sequence[Trie],
+    history: Sequence[int],
+    k: int,
+    max_match: int = MAX_MATCH,
+    min_match: int = MIN_MATCH,
+    min_prob: float = MIN_PROB,
 ) -> list[int]:
     """Up to ``k`` tokens continuing ``history`` (the algorithm in the module docstring)."""
     return [step.token for step in walk_steps(trees, history, k, max_match, min_match, min_prob)]
@@ -197,8 +201,12 @@ class Step:
 
 
 def walk_steps(
-    trees: Sequence[Trie], history: Sequence[int], k: int,
-    max_match: int = MAX_MATCH, min_match: int = MIN_MATCH, min_prob: float = MIN_PROB,
+    trees: Sequence[Trie],
+    history: Sequence[int],
+    k: int,
+    max_match: int = MAX_MATCH,
+    min_match: int = MIN_MATCH,
+    min_prob: float = MIN_PROB,
 ) -> list[Step]:
     """:func:`walk`, with each token's :class:`Step` evidence."""
     steps: list[Step] = []
@@ -243,8 +251,12 @@ _State = tuple[TrieNode, int, Trie]  # (suffix-tree node, its string's length, i
 
 
 def continuations(
-    trees: Sequence[Trie], context: Sequence[int], state: _State | None, width: int,
-    max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
+    trees: Sequence[Trie],
+    context: Sequence[int],
+    state: _State | None,
+    width: int,
+    max_match: int = MAX_MATCH,
+    min_match: int = MIN_MATCH,
 ) -> list[tuple[int, float, int, _State]]:
     """Up to ``width`` observed continuations of ``context``, most frequent first (ties: most
     recent, then smaller id: the first is :func:`walk_steps`'s choice), as ``(token, estimate,
@@ -265,9 +277,14 @@ def continuations(
 
 
 def grow_tree(
-    trees: Sequence[Trie], history: Sequence[int], max_depth: int, max_nodes: int, width: int,
+    trees: Sequence[Trie],
+    history: Sequence[int],
+    max_depth: int,
+    max_nodes: int,
+    width: int,
     calibrate: Callable[[list[float], list[int]], list[float]],
-    max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
+    max_match: int = MAX_MATCH,
+    min_match: int = MIN_MATCH,
 ) -> list[TreeNode]:
     """A draft tree grown best-first: repeatedly add the candidate with the largest ``reach``.
 
@@ -352,8 +369,9 @@ class SuffixCache:
         write_texts(path, self.texts, fingerprint=self.fingerprint, depth=self.depth, max_tokens=self.max_tokens)
 
     @classmethod
-    def load(cls, path: Path, n_vocab: int, fingerprint: str = "", max_tokens: int = CACHE_TOKENS,
-             depth: int = DEPTH) -> "SuffixCache":
+    def load(
+        cls, path: Path, n_vocab: int, fingerprint: str = "", max_tokens: int = CACHE_TOKENS, depth: int = DEPTH
+    ) -> "SuffixCache":
         """The cache at ``path`` (an empty one if nothing is there); DraftError if it is not a
         regular file, larger than CACHE_FILE_BYTES, malformed, of another version or vocabulary,
         or holds an id outside [0, n_vocab) (:mod:`reference.draft_cache_file`). Linear in the
@@ -415,10 +433,19 @@ class SuffixDraft:
     model (:func:`reference.draft_control.best_size`) timed on whole tree cycles.
     """
 
-    def __init__(self, cache: SuffixCache | None = None, cache_path: Path | None = None, *,
-                 depth: int = DEPTH, max_match: int = MAX_MATCH, min_match: int = MIN_MATCH,
-                 min_prob: float = MIN_PROB, control: bool = True, tree_width: int = 0,
-                 tree_nodes: int = TREE_NODES) -> None:
+    def __init__(
+        self,
+        cache: SuffixCache | None = None,
+        cache_path: Path | None = None,
+        *,
+        depth: int = DEPTH,
+        max_match: int = MAX_MATCH,
+        min_match: int = MIN_MATCH,
+        min_prob: float = MIN_PROB,
+        control: bool = True,
+        tree_width: int = 0,
+        tree_nodes: int = TREE_NODES,
+    ) -> None:
         if tree_width < 0 or tree_nodes < 1:
             raise DraftError(f"tree width must be >= 0 and tree nodes >= 1, got {tree_width} and {tree_nodes}")
         self.name = "suffix:tree" if tree_width else "suffix"
@@ -436,7 +463,7 @@ class SuffixDraft:
         self.draft_time_s = 0.0
         self.ctx: DraftContext | None = None
         self.tree = SuffixTree(depth)
-        self.seen: list[int] = []   # the text the request tree holds (prompt + output so far)
+        self.seen: list[int] = []  # the text the request tree holds (prompt + output so far)
         self.prompt_len: int | None = None
         self._last: tuple[int, list[Step], list[int]] | None = None  # (history length, proposal, buckets)
 
@@ -474,9 +501,16 @@ class SuffixDraft:
         probe = self.control and not first and (1 not in self.cost.seconds or self._since_plain >= PLAIN_PROBE)
         if not probe:
             trees: list[Trie] = [self.tree] if self.cache is None else [self.tree, self.cache.tree]
-            nodes = grow_tree(trees, history, max_depth, min(max_nodes, self.tree_nodes), max(1, self.tree_width),
-                              self.calibration.apply if self.control else _uncalibrated,
-                              self.max_match, self.min_match)
+            nodes = grow_tree(
+                trees,
+                history,
+                max_depth,
+                min(max_nodes, self.tree_nodes),
+                max(1, self.tree_width),
+                self.calibration.apply if self.control else _uncalibrated,
+                self.max_match,
+                self.min_match,
+            )
             if self.control:
                 nodes = nodes[: best_size([n.reach for n in nodes], self.cost)]
         self._since_plain = 0 if not nodes else self._since_plain + 1

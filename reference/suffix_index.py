@@ -33,7 +33,9 @@ I64 = npt.NDArray[np.int64]
 SEPARATOR = -1
 
 
-Starts = I64 | list[int]  # ascending occurrence starts: an array, or a list for a few (a Python loop beats NumPy's call overhead)
+Starts = (
+    I64 | list[int]
+)  # ascending occurrence starts: an array, or a list for a few (a Python loop beats NumPy's call overhead)
 SMALL = 48  # a node with at most this many occurrences groups its children in a Python loop
 
 
@@ -72,10 +74,10 @@ class _Children(Mapping[int, IndexNode]):
 
     def __init__(self, index: "SuffixIndex", keys: I64, bounds: I64, starts: I64, length: int) -> None:
         self._index = index
-        self._keys = keys        # [c] distinct next tokens, ascending
-        self._bounds = bounds    # [c + 1] child i's starts are starts[bounds[i]:bounds[i + 1]]
-        self._starts = starts    # the occurrences grouped by next token (ascending within a group)
-        self._length = length    # the child's string length
+        self._keys = keys  # [c] distinct next tokens, ascending
+        self._bounds = bounds  # [c + 1] child i's starts are starts[bounds[i]:bounds[i + 1]]
+        self._starts = starts  # the occurrences grouped by next token (ascending within a group)
+        self._length = length  # the child's string length
         self._made: dict[int, IndexNode] = {}
 
     def __getitem__(self, token: int) -> IndexNode:

@@ -55,8 +55,10 @@ from verispec.reference import pretokenize as pre
 from verispec.reference import tokenizer_bpe as bpe
 from verispec.reference import tokenizer_spm as spm
 from verispec.reference.errors import TokenizerError
-from verispec.reference.gguf import GGUFFile, MetadataValue  # MetadataValue: str | int | float | bool | list[MetadataValue]
-
+from verispec.reference.gguf import (
+    GGUFFile,
+    MetadataValue,
+)  # MetadataValue: str | int | float | bool | list[MetadataValue]
 
 KEY = "tokenizer.ggml."
 
@@ -88,25 +90,79 @@ SPECIAL_ATTRS = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 HIDDEN_ATTRS = TokenAttr.CONTROL | TokenAttr.UNKNOWN  # not split out / not shown unless asked
 
 # Texts llama.cpp treats as end of generation (llama_vocab::impl::load).
-EOG_TEXTS: frozenset[str] = frozenset({
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<｜end▁of▁sentence｜>", "[e~[",
-})
+EOG_TEXTS: frozenset[str] = frozenset(
+    {
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "</s>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "[EOS]",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+        "<｜end▁of▁sentence｜>",
+        "[e~[",
+    }
+)
 
 # Auto-detected special tokens, by the metadata key they stand in for (first match in id order).
 AUTO_DETECT: dict[str, tuple[str, ...]] = {
-    "eot": ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-            "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
-            "<end_of_utterance>"),
+    "eot": (
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "<|end_of_text|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "<｜end▁of▁sentence｜>",
+        "<end_of_utterance>",
+    ),
     "eom": ("<|eom_id|>",),
-    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
-                "▁<PRE>", "<|code_prefix|>", "<|prefix|>"),
-    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
-                "▁<SUF>", "<|code_suffix|>", "<|suffix|>"),
-    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
-                "▁<MID>", "<|code_middle|>", "<|middle|>"),
+    "fim_pre": (
+        "<|fim_prefix|>",
+        "<fim-prefix>",
+        "<fim_prefix>",
+        "<｜fim▁begin｜>",
+        "<PRE>",
+        "▁<PRE>",
+        "<|code_prefix|>",
+        "<|prefix|>",
+    ),
+    "fim_suf": (
+        "<|fim_suffix|>",
+        "<fim-suffix>",
+        "<fim_suffix>",
+        "<｜fim▁hole｜>",
+        "<SUF>",
+        "▁<SUF>",
+        "<|code_suffix|>",
+        "<|suffix|>",
+    ),
+    "fim_mid": (
+        "<|fim_middle|>",
+        "<fim-middle>",
+        "<fim_middle>",
+        "<｜fim▁end｜>",
+        "<MID>",
+        "▁<MID>",
+        "<|code_middle|>",
+        "<|middle|>",
+    ),
     "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
     "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
     "fim_sep": ("<|file_sep|>",),
@@ -115,13 +171,23 @@ AUTO_DETECT: dict[str, tuple[str, ...]] = {
 # Metadata keys for special token ids, in llama.cpp's order (the deprecated prefix/suffix/middle
 # keys come last and override fim_pre/fim_suf/fim_mid).
 SPECIAL_ID_KEYS: tuple[tuple[str, str], ...] = (
-    ("bos", "bos_token_id"), ("eos", "eos_token_id"), ("eot", "eot_token_id"),
-    ("eom", "eom_token_id"), ("unk", "unknown_token_id"), ("sep", "seperator_token_id"),
-    ("pad", "padding_token_id"), ("mask", "mask_token_id"), ("fim_pre", "fim_pre_token_id"),
-    ("fim_suf", "fim_suf_token_id"), ("fim_mid", "fim_mid_token_id"),
-    ("fim_pad", "fim_pad_token_id"), ("fim_rep", "fim_rep_token_id"),
-    ("fim_sep", "fim_sep_token_id"), ("fim_pre", "prefix_token_id"),
-    ("fim_suf", "suffix_token_id"), ("fim_mid", "middle_token_id"),
+    ("bos", "bos_token_id"),
+    ("eos", "eos_token_id"),
+    ("eot", "eot_token_id"),
+    ("eom", "eom_token_id"),
+    ("unk", "unknown_token_id"),
+    ("sep", "seperator_token_id"),
+    ("pad", "padding_token_id"),
+    ("mask", "mask_token_id"),
+    ("fim_pre", "fim_pre_token_id"),
+    ("fim_suf", "fim_suf_token_id"),
+    ("fim_mid", "fim_mid_token_id"),
+    ("fim_pad", "fim_pad_token_id"),
+    ("fim_rep", "fim_rep_token_id"),
+    ("fim_sep", "fim_sep_token_id"),
+    ("fim_pre", "prefix_token_id"),
+    ("fim_suf", "suffix_token_id"),
+    ("fim_mid", "middle_token_id"),
 )
 
 Fragment = Union[str, int]  # raw text, or the id of a special token split out of it
@@ -204,9 +270,7 @@ class Tokenizer:
         """Use :meth:`from_gguf`; this reads the same metadata (raises TokenizerError on bad input)."""
         model = _get_str(metadata, "model")
         if model not in ("gpt2", "llama"):
-            raise TokenizerError(
-                f"unsupported tokenizer {KEY}model={model!r} (supported: 'gpt2', 'llama')"
-            )
+            raise TokenizerError(f"unsupported tokenizer {KEY}model={model!r} (supported: 'gpt2', 'llama')")
         self.kind = model
         self.pre = _get_str(metadata, "pre") or ""
 
@@ -533,9 +597,9 @@ class Tokenizer:
             caveats.append(f"tokens of unused/undefined type (decode to nothing): {hollow[:8]}")
         if self.kind == "gpt2":
             odd = [
-                i for i, a in enumerate(self._attrs)
-                if a & TokenAttr.BYTE
-                or (a & HIDDEN_ATTRS and not all("!" <= c <= "~" for c in self._texts[i]))
+                i
+                for i, a in enumerate(self._attrs)
+                if a & TokenAttr.BYTE or (a & HIDDEN_ATTRS and not all("!" <= c <= "~" for c in self._texts[i]))
             ]
             if odd:
                 caveats.append(f"tokens whose piece differs from their byte-encoded text: {odd[:8]}")

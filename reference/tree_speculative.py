@@ -83,7 +83,9 @@ class DraftTree:
             raise VerificationError(f"node 0 is the root (parent -1), got parent {self.parents[0]}")
         for i in range(1, n):
             if not 0 <= self.parents[i] < i:
-                raise VerificationError(f"node {i} has parent {self.parents[i]}: parents must come first (0 <= parent < {i})")
+                raise VerificationError(
+                    f"node {i} has parent {self.parents[i]}: parents must come first (0 <= parent < {i})"
+                )
 
     @property
     def size(self) -> int:
@@ -208,8 +210,9 @@ def walk_tree_sampled(tree: DraftTree, p_row: Callable[[int], F64], q_row: Calla
         v = c
 
 
-def verify_tree_sampled_lazy(tree: DraftTree, p_of: Callable[[int], ArrayLike], q: ArrayLike | None,
-                             uniforms: ArrayLike) -> TreeVerdict:
+def verify_tree_sampled_lazy(
+    tree: DraftTree, p_of: Callable[[int], ArrayLike], q: ArrayLike | None, uniforms: ArrayLike
+) -> TreeVerdict:
     """:func:`verify_tree_sampled` with node v's target row computed by ``p_of(v)`` only when the
     walk reads it (once): the same verdict, bit for bit, on the same uniforms. ``q`` [N-1, V] the
     draft's laws, or None for a deterministic draft (one-hot rows at the nodes' tokens, built when
@@ -284,7 +287,9 @@ def verify_tree_greedy(tree: DraftTree, p: ArrayLike) -> TreeVerdict:
     return TreeVerdict(path, best[end], "repair" if tree.children(end) else "bonus")
 
 
-def verify_tree_sampled_batch(tree: DraftTree, p: ArrayLike, q: ArrayLike, uniforms: ArrayLike) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+def verify_tree_sampled_batch(
+    tree: DraftTree, p: ArrayLike, q: ArrayLike, uniforms: ArrayLike
+) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
     """B verifications of ONE tree with shared rows, uniforms [B, N]: ``(end node [B], token [B],
     is_bonus [B])``; item b identical to :func:`verify_tree_sampled` on uniforms[b] (the accepted
     path is the root-to-``end`` path). The residual chain of each node is computed once."""

@@ -30,10 +30,6 @@ from verispec.reference.errors import ExternalError as ExternalError
 from verispec.reference.json_input import shown as shown  # one cut for untrusted values in messages
 
 
-
-
-
-
 def is_integer(value: Any) -> bool:
     """A Python int or a NumPy integer (what a Python engine returns); never a bool, a float
     like 5.0, a string like "5" or None, even where they would convert."""
@@ -66,7 +62,9 @@ def kind(value: Any, where: str) -> Literal["repair", "bonus"]:
     raise ExternalError(f'{where} must be "repair" or "bonus", got {shown(value)}')
 
 
-def verdict_fields(output: Mapping[str, Any], k: int | None, vocab: int | None, where: str) -> tuple[int, int, Literal["repair", "bonus"]]:
+def verdict_fields(
+    output: Mapping[str, Any], k: int | None, vocab: int | None, where: str
+) -> tuple[int, int, Literal["repair", "bonus"]]:
     """(accepted, token, kind) of one verdict; accepted in [0, k] and token in [0, V) when the
     request's shape is known (None: only the types are checked)."""
     for name in ("accepted", "token", "kind"):
@@ -132,7 +130,9 @@ def _answered_token(value: Any, vocab: int, who: str, where: str) -> int:
     return int(value)
 
 
-def greedy_ids(value: Any, max_tokens: int, vocab: int, eog: Collection[int] | None, who: str = "the engine") -> list[int]:
+def greedy_ids(
+    value: Any, max_tokens: int, vocab: int, eog: Collection[int] | None, who: str = "the engine"
+) -> list[int]:
     """A greedy output: max_tokens ids in [0, V), or fewer ending at an end-of-generation id
     (``eog`` None: the ids are not known, so any 1..max_tokens ids)."""
     if not isinstance(value, (list, tuple)):
@@ -163,7 +163,9 @@ def logits_row(value: Any, vocab: int | None, what: str) -> npt.NDArray[np.float
     if row.ndim != 1 or row.shape[0] < 2 or (vocab is not None and row.shape[0] != vocab):
         raise ExternalError(f"{what} has shape {row.shape}, expected [{vocab if vocab is not None else 'V >= 2'}]")
     if not bool(np.all(np.isfinite(row))):
-        raise ExternalError(f"{what} are not all finite: entries {shown(np.flatnonzero(~np.isfinite(row))[:8].tolist())}")
+        raise ExternalError(
+            f"{what} are not all finite: entries {shown(np.flatnonzero(~np.isfinite(row))[:8].tolist())}"
+        )
     return row
 
 
@@ -189,12 +191,16 @@ def generation(raw: Any, vocab: int | None, where: str) -> GenerationFields:
         raw = raw.tolist()
     if isinstance(raw, Mapping):
         if "ids" not in raw:
-            raise ExternalError(f"{where} has no field 'ids' (a generation is a list of ids or an {{ids, cycles, logprobs}} object)")
+            raise ExternalError(
+                f"{where} has no field 'ids' (a generation is a list of ids or an {{ids, cycles, logprobs}} object)"
+            )
         ids_value, cycles_value, logprobs_value = raw["ids"], raw.get("cycles"), raw.get("logprobs")
     else:
         ids_value, cycles_value, logprobs_value = raw, None, None
-    ids = tuple(token_id(t, MACHINE_IDS if vocab is None else vocab, f"{where}, position {i}")
-                for i, t in enumerate(_listed(ids_value, f"{where}.ids")))
+    ids = tuple(
+        token_id(t, MACHINE_IDS if vocab is None else vocab, f"{where}, position {i}")
+        for i, t in enumerate(_listed(ids_value, f"{where}.ids"))
+    )
     return ids, _cycles(cycles_value, f"{where}.cycles"), _logprobs(logprobs_value, f"{where}.logprobs")
 
 
@@ -214,8 +220,12 @@ def _cycles(value: Any, where: str) -> tuple[tuple[int, int], ...] | None:
         pair = _listed(cycle, f"{where}[{i}]")
         if len(pair) != 2:
             raise ExternalError(f"{where}[{i}] must be [drafted, accepted], got {shown(cycle)}")
-        out.append((bounded_int(pair[0], 0, MACHINE_IDS - 1, f"{where}[{i}][0]"),
-                    bounded_int(pair[1], 0, MACHINE_IDS - 1, f"{where}[{i}][1]")))
+        out.append(
+            (
+                bounded_int(pair[0], 0, MACHINE_IDS - 1, f"{where}[{i}][0]"),
+                bounded_int(pair[1], 0, MACHINE_IDS - 1, f"{where}[{i}][1]"),
+            )
+        )
     return tuple(out)
 
 

@@ -66,12 +66,24 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import VerificationError, VerispecError
 from verispec.reference.errors import CheckError as CheckError
+from verispec.reference.errors import VerificationError, VerispecError
 from verispec.reference.sampling import SamplingParams
-from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, BatchVerifier, Probs2D, Verdict, Verifier
-from verispec.spec.external import CommandTransport, ExternalError, ProgramCannotStart, Unsupported, WireImplementation, parse_verdict
-from verispec.spec.law_only import NOT_APPLICABLE_REASON, applicable, batch_ignoring_uniforms, call_seed, ignoring_uniforms
+from verispec.reference.speculative import BatchVerdict, BatchVerifier, Probs2D, Verdict, Verifier
+from verispec.spec.external import (
+    CommandTransport,
+    ExternalError,
+    ProgramCannotStart,
+    Unsupported,
+    WireImplementation,
+    parse_verdict,
+)
+from verispec.spec.law_only import (
+    NOT_APPLICABLE_REASON,
+    applicable,
+    batch_ignoring_uniforms,
+    ignoring_uniforms,
+)
 from verispec.spec.pipeline import Pipeline, RowsRequest
 from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS, STATISTICAL, as_batch, as_verifier, run_properties
 from verispec.spec.property_names import property_names
@@ -80,7 +92,6 @@ from verispec.spec.report import (
     EXIT_FAILED,
     EXIT_INCONCLUSIVE,
     EXIT_PASSED,
-    SCHEMA_VERSION,
     CheckReport,
     PropertyOutcome,
     Status,
@@ -91,7 +102,7 @@ from verispec.spec.report import (
 from verispec.spec.report_seal import content_digest, report_key, run_id, signature, verifier_identity
 from verispec.spec.sequential import BlockDraw, Budget, SequentialTest, run_interleaved, schedule, serial_draw
 from verispec.spec.shards import ShardTest
-from verispec.spec.statistics import POWER, TV_BIAS
+from verispec.spec.statistics import POWER
 from verispec.spec.stream_probe import run_probe
 from verispec.spec.vectors import KINDS, Json, VectorSet, compare
 from verispec.spec.vectors.gen_large import as_sampled_case
@@ -206,7 +217,9 @@ class PythonImplementation:
     ) -> None:
         if description == "python":  # name the callables: the description is the verifier's identity
             description = ("python (law only): " if law_only else "python: ") + ", ".join(
-                f"{label} {_qualified(fn)}" for label, fn in (("verifier", verifier), ("batch", batch), ("greedy", greedy), ("pipeline", pipeline)) if fn is not None
+                f"{label} {_qualified(fn)}"
+                for label, fn in (("verifier", verifier), ("batch", batch), ("greedy", greedy), ("pipeline", pipeline))
+                if fn is not None
             )
         if law_only:  # f(p, q, drafts, seed): the properties' uniforms become each call's seed
             verifier = ignoring_uniforms(verifier)
@@ -352,7 +365,9 @@ def replay_kind(impl: Implementation, kind: str, cases: Sequence[Mapping[str, An
     if unsupported == len(cases):
         if kind in REQUIRED_KINDS:
             return outcome("failed", f"the implementation does not offer op {kind!r}, which every verifier must")
-        return outcome("skipped", GREEDY_SKIPPED if kind == "greedy" else f"the implementation does not offer op {kind!r}")
+        return outcome(
+            "skipped", GREEDY_SKIPPED if kind == "greedy" else f"the implementation does not offer op {kind!r}"
+        )
     if unsupported:
         return outcome("failed", f"op {kind!r} answered 'unsupported' for {unsupported} of {len(cases)} cases")
     mismatches: list[str] = []
@@ -426,7 +441,20 @@ def run_check(
     Every run's first verifier call is the same-stream probe (:mod:`spec.stream_probe`); a
     program that cannot start raises :class:`spec.external.ProgramCannotStart` (a usage error).
     """
-    options = RunOptions(scale, fail_fast, only, log, sequential or shard is not None or budget is not None, budget, shard, draw, parallel, seed, progress, keep_going or shard is not None)
+    options = RunOptions(
+        scale,
+        fail_fast,
+        only,
+        log,
+        sequential or shard is not None or budget is not None,
+        budget,
+        shard,
+        draw,
+        parallel,
+        seed,
+        progress,
+        keep_going or shard is not None,
+    )
     _validate(options)
     report = _new_report(impl, vectors, options)
     report.min_power = None if min_power is None else float(min_power)  # 0 and 0.0: one JSON (the digest)
@@ -498,7 +526,9 @@ def _batch_of(parts: Parts) -> BatchVerifier:
     return batch if batch is not None else as_batch(verifier)
 
 
-def _run_properties(impl: Implementation, vectors: VectorSet, options: RunOptions, report: CheckReport, parts: Parts) -> None:
+def _run_properties(
+    impl: Implementation, vectors: VectorSet, options: RunOptions, report: CheckReport, parts: Parts
+) -> None:
     """The vector replays and the deterministic properties (shard 1 only), then the designed
     statistical tests (all together, look by look, when sequential)."""
     recorder = _Recorder(report, options)
@@ -544,7 +574,9 @@ class _Recorder:
         return PropertyOutcome(name, "skipped", 0, 0.0, 0.0, reason, 0.0)
 
 
-def _run_deterministic(impl: Implementation, vectors: VectorSet, options: RunOptions, record: _Recorder, parts: Parts) -> bool:
+def _run_deterministic(
+    impl: Implementation, vectors: VectorSet, options: RunOptions, record: _Recorder, parts: Parts
+) -> bool:
     """Vector replays and the properties not run look by look; False when ``fail_fast`` stopped."""
     for kind in KINDS:
         name = f"vectors_{kind}"
@@ -606,7 +638,9 @@ class _TimedDraw:
         return counts
 
 
-def _run_sequential(report: CheckReport, names: Sequence[str], parts: Parts, options: RunOptions, record: _Recorder) -> None:
+def _run_sequential(
+    report: CheckReport, names: Sequence[str], parts: Parts, options: RunOptions, record: _Recorder
+) -> None:
     """:func:`_draw_sequential`; a broken answer while drawing (an ExternalError from the wire, a
     crashed worker) fails the undecided tests with its reason, as the plain run does, instead of
     aborting the run with a usage error and no report."""
@@ -621,7 +655,9 @@ def _run_sequential(report: CheckReport, names: Sequence[str], parts: Parts, opt
                 return
 
 
-def _draw_sequential(report: CheckReport, names: Sequence[str], parts: Parts, options: RunOptions, record: _Recorder) -> None:
+def _draw_sequential(
+    report: CheckReport, names: Sequence[str], parts: Parts, options: RunOptions, record: _Recorder
+) -> None:
     """The designed statistical tests, group-sequentially (or one shard's blocks of them)."""
     draw = _TimedDraw(options.draw or serial_draw(_batch_of(parts), report.seed), options.progress)
     designs = [STAT_DESIGNS[n]() for n in names]
@@ -634,7 +670,9 @@ def _draw_sequential(report: CheckReport, names: Sequence[str], parts: Parts, op
         record(sequential_outcome(test, draw.seconds[test.design.name]))
 
 
-def _run_shard(report: CheckReport, designs: Sequence[Any], draw: _TimedDraw, options: RunOptions, record: _Recorder) -> None:
+def _run_shard(
+    report: CheckReport, designs: Sequence[Any], draw: _TimedDraw, options: RunOptions, record: _Recorder
+) -> None:
     """Shard I's blocks of every test, its own looks after each group; a rejection stops the test."""
     assert options.shard is not None
     index, shards = options.shard
@@ -656,9 +694,11 @@ def _run_shard(report: CheckReport, designs: Sequence[Any], draw: _TimedDraw, op
 
 
 def _shard_outcome(test: ShardTest, seconds: float) -> PropertyOutcome:
-    name, total = test.design.name, len(test.blocks)
+    name = test.design.name
     if test.rejection is not None:
-        return PropertyOutcome(name, "failed", test.samples, test.look_alpha, test.power(), test.rejection, seconds, test.design.tv)
+        return PropertyOutcome(
+            name, "failed", test.samples, test.look_alpha, test.power(), test.rejection, seconds, test.design.tv
+        )
     detail = (
         f"shard {test.index}/{test.shards}: {len(test.counts)} of {test.plan.blocks} blocks of {test.plan.block}, "
         f"no rejection at its own looks; the merge decides"

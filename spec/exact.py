@@ -139,6 +139,7 @@ def draft_paths(q_rows_for: Callable[[Outcome], Row], k: int, vocab: int) -> Ite
 
     ``q_rows_for(x_prefix)`` is the law of the next draft token after ``x_prefix``.
     """
+
     def extend(prefix: Outcome, mass: Fraction) -> Iterable[tuple[Outcome, Fraction]]:
         if len(prefix) == k:
             yield prefix, mass
@@ -151,9 +152,7 @@ def draft_paths(q_rows_for: Callable[[Outcome], Row], k: int, vocab: int) -> Ite
     yield from extend((), ONE)
 
 
-def emitted_law_fixed_rows(
-    p_rows: Sequence[Row], q_rows: Sequence[Row], rule: VerifyLaw = protocol_verdict_law
-) -> Law:
+def emitted_law_fixed_rows(p_rows: Sequence[Row], q_rows: Sequence[Row], rule: VerifyLaw = protocol_verdict_law) -> Law:
     """Law of the emitted tokens (accepted drafts + token) of ONE verification with fixed rows,
     drafts drawn x_i ~ q_i independently (enumerating all V^k draft paths)."""
     k, vocab = len(q_rows), len(p_rows[0])
@@ -280,6 +279,7 @@ def speculative_step_law(
 
 def default_rows(target: Model, draft: Model) -> RowsFn:
     """Rows of a correct pipeline: p_i = target(prefix + x_<i) (i = 0..k), q_i = draft(prefix + x_<i)."""
+
     def rows(prefix: Outcome, drafts: Outcome) -> tuple[list[Row], list[Row]]:
         k = len(drafts)
         p_rows = [target(prefix + drafts[:i]) for i in range(k + 1)]

@@ -85,14 +85,21 @@ from typing import IO, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import VerificationError, VerispecError
 from verispec.reference.errors import ExternalError as ExternalError
 from verispec.reference.errors import ProgramCannotStart as ProgramCannotStart
 from verispec.reference.errors import TimeoutSetting as TimeoutSetting
 from verispec.reference.errors import Unsupported as Unsupported
+from verispec.reference.errors import VerificationError, VerispecError
 from verispec.reference.json_input import loads
 from verispec.reference.sampling import SamplingParams
-from verispec.reference.speculative import PROTOCOL_VERSION, BatchVerdict, Probs2D, Verdict, verify_greedy, verify_sampled_batch
+from verispec.reference.speculative import (
+    PROTOCOL_VERSION,
+    BatchVerdict,
+    Probs2D,
+    Verdict,
+    verify_greedy,
+    verify_sampled_batch,
+)
 from verispec.spec import answers, signals
 from verispec.spec.answers import shown
 from verispec.spec.pipeline import RowsRequest
@@ -100,7 +107,14 @@ from verispec.spec.vectors import ANSWERS, Json
 from verispec.spec.vectors.wire import rows_request_from_json, rows_request_to_json
 
 REQUIRED_OPS: tuple[str, ...] = ("sampled", "sampled_batch")
-OPTIONAL_OPS: tuple[str, ...] = ("greedy", "rows", "target_law", "gate", "conformal_index", "dequantize")  # not offered: skipped
+OPTIONAL_OPS: tuple[str, ...] = (
+    "greedy",
+    "rows",
+    "target_law",
+    "gate",
+    "conformal_index",
+    "dequantize",
+)  # not offered: skipped
 DEFAULT_TIMEOUT = 60.0  # seconds to wait for any one response
 MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer is a typo (and past what queue waits accept)
 MAX_LINE_BYTES = 256 * 1024 * 1024  # one response line; the largest valid one (logits rows) is far below
@@ -396,7 +410,6 @@ def check_timeout(seconds: Any) -> float:
     return value
 
 
-
 # -----------------------------------------------------------------------------------------------
 # the checker's side: a program as a Verifier / BatchVerifier / Pipeline
 
@@ -506,7 +519,9 @@ class WireImplementation:
             )
         return self._batched("sampled_batch", p, q, draft_arr, draws)
 
-    def verify_law_batch(self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, seed: int = 0) -> BatchVerdict:
+    def verify_law_batch(
+        self, p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, seed: int = 0
+    ) -> BatchVerdict:
         """N verifications with the program's own randomness (the ``sampled_law`` op); request j
         of the call carries ``request_seed(seed, j)`` (spec/law_only.py)."""
         draft_arr = np.asarray(drafts)
@@ -710,7 +725,11 @@ def law_handler(handle: Handler, seed: int, use_given_seed: bool = True) -> Hand
         if drafts.ndim != 2:
             raise VerificationError(f"sampled_law needs drafts [N][k], got shape {drafts.shape}")
         given = inp.get("seed")
-        if use_given_seed and given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 0):
+        if (
+            use_given_seed
+            and given is not None
+            and (isinstance(given, bool) or not isinstance(given, int) or given < 0)
+        ):
             raise VerificationError(f"sampled_law seed must be a non-negative integer, got {given!r:.40}")
         rng = np.random.default_rng(given) if use_given_seed and given is not None else own
         uniforms = rng.random((drafts.shape[0], drafts.shape[1] + 1)).tolist()
@@ -723,7 +742,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m verispec.spec.external (--reference | --mutant NAME | --list-mutants) [--law-only SEED]``: serve the wire
     protocol on stdin/stdout."""
     parser = argparse.ArgumentParser(
-        prog="python -m verispec.spec.external", description="Serve the verispec wire protocol (JSON lines on stdin/stdout)."
+        prog="python -m verispec.spec.external",
+        description="Serve the verispec wire protocol (JSON lines on stdin/stdout).",
     )
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--reference", action="store_true", help="serve the reference implementation")
@@ -753,7 +773,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"verispec.spec.external: error: {exc}", file=sys.stderr)
         return 2
     if args.law_only is not None:
-        return serve(law_handler(handle, args.law_only, not args.ignore_seed), sys.stdin.buffer, sys.stdout.buffer, ("sampled_law",))
+        return serve(
+            law_handler(handle, args.law_only, not args.ignore_seed),
+            sys.stdin.buffer,
+            sys.stdout.buffer,
+            ("sampled_law",),
+        )
     ops = REQUIRED_OPS + OPTIONAL_OPS
     return serve(handle, sys.stdin.buffer, sys.stdout.buffer, ops)
 

@@ -114,7 +114,9 @@ def paths_of(case: LlmCase) -> Paths:
     )
 
 
-def protocol_verdicts(paths: Paths, uniforms: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def protocol_verdicts(
+    paths: Paths, uniforms: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """(accepted [N], token [N]) of the protocol for uniforms [N, k+1]."""
     k = paths.p_x.shape[0]
     accept = uniforms[:, :k] * paths.q_x < paths.p_x  # [N, k]
@@ -227,7 +229,9 @@ def case_probes(case: LlmCase, paths: Paths, seed: int) -> npt.NDArray[np.float6
 # running a verifier on the probes, and the two verdicts
 
 
-def evaluate(batch: BatchVerifier, case: LlmCase, uniforms: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+def evaluate(
+    batch: BatchVerifier, case: LlmCase, uniforms: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """The verifier's (accepted, token, is_bonus) on every probe, in chunks (shared rows)."""
     n = uniforms.shape[0]
     chunk = max(1, CHUNK_ELEMENTS // case.vocab)
@@ -264,12 +268,16 @@ def judge_case(batch: BatchVerifier, case: LlmCase, seed: int, verdicts: Verdict
             f"({int(want_a[i])}, {int(want_t[i])}), verifier ({int(accepted[i])}, {int(token[i])}, bonus={bool(is_bonus[i])}) "
             f"[{int(wrong.sum())} of {wrong.shape[0]} probes differ]"
         )
-    law = _acceptance_law(case, paths, uniforms, accepted) or _draw_law(case, paths, uniforms, accepted, token, verdicts)
+    law = _acceptance_law(case, paths, uniforms, accepted) or _draw_law(
+        case, paths, uniforms, accepted, token, verdicts
+    )
     if law:
         verdicts.law.append(f"{case.name} {list(case.tags)}: {law}")
 
 
-def _acceptance_law(case: LlmCase, paths: Paths, uniforms: npt.NDArray[np.float64], accepted: npt.NDArray[np.int64]) -> str:
+def _acceptance_law(
+    case: LlmCase, paths: Paths, uniforms: npt.NDArray[np.float64], accepted: npt.NDArray[np.int64]
+) -> str:
     """Acceptance probability of each position, bounded by the probes that reach it."""
     k = case.k
     for i in range(k):
@@ -292,7 +300,12 @@ def _acceptance_law(case: LlmCase, paths: Paths, uniforms: npt.NDArray[np.float6
 
 
 def _draw_law(
-    case: LlmCase, paths: Paths, uniforms: npt.NDArray[np.float64], accepted: npt.NDArray[np.int64], token: npt.NDArray[np.int64], verdicts: Verdicts
+    case: LlmCase,
+    paths: Paths,
+    uniforms: npt.NDArray[np.float64],
+    accepted: npt.NDArray[np.int64],
+    token: npt.NDArray[np.int64],
+    verdicts: Verdicts,
 ) -> str:
     """CDF bounds of each path's draw from monotone probes (see the module docstring)."""
     k, vocab = case.k, case.vocab
@@ -325,7 +338,9 @@ def _draw_law(
     return ""
 
 
-def judge(batch: BatchVerifier, cases: Sequence[LlmCase], seed: int, verdict: str = "law", verdicts: Verdicts | None = None) -> Verdicts:
+def judge(
+    batch: BatchVerifier, cases: Sequence[LlmCase], seed: int, verdict: str = "law", verdicts: Verdicts | None = None
+) -> Verdicts:
     """Run the cases in order (small V first), resuming ``verdicts``, until ``verdict`` ("protocol"
     or "law") has failed or every case is done. So a protocol breach found early costs little, and
     a verifier that only breaks the protocol still has its law verdict judged on every case."""

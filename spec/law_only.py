@@ -56,7 +56,9 @@ from verispec.spec.properties import PROPERTY_NAMES, STATISTICAL
 
 DETERMINISTIC_LAW_PROPERTIES: tuple[str, ...] = ("contract", "range_and_mass")
 LAW_PROPERTIES: tuple[str, ...] = DETERMINISTIC_LAW_PROPERTIES + tuple(n for n in PROPERTY_NAMES if n in STATISTICAL)
-NOT_APPLICABLE_REASON = "not applicable: the verifier draws its own randomness (verdicts at given uniforms cannot be checked)"
+NOT_APPLICABLE_REASON = (
+    "not applicable: the verifier draws its own randomness (verdicts at given uniforms cannot be checked)"
+)
 
 
 SEED_BITS = 53  # seeds stay exact in any JSON reader (float64 integers)

@@ -183,7 +183,9 @@ def _draw(rng: np.random.Generator, row: Rows) -> int:
 # cases
 
 
-def llm_case(seed: int, vocab: int, k: int, index: int, shapes: Sequence[str] | None = None, draft_kind: str | None = None) -> LlmCase:
+def llm_case(
+    seed: int, vocab: int, k: int, index: int, shapes: Sequence[str] | None = None, draft_kind: str | None = None
+) -> LlmCase:
     """One deterministic case: per position a heavy-tailed target, a draft, and a shape."""
     rng = case_rng(seed, vocab, k, index)
     kind = draft_kind or DRAFT_KINDS[index % len(DRAFT_KINDS)]
@@ -217,10 +219,15 @@ def llm_case(seed: int, vocab: int, k: int, index: int, shapes: Sequence[str] | 
 # (V, k, how many cases): the default set for the exact checks; large V get few cases (each
 # probe costs O(V) through a NumPy verifier; see spec/full_vocab.py for the cost model)
 DEFAULT_PLAN: tuple[tuple[int, int, int], ...] = (
-    (9, 1, 6), (9, 4, 6), (9, 8, 6),
-    (17, 2, 6), (17, 8, 6),
-    (257, 4, 6), (257, 8, 6),
-    (4099, 2, 4), (4099, 8, 4),
+    (9, 1, 6),
+    (9, 4, 6),
+    (9, 8, 6),
+    (17, 2, 6),
+    (17, 8, 6),
+    (257, 4, 6),
+    (257, 8, 6),
+    (4099, 2, 4),
+    (4099, 8, 4),
     (32000, 8, 1),
     (49152, 4, 1),
     (131072, 2, 1),
@@ -236,7 +243,11 @@ def default_cases(seed: int = 20_261_130) -> tuple[LlmCase, ...]:
 
 
 # real pair i is verified at REAL_PARAMS[i % 3]: several temperatures, with and without truncation
-REAL_PARAMS = (SamplingParams(temperature=0.7, top_p=0.95), SamplingParams(temperature=1.2), SamplingParams(temperature=0.9, min_p=0.02))
+REAL_PARAMS = (
+    SamplingParams(temperature=0.7, top_p=0.95),
+    SamplingParams(temperature=1.2),
+    SamplingParams(temperature=0.9, min_p=0.02),
+)
 
 
 @lru_cache(maxsize=2)
@@ -253,7 +264,9 @@ def real_cases(seed: int = 20_261_130) -> tuple[LlmCase, ...]:
         q = np.stack([law(row, params) for row in pair.draft_logits])
         drafts = tuple(_draw(rng, row) for row in q)
         vocab, k = p.shape[1], q.shape[0]
-        tags = ("real", f"V={vocab}", f"k={k}", f"T={params.temperature}") + (("truncated",) if params.top_p < 1 or params.min_p > 0 else ())
+        tags = ("real", f"V={vocab}", f"k={k}", f"T={params.temperature}") + (
+            ("truncated",) if params.top_p < 1 or params.min_p > 0 else ()
+        )
         cases.append(_frozen(LlmCase(f"real {pair.name} T={params.temperature}", p, q, drafts, tags)))
     return tuple(cases)
 

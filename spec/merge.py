@@ -35,9 +35,24 @@ from verispec.spec.law_only import applicable
 from verispec.spec.properties import PROPERTY_NAMES, STAT_DESIGNS
 from verispec.spec.property_names import property_names
 from verispec.spec.report import CheckError, CheckReport, PropertyOutcome, ReportError, run_design, sequential_outcome
-from verispec.spec.report_seal import REPORT_KEY_ENV, canonical_json, content_digest, report_key, run_id, signature_matches, unsealed, verifier_identity
+from verispec.spec.report_seal import (
+    REPORT_KEY_ENV,
+    canonical_json,
+    content_digest,
+    report_key,
+    run_id,
+    signature_matches,
+    unsealed,
+    verifier_identity,
+)
 from verispec.spec.sequential import SequentialTest, StatDesign, schedule, shard_blocks
-from verispec.spec.shards import ShardTest, foreign_shard_message, merged_schedule, missing_shards_message, replay_own_looks
+from verispec.spec.shards import (
+    ShardTest,
+    foreign_shard_message,
+    merged_schedule,
+    missing_shards_message,
+    replay_own_looks,
+)
 from verispec.spec.stream_probe import same_stream, same_stream_message
 from verispec.spec.version import VERSION
 
@@ -132,9 +147,13 @@ def _same_run(report: CheckReport, first: CheckReport) -> None:
     if report.verispec_version != VERSION:
         raise CheckError(f"{where} was written by verispec {report.verispec_version}; this is {VERSION}: rerun it")
     if report.protocol_version != PROTOCOL_VERSION:
-        raise CheckError(f"{where} is of protocol version {report.protocol_version}; this verispec speaks {PROTOCOL_VERSION}")
+        raise CheckError(
+            f"{where} is of protocol version {report.protocol_version}; this verispec speaks {PROTOCOL_VERSION}"
+        )
     if report.verifier_identity != verifier_identity(report.implementation, report.law_only):
-        raise CheckError(f"{where}: its verifier identity does not match its implementation ({report.implementation!r})")
+        raise CheckError(
+            f"{where}: its verifier identity does not match its implementation ({report.implementation!r})"
+        )
     if report.verifier_identity != first.verifier_identity:
         raise CheckError(f"{where} checked another verifier ({report.implementation!r}, not {first.implementation!r})")
     differ = [
@@ -164,19 +183,25 @@ def _seals(reports: Sequence[CheckReport]) -> bytes | None:
             raise CheckError(f"{where}: its content digest does not match its content (edited after it was written?)")
         if key is None:
             if report.signature is not None:
-                raise CheckError(f"{where} is signed, but {REPORT_KEY_ENV} is not set here: its signature cannot be verified")
+                raise CheckError(
+                    f"{where} is signed, but {REPORT_KEY_ENV} is not set here: its signature cannot be verified"
+                )
             continue
         if report.signature is None:
             raise CheckError(f"{where} is unsigned; with {REPORT_KEY_ENV} set every shard must be signed with it")
         if not signature_matches(body, report.signature, key):
-            raise CheckError(f"{where}: its signature does not verify with {REPORT_KEY_ENV} (forged, edited, or another key)")
+            raise CheckError(
+                f"{where}: its signature does not verify with {REPORT_KEY_ENV} (forged, edited, or another key)"
+            )
     return key
 
 
 def expected_properties(report: CheckReport) -> tuple[list[str], list[str]]:
     """(properties shard 1 runs alone, the designed tests every shard draws) of the run's mode."""
     wanted = [n for n in property_names() if report.only is None or n in report.only]
-    designed = [n for n in wanted if n in STAT_DESIGNS and n in PROPERTY_NAMES and (applicable(n) or not report.law_only)]
+    designed = [
+        n for n in wanted if n in STAT_DESIGNS and n in PROPERTY_NAMES and (applicable(n) or not report.law_only)
+    ]
     return [n for n in wanted if n not in designed], designed
 
 
@@ -225,7 +250,9 @@ def _merge_test(design: StatDesign, reports: Sequence[CheckReport], shards: int)
         detail = shard_test.rejection or ""
         if len(rejections) > 1:
             detail += f" (and {len(rejections) - 1} other shard(s) rejected alone)"
-        return PropertyOutcome(design.name, "failed", test.samples, design.alpha, shard_test.power(), detail, seconds, design.tv)
+        return PropertyOutcome(
+            design.name, "failed", test.samples, design.alpha, shard_test.power(), detail, seconds, design.tv
+        )
     test.take_looks()
     return sequential_outcome(test, seconds)
 
@@ -241,12 +268,18 @@ def _checked_slice(design: StatDesign, report: CheckReport, outcome: PropertyOut
     for block in sorted(got):
         counts = np.asarray(got[block], dtype=np.int64)
         if counts.shape != design.probs.shape:
-            raise CheckError(f"{where}: block {block} has {counts.shape[0]} cells, the design has {design.probs.shape[0]}")
+            raise CheckError(
+                f"{where}: block {block} has {counts.shape[0]} cells, the design has {design.probs.shape[0]}"
+            )
         if int(counts.sum()) != plan.block or bool((counts < 0).any()):
-            raise CheckError(f"{where}: block {block} holds {int(counts.sum())} draws; the design's blocks hold {plan.block}")
+            raise CheckError(
+                f"{where}: block {block} holds {int(counts.sum())} draws; the design's blocks hold {plan.block}"
+            )
     if outcome.status == "counted":
         if sorted(got) != owned:
-            raise CheckError(f"{where}: blocks {_span(sorted(got))} are not its slice {_span(owned)} (every {shards}th block)")
+            raise CheckError(
+                f"{where}: blocks {_span(sorted(got))} are not its slice {_span(owned)} (every {shards}th block)"
+            )
         for block in owned:
             shard_test.add(block, np.asarray(got[block], dtype=np.int64))
         return shard_test

@@ -61,10 +61,16 @@ class Mutant:
 class Bugs:
     """Which single mistake the row-level verifier makes (all False/"protocol" = the reference)."""
 
-    accept: str = "protocol"  # protocol | always | inverted | le | greedy | off_by_one | division | float32 | buffer_of_4
-    repair: str = "residual"  # residual | from_p | from_q | unnormalized | reuse_uniform | padded_tie | drop_below_eps | top_1024
+    accept: str = (
+        "protocol"  # protocol | always | inverted | le | greedy | off_by_one | division | float32 | buffer_of_4
+    )
+    repair: str = (
+        "residual"  # residual | from_p | from_q | unnormalized | reuse_uniform | padded_tie | drop_below_eps | top_1024
+    )
     bonus: str = "p_k"  # p_k | none | previous_row
-    draw: str = "protocol"  # protocol | float32_cumsum | reversed_large_vocab | pairwise_total | clamp_v_minus_2 | side_left
+    draw: str = (
+        "protocol"  # protocol | float32_cumsum | reversed_large_vocab | pairwise_total | clamp_v_minus_2 | side_left
+    )
     rows: str = "float64"  # float64 | float16 | q_tail_underflow
 
 
@@ -103,6 +109,7 @@ def _preprocess_rows(p: Probs2D, q: Probs2D, rows: str) -> tuple[Probs2D, Probs2
         return change(rows_in)
 
     if rows == "float16":
+
         def to_half(r: Probs2D) -> Probs2D:
             return np.asarray(r.astype(np.float16), dtype=np.float64)
 
@@ -164,7 +171,11 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
 
 
 def _repair_tokens(
-    bugs: Bugs, p_all: Probs2D, q_all: Probs2D, u: npt.NDArray[np.float64], accepted: npt.NDArray[np.int64],
+    bugs: Bugs,
+    p_all: Probs2D,
+    q_all: Probs2D,
+    u: npt.NDArray[np.float64],
+    accepted: npt.NDArray[np.int64],
     items: npt.NDArray[np.intp],
 ) -> npt.NDArray[np.int64]:
     """[N] the repair token of each of ``items`` (the rejected ones; 0 elsewhere), with the bugs."""
@@ -262,36 +273,124 @@ def _pipeline_mutant(name: str, bug_class: str, pipeline: Pipeline) -> Mutant:
 def catalogue() -> list[Mutant]:
     """Every mutant, in a stable order."""
     return [
-        _row_mutant("resample_from_target", "on rejection, resample from p instead of the residual (p - q)+", Bugs(repair="from_p")),
+        _row_mutant(
+            "resample_from_target",
+            "on rejection, resample from p instead of the residual (p - q)+",
+            Bugs(repair="from_p"),
+        ),
         _row_mutant("resample_from_draft", "on rejection, resample from q", Bugs(repair="from_q")),
         _row_mutant("no_bonus_token", "all k accepted: no bonus token from p_k", Bugs(bonus="none")),
-        _row_mutant("bonus_from_wrong_row", "bonus token drawn from p_{k-1} instead of p_k", Bugs(bonus="previous_row")),
+        _row_mutant(
+            "bonus_from_wrong_row", "bonus token drawn from p_{k-1} instead of p_k", Bugs(bonus="previous_row")
+        ),
         _row_mutant("always_accept", "drafts accepted without a test (transformers PR #28508)", Bugs(accept="always")),
-        _row_mutant("residual_not_renormalized", "inverse CDF over the raw residual, not divided by its mass", Bugs(repair="unnormalized")),
-        _row_mutant("recovered_id_out_of_vocab_on_ties", "zero residual: padded tail wins the tie, id >= V (vLLM GHSA-8wr5-jm2h-8r4f)", Bugs(repair="padded_tie")),
+        _row_mutant(
+            "residual_not_renormalized",
+            "inverse CDF over the raw residual, not divided by its mass",
+            Bugs(repair="unnormalized"),
+        ),
+        _row_mutant(
+            "recovered_id_out_of_vocab_on_ties",
+            "zero residual: padded tail wins the tie, id >= V (vLLM GHSA-8wr5-jm2h-8r4f)",
+            Bugs(repair="padded_tie"),
+        ),
         _row_mutant("ratio_inverted", "accept with min(1, q/p) instead of min(1, p/q)", Bugs(accept="inverted")),
-        _row_mutant("sampling_verified_greedily", "a sampling request verified by argmax match (sglang #32922)", Bugs(accept="greedy")),
-        _row_mutant("acceptance_uniform_reused_for_repair", "the rejecting uniform also drives the repair draw", Bugs(repair="reuse_uniform")),
+        _row_mutant(
+            "sampling_verified_greedily",
+            "a sampling request verified by argmax match (sglang #32922)",
+            Bugs(accept="greedy"),
+        ),
+        _row_mutant(
+            "acceptance_uniform_reused_for_repair",
+            "the rejecting uniform also drives the repair draw",
+            Bugs(repair="reuse_uniform"),
+        ),
         _row_mutant("accept_on_equality", "u * q <= p instead of <: breaks bit-exact portability", Bugs(accept="le")),
-        _row_mutant("target_rows_off_by_one", "draft i tested against target row i+1 (transformers PR #28166 indexing)", Bugs(accept="off_by_one")),
+        _row_mutant(
+            "target_rows_off_by_one",
+            "draft i tested against target row i+1 (transformers PR #28166 indexing)",
+            Bugs(accept="off_by_one"),
+        ),
         # LLM-scale bug classes: they fire only at large V, in the tail, at the last id,
         # for k >= 4 or in reduced precision; the toy-V properties let several of them through
-        _row_mutant("float32_cumsum_in_draw", "the inverse-CDF running sum in float32 (a GPU kernel's accumulator)", Bugs(draw="float32_cumsum")),
-        _row_mutant("reversed_scan_large_vocab", "for V > 8 the draw scans ids from the top down (a reduction in another order)", Bugs(draw="reversed_large_vocab")),
-        _row_mutant("total_by_pairwise_sum", "the draw's total from np.sum (pairwise) instead of the running sum's last entry", Bugs(draw="pairwise_total")),
-        _row_mutant("last_id_never_drawn", "clamp to V - 2 instead of V - 1 after searchsorted (off by one): id V-1 is never emitted", Bugs(draw="clamp_v_minus_2")),
-        _row_mutant("searchsorted_side_left", "searchsorted(side='left'): a boundary u picks the id whose cumsum equals u * total", Bugs(draw="side_left")),
-        _row_mutant("q_tail_underflow", "draft probabilities below 1e-3 read as 0 (a log-space or fp8 shortcut): tail drafts always accepted", Bugs(rows="q_tail_underflow")),
-        _row_mutant("float16_probabilities", "p and q stored as float16 before the verification (mixed-precision kernels)", Bugs(rows="float16")),
-        _row_mutant("residual_below_eps_dropped", "residual entries below 1e-3 treated as negligible and dropped", Bugs(repair="drop_below_eps")),
-        _row_mutant("residual_truncated_to_top_1024", "the repair draw considers only the 1,024 largest residual entries (a top-k kernel reused)", Bugs(repair="top_1024")),
-        _row_mutant("uniform_buffer_of_four", "a 4-slot uniform buffer: acceptance at positions >= 4 reuses u_3 (a k >= 4 loop bug)", Bugs(accept="buffer_of_4")),
-        _row_mutant("acceptance_by_division", "accept iff u < p/q (the ratio rounds first): off the protocol at boundaries", Bugs(accept="division")),
-        _row_mutant("acceptance_in_float32", "the acceptance test u * q < p evaluated in float32", Bugs(accept="float32")),
-        _pipeline_mutant("draft_q_from_raw_logits", "q from raw logits while the draft sampled top-k/processed logits (transformers #47932)", DraftQFromRawLogits()),
-        _pipeline_mutant("greedy_draft_scored_with_softmax", "greedy draft scored with its softmax, not one-hot (transformers #32867)", GreedyDraftScoredWithSoftmax()),
-        _pipeline_mutant("processors_on_draft_not_target", "processors applied to the draft but not to the target rows (vLLM #42744)", ProcessorsOnDraftNotTarget()),
-        _pipeline_mutant("history_without_accepted_drafts", "target rows penalized with the step's stale history, not history + drafts", HistoryWithoutAcceptedDrafts()),
+        _row_mutant(
+            "float32_cumsum_in_draw",
+            "the inverse-CDF running sum in float32 (a GPU kernel's accumulator)",
+            Bugs(draw="float32_cumsum"),
+        ),
+        _row_mutant(
+            "reversed_scan_large_vocab",
+            "for V > 8 the draw scans ids from the top down (a reduction in another order)",
+            Bugs(draw="reversed_large_vocab"),
+        ),
+        _row_mutant(
+            "total_by_pairwise_sum",
+            "the draw's total from np.sum (pairwise) instead of the running sum's last entry",
+            Bugs(draw="pairwise_total"),
+        ),
+        _row_mutant(
+            "last_id_never_drawn",
+            "clamp to V - 2 instead of V - 1 after searchsorted (off by one): id V-1 is never emitted",
+            Bugs(draw="clamp_v_minus_2"),
+        ),
+        _row_mutant(
+            "searchsorted_side_left",
+            "searchsorted(side='left'): a boundary u picks the id whose cumsum equals u * total",
+            Bugs(draw="side_left"),
+        ),
+        _row_mutant(
+            "q_tail_underflow",
+            "draft probabilities below 1e-3 read as 0 (a log-space or fp8 shortcut): tail drafts always accepted",
+            Bugs(rows="q_tail_underflow"),
+        ),
+        _row_mutant(
+            "float16_probabilities",
+            "p and q stored as float16 before the verification (mixed-precision kernels)",
+            Bugs(rows="float16"),
+        ),
+        _row_mutant(
+            "residual_below_eps_dropped",
+            "residual entries below 1e-3 treated as negligible and dropped",
+            Bugs(repair="drop_below_eps"),
+        ),
+        _row_mutant(
+            "residual_truncated_to_top_1024",
+            "the repair draw considers only the 1,024 largest residual entries (a top-k kernel reused)",
+            Bugs(repair="top_1024"),
+        ),
+        _row_mutant(
+            "uniform_buffer_of_four",
+            "a 4-slot uniform buffer: acceptance at positions >= 4 reuses u_3 (a k >= 4 loop bug)",
+            Bugs(accept="buffer_of_4"),
+        ),
+        _row_mutant(
+            "acceptance_by_division",
+            "accept iff u < p/q (the ratio rounds first): off the protocol at boundaries",
+            Bugs(accept="division"),
+        ),
+        _row_mutant(
+            "acceptance_in_float32", "the acceptance test u * q < p evaluated in float32", Bugs(accept="float32")
+        ),
+        _pipeline_mutant(
+            "draft_q_from_raw_logits",
+            "q from raw logits while the draft sampled top-k/processed logits (transformers #47932)",
+            DraftQFromRawLogits(),
+        ),
+        _pipeline_mutant(
+            "greedy_draft_scored_with_softmax",
+            "greedy draft scored with its softmax, not one-hot (transformers #32867)",
+            GreedyDraftScoredWithSoftmax(),
+        ),
+        _pipeline_mutant(
+            "processors_on_draft_not_target",
+            "processors applied to the draft but not to the target rows (vLLM #42744)",
+            ProcessorsOnDraftNotTarget(),
+        ),
+        _pipeline_mutant(
+            "history_without_accepted_drafts",
+            "target rows penalized with the step's stale history, not history + drafts",
+            HistoryWithoutAcceptedDrafts(),
+        ),
     ]
 
 
@@ -333,15 +432,37 @@ def evaluate(
 
 
 def run_catalogue(
-    *, fail_fast: bool = False, only: Sequence[str] | None = None, scale: float = 1.0, log: Callable[[str], None] | None = None
+    *,
+    fail_fast: bool = False,
+    only: Sequence[str] | None = None,
+    scale: float = 1.0,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[MutantReport, list[MutantReport]]:
     """(report on the reference, one report per mutant)."""
-    reference = evaluate("reference", "-", verify_sampled, verify_sampled_batch, ReferencePipeline(), fail_fast=False, only=only, scale=scale)
+    reference = evaluate(
+        "reference",
+        "-",
+        verify_sampled,
+        verify_sampled_batch,
+        ReferencePipeline(),
+        fail_fast=False,
+        only=only,
+        scale=scale,
+    )
     if log:
         log(_line(reference))
     reports = []
     for mutant in catalogue():
-        report = evaluate(mutant.name, mutant.bug_class, mutant.verifier, mutant.batch, mutant.pipeline, fail_fast=fail_fast, only=only, scale=scale)
+        report = evaluate(
+            mutant.name,
+            mutant.bug_class,
+            mutant.verifier,
+            mutant.batch,
+            mutant.pipeline,
+            fail_fast=fail_fast,
+            only=only,
+            scale=scale,
+        )
         reports.append(report)
         if log:
             log(_line(report))
@@ -364,7 +485,14 @@ def _as_json(report: MutantReport) -> dict[str, Any]:
         "killed_by": report.killed_by,
         "seconds": round(report.seconds, 3),
         "properties": [
-            {"name": r.name, "passed": r.passed, "n": r.n, "alpha": r.alpha, "power": round(r.power, 6), "detail": r.detail}
+            {
+                "name": r.name,
+                "passed": r.passed,
+                "n": r.n,
+                "alpha": r.alpha,
+                "power": round(r.power, 6),
+                "detail": r.detail,
+            }
             for r in report.results
         ],
     }
@@ -376,7 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--fail-fast", action="store_true", help="stop each mutant at its first failing property")
     parser.add_argument("--only", nargs="+", metavar="PROPERTY", help="run only these properties")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply statistical sample sizes (power is reported)")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="multiply statistical sample sizes (power is reported)"
+    )
     args = parser.parse_args(argv)
     if not args.scale > 0:
         parser.error(f"--scale must be > 0, got {args.scale}")
@@ -389,9 +519,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     killed = sum(r.killed for r in reports)
     ok = not reference.killed and killed == len(reports)
     if args.json:
-        print(json.dumps({"reference": _as_json(reference), "mutants": [_as_json(r) for r in reports], "killed": killed, "total": len(reports), "ok": ok}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "reference": _as_json(reference),
+                    "mutants": [_as_json(r) for r in reports],
+                    "killed": killed,
+                    "total": len(reports),
+                    "ok": ok,
+                },
+                indent=2,
+            )
+        )
     else:
-        print(f"\n{killed}/{len(reports)} mutants killed; reference {'passes every property' if not reference.killed else 'FAILS'}")
+        print(
+            f"\n{killed}/{len(reports)} mutants killed; reference {'passes every property' if not reference.killed else 'FAILS'}"
+        )
     return 0 if ok else 1
 
 

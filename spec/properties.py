@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import math
-import zlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -49,7 +48,6 @@ import numpy.typing as npt
 from verispec.reference.errors import VerificationError
 from verispec.reference.sampling import SamplingParams, inverse_cdf_draws, inverse_cdf_rows, target_distribution
 from verispec.reference.speculative import (
-    BatchVerdict,
     BatchVerifier,
     Probs2D,
     Verdict,
@@ -59,13 +57,11 @@ from verispec.reference.speculative import (
     verify_sampled_batch,
 )
 from verispec.spec import exact
-from verispec.spec.llm_properties import LLM_EXACT, LLM_STATISTICS  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
+from verispec.spec.llm_properties import (
+    LLM_EXACT,
+    LLM_STATISTICS,
+)  # LLM scale: V up to 262,144 (full_vocab_*, stat_strata_*)
 from verispec.spec.pipeline import Pipeline as Pipeline
-from verispec.spec.subject import Property as Property
-from verispec.spec.subject import PropertyResult as PropertyResult
-from verispec.spec.subject import Subject as Subject
-from verispec.spec.subject import as_batch as as_batch
-from verispec.spec.subject import as_verifier as as_verifier
 from verispec.spec.pipeline import ReferencePipeline as ReferencePipeline
 from verispec.spec.pipeline import RowsRequest
 from verispec.spec.report import VALID_INPUT_FAILURE
@@ -80,12 +76,19 @@ from verispec.spec.statistics import (
     power_of,
     required_sample_size,
 )
+from verispec.spec.subject import Property as Property
+from verispec.spec.subject import PropertyResult as PropertyResult
+from verispec.spec.subject import Subject as Subject
+from verispec.spec.subject import as_batch as as_batch
+from verispec.spec.subject import as_verifier as as_verifier
 
 # -----------------------------------------------------------------------------------------------
 # rows for the cases: dyadic (multiples of 2^-bits), so exact and float arithmetic agree
 
 
-def dyadic_row(rng: np.random.Generator, vocab: int, bits: int = 6, *, support: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.float64]:
+def dyadic_row(
+    rng: np.random.Generator, vocab: int, bits: int = 6, *, support: npt.NDArray[np.bool_] | None = None
+) -> npt.NDArray[np.float64]:
     """A random probability row with entries that are multiples of 2^-bits, summing exactly to 1.
 
     ``support`` restricts the nonzero ids; zeros also occur by chance.
@@ -218,8 +221,20 @@ def _edge_cases() -> list[tuple[str, Probs2D, Probs2D, list[int], list[float]]]:
     return [
         ("p == q with a subnormal drafted mass (V = 9)", np.stack([row9, row9]), row9[None], [8], [0.75, 0.3]),
         ("p == q, subnormal draft, last-id draw (V = 9)", np.stack([row9, row9]), row9[None], [8], [0.999, 0.9999]),
-        ("p <= q everywhere, p sums to 1 - 1e-9", np.stack([deficit_p, deficit_p]), full_q[None], [2], [0.9999999999, 0.99]),
-        ("bonus from a row ending in zeros (V = 13)", np.stack([np.eye(13)[3], np.r_[np.full(4, 0.25), np.zeros(9)]]), np.eye(13)[3][None], [3], [0.2, 0.999]),
+        (
+            "p <= q everywhere, p sums to 1 - 1e-9",
+            np.stack([deficit_p, deficit_p]),
+            full_q[None],
+            [2],
+            [0.9999999999, 0.99],
+        ),
+        (
+            "bonus from a row ending in zeros (V = 13)",
+            np.stack([np.eye(13)[3], np.r_[np.full(4, 0.25), np.zeros(9)]]),
+            np.eye(13)[3][None],
+            [3],
+            [0.2, 0.999],
+        ),
     ]
 
 
@@ -403,7 +418,9 @@ def prop_protocol_cells(subject: Subject) -> PropertyResult:
     cases = _cell_cases(rng, 40)
     for label, p, q in cases:
         k, vocab = q.shape
-        for drafts, _mass in exact.draft_paths(lambda prefix: exact.exact_row(q[len(prefix)], normalize=False), k, vocab):
+        for drafts, _mass in exact.draft_paths(
+            lambda prefix, q=q: exact.exact_row(q[len(prefix)], normalize=False), k, vocab
+        ):
             implied = implied_verdict_law(subject.batch, p, q, drafts)
             if implied.errors or implied.mismatches:
                 failures.append(f"{label}, p={p.tolist()}, q={q.tolist()}: {(implied.errors + implied.mismatches)[0]}")
@@ -423,7 +440,9 @@ def prop_exact_lossless(subject: Subject) -> PropertyResult:
         P = [exact.exact_row(row, normalize=False) for row in p]
         emitted: exact.Law = {}
         broken = ""
-        for drafts, path_mass in exact.draft_paths(lambda prefix: exact.exact_row(q[len(prefix)], normalize=False), k, vocab):
+        for drafts, path_mass in exact.draft_paths(
+            lambda prefix, q=q: exact.exact_row(q[len(prefix)], normalize=False), k, vocab
+        ):
             implied = implied_verdict_law(subject.batch, p, q, drafts)
             if implied.errors:
                 broken = implied.errors[0]
@@ -442,7 +461,9 @@ def prop_exact_lossless(subject: Subject) -> PropertyResult:
         want = exact.product_law(P)
         if got != want:
             tv = exact.total_variation(got, want)
-            failures.append(f"{label}, p={p.tolist()}, q={q.tolist()}: emitted law off the target by TV {float(tv):.6g}")
+            failures.append(
+                f"{label}, p={p.tolist()}, q={q.tolist()}: emitted law off the target by TV {float(tv):.6g}"
+            )
             if len(failures) >= MAX_FAILURES:
                 break
     return _result("exact_lossless", failures, len(cases))
@@ -473,7 +494,9 @@ def prop_batch_matches_sequential(subject: Subject) -> PropertyResult:
             got = (int(result.accepted[item]), int(result.token[item]), bool(result.is_bonus[item]))
             want = outcome if isinstance(outcome, str) else (outcome.accepted, outcome.token, outcome.kind == "bonus")
             if got != want:
-                failures.append(f"item with drafts={drafts[item].tolist()}, u={uniforms[item].tolist()}: batch {got}, single {want}")
+                failures.append(
+                    f"item with drafts={drafts[item].tolist()}, u={uniforms[item].tolist()}: batch {got}, single {want}"
+                )
                 break
     return _result("batch_matches_sequential", failures, total)
 
@@ -507,7 +530,9 @@ class ProcessorScenario:
 
 
 PROCESSOR_SCENARIOS = (
-    ProcessorScenario("top_k_on_both", SamplingParams(temperature=0.9, top_k=2), SamplingParams(temperature=0.9, top_k=2)),
+    ProcessorScenario(
+        "top_k_on_both", SamplingParams(temperature=0.9, top_k=2), SamplingParams(temperature=0.9, top_k=2)
+    ),
     ProcessorScenario("greedy_draft", SamplingParams(temperature=1.0, top_p=0.9), SamplingParams(temperature=0.0)),
     ProcessorScenario(
         "processed_target",
@@ -521,7 +546,12 @@ PROCESSOR_SCENARIOS = (
         history=(1,),
     ),
     ProcessorScenario("greedy_target", SamplingParams(temperature=0.0), SamplingParams(temperature=1.2)),
-    ProcessorScenario("top_p_min_p_draft_sampled_plain", SamplingParams(temperature=0.8, top_p=0.8, min_p=0.1), SamplingParams(temperature=1.0), k=1),
+    ProcessorScenario(
+        "top_p_min_p_draft_sampled_plain",
+        SamplingParams(temperature=0.8, top_p=0.8, min_p=0.1),
+        SamplingParams(temperature=1.0),
+        k=1,
+    ),
 )
 
 
@@ -604,7 +634,9 @@ def prop_pipeline_processors(subject: Subject) -> PropertyResult:
             continue
         tv = exact.total_variation(got, want)
         if tv > PIPELINE_TOLERANCE:
-            failures.append(f"{scenario.name}: law of the first {scenario.m} tokens is off the processed target by TV {float(tv):.6g}")
+            failures.append(
+                f"{scenario.name}: law of the first {scenario.m} tokens is off the processed target by TV {float(tv):.6g}"
+            )
     return _result("pipeline_processors", failures, len(PROCESSOR_SCENARIOS))
 
 
@@ -676,7 +708,12 @@ def verdict_law_design(k: int) -> StatDesign:
         [exact.exact_row(r, normalize=False) for r in p], [exact.exact_row(r, normalize=False) for r in q]
     )
     size = 2 * (k + 1) * vocab  # cell = ((accepted * V + token) * 2 + is_bonus)
-    index = {(a, t, kind): (a * vocab + t) * 2 + (kind == "bonus") for a in range(k + 1) for t in range(vocab) for kind in ("repair", "bonus")}
+    index = {
+        (a, t, kind): (a * vocab + t) * 2 + (kind == "bonus")
+        for a in range(k + 1)
+        for t in range(vocab)
+        for kind in ("repair", "bonus")
+    }
     probs = law_to_vector(law, index, size)
 
     def draw(batch: BatchVerifier, rng: np.random.Generator, n: int) -> npt.NDArray[np.int64]:
@@ -845,6 +882,8 @@ PROPERTIES: tuple[tuple[str, Property], ...] = (
 ) + LLM_STATISTICS
 PROPERTY_NAMES: tuple[str, ...] = tuple(name for name, _ in PROPERTIES)
 STATISTICAL: frozenset[str] = frozenset(name for name in PROPERTY_NAMES if name.startswith("stat_"))
+
+
 def strata_design(name: str) -> StatDesign:
     """A stratified LLM-scale test of :mod:`spec.strata` as a design: cells (accepted, stratum),
     designed against ``strata.design_tv(name)`` (``STRATA_TV``; 0.1 at V = 262,144, for cost)."""
@@ -856,7 +895,9 @@ def strata_design(name: str) -> StatDesign:
         return strata.observe(batch, p, q, n, rng)
 
     label = f" V={p.shape[1]} k={q.shape[0]} (strata)"
-    return StatDesign(name, strata.cell_law(p, q), strata.design_df(p, q), strata.design_tv(name), ALPHA_BUDGET[name], draw, label)
+    return StatDesign(
+        name, strata.cell_law(p, q), strata.design_df(p, q), strata.design_tv(name), ALPHA_BUDGET[name], draw, label
+    )
 
 
 # every statistical property as a design (spec/sequential.py runs them group-sequentially)
@@ -904,7 +945,9 @@ def run_properties(
         try:
             result = prop(subject)
         except Exception as exc:  # noqa: BLE001 - a broken subject must not crash the runner
-            result = PropertyResult(name, False, 0, ALPHA_BUDGET.get(name, 0.0), 0.0, f"raised {type(exc).__name__}: {exc}")
+            result = PropertyResult(
+                name, False, 0, ALPHA_BUDGET.get(name, 0.0), 0.0, f"raised {type(exc).__name__}: {exc}"
+            )
         results.append(result)
         if fail_fast and not result.passed:
             break

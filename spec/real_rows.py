@@ -58,7 +58,12 @@ def encode_rows(logits: npt.NDArray[np.float32]) -> dict[str, npt.NDArray[np.gen
     return {"top": top[:, 0].astype(np.float32), "tail_code": code, "head_ids": head_ids, "head_logits": head_logits}
 
 
-def decode_rows(top: npt.NDArray[np.generic], code: npt.NDArray[np.generic], head_ids: npt.NDArray[np.generic], head_logits: npt.NDArray[np.generic]) -> npt.NDArray[np.float64]:
+def decode_rows(
+    top: npt.NDArray[np.generic],
+    code: npt.NDArray[np.generic],
+    head_ids: npt.NDArray[np.generic],
+    head_logits: npt.NDArray[np.generic],
+) -> npt.NDArray[np.float64]:
     """The inverse of :func:`encode_rows` (up to the stated rounding) -> [R, V] float64."""
     rows = np.asarray(top, dtype=np.float64)[:, None] - np.asarray(code, dtype=np.float64) / TAIL_STEP
     ids = np.asarray(head_ids, dtype=np.int64)
@@ -72,9 +77,12 @@ def load_pairs(path: Path = DATA) -> list[RealPair]:
         names = [str(n) for n in data["names"]]
         pairs = []
         for i, name in enumerate(names):
-            def rows(which: str) -> npt.NDArray[np.float64]:
+
+            def rows(which: str, i: int = i) -> npt.NDArray[np.float64]:
                 key = f"{i}_{which}"
-                return decode_rows(data[key + "_top"], data[key + "_tail_code"], data[key + "_head_ids"], data[key + "_head_logits"])
+                return decode_rows(
+                    data[key + "_top"], data[key + "_tail_code"], data[key + "_head_ids"], data[key + "_head_logits"]
+                )
 
             pairs.append(RealPair(name, rows("target"), rows("draft")))
     return pairs

@@ -37,8 +37,8 @@ from verispec.reference.errors import ReportError as ReportError
 from verispec.reference.speculative import PROTOCOL_VERSION
 from verispec.spec.sequential import SequentialTest, final_state
 from verispec.spec.statistics import POWER, PROPERTY_SEED, TV_BIAS
-from verispec.spec.version import VERSION
 from verispec.spec.vectors import Json
+from verispec.spec.version import VERSION
 
 Status = Literal["passed", "failed", "skipped", "not_applicable", "inconclusive", "counted"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "skipped", "not_applicable", "inconclusive", "counted")
@@ -50,9 +50,9 @@ VALID_INPUT_FAILURE = "valid input "  # how the contract names its failure on th
 # properties that compare verdicts with the protocol's at given uniforms, bit for bit: a verifier
 # can fail them with the right law (other arithmetic for the same rule), so their failure alone
 # says "not bit-exact", not "not lossless"
-BIT_EXACT_PROPERTIES = frozenset({"vectors_sampled", "vectors_sampled_large", "protocol_boundaries", "protocol_cells", "full_vocab_protocol"})
-
-
+BIT_EXACT_PROPERTIES = frozenset(
+    {"vectors_sampled", "vectors_sampled_large", "protocol_boundaries", "protocol_cells", "full_vocab_protocol"}
+)
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,9 @@ class CheckReport:
 
     def _contract_labels(self) -> list[str]:
         accepts_invalid, crashes_on_valid = self.contract_failures()
-        return (["does not validate its input"] if accepts_invalid else []) + (["crashes on valid input"] if crashes_on_valid else [])
+        return (["does not validate its input"] if accepts_invalid else []) + (
+            ["crashes on valid input"] if crashes_on_valid else []
+        )
 
     def _law_and_bit_exact_failures(self) -> tuple[list[str], list[str]]:
         """The failed properties other than the contract: (law or other, bit-exact replay only)."""
@@ -273,12 +275,15 @@ class CheckReport:
             needed = self.required_power()
             design += (
                 f" at N = {min(p.n for p in stats):,} to {max(p.n for p in stats):,} draws, power reached {power:.4f} "
-                f"(needed {POWER if needed is None else needed:g}) against TV " + " / ".join(f"{tv:g}" for tv in sorted({p.tv for p in stats}))
+                f"(needed {POWER if needed is None else needed:g}) against TV "
+                + " / ".join(f"{tv:g}" for tv in sorted({p.tv for p in stats}))
                 + f", false alarms <= {math.fsum(p.alpha for p in stats):.2g}"
             )
-        sees = "sees: the verdict law on the suite's rows and drafts" + (
-            "" if self.law_only else ", bit-exact agreement with the protocol's draws"
-        ) + ", input validation (contract)"
+        sees = (
+            "sees: the verdict law on the suite's rows and drafts"
+            + ("" if self.law_only else ", bit-exact agreement with the protocol's draws")
+            + ", input validation (contract)"
+        )
         blind = (
             "cannot see: rows or drafts the suite does not draw, deviations below the stated TV, "
             "the decode loop around the verifier (check-decoder checks that)"
@@ -296,7 +301,9 @@ class CheckReport:
             parts.append("not lossless (the law is off): " + ", ".join(law_failed) + " failed")
         if bit_exact_failed:
             parts.append(
-                "not bit-exact with the protocol's draws: " + ", ".join(bit_exact_failed) + " failed"
+                "not bit-exact with the protocol's draws: "
+                + ", ".join(bit_exact_failed)
+                + " failed"
                 + ("" if law_failed else " (the law may still be right: try --law-only)")
             )
         if not (law_failed or bit_exact_failed):
@@ -335,7 +342,11 @@ class CheckReport:
         assert self.shard is not None
         where = f"shard {self.shard[0]}/{self.shard[1]}"
         if self.failed:
-            return f"{where}: " + ", ".join(p.name for p in self.failed) + " failed (this shard alone rejects: the run fails)"
+            return (
+                f"{where}: "
+                + ", ".join(p.name for p in self.failed)
+                + " failed (this shard alone rejects: the run fails)"
+            )
         return f"{where}: counts only; merge all shards for a verdict"
 
     def _law_claim(self) -> str:
@@ -345,7 +356,11 @@ class CheckReport:
         power = math.floor(min(p.power for p in stats) * 1e4) / 1e4
         deviations = sorted({p.tv for p in stats})
         alpha = math.fsum(p.alpha for p in stats)
-        accepted = f" (below the design's {POWER:g}: accepted by --min-power {self.min_power:g})" if self.min_power is not None and power < POWER else ""
+        accepted = (
+            f" (below the design's {POWER:g}: accepted by --min-power {self.min_power:g})"
+            if self.min_power is not None and power < POWER
+            else ""
+        )
         return (
             f"lossless at power {power:.4f}{accepted} against total-variation deviation "
             + " / ".join(f"{tv:g}" for tv in deviations)
@@ -418,7 +433,9 @@ def check_schema_version(version: Any) -> None:
     if not isinstance(version, str) or not version.partition(".")[0].isdigit():
         raise ReportError(f"not a verispec check report: schema_version {version!r:.40} (expected {SCHEMA_VERSION})")
     if version.partition(".")[0] != SCHEMA_VERSION.partition(".")[0]:
-        raise ReportError(f"report schema {version} is not readable by this verispec (reads {SCHEMA_VERSION.split('.')[0]}.x)")
+        raise ReportError(
+            f"report schema {version} is not readable by this verispec (reads {SCHEMA_VERSION.split('.')[0]}.x)"
+        )
 
 
 def _report_from_json(data: Mapping[str, Any]) -> CheckReport:

@@ -104,7 +104,9 @@ class ShardTest:
     def power(self) -> float:
         """The power against ``design.tv`` of the own looks taken so far."""
         taken = [s for s in own_look_sizes(len(self.blocks)) if s <= len(self.counts)]
-        return max((power_of(s * self.plan.block, self.design.df, self.look_alpha, self.design.tv) for s in taken), default=0.0)
+        return max(
+            (power_of(s * self.plan.block, self.design.df, self.look_alpha, self.design.tv) for s in taken), default=0.0
+        )
 
 
 def replay_own_looks(test: ShardTest, order: Sequence[int]) -> None:
@@ -131,4 +133,3 @@ def missing_shards_message(seen: Sequence[int], shards: int) -> str:
     if twice:
         parts.append("shard " + ", ".join(f"{i}/{shards}" for i in twice) + " given twice")
     return f"merge needs shards 1..{shards} of one run exactly once each: " + "; ".join(parts)
-

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -189,7 +189,7 @@ def power_of(n: int, df: int, alpha: float, tv: float = TV_BIAS) -> float:
     return ncx2_sf(chi2_isf(alpha, df), df, 4.0 * tv * tv * n)
 
 
-@lru_cache(maxsize=None)
+@cache
 def required_sample_size(df: int, alpha: float, tv: float = TV_BIAS, power: float = POWER) -> int:
     """Smallest N (a multiple of 1,000) with :func:`power_of` >= power."""
     critical = chi2_isf(alpha, df)

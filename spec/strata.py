@@ -99,7 +99,9 @@ def observe(batch: BatchVerifier, p: Rows, q: Rows, n: int, rng: np.random.Gener
     done = 0
     while done < n:
         m = min(chunk, n - done)
-        drafts = np.stack([inverse_cdf_draws(q[i], rng.random(m)) for i in range(k)], axis=1)  # [m, k]: the harness' draft sampler
+        drafts = np.stack(
+            [inverse_cdf_draws(q[i], rng.random(m)) for i in range(k)], axis=1
+        )  # [m, k]: the harness' draft sampler
         result = batch(p, q, drafts, rng.random((m, k + 1)))
         accepted = np.asarray(result.accepted, dtype=np.int64)
         token = np.asarray(result.token, dtype=np.int64)
@@ -174,7 +176,11 @@ def deep_rows(vocab: int = 257, k: int = 8, seed: int = 20_261_130) -> tuple[Row
 
 
 def rows_for(name: str) -> tuple[Rows, Rows]:
-    builders = {"stat_strata_tail_v4099": tail_rows, "stat_strata_deep_k8": deep_rows, "stat_strata_tail_v262144": gemma_tail_rows}
+    builders = {
+        "stat_strata_tail_v4099": tail_rows,
+        "stat_strata_deep_k8": deep_rows,
+        "stat_strata_tail_v262144": gemma_tail_rows,
+    }
     return builders[name]()
 
 

@@ -41,7 +41,9 @@ PROBE_VOCAB = 16
 MIN_DISTINCT = 4  # fewer distinct tokens in 64 uniform draws on 16 ids: the verifier is broken
 
 
-def probe_case(seed: int, index: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+def probe_case(
+    seed: int, index: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """(p [2, V], q [1, V], drafts [64, 1], uniforms [64, 2]) of probe ``index``; p = q uniform."""
     p = np.full((2, PROBE_VOCAB), 1.0 / PROBE_VOCAB)
     q = np.full((1, PROBE_VOCAB), 1.0 / PROBE_VOCAB)

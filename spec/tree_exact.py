@@ -30,7 +30,7 @@ from fractions import Fraction
 
 from verispec.spec.exact import ONE, ZERO, Law, Model, Outcome, Row, accept_probability, add_to
 
-Shape = tuple[int, ...]            # parents, parents[0] == -1
+Shape = tuple[int, ...]  # parents, parents[0] == -1
 TreeKey = tuple[Outcome, int, str]  # (accepted node path, token, kind)
 TreeLaw = dict[TreeKey, Fraction]
 
@@ -102,7 +102,11 @@ def tree_verdict_law(
                 continue
             seen.append(x)
             tested = p_rows[v] if flaws.residual_not_updated else r
-            a = accept_probability(tested[x], q[x]) if not flaws.duplicates_double_counted else min(ONE, tested[x] / q[x])
+            a = (
+                accept_probability(tested[x], q[x])
+                if not flaws.duplicates_double_counted
+                else min(ONE, tested[x] / q[x])
+            )
             visit(c, path + (c,), mass * a)
             mass *= ONE - a
             if mass == 0:
@@ -155,7 +159,9 @@ def draw_trees(
     [N-1], raw rows [N-1])`` (a node whose siblings used up the draft's support is never drawn:
     such shapes are refused with ValueError)."""
 
-    def fill(i: int, tokens: tuple[int, ...], mass: Fraction, laws: list[Row], raws: list[Row]) -> Iterable[tuple[tuple[int, ...], Fraction, list[Row], list[Row]]]:
+    def fill(
+        i: int, tokens: tuple[int, ...], mass: Fraction, laws: list[Row], raws: list[Row]
+    ) -> Iterable[tuple[tuple[int, ...], Fraction, list[Row], list[Row]]]:
         if i == len(shape):
             yield tokens, mass, laws, raws
             return
@@ -218,7 +224,9 @@ def greedy_tree_verdict(shape: Shape, tokens: Sequence[int], p_rows: Sequence[Ro
 # -- a float verifier's law, integrated over the cells of its uniforms ------------------------------
 
 
-def tree_thresholds(shape: Shape, tokens: Sequence[int], p_rows: Sequence[Row], q_rows: Sequence[Row]) -> tuple[dict[int, Fraction], list[Fraction]]:
+def tree_thresholds(
+    shape: Shape, tokens: Sequence[int], p_rows: Sequence[Row], q_rows: Sequence[Row]
+) -> tuple[dict[int, Fraction], list[Fraction]]:
     """The correct rule's breakpoints: per node i >= 1 the acceptance probability of its test (the
     test happens in one state only: its parent reached, its earlier siblings rejected), and every
     cumulative boundary of every law the final draw can use (each p row, each residual)."""
@@ -248,8 +256,11 @@ def tree_thresholds(shape: Shape, tokens: Sequence[int], p_rows: Sequence[Row], 
 
 
 def tree_cells_law(
-    verify: Callable[[Sequence[float]], tuple[Outcome, int, str]], shape: Shape, tokens: Sequence[int],
-    p_rows: Sequence[Row], q_rows: Sequence[Row],
+    verify: Callable[[Sequence[float]], tuple[Outcome, int, str]],
+    shape: Shape,
+    tokens: Sequence[int],
+    p_rows: Sequence[Row],
+    q_rows: Sequence[Row],
 ) -> TreeLaw:
     """``verify(uniforms) -> (path, token, kind)`` evaluated at the midpoint of every cell of the
     correct rule's partition of [0, 1)^N, weighted by the cell's volume: the verifier's exact law

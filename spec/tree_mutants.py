@@ -26,8 +26,16 @@ from verispec.reference.tree_speculative import DraftTree, TreeVerdict, check_tr
 TreeVerifier = Callable[[DraftTree, ArrayLike, ArrayLike, ArrayLike], TreeVerdict]
 
 
-def _verify(tree: DraftTree, p: ArrayLike, q: ArrayLike, uniforms: ArrayLike, *, update: bool = True,
-            skip_duplicates: bool = False, merge_duplicates: bool = False) -> TreeVerdict:
+def _verify(
+    tree: DraftTree,
+    p: ArrayLike,
+    q: ArrayLike,
+    uniforms: ArrayLike,
+    *,
+    update: bool = True,
+    skip_duplicates: bool = False,
+    merge_duplicates: bool = False,
+) -> TreeVerdict:
     p_rows, q_rows, u = check_tree_inputs(tree, p, q, uniforms)
     final = float(u[tree.size - 1])
     path: list[int] = []

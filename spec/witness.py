@@ -29,7 +29,6 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from verispec.reference.errors import WitnessError as WitnessError
 from verispec.reference.sampling import inverse_cdf, inverse_cdf_draws
@@ -360,9 +359,21 @@ def format_report(report: WitnessReport) -> str:
         f"speedup (a target pass costs 1, a draft pass C): predicted (1-a^(k+1))/((1-a)(kC+1)) = {report.predicted_speedup:.3f}"
         f" with a = {report.alpha if c.verify else 1.0:.4f}; measured {report.measured_speedup:.3f}",
         f"invariant: exact TV(law of the first {report.law_tokens} emitted tokens, target p^{report.law_tokens}) = "
-        f"{float(report.tv_exact):.6g}" + (" (exactly 0)" if report.holds else f" (= {report.tv_exact})" if report.tv_exact.denominator < 10**12 else ""),
+        f"{float(report.tv_exact):.6g}"
+        + (
+            " (exactly 0)"
+            if report.holds
+            else f" (= {report.tv_exact})"
+            if report.tv_exact.denominator < 10**12
+            else ""
+        ),
         f"           chi-square of {chi.n} emitted tokens against p: chi2={chi.statistic:.2f} df={chi.df} p={chi.p_value:.3g} "
         f"(alpha {report.chi_alpha:g}: {'consistent' if consistent else 'INCONSISTENT'})",
-        "verdict: " + ("HOLDS - the emitted law is the target's" if report.holds else "FALSIFIED - the emitted law is not the target's"),
+        "verdict: "
+        + (
+            "HOLDS - the emitted law is the target's"
+            if report.holds
+            else "FALSIFIED - the emitted law is not the target's"
+        ),
     ]
     return "\n".join(lines)

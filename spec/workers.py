@@ -48,7 +48,9 @@ class ImplementationSpec:
         if self.command is not None:
             return CommandImplementation(self.command, self.timeout, law_only=self.law_only)
         assert self.verifier is not None, "an ImplementationSpec needs a verifier or a command"
-        return PythonImplementation.from_specs(self.verifier, self.batch, self.greedy, self.pipeline, law_only=self.law_only)
+        return PythonImplementation.from_specs(
+            self.verifier, self.batch, self.greedy, self.pipeline, law_only=self.law_only
+        )
 
 
 _batch: BatchVerifier | None = None  # this worker's verifier
@@ -98,7 +100,9 @@ class WorkerPool:
         self.probes: dict[int, str | None] = {}  # pid -> its probe
         context = multiprocessing.get_context("spawn")  # no fork of a parent holding pipe threads
         barrier = context.Barrier(workers)
-        self._executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_start, initargs=(spec, seed, barrier))
+        self._executor = ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_start, initargs=(spec, seed, barrier)
+        )
         try:
             self._roll_call(workers)
         except BaseException:

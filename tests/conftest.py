@@ -68,8 +68,12 @@ def gemma3_model(gemma3_path: Path) -> Any:
 # Makefile's) each group runs in one xdist worker, so the loads happen once (see
 # pytest_xdist_make_scheduler below).
 SHARED_LOAD_GROUPS = {
-    "real-int8-models": ("tests/test_engine_backends.py", "tests/test_engine_fused.py", "tests/test_tree_int8.py",
-                         "tests/test_engine_forward_many.py"),
+    "real-int8-models": (
+        "tests/test_engine_backends.py",
+        "tests/test_engine_fused.py",
+        "tests/test_tree_int8.py",
+        "tests/test_engine_forward_many.py",
+    ),
 }
 
 
@@ -173,24 +177,28 @@ def write_tiny_gguf(
         tensors["output.weight"] = rand(n_vocab, n_embd) * 4
     for il in range(n_layer):
         p = f"blk.{il}."
-        tensors.update({
-            p + "attn_norm.weight": norm(n_embd),
-            p + "attn_q.weight": rand(n_head * d, n_embd) * 4,
-            p + "attn_k.weight": rand(n_head_kv * d, n_embd) * 4,
-            p + "attn_v.weight": rand(n_head_kv * d, n_embd),
-            p + "attn_output.weight": rand(n_embd, n_head * d),
-            p + "ffn_norm.weight": norm(n_embd),
-            p + "ffn_gate.weight": rand(n_ff, n_embd),
-            p + "ffn_up.weight": rand(n_ff, n_embd),
-            p + "ffn_down.weight": rand(n_embd, n_ff),
-        })
+        tensors.update(
+            {
+                p + "attn_norm.weight": norm(n_embd),
+                p + "attn_q.weight": rand(n_head * d, n_embd) * 4,
+                p + "attn_k.weight": rand(n_head_kv * d, n_embd) * 4,
+                p + "attn_v.weight": rand(n_head_kv * d, n_embd),
+                p + "attn_output.weight": rand(n_embd, n_head * d),
+                p + "ffn_norm.weight": norm(n_embd),
+                p + "ffn_gate.weight": rand(n_ff, n_embd),
+                p + "ffn_up.weight": rand(n_ff, n_embd),
+                p + "ffn_down.weight": rand(n_embd, n_ff),
+            }
+        )
         if arch == "gemma3":
-            tensors.update({
-                p + "attn_q_norm.weight": norm(d),
-                p + "attn_k_norm.weight": norm(d),
-                p + "post_attention_norm.weight": norm(n_embd),
-                p + "post_ffw_norm.weight": norm(n_embd),
-            })
+            tensors.update(
+                {
+                    p + "attn_q_norm.weight": norm(d),
+                    p + "attn_k_norm.weight": norm(d),
+                    p + "post_attention_norm.weight": norm(n_embd),
+                    p + "post_ffw_norm.weight": norm(n_embd),
+                }
+            )
     for name, array in tensors.items():
         if name not in skip:
             writer.add_tensor(name, array)
@@ -220,7 +228,6 @@ def blas_single_thread() -> Any:
 
     with threadpool_limits(limits=1, user_api="blas"):
         yield
-
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -101,7 +101,7 @@ def hf_greedy(model: Any, prompt: Sequence[int], n_new: int) -> list[int]:
             num_beams=1,
             attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
         )
-    return [int(t) for t in out[0, len(prompt):].tolist()]
+    return [int(t) for t in out[0, len(prompt) :].tolist()]
 
 
 # -- gemma4: transformers' model filled from gguf-py's dequantization ------------------------------

@@ -41,9 +41,12 @@ class Spoiled:
         self.spoil = spoil
         self.vocab = int(self.inner.reference.model.config.n_vocab)
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[Any]]:
-        return [self.spoil(list(g), seed) for g in self.inner.generate(prompt_ids, params, max_tokens, n, seed, min_tokens)]
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[Any]]:
+        return [
+            self.spoil(list(g), seed) for g in self.inner.generate(prompt_ids, params, max_tokens, n, seed, min_tokens)
+        ]
 
 
 def _first(value: Callable[[int], Any]) -> Callable[[list[Any], int], list[Any]]:
@@ -90,8 +93,9 @@ class FourStreams:
     def __init__(self, path: Path) -> None:
         self.inner = _ours(path)
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         return [self.inner.generate(prompt_ids, params, max_tokens, 1, i % 4, min_tokens)[0] for i in range(n)]
 
 
@@ -105,8 +109,9 @@ class StaleBlocks:
         self.calls = 0
         self.last: list[list[int]] | None = None
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         self.calls += 1
         if self.last is not None and len(self.last) == n and self.calls % 2 == 0:
             return self.last
@@ -122,8 +127,9 @@ class SeedIgnored:
     def __init__(self, path: Path) -> None:
         self.inner = _ours(path)
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         out: list[list[int]] = self.inner.generate(prompt_ids, params, max_tokens, n, 7, min_tokens)
         return out
 

@@ -45,8 +45,8 @@ from verispec.reference.model import Model
 F32 = npt.NDArray[np.float32]
 
 # ggml types whose vec_dot_type is Q8_0 / Q8_1 / Q8_K (ggml-cpu type_traits_cpu)
-_Q8_0_USERS = {2, 6, 8}        # Q4_0, Q5_0, Q8_0
-_Q8_1_USERS = {3: 20, 7: 24}   # Q4_1, Q5_1 -> bytes per block (d f16, m f16, ...)
+_Q8_0_USERS = {2, 6, 8}  # Q4_0, Q5_0, Q8_0
+_Q8_1_USERS = {3: 20, 7: 24}  # Q4_1, Q5_1 -> bytes per block (d f16, m f16, ...)
 _Q8_K_USERS = {10, 11, 12, 13, 14}  # Q2_K .. Q6_K
 
 
@@ -55,11 +55,11 @@ class Numerics:
     """Which of llama.cpp's roundings to emulate (all on: the closest emulation)."""
 
     quantize_activations: bool = True  # 8-bit inputs to quantized matmuls
-    f16_kv: bool = True                # K and V stored as F16
-    f16_q: bool = True                 # Q converted to F16 for K.Q
-    flash_attn: bool = False           # FA kernel (F16 V accumulator) vs softmax + F16 weights
-    f16_gelu: bool = True              # GELU from the F16 table
-    ggml_norm_rope: bool = True        # RMSNorm in double, RoPE angles by iterated float product
+    f16_kv: bool = True  # K and V stored as F16
+    f16_q: bool = True  # Q converted to F16 for K.Q
+    flash_attn: bool = False  # FA kernel (F16 V accumulator) vs softmax + F16 weights
+    f16_gelu: bool = True  # GELU from the F16 table
+    ggml_norm_rope: bool = True  # RMSNorm in double, RoPE angles by iterated float product
 
 
 def f16(x: Any) -> F32:
@@ -98,9 +98,9 @@ def q8_k(x: F32) -> F32:
 class QuantizedLinear:
     """A weight's dequantized matrix and what ggml needs to emulate its matmul."""
 
-    weight: F32               # [out, in]
+    weight: F32  # [out, in]
     ggml_type: int
-    mins: F32 | None = None   # [out, in/32] the Q4_1/Q5_1 block mins (for Q8_1's s term)
+    mins: F32 | None = None  # [out, in/32] the Q4_1/Q5_1 block mins (for Q8_1's s term)
 
     def __call__(self, x: F32, numerics: Numerics) -> F32:
         """``x @ W.T`` as ggml-cpu computes it for this weight type: x ``[T, in]`` -> ``[T, out]``."""
@@ -134,9 +134,15 @@ class EmulatedModel:
             head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
             named: dict[str, tuple[str, F32]] = {"output": (head, model.weights.output)}
             for il, lw in enumerate(model.weights.layers):
-                for fld, tensor in [("wq", "attn_q"), ("wk", "attn_k"), ("wv", "attn_v"),
-                                    ("wo", "attn_output"), ("ffn_gate", "ffn_gate"),
-                                    ("ffn_up", "ffn_up"), ("ffn_down", "ffn_down")]:
+                for fld, tensor in [
+                    ("wq", "attn_q"),
+                    ("wk", "attn_k"),
+                    ("wv", "attn_v"),
+                    ("wo", "attn_output"),
+                    ("ffn_gate", "ffn_gate"),
+                    ("ffn_up", "ffn_up"),
+                    ("ffn_down", "ffn_down"),
+                ]:
                     named[f"{il}.{fld}"] = (f"blk.{il}.{tensor}.weight", getattr(lw, fld))
             for key, (tensor, array) in named.items():
                 kind = f.tensors[tensor].ggml_type
@@ -161,12 +167,19 @@ def rms_norm(x: F32, weight: F32, eps: float, numerics: Numerics) -> F32:
     return np.asarray((x * scale).astype(np.float32) * weight, np.float32)
 
 
-def rope(x: F32, positions: npt.NDArray[np.int64], *, rope_dim: int, base: float, freq_scale: float,
-         rope_type: str, numerics: Numerics) -> F32:
+def rope(
+    x: F32,
+    positions: npt.NDArray[np.int64],
+    *,
+    rope_dim: int,
+    base: float,
+    freq_scale: float,
+    rope_type: str,
+    numerics: Numerics,
+) -> F32:
     """ggml_rope_ext (no YaRN): theta_i = p * theta_scale^i by repeated float products."""
     if not numerics.ggml_norm_rope:
-        return layers.rope(x, positions, rope_dim=rope_dim, base=base, freq_scale=freq_scale,
-                           rope_type=rope_type)
+        return layers.rope(x, positions, rope_dim=rope_dim, base=base, freq_scale=freq_scale, rope_type=rope_type)
     half = rope_dim // 2
     theta_scale = np.float32(math.pow(base, -2.0 / rope_dim))  # powf
     theta = np.empty((len(positions), half), np.float32)  # [T, half]
@@ -207,8 +220,7 @@ def silu(x: F32) -> F32:
 # -- attention -------------------------------------------------------------------------------------
 
 
-def attention(q: F32, k: F32, v: F32, mask: npt.NDArray[np.bool_], scale: float,
-              numerics: Numerics) -> F32:
+def attention(q: F32, k: F32, v: F32, mask: npt.NDArray[np.bool_], scale: float, numerics: Numerics) -> F32:
     """q [T, H, d], k/v [n_kv, S, d] (already F16-rounded if the cache is F16), mask [T, S]
     -> [T, H * d], as ggml's flash-attention kernel or its mul_mat/softmax/mul_mat graph."""
     n_tokens, n_head, d = q.shape
@@ -276,8 +288,9 @@ def new_cache(emu: EmulatedModel) -> EmulatedCache:
     return EmulatedCache([None] * n, [None] * n)
 
 
-def emulated_forward(emu: EmulatedModel, tokens: list[int], cache: EmulatedCache,
-                     numerics: Numerics = Numerics()) -> F32:
+def emulated_forward(
+    emu: EmulatedModel, tokens: list[int], cache: EmulatedCache, numerics: Numerics = Numerics()
+) -> F32:
     """Run ``tokens`` (one batch, positions continuing the cache) -> logits ``[T, V]``."""
     cfg, w = emu.model.config, emu.model.weights
     start = len(cache.positions)
@@ -297,9 +310,13 @@ def emulated_forward(emu: EmulatedModel, tokens: list[int], cache: EmulatedCache
         if lw.q_norm is not None and lw.k_norm is not None:
             q = rms_norm(q, lw.q_norm, cfg.norm_eps, numerics)
             k = rms_norm(k, lw.k_norm, cfg.norm_eps, numerics)
-        kw: dict[str, Any] = dict(rope_dim=cfg.layer_rope_dim(il), base=cfg.layer_rope_base(il),
-                                  freq_scale=cfg.layer_rope_freq_scale(il), rope_type=cfg.rope_type,
-                                  numerics=numerics)
+        kw: dict[str, Any] = dict(
+            rope_dim=cfg.layer_rope_dim(il),
+            base=cfg.layer_rope_base(il),
+            freq_scale=cfg.layer_rope_freq_scale(il),
+            rope_type=cfg.rope_type,
+            numerics=numerics,
+        )
         q = rope(q, pos, **kw)
         k = rope(k, pos, **kw)
         kt, vt = k.transpose(1, 0, 2), v.transpose(1, 0, 2)  # [n_kv, T, d]

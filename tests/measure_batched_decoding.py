@@ -24,9 +24,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
+from verispec.decoder.ours import EngineDecoder  # noqa: E402
 from verispec.engine.matmul import OrtGraph  # noqa: E402
 from verispec.engine.model import FastModel  # noqa: E402
-from verispec.decoder.ours import EngineDecoder  # noqa: E402
 from verispec.reference.sampling import SamplingParams  # noqa: E402
 from verispec.registry import resolve_model  # noqa: E402
 
@@ -42,8 +42,14 @@ def decode(decoder: EngineDecoder, prompt: tuple[int, ...], n: int, width: int) 
     gens = decoder.generate(prompt, PARAMS, MAX_TOKENS, n, seed=1)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     tokens = sum(len(g["ids"]) for g in gens)
-    return gens, {"width": width, "tokens": tokens, "cpu_ms_per_token": round(1e3 * cpu / tokens, 2),
-                  "wall_s": round(wall, 1), "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+    return gens, {
+        "width": width,
+        "tokens": tokens,
+        "cpu_ms_per_token": round(1e3 * cpu / tokens, 2),
+        "wall_s": round(wall, 1),
+        "load_before": round(load, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+    }
 
 
 class Timers:
@@ -108,8 +114,12 @@ def main() -> None:
     per_token: Callable[[float], float] = lambda s: round(1e3 * s / row["tokens"], 2)  # noqa: E731
     parts = {key: per_token(s) for key, s in timers.seconds.items()}
     parts["rest_python"] = round(per_token(cpu) - sum(parts.values()), 2)
-    out["decomposition_at_best_width"] = {"width": best["width"], "cpu_ms_per_token": per_token(cpu), **parts,
-                                          "load_after": round(os.getloadavg()[0], 2)}
+    out["decomposition_at_best_width"] = {
+        "width": best["width"],
+        "cpu_ms_per_token": per_token(cpu),
+        **parts,
+        "load_after": round(os.getloadavg()[0], 2),
+    }
     print(json.dumps(out, indent=2))
 
 

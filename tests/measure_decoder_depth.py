@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 import numpy as np  # noqa: E402
 
 from tests.conftest import write_tiny_gguf  # noqa: E402
-
 from verispec.reference.model import Model  # noqa: E402
 from verispec.reference.sampling import SamplingParams  # noqa: E402
 from verispec.spec.decoder.check import ReferenceLogits  # noqa: E402
@@ -67,7 +66,9 @@ class FreshLoop:
             WORKER["engine"] = self
             self.pool = multiprocessing.get_context("fork").Pool(self.workers)
         parts = [range(j, n, self.workers) for j in range(self.workers)]
-        done = self.pool.map(decode_block, [(None, prompt_ids, params, max_tokens, n, seed, min_tokens, part) for part in parts])
+        done = self.pool.map(
+            decode_block, [(None, prompt_ids, params, max_tokens, n, seed, min_tokens, part) for part in parts]
+        )
         out = [None] * n
         for part, gens in zip(parts, done):
             for i, g in zip(part, gens):
@@ -87,7 +88,9 @@ def decode_block(task):  # type: ignore[no-untyped-def]
     seeds = np.random.default_rng(seed).integers(2**63, size=n)
     out = []
     for i in indices:
-        traced = loop.decode(prompt_ids, params, max_tokens, np.random.default_rng(int(seeds[i])), min_tokens=min_tokens)
+        traced = loop.decode(
+            prompt_ids, params, max_tokens, np.random.default_rng(int(seeds[i])), min_tokens=min_tokens
+        )
         out.append({"ids": traced.ids, "cycles": [list(c) for c in traced.cycles]})
     return out
 
@@ -95,12 +98,21 @@ def decode_block(task):  # type: ignore[no-untyped-def]
 class FreshDeviation(FreshLoop):
     def generate(self, prompt_ids, params, max_tokens, n, seed, min_tokens=0):  # type: ignore[no-untyped-def]
         return DesignDeviation(self.rows(self.model), eog=frozenset({EOG})).generate(
-            prompt_ids, params, max_tokens, n, seed, min_tokens)
+            prompt_ids, params, max_tokens, n, seed, min_tokens
+        )
 
 
 def tiny_model() -> Model:
-    path = write_tiny_gguf(Path("/tmp") / "verispec-depth-tiny.gguf", n_vocab=64, n_embd=32, n_layer=1, n_head=4,
-                           n_head_kv=2, context_length=256, weight_scale=1.0)
+    path = write_tiny_gguf(
+        Path("/tmp") / "verispec-depth-tiny.gguf",
+        n_vocab=64,
+        n_embd=32,
+        n_layer=1,
+        n_head=4,
+        n_head_kv=2,
+        context_length=256,
+        weight_scale=1.0,
+    )
     return Model.load(path)
 
 
@@ -112,8 +124,14 @@ def ratio(model: Model, case: DepthCase, generations: int) -> None:
             check_depth(FreshLoop(model, name), reference_rows(model), case, alpha=1e-3, max_generations=generations)
             seconds[name].append(time.perf_counter() - started)
     best = {name: min(s) for name, s in seconds.items()}
-    print({"work": f"{generations} generations + pilot, max_tokens {case.max_tokens}", "seconds": seconds,
-           "speed-up (best of 3)": round(best["one-pass"] / best["path"], 2), "load": os.getloadavg()})
+    print(
+        {
+            "work": f"{generations} generations + pilot, max_tokens {case.max_tokens}",
+            "seconds": seconds,
+            "speed-up (best of 3)": round(best["one-pass"] / best["path"], 2),
+            "load": os.getloadavg(),
+        }
+    )
 
 
 def main() -> None:
@@ -135,9 +153,20 @@ def main() -> None:
         engine.pool.close()
         engine.pool.join()  # the workers' CPU time is counted once they are reaped
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    print({**verdict_json(verdict), "seconds": seconds, "rows": rows, "workers": workers,
-           "cpu_s": {"this process": round(own.ru_utime + own.ru_stime, 1), "workers": round(children.ru_utime + children.ru_stime, 1)},
-           "load_before": load_before, "load_after": os.getloadavg()})
+    print(
+        {
+            **verdict_json(verdict),
+            "seconds": seconds,
+            "rows": rows,
+            "workers": workers,
+            "cpu_s": {
+                "this process": round(own.ru_utime + own.ru_stime, 1),
+                "workers": round(children.ru_utime + children.ru_stime, 1),
+            },
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from tests.measure_decoder_depth import tiny_model  # noqa: E402
 from tests.test_decoder_depth import WITH_PROCESSORS, Loop, case  # noqa: E402
-
 from verispec.spec.decoder.depth.two_sample import check_two_sample_depth, verdict_json  # noqa: E402
 from verispec.spec.decoder.mutants import DEPTH_MUTANTS, DecoderBugs  # noqa: E402
 
@@ -34,8 +33,14 @@ def main() -> None:
     load_before = os.getloadavg()
     started = time.perf_counter()
     verdict = check_two_sample_depth(Loop(tiny_model(), bugs), the_case, alpha=1e-3)
-    print({**verdict_json(verdict), "seconds": round(time.perf_counter() - started, 1),
-           "load_before": load_before, "load_after": os.getloadavg()})
+    print(
+        {
+            **verdict_json(verdict),
+            "seconds": round(time.perf_counter() - started, 1),
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -24,10 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from tests.measure_decoder_depth import tiny_model  # noqa: E402
 from tests.test_decoder_depth import WITH_PROCESSORS, Loop, case, run_mutant  # noqa: E402
-
 from verispec.spec.decoder.depth.two_sample import check_two_sample_depth  # noqa: E402
 from verispec.spec.decoder.mutants import DEPTH_MUTANTS, MUTANT_BUGS  # noqa: E402
-
 
 BUDGET = 150.0  # seconds per two-sample run: a mutant it cannot see would run to the design's N
 
@@ -49,11 +47,17 @@ def main() -> None:
         if which in ("law", "both") and name in DEPTH_MUTANTS:
             started = time.perf_counter()
             v = run_mutant(model, name, WITH_PROCESSORS)
-            print(f"| law | `{name}` | {v.state} | {v.generations} | {v.tokens} | {v.where[:160]} | {time.perf_counter() - started:.0f} s |", flush=True)
+            print(
+                f"| law | `{name}` | {v.state} | {v.generations} | {v.tokens} | {v.where[:160]} | {time.perf_counter() - started:.0f} s |",
+                flush=True,
+            )
         if which in ("two-sample", "both"):
             started = time.perf_counter()
             t = two_sample(model, name)
-            print(f"| two-sample | `{name}` | {t.state} | {t.generations}/arm | | {t.where[:160]} | {time.perf_counter() - started:.0f} s |", flush=True)
+            print(
+                f"| two-sample | `{name}` | {t.state} | {t.generations}/arm | | {t.where[:160]} | {time.perf_counter() - started:.0f} s |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

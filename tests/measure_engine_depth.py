@@ -28,12 +28,14 @@ from verispec.decoder.api import FORCING_THREADS, check_decoder  # noqa: E402
 from verispec.decoder.ours import EngineDecoder  # noqa: E402
 from verispec.reference.sampling import SamplingParams  # noqa: E402
 from verispec.registry import resolve_model  # noqa: E402
-from verispec.spec.decoder.depth.law import DepthCase, score  # noqa: E402
 from verispec.spec.decoder.depth.forcing import ConcurrentRows, rows_in_order  # noqa: E402
+from verispec.spec.decoder.depth.law import DepthCase, score  # noqa: E402
 
 PROMPT = "The cat sat on the"
 PARAMS = SamplingParams(temperature=1.0, top_k=4, repeat_penalty=1.5)  # check-decoder's verispec defaults
-COST_GENERATIONS = 32  # decoded in lockstep, as a depth block (up to 50 generations) is: 4 overstated the per-token cost
+COST_GENERATIONS = (
+    32  # decoded in lockstep, as a depth block (up to 50 generations) is: 4 overstated the per-token cost
+)
 
 
 def costs(path: Path, weights: str) -> dict[str, float]:
@@ -63,8 +65,13 @@ def costs(path: Path, weights: str) -> dict[str, float]:
     for g, r in zip(gens, rows):
         score(lambda sequence, length, r=r: r, case, g["ids"], rng)
     scoring = time.process_time() - began
-    return {"tokens": tokens, "decode_cpu_s_per_token": decode / tokens, "forcing_cpu_s_per_token": forcing / tokens,
-            "forcing_ahead_wall_s_per_token": forcing_ahead_wall / tokens, "scoring_cpu_s_per_token": scoring / tokens}
+    return {
+        "tokens": tokens,
+        "decode_cpu_s_per_token": decode / tokens,
+        "forcing_cpu_s_per_token": forcing / tokens,
+        "forcing_ahead_wall_s_per_token": forcing_ahead_wall / tokens,
+        "scoring_cpu_s_per_token": scoring / tokens,
+    }
 
 
 def main() -> None:
@@ -81,20 +88,35 @@ def main() -> None:
     if budget <= 0:
         return
     began = time.perf_counter()
-    report = check_decoder(ours=True, weights=weights, model=path, prompts=[PROMPT], depth=64, budget=budget, workers=workers)
+    report = check_decoder(
+        ours=True, weights=weights, model=path, prompts=[PROMPT], depth=64, budget=budget, workers=workers
+    )
     wall = time.perf_counter() - began
     numbers = report.results[0].numbers
     design = int(numbers["design_tokens"])
-    cpu = per_token["decode_cpu_s_per_token"] + per_token["forcing_cpu_s_per_token"] + per_token["scoring_cpu_s_per_token"]
+    cpu = (
+        per_token["decode_cpu_s_per_token"]
+        + per_token["forcing_cpu_s_per_token"]
+        + per_token["scoring_cpu_s_per_token"]
+    )
     cores = min(workers + 1, os.cpu_count() or 1)
-    out.update({
-        "state": numbers["state"], "design_tokens": design, "tokens_judged": numbers["tokens"],
-        "generations": numbers["generations"], "power_reached": numbers["power"], "wall_s": round(wall, 1),
-        "judged_tokens_per_wall_s": round(float(numbers["tokens"]) / wall, 2), "workers": workers,
-        "projected_full_power_wall_min_on_cores": {"cores": cores, "minutes": round(design * cpu / cores / 60, 1)},
-        "projected_full_power_wall_min_at_this_runs_rate": round(design / (float(numbers["tokens"]) / wall) / 60, 1),
-        "load_after": os.getloadavg(),
-    })
+    out.update(
+        {
+            "state": numbers["state"],
+            "design_tokens": design,
+            "tokens_judged": numbers["tokens"],
+            "generations": numbers["generations"],
+            "power_reached": numbers["power"],
+            "wall_s": round(wall, 1),
+            "judged_tokens_per_wall_s": round(float(numbers["tokens"]) / wall, 2),
+            "workers": workers,
+            "projected_full_power_wall_min_on_cores": {"cores": cores, "minutes": round(design * cpu / cores / 60, 1)},
+            "projected_full_power_wall_min_at_this_runs_rate": round(
+                design / (float(numbers["tokens"]) / wall) / 60, 1
+            ),
+            "load_after": os.getloadavg(),
+        }
+    )
     print(json.dumps(out, indent=2))
 
 

@@ -45,9 +45,17 @@ def main() -> None:
         decoded = time.perf_counter() - started
         for g in gens:
             rows(tuple(prompt) + tuple(g), len(prompt))
-        print({"tree": verispec.__file__, "generations": n, "tokens": sum(len(g) for g in gens),
-               "decode_s": round(decoded, 2), "forced_rows_s": round(time.perf_counter() - started - decoded, 2),
-               "load": os.getloadavg()}, flush=True)
+        print(
+            {
+                "tree": verispec.__file__,
+                "generations": n,
+                "tokens": sum(len(g) for g in gens),
+                "decode_s": round(decoded, 2),
+                "forced_rows_s": round(time.perf_counter() - started - decoded, 2),
+                "load": os.getloadavg(),
+            },
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from verispec.reference.tokenizer_bpe import byte_to_unicode
 from tests.gguf_builder import F16, F32, Q8_0, VT, Array, Meta, Tensor, Value, build
+from verispec.reference.tokenizer_bpe import byte_to_unicode
 
 # -- the two seeds ---------------------------------------------------------------------------------
 
@@ -89,14 +89,18 @@ def _tensors(arch: str, n_vocab: int, rng: np.random.Generator) -> list[Tensor]:
     for il in range(N_LAYER):
         p = f"blk.{il}."
         if arch == "phi3":
-            out += [matrix(p + "attn_qkv.weight", q + 2 * kv, N_EMBD, Q8_0 if il == 0 else F32),
-                    matrix(p + "ffn_up.weight", 2 * N_FF, N_EMBD)]
+            out += [
+                matrix(p + "attn_qkv.weight", q + 2 * kv, N_EMBD, Q8_0 if il == 0 else F32),
+                matrix(p + "ffn_up.weight", 2 * N_FF, N_EMBD),
+            ]
         else:
-            out += [matrix(p + "attn_q.weight", q, N_EMBD, F16),
-                    matrix(p + "attn_k.weight", kv, N_EMBD),
-                    matrix(p + "attn_v.weight", kv, N_EMBD),
-                    matrix(p + "ffn_gate.weight", N_FF, N_EMBD, Q8_0 if il == 0 else F32),
-                    matrix(p + "ffn_up.weight", N_FF, N_EMBD)]
+            out += [
+                matrix(p + "attn_q.weight", q, N_EMBD, F16),
+                matrix(p + "attn_k.weight", kv, N_EMBD),
+                matrix(p + "attn_v.weight", kv, N_EMBD),
+                matrix(p + "ffn_gate.weight", N_FF, N_EMBD, Q8_0 if il == 0 else F32),
+                matrix(p + "ffn_up.weight", N_FF, N_EMBD),
+            ]
         out += [
             norm(p + "attn_norm.weight", N_EMBD),
             matrix(p + "attn_output.weight", N_EMBD, q),
@@ -183,20 +187,67 @@ SEEDS: dict[str, ModelFile] = {arch: seed_model(arch) for arch in ARCHITECTURES}
 
 # -- mutations -------------------------------------------------------------------------------------
 
-_INTEGERS = [0, 1, 2, 3, 7, 8, 16, 17, 63, 64, 65, 255, 4096, 2**31 - 1, 2**31, 2**32 - 1, 2**32,
-             2**62, 2**63 - 1, 2**63, 2**64 - 1, -1, -2, -(2**31), -(2**63)]
+_INTEGERS = [
+    0,
+    1,
+    2,
+    3,
+    7,
+    8,
+    16,
+    17,
+    63,
+    64,
+    65,
+    255,
+    4096,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+    -1,
+    -2,
+    -(2**31),
+    -(2**63),
+]
 _FLOATS = [0.0, -0.0, 1.0, -1.0, 1e-30, 1e30, 3.4e38, math.inf, -math.inf, math.nan, 0.5, 2.0]
-_INT_TYPES = {VT.UINT8: (0, 2**8 - 1), VT.INT8: (-(2**7), 2**7 - 1), VT.UINT16: (0, 2**16 - 1),
-              VT.INT16: (-(2**15), 2**15 - 1), VT.UINT32: (0, 2**32 - 1), VT.INT32: (-(2**31), 2**31 - 1),
-              VT.UINT64: (0, 2**64 - 1), VT.INT64: (-(2**63), 2**63 - 1)}
+_INT_TYPES = {
+    VT.UINT8: (0, 2**8 - 1),
+    VT.INT8: (-(2**7), 2**7 - 1),
+    VT.UINT16: (0, 2**16 - 1),
+    VT.INT16: (-(2**15), 2**15 - 1),
+    VT.UINT32: (0, 2**32 - 1),
+    VT.INT32: (-(2**31), 2**31 - 1),
+    VT.UINT64: (0, 2**64 - 1),
+    VT.INT64: (-(2**63), 2**63 - 1),
+}
 # keys a real file may carry that the seeds leave out (each read by reference/config.py or the tokenizer)
 _EXTRA_KEYS = [
-    "attention.sliding_window", "attention.sliding_window_pattern", "final_logit_softcapping",
-    "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear", "attention.key_length_swa",
-    "vocab_size", "embedding_length_per_layer_input",
+    "attention.sliding_window",
+    "attention.sliding_window_pattern",
+    "final_logit_softcapping",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scale_linear",
+    "attention.key_length_swa",
+    "vocab_size",
+    "embedding_length_per_layer_input",
 ]
-_EXTRA_TOKENIZER_KEYS = ["unknown_token_id", "padding_token_id", "eot_token_id", "add_eos_token",
-                         "add_space_prefix", "pre", "merges", "scores", "token_type"]
+_EXTRA_TOKENIZER_KEYS = [
+    "unknown_token_id",
+    "padding_token_id",
+    "eot_token_id",
+    "add_eos_token",
+    "add_space_prefix",
+    "pre",
+    "merges",
+    "scores",
+    "token_type",
+]
 
 
 def _random_value(rng: random.Random, like: Meta | None) -> Meta:
@@ -304,9 +355,18 @@ def _mutate_tensors(rng: random.Random, m: ModelFile) -> ModelFile:
         del tensors[i]
     elif action < 0.8:  # a tensor renamed (a layer index out of range, a typo, a duplicate name)
         name = t.name if isinstance(t.name, str) else ""
-        new = rng.choice([name.replace("blk.0.", "blk.7."), name.replace("blk.1.", "blk.99999999999."),
-                          name + "x", "blk.0.ffn_gate_inp.weight", "output.weight", "rope_freqs.weight",
-                          "blk.0.attn_qkv.weight", "blk.0.attn_q.bias"])
+        new = rng.choice(
+            [
+                name.replace("blk.0.", "blk.7."),
+                name.replace("blk.1.", "blk.99999999999."),
+                name + "x",
+                "blk.0.ffn_gate_inp.weight",
+                "output.weight",
+                "rope_freqs.weight",
+                "blk.0.attn_qkv.weight",
+                "blk.0.attn_q.bias",
+            ]
+        )
         tensors[i] = replace(t, name=new)
     else:  # the values: NaN, inf or huge floats written into an F32 tensor
         if t.ggml_type == F32 and t.data:
@@ -316,8 +376,21 @@ def _mutate_tensors(rng: random.Random, m: ModelFile) -> ModelFile:
     return replace(m, tensors=tensors)
 
 
-_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-           10: (256, 84), 12: (256, 144), 14: (256, 210), 16: (256, 66), 30: (1, 2), 39: (32, 17)}
+_BLOCKS = {
+    0: (1, 4),
+    1: (1, 2),
+    2: (32, 18),
+    3: (32, 20),
+    6: (32, 22),
+    7: (32, 24),
+    8: (32, 34),
+    10: (256, 84),
+    12: (256, 144),
+    14: (256, 210),
+    16: (256, 66),
+    30: (1, 2),
+    39: (32, 17),
+}
 
 
 def _fit(data: bytes, ggml_type: int, dims: list[int]) -> bytes:
@@ -393,13 +466,13 @@ STAGES = ("parse", "inspect", "config", "tokenizer", "reference", "engine_f32", 
 def exercise(data: bytes) -> dict[str, str]:
     """Run ``data`` through every stage; stage -> "ok" or the typed error's class name. A stage
     after a failed one it depends on is "skipped". Untyped exceptions propagate."""
+    from verispec.commands.inspect import describe, text_report
     from verispec.engine import load_model
     from verispec.reference.config import Config
     from verispec.reference.errors import VerispecError
     from verispec.reference.gguf import GGUFFile
     from verispec.reference.model import Model
     from verispec.reference.tokenizer import Tokenizer
-    from verispec.commands.inspect import text_report, describe
 
     outcome = dict.fromkeys(STAGES, "skipped")
 
@@ -473,8 +546,18 @@ def main() -> int:
     counts, failures = run_cases(range(args.start, args.start + args.cases))
     for line in failures:
         print("FAIL", line)
-    print(json.dumps({"cases": args.cases, "start": args.start, "seconds": round(time.perf_counter() - started, 1),
-                      "untyped": len(failures), "outcomes": dict(sorted(counts.items()))}, indent=1))
+    print(
+        json.dumps(
+            {
+                "cases": args.cases,
+                "start": args.start,
+                "seconds": round(time.perf_counter() - started, 1),
+                "untyped": len(failures),
+                "outcomes": dict(sorted(counts.items())),
+            },
+            indent=1,
+        )
+    )
     return 1 if failures else 0
 
 

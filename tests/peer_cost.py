@@ -116,23 +116,36 @@ def measure(path: str, params_name: str, files: dict[str, Path], generations: in
         for arm, context in arms.items():
             with context(), counters[arm].installed():
                 start = cpu_seconds()
-                decoded[arm] += peer.generate(prompt, law.legacy, ps.depth, generations, 1000 + r, min_tokens, **keywords)
+                decoded[arm] += peer.generate(
+                    prompt, law.legacy, ps.depth, generations, 1000 + r, min_tokens, **keywords
+                )
                 cpu[arm] += cpu_seconds() - start
     tokens = sum(len(g) for g in decoded["inference_mode"])
-    case = DepthCase(prompt, law.legacy, ps.depth, frozenset(tokenizer.eog_ids), min_tokens, None if law.name == "verispec" else law)
+    case = DepthCase(
+        prompt, law.legacy, ps.depth, frozenset(tokenizer.eog_ids), min_tokens, None if law.name == "verispec" else law
+    )
     rows, rng = reference_rows(Model.load(files["target"])), np.random.default_rng(0)
     start = cpu_seconds()
     for ids in decoded["inference_mode"]:
         score(rows, case, ids, rng)
     checker = cpu_seconds() - start
     c = counters["inference_mode"]
-    return {"path": path, "params": params_name, "generations": len(decoded["inference_mode"]), "tokens": tokens,
-            "same_tokens": decoded["no_grad"] == decoded["inference_mode"],
-            "engine_ms_per_token": {arm: round(1000 * cpu[arm] / tokens, 2) for arm in arms},
-            "ratio_inference_mode_to_no_grad": round(cpu["inference_mode"] / cpu["no_grad"], 3),
-            "cycles": c.cycles, "tokens_per_cycle": round(tokens / max(c.cycles, 1), 3), "drafted": c.drafted,
-            "accepted": c.accepted, "engine_ms_per_cycle": round(1000 * cpu["inference_mode"] / max(c.cycles, 1), 2),
-            "checker_ms_per_token": round(1000 * checker / tokens, 3), "load": round(os.getloadavg()[0], 1)}
+    return {
+        "path": path,
+        "params": params_name,
+        "generations": len(decoded["inference_mode"]),
+        "tokens": tokens,
+        "same_tokens": decoded["no_grad"] == decoded["inference_mode"],
+        "engine_ms_per_token": {arm: round(1000 * cpu[arm] / tokens, 2) for arm in arms},
+        "ratio_inference_mode_to_no_grad": round(cpu["inference_mode"] / cpu["no_grad"], 3),
+        "cycles": c.cycles,
+        "tokens_per_cycle": round(tokens / max(c.cycles, 1), 3),
+        "drafted": c.drafted,
+        "accepted": c.accepted,
+        "engine_ms_per_cycle": round(1000 * cpu["inference_mode"] / max(c.cycles, 1), 2),
+        "checker_ms_per_token": round(1000 * checker / tokens, 3),
+        "load": round(os.getloadavg()[0], 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,8 +45,13 @@ class ParamSet:
 
     def params(self) -> SamplingParams:
         f = self.flags
-        return SamplingParams(temperature=f.get("temperature", 1.0), top_k=f.get("top_k", 0), top_p=f.get("top_p", 1.0),
-                              min_p=f.get("min_p", 0.0), repeat_penalty=f.get("repeat_penalty", 1.0))
+        return SamplingParams(
+            temperature=f.get("temperature", 1.0),
+            top_k=f.get("top_k", 0),
+            top_p=f.get("top_p", 1.0),
+            min_p=f.get("min_p", 0.0),
+            repeat_penalty=f.get("repeat_penalty", 1.0),
+        )
 
 
 def verdict_flags(**flags: Any) -> dict[str, Any]:
@@ -66,26 +71,36 @@ PARAM_SETS = {
     "defaults": ParamSet("defaults", verdict_flags(top_k=50), library_defaults=True),
     # --law transformers (spec/decoder/laws/transformers.py): its whole parameter set
     "hf-t0.7-p0.9": ParamSet("hf-t0.7-p0.9", {"temperature": 0.7, "top_k": 0, "top_p": 0.9}, law="transformers"),
-    "hf-t0.7-k20-minp0.1": ParamSet("hf-t0.7-k20-minp0.1", {"temperature": 0.7, "top_k": 20, "min_p": 0.1},
-                                    law="transformers"),
+    "hf-t0.7-k20-minp0.1": ParamSet(
+        "hf-t0.7-k20-minp0.1", {"temperature": 0.7, "top_k": 20, "min_p": 0.1}, law="transformers"
+    ),
     "hf-rep1.3": ParamSet("hf-rep1.3", {"temperature": 0.8, "top_k": 0, "repetition_penalty": 1.3}, law="transformers"),
     "hf-min8": ParamSet("hf-min8", {"temperature": 1.0, "top_k": 0, "min_tokens": 8}, law="transformers"),
     "hf-defaults": ParamSet("hf-defaults", {}, law="transformers", library_defaults=True),
     # every processor a sampled speculative path takes at once (the full-power runs)
-    "hf-all": ParamSet("hf-all", {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.3,
-                                  "min_tokens": 8}, law="transformers"),
+    "hf-all": ParamSet(
+        "hf-all",
+        {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.3, "min_tokens": 8},
+        law="transformers",
+    ),
     # hf-all less the repetition penalty: prompt lookup drafts (under a penalty with top-k or top-p,
     # transformers refuses every draft copied from the context, so it decodes plainly)
-    "hf-all-no-penalty": ParamSet("hf-all-no-penalty", {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "min_p": 0.05,
-                                                        "min_tokens": 8}, law="transformers"),
+    "hf-all-no-penalty": ParamSet(
+        "hf-all-no-penalty",
+        {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "min_p": 0.05, "min_tokens": 8},
+        law="transformers",
+    ),
 }
 PATHS = ("plain", "prompt-lookup", "assisted", "early-exit", "universal")
 
 
 def model_files(folder: Path) -> dict[str, Path]:
     """Where :func:`write_models` puts each tiny model in ``folder``."""
-    return {"target": folder / "tinyllama.gguf", "assistant": folder / "tinyllama-1layer.gguf",
-            "other-tokenizer": folder / "phi3.gguf"}
+    return {
+        "target": folder / "tinyllama.gguf",
+        "assistant": folder / "tinyllama-1layer.gguf",
+        "other-tokenizer": folder / "phi3.gguf",
+    }
 
 
 def write_models(folder: Path) -> dict[str, Path]:
@@ -93,7 +108,11 @@ def write_models(folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     files = model_files(folder)
     small = replace(VARIANTS["tinyllama"], name="tinyllama-1layer", n_layer=1)
-    for key, variant, seed in (("target", VARIANTS["tinyllama"], 3), ("assistant", small, 4), ("other-tokenizer", VARIANTS["phi3"], 2)):
+    for key, variant, seed in (
+        ("target", VARIANTS["tinyllama"], 3),
+        ("assistant", small, 4),
+        ("other-tokenizer", VARIANTS["phi3"], 2),
+    ):
         if not files[key].exists():
             write_synthetic(files[key], variant, seed=seed)
     return files
@@ -106,9 +125,18 @@ def factory(path_name: str, files: dict[str, Path], library_defaults: bool, assi
     from verispec.peers.transformers_peer import engine
 
     own_layers = path_name == "assisted" and assistant_layers is not None
-    assistant = None if own_layers else {"assisted": files.get("assistant"), "universal": files.get("other-tokenizer")}.get(path_name)
-    return lambda model_path: engine(model_path, path_name, assistant=assistant, library_defaults=library_defaults,
-                                     assistant_layers=assistant_layers or 1)
+    assistant = (
+        None
+        if own_layers
+        else {"assisted": files.get("assistant"), "universal": files.get("other-tokenizer")}.get(path_name)
+    )
+    return lambda model_path: engine(
+        model_path,
+        path_name,
+        assistant=assistant,
+        library_defaults=library_defaults,
+        assistant_layers=assistant_layers or 1,
+    )
 
 
 def tiny_engine(path_name: str, library_defaults: bool, model_path: Path, assistant_layers: int | None = None) -> Any:
@@ -132,13 +160,20 @@ def _engine_key(path_name: str, library_defaults: bool, assistant_layers: int | 
 # ``check_decoder(workers=N)`` builds the engine in each worker from a "module:FACTORY" name:
 # ``tests.peer_verdicts:ENGINES.prompt_lookup``, ``..ENGINES.assisted_defaults``,
 # ``..ENGINES.assisted_first2`` (the target's first 2 layers as the assistant) and so on.
-ENGINES = SimpleNamespace(**{
-    _engine_key(path, defaults): functools.partial(tiny_engine, path, defaults)
-    for path in PATHS for defaults in (False, True)
-} | {
-    _engine_key("assisted", defaults, layers): functools.partial(tiny_engine, "assisted", defaults, assistant_layers=layers)
-    for layers in range(1, TINY_LAYERS) for defaults in (False, True)
-})
+ENGINES = SimpleNamespace(
+    **{
+        _engine_key(path, defaults): functools.partial(tiny_engine, path, defaults)
+        for path in PATHS
+        for defaults in (False, True)
+    }
+    | {
+        _engine_key("assisted", defaults, layers): functools.partial(
+            tiny_engine, "assisted", defaults, assistant_layers=layers
+        )
+        for layers in range(1, TINY_LAYERS)
+        for defaults in (False, True)
+    }
+)
 
 
 def engine_name(path_name: str, library_defaults: bool, assistant_layers: int | None = None) -> str:
@@ -157,8 +192,16 @@ def assistant_text(path_name: str, files: dict[str, Path], assistant_layers: int
     return None
 
 
-def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float, budget: float | None,
-            assistant_layers: int | None = None, workers: int = 1) -> dict[str, Any]:
+def verdict(
+    path_name: str,
+    ps: ParamSet,
+    files: dict[str, Path],
+    tv: float,
+    fraction: float,
+    budget: float | None,
+    assistant_layers: int | None = None,
+    workers: int = 1,
+) -> dict[str, Any]:
     """One check_decoder depth run; its numbers, the wall and CPU seconds it took and the load it
     ran under. ``assistant_layers``: the assisted path drafts with the target's first layers
     instead of ``files["assistant"]``."""
@@ -170,22 +213,48 @@ def verdict(path_name: str, ps: ParamSet, files: dict[str, Path], tv: float, fra
     if ps.law == "verispec" and not laws_coincide(ps.params(), 11 + ps.depth):
         raise SystemExit(f"{ps.name}: transformers' law is not verispec's default law there")
     start, load, cpu = time.perf_counter(), os.getloadavg()[0], cpu_seconds()
-    decoder = (engine_name(path_name, ps.library_defaults, assistant_layers) if workers > 1 else
-               factory(path_name, files, ps.library_defaults, assistant_layers))
+    decoder = (
+        engine_name(path_name, ps.library_defaults, assistant_layers)
+        if workers > 1
+        else factory(path_name, files, ps.library_defaults, assistant_layers)
+    )
     report = check_decoder(
-        decoder, model=files["target"], prompts=(PROMPT,), depth=ps.depth, law=ps.law, tv=tv, fraction=fraction,
-        budget=budget, workers=workers, **ps.flags,
+        decoder,
+        model=files["target"],
+        prompts=(PROMPT,),
+        depth=ps.depth,
+        law=ps.law,
+        tv=tv,
+        fraction=fraction,
+        budget=budget,
+        workers=workers,
+        **ps.flags,
     )
     outcome = report.results[0]
-    return {"peer": "transformers", "version": transformers.__version__, "model": files["target"].name,
-            "path": path_name, "assistant": assistant_text(path_name, files, assistant_layers), "params": ps.name,
-            "law": ps.law, "flags": ps.flags, "depth": ps.depth,
-            "state": outcome.numbers.get("state"), "tokens": outcome.numbers.get("tokens"),
-            "design_tokens": outcome.numbers.get("design_tokens"), "power": outcome.numbers.get("power"),
-            "tv": tv, "fraction": fraction, "minutes": round((time.perf_counter() - start) / 60, 2),
-            "workers": workers,  # the workers' CPU is not this process's (nor reliably its children's): counted at 1 only
-            "cpu_minutes": round((cpu_seconds() - cpu) / 60, 2) if workers == 1 else None, "load_at_start": round(load, 1),
-            "load_at_end": round(os.getloadavg()[0], 1), "budget": budget, "detail": outcome.detail}
+    return {
+        "peer": "transformers",
+        "version": transformers.__version__,
+        "model": files["target"].name,
+        "path": path_name,
+        "assistant": assistant_text(path_name, files, assistant_layers),
+        "params": ps.name,
+        "law": ps.law,
+        "flags": ps.flags,
+        "depth": ps.depth,
+        "state": outcome.numbers.get("state"),
+        "tokens": outcome.numbers.get("tokens"),
+        "design_tokens": outcome.numbers.get("design_tokens"),
+        "power": outcome.numbers.get("power"),
+        "tv": tv,
+        "fraction": fraction,
+        "minutes": round((time.perf_counter() - start) / 60, 2),
+        "workers": workers,  # the workers' CPU is not this process's (nor reliably its children's): counted at 1 only
+        "cpu_minutes": round((cpu_seconds() - cpu) / 60, 2) if workers == 1 else None,
+        "load_at_start": round(load, 1),
+        "load_at_end": round(os.getloadavg()[0], 1),
+        "budget": budget,
+        "detail": outcome.detail,
+    }
 
 
 def cpu_seconds() -> float:
@@ -211,8 +280,10 @@ def law_cell(r: dict[str, Any], ps: ParamSet, no_flags: str = "") -> str:
 
 def outcome_cells(r: dict[str, Any]) -> str:
     """A verdict row's cells from the state to the run time: state, tokens, power, minutes (load)."""
-    return (f"**{r['state']}** | {r['tokens']} / {r['design_tokens']} | {r['power']:.3f} | "
-            f"{r['minutes']} (load {r['load_at_start']})")
+    return (
+        f"**{r['state']}** | {r['tokens']} / {r['design_tokens']} | {r['power']:.3f} | "
+        f"{r['minutes']} (load {r['load_at_start']})"
+    )
 
 
 def table_rows(lines: list[str]) -> list[str]:
@@ -238,8 +309,10 @@ def preload(files: dict[str, Path]) -> None:
             load_tokenizer(files["target"]), load_tokenizer(files["other-tokenizer"])
 
 
-SUMMARY_HEADER = ("| peer | model | path | params | design | verdict | tokens / design | power | minutes: wall (CPU, load) "
-                  "| reproduce |")
+SUMMARY_HEADER = (
+    "| peer | model | path | params | design | verdict | tokens / design | power | minutes: wall (CPU, load) "
+    "| reproduce |"
+)
 
 
 def _flags_text(flags: dict[str, Any]) -> str:
@@ -256,9 +329,11 @@ def summary_row(r: dict[str, Any], reproduce: str) -> str:
     design = f"TV {r.get('tv', 0.05)} on {r['fraction']:.0%} of positions, {r.get('depth', 64)} tokens"
     cpu = "" if r.get("cpu_minutes") is None else f"{r['cpu_minutes']} CPU, "
     path = r["path"] if r.get("assistant") is None else f"{r['path']} (assistant: {r['assistant']})"
-    return (f"| {peer} | {r.get('model', 'tinyllama.gguf')} | {path} | {params} | {design} | **{r['state']}** | "
-            f"{r['tokens']:,} / {r['design_tokens']:,} | {r['power']:.3f} | {r['minutes']} ({cpu}load {r['load_at_start']}) "
-            f"| {reproduce} |")
+    return (
+        f"| {peer} | {r.get('model', 'tinyllama.gguf')} | {path} | {params} | {design} | **{r['state']}** | "
+        f"{r['tokens']:,} / {r['design_tokens']:,} | {r['power']:.3f} | {r['minutes']} ({cpu}load {r['load_at_start']}) "
+        f"| {reproduce} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,17 +346,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tv", type=float, default=0.05)
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--budget", type=float, default=None, help="seconds per run (inconclusive when short)")
-    parser.add_argument("--model", type=Path, default=None,
-                        help="another target GGUF (e.g. SmolLM2): assisted drafts with its first --assistant-layers layers")
-    parser.add_argument("--universal-assistant", type=Path, default=None, help="with --model: the universal path's assistant GGUF")
-    parser.add_argument("--assistant-layers", type=int, default=None,
-                        help="the assisted path drafts with the target's first L layers (default: the 1-layer "
-                             "assistant file on the tiny models, 1 layer with --model)")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="another target GGUF (e.g. SmolLM2): assisted drafts with its first --assistant-layers layers",
+    )
+    parser.add_argument(
+        "--universal-assistant", type=Path, default=None, help="with --model: the universal path's assistant GGUF"
+    )
+    parser.add_argument(
+        "--assistant-layers",
+        type=int,
+        default=None,
+        help="the assisted path drafts with the target's first L layers (default: the 1-layer "
+        "assistant file on the tiny models, 1 layer with --model)",
+    )
     parser.add_argument("--depth", type=int, default=None, help="generation length (default: the param set's)")
     parser.add_argument("--workers", type=int, default=1, help="engine processes (tiny models only)")
     parser.add_argument("--write-only", action="store_true", help="write the tiny models and stop")
-    parser.add_argument("--table", type=Path, help="print docs/peers.md's table rows of a saved JSON-lines file and stop")
-    parser.add_argument("--summary", type=Path, help="print the summary table's rows of a saved JSON-lines file and stop")
+    parser.add_argument(
+        "--table", type=Path, help="print docs/peers.md's table rows of a saved JSON-lines file and stop"
+    )
+    parser.add_argument(
+        "--summary", type=Path, help="print the summary table's rows of a saved JSON-lines file and stop"
+    )
     args = parser.parse_args(argv)
     if args.table is not None:
         print("\n".join(table_rows(args.table.read_text().splitlines())))
@@ -298,13 +387,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.model is not None and args.workers > 1:
         raise SystemExit("--workers builds the tiny models' engines (tests.peer_verdicts:ENGINES): not with --model")
     if args.model is not None:  # a real target: no same-vocabulary assistant file
-        files = {"target": args.model} | ({} if args.universal_assistant is None else {"other-tokenizer": args.universal_assistant})
+        files = {"target": args.model} | (
+            {} if args.universal_assistant is None else {"other-tokenizer": args.universal_assistant}
+        )
         preload(files)
     failed = False
     for path_name in args.path:
         for name in args.params:
             ps = PARAM_SETS[name] if args.depth is None else replace(PARAM_SETS[name], depth=args.depth)
-            row = verdict(path_name, ps, files, args.tv, args.fraction, args.budget, args.assistant_layers, args.workers)
+            row = verdict(
+                path_name, ps, files, args.tv, args.fraction, args.budget, args.assistant_layers, args.workers
+            )
             failed |= row["state"] == "failed"
             print(json.dumps(row), flush=True)
     return 1 if failed else 0

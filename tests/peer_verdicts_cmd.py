@@ -23,15 +23,28 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.peer_verdicts import PARAM_SETS, PROMPT, ParamSet, verdict_flags, law_cell, outcome_cells, verdict_records, write_models
+from tests.peer_verdicts import (
+    PARAM_SETS,
+    PROMPT,
+    ParamSet,
+    law_cell,
+    outcome_cells,
+    verdict_flags,
+    verdict_records,
+    write_models,
+)
 
 VENVS = Path(os.environ.get("VERISPEC_PEER_VENVS", "/work/venvs"))
 REPO = Path(__file__).resolve().parents[1]
 # peer: (venv folder, adapter, its paths, the distributions whose versions are reported)
 PEERS = {
     "mlx-lm": ("mlx", "examples/mlx_lm_decoder_cmd.py", ("speculative", "plain"), ("mlx-lm", "mlx")),
-    "openvino-genai": ("openvino", "examples/openvino_genai_decoder_cmd.py", ("prompt-lookup", "draft", "plain"),
-                       ("openvino-genai", "openvino")),
+    "openvino-genai": (
+        "openvino",
+        "examples/openvino_genai_decoder_cmd.py",
+        ("prompt-lookup", "draft", "plain"),
+        ("openvino-genai", "openvino"),
+    ),
 }
 EXTRA = {
     "t1-p0.9": ParamSet("t1-p0.9", verdict_flags(top_p=0.9)),
@@ -56,7 +69,9 @@ def write_peer_models(folder: Path) -> dict[str, Path]:
     for key, variant, seed in (("bpe-target", VARIANTS["tinyllama"], 3), ("bpe-draft", small, 4)):
         files[key] = folder / f"{variant.name}-bpe-f16.gguf"
         if not files[key].exists():
-            write_synthetic(files[key], variant, seed=seed, quant_types=("F16",), file_type="MOSTLY_F16", tokenizer="bpe")
+            write_synthetic(
+                files[key], variant, seed=seed, quant_types=("F16",), file_type="MOSTLY_F16", tokenizer="bpe"
+            )
     return files
 
 
@@ -89,8 +104,16 @@ def peer_version(peer: str) -> str:
     return subprocess.run([str(python_of(peer)), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def verdict(peer: str, path: str, ps: ParamSet, files: dict[str, Path], tv: float, fraction: float,
-            budget: float | None, prompt: str = PROMPT) -> dict[str, Any]:
+def verdict(
+    peer: str,
+    path: str,
+    ps: ParamSet,
+    files: dict[str, Path],
+    tv: float,
+    fraction: float,
+    budget: float | None,
+    prompt: str = PROMPT,
+) -> dict[str, Any]:
     """One depth run of the gate on the peer's program; its numbers, minutes and load."""
     from verispec.decoder.api import check_decoder
 
@@ -98,15 +121,37 @@ def verdict(peer: str, path: str, ps: ParamSet, files: dict[str, Path], tv: floa
         raise SystemExit(f"{ps.name}: the engine-cmd adapters send every parameter (no library defaults)")
     command = engine_command(peer, path, files)
     start, load = time.perf_counter(), os.getloadavg()[0]
-    report = check_decoder(engine_cmd=command, model=target_of(peer, files), prompts=(prompt,), depth=ps.depth,
-                           law=ps.law, tv=tv, fraction=fraction, budget=budget, timeout=3600, **ps.flags)
+    report = check_decoder(
+        engine_cmd=command,
+        model=target_of(peer, files),
+        prompts=(prompt,),
+        depth=ps.depth,
+        law=ps.law,
+        tv=tv,
+        fraction=fraction,
+        budget=budget,
+        timeout=3600,
+        **ps.flags,
+    )
     outcome = report.results[0]
-    return {"peer": peer, "version": peer_version(peer), "path": path, "params": ps.name, "law": ps.law, "flags": ps.flags,
-            "prompt": prompt,
-            "state": outcome.numbers.get("state"), "tokens": outcome.numbers.get("tokens"),
-            "design_tokens": outcome.numbers.get("design_tokens"), "power": outcome.numbers.get("power"),
-            "tv": tv, "fraction": fraction, "minutes": round((time.perf_counter() - start) / 60, 2),
-            "load_at_start": round(load, 1), "detail": outcome.detail}
+    return {
+        "peer": peer,
+        "version": peer_version(peer),
+        "path": path,
+        "params": ps.name,
+        "law": ps.law,
+        "flags": ps.flags,
+        "prompt": prompt,
+        "state": outcome.numbers.get("state"),
+        "tokens": outcome.numbers.get("tokens"),
+        "design_tokens": outcome.numbers.get("design_tokens"),
+        "power": outcome.numbers.get("power"),
+        "tv": tv,
+        "fraction": fraction,
+        "minutes": round((time.perf_counter() - start) / 60, 2),
+        "load_at_start": round(load, 1),
+        "detail": outcome.detail,
+    }
 
 
 def table_rows(lines: list[str]) -> list[str]:
@@ -115,8 +160,10 @@ def table_rows(lines: list[str]) -> list[str]:
     for r in verdict_records(lines):
         prompt = "" if r.get("prompt", PROMPT) == PROMPT else f" --prompt {r['prompt']!r}"
         command = f"`python -m tests.peer_verdicts_cmd --peer {r['peer']} --out DIR --path {r['path']} --params {r['params']}{prompt}`"
-        rows.append(f"| {r['peer']} {r['version']} | {r['path']} | {law_cell(r, ALL_SETS[r['params']])} | "
-                    f"{r.get('prompt', PROMPT)!r} | {outcome_cells(r)} | {command} |")
+        rows.append(
+            f"| {r['peer']} {r['version']} | {r['path']} | {law_cell(r, ALL_SETS[r['params']])} | "
+            f"{r.get('prompt', PROMPT)!r} | {outcome_cells(r)} | {command} |"
+        )
     return rows
 
 
@@ -129,8 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tv", type=float, default=0.05)
     parser.add_argument("--fraction", type=float, default=1.0)
     parser.add_argument("--budget", type=float, default=None)
-    parser.add_argument("--prompt", default=PROMPT, help=f"the prompt's text (default {PROMPT!r}; {PENALTY_PROMPT!r}: "
-                        "one whose tokens the target likes, so a penalty on them moves mass)")
+    parser.add_argument(
+        "--prompt",
+        default=PROMPT,
+        help=f"the prompt's text (default {PROMPT!r}; {PENALTY_PROMPT!r}: "
+        "one whose tokens the target likes, so a penalty on them moves mass)",
+    )
     parser.add_argument("--table", type=Path, help="print docs/peers.md's rows of a saved JSON-lines file and stop")
     args = parser.parse_args(argv)
     if args.table is not None:

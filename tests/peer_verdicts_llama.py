@@ -39,8 +39,17 @@ def peer(path_name: str, model_path: Path) -> Any:
 ENGINES = SimpleNamespace(**{path: functools.partial(peer, path) for path in PATHS})
 
 
-def verdict(model: Path, path_name: str, flags: dict[str, Any], fraction: float, budget: float | None, depth: int,
-            tv: float = 0.05, prompt: str = PROMPT, workers: int = 1) -> dict[str, Any]:
+def verdict(
+    model: Path,
+    path_name: str,
+    flags: dict[str, Any],
+    fraction: float,
+    budget: float | None,
+    depth: int,
+    tv: float = 0.05,
+    prompt: str = PROMPT,
+    workers: int = 1,
+) -> dict[str, Any]:
     """One check_decoder depth run of llama-cpp-python (prompt lookup or plain) and its costs."""
     import llama_cpp
 
@@ -48,17 +57,42 @@ def verdict(model: Path, path_name: str, flags: dict[str, Any], fraction: float,
 
     start, load, cpu = time.perf_counter(), os.getloadavg()[0], time.process_time()
     decoder = f"tests.peer_verdicts_llama:ENGINES.{path_name}" if workers > 1 else functools.partial(peer, path_name)
-    report = check_decoder(decoder, model=model, prompts=(prompt,), law="llama.cpp", target_law="engine-logits", tv=tv,
-                           fraction=fraction, depth=depth, budget=budget, workers=workers, **flags)
+    report = check_decoder(
+        decoder,
+        model=model,
+        prompts=(prompt,),
+        law="llama.cpp",
+        target_law="engine-logits",
+        tv=tv,
+        fraction=fraction,
+        depth=depth,
+        budget=budget,
+        workers=workers,
+        **flags,
+    )
     o = report.results[0]
-    return {"peer": "llama-cpp-python", "version": llama_cpp.__version__, "path": path_name, "model": model.name,
-            "flags": flags, "depth": depth, "state": o.numbers.get("state"), "tokens": o.numbers.get("tokens"),
-            "design_tokens": o.numbers.get("design_tokens"), "power": o.numbers.get("power"), "tv": tv, "fraction": fraction,
-            "minutes": round((time.perf_counter() - start) / 60, 2), "workers": workers,
-            # the workers' CPU is not this process's: counted at 1 worker only
-            "cpu_minutes": round((time.process_time() - cpu) / 60, 2) if workers == 1 else None,
-            "load_at_start": round(load, 1), "load_at_end": round(os.getloadavg()[0], 1), "budget": budget,
-            "detail": o.detail}
+    return {
+        "peer": "llama-cpp-python",
+        "version": llama_cpp.__version__,
+        "path": path_name,
+        "model": model.name,
+        "flags": flags,
+        "depth": depth,
+        "state": o.numbers.get("state"),
+        "tokens": o.numbers.get("tokens"),
+        "design_tokens": o.numbers.get("design_tokens"),
+        "power": o.numbers.get("power"),
+        "tv": tv,
+        "fraction": fraction,
+        "minutes": round((time.perf_counter() - start) / 60, 2),
+        "workers": workers,
+        # the workers' CPU is not this process's: counted at 1 worker only
+        "cpu_minutes": round((time.process_time() - cpu) / 60, 2) if workers == 1 else None,
+        "load_at_start": round(load, 1),
+        "load_at_end": round(os.getloadavg()[0], 1),
+        "budget": budget,
+        "detail": o.detail,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,12 +27,11 @@ from typing import Any
 import pytest
 
 import verispec
+from tests.user_project import SAMPLER_TEMPLATE, broken_sampler
 from verispec import cli
 from verispec.decoder.report import DecoderReport
 from verispec.spec.check import CheckError, CheckReport, PropertyOutcome
 from verispec.spec.external import DEFAULT_TIMEOUT
-
-from tests.user_project import SAMPLER_TEMPLATE, broken_sampler
 
 SCALE = 0.01  # of the statistical N (see the module docstring)
 LAW = ["contract", "range_and_mass", "stat_verdict_law_k2", "stat_lossless_ar_k2"]
@@ -61,7 +60,9 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
 
 
 def test_check_takes_callables_and_returns_the_typed_report(sampler: ModuleType) -> None:
-    report = verispec.check(sampler.verify, batch_verifier=sampler.verify_batch, law_only=True, only=LAW, scale=SCALE, min_power=0)
+    report = verispec.check(
+        sampler.verify, batch_verifier=sampler.verify_batch, law_only=True, only=LAW, scale=SCALE, min_power=0
+    )
     assert isinstance(report, CheckReport)
     assert report.passed and report.exit_status == 0, report.summary()
     assert [p.name for p in report.properties if p.status == "passed"] == LAW
@@ -72,8 +73,14 @@ def test_check_takes_callables_and_returns_the_typed_report(sampler: ModuleType)
 
 
 def test_check_takes_module_function_strings() -> None:
-    report = verispec.check(f"{REFERENCE}:verify_sampled", batch_verifier=f"{REFERENCE}:verify_sampled_batch",
-                            only=["vectors_sampled", "contract", "stat_verdict_law_k1"], scale=SCALE, sequential=True, min_power=0)
+    report = verispec.check(
+        f"{REFERENCE}:verify_sampled",
+        batch_verifier=f"{REFERENCE}:verify_sampled_batch",
+        only=["vectors_sampled", "contract", "stat_verdict_law_k1"],
+        scale=SCALE,
+        sequential=True,
+        min_power=0,
+    )
     assert report.passed, report.summary()
     assert report.sequential and report.implementation == (
         f"python: verifier {REFERENCE}:verify_sampled, batch {REFERENCE}:verify_sampled_batch"
@@ -92,7 +99,9 @@ def test_a_broken_sampler_fails_with_every_failure_in_the_summary(broken: Module
 def test_log_and_announce_see_the_run(sampler: ModuleType) -> None:
     seen: list[str] = []
     names: list[str] = []
-    verispec.check(sampler.verify, law_only=True, only=["contract"], log=lambda o: names.append(o.name), announce=seen.append)
+    verispec.check(
+        sampler.verify, law_only=True, only=["contract"], log=lambda o: names.append(o.name), announce=seen.append
+    )
     assert names == ["contract"] and len(seen) == 1 and seen[0].startswith("python (law only)")
 
 
@@ -118,8 +127,13 @@ def test_bad_arguments_are_check_errors_before_anything_runs(kwargs: dict[str, A
 def test_workers_draw_what_one_process_draws() -> None:
     """The reference consumes the given uniforms, so its verdicts in 2 worker processes are the
     one-process verdicts (spec/workers.py): the same N and the same chi-square."""
-    kwargs: dict[str, Any] = {"batch_verifier": f"{REFERENCE}:verify_sampled_batch", "only": ["stat_verdict_law_k1"],
-                              "scale": SCALE, "sequential": True, "min_power": 0}
+    kwargs: dict[str, Any] = {
+        "batch_verifier": f"{REFERENCE}:verify_sampled_batch",
+        "only": ["stat_verdict_law_k1"],
+        "scale": SCALE,
+        "sequential": True,
+        "min_power": 0,
+    }
     alone = verispec.check(f"{REFERENCE}:verify_sampled", **kwargs)
     pooled = verispec.check(f"{REFERENCE}:verify_sampled", workers=2, **kwargs)
     assert pooled.passed and [(p.n, p.detail) for p in pooled.properties] == [(p.n, p.detail) for p in alone.properties]
@@ -131,8 +145,9 @@ def test_workers_need_parts_that_cross_a_process_boundary(sampler: ModuleType) -
 
 
 def test_a_wire_verifier_runs_through_the_api() -> None:
-    report = verispec.check(verifier_cmd=f"{sys.executable} -m verispec.spec.external --reference",
-                            only=["vectors_sampled", "contract"])
+    report = verispec.check(
+        verifier_cmd=f"{sys.executable} -m verispec.spec.external --reference", only=["vectors_sampled", "contract"]
+    )
     assert report.passed and [p.status for p in report.properties] == ["passed", "passed"], report.summary()
 
 
@@ -154,7 +169,9 @@ def _stub_report() -> CheckReport:
     return CheckReport("stub", {}, 1.0, [PropertyOutcome("contract", "passed", 1, 0.0, 1.0, "ok", 0.0)])
 
 
-def test_the_check_command_hands_its_flags_to_the_api(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_check_command_hands_its_flags_to_the_api(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
     def fake(*args: Any, **kwargs: Any) -> CheckReport:
@@ -162,17 +179,58 @@ def test_the_check_command_hands_its_flags_to_the_api(monkeypatch: pytest.Monkey
         return _stub_report()
 
     monkeypatch.setattr("verispec.api.check", fake)
-    argv = ["check", "--verifier", "m:f", "--batch-verifier", "m:g", "--law-only", "--scale", "0.5", "--budget", "9",
-            "--only", "contract", "--workers", "2", "--seed", "3", "--count", "4", "--fail-fast", "--json",
-            "--min-power", "0.25", "--no-keep-going"]
+    argv = [
+        "check",
+        "--verifier",
+        "m:f",
+        "--batch-verifier",
+        "m:g",
+        "--law-only",
+        "--scale",
+        "0.5",
+        "--budget",
+        "9",
+        "--only",
+        "contract",
+        "--workers",
+        "2",
+        "--seed",
+        "3",
+        "--count",
+        "4",
+        "--fail-fast",
+        "--json",
+        "--min-power",
+        "0.25",
+        "--no-keep-going",
+    ]
     assert cli.main(argv) == 0
     ((args, kwargs),) = calls
     assert args == ("m:f",)
-    expected = {"batch_verifier": "m:g", "law_only": True, "scale": 0.5, "budget": 9.0, "only": ["contract"],
-                "workers": 2, "seed": 3, "count": 4, "fail_fast": True, "shard": None, "verifier_cmd": None,
-                "greedy_verifier": None, "pipeline": None, "vectors": None, "sequential": False, "budget_samples": None,
-                "timeout": DEFAULT_TIMEOUT, "log": None, "announce": None, "progress": None,
-                "min_power": 0.25, "keep_going": False}
+    expected = {
+        "batch_verifier": "m:g",
+        "law_only": True,
+        "scale": 0.5,
+        "budget": 9.0,
+        "only": ["contract"],
+        "workers": 2,
+        "seed": 3,
+        "count": 4,
+        "fail_fast": True,
+        "shard": None,
+        "verifier_cmd": None,
+        "greedy_verifier": None,
+        "pipeline": None,
+        "vectors": None,
+        "sequential": False,
+        "budget_samples": None,
+        "timeout": DEFAULT_TIMEOUT,
+        "log": None,
+        "announce": None,
+        "progress": None,
+        "min_power": 0.25,
+        "keep_going": False,
+    }
     assert callable(kwargs.pop("warn"))  # the slow-path warning goes to stderr
     assert kwargs == expected
     assert json.loads(capsys.readouterr().out)["implementation"] == "stub"
@@ -199,17 +257,48 @@ def test_the_check_decoder_command_hands_its_flags_to_the_api(monkeypatch: pytes
         return DecoderReport("stub.gguf")
 
     monkeypatch.setattr("verispec.decoder.api.check_decoder", fake)
-    assert cli.main(["check-decoder", "--ours", "--model", "x.gguf", "--prompt", "a", "b", "--depth", "0", "--m", "2", "--tv", "0.3"]) == 1
+    assert (
+        cli.main(
+            [
+                "check-decoder",
+                "--ours",
+                "--model",
+                "x.gguf",
+                "--prompt",
+                "a",
+                "b",
+                "--depth",
+                "0",
+                "--m",
+                "2",
+                "--tv",
+                "0.3",
+            ]
+        )
+        == 1
+    )
     ((kwargs),) = calls
     assert kwargs["engine"] is None and kwargs["ours"] and kwargs["model"] == "x.gguf"
-    assert kwargs["prompts"] == ["a", "b"] and kwargs["m"] == 2 and kwargs["tv"] == 0.3 and kwargs["target_law"] == "reference"
-    assert kwargs["alpha"] is None and kwargs["greedy"] is False and kwargs["timeout"] == 600.0 and callable(kwargs["log"])
+    assert (
+        kwargs["prompts"] == ["a", "b"]
+        and kwargs["m"] == 2
+        and kwargs["tv"] == 0.3
+        and kwargs["target_law"] == "reference"
+    )
+    assert (
+        kwargs["alpha"] is None and kwargs["greedy"] is False and kwargs["timeout"] == 600.0 and callable(kwargs["log"])
+    )
 
 
 def test_the_check_decoder_command_prints_each_prompt_as_it_is_decided(
     tiny_gguf: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["check-decoder", "--ours", "--model", str(tiny_gguf), "--depth", "0", "--m", "1", "--prompt", "hi", "yo"]) == 0
+    assert (
+        cli.main(
+            ["check-decoder", "--ours", "--model", str(tiny_gguf), "--depth", "0", "--m", "1", "--prompt", "hi", "yo"]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert [line[:10] for line in lines] == ["PASS  'hi'", "PASS  'yo'", "PASSED"]
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from verispec import cli
 from verispec.bench.backends import variant_label
 from verispec.bench.report import SCHEMA_VERSION, BenchReport
 from verispec.bench.text import format_report
 from verispec.engine.fused import FUSED_BY_DEFAULT
-from verispec import cli
 
 
 def _positive_finite(value: Any) -> bool:
@@ -24,15 +24,51 @@ def _positive_finite(value: Any) -> bool:
 @pytest.mark.model
 def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "bench.png"
-    status = cli.main(["bench", "--model", str(smollm2_path), "--json", "--plot", str(png),
-                       "--tokens", "3", "--prefill-tokens", "8", "--reference-tokens", "2", "--k", "3", "--no-kernels",
-                       "--prompts", "chat,repetitive", "--repeats", "1", "--matmul-repeats", "1", "--no-rss"])
+    status = cli.main(
+        [
+            "bench",
+            "--model",
+            str(smollm2_path),
+            "--json",
+            "--plot",
+            str(png),
+            "--tokens",
+            "3",
+            "--prefill-tokens",
+            "8",
+            "--reference-tokens",
+            "2",
+            "--k",
+            "3",
+            "--no-kernels",
+            "--prompts",
+            "chat,repetitive",
+            "--repeats",
+            "1",
+            "--matmul-repeats",
+            "1",
+            "--no-rss",
+        ]
+    )
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert report["schema_version"] == SCHEMA_VERSION
     assert BenchReport.from_json(report).as_json() == report  # the printed JSON reads back whole
-    assert set(report) >= {"date", "model", "machine", "matmul_bound", "plain", "prefill", "speculative",
-                           "early_exit", "reference", "llama_cpp", "ratios", "peak_rss_mib", "plot"}
+    assert set(report) >= {
+        "date",
+        "model",
+        "machine",
+        "matmul_bound",
+        "plain",
+        "prefill",
+        "speculative",
+        "early_exit",
+        "reference",
+        "llama_cpp",
+        "ratios",
+        "peak_rss_mib",
+        "plot",
+    }
     assert report["machine"]["cores"] >= 1 and report["machine"]["cpu"]
     assert isinstance(report["machine"]["isa"], list) and len(report["machine"]["load_average_end"]) == 3
     # the headline is the default mode: int8 where onnxruntime is installed (the dev extra has it)
@@ -83,8 +119,13 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     for run in report["speculative_int8"]["ngram"]["runs"]:
         if run["temperature"] == 0.0:
             assert run["same_tokens_as_plain"] is True  # lossless relative to the int8 mode's own law
-    for key in ("exact_ort_5row_over_1row", "int8_5row_over_1row", "exact_plain_over_f32_bound", "int8_plain_over_exact_plain",
-                "int8_fused_over_unfused"):
+    for key in (
+        "exact_ort_5row_over_1row",
+        "int8_5row_over_1row",
+        "exact_plain_over_f32_bound",
+        "int8_plain_over_exact_plain",
+        "int8_fused_over_unfused",
+    ):
         assert _positive_finite(ratios[key]), key
     assert _positive_finite(report["peak_rss_mib"])
     assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -124,23 +165,42 @@ def test_bench_refuses_an_unknown_prompt_kind(capsys: pytest.CaptureFixture[str]
 def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_path: Path) -> None:
     """`bench --early-exit CAL.json`: early exit against plain greedy on the same engine, with its
     depth statistics; the artifact must be for this model (CalibrationError otherwise)."""
-    from verispec.engine import load_model
     from verispec.bench.options import BenchOptions
     from verispec.bench.run import run_bench
+    from verispec.engine import load_model
     from verispec.reference.calibration import calibrate, file_sha256
     from verispec.reference.errors import CalibrationError
     from verispec.reference.tokenizer import Tokenizer
 
     model = load_model(smollm2_path)
     tokenizer = Tokenizer.from_file(smollm2_path)
-    prompts = [("prose", tokenizer.encode(t)) for t in ("The history of the printing press", "Rivers flow to the sea because")]
+    prompts = [
+        ("prose", tokenizer.encode(t)) for t in ("The history of the printing press", "Rivers flow to the sea because")
+    ]
     # A permissive gate (q = 0.5, margin): some tokens exit, so the deferred catch-up path runs too.
-    cal, _ = calibrate(model, prompts, model_sha256=file_sha256(smollm2_path), model_name="smollm2", depths=[24],
-                       q="0.5", n_steps=6, use_lens=False)
+    cal, _ = calibrate(
+        model,
+        prompts,
+        model_sha256=file_sha256(smollm2_path),
+        model_name="smollm2",
+        depths=[24],
+        q="0.5",
+        n_steps=6,
+        use_lens=False,
+    )
     cal_path = tmp_path / "cal.json"
     cal.save(cal_path)
-    options = BenchOptions(decode_tokens=6, prefill_tokens=8, matmul_repeats=1, reference=False, kernels=False,
-                           prompts=(("chat", "Hello"),), repeats=1, early_exit=cal_path, backends=False)
+    options = BenchOptions(
+        decode_tokens=6,
+        prefill_tokens=8,
+        matmul_repeats=1,
+        reference=False,
+        kernels=False,
+        prompts=(("chat", "Hello"),),
+        repeats=1,
+        early_exit=cal_path,
+        backends=False,
+    )
     report = run_bench(smollm2_path, options)
     ee = report.early_exit
     assert ee["available"] is True and ee["gate"] == "margin" and ee["n_layer"] == 30
@@ -151,12 +211,24 @@ def test_bench_measures_early_exit_with_a_calibration(smollm2_path: Path, tmp_pa
     assert "early exit (margin gate)" in format_report(report)
 
     other = tmp_path / "other.json"
-    cal_wrong, _ = calibrate(model, prompts, model_sha256="0" * 64, model_name="other", depths=[24], q="0.5",
-                             n_steps=2, use_lens=False)
+    cal_wrong, _ = calibrate(
+        model, prompts, model_sha256="0" * 64, model_name="other", depths=[24], q="0.5", n_steps=2, use_lens=False
+    )
     cal_wrong.save(other)
     with pytest.raises(CalibrationError):
-        run_bench(smollm2_path, BenchOptions(decode_tokens=2, prefill_tokens=4, matmul_repeats=1, reference=False,
-                                             kernels=False, prompts=(("chat", "Hello"),), repeats=1, early_exit=other))
+        run_bench(
+            smollm2_path,
+            BenchOptions(
+                decode_tokens=2,
+                prefill_tokens=4,
+                matmul_repeats=1,
+                reference=False,
+                kernels=False,
+                prompts=(("chat", "Hello"),),
+                repeats=1,
+                early_exit=other,
+            ),
+        )
 
 
 def test_llama_cpp_columns_say_how_to_get_them_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,12 +244,16 @@ def test_llama_cpp_columns_say_how_to_get_them_when_missing(monkeypatch: pytest.
 def test_llama_cpp_ratios_pair_prompts_and_skip_sampled_runs() -> None:
     from verispec.bench import llama as bench_llama
 
-    llama = {"available": True,
-             "plain": {"runs": [{"prompt": "a", "tok_s": 10.0}, {"prompt": "b", "tok_s": 40.0}]},
-             "prompt_lookup": {"runs": [{"prompt": "a", "tok_s": 20.0}, {"prompt": "b", "tok_s": 40.0}]}}
-    ours = [{"prompt": "a", "temperature": 0.0, "plain_tok_s": 20.0, "speculative_tok_s": 40.0},
-            {"prompt": "b", "temperature": 0.0, "plain_tok_s": 10.0, "speculative_tok_s": 20.0},
-            {"prompt": "a", "temperature": 0.8, "plain_tok_s": 1.0, "speculative_tok_s": 1.0}]
+    llama = {
+        "available": True,
+        "plain": {"runs": [{"prompt": "a", "tok_s": 10.0}, {"prompt": "b", "tok_s": 40.0}]},
+        "prompt_lookup": {"runs": [{"prompt": "a", "tok_s": 20.0}, {"prompt": "b", "tok_s": 40.0}]},
+    }
+    ours = [
+        {"prompt": "a", "temperature": 0.0, "plain_tok_s": 20.0, "speculative_tok_s": 40.0},
+        {"prompt": "b", "temperature": 0.0, "plain_tok_s": 10.0, "speculative_tok_s": 20.0},
+        {"prompt": "a", "temperature": 0.8, "plain_tok_s": 1.0, "speculative_tok_s": 1.0},
+    ]
     r = bench_llama.ratios(llama, ours)
     assert r["int8_plain_over_llama_cpp_plain"] == pytest.approx(math.sqrt(2.0 * 0.25))  # a: 20/10, b: 10/40
     assert r["int8_ngram_over_llama_cpp_plain"] == pytest.approx(math.sqrt(4.0 * 0.5))
@@ -188,10 +264,26 @@ def test_llama_cpp_ratios_pair_prompts_and_skip_sampled_runs() -> None:
 def test_the_instruction_sets_come_from_the_cpuinfo_flags() -> None:
     from verispec.bench.machine import isa_flags, load_average
 
-    sapphire_rapids = ("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni "
-                       "avx512_vbmi avx512_bf16 amx_bf16 amx_tile amx_int8 avx_vnni\nprocessor\t: 1\nflags\t\t: fpu\n")
-    assert isa_flags(sapphire_rapids) == ["avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
-                                          "avx512_vnni", "avx512_vbmi", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"]
+    sapphire_rapids = (
+        "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni "
+        "avx512_vbmi avx512_bf16 amx_bf16 amx_tile amx_int8 avx_vnni\nprocessor\t: 1\nflags\t\t: fpu\n"
+    )
+    assert isa_flags(sapphire_rapids) == [
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
+        "avx_vnni",
+        "avx512f",
+        "avx512bw",
+        "avx512vl",
+        "avx512_vnni",
+        "avx512_vbmi",
+        "avx512_bf16",
+        "amx_tile",
+        "amx_int8",
+        "amx_bf16",
+    ]
     assert isa_flags("flags\t\t: fpu sse2 avx avx2 fma\n") == ["avx", "avx2", "fma"]
     assert isa_flags("no flags line") == []
     average = load_average()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import sys
 import types
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,9 +21,16 @@ from verispec.bench import llama, llama_child
 PROMPTS = (("chat", (1, 5, 6)), ("code", (1, 7)))
 TEXT = {(1, 5, 6): "hi", (1, 7): "def f():"}
 # seconds a run takes: (decoder, prompt, repeat) -> seconds; each run makes max_tokens = 8 tokens
-SECONDS = {("plain", "hi", 0): 2.0, ("plain", "hi", 1): 1.0, ("lookup", "hi", 0): 1.0, ("lookup", "hi", 1): 3.0,
-           ("plain", "def f():", 0): 3.0, ("plain", "def f():", 1): 6.0, ("lookup", "def f():", 0): 2.0,
-           ("lookup", "def f():", 1): 2.0}
+SECONDS = {
+    ("plain", "hi", 0): 2.0,
+    ("plain", "hi", 1): 1.0,
+    ("lookup", "hi", 0): 1.0,
+    ("lookup", "hi", 1): 3.0,
+    ("plain", "def f():", 0): 3.0,
+    ("plain", "def f():", 1): 6.0,
+    ("lookup", "def f():", 0): 2.0,
+    ("lookup", "def f():", 1): 2.0,
+}
 TOKENS = 8
 EOS = 2  # the stand-in emits it first: the bench's fixed-length runs must not stop there
 
@@ -72,22 +79,39 @@ def in_process(path: Path, n_ctx: int, k: int, threads: int, seed: int) -> llama
     return llama_child.LlamaDecoders(path, n_ctx, k, threads, seed)
 
 
-def test_measure_interleaves_the_decoders_and_the_engine_and_keeps_each_ones_best(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_measure_interleaves_the_decoders_and_the_engine_and_keeps_each_ones_best(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     clock, log, made = Clock(), [], []  # type: ignore[var-annotated]
     speculative = types.ModuleType("llama_cpp.llama_speculative")
     speculative.LlamaPromptLookupDecoding = StandInLookup  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "llama_cpp", stand_in_module(clock, log, made))
     monkeypatch.setitem(sys.modules, "llama_cpp.llama_speculative", speculative)
     monkeypatch.setattr(llama_child, "time", clock)
-    engine_rates = iter([{"plain_tok_s": 5.0, "speculative_tok_s": 9.0}, {"plain_tok_s": 7.0, "speculative_tok_s": 8.0},
-                         {"plain_tok_s": 1.0, "speculative_tok_s": 2.0}, {"plain_tok_s": 3.0, "speculative_tok_s": 1.0}])
+    engine_rates = iter(
+        [
+            {"plain_tok_s": 5.0, "speculative_tok_s": 9.0},
+            {"plain_tok_s": 7.0, "speculative_tok_s": 8.0},
+            {"plain_tok_s": 1.0, "speculative_tok_s": 2.0},
+            {"plain_tok_s": 3.0, "speculative_tok_s": 1.0},
+        ]
+    )
 
     def engine(kind: str, ids: tuple[int, ...]) -> dict[str, float]:
         log.append(("engine", TEXT[ids]))
         return {**next(engine_rates), "generated_tokens": TOKENS}
 
-    out = llama.measure(Path("m.gguf"), PROMPTS, max_tokens=TOKENS, k=5, threads=3, repeats=2, seed=7, engine=engine,
-                        open_decoders=in_process)
+    out = llama.measure(
+        Path("m.gguf"),
+        PROMPTS,
+        max_tokens=TOKENS,
+        k=5,
+        threads=3,
+        repeats=2,
+        seed=7,
+        engine=engine,
+        open_decoders=in_process,
+    )
 
     assert [m["n_threads"] for m in made] == [3, 3] and [m["n_threads_batch"] for m in made] == [3, 3]
     assert all(m["model_path"] == "m.gguf" and m["seed"] == 7 and m["n_ctx"] >= 3 + TOKENS for m in made)
@@ -108,4 +132,5 @@ def test_measure_interleaves_the_decoders_and_the_engine_and_keeps_each_ones_bes
     assert out["plain"]["geomean_tok_s"] == pytest.approx(math.sqrt(8.0 * 8.0 / 3.0))
     assert out["engine_runs"] == [
         {"prompt": "chat", "temperature": 0.0, "plain_tok_s": 7.0, "speculative_tok_s": 9.0, "tokens": TOKENS},
-        {"prompt": "code", "temperature": 0.0, "plain_tok_s": 3.0, "speculative_tok_s": 2.0, "tokens": TOKENS}]
+        {"prompt": "code", "temperature": 0.0, "plain_tok_s": 3.0, "speculative_tok_s": 2.0, "tokens": TOKENS},
+    ]

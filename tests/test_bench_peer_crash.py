@@ -22,8 +22,8 @@ import pytest
 from tests.processes import group_gone
 from verispec.bench import llama, llama_child
 from verispec.bench.peer import PeerProcess
-from verispec.reference.errors import PeerFailed
 from verispec.bench.text import format_llama
+from verispec.reference.errors import PeerFailed
 
 # Answers "open" like the real child, then faults on the first "run" (after a last word on stderr).
 SEGV_AT_FIRST_RUN = """
@@ -40,9 +40,11 @@ for line in sys.stdin:
 """
 SEGV_AT_OPEN = "import os, signal, sys; sys.stdin.readline(); os.kill(os.getpid(), signal.SIGSEGV)"
 NEVER_ANSWERS = "import sys, time; sys.stdin.readline(); time.sleep(60)"
-ANSWERS_AN_ERROR = ("import json, sys; sys.stdin.readline(); "
-                    "sys.stdout.write(json.dumps({'ok': False, 'error': 'ValueError: bad model'}) + '\\n'); sys.stdout.flush(); "
-                    "sys.stdin.readline()")
+ANSWERS_AN_ERROR = (
+    "import json, sys; sys.stdin.readline(); "
+    "sys.stdout.write(json.dumps({'ok': False, 'error': 'ValueError: bad model'}) + '\\n'); sys.stdout.flush(); "
+    "sys.stdin.readline()"
+)
 HANG_NET = 60.0
 
 
@@ -95,8 +97,16 @@ def test_the_llama_section_reports_a_crash_as_its_result(code: str, during: str)
         engine_calls.append(kind)
         return {"plain_tok_s": 1.0, "speculative_tok_s": 1.0, "generated_tokens": 4}
 
-    out = llama.measure(Path("m.gguf"), [("chat", (1, 2, 3))], max_tokens=4, k=4, threads=1, repeats=1,
-                        engine=engine, open_decoders=stand_in_child(code))
+    out = llama.measure(
+        Path("m.gguf"),
+        [("chat", (1, 2, 3))],
+        max_tokens=4,
+        k=4,
+        threads=1,
+        repeats=1,
+        engine=engine,
+        open_decoders=stand_in_child(code),
+    )
     assert out["available"] is False and out["status"] == "crashed"
     assert out["crash"]["signal"] == "SIGSEGV" and out["crash"]["during"] == during
     assert "killed by SIGSEGV" in out["note"]
@@ -116,8 +126,9 @@ def test_the_child_module_serves_the_protocol() -> None:
     assert failed.value.result["status"] == "failed" and "before 'open'" in failed.value.result["error"]
 
 
-def test_bench_survives_a_crashing_llama_cpp_and_exits_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_survives_a_crashing_llama_cpp_and_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The whole command on a small synthetic llama file: llama.cpp "installed" but faulting at
     its first prompt pass; the bench prints its full report with llama.cpp's crash as llama.cpp's
     result, and exits 0."""
@@ -129,9 +140,30 @@ def test_bench_survives_a_crashing_llama_cpp_and_exits_0(tmp_path: Path, monkeyp
     write_synthetic(model, "tinyllama")
     monkeypatch.setattr(llama, "available", lambda: True)
     monkeypatch.setattr(llama_child, "child_argv", lambda: [sys.executable, "-c", SEGV_AT_FIRST_RUN])
-    status = cli.main(["bench", "--model", str(model), "--json", "--tokens", "2", "--prefill-tokens", "4",
-                       "--no-reference", "--no-kernels", "--no-backends", "--no-rss", "--prompts", "chat",
-                       "--repeats", "1", "--matmul-repeats", "1", "--k", "2"])
+    status = cli.main(
+        [
+            "bench",
+            "--model",
+            str(model),
+            "--json",
+            "--tokens",
+            "2",
+            "--prefill-tokens",
+            "4",
+            "--no-reference",
+            "--no-kernels",
+            "--no-backends",
+            "--no-rss",
+            "--prompts",
+            "chat",
+            "--repeats",
+            "1",
+            "--matmul-repeats",
+            "1",
+            "--k",
+            "2",
+        ]
+    )
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert BenchReport.from_json(report).as_json() == report
@@ -142,7 +174,7 @@ def test_bench_survives_a_crashing_llama_cpp_and_exits_0(tmp_path: Path, monkeyp
 
 # A stand-in llama_cpp package for the real child (python -m verispec.bench.llama_child): its
 # native-looking prints go to file descriptor 1, which the child must keep away from its replies.
-FAKE_LLAMA_CPP = '''
+FAKE_LLAMA_CPP = """
 import os
 __version__ = "fake"
 os.write(1, b"ggml noise on stdout\\n")
@@ -166,15 +198,17 @@ class Llama:
         os.write(1, b"more noise\\n")
         while True:
             yield ids[-1] + 1
-'''
-FAKE_SPECULATIVE = '''
+"""
+FAKE_SPECULATIVE = """
 class LlamaPromptLookupDecoding:
     def __init__(self, num_pred_tokens):
         self.num_pred_tokens = num_pred_tokens
-'''
+"""
 
 
-def test_the_real_child_runs_llama_decoders_and_keeps_its_replies_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_real_child_runs_llama_decoders_and_keeps_its_replies_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     package = tmp_path / "llama_cpp"
     package.mkdir()
     (package / "__init__.py").write_text(FAKE_LLAMA_CPP)

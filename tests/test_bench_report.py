@@ -73,8 +73,12 @@ def test_the_split_formulas_recompute_every_saved_summary_and_ratio(path: Path) 
         got = llama.workload_ratios(beside["runs"], list(typed.workload or {}))
         saved_names = set(beside["geomean"])
         assert set(got["geomean"]) - saved_names <= NEWER_WORKLOAD_RATIOS(list(typed.workload or {}))
-        kept = {"per_category": {c: {n: v for n, v in r.items() if n in saved_names} for c, r in got["per_category"].items()},
-                "geomean": {n: v for n, v in got["geomean"].items() if n in saved_names}}
+        kept = {
+            "per_category": {
+                c: {n: v for n, v in r.items() if n in saved_names} for c, r in got["per_category"].items()
+            },
+            "geomean": {n: v for n, v in got["geomean"].items() if n in saved_names},
+        }
         assert kept == expected
     recomputed = ratios(typed)
     assert {k: recomputed[k] for k in typed.ratios} == typed.ratios
@@ -94,10 +98,16 @@ def _version_2(report: dict[str, Any]) -> dict[str, Any]:
     """A saved report with the fields version 2 adds (as the bench writes them)."""
     report["schema_version"] = 2
     report["machine"].update(isa=["avx", "avx2"], load_average_start=[1.5, 1.0, 0.5], load_average_end=[2.0, 1.2, 0.6])
-    report["engine_kernel"] = {"mode": "int8/ort-q", "onnxruntime": "1.32.0", "providers": ["CPUExecutionProvider"],
-                               "graphs": 66, "row_modes": {"native": 6, "pad-single-row": 60}}
-    report["llama_cpp"].update(status="crashed", crash={"signal": "SIGSEGV", "exit_code": -11, "during": "run",
-                                                        "stderr_tail": ["ggml_amx"]})
+    report["engine_kernel"] = {
+        "mode": "int8/ort-q",
+        "onnxruntime": "1.32.0",
+        "providers": ["CPUExecutionProvider"],
+        "graphs": 66,
+        "row_modes": {"native": 6, "pad-single-row": 60},
+    }
+    report["llama_cpp"].update(
+        status="crashed", crash={"signal": "SIGSEGV", "exit_code": -11, "during": "run", "stderr_tail": ["ggml_amx"]}
+    )
     return report
 
 
@@ -108,17 +118,25 @@ def test_a_version_2_report_round_trips_with_its_new_fields() -> None:
     assert typed.machine.load_average_end == [2.0, 1.2, 0.6] and typed.engine_kernel is not None
     assert typed.as_json() == report
     text = format_report(typed)
-    assert "instruction sets: avx avx2; load average (1/5/15 min) at start 1.50 1.00 0.50, at end 2.00 1.20 0.60" in text
-    assert "headline mode int8/ort-q: onnxruntime 1.32.0 (CPUExecutionProvider); row modes native x6, pad-single-row x60" in text
+    assert (
+        "instruction sets: avx avx2; load average (1/5/15 min) at start 1.50 1.00 0.50, at end 2.00 1.20 0.60" in text
+    )
+    assert (
+        "headline mode int8/ort-q: onnxruntime 1.32.0 (CPUExecutionProvider); row modes native x6, pad-single-row x60"
+        in text
+    )
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    (lambda r: r["machine"].pop("isa"), "no 'isa' list"),
-    (lambda r: r.pop("engine_kernel"), "'engine_kernel'"),
-    (lambda r: r["llama_cpp"].pop("status"), "no 'status'"),
-    (lambda r: r["machine"].update(load_average_start=["high"]), "machine.load_average_start[0] must be a number"),
-    (lambda r: r["machine"].update(isa=["avx2", 512]), "machine.isa must be a list of strings"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda r: r["machine"].pop("isa"), "no 'isa' list"),
+        (lambda r: r.pop("engine_kernel"), "'engine_kernel'"),
+        (lambda r: r["llama_cpp"].pop("status"), "no 'status'"),
+        (lambda r: r["machine"].update(load_average_start=["high"]), "machine.load_average_start[0] must be a number"),
+        (lambda r: r["machine"].update(isa=["avx2", 512]), "machine.isa must be a list of strings"),
+    ],
+)
 def test_a_version_2_report_without_its_fields_is_refused(change: Any, named: str) -> None:
     def broken(r: dict[str, Any]) -> None:
         change(_version_2(r))
@@ -134,17 +152,20 @@ def _broken(change: Any) -> dict[str, Any]:
     return report
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    (lambda r: r.pop("plain"), "'plain'"),
-    (lambda r: r["plain"].pop("tok_s"), "plain has no 'tok_s'"),
-    (lambda r: r["plain"].update(tokens=2.5), "plain.tokens must be an integer"),
-    (lambda r: r["matmul_bound"]["rows_cost_relative"].update({"2": "fast"}), "matmul_bound.rows_cost_relative.2"),
-    (lambda r: r.update(load_s=True), "report.load_s must be a number"),
-    (lambda r: r["speculative"]["ngram"]["runs"][0].update(same_tokens_as_plain="yes"), "same_tokens_as_plain"),
-    (lambda r: r.update(backends=[]), "report.backends must be an object"),
-    (lambda r: r.update(schema_version=SCHEMA_VERSION + 1), "schema_version"),
-    (lambda r: r.update(schema_version="1"), "schema_version"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda r: r.pop("plain"), "'plain'"),
+        (lambda r: r["plain"].pop("tok_s"), "plain has no 'tok_s'"),
+        (lambda r: r["plain"].update(tokens=2.5), "plain.tokens must be an integer"),
+        (lambda r: r["matmul_bound"]["rows_cost_relative"].update({"2": "fast"}), "matmul_bound.rows_cost_relative.2"),
+        (lambda r: r.update(load_s=True), "report.load_s must be a number"),
+        (lambda r: r["speculative"]["ngram"]["runs"][0].update(same_tokens_as_plain="yes"), "same_tokens_as_plain"),
+        (lambda r: r.update(backends=[]), "report.backends must be an object"),
+        (lambda r: r.update(schema_version=SCHEMA_VERSION + 1), "schema_version"),
+        (lambda r: r.update(schema_version="1"), "schema_version"),
+    ],
+)
 def test_a_malformed_report_is_refused_naming_the_field(change: Any, named: str) -> None:
     with pytest.raises(BenchReportError) as refused:
         BenchReport.from_json(_broken(change))

@@ -50,11 +50,15 @@ class StandInTokenizer:
 
 
 # every rate is a function of (side, request) only, so each ratio is known exactly
-LLAMA_TOK_S = {"plain": {"rag-1": 10.0, "rag-2": 40.0, "code-1": 20.0},
-               "prompt_lookup": {"rag-1": 20.0, "rag-2": 20.0, "code-1": 20.0}}
+LLAMA_TOK_S = {
+    "plain": {"rag-1": 10.0, "rag-2": 40.0, "code-1": 20.0},
+    "prompt_lookup": {"rag-1": 20.0, "rag-2": 20.0, "code-1": 20.0},
+}
 ENGINE_PLAIN = {"rag-1": 10.0, "rag-2": 10.0, "code-1": 5.0}
-ENGINE_SPEC = {"suffix": {"rag-1": 20.0, "rag-2": 40.0, "code-1": 10.0},
-               "suffix:tree": {"rag-1": 40.0, "rag-2": 40.0, "code-1": 40.0}}
+ENGINE_SPEC = {
+    "suffix": {"rag-1": 20.0, "rag-2": 40.0, "code-1": 10.0},
+    "suffix:tree": {"rag-1": 40.0, "rag-2": 40.0, "code-1": 40.0},
+}
 ANSWER = {"rag-1": 3, "rag-2": 5, "code-1": 4}  # the engine's plain greedy answer length (its end id counted)
 LLAMA_IDS = (1, 2, 9, 4, 5)  # llama.cpp's greedy output, cut to the requested length
 ENGINE_IDS = (1, 2, 3, 4, 5)
@@ -68,8 +72,15 @@ class StandInDecoders:
     request_of: dict[tuple[int, ...], str]
     short_by: int = 0  # a broken peer that decodes fewer tokens than asked
     closed: bool = False
-    info: dict[str, Any] = field(default_factory=lambda: {"available": True, "version": "stand-in", "threads": 2,
-                                                          "num_pred_tokens": 12, "n_ctx": 64})
+    info: dict[str, Any] = field(
+        default_factory=lambda: {
+            "available": True,
+            "version": "stand-in",
+            "threads": 2,
+            "num_pred_tokens": 12,
+            "n_ctx": 64,
+        }
+    )
 
     def tokenize(self, text: str) -> list[int]:
         return StandInTokenizer().encode(text)
@@ -78,14 +89,15 @@ class StandInDecoders:
         request = self.request_of[tuple(ids)]
         self.log.append(("llama", name, request, str(max_tokens)))
         assert end_ids == frozenset()  # end of generation ignored: exactly max_tokens
-        return {"tokens": list(LLAMA_IDS[:max_tokens - self.short_by]), "tok_s": LLAMA_TOK_S[name][request]}
+        return {"tokens": list(LLAMA_IDS[: max_tokens - self.short_by]), "tok_s": LLAMA_TOK_S[name][request]}
 
     def close(self) -> None:
         self.closed = True
 
 
-def run_stand_in_workload(monkeypatch: pytest.MonkeyPatch, repeats: int, length: str = "answer",
-                          short_by: int = 0) -> tuple[list[tuple[str, ...]], dict[str, Any], dict[str, Any], StandInDecoders]:
+def run_stand_in_workload(
+    monkeypatch: pytest.MonkeyPatch, repeats: int, length: str = "answer", short_by: int = 0
+) -> tuple[list[tuple[str, ...]], dict[str, Any], dict[str, Any], StandInDecoders]:
     tok = StandInTokenizer()
     request_of = {tuple(tok.encode(i.prompt_text(CHATML))): i.id for i in ITEMS}
     max_tokens = {i.id: i.max_tokens for i in ITEMS}
@@ -102,7 +114,9 @@ def run_stand_in_workload(monkeypatch: pytest.MonkeyPatch, repeats: int, length:
         assert request.max_tokens == max_tokens[rid]
         return ANSWER[rid]
 
-    def engine_round(model: Any, tokenizer: Any, spec_text: str, request: GenerationRequest, options: Any) -> tuple[str, str, float, int]:
+    def engine_round(
+        model: Any, tokenizer: Any, spec_text: str, request: GenerationRequest, options: Any
+    ) -> tuple[str, str, float, int]:
         rid = request_of[tuple(request.prompt_ids)]
         log.append(("engine", spec_text, rid, str(request.params.temperature), str(request.max_tokens)))
         assert request.ignore_eog  # every timed engine run decodes exactly max_tokens
@@ -111,23 +125,33 @@ def run_stand_in_workload(monkeypatch: pytest.MonkeyPatch, repeats: int, length:
     def rounds_summary(rounds: list[tuple[str, str, float, int]]) -> tuple[dict[str, Any], tuple[int, ...]]:
         assert len(rounds) == repeats and len(set(rounds)) == 1  # the rounds of one request and draft
         rid, spec_text, t, n = rounds[0]
-        run = {"temperature": t, "plain_tok_s": ENGINE_PLAIN[rid], "speculative_tok_s": ENGINE_SPEC[spec_text][rid],
-               "speedup": ENGINE_SPEC[spec_text][rid] / ENGINE_PLAIN[rid], "speedup_cpu": 1.0, "alpha": 0.5,
-               "tokens_per_pass": 2.0, "generated_tokens": n,
-               "same_tokens_as_plain": True if t == 0.0 else None}
+        run = {
+            "temperature": t,
+            "plain_tok_s": ENGINE_PLAIN[rid],
+            "speculative_tok_s": ENGINE_SPEC[spec_text][rid],
+            "speedup": ENGINE_SPEC[spec_text][rid] / ENGINE_PLAIN[rid],
+            "speedup_cpu": 1.0,
+            "alpha": 0.5,
+            "tokens_per_pass": 2.0,
+            "generated_tokens": n,
+            "same_tokens_as_plain": True if t == 0.0 else None,
+        }
         return run, ENGINE_IDS[:n]
 
     monkeypatch.setattr(bench, "answer_length", answer_length)
     monkeypatch.setattr(bench, "engine_round", engine_round)
     monkeypatch.setattr(bench, "rounds_summary", rounds_summary)
-    options = BenchOptions(drafts=DRAFTS, repeats=repeats, workload=ITEMS, workload_sampled=True, k=12,
-                           workload_length=length)
+    options = BenchOptions(
+        drafts=DRAFTS, repeats=repeats, workload=ITEMS, workload_sampled=True, k=12, workload_length=length
+    )
     out, section = bench.workload_section(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
     return log, out, section, decoders
 
 
 @pytest.mark.parametrize("repeats", [1, 3])
-def test_every_round_runs_llama_cpp_then_the_engine_request_by_request(monkeypatch: pytest.MonkeyPatch, repeats: int) -> None:
+def test_every_round_runs_llama_cpp_then_the_engine_request_by_request(
+    monkeypatch: pytest.MonkeyPatch, repeats: int
+) -> None:
     """Greedy: per request, the answer-length probe, then ``repeats`` rounds of llama.cpp plain,
     llama.cpp lookup and each draft's engine round, all to the same length; then the sampled runs
     (no llama.cpp) to the same lengths, with no second probe."""
@@ -135,8 +159,11 @@ def test_every_round_runs_llama_cpp_then_the_engine_request_by_request(monkeypat
     expected: list[tuple[str, ...]] = []
     for item in ITEMS:
         n = str(ANSWER[item.id])
-        one_round = [("llama", "plain", item.id, n), ("llama", "prompt_lookup", item.id, n),
-                     *(("engine", d, item.id, "0.0", n) for d in DRAFTS)]
+        one_round = [
+            ("llama", "plain", item.id, n),
+            ("llama", "prompt_lookup", item.id, n),
+            *(("engine", d, item.id, "0.0", n) for d in DRAFTS),
+        ]
         expected += [("answer", item.id)] + one_round * repeats
     for item in ITEMS:
         expected += [("engine", d, item.id, "0.8", str(ANSWER[item.id])) for d in DRAFTS] * repeats
@@ -158,7 +185,11 @@ def test_every_side_decodes_the_same_number_of_tokens(monkeypatch: pytest.Monkey
     _, _, section, _ = run_stand_in_workload(monkeypatch, 1)
     assert section["all_sides_same_length"] is True
     assert [r["decoded_tokens"] for r in section["runs"]] == [ANSWER[i.id] for i in ITEMS]
-    assert all(r["llama_cpp"][n]["generated_tokens"] == r["decoded_tokens"] for r in section["runs"] for n in ("plain", "prompt_lookup"))
+    assert all(
+        r["llama_cpp"][n]["generated_tokens"] == r["decoded_tokens"]
+        for r in section["runs"]
+        for n in ("plain", "prompt_lookup")
+    )
     assert "same number of tokens on every request" in "\n".join(format_workload_llama(section))
 
 
@@ -193,10 +224,14 @@ def test_llama_cpp_workload_ratios_per_category_and_over_categories(monkeypatch:
     assert run["llama_cpp_prompt_lookup_vs_llama_cpp_plain"] == {"same_leading_tokens": 3, "compared": 3}
     assert run["llama_cpp"]["plain"] == {"tok_s": 10.0, "generated_tokens": 3}
     note = section["same_tokens_note"]
-    assert note == {"first_tokens": bench_llama.AGREEMENT_TOKENS, "requests": 3,
-                    "requests_all_compared_tokens_same": 0, "mean_same_leading_tokens": 2.0,
-                    "llama_cpp_lookup_vs_plain_requests_all_same": 3,
-                    "engine_speculative_same_tokens_as_plain": {"suffix": 3, "suffix:tree": 3}}
+    assert note == {
+        "first_tokens": bench_llama.AGREEMENT_TOKENS,
+        "requests": 3,
+        "requests_all_compared_tokens_same": 0,
+        "mean_same_leading_tokens": 2.0,
+        "llama_cpp_lookup_vs_plain_requests_all_same": 3,
+        "engine_speculative_same_tokens_as_plain": {"suffix": 3, "suffix:tree": 3},
+    }
     lines = format_workload_llama(section)
     assert any(line.startswith("workload llama.cpp rag:") for line in lines)
     assert any("0/3 requests agree on their first 32 tokens" in line for line in lines)
@@ -216,9 +251,24 @@ def test_workload_llama_section_without_llama_cpp(monkeypatch: pytest.MonkeyPatc
     tok = StandInTokenizer()
     monkeypatch.setattr(bench, "answer_length", lambda *a: 4)
     monkeypatch.setattr(bench, "engine_round", lambda *a: None)
-    monkeypatch.setattr(bench, "rounds_summary", lambda rounds: ({
-        "temperature": 0.0, "plain_tok_s": 1.0, "speculative_tok_s": 2.0, "speedup": 2.0, "speedup_cpu": 2.0,
-        "alpha": 0.5, "tokens_per_pass": 2.0, "generated_tokens": 4, "same_tokens_as_plain": True}, ENGINE_IDS[:4]))
+    monkeypatch.setattr(
+        bench,
+        "rounds_summary",
+        lambda rounds: (
+            {
+                "temperature": 0.0,
+                "plain_tok_s": 1.0,
+                "speculative_tok_s": 2.0,
+                "speedup": 2.0,
+                "speedup_cpu": 2.0,
+                "alpha": 0.5,
+                "tokens_per_pass": 2.0,
+                "generated_tokens": 4,
+                "same_tokens_as_plain": True,
+            },
+            ENGINE_IDS[:4],
+        ),
+    )
     options = BenchOptions(drafts=DRAFTS, repeats=2, workload=ITEMS, workload_sampled=False)
     out, section = bench.workload_section(None, tok, CHATML, options, Path("model.gguf"))  # type: ignore[arg-type]
     assert set(out) == set(DRAFTS) and len(out["suffix"]["runs"]) == len(ITEMS)
@@ -245,13 +295,18 @@ def test_real_llama_cpp_beside_a_small_workload(smollm2_path: Path) -> None:
         model = FastModel.load(f)
         tokenizer = Tokenizer.from_gguf(f.metadata)
         chat = chat_format(f.metadata)
-    items = (WorkloadItem("rag", "r", (ChatMessage("user", "Copy this: one two three four."),), 6),
-             WorkloadItem("code_edit", "c", (ChatMessage("user", "Rename x to y: def f(x): return x"),), 6))
+    items = (
+        WorkloadItem("rag", "r", (ChatMessage("user", "Copy this: one two three four."),), 6),
+        WorkloadItem("code_edit", "c", (ChatMessage("user", "Rename x to y: def f(x): return x"),), 6),
+    )
     options = BenchOptions(drafts=("suffix",), repeats=1, workload=items, workload_sampled=False, k=4)
     out, section = bench.workload_section(model, tokenizer, chat, options, smollm2_path)
     assert out["suffix"]["all_greedy_same_tokens"] is True
     assert section["available"] is True and section["threads"] == engine_threads() >= 1
-    assert section["num_pred_tokens"] == 4 and section["n_ctx"] >= max(r["prompt_tokens"] for r in out["suffix"]["runs"]) + 6
+    assert (
+        section["num_pred_tokens"] == 4
+        and section["n_ctx"] >= max(r["prompt_tokens"] for r in out["suffix"]["runs"]) + 6
+    )
     assert [r["id"] for r in section["runs"]] == ["r", "c"]
     assert section["all_sides_same_length"] is True
     assert [r["generated_tokens"] for r in out["suffix"]["runs"]] == [r["decoded_tokens"] for r in section["runs"]]
@@ -259,7 +314,10 @@ def test_real_llama_cpp_beside_a_small_workload(smollm2_path: Path) -> None:
         assert isinstance(run["prompt_ids_agree"], bool)
         assert 1 <= run["decoded_tokens"] <= 6
         for name in ("plain", "prompt_lookup"):
-            assert run["llama_cpp"][name]["generated_tokens"] == run["decoded_tokens"] and run["llama_cpp"][name]["tok_s"] > 0
+            assert (
+                run["llama_cpp"][name]["generated_tokens"] == run["decoded_tokens"]
+                and run["llama_cpp"][name]["tok_s"] > 0
+            )
         note = run["engine_plain_vs_llama_cpp_plain"]
         assert 0 <= note["same_leading_tokens"] <= note["compared"] <= 6
     for value in section["geomean"].values():

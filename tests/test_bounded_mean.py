@@ -33,7 +33,7 @@ def exact_probability(support: list[float], probs: list[float], n: int, event: o
 
 
 LAWS = [
-    ([0.0, 1.0], [0.9, 0.1]),          # Bernoulli(0.1): the worst case for a mean-only bound
+    ([0.0, 1.0], [0.9, 0.1]),  # Bernoulli(0.1): the worst case for a mean-only bound
     ([0.0, 1.0], [0.7, 0.3]),
     ([0.0, 0.25, 1.0], [0.6, 0.3, 0.1]),  # mean 0.175, flip-fraction-like: many zeros, a few partial
     ([0.0, 0.5, 1.0], [0.2, 0.6, 0.2]),
@@ -51,7 +51,9 @@ def _at_true_mean(support: list[float], probs: list[float], event: Callable[[Seq
 @pytest.mark.parametrize("support,probs", LAWS)
 @pytest.mark.parametrize("delta", [0.1, 0.3])
 def test_upper_bound_covers_the_mean_with_probability_at_least_one_minus_delta(
-    support: list[float], probs: list[float], delta: float,
+    support: list[float],
+    probs: list[float],
+    delta: float,
 ) -> None:
     miss = _at_true_mean(support, probs, lambda xs, mean: upper_bound(xs, delta) < mean)
     assert miss <= delta + ROUNDING, (miss, delta)
@@ -60,7 +62,9 @@ def test_upper_bound_covers_the_mean_with_probability_at_least_one_minus_delta(
 @pytest.mark.parametrize("support,probs", LAWS)
 @pytest.mark.parametrize("delta", [0.1, 0.3])
 def test_the_test_of_mean_at_most_its_true_mean_rejects_with_probability_at_most_delta(
-    support: list[float], probs: list[float], delta: float,
+    support: list[float],
+    probs: list[float],
+    delta: float,
 ) -> None:
     reject = _at_true_mean(support, probs, lambda xs, mean: p_value_above(xs, mean, delta) <= delta)
     assert reject <= delta + ROUNDING, (reject, delta)

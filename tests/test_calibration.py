@@ -14,15 +14,23 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.tolerances import assert_within, forward_spread
 from verispec.reference.calibration import (
-    FORMAT, Calibration, Records, build, calibrate, default_depths, greedy_trajectory, score, split_for_lens,
+    FORMAT,
+    Calibration,
+    Records,
+    build,
+    calibrate,
+    default_depths,
+    greedy_trajectory,
+    score,
+    split_for_lens,
 )
 from verispec.reference.certificate import halfrange_residual, supnorm_residual, top2
 from verispec.reference.conformal import prompt_risk_threshold
 from verispec.reference.early_exit import gate_admits
 from verispec.reference.errors import CalibrationError
 from verispec.reference.model import Model
-from tests.tolerances import assert_within, forward_spread
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +72,9 @@ def test_scores_are_the_certificate_functions_row_by_row(tiny_gguf: Any) -> None
         assert rec.supnorm.dtype == np.float32 and rec.halfrange.dtype == np.float32
 
 
-def synthetic_records(n_prompts: int = 40, tokens: int = 5, seed: int = 0, kinds: tuple[str, ...] = ("chat",)) -> Records:
+def synthetic_records(
+    n_prompts: int = 40, tokens: int = 5, seed: int = 0, kinds: tuple[str, ...] = ("chat",)
+) -> Records:
     """Random scores for ``n_prompts`` prompts of ``tokens`` steps each, kinds in turn."""
     rng = np.random.default_rng(seed)
     k, n = 2, n_prompts * tokens
@@ -124,7 +134,9 @@ def test_artifact_round_trip_is_exact_and_atomic(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     from verispec.reference.early_exit import Lens
 
-    lens = Lens((3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
+    lens = Lens(
+        (3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+    )
     cal = build(rec, q="0.999", model_sha256="b" * 64, model_name="m.gguf", n_layer=6, lens=lens, n_lens=7, ridge=0.5)
     # (n+1) alpha/K < 1: never admit
     assert all(math.isinf(d.margin_threshold) and math.isinf(d.halfrange_quantile) for d in cal.depths)
@@ -193,7 +205,9 @@ def test_the_pair_is_one_atomic_unit(tmp_path: Path, monkeypatch: pytest.MonkeyP
     rng = np.random.default_rng(2)
 
     def lens() -> Lens:
-        return Lens((3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
+        return Lens(
+            (3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+        )
 
     old = build(synthetic_records(), q="0.9", model_sha256="b" * 64, model_name="m", n_layer=6, lens=lens())
     new = build(synthetic_records(seed=3), q="0.9", model_sha256="b" * 64, model_name="m", n_layer=6, lens=lens())
@@ -230,8 +244,16 @@ def test_calibrate_splits_prompts_and_checks_depths(tiny_gguf: Any) -> None:
     assert cal.n == rec.n == 8 and cal.n_lens == 12 and cal.lens is not None
     assert cal.prompts == {"chat": 4, "code": 4} and cal.n_prompts == 2 and rec.prompt.tolist() == [0] * 4 + [1] * 4
     lens_prompts = [("prose", [9, 9, 3])]
-    cal, rec = calibrate(model, prompts, model_sha256="d" * 64, model_name="t", depths=[2, 4], q="0.9", n_steps=2,
-                         lens_prompts=lens_prompts)
+    cal, rec = calibrate(
+        model,
+        prompts,
+        model_sha256="d" * 64,
+        model_name="t",
+        depths=[2, 4],
+        q="0.9",
+        n_steps=2,
+        lens_prompts=lens_prompts,
+    )
     assert cal.n_prompts == 5 and cal.n_lens == 2 and sorted(cal.kinds) == ["chat", "code"]
     with pytest.raises(CalibrationError, match="must be non-empty and in 1..5"):
         calibrate(model, prompts, model_sha256="d" * 64, model_name="t", depths=[6], n_steps=2)
@@ -240,21 +262,34 @@ def test_calibrate_splits_prompts_and_checks_depths(tiny_gguf: Any) -> None:
 def verispec(*args: str) -> subprocess.CompletedProcess[str]:
     # one BLAS thread: on a shared 2-core runner, BLAS threads contending with others are slower
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "verispec", *args], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "verispec", *args], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env
+    )
 
 
 def test_calibrate_checks_arguments_and_the_output_folder_before_the_model(tmp_path: Path) -> None:
     """A missing output folder (or a bad --q) is reported in one line before anything loads: the
     model path given does not even exist, and it is not what the error is about."""
-    missing = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--out", str(tmp_path / "no" / "cal.json"))
+    missing = verispec(
+        "calibrate", "--model", str(tmp_path / "no-model.gguf"), "--out", str(tmp_path / "no" / "cal.json")
+    )
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "folder" in missing.stderr and "does not exist" in missing.stderr
-    bad_q = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--q", "1.5", "--out", str(tmp_path / "cal.json"))
+    bad_q = verispec(
+        "calibrate", "--model", str(tmp_path / "no-model.gguf"), "--q", "1.5", "--out", str(tmp_path / "cal.json")
+    )
     assert bad_q.returncode == 2 and "--q must be in (0, 1)" in bad_q.stderr
     not_json = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--out", str(tmp_path / "cal.txt"))
     assert not_json.returncode == 2 and "must end in .json" in not_json.stderr
-    no_file = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--prompts", str(tmp_path / "none.jsonl"),
-                       "--out", str(tmp_path / "cal.json"))
+    no_file = verispec(
+        "calibrate",
+        "--model",
+        str(tmp_path / "no-model.gguf"),
+        "--prompts",
+        str(tmp_path / "none.jsonl"),
+        "--out",
+        str(tmp_path / "cal.json"),
+    )
     assert no_file.returncode == 2 and "cannot read prompts" in no_file.stderr and no_file.stderr.count("\n") == 1
 
 
@@ -264,9 +299,25 @@ def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
     """Real SmolLM2: a small calibration (the default hand-written pool's first 3 prompts per kind,
     1 generated prompt per kind for the lens, 5 steps), then serve and audit with it; a calibration for another model is refused in one line."""
     out = tmp_path / "cal.json"
-    done = verispec("calibrate", "--model", "smollm2-135m", "--prompts-per-kind", "3", "--lens-prompts-per-kind", "1",
-                    "--tokens-per-prompt", "5", "--layers", "8,16,24", "--q", "0.5", "--out", str(out),
-                    "--report", str(tmp_path / "r.png"))
+    done = verispec(
+        "calibrate",
+        "--model",
+        "smollm2-135m",
+        "--prompts-per-kind",
+        "3",
+        "--lens-prompts-per-kind",
+        "1",
+        "--tokens-per-prompt",
+        "5",
+        "--layers",
+        "8,16,24",
+        "--q",
+        "0.5",
+        "--out",
+        str(out),
+        "--report",
+        str(tmp_path / "r.png"),
+    )
     assert done.returncode == 0, done.stderr
     assert "calibrate [" in done.stderr and "/80 tokens" in done.stderr  # the progress bar: (12 + 4) x 5
     assert "expected flip fraction of a new prompt ≤ α, valid when prompts (not tokens) are exchangeable" in done.stdout
@@ -278,21 +329,56 @@ def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
     assert raw["min_prompts"] == 5 and not any(k["admits"] for k in raw["kinds"].values())
     assert "admits nothing" in done.stdout
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
-    gen = verispec("generate", "--model", "smollm2-135m", "--prompt", "The capital of France is", "--temperature", "0",
-                   "--max-tokens", "6", "--early-exit", str(out), "--audit", "--json")
+    gen = verispec(
+        "generate",
+        "--model",
+        "smollm2-135m",
+        "--prompt",
+        "The capital of France is",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "6",
+        "--early-exit",
+        str(out),
+        "--audit",
+        "--json",
+    )
     assert gen.returncode == 0, gen.stderr
     assert "prompt kind 'prose' has 3 calibration prompts" in gen.stderr
     result = json.loads(gen.stdout)
     ee = result["early_exit"]
     assert len(result["ids"]) == 6 and ee["audited"] == 5 and ee["flips"] == 0 and ee["kind"] == "prose"
     assert ee["exit_histogram"] == {"full": 6}  # the refusing kind admits nothing
-    plain = verispec("generate", "--model", "smollm2-135m", "--prompt", "The capital of France is", "--temperature", "0",
-                     "--max-tokens", "6", "--json")
+    plain = verispec(
+        "generate",
+        "--model",
+        "smollm2-135m",
+        "--prompt",
+        "The capital of France is",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "6",
+        "--json",
+    )
     assert json.loads(plain.stdout)["ids"] == result["ids"]
-    other_numerics = verispec("generate", "--model", "smollm2-135m", "--prompt", "x", "--temperature", "0", "--exact",
-                              "--early-exit", str(out))
+    other_numerics = verispec(
+        "generate",
+        "--model",
+        "smollm2-135m",
+        "--prompt",
+        "x",
+        "--temperature",
+        "0",
+        "--exact",
+        "--early-exit",
+        str(out),
+    )
     assert other_numerics.returncode == 2 and other_numerics.stderr.count("\n") == 1
     assert "calibration was made on the int8 weights mode" in other_numerics.stderr
-    wrong = verispec("generate", "--model", "gemma3-270m", "--prompt", "x", "--temperature", "0", "--early-exit", str(out))
+    wrong = verispec(
+        "generate", "--model", "gemma3-270m", "--prompt", "x", "--temperature", "0", "--early-exit", str(out)
+    )
     assert wrong.returncode == 2
     assert wrong.stderr.count("\n") == 1 and "calibration is for model SmolLM2" in wrong.stderr

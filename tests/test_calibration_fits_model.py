@@ -34,9 +34,21 @@ def tiny_path(tiny_gguf: Any) -> Path:
 def artifact(tmp_path: Path, model_path: Path, width: int, n_layer: int = 6) -> Path:
     """A sealed artifact for ``model_path``'s sha256, with a lens of ``width``."""
     rng = np.random.default_rng(1)
-    lens = Lens((3, 5), rng.standard_normal((2, width, width)).astype(np.float32), rng.standard_normal((2, width)).astype(np.float32))
-    cal = build(synthetic_records(n_prompts=40), q="0.9", model_sha256=file_sha256(model_path), model_name="tiny",
-                n_layer=n_layer, lens=lens, n_lens=7, ridge=0.5)
+    lens = Lens(
+        (3, 5),
+        rng.standard_normal((2, width, width)).astype(np.float32),
+        rng.standard_normal((2, width)).astype(np.float32),
+    )
+    cal = build(
+        synthetic_records(n_prompts=40),
+        q="0.9",
+        model_sha256=file_sha256(model_path),
+        model_name="tiny",
+        n_layer=n_layer,
+        lens=lens,
+        n_lens=7,
+        ridge=0.5,
+    )
     out = tmp_path / f"cal-{width}-{n_layer}.json"
     cal.save(out)
     return out
@@ -61,7 +73,9 @@ def test_a_lens_of_another_width_is_refused_before_the_first_forward(tiny_gguf: 
     width = model.config.n_embd
     good = Calibration.load(artifact(tmp_path, path, width), file_sha256(path))
     good.check_fits(6, width)  # the right width fits
-    wrong = Calibration.load(artifact(tmp_path, path, width + 8), file_sha256(path))  # loads: the file itself is well-formed
+    wrong = Calibration.load(
+        artifact(tmp_path, path, width + 8), file_sha256(path)
+    )  # loads: the file itself is well-formed
     request = GenerationRequest((1, 2), SamplingParams(temperature=0.0), 4)
     with pytest.raises(CalibrationError) as caught:
         generate_early_exit(NoForward(model), None, request, wrong)  # type: ignore[arg-type]
@@ -79,7 +93,9 @@ def test_another_layer_count_is_refused_before_the_first_forward(tiny_gguf: Any,
 
 
 def test_the_command_refuses_a_misfit_lens_before_loading_the_weights(
-    tiny_gguf: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tiny_gguf: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from verispec.commands import generate_early_exit as command
 

@@ -4,17 +4,17 @@ prompts kept disjoint from both."""
 from __future__ import annotations
 
 import json
-from fractions import Fraction
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from verispec.reference.errors import CalibrationError
-from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
-from verispec.reference.conformal import min_prompts
 from verispec.calibration_prompts import DEFAULT_SEED, generate, generate_mix
 from verispec.commands.calibrate import hand_written_pool
+from verispec.reference.conformal import min_prompts
+from verispec.reference.errors import CalibrationError
+from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
 
 DATA = Path(__file__).resolve().parents[1] / "verispec" / "data"
 HELDOUT = DATA / "prompts_heldout.jsonl"
@@ -107,8 +107,15 @@ def test_calibrate_chooses_the_pool_by_default_and_the_generator_on_request() ->
     from verispec.commands.calibrate import chosen_prompts
 
     def args(prompts: str, per_kind: int | None = None) -> argparse.Namespace:
-        return argparse.Namespace(prompts=prompts, prompts_per_kind=per_kind, lens_prompts_per_kind=8,
-                                  seed=DEFAULT_SEED, no_lens=False, max_prompts=None, kinds="rule")
+        return argparse.Namespace(
+            prompts=prompts,
+            prompts_per_kind=per_kind,
+            lens_prompts_per_kind=8,
+            seed=DEFAULT_SEED,
+            no_lens=False,
+            max_prompts=None,
+            kinds="rule",
+        )
 
     cal, lens = chosen_prompts(args("hand"))
     assert cal == read(POOL) and lens == generate_mix(8) and not {t for _, t in cal} & {t for _, t in lens}

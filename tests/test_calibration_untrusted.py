@@ -28,20 +28,30 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.test_calibration import synthetic_records
 from verispec.reference.calibration import Calibration, build
 from verispec.reference.calibration_seal import KEY_ENV, SEAL_FIELD, seal
 from verispec.reference.early_exit import Lens
 from verispec.reference.errors import CalibrationError
-from tests.test_calibration import synthetic_records
 
 KEY = "k" * 32
 
 
 def artifact(tmp_path: Path, n_prompts: int = 120) -> Path:
     rng = np.random.default_rng(3)
-    lens = Lens((3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
-    cal = build(synthetic_records(n_prompts=n_prompts, kinds=("chat", "code")), q="0.9", model_sha256="b" * 64,
-                model_name="m", n_layer=6, lens=lens, n_lens=7, ridge=0.5)
+    lens = Lens(
+        (3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+    )
+    cal = build(
+        synthetic_records(n_prompts=n_prompts, kinds=("chat", "code")),
+        q="0.9",
+        model_sha256="b" * 64,
+        model_name="m",
+        n_layer=6,
+        lens=lens,
+        n_lens=7,
+        ridge=0.5,
+    )
     path = tmp_path / "cal.json"
     cal.save(path)
     return path
@@ -150,16 +160,24 @@ def _store(raw: dict[str, Any], name: str, values: np.ndarray[Any, Any]) -> None
 RECORD_EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "records removed": (lambda raw: raw.pop("records"), "carries no calibration records"),
     "a negative score": (lambda raw: _store(raw, "halfrange", _records(raw, "halfrange") * -1), "not a score"),
-    "an infinite margin": (lambda raw: _store(raw, "margins", _records(raw, "margins") + np.float32("inf")), "not a score"),
+    "an infinite margin": (
+        lambda raw: _store(raw, "margins", _records(raw, "margins") + np.float32("inf")),
+        "not a score",
+    ),
     "a flip of 2": (lambda raw: _store(raw, "flips", _records(raw, "flips") * 2), "other than 0 and 1"),
-    "a truncated array": (lambda raw: raw["records"]["supnorm"].update(base64=raw["records"]["supnorm"]["base64"][:-8]), "not base64"),
+    "a truncated array": (
+        lambda raw: raw["records"]["supnorm"].update(base64=raw["records"]["supnorm"]["base64"][:-8]),
+        "not base64",
+    ),
     "not base64": (lambda raw: raw["records"]["prompt"].update(base64="!!!!"), "not base64"),
     "another shape": (lambda raw: raw["records"]["margins"].update(shape=[1, 600]), "must be <f4 of shape"),
     "another dtype": (lambda raw: raw["records"]["margins"].update(dtype="<f8"), "must be <f4 of shape"),
     "a kind outside its names": (lambda raw: _store(raw, "kind", _records(raw, "kind") + 5), "outside its"),
     "a prompt left without steps": (lambda raw: _store(raw, "prompt", _records(raw, "prompt") * 2), "has no tokens"),
     "scores of one step edited": (
-        lambda raw: _store(raw, "margins", _records(raw, "margins") * np.float32(0.5)), "does not follow from the calibration scores"),
+        lambda raw: _store(raw, "margins", _records(raw, "margins") * np.float32(0.5)),
+        "does not follow from the calibration scores",
+    ),
 }
 
 
@@ -189,12 +207,16 @@ def test_a_zeroed_lens_resealed_is_refused(tmp_path: Path) -> None:
         Calibration.load(path)
 
 
-def test_forged_scores_with_recomputed_thresholds_fool_only_an_unkeyed_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_forged_scores_with_recomputed_thresholds_fool_only_an_unkeyed_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The limit, stated in docs/early-exit.md: an artifact built by calibration's own code from
     scores that were never measured (here: every residual 0, so the quantiles are 0 and every
     token would exit) is consistent, so without a key it loads; with a key it does not."""
     rng = np.random.default_rng(3)
-    lens = Lens((3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
+    lens = Lens(
+        (3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+    )
     forged = synthetic_records(n_prompts=120, kinds=("chat", "code"))
     forged.halfrange[:] = 0
     cal = build(forged, q="0.9", model_sha256="b" * 64, model_name="m", n_layer=6, lens=lens, n_lens=7, ridge=0.5)
@@ -213,7 +235,9 @@ def test_a_resealed_out_of_range_edit_is_refused(tmp_path: Path, name: str) -> N
     edit(path, RESEALED_EDITS[name])
     with pytest.raises(CalibrationError) as caught:
         Calibration.load(path, "b" * 64)
-    assert "\n" not in str(caught.value) and "does not match its contents" not in str(caught.value)  # by range, not the seal
+    assert "\n" not in str(caught.value) and "does not match its contents" not in str(
+        caught.value
+    )  # by range, not the seal
 
 
 def test_an_edit_without_resealing_is_refused_by_the_seal(tmp_path: Path) -> None:

@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from verispec.reference.speculative import verify_greedy, verify_sampled, verify_sampled_batch
-from verispec.spec.check import CheckReport, CommandImplementation, PythonImplementation, as_verdict, property_names, run_check
+from verispec.spec.check import (
+    CheckReport,
+    CommandImplementation,
+    PythonImplementation,
+    as_verdict,
+    property_names,
+    run_check,
+)
 from verispec.spec.external import ExternalError, ProgramCannotStart
 from verispec.spec.mutants import catalogue
 from verispec.spec.properties import PROPERTY_NAMES, ReferencePipeline
@@ -228,7 +235,11 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
     assert report["passed"] and [p["name"] for p in report["properties"]] == ["vectors_sampled", "vectors_greedy"]
     assert {"status", "n", "alpha", "power", "detail"} <= set(report["properties"][0])
     bad = run("--verifier-cmd", f"{PY} -m verispec.spec.external --mutant always_accept", "--fail-fast", "--count", "4")
-    assert bad.returncode == 1 and "FAIL  vectors_sampled" in bad.stdout and "FAILED: not bit-exact with the protocol: vectors_sampled" in bad.stdout
+    assert (
+        bad.returncode == 1
+        and "FAIL  vectors_sampled" in bad.stdout
+        and "FAILED: not bit-exact with the protocol: vectors_sampled" in bad.stdout
+    )
     assert "\r" not in bad.stderr  # no progress line when stderr is not a terminal
     assert bad.stdout.count("FAIL  ") == 1 and "vectors_greedy" not in bad.stdout  # --fail-fast stopped there
     subprocess.run(

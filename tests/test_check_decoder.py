@@ -30,7 +30,14 @@ import numpy as np
 import pytest
 
 from verispec.reference.sampling import SamplingParams
-from verispec.spec.decoder.check import EngineLogits, LawCase, ReferenceDecoder, ReferenceLogits, check_greedy, check_law
+from verispec.spec.decoder.check import (
+    EngineLogits,
+    LawCase,
+    ReferenceDecoder,
+    ReferenceLogits,
+    check_greedy,
+    check_law,
+)
 from verispec.spec.decoder.first_tokens import MemoLaw, first_tokens_law
 from verispec.spec.decoder.mutants import EOG_MUTANT, MUTANT_BUGS, DecoderBugs, LoopDecoder
 from verispec.spec.decoder.two_sample import check_two_sample, homogeneity
@@ -118,7 +125,9 @@ def test_engine_of_other_numerics_fails_our_law_and_passes_its_own(logits: Refer
     other = ScaledLogits(logits, 2.0)
     ours_law = first_tokens_law(logits, case.prompt_ids, case.params, case.m, case.min_mass)
     rows = MemoLaw(other, case.params)
-    theirs = np.array([math.prod(float(rows.row(case.prompt_ids + c[:j])[c[j]]) for j in range(len(c))) for c in ours_law.cells])
+    theirs = np.array(
+        [math.prod(float(rows.row(case.prompt_ids + c[:j])[c[j]]) for j in range(len(c))) for c in ours_law.cells]
+    )
     theirs = np.append(theirs, 1.0 - math.fsum(theirs))  # the other law on our cells and tail
     distance = 0.5 * float(np.abs(theirs - ours_law.probs).sum())
     print(f"TV between the two laws on our cells: {distance:.3f}")
@@ -169,9 +178,7 @@ class SharedPlain:
     def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> Any:
         key = (tuple(prompt_ids), params, m, n, seed)
         if key not in self.memo:
-            self.memo[key] = replace(self.engine, bugs=DecoderBugs()).sample_plain(
-                prompt_ids, params, m, n, seed
-            )
+            self.memo[key] = replace(self.engine, bugs=DecoderBugs()).sample_plain(prompt_ids, params, m, n, seed)
         return self.memo[key]
 
 
@@ -244,7 +251,9 @@ def test_our_loop_ending_at_eog_passes(logits: ReferenceLogits, eog_case: LawCas
     assert verdict.passed, verdict.detail
 
 
-def test_a_loop_running_past_eog_is_rejected(logits: ReferenceLogits, eog_case: LawCase, smollm2_tokenizer: Any) -> None:
+def test_a_loop_running_past_eog_is_rejected(
+    logits: ReferenceLogits, eog_case: LawCase, smollm2_tokenizer: Any
+) -> None:
     name, bugs = EOG_MUTANT
     engine = LoopDecoder(logits, DRAFT, 2, bugs, eog=eog_case.eog)
     verdict = check_law(engine, logits, eog_case, alpha=ALPHA, tv=TV)
@@ -278,7 +287,9 @@ def hf_target(smollm2_path: Any) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.oracle
-def test_transformers_prompt_lookup_greedy(smollm2_path: Any, hf_target: Any, logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
+def test_transformers_prompt_lookup_greedy(
+    smollm2_path: Any, hf_target: Any, logits: ReferenceLogits, smollm2_tokenizer: Any
+) -> None:
     """examples/transformers_decoder.py: transformers' prompt lookup, greedy, against its own plain
     greedy (the law mode needs ~1,000 generate() calls: minutes per prompt on a busy 2-core CPU,
     so it is run by hand: see docs/checking-decoders.md)."""
@@ -323,8 +334,8 @@ def test_llama_cpp_prompt_lookup_greedy(smollm2_path: Any, smollm2_tokenizer: An
     Kept cheap for `make test` (the bench's "repetitive" prompt, 16 tokens: prompt lookup's drafts
     are accepted there); the five bench prompts at 48 tokens took ~13 min at load ~14 and are run by
     hand (docs/checking-decoders.md: `check-decoder --engine examples.llama_cpp_decoder:prompt_lookup --greedy`)."""
-    from verispec.bench.options import PROMPTS
     from examples.llama_cpp_decoder import prompt_lookup
+    from verispec.bench.options import PROMPTS
 
     engine = prompt_lookup(smollm2_path)
     own = EngineLogits(engine)

@@ -33,8 +33,8 @@ import pytest
 from tests.synthetic import Variant, write_synthetic
 from verispec import cli
 from verispec.progress import PeriodicLines
-from verispec.spec.decoder.depth.sizing import TV_CEILING, TV_FLOOR, smallest_tv, stated_tv
 from verispec.spec.decoder.depth.first_m import FIRST_M_SHARE, split_alpha
+from verispec.spec.decoder.depth.sizing import TV_CEILING, TV_FLOOR, smallest_tv, stated_tv
 from verispec.spec.statistics import ALPHA_BUDGET, POWER
 
 TINY = Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48)
@@ -81,8 +81,21 @@ def test_a_budget_led_run_states_its_tv_up_front_and_in_the_verdict(
     the design line names the TV before the first tick, the verdict and its JSON carry the same
     TV, the design fits what the budget afforded, and it passes at power 0.99."""
     monkeypatch.setenv("CI", "true")
-    status, report, err, _ = run(tiny_model, capsys, "--ours", "--depth", "16", "--fraction", "1", "--budget", "40",
-                                 "--alpha", str(PASS_ALPHA), "--progress-every", "0.01")
+    status, report, err, _ = run(
+        tiny_model,
+        capsys,
+        "--ours",
+        "--depth",
+        "16",
+        "--fraction",
+        "1",
+        "--budget",
+        "40",
+        "--alpha",
+        str(PASS_ALPHA),
+        "--progress-every",
+        "0.01",
+    )
     result = report["results"][0]  # type: ignore[index]
     print(err)
     assert status == 0 and result["passed"] and result["budget_led"] is True, result["detail"]

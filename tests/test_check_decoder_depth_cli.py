@@ -30,8 +30,21 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(tiny_model: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, object]]:
-    status = cli.main(["check-decoder", "--model", str(tiny_model), "--prompt", "the model", "--depth", "8",
-                       "--top-k", "0", "--json", *extra])
+    status = cli.main(
+        [
+            "check-decoder",
+            "--model",
+            str(tiny_model),
+            "--prompt",
+            "the model",
+            "--depth",
+            "8",
+            "--top-k",
+            "0",
+            "--json",
+            *extra,
+        ]
+    )
     return status, json.loads(capsys.readouterr().out)
 
 
@@ -48,7 +61,9 @@ def test_a_budget_short_of_power_is_inconclusive(tiny_model: Path, capsys: pytes
 
 
 def test_depth_usage_errors(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check-decoder", "--model", str(tiny_model), "--mutant", "bonus_kv_dropped", "--fraction", "0"]) == 2
+    assert (
+        cli.main(["check-decoder", "--model", str(tiny_model), "--mutant", "bonus_kv_dropped", "--fraction", "0"]) == 2
+    )
     assert cli.main(["check-decoder", "--model", str(tiny_model), "--ours", "--min-tokens", "3"]) == 2
 
 
@@ -61,7 +76,9 @@ def test_two_sample_mode_at_depth_sees_a_shared_stream(tiny_model: Path, capsys:
     assert result["tv"] == 0.1  # the mode's default design
 
 
-def test_two_sample_mode_at_depth_runs_our_loop_and_its_budget(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_two_sample_mode_at_depth_runs_our_loop_and_its_budget(
+    tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Our decode loop through generate / generate_plain; a budget that ends after the pilot: exit 3."""
     status, report = run(tiny_model, capsys, "--ours", "--target-law", "two-sample", "--budget", "0.001")
     result = report["results"][0]  # type: ignore[index]

@@ -54,7 +54,9 @@ def test_the_same_textbook_verifier_passes_law_only_at_full_power(vectors: Vecto
         batch=with_own_randomness(textbook_verifier.verify_batch, 5),
         law_only=True,
     )
-    report = run_check(impl, vectors, only=["range_and_mass", "stat_verdict_law_k1", "stat_verdict_law_k3"], sequential=True)
+    report = run_check(
+        impl, vectors, only=["range_and_mass", "stat_verdict_law_k1", "stat_verdict_law_k3"], sequential=True
+    )
     assert report.passed and report.exit_status == 0, report.summary()
     assert report.claim().startswith("lossless at power 0.99")
 
@@ -72,7 +74,9 @@ def test_a_crash_on_the_valid_input_is_not_called_not_validating() -> None:
     report = run_check(PythonImplementation(crashes), build_vectors(2, 1, []), only=["contract"])
     assert report.headline() == "FAILED: crashes on valid input"
     assert report.claim().startswith("crashes on valid input (raises on a valid input it must answer)")
-    both = _failed_contract("2 of 14 cases fail: valid input raised VerificationError: no; k = 0: accepted without VerificationError")
+    both = _failed_contract(
+        "2 of 14 cases fail: valid input raised VerificationError: no; k = 0: accepted without VerificationError"
+    )
     assert both.headline() == "FAILED: does not validate its input; crashes on valid input"
     only_invalid = _failed_contract("1 of 14 cases fail: k = 0: accepted without VerificationError")
     assert only_invalid.headline() == "FAILED: does not validate its input"
@@ -91,13 +95,17 @@ def test_a_scaled_down_pass_is_underpowered_unless_min_power_accepts_it(vectors:
     assert strict.exit_status == 3
 
 
-def test_in_ci_a_deterministic_failure_skips_the_statistics(vectors: VectorSet, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_ci_a_deterministic_failure_skips_the_statistics(
+    vectors: VectorSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def always_accept(p: object, q: object, drafts: list[int], uniforms: list[float]) -> tuple[int, int, str]:
         return (len(drafts), 0, "bonus")
 
     monkeypatch.setenv("CI", "true")
     assert not ci_keeps_going()
-    report = verispec.check(always_accept, batch_verifier=None, only=["contract", "stat_verdict_law_k1"], warn=lambda _m: None)
+    report = verispec.check(
+        always_accept, batch_verifier=None, only=["contract", "stat_verdict_law_k1"], warn=lambda _m: None
+    )
     stat = next(p for p in report.properties if p.name == "stat_verdict_law_k1")
     assert stat.status == "skipped" and "contract (deterministic) already failed" in stat.detail
     monkeypatch.setenv("CI", "")
@@ -105,7 +113,9 @@ def test_in_ci_a_deterministic_failure_skips_the_statistics(vectors: VectorSet, 
 
 
 def test_a_python_verifier_without_a_batch_form_is_warned(vectors: VectorSet) -> None:
-    assert slow_path_warning(True, False, None) is not None and "--batch-verifier" in str(slow_path_warning(True, False, None))
+    assert slow_path_warning(True, False, None) is not None and "--batch-verifier" in str(
+        slow_path_warning(True, False, None)
+    )
     assert slow_path_warning(True, True, None) is None and slow_path_warning(False, False, None) is None
     assert slow_path_warning(True, False, ["contract"]) is None  # nothing slow to draw
     seen: list[str] = []
@@ -118,10 +128,9 @@ def test_a_python_verifier_without_a_batch_form_is_warned(vectors: VectorSet) ->
 def test_an_expensive_test_does_not_hold_the_cheap_ones_back() -> None:
     """After the first round (every test's first look, untimed) the cheapest next look goes first."""
     import time
-
-    from verispec.spec.properties import STAT_DESIGNS
     from collections.abc import Sequence
 
+    from verispec.spec.properties import STAT_DESIGNS
     from verispec.spec.sequential import Counts, SequentialTest, StatDesign, run_interleaved, schedule
 
     order: list[str] = []

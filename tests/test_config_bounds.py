@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.gguf_builder import F32, VT, Meta, Tensor, Value
+from tests.model_corpus import SEEDS, ModelFile
+from verispec.cli import main
 from verispec.reference.config import MAX_CONTEXT_LENGTH, Config
 from verispec.reference.errors import ModelError
 from verispec.reference.gguf import GGUFFile, GGUFLimitExceeded
 from verispec.reference.model import Model
-from tests.gguf_builder import F32, VT, Meta, Tensor, Value
-from tests.model_corpus import SEEDS, ModelFile
-from verispec.cli import main
 
 
 def with_value(arch: str, key: str, value: Meta) -> bytes:
@@ -61,8 +61,14 @@ def test_token_embd_must_be_a_non_empty_matrix(dims: list[int]) -> None:
 
 @pytest.mark.parametrize(
     ("arch", "value"),
-    [("llama", Value(VT.UINT32, 2**32 - 1)), ("llama", Value(VT.UINT64, 2**63)), ("llama", Value(VT.UINT32, 3)),
-     ("gemma3", Value(VT.UINT64, 2**64 - 1)), ("gemma3", Value(VT.INT64, -1)), ("gemma3", Value(VT.UINT32, 0))],
+    [
+        ("llama", Value(VT.UINT32, 2**32 - 1)),
+        ("llama", Value(VT.UINT64, 2**63)),
+        ("llama", Value(VT.UINT32, 3)),
+        ("gemma3", Value(VT.UINT64, 2**64 - 1)),
+        ("gemma3", Value(VT.INT64, -1)),
+        ("gemma3", Value(VT.UINT32, 0)),
+    ],
 )
 def test_block_count_is_bounded_by_the_layers_present(arch: str, value: Value) -> None:
     # 2^32 - 1 built a 32 GiB tuple, 2^63 overflowed, gemma3's 2^64 - 1 looped in _sliding_layers
@@ -97,8 +103,11 @@ def test_the_bounds_leave_wide_attention_alone() -> None:
     # not n_embd. Here 4 heads x 16 = 64 > n_embd = 32 passes the config; the load then names the
     # tensor whose shape disagrees (the seed's attn_q has 4 x 8 rows).
     seed = SEEDS["gemma3"]
-    wide = {"gemma3.attention.key_length": Value(VT.UINT32, 16), "gemma3.attention.value_length": Value(VT.UINT32, 16),
-            "gemma3.rope.dimension_count": Value(VT.UINT32, 16)}
+    wide = {
+        "gemma3.attention.key_length": Value(VT.UINT32, 16),
+        "gemma3.attention.value_length": Value(VT.UINT32, 16),
+        "gemma3.rope.dimension_count": Value(VT.UINT32, 16),
+    }
     data = replace(seed, metadata=[(k, wide.get(k, v)) for k, v in seed.metadata]).to_bytes()
     with GGUFFile.from_bytes(data) as f:
         assert Config.from_gguf(f).head_dim == 16

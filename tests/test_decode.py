@@ -89,7 +89,11 @@ def test_self_draft_accepts_everything(tiny: tuple[Model, Path]) -> None:
     model, _ = tiny
     tok: Any = FakeTokenizer()
     result = speculative_generate(
-        model, tok, GenerationRequest((1, 2, 3), GREEDY, max_tokens=16), ModelDraft(model, "self"), SpeculativeOptions(k=4)
+        model,
+        tok,
+        GenerationRequest((1, 2, 3), GREEDY, max_tokens=16),
+        ModelDraft(model, "self"),
+        SpeculativeOptions(k=4),
     )
     drafted = sum(len(c.drafted) for c in result.cycles)
     assert drafted > 0 and sum(c.accepted for c in result.cycles) == drafted
@@ -116,15 +120,22 @@ def test_stop_inside_accepted_span(tiny: tuple[Model, Path]) -> None:
     text = "".join(chr(ord("a") + t % 26) for t in plain_ids)
     stop = text[7:9]
     for draft in sources(model, path):
-        result = speculative_generate(model, tok, GenerationRequest((1, 2, 3), GREEDY, max_tokens=16), draft, SpeculativeOptions(k=5))
+        result = speculative_generate(
+            model, tok, GenerationRequest((1, 2, 3), GREEDY, max_tokens=16), draft, SpeculativeOptions(k=5)
+        )
         assert result.generation.ids == plain_ids[:cut] and result.generation.stop_reason == "eog"
         plain = generate(model, FakeTokenizer(), GenerationRequest((1, 2, 3), GREEDY, max_tokens=16, stop=(stop,)))  # type: ignore[arg-type]
         spec = speculative_generate(
-            model, FakeTokenizer(), GenerationRequest((1, 2, 3), GREEDY, max_tokens=16, stop=(stop,)),  # type: ignore[arg-type]
-            draft, SpeculativeOptions(k=5),
+            model,
+            FakeTokenizer(),
+            GenerationRequest((1, 2, 3), GREEDY, max_tokens=16, stop=(stop,)),  # type: ignore[arg-type]
+            draft,
+            SpeculativeOptions(k=5),
         )
         assert (spec.generation.ids, spec.generation.text, spec.generation.stop_reason) == (
-            plain.ids, plain.text, plain.stop_reason,
+            plain.ids,
+            plain.text,
+            plain.stop_reason,
         ) and plain.stop_reason == "stop"
 
 
@@ -132,7 +143,13 @@ def test_max_tokens_and_zero(tiny: tuple[Model, Path]) -> None:
     model, _ = tiny
     tok: Any = FakeTokenizer()
     for n in (0, 1, 2, 7):
-        result = speculative_generate(model, tok, GenerationRequest((1, 2, 3), GREEDY, max_tokens=n), ModelDraft(model, "self"), SpeculativeOptions(k=4))
+        result = speculative_generate(
+            model,
+            tok,
+            GenerationRequest((1, 2, 3), GREEDY, max_tokens=n),
+            ModelDraft(model, "self"),
+            SpeculativeOptions(k=4),
+        )
         assert len(result.generation.ids) == n
 
 
@@ -151,7 +168,12 @@ def test_bad_options_fail_before_work(tiny: tuple[Model, Path]) -> None:
     model, _ = tiny
     tok: Any = FakeTokenizer()
     request = GenerationRequest((1, 2, 3), GREEDY, max_tokens=4)
-    for options in (SpeculativeOptions(k=0), SpeculativeOptions(k=-2), SpeculativeOptions(p_min=1.5), SpeculativeOptions(p_min=float("nan"))):
+    for options in (
+        SpeculativeOptions(k=0),
+        SpeculativeOptions(k=-2),
+        SpeculativeOptions(p_min=1.5),
+        SpeculativeOptions(p_min=float("nan")),
+    ):
         with pytest.raises(DraftError):
             speculative_generate(model, tok, request, NgramDraft(), options)
     for layer in (0, 4, -1):
@@ -181,6 +203,8 @@ def test_cache_position_continuity(tiny: tuple[Model, Path]) -> None:
             return super().propose(history, k)
 
     tok: Any = FakeTokenizer()
-    speculative_generate(model, tok, GenerationRequest((1, 2, 3, 1, 2, 3), GREEDY, max_tokens=20), Spy(), SpeculativeOptions(k=4))
+    speculative_generate(
+        model, tok, GenerationRequest((1, 2, 3, 1, 2, 3), GREEDY, max_tokens=20), Spy(), SpeculativeOptions(k=4)
+    )
     assert lengths[0] == 6 and all(n == 1 for n in lengths[1:])
     assert np.all(np.asarray(lengths) >= 1)

@@ -8,14 +8,36 @@ from typing import Any
 
 import pytest
 
-from verispec.commands import speculative
 from verispec.cli import main
+from verispec.commands import speculative
 
 EVIDENCE_FIELDS = {
-    "draft", "mode", "k", "adaptive", "p_min", "cycles", "drafting_cycles", "drafted", "accepted",
-    "acceptance_rate", "accepted_per_pass", "tokens_per_pass", "per_position_acceptance", "target_passes",
-    "draft_passes", "ttft_s", "tpot_s", "tokens_per_s", "plain_tokens_per_s", "plain_tpot_s",
-    "measured_speedup", "draft_cost_ratio", "predicted_speedup", "verify_cost_ratio", "matches_plain", "trace",
+    "draft",
+    "mode",
+    "k",
+    "adaptive",
+    "p_min",
+    "cycles",
+    "drafting_cycles",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "accepted_per_pass",
+    "tokens_per_pass",
+    "per_position_acceptance",
+    "target_passes",
+    "draft_passes",
+    "ttft_s",
+    "tpot_s",
+    "tokens_per_s",
+    "plain_tokens_per_s",
+    "plain_tpot_s",
+    "measured_speedup",
+    "draft_cost_ratio",
+    "predicted_speedup",
+    "verify_cost_ratio",
+    "matches_plain",
+    "trace",
     "tree_shape",
 }
 
@@ -35,7 +57,11 @@ EVIDENCE_FIELDS = {
     ],
 )
 def test_bad_input_one_line_before_work(
-    flags: list[str], message: str, gemma3_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    flags: list[str],
+    message: str,
+    gemma3_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     def no_work(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a model was loaded before the draft options were checked")
@@ -49,8 +75,21 @@ def test_bad_input_one_line_before_work(
 
 @pytest.mark.model
 def test_json_evidence(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["generate", "--prompt", "1, 2, 3, 1, 2, 3, 1, 2,", "--temperature", "0", "--max-tokens", "8",
-            "--draft", "ngram", "--k", "3", "--json", "--trace"]
+    argv = [
+        "generate",
+        "--prompt",
+        "1, 2, 3, 1, 2, 3, 1, 2,",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "8",
+        "--draft",
+        "ngram",
+        "--k",
+        "3",
+        "--json",
+        "--trace",
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     spec = out["speculative"]
@@ -68,8 +107,20 @@ def test_json_evidence(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.model
 def test_text_mode_layerskip_adaptive(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["generate", "--prompt", "The capital of France is", "--temperature", "0", "--max-tokens", "4",
-            "--draft", "layerskip:24", "--adaptive", "--k", "3"]
+    argv = [
+        "generate",
+        "--prompt",
+        "The capital of France is",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "4",
+        "--draft",
+        "layerskip:24",
+        "--adaptive",
+        "--k",
+        "3",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "speculative layerskip:24 (greedy), k=3 adaptive" in captured.err

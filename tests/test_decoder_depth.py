@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import write_tiny_gguf
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams, target_distribution
 from verispec.spec.decoder.depth.law import (
@@ -44,14 +45,13 @@ from verispec.spec.decoder.mutants import DEPTH_MUTANTS, DecoderBugs, DesignDevi
 from verispec.spec.decoder.prefix_rows import PathRows
 from verispec.spec.statistics import ALPHA_BUDGET, POWER
 
-from tests.conftest import write_tiny_gguf
-
 EOG = 2
 BANNED = {t: -math.inf for t in range(40, 48)}
 # processors on: top-k, min-p, a ban and a penalty window (a pipeline bug then often emits a token
 # the target cannot: caught outright)
-WITH_PROCESSORS = SamplingParams(temperature=1.0, top_k=12, min_p=0.02, repeat_penalty=1.5, repeat_last_n=32,
-                                 logit_bias={EOG: 1.0, **BANNED})
+WITH_PROCESSORS = SamplingParams(
+    temperature=1.0, top_k=12, min_p=0.02, repeat_penalty=1.5, repeat_last_n=32, logit_bias={EOG: 1.0, **BANNED}
+)
 # full support: every token possible, so only the statistics can catch a bug
 FULL_SUPPORT = SamplingParams(temperature=1.0, repeat_penalty=1.5, repeat_last_n=32, logit_bias={EOG: 1.0, 7: 2.0})
 DRAFT = SamplingParams(temperature=1.5, top_k=12)
@@ -64,8 +64,16 @@ PRODUCT_ALPHA = 1e-3
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
-    path = write_tiny_gguf(tmp_path_factory.mktemp("depth") / "tiny.gguf", n_vocab=64, n_embd=32, n_layer=1,
-                           n_head=4, n_head_kv=2, context_length=256, weight_scale=1.0)
+    path = write_tiny_gguf(
+        tmp_path_factory.mktemp("depth") / "tiny.gguf",
+        n_vocab=64,
+        n_embd=32,
+        n_layer=1,
+        n_head=4,
+        n_head_kv=2,
+        context_length=256,
+        weight_scale=1.0,
+    )
     return Model.load(path)
 
 
@@ -87,16 +95,26 @@ class Loop:
         return self.model.forward(list(ids), self.model.new_cache(len(ids)), positions=list(positions)).logits[-1]
 
     def loop(self) -> LoopDecoder:
-        return LoopDecoder(PathRows(self.model), self.draft, 2, self.bugs, eog=frozenset({EOG}),
-                           law=CachedLaw(), verify=self.verify, positioned=self.positioned)
+        return LoopDecoder(
+            PathRows(self.model),
+            self.draft,
+            2,
+            self.bugs,
+            eog=frozenset({EOG}),
+            law=CachedLaw(),
+            verify=self.verify,
+            positioned=self.positioned,
+        )
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[dict[str, Any]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[dict[str, Any]]:
         out = self.loop().generate(prompt_ids, params, max_tokens, n, seed, min_tokens)
         return out if self.logprobs else [{k: v for k, v in g.items() if k != "logprobs"} for g in out]
 
-    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                       min_tokens: int = 0) -> list[dict[str, Any]]:
+    def generate_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[dict[str, Any]]:
         return self.loop().generate_plain(prompt_ids, params, max_tokens, n, seed, min_tokens)
 
 
@@ -196,8 +214,9 @@ def test_correct_decoders_pass(name: str, model: Model) -> None:
     """Each runs every look and passes at alpha = 1e-8 / 4; its design: power 0.99 against TV
     0.1 on every position (a weaker stated design than the product's, for cost)."""
     engine = Loop(model, **CORRECT[name])  # type: ignore[arg-type]
-    verdict = check_depth(engine, reference_rows(model), case(WITH_PROCESSORS), alpha=PASS_ALPHA, tv=0.1,
-                          fraction=1.0, pilot=16)
+    verdict = check_depth(
+        engine, reference_rows(model), case(WITH_PROCESSORS), alpha=PASS_ALPHA, tv=0.1, fraction=1.0, pilot=16
+    )
     print(f"{name}: {verdict.state} {verdict.detail} power={verdict.power:.4f}")
     assert verdict.passed, f"{verdict.where}: {verdict.detail}"
     assert verdict.power >= POWER and len(verdict.looks) == 7
@@ -213,7 +232,9 @@ def run_mutant(model: Model, name: str, params: SamplingParams, logprobs: bool =
     engine = Loop(model, DEPTH_MUTANTS[name][1], logprobs=logprobs or name == "logprobs_zero_when_speculating")
     if name == "top_k_top_p_in_the_other_order":  # its bug needs both filters on
         params = replace(params, top_p=0.8)
-    the_case = case(params) if name != "eos_in_span_at_max_tokens" else replace(case(params), max_tokens=8, min_tokens=0)
+    the_case = (
+        case(params) if name != "eos_in_span_at_max_tokens" else replace(case(params), max_tokens=8, min_tokens=0)
+    )
     return check_depth(engine, reference_rows(model), the_case, alpha=PRODUCT_ALPHA, pilot=16, block=20)
 
 
@@ -248,7 +269,9 @@ def test_the_design_deviation_is_rejected_on_every_position(model: Model) -> Non
     the wiring from decoder to verdict sees exactly the deviation the design is built on (the 10%
     case at full N is the measured run)."""
     engine = Fresh(model, fraction=1.0)
-    verdict = check_depth(engine, reference_rows(model), case(FULL_SUPPORT), alpha=PRODUCT_ALPHA, fraction=1.0, pilot=16)
+    verdict = check_depth(
+        engine, reference_rows(model), case(FULL_SUPPORT), alpha=PRODUCT_ALPHA, fraction=1.0, pilot=16
+    )
     print(f"design deviation on every position: {verdict.state} {verdict.where}")
     assert verdict.state == "failed"
 
@@ -258,22 +281,29 @@ class Fresh:
     model: Model
     fraction: float
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         deviation = DesignDeviation(PathRows(self.model), fraction=self.fraction, eog=frozenset({EOG}))
         return deviation.generate(prompt_ids, params, max_tokens, n, seed, min_tokens)
 
 
 def test_a_budget_short_of_the_design_is_inconclusive(model: Model) -> None:
     """Exit status 3: the budget ends before the design's tokens, nothing rejected."""
-    verdict = check_depth(Loop(model), reference_rows(model), case(WITH_PROCESSORS), alpha=PRODUCT_ALPHA,
-                          max_generations=20, pilot=8, block=20)
+    verdict = check_depth(
+        Loop(model),
+        reference_rows(model),
+        case(WITH_PROCESSORS),
+        alpha=PRODUCT_ALPHA,
+        max_generations=20,
+        pilot=8,
+        block=20,
+    )
     assert verdict.state == "inconclusive" and verdict.exit_status == 3 and verdict.power < POWER
 
 
 def test_support_sorted_drops_zeros() -> None:
     assert list(support_sorted(np.array([0.0, 0.3, 0.7]))) == [0.7, 0.3]
-
 
 
 def test_reported_logprobs_are_checked_exactly(model: Model) -> None:
@@ -286,7 +316,10 @@ def test_reported_logprobs_are_checked_exactly(model: Model) -> None:
     rng = np.random.default_rng(0)
     for raw in Loop(model, logprobs=True).generate(PROMPT, WITH_PROCESSORS, MAX_TOKENS, 5, 1, MIN_TOKENS):
         gen = as_generation(raw)
-        assert gen.logprobs is not None and logprob_error(gen, score(reference_rows(model), the_case, gen.ids, rng), 1e-3) == ""
+        assert (
+            gen.logprobs is not None
+            and logprob_error(gen, score(reference_rows(model), the_case, gen.ids, rng), 1e-3) == ""
+        )
     verdict = run_mutant(model, "logprobs_zero_when_speculating", WITH_PROCESSORS)
     assert verdict.state == "failed" and "reported logprob 0" in verdict.where and verdict.generations <= 20
 
@@ -294,8 +327,9 @@ def test_reported_logprobs_are_checked_exactly(model: Model) -> None:
 class Broken:
     """An engine that answers with something that is not a generation."""
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[Any]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[Any]:
         return [{"tokens": [1, 2]}] * n
 
 

@@ -35,8 +35,12 @@ UNIFORM_WEIGHTS = np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[
 def test_each_tempering_ratio_has_mean_one_for_any_row() -> None:
     """sum_y p(y) e^(l(lambda, y)) = 1 for every lambda: rows with p = 1e-30, one token, uniform.
     float64 log-sum-exp over <= 20 terms: relative error a few ulp, so 1e-12 is loose."""
-    rows = [np.array([1.0]), np.array([1.0 - 2e-30, 1e-30, 1e-30]), np.full(20, 0.05),
-            np.array([0.9, 0.09, 0.009, 0.000999, 1e-6])]
+    rows = [
+        np.array([1.0]),
+        np.array([1.0 - 2e-30, 1e-30, 1e-30]),
+        np.full(20, 0.05),
+        np.array([0.9, 0.09, 0.009, 0.000999, 1e-6]),
+    ]
     for p in rows:
         terms = score_terms(p / p.sum())
         assert np.all(np.isfinite(terms))

@@ -58,8 +58,9 @@ class NoisyEngine:
 
     extra_k: int = 0
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         law = case_law(replace(CASE, params=replace(params, top_k=params.top_k + self.extra_k)))
         out = []
         for i in range(n):
@@ -80,12 +81,16 @@ class NoisyEngine:
 def test_the_margin_is_the_logit_gap_to_the_cut() -> None:
     """top-k 2 of logits (3, 2, 1.5, 1): token 2 needs 0.5 more, token 3 needs 1.0 (bisection to
     limit / 2^40: 1e-9 is loose); beyond the limit, or banned, there is no near-tie."""
-    law = default_law.profile(default_law.Params(SamplingParams(temperature=1.0, top_k=2, logit_bias={1: 0.0}), frozenset(), 0))
+    law = default_law.profile(
+        default_law.Params(SamplingParams(temperature=1.0, top_k=2, logit_bias={1: 0.0}), frozenset(), 0)
+    )
     logits = np.array([3.0, 2.0, 1.5, 1.0])
     assert cut_edge_margin(law, logits, (), [], 2, 2.0) == pytest.approx(0.5, abs=1e-9)
     assert cut_edge_margin(law, logits, (), [], 3, 2.0) == pytest.approx(1.0, abs=1e-9)
     assert cut_edge_margin(law, logits, (), [], 3, 0.9) is None
-    banned = default_law.profile(default_law.Params(SamplingParams(temperature=1.0, top_k=2, logit_bias={3: -math.inf}), frozenset(), 0))
+    banned = default_law.profile(
+        default_law.Params(SamplingParams(temperature=1.0, top_k=2, logit_bias={3: -math.inf}), frozenset(), 0)
+    )
     assert cut_edge_margin(banned, logits, (), [], 3, 100.0) is None
 
 
@@ -108,7 +113,9 @@ def test_a_correct_engine_of_noisy_numerics_passes_with_near_ties_reported() -> 
     margin within twice the measured noise (2 sigma). Without the rule (the same rows, no noise
     to measure) the same engine fails outright on an impossible token: the false alarm this removes."""
     engine = NoisyEngine()
-    verdict = check_depth(engine, PlainFedRows(EngineLogits(engine)), CASE, alpha=PASS_ALPHA, tv=0.3, fraction=1.0, pilot=8)
+    verdict = check_depth(
+        engine, PlainFedRows(EngineLogits(engine)), CASE, alpha=PASS_ALPHA, tv=0.3, fraction=1.0, pilot=8
+    )
     print(verdict.state, verdict.detail)
     assert verdict.passed, f"{verdict.where}: {verdict.detail}"
     assert len(verdict.looks) == 7

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.test_decoder_depth import CORRECT, EOG, PROMPT, WITH_PROCESSORS, Loop, case, model  # noqa: F401 (a fixture)
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder.depth.law import DepthCase
@@ -36,8 +37,6 @@ from verispec.spec.decoder.depth.two_sample import (
 )
 from verispec.spec.decoder.mutants import DEPTH_MUTANTS, MUTANT_BUGS, DecoderBugs
 from verispec.spec.statistics import ALPHA_BUDGET, POWER, power_of
-
-from tests.test_decoder_depth import CORRECT, EOG, PROMPT, WITH_PROCESSORS, Loop, case, model  # noqa: F401 (a fixture)
 
 PASS_ALPHA = ALPHA_BUDGET["decoder_depth_two_sample"]
 PRODUCT_ALPHA = 1e-3
@@ -107,17 +106,21 @@ def test_mutants_a_two_sample_test_can_see_are_rejected(name: str, model: Model)
 class NoPlain:
     """A broken plain path: the pilot fails, and so does the case."""
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[Any]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[Any]:
         return [[3] * max_tokens] * n
 
-    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                       min_tokens: int = 0) -> list[Any]:
+    def generate_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[Any]:
         return [[3, 4]] * (n - 1)
 
 
 def test_an_engine_answering_short_fails_the_case() -> None:
-    verdict = check_two_sample_depth(NoPlain(), DepthCase(PROMPT, WITH_PROCESSORS, 8, frozenset({EOG})), alpha=PRODUCT_ALPHA)
+    verdict = check_two_sample_depth(
+        NoPlain(), DepthCase(PROMPT, WITH_PROCESSORS, 8, frozenset({EOG})), alpha=PRODUCT_ALPHA
+    )
     assert verdict.state == "failed" and "the pilot failed" in verdict.where and verdict.exit_status == 1
 
 

@@ -35,26 +35,44 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(tiny_model: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any]]:
-    status = cli.main(["check-decoder", "--model", str(tiny_model), "--prompt", "the model", "--depth", "8",
-                       "--top-k", "0", "--json", "--budget", "60", *extra])  # a run coercing ids ends, inconclusive
+    status = cli.main(
+        [
+            "check-decoder",
+            "--model",
+            str(tiny_model),
+            "--prompt",
+            "the model",
+            "--depth",
+            "8",
+            "--top-k",
+            "0",
+            "--json",
+            "--budget",
+            "60",
+            *extra,
+        ]
+    )  # a run coercing ids ends, inconclusive
     return status, json.loads(capsys.readouterr().out)
 
 
 # --- the reader, item by item ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (5.5, "must be an integer, got 5.5"),
-    (5.999, "must be an integer, got 5.999"),
-    (5.0, "must be an integer, got 5.0"),
-    ("5", "must be an integer, got '5'"),
-    (True, "must be an integer, got True"),
-    (None, "must be an integer, got None"),
-    (np.float64(5.0), "must be an integer"),
-    (322, "token 322 is outside [0, 322)"),
-    (-1, "token -1 is outside [0, 322)"),
-    (10**30, "token 1000000000000000000000000000000 is outside [0, 322)"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (5.5, "must be an integer, got 5.5"),
+        (5.999, "must be an integer, got 5.999"),
+        (5.0, "must be an integer, got 5.0"),
+        ("5", "must be an integer, got '5'"),
+        (True, "must be an integer, got True"),
+        (None, "must be an integer, got None"),
+        (np.float64(5.0), "must be an integer"),
+        (322, "token 322 is outside [0, 322)"),
+        (-1, "token -1 is outside [0, 322)"),
+        (10**30, "token 1000000000000000000000000000000 is outside [0, 322)"),
+    ],
+)
 def test_an_id_of_another_type_or_range_is_refused_not_converted(bad: Any, reason: str) -> None:
     for raw in ([3, bad, 4], {"ids": [3, bad, 4]}):
         with pytest.raises(ExternalError, match="position 1") as caught:
@@ -69,18 +87,21 @@ def test_a_huge_id_is_refused_without_a_vocabulary_too() -> None:
     assert answers.generation([np.int64(7), 2**62], None, "g")[0] == (7, 2**62)
 
 
-@pytest.mark.parametrize("field, value, reason", [
-    ("ids", 5, "ids must be a list"),
-    ("cycles", [[2, 1.0]], r"cycles\[0\]\[1\] must be an integer"),
-    ("cycles", [[2, "1"]], r"cycles\[0\]\[1\] must be an integer"),
-    ("cycles", [[True, 1]], r"cycles\[0\]\[0\] must be an integer"),
-    ("cycles", [[2, 1, 0]], r"must be \[drafted, accepted\]"),
-    ("cycles", [[2, -1]], "outside"),
-    ("cycles", 3, "cycles must be a list"),
-    ("logprobs", [-0.5, "-0.5", -0.1], r"logprobs\[1\] must be a number"),
-    ("logprobs", [-0.5, True, -0.1], r"logprobs\[1\] must be a number"),
-    ("logprobs", [-0.5, 10**400, -0.1], "not a log-probability"),
-])
+@pytest.mark.parametrize(
+    "field, value, reason",
+    [
+        ("ids", 5, "ids must be a list"),
+        ("cycles", [[2, 1.0]], r"cycles\[0\]\[1\] must be an integer"),
+        ("cycles", [[2, "1"]], r"cycles\[0\]\[1\] must be an integer"),
+        ("cycles", [[True, 1]], r"cycles\[0\]\[0\] must be an integer"),
+        ("cycles", [[2, 1, 0]], r"must be \[drafted, accepted\]"),
+        ("cycles", [[2, -1]], "outside"),
+        ("cycles", 3, "cycles must be a list"),
+        ("logprobs", [-0.5, "-0.5", -0.1], r"logprobs\[1\] must be a number"),
+        ("logprobs", [-0.5, True, -0.1], r"logprobs\[1\] must be a number"),
+        ("logprobs", [-0.5, 10**400, -0.1], "not a log-probability"),
+    ],
+)
 def test_every_field_has_exactly_its_type(field: str, value: Any, reason: str) -> None:
     raw: dict[str, Any] = {"ids": [3, 4, 5], "cycles": [[2, 2]], "logprobs": [-0.5, -0.2, -0.1]}
     raw[field] = value
@@ -89,7 +110,9 @@ def test_every_field_has_exactly_its_type(field: str, value: Any, reason: str) -
 
 
 def test_well_typed_answers_read_as_before() -> None:
-    ids, cycles, logprobs = answers.generation({"ids": [3, np.int64(4)], "cycles": [[2, 1]], "logprobs": [-1, -0.5]}, 322, "g")
+    ids, cycles, logprobs = answers.generation(
+        {"ids": [3, np.int64(4)], "cycles": [[2, 1]], "logprobs": [-1, -0.5]}, 322, "g"
+    )
     assert (ids, cycles, logprobs) == ((3, 4), ((2, 1),), (-1.0, -0.5))
     assert [g.ids for g in checked_block([[1, 2], np.array([3, 4])], 2, 322)] == [(1, 2), (3, 4)]
     with pytest.raises(ExternalError, match="asked for a list of 2"):
@@ -109,12 +132,15 @@ def test_a_worker_sends_what_its_engine_answered_unconverted() -> None:
 
 
 @pytest.mark.slow  # eight runs of the command, each a pilot or one block of the tiny model
-@pytest.mark.parametrize("engine, reason", [
-    ("float_ids", "must be an integer, got"),
-    ("near_int_ids", "must be an integer, got"),
-    ("string_ids", "must be an integer, got '"),
-    ("bool_ids", "must be an integer, got True"),
-])
+@pytest.mark.parametrize(
+    "engine, reason",
+    [
+        ("float_ids", "must be an integer, got"),
+        ("near_int_ids", "must be an integer, got"),
+        ("string_ids", "must be an integer, got '"),
+        ("bool_ids", "must be an integer, got True"),
+    ],
+)
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_wrongly_typed_id_fails_the_engine_in_every_mode(
     tiny_model: Path, capsys: pytest.CaptureFixture[str], engine: str, reason: str, workers: str
@@ -124,11 +150,14 @@ def test_a_wrongly_typed_id_fails_the_engine_in_every_mode(
     assert status == 1 and result["state"] == "failed" and reason in result["where"]
 
 
-@pytest.mark.parametrize("engine, reason", [
-    ("vocab_id_late", "token 322 is outside [0, 322)"),
-    ("negative_id_late", "token -1 is outside [0, 322)"),
-    ("huge_id_late", "token 1000000000000000000000000000000 is outside [0, 322)"),
-])
+@pytest.mark.parametrize(
+    "engine, reason",
+    [
+        ("vocab_id_late", "token 322 is outside [0, 322)"),
+        ("negative_id_late", "token -1 is outside [0, 322)"),
+        ("huge_id_late", "token 1000000000000000000000000000000 is outside [0, 322)"),
+    ],
+)
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_an_id_outside_the_vocabulary_after_the_pilot_is_the_engines_failure(
     tiny_model: Path, capsys: pytest.CaptureFixture[str], engine: str, reason: str, workers: str
@@ -190,7 +219,9 @@ def test_reused_random_streams_fail_with_any_number_of_workers(
     assert "repeated generations:" in result["where"] and result["generations"] <= 250
 
 
-def test_a_correct_decoder_at_a_sharp_law_repeats_legitimately(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_correct_decoder_at_a_sharp_law_repeats_legitimately(
+    tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Temperature 0.05: most generations repeat (the law's own collision probability); the run
     does not fail, and the report says the repeats are the law's (its budget ends it: exit 3). An
     explicit --tv makes the budget a stop (without one the design would be budget-led)."""
@@ -213,10 +244,14 @@ def test_a_deterministic_law_passes_our_decoder_and_says_so(
     assert result["generations"] == 200
 
 
-def test_a_deterministic_law_still_fails_an_impossible_token(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_deterministic_law_still_fails_an_impossible_token(
+    tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The depth test's own deterministic path (--no-first-m); by default the first-m test, run
     first, already rejects the impossible tokens."""
-    status, report = run(tiny_model, capsys, "--engine", "tests.hostile_engines:shifted_last", "--top-k", "1", "--no-first-m")
+    status, report = run(
+        tiny_model, capsys, "--engine", "tests.hostile_engines:shifted_last", "--top-k", "1", "--no-first-m"
+    )
     result = report["results"][0]
     assert status == 1 and "has target probability 0" in result["where"]
     status, report = run(tiny_model, capsys, "--engine", "tests.hostile_engines:shifted_last", "--top-k", "1")
@@ -233,8 +268,20 @@ def test_a_design_beyond_the_bound_is_a_usage_error(tiny_model: Path, capsys: py
     from verispec.spec.decoder.depth.law import MAX_DESIGN_TOKENS
 
     began = time.monotonic()
-    status = cli.main(["check-decoder", "--model", str(tiny_model), "--prompt", "the model", "--depth", "8", "--ours",
-                       "--temperature", "1e9"])
+    status = cli.main(
+        [
+            "check-decoder",
+            "--model",
+            str(tiny_model),
+            "--prompt",
+            "the model",
+            "--depth",
+            "8",
+            "--ours",
+            "--temperature",
+            "1e9",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2 and f"beyond the bound of {MAX_DESIGN_TOKENS:.0e} tokens" in err and "raise --tv" in err
     assert time.monotonic() - began < 120.0  # a pilot of the tiny model; without the bound it never ends
@@ -246,8 +293,19 @@ def test_a_scale_beyond_the_bound_is_a_usage_error(capsys: pytest.CaptureFixture
     from verispec.spec.check import MAX_SCALE
 
     began = time.monotonic()
-    status = cli.main(["check", "--verifier", "verispec.reference.speculative:verify_sampled", "--scale", "1e300",
-                       "--budget", "5", "--only", "stat_verdict_law_k1"])
+    status = cli.main(
+        [
+            "check",
+            "--verifier",
+            "verispec.reference.speculative:verify_sampled",
+            "--scale",
+            "1e300",
+            "--budget",
+            "5",
+            "--only",
+            "stat_verdict_law_k1",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2 and f"scale must be at most {MAX_SCALE:g}" in err
     assert time.monotonic() - began < 60.0

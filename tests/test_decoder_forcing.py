@@ -14,12 +14,19 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.test_decoder_depth import (
+    EOG,
+    MAX_TOKENS,
+    MIN_TOKENS,
+    PRODUCT_ALPHA,
+    PROMPT,
+    WITH_PROCESSORS,
+    Loop,
+    model,  # noqa: F401 - the tiny model fixture, shared
+)
 from verispec.reference.model import Model
-from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json
 from verispec.spec.decoder.depth.forcing import ConcurrentRows, rows_in_order
-
-from tests.test_decoder_depth import EOG, MAX_TOKENS, MIN_TOKENS, PRODUCT_ALPHA, PROMPT, WITH_PROCESSORS, Loop
-from tests.test_decoder_depth import model  # noqa: F401 - the tiny model fixture, shared
+from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json
 
 PROMPT_IDS = (1, 2)
 
@@ -112,10 +119,18 @@ def test_concurrency_must_be_positive() -> None:
 def test_the_depth_verdict_is_the_same_with_the_passes_ahead(model: Model) -> None:
     """Same generations, same rng, same rows: every number of the verdict is equal."""
     case = DepthCase(PROMPT, WITH_PROCESSORS, MAX_TOKENS, frozenset({EOG}), MIN_TOKENS)
-    serial = check_depth(Loop(model), reference_rows(model), case, alpha=PRODUCT_ALPHA, max_generations=40, pilot=8,
-                         block=20)
-    ahead = check_depth(Loop(model), ConcurrentRows(reference_rows(model), 2), case, alpha=PRODUCT_ALPHA,
-                        max_generations=40, pilot=8, block=20)
+    serial = check_depth(
+        Loop(model), reference_rows(model), case, alpha=PRODUCT_ALPHA, max_generations=40, pilot=8, block=20
+    )
+    ahead = check_depth(
+        Loop(model),
+        ConcurrentRows(reference_rows(model), 2),
+        case,
+        alpha=PRODUCT_ALPHA,
+        max_generations=40,
+        pilot=8,
+        block=20,
+    )
     assert verdict_json(serial) == verdict_json(ahead)
     assert serial.state == "inconclusive" and serial.power > 0
 

@@ -60,7 +60,9 @@ PROMPT = (1, 3)
 FLAT = FixedRow(row_with(t5=3.0, t7=1.0))
 
 
-def judge(plain: Sequence[int], speculative: Sequence[int], max_tokens: int = 8, target: FixedRow = FLAT) -> GreedyVerdict:
+def judge(
+    plain: Sequence[int], speculative: Sequence[int], max_tokens: int = 8, target: FixedRow = FLAT
+) -> GreedyVerdict:
     engine = FixedOutputs(tuple(plain), tuple(speculative))
     return check_greedy(engine, target, PROMPT, max_tokens, frozenset({EOG}))
 

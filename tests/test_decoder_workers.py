@@ -69,7 +69,9 @@ def test_a_block_decoded_by_a_worker_is_the_block_decoded_here(tiny_model: Path,
         assert [list(g) for g in mine] == theirs
 
 
-def test_the_depth_test_reaches_the_same_numbers_with_one_and_two_workers(tiny_model: Path, two_workers: GenerationPool) -> None:
+def test_the_depth_test_reaches_the_same_numbers_with_one_and_two_workers(
+    tiny_model: Path, two_workers: GenerationPool
+) -> None:
     """A pilot of 8, then 16 generations in blocks of 4: the same tokens, generations and
     statistics whether this process decodes them (``workers=1``) or two worker processes do
     (blocks in flight two at a time, the last one dropped)."""
@@ -85,13 +87,28 @@ def test_the_depth_test_reaches_the_same_numbers_with_one_and_two_workers(tiny_m
 
 
 def run_cli(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, object]]:
-    status = cli.main(["check-decoder", "--model", str(path), "--prompt", "the model", "--depth", "8",
-                       "--top-k", "0", "--json", *extra])
+    status = cli.main(
+        [
+            "check-decoder",
+            "--model",
+            str(path),
+            "--prompt",
+            "the model",
+            "--depth",
+            "8",
+            "--top-k",
+            "0",
+            "--json",
+            *extra,
+        ]
+    )
     return status, json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.slow  # two runs of the command (~10 s each on a loaded 2-core machine)
-def test_the_command_gives_the_same_verdict_with_one_and_two_workers(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_gives_the_same_verdict_with_one_and_two_workers(
+    tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     one = run_cli(tiny_model, capsys, "--mutant", "requests_share_one_stream")
     two = run_cli(tiny_model, capsys, "--mutant", "requests_share_one_stream", "--workers", "2")
     assert one[0] == two[0] == 1
@@ -101,7 +118,7 @@ def test_the_command_gives_the_same_verdict_with_one_and_two_workers(tiny_model:
 
 
 DIES_AFTER_READY = (  # answers the start probe, then dies on the first block it is given
-    f"{sys.executable} -c \"import sys, json\n"
+    f'{sys.executable} -c "import sys, json\n'
     "for line in sys.stdin:\n"
     "    request = json.loads(line)\n"
     "    if request['op'] != 'ready': sys.exit(3)\n"
@@ -124,7 +141,9 @@ def test_a_worker_that_dies_fails_the_block_and_leaves_nothing(tiny_model: Path)
 
 
 def test_workers_through_the_command_exit_codes(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status, report = run_cli(tiny_model, capsys, "--engine-cmd", DIES_AFTER_READY, "--workers", "2", "--target-law", "reference")
+    status, report = run_cli(
+        tiny_model, capsys, "--engine-cmd", DIES_AFTER_READY, "--workers", "2", "--target-law", "reference"
+    )
     assert status == 1 and not report["results"][0]["passed"]  # type: ignore[index]
     with pytest.raises(ProgramCannotStart):
         pool_of(tiny_model, 2, "exit 5")
@@ -133,7 +152,9 @@ def test_workers_through_the_command_exit_codes(tiny_model: Path, capsys: pytest
     assert cli.main(["check-decoder", "--model", str(tiny_model), "--ours", "--workers", "2", "--depth", "0"]) == 2
 
 
-def test_two_sample_mode_at_depth_reaches_the_same_numbers_with_two_workers(tiny_model: Path, two_workers: GenerationPool) -> None:
+def test_two_sample_mode_at_depth_reaches_the_same_numbers_with_two_workers(
+    tiny_model: Path, two_workers: GenerationPool
+) -> None:
     """Both arms of a block decoded at once by the pool: the same generations as one after the other here."""
     from verispec.spec.decoder.depth.two_sample import check_two_sample_depth
     from verispec.spec.decoder.depth.two_sample import verdict_json as two_sample_json

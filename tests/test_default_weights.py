@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_calibration import synthetic_records
 from verispec import engine_load
 from verispec.commands import generate as generate_command
 from verispec.commands import logits as logits_command
@@ -21,10 +22,11 @@ from verispec.commands.generate_early_exit import serving_weights
 from verispec.engine_load import KERNELS_MISSING, resolve_weights
 from verispec.reference.calibration import Calibration, build, numerics
 from verispec.reference.errors import CalibrationError
-from tests.test_calibration import synthetic_records
 
 
-def test_auto_is_int8_where_the_kernels_are_installed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_auto_is_int8_where_the_kernels_are_installed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(engine_load, "ort_available", lambda: True)
     assert resolve_weights("auto", arch="llama") == "int8"
     assert resolve_weights("auto", arch="gemma3") == "int8"
@@ -32,22 +34,34 @@ def test_auto_is_int8_where_the_kernels_are_installed(monkeypatch: pytest.Monkey
 
 
 def test_without_the_kernels_auto_falls_back_to_exact_with_one_stderr_line(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(engine_load, "ort_available", lambda: False)
     assert resolve_weights("auto", arch="llama") == "f32"
     err = capsys.readouterr().err
     assert err == KERNELS_MISSING + "\n" and "verispec[fast]" in err
 
 
-@pytest.mark.parametrize(("weights", "kwargs", "expected"), [
-    ("exact", {}, "f32"), ("f32", {}, "f32"), ("int8", {}, "int8"), ("quantized", {}, "quantized"),
-    ("auto", {"engine": "reference"}, "f32"),       # the reference engine keeps float32 weights
-    ("auto", {"arch": "phi3"}, "f32"),              # an architecture the fast engine runs on the reference
-    ("auto", {"backend": "numpy"}, "f32"),          # an explicit float32 kernel
-    ("auto", {"backend": "ort"}, "f32"),
-])
-def test_explicit_choices_and_what_auto_cannot_serve(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                                     weights: str, kwargs: dict[str, str], expected: str) -> None:
+@pytest.mark.parametrize(
+    ("weights", "kwargs", "expected"),
+    [
+        ("exact", {}, "f32"),
+        ("f32", {}, "f32"),
+        ("int8", {}, "int8"),
+        ("quantized", {}, "quantized"),
+        ("auto", {"engine": "reference"}, "f32"),  # the reference engine keeps float32 weights
+        ("auto", {"arch": "phi3"}, "f32"),  # an architecture the fast engine runs on the reference
+        ("auto", {"backend": "numpy"}, "f32"),  # an explicit float32 kernel
+        ("auto", {"backend": "ort"}, "f32"),
+    ],
+)
+def test_explicit_choices_and_what_auto_cannot_serve(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    weights: str,
+    kwargs: dict[str, str],
+    expected: str,
+) -> None:
     monkeypatch.setattr(engine_load, "ort_available", lambda: True)
     assert resolve_weights(weights, **kwargs) == expected
     assert capsys.readouterr().err == ""  # a deliberate choice is no fallback

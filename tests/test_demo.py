@@ -46,18 +46,33 @@ def tinyllama(tmp_path: Path) -> Path:
 def demo(model: Path, child: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> list[str]:
     monkeypatch.setattr(llama, "available", lambda: True)
     monkeypatch.setattr(llama_child, "child_argv", lambda: [sys.executable, "-c", child])
-    status = cli.main(["demo", "--model", str(model), "--no-chat", "--prompt", "one two one two one two",
-                       "--max-tokens", "6", "--repeats", "1", "--k", "3"])
+    status = cli.main(
+        [
+            "demo",
+            "--model",
+            str(model),
+            "--no-chat",
+            "--prompt",
+            "one two one two one two",
+            "--max-tokens",
+            "6",
+            "--repeats",
+            "1",
+            "--k",
+            "3",
+        ]
+    )
     assert status == 0
     return capsys.readouterr().out.splitlines()
 
 
-def test_the_three_sides_run_the_same_number_of_tokens(tinyllama: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_three_sides_run_the_same_number_of_tokens(
+    tinyllama: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = demo(tinyllama, DECODES, monkeypatch, capsys)
     assert "int8 mode, lossless w.r.t. the int8 model's own law" in lines[0]
     assert lines[1].startswith("prompt: the --prompt text, ") and lines[1].endswith(" prompt tokens")
-    table = lines[lines.index(next(line for line in lines if "tokens on every side" in line)):]
+    table = lines[lines.index(next(line for line in lines if "tokens on every side" in line)) :]
     n = int(table[0].split()[0])
     assert 1 <= n <= 6
     assert table[1].split()[0] == "plain" and table[1].split()[3] == "1.00x"
@@ -65,8 +80,9 @@ def test_the_three_sides_run_the_same_number_of_tokens(tinyllama: Path, monkeypa
     assert table[3].startswith("  llama.cpp plain") and "tok/s" in table[3] and "cut to our length" in table[3]
 
 
-def test_a_crashing_llama_cpp_is_its_row_and_the_demo_exits_0(tinyllama: Path, monkeypatch: pytest.MonkeyPatch,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_crashing_llama_cpp_is_its_row_and_the_demo_exits_0(
+    tinyllama: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = demo(tinyllama, SEGV_AT_FIRST_RUN, monkeypatch, capsys)
     row = next(line for line in lines if line.startswith("  llama.cpp plain"))
     assert "crashed (killed by SIGSEGV, exit -11) during run" in row
@@ -78,7 +94,9 @@ def test_the_default_prompt_is_the_workloads_first_summarisation_request() -> No
     args = argparse.Namespace(prompt=None)
     said = demo_command.describe_prompt(args)
     item = next(i for i in load_workload() if i.id == demo_command.DEMO_REQUEST)
-    assert item.category == "summarisation" and item == next(i for i in load_workload() if i.category == "summarisation")
+    assert item.category == "summarisation" and item == next(
+        i for i in load_workload() if i.category == "summarisation"
+    )
     assert args.prompt == item.messages[-1].content
     assert said.startswith("a summarisation request (verispec/data/workload.jsonl summarisation-1: ")
     own = argparse.Namespace(prompt="my text")

@@ -126,7 +126,9 @@ def _shell_commands(page: Path) -> Iterator[list[str]]:
         for line in block.replace("\\\n", " ").splitlines():
             yield from (_words(m) for m in INVOCATION.finditer(line.split(" #")[0]))
     for span in re.findall(r"`(verispec [^`]+)`", _prose(text)):
-        yield from (_words(m) for m in INVOCATION.finditer(" ".join(span.replace("|", " ").split())))  # a|b: alternatives
+        yield from (
+            _words(m) for m in INVOCATION.finditer(" ".join(span.replace("|", " ").split()))
+        )  # a|b: alternatives
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -161,4 +163,6 @@ def test_the_command_check_sees_a_flag_that_does_not_exist(tmp_path: Path) -> No
 def test_readme_performance_table_is_the_saved_measurements() -> None:
     readme = README.read_text()
     for row in results.headline_table():
-        assert row in readme, f"README's performance table lacks (or changed) {row!r}: copy it from lab.results.headline_table()"
+        assert row in readme, (
+            f"README's performance table lacks (or changed) {row!r}: copy it from lab.results.headline_table()"
+        )

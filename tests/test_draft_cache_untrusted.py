@@ -110,7 +110,8 @@ def test_loading_keeps_exactly_what_remembering_one_by_one_keeps(tmp_path: Path,
 
 
 def test_loading_builds_no_structure_and_the_first_query_one_over_the_kept_tokens(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The slow step was building a tree node per substring for every kept token before the
     first proposal (and, earlier, evicting texts it had just inserted). Now loading builds
@@ -135,7 +136,14 @@ def test_loading_builds_no_structure_and_the_first_query_one_over_the_kept_token
 def _binary_cases() -> dict[str, tuple[bytes, str]]:
     """Broken version-2 files, each with a fragment of the one-line error it must raise."""
     good = bytearray()
-    header = {"version": CACHE_VERSION, "fingerprint": "abc", "depth": 24, "max_tokens": 1 << 16, "texts": 2, "tokens": 5}
+    header = {
+        "version": CACHE_VERSION,
+        "fingerprint": "abc",
+        "depth": 24,
+        "max_tokens": 1 << 16,
+        "texts": 2,
+        "tokens": 5,
+    }
 
     def file(head: object, lengths: list[int], ids: list[int], raw_head: bytes | None = None) -> bytes:
         line = raw_head if raw_head is not None else json.dumps(head).encode()
@@ -151,7 +159,10 @@ def _binary_cases() -> dict[str, tuple[bytes, str]]:
         "another version": (file({**header, "version": 3}, [2, 3], [1, 2, 3, 4, 5]), "not a version-2"),
         "version as a string": (file({**header, "version": "2"}, [2, 3], [1, 2, 3, 4, 5]), "not a version-2"),
         "another vocabulary": (file({**header, "fingerprint": "zzz"}, [2, 3], [1, 2, 3, 4, 5]), "another vocabulary"),
-        "no fingerprint": (file({**header, "fingerprint": ""}, [2, 3], [1, 2, 3, 4, 5]), "has no vocabulary fingerprint"),
+        "no fingerprint": (
+            file({**header, "fingerprint": ""}, [2, 3], [1, 2, 3, 4, 5]),
+            "has no vocabulary fingerprint",
+        ),
         "negative count": (file({**header, "tokens": -5}, [2, 3], [1, 2, 3, 4, 5]), "must be a count"),
         "bool count": (file({**header, "texts": True}, [2, 3], [1, 2, 3, 4, 5]), "must be a count"),
         "huge count": (file({**header, "tokens": 10**30}, [2, 3], [1, 2, 3, 4, 5]), "truncated or padded"),

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from verispec.reference.draft_control import CALIBRATION_BOUNDS, EWMA, MAX_ACCEPT, Calibration, VerifyCost, best_k, expected_accepted
+from verispec.reference.draft_control import (
+    CALIBRATION_BOUNDS,
+    EWMA,
+    MAX_ACCEPT,
+    Calibration,
+    VerifyCost,
+    best_k,
+    expected_accepted,
+)
 
 
 def brute_best(accept: list[float], cost: VerifyCost) -> int:

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from verispec.reference.drafts import (
-    NGRAM_MIN, AdaptiveK, DraftSpec, NgramDraft, check_exit_layer, check_options, check_same_vocab, lookup,
+    NGRAM_MIN,
+    AdaptiveK,
+    DraftSpec,
+    NgramDraft,
+    check_exit_layer,
+    check_options,
+    check_same_vocab,
+    lookup,
     parse_draft_spec,
     predicted_speedup,
 )
@@ -38,15 +45,22 @@ def test_ngram_draft_ignores_lone_token_recurrences() -> None:
 
 @pytest.mark.parametrize(
     ("text", "spec"),
-    [("ngram", DraftSpec("ngram")), ("self", DraftSpec("self")), ("layerskip:12", DraftSpec("layerskip", layer=12)),
-     ("model:/x/y.gguf", DraftSpec("model", path="/x/y.gguf")), ("model:a:b", DraftSpec("model", path="a:b"))],
+    [
+        ("ngram", DraftSpec("ngram")),
+        ("self", DraftSpec("self")),
+        ("layerskip:12", DraftSpec("layerskip", layer=12)),
+        ("model:/x/y.gguf", DraftSpec("model", path="/x/y.gguf")),
+        ("model:a:b", DraftSpec("model", path="a:b")),
+    ],
 )
 def test_parse(text: str, spec: DraftSpec) -> None:
     assert parse_draft_spec(text) == spec
     assert str(spec) == text
 
 
-@pytest.mark.parametrize("text", ["", "ngrams", "layerskip", "layerskip:", "layerskip:x", "model:", "model", "self:1", "eagle"])
+@pytest.mark.parametrize(
+    "text", ["", "ngrams", "layerskip", "layerskip:", "layerskip:x", "model:", "model", "self:1", "eagle"]
+)
 def test_parse_rejects(text: str) -> None:
     with pytest.raises(DraftError) as info:
         parse_draft_spec(text)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.tolerances import assert_within, gamma
 from verispec.reference.calibration import Calibration, DepthCalibration
 from verispec.reference.certificate import top2
 from verispec.reference.early_exit import ExitStats, exit_logits, fit_lens, gate_admits, generate_early_exit
@@ -16,7 +17,6 @@ from verispec.reference.errors import CalibrationError, SamplingError
 from verispec.reference.generate import GenerationRequest, generate
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
-from tests.tolerances import assert_within, gamma
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -24,8 +24,14 @@ GREEDY = SamplingParams(temperature=0.0)
 def calibration(n_layer: int, depths: dict[int, float], *, gate: Any = "margin", quantile: float = 1.0) -> Calibration:
     """A hand-made artifact: per depth a margin threshold (and one residual quantile for all)."""
     return Calibration(
-        model_sha256="0" * 64, model_name="tiny", n_layer=n_layer, q=Fraction(9, 10), gate=gate,
-        residual="halfrange", n=100, n_lens=0,
+        model_sha256="0" * 64,
+        model_name="tiny",
+        n_layer=n_layer,
+        q=Fraction(9, 10),
+        gate=gate,
+        residual="halfrange",
+        n=100,
+        n_lens=0,
         depths=tuple(DepthCalibration(k, quantile, quantile, t, 0.5) for k, t in sorted(depths.items())),
     )
 
@@ -127,8 +133,11 @@ def test_always_admitting_gate_serves_the_exit_heads_argmax(tiny_gguf: Any, dept
 def test_lens_is_used_by_the_exit_head(tiny_gguf: Any) -> None:
     model = tiny(tiny_gguf)
     h = np.ones((1, model.config.n_embd), dtype=np.float32)
-    lens = fit_lens([2], np.random.default_rng(1).standard_normal((1, 50, model.config.n_embd)).astype(np.float32),
-                    np.random.default_rng(2).standard_normal((50, model.config.n_embd)).astype(np.float32))
+    lens = fit_lens(
+        [2],
+        np.random.default_rng(1).standard_normal((1, 50, model.config.n_embd)).astype(np.float32),
+        np.random.default_rng(2).standard_normal((50, model.config.n_embd)).astype(np.float32),
+    )
     assert np.array_equal(exit_logits(model, 2, h, None), model.head(h))
     assert np.array_equal(exit_logits(model, 2, h, lens), model.head(lens.apply(2, h)))  # the same ops
 
@@ -137,9 +146,16 @@ def test_refuses_sampling_and_foreign_calibrations(tiny_gguf: Any) -> None:
     model = tiny(tiny_gguf)
     tok: Any = ByteTokenizer()
     with pytest.raises(SamplingError, match="temperature 0.8"):
-        generate_early_exit(model, tok, GenerationRequest((1,), SamplingParams(temperature=0.8), 4), calibration(6, {2: 1.0}))
+        generate_early_exit(
+            model, tok, GenerationRequest((1,), SamplingParams(temperature=0.8), 4), calibration(6, {2: 1.0})
+        )
     with pytest.raises(SamplingError, match="repeat_penalty 1.1"):
-        generate_early_exit(model, tok, GenerationRequest((1,), SamplingParams(temperature=0.0, repeat_penalty=1.1), 4), calibration(6, {2: 1.0}))
+        generate_early_exit(
+            model,
+            tok,
+            GenerationRequest((1,), SamplingParams(temperature=0.0, repeat_penalty=1.1), 4),
+            calibration(6, {2: 1.0}),
+        )
     with pytest.raises(CalibrationError, match="30-layer"):
         generate_early_exit(model, tok, GenerationRequest((1,), GREEDY, 4), calibration(30, {2: 1.0}))
 
@@ -167,7 +183,10 @@ def test_the_prompt_kind_picks_its_own_thresholds(tiny_gguf: Any) -> None:
         "prose": KindCalibration("prose", 5, 50, 19, (DepthCalibration(2, np.inf, np.inf, np.inf, 0.5),)),
     }
     cal = replace(pooled, kinds=kinds, n_prompts=35)
-    depths = {kind: generate_early_exit(model, tok, request, cal, kind=kind)[1].depths for kind in ("code", "prose", "poetry", None)}
+    depths = {
+        kind: generate_early_exit(model, tok, request, cal, kind=kind)[1].depths
+        for kind in ("code", "prose", "poetry", None)
+    }
     assert depths["code"] == [6] + [2] * 5
     assert depths["prose"] == depths["poetry"] == depths[None] == [6] * 6
     assert cal.for_kind("code").refusal is None

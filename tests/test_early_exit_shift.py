@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verispec.reference.calibration import Records
-
 from lab import measure_early_exit
-from lab.early_exit_shift import compare, main, folds_of, markdown, of_prompts, renumbered, with_hand_written
+from lab.early_exit_shift import compare, folds_of, main, markdown, of_prompts, renumbered, with_hand_written
 from lab.measure_early_exit import load_records, save_records, verdict
+from verispec.reference.calibration import Records
 
 MEASUREMENTS = Path(__file__).resolve().parent.parent / "lab" / "measurements"
 
@@ -49,8 +48,8 @@ def test_folds_are_seeded_balanced_within_each_kind_and_cover_every_prompt() -> 
 
 def test_a_shifted_hand_written_set_is_seen_and_an_exchangeable_one_is_not(tmp_path: Path) -> None:
     cal = synthetic(60, 8, 0.3, seed=2)
-    same = synthetic(30, 8, 0.3, seed=3)      # the same law as calibration
-    shifted = synthetic(30, 8, 0.6, seed=4)   # flips at higher margins: the gate admits flips
+    same = synthetic(30, 8, 0.3, seed=3)  # the same law as calibration
+    shifted = synthetic(30, 8, 0.6, seed=4)  # flips at higher margins: the gate admits flips
     q = Fraction(4, 5)
     for kind, r in compare(cal, same, q, 4, 6).items():
         assert abs(r["hand"] - r["generated"]) < 4 * np.hypot(r["hand_se"], r["generated_se"]) + 1e-9, (kind, r)
@@ -78,12 +77,14 @@ def test_a_shifted_hand_written_set_is_seen_and_an_exchangeable_one_is_not(tmp_p
 def test_verdicts() -> None:
     low = [0.0, 0.05, 0.0, 0.1, 0.0, 0.0] * 5
     high = [0.5, 0.3, 0.4, 0.6, 0.2, 0.5] * 5
-    assert verdict(low, 0.2, 4)[2] == "within (shown)"   # its 95% upper bound is below 0.2
-    assert verdict(low, 0.1, 4)[2] == "within"           # not rejected, but 30 prompts cannot show <= 0.1
+    assert verdict(low, 0.2, 4)[2] == "within (shown)"  # its 95% upper bound is below 0.2
+    assert verdict(low, 0.1, 4)[2] == "within"  # not rejected, but 30 prompts cannot show <= 0.1
     assert verdict(high, 0.1, 4)[2].startswith("**exceeds** (rejected at 0.0125")
 
 
-def test_a_run_calibrated_on_the_hand_written_pool_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_calibrated_on_the_hand_written_pool_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The comparison's columns are generated-vs-hand-written: a run whose calibration prompts were
     the hand-written pool would be mislabelled, so it is refused before anything is read."""
     run = tmp_path / "run.json"
@@ -93,22 +94,27 @@ def test_a_run_calibrated_on_the_hand_written_pool_is_refused_in_one_line(tmp_pa
     assert err.count("\n") == 1 and "--prompts generated" in err
 
 
-def test_the_comparison_saves_its_numbers_and_prints_them_as_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_comparison_saves_its_numbers_and_prints_them_as_markdown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``--json`` saves what the table shows (the docs' results pages are generated from it); the
     printed table is :func:`markdown` of exactly that JSON, one row per head, depth set and level."""
     cal, held = synthetic(12, 4, 0.3, seed=5), synthetic(6, 4, 0.3, seed=6)
     records = tmp_path / "run.npz"
     save_records(records, {"cal_own": cal, "held_own": held, "cal_lens": cal, "held_lens": held})
     run = tmp_path / "run.json"
-    run.write_text('{"model": "synthetic", "calibration_source": "generated", "n_layer": 4, "depth_sets": [[3]], '
-                   '"gates": [{"q": "0.8"}, {"q": "0.9"}]}')
+    run.write_text(
+        '{"model": "synthetic", "calibration_source": "generated", "n_layer": 4, "depth_sets": [[3]], '
+        '"gates": [{"q": "0.8"}, {"q": "0.9"}]}'
+    )
     out = tmp_path / "shift.json"
     assert main(["--from-json", str(run), "--records", str(records), "--folds", "3", "--json", str(out)]) == 0
     saved = json.loads(out.read_text())
     assert capsys.readouterr().out == markdown(saved) + "\n"
     assert saved["kinds"] == list(KINDS) and saved["folds"] == 3
     assert [(r["head"], r["depths"], round(r["alpha"], 9)) for r in saved["rows"]] == [
-        (h, [3], a) for h in ("own", "lens") for a in (0.1, 0.2)]
+        (h, [3], a) for h in ("own", "lens") for a in (0.1, 0.2)
+    ]
     assert all(set(r["generated_vs_hand"]) == set(KINDS) for r in saved["rows"])
 
 
@@ -116,7 +122,10 @@ def test_measure_early_exit_writes_json_to_the_lab_never_a_readme(capsys: pytest
     """The run's JSON goes to lab/measurements/ under the saved runs' names; no option rewrites a
     README; a saved run renders again without the model."""
     assert measure_early_exit.default_json_path("smollm2-135m", "hand") == MEASUREMENTS / "early_exit_smollm2-135m.json"
-    assert measure_early_exit.default_json_path("gemma3-270m", "generated") == MEASUREMENTS / "early_exit_gemma3-270m_generated.json"
+    assert (
+        measure_early_exit.default_json_path("gemma3-270m", "generated")
+        == MEASUREMENTS / "early_exit_gemma3-270m_generated.json"
+    )
     with pytest.raises(SystemExit) as refused:
         measure_early_exit.main(["--write-readme", "README.md"])
     assert refused.value.code == 2 and "--write-readme" in capsys.readouterr().err

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import GOLDEN_KEYS
+from tests.tolerances import ForwardSpread, assert_within, forward_spread, truncated
 from verispec.engine import load_model
 from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel
@@ -38,8 +40,6 @@ from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.tokenizer import Tokenizer
-from tests.conftest import GOLDEN_KEYS
-from tests.tolerances import ForwardSpread, assert_within, forward_spread, truncated
 
 DECODE_STEPS = 12
 REAL_SAMPLES = 16  # Monte Carlo samples for a real model's tolerances (cost: ~a forward per 2 samples)
@@ -48,6 +48,7 @@ REAL_SAMPLES = 16  # Monte Carlo samples for a real model's tolerances (cost: ~a
 def _logit_tolerance(spread: ForwardSpread) -> Any:
     assert spread.logits is not None
     return spread.logits.tolerance
+
 
 NAMES = ["smollm2-135m", "gemma3-270m"]
 
@@ -156,7 +157,9 @@ def test_quantized_weights_mode_matches_f32(smollm2_path: Path, smollm2_model: M
 
 
 @pytest.fixture(scope="module")
-def pairs(smollm2_path: Path, gemma3_path: Path, smollm2_model: Model, gemma3_model: Model) -> dict[str, tuple[Model, FastModel, Tokenizer]]:
+def pairs(
+    smollm2_path: Path, gemma3_path: Path, smollm2_model: Model, gemma3_model: Model
+) -> dict[str, tuple[Model, FastModel, Tokenizer]]:
     return {
         "smollm2-135m": (smollm2_model, FastModel.load(smollm2_path), Tokenizer.from_file(smollm2_path)),
         "gemma3-270m": (gemma3_model, FastModel.load(gemma3_path), Tokenizer.from_file(gemma3_path)),
@@ -240,8 +243,8 @@ def test_synthetic_quantized_llamas_match_reference(tmp_path: Path, variant: str
 
 
 def test_architectures_the_fast_engine_lacks_run_on_the_reference(tmp_path: Path) -> None:
-    from verispec.reference.errors import UnsupportedArchitecture
     from tests.synthetic import write_synthetic
+    from verispec.reference.errors import UnsupportedArchitecture
 
     path = tmp_path / "phi3.gguf"
     write_synthetic(path, "phi3")

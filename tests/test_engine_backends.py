@@ -32,10 +32,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import GOLDEN_KEYS
+from tests.tolerances import assert_within, forward_spread
 from verispec.engine import load_model
 from verispec.engine import matmul as mm
 from verispec.engine import sampling as fast_sampling
-from verispec.engine.blocks import LOSSLESS_TYPES, KernelBlocks, NotBlockQuantized, concat, repack
+from verispec.engine.blocks import LOSSLESS_TYPES, NotBlockQuantized, concat, repack
 from verispec.engine.fused import FUSED_BY_DEFAULT
 from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel
@@ -45,15 +47,18 @@ from verispec.reference.generate import GenerationRequest
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
-from tests.conftest import GOLDEN_KEYS
-from tests.tolerances import assert_within, forward_spread
-
 
 # byte offsets of the fp16 scale fields of each block type (set to finite values in random_blocks)
 _F16_FIELDS = {
-    quants.GGMLType.Q4_0: (0,), quants.GGMLType.Q4_1: (0, 2), quants.GGMLType.Q5_0: (0,),
-    quants.GGMLType.Q5_1: (0, 2), quants.GGMLType.Q8_0: (0,), quants.GGMLType.Q2_K: (80, 82),
-    quants.GGMLType.Q3_K: (108,), quants.GGMLType.Q4_K: (0, 2), quants.GGMLType.Q5_K: (0, 2),
+    quants.GGMLType.Q4_0: (0,),
+    quants.GGMLType.Q4_1: (0, 2),
+    quants.GGMLType.Q5_0: (0,),
+    quants.GGMLType.Q5_1: (0, 2),
+    quants.GGMLType.Q8_0: (0,),
+    quants.GGMLType.Q2_K: (80, 82),
+    quants.GGMLType.Q3_K: (108,),
+    quants.GGMLType.Q4_K: (0, 2),
+    quants.GGMLType.Q5_K: (0, 2),
     quants.GGMLType.Q6_K: (208,),
 }
 
@@ -219,7 +224,11 @@ def int8_other_path_models(int8_real_model: Callable[[str, bool | None], FastMod
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
 def test_int8_mode_compared_with_the_reference_like_llama_cpp(
-    request: pytest.FixtureRequest, smollm2_model: Model, gemma3_model: Model, golden: dict[str, Any], name: str,
+    request: pytest.FixtureRequest,
+    smollm2_model: Model,
+    gemma3_model: Model,
+    golden: dict[str, Any],
+    name: str,
     fused: bool,
 ) -> None:
     ref = {"smollm2-135m": smollm2_model, "gemma3-270m": gemma3_model}[name]
@@ -270,8 +279,12 @@ def test_int8_speculative_equals_plain(int8_models: dict[str, FastModel], smollm
     request = GenerationRequest(ids, params=SamplingParams(temperature=0.0), max_tokens=24, seed=0)
     plain = fast_generate(model, tokenizer, request)
     spec = speculative_generate(
-        model, tokenizer, request, make_draft(parse_draft_spec("ngram"), model, tokenizer),
-        SpeculativeOptions(k=4), law=fast_sampling.target_distribution,
+        model,
+        tokenizer,
+        request,
+        make_draft(parse_draft_spec("ngram"), model, tokenizer),
+        SpeculativeOptions(k=4),
+        law=fast_sampling.target_distribution,
     )
     assert list(spec.generation.ids) == list(plain.ids)
     assert sum(c.accepted for c in spec.cycles) > 0  # drafts were accepted: rows were verified together
@@ -296,7 +309,9 @@ def test_threads_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @pytest.mark.model
-def test_int8_early_exit_full_depth_tokens_are_the_int8_models(int8_models: dict[str, FastModel], smollm2_path: Path) -> None:
+def test_int8_early_exit_full_depth_tokens_are_the_int8_models(
+    int8_models: dict[str, FastModel], smollm2_path: Path
+) -> None:
     """Early exit on the int8 mode (reference/early_exit.py's loop): a token served at full depth
     is the int8 model's own greedy choice for that history, although earlier tokens exited and
     their deep-layer KV was filled in later by batched catch-up passes. What it can detect: a

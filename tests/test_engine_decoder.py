@@ -64,13 +64,31 @@ def test_blocks_are_fixed_by_their_seed_and_rows_are_the_decoders(tiny_model: Pa
 def test_smollm2_int8_forced_rows_are_its_decoding_rows(smollm2_path: Path) -> None:
     decoder = EngineDecoder(smollm2_path, "int8")
     prompt = prompt_of(decoder, "The cat sat on the")
-    (generation,) = decoder.generate(prompt, SamplingParams(temperature=1.0, top_k=4, repeat_penalty=1.5), 10, 1, seed=3)
+    (generation,) = decoder.generate(
+        prompt, SamplingParams(temperature=1.0, top_k=4, repeat_penalty=1.5), 10, 1, seed=3
+    )
     assert decoder.weights == "int8" and forced_equals_incremental(decoder, prompt, generation["ids"])
 
 
 def run(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, object]]:
-    status = cli.main(["check-decoder", "--model", str(path), "--prompt", "the model", "--depth", "8", "--top-k", "0",
-                       "--ours", "--weights", "int8", "--json", *extra])
+    status = cli.main(
+        [
+            "check-decoder",
+            "--model",
+            str(path),
+            "--prompt",
+            "the model",
+            "--depth",
+            "8",
+            "--top-k",
+            "0",
+            "--ours",
+            "--weights",
+            "int8",
+            "--json",
+            *extra,
+        ]
+    )
     return status, json.loads(capsys.readouterr().out)
 
 

@@ -48,12 +48,17 @@ def primed(model: FastModel, prefix: Sequence[int], capacity: int = 32) -> Any:
     return cache
 
 
-def assert_many_equals_alone(model: FastModel, cases: Sequence[tuple[Sequence[int], Sequence[int]]],
-                             last_only: bool = False) -> None:
+def assert_many_equals_alone(
+    model: FastModel, cases: Sequence[tuple[Sequence[int], Sequence[int]]], last_only: bool = False
+) -> None:
     alone_caches = [primed(model, prefix) for prefix, _ in cases]
-    alone = [model.forward(list(span), cache, last_only=last_only).logits for (_, span), cache in zip(cases, alone_caches)]
+    alone = [
+        model.forward(list(span), cache, last_only=last_only).logits for (_, span), cache in zip(cases, alone_caches)
+    ]
     many_caches = [primed(model, prefix) for prefix, _ in cases]
-    many = model.forward_many([(list(span), cache) for (_, span), cache in zip(cases, many_caches)], last_only=last_only)
+    many = model.forward_many(
+        [(list(span), cache) for (_, span), cache in zip(cases, many_caches)], last_only=last_only
+    )
     for a, m, ca, cm in zip(alone, many, alone_caches, many_caches):
         assert m.logits.shape == a.shape and np.array_equal(m.logits, a)
         assert cm.length == ca.length
@@ -73,8 +78,9 @@ def test_a_span_does_not_depend_on_its_companions(int8_tiny: FastModel) -> None:
 
 
 def test_a_sliding_window_gemma3_span_is_batch_invariant(tiny_gguf: Any) -> None:
-    model = FastModel.load(tiny_gguf("gemma3", sliding_window=3, softcap=30.0, head_dim=16, weight_scale=1.0, seed=4),
-                           weights="int8")
+    model = FastModel.load(
+        tiny_gguf("gemma3", sliding_window=3, softcap=30.0, head_dim=16, weight_scale=1.0, seed=4), weights="int8"
+    )
     assert model.batches_spans
     assert_many_equals_alone(model, CASES)
 
@@ -98,8 +104,11 @@ def test_non_finite_logits_raise_and_commit_nothing(tmp_path: Path) -> None:
     model = FastModel.load(path, weights="int8")
     huge = model.store.embed_rows(np.array([3], dtype=np.int64))
     assert np.isfinite(huge).all()
-    model.store.embed_rows = lambda ids: np.where(np.asarray(ids)[:, None] == 3, np.float32(np.inf),  # type: ignore[method-assign]
-                                                  np.ones((len(ids), model.config.n_embd), np.float32))
+    model.store.embed_rows = lambda ids: np.where(
+        np.asarray(ids)[:, None] == 3,
+        np.float32(np.inf),  # type: ignore[method-assign]
+        np.ones((len(ids), model.config.n_embd), np.float32),
+    )
     fine, bad = model.new_cache(8), model.new_cache(8)
     with pytest.raises(ModelError, match="non-finite"):
         model.forward_many([([4, 5], fine), ([3], bad)])
@@ -121,8 +130,12 @@ def test_other_modes_run_one_forward_a_span(tiny_gguf: Any) -> None:
 def test_smollm2_int8_spans_are_batch_invariant(int8_real_model: Any) -> None:
     model = int8_real_model("smollm2-135m", None)
     assert model.batches_spans
-    cases = [((1, 504, 2354, 3844, 335, 260), (4789,)), ((1, 504, 2354), (3844, 335, 260)), ((), (1, 504, 2354, 3844)),
-             ((1, 9, 45, 3107, 28, 4000, 5, 88, 201, 7), (17, 6))]
+    cases = [
+        ((1, 504, 2354, 3844, 335, 260), (4789,)),
+        ((1, 504, 2354), (3844, 335, 260)),
+        ((), (1, 504, 2354, 3844)),
+        ((1, 9, 45, 3107, 28, 4000, 5, 88, 201, 7), (17, 6)),
+    ]
     assert_many_equals_alone(model, cases)
 
 
@@ -133,7 +146,12 @@ def test_smollm2_int8_a_block_wide_pass_is_batch_invariant(int8_real_model: Any)
     than a 64-token teacher-forced pass, where a kernel could switch its blocking."""
     model = int8_real_model("smollm2-135m", None)
     rng = np.random.default_rng(11)
-    cases = [(tuple(int(t) for t in rng.integers(1, 49152, int(rng.integers(1, 7)))),
-              tuple(int(t) for t in rng.integers(1, 49152, int(rng.integers(2, 5))))) for _ in range(24)]
+    cases = [
+        (
+            tuple(int(t) for t in rng.integers(1, 49152, int(rng.integers(1, 7)))),
+            tuple(int(t) for t in rng.integers(1, 49152, int(rng.integers(2, 5)))),
+        )
+        for _ in range(24)
+    ]
     assert sum(len(span) for _, span in cases) > 64
     assert_many_equals_alone(model, cases)

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.test_engine_backends import random_blocks
+from tests.tolerances import assert_within, forward_spread
 from verispec.engine import fused as fused_mod
 from verispec.engine import matmul as mm
 from verispec.engine.blocks import LOSSLESS_TYPES, repack
@@ -39,9 +41,6 @@ from verispec.reference.config import Config
 from verispec.reference.errors import ModelError
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
-from tests.test_engine_backends import random_blocks
-from tests.tolerances import assert_within, forward_spread
-
 
 TINY = {"llama": {}, "gemma3": {"sliding_window": 3, "softcap": 30.0, "head_dim": 16}}
 
@@ -161,8 +160,10 @@ def model_rows_are_invariant(model: FastModel) -> bool:
     model.forward(prompt, cache)
     alone = [model.forward([t], cache, return_hidden=True) for t in span]
     assert together.hidden is not None
-    return bool(np.array_equal(together.logits, np.concatenate([r.logits for r in alone]))
-                and np.array_equal(together.hidden, np.concatenate([r.hidden for r in alone if r.hidden is not None], axis=1)))
+    return bool(
+        np.array_equal(together.logits, np.concatenate([r.logits for r in alone]))
+        and np.array_equal(together.hidden, np.concatenate([r.hidden for r in alone if r.hidden is not None], axis=1))
+    )
 
 
 def _pool_size_here() -> int | None:
@@ -194,9 +195,15 @@ def test_int8_rows_are_invariant_bit_for_bit(
 
     if _pool_size_here() == threads:
         int8_real_model = request.getfixturevalue("int8_real_model")
-        checks = [model_rows_are_invariant(int8_real_model(name, fused))
-                  for name in ("smollm2-135m", "gemma3-270m") for fused in (True, False)]
-        assert {"threads": ort_pool.pool_threads(), "invariant": checks} == {"threads": threads, "invariant": [True] * 4}
+        checks = [
+            model_rows_are_invariant(int8_real_model(name, fused))
+            for name in ("smollm2-135m", "gemma3-270m")
+            for fused in (True, False)
+        ]
+        assert {"threads": ort_pool.pool_threads(), "invariant": checks} == {
+            "threads": threads,
+            "invariant": [True] * 4,
+        }
         return
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "VERISPEC_THREADS": str(threads), "PYTHONPATH": str(root)}

@@ -20,5 +20,9 @@ def test_only_tokenizer_size_lists_are_dropped() -> None:
     }
     handle = SimpleNamespace(metadata=metadata)
     drop_large_metadata(handle)  # type: ignore[arg-type]
-    assert sorted(handle.metadata) == ["general.architecture", "llama.block_count",
-                                       "llama.rope.dimension_sections", "tokenizer.ggml.merges"]
+    assert sorted(handle.metadata) == [
+        "general.architecture",
+        "llama.block_count",
+        "llama.rope.dimension_sections",
+        "tokenizer.ggml.merges",
+    ]

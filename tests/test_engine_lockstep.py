@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.synthetic import write_synthetic
-from verispec.engine.lockstep import LockstepModel, run_lockstep
 from verispec.decoder.ours import EngineDecoder
+from verispec.engine.lockstep import LockstepModel, run_lockstep
 from verispec.reference.errors import ModelError
 from verispec.reference.sampling import SamplingParams
 
@@ -124,6 +124,7 @@ def test_a_failing_generation_raises_and_nothing_hangs(tiny_path: Path) -> None:
                 proxy.forward([1 + step], cache)
                 steps[index] += 1
             return cache.length  # type: ignore[no-any-return]
+
         return run
 
     assert run_lockstep(model, [loop(i, None) for i in range(3)], 3) == [6, 6, 6]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from verispec.engine import matmul
 from verispec.bench.backends import rss_probe
+from verispec.engine import matmul
 
 pytestmark = pytest.mark.skipif(not matmul.ort_available(), reason="onnxruntime/onnx not installed")
 

@@ -46,15 +46,17 @@ def test_clean_mapping_pages_are_dropped_and_its_bytes_kept(tmp_path: Path) -> N
 
 
 def test_clean_mappings_parses_headers_and_skips_other_folders() -> None:
-    smaps = "\n".join([
-        "7f0000000000-7f0000004000 rw-p 00000000 fe:00 1   /tmp/x/weights.bin",
-        "Rss:                  16 kB",
-        "Anonymous:             0 kB",
-        "7f0000004000-7f0000008000 rw-p 00004000 fe:00 1   /tmp/x/weights.bin",
-        "Anonymous:             4 kB",
-        "7f0000008000-7f000000c000 rw-p 00000000 fe:00 2   /tmp/xy/weights.bin",
-        "Anonymous:             0 kB",
-        "7f000000c000-7f0000010000 rw-p 00000000 00:00 0 ",
-        "Anonymous:             0 kB",
-    ])
+    smaps = "\n".join(
+        [
+            "7f0000000000-7f0000004000 rw-p 00000000 fe:00 1   /tmp/x/weights.bin",
+            "Rss:                  16 kB",
+            "Anonymous:             0 kB",
+            "7f0000004000-7f0000008000 rw-p 00004000 fe:00 1   /tmp/x/weights.bin",
+            "Anonymous:             4 kB",
+            "7f0000008000-7f000000c000 rw-p 00000000 fe:00 2   /tmp/xy/weights.bin",
+            "Anonymous:             0 kB",
+            "7f000000c000-7f0000010000 rw-p 00000000 00:00 0 ",
+            "Anonymous:             0 kB",
+        ]
+    )
     assert clean_mappings("/tmp/x", smaps) == [(0x7F0000000000, 0x7F0000004000)]

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.engine import sampling as fast
 from verispec.reference import sampling as ref
 from verispec.reference.errors import SamplingError
 from verispec.reference.sampling import SamplingParams
-from tests.profiles import examples
 
 
 @st.composite
@@ -116,7 +116,9 @@ def _large_vocabulary_cases() -> list[tuple[np.ndarray, list[int], SamplingParam
 
 
 @pytest.mark.parametrize("case", _large_vocabulary_cases())
-def test_small_top_k_path_bit_identical_on_a_full_vocabulary(case: tuple[np.ndarray, list[int], SamplingParams]) -> None:
+def test_small_top_k_path_bit_identical_on_a_full_vocabulary(
+    case: tuple[np.ndarray, list[int], SamplingParams],
+) -> None:
     logits, history, params = case
     want = ref.target_distribution(logits, history, params)
     got = fast.target_distribution(logits, history, params)

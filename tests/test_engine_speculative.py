@@ -27,9 +27,15 @@ def _trace(result: SpeculativeResult) -> list[tuple[Any, ...]]:
 
 @pytest.mark.model
 @pytest.mark.parametrize("draft_spec", ["ngram", "layerskip:1", "self"])
-@pytest.mark.parametrize("params", [SamplingParams(temperature=0.0), SamplingParams(temperature=1.5, top_k=40, top_p=0.95)])
-def test_speculative_trace_identical(tiny_gguf: Any, smollm2_tokenizer: Any, draft_spec: str, params: SamplingParams) -> None:
-    path = tiny_gguf("gemma3", sliding_window=3, n_vocab=64, context_length=96, weight_scale=0.3)  # flat enough laws that sampled drafts get rejected and repaired
+@pytest.mark.parametrize(
+    "params", [SamplingParams(temperature=0.0), SamplingParams(temperature=1.5, top_k=40, top_p=0.95)]
+)
+def test_speculative_trace_identical(
+    tiny_gguf: Any, smollm2_tokenizer: Any, draft_spec: str, params: SamplingParams
+) -> None:
+    path = tiny_gguf(
+        "gemma3", sliding_window=3, n_vocab=64, context_length=96, weight_scale=0.3
+    )  # flat enough laws that sampled drafts get rejected and repaired
     ref, fast = Model.load(path), FastModel.load(path)
     prompt = (5, 9, 12, 5, 9, 12, 5, 9, 12, 5, 9)  # repetitive: the n-gram draft has something to find
     request = GenerationRequest(prompt, params=params, max_tokens=24, seed=42)
@@ -42,8 +48,13 @@ def test_speculative_trace_identical(tiny_gguf: Any, smollm2_tokenizer: Any, dra
         return draws[-1]
 
     got = speculative_generate(
-        fast, smollm2_tokenizer, request, make_draft(parse_draft_spec(draft_spec), fast), options,
-        law=fast_sampling.target_distribution, draw=draw,
+        fast,
+        smollm2_tokenizer,
+        request,
+        make_draft(parse_draft_spec(draft_spec), fast),
+        options,
+        law=fast_sampling.target_distribution,
+        draw=draw,
     )
     assert _trace(got) == _trace(want)
     assert draws == [c.token for c in got.cycles if c.kind == "plain"]

@@ -61,7 +61,10 @@ def test_no_exception_class_is_defined_outside_the_errors_module() -> None:
 
 def test_the_scan_sees_an_exception_class() -> None:
     tree = ast.parse("class Broken(VerificationError):\n    pass\nclass Plain(Exception):\n    pass\n")
-    assert [_base_names(n) & EXCEPTION_NAMES for n in tree.body if isinstance(n, ast.ClassDef)] == [{"VerificationError"}, {"Exception"}]
+    assert [_base_names(n) & EXCEPTION_NAMES for n in tree.body if isinstance(n, ast.ClassDef)] == [
+        {"VerificationError"},
+        {"Exception"},
+    ]
 
 
 def _error_classes() -> list[type[VerispecError]]:
@@ -80,9 +83,17 @@ def test_every_class_is_ours_and_has_an_exit_category() -> None:
 @pytest.mark.parametrize(
     ("name", "category"),
     [
-        ("UsageError", "usage"), ("CheckError", "usage"), ("OutputError", "usage"), ("BackendUnavailable", "usage"),
-        ("ContextOverflow", "usage"), ("GGUFTruncated", "input"), ("ModelError", "input"), ("VectorError", "input"),
-        ("CalibrationError", "usage"), ("ExternalError", "failed"), ("Unsupported", "failed"),
+        ("UsageError", "usage"),
+        ("CheckError", "usage"),
+        ("OutputError", "usage"),
+        ("BackendUnavailable", "usage"),
+        ("ContextOverflow", "usage"),
+        ("GGUFTruncated", "input"),
+        ("ModelError", "input"),
+        ("VectorError", "input"),
+        ("CalibrationError", "usage"),
+        ("ExternalError", "failed"),
+        ("Unsupported", "failed"),
     ],
 )
 def test_categories_follow_the_module_docstring(name: str, category: str) -> None:

@@ -84,4 +84,8 @@ def test_batch_with_shared_sums_equals_one_verification_at_a_time() -> None:
         )
         for n, (drafts, uniforms) in enumerate(items):
             one = example.op_sampled({"p": p, "q": q, "drafts": drafts, "uniforms": uniforms})
-            assert (batch["accepted"][n], batch["token"][n], batch["kind"][n]) == (one["accepted"], one["token"], one["kind"])
+            assert (batch["accepted"][n], batch["token"][n], batch["kind"][n]) == (
+                one["accepted"],
+                one["token"],
+                one["kind"],
+            )

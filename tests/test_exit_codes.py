@@ -75,7 +75,10 @@ def test_input_errors_exit_4(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     broken = tmp_path / "vectors"
     broken.mkdir()
     (broken / "manifest.json").write_text("{not json", encoding="utf-8")
-    assert cli.main(["check", "--verifier", "verispec.reference.speculative:verify_sampled", "--vectors", str(broken)]) == EXIT_INPUT
+    assert (
+        cli.main(["check", "--verifier", "verispec.reference.speculative:verify_sampled", "--vectors", str(broken)])
+        == EXIT_INPUT
+    )
     assert "manifest.json" in _one_line(capsys)
     assert cli.main(["check", "--merge", str(tmp_path / "absent.json")]) == EXIT_INPUT
     assert "absent.json" in _one_line(capsys)
@@ -99,10 +102,23 @@ def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
 def test_a_failing_shard_exits_1_with_passed_false(capsys: pytest.CaptureFixture[str]) -> None:
     """The broken sampler's shard 2 of 8 rejects at its first own look (one block) and says so."""
     here = __name__
-    status = cli.main([
-        "check", "--law-only", "--verifier", f"{here}:broken_law", "--batch-verifier", f"{here}:broken_law_batch",
-        "--only", "stat_verdict_law_k1", "--count", "1", "--shard", "2/8", "--json",
-    ])
+    status = cli.main(
+        [
+            "check",
+            "--law-only",
+            "--verifier",
+            f"{here}:broken_law",
+            "--batch-verifier",
+            f"{here}:broken_law_batch",
+            "--only",
+            "stat_verdict_law_k1",
+            "--count",
+            "1",
+            "--shard",
+            "2/8",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert status == EXIT_FAILED == report["exit_status"] and report["passed"] is False
     assert report["failed"] == ["stat_verdict_law_k1"] and report["headline"].startswith("SHARD 2/8 FAILED")

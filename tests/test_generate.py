@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.tolerances import assert_within, forward_spread
+from verispec import cli
+from verispec.commands import generate as generate_command
 from verispec.reference.chat import chat_format
 from verispec.reference.errors import ContextOverflow, ModelError, SamplingError
 from verispec.reference.generate import GenerationRequest, encode_prompt, fit_context, generate, prompt_logits
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.sampling import SamplingParams
-from verispec import cli
-from tests.tolerances import assert_within, forward_spread
-from verispec.commands import generate as generate_command
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -91,13 +91,20 @@ class FakeTokenizer:
         return FakeStream(self.pieces)
 
 
-PIECES = {i: s for i, s in enumerate(["<s>", "Hel", "lo", " wor", "ld", "!", " E", "N", "D", " x", "E", "ND", "a", "b", "c", "</s>"])}
+PIECES = {
+    i: s
+    for i, s in enumerate(
+        ["<s>", "Hel", "lo", " wor", "ld", "!", " E", "N", "D", " x", "E", "ND", "a", "b", "c", "</s>"]
+    )
+}
 
 
 def _run(script: list[int], **request: Any) -> tuple[Any, list[str], ScriptedModel]:
     model = ScriptedModel(script)
     streamed: list[str] = []
-    req = GenerationRequest(prompt_ids=request.pop("prompt_ids", (0, 1)), params=request.pop("params", GREEDY), **request)
+    req = GenerationRequest(
+        prompt_ids=request.pop("prompt_ids", (0, 1)), params=request.pop("params", GREEDY), **request
+    )
     result = generate(model, FakeTokenizer(PIECES), req, on_text=streamed.append)  # type: ignore[arg-type]
     return result, streamed, model
 
@@ -217,7 +224,9 @@ def test_greedy_generation_matches_llamacpp(smollm2_model: Any, smollm2_tokenize
 
 
 @pytest.fixture
-def cli_with_smollm2(monkeypatch: pytest.MonkeyPatch, smollm2_model: Any, smollm2_tokenizer: Any, smollm2_path: Path) -> None:
+def cli_with_smollm2(
+    monkeypatch: pytest.MonkeyPatch, smollm2_model: Any, smollm2_tokenizer: Any, smollm2_path: Path
+) -> None:
     """The commands' loader returns the session's SmolLM2 (one load per test session)."""
     with GGUFFile.open(smollm2_path) as f:
         fmt = chat_format(f.metadata)
@@ -228,12 +237,20 @@ def cli_with_smollm2(monkeypatch: pytest.MonkeyPatch, smollm2_model: Any, smollm
 
 @pytest.mark.model
 def test_cli_generate_json(cli_with_smollm2: None, capsys: pytest.CaptureFixture[str], golden: dict[str, Any]) -> None:
-    status = cli.main(["generate", "--prompt", "The capital of France is", "--max-tokens", "6",
-                       "--temperature", "0", "--json"])
+    status = cli.main(
+        ["generate", "--prompt", "The capital of France is", "--max-tokens", "6", "--temperature", "0", "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert status == 0
     assert set(out) >= {"prompt_ids", "ids", "text", "stats"}
-    assert set(out["stats"]) == {"prompt_tokens", "generated_tokens", "ttft_s", "tpot_s", "tokens_per_s", "target_passes"}
+    assert set(out["stats"]) == {
+        "prompt_tokens",
+        "generated_tokens",
+        "ttft_s",
+        "tpot_s",
+        "tokens_per_s",
+        "target_passes",
+    }
     assert out["prompt_ids"] == [504, 3575, 282, 4649, 314]
     g = next(x for x in golden["models"]["smollm2-135m-q4_1"]["greedy"] if x["prompt"] == "The capital of France is")
     assert out["ids"][:5] == g["continuation_ids"][:5]  # before llama.cpp's first margin < 0.5
@@ -241,11 +258,24 @@ def test_cli_generate_json(cli_with_smollm2: None, capsys: pytest.CaptureFixture
 
 
 @pytest.mark.model
-def test_cli_generate_chat_streams_and_stops_at_end_of_turn(cli_with_smollm2: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_generate_chat_streams_and_stops_at_end_of_turn(
+    cli_with_smollm2: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     # the exact mode: the reference's numerics, whose answer here is known (the int8 default's own
     # greedy answer parts from it at a near-tie and need not name Paris)
-    status = cli.main(["generate", "--chat", "--prompt", "What is the capital of France?", "--max-tokens", "40",
-                       "--temperature", "0", "--exact"])
+    status = cli.main(
+        [
+            "generate",
+            "--chat",
+            "--prompt",
+            "What is the capital of France?",
+            "--max-tokens",
+            "40",
+            "--temperature",
+            "0",
+            "--exact",
+        ]
+    )
     captured = capsys.readouterr()
     assert status == 0
     assert "Paris" in captured.out and "<|im_end|>" not in captured.out
@@ -262,7 +292,9 @@ def test_cli_generate_chat_streams_and_stops_at_end_of_turn(cli_with_smollm2: No
         (["--max-tokens", "9000"], "context length 8192"),
     ],
 )
-def test_cli_bad_input_is_one_line(cli_with_smollm2: None, capsys: pytest.CaptureFixture[str], flags: list[str], message: str) -> None:
+def test_cli_bad_input_is_one_line(
+    cli_with_smollm2: None, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
     status = cli.main(["generate", "--prompt", "hi", *flags])
     err = capsys.readouterr().err
     assert status == 2 and message in err and err.count("\n") == 1
@@ -275,7 +307,9 @@ def test_cli_empty_prompt(cli_with_smollm2: None, capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.model
-def test_cli_logits(cli_with_smollm2: None, smollm2_model: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_logits(
+    cli_with_smollm2: None, smollm2_model: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "logits.npy"
     assert cli.main(["logits", "--prompt", "<|im_start|>user", "--out", str(out)]) == 0
     plain = np.load(out)

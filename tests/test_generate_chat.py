@@ -27,16 +27,18 @@ def test_chatml_inserts_the_default_system_prompt() -> None:
     fmt = chat_format({"general.architecture": "llama", "tokenizer.chat_template": SMOL_TEMPLATE})
     assert fmt == ChatFormat("chatml", SMOL_SYSTEM, "<|im_end|>")
     assert fmt.wrap("Hi") == (
-        f"<|im_start|>system\n{SMOL_SYSTEM}<|im_end|>\n"
-        "<|im_start|>user\nHi<|im_end|>\n"
-        "<|im_start|>assistant\n"
+        f"<|im_start|>system\n{SMOL_SYSTEM}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     )
 
 
 def test_chatml_keeps_an_explicit_system_prompt_and_turns() -> None:
     fmt = ChatFormat("chatml", SMOL_SYSTEM, "<|im_end|>")
-    messages = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hi"), ChatMessage("assistant", "Hello."),
-                ChatMessage("user", "Bye")]
+    messages = [
+        ChatMessage("system", "Be brief."),
+        ChatMessage("user", "Hi"),
+        ChatMessage("assistant", "Hello."),
+        ChatMessage("user", "Bye"),
+    ]
     assert fmt.render(messages, add_generation_prompt=False) == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"

@@ -16,7 +16,9 @@ from verispec.geomean import geomean
 REL = 1e-14
 
 
-@pytest.mark.parametrize(("values", "expected"), [([2.0, 8.0], 4.0), ([0.5, 2.0], 1.0), ([3.0], 3.0), ([1.0, 2.0, 4.0, 8.0], 2.0**1.5)])
+@pytest.mark.parametrize(
+    ("values", "expected"), [([2.0, 8.0], 4.0), ([0.5, 2.0], 1.0), ([3.0], 3.0), ([1.0, 2.0, 4.0, 8.0], 2.0**1.5)]
+)
 def test_geometric_mean_of_ratios(values: list[float], expected: float) -> None:
     assert math.isclose(geomean(values), expected, rel_tol=REL)
 

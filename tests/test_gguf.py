@@ -16,6 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import gguf_oracle
+from tests.gguf_builder import F32, IQ2_XXS, Q4_0, Q8_0, VT, Array, Meta, Tensor, Value, build, small_model
+from tests.profiles import examples
+from verispec import registry
 from verispec.reference.errors import UnsupportedQuantType
 from verispec.reference.gguf import (
     GGMLType,
@@ -28,10 +32,6 @@ from verispec.reference.gguf import (
     GGUFValueType,
     TensorInfo,
 )
-from tests import gguf_oracle
-from tests.gguf_builder import F32, IQ2_XXS, Q4_0, Q8_0, VT, Array, Meta, Tensor, Value, build, small_model
-from tests.profiles import examples
-from verispec import registry
 
 
 def _path(model_name: str, request: pytest.FixtureRequest) -> Path:
@@ -154,9 +154,17 @@ def test_reads_gguf_py_writer_output(tmp_path: Path, alignment: int | None) -> N
 # ---------------------------------------------------------------------------------------------
 
 SCALARS: list[tuple[int, object]] = [
-    (VT.UINT8, 255), (VT.INT8, -128), (VT.UINT16, 65535), (VT.INT16, -32768),
-    (VT.UINT32, 2**32 - 1), (VT.INT32, -(2**31)), (VT.FLOAT32, 0.1), (VT.BOOL, True),
-    (VT.STRING, "naïve ☃ \x00 inside"), (VT.UINT64, 2**64 - 1), (VT.INT64, -(2**63)),
+    (VT.UINT8, 255),
+    (VT.INT8, -128),
+    (VT.UINT16, 65535),
+    (VT.INT16, -32768),
+    (VT.UINT32, 2**32 - 1),
+    (VT.INT32, -(2**31)),
+    (VT.FLOAT32, 0.1),
+    (VT.BOOL, True),
+    (VT.STRING, "naïve ☃ \x00 inside"),
+    (VT.UINT64, 2**64 - 1),
+    (VT.INT64, -(2**63)),
     (VT.FLOAT64, -1e300),
 ]
 
@@ -175,15 +183,16 @@ def test_every_scalar_type_round_trips() -> None:
 
 
 def test_bool_is_any_nonzero_byte() -> None:
-    model = GGUFFile.from_bytes(build([("b", Value(VT.UINT8, 7))]).data.replace(
-        struct.pack("<I", VT.UINT8) + b"\x07", struct.pack("<I", VT.BOOL) + b"\x07"))
+    model = GGUFFile.from_bytes(
+        build([("b", Value(VT.UINT8, 7))]).data.replace(
+            struct.pack("<I", VT.UINT8) + b"\x07", struct.pack("<I", VT.BOOL) + b"\x07"
+        )
+    )
     assert model.metadata["b"] is True
 
 
 def test_arrays_of_every_type_and_nested() -> None:
-    meta: list[tuple[str | bytes, Meta]] = [
-        (f"a{t}", Array(t, [v, v])) for t, v in SCALARS
-    ]
+    meta: list[tuple[str | bytes, Meta]] = [(f"a{t}", Array(t, [v, v])) for t, v in SCALARS]
     meta += [
         ("empty", Array(VT.INT32, [])),
         ("nested", Array(VT.ARRAY, [Array(VT.UINT8, [1, 2]), Array(VT.STRING, ["x", "y"]), Array(VT.ARRAY, [])])),
@@ -276,12 +285,18 @@ def test_empty_missing_or_unreadable_file(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 _SCALAR_STRATEGIES: dict[int, st.SearchStrategy[object]] = {
-    VT.UINT8: st.integers(0, 2**8 - 1), VT.INT8: st.integers(-(2**7), 2**7 - 1),
-    VT.UINT16: st.integers(0, 2**16 - 1), VT.INT16: st.integers(-(2**15), 2**15 - 1),
-    VT.UINT32: st.integers(0, 2**32 - 1), VT.INT32: st.integers(-(2**31), 2**31 - 1),
-    VT.UINT64: st.integers(0, 2**64 - 1), VT.INT64: st.integers(-(2**63), 2**63 - 1),
-    VT.FLOAT32: st.floats(width=32, allow_nan=False), VT.FLOAT64: st.floats(allow_nan=False),
-    VT.BOOL: st.booleans(), VT.STRING: st.text(max_size=12),
+    VT.UINT8: st.integers(0, 2**8 - 1),
+    VT.INT8: st.integers(-(2**7), 2**7 - 1),
+    VT.UINT16: st.integers(0, 2**16 - 1),
+    VT.INT16: st.integers(-(2**15), 2**15 - 1),
+    VT.UINT32: st.integers(0, 2**32 - 1),
+    VT.INT32: st.integers(-(2**31), 2**31 - 1),
+    VT.UINT64: st.integers(0, 2**64 - 1),
+    VT.INT64: st.integers(-(2**63), 2**63 - 1),
+    VT.FLOAT32: st.floats(width=32, allow_nan=False),
+    VT.FLOAT64: st.floats(allow_nan=False),
+    VT.BOOL: st.booleans(),
+    VT.STRING: st.text(max_size=12),
 }
 
 

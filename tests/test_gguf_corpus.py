@@ -11,6 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.gguf_builder import (
+    F32,
+    Q4_0,
+    Q8_0,
+    VT,
+    Array,
+    Built,
+    Meta,
+    Tensor,
+    Value,
+    build,
+    small_model,
+    tensor_bytes,
+)
 from verispec.reference.errors import GGUFError
 from verispec.reference.gguf import (
     GGUFBadAlignment,
@@ -29,20 +43,6 @@ from verispec.reference.gguf import (
     GGUFTensorOutOfBounds,
     GGUFTruncated,
     GGUFUnsupportedVersion,
-)
-from tests.gguf_builder import (
-    F32,
-    Q4_0,
-    Q8_0,
-    VT,
-    Array,
-    Built,
-    Meta,
-    Tensor,
-    Value,
-    build,
-    small_model,
-    tensor_bytes,
 )
 
 ARCH: tuple[str, Meta] = ("general.architecture", Value(VT.STRING, "toy"))
@@ -211,11 +211,15 @@ def test_invalid_utf8(where: str) -> None:
     else:
         tensors.append(Tensor(b"blk." + bad, F32, [1], b"\0" * 4))
     built = build(meta, tensors)
-    start = built.at[{"key": "kv[1]", "value": "kv[1].value", "array item": "kv[1].value[1]", "tensor name": "tensor[0]"}[where]]
+    start = built.at[
+        {"key": "kv[1]", "value": "kv[1].value", "array item": "kv[1].value[1]", "tensor name": "tensor[0]"}[where]
+    ]
     prefix = {"key": 10, "value": 2, "array item": 2, "tensor name": 6}[where]  # valid bytes first
     offset = start + 8 + prefix  # after the u64 length and the valid prefix: the first bad byte
     message = expect(built.data, GGUFBadString, offset=offset, field="UTF-8")
-    assert {"key": "kv[1] key", "value": "general.name", "array item": "[1]", "tensor name": "tensor[0]"}[where] in message
+    assert {"key": "kv[1] key", "value": "general.name", "array item": "[1]", "tensor name": "tensor[0]"}[
+        where
+    ] in message
 
 
 def test_duplicate_key() -> None:
@@ -267,8 +271,12 @@ def test_tensor_past_eof() -> None:
     built = _one_tensor(Tensor("w", F32, [8], b"\0" * 32))
     at = built.at["tensor[0].offset"]
     for offset in (64, 2**40, 2**64 - 32):
-        expect(patch(built.data, at, struct.pack("<Q", offset)), GGUFTensorOutOfBounds,
-               offset=built.at["tensor[0]"], field="'w'")
+        expect(
+            patch(built.data, at, struct.pack("<Q", offset)),
+            GGUFTensorOutOfBounds,
+            offset=built.at["tensor[0]"],
+            field="'w'",
+        )
 
 
 def test_tensor_overhanging_eof() -> None:

@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verispec.reference.errors import GGUFError
-from verispec.reference.gguf import GGUFFile
 from tests.gguf_builder import small_model
 from tests.profiles import examples
+from verispec.reference.errors import GGUFError
+from verispec.reference.gguf import GGUFFile
 
 SEED = small_model()
 FIELD_STARTS = sorted(set(SEED.at.values()))

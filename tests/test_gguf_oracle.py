@@ -20,12 +20,22 @@ def assert_same_reading(path: Path) -> None:
     assert list(got.fields) == list(want.fields) and want.fields
     for name, field in want.fields.items():
         other = got.fields[name]
-        assert (other.offset, other.name, other.types, other.data) == (field.offset, field.name, field.types, field.data)
+        assert (other.offset, other.name, other.types, other.data) == (
+            field.offset,
+            field.name,
+            field.types,
+            field.data,
+        )
         assert len(other.parts) == len(field.parts)
         assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(other.parts, field.parts)), name
     assert [t.name for t in got.tensors] == [t.name for t in want.tensors] and want.tensors
     for a, b in zip(got.tensors, want.tensors):
-        assert (a.tensor_type, a.n_elements, a.n_bytes, a.data_offset) == (b.tensor_type, b.n_elements, b.n_bytes, b.data_offset)
+        assert (a.tensor_type, a.n_elements, a.n_bytes, a.data_offset) == (
+            b.tensor_type,
+            b.n_elements,
+            b.n_bytes,
+            b.data_offset,
+        )
         assert np.array_equal(a.shape, b.shape) and a.data.dtype == b.data.dtype and np.array_equal(a.data, b.data)
     assert got.data_offset == want.data_offset and got.alignment == want.alignment
 

@@ -31,15 +31,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import GOLDEN, GOLDEN_KEYS
 from verispec.reference import layers
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
-from tests.conftest import GOLDEN, GOLDEN_KEYS
 
 pytestmark = [pytest.mark.model, pytest.mark.oracle, pytest.mark.usefixtures("blas_single_thread")]
 
-TOP1_MARGIN = 0.05        # the bar for prompt logits
-GREEDY_MARGIN = 0.5       # llama.cpp's rounding noise can flip choices below this
+TOP1_MARGIN = 0.05  # the bar for prompt logits
+GREEDY_MARGIN = 0.5  # llama.cpp's rounding noise can flip choices below this
 MAX_NMSE = 5e-2
 MEAN_NMSE = 1e-2
 FIRST_POSITION_NMSE = {"smollm2-135m": 1e-3, "gemma3-270m": 1e-5}
@@ -79,7 +79,11 @@ def test_prompt_logits(models: dict[str, Model], golden: dict[str, Any], name: s
         assert ours.shape == ref.shape
         nmse = _nmse(ours, ref)
         sure = _margins(ref) >= TOP1_MARGIN
-        assert np.array_equal(ours.argmax(1)[sure], ref.argmax(1)[sure]), (item["prompt"], ours.argmax(1), ref.argmax(1))
+        assert np.array_equal(ours.argmax(1)[sure], ref.argmax(1)[sure]), (
+            item["prompt"],
+            ours.argmax(1),
+            ref.argmax(1),
+        )
         assert nmse.max() < MAX_NMSE, (item["prompt"], nmse)
         assert nmse.mean() < MEAN_NMSE, (item["prompt"], nmse)
 
@@ -125,8 +129,8 @@ def test_greedy_free_running(models: dict[str, Model], golden: dict[str, Any], n
 #   Q2_K .. Q6_K     -> Q8_K: blocks of 256, d = max/-127 as f32 (max = the value of largest |x|)
 # K and V are stored as f16; GELU reads an f16 table (ggml_vec_gelu_f32 with GGML_GELU_FP16).
 
-_Q8_0_USERS = {2, 6, 8}        # Q4_0, Q5_0, Q8_0
-_Q8_1_USERS = {3: 20, 7: 24}   # Q4_1, Q5_1 -> bytes per block (d f16, m f16, ...)
+_Q8_0_USERS = {2, 6, 8}  # Q4_0, Q5_0, Q8_0
+_Q8_1_USERS = {3: 20, 7: 24}  # Q4_1, Q5_1 -> bytes per block (d f16, m f16, ...)
 _Q8_K_USERS = {10, 11, 12, 13, 14}
 
 
@@ -169,8 +173,15 @@ def llamacpp_numerics(monkeypatch: pytest.MonkeyPatch) -> Callable[[Model, Path]
         with GGUFFile.open(path) as f:
             named = {"output.weight" if "output.weight" in f.tensors else "token_embd.weight": model.weights.output}
             for il, lw in enumerate(model.weights.layers):
-                for field, tensor in [("wq", "attn_q"), ("wk", "attn_k"), ("wv", "attn_v"), ("wo", "attn_output"),
-                                      ("ffn_gate", "ffn_gate"), ("ffn_up", "ffn_up"), ("ffn_down", "ffn_down")]:
+                for field, tensor in [
+                    ("wq", "attn_q"),
+                    ("wk", "attn_k"),
+                    ("wv", "attn_v"),
+                    ("wo", "attn_output"),
+                    ("ffn_gate", "ffn_gate"),
+                    ("ffn_up", "ffn_up"),
+                    ("ffn_down", "ffn_down"),
+                ]:
                     named[f"blk.{il}.{tensor}.weight"] = getattr(lw, field)
             for name, array in named.items():
                 kind = f.tensors[name].ggml_type
@@ -208,8 +219,12 @@ def llamacpp_numerics(monkeypatch: pytest.MonkeyPatch) -> Callable[[Model, Path]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_first_position_with_llamacpp_rounding(
-    models: dict[str, Model], golden: dict[str, Any], name: str,
-    llamacpp_numerics: Callable[[Model, Path], None], smollm2_path: Path, gemma3_path: Path,
+    models: dict[str, Model],
+    golden: dict[str, Any],
+    name: str,
+    llamacpp_numerics: Callable[[Model, Path], None],
+    smollm2_path: Path,
+    gemma3_path: Path,
 ) -> None:
     model = models[name]
     path = smollm2_path if name == "smollm2-135m" else gemma3_path

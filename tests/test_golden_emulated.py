@@ -22,15 +22,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from verispec.reference.model import Model
 from tests.conftest import GOLDEN_KEYS
 from tests.llamacpp_numerics import EmulatedModel, Numerics, emulated_forward, new_cache
+from verispec.reference.model import Model
 
 pytestmark = [pytest.mark.model, pytest.mark.oracle, pytest.mark.usefixtures("blas_single_thread")]
 
 ONE_ULP = np.float32(1 + 2.0**-23)
-CHAOTIC_NMSE = 5e-4   # the 8-bit forward moves at least this much at some later position
-STABLE_NMSE = 1e-8    # the float32 forward moves at most this much anywhere
+CHAOTIC_NMSE = 5e-4  # the 8-bit forward moves at least this much at some later position
+STABLE_NMSE = 1e-8  # the float32 forward moves at most this much anywhere
 EXACT = Numerics(False, False, False, False, False, False)
 
 
@@ -50,8 +50,12 @@ def _forward(emu: EmulatedModel, ids: list[int], numerics: Numerics, scale: np.f
 
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
 def test_eight_bit_forward_is_chaotic_float32_is_not(
-    smollm2_model: Model, gemma3_model: Model, smollm2_path: Path, gemma3_path: Path,
-    golden: dict[str, Any], name: str,
+    smollm2_model: Model,
+    gemma3_model: Model,
+    smollm2_path: Path,
+    gemma3_path: Path,
+    golden: dict[str, Any],
+    name: str,
 ) -> None:
     model, path = (smollm2_model, smollm2_path) if name == "smollm2-135m" else (gemma3_model, gemma3_path)
     emu = EmulatedModel.load(model, path)

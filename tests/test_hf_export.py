@@ -46,7 +46,10 @@ def test_unpermute_refuses_rows_that_are_not_heads() -> None:
 def test_safetensors_read_back_bit_for_bit(tmp_path: Path) -> None:
     st = pytest.importorskip("safetensors.numpy")
     rng = np.random.default_rng(0)
-    arrays = {"a": rng.standard_normal((3, 5)).astype(np.float32), "b.weight": rng.standard_normal(7).astype(np.float32)}
+    arrays = {
+        "a": rng.standard_normal((3, 5)).astype(np.float32),
+        "b.weight": rng.standard_normal(7).astype(np.float32),
+    }
     write_safetensors(tmp_path / "x.safetensors", arrays)
     back = st.load_file(str(tmp_path / "x.safetensors"))
     assert set(back) == set(arrays) and all(np.array_equal(back[k], arrays[k]) for k in arrays)
@@ -63,8 +66,14 @@ def test_export_writes_the_config_of_the_file(tmp_path: Path) -> None:
     folder = export(tmp_path / "t.gguf", tmp_path / "hf")
     config = json.loads((folder / CONFIG).read_text())
     v = VARIANTS["tinyllama"]
-    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"], config["num_key_value_heads"],
-            config["head_dim"], config["intermediate_size"]) == (v.n_embd, v.n_layer, v.n_head, v.n_head_kv, v.head_dim, v.n_ff)
+    assert (
+        config["hidden_size"],
+        config["num_hidden_layers"],
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+        config["head_dim"],
+        config["intermediate_size"],
+    ) == (v.n_embd, v.n_layer, v.n_head, v.n_head_kv, v.head_dim, v.n_ff)
     assert config["eos_token_id"] == [2] and config["tie_word_embeddings"] is False
     assert (folder / WEIGHTS).stat().st_size > 0
 

@@ -67,7 +67,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 state[path.pop()] = 2
                 stack.pop()
             elif state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             elif not state.get(nxt):
                 state[nxt] = 1
                 path.append(nxt)
@@ -118,7 +118,11 @@ def private_imports(packages: tuple[str, ...] = (*PACKAGES, "lab", "tests")) -> 
     for name, path in sorted(found.items()):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.ImportFrom) and node.module in found and node.module != name:
-                out += [f"{name} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                out += [
+                    f"{name} imports {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
     return out
 
 

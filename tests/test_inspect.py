@@ -24,7 +24,9 @@ def run_json(capsys: pytest.CaptureFixture[str], model: str) -> dict[str, Any]:
 
 @pytest.mark.model
 @pytest.mark.oracle
-def test_json_report_of_real_models(model_name: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_report_of_real_models(
+    model_name: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
     path: Path = request.getfixturevalue("smollm2_path" if model_name == "smollm2-135m" else "gemma3_path")
     report = run_json(capsys, model_name)
     reader = gguf_oracle.reader(path)

@@ -65,8 +65,16 @@ class Installed:
 
     def run(self, line: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         """A shell line as a CI step runs it (bash), in the user's project."""
-        return subprocess.run(line, shell=True, executable="/bin/bash", cwd=cwd or self.project, env=self.env,
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        return subprocess.run(
+            line,
+            shell=True,
+            executable="/bin/bash",
+            cwd=cwd or self.project,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
 
 
 def _build_wheel(root: Path) -> Path:
@@ -80,8 +88,12 @@ def _build_wheel(root: Path) -> Path:
         else:
             shutil.copy2(path, source / name)
     dist = root / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                    str(source)], check=True, capture_output=True, timeout=TIMEOUT)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=TIMEOUT,
+    )
     (wheel,) = dist.glob("verispec-*.whl")
     return wheel
 
@@ -102,14 +114,21 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     project = root / "project"
     project.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON", "VIRTUAL_ENV"))}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), PYTHONNOUSERSITE="1",
-               OPENBLAS_NUM_THREADS="1", VERISPEC_THREADS="1")
+    env.update(
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(venv),
+        PYTHONNOUSERSITE="1",
+        OPENBLAS_NUM_THREADS="1",
+        VERISPEC_THREADS="1",
+    )
     flow = Workflow.parse((REPO / "verispec" / "data" / "templates" / "github-actions.yml").read_text(encoding="utf-8"))
     # the workflow's env, in a repository without the signing secret (GitHub then gives an empty string)
     values = {"github.workspace": str(project), "secrets.VERISPEC_REPORT_KEY": ""}
     env.update({k: expand(v, values) for k, v in flow.env.items()})
-    env.update(INSTALL=f"--no-index --no-deps --ignore-installed {wheel}",  # ... with what a user edits in it
-               CHECK_ARGS=f"{VERIFIER_FLAGS['correct']} --scale {SCALE} --min-power 0")
+    env.update(
+        INSTALL=f"--no-index --no-deps --ignore-installed {wheel}",  # ... with what a user edits in it
+        CHECK_ARGS=f"{VERIFIER_FLAGS['correct']} --scale {SCALE} --min-power 0",
+    )
     setup = Installed(wheel, venv, project, env)
     install = setup.run(flow.run_line("shard", "install"))  # the workflow's own install step
     assert install.returncode == 0, install.stderr
@@ -141,7 +160,9 @@ def test_the_console_script_imports_the_users_module_without_pythonpath(installe
 
 
 def test_the_console_script_gates_both_samplers(installed: Installed) -> None:
-    correct = installed.run(f"verispec check {VERIFIER_FLAGS['correct']} --scale {SCALE} --min-power 0 --junit-xml correct.xml")
+    correct = installed.run(
+        f"verispec check {VERIFIER_FLAGS['correct']} --scale {SCALE} --min-power 0 --junit-xml correct.xml"
+    )
     assert correct.returncode == 0, correct.stdout + correct.stderr
     assert "PASSED" in correct.stdout and _junit_failures(installed.project / "correct.xml") == 0
     broken = installed.run(f"verispec check {VERIFIER_FLAGS['broken']} --scale {SCALE} --junit-xml broken.xml")
@@ -159,7 +180,9 @@ def test_check_decoder_runs_beside_the_users_engine_package(installed: Installed
 
 
 def test_the_users_suite_gates_with_the_plugin_from_the_entry_point(installed: Installed) -> None:
-    result = installed.run(f"python -m pytest -q -p no:cacheprovider -p no:randomly -n 0 --verispec-scale {SCALE} --verispec-min-power 0 tests")
+    result = installed.run(
+        f"python -m pytest -q -p no:cacheprovider -p no:randomly -n 0 --verispec-scale {SCALE} --verispec-min-power 0 tests"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
 
@@ -168,9 +191,19 @@ def _matrix(installed: Installed, flow: Workflow, check_args: str) -> list[subpr
     """The shard job's gate step for every matrix value, concurrently (as CI runs the jobs)."""
     env = {**installed.env, "CHECK_ARGS": check_args}
     line = flow.run_line("shard", "gate one shard")
-    jobs = [subprocess.Popen(expand(line, {"matrix.shard": str(i)}), shell=True, executable="/bin/bash",
-                             cwd=installed.project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for i in flow.matrix("shard", "shard")]
+    jobs = [
+        subprocess.Popen(
+            expand(line, {"matrix.shard": str(i)}),
+            shell=True,
+            executable="/bin/bash",
+            cwd=installed.project,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in flow.matrix("shard", "shard")
+    ]
     done = []
     for job in jobs:
         out, err = job.communicate(timeout=TIMEOUT)
@@ -181,7 +214,9 @@ def _matrix(installed: Installed, flow: Workflow, check_args: str) -> list[subpr
 @pytest.mark.parametrize("sampler", ["correct", "broken"])
 def test_the_ci_workflow_runs_as_shipped(installed: Installed, sampler: str, tmp_path: Path) -> None:
     shipped = installed.run("verispec template github-actions")
-    assert shipped.returncode == 0 and shipped.stdout == (REPO / "verispec/data/templates/github-actions.yml").read_text()
+    assert (
+        shipped.returncode == 0 and shipped.stdout == (REPO / "verispec/data/templates/github-actions.yml").read_text()
+    )
     flow = Workflow.parse(shipped.stdout)
     for stale in installed.project.glob("shard-*"):  # the other parametrization's artifacts
         stale.unlink()
@@ -200,8 +235,10 @@ def test_the_ci_workflow_runs_as_shipped(installed: Installed, sampler: str, tmp
 
 
 def test_the_shipped_wire_verifier_answers_the_vectors(installed: Installed) -> None:
-    line = ("verispec template external-verifier > wire_verifier.py && verispec check "
-            '--verifier-cmd "python wire_verifier.py" --only vectors_sampled vectors_greedy contract')
+    line = (
+        "verispec template external-verifier > wire_verifier.py && verispec check "
+        '--verifier-cmd "python wire_verifier.py" --only vectors_sampled vectors_greedy contract'
+    )
     result = installed.run(line)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("PASS  ") == 3

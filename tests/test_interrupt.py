@@ -26,7 +26,11 @@ def test_sigint_mid_write_exits_130_with_one_line_and_no_output(tmp_path: Path) 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "verispec", "vectors", "--out", str(out), "--count", "1000000"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         # Ctrl-C as a terminal delivers it: a test run started in the background (nohup, `cmd &`
         # in a script) inherits SIGINT *ignored*, and Python then rightly keeps ignoring it
         preexec_fn=_default_sigint,

@@ -45,7 +45,12 @@ def test_every_property_is_a_testcase_with_its_status_and_time(tmp_path: Path) -
     write_check_junit(path, _report())
     suite = _suite(path)
     assert {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped", "time")} == {
-        "tests": "5", "failures": "2", "errors": "0", "skipped": "2", "time": "3.500"}
+        "tests": "5",
+        "failures": "2",
+        "errors": "0",
+        "skipped": "2",
+        "time": "3.500",
+    }
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert list(cases) == [p.name for p in _report().properties]
     assert [cases[n].get("time") for n in cases] == ["0.250", "0.500", "2.000", "0.000", "0.000"]
@@ -62,8 +67,14 @@ def test_every_property_is_a_testcase_with_its_status_and_time(tmp_path: Path) -
 
 def test_decoder_prompts_are_testcases(tmp_path: Path) -> None:
     numbers = {"n": 1000, "alpha": 1e-3, "power": 0.99, "tv": 0.2}
-    report = DecoderReport("m.gguf", [PromptOutcome("a", "law (ours)", True, "ok", 1.5, numbers),
-                                      PromptOutcome("b", "greedy", False, "differ at step 3", 0.5)], seconds=2.0)
+    report = DecoderReport(
+        "m.gguf",
+        [
+            PromptOutcome("a", "law (ours)", True, "ok", 1.5, numbers),
+            PromptOutcome("b", "greedy", False, "differ at step 3", 0.5),
+        ],
+        seconds=2.0,
+    )
     path = tmp_path / "decoder.xml"
     write_decoder_junit(path, report)
     suite = _suite(path)
@@ -87,12 +98,23 @@ def test_the_file_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
 
 def test_check_command_writes_junit_beside_its_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "gate.xml"
-    argv = ["check", "--verifier", f"{REFERENCE}:verify_sampled", "--only", "vectors_sampled", "contract",
-            "--json", "--junit-xml", str(path)]
+    argv = [
+        "check",
+        "--verifier",
+        f"{REFERENCE}:verify_sampled",
+        "--only",
+        "vectors_sampled",
+        "contract",
+        "--json",
+        "--junit-xml",
+        str(path),
+    ]
     assert cli.main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     cases = list(_suite(path).iter("testcase"))
-    assert [c.get("name") for c in cases] == [p["name"] for p in report["properties"]] == ["vectors_sampled", "contract"]
+    assert (
+        [c.get("name") for c in cases] == [p["name"] for p in report["properties"]] == ["vectors_sampled", "contract"]
+    )
     assert all(c.find("failure") is None for c in cases)
 
 
@@ -106,8 +128,13 @@ def test_a_failing_check_fails_its_testcase(tmp_path: Path, capsys: pytest.Captu
     assert "FAILED: crashes on valid input" in capsys.readouterr().out  # it rejects every invalid case
 
 
-@pytest.mark.parametrize("command", [["check", "--verifier", f"{REFERENCE}:verify_sampled", "--only", "contract"],
-                                     ["check-decoder", "--ours", "--model", "/nonexistent.gguf"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["check", "--verifier", f"{REFERENCE}:verify_sampled", "--only", "contract"],
+        ["check-decoder", "--ours", "--model", "/nonexistent.gguf"],
+    ],
+)
 def test_an_unwritable_junit_path_is_a_usage_error_before_the_run(
     command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,13 +18,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tests.test_decode import FakeTokenizer
+from tests.tolerances import assert_within, forward_spread
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DraftContext, DraftSource, LayerSkipDraft, ModelDraft, NgramDraft, Proposal
 from verispec.reference.generate import GenerationRequest
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
-from tests.test_decode import FakeTokenizer
-from tests.tolerances import assert_within, forward_spread
 
 F32 = npt.NDArray[np.float32]
 
@@ -65,7 +65,9 @@ def check_rollback(
     default (cheaper; the tolerance widens by tolerances.tolerance_factor: 31 at 16, 107 at 8)."""
     recorder = Recorder(draft)
     tok: Any = FakeTokenizer()
-    result = speculative_generate(model, tok, GenerationRequest(prompt, params, max_tokens=n, seed=5), recorder, SpeculativeOptions(k=k))
+    result = speculative_generate(
+        model, tok, GenerationRequest(prompt, params, max_tokens=n, seed=5), recorder, SpeculativeOptions(k=k)
+    )
     assert len(recorder.calls) == len(result.cycles)
     history = list(prompt)
     rejections = 0
@@ -87,12 +89,19 @@ def check_rollback(
     return rejections
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=0.0), SamplingParams(temperature=0.9, top_k=8)], ids=["greedy", "sampled"])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(temperature=0.0), SamplingParams(temperature=0.9, top_k=8)], ids=["greedy", "sampled"]
+)
 def test_rollback_tiny_every_source(tiny_gguf: Callable[..., Path], params: SamplingParams) -> None:
     path = tiny_gguf("llama", n_vocab=32, n_layer=4, weight_scale=1.0, seed=3)
     model = Model.load(path)
     total = 0
-    for draft in (NgramDraft(), ModelDraft(model, "self", params=SamplingParams(temperature=1.3, top_k=5)), LayerSkipDraft(4, 1), LayerSkipDraft(4, 2)):
+    for draft in (
+        NgramDraft(),
+        ModelDraft(model, "self", params=SamplingParams(temperature=1.3, top_k=5)),
+        LayerSkipDraft(4, 1),
+        LayerSkipDraft(4, 2),
+    ):
         for prompt in ((1, 2, 3, 1, 2, 3), (4, 5, 6, 7)):
             total += check_rollback(model, prompt, draft, params, 24, 4, samples=16)
     assert total > 10, "too few rejections to exercise rollback"
@@ -113,5 +122,13 @@ def test_rollback_tiny_gemma3(tiny_gguf: Callable[..., Path]) -> None:
 def test_rollback_smollm2_layerskip(smollm2_model: Model, golden: dict[str, Any]) -> None:
     """The real model, layer-skip drafting (the draft writes the target's cache): rejections abound."""
     prompt = tuple(int(t) for t in golden["models"]["smollm2-135m-q4_1"]["greedy"][0]["prompt_ids"])
-    rejections = check_rollback(smollm2_model, prompt, LayerSkipDraft(smollm2_model.config.n_layer, 20), SamplingParams(temperature=0.0), 6, 3, samples=8)
+    rejections = check_rollback(
+        smollm2_model,
+        prompt,
+        LayerSkipDraft(smollm2_model.config.n_layer, 20),
+        SamplingParams(temperature=0.0),
+        6,
+        3,
+        samples=8,
+    )
     assert rejections > 0

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.tolerances import assert_within, forward_spread
 from verispec.reference.errors import ContextOverflow, ModelError
 from verispec.reference.model import Model
-from tests.tolerances import assert_within, forward_spread
 
 TOKENS = [5, 17, 3, 60, 22, 9, 9, 41, 0, 33, 12, 7, 7, 7, 50]
 
@@ -41,9 +41,9 @@ def test_truncate_and_reforward_equals_fresh(tiny_gguf: Any) -> None:
     model = Model.load(tiny_gguf("llama"))
     cache = model.new_cache(32)
     model.forward(TOKENS[:6], cache)
-    model.forward([1, 2, 3, 4], cache)          # drafts, to be rejected
+    model.forward([1, 2, 3, 4], cache)  # drafts, to be rejected
     k_buffer = cache.k
-    cache.truncate(7)                            # accept one of them
+    cache.truncate(7)  # accept one of them
     assert cache.length == 7 and cache.k is k_buffer  # O(1): only the length moved
     cache.truncate(6)
     got = model.forward(TOKENS[6:10], cache).logits

@@ -20,7 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("verispec", "reference", "engine", "spec", "proofs")  # the folders the wheel's verispec* holds
 LAB_MODULES = sorted(p.stem for p in (ROOT / "lab").glob("*.py") if p.stem != "__init__")
 # What moved to lab/ (experiments, microbenchmarks, table printers): none may be packaged again.
-MOVED = {"measure_early_exit", "early_exit_shift", "bounded_mean", "fused_bench", "workload_tables", "workload_by_request"}
+MOVED = {
+    "measure_early_exit",
+    "early_exit_shift",
+    "bounded_mean",
+    "fused_bench",
+    "workload_tables",
+    "workload_by_request",
+}
 
 
 def _wheel_packages() -> list[str]:
@@ -51,8 +58,11 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_nothing_packaged_imports_the_lab() -> None:
-    offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imports(p) if m == "lab" or m.startswith("lab."))
-                 for folder in PRODUCT for p in (ROOT / folder).rglob("*.py")}
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(m for m in _imports(p) if m == "lab" or m.startswith("lab."))
+        for folder in PRODUCT
+        for p in (ROOT / folder).rglob("*.py")
+    }
     assert not {k: v for k, v in offenders.items() if v}
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from verispec.reference.errors import SamplingError
 from verispec.reference.sampling import SamplingParams, target_distribution
-from verispec.spec.decoder import laws
 from verispec.spec import vectors as vectors_package
+from verispec.spec.decoder import laws
 from verispec.spec.decoder.depth.law import DepthCase, case_law, position_params
 
 VECTORS = Path(vectors_package.__file__).parent / "laws"  # shipped as package data
@@ -73,9 +73,14 @@ def test_default_profile_is_the_target_law() -> None:
     rng = np.random.default_rng(20261201)
     for trial in range(60):
         vocab = int(rng.integers(4, 40))
-        params = SamplingParams(temperature=float(rng.choice([0.0, 0.7, 1.0, 1.6])), top_k=int(rng.integers(0, 6)),
-                                top_p=float(rng.choice([1.0, 0.8])), min_p=float(rng.choice([0.0, 0.1])),
-                                repeat_penalty=float(rng.choice([1.0, 1.5])), repeat_last_n=int(rng.choice([-1, 0, 3, 64])))
+        params = SamplingParams(
+            temperature=float(rng.choice([0.0, 0.7, 1.0, 1.6])),
+            top_k=int(rng.integers(0, 6)),
+            top_p=float(rng.choice([1.0, 0.8])),
+            min_p=float(rng.choice([0.0, 0.1])),
+            repeat_penalty=float(rng.choice([1.0, 1.5])),
+            repeat_last_n=int(rng.choice([-1, 0, 3, 64])),
+        )
         eog = frozenset({int(rng.integers(vocab))})
         case = DepthCase(tuple(int(t) for t in rng.integers(vocab, size=3)), params, 16, eog, int(rng.integers(0, 4)))
         output = [int(t) for t in rng.integers(vocab, size=int(rng.integers(0, 6)))]
@@ -122,8 +127,13 @@ def test_foreign_flag_is_a_usage_error(name: str, flag: str, message: str) -> No
 
 
 def test_bad_values_are_typed_one_line_errors() -> None:
-    for name, flags in [("vllm", {"presence_penalty": 3.0}), ("transformers", {"temperature": 0.0}),
-                        ("llama.cpp", {"top_p": 2.0}), ("verispec", {"top_k": -1}), ("vllm", {"top_k": -2})]:
+    for name, flags in [
+        ("vllm", {"presence_penalty": 3.0}),
+        ("transformers", {"temperature": 0.0}),
+        ("llama.cpp", {"top_p": 2.0}),
+        ("verispec", {"top_k": -1}),
+        ("vllm", {"top_k": -2}),
+    ]:
         with pytest.raises(SamplingError) as caught:
             laws.build(name, flags)
         assert "\n" not in str(caught.value)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import write_tiny_gguf
 from verispec import cli
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
@@ -32,8 +33,6 @@ from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_ro
 from verispec.spec.decoder.first_tokens import CachedLaw
 from verispec.spec.decoder.mutants import LoopDecoder
 from verispec.spec.statistics import ALPHA_BUDGET
-
-from tests.conftest import write_tiny_gguf
 
 EOG = 2
 PROMPT = (1, 5, 9, 13)
@@ -45,8 +44,16 @@ PASS_ALPHA = ALPHA_BUDGET["decoder_laws"] / 3
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
-    path = write_tiny_gguf(tmp_path_factory.mktemp("laws") / "tiny.gguf", n_vocab=64, n_embd=32, n_layer=1,
-                           n_head=4, n_head_kv=2, context_length=256, weight_scale=1.0)
+    path = write_tiny_gguf(
+        tmp_path_factory.mktemp("laws") / "tiny.gguf",
+        n_vocab=64,
+        n_embd=32,
+        n_layer=1,
+        n_head=4,
+        n_head_kv=2,
+        context_length=256,
+        weight_scale=1.0,
+    )
     return Model.load(path)
 
 
@@ -75,7 +82,9 @@ def test_first_m_passes_its_law_and_fails_verispec(model: Model) -> None:
     hf = laws.build("transformers", FLAGS, eog=[EOG])
     logits = ReferenceLogits(model)
     decoder = _decoder(model, hf)
-    own = check_law(decoder, logits, LawCase(PROMPT, hf.legacy, 1, 0.01, frozenset({EOG}), hf), alpha=PASS_ALPHA, tv=0.2)
+    own = check_law(
+        decoder, logits, LawCase(PROMPT, hf.legacy, 1, 0.01, frozenset({EOG}), hf), alpha=PASS_ALPHA, tv=0.2
+    )
     assert own.passed, own.detail
     other = check_law(decoder, logits, LawCase(PROMPT, VERISPEC, 1, 0.01, frozenset({EOG})), alpha=1e-3, tv=0.2)
     assert not other.passed, other.detail
@@ -85,11 +94,19 @@ def test_depth_passes_its_law_and_fails_verispec(model: Model) -> None:
     hf = laws.build("transformers", FLAGS, eog=[EOG])
     engine = Fresh(model, hf)
     rows = reference_rows(model)
-    own = check_depth(engine, rows, DepthCase(PROMPT, hf.legacy, 8, frozenset({EOG}), 0, hf), alpha=PASS_ALPHA,
-                      tv=0.2, fraction=1.0, pilot=16)
+    own = check_depth(
+        engine,
+        rows,
+        DepthCase(PROMPT, hf.legacy, 8, frozenset({EOG}), 0, hf),
+        alpha=PASS_ALPHA,
+        tv=0.2,
+        fraction=1.0,
+        pilot=16,
+    )
     assert own.passed, f"{own.where}: {own.detail}"
-    other = check_depth(engine, rows, DepthCase(PROMPT, VERISPEC, 8, frozenset({EOG})), alpha=1e-3, tv=0.2,
-                        fraction=1.0, pilot=16)
+    other = check_depth(
+        engine, rows, DepthCase(PROMPT, VERISPEC, 8, frozenset({EOG})), alpha=1e-3, tv=0.2, fraction=1.0, pilot=16
+    )
     assert other.state == "failed", other.detail
 
 
@@ -98,8 +115,16 @@ def test_the_engine_is_told_the_law(model: Model) -> None:
     seen: list[object] = []
 
     class Spy:
-        def generate(self, prompt_ids: object, params: object, max_tokens: int, n: int, seed: int,
-                     min_tokens: int = 0, **kwargs: object) -> list[list[int]]:
+        def generate(
+            self,
+            prompt_ids: object,
+            params: object,
+            max_tokens: int,
+            n: int,
+            seed: int,
+            min_tokens: int = 0,
+            **kwargs: object,
+        ) -> list[list[int]]:
             seen.append(kwargs.get("law"))
             return [[EOG]] * n
 
@@ -112,16 +137,38 @@ def test_the_engine_is_told_the_law(model: Model) -> None:
 
 def test_cli_flag_the_law_lacks_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = str(tmp_path / "absent.gguf")  # refused before the model loads
-    assert cli.main(["check-decoder", "--model", missing, "--engine-cmd", "true", "--law", "transformers",
-                     "--frequency-penalty", "0.5"]) == 2
+    assert (
+        cli.main(
+            [
+                "check-decoder",
+                "--model",
+                missing,
+                "--engine-cmd",
+                "true",
+                "--law",
+                "transformers",
+                "--frequency-penalty",
+                "0.5",
+            ]
+        )
+        == 2
+    )
     assert "--frequency-penalty is not a parameter of --law transformers" in capsys.readouterr().err
-    assert cli.main(["check-decoder", "--model", missing, "--engine-cmd", "true", "--law", "llama.cpp",
-                     "--min-tokens", "2"]) == 2
+    assert (
+        cli.main(
+            ["check-decoder", "--model", missing, "--engine-cmd", "true", "--law", "llama.cpp", "--min-tokens", "2"]
+        )
+        == 2
+    )
     assert "--min-tokens is not a parameter of --law llama.cpp" in capsys.readouterr().err
     assert cli.main(["check-decoder", "--model", missing, "--ours", "--law", "vllm"]) == 2
     assert cli.main(["check-decoder", "--model", missing, "--mutant", "bonus_kv_dropped", "--law", "vllm"]) == 2
-    assert cli.main(["check-decoder", "--model", missing, "--engine-cmd", "true", "--law", "vllm",
-                     "--target-law", "two-sample"]) == 2
+    assert (
+        cli.main(
+            ["check-decoder", "--model", missing, "--engine-cmd", "true", "--law", "vllm", "--target-law", "two-sample"]
+        )
+        == 2
+    )
 
 
 ECHO_ENGINE = r"""
@@ -167,21 +214,35 @@ def test_check_decoder_api_hands_the_law_to_the_engine(tmp_path: Path) -> None:
     from verispec import check_decoder
 
     path = tmp_path / "tiny.gguf"
-    write_synthetic(path, Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
-                    quant_types=("F16",))
+    write_synthetic(
+        path,
+        Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
+        quant_types=("F16",),
+    )
     told: list[object] = []
 
     class Engine:
         def __init__(self, model_path: Path) -> None:
             self.loop = LoopDecoder(ReferenceLogits(Model.load(model_path)), DRAFT, 2, law=CachedLaw())
 
-        def sample(self, prompt_ids: object, params: SamplingParams, m: int, n: int, seed: int,
-                   law: laws.Profile | None = None) -> list[list[int]]:
+        def sample(
+            self, prompt_ids: object, params: SamplingParams, m: int, n: int, seed: int, law: laws.Profile | None = None
+        ) -> list[list[int]]:
             told.append(law)
             return self.loop.sample(prompt_ids, params, m, n, seed, law=law)  # type: ignore[arg-type]
 
-    report = check_decoder(Engine, model=path, prompts=["the model"], depth=0, m=1, law="transformers",
-                           temperature=1.5, top_k=0, top_p=0.8, alpha=PASS_ALPHA)
+    report = check_decoder(
+        Engine,
+        model=path,
+        prompts=["the model"],
+        depth=0,
+        m=1,
+        law="transformers",
+        temperature=1.5,
+        top_k=0,
+        top_p=0.8,
+        alpha=PASS_ALPHA,
+    )
     assert report.passed, report.summary()
     profile = told[0]
     assert isinstance(profile, laws.Profile) and profile.name == "transformers"

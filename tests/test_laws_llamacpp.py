@@ -45,18 +45,34 @@ def _bias_processor(bias: dict[int, float]) -> Any:
 
 def _theirs(params: law.Params, output: list[int], logits: np.ndarray) -> dict[int, float]:
     vocab = logits.shape[0]
-    owner = SimpleNamespace(_n_vocab=vocab, last_n_tokens_size=params.penalty_last_n, _seed=1234,
-                            _input_ids=np.zeros(0, dtype=np.intc), _model=None)
+    owner = SimpleNamespace(
+        _n_vocab=vocab,
+        last_n_tokens_size=params.penalty_last_n,
+        _seed=1234,
+        _input_ids=np.zeros(0, dtype=np.intc),
+        _model=None,
+    )
     processors = _bias_processor(dict(params.logit_bias)) if params.logit_bias else None
     sampler = llama_cpp.Llama._init_sampler(
-        owner, top_k=params.top_k, top_p=params.top_p, min_p=params.min_p, typical_p=params.typical_p,
-        temp=params.temp, repeat_penalty=params.repeat_penalty, frequency_penalty=params.frequency_penalty,
-        presence_penalty=params.presence_penalty, logits_processor=processors)
+        owner,
+        top_k=params.top_k,
+        top_p=params.top_p,
+        min_p=params.min_p,
+        typical_p=params.typical_p,
+        temp=params.temp,
+        repeat_penalty=params.repeat_penalty,
+        frequency_penalty=params.frequency_penalty,
+        presence_penalty=params.presence_penalty,
+        logits_processor=processors,
+    )
     for token in output:
         sampler.accept(token)
-    data = (llama_cpp.llama_token_data * vocab)(*[llama_cpp.llama_token_data(i, float(logits[i]), 0.0) for i in range(vocab)])
-    array = llama_cpp.llama_token_data_array(data=ctypes.cast(data, llama_cpp.llama_token_data_p), size=vocab,
-                                             selected=-1, sorted=False)
+    data = (llama_cpp.llama_token_data * vocab)(
+        *[llama_cpp.llama_token_data(i, float(logits[i]), 0.0) for i in range(vocab)]
+    )
+    array = llama_cpp.llama_token_data_array(
+        data=ctypes.cast(data, llama_cpp.llama_token_data_p), size=vocab, selected=-1, sorted=False
+    )
     llama_cpp.llama_sampler_apply(sampler.sampler, ctypes.byref(array))
     return {int(array.data[i].id): float(array.data[i].p) for i in range(array.size)}
 
@@ -68,11 +84,17 @@ def _case(rng: np.random.Generator) -> tuple[law.Params, list[int], list[int], n
     output = [int(t) for t in rng.integers(min(vocab, 12), size=int(rng.integers(0, 20)))]
     bias = {int(t): float(rng.normal() * 2) for t in rng.integers(vocab, size=int(rng.integers(0, 3)))}
     params = law.Params(
-        temp=float(rng.choice([-1.0, 0.3, 0.8, 1.0, 1.7])), top_k=int(rng.choice([0, 1, 5, 40, vocab + 3])),
-        top_p=float(rng.choice([1.0, 0.5, 0.9, 0.95])), min_p=float(rng.choice([0.0, 0.05, 0.2])),
-        typical_p=float(rng.choice([1.0, 1.0, 0.9, 0.5])), repeat_penalty=float(rng.choice([1.0, 0.9, 1.3])),
-        frequency_penalty=float(rng.choice([0.0, 0.4])), presence_penalty=float(rng.choice([0.0, -0.3, 0.6])),
-        penalty_last_n=int(rng.choice([0, 4, 64])), logit_bias=bias or None)
+        temp=float(rng.choice([-1.0, 0.3, 0.8, 1.0, 1.7])),
+        top_k=int(rng.choice([0, 1, 5, 40, vocab + 3])),
+        top_p=float(rng.choice([1.0, 0.5, 0.9, 0.95])),
+        min_p=float(rng.choice([0.0, 0.05, 0.2])),
+        typical_p=float(rng.choice([1.0, 1.0, 0.9, 0.5])),
+        repeat_penalty=float(rng.choice([1.0, 0.9, 1.3])),
+        frequency_penalty=float(rng.choice([0.0, 0.4])),
+        presence_penalty=float(rng.choice([0.0, -0.3, 0.6])),
+        penalty_last_n=int(rng.choice([0, 4, 64])),
+        logit_bias=bias or None,
+    )
     return params, prompt, output, logits
 
 
@@ -89,8 +111,13 @@ def test_llamacpp_profile_matches_the_sampler_chain() -> None:
         window = law.window(prompt, output, params)
         counts = max((window.count(t) for t in set(window)), default=0)
         temp = abs(params.temp) if params.temp else 1.0
-        scale = (float(np.abs(logits).max()) + sum(abs(b) for b in (params.logit_bias or {}).values())) \
-            * max(params.repeat_penalty, 1.0) / temp + counts * abs(params.frequency_penalty) + abs(params.presence_penalty)
+        scale = (
+            (float(np.abs(logits).max()) + sum(abs(b) for b in (params.logit_bias or {}).values()))
+            * max(params.repeat_penalty, 1.0)
+            / temp
+            + counts * abs(params.frequency_penalty)
+            + abs(params.presence_penalty)
+        )
         bound = ours * (8 * scale + 2 + logits.shape[0]) * EPS32 + 1e-30
         assert np.array_equal(ours > 0, theirs > 0), (trial, params)
         assert np.all(np.abs(ours - theirs) <= bound), (trial, params, float(np.abs(ours - theirs).max()))
@@ -114,10 +141,16 @@ def test_generate_penalizes_the_output_not_the_prompt(tmp_path: Any) -> None:
     from tests.synthetic import Variant, write_synthetic
 
     path = tmp_path / "tiny.gguf"
-    write_synthetic(path, Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
-                    quant_types=("F16",))
+    write_synthetic(
+        path,
+        Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
+        quant_types=("F16",),
+    )
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, verbose=False, seed=1, logits_all=True)
-    output_only, with_prompt = law.Params(temp=0.0, repeat_penalty=3.0), law.Params(temp=0.0, repeat_penalty=3.0, penalize_prompt=True)
+    output_only, with_prompt = (
+        law.Params(temp=0.0, repeat_penalty=3.0),
+        law.Params(temp=0.0, repeat_penalty=3.0, penalize_prompt=True),
+    )
     total = disagree = 0
     for x in PROMPT_TOKENS:
         prompt = [1, x]

@@ -33,18 +33,34 @@ TRIALS = 150
 
 
 def _tiny_model() -> Any:
-    config = transformers.LlamaConfig(vocab_size=8, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=1, bos_token_id=1, eos_token_id=2)
+    config = transformers.LlamaConfig(
+        vocab_size=8,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).eval()
 
 
-def _theirs(model: Any, settings: dict[str, Any], prompt: list[int], output: list[int], logits: np.ndarray) -> np.ndarray:
+def _theirs(
+    model: Any, settings: dict[str, Any], prompt: list[int], output: list[int], logits: np.ndarray
+) -> np.ndarray:
     config, _ = model._prepare_generation_config(transformers.GenerationConfig(**settings))
     model._prepare_special_tokens(config, kwargs_has_attention_mask=False, device="cpu")
-    processors = model._get_logits_processor(generation_config=config, input_ids_seq_length=len(prompt),
-                                             encoder_input_ids=None, prefix_allowed_tokens_fn=None,
-                                             logits_processor=None, device="cpu", model_kwargs={})
+    processors = model._get_logits_processor(
+        generation_config=config,
+        input_ids_seq_length=len(prompt),
+        encoder_input_ids=None,
+        prefix_allowed_tokens_fn=None,
+        logits_processor=None,
+        device="cpu",
+        model_kwargs={},
+    )
     input_ids = torch.tensor([prompt + output], dtype=torch.long)
     scores = processors(input_ids, torch.tensor(logits[None, :], dtype=torch.float32))
     return np.asarray(torch.nn.functional.softmax(scores, dim=-1)[0].double().numpy())
@@ -56,8 +72,12 @@ def _case(rng: np.random.Generator) -> tuple[dict[str, Any], hf_law.Params, list
     prompt = [int(t) for t in rng.integers(vocab, size=int(rng.integers(1, 10)))]
     output = [int(t) for t in rng.integers(vocab, size=int(rng.integers(0, 8)))]
     eos = sorted({int(t) for t in rng.integers(vocab, size=int(rng.integers(1, 3)))})
-    settings: dict[str, Any] = {"do_sample": True, "temperature": float(rng.choice([0.3, 0.7, 1.0, 1.5, 2.0])),
-                                "eos_token_id": eos, "pad_token_id": 0}
+    settings: dict[str, Any] = {
+        "do_sample": True,
+        "temperature": float(rng.choice([0.3, 0.7, 1.0, 1.5, 2.0])),
+        "eos_token_id": eos,
+        "pad_token_id": 0,
+    }
     if rng.random() < 0.8:  # else generate's default top_k (50) applies
         settings["top_k"] = int(rng.choice([0, 1, 5, 20, vocab + 3]))
     settings["top_p"] = float(rng.choice([1.0, 0.5, 0.8, 0.95]))
@@ -65,10 +85,15 @@ def _case(rng: np.random.Generator) -> tuple[dict[str, Any], hf_law.Params, list
         settings["min_p"] = float(rng.choice([0.0, 0.02, 0.1, 0.3]))
     settings["repetition_penalty"] = float(rng.choice([1.0, 0.8, 1.3, 2.0]))
     settings["min_new_tokens"] = int(rng.integers(0, 5))
-    params = hf_law.Params(temperature=settings["temperature"], top_k=settings.get("top_k", hf_law.DEFAULT_TOP_K),
-                           top_p=settings["top_p"], min_p=settings.get("min_p"),
-                           repetition_penalty=settings["repetition_penalty"], min_new_tokens=settings["min_new_tokens"],
-                           eos_token_id=tuple(eos))
+    params = hf_law.Params(
+        temperature=settings["temperature"],
+        top_k=settings.get("top_k", hf_law.DEFAULT_TOP_K),
+        top_p=settings["top_p"],
+        min_p=settings.get("min_p"),
+        repetition_penalty=settings["repetition_penalty"],
+        min_new_tokens=settings["min_new_tokens"],
+        eos_token_id=tuple(eos),
+    )
     return settings, params, prompt, output, logits
 
 

@@ -88,5 +88,8 @@ def test_the_walk_sees_every_folder() -> None:
     assert "verispec.reference.sampling" in graph["verispec.engine.sampling"]
     assert "verispec.reference.speculative" in graph["verispec.spec.strata"]
     assert {folder_of(m) for m in graph} >= {"reference", "engine", "spec", "proofs", "verispec", "tests"}
-    forbidden = {"verispec.reference.sampling": {"verispec.engine.sampling"}, "verispec.spec.strata": {"tests.test_layering"}}
+    forbidden = {
+        "verispec.reference.sampling": {"verispec.engine.sampling"},
+        "verispec.spec.strata": {"tests.test_layering"},
+    }
     assert len(violations(forbidden)) == 2

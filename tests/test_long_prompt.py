@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from verispec.reference import layers
 from tests.conftest import write_tiny_gguf
+from verispec.reference import layers
 
 N_HEAD, N_HEAD_KV, N_EMBD, N_FF, N_LAYER, N_VOCAB = 4, 2, 32, 48, 3, 64
 T = 4096  # span length: 16 query blocks of 256
@@ -59,8 +59,16 @@ def test_the_bound_would_catch_an_unblocked_attention() -> None:
 def test_a_long_span_costs_memory_linear_in_its_length(tmp_path: Path, engine: str, blas_single_thread: Any) -> None:
     from verispec.engine import load_model
 
-    path = write_tiny_gguf(tmp_path / "long.gguf", n_vocab=N_VOCAB, n_embd=N_EMBD, n_layer=N_LAYER, n_head=N_HEAD,
-                           n_head_kv=N_HEAD_KV, n_ff=N_FF, context_length=T)
+    path = write_tiny_gguf(
+        tmp_path / "long.gguf",
+        n_vocab=N_VOCAB,
+        n_embd=N_EMBD,
+        n_layer=N_LAYER,
+        n_head=N_HEAD,
+        n_head_kv=N_HEAD_KV,
+        n_ff=N_FF,
+        context_length=T,
+    )
     model = load_model(path, engine=engine)
     ids = np.random.default_rng(0).integers(0, N_VOCAB, size=T)
     cache = model.new_cache(T)
@@ -92,8 +100,10 @@ def test_blocked_attention_is_attention(blas_single_thread: Any) -> None:
     got = layers.blocked_attention(q, k, v, query_positions, key_positions, 64, scale).reshape(n, N_HEAD, d)
 
     u = 2.0**-24
+
     def gamma(m: int) -> float:
         return m * u / (1 - m * u)
+
     group = N_HEAD // N_HEAD_KV
     mask = layers.attention_mask(query_positions, key_positions, 64)  # [T, S]
     for h in range(N_HEAD):

@@ -19,13 +19,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tests.test_decode import FakeTokenizer
 from verispec.reference import speculative
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import ModelDraft, NgramDraft
 from verispec.reference.generate import GenerationRequest, generate
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams, target_distribution
-from tests.test_decode import FakeTokenizer
 
 F64 = npt.NDArray[np.float64]
 RowsFn = Callable[..., F64]
@@ -37,16 +37,26 @@ GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = [(1, 2, 3, 1, 2, 3), (5, 6, 5, 6, 5), (7, 7, 7, 7), (0, 9, 4, 0, 9)]
 
 
-def stale_history_rows(target_logits: Any, history: Sequence[int], drafts: Sequence[int],
-                       params: SamplingParams, law: Any = target_distribution) -> F64:
+def stale_history_rows(
+    target_logits: Any,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    params: SamplingParams,
+    law: Any = target_distribution,
+) -> F64:
     """Mutant (spec/mutants.py HistoryWithoutAcceptedDrafts): every row sees the cycle's starting
     history, so a repeat penalty misses the drafts before the row's position."""
     logits = np.asarray(target_logits)
     return np.stack([law(logits[i], list(history), params) for i in range(len(drafts) + 1)])
 
 
-def shifted_rows(target_logits: Any, history: Sequence[int], drafts: Sequence[int],
-                 params: SamplingParams, law: Any = target_distribution) -> F64:
+def shifted_rows(
+    target_logits: Any,
+    history: Sequence[int],
+    drafts: Sequence[int],
+    params: SamplingParams,
+    law: Any = target_distribution,
+) -> F64:
     """Mutant: off by one position, row i scored with the logits of row i + 1 (the last repeated)."""
     logits = np.asarray(target_logits)
     k = len(drafts)
@@ -97,11 +107,14 @@ def test_verification_mode_decides_the_loop(tiny: Model, monkeypatch: pytest.Mon
     """A sampled target verified greedily (mutant of verification_mode) stops reading uniforms:
     the loop's trace for a seed changes; with the real mode it is reproducible."""
     tok: Any = FakeTokenizer()
-    request = GenerationRequest((1, 2, 3, 1, 2, 3), SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
-                                max_tokens=24, seed=11)
+    request = GenerationRequest(
+        (1, 2, 3, 1, 2, 3), SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), max_tokens=24, seed=11
+    )
 
     def run() -> tuple[int, ...]:
-        return speculative_generate(tiny, tok, request, ModelDraft(tiny, "self"), SpeculativeOptions(k=3)).generation.ids
+        return speculative_generate(
+            tiny, tok, request, ModelDraft(tiny, "self"), SpeculativeOptions(k=3)
+        ).generation.ids
 
     first = run()
     assert run() == first

@@ -22,11 +22,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from verispec.reference import layers
-from verispec.reference.config import Config
-from verispec.reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
-from verispec.reference.gguf import GGUFFile
-from verispec.reference.model import Model
 from tests.tolerances import (
     assert_within,
     forward_spread,
@@ -34,8 +29,12 @@ from tests.tolerances import (
     rms_norm_rounding_bound,
     rope_rounding_bound,
     silu_rounding_bound,
-    truncated,
 )
+from verispec.reference import layers
+from verispec.reference.config import Config
+from verispec.reference.errors import ContextOverflow, ModelError, UnsupportedArchitecture
+from verispec.reference.gguf import GGUFFile
+from verispec.reference.model import Model
 
 # -- an independent, naive forward -------------------------------------------------------------------
 
@@ -75,7 +74,7 @@ def naive_logits(model: Model, tokens: list[int]) -> Any:
     d = cfg.head_dim
     xs = [w.token_embd[t].astype(np.float64) * cfg.embed_scale for t in tokens]
     for il, lw in enumerate(w.layers):
-        keys: list[list[Any]] = []    # [pos][kv head]
+        keys: list[list[Any]] = []  # [pos][kv head]
         values: list[list[Any]] = []
         outs = []
         base = cfg.layer_rope_base(il)
@@ -97,7 +96,8 @@ def naive_logits(model: Model, tokens: list[int]) -> Any:
             for hq in range(cfg.n_head):
                 kv = hq // (cfg.n_head // cfg.n_head_kv)
                 visible = [
-                    p for p in range(pos + 1)
+                    p
+                    for p in range(pos + 1)
                     if not (cfg.is_sliding(il) and cfg.sliding_window and pos - p >= cfg.sliding_window)
                 ]
                 scores = np.array([q[hq] @ keys[p][kv] for p in visible]) * cfg.attn_scale
@@ -140,10 +140,13 @@ TOKENS = [5, 17, 3, 60, 22, 9, 9, 41, 0, 33, 12]
         ("llama", {}),
         ("llama", {"n_head_kv": 1, "tied": False}),
         ("llama", {"n_head": 4, "n_head_kv": 4, "head_dim": 16}),
-        ("gemma3", {"n_layer": 7, "sliding_window": 4}),          # layer 5 is global, 0-4, 6 slide
+        ("gemma3", {"n_layer": 7, "sliding_window": 4}),  # layer 5 is global, 0-4, 6 slide
         ("gemma3", {"n_layer": 2, "sliding_window": 3, "softcap": 5.0, "head_dim": 16}),
         ("llama", {"metadata": {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0}}),
-        ("gemma3", {"n_layer": 6, "metadata": {"gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": 8.0}}),
+        (
+            "gemma3",
+            {"n_layer": 6, "metadata": {"gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": 8.0}},
+        ),
     ],
 )
 def test_forward_matches_naive_restatement(tiny_gguf: Any, arch: str, options: dict[str, Any]) -> None:
@@ -164,8 +167,8 @@ def test_sliding_window_and_softcap_have_effect(tiny_gguf: Any) -> None:
     c = no_cap.forward(TOKENS, no_cap.new_cache(32)).logits
     tolerance = _logit_tolerance(model, TOKENS)
     assert_within(base[:3], w[:3], tolerance[:3], "within the window")  # the same function there
-    assert np.any(np.abs(base[3:] - w[3:]) > 100 * tolerance[3:])       # past it: the window bites
-    assert np.max(np.abs(base)) < 5.0 < np.max(np.abs(c))               # the cap clips
+    assert np.any(np.abs(base[3:] - w[3:]) > 100 * tolerance[3:])  # past it: the window bites
+    assert np.max(np.abs(base)) < 5.0 < np.max(np.abs(c))  # the cap clips
     assert_within(base, 5.0 * np.tanh(c.astype(np.float64) / 5.0), tolerance, "softcap of the uncapped logits")
 
 
@@ -325,14 +328,30 @@ def test_attention_mask_rule() -> None:
 def test_real_configs(smollm2_path: Path, gemma3_path: Path) -> None:
     with GGUFFile.open(smollm2_path) as f:
         s = Config.from_gguf(f)
-    assert (s.arch, s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.head_dim, s.n_ff) == ("llama", 30, 576, 9, 3, 64, 1536)
+    assert (s.arch, s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.head_dim, s.n_ff) == (
+        "llama",
+        30,
+        576,
+        9,
+        3,
+        64,
+        1536,
+    )
     assert (s.rope_type, s.rope_base, s.rope_dim, s.context_length, s.n_vocab) == ("norm", 100000.0, 64, 8192, 49152)
     assert not any(s.sliding_layers) and s.final_softcap is None and s.embed_scale == 1.0
     assert s.attn_scale == pytest.approx(1 / 8)
 
     with GGUFFile.open(gemma3_path) as f:
         g = Config.from_gguf(f)
-    assert (g.arch, g.n_layer, g.n_embd, g.n_head, g.n_head_kv, g.head_dim, g.n_ff) == ("gemma3", 18, 640, 4, 1, 256, 2048)
+    assert (g.arch, g.n_layer, g.n_embd, g.n_head, g.n_head_kv, g.head_dim, g.n_ff) == (
+        "gemma3",
+        18,
+        640,
+        4,
+        1,
+        256,
+        2048,
+    )
     assert (g.rope_type, g.rope_base, g.rope_base_local, g.rope_dim) == ("neox", 1e6, 10000.0, 256)
     assert g.sliding_window == 512
     assert g.sliding_layers == tuple(il % 6 < 5 for il in range(18))  # globals: 5, 11, 17

@@ -13,8 +13,8 @@ import warnings
 
 import numpy as np
 
-from tests.profiles import examples
 from tests.model_corpus import SEEDS, STAGES, case, exercise, run_cases
+from tests.profiles import examples
 
 
 def test_the_seeds_pass_every_stage() -> None:

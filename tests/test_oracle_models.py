@@ -20,14 +20,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.hf_oracle import hf_logits, load_hf_model
 from verispec.reference.model import Model
 from verispec.reference.tokenizer import Tokenizer
-from tests.hf_oracle import hf_logits, load_hf_model
 
 # One BLAS thread (conftest.blas_single_thread): the token-by-token decode is many small matmuls,
 # for which BLAS threads on a shared 2-core runner cost more than they give.
-pytestmark = [pytest.mark.oracle, pytest.mark.model, pytest.mark.slow,
-              pytest.mark.usefixtures("blas_single_thread")]
+pytestmark = [pytest.mark.oracle, pytest.mark.model, pytest.mark.slow, pytest.mark.usefixtures("blas_single_thread")]
 
 LOGIT_TOL = 1e-3  # absolute, float32 vs float32 on identical dequantized weights
 # Not a per-element derived tolerance (tests/tolerances.py), and why: transformers is another float32
@@ -42,7 +41,7 @@ N_GREEDY = 64
 
 PROMPTS = (
     "The capital of France is",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "Certified fast decoding keeps what the model says, token for token, because",
 )
 

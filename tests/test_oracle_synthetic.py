@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.hf_oracle import build_hf_gemma4, hf_logits, load_hf_model
+from tests.synthetic import GEMMA4_HF_CONFIG, VARIANTS, write_synthetic
+from verispec.cli import main as verispec_main
 from verispec.reference.config import ROPE_NEOX, ROPE_NORM
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
 from verispec.reference.tokenizer import Tokenizer
-from tests.hf_oracle import build_hf_gemma4, hf_logits, load_hf_model
-from tests.synthetic import GEMMA4_HF_CONFIG, VARIANTS, write_synthetic
-from verispec.cli import main as verispec_main
 
 pytestmark = [pytest.mark.oracle, pytest.mark.usefixtures("blas_single_thread")]
 
@@ -47,9 +47,13 @@ PROMPTS = ("the model says the token is fast", "a fast model is a model that say
 # MistralForCausalLM only when `"mistral" in general.name` holds for the name *list* it reads,
 # i.e. for a name of exactly "mistral"; real Mistral GGUFs (and this one) load as llama, which
 # computes the same function (the two differ only in a 4096-token sliding window).
-HF_CLASS = {"tinyllama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "phi3": "Phi3ForCausalLM",
-            "gemma3": "Gemma3ForCausalLM",
-            "gemma4": "Gemma4ForCausalLM"}
+HF_CLASS = {
+    "tinyllama": "LlamaForCausalLM",
+    "mistral": "LlamaForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
+    "gemma4": "Gemma4ForCausalLM",
+}
 
 
 def _oracle(name: str, path: Path) -> Any:
@@ -160,8 +164,25 @@ def test_cli_inspect_and_generate(synthetic: dict[str, Any], capsys: pytest.Capt
     assert verispec_main(["inspect", "--json", path]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["architecture"] == VARIANTS[synthetic["name"]].arch
-    assert verispec_main(["generate", "--model", path, "--prompt", PROMPTS[0], "--max-tokens", "6",
-                          "--temperature", "0", "--json", "--engine", "reference"]) == 0
+    assert (
+        verispec_main(
+            [
+                "generate",
+                "--model",
+                path,
+                "--prompt",
+                PROMPTS[0],
+                "--max-tokens",
+                "6",
+                "--temperature",
+                "0",
+                "--json",
+                "--engine",
+                "reference",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert len(out["ids"]) == 6
     ours: Model = synthetic["ours"]
@@ -172,7 +193,9 @@ def test_cli_inspect_and_generate(synthetic: dict[str, Any], capsys: pytest.Capt
     assert ours.config.arch == info["architecture"]
 
 
-def test_cli_default_engine_runs_every_architecture(synthetic: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_default_engine_runs_every_architecture(
+    synthetic: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     """`verispec generate` with the default `--engine fast` works on every synthetic file; an
     architecture the fast engine does not implement runs on the reference with a one-line note on
     stderr (never a silent switch); the exact mode gives the same greedy tokens as `--engine

@@ -46,8 +46,15 @@ def _outputs(tmp_path: Path, threads: int) -> np.ndarray:
     env = {**os.environ, "VERISPEC_THREADS": str(threads), "VERISPEC_ORT_POOL": "shared"}
     root = Path(__file__).resolve().parents[1]
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", CHILD, str(target)], check=True, env=env, cwd=root, timeout=300,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(target)],
+        check=True,
+        env=env,
+        cwd=root,
+        timeout=300,
+        capture_output=True,
+        text=True,
+    )
     # sessions on the shared pool set no thread counts: onnxruntime warns per session otherwise
     assert "ignored when using a global thread pool" not in done.stderr, done.stderr[-500:]
     return np.load(target)

@@ -35,7 +35,6 @@ def request(n: int = 0, payload: int = 0) -> dict[str, object]:
     return {"id": f"t#{n}", "op": "sampled", "input": {"pad": "x" * payload}}
 
 
-
 def started(transport: CommandTransport) -> int:
     """The peer's process group id (its shell's pid: start_new_session makes it the leader)."""
     assert transport._proc is not None
@@ -65,7 +64,7 @@ def test_a_child_forked_by_a_peer_that_exits_is_killed_with_it() -> None:
 
 
 def test_a_child_kept_after_a_passing_exchange_is_killed_on_close() -> None:
-    answer = "read line; echo '{\"id\": \"t#0\", \"unsupported\": \"sampled\"}'"
+    answer = 'read line; echo \'{"id": "t#0", "unsupported": "sampled"}\''
     transport = CommandTransport(f"sleep 60 </dev/null >/dev/null 2>&1 & {answer}; sleep 60", timeout=HANG_NET)
     (response,) = transport.exchange([request()])
     assert response == {"id": "t#0", "unsupported": "sampled"}
@@ -130,7 +129,9 @@ def test_an_endless_line_is_cut_and_not_echoed_whole(monkeypatch: pytest.MonkeyP
 
 
 def test_a_huge_id_is_truncated_in_the_message() -> None:
-    script = "read line; printf '{\"id\": \"%s\", \"output\": {}}\\n' $(head -c 2000000 /dev/zero | tr '\\0' 'y'); sleep 60"
+    script = (
+        "read line; printf '{\"id\": \"%s\", \"output\": {}}\\n' $(head -c 2000000 /dev/zero | tr '\\0' 'y'); sleep 60"
+    )
     transport = CommandTransport(script, timeout=HANG_NET)
     with pytest.raises(ExternalError, match="out of order") as caught:
         transport.exchange([request()])
@@ -166,7 +167,10 @@ def test_a_finite_positive_timeout_is_kept() -> None:
 def test_the_check_command_refuses_a_bad_timeout_with_exit_2(timeout: str) -> None:
     result = subprocess.run(
         [PY, "-m", "verispec", "check", "--verifier-cmd", "true", "--timeout", timeout, "--count", "1"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "timeout" in result.stderr
@@ -187,7 +191,11 @@ def start_waiting_checker(pidfile: Path) -> tuple[subprocess.Popen[str], int]:
     peer = f"read line; echo $$ > {pidfile}; sleep 60 </dev/null >/dev/null 2>&1 & exec sleep 60"
     checker = subprocess.Popen(
         [PY, "-m", "verispec", "check", "--verifier-cmd", peer, "--timeout", "120", "--count", "1"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
     )
     deadline = time.monotonic() + 120
     while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
@@ -223,18 +231,23 @@ def first_helper_thread(pid: int) -> int:
     """The id of the earliest-started thread of ``pid`` other than its main thread (Linux /proc):
     a long-lived one (a thread pool's, or the reader of the peer's stdout), not the writer that
     may be exiting."""
+
     def started_at(tid: int) -> tuple[int, int]:
         stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[19]), tid  # field 22, starttime
+        return int(stat[stat.rindex(")") + 2 :].split()[19]), tid  # field 22, starttime
 
     helpers = [int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid]
     assert helpers, "the checker waits on a peer with reader threads"
     return min(helpers, key=started_at)
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads of another process are named in Linux's /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir(), reason="threads of another process are named in Linux's /proc"
+)
 @SIGNALS
-def test_a_signal_taken_by_a_helper_thread_still_stops_the_checker_at_once(tmp_path: Path, signum: int, status: int) -> None:
+def test_a_signal_taken_by_a_helper_thread_still_stops_the_checker_at_once(
+    tmp_path: Path, signum: int, status: int
+) -> None:
     """The kernel may hand a signal sent to the checker to any of its threads (always so while
     the main thread creates one). kill() of a thread id sends the process its signal with that
     thread first in line, so here a helper thread takes it and the main thread, asleep in its
@@ -247,7 +260,9 @@ def test_a_signal_taken_by_a_helper_thread_still_stops_the_checker_at_once(tmp_p
     assert group_gone(pgid)
 
 
-@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers run in the main thread")
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(), reason="signal handlers run in the main thread"
+)
 def test_a_ctrl_c_while_a_peer_starts_is_acted_on_once_the_peer_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Ctrl-C that lands between the fork of a peer and its registration must not leave the
     peer unknown to kill_all_peers (the checker's exit path): it is raised after the registration."""

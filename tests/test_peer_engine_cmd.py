@@ -42,12 +42,18 @@ def _answer(op: str, inp: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_wire_answers_output_error_and_unsupported() -> None:
-    assert reply(_answer, json.dumps({"id": "a", "op": "logits", "input": {"v": 2}})) == {"id": "a", "output": {"logits": [0.0, 0.0]}}
+    assert reply(_answer, json.dumps({"id": "a", "op": "logits", "input": {"v": 2}})) == {
+        "id": "a",
+        "output": {"logits": [0.0, 0.0]},
+    }
     assert reply(_answer, json.dumps({"id": "b", "op": "refuse", "input": {}})) == {"id": "b", "error": "not this law"}
     assert reply(_answer, json.dumps({"id": "c", "op": "sample", "input": {}})) == {"id": "c", "unsupported": "sample"}
     out = io.StringIO()
     serve(_answer, io.StringIO('{"id": "1", "op": "x", "input": {}}\n\n{"id": "2", "op": "y", "input": {}}\n'), out)
-    assert [json.loads(line)["id"] for line in out.getvalue().splitlines()] == ["1", "2"]  # in order, blank lines skipped
+    assert [json.loads(line)["id"] for line in out.getvalue().splitlines()] == [
+        "1",
+        "2",
+    ]  # in order, blank lines skipped
 
 
 def test_the_bpe_vocabulary_is_a_valid_bpe_one(tmp_path: Path) -> None:
@@ -56,8 +62,14 @@ def test_the_bpe_vocabulary_is_a_valid_bpe_one(tmp_path: Path) -> None:
     tokens, types, merges = bpe_vocabulary()
     assert len(set(tokens)) == len(tokens) == len(types)
     assert all(a + b in tokens for a, b in (m.split(" ") for m in merges))
-    write_synthetic(tmp_path / "bpe.gguf", VARIANTS["tinyllama"], seed=3, quant_types=("F16",), file_type="MOSTLY_F16",
-                    tokenizer="bpe")
+    write_synthetic(
+        tmp_path / "bpe.gguf",
+        VARIANTS["tinyllama"],
+        seed=3,
+        quant_types=("F16",),
+        file_type="MOSTLY_F16",
+        tokenizer="bpe",
+    )
     tok = Tokenizer.from_file(tmp_path / "bpe.gguf")
     ids = tok.encode("the model says the token is fast")
     assert tok.decode(ids) == "the model says the token is fast" and tok.eog_ids == {0, 2}
@@ -99,17 +111,41 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_mlx_lm_adapter_has_our_numerics_and_answers_every_op(tiny: Path, tmp_path: Path) -> None:
     python = _venv_python("mlx")
     prompt = [1, 5, 300, 40, 77, 12, 250, 3, 9, 100, 200]
-    command = [str(python), "examples/mlx_lm_decoder_cmd.py", "--target", str(tiny), "--draft", str(tiny), "--cache", str(tmp_path)]
-    answers = _ask(command, [
-        {"op": "logits", "input": {"prefix_ids": prompt, "split_at": None}},
-        {"op": "logits", "input": {"prefix_ids": prompt, "split_at": 4}},
-        {"op": "generate", "input": {"prompt_ids": prompt, "params": PARAMS, "max_tokens": 24, "min_tokens": 0, "n": 3, "seed": 1}},
-        {"op": "greedy", "input": {"prompt_ids": prompt, "max_tokens": 16, "speculative": True}},
-        {"op": "greedy", "input": {"prompt_ids": prompt, "max_tokens": 16, "speculative": False}},
-        {"op": "generate", "input": {"prompt_ids": prompt, "params": {**PARAMS, "top_k": 8, "top_p": 0.9}, "max_tokens": 4,
-                                     "min_tokens": 0, "n": 1, "seed": 1}},
-        {"op": "sample", "input": {}},
-    ])
+    command = [
+        str(python),
+        "examples/mlx_lm_decoder_cmd.py",
+        "--target",
+        str(tiny),
+        "--draft",
+        str(tiny),
+        "--cache",
+        str(tmp_path),
+    ]
+    answers = _ask(
+        command,
+        [
+            {"op": "logits", "input": {"prefix_ids": prompt, "split_at": None}},
+            {"op": "logits", "input": {"prefix_ids": prompt, "split_at": 4}},
+            {
+                "op": "generate",
+                "input": {"prompt_ids": prompt, "params": PARAMS, "max_tokens": 24, "min_tokens": 0, "n": 3, "seed": 1},
+            },
+            {"op": "greedy", "input": {"prompt_ids": prompt, "max_tokens": 16, "speculative": True}},
+            {"op": "greedy", "input": {"prompt_ids": prompt, "max_tokens": 16, "speculative": False}},
+            {
+                "op": "generate",
+                "input": {
+                    "prompt_ids": prompt,
+                    "params": {**PARAMS, "top_k": 8, "top_p": 0.9},
+                    "max_tokens": 4,
+                    "min_tokens": 0,
+                    "n": 1,
+                    "seed": 1,
+                },
+            },
+            {"op": "sample", "input": {}},
+        ],
+    )
     ref = Model.load(tiny)
     ours = ref.forward(prompt, ref.new_cache(len(prompt))).logits[-1]
     for a in answers[:2]:
@@ -126,16 +162,38 @@ def test_mlx_lm_adapter_has_our_numerics_and_answers_every_op(tiny: Path, tmp_pa
 def test_openvino_genai_adapter_has_our_numerics(tmp_path: Path) -> None:
     python = _venv_python("openvino")
     target = tmp_path / "bpe.gguf"
-    write_synthetic(target, VARIANTS["tinyllama"], seed=3, quant_types=("F16",), file_type="MOSTLY_F16", tokenizer="bpe")
+    write_synthetic(
+        target, VARIANTS["tinyllama"], seed=3, quant_types=("F16",), file_type="MOSTLY_F16", tokenizer="bpe"
+    )
     prompt = [87, 261, 275, 271, 269, 271, 35, 266, 259, 261]
-    command = [str(python), "examples/openvino_genai_decoder_cmd.py", "--target", str(target), "--mode", "prompt-lookup",
-               "--cache", str(tmp_path / "cache")]
-    answers = _ask(command, [
-        {"op": "greedy", "input": {"prompt_ids": prompt, "max_tokens": 16, "speculative": True}},
-        {"op": "greedy", "input": {"prompt_ids": prompt, "max_tokens": 16, "speculative": False}},
-        {"op": "generate", "input": {"prompt_ids": prompt, "params": {**PARAMS, "temperature": 0.7, "top_p": 0.9}, "max_tokens": 4,
-                                     "min_tokens": 0, "n": 1, "seed": 1}},
-    ])
+    command = [
+        str(python),
+        "examples/openvino_genai_decoder_cmd.py",
+        "--target",
+        str(target),
+        "--mode",
+        "prompt-lookup",
+        "--cache",
+        str(tmp_path / "cache"),
+    ]
+    answers = _ask(
+        command,
+        [
+            {"op": "greedy", "input": {"prompt_ids": prompt, "max_tokens": 16, "speculative": True}},
+            {"op": "greedy", "input": {"prompt_ids": prompt, "max_tokens": 16, "speculative": False}},
+            {
+                "op": "generate",
+                "input": {
+                    "prompt_ids": prompt,
+                    "params": {**PARAMS, "temperature": 0.7, "top_p": 0.9},
+                    "max_tokens": 4,
+                    "min_tokens": 0,
+                    "n": 1,
+                    "seed": 1,
+                },
+            },
+        ],
+    )
     ref = Model.load(target)
     ids: list[int] = []
     for _ in range(16):  # our greedy decoding, one forward per step
@@ -150,21 +208,41 @@ def test_openvino_genai_adapter_has_our_numerics(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_mlx_lm_penalty_reproduction_fails_against_the_release() -> None:
     python = _venv_python("mlx")
-    done = subprocess.run([str(python), "examples/mlx_lm_speculative_penalty_repro.py"], capture_output=True, text=True,
-                          timeout=1200, cwd=REPO)
+    done = subprocess.run(
+        [str(python), "examples/mlx_lm_speculative_penalty_repro.py"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=REPO,
+    )
     assert done.returncode == 1 and "DEFECT" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["openvino_genai_lookup_min_tokens_repro.py", "openvino_genai_draft_sampling_repro.py"])
+@pytest.mark.parametrize(
+    "script", ["openvino_genai_lookup_min_tokens_repro.py", "openvino_genai_draft_sampling_repro.py"]
+)
 def test_openvino_genai_reproductions_fail_against_the_release(script: str, tmp_path: Path) -> None:
     from dataclasses import replace
 
     python = _venv_python("openvino")
     target, draft = tmp_path / "bpe.gguf", tmp_path / "bpe-1layer.gguf"
-    write_synthetic(target, VARIANTS["tinyllama"], seed=3, quant_types=("F16",), file_type="MOSTLY_F16", tokenizer="bpe")
-    write_synthetic(draft, replace(VARIANTS["tinyllama"], name="tinyllama-1layer", n_layer=1), seed=4, quant_types=("F16",),
-                    file_type="MOSTLY_F16", tokenizer="bpe")
-    done = subprocess.run([str(python), f"examples/{script}", str(target), str(draft)], capture_output=True, text=True,
-                          timeout=1200, cwd=REPO)
+    write_synthetic(
+        target, VARIANTS["tinyllama"], seed=3, quant_types=("F16",), file_type="MOSTLY_F16", tokenizer="bpe"
+    )
+    write_synthetic(
+        draft,
+        replace(VARIANTS["tinyllama"], name="tinyllama-1layer", n_layer=1),
+        seed=4,
+        quant_types=("F16",),
+        file_type="MOSTLY_F16",
+        tokenizer="bpe",
+    )
+    done = subprocess.run(
+        [str(python), f"examples/{script}", str(target), str(draft)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=REPO,
+    )
     assert done.returncode == 1 and "DEFECT" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -38,7 +38,7 @@ def summary_rows(text: str, header: str = SUMMARY_HEADER) -> list[str]:
     if header not in lines:
         return []
     rows = []
-    for line in lines[lines.index(header) + 2:]:  # after the header and its |---| line
+    for line in lines[lines.index(header) + 2 :]:  # after the header and its |---| line
         if not line.startswith("|"):
             break
         rows.append(line)
@@ -82,7 +82,8 @@ def test_the_readme_shows_the_summary_table_of_docs_peers() -> None:
     readme = summary_rows((ROOT / "README.md").read_text(), README_HEADER)
     assert docs, "docs/peers.md has no summary table"
     assert readme == [readme_row(r) for r in docs], (
-        "README.md's verdict table differs from docs/peers.md's summary table (less its design and reproduce cells)")
+        "README.md's verdict table differs from docs/peers.md's summary table (less its design and reproduce cells)"
+    )
 
 
 @pytest.mark.parametrize("row", summary_rows((ROOT / "docs" / "peers.md").read_text()))
@@ -91,8 +92,10 @@ def test_each_summary_row_is_coherent(row: str) -> None:
 
 
 def test_the_row_check_refuses_an_inconclusive_run_shown_as_passed() -> None:
-    row = ("| transformers 5.24.0 | tinyllama.gguf | prompt-lookup | hf-all | TV 0.05 on 10% of positions, 64 tokens "
-           "| **passed** | 100,000 / 271,000 | 0.512 | 60 (load 12) | `python -m tests.peer_verdicts --out DIR` |")
+    row = (
+        "| transformers 5.24.0 | tinyllama.gguf | prompt-lookup | hf-all | TV 0.05 on 10% of positions, 64 tokens "
+        "| **passed** | 100,000 / 271,000 | 0.512 | 60 (load 12) | `python -m tests.peer_verdicts --out DIR` |"
+    )
     with pytest.raises(AssertionError):
         check_row(row)
     check_row(row.replace("**passed**", "**inconclusive**"))

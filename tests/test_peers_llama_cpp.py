@@ -37,8 +37,19 @@ def test_prompt_lookup_passes_a_small_depth_run_with_penalties(tmp_path: Path) -
     from verispec.peers.llama_cpp_peer import prompt_lookup
 
     target = write_models(tmp_path)["target"]
-    report = check_decoder(prompt_lookup, model=target, law="llama.cpp", target_law="engine-logits", depth=8, tv=0.5,
-                           fraction=1.0, temperature=0.8, repeat_penalty=1.3, frequency_penalty=0.2, presence_penalty=0.1)
+    report = check_decoder(
+        prompt_lookup,
+        model=target,
+        law="llama.cpp",
+        target_law="engine-logits",
+        depth=8,
+        tv=0.5,
+        fraction=1.0,
+        temperature=0.8,
+        repeat_penalty=1.3,
+        frequency_penalty=0.2,
+        presence_penalty=0.1,
+    )
     assert report.passed, report.results[0].detail
 
 
@@ -50,7 +61,9 @@ def test_generation_seeds_differ_across_calls_and_the_penalized_prompt_is_refuse
 
     seeds = {generation_seed(s, i) for s in range(20) for i in range(20)}
     assert len(seeds) == 400  # seed + i would collide across consecutive calls
-    kwargs, window = sampling_kwargs(SamplingParams(), build("llama.cpp", {"repeat_penalty": 1.2, "penalty_last_n": 32}))
+    kwargs, window = sampling_kwargs(
+        SamplingParams(), build("llama.cpp", {"repeat_penalty": 1.2, "penalty_last_n": 32})
+    )
     assert kwargs["repeat_penalty"] == 1.2 and kwargs["min_p"] == 0.05 and window == 32
     with pytest.raises(CheckError, match="penalizes the prompt"):
         from dataclasses import replace

@@ -51,8 +51,9 @@ def _factory(files: dict[str, Path], path: str, **options: Any) -> Any:
 
 @pytest.mark.parametrize("path", ["plain", "prompt-lookup", "assisted", "early-exit"])
 def test_each_path_passes_a_small_depth_run_where_the_laws_coincide(files: dict[str, Path], path: str) -> None:
-    report = check_decoder(_factory(files, path), model=files["target"], temperature=0.7, top_k=0,
-                           repeat_penalty=1.0, **SMOKE)
+    report = check_decoder(
+        _factory(files, path), model=files["target"], temperature=0.7, top_k=0, repeat_penalty=1.0, **SMOKE
+    )
     outcome = report.results[0]
     assert outcome.passed and outcome.numbers["state"] == "passed", outcome.detail
     assert outcome.numbers["tokens"] >= outcome.numbers["design_tokens"] > 0
@@ -63,8 +64,9 @@ def test_universal_assisted_generation_fails_the_gate(files: dict[str, Path]) ->
     tokenizer) emits tokens the target almost never draws (docs/peers.md,
     examples/transformers_universal_repro.py): the gate rejects it within one generation. Should a
     release fix it, this test fails and the verdict table is to be rerun."""
-    report = check_decoder(_factory(files, "universal"), model=files["target"], temperature=0.7, top_k=0,
-                           repeat_penalty=1.0, **SMOKE)
+    report = check_decoder(
+        _factory(files, "universal"), model=files["target"], temperature=0.7, top_k=0, repeat_penalty=1.0, **SMOKE
+    )
     outcome = report.results[0]
     assert outcome.numbers["state"] == "failed" and "too unlikely tokens" in outcome.detail, outcome.detail
 
@@ -72,8 +74,9 @@ def test_universal_assisted_generation_fails_the_gate(files: dict[str, Path]) ->
 def test_the_assistant_built_from_the_target_passes_too(files: dict[str, Path]) -> None:
     from verispec.peers.transformers_peer import engine
 
-    report = check_decoder(lambda p: engine(p, "assisted"), model=files["target"], temperature=1.0, top_k=8,
-                           repeat_penalty=1.0, **SMOKE)
+    report = check_decoder(
+        lambda p: engine(p, "assisted"), model=files["target"], temperature=1.0, top_k=8, repeat_penalty=1.0, **SMOKE
+    )
     assert report.passed, report.results[0].detail
 
 
@@ -86,8 +89,14 @@ def test_library_defaults_are_top_k_50_at_temperature_1(files: dict[str, Path]) 
 
     defaults = GenerationConfig._get_default_generation_params()
     assert (defaults["top_k"], defaults["temperature"], defaults["top_p"]) == (LIBRARY_DEFAULTS.top_k, 1.0, 1.0)
-    report = check_decoder(_factory(files, "prompt-lookup", library_defaults=True), model=files["target"],
-                           temperature=1.0, top_k=50, repeat_penalty=1.0, **SMOKE)
+    report = check_decoder(
+        _factory(files, "prompt-lookup", library_defaults=True),
+        model=files["target"],
+        temperature=1.0,
+        top_k=50,
+        repeat_penalty=1.0,
+        **SMOKE,
+    )
     assert report.passed, report.results[0].detail
 
 
@@ -97,8 +106,9 @@ class _TwiceTheTemperature:
     def __init__(self, engine: Any) -> None:
         self.engine = engine
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         wrong = replace(params, temperature=2.0 * params.temperature)
         result: list[list[int]] = self.engine.generate(prompt_ids, wrong, max_tokens, n, seed, min_tokens)
         return result
@@ -107,24 +117,37 @@ class _TwiceTheTemperature:
 @pytest.mark.parametrize("path", ["prompt-lookup", "assisted"])
 def test_the_gate_rejects_a_wrong_law_through_the_adapter(files: dict[str, Path], path: str) -> None:
     inner = _factory(files, path)
-    report = check_decoder(lambda p: _TwiceTheTemperature(inner(p)), model=files["target"], temperature=0.5,
-                           top_k=0, repeat_penalty=1.0, **SMOKE)
+    report = check_decoder(
+        lambda p: _TwiceTheTemperature(inner(p)),
+        model=files["target"],
+        temperature=0.5,
+        top_k=0,
+        repeat_penalty=1.0,
+        **SMOKE,
+    )
     outcome = report.results[0]
     assert not outcome.passed and outcome.numbers["state"] == "failed", outcome.detail
 
 
 @pytest.mark.parametrize("path", ["prompt-lookup", "assisted", "early-exit"])
 def test_greedy_mode_passes_each_same_tokenizer_path(files: dict[str, Path], path: str) -> None:
-    report = check_decoder(_factory(files, path), model=files["target"], greedy=True, max_tokens=16,
-                           prompts=(PROMPT,))
+    report = check_decoder(_factory(files, path), model=files["target"], greedy=True, max_tokens=16, prompts=(PROMPT,))
     assert report.passed, report.results[0].detail
 
 
 def test_the_transformers_law_profile_drives_the_whole_parameter_set(files: dict[str, Path]) -> None:
     """Under ``--law transformers`` the engine receives the profile and samples its params as they
     are: tempered top-p (where verispec's law would differ) and min_new_tokens."""
-    report = check_decoder(_factory(files, "prompt-lookup"), model=files["target"], law="transformers",
-                           temperature=0.7, top_k=0, top_p=0.8, min_tokens=4, **SMOKE)
+    report = check_decoder(
+        _factory(files, "prompt-lookup"),
+        model=files["target"],
+        law="transformers",
+        temperature=0.7,
+        top_k=0,
+        top_p=0.8,
+        min_tokens=4,
+        **SMOKE,
+    )
     assert report.passed, report.results[0].detail
 
 
@@ -133,8 +156,14 @@ def test_profile_keywords_refuse_another_ecosystems_law() -> None:
     from verispec.spec.decoder.laws import build
 
     hf = build("transformers", {"temperature": 0.5, "min_p": 0.1}, (2,))
-    assert profile_kwargs(hf) == {"do_sample": True, "temperature": 0.5, "top_k": 50, "top_p": 1.0, "min_p": 0.1,
-                                  "repetition_penalty": 1.0}
+    assert profile_kwargs(hf) == {
+        "do_sample": True,
+        "temperature": 0.5,
+        "top_k": 50,
+        "top_p": 1.0,
+        "min_p": 0.1,
+        "repetition_penalty": 1.0,
+    }
     assert profile_kwargs(build("transformers", {}, (2,)), library_defaults=True) == {"do_sample": True}
     with pytest.raises(CheckError, match="library_defaults"):
         profile_kwargs(hf, library_defaults=True)
@@ -146,8 +175,14 @@ def test_sampling_keywords_state_every_filter() -> None:
     from verispec.peers.transformers_peer import sampling_kwargs
 
     kwargs = sampling_kwargs(SamplingParams(temperature=0.8, top_k=0, top_p=0.9, repeat_penalty=1.2))
-    assert kwargs == {"do_sample": True, "temperature": 0.8, "top_k": 0, "top_p": 0.9, "min_p": None,
-                      "repetition_penalty": 1.2}  # top_k 0 sent: unset, transformers would use 50
+    assert kwargs == {
+        "do_sample": True,
+        "temperature": 0.8,
+        "top_k": 0,
+        "top_p": 0.9,
+        "min_p": None,
+        "repetition_penalty": 1.2,
+    }  # top_k 0 sent: unset, transformers would use 50
     assert sampling_kwargs(SamplingParams(temperature=1.0, top_k=50), library_defaults=True) == {"do_sample": True}
     with pytest.raises(CheckError, match="library_defaults"):
         sampling_kwargs(SamplingParams(temperature=1.0, top_k=0), library_defaults=True)
@@ -186,8 +221,13 @@ def test_the_example_adapter_runs_on_the_shipped_adapters_parts(files: dict[str,
     from verispec.peers.transformers_peer import load_causal_lm
 
     assert load_target(files["target"]) is load_causal_lm(files["target"])  # one model per process and path
-    report = check_decoder(lambda p: TransformersLookupDecoder(p, assistant_layers=1), model=files["target"],
-                           greedy=True, max_tokens=16, prompts=(PROMPT,))
+    report = check_decoder(
+        lambda p: TransformersLookupDecoder(p, assistant_layers=1),
+        model=files["target"],
+        greedy=True,
+        max_tokens=16,
+        prompts=(PROMPT,),
+    )
     assert report.passed, report.results[0].detail
     with pytest.raises(CheckError, match="assistant layers must be in"):
         TransformersLookupDecoder(files["target"], assistant_layers=3)  # the target has 3 layers
@@ -209,9 +249,18 @@ def test_the_adapters_tokens_are_transformers_own_generate_under_no_grad(files: 
     torch.manual_seed(11)
     ids = torch.tensor([prompt])
     with torch.no_grad():
-        direct = [peer.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, num_beams=1,
-                                      pad_token_id=peer.model.config.eos_token_id, **peer.speculation.kwargs(),
-                                      **sampling_kwargs(params))[0, len(prompt):].tolist() for _ in range(2)]
+        direct = [
+            peer.model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=16,
+                num_beams=1,
+                pad_token_id=peer.model.config.eos_token_id,
+                **peer.speculation.kwargs(),
+                **sampling_kwargs(params),
+            )[0, len(prompt) :].tolist()
+            for _ in range(2)
+        ]
     assert got == direct and all(len(g) == 16 or g[-1] == peer.model.config.eos_token_id for g in got)
 
 
@@ -226,8 +275,10 @@ def test_prompt_lookup_drafts_nothing_under_a_repetition_penalty_with_top_k(file
     peer = _factory(files, "prompt-lookup")(files["target"])
     prompt = [1, 5, 7, 9, 11, 13, 15, 17]
     drafted = {}
-    for name, params in {"penalty and top-k": SamplingParams(temperature=0.8, top_k=20, repeat_penalty=1.3),
-                         "neither": SamplingParams(temperature=0.8, top_k=0, repeat_penalty=1.0)}.items():
+    for name, params in {
+        "penalty and top-k": SamplingParams(temperature=0.8, top_k=20, repeat_penalty=1.3),
+        "neither": SamplingParams(temperature=0.8, top_k=0, repeat_penalty=1.0),
+    }.items():
         counter = CycleCounter()
         with counter.installed():
             peer.generate(prompt, params, 32, 2, seed=3)
@@ -254,10 +305,30 @@ def test_the_runners_own_layers_assistant_is_the_targets_first_layers(files: dic
     assert not torch.equal(default.speculation.assistant.get_input_embeddings().weight, target_embedding)
     assert assistant_text("assisted", files, 2) == "the target's first 2 layers"
     assert assistant_text("assisted", files, None) == files["assistant"].name
-    row = {"peer": "transformers", "version": "5", "path": "assisted", "assistant": "the target's first 2 layers",
-           "params": "hf-all", "law": "transformers", "flags": {}, "fraction": 0.1, "state": "passed", "tokens": 2,
-           "design_tokens": 1, "power": 0.99, "minutes": 1.0, "load_at_start": 0.5}
+    row = {
+        "peer": "transformers",
+        "version": "5",
+        "path": "assisted",
+        "assistant": "the target's first 2 layers",
+        "params": "hf-all",
+        "law": "transformers",
+        "flags": {},
+        "fraction": 0.1,
+        "state": "passed",
+        "tokens": 2,
+        "design_tokens": 1,
+        "power": 0.99,
+        "minutes": 1.0,
+        "load_at_start": 0.5,
+    }
     assert "| assisted (assistant: the target's first 2 layers) |" in summary_row(row, "COMMAND")
-    report = check_decoder(engine_name("assisted", False, 2), model=files["target"], temperature=0.7, top_k=0,
-                           repeat_penalty=1.0, workers=1, **SMOKE)
+    report = check_decoder(
+        engine_name("assisted", False, 2),
+        model=files["target"],
+        temperature=0.7,
+        top_k=0,
+        repeat_penalty=1.0,
+        workers=1,
+        **SMOKE,
+    )
     assert report.passed, report.results[0].detail

@@ -22,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = ["-p", "no:verispec", "-p", "verispec.pytest_plugin", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
-SUITE = '''\
+SUITE = """\
 import pytest
 
 REFERENCE = "verispec.reference.speculative"
@@ -38,7 +38,7 @@ def test_a_verifier_that_accepts_everything_fails(verispec_check):
     report = verispec_check(verifier=lambda p, q, drafts, uniforms: (0, 0, "repair"), only=["contract"])
     assert not report.passed and report.failed[0].name == "contract"
     assert "accepted without VerificationError" in report.summary()
-'''
+"""
 
 
 def _pytest(folder: Path, factor: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -53,7 +53,10 @@ def test_the_fixture_gates_a_verifier_and_records_its_claim(tmp_path: Path) -> N
     assert result.returncode == 0, result.stdout + result.stderr
     root = ET.parse(tmp_path / "suite.xml").getroot()
     claims = [p.get("value") for p in root.iter("property") if p.get("name") == "verispec_claim"]
-    assert len(claims) == 2 and all(claim and claim.startswith(("no statistical test", "not lossless", "does not validate its input")) for claim in claims)
+    assert len(claims) == 2 and all(
+        claim and claim.startswith(("no statistical test", "not lossless", "does not validate its input"))
+        for claim in claims
+    )
 
 
 def test_the_scale_option_multiplies_the_scale_asked_for(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.reference import quants
 from verispec.reference.errors import GGUFError, UnsupportedQuantType
 from verispec.reference.quants import GGMLType
-from tests.profiles import examples
 
 pytestmark = pytest.mark.oracle
 
@@ -39,19 +39,42 @@ SCALE_OFFSETS: dict[GGMLType, tuple[int, ...]] = {
 }
 
 DEQUANT_TYPES = [
-    GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0,
-    GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K,
+    GGMLType.F32,
+    GGMLType.F16,
+    GGMLType.BF16,
+    GGMLType.Q4_0,
+    GGMLType.Q4_1,
+    GGMLType.Q5_0,
+    GGMLType.Q5_1,
+    GGMLType.Q8_0,
+    GGMLType.Q2_K,
+    GGMLType.Q3_K,
+    GGMLType.Q4_K,
+    GGMLType.Q5_K,
     GGMLType.Q6_K,
 ]
 QUANT_TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0]
 
 # fp16 bit patterns worth a scale: zeros, subnormals, the largest finite, infinities, NaNs.
 SPECIAL_HALVES = [
-    0x0000, 0x8000,  # +-0
-    0x0001, 0x8001, 0x03FF, 0x0200,  # subnormals (smallest, negative, largest, middle)
-    0x0400, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF,  # smallest normal, +-1, +-max finite
-    0x7C00, 0xFC00,  # +-inf
-    0x7E00, 0xFE00, 0x7C01, 0x7FFF, 0xFD55,  # quiet and signalling NaNs with payloads
+    0x0000,
+    0x8000,  # +-0
+    0x0001,
+    0x8001,
+    0x03FF,
+    0x0200,  # subnormals (smallest, negative, largest, middle)
+    0x0400,
+    0x3C00,
+    0xBC00,
+    0x7BFF,
+    0xFBFF,  # smallest normal, +-1, +-max finite
+    0x7C00,
+    0xFC00,  # +-inf
+    0x7E00,
+    0xFE00,
+    0x7C01,
+    0x7FFF,
+    0xFD55,  # quiet and signalling NaNs with payloads
 ]
 
 

@@ -14,9 +14,9 @@ import gguf
 import numpy as np
 import pytest
 
+from tests import gguf_oracle
 from verispec.reference import quants
 from verispec.reference.gguf import GGUFFile
-from tests import gguf_oracle
 
 pytestmark = [pytest.mark.model, pytest.mark.oracle]
 

@@ -26,8 +26,16 @@ ROW_BYTES = VOCAB * 4
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
-    path: Path = write_tiny_gguf(tmp_path_factory.mktemp("memo") / "tiny.gguf", n_vocab=VOCAB, n_embd=32, n_layer=1,
-                                 n_head=4, n_head_kv=2, context_length=256, weight_scale=1.0)
+    path: Path = write_tiny_gguf(
+        tmp_path_factory.mktemp("memo") / "tiny.gguf",
+        n_vocab=VOCAB,
+        n_embd=32,
+        n_layer=1,
+        n_head=4,
+        n_head_kv=2,
+        context_length=256,
+        weight_scale=1.0,
+    )
     return Model.load(path)
 
 

@@ -31,7 +31,8 @@ def test_committed_pages_equal_the_regenerated_ones_byte_for_byte(regenerated: P
     assert committed == generated, "docs/results/ has pages the generator does not make, or lacks some"
     for name in generated:
         assert (COMMITTED / name).read_bytes() == (regenerated / name).read_bytes(), (
-            f"docs/results/{name} is stale: run `python -m lab.results`")
+            f"docs/results/{name} is stale: run `python -m lab.results`"
+        )
 
 
 def test_every_page_is_marked_generated_and_states_its_provenance(regenerated: Path) -> None:
@@ -42,8 +43,12 @@ def test_every_page_is_marked_generated_and_states_its_provenance(regenerated: P
             assert "## Provenance" in text, page.name
             sources = text.split("## Provenance")[1].split("\n- `lab/measurements/")[1:]  # one per saved file
             assert sources, page.name
-            for field, spellings in (("date", ("date: ", "started utc: ")), ("machine", ("machine: ",)),
-                                     ("command", ("command: `",)), ("commit", ("commit: ",))):
+            for field, spellings in (
+                ("date", ("date: ", "started utc: ")),
+                ("machine", ("machine: ",)),
+                ("command", ("command: `",)),
+                ("commit", ("commit: ",)),
+            ):
                 missing = [s.split("`")[0] for s in sources if not any(w in s for w in spellings)]
                 assert not missing, f"{page.name}: no {field} for {missing}"
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.reference.errors import SamplingError
 from verispec.reference.sampling import (
     SamplingParams,
@@ -23,7 +24,6 @@ from verispec.reference.sampling import (
     target_distribution,
     target_distributions,
 )
-from tests.profiles import examples
 
 
 def softmax_of(values: dict[int, float], vocab: int) -> list[float]:
@@ -124,7 +124,9 @@ def test_greedy_is_one_hot_argmax_after_bias_and_penalty() -> None:
     np.testing.assert_array_equal(penalized, [0, 0, 1, 0, 0])  # 3.0 / 2 = 1.5 < 2.0
     ties = target_distribution(np.array([1.0, 5.0, 5.0]), [], SamplingParams(temperature=0.0))
     np.testing.assert_array_equal(ties, [0, 1, 0])
-    banned = target_distribution(np.array([1.0, 5.0, 5.0]), [], SamplingParams(temperature=0.0, logit_bias={1: -math.inf}))
+    banned = target_distribution(
+        np.array([1.0, 5.0, 5.0]), [], SamplingParams(temperature=0.0, logit_bias={1: -math.inf})
+    )
     np.testing.assert_array_equal(banned, [0, 0, 1])
 
 

@@ -42,8 +42,9 @@ def full_sort_top_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_
     alive[order[keep:]] = False
 
 
-def full_sort_law(logits: npt.NDArray[np.float64], history: list[int], params: SamplingParams,
-                  monkeypatch: pytest.MonkeyPatch) -> npt.NDArray[np.float64]:
+def full_sort_law(
+    logits: npt.NDArray[np.float64], history: list[int], params: SamplingParams, monkeypatch: pytest.MonkeyPatch
+) -> npt.NDArray[np.float64]:
     with monkeypatch.context() as patched:
         patched.setattr(ref, "_apply_top_k", full_sort_top_k)
         patched.setattr(ref, "_apply_top_p", full_sort_top_p)

@@ -26,6 +26,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tests.conftest import GOLDEN_KEYS
+from tests.tolerances import forward_spread
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DraftSource, ModelDraft, make_draft, parse_draft_spec
 from verispec.reference.generate import GenerationRequest, generate
@@ -34,8 +36,6 @@ from verispec.reference.sampling import SamplingParams, target_distribution
 from verispec.reference.tokenizer import Tokenizer
 from verispec.spec.decoder.check import MemoTargetModel, ReferenceLogits
 from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
-from tests.conftest import GOLDEN_KEYS
-from tests.tolerances import forward_spread
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -76,7 +76,9 @@ def compare(model: Model, prompt: Sequence[int], plain: Sequence[int], spec: Seq
     near_ties.append(f"{label}: step {j}, margin {margin:.2e}")
 
 
-def run_greedy(model: Model, tokenizer: Tokenizer, path: Path, exit_layer: int, prompts: list[dict[str, Any]], n: int, name: str) -> None:
+def run_greedy(
+    model: Model, tokenizer: Tokenizer, path: Path, exit_layer: int, prompts: list[dict[str, Any]], n: int, name: str
+) -> None:
     totals: dict[str, list[int]] = {}
     drafts = {spec: make_draft(parse_draft_spec(spec), model, tokenizer) for spec in draft_specs(path, exit_layer)}
     for entry in prompts:
@@ -97,7 +99,9 @@ def run_greedy(model: Model, tokenizer: Tokenizer, path: Path, exit_layer: int, 
 
 
 @pytest.mark.model
-def test_greedy_equivalence_smollm2(smollm2_model: Model, smollm2_tokenizer: Tokenizer, smollm2_path: Path, golden: dict[str, Any]) -> None:
+def test_greedy_equivalence_smollm2(
+    smollm2_model: Model, smollm2_tokenizer: Tokenizer, smollm2_path: Path, golden: dict[str, Any]
+) -> None:
     prompts = golden["models"][GOLDEN_KEYS["smollm2-135m"]]["greedy"]
     run_greedy(smollm2_model, smollm2_tokenizer, smollm2_path, 22, prompts, SMOLLM2_TOKENS, "smollm2")
 
@@ -130,6 +134,8 @@ class MemoLaw:
 
 SAMPLED = SamplingParams(temperature=0.8, top_p=0.95)
 DRAFT = SamplingParams(temperature=5.0, top_k=3)  # far from p: half the drafts are rejected, repairs matter
+
+
 def first_two_tokens_law(
     target: MemoTargetModel, law: MemoLaw, prompt: tuple[int, ...], n_cells: int
 ) -> tuple[dict[tuple[int, int], float], list[tuple[int, int]], npt.NDArray[np.float64]]:

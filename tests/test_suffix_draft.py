@@ -34,8 +34,15 @@ def occurrences(text: Sequence[int], pattern: Sequence[int]) -> list[int]:
     return [p for p in range(len(text) - m + 1) if list(text[p : p + m]) == list(pattern)]
 
 
-def brute_force(trees: Sequence[Sequence[Sequence[int]]], history: Sequence[int], k: int, depth: int,
-                max_match: int, min_match: int, min_prob: float) -> list[int]:
+def brute_force(
+    trees: Sequence[Sequence[Sequence[int]]],
+    history: Sequence[int],
+    k: int,
+    depth: int,
+    max_match: int,
+    min_match: int,
+    min_prob: float,
+) -> list[int]:
     """The module docstring's algorithm by scanning text: ``trees[i]`` is the list of texts tree i
     holds (no substring spans two texts); trees[0] ranks first on ties in match length."""
     tokens: list[int] = []
@@ -58,8 +65,10 @@ def brute_force(trees: Sequence[Sequence[Sequence[int]]], history: Sequence[int]
             if not followers:
                 break
             # most frequent next token; ties to the most recent occurrence of path + token, then smaller id
-            stats = {t: (sum(1 for u, _ in followers if u == t), max(at for u, at in followers if u == t))
-                     for t, _ in followers}
+            stats = {
+                t: (sum(1 for u, _ in followers if u == t), max(at for u, at in followers if u == t))
+                for t, _ in followers
+            }
             token = max(stats, key=lambda t: (stats[t][0], stats[t][1], -t))
             prob *= stats[token][0] / len(followers)
             if prob < min_prob:
@@ -77,8 +86,11 @@ def _followers(texts: Sequence[Sequence[int]], pattern: Sequence[int]) -> list[t
     out: list[tuple[int, int]] = []
     offset = 0
     for text in texts:
-        out.extend((text[p + len(pattern)], offset + p + len(pattern))
-                   for p in occurrences(text, pattern) if p + len(pattern) < len(text))
+        out.extend(
+            (text[p + len(pattern)], offset + p + len(pattern))
+            for p in occurrences(text, pattern)
+            if p + len(pattern) < len(text)
+        )
         offset += len(text)
     return out
 
@@ -94,10 +106,17 @@ texts_st = st.lists(st.integers(0, 3), min_size=0, max_size=60)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(text=texts_st, k=st.integers(1, 12), depth=st.integers(2, 8), max_match=st.integers(1, 8),
-       min_match=st.integers(1, 3), min_prob=st.sampled_from([0.0, 0.3, 0.55]))
-def test_request_tree_proposals_equal_brute_force(text: list[int], k: int, depth: int, max_match: int,
-                                                  min_match: int, min_prob: float) -> None:
+@given(
+    text=texts_st,
+    k=st.integers(1, 12),
+    depth=st.integers(2, 8),
+    max_match=st.integers(1, 8),
+    min_match=st.integers(1, 3),
+    min_prob=st.sampled_from([0.0, 0.3, 0.55]),
+)
+def test_request_tree_proposals_equal_brute_force(
+    text: list[int], k: int, depth: int, max_match: int, min_match: int, min_prob: float
+) -> None:
     tree = tree_of(text, depth)
     got = walk([tree], text, k, max_match, min_match, min_prob)
     assert got == brute_force([[text]], text, k, depth, max_match, min_match, min_prob)
@@ -222,15 +241,18 @@ def test_cache_persistence_round_trip(tmp_path: Path) -> None:
     assert SuffixCache.load(tmp_path / "absent.json", n_vocab=10).tokens == 0  # a new cache
 
 
-@pytest.mark.parametrize(("content", "fragment"), [
-    ("{not json", "not JSON"),
-    ('{"version": 99, "texts": []}', "version-1"),
-    ('{"version": 1, "fingerprint": "zzz", "texts": []}', "another vocabulary"),
-    ('{"version": 1, "fingerprint": "abc", "texts": [[1, 2, 10]]}', "outside 0..9"),
-    ('{"version": 1, "fingerprint": "abc", "texts": [[1, true]]}', "outside 0..9"),
-    ('{"version": 1, "fingerprint": "abc", "texts": [[1, -1]]}', "outside 0..9"),
-    ('{"version": 1, "fingerprint": "abc", "texts": "x"}', "version-1"),
-])
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("{not json", "not JSON"),
+        ('{"version": 99, "texts": []}', "version-1"),
+        ('{"version": 1, "fingerprint": "zzz", "texts": []}', "another vocabulary"),
+        ('{"version": 1, "fingerprint": "abc", "texts": [[1, 2, 10]]}', "outside 0..9"),
+        ('{"version": 1, "fingerprint": "abc", "texts": [[1, true]]}', "outside 0..9"),
+        ('{"version": 1, "fingerprint": "abc", "texts": [[1, -1]]}', "outside 0..9"),
+        ('{"version": 1, "fingerprint": "abc", "texts": "x"}', "version-1"),
+    ],
+)
 def test_bad_cache_files_are_refused(tmp_path: Path, content: str, fragment: str) -> None:
     path = tmp_path / "cache.json"
     path.write_text(content)
@@ -271,6 +293,7 @@ class _FakeTokenizer:
 
             def flush(self) -> str:
                 return ""
+
         return D()
 
 
@@ -309,8 +332,9 @@ def test_greedy_suffix_equals_plain_on_smollm2(smollm2_path: Path, tmp_path: Pat
         draft = make_draft(parse_draft_spec("suffix"), model, tokenizer, cache_path=cache_path)
         assert isinstance(draft, SuffixDraft)
         draft.control = False  # this test is about the cache; the cost model's choices depend on timing
-        result = speculative_generate(model, tokenizer, request, draft, SpeculativeOptions(k=6, adaptive=False),
-                                      law=target_distribution)
+        result = speculative_generate(
+            model, tokenizer, request, draft, SpeculativeOptions(k=6, adaptive=False), law=target_distribution
+        )
         assert result.generation.ids == plain.ids
         assert isinstance(draft, SuffixDraft)
         draft.finish(result.generation.ids)
@@ -363,8 +387,13 @@ def test_width_one_tree_is_the_walk(text: list[int], depth: int, max_depth: int)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(text=texts_st, depth=st.integers(2, 8), max_depth=st.integers(1, 6), width=st.integers(1, 4),
-       max_nodes=st.integers(1, 24))
+@given(
+    text=texts_st,
+    depth=st.integers(2, 8),
+    max_depth=st.integers(1, 6),
+    width=st.integers(1, 4),
+    max_nodes=st.integers(1, 24),
+)
 def test_tree_is_best_first(text: list[int], depth: int, max_depth: int, width: int, max_nodes: int) -> None:
     """Parents first, reach nonincreasing along the list, siblings distinct and each a continuation
     actually observed after the node's context; a node's reach is its parent's times its own
@@ -384,8 +413,10 @@ def test_tree_is_best_first(text: list[int], depth: int, max_depth: int, width: 
         assert n.reach <= reach[n.parent] + 1e-12
         assert 0 < n.reach / reach[n.parent] <= min(n.estimate, MAX_ACCEPT) + 1e-12
         context = [*text, *paths[n.parent]]
-        assert any(context[j : j + n.context + 1] == [*context[len(context) - n.context :], n.token]
-                   for j in range(len(context) - n.context))  # "context + token" occurred in the text
+        assert any(
+            context[j : j + n.context + 1] == [*context[len(context) - n.context :], n.token]
+            for j in range(len(context) - n.context)
+        )  # "context + token" occurred in the text
     assert all(a >= b - 1e-12 for a, b in zip(reach[1:], reach[2:]))
     for v in range(len(nodes) + 1):
         kids = [n.token for n in nodes if n.parent == v]

@@ -63,11 +63,11 @@ def test_the_file_is_gguf_pys_byte_for_byte(name: str, tokenizer: str, tmp_path:
 def _awkward_rows() -> np.ndarray:
     rng = np.random.default_rng(0)
     rows = rng.standard_normal((6, 64)).astype(np.float32)
-    rows[0] = 0.0                                   # d = 0: the inverse scale must be 0, not inf
+    rows[0] = 0.0  # d = 0: the inverse scale must be 0, not inf
     rows[1, :32] = np.float32(0.5) * np.arange(32)  # exact halves at the rounding boundaries
-    rows[2, 5] = 1e4                                # one entry dominates its block
+    rows[2, 5] = 1e4  # one entry dominates its block
     rows[3] = -rows[3]
-    rows[4, 32:] = 7.0                              # a constant block
+    rows[4, 32:] = 7.0  # a constant block
     # Q8_0 with scale 1 (absmax 127): the float32 just below 0.5 must round to 0 (C's roundf);
     # floor(x + 0.5) gives 1 there, the sum rounding up to 1.0
     rows[5, :32] = 0.0
@@ -122,8 +122,25 @@ def test_every_architecture_loads_and_decodes_in_the_reference(arch: str, tmp_pa
 def test_the_command_lists_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["models", "synth", "--list"]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == list(ARCHITECTURES)
-    assert cli.main(["models", "synth", "--arch", "mistral", "--out", str(tmp_path), "--seed", "2",
-                     "--types", "Q8_0,F16", "--tokenizer", "bpe"]) == 0
+    assert (
+        cli.main(
+            [
+                "models",
+                "synth",
+                "--arch",
+                "mistral",
+                "--out",
+                str(tmp_path),
+                "--seed",
+                "2",
+                "--types",
+                "Q8_0,F16",
+                "--tokenizer",
+                "bpe",
+            ]
+        )
+        == 0
+    )
     path = Path(capsys.readouterr().out.strip())
     assert path == tmp_path / "mistral-seed2.gguf"
     reference = tmp_path / "direct.gguf"
@@ -131,13 +148,16 @@ def test_the_command_lists_and_writes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert path.read_bytes() == reference.read_bytes()
 
 
-@pytest.mark.parametrize("argv", [
-    ["--arch", "llama"],                                   # no --out
-    ["--arch", "llama", "--out", "OUT", "--types", "Q9"],  # unknown type
-    ["--arch", "llama", "--out", "OUT", "--types", ","],   # no type at all
-    ["--arch", "llama", "--out", "OUT", "--seed", "-1"],
-    ["--arch", "falcon", "--out", "OUT"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--arch", "llama"],  # no --out
+        ["--arch", "llama", "--out", "OUT", "--types", "Q9"],  # unknown type
+        ["--arch", "llama", "--out", "OUT", "--types", ","],  # no type at all
+        ["--arch", "llama", "--out", "OUT", "--seed", "-1"],
+        ["--arch", "falcon", "--out", "OUT"],
+    ],
+)
 def test_usage_errors_exit_2_and_write_nothing(argv: list[str], tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = [str(out) if a == "OUT" else a for a in argv]

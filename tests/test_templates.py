@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
+from tests.workflow import Workflow, expand
 from verispec import cli
 from verispec.templates import TEMPLATE_DIR, TEMPLATES, TemplateError, template_text, workflow_text
-
-from tests.workflow import Workflow, expand
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,8 +49,13 @@ def test_the_ci_workflow_shards_uploads_and_merges() -> None:
     flow = Workflow.parse(template_text("github-actions"))
     assert flow.matrix("shard", "shard") == list(range(1, int(flow.env["SHARDS"]) + 1))  # the two agree
     shard_steps = [step.get("name") or step.get("uses") for step in flow.steps("shard")]
-    assert shard_steps == ["actions/checkout@v4", "actions/setup-python@v5", "install", "gate one shard",
-                           "actions/upload-artifact@v4"]
+    assert shard_steps == [
+        "actions/checkout@v4",
+        "actions/setup-python@v5",
+        "install",
+        "gate one shard",
+        "actions/upload-artifact@v4",
+    ]
     assert "--batch-verifier" in flow.env["CHECK_ARGS"] and "--law-only" in flow.env["CHECK_ARGS"]
     gate = flow.run_line("shard", "gate one shard")
     assert "--shard ${{ matrix.shard }}/$SHARDS --json" in gate and "--junit-xml" in gate
@@ -64,7 +68,11 @@ def test_the_ci_workflow_shards_uploads_and_merges() -> None:
 
 # -- the decoder templates: their generate op runs check-decoder's default (depth) mode ------------
 
-DECODER_TEMPLATES = {"transformers-decoder": "transformers", "llama-cpp-decoder": "llama_cpp", "model-api-decoder": None}
+DECODER_TEMPLATES = {
+    "transformers-decoder": "transformers",
+    "llama-cpp-decoder": "llama_cpp",
+    "model-api-decoder": None,
+}
 # A CI-sized depth design on a tiny synthetic model: 8 tokens deep, power 0.99 against TV 0.2 on
 # every position (~280 tokens, seconds), the same mode and statistics as the full default design.
 DEPTH = ["--depth", "8", "--tv", "0.2", "--fraction", "1", "--prompt", "the model", "--json"]
@@ -77,7 +85,9 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return synthesize("llama", tmp_path_factory.mktemp("synth"), seed=0)
 
 
-def _check_decoder(engine: str, model: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any]]:
+def _check_decoder(
+    engine: str, model: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[int, dict[str, Any]]:
     status = cli.main(["check-decoder", "--engine", engine, "--model", str(model), *DEPTH, *extra])
     return status, json.loads(capsys.readouterr().out)
 
@@ -87,12 +97,28 @@ def test_every_decoder_template_offers_generate() -> None:
         assert "    def generate(self, prompt_ids" in template_text(name), name
 
 
-def test_the_model_api_template_passes_the_depth_mode_and_greedy(tiny_llama: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_model_api_template_passes_the_depth_mode_and_greedy(
+    tiny_llama: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     status, report = _check_decoder("examples.model_api_decoder:factory", tiny_llama, capsys)
     assert status == 0 and report["results"][0]["mode"] == "depth", report
     assert report["results"][0]["power"] >= 0.99
-    assert cli.main(["check-decoder", "--engine", "examples.model_api_decoder:factory", "--model", str(tiny_llama),
-                     "--greedy", "--prompt", "the model", "--json"]) == 0
+    assert (
+        cli.main(
+            [
+                "check-decoder",
+                "--engine",
+                "examples.model_api_decoder:factory",
+                "--model",
+                str(tiny_llama),
+                "--greedy",
+                "--prompt",
+                "the model",
+                "--json",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
 
 
@@ -113,10 +139,16 @@ def test_a_broken_model_api_decoder_fails_the_depth_mode(tiny_llama: Path, capsy
     assert status == 1 and report["results"][0]["state"] == "failed", report
 
 
-@pytest.mark.parametrize("name, engine", [("transformers-decoder", "examples.transformers_decoder:prompt_lookup"),
-                                          ("llama-cpp-decoder", "examples.llama_cpp_decoder:prompt_lookup")])
-def test_the_library_templates_pass_the_depth_mode(name: str, engine: str, tiny_llama: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "name, engine",
+    [
+        ("transformers-decoder", "examples.transformers_decoder:prompt_lookup"),
+        ("llama-cpp-decoder", "examples.llama_cpp_decoder:prompt_lookup"),
+    ],
+)
+def test_the_library_templates_pass_the_depth_mode(
+    name: str, engine: str, tiny_llama: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip(DECODER_TEMPLATES[name] or "")
     # transformers penalizes the whole sequence, the law its last 64 tokens: no penalty at depth
     extra = ["--repeat-penalty", "1"] + (["--target-law", "engine-logits"] if name == "llama-cpp-decoder" else [])
@@ -129,8 +161,21 @@ def test_the_library_templates_pass_the_depth_mode(name: str, engine: str, tiny_
 
 def test_the_workflow_options_write_the_env_and_the_matrix(capsys: pytest.CaptureFixture[str]) -> None:
     args = '--verifier engine.sampler:verify --law-only --note "a b"'
-    assert cli.main(["template", "github-actions", "--shards", "3", "--install", "git+https://example.org/verispec.git",
-                     "--check-args", args]) == 0
+    assert (
+        cli.main(
+            [
+                "template",
+                "github-actions",
+                "--shards",
+                "3",
+                "--install",
+                "git+https://example.org/verispec.git",
+                "--check-args",
+                args,
+            ]
+        )
+        == 0
+    )
     flow = Workflow.parse(capsys.readouterr().out)
     assert flow.matrix("shard", "shard") == [1, 2, 3] and flow.env["SHARDS"] == "3"
     assert flow.env["INSTALL"] == "git+https://example.org/verispec.git" and flow.env["CHECK_ARGS"] == args
@@ -139,8 +184,7 @@ def test_the_workflow_options_write_the_env_and_the_matrix(capsys: pytest.Captur
     assert Workflow.parse(template_text("github-actions")).env["INSTALL"].endswith(".whl")  # no index has verispec
 
 
-@pytest.mark.parametrize("argv", [["--shards", "0"], ["--shards", "257"], ["--install", " "],
-                                  ["--check-args", "a\nb"]])
+@pytest.mark.parametrize("argv", [["--shards", "0"], ["--shards", "257"], ["--install", " "], ["--check-args", "a\nb"]])
 def test_bad_workflow_options_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["template", "github-actions", *argv]) == 2
     assert capsys.readouterr().out == ""
@@ -163,12 +207,16 @@ def test_the_workflow_steps_run_in_a_fresh_repository(tmp_path: Path) -> None:
     values = {"github.workspace": str(project), "secrets.VERISPEC_REPORT_KEY": "00ff" * 8}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))}
     env.update({k: expand(v, values) for k, v in flow.env.items()})
-    env.update(PYTHONPATH=f"{env['PYTHONPATH']}{os.pathsep}{REPO}", OPENBLAS_NUM_THREADS="1",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    env.update(
+        PYTHONPATH=f"{env['PYTHONPATH']}{os.pathsep}{REPO}",
+        OPENBLAS_NUM_THREADS="1",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    )
 
     def step(line: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(line, shell=True, executable="/bin/bash", cwd=project, env=env, capture_output=True,
-                              text=True, timeout=300)
+        return subprocess.run(
+            line, shell=True, executable="/bin/bash", cwd=project, env=env, capture_output=True, text=True, timeout=300
+        )
 
     for shard in flow.matrix("shard", "shard"):
         done = step(expand(flow.run_line("shard", "gate one shard"), {"matrix.shard": str(shard)}))

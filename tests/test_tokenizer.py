@@ -15,19 +15,34 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.reference import pretokenize as pre
 from verispec.reference import tokenizer_bpe as bpe
 from verispec.reference import tokenizer_spm as spm
 from verispec.reference.errors import TokenizerError
-from verispec.reference.tokenizer import Tokenizer, TokenAttr
-from tests.profiles import examples
+from verispec.reference.tokenizer import TokenAttr, Tokenizer
 
 # --------------------------------------------------------------------------------------------------
 # Pre-tokenizer
 # --------------------------------------------------------------------------------------------------
 
-WHITE_SPACE = {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-               0x2028, 0x2029, 0x202F, 0x205F, 0x3000}  # PropList.txt White_Space
+WHITE_SPACE = {
+    0x09,
+    0x0A,
+    0x0B,
+    0x0C,
+    0x0D,
+    0x20,
+    0x85,
+    0xA0,
+    0x1680,
+    *range(0x2000, 0x200B),
+    0x2028,
+    0x2029,
+    0x202F,
+    0x205F,
+    0x3000,
+}  # PropList.txt White_Space
 
 
 def collapse(text: str) -> str:
@@ -49,7 +64,9 @@ def collapse(text: str) -> str:
 
 
 GPT2_ASCII = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+", re.ASCII)
-interesting = st.text(alphabet=st.sampled_from(list(" \t\n'sdmtlrev aZ09!.,é日٣\u00a0\u2003\x85\x1c\x00🙂")), max_size=30)
+interesting = st.text(
+    alphabet=st.sampled_from(list(" \t\n'sdmtlrev aZ09!.,é日٣\u00a0\u2003\x85\x1c\x00🙂")), max_size=30
+)
 
 
 @settings(max_examples=examples(500))
@@ -82,6 +99,7 @@ def test_gpt2_split_examples(text: str, words: list[str]) -> None:
 @given(text=st.one_of(st.text(max_size=30), interesting))
 def test_class_splits_match_the_regex(text: str) -> None:
     """\\p{N}, \\p{N}+, [0-9]{3} and [\\p{P}$+<=>^~|]+ against re on a class-collapsed text."""
+
     def mark(member: Any) -> str:
         return "".join("x" if member(ch) else "." for ch in text)
 
@@ -141,7 +159,9 @@ def naive_spm(text: str, vocab: dict[str, int], scores: list[float]) -> list[str
 
 
 small_words = st.text(alphabet="abc", max_size=14)
-pair_lists = st.lists(st.tuples(st.text("abc", min_size=1, max_size=3), st.text("abc", min_size=1, max_size=3)), max_size=25)
+pair_lists = st.lists(
+    st.tuples(st.text("abc", min_size=1, max_size=3), st.text("abc", min_size=1, max_size=3)), max_size=25
+)
 
 
 @settings(max_examples=examples(300))
@@ -154,8 +174,11 @@ def test_bpe_merge_order(word: str, pairs: list[tuple[str, str]]) -> None:
 
 
 @settings(max_examples=examples(300))
-@given(text=small_words, pieces=st.lists(st.text("abc", min_size=2, max_size=5), max_size=25),
-       score_seed=st.lists(st.integers(-3, 3), min_size=25, max_size=25))
+@given(
+    text=small_words,
+    pieces=st.lists(st.text("abc", min_size=2, max_size=5), max_size=25),
+    score_seed=st.lists(st.integers(-3, 3), min_size=25, max_size=25),
+)
 def test_spm_merge_order(text: str, pieces: list[str], score_seed: list[int]) -> None:
     vocab = {p: i for i, p in enumerate(dict.fromkeys(["a", "b", "c", *pieces]))}
     scores = [float(score_seed[i % 25]) for i in range(len(vocab))]  # many ties on purpose
@@ -195,8 +218,13 @@ def gpt2_metadata(merges: list[str], specials: Sequence[tuple[str, int]] = (), *
         if a + b not in tokens:
             tokens.append(a + b)
     types = [ty for _, ty in specials] + [1] * (len(tokens) - len(specials))
-    meta: dict[str, Any] = {K + "model": "gpt2", K + "pre": "smollm", K + "tokens": tokens,
-                            K + "token_type": types, K + "merges": merges}
+    meta: dict[str, Any] = {
+        K + "model": "gpt2",
+        K + "pre": "smollm",
+        K + "tokens": tokens,
+        K + "token_type": types,
+        K + "merges": merges,
+    }
     meta.update({K + k: v for k, v in extra.items()})
     return meta
 
@@ -214,8 +242,16 @@ def spm_metadata(pieces: list[tuple[str, float, int]], **extra: Any) -> dict[str
     return meta
 
 
-SPM_PIECES = [("▁", -1.0, 1), ("▁h", -2.0, 1), ("▁hi", -1.5, 1), ("h", -3.0, 1), ("i", -3.0, 1),
-              ("<ud>", 0.0, 4), ("▁x", -2.0, 1), ("x", -3.0, 1)]
+SPM_PIECES = [
+    ("▁", -1.0, 1),
+    ("▁h", -2.0, 1),
+    ("▁hi", -1.5, 1),
+    ("h", -3.0, 1),
+    ("i", -3.0, 1),
+    ("<ud>", 0.0, 4),
+    ("▁x", -2.0, 1),
+    ("x", -3.0, 1),
+]
 
 
 @settings(max_examples=examples(200))
@@ -267,8 +303,15 @@ def test_bos_eos() -> None:
 
 
 def test_eog_rules() -> None:
-    specials = [("<|endoftext|>", 1), ("<|im_end|>", 4), ("<reponame>", 3), ("<fim_pad>", 3),
-                ("</s>", 4), ("<|channel|>", 3), ("<other>", 3)]
+    specials = [
+        ("<|endoftext|>", 1),
+        ("<|im_end|>", 4),
+        ("<reponame>", 3),
+        ("<fim_pad>", 3),
+        ("</s>", 4),
+        ("<|channel|>", 3),
+        ("<other>", 3),
+    ]
     tok = Tokenizer.from_gguf(gpt2_metadata([], specials, eos_token_id=6))
     assert tok.eog_ids == {0, 1, 2, 3, 4, 6}
     assert tok.token_attr(1) & TokenAttr.CONTROL  # <|im_end|> was user-defined: forced control
@@ -361,8 +404,10 @@ def test_stream_equals_decode(ids: list[int], skip: bool) -> None:
         ({K + "token_type": [1, True]}, r"token_type\[1\] = True"),
         ({K + "token_type": [1]}, "token_type has 1 entries"),
         ({K + "merges": None}, "merges is missing"),
-        ({K + "add_bos_token": True, K + "bos_token_id": 10**6, K + "tokens": ["a"], K + "token_type": [1]},
-         "add_bos_token is true"),
+        (
+            {K + "add_bos_token": True, K + "bos_token_id": 10**6, K + "tokens": ["a"], K + "token_type": [1]},
+            "add_bos_token is true",
+        ),
         ({K + "add_bos_token": 1}, "add_bos_token = 1 is not of type bool"),
     ],
 )

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.reference.errors import TokenizerError
 from verispec.reference.gguf import GGUFFile
-from verispec.reference.tokenizer import Tokenizer, TokenAttr
-from tests.profiles import examples
+from verispec.reference.tokenizer import TokenAttr, Tokenizer
 
 pytestmark = pytest.mark.model
 
@@ -146,8 +146,24 @@ def test_gemma_user_defined_split_without_special_parsing(gemma: Tokenizer) -> N
 # Round trip: exactly where it holds
 # --------------------------------------------------------------------------------------------------
 
-SPECIAL_SNIPPETS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<start_of_turn>", "<end_of_turn>",
-                    "<bos>", "<eos>", "</s>", "<table>", "\t\t", "  ", "\n\n", "▁", "'s", "'ll", " 1"]
+SPECIAL_SNIPPETS = [
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<bos>",
+    "<eos>",
+    "</s>",
+    "<table>",
+    "\t\t",
+    "  ",
+    "\n\n",
+    "▁",
+    "'s",
+    "'ll",
+    " 1",
+]
 texts = st.lists(st.one_of(st.text(max_size=12), st.sampled_from(SPECIAL_SNIPPETS)), max_size=6).map("".join)
 
 

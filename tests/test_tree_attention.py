@@ -17,17 +17,16 @@ over the cache gives the fresh logits.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.tolerances import assert_within, forward_spread
 from verispec.engine.model import FastModel
 from verispec.reference.errors import ModelError
 from verispec.reference.model import Model
 from verispec.reference.tree_attention import ancestor_mask, check_parents, depths
-from tests.tolerances import assert_within, forward_spread
 
 SAMPLES = 16  # Monte Carlo samples per tolerance (one per tree row: cheaper; lambda widens to 31)
 
@@ -76,14 +75,18 @@ def _tree_logits(model: Any, parents: Sequence[int]) -> Any:
 
 @pytest.mark.parametrize("engine", ["reference", "fast"])
 @pytest.mark.parametrize("arch,options", CASES, ids=[c[0] for c in CASES])
-def test_tree_rows_equal_plain_forward_of_their_path(tiny_gguf: Any, engine: str, arch: str, options: dict[str, Any]) -> None:
+def test_tree_rows_equal_plain_forward_of_their_path(
+    tiny_gguf: Any, engine: str, arch: str, options: dict[str, Any]
+) -> None:
     path = tiny_gguf(arch, **options)
     ref = Model.load(path)
     model: Any = ref if engine == "reference" else FastModel.load(path)
     logits, cache = _tree_logits(model, PARENTS)
     chain_logits, _ = _tree_logits(model, list(range(-1, len(PARENTS) - 1)))  # the mutant: no tree mask
     assert cache.length == len(PREFIX) + len(PARENTS) - 1
-    assert cache.positions[len(PREFIX) - 1 : cache.length].tolist() == [len(PREFIX) - 1 + d for d in depths(np.asarray(PARENTS)).tolist()]
+    assert cache.positions[len(PREFIX) - 1 : cache.length].tolist() == [
+        len(PREFIX) - 1 + d for d in depths(np.asarray(PARENTS)).tolist()
+    ]
     caught = 0
     for row in range(len(PARENTS)):
         seq = (*PREFIX, *(TOKENS[r] for r in path_of(PARENTS, row)[1:]))
@@ -100,7 +103,9 @@ def test_tree_rows_equal_plain_forward_of_their_path(tiny_gguf: Any, engine: str
 
 @pytest.mark.parametrize("engine", ["reference", "fast"])
 @pytest.mark.parametrize("arch,options", CASES, ids=[c[0] for c in CASES])
-def test_keep_accepted_path_equals_fresh_prefix(tiny_gguf: Any, engine: str, arch: str, options: dict[str, Any]) -> None:
+def test_keep_accepted_path_equals_fresh_prefix(
+    tiny_gguf: Any, engine: str, arch: str, options: dict[str, Any]
+) -> None:
     path = tiny_gguf(arch, **options)
     ref = Model.load(path)
     model: Any = ref if engine == "reference" else FastModel.load(path)

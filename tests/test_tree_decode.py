@@ -25,6 +25,16 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tests.conftest import GOLDEN_KEYS
+from tests.test_decode import FakeTokenizer
+from tests.test_spec_equivalence import (
+    SAMPLED,
+    MemoLaw,
+    compare,
+    first_two_tokens_law,
+    near_ties,
+)
+from tests.tolerances import assert_within, forward_spread
 from verispec.engine.model import FastModel
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import make_draft, parse_draft_spec
@@ -38,12 +48,6 @@ from verispec.reference.tree_decode import TreeProposal, node_path, span_parents
 from verispec.reference.tree_speculative import DraftTree
 from verispec.spec.decoder.check import MemoTargetModel, ReferenceLogits
 from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
-from tests.conftest import GOLDEN_KEYS
-from tests.test_decode import FakeTokenizer
-from tests.test_spec_equivalence import (
-    SAMPLED, MemoLaw, compare, first_two_tokens_law, near_ties,
-)
-from tests.tolerances import assert_within, forward_spread
 
 F32 = npt.NDArray[np.float32]
 GREEDY = SamplingParams(temperature=0.0)
@@ -99,12 +103,16 @@ class TreeRecorder:
         return logits
 
 
-def check_tree_run(model: Model, engine: Any, prompt: tuple[int, ...], params: SamplingParams, n: int, k: int) -> tuple[int, int, int]:
+def check_tree_run(
+    model: Model, engine: Any, prompt: tuple[int, ...], params: SamplingParams, n: int, k: int
+) -> tuple[int, int, int]:
     """One tree-decoded request with every check of the module docstring; (wide trees, repairs,
     accepted paths that were not already in place: the cache had to move their K, V)."""
     recorder = TreeRecorder(wide_suffix(), model)
     tok: Any = FakeTokenizer()
-    result = speculative_generate(engine, tok, GenerationRequest(prompt, params, max_tokens=n, seed=7), recorder, SpeculativeOptions(k=k))
+    result = speculative_generate(
+        engine, tok, GenerationRequest(prompt, params, max_tokens=n, seed=7), recorder, SpeculativeOptions(k=k)
+    )
     assert len(recorder.calls) == len(result.cycles)
     history = list(prompt)
     wide = repairs = moved = 0
@@ -127,7 +135,12 @@ def check_tree_run(model: Model, engine: Any, prompt: tuple[int, ...], params: S
     return wide, repairs, moved
 
 
-PROMPTS = ((1, 2, 3, 1, 2, 4, 1, 2, 3, 1, 2), (4, 5, 6, 4, 5, 7, 4, 5), (9, 8, 9, 7, 9, 8, 9, 6, 9), (3, 4, 3, 5, 3, 4, 3, 6, 3))
+PROMPTS = (
+    (1, 2, 3, 1, 2, 4, 1, 2, 3, 1, 2),
+    (4, 5, 6, 4, 5, 7, 4, 5),
+    (9, 8, 9, 7, 9, 8, 9, 6, 9),
+    (3, 4, 3, 5, 3, 4, 3, 6, 3),
+)
 
 
 # the fast engine's variants are slow-marked (~15 s each on the 2-core machine): its tree mask is
@@ -142,7 +155,9 @@ def test_tree_decoding_tiny(tiny_gguf: Callable[..., Path], engine: str, params:
     for prompt in PROMPTS:
         w, r, m = check_tree_run(model, target, prompt, params, 16, 4)
         wide, repairs, moved = wide + w, repairs + r, moved + m
-    assert wide >= 3 and repairs >= 3 and moved >= 1, f"trees not exercised: {wide} wide cycles, {repairs} repairs, {moved} moved paths"
+    assert wide >= 3 and repairs >= 3 and moved >= 1, (
+        f"trees not exercised: {wide} wide cycles, {repairs} repairs, {moved} moved paths"
+    )
 
 
 def test_tree_decoding_tiny_gemma3_window(tiny_gguf: Callable[..., Path]) -> None:
@@ -180,14 +195,18 @@ def run_greedy_tree(model: Model, tokenizer: Tokenizer, prompts: list[dict[str, 
 
 
 @pytest.mark.model
-def test_greedy_tree_equals_plain_smollm2(smollm2_model: Model, smollm2_tokenizer: Tokenizer, golden: dict[str, Any]) -> None:
+def test_greedy_tree_equals_plain_smollm2(
+    smollm2_model: Model, smollm2_tokenizer: Tokenizer, golden: dict[str, Any]
+) -> None:
     prompts = golden["models"][GOLDEN_KEYS["smollm2-135m"]]["greedy"]
     run_greedy_tree(smollm2_model, smollm2_tokenizer, prompts, 10, "smollm2")
 
 
 @pytest.mark.model
 def test_greedy_tree_equals_plain_gemma3(gemma3_model: Model, gemma3_path: Path, golden: dict[str, Any]) -> None:
-    prompts = [e for e in golden["models"][GOLDEN_KEYS["gemma3-270m"]]["greedy"] if e["prompt"] == "The capital of France is"]
+    prompts = [
+        e for e in golden["models"][GOLDEN_KEYS["gemma3-270m"]]["greedy"] if e["prompt"] == "The capital of France is"
+    ]
     assert prompts, "golden prompt missing"
     run_greedy_tree(gemma3_model, Tokenizer.from_file(gemma3_path), prompts, 8, "gemma3")
 
@@ -279,8 +298,10 @@ def test_tree_first_two_tokens_law(smollm2_model: Model, smollm2_tokenizer: Toke
         kinds[cycle.kind] += 1
     test = chi_square(counts, probs)
     power = power_of(N, test.df, ALPHA, TV)
-    print(f"tree: N={N} chi2={test.statistic:.2f} df={test.df} p={test.p_value:.4f} alpha={ALPHA} power={power:.3f} "
-          f"vs TV>={TV}; first cycles {kinds}, accepted path starts at {first_node}; target forwards {target.forwards}")
+    print(
+        f"tree: N={N} chi2={test.statistic:.2f} df={test.df} p={test.p_value:.4f} alpha={ALPHA} power={power:.3f} "
+        f"vs TV>={TV}; first cycles {kinds}, accepted path starts at {first_node}; target forwards {target.forwards}"
+    )
     # the branches of the rule are exercised (FixedTreeDraft): first sibling accepted, last one
     # after two rejections, none (a residual draw: ~0.6% of the runs), bonus at depth 2
     assert first_node[1] > N // 50 and first_node[3] > N // 50 and first_node[None] > 0, first_node

@@ -24,6 +24,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tests.synthetic import write_synthetic
+from tests.test_decode import FakeTokenizer
+from tests.test_tree_attention import PARENTS, path_of
+from tests.test_tree_decode import PROMPTS as TREE_PROMPTS
+from tests.test_tree_decode import wide_suffix
 from verispec.engine import sampling as fast_sampling
 from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel
@@ -31,11 +36,6 @@ from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.generate import GenerationRequest
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.tree_attention import ancestor_mask, check_parents, depths
-from tests.synthetic import write_synthetic
-from tests.test_decode import FakeTokenizer
-from tests.test_tree_attention import PARENTS, path_of
-from tests.test_tree_decode import PROMPTS as TREE_PROMPTS
-from tests.test_tree_decode import wide_suffix
 
 GREEDY = SamplingParams(temperature=0.0)
 PREFIX = (5, 9, 1, 30, 2, 17, 4)
@@ -130,8 +130,9 @@ def test_greedy_int8_trees_give_plain_int8_tokens(int8_tiny: FastModel) -> None:
     for prompt in TREE_PROMPTS:
         request = GenerationRequest(prompt, GREEDY, max_tokens=24, seed=0)
         plain = fast_generate(int8_tiny, tok, request)
-        spec = speculative_generate(int8_tiny, tok, request, wide_suffix(), SpeculativeOptions(k=4),
-                                    law=fast_sampling.target_distribution)
+        spec = speculative_generate(
+            int8_tiny, tok, request, wide_suffix(), SpeculativeOptions(k=4), law=fast_sampling.target_distribution
+        )
         assert spec.generation.ids == plain.ids, prompt
         wide += sum(c.width >= 2 for c in spec.cycles)
     assert wide >= 3, f"trees not exercised: {wide} wide cycles"
@@ -147,7 +148,8 @@ def test_greedy_int8_trees_give_plain_int8_tokens_smollm2(smollm2_path: Path, in
     text = "one two three four five six seven eight nine ten. one two three four five six seven eight nine ten. one two"
     request = GenerationRequest(tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos)), GREEDY, max_tokens=24, seed=0)
     plain = fast_generate(model, tokenizer, request)
-    spec = speculative_generate(model, tokenizer, request, wide_suffix(), SpeculativeOptions(k=4),
-                                law=fast_sampling.target_distribution)
+    spec = speculative_generate(
+        model, tokenizer, request, wide_suffix(), SpeculativeOptions(k=4), law=fast_sampling.target_distribution
+    )
     assert spec.generation.ids == plain.ids
     assert any(c.width >= 2 for c in spec.cycles) and sum(c.accepted for c in spec.cycles) > 0

@@ -89,7 +89,11 @@ def test_a_malformed_verdict_is_refused_and_a_valid_one_kept() -> None:
     wrong = 0
     for _ in range(CASES):
         k, vocab = rng.randrange(1, 9), rng.randrange(2, 300)
-        output: dict[str, Any] = {"accepted": rng.randrange(k + 1), "token": rng.randrange(vocab), "kind": rng.choice(["repair", "bonus"])}
+        output: dict[str, Any] = {
+            "accepted": rng.randrange(k + 1),
+            "token": rng.randrange(vocab),
+            "kind": rng.choice(["repair", "bonus"]),
+        }
         verdict = parse_verdict(output, k=k, vocab=vocab)
         assert (verdict.accepted, verdict.token, verdict.kind) == (output["accepted"], output["token"], output["kind"])
         field = rng.choice(["accepted", "token", "kind", "missing"])
@@ -148,7 +152,7 @@ def test_decoder_samples_and_greedy_ids_are_checked_item_by_item() -> None:
 def random_json(rng: random.Random, depth: int = 0) -> Any:
     roll = rng.random()
     if depth > 6 or roll < 0.3:
-        return rng.choice([0, -1, 1.5, "s", "\\u00e9\"[", True, None, 10**20])
+        return rng.choice([0, -1, 1.5, "s", '\\u00e9"[', True, None, 10**20])
     if roll < 0.65:
         return [random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
     return {f"k{i}": random_json(rng, depth + 1) for i in range(rng.randrange(4))}
@@ -156,17 +160,19 @@ def random_json(rng: random.Random, depth: int = 0) -> Any:
 
 def hostile_json(rng: random.Random) -> bytes:
     deep = rng.randrange(65, 20_000)
-    return rng.choice([
-        b"[" * deep + b"]" * deep,
-        b'{"a":' * deep + b"1" + b"}" * deep,
-        b"[" * deep,
-        b"9" * rng.randrange(4301, 20_000),
-        b"[1, NaN]",
-        b'{"a": Infinity}',
-        b"\xff\xfe{}",
-        bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))),
-        b'["' + b"[" * deep + b'"]',  # brackets inside a string do not nest: valid
-    ])
+    return rng.choice(
+        [
+            b"[" * deep + b"]" * deep,
+            b'{"a":' * deep + b"1" + b"}" * deep,
+            b"[" * deep,
+            b"9" * rng.randrange(4301, 20_000),
+            b"[1, NaN]",
+            b'{"a": Infinity}',
+            b"\xff\xfe{}",
+            bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))),
+            b'["' + b"[" * deep + b'"]',  # brackets inside a string do not nest: valid
+        ]
+    )
 
 
 def test_the_json_reader_parses_or_raises_input_error_only() -> None:
@@ -317,8 +323,16 @@ def test_mutated_calibration_records_are_refused_or_recomputed(tmp_path: Path) -
             assert "\n" not in str(exc)
             continue
         assert cal.records is not None
-        again = build(cal.records, q=cal.q, model_sha256=cal.model_sha256, model_name=cal.model_name, n_layer=cal.n_layer,
-                      lens=cal.lens, n_lens=cal.n_lens, ridge=cal.ridge)
+        again = build(
+            cal.records,
+            q=cal.q,
+            model_sha256=cal.model_sha256,
+            model_name=cal.model_name,
+            n_layer=cal.n_layer,
+            lens=cal.lens,
+            n_lens=cal.n_lens,
+            ridge=cal.ridge,
+        )
         assert again.depths == cal.depths and again.kinds == cal.kinds
 
 
@@ -348,8 +362,21 @@ def _mode(path: Path) -> int | None:
 
 def _plant(rng: random.Random, folder: Path) -> tuple[Path, bool, str]:
     """A target of a random kind in ``folder``: (path, follow_symlinks, expected 'written' or 'refused')."""
-    kind = rng.choice(["absent", "regular", "fifo", "folder", "missing parent", "through a file",
-                       "link to regular", "link to absent", "link to fifo", "link to folder", "link loop"])
+    kind = rng.choice(
+        [
+            "absent",
+            "regular",
+            "fifo",
+            "folder",
+            "missing parent",
+            "through a file",
+            "link to regular",
+            "link to absent",
+            "link to fifo",
+            "link to folder",
+            "link loop",
+        ]
+    )
     follow = rng.random() < 0.5
     target = folder / "out.bin"
     if kind == "regular":
@@ -407,7 +434,9 @@ def test_non_regular_output_paths_are_refused_and_left_as_they_were(tmp_path: Pa
         problems["wrong verdicts"] += outcome != expected and outcome != "traceback"
         if outcome == "written":
             real = Path(os.path.realpath(target)) if follow else target
-            problems["wrong verdicts"] += real.read_bytes() != b"new" or target.is_symlink() != (target.name in before and stat_is_link(before[target.name]))
+            problems["wrong verdicts"] += real.read_bytes() != b"new" or target.is_symlink() != (
+                target.name in before and stat_is_link(before[target.name])
+            )
         after = {p.name: _mode(p) for p in folder.iterdir()}
         left = [n for n in after if ".tmp-" in n]
         changed = outcome == "refused" and after != before
@@ -431,7 +460,20 @@ def stat_is_link(mode: int | None) -> bool:
 
 
 # values of the wrong type or out of any range, for any numeric keyword
-EXTREME: tuple[Any, ...] = (float("inf"), float("-inf"), float("nan"), "1", "inf", b"1", True, False, [1], {"x": 1}, object(), 1e308 * 10)
+EXTREME: tuple[Any, ...] = (
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    "1",
+    "inf",
+    b"1",
+    True,
+    False,
+    [1],
+    {"x": 1},
+    object(),
+    1e308 * 10,
+)
 
 
 def test_extreme_and_mistyped_api_arguments_are_check_errors() -> None:
@@ -440,11 +482,45 @@ def test_extreme_and_mistyped_api_arguments_are_check_errors() -> None:
     import verispec
     from verispec.spec.check import CheckError
 
-    check_keywords = ["scale", "timeout", "workers", "seed", "count", "budget_samples", "shard", "only", "law_only",
-                      "fail_fast", "sequential", "batch_verifier", "verifier_cmd", "vectors"]
-    decoder_keywords = ["depth", "m", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "tv", "fraction",
-                        "alpha", "min_mass", "k", "max_tokens", "draft_temperature", "draft_top_k", "greedy", "prompts",
-                        "penalty_last_n", "min_tokens", "law", "engine"]
+    check_keywords = [
+        "scale",
+        "timeout",
+        "workers",
+        "seed",
+        "count",
+        "budget_samples",
+        "shard",
+        "only",
+        "law_only",
+        "fail_fast",
+        "sequential",
+        "batch_verifier",
+        "verifier_cmd",
+        "vectors",
+    ]
+    decoder_keywords = [
+        "depth",
+        "m",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "repeat_penalty",
+        "tv",
+        "fraction",
+        "alpha",
+        "min_mass",
+        "k",
+        "max_tokens",
+        "draft_temperature",
+        "draft_top_k",
+        "greedy",
+        "prompts",
+        "penalty_last_n",
+        "min_tokens",
+        "law",
+        "engine",
+    ]
     rng = random.Random(20_261_204)
     problems = _problems()
     cases = CASES // 10
@@ -506,14 +582,13 @@ PEERS: dict[str, str] = {
     "answers garbage": "while read line; do echo 'not json'; done",
     "answers deep JSON": "read line; python3 -c \"print('['*100000 + ']'*100000)\"; sleep 60",
     "answers a huge integer id": "read line; python3 -c \"print('{\\\"id\\\": ' + '7'*6000 + ', \\\"output\\\": {}}')\"; sleep 60",
-    "answers out of order": "while read line; do echo '{\"id\": \"other\", \"output\": {}}'; done",
+    "answers out of order": 'while read line; do echo \'{"id": "other", "output": {}}\'; done',
     "answers negative tokens": (
-        "while read line; do echo '{\"id\": '$(echo \"$line\" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[\"id\"]))')"
-        "', \"output\": {\"accepted\": 0, \"token\": -3, \"kind\": \"repair\"}}'; done"
+        'while read line; do echo \'{"id": \'$(echo "$line" | python3 -c \'import json,sys; print(json.dumps(json.load(sys.stdin)["id"]))\')'
+        '\', "output": {"accepted": 0, "token": -3, "kind": "repair"}}\'; done'
     ),
 }
 PEER_TIMEOUT = 1.0
-
 
 
 def sampled_call(wire: WireImplementation) -> Callable[[], object]:
@@ -528,9 +603,13 @@ def batch_call(wire: WireImplementation) -> Callable[[], object]:
     return lambda: wire.verify_batch(p, q, np.ones((3, 1), dtype=np.int64), np.full((3, 2), 0.5))
 
 
-@pytest.mark.parametrize("peer", sorted(PEERS) if LONG else ["closes stdout, keeps running", "answers negative tokens", "never reads stdin"])
+@pytest.mark.parametrize(
+    "peer", sorted(PEERS) if LONG else ["closes stdout, keeps running", "answers negative tokens", "never reads stdin"]
+)
 @pytest.mark.parametrize("call", [sampled_call, batch_call] if LONG else [sampled_call])
-def test_a_misbehaving_peer_fails_within_its_bound_and_leaves_nothing(peer: str, call: Callable[[WireImplementation], Callable[[], object]]) -> None:
+def test_a_misbehaving_peer_fails_within_its_bound_and_leaves_nothing(
+    peer: str, call: Callable[[WireImplementation], Callable[[], object]]
+) -> None:
     wire = WireImplementation(CommandTransport(PEERS[peer], timeout=PEER_TIMEOUT))
     pgids = []
     began = time.monotonic()
@@ -547,7 +626,7 @@ def test_a_misbehaving_peer_fails_within_its_bound_and_leaves_nothing(peer: str,
 
 # -- whole runs (long mode: each is a full `verispec check --law-only`) ---------------------------
 
-LATE_BREAKER = '''
+LATE_BREAKER = """
 import json, sys
 from verispec.spec.external import law_handler, reference_handler
 law = law_handler(reference_handler, 1)
@@ -564,7 +643,7 @@ for line in sys.stdin:
     if len(output["token"]) > 1:
         output["token"][-1] = -3  # one bad item, the last: only a check of every item sees it
     print(json.dumps({"id": request["id"], "output": output}), flush=True)
-'''
+"""
 
 
 @pytest.mark.skipif(not LONG, reason="long corpus only (VERISPEC_CORPUS_LONG=1): full check runs")
@@ -577,9 +656,23 @@ def test_a_late_bad_item_fails_every_kind_of_run_with_a_complete_report(tmp_path
     peer.write_text(LATE_BREAKER)
     repo = Path(__file__).resolve().parent.parent
     result = subprocess.run(
-        [sys.executable, "-m", "verispec", "check", "--verifier-cmd", f"{sys.executable} {peer}", "--law-only",
-         "--timeout", "60", "--json", *mode],
-        cwd=repo, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "verispec",
+            "check",
+            "--verifier-cmd",
+            f"{sys.executable} {peer}",
+            "--law-only",
+            "--timeout",
+            "60",
+            "--json",
+            *mode,
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 1, result.stderr[-2000:]
     report = json.loads(result.stdout)

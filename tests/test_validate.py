@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-import verispec.engine.weights as engine_weights
 import verispec.commands.generate_early_exit  # noqa: F401  (imported before any patch: see tripwire)
 import verispec.commands.speculative  # noqa: F401
-from verispec.engine.model import FastModel
-from verispec.reference.model import Model
+import verispec.engine.weights as engine_weights
 from tests.conftest import write_tiny_gguf
 from verispec import engine_load
 from verispec.cli import main
 from verispec.commands.validate import MAX_K, MAX_TEMPERATURE
+from verispec.engine.model import FastModel
+from verispec.reference.model import Model
 
 CONTEXT = 256
 
@@ -87,8 +87,23 @@ def test_bad_generate_flags_fail_before_the_model_loads(
 def test_good_flags_reach_the_loader(tiny: Path, tripwire: list[str]) -> None:
     # the tripwire itself works: valid flags get as far as loading the model
     with pytest.raises(AssertionError, match="before the flags were checked"):
-        main(["generate", "--model", str(tiny), "--prompt", "hi", "--max-tokens", str(CONTEXT - 1),
-              "--temperature", str(MAX_TEMPERATURE), "--draft", "ngram", "--k", str(MAX_K)])
+        main(
+            [
+                "generate",
+                "--model",
+                str(tiny),
+                "--prompt",
+                "hi",
+                "--max-tokens",
+                str(CONTEXT - 1),
+                "--temperature",
+                str(MAX_TEMPERATURE),
+                "--draft",
+                "ngram",
+                "--k",
+                str(MAX_K),
+            ]
+        )
     assert tripwire
 
 

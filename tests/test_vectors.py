@@ -250,6 +250,7 @@ def test_gate_expectations_by_the_float_formula(vectors: VectorSet) -> None:
 @pytest.mark.oracle
 def test_dequantize_expectations_bit_exact_vs_gguf_py(vectors: VectorSet) -> None:
     import gguf  # the dev extra installs it: a missing oracle fails, it never skips
+
     from verispec.reference.quants import block_layout
 
     types_seen = set()

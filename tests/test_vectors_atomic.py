@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from verispec.spec.vectors import read_vectors
 from verispec.atomic import OutputError, replace_directory
 from verispec.cli import main
+from verispec.spec.vectors import read_vectors
 
 COUNT = ["--count", "1"]
 

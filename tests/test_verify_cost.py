@@ -31,10 +31,10 @@ def test_best_k_is_the_argmax_of_tokens_per_cost(alpha: float) -> None:
 
 
 def test_best_k_by_hand() -> None:
-    assert best_k_for_cost(0.5, {2: 1.0, 3: 2.0}, 2) == 1     # k=1: 1.5 / 1; k=2: 1.75 / 2
+    assert best_k_for_cost(0.5, {2: 1.0, 3: 2.0}, 2) == 1  # k=1: 1.5 / 1; k=2: 1.75 / 2
     assert best_k_for_cost(0.5, {r: 1.0 for r in range(2, 10)}, 8) == 8  # free rows: draft all
     assert best_k_for_cost(0.9, {r: float(r) for r in range(2, 10)}, 8) == 0  # rows cost linearly: never pays
-    assert best_k_for_cost(1.0, {2: 1.5}, 4) == 1              # rows not measured are not chosen
+    assert best_k_for_cost(1.0, {2: 1.5}, 4) == 1  # rows not measured are not chosen
 
 
 def test_adaptive_k_is_capped_by_the_cost_curve() -> None:
@@ -81,9 +81,21 @@ def test_adaptive_decode_on_the_engine_uses_the_curve_and_stays_lossless(
     monkeypatch.setattr(model, "verify_cost_curve", flat_curve)
     prompt = (5, 9, 12, 5, 9, 12, 5, 9, 12, 5, 9)
     request = GenerationRequest(prompt, params=SamplingParams(temperature=0.0), max_tokens=16, seed=1)
-    plain = speculative_generate(model, smollm2_tokenizer, request, make_draft(parse_draft_spec("ngram"), model),
-                                 SpeculativeOptions(k=3), law=fast_sampling.target_distribution)
-    adaptive = speculative_generate(model, smollm2_tokenizer, request, make_draft(parse_draft_spec("ngram"), model),
-                                    SpeculativeOptions(k=3, adaptive=True), law=fast_sampling.target_distribution)
+    plain = speculative_generate(
+        model,
+        smollm2_tokenizer,
+        request,
+        make_draft(parse_draft_spec("ngram"), model),
+        SpeculativeOptions(k=3),
+        law=fast_sampling.target_distribution,
+    )
+    adaptive = speculative_generate(
+        model,
+        smollm2_tokenizer,
+        request,
+        make_draft(parse_draft_spec("ngram"), model),
+        SpeculativeOptions(k=3, adaptive=True),
+        law=fast_sampling.target_distribution,
+    )
     assert asked == [4]  # k + 1 rows
     assert adaptive.generation.ids == plain.generation.ids  # greedy: lossless whatever k is chosen

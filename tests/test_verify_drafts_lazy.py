@@ -18,8 +18,12 @@ from verispec.reference.tree_decode import node_path, one_hot_rows
 from verispec.reference.tree_speculative import DraftTree, verify_tree_sampled, verify_tree_sampled_lazy
 
 V = 64
-PARAMS = (SamplingParams(temperature=0.8), SamplingParams(temperature=1.0, top_k=8),
-          SamplingParams(temperature=0.7, top_p=0.9, repeat_penalty=1.3), SamplingParams(temperature=1.5, min_p=0.05))
+PARAMS = (
+    SamplingParams(temperature=0.8),
+    SamplingParams(temperature=1.0, top_k=8),
+    SamplingParams(temperature=0.7, top_p=0.9, repeat_penalty=1.3),
+    SamplingParams(temperature=1.5, min_p=0.05),
+)
 
 
 def _case(seed: int) -> tuple[np.ndarray, list[int], list[int], object, SamplingParams]:
@@ -65,9 +69,12 @@ def test_verify_drafts_reads_the_protocols_uniforms_from_the_generator() -> None
     """The decode loop's entry point draws ``rng.random(k + 1)``, as the protocol says, then verifies."""
     logits, history, drafts, q, params = _case(1)
     via_loop = speculative.verify_drafts(logits, history, drafts, None, params, np.random.default_rng(7))
-    direct = speculative.verify_sampled(speculative.target_rows(logits, history, drafts, params),
-                                        speculative.draft_law_rows(None, drafts, V), drafts,
-                                        np.random.default_rng(7).random(len(drafts) + 1).tolist())
+    direct = speculative.verify_sampled(
+        speculative.target_rows(logits, history, drafts, params),
+        speculative.draft_law_rows(None, drafts, V),
+        drafts,
+        np.random.default_rng(7).random(len(drafts) + 1).tolist(),
+    )
     assert via_loop == direct
 
 
@@ -99,7 +106,11 @@ def _tree_case(seed: int) -> tuple[DraftTree, np.ndarray, list[int], object, Sam
         parent = int(rng.integers(0, i))
         taken = {tokens[c] for c in range(1, i) if parents[c] == parent}
         best = int(np.argmax(logits[parent]))  # often the target's favourite: paths get accepted
-        x = best if best not in taken and rng.random() < 0.6 else int(rng.choice([t for t in range(V) if t not in taken]))
+        x = (
+            best
+            if best not in taken and rng.random() < 0.6
+            else int(rng.choice([t for t in range(V) if t not in taken]))
+        )
         parents.append(parent)
         tokens.append(x)
     tree = DraftTree(tuple(parents), tuple(tokens))

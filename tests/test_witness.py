@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from verispec.cli import main
 from verispec.spec import exact
 from verispec.spec.statistics import ALPHA_BUDGET
 from verispec.spec.witness import WitnessConfig, emitted_law, predicted_speedup, run_witness, toy_laws
-from verispec.cli import main
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[int, dict[str, Any]]:
@@ -30,7 +30,9 @@ def test_protocol_holds_exactly(capsys: pytest.CaptureFixture[str]) -> None:
     assert status == 0
     invariant = report["invariant"]
     assert invariant["holds"] and invariant["tv_exact"] == "0" and invariant["tv"] == 0.0
-    assert invariant["chi_square"]["consistent"] and invariant["chi_square"]["alpha"] == ALPHA_BUDGET["witness_chi_square"]
+    assert (
+        invariant["chi_square"]["consistent"] and invariant["chi_square"]["alpha"] == ALPHA_BUDGET["witness_chi_square"]
+    )
     totals = report["totals"]
     assert totals["target_passes"] == 2000 and totals["draft_passes"] == 8000
     assert totals["tokens"] == totals["accepted_drafts"] + totals["repairs"] + totals["bonuses"]

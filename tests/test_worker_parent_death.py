@@ -23,8 +23,10 @@ from tests.synthetic import Variant, write_synthetic
 REPO = Path(__file__).resolve().parent.parent
 TINY = Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48)
 START_NET = 120.0  # seconds for the checker and two workers to start on a loaded machine (a hang beyond)
-CHECKER = ("import sys, verispec; verispec.check_decoder('tests.stalling_engine:engine', model=sys.argv[1], "
-           "workers=2, timeout=600)")
+CHECKER = (
+    "import sys, verispec; verispec.check_decoder('tests.stalling_engine:engine', model=sys.argv[1], "
+    "workers=2, timeout=600)"
+)
 
 
 def busy_workers(busy: Path, checker: subprocess.Popen[bytes]) -> list[int]:
@@ -42,8 +44,13 @@ def test_workers_end_when_their_checker_is_killed_by_sigterm(tmp_path: Path) -> 
     write_synthetic(model, TINY, quant_types=("F16",))
     busy = tmp_path / "busy"
     busy.mkdir()
-    checker = subprocess.Popen([sys.executable, "-c", CHECKER, str(model)], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env={**os.environ, "VERISPEC_TEST_BUSY_DIR": str(busy)})
+    checker = subprocess.Popen(
+        [sys.executable, "-c", CHECKER, str(model)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "VERISPEC_TEST_BUSY_DIR": str(busy)},
+    )
     workers: list[int] = []
     try:
         workers = busy_workers(busy, checker)
@@ -61,16 +68,22 @@ def test_workers_end_when_their_checker_is_killed_by_sigterm(tmp_path: Path) -> 
                 os.kill(pid, signal.SIGKILL)
 
 
-ORPHAN = ("import sys, time; import verispec.parent_death as death; death._kernel_kills_on_parent_death = lambda: False; "
-          "death.die_with_parent(); print('watching', flush=True); time.sleep(600)")
-MIDDLE = ("import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', sys.argv[1]], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL); "
-          "assert child.stdout.readline() == b'watching\\n'; print(child.pid, flush=True)")  # then it exits: the child is orphaned
+ORPHAN = (
+    "import sys, time; import verispec.parent_death as death; death._kernel_kills_on_parent_death = lambda: False; "
+    "death.die_with_parent(); print('watching', flush=True); time.sleep(600)"
+)
+MIDDLE = (
+    "import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', sys.argv[1]], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL); "
+    "assert child.stdout.readline() == b'watching\\n'; print(child.pid, flush=True)"
+)  # then it exits: the child is orphaned
 
 
 def test_where_the_kernel_does_not_watch_the_parent_a_thread_sees_it_die() -> None:
     """The portable path of verispec/parent_death.py (a thread polling the parent id), taken on
     purpose here: a middle process starts a watching child, then exits."""
-    middle = subprocess.run([sys.executable, "-c", MIDDLE, ORPHAN], cwd=REPO, capture_output=True, text=True, timeout=START_NET)
+    middle = subprocess.run(
+        [sys.executable, "-c", MIDDLE, ORPHAN], cwd=REPO, capture_output=True, text=True, timeout=START_NET
+    )
     assert middle.returncode == 0, middle.stderr
     orphan = int(middle.stdout)
     try:

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from verispec import cli
 from verispec.bench.report import BenchReport
 from verispec.bench.text import format_report
 from verispec.reference.chat import ChatFormat
-from verispec import cli
-from verispec.workload import CATEGORIES, WORKLOAD, WorkloadError, load_workload, select
+from verispec.workload import CATEGORIES, WorkloadError, load_workload, select
 
 CHATML = ChatFormat("chatml", "You are a helpful assistant.", "<|im_end|>")
 GEMMA = ChatFormat("gemma", None, "<end_of_turn>")
@@ -38,20 +38,39 @@ def test_workload_renders_in_both_chat_families() -> None:
         assert item.messages[-1].content in chatml and item.messages[-1].content in gemma
 
 
-@pytest.mark.parametrize(("line", "fragment"), [
-    ("not json", "not JSON"),
-    ("[1, 2]", "expected an object"),
-    ('{"category": "poetry", "id": "a", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9}', "category"),
-    ('{"category": "qa", "id": "", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9}', "id"),
-    ('{"category": "qa", "id": "a", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens"),
-    ('{"category": "qa", "id": "a", "messages": [{"role": "user", "content": "x"}], "max_tokens": true}', "max_tokens"),
-    ('{"category": "qa", "id": "a", "messages": [], "max_tokens": 9}', "messages"),
-    ('{"category": "qa", "id": "a", "messages": [{"role": "robot", "content": "x"}], "max_tokens": 9}', "role"),
-    ('{"category": "qa", "id": "a", "messages": [{"role": "assistant", "content": "x"}], "max_tokens": 9}', "last message"),
-])
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "expected an object"),
+        (
+            '{"category": "poetry", "id": "a", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9}',
+            "category",
+        ),
+        ('{"category": "qa", "id": "", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9}', "id"),
+        (
+            '{"category": "qa", "id": "a", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
+            "max_tokens",
+        ),
+        (
+            '{"category": "qa", "id": "a", "messages": [{"role": "user", "content": "x"}], "max_tokens": true}',
+            "max_tokens",
+        ),
+        ('{"category": "qa", "id": "a", "messages": [], "max_tokens": 9}', "messages"),
+        ('{"category": "qa", "id": "a", "messages": [{"role": "robot", "content": "x"}], "max_tokens": 9}', "role"),
+        (
+            '{"category": "qa", "id": "a", "messages": [{"role": "assistant", "content": "x"}], "max_tokens": 9}',
+            "last message",
+        ),
+    ],
+)
 def test_bad_workload_lines_are_refused_by_line(tmp_path: Path, line: str, fragment: str) -> None:
     path = tmp_path / "w.jsonl"
-    path.write_text('{"category": "qa", "id": "ok", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9}\n' + line + "\n")
+    path.write_text(
+        '{"category": "qa", "id": "ok", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9}\n'
+        + line
+        + "\n"
+    )
     with pytest.raises(WorkloadError, match="line 2") as info:
         load_workload(path)
     assert fragment in str(info.value)
@@ -79,8 +98,13 @@ def test_select_filters_categories_and_counts() -> None:
         select(items, None, 0)
 
 
-def test_bench_refuses_a_bad_workload_before_loading_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["bench", "--model", str(tmp_path / "no-such.gguf"), "--workload", str(tmp_path / "absent.jsonl")]) == 2
+def test_bench_refuses_a_bad_workload_before_loading_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        cli.main(["bench", "--model", str(tmp_path / "no-such.gguf"), "--workload", str(tmp_path / "absent.jsonl")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "absent.jsonl" in err and err.count("\n") == 1
 
@@ -94,13 +118,48 @@ def test_bench_workload_reports_each_category_and_the_geomean(
     """On the exact mode and on the int8 mode (`--workload-weights`: its own law, its own plain)."""
     path = tmp_path / "w.jsonl"
     rows = [item for item in select(load_workload(), ["rag", "code_edit"], 1)]
-    path.write_text("".join(json.dumps({"category": i.category, "id": i.id, "max_tokens": 4,
-                                        "messages": [{"role": m.role, "content": m.content} for m in i.messages]}) + "\n"
-                            for i in rows))
-    status = cli.main(["bench", "--model", str(smollm2_path), "--json", "--tokens", "2", "--prefill-tokens", "4",
-                       "--no-reference", "--no-kernels", "--prompts", "chat", "--repeats", "1", "--matmul-repeats", "1",
-                       "--k", "3", "--no-backends", "--no-rss", "--workload", str(path),  # asserts on the workload only
-                       "--workload-weights", weights])
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "category": i.category,
+                    "id": i.id,
+                    "max_tokens": 4,
+                    "messages": [{"role": m.role, "content": m.content} for m in i.messages],
+                }
+            )
+            + "\n"
+            for i in rows
+        )
+    )
+    status = cli.main(
+        [
+            "bench",
+            "--model",
+            str(smollm2_path),
+            "--json",
+            "--tokens",
+            "2",
+            "--prefill-tokens",
+            "4",
+            "--no-reference",
+            "--no-kernels",
+            "--prompts",
+            "chat",
+            "--repeats",
+            "1",
+            "--matmul-repeats",
+            "1",
+            "--k",
+            "3",
+            "--no-backends",
+            "--no-rss",
+            "--workload",
+            str(path),  # asserts on the workload only
+            "--workload-weights",
+            weights,
+        ]
+    )
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert report["workload_engine"] == {"f32": "f32/ort", "int8": "int8/ort-q"}[weights]
@@ -117,8 +176,11 @@ def test_bench_workload_reports_each_category_and_the_geomean(
     assert "workload_ngram_T0.0_geomean_over_plain" in report["ratios"]
     # llama.cpp beside it (tests/test_bench_workload_llama.py): every ratio field, None when not installed
     llama = report["workload_llama_cpp"]
-    for name in ("engine_ngram_over_llama_cpp_plain", "engine_plain_over_llama_cpp_plain",
-                 "llama_cpp_prompt_lookup_over_llama_cpp_plain"):
+    for name in (
+        "engine_ngram_over_llama_cpp_plain",
+        "engine_plain_over_llama_cpp_plain",
+        "llama_cpp_prompt_lookup_over_llama_cpp_plain",
+    ):
         value = report["ratios"][f"workload_{name}"]
         assert (value is None) if not llama["available"] else _positive(value), name
     text = format_report(BenchReport.from_json(report))

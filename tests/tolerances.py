@@ -51,7 +51,7 @@ model, seconds for a real one (``head=False`` / ``head_rows`` / fewer ``samples`
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
@@ -62,12 +62,12 @@ from verispec.reference.model import Model
 
 F64 = npt.NDArray[np.float64]
 
-U = 2.0**-24      # float32 unit roundoff (round to nearest)
-LIBM_ULPS = 4     # float32 exp/tanh (NumPy's SIMD kernels, glibc) are accurate to ~1-3 ulp
-SAMPLES = 32      # Monte Carlo draws of the rounding errors (the default)
-Z = 6.0           # standard deviations allowed per element (two-sided Gaussian tail 2e-9)
-P_SIGMA = 1e-9    # chance that the R-sample sigma underestimates beyond the chi2 allowance
-SEED = 20261130   # fixed: the tolerance is a deterministic function of (model, tokens)
+U = 2.0**-24  # float32 unit roundoff (round to nearest)
+LIBM_ULPS = 4  # float32 exp/tanh (NumPy's SIMD kernels, glibc) are accurate to ~1-3 ulp
+SAMPLES = 32  # Monte Carlo draws of the rounding errors (the default)
+Z = 6.0  # standard deviations allowed per element (two-sided Gaussian tail 2e-9)
+P_SIGMA = 1e-9  # chance that the R-sample sigma underestimates beyond the chi2 allowance
+SEED = 20261130  # fixed: the tolerance is a deterministic function of (model, tokens)
 
 
 def gamma(n: int) -> float:
@@ -130,7 +130,9 @@ def _rope_pairs(rope_dim: int, rope_type: str) -> tuple[npt.NDArray[np.int64], n
     raise ValueError(f"unknown rope type {rope_type!r}")
 
 
-def _rope(r: Rounding, x: F64, positions: npt.NDArray[np.int64], rope_type: str, rope_dim: int, **rope_args: object) -> F64:
+def _rope(
+    r: Rounding, x: F64, positions: npt.NDArray[np.int64], rope_type: str, rope_dim: int, **rope_args: object
+) -> F64:
     """layers.rope (run in float64 on ``[1 + R, T, H, d]``), then per rotated component
     a c - b s: cos and sin rounded to float32 (u each: another path, e.g. another position with
     the same distances, another library, rounds them differently), two products and a difference:
@@ -143,7 +145,9 @@ def _rope(r: Rounding, x: F64, positions: npt.NDArray[np.int64], rope_type: str,
     return y
 
 
-def _attention(r: Rounding, q: F64, k: F64, v: F64, mask: npt.NDArray[np.bool_], scale: float, longest_span: int) -> F64:
+def _attention(
+    r: Rounding, q: F64, k: F64, v: F64, mask: npt.NDArray[np.bool_], scale: float, longest_span: int
+) -> F64:
     """layers.attention on ``[1 + R, ...]``: scores (length-d dots, times the scale), the max
     shift, exp (LIBM_ULPS), the sum over the keys (terms >= 0) and division, then p . v (a sum over
     the keys). Reductions over keys charge the longest span any path may run (every key of the
@@ -179,7 +183,7 @@ def _activation(r: Rounding, x: F64, activation: str) -> F64:
     return r.op(r.op(0.5 * x) * r.op(1.0 + r.op(np.tanh(t), LIBM_ULPS)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def tolerance_factor(samples: int) -> float:
     """lambda(R) = Z / sqrt(chi2_R^-1(P_SIGMA) / R): Z standard deviations, widened by how far R
     samples may underestimate sigma (module docstring)."""
@@ -207,15 +211,20 @@ class Spread:
 class ForwardSpread:
     """A full forward over T tokens, as reference.model.Model.forward lays its tensors out."""
 
-    hidden: Spread    # [n_layer + 1, T, n_embd]: [0] embeddings, [l + 1] after layer l
-    k: Spread         # [n_layer, n_kv, T, head_dim]  the KV cache layout (after RoPE)
-    v: Spread         # [n_layer, n_kv, T, head_dim]
+    hidden: Spread  # [n_layer + 1, T, n_embd]: [0] embeddings, [l + 1] after layer l
+    k: Spread  # [n_layer, n_kv, T, head_dim]  the KV cache layout (after RoPE)
+    v: Spread  # [n_layer, n_kv, T, head_dim]
     logits: Spread | None  # [T, V]  (None when asked without the head)
 
 
 def forward_spread(
-    model: Model, tokens: tuple[int, ...], positions: tuple[int, ...] | None = None, *,
-    head: bool = True, samples: int = SAMPLES, head_rows: int | None = None,
+    model: Model,
+    tokens: tuple[int, ...],
+    positions: tuple[int, ...] | None = None,
+    *,
+    head: bool = True,
+    samples: int = SAMPLES,
+    head_rows: int | None = None,
 ) -> ForwardSpread:
     """The exact values and float32 rounding spreads of ``model.forward(tokens)`` (any batching).
     ``head=False`` skips the logits (the [V, E] head in float64 is the costly part of a real model),
@@ -224,7 +233,9 @@ def forward_spread(
     cfg, w = model.config, model.weights
     r = Rounding(samples)
     pos = np.asarray(range(len(tokens)) if positions is None else positions, dtype=np.int64)
-    x = np.broadcast_to(np.asarray(w.token_embd[np.asarray(tokens)], dtype=np.float64), (len(r.on), len(tokens), cfg.n_embd))
+    x = np.broadcast_to(
+        np.asarray(w.token_embd[np.asarray(tokens)], dtype=np.float64), (len(r.on), len(tokens), cfg.n_embd)
+    )
     if cfg.embed_scale != 1.0:
         x = r.op(x * float(np.float32(cfg.embed_scale)))
     hidden, ks, vs = [x], [], []
@@ -243,11 +254,16 @@ def forward_spread(
         normed = _rms_norm(r, last, w.output_norm, cfg.norm_eps)
         # the head in vocabulary chunks: a real model's [V, E] in float64 would take gigabytes
         parts = [spread(_logits(r, model, normed, rows)) for rows in _chunks(cfg.n_vocab, HEAD_CHUNK)]
-        logits = Spread(np.concatenate([p.value for p in parts], axis=-1),
-                        np.concatenate([p.sigma for p in parts], axis=-1), samples)
+        logits = Spread(
+            np.concatenate([p.value for p in parts], axis=-1),
+            np.concatenate([p.sigma for p in parts], axis=-1),
+            samples,
+        )
     return ForwardSpread(
-        hidden=spread(np.stack(hidden, axis=1)), k=spread(np.stack(ks, axis=1)),
-        v=spread(np.stack(vs, axis=1)), logits=logits,
+        hidden=spread(np.stack(hidden, axis=1)),
+        k=spread(np.stack(ks, axis=1)),
+        v=spread(np.stack(vs, axis=1)),
+        logits=logits,
     )
 
 
@@ -293,8 +309,12 @@ def _layer(r: Rounding, model: Model, layer: int, x: F64, pos: npt.NDArray[np.in
     factors = model.weights.rope_freqs
     if cfg.rope_freqs_global_only and cfg.is_sliding(layer):
         factors = None
-    rope = dict(rope_dim=cfg.layer_rope_dim(layer), base=cfg.layer_rope_base(layer),
-                freq_scale=cfg.layer_rope_freq_scale(layer), freq_factors=factors)
+    rope = dict(
+        rope_dim=cfg.layer_rope_dim(layer),
+        base=cfg.layer_rope_base(layer),
+        freq_scale=cfg.layer_rope_freq_scale(layer),
+        freq_factors=factors,
+    )
     q, k = _rope(r, q, pos, cfg.rope_type, **rope), _rope(r, k, pos, cfg.rope_type, **rope)  # type: ignore[arg-type]
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [1+R, n_kv, T, d]
     window = cfg.sliding_window if cfg.is_sliding(layer) else 0
@@ -341,7 +361,9 @@ def silu_rounding_bound(x: npt.ArrayLike) -> F64:
     xv = np.asarray(x, dtype=np.float64)
     t = np.tanh(0.5 * xv)
     y = 0.5 * xv * (1.0 + t)
-    return np.asarray(0.5 * np.abs(xv) * (LIBM_ULPS * U * np.abs(t) + U * np.abs(1.0 + t)) + U * np.abs(y), dtype=np.float64)
+    return np.asarray(
+        0.5 * np.abs(xv) * (LIBM_ULPS * U * np.abs(t) + U * np.abs(1.0 + t)) + U * np.abs(y), dtype=np.float64
+    )
 
 
 def gelu_tanh_rounding_bound(x: npt.ArrayLike) -> F64:

@@ -46,7 +46,13 @@ if TYPE_CHECKING:
 class _MovedNames(importlib.abc.MetaPathFinder):
     """Imports a module's old name as the module itself (:mod:`verispec.moved` has the table)."""
 
-    PREFIXES = ("verispec.spec.decoder_", "verispec.spec.laws", "verispec.spec.prefix_rows", "verispec.decoder_", "verispec.engine_decoder")
+    PREFIXES = (
+        "verispec.spec.decoder_",
+        "verispec.spec.laws",
+        "verispec.spec.prefix_rows",
+        "verispec.decoder_",
+        "verispec.engine_decoder",
+    )
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None

@@ -94,8 +94,15 @@ def check(
     from verispec.spec.external import DEFAULT_TIMEOUT
     from verispec.spec.workers import WorkerPool
 
-    for label, value in (("verifier", verifier), ("batch_verifier", batch_verifier), ("greedy_verifier", greedy_verifier),
-                         ("pipeline", pipeline), ("log", log), ("announce", announce), ("progress", progress)):
+    for label, value in (
+        ("verifier", verifier),
+        ("batch_verifier", batch_verifier),
+        ("greedy_verifier", greedy_verifier),
+        ("pipeline", pipeline),
+        ("log", log),
+        ("announce", announce),
+        ("progress", progress),
+    ):
         arguments.part(label, value)
     arguments.optional_text("verifier_cmd", verifier_cmd)
     for label, value in (("law_only", law_only), ("fail_fast", fail_fast), ("sequential", sequential)):
@@ -245,7 +252,9 @@ def _implementation(
         raise _error("give verifier (module:function or a callable) or verifier_cmd")
     if isinstance(verifier, str) and all(part is None or isinstance(part, str) for part in (batch, greedy, pipeline)):
         spec = ImplementationSpec(verifier, _text(batch), _text(greedy), _text(pipeline), law_only=law_only)
-        return PythonImplementation.from_specs(verifier, spec.batch, spec.greedy, spec.pipeline, law_only=law_only), spec
+        return PythonImplementation.from_specs(
+            verifier, spec.batch, spec.greedy, spec.pipeline, law_only=law_only
+        ), spec
     return _from_objects(verifier, batch, greedy, pipeline, law_only), None
 
 

@@ -30,23 +30,55 @@ DEFAULT_SEED = 20261130
 FIRST = "Alice Bruno Chen Dana Emeka Farah Goran Hana Ivan Jia Kofi Lena Mateo Nadia Omar Priya Quinn Rosa Sven Tariq Uma Viktor Wen Yara Zeno".split()
 CITY = "Lisbon Nairobi Osaka Quito Oslo Lima Hanoi Accra Dublin Perth Tunis Riga Cusco Bergen Porto Izmir Kazan Leeds Mysore Natal".split()
 ITEM = "apple pear plum lemon mango onion carrot pepper bread rice coffee tea butter cheese yogurt honey".split()
-NOUN = "invoice order user ticket sensor reading message account booking parcel route shift playlist recipe lesson".split()
+NOUN = (
+    "invoice order user ticket sensor reading message account booking parcel route shift playlist recipe lesson".split()
+)
 VERB = "parse load merge count filter sort validate format compute render encode normalize export update clean".split()
 FIELD = "id name email price quantity status created total score level rating weight height color region".split()
 TOPIC = [
-    "photosynthesis", "compound interest", "the water cycle", "inflation", "plate tectonics", "vaccines",
-    "machine learning", "the stock market", "black holes", "recycling", "jet lag", "the immune system",
-    "solar panels", "tides", "credit scores", "sourdough bread", "public transport", "sleep cycles",
+    "photosynthesis",
+    "compound interest",
+    "the water cycle",
+    "inflation",
+    "plate tectonics",
+    "vaccines",
+    "machine learning",
+    "the stock market",
+    "black holes",
+    "recycling",
+    "jet lag",
+    "the immune system",
+    "solar panels",
+    "tides",
+    "credit scores",
+    "sourdough bread",
+    "public transport",
+    "sleep cycles",
 ]
 ACTIVITY = [
-    "running a first marathon", "learning a new language", "keeping houseplants alive", "saving for a trip",
-    "writing a cover letter", "cooking for a large group", "studying for an exam", "moving to a new city",
-    "starting a vegetable garden", "training a puppy", "giving a short speech", "organizing a small office",
+    "running a first marathon",
+    "learning a new language",
+    "keeping houseplants alive",
+    "saving for a trip",
+    "writing a cover letter",
+    "cooking for a large group",
+    "studying for an exam",
+    "moving to a new city",
+    "starting a vegetable garden",
+    "training a puppy",
+    "giving a short speech",
+    "organizing a small office",
 ]
-PLACE = "harbor town|mountain village|desert city|river valley|small island|old library|train station|university lab".split("|")
+PLACE = (
+    "harbor town|mountain village|desert city|river valley|small island|old library|train station|university lab".split(
+        "|"
+    )
+)
 ADJ = "quiet crowded ancient rainy forgotten busy narrow famous remote windy".split()
 DAY = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
-EVENT = "standup|dentist|gym|lunch with Sam|code review|piano lesson|team sync|grocery run|call with the bank".split("|")
+EVENT = "standup|dentist|gym|lunch with Sam|code review|piano lesson|team sync|grocery run|call with the bank".split(
+    "|"
+)
 
 
 def _pick(rng: random.Random, items: list[str], k: int = 1) -> list[str]:
@@ -61,7 +93,10 @@ def _structured(rng: random.Random) -> str:
         return f'{{"name": "{name}", "age": {rng.randint(18, 80)}, "city": "{city}", "{key}": ['
     if form == 1:
         a, b, c = _pick(rng, FIELD, 3)
-        rows = [f"{_pick(rng, ITEM)[0]},{rng.randint(1, 99)}.{rng.randint(0, 99):02d},{rng.randint(1, 50)}" for _ in range(rng.randint(2, 3))]
+        rows = [
+            f"{_pick(rng, ITEM)[0]},{rng.randint(1, 99)}.{rng.randint(0, 99):02d},{rng.randint(1, 50)}"
+            for _ in range(rng.randint(2, 3))
+        ]
         return "\n".join([f"{a},{b},{c}"] + rows) + "\n"
     if form == 2:
         a, b = _pick(rng, FIELD, 2)
@@ -77,8 +112,11 @@ def _structured(rng: random.Random) -> str:
         noun = _pick(rng, NOUN)[0]
         return f'<{noun} id="{rng.randint(1, 999)}">\n  <owner>{_pick(rng, FIRST)[0]}</owner>\n  <city>{_pick(rng, CITY)[0]}</city>\n'
     if form == 6:
-        days = DAY[rng.randrange(3):][: rng.randint(2, 4)]
-        lines = [f"{d}: {rng.randint(7, 18)}:{rng.choice(['00', '15', '30', '45'])} {_pick(rng, EVENT)[0]}" for d in days[:-1]]
+        days = DAY[rng.randrange(3) :][: rng.randint(2, 4)]
+        lines = [
+            f"{d}: {rng.randint(7, 18)}:{rng.choice(['00', '15', '30', '45'])} {_pick(rng, EVENT)[0]}"
+            for d in days[:-1]
+        ]
         return "\n".join(lines + [f"{days[-1]}:"])
     steps = [f"{i + 1}. {v.title()} the {n}." for i, (v, n) in enumerate(zip(_pick(rng, VERB, 2), _pick(rng, NOUN, 2)))]
     return "\n".join(steps + ["3."])
@@ -145,7 +183,10 @@ def _prose(rng: random.Random) -> str:
 
 
 TEMPLATES: dict[str, Callable[[random.Random], str]] = {
-    "chat": _chat, "code": _code, "structured": _structured, "prose": _prose,
+    "chat": _chat,
+    "code": _code,
+    "structured": _structured,
+    "prose": _prose,
 }
 
 

@@ -55,7 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
-
 def _kill_peers() -> None:
     """Kill the programs under test, if this run started any (spec.external is loaded only then)."""
     external = sys.modules.get("verispec.spec.external")

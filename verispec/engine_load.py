@@ -26,7 +26,6 @@ from verispec.reference.model import Model
 from verispec.reference.tokenizer import Tokenizer
 from verispec.registry import resolve_model
 
-
 AUTO = "auto"
 EXACT = "exact"  # the float32 mode by what it keeps: the reference's numerics (= "f32")
 WEIGHTS_CHOICES: tuple[str, ...] = (AUTO, "int8", EXACT, "f32", "quantized")
@@ -37,8 +36,10 @@ WEIGHTS_HELP = (
     "numerics (checked against transformers); quantized: the exact numerics from the GGUF blocks per layer "
     "(low memory, slow); fast engine only"
 )
-KERNELS_MISSING = ("verispec: note: onnxruntime is not installed, so the int8 mode's kernels are missing: "
-                   "running the exact float32 mode (pip install 'verispec[fast]' for the faster int8 mode)")
+KERNELS_MISSING = (
+    "verispec: note: onnxruntime is not installed, so the int8 mode's kernels are missing: "
+    "running the exact float32 mode (pip install 'verispec[fast]' for the faster int8 mode)"
+)
 
 
 def resolve_weights(weights: str, *, engine: str = "fast", arch: str | None = None, backend: str = "auto") -> str:
@@ -69,7 +70,11 @@ class EngineLoaded:
 
 
 def load_engine(
-    source: "str | GGUFFile", *, need_chat: bool = False, engine: str = "fast", weights: str = AUTO,
+    source: "str | GGUFFile",
+    *,
+    need_chat: bool = False,
+    engine: str = "fast",
+    weights: str = AUTO,
     backend: str = "auto",
 ) -> EngineLoaded:
     """Resolve a registry name or path (or take an open file) and load it on ``engine`` with

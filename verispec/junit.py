@@ -66,9 +66,14 @@ def check_cases(report: CheckReport) -> list[Case]:
 def decoder_cases(report: DecoderReport) -> list[Case]:
     """A ``verispec check-decoder`` report's prompts as cases."""
     return [
-        Case(r.prompt, f"verispec.check_decoder.{r.mode}", r.seconds,
-             "passed" if r.passed else "inconclusive" if r.inconclusive else "failed",
-             "" if r.passed else f"{'inconclusive' if r.inconclusive else 'failed'}: {r.detail}", r.line())
+        Case(
+            r.prompt,
+            f"verispec.check_decoder.{r.mode}",
+            r.seconds,
+            "passed" if r.passed else "inconclusive" if r.inconclusive else "failed",
+            "" if r.passed else f"{'inconclusive' if r.inconclusive else 'failed'}: {r.detail}",
+            r.line(),
+        )
         for r in report.results
     ]
 
@@ -88,7 +93,9 @@ def junit_xml(suite: str, cases: Sequence[Case], seconds: float) -> bytes:
         time=f"{seconds:.3f}",
     )
     for case in cases:
-        child = ET.SubElement(element, "testcase", name=_xml_text(case.name), classname=case.classname, time=f"{case.seconds:.3f}")
+        child = ET.SubElement(
+            element, "testcase", name=_xml_text(case.name), classname=case.classname, time=f"{case.seconds:.3f}"
+        )
         if case.result in ("failed", "inconclusive"):
             failure = ET.SubElement(child, "failure", message=_xml_text(case.message), type=case.result)
             failure.text = _xml_text(case.text)

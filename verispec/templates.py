@@ -15,7 +15,6 @@ from verispec.reference.errors import TemplateError as TemplateError
 TEMPLATE_DIR = Path(__file__).resolve().parent / "data" / "templates"
 
 
-
 @dataclass(frozen=True)
 class Template:
     name: str
@@ -24,12 +23,30 @@ class Template:
 
 
 TEMPLATES: tuple[Template, ...] = (
-    Template("github-actions", "github-actions.yml", "CI workflow: a matrix of shards, their reports as artifacts, a merge job"),
-    Template("law-only-verifier", "law_only_verifier.py", "a NumPy verifier with its own randomness (verispec check --law-only)"),
-    Template("external-verifier", "external_verifier.py", "a plain-Python verifier speaking the wire protocol (--verifier-cmd)"),
-    Template("transformers-decoder", "transformers_decoder.py", "check-decoder engine factories for transformers (--engine)"),
-    Template("llama-cpp-decoder", "llama_cpp_decoder.py", "check-decoder engine factory for llama-cpp-python (--engine)"),
-    Template("model-api-decoder", "model_api_decoder.py", "your own speculative decoder on verispec's model API (--engine)"),
+    Template(
+        "github-actions",
+        "github-actions.yml",
+        "CI workflow: a matrix of shards, their reports as artifacts, a merge job",
+    ),
+    Template(
+        "law-only-verifier",
+        "law_only_verifier.py",
+        "a NumPy verifier with its own randomness (verispec check --law-only)",
+    ),
+    Template(
+        "external-verifier",
+        "external_verifier.py",
+        "a plain-Python verifier speaking the wire protocol (--verifier-cmd)",
+    ),
+    Template(
+        "transformers-decoder", "transformers_decoder.py", "check-decoder engine factories for transformers (--engine)"
+    ),
+    Template(
+        "llama-cpp-decoder", "llama_cpp_decoder.py", "check-decoder engine factory for llama-cpp-python (--engine)"
+    ),
+    Template(
+        "model-api-decoder", "model_api_decoder.py", "your own speculative decoder on verispec's model API (--engine)"
+    ),
 )
 
 

@@ -122,11 +122,11 @@ ORIGINAL_PROCESSOR_HISTORY = GenerateLoop.processor_history
 
 @contextmanager
 def patched_loop() -> Iterator[None]:
-    setattr(GenerateLoop, "processor_history", fixed_processor_history)
+    GenerateLoop.processor_history = fixed_processor_history
     try:
         yield
     finally:
-        setattr(GenerateLoop, "processor_history", ORIGINAL_PROCESSOR_HISTORY)
+        GenerateLoop.processor_history = ORIGINAL_PROCESSOR_HISTORY
 
 
 def calls_seeing_drafts() -> tuple[int, int]:

@@ -85,11 +85,11 @@ ORIGINAL_SPECULATIVE_PREFILL = StepFunctions.speculative_prefill_history
 
 @contextmanager
 def patched_speculative() -> Iterator[None]:
-    setattr(StepFunctions, "speculative_prefill_history", fixed_speculative_prefill_history)
+    StepFunctions.speculative_prefill_history = fixed_speculative_prefill_history
     try:
         yield
     finally:
-        setattr(StepFunctions, "speculative_prefill_history", ORIGINAL_SPECULATIVE_PREFILL)
+        StepFunctions.speculative_prefill_history = ORIGINAL_SPECULATIVE_PREFILL
 
 
 def first_call_history_lengths() -> dict[str, int]:

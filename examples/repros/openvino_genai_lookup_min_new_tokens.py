@@ -97,11 +97,11 @@ ORIGINAL_COUNT = LookupSampler.generated_count_after_rejection
 
 @contextmanager
 def patched_sampler() -> Iterator[None]:
-    setattr(LookupSampler, "generated_count_after_rejection", fixed_generated_count_after_rejection)
+    LookupSampler.generated_count_after_rejection = fixed_generated_count_after_rejection
     try:
         yield
     finally:
-        setattr(LookupSampler, "generated_count_after_rejection", ORIGINAL_COUNT)
+        LookupSampler.generated_count_after_rejection = ORIGINAL_COUNT
 
 
 def early_stop() -> tuple[int, int]:

@@ -110,11 +110,11 @@ ORIGINAL_GET_TARGET_LOGITS: Callable[[AssistantToTargetTranslator, torch.Tensor]
 @contextmanager
 def patched_translator() -> Iterator[None]:
     """Apply the fix to the installed class for the duration of the block, then restore it."""
-    setattr(AssistantToTargetTranslator, "get_target_logits", fixed_get_target_logits)
+    AssistantToTargetTranslator.get_target_logits = fixed_get_target_logits
     try:
         yield
     finally:
-        setattr(AssistantToTargetTranslator, "get_target_logits", ORIGINAL_GET_TARGET_LOGITS)
+        AssistantToTargetTranslator.get_target_logits = ORIGINAL_GET_TARGET_LOGITS
 
 
 def build_translator() -> AssistantToTargetTranslator:
@@ -160,7 +160,9 @@ def main() -> int:
     outcome = measure()
     print(f"transformers {transformers.__version__}: AssistantToTargetTranslator.get_target_logits")
     for label, (bad, total) in outcome.items():
-        print(f"{label}: {bad} of {total} drafted tokens get q < 0.5 although the assistant drew them with probability 1")
+        print(
+            f"{label}: {bad} of {total} drafted tokens get q < 0.5 although the assistant drew them with probability 1"
+        )
     broken_bad, fixed_bad = outcome["BROKEN"][0], outcome["FIXED"][0]
     # With a random order, a permutation of 41 fixes some point by chance; 0 mismatches means the
     # installed library already scatters in overlap order (or the order happened to be ascending).

@@ -61,17 +61,28 @@ import numpy as np
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec import answers
-from verispec.spec.external import ExternalError
+from verispec.spec.decoder.first_tokens import (
+    F32,
+    CachedLaw,
+    LawVerdict,
+    LogitsOf,
+    Prefix,
+    first_tokens_law,
+    judge,
+    sample_size,
+)
 from verispec.spec.decoder.laws.common import Profile
-from verispec.spec.decoder.first_tokens import F32, CachedLaw, LawVerdict, LogitsOf, Prefix, first_tokens_law, judge, sample_size
 from verispec.spec.decoder.prefix_rows import PathRows
+from verispec.spec.external import ExternalError
 from verispec.spec.vectors import Json
 
 
 class DecoderEngine(Protocol):
     """A decoding engine with speculation on: n samples of its first m tokens."""
 
-    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> Sequence[Sequence[int]]: ...
+    def sample(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int
+    ) -> Sequence[Sequence[int]]: ...
 
 
 class GreedyEngine(Protocol):
@@ -91,7 +102,9 @@ class LogitsEngine(Protocol):
 class PlainSampler(Protocol):
     """The same engine with speculation off: n samples of its first m tokens (two-sample mode)."""
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int) -> Sequence[Sequence[int]]: ...
+    def sample_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int
+    ) -> Sequence[Sequence[int]]: ...
 
 
 class Logits(Protocol):
@@ -138,7 +151,9 @@ class ReferenceLogits:
         logits = self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits  # [T, V]
         self.forwards += 1
         for i in range(len(prefix)):
-            self._keep(prefix[: i + 1], np.array(logits[i], dtype=np.float32))  # np.array copies: no view of the forward
+            self._keep(
+                prefix[: i + 1], np.array(logits[i], dtype=np.float32)
+            )  # np.array copies: no view of the forward
         out: F32 = np.array(logits[-1], dtype=np.float32)
         return out
 
@@ -165,7 +180,9 @@ class ReferenceLogits:
     def batch_shape_noise(self, prefix: Prefix, prompt_length: int | None = None) -> float:
         """max |logit difference| of the last row: one pass of the prefix vs :func:`noise_splits`
         (other matmul shapes: other roundings)."""
-        whole = np.asarray(self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits[-1], dtype=np.float64)
+        whole = np.asarray(
+            self.model.forward(list(prefix), self.model.new_cache(len(prefix))).logits[-1], dtype=np.float64
+        )
         return max(
             float(np.max(np.abs(whole - np.asarray(self.split_row(prefix, s), dtype=np.float64))))
             for s in noise_splits(len(prefix), prompt_length)
@@ -198,7 +215,9 @@ class EngineLogits:
         try:
             row = np.asarray(self.engine.logits(list(prefix), split_at=split_at), dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise ExternalError(f"the engine's logits for a prefix of {len(prefix)} ids are not numbers: {exc}") from exc
+            raise ExternalError(
+                f"the engine's logits for a prefix of {len(prefix)} ids are not numbers: {exc}"
+            ) from exc
         if row.ndim != 1 or row.shape[0] == 0 or (self.vocab is not None and row.shape[0] != self.vocab):
             raise ExternalError(f"the engine's logits row has shape {row.shape}, expected [{self.vocab or 'V'}]")
         if not np.all(np.isfinite(row)):
@@ -297,8 +316,15 @@ class MemoTargetModel:
     def new_cache(self, capacity: int | None = None) -> _IdCache:
         return _IdCache()
 
-    def forward(self, tokens: Sequence[int], cache: _IdCache, *, positions: Sequence[int] | None = None,
-                return_hidden: bool = False, tree_parents: Sequence[int] | None = None) -> _Out:
+    def forward(
+        self,
+        tokens: Sequence[int],
+        cache: _IdCache,
+        *,
+        positions: Sequence[int] | None = None,
+        return_hidden: bool = False,
+        tree_parents: Sequence[int] | None = None,
+    ) -> _Out:
         prefix = tuple(cache.ids)
         paths: list[Prefix] = []
         for i, token in enumerate(int(t) for t in tokens):
@@ -331,8 +357,16 @@ class ReferenceDecoder:
         self.k = k
         self.law = CachedLaw()
 
-    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
-               target: MemoTargetModel | None = None, law: CachedLaw | None = None) -> list[list[int]]:
+    def sample(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        m: int,
+        n: int,
+        seed: int,
+        target: MemoTargetModel | None = None,
+        law: CachedLaw | None = None,
+    ) -> list[list[int]]:
         from verispec.reference.decode import SpeculativeOptions, speculative_generate
         from verispec.reference.drafts import ModelDraft
         from verispec.reference.session import GenerationRequest
@@ -343,12 +377,15 @@ class ReferenceDecoder:
         out = []
         for _ in range(n):
             request = GenerationRequest(tuple(prompt_ids), params, max_tokens=m, seed=int(rng.integers(2**63)))
-            result = speculative_generate(target, self.tokenizer, request, draft, SpeculativeOptions(k=self.k), law=law or self.law)
+            result = speculative_generate(
+                target, self.tokenizer, request, draft, SpeculativeOptions(k=self.k), law=law or self.law
+            )
             out.append(list(result.generation.ids))
         return out
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         """n whole generations (the depth test's engine interface); our loop has no min_tokens. Every
         prefix at depth is new: the rows come from one KV cache along the path (:class:`PathRows`)
         and the law memo is fresh per call (a memo would only grow)."""
@@ -356,8 +393,9 @@ class ReferenceDecoder:
             raise VerispecError("our decode loop has no min_tokens")
         return self.sample(prompt_ids, params, max_tokens, n, seed, self._path_target(), CachedLaw())
 
-    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                       min_tokens: int = 0) -> list[list[int]]:
+    def generate_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         """n whole generations with speculation off (two-sample mode at depth)."""
         if min_tokens:
             raise VerispecError("our decode loop has no min_tokens")
@@ -366,8 +404,15 @@ class ReferenceDecoder:
     def _path_target(self) -> MemoTargetModel:
         return MemoTargetModel(PathRows(self.reference.model))
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
-                     target: MemoTargetModel | None = None) -> list[list[int]]:
+    def sample_plain(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        m: int,
+        n: int,
+        seed: int,
+        target: MemoTargetModel | None = None,
+    ) -> list[list[int]]:
         from verispec.reference.generate import generate
         from verispec.reference.session import GenerationRequest
 
@@ -393,7 +438,9 @@ class ReferenceDecoder:
         request = GenerationRequest(tuple(prompt_ids), SamplingParams(temperature=0.0), max_tokens=max_tokens)
         if not speculative:
             return list(generate(self.target, self.tokenizer, request).ids)
-        result = speculative_generate(self.target, self.tokenizer, request, NgramDraft(n_min=1), SpeculativeOptions(k=self.k))
+        result = speculative_generate(
+            self.target, self.tokenizer, request, NgramDraft(n_min=1), SpeculativeOptions(k=self.k)
+        )
         return list(result.generation.ids)
 
 
@@ -419,47 +466,85 @@ class CommandEngine:
         self.vocab = vocab
         self.eog = frozenset(eog)
 
-    def _samples(self, op: str, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
-                 law: Profile | None = None) -> list[list[int]]:
+    def _samples(
+        self,
+        op: str,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        m: int,
+        n: int,
+        seed: int,
+        law: Profile | None = None,
+    ) -> list[list[int]]:
         from verispec.spec.vectors.wire import params_to_json
 
         request = {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "m": m, "n": n, "seed": seed}
         out = self.wire.call(op, with_law(request, law))
-        return answers.samples(out.get("samples"), n, m, self.vocab if self.vocab is not None else 2**63, f"the engine's {op}")
+        return answers.samples(
+            out.get("samples"), n, m, self.vocab if self.vocab is not None else 2**63, f"the engine's {op}"
+        )
 
-    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
-               law: Profile | None = None) -> list[list[int]]:
+    def sample(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int, law: Profile | None = None
+    ) -> list[list[int]]:
         return self._samples("sample", prompt_ids, params, m, n, seed, law)
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0, law: Profile | None = None) -> list[Any]:
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        n: int,
+        seed: int,
+        min_tokens: int = 0,
+        law: Profile | None = None,
+    ) -> list[Any]:
         """n whole generations (ids lists, or ``{"ids", "cycles"}`` objects: spec/decoder/depth/law.py reads them)."""
         return self._generations("generate", prompt_ids, params, max_tokens, n, seed, min_tokens, law)
 
-    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                       min_tokens: int = 0) -> list[Any]:
+    def generate_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[Any]:
         """n whole generations with speculation off (op ``generate_plain``; two-sample mode at depth)."""
         return self._generations("generate_plain", prompt_ids, params, max_tokens, n, seed, min_tokens)
 
-    def _generations(self, op: str, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                     min_tokens: int, law: Profile | None = None) -> list[Any]:
+    def _generations(
+        self,
+        op: str,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        n: int,
+        seed: int,
+        min_tokens: int,
+        law: Profile | None = None,
+    ) -> list[Any]:
         from verispec.spec.vectors.wire import params_to_json
 
-        request = {"prompt_ids": list(prompt_ids), "params": params_to_json(params), "max_tokens": max_tokens,
-                   "min_tokens": min_tokens, "n": n, "seed": seed}
+        request = {
+            "prompt_ids": list(prompt_ids),
+            "params": params_to_json(params),
+            "max_tokens": max_tokens,
+            "min_tokens": min_tokens,
+            "n": n,
+            "seed": seed,
+        }
         out = self.wire.call(op, with_law(request, law))
         samples = out.get("samples")
         if not isinstance(samples, list) or len(samples) != n or not all(isinstance(s, (list, dict)) for s in samples):
             raise ExternalError(f"{op} output.samples must be a list of {n} generations")
         return samples
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
-                     law: Profile | None = None) -> list[list[int]]:
+    def sample_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int, law: Profile | None = None
+    ) -> list[list[int]]:
         return self._samples("sample_plain", prompt_ids, params, m, n, seed, law)
 
     def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[Any]:
         row = self.wire.call("logits", {"prefix_ids": list(prefix_ids), "split_at": split_at}).get("logits")
-        checked: list[Any] = answers.logits_row(row, self.vocab, f"the engine's logits after {len(prefix_ids)} ids").tolist()
+        checked: list[Any] = answers.logits_row(
+            row, self.vocab, f"the engine's logits after {len(prefix_ids)} ids"
+        ).tolist()
         return checked
 
     def offers(self, op: str) -> bool:
@@ -476,7 +561,9 @@ class CommandEngine:
             return True  # it answers, malformed: the check that uses the op fails with the reason
 
     def greedy(self, prompt_ids: Sequence[int], max_tokens: int, speculative: bool) -> list[int]:
-        out = self.wire.call("greedy", {"prompt_ids": list(prompt_ids), "max_tokens": max_tokens, "speculative": speculative})
+        out = self.wire.call(
+            "greedy", {"prompt_ids": list(prompt_ids), "max_tokens": max_tokens, "speculative": speculative}
+        )
         if "ids" not in out:
             raise ExternalError(f"the engine's greedy answer lacks its ids (speculative={speculative})")
         vocab = self.vocab if self.vocab is not None else 2**63
@@ -518,7 +605,9 @@ def check_law(
     vocab = np.asarray(logits_of(case.prompt_ids)).shape[-1]  # the law's V: every id must lie in [0, V)
     try:
         sample: Any = engine.sample  # an engine of the default law need not take ``law``
-        samples = answers.samples(sample(case.prompt_ids, case.params, case.m, n, seed, **law_options(case.law)), n, case.m, vocab)
+        samples = answers.samples(
+            sample(case.prompt_ids, case.params, case.m, n, seed, **law_options(case.law)), n, case.m, vocab
+        )
     except ExternalError as exc:  # a malformed answer fails the case, never counts
         failed = judge(law, [], alpha, tv)
         return replace(failed, passed=False, detail=f"malformed answer: {str(exc)[:300]}")
@@ -585,7 +674,9 @@ def ending_bug(shorter: Sequence[int], max_tokens: int, eog: frozenset[int]) -> 
     return ""
 
 
-def _short_without_an_end(ids: Sequence[int], other: Sequence[int], max_tokens: int, ends: frozenset[int], who: str) -> None:
+def _short_without_an_end(
+    ids: Sequence[int], other: Sequence[int], max_tokens: int, ends: frozenset[int], who: str
+) -> None:
     """Fewer than max_tokens ids must end at an end-of-generation id (when those are known), unless
     the other output continues them: then the shorter may have ended on an EOG it does not report,
     which :func:`check_greedy` judges as a near-tie candidate."""
@@ -597,7 +688,11 @@ def _short_without_an_end(ids: Sequence[int], other: Sequence[int], max_tokens: 
 
 
 def check_greedy(
-    engine: GreedyEngine, logits_of: Logits, prompt_ids: Sequence[int], max_tokens: int, eog: Collection[int] | None = None
+    engine: GreedyEngine,
+    logits_of: Logits,
+    prompt_ids: Sequence[int],
+    max_tokens: int,
+    eog: Collection[int] | None = None,
 ) -> GreedyVerdict:
     """Token-identical to the engine's own plain greedy output, or a near-tie: the margin and the
     batch-shape noise come from ``logits_of`` (:class:`EngineLogits` for an engine that reports its
@@ -614,8 +709,12 @@ def check_greedy(
     vocab = np.asarray(logits_of(tuple(int(t) for t in prompt_ids))).shape[-1]
     ends = frozenset(eog or ())  # the end-of-generation ids, as a set
     try:
-        plain = answers.greedy_ids(engine.greedy(prompt_ids, max_tokens, False), max_tokens, vocab, None, "the plain engine")
-        spec = answers.greedy_ids(engine.greedy(prompt_ids, max_tokens, True), max_tokens, vocab, None, "the speculative engine")
+        plain = answers.greedy_ids(
+            engine.greedy(prompt_ids, max_tokens, False), max_tokens, vocab, None, "the plain engine"
+        )
+        spec = answers.greedy_ids(
+            engine.greedy(prompt_ids, max_tokens, True), max_tokens, vocab, None, "the speculative engine"
+        )
         _short_without_an_end(plain, spec, max_tokens, ends, "the plain engine")
         _short_without_an_end(spec, plain, max_tokens, ends, "the speculative engine")
     except ExternalError as exc:
@@ -633,7 +732,11 @@ def check_greedy(
         verdict.ending_bug = ending_bug(shorter, max_tokens, ends)
         if verdict.ending_bug:
             return verdict
-        best_eog = max(float(row[e]) for e in ends if 0 <= e < row.shape[0]) if any(0 <= e < row.shape[0] for e in ends) else -np.inf
+        best_eog = (
+            max(float(row[e]) for e in ends if 0 <= e < row.shape[0])
+            if any(0 <= e < row.shape[0] for e in ends)
+            else -np.inf
+        )
         verdict.margin = abs(float(row[longer[j]]) - best_eog)
     else:
         top = np.sort(row)

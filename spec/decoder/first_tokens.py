@@ -42,9 +42,9 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.spec.decoder.laws.common import Profile
 from verispec.spec.decoder.types import LogitsOf as LogitsOf
 from verispec.spec.decoder.types import Prefix as Prefix
-from verispec.spec.decoder.laws.common import Profile
 from verispec.spec.statistics import ChiSquare, chi_square, power_of, required_sample_size
 
 F32 = npt.NDArray[np.float32]
@@ -89,7 +89,9 @@ class MemoLaw:
     of :mod:`spec.decoder.laws` called with the prefix split at ``prompt_length`` (None: THE target law of
     ``params`` on the whole prefix)."""
 
-    def __init__(self, logits_of: LogitsOf, params: SamplingParams, law: Profile | None = None, prompt_length: int = 0) -> None:
+    def __init__(
+        self, logits_of: LogitsOf, params: SamplingParams, law: Profile | None = None, prompt_length: int = 0
+    ) -> None:
         self.logits_of = logits_of
         self.params = params
         self.law = law
@@ -102,7 +104,7 @@ class MemoLaw:
             if self.law is None:
                 probs = target_distribution(logits, list(prefix), self.params)
             else:
-                probs = self.law(logits, prefix[: self.prompt_length], prefix[self.prompt_length:])
+                probs = self.law(logits, prefix[: self.prompt_length], prefix[self.prompt_length :])
             self.memo[prefix] = np.asarray(probs, dtype=np.float64)
         return self.memo[prefix]
 
@@ -204,7 +206,9 @@ def judge(law: SequenceLaw, samples: Sequence[Sequence[int]], alpha: float, tv: 
     """Chi-square of the samples against the cell law; any impossible sample fails."""
     counts, impossible = law.counts(samples)
     n = len(samples)
-    test = chi_square(counts, law.probs) if counts.sum() > 0 else chi_square(np.ones_like(counts), law.probs)  # no sample: a placeholder, failed below
+    test = (
+        chi_square(counts, law.probs) if counts.sum() > 0 else chi_square(np.ones_like(counts), law.probs)
+    )  # no sample: a placeholder, failed below
     power = power_of(n, law.df, alpha, tv)
     passed = impossible == 0 and counts.sum() > 0 and test.passed(alpha)
     detail = (

@@ -39,10 +39,10 @@ from verispec.spec.decoder.laws.common import Profile
 F64 = npt.NDArray[np.float64]
 
 
-
 def _log(probability: float) -> float:
     """log p, -inf for a token of probability 0 (a mutant can emit one: the law test sees it)."""
     return math.log(probability) if probability > 0 else -math.inf
+
 
 @dataclass(frozen=True)
 class DecoderBugs:
@@ -64,7 +64,9 @@ class DecoderBugs:
     bonus_kv_dropped: bool = False  # after a full acceptance the bonus token's K,V is never written
     logprobs_zero: bool = False  # every token of a speculative cycle reported with logprob 0.0
     penalties_dropped_when_speculating: bool = False  # a cycle's rows without the repeat penalty and logit_bias
-    top_p_on_unfiltered_law: bool = False  # a cycle's rows: top-p cutoff on the law before top-k, intersected with top-k
+    top_p_on_unfiltered_law: bool = (
+        False  # a cycle's rows: top-p cutoff on the law before top-k, intersected with top-k
+    )
 
 
 Positioned = Callable[[Prefix, Sequence[int]], Any]  # (ids, their positions) -> last logits row [V]
@@ -107,8 +109,14 @@ class LoopDecoder:
         return self.decode(prompt, params, m, rng, k).ids
 
     def decode(
-        self, prompt: Sequence[int], params: SamplingParams, m: int, rng: np.random.Generator, k: int | None = None,
-        min_tokens: int = 0, law: Profile | None = None,
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        m: int,
+        rng: np.random.Generator,
+        k: int | None = None,
+        min_tokens: int = 0,
+        law: Profile | None = None,
     ) -> Traced:
         """One decode of up to m tokens, EOG banned before ``min_tokens`` (with its cycles); the
         verified rows follow ``self.target`` or ``law`` when one is given (module docstring)."""
@@ -142,16 +150,34 @@ class LoopDecoder:
             span_positions = [start + i for i in range(len(span))]
             rows = self._rows(cache, positions, span, span_positions, len(pending), len(drafts))
             cache, positions, covered = cache + span, positions + span_positions, covered + len(span)
-            seen = history + drafted_ever if bugs.penalty_counts_rejected else penalty_history if bugs.penalty_last_per_cycle else history
+            seen = (
+                history + drafted_ever
+                if bugs.penalty_counts_rejected
+                else penalty_history
+                if bugs.penalty_last_per_cycle
+                else history
+            )
             if profile is not None:
                 p = np.stack([profile(rows[i], prompt, out + drafts[:i]) for i in range(len(drafts) + 1)])
             else:
-                p = np.stack([
-                    self._target_law(rows[i], (seen + drafts[:i]) if not bugs.penalty_last_per_cycle else seen,
-                                     self._row_params(params, len(out) + i, len(cycles), min_tokens, is_bonus=i == len(drafts),
-                                                      speculative=bool(drafts)), speculative=bool(drafts))
-                    for i in range(len(drafts) + 1)
-                ])
+                p = np.stack(
+                    [
+                        self._target_law(
+                            rows[i],
+                            (seen + drafts[:i]) if not bugs.penalty_last_per_cycle else seen,
+                            self._row_params(
+                                params,
+                                len(out) + i,
+                                len(cycles),
+                                min_tokens,
+                                is_bonus=i == len(drafts),
+                                speculative=bool(drafts),
+                            ),
+                            speculative=bool(drafts),
+                        )
+                        for i in range(len(drafts) + 1)
+                    ]
+                )
             before = len(history)
             accepted, emitted = self._verify(p, q_rows, drafts, params, rng)
             keep = min(covered, before + accepted + bugs.rollback_extra)
@@ -171,14 +197,24 @@ class LoopDecoder:
                 return Traced(out[: min(end + 1, m)], cycles, logprobs[: min(end + 1, m)])
         return Traced(out[:m], cycles, logprobs[:m])
 
-    def _rows(self, cache: list[int], positions: list[int], span: list[int], span_positions: list[int],
-              pending: int, drafts: int) -> list[Any]:
+    def _rows(
+        self,
+        cache: list[int],
+        positions: list[int],
+        span: list[int],
+        span_positions: list[int],
+        pending: int,
+        drafts: int,
+    ) -> list[Any]:
         """The target's logits rows [drafts + 1] for the span after the cache."""
         if self.bugs.position_per_cycle:
             if self.positioned is None:
                 raise ValueError("the position mutant needs a target with explicit positions (positioned)")
             ids, where = cache + span, positions + span_positions
-            return [self.positioned(tuple(ids[: len(cache) + j]), where[: len(cache) + j]) for j in range(pending, pending + drafts + 1)]
+            return [
+                self.positioned(tuple(ids[: len(cache) + j]), where[: len(cache) + j])
+                for j in range(pending, pending + drafts + 1)
+            ]
         if self.bugs.rows_with_drafts:
             return [self.logits_of(tuple(cache + span[:j])) for j in range(pending, len(span) + 1)]
         return [self.logits_of(tuple(cache + span[:pending]))] * (drafts + 1)
@@ -194,10 +230,19 @@ class LoopDecoder:
         reached = np.flatnonzero(np.cumsum(unfiltered[order]) >= params.top_p)
         kept = order[: int(reached[0]) + 1 if reached.size else order.shape[0]]
         banned = {int(t): -math.inf for t in np.setdiff1d(np.arange(unfiltered.shape[0]), kept)}
-        return self.law(row, history, replace(params, top_p=1.0, logit_bias={**dict(params.logit_bias or {}), **banned}))
+        return self.law(
+            row, history, replace(params, top_p=1.0, logit_bias={**dict(params.logit_bias or {}), **banned})
+        )
 
-    def _row_params(self, params: SamplingParams, position: int, cycle: int, min_tokens: int, is_bonus: bool,
-                    speculative: bool = True) -> SamplingParams:
+    def _row_params(
+        self,
+        params: SamplingParams,
+        position: int,
+        cycle: int,
+        min_tokens: int,
+        is_bonus: bool,
+        speculative: bool = True,
+    ) -> SamplingParams:
         """THE target law's params at an output position (min_tokens bans EOG), as the mutant builds them."""
         if self.bugs.verified_rows_unbiased and not is_bonus:
             params = replace(params, min_p=0.0, logit_bias=None)
@@ -208,8 +253,9 @@ class LoopDecoder:
             return params
         return replace(params, logit_bias={**dict(params.logit_bias or {}), **{int(e): -math.inf for e in self.eog}})
 
-    def _verify(self, p: F64, q_rows: list[F64], drafts: list[int], params: SamplingParams,
-                rng: np.random.Generator) -> tuple[int, list[int]]:
+    def _verify(
+        self, p: F64, q_rows: list[F64], drafts: list[int], params: SamplingParams, rng: np.random.Generator
+    ) -> tuple[int, list[int]]:
         """(accepted drafts, emitted tokens) of one cycle."""
         if not drafts:
             return 0, [sample(p[0], rng)]
@@ -234,28 +280,47 @@ class LoopDecoder:
             return self.law(logits, context, params)
         return q
 
-    def sample(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
-               law: Profile | None = None) -> list[list[int]]:
+    def sample(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int, law: Profile | None = None
+    ) -> list[list[int]]:
         """n independent runs (the DecoderEngine interface of :mod:`spec.decoder.check`)."""
         rng = np.random.default_rng(seed)
         return [self.decode(prompt_ids, params, m, rng, law=law).ids for _ in range(n)]
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0, law: Profile | None = None) -> list[dict[str, Any]]:
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        n: int,
+        seed: int,
+        min_tokens: int = 0,
+        law: Profile | None = None,
+    ) -> list[dict[str, Any]]:
         """n independent whole generations with their cycles (the GenerationEngine interface of
         :mod:`spec.decoder.depth.law`); each request its own stream, or (``shared_stream``) one stream
         per two requests."""
         return self._generations(prompt_ids, params, max_tokens, n, seed, min_tokens, None, law)
 
-    def generate_plain(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                       min_tokens: int = 0) -> list[dict[str, Any]]:
+    def generate_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[dict[str, Any]]:
         """n whole generations with speculation off (k = 0: one target token a step, each request
         its own stream; two-sample mode at depth). Every bug of the loop lives in its speculative
         cycles, so the plain generations are correct for every mutant but ``stops_at_eog``."""
         return self._generations(prompt_ids, params, max_tokens, n, seed, min_tokens, 0, None)
 
-    def _generations(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                     min_tokens: int, k: int | None, law: Profile | None) -> list[dict[str, Any]]:
+    def _generations(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        n: int,
+        seed: int,
+        min_tokens: int,
+        k: int | None,
+        law: Profile | None,
+    ) -> list[dict[str, Any]]:
         seeds = np.random.default_rng(seed).integers(2**63, size=n)
         shared = self.bugs.shared_stream and k != 0
         out = []
@@ -265,8 +330,9 @@ class LoopDecoder:
             out.append({"ids": traced.ids, "cycles": [list(c) for c in traced.cycles], "logprobs": traced.logprobs})
         return out
 
-    def sample_plain(self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int,
-                     law: Profile | None = None) -> list[list[int]]:
+    def sample_plain(
+        self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int, law: Profile | None = None
+    ) -> list[list[int]]:
         """n runs with speculation off (k = 0: one target token per step; two-sample mode)."""
         rng = np.random.default_rng(seed)
         return [self.decode(prompt_ids, params, m, rng, 0, law=law).ids for _ in range(n)]
@@ -283,7 +349,9 @@ class LoopDecoder:
         (the GreedyEngine interface)."""
         greedy = SamplingParams(temperature=0.0)
         decoder = replace(self, draft_params=greedy)
-        return decoder.first_tokens(prompt_ids, greedy, max_tokens, np.random.default_rng(0), self.k if speculative else 0)
+        return decoder.first_tokens(
+            prompt_ids, greedy, max_tokens, np.random.default_rng(0), self.k if speculative else 0
+        )
 
 
 MUTANT_BUGS: dict[str, tuple[str, DecoderBugs]] = {
@@ -393,8 +461,9 @@ class DesignDeviation:
     sharpen: bool = False
     eog: frozenset[int] = frozenset()
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[list[int]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[list[int]]:
         from verispec.spec.decoder.depth.law import DepthCase, position_params
 
         case = DepthCase(tuple(prompt_ids), params, max_tokens, self.eog, min_tokens)

@@ -49,7 +49,9 @@ def pilot_cells(pilot: Sequence[Sequence[int]], m: int, eog: frozenset[int], min
     return tuple(seq for _, seq in heavy[:MAX_CELLS])
 
 
-def cell_counts(samples: Sequence[Sequence[int]], cells: Sequence[Prefix], m: int, eog: frozenset[int]) -> tuple[npt.NDArray[np.int64], int]:
+def cell_counts(
+    samples: Sequence[Sequence[int]], cells: Sequence[Prefix], m: int, eog: frozenset[int]
+) -> tuple[npt.NDArray[np.int64], int]:
     """(counts over the cells and the tail [C + 1], malformed samples)."""
     index = {cell: i for i, cell in enumerate(cells)}
     counts = np.zeros(len(cells) + 1, dtype=np.int64)
@@ -119,7 +121,9 @@ def check_two_sample(
             raise VerispecError(f"the engine returned {len(plain)} and {len(spec)} samples, asked for {n} each")
     except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
         placeholder = ChiSquare(0.0, df, 0.0, 0, 0, 0, 0.0)
-        return LawVerdict(False, placeholder, n, alpha, power, tv, 0, f"the engine raised {type(exc).__name__}: {str(exc)[:200]}")
+        return LawVerdict(
+            False, placeholder, n, alpha, power, tv, 0, f"the engine raised {type(exc).__name__}: {str(exc)[:200]}"
+        )
     a, bad_a = cell_counts(plain, cells, m, eog)
     b, bad_b = cell_counts(spec, cells, m, eog)
     malformed = bad_a + bad_b

@@ -38,7 +38,11 @@ def _answer_greedy(inp: Mapping[str, Any]) -> Json:
 def _answer_rows(inp: Mapping[str, Any]) -> Json:
     request = rows_request_from_json(inp)
     p, q = REFERENCE_PIPELINE.rows(request)
-    return {"p": rows_json(p), "q": rows_json(q), "mode": REFERENCE_PIPELINE.mode(request.target_params, request.draft_params)}
+    return {
+        "p": rows_json(p),
+        "q": rows_json(q),
+        "mode": REFERENCE_PIPELINE.mode(request.target_params, request.draft_params),
+    }
 
 
 def _answer_target_law(inp: Mapping[str, Any]) -> Json:

@@ -65,7 +65,13 @@ def write_vectors(out: Path, count: int = DEFAULT_COUNT, seed: int = DEFAULT_SEE
 
 MANIFEST_BYTES = 1 << 20  # a manifest names a handful of files
 VECTOR_FILE_BYTES = 256 << 20  # one KIND.jsonl (the large-V kinds are the biggest, far below)
-CASE_FIELDS: tuple[tuple[str, type], ...] = (("id", str), ("op", str), ("input", dict), ("expected", dict), ("tags", list))
+CASE_FIELDS: tuple[tuple[str, type], ...] = (
+    ("id", str),
+    ("op", str),
+    ("input", dict),
+    ("expected", dict),
+    ("tags", list),
+)
 
 
 def read_vectors(directory: Path) -> VectorSet:
@@ -79,9 +85,13 @@ def read_vectors(directory: Path) -> VectorSet:
     if not isinstance(manifest, dict):
         raise VectorError(f"{where}: expected a JSON object")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise VectorError(f"{where}: format_version {shown(manifest.get('format_version'))}, this verispec reads {FORMAT_VERSION}")
+        raise VectorError(
+            f"{where}: format_version {shown(manifest.get('format_version'))}, this verispec reads {FORMAT_VERSION}"
+        )
     if manifest.get("protocol_version") != PROTOCOL_VERSION:
-        raise VectorError(f"{where}: protocol_version {shown(manifest.get('protocol_version'))}, this verispec speaks {PROTOCOL_VERSION}")
+        raise VectorError(
+            f"{where}: protocol_version {shown(manifest.get('protocol_version'))}, this verispec speaks {PROTOCOL_VERSION}"
+        )
     seed = field(manifest, "seed", int, where, error=VectorError)
     count = field(manifest, "count", int, where, error=VectorError)
     cases: dict[str, list[Case]] = {}

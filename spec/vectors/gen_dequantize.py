@@ -9,7 +9,6 @@ from verispec.spec.vectors.draws import Item
 from verispec.spec.vectors.kinds import VectorError
 from verispec.spec.vectors.wire import Json
 
-
 # dequantization: random blocks (resampled until every value is finite: NaN payloads are not
 # portable) and blocks with deliberate scales; the d field's byte offset per quantized type
 _SCALE_OFFSET = {

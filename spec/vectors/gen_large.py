@@ -50,8 +50,18 @@ ONE = 1 << SCALE_LOG2
 Runs = list[list[int]]
 # (V, k) of the large cases; sizes kept so the files stay small and the replay cheap
 PLAN: tuple[tuple[int, int], ...] = (
-    (9, 1), (9, 8), (17, 4), (257, 2), (257, 8), (4099, 3), (4099, 8),
-    (32000, 4), (49152, 2), (131072, 2), (262144, 1), (262144, 2),
+    (9, 1),
+    (9, 8),
+    (17, 4),
+    (257, 2),
+    (257, 8),
+    (4099, 3),
+    (4099, 8),
+    (32000, 4),
+    (49152, 2),
+    (131072, 2),
+    (262144, 1),
+    (262144, 2),
 )
 
 
@@ -205,7 +215,12 @@ def _edit(rng: np.random.Generator, p: npt.NDArray[np.int64], q: npt.NDArray[np.
 
 
 def _final_uniform(
-    rng: np.random.Generator, p: npt.NDArray[np.int64], q: npt.NDArray[np.int64], drafts: Sequence[int], uniforms: Sequence[int], tags: set[str]
+    rng: np.random.Generator,
+    p: npt.NDArray[np.int64],
+    q: npt.NDArray[np.int64],
+    drafts: Sequence[int],
+    uniforms: Sequence[int],
+    tags: set[str],
 ) -> int:
     """The final uniform: on a running-sum boundary (``cdf_boundary``) of the row the protocol
     draws from, often the last id's lower boundary; else a random 48-bit uniform."""
@@ -230,7 +245,13 @@ def _final_uniform(
     return int(rng.integers(0, ONE))
 
 
-def _encode(p: npt.NDArray[np.int64], q: npt.NDArray[np.int64], drafts: Sequence[int], uniforms: Sequence[float], scale: int = SCALE_LOG2) -> Json:
+def _encode(
+    p: npt.NDArray[np.int64],
+    q: npt.NDArray[np.int64],
+    drafts: Sequence[int],
+    uniforms: Sequence[float],
+    scale: int = SCALE_LOG2,
+) -> Json:
     return {
         "V": int(p.shape[1]),
         "scale_log2": scale,
@@ -270,11 +291,23 @@ def _wide_residual(rng: np.random.Generator) -> Item:
     _fix_total(p[0], x)
     residual = np.maximum(p[0] - q[0], 0).astype(np.float64)
     kept = np.where(residual >= -np.sort(-residual)[1023], residual, 0.0)  # the largest 1,024 (ties kept)
-    grid = (np.arange(1, 64) / 64.0)  # 6-bit uniforms: the first where the two draws differ
+    grid = np.arange(1, 64) / 64.0  # 6-bit uniforms: the first where the two draws differ
     full, top = np.cumsum(residual), np.cumsum(kept)
-    u = float(grid[np.flatnonzero(np.searchsorted(full, grid * full[-1], side="right") != np.searchsorted(top, grid * top[-1], side="right"))[0]])
+    u = float(
+        grid[
+            np.flatnonzero(
+                np.searchsorted(full, grid * full[-1], side="right")
+                != np.searchsorted(top, grid * top[-1], side="right")
+            )[0]
+        ]
+    )
     bonus = _llm_row(rng, vocab, 1 << 33)[None]
-    return _encode(np.concatenate([p, bonus]), q, [x], [(ONE - 1) * 2.0**-SCALE_LOG2, u]), ["V=4099", "k=1", "residual_tail", "wide_residual"]
+    return _encode(np.concatenate([p, bonus]), q, [x], [(ONE - 1) * 2.0**-SCALE_LOG2, u]), [
+        "V=4099",
+        "k=1",
+        "residual_tail",
+        "wide_residual",
+    ]
 
 
 def _division_boundary(rng: np.random.Generator) -> Item:
@@ -292,7 +325,12 @@ def _division_boundary(rng: np.random.Generator) -> Item:
         for u in (float(np.nextafter(ratio, 0.0)), ratio, float(np.nextafter(ratio, 1.0))):
             if (u * qx < px) != (u < ratio):
                 bonus = _llm_row(rng, vocab, 1 << 36)[None]
-                return _encode(np.concatenate([p, bonus]), q, [x], [u, 0.5]), ["V=17", "k=1", "accept_boundary", "division_differs"]
+                return _encode(np.concatenate([p, bonus]), q, [x], [u, 0.5]), [
+                    "V=17",
+                    "k=1",
+                    "accept_boundary",
+                    "division_differs",
+                ]
 
 
 def _pairwise_total(rng: np.random.Generator) -> Item:
@@ -320,7 +358,12 @@ def _pairwise_total(rng: np.random.Generator) -> Item:
                     q = np.zeros((1, vocab), dtype=np.int64)
                     q[0, :] = row  # p_0 == q_0: the draft is accepted, the bonus row draws
                     p = np.stack([row, row])
-                    return _encode(p, q, [int(np.argmax(row))], [0.0, cand], scale), ["V=4099", "k=1", "cdf_boundary", "inexact_running_sum"]
+                    return _encode(p, q, [int(np.argmax(row))], [0.0, cand], scale), [
+                        "V=4099",
+                        "k=1",
+                        "cdf_boundary",
+                        "inexact_running_sum",
+                    ]
 
 
 def large_items(rng: np.random.Generator, count: int) -> list[Item]:

@@ -17,8 +17,8 @@ import numpy.typing as npt
 
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams, target_distribution
-from verispec.spec.vectors.draws import Item, draw
 from verispec.spec.pipeline import RowsRequest
+from verispec.spec.vectors.draws import Item, draw
 from verispec.spec.vectors.wire import Json, params_to_json, rows_request_to_json
 
 

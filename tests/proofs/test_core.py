@@ -70,7 +70,9 @@ def test_cli_json_and_exit_status(capsys: pytest.CaptureFixture[str], monkeypatc
     assert [row["status"] for row in doc["obligations"]] == ["proved"]
     assert set(doc["obligations"][0]) >= {"name", "statement", "status", "seconds"}
 
-    bad = Obligation("proofs.union.bogus", "x > 0 => x^2 > x", _false_claim, ("verispec.reference.conformal.bonferroni",))
+    bad = Obligation(
+        "proofs.union.bogus", "x > 0 => x^2 > x", _false_claim, ("verispec.reference.conformal.bonferroni",)
+    )
     monkeypatch.setattr(cli, "all_obligations", lambda: [bad])
     assert cli.main([]) == 1
     out = capsys.readouterr()

@@ -22,7 +22,9 @@ def _second_sibling_tested_against_p() -> z3.BoolRef:
     s2 = z3.Sum([pos(a - b) for a, b in zip(p, q2)])
     t2 = z3.Sum([rmin(a, b) for a, b in zip(p, q2)])
     r3 = [z3.If(s2 == 0, a, pos(a - b) / s2) for a, b in zip(p, q2)]
-    goal = [accept_mass(p[y], q1[y]) + (1 - t1) * (accept_mass(p[y], q2[y]) + (1 - t2) * r3[y]) == p[y] for y in range(2)]
+    goal = [
+        accept_mass(p[y], q1[y]) + (1 - t1) * (accept_mass(p[y], q2[y]) + (1 - t2) * r3[y]) == p[y] for y in range(2)
+    ]
     return implies([*hp, *h1, *h2], z3.And(*goal))
 
 

@@ -90,4 +90,7 @@ def test_a_subnormal_residual_total_takes_the_overflow_branch_alike() -> None:
     assert np.asarray(shared.token).tolist()[:3] == [2, 2, 2] and int(np.asarray(shared.token)[4]) == 2
     for i in range(n):
         single = verify_sampled(p, q, drafts[i].tolist(), uniforms[i].tolist())
-        assert (single.accepted, single.token) == (int(np.asarray(shared.accepted)[i]), int(np.asarray(shared.token)[i]))
+        assert (single.accepted, single.token) == (
+            int(np.asarray(shared.accepted)[i]),
+            int(np.asarray(shared.token)[i]),
+        )

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.reference import certificate as cert
 from verispec.reference.errors import CertificateError
-from tests.profiles import examples
 
 DTYPES: tuple[type[np.floating[Any]], ...] = (np.float32, np.float64)
 
@@ -96,7 +96,9 @@ def test_top2_rejects_bad_logits(bad: npt.NDArray[Any]) -> None:
 # --- residual scores -------------------------------------------------------------------------------
 
 
-def _logit_pair(dtype: type[np.floating[Any]], data: st.DataObject, v_max: int = 16) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+def _logit_pair(
+    dtype: type[np.floating[Any]], data: st.DataObject, v_max: int = 16
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     width: Literal[32, 64] = 32 if dtype == np.float32 else 64
     v = data.draw(st.integers(2, v_max), label="V")
     floats = st.floats(-1e4, 1e4, allow_nan=False, width=width)
@@ -213,7 +215,9 @@ def _check_gate(kind: cert.ResidualKind, dtype: type[np.floating[Any]], data: st
 @pytest.mark.parametrize("kind", cert.RESIDUAL_KINDS)
 @settings(max_examples=examples(300))
 @given(data=st.data())
-def test_admitted_tokens_keep_the_argmax(kind: cert.ResidualKind, dtype: type[np.floating[Any]], data: st.DataObject) -> None:
+def test_admitted_tokens_keep_the_argmax(
+    kind: cert.ResidualKind, dtype: type[np.floating[Any]], data: st.DataObject
+) -> None:
     """proofs.float32.supnorm_slack_sound / halfrange_slack_sound, with the default slack."""
     _check_gate(kind, dtype, data)
 
@@ -353,7 +357,7 @@ def test_bisquare_matches_exact_and_bowl_is_sound(r: float, c: float) -> None:
 def test_inside_bowl_keeps_the_argmax(data: st.DataObject) -> None:
     """proofs.tukey.bowl_preserves_argmax, on dyadic logits where t = d - e is exact in float64."""
     v = data.draw(st.integers(2, 10))
-    grid = st.integers(-2**12, 2**12).map(lambda k: k / 2**6)
+    grid = st.integers(-(2**12), 2**12).map(lambda k: k / 2**6)
     d = np.asarray(data.draw(st.lists(grid, min_size=v, max_size=v)), dtype=np.float64)
     e = np.asarray(data.draw(st.lists(grid.map(lambda x: x / 16), min_size=v, max_size=v)), dtype=np.float64)
     t = d - e  # exact: all values are multiples of 2^-10 below 2^7

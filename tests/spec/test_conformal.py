@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.reference.conformal import (
     bonferroni,
     conformal_index,
@@ -20,7 +21,6 @@ from verispec.reference.conformal import (
     margin_threshold,
 )
 from verispec.reference.errors import CalibrationError
-from tests.profiles import examples
 
 levels = st.builds(Fraction, st.integers(1, 10_000), st.just(10_001)) | st.integers(2, 2_000).flatmap(
     lambda b: st.builds(Fraction, st.integers(1, b - 1), st.just(b))
@@ -49,7 +49,9 @@ def test_index_is_the_least_rank_reaching_q(n: int, q: Fraction) -> None:
 
 @settings(max_examples=examples(200))
 @given(
-    scores=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 1e9, float("inf")]) | st.floats(0, 100), min_size=1, max_size=60),
+    scores=st.lists(
+        st.sampled_from([0.0, 0.5, 1.0, 2.5, 1e9, float("inf")]) | st.floats(0, 100), min_size=1, max_size=60
+    ),
     q=levels,
 )
 def test_quantile_is_the_kth_smallest(scores: list[float], q: Fraction) -> None:
@@ -96,8 +98,21 @@ def test_float_levels_mean_the_decimal_written() -> None:
 
 @pytest.mark.parametrize(
     ("n", "q"),
-    [(0, "0.9"), (-3, "0.9"), (10, 0), (10, 1), (10, "1.5"), (10, -0.1), (10, float("nan")), (10, float("inf")),
-     (10, True), (10, "ninety"), (10, "1/0"), (True, "0.9"), (2.0, "0.9")],
+    [
+        (0, "0.9"),
+        (-3, "0.9"),
+        (10, 0),
+        (10, 1),
+        (10, "1.5"),
+        (10, -0.1),
+        (10, float("nan")),
+        (10, float("inf")),
+        (10, True),
+        (10, "ninety"),
+        (10, "1/0"),
+        (True, "0.9"),
+        (2.0, "0.9"),
+    ],
 )
 def test_index_rejects_bad_inputs(n: Any, q: Any) -> None:
     with pytest.raises(CalibrationError):
@@ -138,7 +153,9 @@ def brute_threshold(margins: list[float], flips: list[bool], alpha: Fraction, k:
 
 @settings(max_examples=examples(400))
 @given(
-    data=st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.5, 3.0]) | st.floats(0, 10), st.booleans()), min_size=1, max_size=40),
+    data=st.lists(
+        st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.5, 3.0]) | st.floats(0, 10), st.booleans()), min_size=1, max_size=40
+    ),
     alpha=levels,
     k=st.integers(1, 4),
 )

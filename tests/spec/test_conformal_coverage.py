@@ -55,7 +55,9 @@ def _marginal_coverage(
     """[R, n] calibration and [R, fresh] test scores, exchangeable within each repetition."""
     if draw == "lognormal":
         return rng.lognormal(size=(reps, n)), rng.lognormal(size=(reps, fresh))
-    return rng.integers(0, 6, size=(reps, n)).astype(np.float64), rng.integers(0, 6, size=(reps, fresh)).astype(np.float64)
+    return rng.integers(0, 6, size=(reps, n)).astype(np.float64), rng.integers(0, 6, size=(reps, fresh)).astype(
+        np.float64
+    )
 
 
 def test_marginal_coverage_lands_in_the_guaranteed_interval() -> None:
@@ -78,7 +80,9 @@ def test_marginal_coverage_lands_in_the_guaranteed_interval() -> None:
     se = math.sqrt((var_c + (mu * (1 - mu) - var_c) / fresh) / reps)
     tolerance = Z_TWO_SIDED_1E6 * se
     assert abs(float(np.mean(covered)) - mu) <= tolerance
-    assert float(Fraction(q)) - tolerance <= float(np.mean(covered)) < float(mean_exact + Fraction(1, n + 1)) + tolerance
+    assert (
+        float(Fraction(q)) - tolerance <= float(np.mean(covered)) < float(mean_exact + Fraction(1, n + 1)) + tolerance
+    )
 
     higher = np.mean(test <= _higher_quantiles(calibration, 0.95)[:, None], axis=1)  # [R]
     assert float(np.mean(higher)) < float(Fraction(q)) - tolerance
@@ -134,7 +138,9 @@ def test_margin_gate_flip_risk_within_alpha() -> None:
     for _ in range(reps):
         cal_m, cal_f = _flip_model(rng, (n,), layers)
         test_m, test_f = _flip_model(rng, (fresh,), layers)
-        thresholds = np.array([margin_threshold(cal_m[:, j], cal_f[:, j], alpha, n_layers=layers) for j in range(layers)])
+        thresholds = np.array(
+            [margin_threshold(cal_m[:, j], cal_f[:, j], alpha, n_layers=layers) for j in range(layers)]
+        )
         naive = np.array([margin_threshold(cal_m[:, j], cal_f[:, j], alpha) for j in range(layers)])
         rate, exit_rate = _served_flip_rate(test_m, test_f, thresholds)
         rates.append(rate)

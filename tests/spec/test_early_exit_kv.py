@@ -29,12 +29,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
+from tests.tolerances import ForwardSpread, assert_within, forward_spread
 from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
 from verispec.reference.early_exit import DeferredDecoder
 from verispec.reference.early_exit import Model as ModelLike
 from verispec.reference.model import LayerWeights, Model, Weights
-from tests.profiles import examples
-from tests.tolerances import ForwardSpread, assert_within, forward_spread
 
 N_LAYER = 5
 
@@ -45,14 +45,30 @@ def tiny_model(arch: str, seed: int = 0) -> Model:
     n_vocab, e, n_head, n_kv, d, ff = 40, 24, 4, 2, 6, 32
     gemma = arch == "gemma3"
     cfg = Config(
-        arch=arch, n_vocab=n_vocab, n_embd=e, n_layer=N_LAYER, n_head=n_head, n_head_kv=n_kv,
-        head_dim=d, n_ff=ff, rope_base=10000.0, rope_base_local=10000.0, rope_dim=d,
-        rope_type=ROPE_NEOX if gemma else ROPE_NORM, rope_scaling_type="none",
-        rope_scaling_factor=1.0, norm_eps=1e-6, sliding_window=3 if gemma else 0,
-        sliding_layers=tuple(gemma and il % 2 == 0 for il in range(N_LAYER)), context_length=64,
-        final_softcap=30.0 if gemma else None, embed_scale=math.sqrt(e) if gemma else 1.0,
-        attn_scale=1.0 / math.sqrt(d), ffn_activation=ACT_GELU_TANH if gemma else ACT_SILU,
-        qk_norm=gemma, post_norms=gemma,
+        arch=arch,
+        n_vocab=n_vocab,
+        n_embd=e,
+        n_layer=N_LAYER,
+        n_head=n_head,
+        n_head_kv=n_kv,
+        head_dim=d,
+        n_ff=ff,
+        rope_base=10000.0,
+        rope_base_local=10000.0,
+        rope_dim=d,
+        rope_type=ROPE_NEOX if gemma else ROPE_NORM,
+        rope_scaling_type="none",
+        rope_scaling_factor=1.0,
+        norm_eps=1e-6,
+        sliding_window=3 if gemma else 0,
+        sliding_layers=tuple(gemma and il % 2 == 0 for il in range(N_LAYER)),
+        context_length=64,
+        final_softcap=30.0 if gemma else None,
+        embed_scale=math.sqrt(e) if gemma else 1.0,
+        attn_scale=1.0 / math.sqrt(d),
+        ffn_activation=ACT_GELU_TANH if gemma else ACT_SILU,
+        qk_norm=gemma,
+        post_norms=gemma,
     )
 
     def w(*shape: int) -> npt.NDArray[np.float32]:
@@ -63,10 +79,19 @@ def tiny_model(arch: str, seed: int = 0) -> Model:
 
     blocks = tuple(
         LayerWeights(
-            attn_norm=norm(e), wq=w(n_head * d, e) * 3, wk=w(n_kv * d, e) * 3, wv=w(n_kv * d, e),
-            wo=w(e, n_head * d), ffn_norm=norm(e), ffn_gate=w(ff, e), ffn_up=w(ff, e), ffn_down=w(e, ff),
-            q_norm=norm(d) if gemma else None, k_norm=norm(d) if gemma else None,
-            post_attn_norm=norm(e) if gemma else None, post_ffn_norm=norm(e) if gemma else None,
+            attn_norm=norm(e),
+            wq=w(n_head * d, e) * 3,
+            wk=w(n_kv * d, e) * 3,
+            wv=w(n_kv * d, e),
+            wo=w(e, n_head * d),
+            ffn_norm=norm(e),
+            ffn_gate=w(ff, e),
+            ffn_up=w(ff, e),
+            ffn_down=w(e, ff),
+            q_norm=norm(d) if gemma else None,
+            k_norm=norm(d) if gemma else None,
+            post_attn_norm=norm(e) if gemma else None,
+            post_ffn_norm=norm(e) if gemma else None,
         )
         for _ in range(N_LAYER)
     )
@@ -85,9 +110,15 @@ def tiny_spread(arch: str, tokens: tuple[int, ...]) -> ForwardSpread:
 
 
 def run_pattern(
-    model: ModelLike, prompt: list[int], tokens: list[int], exits: list[int], candidates: tuple[int, ...], bound: int,
+    model: ModelLike,
+    prompt: list[int],
+    tokens: list[int],
+    exits: list[int],
+    candidates: tuple[int, ...],
+    bound: int,
     decoder_class: type[DeferredDecoder] = DeferredDecoder,
-    decoder_model: ModelLike | None = None, spread: ForwardSpread | None = None,
+    decoder_model: ModelLike | None = None,
+    spread: ForwardSpread | None = None,
 ) -> None:
     """Decode ``tokens`` after ``prompt`` exiting token i at depth ``exits[i]``; check both claims
     against a full forward, elementwise within the derived float32 tolerances ``spread`` of that
@@ -104,6 +135,7 @@ def run_pattern(
     decoder = decoder_class(decoder_model or model, cache, candidates, backlog_bound=bound)
     decoder.prefill(prompt)
     for i, (token, want) in enumerate(zip(tokens, exits)):
+
         def policy(depth: int, hidden: npt.NDArray[np.float32], want: int = want) -> bool:
             return depth == want
 
@@ -174,7 +206,9 @@ def test_reading_owed_layers_is_caught() -> None:
         run_pattern(model, [1, 2], [3, 4, 5], [1, 5, 5], (1,), bound=10, decoder_class=Blind)
 
 
-def _sequential_linear(x: npt.NDArray[np.float32], weight: npt.NDArray[np.float32], bias: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
+def _sequential_linear(
+    x: npt.NDArray[np.float32], weight: npt.NDArray[np.float32], bias: npt.NDArray[np.float32] | None = None
+) -> npt.NDArray[np.float32]:
     """layers.linear with another rounding than any BLAS: float32 products summed one by one, last
     term first, no FMA (the error model's worst summation order)."""
     acc = np.zeros((x.shape[0], weight.shape[0]), dtype=np.float32)
@@ -183,7 +217,9 @@ def _sequential_linear(x: npt.NDArray[np.float32], weight: npt.NDArray[np.float3
     return acc if bias is None else acc + bias
 
 
-def _wide_linear(x: npt.NDArray[np.float32], weight: npt.NDArray[np.float32], bias: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
+def _wide_linear(
+    x: npt.NDArray[np.float32], weight: npt.NDArray[np.float32], bias: npt.NDArray[np.float32] | None = None
+) -> npt.NDArray[np.float32]:
     """layers.linear as a BLAS with a float64 accumulator would do it: one rounding at the end."""
     y = (np.asarray(x, dtype=np.float64) @ np.asarray(weight, dtype=np.float64).T).astype(np.float32)
     return y if bias is None else y + bias
@@ -207,8 +243,15 @@ def test_the_tolerance_holds_for_another_blas(arch: str, linear: object, monkeyp
                 return super().forward_layers(*args, **kwargs)  # type: ignore[arg-type]
 
     other = OtherBlas(model.config, model.weights)
-    run_pattern(model, [1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [1, 3, 1, 4, 2, 5, 1, 5], (1, 2, 3, 4), bound=3,
-                decoder_model=other)
+    run_pattern(
+        model,
+        [1, 2, 3],
+        [4, 5, 6, 7, 8, 9, 10, 11],
+        [1, 3, 1, 4, 2, 5, 1, 5],
+        (1, 2, 3, 4),
+        bound=3,
+        decoder_model=other,
+    )
 
 
 @pytest.mark.parametrize("arch", sorted(MODELS))

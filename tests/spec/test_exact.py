@@ -17,10 +17,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.reference.sampling import SamplingParams, target_distribution
 from verispec.reference.speculative import verify_sampled, verify_sampled_batch
 from verispec.spec import exact
-from tests.profiles import examples
 
 MODES = ("independent", "equal", "disjoint", "one_hot_p", "one_hot_q")
 
@@ -97,7 +97,9 @@ def test_enumerated_verdict_law_equals_closed_form(case: tuple[list[exact.Row], 
 
 @settings(max_examples=examples(60), deadline=None)
 @given(toy_models(), st.integers(1, 3), st.integers(1, 3))
-def test_first_m_tokens_autoregressive_are_the_target_law(models: tuple[exact.Model, exact.Model, int], k: int, m: int) -> None:
+def test_first_m_tokens_autoregressive_are_the_target_law(
+    models: tuple[exact.Model, exact.Model, int], k: int, m: int
+) -> None:
     target, draft, _vocab = models
     law = exact.first_tokens_law(lambda prefix: exact.speculative_step_law(target, draft, k, prefix), m)
     assert law == exact.target_sequence_law(target, m)
@@ -106,11 +108,15 @@ def test_first_m_tokens_autoregressive_are_the_target_law(models: tuple[exact.Mo
 def test_a_wrong_q_breaks_the_law() -> None:
     """The spec's precondition has teeth: verify with a q the draft did not sample from."""
     p, true_q, claimed_q = exact.exact_row([1, 1]), exact.exact_row([1, 0]), exact.exact_row([1, 1])
-    law = exact.speculative_step_law(lambda _: p, lambda _: true_q, 1, (), rows=lambda _prefix, _drafts: ([p, p], [claimed_q]))
+    law = exact.speculative_step_law(
+        lambda _: p, lambda _: true_q, 1, (), rows=lambda _prefix, _drafts: ([p, p], [claimed_q])
+    )
     first: dict[int, Fraction] = {}
     for seq, mass in law.items():
         first[seq[0]] = first.get(seq[0], Fraction(0)) + mass
-    assert first == {0: Fraction(1)} != {0: p[0], 1: p[1]}  # the draft always says 0 and p/q_claimed = 1 always accepts it
+    assert (
+        first == {0: Fraction(1)} != {0: p[0], 1: p[1]}
+    )  # the draft always says 0 and p/q_claimed = 1 always accepts it
 
 
 @st.composite
@@ -171,7 +177,9 @@ def dyadic_case(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, list[int], lis
 
 @settings(max_examples=examples(300))
 @given(dyadic_case())
-def test_float_reference_is_the_exact_protocol_on_dyadic_inputs(case: tuple[np.ndarray, np.ndarray, list[int], list[Fraction]]) -> None:
+def test_float_reference_is_the_exact_protocol_on_dyadic_inputs(
+    case: tuple[np.ndarray, np.ndarray, list[int], list[Fraction]],
+) -> None:
     p, q, drafts, uniforms = case
     P = [exact.exact_row(r, normalize=False) for r in p]
     Q = [exact.exact_row(r, normalize=False) for r in q]

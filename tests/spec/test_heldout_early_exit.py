@@ -32,13 +32,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lab.measure_early_exit import held_out_report
+from verispec.commands.calibrate import HELDOUT_PROMPTS, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
+from verispec.engine_load import load_engine
 from verispec.reference.calibration import build, greedy_trajectory, score
 from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
 from verispec.spec.statistics import ALPHA_BUDGET
-from verispec.commands.calibrate import HELDOUT_PROMPTS, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
-from verispec.engine_load import load_engine
-
-from lab.measure_early_exit import held_out_report
 
 Q = Fraction(4, 5)
 DEPTHS = (24,)
@@ -90,10 +89,14 @@ def test_held_out_flip_fraction_is_within_the_claimed_bound(smollm2_path: Any) -
     held_prompts = encode_prompts(loaded.tokenizer, loaded.chat, held_text)
 
     def records(prompts: list[tuple[str, list[int]]]) -> Any:
-        trajectories = [greedy_trajectory(model, ids, STEPS, DEPTHS, kind=kind, stop_ids=stop_ids) for kind, ids in prompts]
+        trajectories = [
+            greedy_trajectory(model, ids, STEPS, DEPTHS, kind=kind, stop_ids=stop_ids) for kind, ids in prompts
+        ]
         return score(model, trajectories, DEPTHS, None)
 
-    cal = build(records(calibration_prompts), q=Q, model_sha256="0" * 64, model_name="smollm2", n_layer=model.config.n_layer)
+    cal = build(
+        records(calibration_prompts), q=Q, model_sha256="0" * 64, model_name="smollm2", n_layer=model.config.n_layer
+    )
     assert all(kc.admits for kc in cal.kinds.values()) and len(cal.kinds) == 4
     report = held_out_report(cal, records(held_prompts), "margin")
     assert report["prompts"] == 40

@@ -26,9 +26,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from tests.profiles import examples
 from verispec.reference.errors import ContextOverflow, ModelError
 from verispec.reference.kvcache import KVCache
-from tests.profiles import examples
 
 N_LAYER, N_KV, HEAD_DIM, CAPACITY = 3, 2, 4, 150  # capacity > 64: growth is exercised
 
@@ -47,7 +47,9 @@ class KVCacheMachine(RuleBasedStateMachine):
         """Distinct values for n new slots: k, v ``[L, n_kv, n, d]``, positions ``[n]``."""
         base = self.counter + np.arange(n, dtype=np.float32)
         self.counter += n
-        k = np.broadcast_to(base[None, None, :, None], (N_LAYER, N_KV, n, HEAD_DIM)) + np.arange(HEAD_DIM, dtype=np.float32)
+        k = np.broadcast_to(base[None, None, :, None], (N_LAYER, N_KV, n, HEAD_DIM)) + np.arange(
+            HEAD_DIM, dtype=np.float32
+        )
         v = -k * 0.5
         positions = self.cache.length + np.arange(n, dtype=np.int64)
         return np.ascontiguousarray(k, dtype=np.float32), np.ascontiguousarray(v, dtype=np.float32), positions

@@ -33,8 +33,8 @@ from verispec.spec.check import (
 from verispec.spec.law_only import LAW_PROPERTIES, single_with_own_randomness, with_own_randomness
 from verispec.spec.mutants import catalogue
 from verispec.spec.properties import STAT_DESIGNS
-from verispec.spec.shards import SHARD_ALPHA_SHARE
 from verispec.spec.sequential import LOOKS, MIN_BLOCK, Budget, SequentialTest, schedule, serial_draw
+from verispec.spec.shards import SHARD_ALPHA_SHARE
 from verispec.spec.statistics import ALPHA_BUDGET, POWER, power_of, required_sample_size
 from verispec.spec.vectors import VectorSet, build_vectors
 
@@ -71,7 +71,9 @@ def test_schedule_spends_the_budget_line_and_reaches_power(name: str) -> None:
     assert sum(plan.alphas) == pytest.approx(design.alpha, rel=1e-12)
     looks = len(plan.looks)
     # 7 looks, or fewer for a design too small for 64 blocks of MIN_BLOCK draws
-    assert plan.looks[0] == 1 and (looks == LOOKS or required_sample_size(design.df, plan.alphas[-1], design.tv) < 2 ** (LOOKS - 1) * MIN_BLOCK)
+    assert plan.looks[0] == 1 and (
+        looks == LOOKS or required_sample_size(design.df, plan.alphas[-1], design.tv) < 2 ** (LOOKS - 1) * MIN_BLOCK
+    )
     final = plan.samples(looks - 1)
     assert power_of(final, design.df, plan.alphas[-1], design.tv) >= POWER
     # the first look is 1/2^(L-1) of the final one (1/64 at 7 looks): the cost of an early rejection
@@ -107,7 +109,9 @@ def test_reference_with_its_own_randomness_passes_law_only(vectors: VectorSet) -
         design = STAT_DESIGNS[outcome.name]()
         plan = schedule(design, SCALE)
         assert outcome.n == plan.samples(len(plan.looks) - 1)
-        assert outcome.power == pytest.approx(max(power_of(plan.samples(j), design.df, plan.alphas[j], design.tv) for j in range(len(plan.looks))))
+        assert outcome.power == pytest.approx(
+            max(power_of(plan.samples(j), design.df, plan.alphas[j], design.tv) for j in range(len(plan.looks)))
+        )
     claim = report.claim()
     assert "lossless at power" in claim and "against total-variation deviation 0.005" in claim
     assert "not portable" in claim
@@ -164,9 +168,22 @@ def test_clock_budget_stops_the_draws(vectors: VectorSet) -> None:
 
 def test_cli_exit_status_3_and_json_claim(tmp_path: Path) -> None:
     cmd = [
-        PY, "-m", "verispec", "check", "--law-only", "--verifier", "tests.spec.test_law_only:law_reference",
-        "--batch-verifier", "tests.spec.test_law_only:law_reference_batch", "--only", "stat_verdict_law_k1",
-        "--budget-samples", "20000", "--count", "1", "--json",
+        PY,
+        "-m",
+        "verispec",
+        "check",
+        "--law-only",
+        "--verifier",
+        "tests.spec.test_law_only:law_reference",
+        "--batch-verifier",
+        "tests.spec.test_law_only:law_reference_batch",
+        "--only",
+        "stat_verdict_law_k1",
+        "--budget-samples",
+        "20000",
+        "--count",
+        "1",
+        "--json",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == EXIT_INCONCLUSIVE, done.stderr
@@ -188,7 +205,11 @@ def test_merged_shards_equal_the_unsharded_run_exactly(vectors: VectorSet) -> No
     only = ["contract", "stat_verdict_law_k3", "stat_lossless_ar_k2"]
     whole = run_check(impl, vectors, only=only, scale=SCALE, sequential=True, min_power=0)
     shards = [
-        CheckReport.from_json(json.loads(json.dumps(run_check(impl, vectors, only=only, scale=SCALE, shard=(i, 3), min_power=0).as_json())))
+        CheckReport.from_json(
+            json.loads(
+                json.dumps(run_check(impl, vectors, only=only, scale=SCALE, shard=(i, 3), min_power=0).as_json())
+            )
+        )
         for i in (1, 2, 3)
     ]
     assert [p.name for p in shards[1].properties] == ["stat_verdict_law_k3", "stat_lossless_ar_k2"]
@@ -234,7 +255,9 @@ def test_merge_refuses_missing_or_foreign_shards(vectors: VectorSet) -> None:
 def test_workers_draw_the_same_blocks(vectors: VectorSet) -> None:
     from verispec.spec.workers import ImplementationSpec, WorkerPool
 
-    spec = ImplementationSpec("verispec.reference.speculative:verify_sampled", "verispec.reference.speculative:verify_sampled_batch")
+    spec = ImplementationSpec(
+        "verispec.reference.speculative:verify_sampled", "verispec.reference.speculative:verify_sampled_batch"
+    )
     impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
     only = ["stat_verdict_law_k2"]
     serial = run_check(impl, vectors, only=only, scale=SCALE, sequential=True)
@@ -243,14 +266,18 @@ def test_workers_draw_the_same_blocks(vectors: VectorSet) -> None:
         parallel = run_check(impl, vectors, only=only, scale=SCALE, sequential=True, draw=pool.draw, parallel=2)
     finally:
         pool.close()
-    assert [(p.status, p.n, p.detail) for p in parallel.properties] == [(p.status, p.n, p.detail) for p in serial.properties]
+    assert [(p.status, p.n, p.detail) for p in parallel.properties] == [
+        (p.status, p.n, p.detail) for p in serial.properties
+    ]
 
 
 # -----------------------------------------------------------------------------------------------
 # the wire: op sampled_law
 
 
-@pytest.mark.parametrize(("served", "expected"), [("--reference", EXIT_PASSED), ("--mutant resample_from_target", EXIT_FAILED)])
+@pytest.mark.parametrize(
+    ("served", "expected"), [("--reference", EXIT_PASSED), ("--mutant resample_from_target", EXIT_FAILED)]
+)
 def test_law_only_through_the_wire(served: str, expected: int, vectors: VectorSet) -> None:
     impl = CommandImplementation(f"{PY} -m verispec.spec.external {served} --law-only 5", timeout=60.0, law_only=True)
     try:

@@ -93,7 +93,12 @@ def test_protocol_points_are_in_their_cells() -> None:
 
 
 # lossless but off the protocol: must fail the protocol verdict and NEVER the law verdict
-PROTOCOL_ONLY = ("reversed_scan_large_vocab", "total_by_pairwise_sum", "acceptance_by_division", "searchsorted_side_left")
+PROTOCOL_ONLY = (
+    "reversed_scan_large_vocab",
+    "total_by_pairwise_sum",
+    "acceptance_by_division",
+    "searchsorted_side_left",
+)
 # change the law at LLM scale (and pass every toy-V property except where noted in spec.mutants)
 LAW_CHANGING = (
     "q_tail_underflow",
@@ -135,7 +140,7 @@ def test_strata_design_power_and_budget(name: str) -> None:
     p, q = strata.rows_for(name)
     law = strata.cell_law(p, q)
     assert abs(law.sum() - 1) < 1e-12 and np.all(law >= 0)
-    assert law[4::len(strata.STRATA)].sum() == 0  # "outside" cells are impossible
+    assert law[4 :: len(strata.STRATA)].sum() == 0  # "outside" cells are impossible
     alpha = ALPHA_BUDGET[name]
     tv = strata.design_tv(name)
     n = required_sample_size(strata.design_df(p, q), alpha, tv)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.spec.test_merge_forgery import ONLY, SCALE, Files, copy_shards, python_impl, shard_files
 from verispec.spec.check import CheckError, CheckReport, merge_reports, run_check
 from verispec.spec.merge import read_shard
 from verispec.spec.report import ReportError
 from verispec.spec.report_seal import REPORT_KEY_ENV
 from verispec.spec.vectors import VectorSet, build_vectors
-from tests.spec.test_merge_forgery import ONLY, SCALE, Files, copy_shards, shard_files, python_impl
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,8 @@ import pytest
 
 from verispec.reference.speculative import verify_sampled, verify_sampled_batch
 from verispec.spec.check import CheckError, CheckReport, PythonImplementation, merge_reports, run_check
-from verispec.spec.report import run_design
 from verispec.spec.mutants import catalogue
-from verispec.spec.report import PropertyOutcome, ReportError
+from verispec.spec.report import PropertyOutcome, ReportError, run_design
 from verispec.spec.report_seal import REPORT_KEY_ENV, content_digest, run_id, verifier_identity
 from verispec.spec.vectors import VectorSet, build_vectors
 
@@ -43,7 +42,13 @@ def python_impl(mutant: str | None = None) -> PythonImplementation:
 
 def shard_files(vectors: VectorSet, mutant: str | None = None, shards: int = 2) -> Files:
     return [
-        json.loads(json.dumps(run_check(python_impl(mutant), vectors, only=ONLY, scale=SCALE, shard=(i, shards), min_power=0).as_json()))
+        json.loads(
+            json.dumps(
+                run_check(
+                    python_impl(mutant), vectors, only=ONLY, scale=SCALE, shard=(i, shards), min_power=0
+                ).as_json()
+            )
+        )
         for i in range(1, shards + 1)
     ]
 
@@ -135,11 +140,14 @@ def test_another_verifiers_shard_is_refused(good: Files, broken: Files) -> None:
         _merge([copy_shards(good)[0], _reseal(relabelled)])
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("verispec_version", "0.0.1", "written by verispec 0.0.1"),
-    ("protocol_version", 2, "protocol version 2"),
-    ("seed", 7, "another run"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("verispec_version", "0.0.1", "written by verispec 0.0.1"),
+        ("protocol_version", 2, "protocol version 2"),
+        ("seed", 7, "another run"),
+    ],
+)
 def test_versions_and_the_run_must_match(good: Files, field: str, value: object, message: str) -> None:
     files = copy_shards(good)
     files[1][field] = value
@@ -155,7 +163,9 @@ def test_membership_messages(vectors: VectorSet, good: Files) -> None:
         _merge([copy_shards(good)[0], copy_shards(good)[0]])
 
 
-def test_with_a_key_only_signed_shards_merge(vectors: VectorSet, good: Files, broken: Files, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_a_key_only_signed_shards_merge(
+    vectors: VectorSet, good: Files, broken: Files, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(REPORT_KEY_ENV, "ci-secret")
     signed = shard_files(vectors)
     assert all(f["signature"] for f in signed)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from verispec.spec.mutants import catalogue
 from verispec.reference.speculative import verify_sampled_batch
+from verispec.spec.mutants import catalogue
 
 ROW_MUTANTS = [m for m in catalogue() if m.batch is not verify_sampled_batch]
 
@@ -28,7 +28,10 @@ def test_a_batch_is_its_items_one_at_a_time(mutant: object) -> None:
         q = 0.8 * p[:k] + 0.2 * _rows(rng, k, vocab, zeros)  # close to p: both repairs and bonuses occur
         n = 40
         cumulative = np.cumsum(q, axis=1)
-        drafts = np.stack([np.minimum(np.searchsorted(cumulative[i], rng.random(n), side="right"), vocab - 1) for i in range(k)], axis=1)
+        drafts = np.stack(
+            [np.minimum(np.searchsorted(cumulative[i], rng.random(n), side="right"), vocab - 1) for i in range(k)],
+            axis=1,
+        )
         uniforms = rng.random((n, k + 1))
         p_in = p if shared else np.ascontiguousarray(np.broadcast_to(p, (n, *p.shape)))
         q_in = q if shared else np.ascontiguousarray(np.broadcast_to(q, (n, *q.shape)))
@@ -39,7 +42,13 @@ def test_a_batch_is_its_items_one_at_a_time(mutant: object) -> None:
         assert 0 < int(np.sum(np.asarray(batch.is_bonus))) < n or mutant.name in one_kind  # type: ignore[attr-defined]
         for i in range(n):
             one = mutant.batch(p, q, drafts[i : i + 1], uniforms[i : i + 1])  # type: ignore[attr-defined]
-            got = (int(np.asarray(batch.accepted)[i]), int(np.asarray(batch.token)[i]), bool(np.asarray(batch.is_bonus)[i]))
-            assert got == (int(np.asarray(one.accepted)[0]), int(np.asarray(one.token)[0]), bool(np.asarray(one.is_bonus)[0])), (mutant.name, i)  # type: ignore[attr-defined]
-
-
+            got = (
+                int(np.asarray(batch.accepted)[i]),
+                int(np.asarray(batch.token)[i]),
+                bool(np.asarray(batch.is_bonus)[i]),
+            )
+            assert got == (
+                int(np.asarray(one.accepted)[0]),
+                int(np.asarray(one.token)[0]),
+                bool(np.asarray(one.is_bonus)[0]),
+            ), (mutant.name, i)  # type: ignore[attr-defined]

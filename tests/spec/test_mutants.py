@@ -33,7 +33,14 @@ def test_catalogue_is_large_and_named_after_bug_classes() -> None:
     assert len(catalogue) >= 12
     assert len(BY_NAME) == len(catalogue)
     assert all(m.bug_class for m in catalogue)
-    for reference in ("transformers #47932", "transformers #32867", "transformers PR #28508", "vLLM #42744", "sglang #32922", "GHSA-8wr5-jm2h-8r4f"):
+    for reference in (
+        "transformers #47932",
+        "transformers #32867",
+        "transformers PR #28508",
+        "vLLM #42744",
+        "sglang #32922",
+        "GHSA-8wr5-jm2h-8r4f",
+    ):
         assert any(reference in m.bug_class for m in catalogue), reference
 
 
@@ -60,13 +67,27 @@ def test_exact_law_alone_kills_the_law_changing_mutants(name: str) -> None:
 
 def test_reference_passes_every_deterministic_property() -> None:
     """(The statistical ones run in spec/test_statistics.py.)"""
-    results = run_properties(verify_sampled, verify_sampled_batch, ReferencePipeline(), only=[n for n in PROPERTY_NAMES if n not in STATISTICAL])
+    results = run_properties(
+        verify_sampled,
+        verify_sampled_batch,
+        ReferencePipeline(),
+        only=[n for n in PROPERTY_NAMES if n not in STATISTICAL],
+    )
     assert [r.name for r in results if not r.passed] == []
 
 
 def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     status = mutants.main(
-        ["--json", "--fail-fast", "--only", "contract", "range_and_mass", "protocol_boundaries", "pipeline_processors", "full_vocab_protocol"]
+        [
+            "--json",
+            "--fail-fast",
+            "--only",
+            "contract",
+            "range_and_mass",
+            "protocol_boundaries",
+            "pipeline_processors",
+            "full_vocab_protocol",
+        ]
     )
     report = json.loads(capsys.readouterr().out)
     assert status == 0 and report["ok"] and report["killed"] == report["total"] == len(BY_NAME)

@@ -16,17 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.reference.conformal import min_prompts, prompt_losses, prompt_risk_threshold
 from verispec.reference.errors import CalibrationError
-from tests.profiles import examples
 
 
 def qualifies(scores: list[float], events: list[bool], prompts: list[int], lam: float, risk: Fraction) -> bool:
     n = max(prompts) + 1
     sizes = [prompts.count(i) for i in range(n)]
-    total = sum(
-        (Fraction(1, sizes[p]) for s, e, p in zip(scores, events, prompts) if e and s > lam), Fraction(0)
-    )
+    total = sum((Fraction(1, sizes[p]) for s, e, p in zip(scores, events, prompts) if e and s > lam), Fraction(0))
     return (total + 1) / (n + 1) <= risk
 
 

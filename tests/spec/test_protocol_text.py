@@ -104,7 +104,10 @@ def test_the_text_decides_every_sampled_vector() -> None:
         assert {"accepted": got["accepted"], "token": int(got["token"]), "kind": got["kind"]} == expected, case_id
 
 
-@pytest.mark.parametrize("edit", [("u_i * q_i[x_i] < p_i[x_i]", "u_i * q_i[x_i] <= p_i[x_i]"), ("if u * total < c[t]", "if u * total <= c[t]")])
+@pytest.mark.parametrize(
+    "edit",
+    [("u_i * q_i[x_i] < p_i[x_i]", "u_i * q_i[x_i] <= p_i[x_i]"), ("if u * total < c[t]", "if u * total <= c[t]")],
+)
 def test_a_changed_text_is_caught(edit: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The check has teeth: one character of the text changed and some vector disagrees."""
     original = protocol_blocks()

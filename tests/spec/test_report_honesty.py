@@ -14,13 +14,13 @@ from __future__ import annotations
 import io
 import math
 
+from verispec.progress import ProgressLine, wanted
 from verispec.reference.speculative import verify_sampled, verify_sampled_batch
 from verispec.spec.check import PythonImplementation, run_check
+from verispec.spec.properties import STAT_DESIGNS
 from verispec.spec.report import CheckReport, PropertyOutcome, format_outcome
 from verispec.spec.sequential import Budget, schedule
-from verispec.spec.properties import STAT_DESIGNS
 from verispec.spec.vectors import build_vectors
-from verispec.progress import ProgressLine, wanted
 
 VECTORS = build_vectors(2, 1)
 
@@ -36,7 +36,9 @@ def test_an_undecided_test_never_shows_power_one() -> None:
 def test_an_undecided_run_reads_inconclusive_not_lossless() -> None:
     impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
     design = STAT_DESIGNS["stat_verdict_law_k1"]()
-    report = run_check(impl, VECTORS, only=["stat_verdict_law_k1"], budget=Budget(samples=schedule(design).samples(0) - 1))
+    report = run_check(
+        impl, VECTORS, only=["stat_verdict_law_k1"], budget=Budget(samples=schedule(design).samples(0) - 1)
+    )
     (outcome,) = report.statistical()
     assert outcome.status == "inconclusive" and outcome.power == 0.0
     assert report.claim().startswith("inconclusive: 1 statistical test(s) undecided")

@@ -18,7 +18,14 @@ from verispec.spec.report import SCHEMA_VERSION, STATUSES, property_fields, repo
 from verispec.spec.vectors import VectorSet, build_vectors
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "report-schema.md"
-JSON_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
+JSON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "string": str,
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
+    "object": dict,
+    "array": list,
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +57,13 @@ def test_the_page_documents_exactly_the_fields_written(vectors: VectorSet) -> No
 
 
 @pytest.mark.parametrize("shard", [None, (2, 3)])
-def test_a_report_round_trips_and_matches_the_documented_types(vectors: VectorSet, shard: tuple[int, int] | None) -> None:
+def test_a_report_round_trips_and_matches_the_documented_types(
+    vectors: VectorSet, shard: tuple[int, int] | None
+) -> None:
     impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
-    report = run_check(impl, vectors, only=["contract", "stat_verdict_law_k1"], scale=0.01, sequential=True, shard=shard)
+    report = run_check(
+        impl, vectors, only=["contract", "stat_verdict_law_k1"], scale=0.01, sequential=True, shard=shard
+    )
     written = json.loads(json.dumps(report.as_json()))
     assert written["schema_version"] == SCHEMA_VERSION
     optional = {name for name, kind in report_fields().items() if "optional" in kind}

@@ -128,7 +128,9 @@ def test_a_broken_sampler_fails_in_every_shard_at_its_first_own_look(vectors: Ve
 
 def test_an_adapter_that_ignores_the_seed_is_refused_not_failed(vectors: VectorSet) -> None:
     shards = _shards(vectors, use_given_seed=False)
-    with pytest.raises(CheckError, match="shards 1 and 2 drew the same stream: the verifier ignores the seed it is given"):
+    with pytest.raises(
+        CheckError, match="shards 1 and 2 drew the same stream: the verifier ignores the seed it is given"
+    ):
         merge_reports(shards, allow_partial=True)
     for report in shards:  # without the probe the dependent streams would decide: a false FAIL
         report.probe = None
@@ -145,7 +147,8 @@ def test_the_shards_own_looks_and_the_merged_looks_keep_the_tests_alpha(shards: 
     design = STAT_DESIGNS["stat_verdict_law_k2"]()
     plan = schedule(design)
     own = sum(
-        ShardTest(design, plan, index, shards).look_alpha * len(own_look_sizes(len(shard_blocks(plan, index - 1, shards))))
+        ShardTest(design, plan, index, shards).look_alpha
+        * len(own_look_sizes(len(shard_blocks(plan, index - 1, shards))))
         for index in range(1, shards + 1)
     )
     merged = sum(merged_schedule(design, 1.0, shards).alphas)
@@ -187,8 +190,16 @@ def test_worker_processes_with_one_stream_are_refused_and_seeded_ones_match_seri
     with pytest.raises(CheckError, match="worker processes .* drew the same stream"):
         with_workers("ignoring_single", "ignoring_batch")
     parallel = with_workers("seeded_single", "seeded_batch")
-    serial = run_check(PythonImplementation(seeded_single, batch=seeded_batch, law_only=True), vectors, only=only, scale=SCALE, sequential=True)
-    assert [(p.status, p.n, p.detail) for p in parallel.properties] == [(p.status, p.n, p.detail) for p in serial.properties]
+    serial = run_check(
+        PythonImplementation(seeded_single, batch=seeded_batch, law_only=True),
+        vectors,
+        only=only,
+        scale=SCALE,
+        sequential=True,
+    )
+    assert [(p.status, p.n, p.detail) for p in parallel.properties] == [
+        (p.status, p.n, p.detail) for p in serial.properties
+    ]
 
 
 # -----------------------------------------------------------------------------------------------
@@ -201,9 +212,15 @@ def test_shards_through_the_wire(vectors: VectorSet, flags: str, refused: bool) 
 
     reports = []
     for index in (1, 2):
-        impl = CommandImplementation(f"{sys.executable} -m verispec.spec.external --reference --law-only 5{flags}", 60.0, law_only=True)
+        impl = CommandImplementation(
+            f"{sys.executable} -m verispec.spec.external --reference --law-only 5{flags}", 60.0, law_only=True
+        )
         try:
-            reports.append(run_check(impl, vectors, only=["contract", "stat_verdict_law_k1"], scale=SCALE, shard=(index, 2), min_power=0))
+            reports.append(
+                run_check(
+                    impl, vectors, only=["contract", "stat_verdict_law_k1"], scale=SCALE, shard=(index, 2), min_power=0
+                )
+            )
         finally:
             impl.close()
     if refused:
@@ -219,10 +236,28 @@ def test_the_command_line_shards_and_merges(tmp_path: Path, capsys: pytest.Captu
     here = __name__
     paths = []
     for index in (1, 2):
-        status = cli.main([
-            "check", "--law-only", "--verifier", f"{here}:seeded_single", "--batch-verifier", f"{here}:seeded_batch",
-            "--only", "contract", "stat_verdict_law_k1", "--scale", str(SCALE), "--min-power", "0", "--count", "1", "--shard", f"{index}/2", "--json",
-        ])
+        status = cli.main(
+            [
+                "check",
+                "--law-only",
+                "--verifier",
+                f"{here}:seeded_single",
+                "--batch-verifier",
+                f"{here}:seeded_batch",
+                "--only",
+                "contract",
+                "stat_verdict_law_k1",
+                "--scale",
+                str(SCALE),
+                "--min-power",
+                "0",
+                "--count",
+                "1",
+                "--shard",
+                f"{index}/2",
+                "--json",
+            ]
+        )
         assert status == EXIT_PASSED
         paths.append(tmp_path / f"shard_{index}.json")
         paths[-1].write_text(capsys.readouterr().out, encoding="utf-8")

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
 from verispec.reference import speculative
 from verispec.reference.errors import VerificationError
 from verispec.reference.sampling import SamplingParams, target_distribution
@@ -24,7 +25,6 @@ from verispec.reference.speculative import (
     verify_step,
 )
 from verispec.spec.properties import SHAPES, draw_drafts, small_case
-from tests.profiles import examples
 
 P = np.array([[0.5, 0.25, 0.25, 0.0], [0.25, 0.25, 0.25, 0.25]])
 Q = np.array([[0.25, 0.5, 0.25, 0.0]])
@@ -90,7 +90,9 @@ def test_emitted() -> None:
         (np.where(P == 0.0, np.nan, P), Q, [1], [0.5, 0.5], "non-finite"),
     ],
 )
-def test_contract_violations(p: np.ndarray, q: np.ndarray, drafts: list[int], uniforms: list[float], needle: str) -> None:
+def test_contract_violations(
+    p: np.ndarray, q: np.ndarray, drafts: list[int], uniforms: list[float], needle: str
+) -> None:
     with pytest.raises(VerificationError, match=needle):
         verify_sampled(p, q, drafts, uniforms)
     if len(drafts) == 1 and len(uniforms) == 2:
@@ -110,7 +112,13 @@ def test_greedy_verification() -> None:
 
 
 @settings(max_examples=examples(100))
-@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(1, 17), k=st.integers(1, 8), shape=st.sampled_from(SHAPES), bits=st.sampled_from([3, 6, 40]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    vocab=st.integers(1, 17),
+    k=st.integers(1, 8),
+    shape=st.sampled_from(SHAPES),
+    bits=st.sampled_from([3, 6, 40]),
+)
 def test_batch_equals_single_for_the_same_draws(seed: int, vocab: int, k: int, shape: str, bits: int) -> None:
     rng = np.random.default_rng(seed)
     p, q = small_case(rng, vocab, k, shape, bits)

@@ -17,11 +17,22 @@ from hypothesis import strategies as st
 from verispec.reference.errors import VerificationError
 from verispec.reference.speculative import verify_sampled
 from verispec.reference.tree_speculative import (
-    DraftTree, sibling_laws, verify_tree_greedy, verify_tree_sampled, verify_tree_sampled_batch,
+    DraftTree,
+    sibling_laws,
+    verify_tree_greedy,
+    verify_tree_sampled,
+    verify_tree_sampled_batch,
 )
 from verispec.spec.exact import Outcome, Row, first_tokens_law, target_sequence_law
 from verispec.spec.tree_exact import (
-    CORRECT, Flaws, Shape, greedy_tree_verdict, sibling_law, tree_cells_law, tree_round_law, tree_verdict_law,
+    CORRECT,
+    Flaws,
+    Shape,
+    greedy_tree_verdict,
+    sibling_law,
+    tree_cells_law,
+    tree_round_law,
+    tree_verdict_law,
 )
 from verispec.spec.tree_mutants import VERIFIER_MUTANTS, raw_sibling_rows
 
@@ -29,10 +40,25 @@ from verispec.spec.tree_mutants import VERIFIER_MUTANTS, raw_sibling_rows
 # row is TARGET_ROWS[0] and the draft's DRAFT_ROWS[1] / DRAFT_ROWS_FULL[1]: pairs chosen so that
 # each known flaw shows (a likely-rejected draft token that repeats, q(1) = 3/4 > p(1) = 1/4; a
 # residual that differs from the renormalized draft row without replacement: (2/5, 3/5) vs (6/7, 1/7)).
-TARGET_ROWS: list[Row] = [(F(1, 2), F(1, 4), F(1, 4)), (F(0), F(3, 4), F(1, 4)), (F(1, 8), F(0), F(7, 8)), (F(1, 3), F(1, 3), F(1, 3))]
-DRAFT_ROWS: list[Row] = [(F(1, 4), F(1, 2), F(1, 4)), (F(1, 8), F(3, 4), F(1, 8)), (F(0), F(1, 4), F(3, 4)), (F(1), F(0), F(0))]
+TARGET_ROWS: list[Row] = [
+    (F(1, 2), F(1, 4), F(1, 4)),
+    (F(0), F(3, 4), F(1, 4)),
+    (F(1, 8), F(0), F(7, 8)),
+    (F(1, 3), F(1, 3), F(1, 3)),
+]
+DRAFT_ROWS: list[Row] = [
+    (F(1, 4), F(1, 2), F(1, 4)),
+    (F(1, 8), F(3, 4), F(1, 8)),
+    (F(0), F(1, 4), F(3, 4)),
+    (F(1), F(0), F(0)),
+]
 # Without replacement every node's siblings must find a token: full-support draft rows.
-DRAFT_ROWS_FULL: list[Row] = [(F(1, 4), F(1, 2), F(1, 4)), (F(3, 8), F(1, 16), F(9, 16)), (F(1, 8), F(5, 8), F(1, 4)), (F(1, 3), F(1, 3), F(1, 3))]
+DRAFT_ROWS_FULL: list[Row] = [
+    (F(1, 4), F(1, 2), F(1, 4)),
+    (F(3, 8), F(1, 16), F(9, 16)),
+    (F(1, 8), F(5, 8), F(1, 4)),
+    (F(1, 3), F(1, 3), F(1, 3)),
+]
 
 
 def _pick(rows: list[Row], prefix: Outcome, salt: int) -> Row:
@@ -79,11 +105,16 @@ def test_tree_rule_is_lossless_for_every_shape(shape: Shape, replacement: bool) 
     assert _lossless(shape, replacement)
 
 
-@pytest.mark.parametrize(("flaw", "replacement"), [
-    ("residual_not_updated", True), ("residual_not_updated", False),
-    ("siblings_not_renormalised", False),
-    ("duplicates_skipped", True), ("duplicates_double_counted", True),
-])
+@pytest.mark.parametrize(
+    ("flaw", "replacement"),
+    [
+        ("residual_not_updated", True),
+        ("residual_not_updated", False),
+        ("siblings_not_renormalised", False),
+        ("duplicates_skipped", True),
+        ("duplicates_double_counted", True),
+    ],
+)
 def test_each_known_flaw_breaks_the_law(flaw: str, replacement: bool) -> None:
     flaws = Flaws(**{flaw: True})
     broken = [shape for shape, r in CASES if r == replacement and not _lossless(shape, replacement, flaws)]
@@ -131,7 +162,9 @@ def _random_case(rng: np.random.Generator, shape: Shape, replacement: bool) -> t
     return tokens, p_rows, q_rows
 
 
-def _float_law(verify: object, shape: Shape, tokens: list[int], p_rows: list[Row], q_rows: list[Row]) -> dict[tuple[Outcome, int, str], F]:
+def _float_law(
+    verify: object, shape: Shape, tokens: list[int], p_rows: list[Row], q_rows: list[Row]
+) -> dict[tuple[Outcome, int, str], F]:
     tree = DraftTree(shape, tuple(tokens))
     p = np.array([[float(v) for v in r] for r in p_rows])
     q = np.array([[float(v) for v in r] for r in q_rows])
@@ -151,7 +184,9 @@ def test_float_verifier_decides_like_the_exact_rule(shape: Shape) -> None:
     rng = np.random.default_rng(len(shape) * 1000 + sum(shape))
     for case in range(6):
         tokens, p_rows, q_rows = _random_case(rng, shape, replacement=case % 2 == 0)
-        assert _float_law(verify_tree_sampled, shape, tokens, p_rows, q_rows) == tree_verdict_law(shape, tokens, p_rows, q_rows)
+        assert _float_law(verify_tree_sampled, shape, tokens, p_rows, q_rows) == tree_verdict_law(
+            shape, tokens, p_rows, q_rows
+        )
 
 
 @pytest.mark.parametrize("name", sorted(VERIFIER_MUTANTS))
@@ -229,12 +264,15 @@ def test_greedy_tree_is_the_longest_argmax_path(data: st.DataObject, n: int, voc
     assert (got.path, got.token, got.kind) == greedy_tree_verdict(shape, tokens, rows)
 
 
-@pytest.mark.parametrize(("parents", "tokens", "fragment"), [
-    ((0, 0), (-1, 1), "root"),
-    ((-1, 1), (-1, 1), "parents must come first"),
-    ((-1, 0), (-1,), "one token per node"),
-    ((), (), "1..4096 nodes"),
-])
+@pytest.mark.parametrize(
+    ("parents", "tokens", "fragment"),
+    [
+        ((0, 0), (-1, 1), "root"),
+        ((-1, 1), (-1, 1), "parents must come first"),
+        ((-1, 0), (-1,), "one token per node"),
+        ((), (), "1..4096 nodes"),
+    ],
+)
 def test_bad_trees_are_refused(parents: tuple[int, ...], tokens: tuple[int, ...], fragment: str) -> None:
     with pytest.raises(VerificationError, match=fragment):
         DraftTree(parents, tokens)

@@ -90,7 +90,9 @@ def test_rounds_over_drawn_trees_emit_the_target_law() -> None:
     tokens[:, 0] = -1
     for i in range(1, len(shape)):
         parent_path = list(_path(shape, shape[i]))
-        code = tokens[:, parent_path] @ (V ** np.arange(len(parent_path))) if parent_path else np.zeros(n, dtype=np.int64)
+        code = (
+            tokens[:, parent_path] @ (V ** np.arange(len(parent_path))) if parent_path else np.zeros(n, dtype=np.int64)
+        )
         u = rng.random(n)
         for value in np.unique(code):
             rows = code == value
@@ -107,8 +109,12 @@ def test_rounds_over_drawn_trees_emit_the_target_law() -> None:
         p_rows = [target(tuple(tree_tokens[c] for c in _path(shape, v))) for v in range(len(shape))]
         q_rows = [draft(tuple(tree_tokens[c] for c in _path(shape, shape[i]))) for i in range(1, len(shape))]
         idx = np.array(members)
-        end, token, _ = verify_tree_sampled_batch(tree, _floats(p_rows), _floats(q_rows), rng.random((idx.size, len(shape))))
-        emitted = np.array([[*[tree_tokens[c] for c in _path(shape, e)], -1, -1][:2] for e in range(len(shape))])  # per end node
+        end, token, _ = verify_tree_sampled_batch(
+            tree, _floats(p_rows), _floats(q_rows), rng.random((idx.size, len(shape)))
+        )
+        emitted = np.array(
+            [[*[tree_tokens[c] for c in _path(shape, e)], -1, -1][:2] for e in range(len(shape))]
+        )  # per end node
         depth = np.array([len(_path(shape, e)) for e in range(len(shape))])
         head = emitted[end]  # [members, 2]: the path's first two tokens (-1 where shorter)
         d = depth[end]

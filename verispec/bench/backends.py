@@ -119,8 +119,13 @@ def curves(models: dict[str, FastModel], repeats: int, rows: tuple[int, ...] = R
     return best
 
 
-def decode_best_steps(models: dict[str, FastModel], prompt: list[int], steps: int, repeats: int,
-                      decode: Callable[[FastModel, list[int], int], list[float]]) -> dict[str, float]:
+def decode_best_steps(
+    models: dict[str, FastModel],
+    prompt: list[int],
+    steps: int,
+    repeats: int,
+    decode: Callable[[FastModel, list[int], int], list[float]],
+) -> dict[str, float]:
     """mode -> best seconds of one greedy decode step, the modes interleaved."""
     best = {name: math.inf for name in models}
     for _ in range(max(1, repeats)):
@@ -155,9 +160,17 @@ def _curve_child(path: Path, weights: str, backend: str, repeats: int) -> dict[s
     return {str(r): timed[r] for r in (1, 5)}
 
 
-def measure(path: Path, prompt: list[int], steps: int, repeats: int,
-            decode: Callable[[FastModel, list[int], int], list[float]], *, threads: bool = True,
-            rss: bool = True, loaded: dict[str, FastModel] | None = None) -> tuple[dict[str, Any], dict[str, FastModel]]:
+def measure(
+    path: Path,
+    prompt: list[int],
+    steps: int,
+    repeats: int,
+    decode: Callable[[FastModel, list[int], int], list[float]],
+    *,
+    threads: bool = True,
+    rss: bool = True,
+    loaded: dict[str, FastModel] | None = None,
+) -> tuple[dict[str, Any], dict[str, FastModel]]:
     """The section's report (see the module docstring) and the models (for more runs); ``loaded``:
     models already in memory by mode label (reused, not loaded again)."""
     models, missing = load_modes(path, loaded)
@@ -186,8 +199,9 @@ def measure(path: Path, prompt: list[int], steps: int, repeats: int,
             "int8/ort-q": threads_ratio(path, "int8", "auto", repeats),
         }
     if rss:
-        out["rss"] = {name: rss_probe(path, name.split("/")[0], name.split("/")[1], steps) for name in models
-                      if " " not in name}  # not the int8 variant: the default path's memory
+        out["rss"] = {
+            name: rss_probe(path, name.split("/")[0], name.split("/")[1], steps) for name in models if " " not in name
+        }  # not the int8 variant: the default path's memory
     return out, models
 
 
@@ -233,8 +247,8 @@ def onnxruntime_library_bytes() -> int:
 def _child(path: Path, weights: str, backend: str, steps: int) -> dict[str, Any]:
     """(In the child.) Load, decode ``steps`` greedy tokens, report peak RSS against file + KV,
     and against what :func:`engine.weights.estimate_bytes` promised for the mode."""
-    from verispec.reference.gguf import GGUFFile
     from verispec.engine.weights import estimate_bytes
+    from verispec.reference.gguf import GGUFFile
 
     baseline = _high_water_bytes()
     with GGUFFile.open(path) as f:
@@ -259,7 +273,8 @@ def _child(path: Path, weights: str, backend: str, steps: int) -> dict[str, Any]
         "target_over_file_plus_kv": RSS_TARGET,
         "estimate_mib": estimate / 2**20,  # what the load's memory check reserved for the weights
         "onnxruntime_library_mib": onnxruntime_library_bytes() / 2**20,
-        "slots": capacity, "n_layer": cfg.n_layer,
+        "slots": capacity,
+        "n_layer": cfg.n_layer,
     }
 
 

@@ -35,14 +35,20 @@ def load_calibration(path: Path, options: BenchOptions) -> "Calibration | None":
 
 
 def early_exit_section(
-    calibration: "Calibration | None", model: FastModel, tokenizer: Tokenizer, ids: tuple[int, ...], options: BenchOptions,
+    calibration: "Calibration | None",
+    model: FastModel,
+    tokenizer: Tokenizer,
+    ids: tuple[int, ...],
+    options: BenchOptions,
 ) -> dict[str, Any]:
     """Early exit vs plain greedy decode of the same request, alternating, best tok/s of each."""
     if calibration is None:
         return {"available": False, "note": NOT_ASKED}
     from verispec.reference.early_exit import generate_early_exit
 
-    request = GenerationRequest(ids, params=SamplingParams(temperature=0.0), max_tokens=options.decode_tokens, seed=options.seed)
+    request = GenerationRequest(
+        ids, params=SamplingParams(temperature=0.0), max_tokens=options.decode_tokens, seed=options.seed
+    )
     plain_best = exit_best = 0.0
     for _ in range(max(1, options.repeats)):
         plain = fast_generate(model, tokenizer, request)

@@ -39,7 +39,9 @@ def _measure(shapes: list[tuple[int, int]], rows: Sequence[int], repeats: int) -
     return {"kernel": arch[0] if arch else None, "ms_by_rows": out}
 
 
-def compare(shapes: list[tuple[int, int]], rows: Sequence[int] = ROWS, repeats: int = 3, timeout_s: float = 300) -> list[dict[str, Any]]:
+def compare(
+    shapes: list[tuple[int, int]], rows: Sequence[int] = ROWS, repeats: int = 3, timeout_s: float = 300
+) -> list[dict[str, Any]]:
     """For each kernel in :data:`KERNELS`: the active kernel's name and ms per stream by row count."""
     results: list[dict[str, Any]] = []
     for coretype in KERNELS:

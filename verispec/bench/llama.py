@@ -81,16 +81,28 @@ def open_child(path: Path, n_ctx: int, k: int, threads: int, seed: int) -> Decod
 def crashed_section(failure: PeerFailed) -> dict[str, Any]:
     """A peer that died or failed, as the section's result: ``available`` false, ``status``, a
     one-line ``note`` and the details (``crash``: signal, exit code, during, stderr tail)."""
-    return {"available": False, "status": failure.result.get("status", "failed"), "note": describe(failure.result),
-            "crash": failure.result}
+    return {
+        "available": False,
+        "status": failure.result.get("status", "failed"),
+        "note": describe(failure.result),
+        "crash": failure.result,
+    }
 
 
 EngineRun = Callable[[str, tuple[int, ...]], dict[str, float]]  # (kind, ids) -> plain_tok_s, speculative_tok_s, ...
 
 
-def measure(path: Path, prompts: Sequence[tuple[str, Sequence[int]]], max_tokens: int, k: int, threads: int,
-            repeats: int, seed: int = 0, engine: EngineRun | None = None,
-            open_decoders: OpenDecoders = open_child) -> dict[str, Any]:
+def measure(
+    path: Path,
+    prompts: Sequence[tuple[str, Sequence[int]]],
+    max_tokens: int,
+    k: int,
+    threads: int,
+    repeats: int,
+    seed: int = 0,
+    engine: EngineRun | None = None,
+    open_decoders: OpenDecoders = open_child,
+) -> dict[str, Any]:
     """llama.cpp plain and prompt-lookup decoding on ``prompts`` (kind, engine prompt ids); see the
     module doc. A crash or failure of the decoders' process is the section's result
     (:func:`crashed_section`), never an exception.
@@ -126,8 +138,9 @@ def measure(path: Path, prompts: Sequence[tuple[str, Sequence[int]]], max_tokens
     return out
 
 
-def _best_runs(decoders: Decoders, kind: str, ids: tuple[int, ...], max_tokens: int, repeats: int,
-               engine: EngineRun | None) -> tuple[dict[str, dict[str, float]], dict[str, float] | None]:
+def _best_runs(
+    decoders: Decoders, kind: str, ids: tuple[int, ...], max_tokens: int, repeats: int, engine: EngineRun | None
+) -> tuple[dict[str, dict[str, float]], dict[str, float] | None]:
     """One prompt, ``repeats`` rounds of every decoder then the engine: each side's best run
     (the engine's best plain and best speculative rate, or None without it)."""
     best: dict[str, dict[str, float]] = {}
@@ -151,8 +164,12 @@ def ratios(llama: dict[str, Any], int8_runs: Sequence[dict[str, Any]]) -> dict[s
     ``int8_runs``: the engine's greedy speculative-vs-plain runs on the int8 mode (``prompt``,
     ``plain_tok_s``, ``speculative_tok_s``, end to end like llama.cpp's ``tok_s``); the runs
     interleaved with llama.cpp's (``engine_runs``) take their place when there are any."""
-    names = ("int8_plain_over_llama_cpp_plain", "int8_ngram_over_llama_cpp_plain",
-             "int8_ngram_over_llama_cpp_prompt_lookup", "llama_cpp_prompt_lookup_over_llama_cpp_plain")
+    names = (
+        "int8_plain_over_llama_cpp_plain",
+        "int8_ngram_over_llama_cpp_plain",
+        "int8_ngram_over_llama_cpp_prompt_lookup",
+        "llama_cpp_prompt_lookup_over_llama_cpp_plain",
+    )
     if not llama.get("available"):
         return {name: None for name in names}
     int8_runs = llama.get("engine_runs") or int8_runs
@@ -193,8 +210,12 @@ def common_prefix(a: Sequence[int], b: Sequence[int], limit: int = AGREEMENT_TOK
 
 def workload_ratio_names(drafts: Sequence[str]) -> tuple[str, ...]:
     """The ratio fields of the workload's llama.cpp section, for these engine drafts."""
-    return (*(f"engine_{d}_over_llama_cpp_plain" for d in drafts), *(f"engine_{d}_over_engine_plain" for d in drafts),
-            "engine_plain_over_llama_cpp_plain", "llama_cpp_prompt_lookup_over_llama_cpp_plain")
+    return (
+        *(f"engine_{d}_over_llama_cpp_plain" for d in drafts),
+        *(f"engine_{d}_over_engine_plain" for d in drafts),
+        "engine_plain_over_llama_cpp_plain",
+        "llama_cpp_prompt_lookup_over_llama_cpp_plain",
+    )
 
 
 def workload_ratios(runs: Sequence[dict[str, Any]], drafts: Sequence[str]) -> dict[str, Any]:
@@ -220,7 +241,9 @@ def workload_ratios(runs: Sequence[dict[str, Any]], drafts: Sequence[str]) -> di
                     out[f"engine_{d}_over_engine_plain"] = spec / ours
         if plain <= 0:
             return out
-        sides = {f"engine_{d}_over_llama_cpp_plain": float(run["engine"]["speculative_tok_s"].get(d, 0.0)) for d in drafts}
+        sides = {
+            f"engine_{d}_over_llama_cpp_plain": float(run["engine"]["speculative_tok_s"].get(d, 0.0)) for d in drafts
+        }
         sides["engine_plain_over_llama_cpp_plain"] = ours
         sides["llama_cpp_prompt_lookup_over_llama_cpp_plain"] = float(run["llama_cpp"]["prompt_lookup"]["tok_s"])
         out.update({name: v / plain for name, v in sides.items() if v > 0})
@@ -228,7 +251,8 @@ def workload_ratios(runs: Sequence[dict[str, Any]], drafts: Sequence[str]) -> di
 
     ratios = [(r["category"], per_request(r)) for r in runs]
     categories = list(dict.fromkeys(c for c, _ in ratios))
-    per_category = {c: {n: geomean([r[n] for cat, r in ratios if cat == c and n in r]) or None for n in names}
-                    for c in categories}
+    per_category = {
+        c: {n: geomean([r[n] for cat, r in ratios if cat == c and n in r]) or None for n in names} for c in categories
+    }
     over_categories = {n: geomean([v for v in (per_category[c][n] for c in categories) if v]) or None for n in names}
     return {"per_category": per_category, "geomean": over_categories}

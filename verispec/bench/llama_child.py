@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from verispec.bench.peer import PeerProcess
 
 OPEN_TIMEOUT_S = 300.0  # loading a model (a peer that takes longer is reported as timed out)
-RUN_TIMEOUT_S = 900.0   # one request
+RUN_TIMEOUT_S = 900.0  # one request
 
 
 def child_argv() -> list[str]:
@@ -35,8 +35,9 @@ class ChildDecoders:
 
     ``argv``: the child's command (default :func:`child_argv`; a test passes a stand-in peer)."""
 
-    def __init__(self, path: Path, n_ctx: int, k: int, threads: int, seed: int = 0,
-                 argv: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, path: Path, n_ctx: int, k: int, threads: int, seed: int = 0, argv: Sequence[str] | None = None
+    ) -> None:
         self._peer = PeerProcess(child_argv() if argv is None else argv, timeout_s=OPEN_TIMEOUT_S)
         try:
             info = self._peer.call("open", path=str(path), n_ctx=n_ctx, k=k, threads=threads, seed=seed)
@@ -47,8 +48,9 @@ class ChildDecoders:
         self._peer.timeout_s = RUN_TIMEOUT_S
 
     def run(self, name: str, ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> dict[str, Any]:
-        result = self._peer.call("run", name=name, ids=[int(i) for i in ids], max_tokens=max_tokens,
-                                 end_ids=sorted(int(i) for i in end_ids))
+        result = self._peer.call(
+            "run", name=name, ids=[int(i) for i in ids], max_tokens=max_tokens, end_ids=sorted(int(i) for i in end_ids)
+        )
         return dict(result)
 
     def tokenize(self, text: str) -> list[int]:
@@ -59,6 +61,7 @@ class ChildDecoders:
 
 
 # -- the child ------------------------------------------------------------------------------------
+
 
 class LlamaDecoders:
     """llama.cpp plain and prompt lookup on one file, in THIS process (:func:`serve` runs it in
@@ -73,17 +76,28 @@ class LlamaDecoders:
         import llama_cpp  # type: ignore[import-not-found, unused-ignore]
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # type: ignore[import-not-found, unused-ignore]
 
-        common: dict[str, Any] = {"model_path": str(path), "n_ctx": n_ctx, "n_batch": min(n_ctx, 2048),
-                                  "n_threads": threads, "n_threads_batch": threads, "seed": seed, "verbose": False}
+        common: dict[str, Any] = {
+            "model_path": str(path),
+            "n_ctx": n_ctx,
+            "n_batch": min(n_ctx, 2048),
+            "n_threads": threads,
+            "n_threads_batch": threads,
+            "seed": seed,
+            "verbose": False,
+        }
         self.decoders: dict[str, Any] = {
             "plain": llama_cpp.Llama(**common),
             "prompt_lookup": llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)),
         }
         system_info = getattr(llama_cpp, "llama_print_system_info", None)
         self.info: dict[str, Any] = {
-            "available": True, "version": getattr(llama_cpp, "__version__", None),
+            "available": True,
+            "version": getattr(llama_cpp, "__version__", None),
             "system_info": system_info().decode("utf-8", "replace").strip() if system_info else None,
-            "threads": threads, "num_pred_tokens": k, "n_ctx": n_ctx}
+            "threads": threads,
+            "num_pred_tokens": k,
+            "n_ctx": n_ctx,
+        }
 
     def tokenize(self, text: str) -> list[int]:
         """llama.cpp's own tokenization of ``text`` (special tokens parsed, its own BOS rule)."""
@@ -96,7 +110,9 @@ class LlamaDecoders:
         out: list[int] = []
         t0 = time.perf_counter()
         if max_tokens > 0:
-            for token in llm.generate(list(ids), temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
+            for token in llm.generate(
+                list(ids), temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True
+            ):
                 out.append(int(token))
                 if out[-1] in end_ids or len(out) >= max_tokens:
                     break
@@ -105,7 +121,6 @@ class LlamaDecoders:
 
     def close(self) -> None:
         self.decoders.clear()
-
 
 
 def _replies() -> TextIO:
@@ -127,14 +142,19 @@ def serve(stdin: TextIO = sys.stdin) -> int:
             break
         try:
             if op == "open":
-                decoders = LlamaDecoders(Path(args["path"]), int(args["n_ctx"]), int(args["k"]), int(args["threads"]),
-                                         int(args["seed"]))
+                decoders = LlamaDecoders(
+                    Path(args["path"]), int(args["n_ctx"]), int(args["k"]), int(args["threads"]), int(args["seed"])
+                )
                 result: Any = decoders.info
             elif decoders is None:
                 raise RuntimeError(f"request {op!r} before 'open'")
             elif op == "run":
-                result = decoders.run(str(args["name"]), [int(i) for i in args["ids"]], int(args["max_tokens"]),
-                                      frozenset(int(i) for i in args["end_ids"]))
+                result = decoders.run(
+                    str(args["name"]),
+                    [int(i) for i in args["ids"]],
+                    int(args["max_tokens"]),
+                    frozenset(int(i) for i in args["end_ids"]),
+                )
             elif op == "tokenize":
                 result = decoders.tokenize(str(args["text"]))
             else:

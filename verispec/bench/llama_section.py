@@ -36,14 +36,16 @@ def engine_threads() -> int:
     return (pool_threads() or matmul.default_threads()) if matmul.ort_available() else 1
 
 
-def llama_cpp_section(path: Path, options: BenchOptions, tokenizer: Tokenizer,
-                      int8: FastModel | None = None) -> dict[str, Any]:
+def llama_cpp_section(
+    path: Path, options: BenchOptions, tokenizer: Tokenizer, int8: FastModel | None = None
+) -> dict[str, Any]:
     """llama.cpp on the bench's prompts, the int8 engine's runs interleaved when ``int8`` is given."""
     threads = engine_threads()
     engine = _int8_runs(int8, tokenizer, options) if int8 is not None else None
     prompts = [(kind, prompt_ids(tokenizer, text)) for kind, text in options.prompts]
-    out = llama.measure(path, prompts, options.decode_tokens, options.k, threads,
-                        options.repeats, options.seed, engine=engine)
+    out = llama.measure(
+        path, prompts, options.decode_tokens, options.k, threads, options.repeats, options.seed, engine=engine
+    )
     if out.get("available"):
         out["tok_s"] = out["plain"]["geomean_tok_s"]
         out["engine_threads"] = threads
@@ -61,8 +63,13 @@ def _int8_runs(model: FastModel, tok: Tokenizer, options: BenchOptions) -> llama
     once = replace(options, repeats=1)
 
     def engine(kind: str, ids: tuple[int, ...]) -> dict[str, float]:
-        request = GenerationRequest(ids, params=SamplingParams(temperature=0.0),
-                                    max_tokens=options.decode_tokens, seed=options.seed, ignore_eog=True)
+        request = GenerationRequest(
+            ids,
+            params=SamplingParams(temperature=0.0),
+            max_tokens=options.decode_tokens,
+            seed=options.seed,
+            ignore_eog=True,
+        )
         return speculative_vs_plain(model, tok, "ngram", request, once)
 
     return engine

@@ -12,12 +12,23 @@ import numpy as np
 
 from verispec.bench.report import MachineInfo
 
-
 # The /proc/cpuinfo flags that decide which int8 / float kernels a CPU gets (onnxruntime's MLAS and
 # ggml pick theirs at run time or build time from these), in the order of their generations.
 ISA_FLAGS: tuple[str, ...] = (
-    "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_vbmi",
-    "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx_vnni",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_vbmi",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
 )
 
 

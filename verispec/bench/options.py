@@ -13,10 +13,16 @@ if TYPE_CHECKING:
 # "repetitive" are where the >= 3x speculative target applies.
 PROMPTS: tuple[tuple[str, str], ...] = (
     ("chat", "<|im_start|>user\nWhat are three good habits for staying healthy?<|im_end|>\n<|im_start|>assistant\n"),
-    ("code", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n\ndef factorial(n):\n"),
+    (
+        "code",
+        'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n\ndef factorial(n):\n',
+    ),
     ("structured", "id,name,city\n1,Alice,Paris\n2,Bob,London\n3,Carol,Berlin\n4,Dave,Madrid\n5,Eve,Rome\n6,"),
     ("prose", "The history of the printing press begins in the fifteenth century, when"),
-    ("repetitive", "one two three four five six seven eight nine ten. one two three four five six seven eight nine ten. one two three"),
+    (
+        "repetitive",
+        "one two three four five six seven eight nine ten. one two three four five six seven eight nine ten. one two three",
+    ),
 )
 DRAFTS: tuple[str, ...] = ("ngram",)
 PROMPT_KINDS_FAST = {"structured", "repetitive"}
@@ -43,6 +49,8 @@ class BenchOptions:
     rss_children: bool = True  # with backends: a child process per mode for its peak RSS
     workload: "tuple[WorkloadItem, ...]" = ()  # verispec/workload.py requests (chat): a second prompt set
     workload_sampled: bool = True  # also run the workload at sampled_temperature
-    workload_length: str = "answer"  # tokens every side decodes per request (verispec/bench/workload.py): "answer", "max"
+    workload_length: str = (
+        "answer"  # tokens every side decodes per request (verispec/bench/workload.py): "answer", "max"
+    )
     workload_weights: str = "auto"  # the engine mode the workload runs on ("auto": the headline's; "f32", "int8")
     weights: str = "auto"  # the headline model's weights mode (verispec.engine_load.resolve_weights)

@@ -57,8 +57,12 @@ class PeerProcess:
         self._stderr: BinaryIO = tempfile.TemporaryFile(prefix="verispec-peer-")
         self._buffer = b""
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            start_new_session=True, env=env,
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            start_new_session=True,
+            env=env,
         )
 
     def call(self, op: str, **args: Any) -> Any:
@@ -110,8 +114,13 @@ class PeerProcess:
         proc = self._proc
         code = None if proc is None else _stop(proc)
         self._proc = None
-        result: dict[str, Any] = {"status": status, "during": op, "exit_code": code,
-                                  "signal": _signal_name(code), "stderr_tail": self.stderr_tail()}
+        result: dict[str, Any] = {
+            "status": status,
+            "during": op,
+            "exit_code": code,
+            "signal": _signal_name(code),
+            "stderr_tail": self.stderr_tail(),
+        }
         if status == "crashed" and code == 0:
             result["status"] = "failed"
             error = error or "the peer exited before answering"

@@ -15,7 +15,12 @@ BACKEND_KEYS = (("f32/ort", "exact_ort"), ("f32/numpy", "exact_numpy"), ("int8/o
 
 def ratios(report: BenchReport) -> Ratios:
     """The ratios of ``report`` (whose own ``ratios`` field is ignored), in the report's order."""
-    return {**_engine_ratios(report), **_speculative_ratios(report), **backend_ratios(report), **_workload_ratios(report)}
+    return {
+        **_engine_ratios(report),
+        **_speculative_ratios(report),
+        **backend_ratios(report),
+        **_workload_ratios(report),
+    }
 
 
 def _engine_ratios(report: BenchReport) -> Ratios:
@@ -30,8 +35,11 @@ def _engine_ratios(report: BenchReport) -> Ratios:
 
 
 def _speculative_ratios(report: BenchReport) -> Ratios:
-    return {f"speculative_{name}_geomean_over_plain": float(entry.geomean_speedup)
-            for name, entry in report.speculative.items() if isinstance(entry, SpeculativeSummary)}
+    return {
+        f"speculative_{name}_geomean_over_plain": float(entry.geomean_speedup)
+        for name, entry in report.speculative.items()
+        if isinstance(entry, SpeculativeSummary)
+    }
 
 
 def backend_ratios(report: BenchReport) -> Ratios:
@@ -46,13 +54,17 @@ def backend_ratios(report: BenchReport) -> Ratios:
     if exact:  # plain decode of the exact mode over the fastest float32 matmul bound measured
         bound = max(float(m["bound_tok_s"]) for n, m in modes.items() if n.startswith("f32/"))
         out["exact_plain_over_f32_bound"] = float(exact["plain_tok_s"]) / bound
-    out["int8_plain_over_exact_plain"] = float(int8["plain_tok_s"]) / float(exact["plain_tok_s"]) if int8 and exact else None
+    out["int8_plain_over_exact_plain"] = (
+        float(int8["plain_tok_s"]) / float(exact["plain_tok_s"]) if int8 and exact else None
+    )
     fused = report.backends.get("int8_fused_over_unfused")  # engine/fused.py: plain steps
     out["int8_fused_over_unfused"] = float(fused) if fused is not None else None
     spec = (report.speculative_int8 or {}).get("ngram")
     int8_runs = [_run_json(r) for r in spec.runs] if isinstance(spec, SpeculativeSummary) else []
     out.update(llama.ratios(report.llama_cpp, int8_runs))
-    out["int8_speculative_ngram_geomean_over_int8_plain"] = float(spec.geomean_speedup) if isinstance(spec, SpeculativeSummary) else None
+    out["int8_speculative_ngram_geomean_over_int8_plain"] = (
+        float(spec.geomean_speedup) if isinstance(spec, SpeculativeSummary) else None
+    )
     rss = report.backends.get("rss", {}).get("int8/ort-q", {})
     out["int8_peak_rss_over_file_plus_kv"] = float(rss["over_file_plus_kv"]) if "over_file_plus_kv" in rss else None
     return out
@@ -60,8 +72,12 @@ def backend_ratios(report: BenchReport) -> Ratios:
 
 def _run_json(run: Any) -> dict[str, Any]:
     """The fields llama.ratios pairs a speculative run by (prompt, temperature, rates)."""
-    return {"prompt": run.prompt, "temperature": run.temperature,
-            "plain_tok_s": run.plain_tok_s, "speculative_tok_s": run.speculative_tok_s}
+    return {
+        "prompt": run.prompt,
+        "temperature": run.temperature,
+        "plain_tok_s": run.plain_tok_s,
+        "speculative_tok_s": run.speculative_tok_s,
+    }
 
 
 def _workload_ratios(report: BenchReport) -> Ratios:

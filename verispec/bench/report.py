@@ -29,8 +29,8 @@ SCHEMA_VERSION = 2
 JSONObject = dict[str, Any]
 
 
-
 # -- typed reads of one JSON object ----------------------------------------------------------------
+
 
 def _object(value: Any, where: str) -> JSONObject:
     if not isinstance(value, dict):
@@ -121,6 +121,7 @@ def _optional_section(obj: JSONObject, key: str) -> JSONObject | None:
 
 # -- the fixed sections ----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ModelInfo:
     """The measured file and the shape that sets its cost."""
@@ -134,8 +135,13 @@ class ModelInfo:
     @classmethod
     def from_json(cls, obj: JSONObject) -> ModelInfo:
         w = "model"
-        return cls(_text(obj, "path", w), _text(obj, "arch", w), _integer(obj, "n_layer", w),
-                   _integer(obj, "n_embd", w), _integer(obj, "n_vocab", w))
+        return cls(
+            _text(obj, "path", w),
+            _text(obj, "arch", w),
+            _integer(obj, "n_layer", w),
+            _integer(obj, "n_embd", w),
+            _integer(obj, "n_vocab", w),
+        )
 
 
 @dataclass(frozen=True)
@@ -165,11 +171,18 @@ class MachineInfo:
         blas = _get(obj, "blas", w)
         if not isinstance(blas, list):
             raise BenchReportError(f"bench report: {w}.blas must be a list, got {blas!r}")
-        return cls(_text(obj, "cpu", w), _optional_integer(obj, "cores", w),
-                   [_object(b, f"{w}.blas[{i}]") for i, b in enumerate(blas)],
-                   _optional_text(obj, "openblas_coretype", w), _text(obj, "python", w), _text(obj, "numpy", w),
-                   _optional_text(obj, "onnxruntime", w), _optional_texts(obj, "isa", w),
-                   _optional_numbers(obj, "load_average_start", w), _optional_numbers(obj, "load_average_end", w))
+        return cls(
+            _text(obj, "cpu", w),
+            _optional_integer(obj, "cores", w),
+            [_object(b, f"{w}.blas[{i}]") for i, b in enumerate(blas)],
+            _optional_text(obj, "openblas_coretype", w),
+            _text(obj, "python", w),
+            _text(obj, "numpy", w),
+            _optional_text(obj, "onnxruntime", w),
+            _optional_texts(obj, "isa", w),
+            _optional_numbers(obj, "load_average_start", w),
+            _optional_numbers(obj, "load_average_end", w),
+        )
 
 
 @dataclass(frozen=True)
@@ -183,24 +196,31 @@ class MatmulBound:
     @classmethod
     def from_json(cls, obj: JSONObject) -> MatmulBound:
         w = "matmul_bound"
-        return cls(_number(obj, "ms_per_token", w), _number(obj, "tok_s", w), _numbers_by_name(obj, "rows_cost_relative", w))
+        return cls(
+            _number(obj, "ms_per_token", w), _number(obj, "tok_s", w), _numbers_by_name(obj, "rows_cost_relative", w)
+        )
 
 
 @dataclass(frozen=True)
 class PlainDecode:
     """Greedy decoding on the loaded engine: best and median step, and end to end."""
 
-    tok_s: float              # 1 / the least-disturbed step (comparable with the best-of bound)
+    tok_s: float  # 1 / the least-disturbed step (comparable with the best-of bound)
     tok_s_median_step: float
-    tok_s_end_to_end: float   # generated tokens / wall time of a whole request
+    tok_s_end_to_end: float  # generated tokens / wall time of a whole request
     ms_per_token: float
     tokens: int
 
     @classmethod
     def from_json(cls, obj: JSONObject) -> PlainDecode:
         w = "plain"
-        return cls(_number(obj, "tok_s", w), _number(obj, "tok_s_median_step", w), _number(obj, "tok_s_end_to_end", w),
-                   _number(obj, "ms_per_token", w), _integer(obj, "tokens", w))
+        return cls(
+            _number(obj, "tok_s", w),
+            _number(obj, "tok_s_median_step", w),
+            _number(obj, "tok_s_end_to_end", w),
+            _number(obj, "ms_per_token", w),
+            _integer(obj, "tokens", w),
+        )
 
 
 @dataclass(frozen=True)
@@ -232,8 +252,12 @@ class ReferenceSpeed:
     def from_json(cls, obj: JSONObject) -> ReferenceSpeed:
         w = "reference"
         _get(obj, "tok_s", w)
-        return cls(_optional_number(obj, "tok_s", w), _optional_number(obj, "tok_s_median_step", w),
-                   _optional_integer(obj, "tokens", w), _optional_text(obj, "note", w))
+        return cls(
+            _optional_number(obj, "tok_s", w),
+            _optional_number(obj, "tok_s_median_step", w),
+            _optional_integer(obj, "tokens", w),
+            _optional_text(obj, "note", w),
+        )
 
 
 @dataclass(frozen=True)
@@ -241,26 +265,28 @@ class VerifyCost:
     """The verify-cost curve ``--adaptive`` caps k with (engine/verify_cost.py) and the caps it gives."""
 
     rows_cost_relative: dict[str, float]  # rows -> c(rows), c(1) = 1
-    k_cap_at_alpha: dict[str, int]        # acceptance rate -> the largest k worth drafting
+    k_cap_at_alpha: dict[str, int]  # acceptance rate -> the largest k worth drafting
 
     @classmethod
     def from_json(cls, obj: JSONObject, where: str) -> VerifyCost:
         caps = _section(obj, "k_cap_at_alpha", where)
-        return cls(_numbers_by_name(obj, "rows_cost_relative", where),
-                   {a: _integer(caps, a, f"{where}.k_cap_at_alpha") for a in caps})
+        return cls(
+            _numbers_by_name(obj, "rows_cost_relative", where),
+            {a: _integer(caps, a, f"{where}.k_cap_at_alpha") for a in caps},
+        )
 
 
 @dataclass(frozen=True)
 class SpeculativeRun:
     """One request decoded plain and speculatively (alternating, best of each): speedup and evidence."""
 
-    prompt: str                 # the prompt kind (chat, code, structured, prose, repetitive)
+    prompt: str  # the prompt kind (chat, code, structured, prose, repetitive)
     temperature: float
     plain_tok_s: float
     speculative_tok_s: float
-    speedup: float              # speculative_tok_s / plain_tok_s (wall time)
-    speedup_cpu: float          # the same in process CPU time per token
-    alpha: float                # acceptance rate
+    speedup: float  # speculative_tok_s / plain_tok_s (wall time)
+    speedup_cpu: float  # the same in process CPU time per token
+    alpha: float  # acceptance rate
     tokens_per_pass: float
     per_position_acceptance: list[float]
     tree_shape: JSONObject | None  # token-tree drafts: nodes, depth, width per cycle
@@ -275,11 +301,17 @@ class SpeculativeRun:
         tree = obj.get("tree_shape")
         _get(obj, "tree_shape", where)
         return cls(
-            _text(obj, "prompt", where), _number(obj, "temperature", where), _number(obj, "plain_tok_s", where),
-            _number(obj, "speculative_tok_s", where), _number(obj, "speedup", where), _number(obj, "speedup_cpu", where),
-            _number(obj, "alpha", where), _number(obj, "tokens_per_pass", where),
+            _text(obj, "prompt", where),
+            _number(obj, "temperature", where),
+            _number(obj, "plain_tok_s", where),
+            _number(obj, "speculative_tok_s", where),
+            _number(obj, "speedup", where),
+            _number(obj, "speedup_cpu", where),
+            _number(obj, "alpha", where),
+            _number(obj, "tokens_per_pass", where),
             [_as_number(a, f"{where}.per_position_acceptance[{i}]") for i, a in enumerate(acceptance)],
-            None if tree is None else _object(tree, f"{where}.tree_shape"), _integer(obj, "generated_tokens", where),
+            None if tree is None else _object(tree, f"{where}.tree_shape"),
+            _integer(obj, "generated_tokens", where),
             _optional_bool(obj, "same_tokens_as_plain", where),
         )
 
@@ -289,22 +321,32 @@ class SpeculativeSummary:
     """One draft source over the prompt set: its runs and their geometric means."""
 
     runs: list[SpeculativeRun]
-    geomean_speedup: float             # greedy runs
+    geomean_speedup: float  # greedy runs
     min_speedup: float
     structured_geomean_speedup: float  # greedy runs on the structured and repetitive prompts
-    sampled_speedup: float             # the sampled runs
+    sampled_speedup: float  # the sampled runs
 
     def as_json(self) -> JSONObject:
-        return {"runs": [_fields_of(r) for r in self.runs], **{k: v for k, v in _fields_of(self).items() if k != "runs"}}
+        return {
+            "runs": [_fields_of(r) for r in self.runs],
+            **{k: v for k, v in _fields_of(self).items() if k != "runs"},
+        }
 
     @classmethod
     def from_json(cls, obj: JSONObject, where: str) -> SpeculativeSummary:
         runs = _get(obj, "runs", where)
         if not isinstance(runs, list):
             raise BenchReportError(f"bench report: {where}.runs must be a list")
-        return cls([SpeculativeRun.from_json(_object(r, f"{where}.runs[{i}]"), f"{where}.runs[{i}]") for i, r in enumerate(runs)],
-                   _number(obj, "geomean_speedup", where), _number(obj, "min_speedup", where),
-                   _number(obj, "structured_geomean_speedup", where), _number(obj, "sampled_speedup", where))
+        return cls(
+            [
+                SpeculativeRun.from_json(_object(r, f"{where}.runs[{i}]"), f"{where}.runs[{i}]")
+                for i, r in enumerate(runs)
+            ],
+            _number(obj, "geomean_speedup", where),
+            _number(obj, "min_speedup", where),
+            _number(obj, "structured_geomean_speedup", where),
+            _number(obj, "sampled_speedup", where),
+        )
 
 
 # draft spec -> its summary, or a one-line reason the section could not run
@@ -312,8 +354,12 @@ Speculative = dict[str, SpeculativeSummary | str]
 
 
 def _speculative_from_json(obj: JSONObject, where: str) -> Speculative:
-    return {name: entry if isinstance(entry, str) else SpeculativeSummary.from_json(_object(entry, f"{where}.{name}"), f"{where}.{name}")
-            for name, entry in obj.items()}
+    return {
+        name: entry
+        if isinstance(entry, str)
+        else SpeculativeSummary.from_json(_object(entry, f"{where}.{name}"), f"{where}.{name}")
+        for name, entry in obj.items()
+    }
 
 
 def _speculative_as_json(section: Speculative) -> JSONObject:
@@ -326,6 +372,7 @@ def _fields_of(obj: Any) -> JSONObject:
 
 
 # -- the run -----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class BenchReport:
@@ -350,7 +397,9 @@ class BenchReport:
     default_backend: str | None = None  # with the backend section: the loaded model's backend
     speculative_int8: Speculative | None = None  # with the backend section: the speculative section on int8
     workload_engine: str | None = None  # with --workload: the mode label the workload ran on
-    workload: JSONObject | None = None  # with --workload: per draft, runs and by_temperature (verispec/bench/workload.py)
+    workload: JSONObject | None = (
+        None  # with --workload: per draft, runs and by_temperature (verispec/bench/workload.py)
+    )
     workload_llama_cpp: JSONObject | None = None  # with --workload: llama.cpp beside it, or why not
     engine_kernel: JSONObject | None = None  # version 2: the headline model's kernels (verispec/bench/kernel_info.py)
     plot: str | None = None  # with --plot: the PNG written
@@ -372,8 +421,10 @@ class BenchReport:
         report = _object(obj, "the report")
         version = report.get("schema_version", 1)  # reports saved before the field: this layout
         if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
-            raise BenchReportError(f"bench report: schema_version {version!r} is not one this verispec reads "
-                                   f"(1..{SCHEMA_VERSION}; a newer verispec wrote it?)")
+            raise BenchReportError(
+                f"bench report: schema_version {version!r} is not one this verispec reads "
+                f"(1..{SCHEMA_VERSION}; a newer verispec wrote it?)"
+            )
         kernels = _get(report, "kernels", "report")
         if not isinstance(kernels, list):
             raise BenchReportError("bench report: report.kernels must be a list")
@@ -391,7 +442,9 @@ class BenchReport:
             plain=PlainDecode.from_json(_section(report, "plain")),
             prefill=Prefill.from_json(_section(report, "prefill")),
             speculative=_speculative_from_json(_section(report, "speculative"), "speculative"),
-            verify_cost={m: VerifyCost.from_json(_section(verify, m, "verify_cost"), f"verify_cost.{m}") for m in verify},
+            verify_cost={
+                m: VerifyCost.from_json(_section(verify, m, "verify_cost"), f"verify_cost.{m}") for m in verify
+            },
             backends=_section(report, "backends"),
             early_exit=_section(report, "early_exit"),
             reference=ReferenceSpeed.from_json(_section(report, "reference")),
@@ -399,7 +452,9 @@ class BenchReport:
             ratios=_ratios_from_json(_section(report, "ratios")),
             peak_rss_mib=_number(report, "peak_rss_mib", "report"),
             default_backend=_optional_text(report, "default_backend", "report"),
-            speculative_int8=None if speculative_int8 is None else _speculative_from_json(speculative_int8, "speculative_int8"),
+            speculative_int8=None
+            if speculative_int8 is None
+            else _speculative_from_json(speculative_int8, "speculative_int8"),
             workload_engine=_optional_text(report, "workload_engine", "report"),
             workload=_optional_section(report, "workload"),
             workload_llama_cpp=_optional_section(report, "workload_llama_cpp"),

@@ -27,7 +27,14 @@ from verispec.bench.machine import load_average, machine_info, peak_rss_mib
 from verispec.bench.options import BenchOptions
 from verispec.bench.ratios import ratios
 from verispec.bench.report import (
-    BenchReport, MatmulBound, ModelInfo, PlainDecode, Prefill, ReferenceSpeed, Speculative, VerifyCost,
+    BenchReport,
+    MatmulBound,
+    ModelInfo,
+    PlainDecode,
+    Prefill,
+    ReferenceSpeed,
+    Speculative,
+    VerifyCost,
 )
 from verispec.bench.speculative import speculative_section, verify_cost
 from verispec.bench.timing import best_time, decode_steps
@@ -68,7 +75,7 @@ class _Backends:
     llama_cpp: dict[str, Any] | None = None  # interleaved with the int8 mode's runs
 
 
-def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> BenchReport:
+def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> BenchReport:  # noqa: B008 (frozen: one shared default is safe)
     """Measure every section for the model at ``path``, in the order below."""
     calibration = load_calibration(path, options)  # a wrong artifact fails before any work
     loaded = _load(path, options)
@@ -88,16 +95,34 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> BenchReport
     del int8  # released before the reference engine loads its own copy
     early_exit = early_exit_section(calibration, _early_exit_model(path, model, calibration), tokenizer, ids, options)
     reference = reference_speed(path, ids, options)
-    llama_cpp = backends.llama_cpp if backends.llama_cpp is not None else llama_cpp_section(
-        path, options, tokenizer, model if model.weights_mode == "int8" else None)
+    llama_cpp = (
+        backends.llama_cpp
+        if backends.llama_cpp is not None
+        else llama_cpp_section(path, options, tokenizer, model if model.weights_mode == "int8" else None)
+    )
     report = BenchReport(
-        date=date, model=_model_info(path, model), machine=machine, load_s=loaded.load_s, matmul_bound=bound,
-        kernels=kernels, plain=plain, prefill=prefill, speculative=speculative, verify_cost=verify,
-        backends=backends.section, early_exit=early_exit, reference=reference, llama_cpp=llama_cpp, ratios={},
-        peak_rss_mib=0.0, default_backend=backends.default_backend,
+        date=date,
+        model=_model_info(path, model),
+        machine=machine,
+        load_s=loaded.load_s,
+        matmul_bound=bound,
+        kernels=kernels,
+        plain=plain,
+        prefill=prefill,
+        speculative=speculative,
+        verify_cost=verify,
+        backends=backends.section,
+        early_exit=early_exit,
+        reference=reference,
+        llama_cpp=llama_cpp,
+        ratios={},
+        peak_rss_mib=0.0,
+        default_backend=backends.default_backend,
         # the headline model in the int8 mode: its speculative section is the int8 one
         speculative_int8=backends.speculative_int8 or (speculative if model.weights_mode == "int8" else None),
-        workload_engine=workload[0], workload=workload[1], workload_llama_cpp=workload[2],
+        workload_engine=workload[0],
+        workload=workload[1],
+        workload_llama_cpp=workload[2],
         engine_kernel=engine_kernel(model),
     )
     machine = replace(machine, load_average_end=load_average())
@@ -151,7 +176,9 @@ def prose_ids(tokenizer: Tokenizer, options: BenchOptions) -> tuple[int, ...]:
 
 def plain_decode(model: FastModel, tokenizer: Tokenizer, ids: tuple[int, ...], options: BenchOptions) -> PlainDecode:
     """Greedy decode: a whole request end to end, then each step timed alone."""
-    request = GenerationRequest(ids, params=SamplingParams(temperature=0.0), max_tokens=options.decode_tokens, seed=options.seed)
+    request = GenerationRequest(
+        ids, params=SamplingParams(temperature=0.0), max_tokens=options.decode_tokens, seed=options.seed
+    )
     plain = fast_generate(model, tokenizer, request)
     steps = decode_steps(model, list(ids), options.decode_tokens)
     best, median = min(steps), float(np.median(steps))
@@ -171,8 +198,9 @@ def prefill_speed(model: FastModel, ids: tuple[int, ...], tokens: int) -> Prefil
     return Prefill(len(prompt_ids), len(prompt_ids) / seconds)
 
 
-def _backends(path: Path, model: FastModel, tokenizer: Tokenizer, ids: tuple[int, ...],
-              options: BenchOptions) -> tuple[_Backends, FastModel | None]:
+def _backends(
+    path: Path, model: FastModel, tokenizer: Tokenizer, ids: tuple[int, ...], options: BenchOptions
+) -> tuple[_Backends, FastModel | None]:
     """Every backend / weights mode (verispec/bench/backends.py) and, on the int8 mode, the
     speculative section, its verify cost and llama.cpp beside it; the int8 model when the
     workload runs on it (kept, not loaded again), else None."""
@@ -180,30 +208,49 @@ def _backends(path: Path, model: FastModel, tokenizer: Tokenizer, ids: tuple[int
         return _Backends({"modes": {}, "note": "skipped (--no-backends)"}), None
     from verispec.bench.backends import measure
 
-    section, modes = measure(path, list(ids), options.decode_tokens, max(2, options.repeats), decode_steps,
-                             threads=options.kernels, rss=options.rss_children, loaded={_label(model): model})
+    section, modes = measure(
+        path,
+        list(ids),
+        options.decode_tokens,
+        max(2, options.repeats),
+        decode_steps,
+        threads=options.kernels,
+        rss=options.rss_children,
+        loaded={_label(model): model},
+    )
     int8 = modes.get("int8/ort-q")
     if int8 is None:
         return _Backends(section, model.backend), None
     if int8 is model:  # the headline model is the int8 mode: its sections are already measured
         return _Backends(section, model.backend, llama_cpp=llama_cpp_section(path, options, tokenizer, int8)), None
-    measured = _Backends(section, model.backend, speculative_section(int8, tokenizer, options),
-                         verify_cost(int8, options.k), llama_cpp_section(path, options, tokenizer, int8))
+    measured = _Backends(
+        section,
+        model.backend,
+        speculative_section(int8, tokenizer, options),
+        verify_cost(int8, options.k),
+        llama_cpp_section(path, options, tokenizer, int8),
+    )
     keep = options.workload and options.workload_weights == "int8"
     return measured, int8 if keep else None
 
 
-def _workload(path: Path, loaded: _Loaded, options: BenchOptions,
-              int8: FastModel | None) -> tuple[str | None, dict[str, Any] | None, dict[str, Any] | None]:
+def _workload(
+    path: Path, loaded: _Loaded, options: BenchOptions, int8: FastModel | None
+) -> tuple[str | None, dict[str, Any] | None, dict[str, Any] | None]:
     """(``workload_engine``, ``workload``, ``workload_llama_cpp``), all None without a workload.
 
     The workload's engine: the model loaded first, or the int8 mode (from the backend section when
     it ran, else loaded here)."""
     if loaded.chat is None:
         return None, None, None
-    wanted = loaded.model.weights_mode if options.workload_weights == "auto" else resolve_weights(options.workload_weights)
-    model = loaded.model if wanted == loaded.model.weights_mode else (
-        int8 if int8 is not None and wanted == "int8" else FastModel.load(path, weights=wanted))
+    wanted = (
+        loaded.model.weights_mode if options.workload_weights == "auto" else resolve_weights(options.workload_weights)
+    )
+    model = (
+        loaded.model
+        if wanted == loaded.model.weights_mode
+        else (int8 if int8 is not None and wanted == "int8" else FastModel.load(path, weights=wanted))
+    )
     workload, beside = workload_section(model, loaded.tokenizer, loaded.chat, options, path)
     return _label(model), workload, beside
 

@@ -34,8 +34,10 @@ def speculative_section(model: FastModel, tokenizer: Tokenizer, options: BenchOp
     """Per draft source: every prompt greedy, the first prompt sampled, and their geometric means."""
     out: Speculative = {}
     for spec_text in options.drafts:
-        runs = [SpeculativeRun(prompt=kind, **speculative_vs_plain(model, tokenizer, spec_text, request, options))
-                for kind, request in _requests(tokenizer, options)]
+        runs = [
+            SpeculativeRun(prompt=kind, **speculative_vs_plain(model, tokenizer, spec_text, request, options))
+            for kind, request in _requests(tokenizer, options)
+        ]
         out[spec_text] = summarise(runs)
     return out
 
@@ -47,7 +49,9 @@ def _requests(tokenizer: Tokenizer, options: BenchOptions) -> list[tuple[str, Ge
         for kind, text in prompts:
             ids = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True))
             params = SamplingParams(temperature=temperature)
-            out.append((kind, GenerationRequest(ids, params=params, max_tokens=options.decode_tokens, seed=options.seed)))
+            out.append(
+                (kind, GenerationRequest(ids, params=params, max_tokens=options.decode_tokens, seed=options.seed))
+            )
     return out
 
 
@@ -98,8 +102,13 @@ def engine_round(
     c1 = time.process_time()
     draft = make_draft(parse_draft_spec(spec_text), model, tokenizer)
     spec = speculative_generate(
-        model, tokenizer, request, draft, SpeculativeOptions(k=options.k, adaptive=True),
-        law=fast_sampling.target_distribution, draw=fast_sampling.sample,
+        model,
+        tokenizer,
+        request,
+        draft,
+        SpeculativeOptions(k=options.k, adaptive=True),
+        law=fast_sampling.target_distribution,
+        draw=fast_sampling.sample,
     )
     c2 = time.process_time()
     return Round(request.params.temperature, plain, spec, c1 - c0, c2 - c1)
@@ -147,5 +156,4 @@ def verify_cost(model: FastModel, k: int) -> VerifyCost:
     """The verify-cost curve ``--adaptive`` caps k with (engine/verify_cost.py, measured on the
     model's forward) and the cap it gives at a few acceptance rates."""
     curve = model.verify_cost_curve(k + 1)
-    return VerifyCost({str(r): c for r, c in curve.items()},
-                      {str(a): best_k_for_cost(a, curve, k) for a in CAP_ALPHAS})
+    return VerifyCost({str(r): c for r, c in curve.items()}, {str(a): best_k_for_cost(a, curve, k) for a in CAP_ALPHAS})

@@ -34,7 +34,13 @@ def format_report(report: BenchReport) -> str:
 def _format_head(report: BenchReport) -> list[str]:
     """Model, machine, the matmul bound, plain decode and prefill."""
     m, bound, plain = report.machine, report.matmul_bound, report.plain
-    blas = ", ".join(f"{b.get('internal_api')} {b.get('version')} ({b.get('architecture')}, {b.get('num_threads')} threads)" for b in m.blas) or "unknown"
+    blas = (
+        ", ".join(
+            f"{b.get('internal_api')} {b.get('version')} ({b.get('architecture')}, {b.get('num_threads')} threads)"
+            for b in m.blas
+        )
+        or "unknown"
+    )
     return [
         f"model {report.model.path} ({report.model.arch}); {report.date}",
         f"machine: {m.cpu}, {m.cores} cores; BLAS {blas}; OPENBLAS_CORETYPE={m.openblas_coretype}",
@@ -56,15 +62,19 @@ def _format_machine_load(report: BenchReport) -> list[str]:
     def load(values: list[float] | None) -> str:
         return "unknown" if values is None else " ".join(f"{v:.2f}" for v in values)
 
-    return [f"instruction sets: {' '.join(m.isa) or 'none known'}; load average (1/5/15 min) at start "
-            f"{load(m.load_average_start)}, at end {load(m.load_average_end)}"]
+    return [
+        f"instruction sets: {' '.join(m.isa) or 'none known'}; load average (1/5/15 min) at start "
+        f"{load(m.load_average_start)}, at end {load(m.load_average_end)}"
+    ]
 
 
 def _format_engine_kernel(kernel: dict[str, Any] | None) -> list[str]:
     if kernel is None:
         return []
     rows = ", ".join(f"{mode} x{n}" for mode, n in kernel["row_modes"].items()) or "no onnxruntime graphs"
-    ort = f"onnxruntime {kernel['onnxruntime']} ({', '.join(kernel['providers'])})" if kernel["onnxruntime"] else "NumPy"
+    ort = (
+        f"onnxruntime {kernel['onnxruntime']} ({', '.join(kernel['providers'])})" if kernel["onnxruntime"] else "NumPy"
+    )
     return [f"headline mode {kernel['mode']}: {ort}; row modes {rows}"]
 
 
@@ -107,9 +117,11 @@ def _format_workload(workload: dict[str, Any]) -> list[str]:
 def _format_early_exit(ee: dict[str, Any]) -> str:
     if not ee["available"]:
         return f"early exit: {ee['note']}"
-    return (f"early exit ({ee['gate']} gate): {ee['early_exit_tok_s']:.1f} tok/s vs plain {ee['plain_tok_s']:.1f} "
-            f"(x{ee['speedup']:.2f}); mean depth {ee['mean_exit_depth']:.2f}/{ee['n_layer']}, "
-            f"admitted {ee['admitted_fraction']:.1%}, {ee['head_evaluations_per_token']:.2f} exit heads per token")
+    return (
+        f"early exit ({ee['gate']} gate): {ee['early_exit_tok_s']:.1f} tok/s vs plain {ee['plain_tok_s']:.1f} "
+        f"(x{ee['speedup']:.2f}); mean depth {ee['mean_exit_depth']:.2f}/{ee['n_layer']}, "
+        f"admitted {ee['admitted_fraction']:.1%}, {ee['head_evaluations_per_token']:.2f} exit heads per token"
+    )
 
 
 def format_llama(llama: dict[str, Any]) -> list[str]:
@@ -118,14 +130,20 @@ def format_llama(llama: dict[str, Any]) -> list[str]:
         crash = llama.get("crash") or {}
         lines.extend(f"llama.cpp stderr: {line}" for line in crash.get("stderr_tail", [])[-3:])
         return lines
-    lines = [f"llama.cpp kernel: {llama.get('system_info')}; {llama.get('generated_tokens')} tokens a run, "
-             f"end of generation {llama.get('eog')}, both engines from the same prompt ids"]
+    lines = [
+        f"llama.cpp kernel: {llama.get('system_info')}; {llama.get('generated_tokens')} tokens a run, "
+        f"end of generation {llama.get('eog')}, both engines from the same prompt ids"
+    ]
     for name in ("plain", "prompt_lookup"):
         runs = ", ".join(f"{r['prompt']} {r['tok_s']:.1f}" for r in llama[name]["runs"])
-        lines.append(f"llama.cpp {name} ({llama['threads']} threads, llama-cpp-python {llama['version']}): "
-                     f"geomean {llama[name]['geomean_tok_s']:.1f} tok/s end to end; {runs}")
+        lines.append(
+            f"llama.cpp {name} ({llama['threads']} threads, llama-cpp-python {llama['version']}): "
+            f"geomean {llama[name]['geomean_tok_s']:.1f} tok/s end to end; {runs}"
+        )
     if llama.get("engine_runs"):
-        runs = ", ".join(f"{r['prompt']} {r['plain_tok_s']:.1f} / {r['speculative_tok_s']:.1f}" for r in llama["engine_runs"])
+        runs = ", ".join(
+            f"{r['prompt']} {r['plain_tok_s']:.1f} / {r['speculative_tok_s']:.1f}" for r in llama["engine_runs"]
+        )
         lines.append(f"engine int8 interleaved with llama.cpp, plain / ngram tok/s end to end: {runs}")
     return lines
 
@@ -138,23 +156,36 @@ def format_workload_llama(section: dict[str, Any]) -> list[str]:
     def ratios(values: dict[str, float | None]) -> str:
         return ", ".join(f"{name} {v:.2f}" for name, v in values.items() if v is not None)
 
-    lines = [f"workload llama.cpp ({section['threads']} threads, llama-cpp-python {section['version']}, "
-             f"prompt lookup {section['num_pred_tokens']} tokens), geomean over categories: {ratios(section['geomean'])}"]
+    lines = [
+        f"workload llama.cpp ({section['threads']} threads, llama-cpp-python {section['version']}, "
+        f"prompt lookup {section['num_pred_tokens']} tokens), geomean over categories: {ratios(section['geomean'])}"
+    ]
     lines.extend(f"workload llama.cpp {c}: {ratios(v)}" for c, v in section["per_category"].items())
     if "length" in section:
-        same = "every side the same number of tokens on every request" if section.get("all_sides_same_length") \
+        same = (
+            "every side the same number of tokens on every request"
+            if section.get("all_sides_same_length")
             else "NOT every side decoded the same number of tokens"
-        lines.append(f"workload length rule {section['length']}: {section['length_note']}; best of "
-                     f"{section['repeats']} interleaved rounds; {same}")
+        )
+        lines.append(
+            f"workload length rule {section['length']}: {section['length_note']}; best of "
+            f"{section['repeats']} interleaved rounds; {same}"
+        )
     note = section["same_tokens_note"]
-    lines.append(f"workload engine plain vs llama.cpp plain (information): {note['requests_all_compared_tokens_same']}/"
-                 f"{note['requests']} requests agree on their first {note['first_tokens']} tokens, "
-                 f"{note['mean_same_leading_tokens']:.1f} leading tokens the same on average")
+    lines.append(
+        f"workload engine plain vs llama.cpp plain (information): {note['requests_all_compared_tokens_same']}/"
+        f"{note['requests']} requests agree on their first {note['first_tokens']} tokens, "
+        f"{note['mean_same_leading_tokens']:.1f} leading tokens the same on average"
+    )
     if "llama_cpp_lookup_vs_plain_requests_all_same" in note:
-        spec = ", ".join(f"{d} {n}/{note['requests']}" for d, n in note["engine_speculative_same_tokens_as_plain"].items())
-        lines.append(f"workload same tokens as its own plain: llama.cpp prompt lookup "
-                     f"{note['llama_cpp_lookup_vs_plain_requests_all_same']}/{note['requests']} (first "
-                     f"{note['first_tokens']} tokens); engine {spec} (all tokens)")
+        spec = ", ".join(
+            f"{d} {n}/{note['requests']}" for d, n in note["engine_speculative_same_tokens_as_plain"].items()
+        )
+        lines.append(
+            f"workload same tokens as its own plain: llama.cpp prompt lookup "
+            f"{note['llama_cpp_lookup_vs_plain_requests_all_same']}/{note['requests']} (first "
+            f"{note['first_tokens']} tokens); engine {spec} (all tokens)"
+        )
     return lines
 
 
@@ -173,13 +204,17 @@ def _format_backends(report: BenchReport) -> list[str]:
         lines.append(_format_rss(name, r))
     spec = (report.speculative_int8 or {}).get("ngram")
     if isinstance(spec, SpeculativeSummary):
-        lines.append(f"speculative ngram on int8: geomean {spec.geomean_speedup:.2f}x its plain, min {spec.min_speedup:.2f}x")
+        lines.append(
+            f"speculative ngram on int8: geomean {spec.geomean_speedup:.2f}x its plain, min {spec.min_speedup:.2f}x"
+        )
     return lines
 
 
 def _format_rss(name: str, r: dict[str, Any]) -> str:
     if "error" in r:
         return f"backend {name}: peak RSS probe failed: {r['error']}"
-    return (f"backend {name}: peak RSS {r['peak_rss_mib']:.0f} MiB = {r['over_file_plus_kv']:.2f}x (file "
-            f"{r['file_mib']:.0f} + KV {r['kv_mib']:.1f} MiB); {r['model_over_file_plus_kv']:.2f}x without the "
-            f"interpreter's {r['interpreter_mib']:.0f} MiB (target {r.get('target_over_file_plus_kv', 1.5)}x)")
+    return (
+        f"backend {name}: peak RSS {r['peak_rss_mib']:.0f} MiB = {r['over_file_plus_kv']:.2f}x (file "
+        f"{r['file_mib']:.0f} + KV {r['kv_mib']:.1f} MiB); {r['model_over_file_plus_kv']:.2f}x without the "
+        f"interpreter's {r['interpreter_mib']:.0f} MiB (target {r.get('target_over_file_plus_kv', 1.5)}x)"
+    )

@@ -53,10 +53,10 @@ from verispec.bench import llama
 from verispec.bench.llama_section import engine_threads
 from verispec.bench.means import geomean, ratio_of_sums
 from verispec.bench.options import BenchOptions
-from verispec.reference.errors import PeerFailed
 from verispec.bench.speculative import Round, engine_round, rounds_summary
 from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel
+from verispec.reference.errors import PeerFailed
 from verispec.reference.generate import GenerationRequest
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.tokenizer import Tokenizer
@@ -76,14 +76,20 @@ class _Request:
 
 
 def workload_section(
-    model: FastModel, tokenizer: Tokenizer, chat: "ChatFormat", options: BenchOptions, path: Path | None = None,
+    model: FastModel,
+    tokenizer: Tokenizer,
+    chat: "ChatFormat",
+    options: BenchOptions,
+    path: Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(``workload``, ``workload_llama_cpp``) for ``options.workload`` (see the module docstring)."""
     end = tokenizer.token_id(chat.end_of_turn)
     stop_ids: frozenset[int] = frozenset() if end is None else frozenset({end})
     temperatures = (0.0, options.sampled_temperature) if options.workload_sampled else (0.0,)
-    requests = [_Request(item, text, tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True)))
-                for item, text in ((item, item.prompt_text(chat)) for item in options.workload)]
+    requests = [
+        _Request(item, text, tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos, parse_special=True)))
+        for item, text in ((item, item.prompt_text(chat)) for item in options.workload)
+    ]
     beside = _Beside(path, [len(r.ids) + r.item.max_tokens for r in requests], options)
     runs: dict[str, list[dict[str, Any]]] = {spec_text: [] for spec_text in options.drafts}
     llama_runs: list[dict[str, Any]] = []
@@ -93,10 +99,17 @@ def workload_section(
             for r in requests:
                 if r.item.id not in lengths:
                     lengths[r.item.id] = request_length(model, tokenizer, r, stop_ids, options)
-                request = GenerationRequest(r.ids, params=SamplingParams(temperature=temperature),
-                                            max_tokens=lengths[r.item.id], stop_ids=stop_ids, seed=options.seed,
-                                            ignore_eog=True)
-                record = _one_request(model, tokenizer, r, request, options, beside if temperature == 0.0 else None, runs)
+                request = GenerationRequest(
+                    r.ids,
+                    params=SamplingParams(temperature=temperature),
+                    max_tokens=lengths[r.item.id],
+                    stop_ids=stop_ids,
+                    seed=options.seed,
+                    ignore_eog=True,
+                )
+                record = _one_request(
+                    model, tokenizer, r, request, options, beside if temperature == 0.0 else None, runs
+                )
                 if record is not None:
                     llama_runs.append(record)
     finally:
@@ -105,15 +118,21 @@ def workload_section(
     return out, workload_llama_section(beside, llama_runs, options)
 
 
-def request_length(model: FastModel, tokenizer: Tokenizer, r: _Request, stop_ids: frozenset[int],
-                   options: BenchOptions) -> int:
+def request_length(
+    model: FastModel, tokenizer: Tokenizer, r: _Request, stop_ids: frozenset[int], options: BenchOptions
+) -> int:
     """How many tokens every side decodes for this request (``options.workload_length``):
     ``answer``, the length of the engine's plain greedy answer (ended by its end-of-generation
     ids or the request's ``max_tokens``; one untimed decode); ``max``, the request's ``max_tokens``."""
     if options.workload_length == "max":
         return r.item.max_tokens
-    natural = GenerationRequest(r.ids, params=SamplingParams(temperature=0.0), max_tokens=r.item.max_tokens,
-                                stop_ids=stop_ids, seed=options.seed)
+    natural = GenerationRequest(
+        r.ids,
+        params=SamplingParams(temperature=0.0),
+        max_tokens=r.item.max_tokens,
+        stop_ids=stop_ids,
+        seed=options.seed,
+    )
     return answer_length(model, tokenizer, natural)
 
 
@@ -141,8 +160,9 @@ class _Beside:
     def running(self) -> bool:
         return self.decoders is not None
 
-    def request(self, ids: tuple[int, ...], request: GenerationRequest,
-                best: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
+    def request(
+        self, ids: tuple[int, ...], request: GenerationRequest, best: dict[str, dict[str, Any]]
+    ) -> dict[str, dict[str, Any]] | None:
         """:func:`llama_request` on the decoders; None once their process has failed."""
         try:
             return llama_request(self.decoders, ids, request, best)
@@ -170,8 +190,13 @@ class _Beside:
 
 
 def _one_request(
-    model: FastModel, tokenizer: Tokenizer, r: _Request, request: GenerationRequest, options: BenchOptions,
-    beside: _Beside | None, runs: dict[str, list[dict[str, Any]]],
+    model: FastModel,
+    tokenizer: Tokenizer,
+    r: _Request,
+    request: GenerationRequest,
+    options: BenchOptions,
+    beside: _Beside | None,
+    runs: dict[str, list[dict[str, Any]]],
 ) -> dict[str, Any] | None:
     """One request, ``options.repeats`` rounds; each round runs llama.cpp plain and prompt lookup
     (greedy requests only), then each draft's engine round (plain, then speculative); each side
@@ -189,8 +214,15 @@ def _one_request(
     for spec_text, draft_rounds in rounds.items():
         run, engine_plain = rounds_summary(draft_rounds)
         latest[spec_text] = run
-        runs[spec_text].append({"category": r.item.category, "id": r.item.id, "prompt_tokens": len(r.ids),
-                                "decoded_tokens": request.max_tokens, **run})
+        runs[spec_text].append(
+            {
+                "category": r.item.category,
+                "id": r.item.id,
+                "prompt_tokens": len(r.ids),
+                "decoded_tokens": request.max_tokens,
+                **run,
+            }
+        )
     if beside is None or best is None:
         return None
     agree = beside.prompt_ids_agree(r.text, r.ids)
@@ -202,8 +234,11 @@ def _one_request(
 def workload_summary(runs: list[dict[str, Any]], temperatures: Sequence[float]) -> dict[str, Any]:
     """One draft's workload runs: per temperature, per category and over the categories."""
     summary = {str(t): _temperature_summary([r for r in runs if r["temperature"] == t]) for t in temperatures}
-    return {"runs": runs, "by_temperature": summary,
-            "all_greedy_same_tokens": all(r["same_tokens_as_plain"] for r in runs if r["temperature"] == 0.0)}
+    return {
+        "runs": runs,
+        "by_temperature": summary,
+        "all_greedy_same_tokens": all(r["same_tokens_as_plain"] for r in runs if r["temperature"] == 0.0),
+    }
 
 
 def _temperature_summary(chosen: list[dict[str, Any]]) -> dict[str, Any]:
@@ -222,7 +257,9 @@ def _temperature_summary(chosen: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def workload_llama_decoders(path: Path | None, lengths: Sequence[int], options: BenchOptions) -> "llama.Decoders | None":
+def workload_llama_decoders(
+    path: Path | None, lengths: Sequence[int], options: BenchOptions
+) -> "llama.Decoders | None":
     """llama.cpp's two decoders for the workload in a child process, or None (no model path, or
     llama_cpp missing); PeerFailed when the child cannot open them.
 
@@ -233,8 +270,9 @@ def workload_llama_decoders(path: Path | None, lengths: Sequence[int], options: 
     return llama.open_child(path, n_ctx, options.k, engine_threads(), options.seed)
 
 
-def llama_request(decoders: "llama.Decoders | None", ids: tuple[int, ...], request: GenerationRequest,
-                  best: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def llama_request(
+    decoders: "llama.Decoders | None", ids: tuple[int, ...], request: GenerationRequest, best: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
     """Each llama.cpp decoder once on the request, exactly ``request.max_tokens`` tokens (its end of
     generation ignored, as the engine's request ignores its own); the faster of this run and
     ``best`` kept."""
@@ -248,21 +286,37 @@ def llama_request(decoders: "llama.Decoders | None", ids: tuple[int, ...], reque
     return out
 
 
-def llama_record(item: "WorkloadItem", prompt_ids_agree: bool, runs: dict[str, dict[str, Any]],
-                 engine_plain: tuple[int, ...], engine_runs: dict[str, dict[str, Any]], length: int) -> dict[str, Any]:
+def llama_record(
+    item: "WorkloadItem",
+    prompt_ids_agree: bool,
+    runs: dict[str, dict[str, Any]],
+    engine_plain: tuple[int, ...],
+    engine_runs: dict[str, dict[str, Any]],
+    length: int,
+) -> dict[str, Any]:
     """One greedy request's llama.cpp side, the engine's rates beside it, the token count of every
     side (``same_length``: all of them decoded ``length``), and the same-tokens note."""
     plain_ids, lookup_ids = runs["plain"]["tokens"], runs["prompt_lookup"]["tokens"]
-    counts = [len(run["tokens"]) for run in runs.values()] + [len(engine_plain)] + [
-        int(r["generated_tokens"]) for r in engine_runs.values()]
+    counts = (
+        [len(run["tokens"]) for run in runs.values()]
+        + [len(engine_plain)]
+        + [int(r["generated_tokens"]) for r in engine_runs.values()]
+    )
     return {
-        "category": item.category, "id": item.id, "prompt_ids_agree": prompt_ids_agree,
-        "decoded_tokens": length, "same_length": all(c == length for c in counts),
-        "llama_cpp": {name: {"tok_s": run["tok_s"], "generated_tokens": len(run["tokens"])} for name, run in runs.items()},
+        "category": item.category,
+        "id": item.id,
+        "prompt_ids_agree": prompt_ids_agree,
+        "decoded_tokens": length,
+        "same_length": all(c == length for c in counts),
+        "llama_cpp": {
+            name: {"tok_s": run["tok_s"], "generated_tokens": len(run["tokens"])} for name, run in runs.items()
+        },
         # the engine's plain rate: the best of its plain runs of this request (one beside each draft)
-        "engine": {"plain_tok_s": max((float(r["plain_tok_s"]) for r in engine_runs.values()), default=0.0),
-                   "speculative_tok_s": {d: float(r["speculative_tok_s"]) for d, r in engine_runs.items()},
-                   "same_tokens_as_plain": {d: r["same_tokens_as_plain"] for d, r in engine_runs.items()}},
+        "engine": {
+            "plain_tok_s": max((float(r["plain_tok_s"]) for r in engine_runs.values()), default=0.0),
+            "speculative_tok_s": {d: float(r["speculative_tok_s"]) for d, r in engine_runs.items()},
+            "same_tokens_as_plain": {d: r["same_tokens_as_plain"] for d, r in engine_runs.items()},
+        },
         # information, not a check: two engines' greedy outputs part at near-ties of their own numerics
         "engine_plain_vs_llama_cpp_plain": llama.common_prefix(engine_plain, plain_ids),
         "llama_cpp_prompt_lookup_vs_llama_cpp_plain": llama.common_prefix(lookup_ids, plain_ids),
@@ -271,9 +325,9 @@ def llama_record(item: "WorkloadItem", prompt_ids_agree: bool, runs: dict[str, d
 
 LENGTH_NOTES = {
     "answer": "every side decodes exactly the length of the engine's plain greedy answer (its end id counted), "
-              "end of generation ignored on every side",
+    "end of generation ignored on every side",
     "max": "every side decodes exactly the request's max_tokens, end of generation ignored on every side "
-           "(the text after the end of turn is timed too)",
+    "(the text after the end of turn is timed too)",
 }
 
 
@@ -284,17 +338,35 @@ def workload_llama_section(beside: _Beside, runs: list[dict[str, Any]], options:
     process failed, the requests it finished and how it failed (``status``, ``note``, ``crash``)."""
     drafts = options.drafts
     failed = {} if beside.failure is None else llama.crashed_section(beside.failure)
-    length = {"length": options.workload_length, "length_note": LENGTH_NOTES[options.workload_length],
-              "repeats": max(1, options.repeats)}
+    length = {
+        "length": options.workload_length,
+        "length_note": LENGTH_NOTES[options.workload_length],
+        "repeats": max(1, options.repeats),
+    }
     if not beside.info:
-        note = llama.NOT_INSTALLED if not llama.available() else "not run (no greedy workload request, or no model file)"
-        return {"available": False, "note": note, "runs": [], "per_category": {}, **length,
-                "geomean": {name: None for name in llama.workload_ratio_names(drafts)}, **failed}
+        note = (
+            llama.NOT_INSTALLED if not llama.available() else "not run (no greedy workload request, or no model file)"
+        )
+        return {
+            "available": False,
+            "note": note,
+            "runs": [],
+            "per_category": {},
+            **length,
+            "geomean": {name: None for name in llama.workload_ratio_names(drafts)},
+            **failed,
+        }
     notes = [r["engine_plain_vs_llama_cpp_plain"] for r in runs]
     lookup = [r["llama_cpp_prompt_lookup_vs_llama_cpp_plain"] for r in runs]
-    status = {"status": failed["status"], "note": failed["note"], "crash": failed["crash"]} if failed else {"status": "ok"}
+    status = (
+        {"status": failed["status"], "note": failed["note"], "crash": failed["crash"]} if failed else {"status": "ok"}
+    )
     return {
-        **beside.info, **status, **length, "runs": runs, **llama.workload_ratios(runs, drafts),
+        **beside.info,
+        **status,
+        **length,
+        "runs": runs,
+        **llama.workload_ratios(runs, drafts),
         "all_sides_same_length": all(r["same_length"] for r in runs),
         "same_tokens_note": {
             "first_tokens": llama.AGREEMENT_TOKENS,
@@ -303,7 +375,8 @@ def workload_llama_section(beside: _Beside, runs: list[dict[str, Any]], options:
             "mean_same_leading_tokens": sum(n["same_leading_tokens"] for n in notes) / len(notes) if notes else None,
             "llama_cpp_lookup_vs_plain_requests_all_same": _all_same(lookup),
             "engine_speculative_same_tokens_as_plain": {
-                d: sum(1 for r in runs if r["engine"]["same_tokens_as_plain"].get(d) is True) for d in drafts},
+                d: sum(1 for r in runs if r["engine"]["same_tokens_as_plain"].get(d) is True) for d in drafts
+            },
         },
     }
 

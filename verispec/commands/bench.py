@@ -19,39 +19,105 @@ from verispec.workload import WorkloadItem, load_workload, select
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = subparsers.add_parser("bench", help="measure engine speed against its matmul bound, the reference and llama.cpp")
+    parser = subparsers.add_parser(
+        "bench", help="measure engine speed against its matmul bound, the reference and llama.cpp"
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--plot", default=None, metavar="FILE.png", help="draw tok/s per mode and acceptance per position")
+    parser.add_argument(
+        "--plot", default=None, metavar="FILE.png", help="draw tok/s per mode and acceptance per position"
+    )
     parser.add_argument("--tokens", type=int, default=48, help="tokens per decode run (default 48)")
-    parser.add_argument("--prefill-tokens", type=int, default=64, help="prompt tokens of the prefill measurement (default 64)")
-    parser.add_argument("--draft", action="append", default=None, metavar="SPEC", help=f"draft sources to measure (repeatable; default {', '.join(DRAFTS)})")
+    parser.add_argument(
+        "--prefill-tokens", type=int, default=64, help="prompt tokens of the prefill measurement (default 64)"
+    )
+    parser.add_argument(
+        "--draft",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help=f"draft sources to measure (repeatable; default {', '.join(DRAFTS)})",
+    )
     parser.add_argument("--k", type=int, default=4, help="maximum draft tokens per cycle (adaptive; default 4)")
-    parser.add_argument("--reference-tokens", type=int, default=4, help="decode steps timed on the reference engine (default 4)")
+    parser.add_argument(
+        "--reference-tokens", type=int, default=4, help="decode steps timed on the reference engine (default 4)"
+    )
     parser.add_argument("--no-reference", action="store_true", help="skip the (slow) reference engine run")
-    parser.add_argument("--no-kernels", action="store_true", help="skip the OpenBLAS kernel comparison (child processes)")
-    parser.add_argument("--prompts", default=None, metavar="KIND,...", help=f"prompt kinds to run speculative decoding on (default all: {', '.join(k for k, _ in PROMPTS)})")
-    parser.add_argument("--matmul-repeats", type=int, default=5, help="timed passes of each matmul stream, best kept (default 5)")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating plain/speculative runs per prompt, best of each kept (default 2)")
-    parser.add_argument("--no-backends", action="store_true", help="skip measuring every backend / weights mode (numpy, ort, int8)")
+    parser.add_argument(
+        "--no-kernels", action="store_true", help="skip the OpenBLAS kernel comparison (child processes)"
+    )
+    parser.add_argument(
+        "--prompts",
+        default=None,
+        metavar="KIND,...",
+        help=f"prompt kinds to run speculative decoding on (default all: {', '.join(k for k, _ in PROMPTS)})",
+    )
+    parser.add_argument(
+        "--matmul-repeats", type=int, default=5, help="timed passes of each matmul stream, best kept (default 5)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="alternating plain/speculative runs per prompt, best of each kept (default 2)",
+    )
+    parser.add_argument(
+        "--no-backends", action="store_true", help="skip measuring every backend / weights mode (numpy, ort, int8)"
+    )
     parser.add_argument("--no-rss", action="store_true", help="skip the per-mode peak-RSS child processes")
-    parser.add_argument("--early-exit", default=None, metavar="CAL.json", help="also measure certified early exit with this calibration (verispec calibrate)")
-    parser.add_argument("--workload", nargs="?", const="", default=None, metavar="FILE.jsonl",
-                        help="also run the chat workload (default verispec/data/workload.jsonl) per category")
-    parser.add_argument("--workload-categories", default=None, metavar="CAT,...", help="workload categories to run (default all)")
-    parser.add_argument("--workload-per-category", type=int, default=None, metavar="N", help="first N requests of each category (default all)")
+    parser.add_argument(
+        "--early-exit",
+        default=None,
+        metavar="CAL.json",
+        help="also measure certified early exit with this calibration (verispec calibrate)",
+    )
+    parser.add_argument(
+        "--workload",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE.jsonl",
+        help="also run the chat workload (default verispec/data/workload.jsonl) per category",
+    )
+    parser.add_argument(
+        "--workload-categories", default=None, metavar="CAT,...", help="workload categories to run (default all)"
+    )
+    parser.add_argument(
+        "--workload-per-category",
+        type=int,
+        default=None,
+        metavar="N",
+        help="first N requests of each category (default all)",
+    )
     parser.add_argument("--workload-greedy-only", action="store_true", help="skip the workload's sampled (T=0.8) runs")
-    parser.add_argument("--workload-length", choices=("answer", "max"), default="answer",
-                        help="tokens every side decodes per workload request, end of generation ignored on every side "
-                             "(default answer: the length of the engine's plain greedy answer; max: the request's max_tokens)")
-    parser.add_argument("--workload-weights", choices=("auto", "exact", "f32", "int8"), default="auto",
-                        help="the engine mode the workload runs on (default auto: the headline mode; exact = f32: "
-                             "the reference's float32 numerics; int8: llama.cpp-class numerics, its own target law)")
-    parser.add_argument("--weights", choices=("auto", "int8", "exact", "f32"), default="auto",
-                        help="the headline model's mode (default auto: int8 where onnxruntime is installed, "
-                             "else exact; exact = f32: the reference's float32 numerics)")
-    parser.add_argument("--exact", dest="weights", action="store_const", const="exact",
-                        help="the exact float32 mode as the headline (= --weights exact)")
+    parser.add_argument(
+        "--workload-length",
+        choices=("answer", "max"),
+        default="answer",
+        help="tokens every side decodes per workload request, end of generation ignored on every side "
+        "(default answer: the length of the engine's plain greedy answer; max: the request's max_tokens)",
+    )
+    parser.add_argument(
+        "--workload-weights",
+        choices=("auto", "exact", "f32", "int8"),
+        default="auto",
+        help="the engine mode the workload runs on (default auto: the headline mode; exact = f32: "
+        "the reference's float32 numerics; int8: llama.cpp-class numerics, its own target law)",
+    )
+    parser.add_argument(
+        "--weights",
+        choices=("auto", "int8", "exact", "f32"),
+        default="auto",
+        help="the headline model's mode (default auto: int8 where onnxruntime is installed, "
+        "else exact; exact = f32: the reference's float32 numerics)",
+    )
+    parser.add_argument(
+        "--exact",
+        dest="weights",
+        action="store_const",
+        const="exact",
+        help="the exact float32 mode as the headline (= --weights exact)",
+    )
     parser.set_defaults(func=run)
 
 

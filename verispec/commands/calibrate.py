@@ -39,6 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
+from verispec.commands.request import add_engine_arguments
+from verispec.engine_load import load_engine, weights_mode_of
 from verispec.reference.calibration import Calibration, Prompt, Records, calibrate, check_output_path, file_sha256
 from verispec.reference.certificate import residual_admits
 from verispec.reference.chat import ChatFormat
@@ -49,9 +52,6 @@ from verispec.reference.generate import encode_prompt
 from verispec.reference.json_input import field, loads, read_regular
 from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
 from verispec.reference.tokenizer import Tokenizer
-from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
-from verispec.commands.request import add_engine_arguments
-from verispec.engine_load import load_engine, weights_mode_of
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -85,9 +85,7 @@ def read_prompts(path: Path) -> list[tuple[str, str]]:
 
 def encode_prompts(tokenizer: Tokenizer, chat: ChatFormat | None, prompts: list[tuple[str, str]]) -> list[Prompt]:
     """Token ids per prompt; kind "chat" is wrapped in the model's chat format when it has one."""
-    return [
-        (kind, encode_prompt(tokenizer, text, chat=chat if kind == "chat" else None)) for kind, text in prompts
-    ]
+    return [(kind, encode_prompt(tokenizer, text, chat=chat if kind == "chat" else None)) for kind, text in prompts]
 
 
 def chat_stop_ids(tokenizer: Tokenizer, chat: ChatFormat | None) -> frozenset[int]:
@@ -113,7 +111,9 @@ class Progress:
         width = 30
         filled = min(width, width * self.done // max(1, self.total))
         rate = self.done / max(1e-9, time.perf_counter() - self.started)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} tokens, {rate:.1f}/s")
+        sys.stderr.write(
+            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} tokens, {rate:.1f}/s"
+        )
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -125,21 +125,67 @@ class Progress:
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("calibrate", help="calibrate certified early exit (writes CAL.json)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
-    parser.add_argument("--prompts", default="hand", help="calibration prompts: hand (the hand-written pool, default), generated (the seeded generator), or a JSON-lines FILE of {kind, text}")
-    parser.add_argument("--kinds", choices=("rule", "declared"), default="rule", help="prompt kinds from reference/prompt_kind.py's rule (default) or the file's kind field")
-    parser.add_argument("--prompts-per-kind", type=int, default=None, help="calibration prompts per kind (default: the whole hand-written pool; 60 generated)")
-    parser.add_argument("--lens-prompts-per-kind", type=int, default=8, help="generated lens prompts per kind, disjoint from calibration (default 8)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"prompt generator seed (default {DEFAULT_SEED})")
-    parser.add_argument("--q", default="0.9", help="alpha = 1 - q: bound on the expected flip fraction of a new prompt (default 0.9)")
-    parser.add_argument("--layers", default=None, help="candidate exit depths, comma-separated (default: 4/15..12/15 of the model)")
-    parser.add_argument("--residual", choices=("halfrange", "supnorm"), default="halfrange", help="residual score of the residual gate (default halfrange)")
-    parser.add_argument("--gate", choices=("margin", "residual"), default="margin", help="default gate written to the artifact (default margin)")
-    parser.add_argument("--no-lens", action="store_true", help="use the model's own head at every depth (no tuned lens)")
-    parser.add_argument("--ridge", type=float, default=1e-2, help="tuned-lens ridge penalty, relative to tr(X^T X)/D (default 0.01)")
+    parser.add_argument(
+        "--prompts",
+        default="hand",
+        help="calibration prompts: hand (the hand-written pool, default), generated (the seeded generator), or a JSON-lines FILE of {kind, text}",
+    )
+    parser.add_argument(
+        "--kinds",
+        choices=("rule", "declared"),
+        default="rule",
+        help="prompt kinds from reference/prompt_kind.py's rule (default) or the file's kind field",
+    )
+    parser.add_argument(
+        "--prompts-per-kind",
+        type=int,
+        default=None,
+        help="calibration prompts per kind (default: the whole hand-written pool; 60 generated)",
+    )
+    parser.add_argument(
+        "--lens-prompts-per-kind",
+        type=int,
+        default=8,
+        help="generated lens prompts per kind, disjoint from calibration (default 8)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"prompt generator seed (default {DEFAULT_SEED})"
+    )
+    parser.add_argument(
+        "--q", default="0.9", help="alpha = 1 - q: bound on the expected flip fraction of a new prompt (default 0.9)"
+    )
+    parser.add_argument(
+        "--layers", default=None, help="candidate exit depths, comma-separated (default: 4/15..12/15 of the model)"
+    )
+    parser.add_argument(
+        "--residual",
+        choices=("halfrange", "supnorm"),
+        default="halfrange",
+        help="residual score of the residual gate (default halfrange)",
+    )
+    parser.add_argument(
+        "--gate",
+        choices=("margin", "residual"),
+        default="margin",
+        help="default gate written to the artifact (default margin)",
+    )
+    parser.add_argument(
+        "--no-lens", action="store_true", help="use the model's own head at every depth (no tuned lens)"
+    )
+    parser.add_argument(
+        "--ridge", type=float, default=1e-2, help="tuned-lens ridge penalty, relative to tr(X^T X)/D (default 0.01)"
+    )
     parser.add_argument("--tokens-per-prompt", type=int, default=16, help="greedy steps per prompt (default 16)")
     parser.add_argument("--max-prompts", type=int, default=None, help="with --prompts: use only the first N prompts")
-    parser.add_argument("--out", type=Path, required=True, help="artifact path (CAL.json; the lens goes beside it as CAL.lens.<sha>.npz)")
-    parser.add_argument("--report", type=Path, default=None, help="write a PNG of per-depth agreement, admission and scores")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="artifact path (CAL.json; the lens goes beside it as CAL.lens.<sha>.npz)",
+    )
+    parser.add_argument(
+        "--report", type=Path, default=None, help="write a PNG of per-depth agreement, admission and scores"
+    )
     parser.add_argument("--json", action="store_true", help="print the artifact as JSON instead of a table")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_engine_arguments(parser)
@@ -170,7 +216,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     parse_layers(args.layers)
     check_output_path(args.out)
     if args.report is not None and not args.report.parent.is_dir():
-        raise CalibrationError(f"cannot write the report {str(args.report)!r}: folder {str(args.report.parent)!r} does not exist")
+        raise CalibrationError(
+            f"cannot write the report {str(args.report)!r}: folder {str(args.report.parent)!r} does not exist"
+        )
     if args.report is not None:
         from verispec.atomic import OutputError, output_file
 
@@ -214,11 +262,21 @@ def run(args: argparse.Namespace) -> int:
     total = (len(encoded) + len(lens_prompts or [])) * args.tokens_per_prompt
     progress = Progress(total, "calibrate", enabled=not args.quiet)
     cal, records = calibrate(
-        loaded.model, encoded, model_sha256=file_sha256(path), model_name=path.name,
-        depths=parse_layers(args.layers), q=args.q, n_steps=args.tokens_per_prompt,
-        use_lens=not args.no_lens, lens_prompts=lens_prompts, ridge=args.ridge, gate=gate, residual=args.residual,
+        loaded.model,
+        encoded,
+        model_sha256=file_sha256(path),
+        model_name=path.name,
+        depths=parse_layers(args.layers),
+        q=args.q,
+        n_steps=args.tokens_per_prompt,
+        use_lens=not args.no_lens,
+        lens_prompts=lens_prompts,
+        ridge=args.ridge,
+        gate=gate,
+        residual=args.residual,
         kind_rule=args.kinds if args.prompts != "generated" else "rule",
-        stop_ids=chat_stop_ids(loaded.tokenizer, loaded.chat), on_step=progress.step,
+        stop_ids=chat_stop_ids(loaded.tokenizer, loaded.chat),
+        on_step=progress.step,
         weights=weights_mode_of(loaded.model),  # the artifact serves this mode's numerics only
     )
     progress.close()
@@ -260,7 +318,9 @@ def summary(cal: Calibration, records: Records) -> str:
     ]
     for kind, kc in sorted(cal.kinds.items()):
         status = cal.for_kind(kind).refusal or "admits"
-        lines.append(f"  kind {kind:11s} {kc.n_prompts:4d} prompts, {kc.n:5d} steps (needs >= {kc.min_prompts} prompts): {status}")
+        lines.append(
+            f"  kind {kind:11s} {kc.n_prompts:4d} prompts, {kc.n:5d} steps (needs >= {kc.min_prompts} prompts): {status}"
+        )
     lines.append("depth  agree  median margin  lambda margin per kind  admitted: margin supnorm halfrange")
     for i, d in enumerate(cal.depths):
         per_kind = " ".join(f"{k}:{kc.depths[i].margin_threshold:.2f}" for k, kc in sorted(cal.kinds.items()))

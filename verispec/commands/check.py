@@ -60,7 +60,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="with --verifier: greedy form f(p [k+1, V] logits or probabilities, drafts) -> verdict "
         "(optional: without it vectors_greedy is skipped, said so)",
     )
-    parser.add_argument("--pipeline", metavar="MOD:OBJ", help="with --verifier: object with rows(RowsRequest) and mode(...) (spec.pipeline.Pipeline)")
+    parser.add_argument(
+        "--pipeline",
+        metavar="MOD:OBJ",
+        help="with --verifier: object with rows(RowsRequest) and mode(...) (spec.pipeline.Pipeline)",
+    )
     parser.add_argument(
         "--vectors", type=Path, metavar="DIR", help="replay these vector files (default: generate in memory)"
     )
@@ -111,17 +115,26 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--sequential", action="store_true", help="group-sequential statistics: reject early, stop at power"
     )
     parser.add_argument(
-        "--budget", type=float, metavar="SECONDS", help="stop drawing after SECONDS (implies --sequential; exit 3 if short of power)"
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="stop drawing after SECONDS (implies --sequential; exit 3 if short of power)",
     )
     parser.add_argument(
         "--budget-samples", type=int, metavar="N", help="stop drawing after N verifications (implies --sequential)"
     )
-    parser.add_argument("--workers", type=int, default=1, metavar="N", help="draw the statistics in N verifier processes")
+    parser.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="draw the statistics in N verifier processes"
+    )
     parser.add_argument("--shard", metavar="I/S", help="run shard I of S (1-based; --json, then --merge the S reports)")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT", help="combine shard reports (--json output)")
-    parser.add_argument("--junit-xml", type=Path, metavar="PATH", help="also write the report as JUnit XML (one testcase per property)")
     parser.add_argument(
-        "--allow-partial", action="store_true", help="with --merge: accept shards of an --only run (the claim says partial)"
+        "--junit-xml", type=Path, metavar="PATH", help="also write the report as JUnit XML (one testcase per property)"
+    )
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="with --merge: accept shards of an --only run (the claim says partial)",
     )
     parser.set_defaults(func=run)
 
@@ -131,7 +144,7 @@ REPORT_BYTES = 64 * 1024 * 1024  # a shard report: counts per block, far below t
 
 def _merge(args: argparse.Namespace) -> int:
     from verispec.reference.json_input import read_json_file
-    from verispec.spec.check import CheckError, CheckReport, format_outcome, merge_reports
+    from verispec.spec.check import CheckError, format_outcome, merge_reports
     from verispec.spec.merge import read_shard
     from verispec.spec.report import ReportError
 
@@ -161,7 +174,9 @@ def _write_junit(path: Path | None, report: "CheckReport") -> None:
         write_side_output(f"the JUnit XML {path}", lambda: write_check_junit(path, report))
 
 
-def _print(report: "CheckReport", as_json: bool, format_outcome: "Callable[[PropertyOutcome], str]", logged: bool = False) -> None:
+def _print(
+    report: "CheckReport", as_json: bool, format_outcome: "Callable[[PropertyOutcome], str]", logged: bool = False
+) -> None:
     if as_json:
         print(json.dumps(report.as_json(), indent=2))
         return

@@ -67,15 +67,27 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     which.add_argument("--engine-cmd", metavar="CMD", help="a program speaking the sample/greedy JSON-lines ops")
     which.add_argument("--ours", action="store_true", help="our own decode loop (reference.decode)")
     which.add_argument("--mutant", metavar="NAME", help="a mutant decoder of spec/decoder/mutants.py")
-    parser.add_argument("--weights", default=None, choices=("auto", "int8", "exact", "f32"),
-                        help="--ours: the fast engine's own speculative decoder in this mode, judged against its own rows")
+    parser.add_argument(
+        "--weights",
+        default=None,
+        choices=("auto", "int8", "exact", "f32"),
+        help="--ours: the fast engine's own speculative decoder in this mode, judged against its own rows",
+    )
     parser.add_argument("--model", default="smollm2-135m", help="registry name or .gguf path (default smollm2-135m)")
     parser.add_argument("--prompt", nargs="+", default=["The cat sat on the"], metavar="TEXT")
-    parser.add_argument("--bench-prompts", action="store_true", help="the five prompts of `verispec bench` instead of --prompt")
-    parser.add_argument("--depth", type=int, default=64, help="tokens per generation of the depth test (0: the first-m test)")
+    parser.add_argument(
+        "--bench-prompts", action="store_true", help="the five prompts of `verispec bench` instead of --prompt"
+    )
+    parser.add_argument(
+        "--depth", type=int, default=64, help="tokens per generation of the depth test (0: the first-m test)"
+    )
     parser.add_argument("--m", type=int, default=3, help="--depth 0: first tokens whose law is tested (1..3)")
-    parser.add_argument("--law", choices=("verispec", "llama.cpp", "transformers", "vllm"), default="verispec",
-                        help="whose target law: its chain, names and defaults (default verispec)")
+    parser.add_argument(
+        "--law",
+        choices=("verispec", "llama.cpp", "transformers", "vllm"),
+        default="verispec",
+        help="whose target law: its chain, names and defaults (default verispec)",
+    )
     parser.add_argument("--temperature", type=float, default=None, help="(verispec default 1.0)")
     parser.add_argument("--top-k", type=int, default=None, help="(verispec default 4)")
     parser.add_argument("--top-p", type=float, default=None, help="(verispec default 1.0)")
@@ -84,9 +96,15 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--repetition-penalty", type=float, default=None, help="transformers, vllm")
     parser.add_argument("--frequency-penalty", type=float, default=None, help="llama.cpp, vllm")
     parser.add_argument("--presence-penalty", type=float, default=None, help="llama.cpp, vllm")
-    parser.add_argument("--penalty-last-n", type=int, default=None, help="verispec, llama.cpp: the penalty window (default 64)")
-    parser.add_argument("--min-tokens", type=int, default=None,
-                        help="verispec, transformers, vllm: end-of-generation banned before this many tokens")
+    parser.add_argument(
+        "--penalty-last-n", type=int, default=None, help="verispec, llama.cpp: the penalty window (default 64)"
+    )
+    parser.add_argument(
+        "--min-tokens",
+        type=int,
+        default=None,
+        help="verispec, transformers, vllm: end-of-generation banned before this many tokens",
+    )
     parser.add_argument("--draft-temperature", type=float, default=2.0, help="--ours/--mutant: the draft's law")
     parser.add_argument("--draft-top-k", type=int, default=4, help="--ours/--mutant: the draft's law")
     parser.add_argument("--k", type=int, default=2, help="--ours/--mutant: drafts per cycle")
@@ -96,23 +114,51 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         default="reference",
         help="where the law comes from: our forward (default), the engine's own logits, or its plain decoding",
     )
-    parser.add_argument("--tv", type=float, default=None, help="deviation detected with power 0.99 (default: 0.05 at depth, 0.1 two-sample at depth, 0.2 first-m)")
-    parser.add_argument("--fraction", type=float, default=0.1, help="--depth: share of positions the deviation hits (default 0.1)")
-    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                        help="--depth: seconds per prompt; without --tv budget-led (the smallest TV it affords), with --tv a stop (exit 3 if short of power)")
-    parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
-                        help="a progress line on stderr at most every SECONDS (default 30; 0: no progress lines)")
-    parser.add_argument("--no-first-m", dest="first_m", action="store_false",
-                        help="--depth: skip the first-m test the default mode runs first (on 10%% of the alpha)")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="--depth: decode the generations in N engine processes (same verdict for any N)")
+    parser.add_argument(
+        "--tv",
+        type=float,
+        default=None,
+        help="deviation detected with power 0.99 (default: 0.05 at depth, 0.1 two-sample at depth, 0.2 first-m)",
+    )
+    parser.add_argument(
+        "--fraction", type=float, default=0.1, help="--depth: share of positions the deviation hits (default 0.1)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="--depth: seconds per prompt; without --tv budget-led (the smallest TV it affords), with --tv a stop (exit 3 if short of power)",
+    )
+    parser.add_argument(
+        "--progress-every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a progress line on stderr at most every SECONDS (default 30; 0: no progress lines)",
+    )
+    parser.add_argument(
+        "--no-first-m",
+        dest="first_m",
+        action="store_false",
+        help="--depth: skip the first-m test the default mode runs first (on 10%% of the alpha)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--depth: decode the generations in N engine processes (same verdict for any N)",
+    )
     parser.add_argument("--alpha", type=float, default=None, help="false-alarm probability of the run (default 1e-3)")
     parser.add_argument("--min-mass", type=float, default=0.01, help="sequences at least this likely are cells")
     parser.add_argument("--greedy", action="store_true", help="greedy mode: speculative == plain greedy, or a near-tie")
     parser.add_argument("--max-tokens", type=int, default=16, help="--greedy: tokens compared")
     parser.add_argument("--timeout", type=float, default=600.0, help="--engine-cmd: seconds per response")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--junit-xml", type=Path, metavar="PATH", help="also write the report as JUnit XML (one testcase per prompt)")
+    parser.add_argument(
+        "--junit-xml", type=Path, metavar="PATH", help="also write the report as JUnit XML (one testcase per prompt)"
+    )
     parser.set_defaults(func=run)
 
 

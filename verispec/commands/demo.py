@@ -24,14 +24,13 @@ from typing import Any
 
 from verispec.bench import llama
 from verispec.bench.llama_section import engine_threads
-from verispec.reference.errors import PeerFailed
 from verispec.commands.request import add_engine_arguments, build_request
 from verispec.commands.validate import check_generate
 from verispec.engine.generate import draw_for, generate_any, law_for
 from verispec.engine_load import EngineLoaded, load_engine, weights_mode_of
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import check_options, make_draft, parse_draft_spec
-from verispec.reference.errors import DraftError
+from verispec.reference.errors import DraftError, PeerFailed
 from verispec.reference.generate import GenerationRequest, GenerationResult
 from verispec.registry import DEFAULT_MODEL, resolve_model
 
@@ -46,18 +45,36 @@ LAWS = {
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("demo", help="plain, speculative and llama.cpp decoding of one prompt, side by side")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
-    parser.add_argument("--prompt", default=None,
-                        help=f"the prompt (one user turn of the chat format unless --no-chat; default the workload's "
-                             f"{DEMO_REQUEST} request: summarise a given report in one paragraph)")
+    parser.add_argument(
+        "--prompt",
+        default=None,
+        help=f"the prompt (one user turn of the chat format unless --no-chat; default the workload's "
+        f"{DEMO_REQUEST} request: summarise a given report in one paragraph)",
+    )
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens to generate at most (default 96)")
     parser.add_argument("--draft", default="ngram", metavar="SPEC", help="the speculative draft source (default ngram)")
     parser.add_argument("--k", type=int, default=8, help="draft tokens per cycle at most (adaptive; default 8)")
-    parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds, best run of each side kept (default 2)")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="interleaved rounds, best run of each side kept (default 2)"
+    )
     parser.add_argument("--no-chat", dest="chat", action="store_false", help="the prompt as it is, not a chat turn")
     parser.add_argument("--no-llama", action="store_true", help="leave llama.cpp out")
     add_engine_arguments(parser)
-    parser.set_defaults(func=run, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
-                        seed=0, stop=[], truncate=False, json=False, draft_cache=None, early_exit=None, p_min=0.0)
+    parser.set_defaults(
+        func=run,
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        min_p=0.0,
+        repeat_penalty=1.0,
+        seed=0,
+        stop=[],
+        truncate=False,
+        json=False,
+        draft_cache=None,
+        early_exit=None,
+        p_min=0.0,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
         raise DraftError(f"--repeats must be at least 1, got {args.repeats}")
     spec = parse_draft_spec(args.draft)
     check_options(args.k, 0.0)
-    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend)
+    loaded = load_engine(
+        args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend
+    )
     request = build_request(args, loaded)
     mode = weights_mode_of(loaded.model)
     print(f"{args.model} ({loaded.model.config.arch}) in the {LAWS.get(mode, mode)}")
@@ -91,12 +110,20 @@ def describe_prompt(args: argparse.Namespace) -> str:
     item = next(i for i in load_workload() if i.id == DEMO_REQUEST)
     args.prompt = item.messages[-1].content
     first_line = args.prompt.splitlines()[0]
-    return (f"a {item.category} request (verispec/data/workload.jsonl {item.id}: {first_line!r} and a "
-            f"{len(args.prompt.split())}-word report to summarise)")
+    return (
+        f"a {item.category} request (verispec/data/workload.jsonl {item.id}: {first_line!r} and a "
+        f"{len(args.prompt.split())}-word report to summarise)"
+    )
 
 
-def _measure(args: argparse.Namespace, loaded: EngineLoaded, request: GenerationRequest, kind: str, n: int,
-             first: GenerationResult) -> list[dict[str, Any]]:
+def _measure(
+    args: argparse.Namespace,
+    loaded: EngineLoaded,
+    request: GenerationRequest,
+    kind: str,
+    n: int,
+    first: GenerationResult,
+) -> list[dict[str, Any]]:
     """The three sides, interleaved ``args.repeats`` rounds, each side's best run."""
     peer, peer_failure = _open_llama(args, request, n)
     best: dict[str, dict[str, Any]] = {}
@@ -106,16 +133,37 @@ def _measure(args: argparse.Namespace, loaded: EngineLoaded, request: Generation
             plain = generate_any(loaded.model, loaded.tokenizer, request)
             _keep(best, "plain", {"tok_s": plain.stats.tokens_per_s, "tokens": plain.stats.generated_tokens})
             draft = make_draft(parse_draft_spec(args.draft), loaded.model, loaded.tokenizer)
-            spec = speculative_generate(loaded.model, loaded.tokenizer, request, draft, spec_options, law=law_for(loaded.model),
-                                        draw=draw_for(loaded.model))
+            spec = speculative_generate(
+                loaded.model,
+                loaded.tokenizer,
+                request,
+                draft,
+                spec_options,
+                law=law_for(loaded.model),
+                draw=draw_for(loaded.model),
+            )
             ids = spec.generation.ids
-            _keep(best, "speculative", {"tok_s": spec.generation.stats.tokens_per_s, "tokens": len(ids),
-                                        "same_tokens": list(ids) == list(first.ids)})
+            _keep(
+                best,
+                "speculative",
+                {
+                    "tok_s": spec.generation.stats.tokens_per_s,
+                    "tokens": len(ids),
+                    "same_tokens": list(ids) == list(first.ids),
+                },
+            )
             if peer is not None:
                 try:
                     run = peer.run("plain", request.prompt_ids, n, frozenset())
-                    _keep(best, "llama", {"tok_s": float(run["tok_s"]), "tokens": len(run["tokens"]),
-                                          "same": llama.common_prefix(first.ids, run["tokens"])})
+                    _keep(
+                        best,
+                        "llama",
+                        {
+                            "tok_s": float(run["tok_s"]),
+                            "tokens": len(run["tokens"]),
+                            "same": llama.common_prefix(first.ids, run["tokens"]),
+                        },
+                    )
                 except PeerFailed as failure:
                     peer_failure, peer = failure, None
     finally:
@@ -127,12 +175,15 @@ def _measure(args: argparse.Namespace, loaded: EngineLoaded, request: Generation
     return rows
 
 
-def _open_llama(args: argparse.Namespace, request: GenerationRequest, n: int) -> tuple["llama.Decoders | None", PeerFailed | None]:
+def _open_llama(
+    args: argparse.Namespace, request: GenerationRequest, n: int
+) -> tuple["llama.Decoders | None", PeerFailed | None]:
     if args.no_llama or not llama.available():
         return None, None
     try:
-        return llama.open_child(resolve_model(args.model), len(request.prompt_ids) + n + args.k + 8, args.k,
-                                engine_threads(), 0), None
+        return llama.open_child(
+            resolve_model(args.model), len(request.prompt_ids) + n + args.k + 8, args.k, engine_threads(), 0
+        ), None
     except PeerFailed as failure:
         return None, failure
 
@@ -143,8 +194,10 @@ def _llama_note(failure: PeerFailed | None, best: dict[str, dict[str, Any]]) -> 
     if "llama" not in best:
         return llama.NOT_INSTALLED
     same = best["llama"]["same"]
-    return (f"its end of generation ignored, cut to our length; its first {same['compared']} tokens share "
-            f"{same['same_leading_tokens']} with ours (two numerics: they part at near-ties)")
+    return (
+        f"its end of generation ignored, cut to our length; its first {same['compared']} tokens share "
+        f"{same['same_leading_tokens']} with ours (two numerics: they part at near-ties)"
+    )
 
 
 def _keep(best: dict[str, dict[str, Any]], side: str, run: dict[str, Any]) -> None:
@@ -155,8 +208,10 @@ def _keep(best: dict[str, dict[str, Any]], side: str, run: dict[str, Any]) -> No
 def table(rows: list[dict[str, Any]], n: int, repeats: int) -> list[str]:
     """The side-by-side lines: tok/s and the ratio to our plain decoding, per side."""
     plain = float(rows[0]["tok_s"]) or 1.0
-    lines = [f"{n} tokens on every side, from the same prompt ids, best of {repeats} interleaved rounds "
-             "(generated tokens / wall time, prompt pass included):"]
+    lines = [
+        f"{n} tokens on every side, from the same prompt ids, best of {repeats} interleaved rounds "
+        "(generated tokens / wall time, prompt pass included):"
+    ]
     for row in rows:
         if "tok_s" not in row:
             lines.append(f"  {row['name']:<22} {'-':>7}          {row.get('note', '')}")
@@ -166,4 +221,3 @@ def table(rows: list[dict[str, Any]], n: int, repeats: int) -> list[str]:
             extra = f"same tokens as plain: {row['same_tokens']}"
         lines.append(f"  {row['name']:<22} {row['tok_s']:7.1f} tok/s  {row['tok_s'] / plain:5.2f}x   {extra}".rstrip())
     return lines
-

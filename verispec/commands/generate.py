@@ -13,13 +13,13 @@ import argparse
 import json
 import sys
 
-from verispec.engine.generate import generate_any as generate
 from verispec.commands.generate_early_exit import run_early_exit
 from verispec.commands.request import LoadedModel as LoadedModel  # re-exported: tests patch them here
 from verispec.commands.request import add_engine_arguments, build_request, result_json, stats_line, stream
 from verispec.commands.request import load as load
 from verispec.commands.speculative import run_speculative
 from verispec.commands.validate import check_generate
+from verispec.engine.generate import generate_any as generate
 from verispec.engine_load import load_engine
 from verispec.registry import DEFAULT_MODEL
 
@@ -35,29 +35,74 @@ DEFAULT_MAX_TOKENS = 128
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
     parser.add_argument("--prompt", required=True, help="prompt text (special tokens like <|im_start|> are parsed)")
-    parser.add_argument("--chat", action="store_true", help="wrap the prompt as one user turn of the model's chat format")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help=f"tokens to generate at most (default {DEFAULT_MAX_TOKENS})")
-    parser.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help=f"0 = greedy (default {DEFAULT_TEMPERATURE})")
+    parser.add_argument(
+        "--chat", action="store_true", help="wrap the prompt as one user turn of the model's chat format"
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        help=f"tokens to generate at most (default {DEFAULT_MAX_TOKENS})",
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=DEFAULT_TEMPERATURE, help=f"0 = greedy (default {DEFAULT_TEMPERATURE})"
+    )
     parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help=f"0 disables (default {DEFAULT_TOP_K})")
     parser.add_argument("--top-p", type=float, default=DEFAULT_TOP_P, help=f"1 disables (default {DEFAULT_TOP_P})")
     parser.add_argument("--min-p", type=float, default=DEFAULT_MIN_P, help=f"0 disables (default {DEFAULT_MIN_P})")
     parser.add_argument("--repeat-penalty", type=float, default=DEFAULT_REPEAT_PENALTY, help="1 disables (default 1.0)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: unpredictable)")
     parser.add_argument("--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)")
-    parser.add_argument("--truncate", action="store_true", help="drop the oldest prompt tokens when prompt + max tokens exceed the context")
+    parser.add_argument(
+        "--truncate",
+        action="store_true",
+        help="drop the oldest prompt tokens when prompt + max tokens exceed the context",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     add_engine_arguments(parser)
     # speculative decoding (reference/decode.py, reference/drafts.py, reference/evidence.py)
-    parser.add_argument("--draft", default=None, metavar="SPEC", help="speculative decoding with draft source ngram | suffix | suffix:tree (token trees, one pass each) | layerskip:M | model:PATH | self")
-    parser.add_argument("--draft-cache", default=None, metavar="PATH", help="with --draft suffix or suffix:tree: a cross-request cache of earlier outputs, read and rewritten atomically")
-    parser.add_argument("--k", type=int, default=4, help="draft tokens per cycle (the maximum with --adaptive; default 4)")
-    parser.add_argument("--adaptive", action="store_true", help="adapt k each cycle (down to plain steps when drafting does not pay)")
-    parser.add_argument("--p-min", type=float, default=0.0, help="stop drafting when the draft's top probability is below this (default 0)")
+    parser.add_argument(
+        "--draft",
+        default=None,
+        metavar="SPEC",
+        help="speculative decoding with draft source ngram | suffix | suffix:tree (token trees, one pass each) | layerskip:M | model:PATH | self",
+    )
+    parser.add_argument(
+        "--draft-cache",
+        default=None,
+        metavar="PATH",
+        help="with --draft suffix or suffix:tree: a cross-request cache of earlier outputs, read and rewritten atomically",
+    )
+    parser.add_argument(
+        "--k", type=int, default=4, help="draft tokens per cycle (the maximum with --adaptive; default 4)"
+    )
+    parser.add_argument(
+        "--adaptive", action="store_true", help="adapt k each cycle (down to plain steps when drafting does not pay)"
+    )
+    parser.add_argument(
+        "--p-min",
+        type=float,
+        default=0.0,
+        help="stop drafting when the draft's top probability is below this (default 0)",
+    )
     parser.add_argument("--trace", action="store_true", help="per-cycle speculative trace (stderr, or in --json)")
     # certified early exit (reference/early_exit.py; run by verispec/commands/generate_early_exit.py)
-    parser.add_argument("--early-exit", default=None, metavar="CAL.json", help="greedy decoding with certified early exit, calibrated by `verispec calibrate` (needs --temperature 0)")
-    parser.add_argument("--audit", action="store_true", help="with --early-exit: also run every layer and count served tokens that differ from the full model's")
-    parser.add_argument("--kind", default=None, help="with --early-exit: the prompt's kind, whose calibration applies (default: reference/prompt_kind.py's rule on the prompt text)")
+    parser.add_argument(
+        "--early-exit",
+        default=None,
+        metavar="CAL.json",
+        help="greedy decoding with certified early exit, calibrated by `verispec calibrate` (needs --temperature 0)",
+    )
+    parser.add_argument(
+        "--audit",
+        action="store_true",
+        help="with --early-exit: also run every layer and count served tokens that differ from the full model's",
+    )
+    parser.add_argument(
+        "--kind",
+        default=None,
+        help="with --early-exit: the prompt's kind, whose calibration applies (default: reference/prompt_kind.py's rule on the prompt text)",
+    )
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -72,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
         return run_early_exit(args)
     if getattr(args, "draft", None) is not None:
         return run_speculative(args)
-    loaded = load_engine(args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend)
+    loaded = load_engine(
+        args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend
+    )
     request = build_request(args, loaded)
     if args.json:
         result = generate(loaded.model, loaded.tokenizer, request)

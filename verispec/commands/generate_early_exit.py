@@ -16,13 +16,13 @@ import argparse
 import json
 import sys
 
-from verispec.reference.calibration import Calibration, file_sha256
-from verispec.reference.early_exit import ExitStats, generate_early_exit
-from verispec.reference.prompt_kind import prompt_kind
-from verispec.reference.generate import GenerationResult
 from verispec.commands.request import build_request, result_json, stats_line
 from verispec.commands.validate import model_config
 from verispec.engine_load import AUTO, load_engine, resolve_weights, weights_mode_of
+from verispec.reference.calibration import Calibration, file_sha256
+from verispec.reference.early_exit import ExitStats, generate_early_exit
+from verispec.reference.generate import GenerationResult
+from verispec.reference.prompt_kind import prompt_kind
 from verispec.registry import resolve_model
 
 
@@ -67,8 +67,13 @@ def run_early_exit(args: argparse.Namespace) -> int:
     calibration.check_fits(config.n_layer, config.n_embd, f"model {path.name}")
     weights = serving_weights(calibration, getattr(args, "weights", AUTO))  # refused before the model loads
     print(claim_line(calibration), file=sys.stderr)
-    loaded = load_engine(str(path), need_chat=args.chat, engine=getattr(args, "engine", "fast"), weights=weights,
-                         backend=getattr(args, "backend", "auto"))
+    loaded = load_engine(
+        str(path),
+        need_chat=args.chat,
+        engine=getattr(args, "engine", "fast"),
+        weights=weights,
+        backend=getattr(args, "backend", "auto"),
+    )
     calibration.check_weights(weights_mode_of(loaded.model))  # e.g. --engine reference serves f32
     request = build_request(args, loaded)
 
@@ -78,7 +83,11 @@ def run_early_exit(args: argparse.Namespace) -> int:
 
     def run(streaming: bool) -> tuple[GenerationResult, ExitStats]:
         return generate_early_exit(
-            loaded.model, loaded.tokenizer, request, calibration, audit=args.audit,
+            loaded.model,
+            loaded.tokenizer,
+            request,
+            calibration,
+            audit=args.audit,
             on_text=stream if streaming else None,
         )
 

@@ -31,8 +31,7 @@ def describe(gguf: GGUFFile) -> dict[str, Any]:
     hyperparameters = {key: value for key, value in gguf.metadata.items() if key.startswith(prefix)}
     tokens = gguf.get("tokenizer.ggml.tokens")
     tensors = [
-        {"name": t.name, "type": t.type_name, "shape": list(t.shape), "bytes": t.nbytes}
-        for t in gguf.tensors.values()
+        {"name": t.name, "type": t.type_name, "shape": list(t.shape), "bytes": t.nbytes} for t in gguf.tensors.values()
     ]
     return {
         "path": str(gguf.path),
@@ -77,15 +76,12 @@ def text_report(gguf: GGUFFile, report: dict[str, Any]) -> str:
         f"architecture  {report['architecture']}",
         f"name          {report['name']}",
         f"tokenizer     {tok['model']} (pre: {tok['pre']}), {tok['vocab_size']} tokens",
-        f"parameters    {report['n_parameters']:,} in {report['n_tensors']} tensors, "
-        f"{report['tensor_bytes']:,} bytes",
+        f"parameters    {report['n_parameters']:,} in {report['n_tensors']} tensors, {report['tensor_bytes']:,} bytes",
         "",
         "hyperparameters",
     ]
     width = max((len(key) for key in report["hyperparameters"]), default=0)
-    lines += [
-        f"  {key:<{width}}  {_display(gguf, key, value)}" for key, value in report["hyperparameters"].items()
-    ]
+    lines += [f"  {key:<{width}}  {_display(gguf, key, value)}" for key, value in report["hyperparameters"].items()]
     lines += ["", "tensors"]
     rows = [(t["name"], t["type"], "x".join(str(d) for d in t["shape"]), f"{t['bytes']:,}") for t in report["tensors"]]
     header = ("name", "type", "shape", "bytes")

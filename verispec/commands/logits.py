@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from verispec.engine.generate import prompt_logits_any as prompt_logits
-from verispec.reference.generate import encode_prompt
-from verispec.commands.request import add_engine_arguments, load  # noqa: F401  (load: the reference loader, kept importable here)
 from verispec.atomic import replace_file
+from verispec.commands.request import add_engine_arguments, load  # noqa: F401  (load: the reference loader, kept importable here)
 from verispec.commands.validate import check_logits
+from verispec.engine.generate import prompt_logits_any as prompt_logits
 from verispec.engine_load import EXACT, load_engine
+from verispec.reference.generate import encode_prompt
 from verispec.registry import DEFAULT_MODEL
 
 

@@ -33,19 +33,29 @@ def _register_synth(actions: "argparse._SubParsersAction[argparse.ArgumentParser
     from verispec.synth.models import TOKENIZERS
 
     synth = actions.add_parser(
-        "synth", help="write a tiny synthetic GGUF model (llama, mistral, phi3, gemma3, gemma4 shapes)",
+        "synth",
+        help="write a tiny synthetic GGUF model (llama, mistral, phi3, gemma3, gemma4 shapes)",
         description="Write a tiny seeded synthetic GGUF model: the tensor names, metadata and layout of a real "
-                    "family, random weights. The same seed gives the same bytes. transformers, llama.cpp, mlx-lm "
-                    "and openvino-genai load it; check-decoder judges a whole decoder on it at full power in minutes.")
+        "family, random weights. The same seed gives the same bytes. transformers, llama.cpp, mlx-lm "
+        "and openvino-genai load it; check-decoder judges a whole decoder on it at full power in minutes.",
+    )
     synth.add_argument("--arch", choices=list(ARCHITECTURES), help="the architecture's shape")
     synth.add_argument("--out", metavar="DIR", help="the folder to write <arch>-seed<seed>.gguf into (made if needed)")
     synth.add_argument("--seed", type=int, default=0, help="the weights' seed (default 0)")
-    synth.add_argument("--types", default=",".join(DEFAULT_TYPES), metavar="T1,T2",
-                       help="weight types, cycled over the matrices: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 "
-                            "(default F16; norms stay F32)")
-    synth.add_argument("--tokenizer", choices=list(TOKENIZERS), default="spm",
-                       help="spm: SentencePiece (TinyLlama, Mistral, Phi-3, Gemma); bpe: byte-level BPE (SmolLM2's "
-                            "kind, the one openvino-genai's GGUF reader converts)")
+    synth.add_argument(
+        "--types",
+        default=",".join(DEFAULT_TYPES),
+        metavar="T1,T2",
+        help="weight types, cycled over the matrices: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 "
+        "(default F16; norms stay F32)",
+    )
+    synth.add_argument(
+        "--tokenizer",
+        choices=list(TOKENIZERS),
+        default="spm",
+        help="spm: SentencePiece (TinyLlama, Mistral, Phi-3, Gemma); bpe: byte-level BPE (SmolLM2's "
+        "kind, the one openvino-genai's GGUF reader converts)",
+    )
     synth.add_argument("--list", action="store_true", help="list the architectures")
     synth.set_defaults(func=run_synth)
 

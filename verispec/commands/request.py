@@ -9,15 +9,15 @@ import argparse
 import sys
 from dataclasses import dataclass
 
+from verispec.commands.validate import sampling_params
 from verispec.engine import ENGINES
 from verispec.engine.weights import BACKEND_CHOICES
+from verispec.engine_load import AUTO, EXACT, WEIGHTS_CHOICES, WEIGHTS_HELP, EngineLoaded
 from verispec.reference.chat import ChatFormat, optional_chat_format
 from verispec.reference.generate import GenerationRequest, GenerationResult, encode_prompt
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
 from verispec.reference.tokenizer import Tokenizer
-from verispec.commands.validate import sampling_params
-from verispec.engine_load import AUTO, EXACT, WEIGHTS_CHOICES, WEIGHTS_HELP, EngineLoaded
 from verispec.registry import resolve_model
 
 
@@ -47,12 +47,31 @@ def add_engine_arguments(parser: argparse.ArgumentParser, default_weights: str =
     """--engine fast|reference, --weights auto|int8|exact|f32|quantized (--exact: exact), --backend
     (every command that runs a model). ``default_weights``: auto for the decoding commands; a
     command that exports numerics (logits) defaults to exact."""
-    parser.add_argument("--engine", choices=ENGINES, default="fast", help="fast (NumPy+BLAS engine, default) or reference (readable, slow)")
-    parser.add_argument("--weights", choices=WEIGHTS_CHOICES, default=default_weights,
-                        help=f"{WEIGHTS_HELP} (default {default_weights})")
-    parser.add_argument("--exact", dest="weights", action="store_const", const=EXACT,
-                        help="the exact float32 mode, the reference's numerics (= --weights exact)")
-    parser.add_argument("--backend", choices=BACKEND_CHOICES, default="auto", help="the f32 weights' matmul kernel: auto (ort when installed, else numpy), numpy, ort (onnxruntime MLAS)")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="fast",
+        help="fast (NumPy+BLAS engine, default) or reference (readable, slow)",
+    )
+    parser.add_argument(
+        "--weights",
+        choices=WEIGHTS_CHOICES,
+        default=default_weights,
+        help=f"{WEIGHTS_HELP} (default {default_weights})",
+    )
+    parser.add_argument(
+        "--exact",
+        dest="weights",
+        action="store_const",
+        const=EXACT,
+        help="the exact float32 mode, the reference's numerics (= --weights exact)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKEND_CHOICES,
+        default="auto",
+        help="the f32 weights' matmul kernel: auto (ort when installed, else numpy), numpy, ort (onnxruntime MLAS)",
+    )
 
 
 def build_request(args: argparse.Namespace, loaded: "LoadedModel | EngineLoaded") -> GenerationRequest:

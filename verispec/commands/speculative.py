@@ -16,19 +16,24 @@ import sys
 from functools import partial
 from pathlib import Path
 
+from verispec.commands.request import build_request, result_json, stats_line, stream
 from verispec.engine.generate import draw_for, generate_any, law_for
+from verispec.engine_load import load_engine
 from verispec.reference.config import Config
 from verispec.reference.decode import SpeculativeOptions
 from verispec.reference.drafts import (
-    DraftSpec, check_exit_layer, check_options, check_same_vocab, make_draft, parse_draft_spec,
+    DraftSpec,
+    check_exit_layer,
+    check_options,
+    check_same_vocab,
+    make_draft,
+    parse_draft_spec,
 )
 from verispec.reference.errors import DraftError
 from verispec.reference.evidence import Evidence, measure
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.suffix_draft import SuffixDraft
 from verispec.reference.tokenizer import Tokenizer
-from verispec.commands.request import build_request, result_json, stats_line, stream
-from verispec.engine_load import load_engine
 from verispec.registry import resolve_model
 
 
@@ -72,16 +77,23 @@ def evidence_lines(ev: Evidence) -> list[str]:
     ]
     if ev.tree_shape is not None:
         t = ev.tree_shape
-        lines.append(f"[token trees per drafting cycle: {t['nodes']:.1f} nodes, depth {t['depth']:.1f}, "
-                     f"width {t['width']:.1f} (max {t['max_width']:.0f}); one target pass each]")
+        lines.append(
+            f"[token trees per drafting cycle: {t['nodes']:.1f} nodes, depth {t['depth']:.1f}, "
+            f"width {t['width']:.1f} (max {t['max_width']:.0f}); one target pass each]"
+        )
     if ev.plain_tokens_per_s is not None:
         c = "n/a" if ev.draft_cost_ratio is None else f"{ev.draft_cost_ratio:.3f}"
         predicted = "n/a" if ev.predicted_speedup is None else f"{ev.predicted_speedup:.2f}x"
         lines.append(
             f"[plain {ev.plain_tokens_per_s:.2f} tokens/s, speculative {ev.tokens_per_s:.2f} tokens/s: "
             f"measured speedup {ev.measured_speedup or 0:.2f}x; predicted {predicted} from alpha and c = {c}"
-            + ("" if ev.verify_cost_ratio is None else f" (a verification pass costs {ev.verify_cost_ratio:.2f} plain passes)")
-            + ("" if ev.matches_plain is None else f"; same tokens as plain: {ev.matches_plain}") + "]"
+            + (
+                ""
+                if ev.verify_cost_ratio is None
+                else f" (a verification pass costs {ev.verify_cost_ratio:.2f} plain passes)"
+            )
+            + ("" if ev.matches_plain is None else f"; same tokens as plain: {ev.matches_plain}")
+            + "]"
         )
     return lines
 
@@ -96,23 +108,36 @@ def run_speculative(args: argparse.Namespace) -> int:
     spec, options = draft_options(args)
     with GGUFFile.open(resolve_model(args.model)) as target:  # opened once: checked, then loaded
         check_draft(spec, target)
-        loaded = load_engine(target, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend)
+        loaded = load_engine(
+            target, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend
+        )
     request = build_request(args, loaded)
     # model: the vocabulary was checked above, from metadata (None: make_draft does not redo it)
     cache_path = Path(args.draft_cache) if getattr(args, "draft_cache", None) else None
     draft = make_draft(spec, loaded.model, None if spec.kind == "model" else loaded.tokenizer, cache_path=cache_path)
     plain = partial(generate_any, loaded.model, loaded.tokenizer)  # the chosen engine's plain loop
-    law, draw = law_for(loaded.model), draw_for(loaded.model)      # and its (bit-identical) law and draw
+    law, draw = law_for(loaded.model), draw_for(loaded.model)  # and its (bit-identical) law and draw
     if args.json:
-        result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace,
-                             plain=plain, law=law, draw=draw)
+        result, ev = measure(
+            loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace, plain=plain, law=law, draw=draw
+        )
         _finish(draft, result.generation.ids)
         out = result_json(result.generation)
         out["speculative"] = ev.as_dict()
         print(json.dumps(out, ensure_ascii=False))
         return 0
-    result, ev = measure(loaded.model, loaded.tokenizer, request, draft, options, trace=args.trace, on_text=stream,
-                         plain=plain, law=law, draw=draw)
+    result, ev = measure(
+        loaded.model,
+        loaded.tokenizer,
+        request,
+        draft,
+        options,
+        trace=args.trace,
+        on_text=stream,
+        plain=plain,
+        law=law,
+        draw=draw,
+    )
     _finish(draft, result.generation.ids)
     sys.stdout.write("\n")
     sys.stdout.flush()

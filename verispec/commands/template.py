@@ -20,8 +20,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--list", action="store_true", help="list the templates")
     workflow = parser.add_argument_group("github-actions options")
     workflow.add_argument("--shards", type=int, help="shard jobs (the matrix is 1..N; default 4)")
-    workflow.add_argument("--install", metavar="SPEC",
-                          help="what pip installs: verispec's wheel, a checkout path or git+https:// URL (and more)")
+    workflow.add_argument(
+        "--install",
+        metavar="SPEC",
+        help="what pip installs: verispec's wheel, a checkout path or git+https:// URL (and more)",
+    )
     workflow.add_argument("--check-args", metavar="ARGS", help="the arguments of `verispec check` (your verifier)")
     parser.set_defaults(func=run)
 

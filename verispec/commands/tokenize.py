@@ -18,9 +18,7 @@ from verispec.registry import DEFAULT_MODEL, resolve_model
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("tokenize", help="print the token ids of a text")
-    parser.add_argument(
-        "--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})"
-    )
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"registry name or .gguf path (default {DEFAULT_MODEL})")
     parser.add_argument("--special", action="store_true", help="parse control tokens in the text")
     parser.add_argument("--bos", action="store_true", help="put the BOS token first")
     parser.add_argument("--json", action="store_true", help='print {"model": ..., "ids": [...]}')

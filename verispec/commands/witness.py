@@ -22,15 +22,44 @@ DEFAULTS = WitnessConfig()
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("witness", help="serve a toy target with a draft and show the lossless evidence")
     # numbers are parsed in run() so that a bad value is a one-line error, like every verispec error
-    parser.add_argument("--vocab", default=str(DEFAULTS.vocab), metavar="V", help=f"toy vocabulary size (default {DEFAULTS.vocab})")
-    parser.add_argument("--agreement", default=str(DEFAULTS.agreement), metavar="A", help=f"draft/target agreement in [0, 1] (default {DEFAULTS.agreement})")
+    parser.add_argument(
+        "--vocab", default=str(DEFAULTS.vocab), metavar="V", help=f"toy vocabulary size (default {DEFAULTS.vocab})"
+    )
+    parser.add_argument(
+        "--agreement",
+        default=str(DEFAULTS.agreement),
+        metavar="A",
+        help=f"draft/target agreement in [0, 1] (default {DEFAULTS.agreement})",
+    )
     parser.add_argument("--k", default=str(DEFAULTS.k), metavar="K", help=f"drafts per step (default {DEFAULTS.k})")
-    parser.add_argument("--draft-cost", default=str(DEFAULTS.draft_cost), metavar="C", help=f"draft pass cost relative to a target pass (default {DEFAULTS.draft_cost})")
-    parser.add_argument("--steps", default=str(DEFAULTS.steps), metavar="N", help=f"speculative steps to serve (default {DEFAULTS.steps})")
-    parser.add_argument("--seed", default=str(DEFAULTS.seed), metavar="S", help=f"seed of the toy laws and the draws (default {DEFAULTS.seed})")
-    parser.add_argument("--show", default=str(DEFAULTS.show), metavar="S", help=f"steps whose evidence is printed (default {DEFAULTS.show})")
+    parser.add_argument(
+        "--draft-cost",
+        default=str(DEFAULTS.draft_cost),
+        metavar="C",
+        help=f"draft pass cost relative to a target pass (default {DEFAULTS.draft_cost})",
+    )
+    parser.add_argument(
+        "--steps",
+        default=str(DEFAULTS.steps),
+        metavar="N",
+        help=f"speculative steps to serve (default {DEFAULTS.steps})",
+    )
+    parser.add_argument(
+        "--seed",
+        default=str(DEFAULTS.seed),
+        metavar="S",
+        help=f"seed of the toy laws and the draws (default {DEFAULTS.seed})",
+    )
+    parser.add_argument(
+        "--show",
+        default=str(DEFAULTS.show),
+        metavar="S",
+        help=f"steps whose evidence is printed (default {DEFAULTS.show})",
+    )
     parser.add_argument("--no-verify", action="store_true", help="accept every draft (falsifies the invariant)")
-    parser.add_argument("--no-repair", action="store_true", help="emit nothing on a rejection (falsifies the invariant)")
+    parser.add_argument(
+        "--no-repair", action="store_true", help="emit nothing on a rejection (falsifies the invariant)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 

@@ -124,23 +124,61 @@ def check_decoder(
     from verispec.reference.tokenizer import Tokenizer
     from verispec.registry import resolve_model
     from verispec.spec.decoder.check import ReferenceLogits
-
-    from verispec.spec.external import check_timeout
     from verispec.spec.decoder.laws import min_tokens_of
+    from verispec.spec.external import check_timeout
 
-    _check_types(dict(engine=engine, engine_cmd=engine_cmd, ours=ours, mutant=mutant, model=model, prompts=prompts,
-                      bench_prompts=bench_prompts, depth=depth, m=m, law=law, temperature=temperature, top_k=top_k,
-                      top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, repetition_penalty=repetition_penalty,
-                      frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                      penalty_last_n=penalty_last_n, min_tokens=min_tokens, draft_temperature=draft_temperature,
-                      draft_top_k=draft_top_k, k=k, target_law=target_law, tv=tv, fraction=fraction, budget=budget,
-                      alpha=alpha, min_mass=min_mass, greedy=greedy, max_tokens=max_tokens, weights=weights, log=log))
+    _check_types(
+        dict(
+            engine=engine,
+            engine_cmd=engine_cmd,
+            ours=ours,
+            mutant=mutant,
+            model=model,
+            prompts=prompts,
+            bench_prompts=bench_prompts,
+            depth=depth,
+            m=m,
+            law=law,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            repeat_penalty=repeat_penalty,
+            repetition_penalty=repetition_penalty,
+            frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty,
+            penalty_last_n=penalty_last_n,
+            min_tokens=min_tokens,
+            draft_temperature=draft_temperature,
+            draft_top_k=draft_top_k,
+            k=k,
+            target_law=target_law,
+            tv=tv,
+            fraction=fraction,
+            budget=budget,
+            alpha=alpha,
+            min_mass=min_mass,
+            greedy=greedy,
+            max_tokens=max_tokens,
+            weights=weights,
+            log=log,
+        )
+    )
     budget_led = tv is None and budget is not None and depth > 0 and target_law != "two-sample" and not greedy
     tv = default_tv(depth, target_law) if tv is None else tv
     _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
-    flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "repeat_penalty": repeat_penalty,
-             "repetition_penalty": repetition_penalty, "frequency_penalty": frequency_penalty,
-             "presence_penalty": presence_penalty, "penalty_last_n": penalty_last_n, "min_tokens": min_tokens}
+    flags = {
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "min_p": min_p,
+        "repeat_penalty": repeat_penalty,
+        "repetition_penalty": repetition_penalty,
+        "frequency_penalty": frequency_penalty,
+        "presence_penalty": presence_penalty,
+        "penalty_last_n": penalty_last_n,
+        "min_tokens": min_tokens,
+    }
     _check_depth_arguments(depth, min_tokens or 0, fraction, budget, ours)
     _check_progress_every(progress_every)
     _check_workers(workers, engine, depth, greedy)
@@ -154,8 +192,9 @@ def check_decoder(
     profile = _profile(law, flags, tokenizer.eog_ids)
     params = profile.legacy
     logits = ReferenceLogits(reference)
-    decoder = build_engine(engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer,
-                           weights)
+    decoder = build_engine(
+        engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer, weights
+    )
     report = DecoderReport(str(path))
     start = time.perf_counter()
     per_prompt = (alpha if alpha is not None else DEFAULT_ALPHA) / len(texts)  # Bonferroni over the prompts
@@ -163,8 +202,21 @@ def check_decoder(
     try:
         run = _Run(decoder, logits, tokenizer, params, m, per_prompt, tv, min_mass, greedy, max_tokens, target_law)
         if workers > 1:
-            pool = _pool(workers, engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer,
-                         weights)
+            pool = _pool(
+                workers,
+                engine,
+                engine_cmd,
+                ours,
+                mutant,
+                path,
+                draft_temperature,
+                draft_top_k,
+                k,
+                timeout,
+                logits,
+                tokenizer,
+                weights,
+            )
             run.generations = pool
         run.law = None if profile.name == "verispec" else profile
         run.depth = _Depth(depth, min_tokens_of(profile), fraction, budget, reference, budget_led, first_m)
@@ -203,8 +255,18 @@ def _error(message: str) -> Exception:
 
 # Each keyword's type (the ranges are checked after, by the checks below and the law profiles):
 # a Python caller can pass anything, the CLI passes what argparse parsed, and both get one message.
-_NUMBERS = ("temperature", "top_p", "min_p", "repeat_penalty", "repetition_penalty", "frequency_penalty",
-            "presence_penalty", "tv", "budget", "alpha")
+_NUMBERS = (
+    "temperature",
+    "top_p",
+    "min_p",
+    "repeat_penalty",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "tv",
+    "budget",
+    "alpha",
+)
 _INTEGERS = ("top_k", "penalty_last_n", "min_tokens")
 _TEXTS = ("engine_cmd", "mutant", "law", "target_law", "weights")
 
@@ -221,7 +283,9 @@ def _check_types(values: dict[str, object]) -> None:
         arguments.optional_text(name, values[name])
     for name in _NUMBERS:
         if name == "budget":  # inf: no budget
-            if values[name] is not None and (isinstance(values[name], bool) or not isinstance(values[name], (int, float))):
+            if values[name] is not None and (
+                isinstance(values[name], bool) or not isinstance(values[name], (int, float))
+            ):
                 raise _error(f"budget must be a number of seconds, got {arguments.shown(values[name])}")
             continue
         arguments.optional_number(name, values[name])
@@ -238,8 +302,16 @@ def _check_types(values: dict[str, object]) -> None:
 
 
 def _check_arguments(
-    engine: object, engine_cmd: str | None, ours: bool, mutant: str | None,
-    m: int, tv: float, alpha: float | None, k: int, max_tokens: int, target_law: str,
+    engine: object,
+    engine_cmd: str | None,
+    ours: bool,
+    mutant: str | None,
+    m: int,
+    tv: float,
+    alpha: float | None,
+    k: int,
+    max_tokens: int,
+    target_law: str,
 ) -> None:
     from verispec.spec.decoder.first_tokens import MAX_M
 
@@ -295,12 +367,24 @@ def _check_weights(weights: str | None, ours: bool, depth: int, greedy: bool, ta
     if not ours:
         raise _error("weights picks the engine of our own decoder: it needs ours")
     if not depth or greedy or target_law == "two-sample":
-        raise _error("ours with weights runs the depth test against the engine's own rows: depth > 0, no greedy, no two-sample")
+        raise _error(
+            "ours with weights runs the depth test against the engine's own rows: depth > 0, no greedy, no two-sample"
+        )
 
 
 def _pool(
-    workers: int, engine: str | Callable[[Path], Any] | None, engine_cmd: str | None, ours: bool, mutant: str | None,
-    path: Path, draft_temperature: float, draft_top_k: int, k: int, timeout: float, logits: Any, tokenizer: Any,
+    workers: int,
+    engine: str | Callable[[Path], Any] | None,
+    engine_cmd: str | None,
+    ours: bool,
+    mutant: str | None,
+    path: Path,
+    draft_temperature: float,
+    draft_top_k: int,
+    k: int,
+    timeout: float,
+    logits: Any,
+    tokenizer: Any,
     weights: str | None = None,
 ) -> Any:
     """``workers`` engine processes (spec/decoder/depth/pool.py): ``engine_cmd`` that many times, or
@@ -312,8 +396,17 @@ def _pool(
     from verispec.spec.decoder.depth.pool import GenerationPool
 
     if engine_cmd is None:
-        recipe = WorkerRecipe(str(path), engine if isinstance(engine, str) else None, ours, mutant, draft_temperature,
-                              draft_top_k, k, os.getcwd(), weights)
+        recipe = WorkerRecipe(
+            str(path),
+            engine if isinstance(engine, str) else None,
+            ours,
+            mutant,
+            draft_temperature,
+            draft_top_k,
+            k,
+            os.getcwd(),
+            weights,
+        )
         engine_cmd = recipe.command()
     vocab = logits.model.config.n_vocab
     return GenerationPool([CommandEngine(engine_cmd, timeout, vocab, tokenizer.eog_ids) for _ in range(workers)])
@@ -334,7 +427,9 @@ def _check_law_mode(law: str, ours: bool, target_law: str, greedy: bool) -> None
     if ours:
         raise _error(f"ours and the mutants sample the verispec law; law {law} needs another decoder")
     if target_law == "two-sample":
-        raise _error(f"target_law two-sample compares the engine with itself, no law; law {law} needs reference or engine-logits")
+        raise _error(
+            f"target_law two-sample compares the engine with itself, no law; law {law} needs reference or engine-logits"
+        )
 
 
 def _prompts(prompts: Sequence[str], bench_prompts: bool) -> list[str]:
@@ -348,9 +443,18 @@ def _prompts(prompts: Sequence[str], bench_prompts: bool) -> list[str]:
 
 
 def build_engine(
-    engine: str | Callable[[Path], Any] | None, engine_cmd: str | None, ours: bool, mutant: str | None,
-    path: Path, draft_temperature: float, draft_top_k: int, k: int, timeout: float,
-    logits: Any = None, tokenizer: Any = None, weights: str | None = None,
+    engine: str | Callable[[Path], Any] | None,
+    engine_cmd: str | None,
+    ours: bool,
+    mutant: str | None,
+    path: Path,
+    draft_temperature: float,
+    draft_top_k: int,
+    k: int,
+    timeout: float,
+    logits: Any = None,
+    tokenizer: Any = None,
+    weights: str | None = None,
 ) -> Any:
     """The decoder under test, as check-decoder builds it (here and in each worker process);
     ``logits`` / ``tokenizer``: our reference forward and the tokenizer of ``path`` (loaded here
@@ -435,8 +539,18 @@ class _Run:
     """One decoder, one model, one mode: :meth:`prompt` judges a prompt."""
 
     def __init__(
-        self, engine: Any, logits: Any, tokenizer: Any, params: SamplingParams, m: int, alpha: float,
-        tv: float, min_mass: float, greedy: bool, max_tokens: int, target_law: TargetLaw,
+        self,
+        engine: Any,
+        logits: Any,
+        tokenizer: Any,
+        params: SamplingParams,
+        m: int,
+        alpha: float,
+        tv: float,
+        min_mass: float,
+        greedy: bool,
+        max_tokens: int,
+        target_law: TargetLaw,
     ) -> None:
         self.engine, self.logits, self.tokenizer, self.params = engine, logits, tokenizer, params
         self.m, self.alpha, self.tv, self.min_mass = m, alpha, tv, min_mass
@@ -474,7 +588,9 @@ class _Run:
         try:
             return self._judge(text, began)
         except ExternalError as exc:
-            return PromptOutcome(text, "malformed", False, f"malformed answer: {str(exc)[:300]}", time.perf_counter() - began)
+            return PromptOutcome(
+                text, "malformed", False, f"malformed answer: {str(exc)[:300]}", time.perf_counter() - began
+            )
 
     def _judge(self, text: str, began: float) -> PromptOutcome:
         from verispec.decoder.report import PromptOutcome
@@ -491,12 +607,25 @@ class _Run:
         if self.depth.tokens:
             return self._depth(text, ids, began)
         if self.target_law == "two-sample":
-            v = check_two_sample(self.engine, ids, self.params, self.m, alpha=self.alpha, tv=self.tv, eog=self.eog,
-                                 min_mass=self.min_mass)
+            v = check_two_sample(
+                self.engine,
+                ids,
+                self.params,
+                self.m,
+                alpha=self.alpha,
+                tv=self.tv,
+                eog=self.eog,
+                min_mass=self.min_mass,
+            )
             mode = "two-sample"
         else:
-            v = check_law(self.engine, self.target, LawCase(ids, self.params, self.m, self.min_mass, self.eog, self.law),
-                          alpha=self.alpha, tv=self.tv)
+            v = check_law(
+                self.engine,
+                self.target,
+                LawCase(ids, self.params, self.m, self.min_mass, self.eog, self.law),
+                alpha=self.alpha,
+                tv=self.tv,
+            )
             mode = f"law ({self.target.source})"
         numbers = law_json(v)
         passed, detail = bool(numbers.pop("passed")), str(numbers.pop("detail"))
@@ -504,17 +633,18 @@ class _Run:
 
     def _depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
         """The depth test of one prompt (spec/decoder/depth/law.py)."""
-        from verispec.spec.decoder.check import EngineLogits
-        from verispec.spec.decoder.check import law_json
-        from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, sizing_json, verdict_json
+        from verispec.spec.decoder.check import EngineLogits, law_json
         from verispec.spec.decoder.depth.first_m import first_m_summary, split_alpha
-        from verispec.spec.decoder.depth.ties import PlainFedRows
         from verispec.spec.decoder.depth.forcing import ConcurrentRows
+        from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, sizing_json, verdict_json
+        from verispec.spec.decoder.depth.ties import PlainFedRows
         from verispec.spec.decoder.types import ForcedRows
 
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
-        if callable(getattr(self.engine, "forced_rows", None)):  # the engine's own k-row pass (verispec/decoder/ours.py)
+        if callable(
+            getattr(self.engine, "forced_rows", None)
+        ):  # the engine's own k-row pass (verispec/decoder/ours.py)
             rows: ForcedRows = ConcurrentRows(self.engine.forced_rows, FORCING_THREADS)
         elif isinstance(self.target, EngineLogits):
             rows = PlainFedRows(self.target)
@@ -522,17 +652,30 @@ class _Run:
             rows = reference_rows(self.depth.model)
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law, self.vocab())
         alpha, budget, first = self.alpha, self.depth.budget, None
-        if self.depth.first_m and not callable(getattr(self.engine, "forced_rows", None)):  # judged on its own rows: no first-m
+        if self.depth.first_m and not callable(
+            getattr(self.engine, "forced_rows", None)
+        ):  # judged on its own rows: no first-m
             first_alpha, alpha = split_alpha(self.alpha)
             first = self._first_m(text, case, first_alpha, alpha)
             if not first[0].passed:
                 return self._first_m_failed(text, first[0], began)
             budget = None if budget is None else max(budget - first[1], 1e-3)
-        verdict = check_depth(self.generations, rows, case, alpha=alpha, tv=self.tv, fraction=self.depth.fraction,
-                              budget_s=budget, size_to_budget=self.depth.budget_led, progress=self._prompt_sink(text))
+        verdict = check_depth(
+            self.generations,
+            rows,
+            case,
+            alpha=alpha,
+            tv=self.tv,
+            fraction=self.depth.fraction,
+            budget_s=budget,
+            size_to_budget=self.depth.budget_led,
+            progress=self._prompt_sink(text),
+        )
         led = f" (budget-led: the smallest TV {self.depth.budget:g} s affords)" if verdict.sizing.budget_led else ""
-        design = (f"design {verdict.design.tokens} tokens for power 0.99 vs TV {verdict.design.tv}{led} on "
-                  f"{verdict.design.fraction:.0%} of positions")
+        design = (
+            f"design {verdict.design.tokens} tokens for power 0.99 vs TV {verdict.design.tv}{led} on "
+            f"{verdict.design.fraction:.0%} of positions"
+        )
         # the timing only where it chose the design (budget-led): elsewhere a verdict's numbers do not
         # depend on the machine or the number of workers
         numbers = {**verdict_json(verdict), **(sizing_json(verdict) if verdict.sizing.budget_led else {})}
@@ -551,22 +694,40 @@ class _Run:
     def _first_m(self, text: str, case: Any, alpha: float, rest: float) -> tuple[Any, float]:
         """The first-m test on the depth engine's ``generate`` (spec/decoder/depth/first_m.py): (verdict, seconds)."""
         from verispec.spec.decoder.check import LawCase, check_law
+        from verispec.spec.decoder.depth.first_m import (
+            FIRST_M_SHARE,
+            FIRST_M_TV,
+            SEED_OFFSET,
+            FirstTokensOfGenerate,
+            first_m_summary,
+        )
         from verispec.spec.decoder.depth.law import case_law
-        from verispec.spec.decoder.depth.first_m import FIRST_M_SHARE, FIRST_M_TV, SEED_OFFSET, FirstTokensOfGenerate, first_m_summary
 
         say = self._prompt_sink(text)
         if say is not None:
-            say(f"first-m test: the first {self.m} tokens' law against TV {FIRST_M_TV} at alpha={alpha:.2g} "
-                f"({FIRST_M_SHARE:.0%} of the prompt's; the depth test gets alpha={rest:.2g})", True)
+            say(
+                f"first-m test: the first {self.m} tokens' law against TV {FIRST_M_TV} at alpha={alpha:.2g} "
+                f"({FIRST_M_SHARE:.0%} of the prompt's; the depth test gets alpha={rest:.2g})",
+                True,
+            )
         began = time.perf_counter()
         law = case_law(case) if case.min_tokens or self.law is not None else None  # min_tokens: the EOG ban by position
         first_case = LawCase(case.prompt_ids, self.params, self.m, self.min_mass, self.eog, law)
-        verdict = check_law(FirstTokensOfGenerate(self.engine, case), self.target, first_case, alpha=alpha, tv=FIRST_M_TV,
-                            seed=20_261_130 + SEED_OFFSET)
+        verdict = check_law(
+            FirstTokensOfGenerate(self.engine, case),
+            self.target,
+            first_case,
+            alpha=alpha,
+            tv=FIRST_M_TV,
+            seed=20_261_130 + SEED_OFFSET,
+        )
         seconds = time.perf_counter() - began
         if say is not None:
-            say(f"first-m test {'passed' if verdict.passed else 'FAILED'} in {seconds:.1f} s: "
-                f"{first_m_summary(verdict, self.m)}", True)
+            say(
+                f"first-m test {'passed' if verdict.passed else 'FAILED'} in {seconds:.1f} s: "
+                f"{first_m_summary(verdict, self.m)}",
+                True,
+            )
         return verdict, seconds
 
     def _first_m_failed(self, text: str, verdict: Any, began: float) -> PromptOutcome:
@@ -575,26 +736,49 @@ class _Run:
         from verispec.spec.decoder.check import law_json
 
         where = f"first-m test (the first {self.m} tokens' law): {verdict.detail}"
-        detail = (f"[FAILED] {where}; N={verdict.n} alpha={verdict.alpha:.2g} power={verdict.power:.4f} vs TV>={verdict.tv} "
-                  f"(its share of the prompt's alpha {self.alpha:.2g}); the depth test was not run")
-        numbers = {"state": "failed", "exit_status": 1, "where": where, "alpha": verdict.alpha,
-                   "first_m": {"m": self.m, **law_json(verdict)}}
+        detail = (
+            f"[FAILED] {where}; N={verdict.n} alpha={verdict.alpha:.2g} power={verdict.power:.4f} vs TV>={verdict.tv} "
+            f"(its share of the prompt's alpha {self.alpha:.2g}); the depth test was not run"
+        )
+        numbers = {
+            "state": "failed",
+            "exit_status": 1,
+            "where": where,
+            "alpha": verdict.alpha,
+            "first_m": {"m": self.m, **law_json(verdict)},
+        }
         return PromptOutcome(text, "depth", False, detail, time.perf_counter() - began, numbers)
 
     def _outcome(
-        self, text: str, mode: str, verdict: Any, numbers: dict[str, Any], design: str, began: float, alpha: float | None = None,
+        self,
+        text: str,
+        mode: str,
+        verdict: Any,
+        numbers: dict[str, Any],
+        design: str,
+        began: float,
+        alpha: float | None = None,
     ) -> PromptOutcome:
         """A depth verdict (either mode: a :class:`spec.sequential_state.StateVerdict` with ``where``,
         ``detail`` and ``power``) as the prompt's outcome."""
         from verispec.decoder.report import PromptOutcome
         from verispec.spec.sequential_state import LABEL
 
-        detail = (f"[{LABEL[verdict.state]}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; {design}, "
-                  f"alpha={self.alpha if alpha is None else alpha:.2g}, power reached {verdict.power:.4f}")
+        detail = (
+            f"[{LABEL[verdict.state]}] {verdict.where + '; ' if verdict.where else ''}{verdict.detail}; {design}, "
+            f"alpha={self.alpha if alpha is None else alpha:.2g}, power reached {verdict.power:.4f}"
+        )
         numbers.pop("detail", None)
         passed = bool(numbers.pop("passed", verdict.passed))
-        return PromptOutcome(text, mode, passed, detail, time.perf_counter() - began, numbers,
-                             inconclusive=verdict.state == "inconclusive")
+        return PromptOutcome(
+            text,
+            mode,
+            passed,
+            detail,
+            time.perf_counter() - began,
+            numbers,
+            inconclusive=verdict.state == "inconclusive",
+        )
 
     def _two_sample_depth(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
         """Two-sample mode at depth on one prompt (spec/decoder/depth/two_sample.py)."""
@@ -604,8 +788,11 @@ class _Run:
         if not callable(getattr(self.engine, "generate", None)):
             raise _error("depth needs an engine with generate (the generate op); depth 0 runs the first-m test")
         case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, vocab=self.vocab())
-        verdict = check_two_sample_depth(self.generations, case, alpha=self.alpha, tv=self.tv, budget_s=self.depth.budget,
-                                         min_mass=self.min_mass)
-        design = (f"design {verdict.n_per_arm} generations per arm for power 0.99 vs TV {verdict.tv} on each "
-                  f"feature's law (df {verdict.df})")
+        verdict = check_two_sample_depth(
+            self.generations, case, alpha=self.alpha, tv=self.tv, budget_s=self.depth.budget, min_mass=self.min_mass
+        )
+        design = (
+            f"design {verdict.n_per_arm} generations per arm for power 0.99 vs TV {verdict.tv} on each "
+            f"feature's law (df {verdict.df})"
+        )
         return self._outcome(text, "two-sample depth", verdict, verdict_json(verdict), design, began)

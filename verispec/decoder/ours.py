@@ -38,7 +38,6 @@ import numpy as np
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 
-
 BATCH = 64  # at most this many generations in lockstep: a depth block has at most 50 (spec/decoder/depth/law.py)
 
 
@@ -55,8 +54,9 @@ class EngineDecoder:
         self.law, self.draw = law_for(loaded.model), draw_for(loaded.model)
         self.weights = str(getattr(loaded.model, "weights_mode", weights))
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int,
-                 min_tokens: int = 0) -> list[dict[str, Any]]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
+    ) -> list[dict[str, Any]]:
         """n whole generations, speculation on, each with its cycles ``[drafted, accepted]``."""
         from verispec.engine.lockstep import run_lockstep
         from verispec.reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
@@ -65,21 +65,25 @@ class EngineDecoder:
 
         if min_tokens:
             raise VerispecError("the engine's decode loop has no min_tokens")
-        requests = [GenerationRequest(tuple(prompt_ids), params, max_tokens=max_tokens, seed=generation_seed(seed, index))
-                    for index in range(n)]
+        requests = [
+            GenerationRequest(tuple(prompt_ids), params, max_tokens=max_tokens, seed=generation_seed(seed, index))
+            for index in range(n)
+        ]
         options = SpeculativeOptions(k=self.k)
 
         def loop(request: GenerationRequest) -> Callable[[Any], SpeculativeResult]:
-            return lambda model: speculative_generate(model, self.tokenizer, request, NgramDraft(), options, law=self.law,
-                                                     draw=self.draw)
+            return lambda model: speculative_generate(
+                model, self.tokenizer, request, NgramDraft(), options, law=self.law, draw=self.draw
+            )
 
         loops = [loop(request) for request in requests]
         if self.batch > 1 and n > 1 and getattr(self.model, "batches_spans", False):
             results = run_lockstep(self.model, loops, self.batch)
         else:
             results = [run(self.model) for run in loops]
-        return [{"ids": list(r.generation.ids), "cycles": [[len(c.drafted), c.accepted] for c in r.cycles]}
-                for r in results]
+        return [
+            {"ids": list(r.generation.ids), "cycles": [[len(c.drafted), c.accepted] for c in r.cycles]} for r in results
+        ]
 
     def forced_rows(self, sequence: Sequence[int], prompt_length: int) -> Any:
         """The logits predicting each generated id: one pass over ``sequence[:-1]`` [T, V]."""

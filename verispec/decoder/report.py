@@ -85,7 +85,9 @@ class DecoderReport:
     def summary(self) -> str:
         """The failing and undecided prompts' lines, then the verdict (what an assertion message needs)."""
         lines = [r.line() for r in self.results if not r.passed]
-        return "\n".join([*lines, f"{self.verdict()}  ({len(self.results)} prompts, {self.seconds:.1f}s, {self.model})"])
+        return "\n".join(
+            [*lines, f"{self.verdict()}  ({len(self.results)} prompts, {self.seconds:.1f}s, {self.model})"]
+        )
 
     def as_json(self) -> Json:
         return {

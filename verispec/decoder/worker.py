@@ -14,7 +14,6 @@ carries the protocol only. The checker runs each worker as a program under test
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping
@@ -34,8 +33,18 @@ def build(recipe: WorkerRecipe) -> Any:
 
     if recipe.cwd and recipe.cwd not in sys.path:
         sys.path.append(recipe.cwd)
-    return build_engine(recipe.engine, None, recipe.ours, recipe.mutant, Path(recipe.model),
-                        recipe.draft_temperature, recipe.draft_top_k, recipe.k, 600.0, weights=recipe.weights)
+    return build_engine(
+        recipe.engine,
+        None,
+        recipe.ours,
+        recipe.mutant,
+        Path(recipe.model),
+        recipe.draft_temperature,
+        recipe.draft_top_k,
+        recipe.k,
+        600.0,
+        weights=recipe.weights,
+    )
 
 
 def handler(engine: Any) -> Any:
@@ -48,8 +57,15 @@ def handler(engine: Any) -> Any:
         if op == "ready":
             return {}
         keywords = {"law": law_from_json(inp["law"])} if inp.get("law") is not None else {}
-        raw = getattr(engine, op)([int(t) for t in inp["prompt_ids"]], params_from_json(inp["params"]), int(inp["max_tokens"]),
-                                  int(inp["n"]), int(inp["seed"]), int(inp.get("min_tokens", 0)), **keywords)
+        raw = getattr(engine, op)(
+            [int(t) for t in inp["prompt_ids"]],
+            params_from_json(inp["params"]),
+            int(inp["max_tokens"]),
+            int(inp["n"]),
+            int(inp["seed"]),
+            int(inp.get("min_tokens", 0)),
+            **keywords,
+        )
         return {"samples": [as_mapping(g) for g in raw]}
 
     return handle

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import UnsupportedArchitecture
 from verispec.reference.config import ROPE_NORM
+from verispec.reference.errors import UnsupportedArchitecture
 from verispec.reference.model import Model
 
 F32 = npt.NDArray[np.float32]
@@ -101,15 +101,27 @@ def config_json(model: Model, bos: int | None, eos: list[int]) -> dict[str, obje
     of the RoPE base: ``rope_theta`` and transformers 5's ``rope_parameters``)."""
     cfg = model.config
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "float32",
-        "vocab_size": cfg.n_vocab, "hidden_size": cfg.n_embd, "intermediate_size": cfg.n_ff,
-        "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head, "num_key_value_heads": cfg.n_head_kv,
-        "head_dim": cfg.head_dim, "rms_norm_eps": cfg.norm_eps, "hidden_act": "silu",
-        "max_position_embeddings": cfg.context_length, "rope_theta": cfg.rope_base,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "torch_dtype": "float32",
+        "vocab_size": cfg.n_vocab,
+        "hidden_size": cfg.n_embd,
+        "intermediate_size": cfg.n_ff,
+        "num_hidden_layers": cfg.n_layer,
+        "num_attention_heads": cfg.n_head,
+        "num_key_value_heads": cfg.n_head_kv,
+        "head_dim": cfg.head_dim,
+        "rms_norm_eps": cfg.norm_eps,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.context_length,
+        "rope_theta": cfg.rope_base,
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_base},
-        "rope_traditional": False, "attention_bias": False, "mlp_bias": False,
+        "rope_traditional": False,
+        "attention_bias": False,
+        "mlp_bias": False,
         "tie_word_embeddings": model.weights.output is model.weights.token_embd,
-        "bos_token_id": bos, "eos_token_id": eos,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
     }
 
 

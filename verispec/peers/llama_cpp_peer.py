@@ -42,16 +42,36 @@ def sampling_kwargs(params: SamplingParams, law: Any) -> tuple[dict[str, Any], i
     if law is None:
         if params.logit_bias:
             raise CheckError("the llama-cpp-python adapter maps no logit_bias")
-        return ({"temp": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
-                 "repeat_penalty": params.repeat_penalty}, params.repeat_last_n)
+        return (
+            {
+                "temp": params.temperature,
+                "top_k": params.top_k,
+                "top_p": params.top_p,
+                "min_p": params.min_p,
+                "repeat_penalty": params.repeat_penalty,
+            },
+            params.repeat_last_n,
+        )
     if getattr(law, "name", None) != "llama.cpp":
-        raise CheckError(f"the llama-cpp-python adapter samples llama.cpp's law, not --law {getattr(law, 'name', law)!r}")
+        raise CheckError(
+            f"the llama-cpp-python adapter samples llama.cpp's law, not --law {getattr(law, 'name', law)!r}"
+        )
     p = law.params
     if p.penalize_prompt or p.logit_bias:
         raise CheckError("Llama.generate neither penalizes the prompt nor takes a logit bias")
-    return ({"temp": p.temp, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p, "typical_p": p.typical_p,
-             "repeat_penalty": p.repeat_penalty, "frequency_penalty": p.frequency_penalty,
-             "presence_penalty": p.presence_penalty}, p.penalty_last_n)
+    return (
+        {
+            "temp": p.temp,
+            "top_k": p.top_k,
+            "top_p": p.top_p,
+            "min_p": p.min_p,
+            "typical_p": p.typical_p,
+            "repeat_penalty": p.repeat_penalty,
+            "frequency_penalty": p.frequency_penalty,
+            "presence_penalty": p.presence_penalty,
+        },
+        p.penalty_last_n,
+    )
 
 
 class LlamaCppPeer:
@@ -64,11 +84,22 @@ class LlamaCppPeer:
         self.path, self.lookup_tokens, self.logits_processor = path, lookup_tokens, logits_processor
         self.windows: dict[int, Any] = {}
         self.make: Any = lambda window: Llama(
-            model_path=str(path), n_ctx=N_CTX, verbose=False, last_n_tokens_size=window, n_threads=THREADS, n_threads_batch=THREADS,
+            model_path=str(path),
+            n_ctx=N_CTX,
+            verbose=False,
+            last_n_tokens_size=window,
+            n_threads=THREADS,
+            n_threads_batch=THREADS,
             draft_model=None if lookup_tokens is None else LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens),
         )
-        self.scorer: Any = Llama(model_path=str(path), n_ctx=N_CTX, verbose=False, logits_all=True, n_threads=THREADS,
-                                 n_threads_batch=THREADS)
+        self.scorer: Any = Llama(
+            model_path=str(path),
+            n_ctx=N_CTX,
+            verbose=False,
+            logits_all=True,
+            n_threads=THREADS,
+            n_threads_batch=THREADS,
+        )
         self.eos = int(self.scorer.token_eos())
         self.fed: tuple[list[int], int] = ([], -1)  # the scorer's ids and the length of their first batch
 
@@ -78,7 +109,13 @@ class LlamaCppPeer:
         return self.windows[window]
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0,
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        n: int,
+        seed: int,
+        min_tokens: int = 0,
         law: Any = None,
     ) -> list[list[int]]:
         """``n`` sampled generations of up to ``max_tokens`` tokens, prompt lookup on."""
@@ -107,7 +144,7 @@ class LlamaCppPeer:
         first = len(ids) if split_at is None else split_at
         fed, fed_first = self.fed
         if fed_first == first and len(fed) >= first and len(ids) > len(fed) and ids[: len(fed)] == fed:
-            row = _fed_row(self.scorer, None, ids[len(fed):])
+            row = _fed_row(self.scorer, None, ids[len(fed) :])
         else:
             row = _fed_row(self.scorer, ids[:first], ids[first:])
         self.fed = (ids, first)

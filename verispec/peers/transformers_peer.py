@@ -69,7 +69,9 @@ def load_causal_lm(path: Path) -> Any:
     import torch
 
     transformers = _quiet_transformers()
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
     return model.eval()
 
 
@@ -90,7 +92,11 @@ def truncated_assistant(target: Any, layers: int) -> Any:
     if getattr(config, "layer_types", None) is not None:
         config.layer_types = config.layer_types[:layers]
     assistant = type(target)(config).eval()
-    state = {k: v for k, v in target.state_dict().items() if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
+    state = {
+        k: v
+        for k, v in target.state_dict().items()
+        if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers
+    }
     missing, unexpected = assistant.load_state_dict(state, strict=False)
     if unexpected or any(not k.endswith("rotary_emb.inv_freq") for k in missing):
         raise CheckError(f"assistant weights do not fit: missing {missing}, unexpected {unexpected}")
@@ -146,10 +152,18 @@ def profile_kwargs(law: Any, library_defaults: bool = False) -> dict[str, Any]:
         raise CheckError("do_sample false is greedy: run check-decoder --greedy")
     if library_defaults:
         if replace(p, min_new_tokens=0, eos_token_id=()) != Params():
-            raise CheckError(f"library_defaults samples transformers' defaults: give the gate no sampling flag, got {p}")
+            raise CheckError(
+                f"library_defaults samples transformers' defaults: give the gate no sampling flag, got {p}"
+            )
         return {"do_sample": True}
-    return {"do_sample": True, "temperature": float(p.temperature), "top_k": int(p.top_k), "top_p": float(p.top_p),
-            "min_p": None if p.min_p is None else float(p.min_p), "repetition_penalty": float(p.repetition_penalty)}
+    return {
+        "do_sample": True,
+        "temperature": float(p.temperature),
+        "top_k": int(p.top_k),
+        "top_p": float(p.top_p),
+        "min_p": None if p.min_p is None else float(p.min_p),
+        "repetition_penalty": float(p.repetition_penalty),
+    }
 
 
 def _filters(params: SamplingParams) -> tuple[float, int, float, float, float]:
@@ -174,11 +188,18 @@ class Speculation:
         if self.path == "prompt-lookup":
             return {"prompt_lookup_num_tokens": self.draft_tokens}
         if self.path == "early-exit":
-            return {"assistant_early_exit": self.early_exit, "num_assistant_tokens": self.draft_tokens,
-                    "num_assistant_tokens_schedule": "constant"}
+            return {
+                "assistant_early_exit": self.early_exit,
+                "num_assistant_tokens": self.draft_tokens,
+                "num_assistant_tokens_schedule": "constant",
+            }
         if self.path == "assisted":
             return {"assistant_model": self.assistant}
-        return {"assistant_model": self.assistant, "tokenizer": self.tokenizer, "assistant_tokenizer": self.assistant_tokenizer}
+        return {
+            "assistant_model": self.assistant,
+            "tokenizer": self.tokenizer,
+            "assistant_tokenizer": self.assistant_tokenizer,
+        }
 
 
 class TransformersPeer:
@@ -189,27 +210,43 @@ class TransformersPeer:
             raise CheckError(f"unknown transformers path {speculation.path!r}; known: {', '.join(PATHS)}")
         if speculation.path in ("assisted", "universal") and speculation.assistant is None:
             raise CheckError(f"the {speculation.path} path needs an assistant model")
-        if speculation.path == "universal" and (speculation.tokenizer is None or speculation.assistant_tokenizer is None):
+        if speculation.path == "universal" and (
+            speculation.tokenizer is None or speculation.assistant_tokenizer is None
+        ):
             raise CheckError("the universal path needs the target's and the assistant's tokenizers")
         if speculation.assistant is not None:  # drafts per cycle fixed, so cycles do not drift with acceptance
             speculation.assistant.generation_config.num_assistant_tokens = speculation.draft_tokens
             speculation.assistant.generation_config.num_assistant_tokens_schedule = "constant"
         self.model, self.speculation, self.library_defaults = model, speculation, library_defaults
 
-    def _generate(self, prompt_ids: Sequence[int], max_new: int, min_new: int, speculative: bool, **sampling: Any) -> list[int]:
+    def _generate(
+        self, prompt_ids: Sequence[int], max_new: int, min_new: int, speculative: bool, **sampling: Any
+    ) -> list[int]:
         import torch
 
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
         extra = self.speculation.kwargs() if speculative else {}
         with torch.inference_mode():  # no autograd bookkeeping at all (no_grad still counts versions); same numerics
             out = self.model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, min_new_tokens=min_new or None,
-                num_beams=1, pad_token_id=self.model.config.eos_token_id, **extra, **sampling,
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new,
+                min_new_tokens=min_new or None,
+                num_beams=1,
+                pad_token_id=self.model.config.eos_token_id,
+                **extra,
+                **sampling,
             )
-        return [int(t) for t in out[0, len(prompt_ids):].tolist()]
+        return [int(t) for t in out[0, len(prompt_ids) :].tolist()]
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0,
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        max_tokens: int,
+        n: int,
+        seed: int,
+        min_tokens: int = 0,
         law: Any = None,
     ) -> list[list[int]]:
         """``n`` independent sampled generations of up to ``max_tokens`` tokens, speculation on,
@@ -231,8 +268,13 @@ class TransformersPeer:
 
 
 def engine(
-    path: str | Path, speculation: str = "prompt-lookup", *, assistant: str | Path | None = None,
-    assistant_layers: int = 1, library_defaults: bool = False, draft_tokens: int = DRAFT_TOKENS,
+    path: str | Path,
+    speculation: str = "prompt-lookup",
+    *,
+    assistant: str | Path | None = None,
+    assistant_layers: int = 1,
+    library_defaults: bool = False,
+    draft_tokens: int = DRAFT_TOKENS,
 ) -> TransformersPeer:
     """The engine of one path on the GGUF at ``path``. ``assisted``: the assistant is the GGUF at
     ``assistant`` (same vocabulary) or else the target's first ``assistant_layers`` layers;
@@ -241,7 +283,9 @@ def engine(
     model = load_causal_lm(target_path)
     spec = Speculation(speculation, draft_tokens=draft_tokens)
     if speculation == "assisted":
-        spec.assistant = _assistant_model(Path(assistant)) if assistant else truncated_assistant(model, assistant_layers)
+        spec.assistant = (
+            _assistant_model(Path(assistant)) if assistant else truncated_assistant(model, assistant_layers)
+        )
     elif speculation == "universal":
         if assistant is None:
             raise CheckError("the universal path needs an assistant GGUF with another tokenizer")

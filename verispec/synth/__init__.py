@@ -26,9 +26,9 @@ __all__ = ["ARCHITECTURES", "DEFAULT_TYPES", "Architecture", "SynthError", "synt
 
 @dataclass(frozen=True)
 class Architecture:
-    name: str         # what `verispec models synth --arch` takes
-    variant: str      # the synthetic model of verispec.synth.models.VARIANTS
-    shape_of: str     # the real family whose conventions it follows
+    name: str  # what `verispec models synth --arch` takes
+    variant: str  # the synthetic model of verispec.synth.models.VARIANTS
+    shape_of: str  # the real family whose conventions it follows
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -57,8 +57,9 @@ def _file_type(types: tuple[str, ...]) -> str:
     return f"MOSTLY_{types[0]}" if len(set(types)) == 1 and f"MOSTLY_{types[0]}" in FILE_TYPES else "MOSTLY_Q4_0"
 
 
-def synthesize(arch: str, out_dir: Path, *, seed: int = 0, types: tuple[str, ...] = DEFAULT_TYPES,
-               tokenizer: str = "spm") -> Path:
+def synthesize(
+    arch: str, out_dir: Path, *, seed: int = 0, types: tuple[str, ...] = DEFAULT_TYPES, tokenizer: str = "spm"
+) -> Path:
     """Write the synthetic ``arch`` model to ``out_dir/<arch>-seed<seed>.gguf`` (the folder made if
     needed) and return its path. The same arguments give the same bytes. :class:`SynthError` for an
     unknown architecture, weight type or tokenizer, or a negative seed, before anything is written."""
@@ -74,4 +75,3 @@ def synthesize(arch: str, out_dir: Path, *, seed: int = 0, types: tuple[str, ...
     path = out / synth_filename(arch, seed)
     write_synthetic(path, variant, seed=seed, quant_types=types, file_type=file_type, tokenizer=tokenizer)
     return path
-

@@ -17,8 +17,8 @@ NumPy alone.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
@@ -60,13 +60,30 @@ _FORMATS = {
 
 # ggml type ids used in tests and their (elements, bytes) per block.
 F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, IQ2_XXS = 0, 1, 2, 3, 6, 8, 12, 14, 16
-BLOCKS = {F32: (1, 4), F16: (1, 2), Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q8_0: (32, 34),
-          Q4_K: (256, 144), Q6_K: (256, 210), IQ2_XXS: (256, 66)}
+BLOCKS = {
+    F32: (1, 4),
+    F16: (1, 2),
+    Q4_0: (32, 18),
+    Q4_1: (32, 20),
+    Q5_0: (32, 22),
+    Q8_0: (32, 34),
+    Q4_K: (256, 144),
+    Q6_K: (256, 210),
+    IQ2_XXS: (256, 66),
+}
 
 Q5_1, BF16 = 7, 30
 # ggml type -> (elements, bytes) per block, for the types the synthetic models write
-QUANT_BLOCKS = {F32: (1, 4), F16: (1, 2), BF16: (1, 2), Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22),
-                Q5_1: (32, 24), Q8_0: (32, 34)}
+QUANT_BLOCKS = {
+    F32: (1, 4),
+    F16: (1, 2),
+    BF16: (1, 2),
+    Q4_0: (32, 18),
+    Q4_1: (32, 20),
+    Q5_0: (32, 22),
+    Q5_1: (32, 24),
+    Q8_0: (32, 34),
+}
 
 
 @dataclass(frozen=True)
@@ -415,19 +432,24 @@ class GGUFRecorder:
         self.add_bool("tokenizer.ggml.add_eos_token", value)
 
     # tensors
-    def add_tensor(self, name: str, array: npt.NDArray[Any], raw_shape: Sequence[int] | None = None,
-                   raw_dtype: int | None = None) -> None:
+    def add_tensor(
+        self, name: str, array: npt.NDArray[Any], raw_shape: Sequence[int] | None = None, raw_dtype: int | None = None
+    ) -> None:
         """A float32 or float16 array, or (``raw_dtype``) a quantized tensor's uint8 byte array."""
         if raw_shape is not None:
             raise ValueError("raw_shape is not supported: the byte shape gives the element shape")
         if raw_dtype is None:
             kinds = {np.dtype(np.float32): F32, np.dtype(np.float16): F16}
             if array.dtype not in kinds:
-                raise ValueError(f"tensor {name!r}: only float32 and float16 arrays are written as is, got {array.dtype}")
+                raise ValueError(
+                    f"tensor {name!r}: only float32 and float16 arrays are written as is, got {array.dtype}"
+                )
             ggml_type, dims = kinds[array.dtype], [int(d) for d in array.shape][::-1]
         else:
             ggml_type, dims = int(raw_dtype), _ggml_dims(array.shape, int(raw_dtype), array.dtype == np.uint8)
-        self.tensors.append(Tensor(name, ggml_type, dims, np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()))
+        self.tensors.append(
+            Tensor(name, ggml_type, dims, np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes())
+        )
 
     def to_bytes(self) -> bytes:
         return build(self.metadata, self.tensors).data

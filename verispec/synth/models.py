@@ -56,8 +56,8 @@ class Variant:
     """One synthetic model: an architecture and the shape conventions of a real model family."""
 
     name: str
-    arch: str                   # general.architecture
-    general_name: str           # general.name (transformers detects Mistral by it)
+    arch: str  # general.architecture
+    general_name: str  # general.name (transformers detects Mistral by it)
     n_embd: int = 64
     n_layer: int = 3
     n_head: int = 8
@@ -79,18 +79,35 @@ VARIANTS: dict[str, Variant] = {
     # TinyLlama-1.1B: 32 query heads on 4 KV heads (GQA 8:1), rope base 10 000, untied output.
     "tinyllama": Variant("tinyllama", "llama", "TinyLlama 1.1B Chat v1.0", n_head=8, n_head_kv=1),
     # Mistral-7B-Instruct-v0.2: 32 on 8 (GQA 4:1), rope base 1e6, untied output.
-    "mistral": Variant("mistral", "llama", "mistralai_mistral-7b-instruct-v0.2", n_head=8, n_head_kv=2,
-                       rope_base=1_000_000.0),
+    "mistral": Variant(
+        "mistral", "llama", "mistralai_mistral-7b-instruct-v0.2", n_head=8, n_head_kv=2, rope_base=1_000_000.0
+    ),
     # Phi-3-mini-4k: MHA (32 on 32), rope base 10 000, sliding_window 2047 in the metadata.
-    "phi3": Variant("phi3", "phi3", "Phi 3 Mini 4k Instruct", n_head=4, n_head_kv=4,
-                    extra={"rope.scaling.original_context_length": 256, "attention.sliding_window": 2047}),
+    "phi3": Variant(
+        "phi3",
+        "phi3",
+        "Phi 3 Mini 4k Instruct",
+        n_head=4,
+        n_head_kv=4,
+        extra={"rope.scaling.original_context_length": 256, "attention.sliding_window": 2047},
+    ),
     # Gemma 3 (270m .. 27b): head dim 256 (see the module docstring), 6 layers so that the 5
     # sliding : 1 global pattern holds once, a 4-token window that bites on short prompts.
-    "gemma3": Variant("gemma3", "gemma3", "Gemma 3 tiny", n_layer=6, n_head=2, n_head_kv=1, rope_base=1_000_000.0,
-                      norm_eps=1e-6, tied=True, key_length=256, extra={"attention.sliding_window": 4}),
+    "gemma3": Variant(
+        "gemma3",
+        "gemma3",
+        "Gemma 3 tiny",
+        n_layer=6,
+        n_head=2,
+        n_head_kv=1,
+        rope_base=1_000_000.0,
+        norm_eps=1e-6,
+        tied=True,
+        key_length=256,
+        extra={"attention.sliding_window": 4},
+    ),
     # Gemma 4, dense text decoder: written from GEMMA4_HF_CONFIG by Gemma4Model's conventions.
-    "gemma4": Variant("gemma4", "gemma4", "Gemma 4 tiny", n_layer=5, n_head=4, n_head_kv=2,
-                      norm_eps=1e-6, tied=True),
+    "gemma4": Variant("gemma4", "gemma4", "Gemma 4 tiny", n_layer=5, n_head=4, n_head_kv=2, norm_eps=1e-6, tied=True),
 }
 
 # The Hugging Face Gemma4TextConfig the synthetic gemma4 file is "converted" from (the oracle
@@ -107,12 +124,10 @@ GEMMA4_HF_CONFIG: dict[str, Any] = {
     "head_dim": 16,
     "global_head_dim": 32,
     "sliding_window": 4,
-    "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
-                    "full_attention"],
+    "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"],
     "rope_parameters": {
         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
-                           "rope_theta": 1_000_000.0},
+        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
     },
     "attention_k_eq_v": True,
     "num_global_key_value_heads": 1,  # global layers: 1 KV head, sliding: 2 (31B: 4 vs 16)
@@ -126,10 +141,69 @@ GEMMA4_HF_CONFIG: dict[str, Any] = {
 # -- vocabulary ------------------------------------------------------------------------------------
 
 _PIECES = (
-    "▁", "e", "t", "a", "o", "i", "n", "s", "h", "r", "l", "d", "c", "u", "m", "f", "p", "g", "w",
-    "y", "b", "v", "k", ".", ",", "▁t", "▁a", "he", "in", "er", "▁th", "▁the", "on", "an", "re",
-    "▁s", "▁w", "at", "en", "nd", "▁o", "▁c", "is", "es", "or", "▁f", "it", "▁b", "ar", "ed", "▁m",
-    "▁p", "▁in", "ou", "▁to", "▁of", "▁and", "ing", "▁is", "▁model", "▁token", "▁fast", "▁says",
+    "▁",
+    "e",
+    "t",
+    "a",
+    "o",
+    "i",
+    "n",
+    "s",
+    "h",
+    "r",
+    "l",
+    "d",
+    "c",
+    "u",
+    "m",
+    "f",
+    "p",
+    "g",
+    "w",
+    "y",
+    "b",
+    "v",
+    "k",
+    ".",
+    ",",
+    "▁t",
+    "▁a",
+    "he",
+    "in",
+    "er",
+    "▁th",
+    "▁the",
+    "on",
+    "an",
+    "re",
+    "▁s",
+    "▁w",
+    "at",
+    "en",
+    "nd",
+    "▁o",
+    "▁c",
+    "is",
+    "es",
+    "or",
+    "▁f",
+    "it",
+    "▁b",
+    "ar",
+    "ed",
+    "▁m",
+    "▁p",
+    "▁in",
+    "ou",
+    "▁to",
+    "▁of",
+    "▁and",
+    "ing",
+    "▁is",
+    "▁model",
+    "▁token",
+    "▁fast",
+    "▁says",
 )
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_BYTE = 1, 2, 3, 6
 BPE_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2, as SmolLM2 ships them
@@ -137,7 +211,11 @@ BPE_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2, a
 
 def _byte_chars() -> list[str]:
     """GPT-2's bytes_to_unicode: the printable character that stands for each byte 0..255."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + list(range(ord("\xae"), ord("\xff") + 1))
+    keep = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("\xa1"), ord("\xac") + 1))
+        + list(range(ord("\xae"), ord("\xff") + 1))
+    )
     chars, extra = {}, 0
     for b in range(256):
         if b in keep:
@@ -178,8 +256,12 @@ def spm_vocabulary(specials: tuple[str, ...] = ()) -> tuple[list[str], list[floa
     eos 2), with ``specials`` appended as control tokens."""
     pieces = list(_PIECES)
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces + list(specials)
-    types = ([TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL] + [TOKEN_BYTE] * 256
-             + [TOKEN_NORMAL] * len(pieces) + [TOKEN_CONTROL] * len(specials))
+    types = (
+        [TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL]
+        + [TOKEN_BYTE] * 256
+        + [TOKEN_NORMAL] * len(pieces)
+        + [TOKEN_CONTROL] * len(specials)
+    )
     scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))] + [0.0] * len(specials)
     return tokens, scores, types
 
@@ -327,8 +409,12 @@ def _gemma4_metadata(w: Any) -> None:
     w.add_feed_forward_length(c["intermediate_size"])
     w.add_head_count(c["num_attention_heads"])
     # Gemma4Model writes a per-layer array when num_global_key_value_heads is set
-    w.add_head_count_kv([c["num_key_value_heads"] if kind == "sliding_attention"
-                         else c["num_global_key_value_heads"] for kind in c["layer_types"]])
+    w.add_head_count_kv(
+        [
+            c["num_key_value_heads"] if kind == "sliding_attention" else c["num_global_key_value_heads"]
+            for kind in c["layer_types"]
+        ]
+    )
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
     w.add_rope_freq_base(rope["full_attention"]["rope_theta"])
     w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
@@ -358,8 +444,16 @@ def _add_tensor(writer: Any, name: str, array: np.ndarray, qtype_name: str) -> s
 
 
 # gguf.LlamaFileType values (llama.h ``enum llama_ftype``) of the files written here
-FILE_TYPES = {"ALL_F32": 0, "MOSTLY_F16": 1, "MOSTLY_Q4_0": 2, "MOSTLY_Q4_1": 3, "MOSTLY_Q8_0": 7, "MOSTLY_Q5_0": 8,
-              "MOSTLY_Q5_1": 9, "MOSTLY_BF16": 32}
+FILE_TYPES = {
+    "ALL_F32": 0,
+    "MOSTLY_F16": 1,
+    "MOSTLY_Q4_0": 2,
+    "MOSTLY_Q4_1": 3,
+    "MOSTLY_Q8_0": 7,
+    "MOSTLY_Q5_0": 8,
+    "MOSTLY_Q5_1": 9,
+    "MOSTLY_BF16": 32,
+}
 GGML_QUANT_VERSION = 2  # general.quantization_version, as gguf-py writes it
 TOKENIZERS = ("spm", "bpe")
 
@@ -378,8 +472,15 @@ def check_request(v: Variant, quant_types: tuple[str, ...], file_type: str, toke
         raise SynthError(f"unknown tokenizer {tokenizer!r}; known: {', '.join(TOKENIZERS)}")
 
 
-def fill(w: Any, v: Variant, *, seed: int = 0, quant_types: tuple[str, ...] = QUANT_ROTATION,
-         file_type: str = "MOSTLY_Q4_0", tokenizer: str = "spm") -> dict[str, str]:
+def fill(
+    w: Any,
+    v: Variant,
+    *,
+    seed: int = 0,
+    quant_types: tuple[str, ...] = QUANT_ROTATION,
+    file_type: str = "MOSTLY_Q4_0",
+    tokenizer: str = "spm",
+) -> dict[str, str]:
     """Make the converter's calls for ``v`` on ``w`` (a :class:`GGUFRecorder`, or gguf-py's own
     ``GGUFWriter``: the same calls); returns {tensor name: ggml type name}."""
     check_request(v, quant_types, file_type, tokenizer)
@@ -418,9 +519,15 @@ def _weights(v: Variant, n_vocab: int, rng: np.random.Generator) -> dict[str, np
     return _tensors(v, n_vocab, rng)
 
 
-def write_synthetic(path: Path, variant: str | Variant, *, seed: int = 0,
-                    quant_types: tuple[str, ...] = QUANT_ROTATION, file_type: str = "MOSTLY_Q4_0",
-                    tokenizer: str = "spm") -> dict[str, str]:
+def write_synthetic(
+    path: Path,
+    variant: str | Variant,
+    *,
+    seed: int = 0,
+    quant_types: tuple[str, ...] = QUANT_ROTATION,
+    file_type: str = "MOSTLY_Q4_0",
+    tokenizer: str = "spm",
+) -> dict[str, str]:
     """Write the synthetic model ``variant`` to ``path``; returns {tensor name: ggml type name}.
 
     Matrices cycle through ``quant_types`` in file order, so every type meets several roles.

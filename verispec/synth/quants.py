@@ -106,7 +106,9 @@ _BLOCK_QUANTIZERS: dict[int, Callable[[F32s], U8]] = {Q4_0: _q4_0, Q4_1: _q4_1, 
 def _bf16(array: F32s) -> U8:
     """ggml_compute_fp32_to_bf16: NaNs made quiet, then round to nearest even."""
     n = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-    n = np.where((n & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000), (n & np.uint32(0xFFFF0000)) | np.uint32(64 << 16), n)
+    n = np.where(
+        (n & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000), (n & np.uint32(0xFFFF0000)) | np.uint32(64 << 16), n
+    )
     rounded = (n.astype(np.uint64) + (np.uint64(0x7FFF) + ((n >> np.uint32(16)) & np.uint32(1)))) >> np.uint64(16)
     out: U8 = rounded.astype(np.uint16).view(np.uint8)
     return out

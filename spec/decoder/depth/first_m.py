@@ -43,7 +43,9 @@ class FirstTokensOfGenerate:
     engine: Any
     case: DepthCase
 
-    def sample(self, prompt_ids: Sequence[int], params: Any, m: int, n: int, seed: int, law: Profile | None = None) -> list[list[int]]:
+    def sample(
+        self, prompt_ids: Sequence[int], params: Any, m: int, n: int, seed: int, law: Profile | None = None
+    ) -> list[list[int]]:
         short = DepthCase(tuple(prompt_ids), params, m, self.case.eog, self.case.min_tokens, self.case.law)
         raw = self.engine.generate(tuple(prompt_ids), params, m, n, seed, self.case.min_tokens, **law_keywords(short))
         return [list(g.ids) for g in checked_block(raw, n)]
@@ -51,5 +53,7 @@ class FirstTokensOfGenerate:
 
 def first_m_summary(verdict: Any, m: int) -> str:
     """The first-m verdict in one clause: N, alpha, power, TV and its chi-square."""
-    return (f"m={m}, N={verdict.n}, alpha={verdict.alpha:.2g}, power={verdict.power:.4f} vs TV>={verdict.tv}; "
-            f"{verdict.detail}")
+    return (
+        f"m={m}, N={verdict.n}, alpha={verdict.alpha:.2g}, power={verdict.power:.4f} vs TV>={verdict.tv}; "
+        f"{verdict.detail}"
+    )

@@ -34,7 +34,7 @@ def _keep_noise(wrapper: object, rows_of: ForcedRows) -> None:
     """The near-tie test reads ``batch_shape_noise`` off the rows it is given: a wrapper keeps it."""
     noise = getattr(rows_of, "batch_shape_noise", None)
     if noise is not None:
-        setattr(wrapper, "batch_shape_noise", noise)
+        wrapper.batch_shape_noise = noise
 
 
 class ConcurrentRows:
@@ -64,8 +64,9 @@ class _Ahead:
         return self.rows_of(sequence, prompt_length)
 
 
-def rows_in_order(rows_of: ForcedRows, prompt: Prefix, generations: Sequence[Sequence[int]],
-                  forced: Callable[[Sequence[int]], bool]) -> Generator[ForcedRows, None, None]:
+def rows_in_order(
+    rows_of: ForcedRows, prompt: Prefix, generations: Sequence[Sequence[int]], forced: Callable[[Sequence[int]], bool]
+) -> Generator[ForcedRows, None, None]:
     """One rows function per generation, in order (module docstring). ``forced(ids)``: whether
     ``score`` will run that generation's pass (False for a malformed one)."""
     threads = int(getattr(rows_of, "concurrency", 1))

@@ -93,34 +93,38 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from verispec.reference.errors import UsageError, VerispecError
-from verispec.reference.sampling import SamplingParams
-from verispec.spec import answers
 from verispec.spec.decoder.depth.blocks import blocks, plan_of
 from verispec.spec.decoder.depth.forcing import rows_in_order
-from verispec.spec.decoder.types import ForcedRows as ForcedRows
-from verispec.spec.decoder.types import Prefix as Prefix
-from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder.depth.generation import DepthCase as DepthCase
+from verispec.spec.decoder.depth.generation import Generation as Generation
+from verispec.spec.decoder.depth.generation import GenerationEngine as GenerationEngine
+from verispec.spec.decoder.depth.generation import as_generation as as_generation
 from verispec.spec.decoder.depth.generation import case_law as case_law
 from verispec.spec.decoder.depth.generation import position_params as position_params
-from verispec.spec.decoder.depth.generation import GenerationEngine as GenerationEngine
-from verispec.spec.decoder.depth.generation import Generation as Generation
-from verispec.spec.decoder.depth.generation import as_generation as as_generation
+from verispec.spec.decoder.depth.power import (
+    SCORE_LAMBDAS,
+    DeterministicLaw,
+    PowerDesign,
+    design,
+    log_normalizers,
+    mixture_log_evidence,
+    support_sorted,
+)
 from verispec.spec.decoder.depth.sizing import (
     BUDGET_USE,
     CORRECTIONS,
-    PILOT_SHARE,
     INTERIOR_TV,
+    PILOT_SHARE,
     SEARCH_STEPS,
     TV_CEILING,
     ProgressSink,
@@ -131,17 +135,10 @@ from verispec.spec.decoder.depth.sizing import (
     smallest_tv,
 )
 from verispec.spec.decoder.depth.ties import TIE_NOISES, NearTie, cut_edge_margin
-from verispec.spec.decoder.depth.power import (
-    SCORE_LAMBDAS,
-    DeterministicLaw,
-    PowerDesign,
-    design,
-    log_normalizers,
-    mixture_log_evidence,
-    support_sorted,
-)
-from verispec.spec.decoder.laws import default as default_law
 from verispec.spec.decoder.laws.common import Profile
+from verispec.spec.decoder.types import ForcedRows as ForcedRows
+from verispec.spec.decoder.types import Prefix as Prefix
+from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.statistics import POWER, chi2_sf
 
 F32 = npt.NDArray[np.float32]
@@ -244,7 +241,9 @@ def structure_error(ids: Sequence[int], case: DepthCase) -> str:
     return ""
 
 
-def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.random.Generator, keep_rows: bool = False) -> Scored:
+def score(
+    rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.random.Generator, keep_rows: bool = False
+) -> Scored:
     """The teacher-forced laws of one generation and its per-token statistics (``keep_rows``: each
     law's positive probabilities too, descending, for the power design)."""
     prompt = tuple(case.prompt_ids)
@@ -257,8 +256,15 @@ def score(rows_of: ForcedRows, case: DepthCase, ids: Sequence[int], rng: np.rand
         raise ValueError(f"teacher-forced rows have shape {logits.shape}, expected [{len(ids)}, V]")
     law = case_law(case)
     t_count = len(ids)
-    out = Scored(np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), np.zeros(t_count), [],
-                 score_terms=np.zeros((t_count, SCORE_LAMBDAS.shape[0])))
+    out = Scored(
+        np.zeros(t_count),
+        np.zeros(t_count),
+        np.zeros(t_count),
+        np.zeros(t_count),
+        np.zeros(t_count),
+        [],
+        score_terms=np.zeros((t_count, SCORE_LAMBDAS.shape[0])),
+    )
     eog_ids = np.array(sorted(e for e in case.eog if 0 <= e < logits.shape[1]), dtype=np.int64)
     for t, x in enumerate(ids):
         if not 0 <= x < logits.shape[1]:
@@ -340,9 +346,13 @@ class BinSums:
     eog: float = 0.0  # sum of 1[x_t is EOG] - p_t(EOG)
     eog_var: float = 0.0  # sum of p_t(EOG) (1 - p_t(EOG))
     eog_count: int = 0  # K: the EOGs seen
-    eog_log_mgf: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(EOG_LAMBDAS.shape[0]))  # sum_t log E[e^(lambda 1[EOG])]
+    eog_log_mgf: npt.NDArray[np.float64] = field(
+        default_factory=lambda: np.zeros(EOG_LAMBDAS.shape[0])
+    )  # sum_t log E[e^(lambda 1[EOG])]
 
-    score_log: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(SCORE_LAMBDAS.shape[0]))  # S_g = sum_t l_t(lambda_g)
+    score_log: npt.NDArray[np.float64] = field(
+        default_factory=lambda: np.zeros(SCORE_LAMBDAS.shape[0])
+    )  # S_g = sum_t l_t(lambda_g)
 
     def add(self, s: float, v: float, u: float, ended: bool, eog_mass: float, terms: F64 | None = None) -> None:
         self.tokens += 1
@@ -438,16 +448,21 @@ class RepeatSums:
         return self.generations > 1 and self.expected >= NEAR_DETERMINISTIC * (self.generations - 1)
 
     def describe(self, alpha: float) -> str:
-        return (f"repeated generations: {self.count} of {self.generations} identical to an earlier one (generation "
-                f"{self.first} repeats an earlier one exactly), where the target law expects {self.expected:.3g} "
-                f"(evidence e^{self.log_evidence():.1f} >= 1/alpha = {1 / alpha:.3g}): requests sharing or reusing a random stream?")
+        return (
+            f"repeated generations: {self.count} of {self.generations} identical to an earlier one (generation "
+            f"{self.first} repeats an earlier one exactly), where the target law expects {self.expected:.3g} "
+            f"(evidence e^{self.log_evidence():.1f} >= 1/alpha = {1 / alpha:.3g}): requests sharing or reusing a random stream?"
+        )
 
     def note(self) -> str:
         """The report's line on repeats that did not reject ("" when none)."""
         if not self.count:
             return ""
-        why = ("the target law is near-deterministic: repeats are its own" if self.near_deterministic()
-               else "not in excess")
+        why = (
+            "the target law is near-deterministic: repeats are its own"
+            if self.near_deterministic()
+            else "not in excess"
+        )
         return f"; repeated generations: {self.count} of {self.generations}, {self.expected:.3g} expected under the target law ({why})"
 
 
@@ -463,10 +478,14 @@ class Sums:
     repeats: RepeatSums = field(default_factory=lambda: RepeatSums())
     collision: str = ""
     broken: str = ""
-    score_log_weights: F64 = field(default_factory=lambda: np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0])))
+    score_log_weights: F64 = field(
+        default_factory=lambda: np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0]))
+    )
     near_ties: list[tuple[int, NearTie]] = field(default_factory=list)  # (generation, near-tie)
 
-    def add(self, ids: Prefix, scored: Scored, events: list[str] | None, alpha_collision: float, eog: frozenset[int]) -> None:
+    def add(
+        self, ids: Prefix, scored: Scored, events: list[str] | None, alpha_collision: float, eog: frozenset[int]
+    ) -> None:
         self.generations += 1
         if scored.broken:
             self.broken = self.broken or f"generation {self.generations}: {scored.broken}"
@@ -482,8 +501,14 @@ class Sums:
         for t in range(len(ids)):
             if t in tied:
                 continue
-            term = (float(scored.log_score[t]), float(scored.log_var[t]), float(scored.pit[t]), t == len(ids) - 1 and ids[t] in eog, float(scored.eog_mass[t]),
-                    scored.score_terms[t])
+            term = (
+                float(scored.log_score[t]),
+                float(scored.log_var[t]),
+                float(scored.pit[t]),
+                t == len(ids) - 1 and ids[t] in eog,
+                float(scored.eog_mass[t]),
+                scored.score_terms[t],
+            )
             self.overall.add(*term)
             self.histogram[min(int(term[2] * PIT_BINS), PIT_BINS - 1)] += 1
             self.bins.setdefault(position_bin_label(position_bin(t)), BinSums()).add(*term)
@@ -567,7 +592,9 @@ def judge_look(sums: Sums, alpha: float, case: DepthCase, martingale_alpha: floa
         )
     histogram_evidence = histogram_log_evidence(sums.histogram)
     if histogram_evidence >= -math.log(overall_total):
-        flags.append(f"PIT histogram chi2={chi2:.1f} df={PIT_BINS - 1} (evidence e^{histogram_evidence:.1f} >= 1/alpha)")
+        flags.append(
+            f"PIT histogram chi2={chi2:.1f} df={PIT_BINS - 1} (evidence e^{histogram_evidence:.1f} >= 1/alpha)"
+        )
     scored_bins = sorted(
         ((max(abs(b.z_log()), abs(b.z_pit())), name, b) for name, b in sums.bins.items()), key=lambda item: -item[0]
     )
@@ -580,7 +607,9 @@ def judge_look(sums: Sums, alpha: float, case: DepthCase, martingale_alpha: floa
     rejected = bool(flags or where)
     if rejected and not where and strongest is not None:  # an overall test rejected: say where it is largest
         z, name, b = strongest
-        where = [f"largest in {name} (log-score z={b.z_log():+.2f}, PIT z={b.z_pit():+.2f}, EOG z={b.z_eog():+.2f}, {b.tokens} tokens)"]
+        where = [
+            f"largest in {name} (log-score z={b.z_log():+.2f}, PIT z={b.z_pit():+.2f}, EOG z={b.z_eog():+.2f}, {b.tokens} tokens)"
+        ]
     detail = f"{o.tokens} tokens in {sums.generations} generations: log-score z={z_l:+.2f}, PIT z={z_u:+.2f}, EOG z={z_e:+.2f}, PIT chi2={chi2:.1f}"
     if strongest is not None and not where:
         detail += f"; largest bin deviation {strongest[1]} |z|={strongest[0]:.2f}"
@@ -669,7 +698,12 @@ def pilot_plan(pilot: int, seed: int) -> list[tuple[int, int]]:
 
 
 def pilot_rows(
-    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, seed: int, pilot: int, deadline: float | None = None,
+    engine: GenerationEngine,
+    rows_of: ForcedRows,
+    case: DepthCase,
+    seed: int,
+    pilot: int,
+    deadline: float | None = None,
     on_block: Callable[[Pilot, bool], None] | None = None,
 ) -> Pilot:
     """The pilot (:func:`pilot_plan`), timed; a ``deadline`` on ``time.monotonic()`` ends it after a
@@ -691,7 +725,9 @@ def pilot_rows(
                     first_broken = f"pilot generation {len(lengths)}: {scored.broken}"
             late = deadline is not None and time.monotonic() > deadline
             if on_block is not None and rows:
-                on_block(Pilot(rows, lengths, time.monotonic() - began, sum(lengths)), index + 1 < len(plan) and not late)
+                on_block(
+                    Pilot(rows, lengths, time.monotonic() - began, sum(lengths)), index + 1 < len(plan) and not late
+                )
             if late:
                 break
     finally:
@@ -709,8 +745,15 @@ def design_of(rows: Sequence[F64], alpha: float, tv: float, fraction: float) -> 
 
 
 def pilot_design(
-    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, alpha: float, tv: float, fraction: float, seed: int,
-    pilot: int, deadline: float | None = None,
+    engine: GenerationEngine,
+    rows_of: ForcedRows,
+    case: DepthCase,
+    alpha: float,
+    tv: float,
+    fraction: float,
+    seed: int,
+    pilot: int,
+    deadline: float | None = None,
 ) -> tuple[PowerDesign, float]:
     """(design, mean tokens per generation) from ``pilot`` generations of the engine itself
     (:func:`pilot_rows`; a ``deadline`` on ``time.monotonic()`` ends it after a block)."""
@@ -718,7 +761,9 @@ def pilot_design(
     return design_of(drawn.rows, alpha, tv, fraction), drawn.mean_length
 
 
-def budget_design(pilot: Pilot, alpha: float, fraction: float, seconds_left: float) -> tuple[PowerDesign | None, float, float]:
+def budget_design(
+    pilot: Pilot, alpha: float, fraction: float, seconds_left: float
+) -> tuple[PowerDesign | None, float, float]:
     """(the design for the smallest TV the rest of a budget affords, or None when even TV 1 needs
     more tokens; the tokens afforded; the seconds left for the test) (spec/decoder/depth/sizing.py).
     The search's own time comes out of ``seconds_left``: it is timed on one design at an interior
@@ -768,6 +813,8 @@ def refuse_unbounded(plan: PowerDesign) -> None:
             "this law leaves that deviation almost nothing to move (rows near uniform or near one-hot); "
             "raise --tv or --fraction, or sample another law"
         )
+
+
 def _why_no_rows(lengths: Sequence[int], first_broken: str | None) -> str:
     """The pilot's own reason for giving no row: the first malformed generation's, not a generic one."""
     if not lengths:
@@ -805,11 +852,20 @@ def check_depth(
     try:
         share = PILOT_SHARE if budget_led else 1.0
         deadline = None if budget_s is None else started + share * budget_s
-        drawn = pilot_rows(engine, rows_of, case, seed, pilot, deadline,
-                           None if progress is None else _pilot_reporter(say, alpha, tv, fraction, budget_led))
+        drawn = pilot_rows(
+            engine,
+            rows_of,
+            case,
+            seed,
+            pilot,
+            deadline,
+            None if progress is None else _pilot_reporter(say, alpha, tv, fraction, budget_led),
+        )
     except VerispecError as exc:  # a decoder that breaks on a valid request fails the case
         unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
-        return _verdict("failed", unplanned, Sums(), alpha, [], f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}")
+        return _verdict(
+            "failed", unplanned, Sums(), alpha, [], f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}"
+        )
     try:
         if budget_led:
             assert budget_s is not None
@@ -817,39 +873,84 @@ def check_depth(
             if sized is None:
                 unreachable = design_of(drawn.rows, alpha, TV_CEILING, fraction)
                 say(design_line(unreachable, drawn, alpha, usable, affordable), True)
-                return replace(_verdict("inconclusive", unreachable, Sums(), alpha, [], unaffordable(unreachable, drawn, usable, affordable)),
-                               sizing=Sizing(True, drawn.seconds_per_token, unreachable.tokens * drawn.seconds_per_token, affordable))
+                return replace(
+                    _verdict(
+                        "inconclusive",
+                        unreachable,
+                        Sums(),
+                        alpha,
+                        [],
+                        unaffordable(unreachable, drawn, usable, affordable),
+                    ),
+                    sizing=Sizing(
+                        True, drawn.seconds_per_token, unreachable.tokens * drawn.seconds_per_token, affordable
+                    ),
+                )
             plan = sized
         else:
             plan, affordable, usable = design_of(drawn.rows, alpha, tv, fraction), math.nan, math.nan
     except DeterministicLaw:
         unplanned = PowerDesign(0, tv, fraction, final_stat_alpha(alpha), POWER, ((), ()))
-        limit = DETERMINISTIC_GENERATIONS if max_generations is None else min(max_generations, DETERMINISTIC_GENERATIONS)
-        return check_deterministic(engine, rows_of, case, unplanned, alpha=alpha, seed=seed, started=started,
-                                   budget_s=budget_s, generations=limit, logprob_tol=logprob_tol)
+        limit = (
+            DETERMINISTIC_GENERATIONS if max_generations is None else min(max_generations, DETERMINISTIC_GENERATIONS)
+        )
+        return check_deterministic(
+            engine,
+            rows_of,
+            case,
+            unplanned,
+            alpha=alpha,
+            seed=seed,
+            started=started,
+            budget_s=budget_s,
+            generations=limit,
+            logprob_tol=logprob_tol,
+        )
     refuse_unbounded(plan)
     sizing = Sizing(budget_led, drawn.seconds_per_token, plan.tokens * drawn.seconds_per_token, affordable)
     say(design_line(plan, drawn, alpha, usable if budget_led else budget_s, affordable if budget_led else None), True)
-    return replace(_sequential(engine, rows_of, case, plan, drawn.mean_length, alpha, seed, started, budget_s, max_generations,
-                               block, logprob_tol, say), sizing=sizing)
+    return replace(
+        _sequential(
+            engine,
+            rows_of,
+            case,
+            plan,
+            drawn.mean_length,
+            alpha,
+            seed,
+            started,
+            budget_s,
+            max_generations,
+            block,
+            logprob_tol,
+            say,
+        ),
+        sizing=sizing,
+    )
 
 
-def _pilot_reporter(say: ProgressSink, alpha: float, tv: float, fraction: float, budget_led: bool) -> Callable[[Pilot, bool], None]:
+def _pilot_reporter(
+    say: ProgressSink, alpha: float, tv: float, fraction: float, budget_led: bool
+) -> Callable[[Pilot, bool], None]:
     """The pilot's progress: after its first block (one generation) its cost and, at a fixed TV, a
     provisional design from that generation's rows; then one tick a block."""
     blocks_seen = [0]
 
     def report(so_far: Pilot, more: bool) -> None:
         blocks_seen[0] += 1
-        cost = (f"pilot: {len(so_far.lengths)} generation{'s' if len(so_far.lengths) != 1 else ''}, {so_far.tokens:,} tokens in {duration(so_far.seconds)} "
-                f"({per_token(so_far.seconds_per_token)} a token, decoding and judging)")
+        cost = (
+            f"pilot: {len(so_far.lengths)} generation{'s' if len(so_far.lengths) != 1 else ''}, {so_far.tokens:,} tokens in {duration(so_far.seconds)} "
+            f"({per_token(so_far.seconds_per_token)} a token, decoding and judging)"
+        )
         if blocks_seen[0] > 1:
             say(cost, False)
             return
         if more and not budget_led:
             guess = design_of(so_far.rows, alpha, tv, fraction).tokens
-            cost += (f"; provisional design ~{guess:,} tokens for power {POWER} vs TV {tv} on {fraction:.0%} of positions, "
-                     f"~{duration(guess * so_far.seconds_per_token)} at this rate")
+            cost += (
+                f"; provisional design ~{guess:,} tokens for power {POWER} vs TV {tv} on {fraction:.0%} of positions, "
+                f"~{duration(guess * so_far.seconds_per_token)} at this rate"
+            )
         say(cost, True)
 
     return report
@@ -859,27 +960,43 @@ def design_line(plan: PowerDesign, drawn: Pilot, alpha: float, budget_s: float |
     """The up-front line: the design, the pilot's cost per token, the projected time; budget-led:
     what the budget affords and the TV it buys."""
     rate = drawn.seconds_per_token
-    head = (f"design: {plan.tokens:,} tokens (~{math.ceil(plan.tokens / drawn.mean_length):,} generations of "
-            f"~{drawn.mean_length:.0f} tokens) for power {plan.power} vs TV {plan.tv} on {plan.fraction:.0%} of positions, "
-            f"alpha={alpha:.2g}; pilot {len(drawn.lengths)} generations at {per_token(rate)} a token: "
-            f"projected {duration(plan.tokens * rate)}")
+    head = (
+        f"design: {plan.tokens:,} tokens (~{math.ceil(plan.tokens / drawn.mean_length):,} generations of "
+        f"~{drawn.mean_length:.0f} tokens) for power {plan.power} vs TV {plan.tv} on {plan.fraction:.0%} of positions, "
+        f"alpha={alpha:.2g}; pilot {len(drawn.lengths)} generations at {per_token(rate)} a token: "
+        f"projected {duration(plan.tokens * rate)}"
+    )
     if affordable is not None and budget_s is not None:
-        head += (f"; budget-led: the ~{duration(budget_s)} left for the test afford ~{affordable:,.0f} tokens, TV {plan.tv} is the "
-                 f"smallest deviation detectable there")
+        head += (
+            f"; budget-led: the ~{duration(budget_s)} left for the test afford ~{affordable:,.0f} tokens, TV {plan.tv} is the "
+            f"smallest deviation detectable there"
+        )
     elif budget_s is not None and plan.tokens * rate > budget_s:
         head += f"; the budget {duration(budget_s)} stops it first (inconclusive unless a look rejects; drop --tv for a budget-led design)"
     return head
 
 
 def unaffordable(plan: PowerDesign, drawn: Pilot, budget_s: float, affordable: float) -> str:
-    return (f"budget-led: the ~{duration(budget_s)} left for the test afford ~{affordable:,.0f} tokens, but even TV {plan.tv} "
-            f"needs {plan.tokens:,} (~{duration(plan.tokens * drawn.seconds_per_token)} at {per_token(drawn.seconds_per_token)} "
-            f"a token); no deviation is detectable at power {plan.power} in this budget")
+    return (
+        f"budget-led: the ~{duration(budget_s)} left for the test afford ~{affordable:,.0f} tokens, but even TV {plan.tv} "
+        f"needs {plan.tokens:,} (~{duration(plan.tokens * drawn.seconds_per_token)} at {per_token(drawn.seconds_per_token)} "
+        f"a token); no deviation is detectable at power {plan.power} in this budget"
+    )
 
 
 def _sequential(
-    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, plan: PowerDesign, mean_length: float, alpha: float,
-    seed: int, started: float, budget_s: float | None, max_generations: int | None, block: int | None, logprob_tol: float,
+    engine: GenerationEngine,
+    rows_of: ForcedRows,
+    case: DepthCase,
+    plan: PowerDesign,
+    mean_length: float,
+    alpha: float,
+    seed: int,
+    started: float,
+    budget_s: float | None,
+    max_generations: int | None,
+    block: int | None,
+    logprob_tol: float,
     say: ProgressSink,
 ) -> DepthVerdict:
     """The test's blocks and looks on a fixed design (module docstring)."""
@@ -892,7 +1009,9 @@ def _sequential(
     looks: list[Look] = []
     next_look = 0
     test_began = time.monotonic()
-    drawn = blocks(engine, case, plan_of(seed + 100, per_block, max_generations))  # closed (its lookahead dropped) on return
+    drawn = blocks(
+        engine, case, plan_of(seed + 100, per_block, max_generations)
+    )  # closed (its lookahead dropped) on return
     while next_look < LOOKS:
         out_of_time = budget_s is not None and time.monotonic() - started > budget_s
         out_of_draws = max_generations is not None and sums.generations >= max_generations
@@ -901,9 +1020,17 @@ def _sequential(
         try:
             gens = next(drawn)
         except VerispecError as exc:
-            return _verdict("failed", plan, sums, alpha, looks, f"the engine raised {type(exc).__name__}: {str(exc)[:200]}")
-        with closing(rows_in_order(rows_of, tuple(case.prompt_ids), [g.ids for g in gens],
-                                   lambda ids: bool(ids) and not structure_error(ids, case))) as forced:
+            return _verdict(
+                "failed", plan, sums, alpha, looks, f"the engine raised {type(exc).__name__}: {str(exc)[:200]}"
+            )
+        with closing(
+            rows_in_order(
+                rows_of,
+                tuple(case.prompt_ids),
+                [g.ids for g in gens],
+                lambda ids: bool(ids) and not structure_error(ids, case),
+            )
+        ) as forced:
             for gen, rows in zip(gens, forced):
                 scored = score(rows, case, gen.ids, rng)
                 scored.broken = scored.broken or cycles_error(gen) or logprob_error(gen, scored, logprob_tol)
@@ -927,8 +1054,17 @@ DETERMINISTIC_GENERATIONS = 200
 
 
 def check_deterministic(
-    engine: GenerationEngine, rows_of: ForcedRows, case: DepthCase, plan: PowerDesign, *, alpha: float, seed: int,
-    started: float, budget_s: float | None, generations: int, logprob_tol: float,
+    engine: GenerationEngine,
+    rows_of: ForcedRows,
+    case: DepthCase,
+    plan: PowerDesign,
+    *,
+    alpha: float,
+    seed: int,
+    started: float,
+    budget_s: float | None,
+    generations: int,
+    logprob_tol: float,
 ) -> DepthVerdict:
     """The depth test when every pilot row is one-hot (:class:`DeterministicLaw`: temperature 0,
     top-k 1): no statistic has anything to measure, but every token of probability 0 (every token
@@ -943,15 +1079,25 @@ def check_deterministic(
     with closing(drawn):
         while sums.generations < generations:
             if budget_s is not None and time.monotonic() - started > budget_s:
-                return _verdict("inconclusive", plan, sums, alpha, [], f"budget ended before {generations} generations", note)
+                return _verdict(
+                    "inconclusive", plan, sums, alpha, [], f"budget ended before {generations} generations", note
+                )
             try:
                 gens = next(drawn)
             except VerispecError as exc:
-                return _verdict("failed", plan, sums, alpha, [], f"the engine raised {type(exc).__name__}: {str(exc)[:200]}", note)
+                return _verdict(
+                    "failed", plan, sums, alpha, [], f"the engine raised {type(exc).__name__}: {str(exc)[:200]}", note
+                )
             except StopIteration:
                 break
-            with closing(rows_in_order(rows_of, tuple(case.prompt_ids), [g.ids for g in gens],
-                                       lambda ids: bool(ids) and not structure_error(ids, case))) as forced:
+            with closing(
+                rows_in_order(
+                    rows_of,
+                    tuple(case.prompt_ids),
+                    [g.ids for g in gens],
+                    lambda ids: bool(ids) and not structure_error(ids, case),
+                )
+            ) as forced:
                 for gen, rows in zip(gens, forced):
                     scored = score(rows, case, gen.ids, rng)
                     scored.broken = scored.broken or logprob_error(gen, scored, logprob_tol)
@@ -959,14 +1105,18 @@ def check_deterministic(
             if sums.broken or sums.collision:
                 return _verdict("failed", plan, sums, alpha, [], sums.broken or sums.collision, note)
     return _verdict("passed", plan, sums, alpha, [], "", note)
+
+
 def tick_line(sums: Sums, plan: PowerDesign, looks: int, elapsed: float, testing: float) -> str:
     """One progress tick: tokens judged of the design's, looks done, elapsed, projected remaining
     (at the test's own rate so far)."""
     tokens = sums.overall.tokens
     left = max(plan.tokens - tokens, 0) * testing / max(tokens, 1)
-    return (f"depth: {tokens:,} / {plan.tokens:,} tokens judged ({min(tokens / max(plan.tokens, 1), 1.0):.0%}) in "
-            f"{sums.generations:,} generations, looks {looks}/{LOOKS} done, elapsed {duration(elapsed)}, "
-            f"projected remaining {duration(left)}")
+    return (
+        f"depth: {tokens:,} / {plan.tokens:,} tokens judged ({min(tokens / max(plan.tokens, 1), 1.0):.0%}) in "
+        f"{sums.generations:,} generations, looks {looks}/{LOOKS} done, elapsed {duration(elapsed)}, "
+        f"projected remaining {duration(left)}"
+    )
 
 
 def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
@@ -984,13 +1134,25 @@ def logprob_error(gen: Generation, scored: Scored, tol: float) -> str:
     return ""
 
 
-def _verdict(state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str, note: str = "") -> DepthVerdict:
+def _verdict(
+    state: State, plan: PowerDesign, sums: Sums, alpha: float, looks: list[Look], where: str, note: str = ""
+) -> DepthVerdict:
     tokens = sums.overall.tokens
     detail = looks[-1].detail if looks else f"{tokens} tokens in {sums.generations} generations"
     detail = f"{note}; {detail}" if note else detail
     detail += near_ties_note(sums.near_ties) + ("" if sums.collision else sums.repeats.note())
-    return DepthVerdict(state, plan, tokens, sums.generations, alpha, plan.power_at(tokens), where, detail, tuple(looks),
-                        tuple(sums.near_ties))
+    return DepthVerdict(
+        state,
+        plan,
+        tokens,
+        sums.generations,
+        alpha,
+        plan.power_at(tokens),
+        where,
+        detail,
+        tuple(looks),
+        tuple(sums.near_ties),
+    )
 
 
 NEAR_TIES_SHOWN = 3
@@ -1002,8 +1164,10 @@ def near_ties_note(ties: Sequence[tuple[int, NearTie]]) -> str:
         return ""
     shown = "; ".join(f"generation {g}, {tie.describe()}" for g, tie in ties[:NEAR_TIES_SHOWN])
     more = f"; {len(ties) - NEAR_TIES_SHOWN} more" if len(ties) > NEAR_TIES_SHOWN else ""
-    return (f"; {len(ties)} numerics near-ties at a cut edge (impossible under the target row, within twice the "
-            f"engine's own batch-shape noise of the cut; not judged): {shown}{more}")
+    return (
+        f"; {len(ties)} numerics near-ties at a cut edge (impossible under the target row, within twice the "
+        f"engine's own batch-shape noise of the cut; not judged): {shown}{more}"
+    )
 
 
 # -----------------------------------------------------------------------------------------------
@@ -1036,7 +1200,9 @@ def verdict_json(verdict: DepthVerdict) -> dict[str, Any]:
         "where": verdict.where,
         "detail": verdict.detail,
         "near_ties": len(verdict.near_ties),
-        "near_tie_margins": [[g, t.position, t.token, round(t.margin, 6), round(t.noise, 6)] for g, t in verdict.near_ties[:100]],
+        "near_tie_margins": [
+            [g, t.position, t.token, round(t.margin, 6), round(t.noise, 6)] for g, t in verdict.near_ties[:100]
+        ],
     }
 
 

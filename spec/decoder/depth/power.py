@@ -270,7 +270,9 @@ class PowerDesign:
     effects: tuple[tuple[RowEffect, ...], tuple[RowEffect, ...]]  # (sharpen, flatten) per pilot row
     martingale_alpha: float = 0.0
     score_moments: tuple[ScoreMoments, ...] = ()  # (sharpen, flatten)
-    score_log_weights: F64 = field(default_factory=lambda: np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0])))
+    score_log_weights: F64 = field(
+        default_factory=lambda: np.full(SCORE_LAMBDAS.shape[0], -math.log(SCORE_LAMBDAS.shape[0]))
+    )
 
     def power_at(self, n: float) -> float:
         """Power reached on n tokens: the smaller over the directions of the larger over the tests
@@ -313,12 +315,24 @@ def design(
     needed = 0.0
     for effects, m in zip(per_direction, moments):
         pit = tokens_for(*_arrays(effects), fraction, alpha, power)
-        score = min(martingale_tokens(float(m.mean[g]), float(m.var[g]), float(thresholds[g]), power) for g in range(len(thresholds)))
+        score = min(
+            martingale_tokens(float(m.mean[g]), float(m.var[g]), float(thresholds[g]), power)
+            for g in range(len(thresholds))
+        )
         needed = max(needed, min(pit, score))
     if not math.isfinite(needed):
         raise DeterministicLaw("no pilot row can deviate by the design's TV along its entropy (every row one-hot)")
-    return PowerDesign(int(math.ceil(needed)), tv, fraction, alpha, power, (per_direction[0], per_direction[1]), level,
-                       moments, log_weights)
+    return PowerDesign(
+        int(math.ceil(needed)),
+        tv,
+        fraction,
+        alpha,
+        power,
+        (per_direction[0], per_direction[1]),
+        level,
+        moments,
+        log_weights,
+    )
 
 
 def mixture_log_evidence(log_terms: F64, log_weights: F64) -> float:

@@ -54,7 +54,9 @@ class NearTie:
     noise: float
 
     def describe(self) -> str:
-        return f"token {self.token} at position {self.position}: {self.margin:.3g} below the cut, noise {self.noise:.3g}"
+        return (
+            f"token {self.token} at position {self.position}: {self.margin:.3g} below the cut, noise {self.noise:.3g}"
+        )
 
 
 def admits(law: Law, logits: F64, prompt: tuple[int, ...], history: Sequence[int], token: int, raise_by: float) -> bool:
@@ -95,8 +97,10 @@ class PlainFedRows:
         self.logits = logits
 
     def __call__(self, sequence: Prefix, prompt_length: int) -> F64:
-        rows = [np.asarray(self.logits.plain_fed(sequence[:i], prompt_length), dtype=np.float64)
-                for i in range(prompt_length, len(sequence))]
+        rows = [
+            np.asarray(self.logits.plain_fed(sequence[:i], prompt_length), dtype=np.float64)
+            for i in range(prompt_length, len(sequence))
+        ]
         return np.stack(rows)
 
     def batch_shape_noise(self, prefix: Prefix, prompt_length: int) -> float:

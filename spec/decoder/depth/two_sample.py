@@ -67,9 +67,9 @@ from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder.depth.blocks import checked_block
 from verispec.spec.decoder.depth.law import DepthCase, position_bin, position_bin_label, structure_error
-from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.decoder.first_tokens import MAX_CELLS
 from verispec.spec.decoder.two_sample import homogeneity
+from verispec.spec.sequential_state import State, StateVerdict
 from verispec.spec.statistics import POWER, power_of
 
 I64 = npt.NDArray[np.int64]
@@ -177,7 +177,9 @@ class TokenCells:
         return token if token == ENDED or token in self.per_bin[b] else OTHER
 
 
-def pilot_cells(gens: Sequence[Sequence[int]], case: DepthCase, rng: np.random.Generator, min_mass: float) -> TokenCells:
+def pilot_cells(
+    gens: Sequence[Sequence[int]], case: DepthCase, rng: np.random.Generator, min_mass: float
+) -> TokenCells:
     """The tokens of pilot frequency >= ``min_mass`` at the drawn position of each bin, heaviest first."""
     bins = bins_of(case.max_tokens)
     counts: list[Counter[int]] = [Counter() for _ in bins]
@@ -246,16 +248,27 @@ def judge(plain: Arm, spec: Arm, cells: TokenCells, case: DepthCase, alpha: floa
     results: list[tuple[float, str]] = []
     for b in range(len(bins_of(case.max_tokens))):
         label = position_bin_label(b)
-        for name, a, c in (("token law", mapped(plain.tokens[b], cells, b), mapped(spec.tokens[b], cells, b)),
-                           ("repeat rate", plain.repeats[b], spec.repeats[b])):
+        for name, a, c in (
+            ("token law", mapped(plain.tokens[b], cells, b), mapped(spec.tokens[b], cells, b)),
+            ("repeat rate", plain.repeats[b], spec.repeats[b]),
+        ):
             results.append(_test(f"{label}: {name}", a, c, level))
     results.append(_test("stopping time", plain.stops, spec.stops, level))
     if plain.pairs and spec.pairs:
-        results.append(_test("identical request pairs", plain.pairs, spec.pairs, level,
-                             f"{spec.pairs[1]} of {sum(spec.pairs.values())} speculative pairs identical, plain {plain.pairs[1]}"))
+        results.append(
+            _test(
+                "identical request pairs",
+                plain.pairs,
+                spec.pairs,
+                level,
+                f"{spec.pairs[1]} of {sum(spec.pairs.values())} speculative pairs identical, plain {plain.pairs[1]}",
+            )
+        )
     rejected = [text for p, text in results if p < level]
     smallest = min(results, key=lambda r: r[0])
-    detail = f"{spec.generations} generations per arm, {len(results)} tests at level {level:.3g}; smallest p: {smallest[1]}"
+    detail = (
+        f"{spec.generations} generations per arm, {len(results)} tests at level {level:.3g}; smallest p: {smallest[1]}"
+    )
     return bool(rejected), "; ".join(rejected), detail
 
 
@@ -278,8 +291,18 @@ def draw_arms(engine: Any, case: DepthCase, n: int, seed: int) -> list[list[tupl
     submit = getattr(engine, "submit", None)
     if not callable(submit):
         return [draw_arm(engine, is_plain, case, n, seed + is_plain) for is_plain in (True, False)]
-    pending = [submit("generate_plain" if is_plain else "generate", case.prompt_ids, case.params, case.max_tokens, n,
-                      seed + is_plain, case.min_tokens) for is_plain in (True, False)]
+    pending = [
+        submit(
+            "generate_plain" if is_plain else "generate",
+            case.prompt_ids,
+            case.params,
+            case.max_tokens,
+            n,
+            seed + is_plain,
+            case.min_tokens,
+        )
+        for is_plain in (True, False)
+    ]
     return [arm_ids(future.result(), n, case.vocab) for future in pending]
 
 
@@ -314,10 +337,14 @@ def check_two_sample_depth(
                 return TwoSampleDepthVerdict("inconclusive", 0, 0, alpha, tv, 1, 0.0, "budget ended in the pilot", "")
             pilot_gens += draw_arm(engine, True, case, min(MAX_BLOCK, pilot - start), seed + 1 + start)
     except VerispecError as exc:
-        return TwoSampleDepthVerdict("failed", 0, 0, alpha, tv, 1, 0.0, f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}", "")
+        return TwoSampleDepthVerdict(
+            "failed", 0, 0, alpha, tv, 1, 0.0, f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}", ""
+        )
     broken = next((e for e in (structure_error(g, case) for g in pilot_gens) if e), "")
     if broken:
-        return TwoSampleDepthVerdict("failed", 0, 0, alpha, tv, 1, 0.0, f"a plain generation of the pilot: {broken}", "")
+        return TwoSampleDepthVerdict(
+            "failed", 0, 0, alpha, tv, 1, 0.0, f"a plain generation of the pilot: {broken}", ""
+        )
     cells = pilot_cells(pilot_gens, case, rng, min_mass)
     df = max([len(c) + 1 for c in cells.per_bin] + [len(bins)])  # cells + OTHER + ENDED, less one
     n = n_per_arm or arm_size(df, final_level, tv)
@@ -329,7 +356,17 @@ def check_two_sample_depth(
     next_look, block_index, detail = 0, 0, ""
 
     def verdict(state: State, where: str) -> TwoSampleDepthVerdict:
-        return TwoSampleDepthVerdict(state, n, spec.generations, alpha, tv, df, power_of(spec.generations // 2, df, final_level, tv), where, detail)
+        return TwoSampleDepthVerdict(
+            state,
+            n,
+            spec.generations,
+            alpha,
+            tv,
+            df,
+            power_of(spec.generations // 2, df, final_level, tv),
+            where,
+            detail,
+        )
 
     while next_look < LOOKS:
         if budget_s is not None and time.monotonic() - started > budget_s:

@@ -26,16 +26,43 @@ DEFAULT = default.NAME
 # check-decoder's sampling flags (their Python-API keyword names) each profile has
 FLAGS: dict[str, frozenset[str]] = {
     "verispec": frozenset({"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "penalty_last_n", "min_tokens"}),
-    "llama.cpp": frozenset({"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "frequency_penalty",
-                            "presence_penalty", "penalty_last_n"}),
+    "llama.cpp": frozenset(
+        {
+            "temperature",
+            "top_k",
+            "top_p",
+            "min_p",
+            "repeat_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+            "penalty_last_n",
+        }
+    ),
     "transformers": frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "min_tokens"}),
-    "vllm": frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty",
-                       "presence_penalty", "min_tokens"}),
+    "vllm": frozenset(
+        {
+            "temperature",
+            "top_k",
+            "top_p",
+            "min_p",
+            "repetition_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+            "min_tokens",
+        }
+    ),
 }
 ALL_FLAGS: frozenset[str] = frozenset().union(*FLAGS.values())
 # check-decoder's own defaults for the verispec profile (unchanged by the profiles)
-VERISPEC_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_k": 4, "top_p": 1.0, "min_p": 0.0,
-                                     "repeat_penalty": 1.5, "penalty_last_n": 64, "min_tokens": 0}
+VERISPEC_DEFAULTS: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_k": 4,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "repeat_penalty": 1.5,
+    "penalty_last_n": 64,
+    "min_tokens": 0,
+}
 
 
 def flag_name(keyword: str) -> str:
@@ -54,14 +81,22 @@ def build(name: str, flags: Mapping[str, Any], eog: Collection[int] = ()) -> Pro
         raise SamplingError(f"unknown sampling flag {flag_name(unknown[0])}")
     foreign = sorted(set(given) - FLAGS[name])
     if foreign:
-        raise SamplingError(f"{flag_name(foreign[0])} is not a parameter of --law {name} "
-                           f"(it has {', '.join(flag_name(f) for f in sorted(FLAGS[name]))})")
+        raise SamplingError(
+            f"{flag_name(foreign[0])} is not a parameter of --law {name} "
+            f"(it has {', '.join(flag_name(f) for f in sorted(FLAGS[name]))})"
+        )
     ends = tuple(sorted(int(e) for e in eog))
     module: Any = MODULES[name]
     if name == "verispec":
         v = {**VERISPEC_DEFAULTS, **given}
-        sampling = SamplingParams(temperature=v["temperature"], top_k=v["top_k"], top_p=v["top_p"], min_p=v["min_p"],
-                                  repeat_penalty=v["repeat_penalty"], repeat_last_n=v["penalty_last_n"])
+        sampling = SamplingParams(
+            temperature=v["temperature"],
+            top_k=v["top_k"],
+            top_p=v["top_p"],
+            min_p=v["min_p"],
+            repeat_penalty=v["repeat_penalty"],
+            repeat_last_n=v["penalty_last_n"],
+        )
         params: Any = default.Params(sampling, frozenset(ends), v["min_tokens"])
     elif name == "llama.cpp":
         renamed = {("temp" if k == "temperature" else k): val for k, val in given.items()}
@@ -92,8 +127,12 @@ def from_json(obj: Mapping[str, Any]) -> Profile:
     if "logit_bias" in raw:
         raw["logit_bias"] = bias_from_json(raw["logit_bias"]) or None
     if name == "verispec":
-        sampling = SamplingParams(**{k: raw[k] for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-                                                         "repeat_last_n", "logit_bias")})
+        sampling = SamplingParams(
+            **{
+                k: raw[k]
+                for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "logit_bias")
+            }
+        )
         params: Any = default.Params(sampling, frozenset(int(e) for e in raw["eog"]), int(raw["min_tokens"]))
     elif name == "transformers":
         params = transformers.Params(**{**raw, "eos_token_id": tuple(raw.get("eos_token_id", ()))})

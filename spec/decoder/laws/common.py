@@ -93,7 +93,9 @@ def require(ok: bool, message: str) -> None:
         raise SamplingError(message)
 
 
-def check_real(name: str, value: object, low: float, high: float, low_open: bool = False, high_open: bool = False) -> None:
+def check_real(
+    name: str, value: object, low: float, high: float, low_open: bool = False, high_open: bool = False
+) -> None:
     """A finite real in [low, high] (an end open when told); SamplingError naming ``name``."""
     real = is_real(value) and math.isfinite(float(value))  # type: ignore[arg-type]
     number = float(value) if real else math.nan  # type: ignore[arg-type]
@@ -193,7 +195,7 @@ def top_p_ascending(logits: F64, alive: Alive, top_p: float, min_keep: int = 1) 
     order = ascending(logits, alive)
     cumulative = np.cumsum(softmax_alive(logits, alive)[order])
     remove = cumulative <= 1.0 - top_p
-    remove[max(order.shape[0] - min_keep, 0):] = False
+    remove[max(order.shape[0] - min_keep, 0) :] = False
     alive[order[remove]] = False
 
 

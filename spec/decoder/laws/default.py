@@ -56,10 +56,17 @@ class Params:
         from verispec.spec.decoder.laws.common import bias_json
 
         s = self.sampling
-        return {"temperature": float(s.temperature), "top_k": int(s.top_k), "top_p": float(s.top_p),
-                "min_p": float(s.min_p), "repeat_penalty": float(s.repeat_penalty),
-                "repeat_last_n": int(s.repeat_last_n), "logit_bias": bias_json(s.logit_bias),
-                "eog": sorted(int(e) for e in self.eog), "min_tokens": int(self.min_tokens)}
+        return {
+            "temperature": float(s.temperature),
+            "top_k": int(s.top_k),
+            "top_p": float(s.top_p),
+            "min_p": float(s.min_p),
+            "repeat_penalty": float(s.repeat_penalty),
+            "repeat_last_n": int(s.repeat_last_n),
+            "logit_bias": bias_json(s.logit_bias),
+            "eog": sorted(int(e) for e in self.eog),
+            "min_tokens": int(self.min_tokens),
+        }
 
     def legacy(self) -> SamplingParams:
         return self.sampling

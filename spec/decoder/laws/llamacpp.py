@@ -95,8 +95,10 @@ class Params:
     logit_bias: Mapping[int, float] | None = None
 
     def validate(self, vocab_size: int | None = None) -> None:
-        require(isinstance(self.temp, (int, float)) and math.isfinite(float(self.temp)),
-                f"temp must be a finite number (< 0: dist alone, 0: greedy), got {self.temp!r}")
+        require(
+            isinstance(self.temp, (int, float)) and math.isfinite(float(self.temp)),
+            f"temp must be a finite number (< 0: dist alone, 0: greedy), got {self.temp!r}",
+        )
         check_int("top_k", self.top_k, 0)
         check_real("top_p", self.top_p, 0.0, 1.0)
         check_real("min_p", self.min_p, 0.0, 1.0)
@@ -104,22 +106,38 @@ class Params:
         check_real("repeat_penalty", self.repeat_penalty, 0.0, math.inf, low_open=True, high_open=True)
         check_real("frequency_penalty", self.frequency_penalty, -math.inf, math.inf, True, True)
         check_real("presence_penalty", self.presence_penalty, -math.inf, math.inf, True, True)
-        require(isinstance(self.penalty_last_n, int) and not isinstance(self.penalty_last_n, bool),
-                f"penalty_last_n must be an integer (<= 0 disables the penalties), got {self.penalty_last_n!r}")
+        require(
+            isinstance(self.penalty_last_n, int) and not isinstance(self.penalty_last_n, bool),
+            f"penalty_last_n must be an integer (<= 0 disables the penalties), got {self.penalty_last_n!r}",
+        )
         require(isinstance(self.penalize_prompt, bool), f"penalize_prompt must be a bool, got {self.penalize_prompt!r}")
         check_bias(self.logit_bias, vocab_size)
 
     def to_json(self) -> dict[str, Any]:
-        return {"temp": float(self.temp), "top_k": int(self.top_k), "top_p": float(self.top_p),
-                "min_p": float(self.min_p), "typical_p": float(self.typical_p),
-                "repeat_penalty": float(self.repeat_penalty), "frequency_penalty": float(self.frequency_penalty),
-                "presence_penalty": float(self.presence_penalty), "penalty_last_n": int(self.penalty_last_n),
-                "penalize_prompt": bool(self.penalize_prompt), "logit_bias": bias_json(self.logit_bias)}
+        return {
+            "temp": float(self.temp),
+            "top_k": int(self.top_k),
+            "top_p": float(self.top_p),
+            "min_p": float(self.min_p),
+            "typical_p": float(self.typical_p),
+            "repeat_penalty": float(self.repeat_penalty),
+            "frequency_penalty": float(self.frequency_penalty),
+            "presence_penalty": float(self.presence_penalty),
+            "penalty_last_n": int(self.penalty_last_n),
+            "penalize_prompt": bool(self.penalize_prompt),
+            "logit_bias": bias_json(self.logit_bias),
+        }
 
     def legacy(self) -> SamplingParams:
-        return SamplingParams(temperature=max(float(self.temp), 0.0), top_k=self.top_k, top_p=self.top_p,
-                              min_p=self.min_p, repeat_penalty=self.repeat_penalty,
-                              repeat_last_n=max(self.penalty_last_n, 0), logit_bias=self.logit_bias)
+        return SamplingParams(
+            temperature=max(float(self.temp), 0.0),
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            repeat_penalty=self.repeat_penalty,
+            repeat_last_n=max(self.penalty_last_n, 0),
+            logit_bias=self.logit_bias,
+        )
 
 
 def window(prompt_ids: Sequence[int], output_ids: Sequence[int], params: Params) -> list[int]:
@@ -127,7 +145,7 @@ def window(prompt_ids: Sequence[int], output_ids: Sequence[int], params: Params)
     if params.penalty_last_n <= 0:
         return []
     history = [*prompt_ids, *output_ids] if params.penalize_prompt else list(output_ids)
-    return history[-params.penalty_last_n:]
+    return history[-params.penalty_last_n :]
 
 
 def apply_typical(logits: F64, alive: Alive, typical_p: float) -> None:

@@ -95,15 +95,27 @@ class Params:
         check_ids("eos_token_id", self.eos_token_id, vocab_size)
 
     def to_json(self) -> dict[str, Any]:
-        return {"do_sample": bool(self.do_sample), "temperature": float(self.temperature), "top_k": int(self.top_k),
-                "top_p": float(self.top_p), "min_p": None if self.min_p is None else float(self.min_p),
-                "repetition_penalty": float(self.repetition_penalty), "min_new_tokens": int(self.min_new_tokens),
-                "min_length": int(self.min_length), "eos_token_id": [int(e) for e in self.eos_token_id]}
+        return {
+            "do_sample": bool(self.do_sample),
+            "temperature": float(self.temperature),
+            "top_k": int(self.top_k),
+            "top_p": float(self.top_p),
+            "min_p": None if self.min_p is None else float(self.min_p),
+            "repetition_penalty": float(self.repetition_penalty),
+            "min_new_tokens": int(self.min_new_tokens),
+            "min_length": int(self.min_length),
+            "eos_token_id": [int(e) for e in self.eos_token_id],
+        }
 
     def legacy(self) -> SamplingParams:
-        return SamplingParams(temperature=float(self.temperature) if self.do_sample else 0.0, top_k=self.top_k,
-                              top_p=self.top_p, min_p=self.min_p or 0.0, repeat_penalty=self.repetition_penalty,
-                              repeat_last_n=-1)
+        return SamplingParams(
+            temperature=float(self.temperature) if self.do_sample else 0.0,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p or 0.0,
+            repeat_penalty=self.repetition_penalty,
+            repeat_last_n=-1,
+        )
 
 
 def law(logits: FloatArray, prompt_ids: Sequence[int], output_ids: Sequence[int], params: Params) -> Probs:

@@ -41,7 +41,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from verispec.reference.sampling import FloatArray, Probs, SamplingParams, apply_logit_bias, apply_repeat_penalty, softmax_over
+from verispec.reference.sampling import (
+    FloatArray,
+    Probs,
+    SamplingParams,
+    apply_logit_bias,
+    apply_repeat_penalty,
+    softmax_over,
+)
 from verispec.spec.decoder.laws.common import (
     Profile,
     alive_of,
@@ -103,19 +110,32 @@ class Params:
         return frozenset((*self.stop_token_ids, *eos))
 
     def to_json(self) -> dict[str, Any]:
-        return {"temperature": float(self.temperature), "top_k": int(self.top_k), "top_p": float(self.top_p),
-                "min_p": float(self.min_p), "presence_penalty": float(self.presence_penalty),
-                "frequency_penalty": float(self.frequency_penalty), "repetition_penalty": float(self.repetition_penalty),
-                "min_tokens": int(self.min_tokens), "logit_bias": bias_json(self.logit_bias),
-                "stop_token_ids": [int(t) for t in self.stop_token_ids],
-                "eos_token_id": None if self.eos_token_id is None else int(self.eos_token_id),
-                "ignore_eos": bool(self.ignore_eos)}
+        return {
+            "temperature": float(self.temperature),
+            "top_k": int(self.top_k),
+            "top_p": float(self.top_p),
+            "min_p": float(self.min_p),
+            "presence_penalty": float(self.presence_penalty),
+            "frequency_penalty": float(self.frequency_penalty),
+            "repetition_penalty": float(self.repetition_penalty),
+            "min_tokens": int(self.min_tokens),
+            "logit_bias": bias_json(self.logit_bias),
+            "stop_token_ids": [int(t) for t in self.stop_token_ids],
+            "eos_token_id": None if self.eos_token_id is None else int(self.eos_token_id),
+            "ignore_eos": bool(self.ignore_eos),
+        }
 
     def legacy(self) -> SamplingParams:
         greedy = self.temperature < SAMPLING_EPS
-        return SamplingParams(temperature=0.0 if greedy else float(self.temperature), top_k=max(self.top_k, 0),
-                              top_p=self.top_p, min_p=self.min_p, repeat_penalty=self.repetition_penalty,
-                              repeat_last_n=-1, logit_bias=self.logit_bias)
+        return SamplingParams(
+            temperature=0.0 if greedy else float(self.temperature),
+            top_k=max(self.top_k, 0),
+            top_p=self.top_p,
+            min_p=self.min_p,
+            repeat_penalty=self.repetition_penalty,
+            repeat_last_n=-1,
+            logit_bias=self.logit_bias,
+        )
 
 
 def law(logits: FloatArray, prompt_ids: Sequence[int], output_ids: Sequence[int], params: Params) -> Probs:
