@@ -53,6 +53,26 @@ class UsageError(VerispecError):
     exit_category: ClassVar[ExitCategory] = "usage"
 
 
+class DesignTooLarge(UsageError):
+    """The decoder depth test's design needs more tokens than its stated bound
+    (spec/decoder/depth/law.py ``MAX_DESIGN_TOKENS``): refused before any is drawn."""
+
+
+class SynthError(UsageError, ValueError):
+    """A synthetic model asked for with an unknown variant, type, file type or tokenizer."""
+
+
+class QuantError(UsageError, ValueError):
+    """A tensor that cannot be quantized to the type asked (a row not a whole number of blocks)."""
+
+
+class DeterministicLaw(VerispecError, ValueError):
+    """Every pilot row of the decoder depth test is one-hot (temperature 0 or near it, top-k 1): the
+    target law leaves nothing to sample, so no deviation of the design's kind exists and no sample
+    size can be designed. Legitimate, and caught inside the spec: the depth test then checks what a
+    deterministic law allows (spec/decoder/depth/law.py)."""
+
+
 class OutputError(VerispecError):
     """An output path cannot be written as asked: an existing file, a non-empty folder without
     --force, a missing parent folder, or an operating-system error while writing."""

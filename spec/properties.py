@@ -418,9 +418,9 @@ def prop_protocol_cells(subject: Subject) -> PropertyResult:
     cases = _cell_cases(rng, 40)
     for label, p, q in cases:
         k, vocab = q.shape
-        for drafts, _mass in exact.draft_paths(
-            lambda prefix, q=q: exact.exact_row(q[len(prefix)], normalize=False), k, vocab
-        ):
+        # the row function is consumed within this iteration: binding q late is what is meant
+        row_of = lambda prefix: exact.exact_row(q[len(prefix)], normalize=False)  # noqa: E731, B023
+        for drafts, _mass in exact.draft_paths(row_of, k, vocab):
             implied = implied_verdict_law(subject.batch, p, q, drafts)
             if implied.errors or implied.mismatches:
                 failures.append(f"{label}, p={p.tolist()}, q={q.tolist()}: {(implied.errors + implied.mismatches)[0]}")
@@ -440,9 +440,8 @@ def prop_exact_lossless(subject: Subject) -> PropertyResult:
         P = [exact.exact_row(row, normalize=False) for row in p]
         emitted: exact.Law = {}
         broken = ""
-        for drafts, path_mass in exact.draft_paths(
-            lambda prefix, q=q: exact.exact_row(q[len(prefix)], normalize=False), k, vocab
-        ):
+        row_of = lambda prefix: exact.exact_row(q[len(prefix)], normalize=False)  # noqa: E731, B023
+        for drafts, path_mass in exact.draft_paths(row_of, k, vocab):
             implied = implied_verdict_law(subject.batch, p, q, drafts)
             if implied.errors:
                 broken = implied.errors[0]

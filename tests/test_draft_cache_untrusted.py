@@ -22,9 +22,9 @@ import pytest
 
 import verispec.reference.suffix_draft as suffix_draft
 from verispec.exit_codes import exit_code_for
-from verispec.reference.draft_cache_file import JSON_VERSION, MAGIC, write_texts
+from verispec.reference.draft_cache_file import JSON_VERSION, MAGIC, surviving, write_texts
 from verispec.reference.errors import DraftError
-from verispec.reference.suffix_draft import CACHE_VERSION, SuffixCache, SuffixIndex, surviving
+from verispec.reference.suffix_draft import CACHE_VERSION, SuffixCache, SuffixIndex
 
 V = 50
 

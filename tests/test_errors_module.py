@@ -41,6 +41,10 @@ OLD_HOMES = {
     "verispec.engine.weights": ["InsufficientMemory"],
     "verispec.engine.matmul": ["BackendUnavailable"],
     "verispec.engine.blocks": ["NotBlockQuantized"],
+    "verispec.spec.decoder.depth.law": ["DesignTooLarge"],
+    "verispec.spec.decoder.depth.power": ["DeterministicLaw"],
+    "verispec.synth.models": ["SynthError"],
+    "verispec.synth.quants": ["QuantError"],
 }
 
 

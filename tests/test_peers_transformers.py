@@ -62,10 +62,18 @@ def test_each_path_passes_a_small_depth_run_where_the_laws_coincide(files: dict[
 def test_universal_assisted_generation_fails_the_gate(files: dict[str, Path]) -> None:
     """transformers 5.24's sampled universal assisted generation (an assistant with another
     tokenizer) emits tokens the target almost never draws (docs/peers.md,
-    examples/transformers_universal_repro.py): the gate rejects it within one generation. Should a
-    release fix it, this test fails and the verdict table is to be rerun."""
+    examples/transformers_universal_repro.py): the depth test itself rejects it within one
+    generation (first-m off: the default run's first-m test would reject it first, by chi-square,
+    and the depth test's impossible-token look is what this test holds). Should a release fix it,
+    this test fails and the verdict table is to be rerun."""
     report = check_decoder(
-        _factory(files, "universal"), model=files["target"], temperature=0.7, top_k=0, repeat_penalty=1.0, **SMOKE
+        _factory(files, "universal"),
+        model=files["target"],
+        temperature=0.7,
+        top_k=0,
+        repeat_penalty=1.0,
+        first_m=False,
+        **SMOKE,
     )
     outcome = report.results[0]
     assert outcome.numbers["state"] == "failed" and "too unlikely tokens" in outcome.detail, outcome.detail

@@ -1,7 +1,7 @@
 """The partition top-k and prefix top-p of reference.sampling are the full sort's, bit for bit.
 
 The law defines top-k as the k first ids in the order (logit descending, id ascending);
-``_first_k`` finds them with a partition and sorts only the candidates at or above the k-th
+``first_k`` finds them with a partition and sorts only the candidates at or above the k-th
 value; top-p sorts only a prefix long enough to reach top_p. Tolerance: none. ``array_equal`` on
 the ids and on the whole law (float64) against the full-sort formulation, on rows of both real
 vocabulary sizes (SmolLM2 49,152, Gemma-3 262,144) and small ones, with many exact ties at the
@@ -28,15 +28,15 @@ def full_sort_top_k(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_
     """The definition read literally: sort every survivor, drop all after the k-th."""
     if k <= 0 or k >= int(alive.sum()):
         return
-    alive[ref._order(logits, alive)[k:]] = False
+    alive[ref.descending_order(logits, alive)[k:]] = False
 
 
 def full_sort_top_p(logits: npt.NDArray[np.float64], alive: npt.NDArray[np.bool_], top_p: float) -> None:
     """The definition read literally: the cumulative sum over the whole sorted order."""
     if top_p >= 1.0:
         return
-    order = ref._order(logits, alive)
-    cumulative = np.cumsum(ref._softmax_over(logits, alive)[order])
+    order = ref.descending_order(logits, alive)
+    cumulative = np.cumsum(ref.softmax_over(logits, alive)[order])
     reached = np.flatnonzero(cumulative >= top_p)
     keep = int(reached[0]) + 1 if reached.size else order.shape[0]
     alive[order[keep:]] = False
@@ -46,8 +46,8 @@ def full_sort_law(
     logits: npt.NDArray[np.float64], history: list[int], params: SamplingParams, monkeypatch: pytest.MonkeyPatch
 ) -> npt.NDArray[np.float64]:
     with monkeypatch.context() as patched:
-        patched.setattr(ref, "_apply_top_k", full_sort_top_k)
-        patched.setattr(ref, "_apply_top_p", full_sort_top_p)
+        patched.setattr(ref, "apply_top_k", full_sort_top_k)
+        patched.setattr(ref, "apply_top_p", full_sort_top_p)
         return ref.target_distribution(logits, history, params)
 
 
@@ -68,7 +68,7 @@ def test_first_k_is_the_sorted_prefix(vocab: int, tied: bool) -> None:
         logits[~alive] = -math.inf
         if k >= int(alive.sum()):
             continue
-        assert np.array_equal(ref._first_k(logits, alive, k), ref._order(logits, alive)[:k])
+        assert np.array_equal(ref.first_k(logits, alive, k), ref.descending_order(logits, alive)[:k])
 
 
 @pytest.mark.parametrize("vocab", VOCABS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,12 @@ def test_the_ci_workflow_shards_uploads_and_merges() -> None:
     assert "--shard ${{ matrix.shard }}/$SHARDS --json" in gate and "--junit-xml" in gate
     merge = flow.job("merge")
     assert merge["needs"] == "shard" and merge["if"] == "${{ !cancelled() }}"  # a failed shard still gets merged
-    assert flow.run_line("merge", "merged verdict") == "verispec check --merge shard-*.json --junit-xml verispec.xml"
+    # an unset secret reaches the steps as an empty variable, which verispec refuses: both steps unset it
+    unsigned_unless_keyed = 'test -n "$VERISPEC_REPORT_KEY" || unset VERISPEC_REPORT_KEY; '
+    assert gate.startswith(unsigned_unless_keyed)
+    assert flow.run_line("merge", "merged verdict") == (
+        unsigned_unless_keyed + "verispec check --merge shard-*.json --junit-xml verispec.xml"
+    )
     download = [s for s in flow.steps("merge") if str(s.get("uses", "")).startswith("actions/download-artifact")]
     assert download and download[0]["with"] == {"pattern": "verispec-shard-*", "merge-multiple": True}
 
@@ -93,8 +99,9 @@ def _check_decoder(
 
 
 def test_every_decoder_template_offers_generate() -> None:
+    # a method whose first parameter after self is prompt_ids, however the formatter wraps it
     for name in DECODER_TEMPLATES:
-        assert "    def generate(self, prompt_ids" in template_text(name), name
+        assert re.search(r"\n    def generate\(\s*self,\s*prompt_ids\b", template_text(name)), name
 
 
 def test_the_model_api_template_passes_the_depth_mode_and_greedy(

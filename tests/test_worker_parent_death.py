@@ -23,9 +23,11 @@ from tests.synthetic import Variant, write_synthetic
 REPO = Path(__file__).resolve().parent.parent
 TINY = Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48)
 START_NET = 120.0  # seconds for the checker and two workers to start on a loaded machine (a hang beyond)
+# first_m off: the first-m test decodes in the checker itself, and the stalling engine must stall in
+# the depth test's workers, the processes this test kills the checker under
 CHECKER = (
     "import sys, verispec; verispec.check_decoder('tests.stalling_engine:engine', model=sys.argv[1], "
-    "workers=2, timeout=600)"
+    "workers=2, timeout=600, first_m=False)"
 )
 
 

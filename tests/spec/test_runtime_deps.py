@@ -75,7 +75,7 @@ SCRIPT = textwrap.dedent(
     assert main(["vectors", "--out", out, "--count", "2"]) == 0
     assert main(["witness", "--steps", "200"]) == 0
     status = main(["check", "--verifier", "verispec.reference.speculative:verify_sampled", "--count", "2",
-                   "--scale", "0.01", "--only", "vectors_sampled", "stat_verdict_law_k1"])
+                   "--scale", "0.01", "--min-power", "0", "--only", "vectors_sampled", "stat_verdict_law_k1"])
     assert status == 0, status
     print(f"OK {imported} modules")
     """

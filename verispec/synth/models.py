@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from verispec.reference.errors import UsageError
+from verispec.reference.errors import SynthError as SynthError  # re-exported: its old home
 from verispec.synth.gguf_writer import GGUFRecorder
 from verispec.synth.quants import TYPE_IDS, quantize
 
@@ -456,10 +456,6 @@ FILE_TYPES = {
 }
 GGML_QUANT_VERSION = 2  # general.quantization_version, as gguf-py writes it
 TOKENIZERS = ("spm", "bpe")
-
-
-class SynthError(UsageError, ValueError):
-    """A synthetic model asked for with an unknown variant, type, file type or tokenizer."""
 
 
 def check_request(v: Variant, quant_types: tuple[str, ...], file_type: str, tokenizer: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from verispec.reference.errors import QuantError as QuantError  # re-exported: its old home
 from verispec.synth.gguf_writer import BF16, F16, F32, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
 
 F32s = npt.NDArray[np.float32]
@@ -24,10 +25,6 @@ U8 = npt.NDArray[np.uint8]
 BLOCK = 32  # weights per block of every block type here
 
 TYPE_IDS = {"F32": F32, "F16": F16, "BF16": BF16, "Q4_0": Q4_0, "Q4_1": Q4_1, "Q5_0": Q5_0, "Q5_1": Q5_1, "Q8_0": Q8_0}
-
-
-class QuantError(ValueError):
-    """A tensor that cannot be quantized to the type asked (a row not a whole number of blocks)."""
 
 
 def _f16_bytes(x: F32s) -> U8:

@@ -34,7 +34,7 @@ def _keep_noise(wrapper: object, rows_of: ForcedRows) -> None:
     """The near-tie test reads ``batch_shape_noise`` off the rows it is given: a wrapper keeps it."""
     noise = getattr(rows_of, "batch_shape_noise", None)
     if noise is not None:
-        wrapper.batch_shape_noise = noise
+        setattr(wrapper, "batch_shape_noise", noise)  # noqa: B010 (wrapper is any rows object)
 
 
 class ConcurrentRows:

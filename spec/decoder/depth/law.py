@@ -102,7 +102,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import UsageError, VerispecError
+from verispec.reference.errors import DesignTooLarge, VerispecError
 from verispec.spec.decoder.depth.blocks import blocks, plan_of
 from verispec.spec.decoder.depth.forcing import rows_in_order
 from verispec.spec.decoder.depth.generation import DepthCase as DepthCase
@@ -799,10 +799,6 @@ def budget_design(
 # beyond it means the law leaves the design's deviation almost nothing to move (rows near uniform,
 # e.g. a temperature of 1e9): no run could reach its power, with or without a budget.
 MAX_DESIGN_TOKENS = 10**8
-
-
-class DesignTooLarge(UsageError):
-    """The pilot's design needs more tokens than :data:`MAX_DESIGN_TOKENS`: refused before any is drawn."""
 
 
 def refuse_unbounded(plan: PowerDesign) -> None:

@@ -74,6 +74,8 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
+from verispec.reference.errors import DeterministicLaw as DeterministicLaw  # re-exported: its old home
+
 F64 = npt.NDArray[np.float64]
 
 NORMAL = NormalDist()
@@ -292,12 +294,6 @@ def _arrays(effects: Sequence[RowEffect]) -> tuple[F64, F64, F64]:
         return np.array([getattr(e, name) for e in effects], dtype=np.float64)
 
     return col("var0_u"), col("mu_u"), col("var1_u")
-
-
-class DeterministicLaw(ValueError):
-    """Every pilot row is one-hot (temperature 0 or near it, top-k 1): the target law leaves nothing
-    to sample, so no deviation of the design's kind exists and no sample size can be designed.
-    Legitimate: the depth test then checks what a deterministic law allows (spec/decoder/depth/law.py)."""
 
 
 def design(
