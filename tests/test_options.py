@@ -359,3 +359,30 @@ def test_a_keyword_of_a_given_object_is_refused_and_an_unknown_keyword_is_a_type
         verispec.check(VERIFIER, sacle=0.5)
     with pytest.raises(CheckError, match=r"design must be a CheckDesign, got DepthDesign"):
         verispec.check(VERIFIER, design=DepthDesign())  # type: ignore[arg-type]
+
+
+def _dests(command: str) -> set[str]:
+    """The destinations of a subcommand's flags."""
+    import argparse
+
+    from verispec.cli import build_parser
+
+    (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return {action.dest for action in subparsers.choices[command]._actions if action.dest != "help"}
+
+
+def test_every_flag_is_a_field_and_every_field_but_the_callbacks_a_flag() -> None:
+    """The CLI's builder reads the parsed flags by field name: a flag named otherwise would be lost."""
+    from verispec.decoder.options import DECODER_KEYWORDS
+    from verispec.options import CHECK_KEYWORDS
+
+    outputs = {"json", "junit_xml"}
+    assert _dests("check-decoder") - outputs == set(DECODER_KEYWORDS) - {"log", "progress"}
+    merge = {"merge", "allow_partial"}
+    assert _dests("check") - outputs - merge == set(CHECK_KEYWORDS) - {"log", "announce", "progress", "warn"}
+
+
+def test_a_worker_recipe_carries_the_decoder_under_test() -> None:
+    subject = DecoderUnderTest(mutant="bonus_from_wrong_row", model="/x.gguf", draft=DraftFlags(draft_top_k=5, k=3))
+    recipe = verispec.decoder.recipe.WorkerRecipe.of(subject, Path("/x.gguf"), "/tmp")
+    assert recipe.from_json(recipe.to_json()).subject() == subject

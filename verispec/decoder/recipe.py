@@ -36,17 +36,14 @@ class WorkerRecipe:
         """The recipe of a Python decoder under test (an ``engine`` string, ``ours`` or a
         ``mutant``) on the model file ``path``, its modules found from ``cwd``."""
         engine = subject.engine if isinstance(subject.engine, str) else None
-        draft = subject.draft
         return WorkerRecipe(
             str(path),
             engine,
             subject.ours,
             subject.mutant,
-            draft.draft_temperature,
-            draft.draft_top_k,
-            draft.k,
-            cwd,
-            subject.weights,
+            cwd=cwd,
+            weights=subject.weights,
+            **asdict(subject.draft),  # draft_temperature, draft_top_k, k: the same names
         )
 
     def subject(self) -> DecoderUnderTest:
