@@ -29,8 +29,9 @@ TEST_SEEDS_FROM = 20_261_130 + 100
 
 def _ours(path: Path) -> Any:
     from verispec.decoder.api import build_engine
+    from verispec.decoder.options import DecoderUnderTest
 
-    return build_engine(None, None, True, None, path, 2.0, 4, 2, 600.0)
+    return build_engine(DecoderUnderTest(ours=True, model=path))
 
 
 class Spoiled:

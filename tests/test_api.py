@@ -3,8 +3,8 @@
 What is shown: the API takes the callables themselves or ``module:function`` strings and returns
 the typed reports; the correct own-RNG sampler (examples/law_only_verifier.py) passes and its
 one-line-broken variant (tests/user_project.py) fails; bad arguments are typed errors before
-anything runs; ``verispec check`` and ``verispec check-decoder`` hand their flags to these same
-functions (no second copy of the flag handling); ``import verispec`` stays cheap.
+anything runs; ``verispec check`` and ``verispec check-decoder`` build their flags into the same
+option objects and run them with the same functions (no second copy of the flag handling); ``import verispec`` stays cheap.
 
 Sample sizes: the law tests run at ``SCALE`` of their full N (the reported power follows, and is
 not what is asserted); the broken sampler emits tokens of zero residual mass, which the
@@ -29,7 +29,9 @@ import pytest
 import verispec
 from tests.user_project import SAMPLER_TEMPLATE, broken_sampler
 from verispec import cli
+from verispec.decoder.options import DecoderOptions, DecoderUnderTest, DepthDesign, SamplingFlags
 from verispec.decoder.report import DecoderReport
+from verispec.options import CheckDesign, CheckOptions, VerifierUnderTest
 from verispec.spec.check import CheckError, CheckReport, PropertyOutcome
 from verispec.spec.external import DEFAULT_TIMEOUT
 
@@ -175,13 +177,13 @@ def _stub_report() -> CheckReport:
 def test_the_check_command_hands_its_flags_to_the_api(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    calls: list[CheckOptions] = []
 
-    def fake(*args: Any, **kwargs: Any) -> CheckReport:
-        calls.append((args, kwargs))
+    def fake(options: CheckOptions) -> CheckReport:
+        calls.append(options)
         return _stub_report()
 
-    monkeypatch.setattr("verispec.api.check", fake)
+    monkeypatch.setattr("verispec.api.run", fake)
     argv = [
         "check",
         "--verifier",
@@ -208,34 +210,17 @@ def test_the_check_command_hands_its_flags_to_the_api(
         "--no-keep-going",
     ]
     assert cli.main(argv) == 0
-    ((args, kwargs),) = calls
-    assert args == ("m:f",)
-    expected = {
-        "batch_verifier": "m:g",
-        "law_only": True,
-        "scale": 0.5,
-        "budget": 9.0,
-        "only": ["contract"],
-        "workers": 2,
-        "seed": 3,
-        "count": 4,
-        "fail_fast": True,
-        "shard": None,
-        "verifier_cmd": None,
-        "greedy_verifier": None,
-        "pipeline": None,
-        "vectors": None,
-        "sequential": False,
-        "budget_samples": None,
-        "timeout": DEFAULT_TIMEOUT,
-        "log": None,
-        "announce": None,
-        "progress": None,
-        "min_power": 0.25,
-        "keep_going": False,
-    }
-    assert callable(kwargs.pop("warn"))  # the slow-path warning goes to stderr
-    assert kwargs == expected
+    ((options),) = calls
+    assert options.subject == VerifierUnderTest(
+        "m:f", batch_verifier="m:g", law_only=True, workers=2, timeout=DEFAULT_TIMEOUT
+    )
+    assert options.design == CheckDesign(
+        scale=0.5, budget=9.0, only=["contract"], fail_fast=True, min_power=0.25, keep_going=False
+    )
+    assert (options.vectors, options.seed, options.count) == (None, 3, 4)
+    reporting = options.reporting
+    assert (reporting.log, reporting.announce, reporting.progress) == (None, None, None)
+    assert callable(reporting.warn)  # the slow-path warning goes to stderr
     assert json.loads(capsys.readouterr().out)["implementation"] == "stub"
 
 
@@ -253,44 +238,20 @@ def test_the_command_finds_a_module_of_the_current_folder(
 
 
 def test_the_check_decoder_command_hands_its_flags_to_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[dict[str, Any]] = []
+    calls: list[DecoderOptions] = []
 
-    def fake(engine: Any, **kwargs: Any) -> DecoderReport:
-        calls.append({"engine": engine, **kwargs})
+    def fake(options: DecoderOptions) -> DecoderReport:
+        calls.append(options)
         return DecoderReport("stub.gguf")
 
-    monkeypatch.setattr("verispec.decoder.api.check_decoder", fake)
-    assert (
-        cli.main(
-            [
-                "check-decoder",
-                "--ours",
-                "--model",
-                "x.gguf",
-                "--prompt",
-                "a",
-                "b",
-                "--depth",
-                "0",
-                "--m",
-                "2",
-                "--tv",
-                "0.3",
-            ]
-        )
-        == 1
-    )
-    ((kwargs),) = calls
-    assert kwargs["engine"] is None and kwargs["ours"] and kwargs["model"] == "x.gguf"
-    assert (
-        kwargs["prompts"] == ["a", "b"]
-        and kwargs["m"] == 2
-        and kwargs["tv"] == 0.3
-        and kwargs["target_law"] == "reference"
-    )
-    assert (
-        kwargs["alpha"] is None and kwargs["greedy"] is False and kwargs["timeout"] == 600.0 and callable(kwargs["log"])
-    )
+    monkeypatch.setattr("verispec.decoder.api.run", fake)
+    argv = ["check-decoder", "--ours", "--model", "x.gguf", "--prompt", "a", "b", "--depth", "0", "--m", "2"]
+    assert cli.main([*argv, "--tv", "0.3"]) == 1
+    ((options),) = calls
+    assert options.subject == DecoderUnderTest(ours=True, model="x.gguf", timeout=600.0)
+    assert options.prompts == ("a", "b") and options.sampling == SamplingFlags(target_law="reference")
+    assert options.design == DepthDesign(depth=0, m=2, tv=0.3, alpha=None, greedy=False)
+    assert callable(options.reporting.log)
 
 
 def test_the_check_decoder_command_prints_each_prompt_as_it_is_decided(

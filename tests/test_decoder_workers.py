@@ -21,6 +21,7 @@ from tests.processes import group_gone
 from tests.synthetic import Variant, write_synthetic
 from verispec import cli
 from verispec.decoder.api import build_engine
+from verispec.decoder.options import DecoderUnderTest
 from verispec.decoder.worker import WorkerRecipe
 from verispec.reference.errors import ExternalError, ProgramCannotStart
 from verispec.reference.sampling import SamplingParams
@@ -61,7 +62,7 @@ def two_workers(tiny_model: Path) -> Iterator[GenerationPool]:
 
 
 def test_a_block_decoded_by_a_worker_is_the_block_decoded_here(tiny_model: Path, two_workers: GenerationPool) -> None:
-    here = build_engine(None, None, True, None, tiny_model, 2.0, 4, 2, NET)
+    here = build_engine(DecoderUnderTest(ours=True, model=tiny_model, timeout=NET))
     case = case_of(tiny_model)
     for seed in (7, 8):
         mine = here.generate(case.prompt_ids, PARAMS, case.max_tokens, 5, seed)
@@ -79,7 +80,7 @@ def test_the_depth_test_reaches_the_same_numbers_with_one_and_two_workers(
 
     rows = reference_rows(Model.load(tiny_model))
     case = case_of(tiny_model)
-    here = build_engine(None, None, True, None, tiny_model, 2.0, 4, 2, NET)
+    here = build_engine(DecoderUnderTest(ours=True, model=tiny_model, timeout=NET))
     one = verdict_json(check_depth(here, rows, case, alpha=1e-3, max_generations=16, block=4, pilot=8))
     two = verdict_json(check_depth(two_workers, rows, case, alpha=1e-3, max_generations=16, block=4, pilot=8))
     assert one["generations"] == 16 and one["state"] == "inconclusive"
@@ -160,7 +161,7 @@ def test_two_sample_mode_at_depth_reaches_the_same_numbers_with_two_workers(
     from verispec.spec.decoder.depth.two_sample import verdict_json as two_sample_json
 
     case = case_of(tiny_model)
-    here = build_engine(None, None, True, None, tiny_model, 2.0, 4, 2, NET)
+    here = build_engine(DecoderUnderTest(ours=True, model=tiny_model, timeout=NET))
     settings = {"alpha": 1e-3, "pilot": 8, "n_per_arm": 8, "block": 4}
     one = two_sample_json(check_two_sample_depth(here, case, **settings))  # type: ignore[arg-type]
     two = two_sample_json(check_two_sample_depth(two_workers, case, **settings))  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ pytest plugin imports this package in every test session.
 The modules:
 
 - :mod:`.api`: The gate from Python: :func:`check` and :func:`check_decoder`, the two commands as functions.
+- :mod:`.options`: The options of ``verispec check`` as objects, and the one mapping from flat keywords onto them.
 - :mod:`.arguments`: The argument checks of :func:`verispec.check` and :func:`verispec.check_decoder`, by type and range.
 - :mod:`.atomic`: The atomic writer for the CLI: re-exported from :mod:`reference.atomic`, the one definition.
 - :mod:`.bench`: `verispec bench`: every speed that matters, measured in ONE process so the ratios are comparable.
@@ -32,6 +33,7 @@ The modules:
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -41,6 +43,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from verispec.api import check, check_decoder
+    from verispec.decoder.options import (
+        DecoderReporting,
+        DecoderUnderTest,
+        DepthDesign,
+        DraftFlags,
+        Penalties,
+        SamplingFlags,
+    )
+    from verispec.options import CheckDesign, CheckReporting, VerifierUnderTest
 
 
 class _MovedNames(importlib.abc.MetaPathFinder):
@@ -67,7 +78,33 @@ class _MovedNames(importlib.abc.MetaPathFinder):
 if not any(isinstance(f, _MovedNames) for f in sys.meta_path):
     sys.meta_path.insert(0, _MovedNames())  # before the path finder: an old submodule must not load twice
 
-__all__ = ["__version__", "check", "check_decoder"]
+# the option objects of the two gates (verispec/options.py, verispec/decoder/options.py), by module
+_OPTIONS = {
+    "verispec.options": ("CheckDesign", "CheckReporting", "VerifierUnderTest"),
+    "verispec.decoder.options": (
+        "DecoderReporting",
+        "DecoderUnderTest",
+        "DepthDesign",
+        "DraftFlags",
+        "Penalties",
+        "SamplingFlags",
+    ),
+}
+
+__all__ = [
+    "CheckDesign",
+    "CheckReporting",
+    "DecoderReporting",
+    "DecoderUnderTest",
+    "DepthDesign",
+    "DraftFlags",
+    "Penalties",
+    "SamplingFlags",
+    "VerifierUnderTest",
+    "__version__",
+    "check",
+    "check_decoder",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -79,4 +116,7 @@ def __getattr__(name: str) -> Any:
         from verispec import api
 
         return getattr(api, name)
+    for module, names in _OPTIONS.items():
+        if name in names:
+            return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'verispec' has no attribute {name!r}")

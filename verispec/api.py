@@ -6,9 +6,11 @@
                             law_only=True, budget=600)
     assert report.passed, report.summary()
 
-The keyword arguments are the command-line flags (``--batch-verifier`` -> ``batch_verifier``);
-``verispec check`` and ``verispec check-decoder`` call these same functions, so a flag and its
-keyword are checked, defaulted and run by one piece of code. Bad arguments (a wrong type included:
+The options are objects (verispec/options.py, verispec/decoder/options.py: ``VerifierUnderTest``,
+``CheckDesign``, ...) whose fields are the command-line flags (``--batch-verifier`` ->
+``batch_verifier``), each also a keyword of these functions; ``verispec check`` and ``verispec
+check-decoder`` build the same objects with the same builder and run them with the same
+function, so a flag and its keyword are checked, defaulted and run by one piece of code. Bad arguments (a wrong type included:
 a string for a number, a float for an integer, a number for a verifier; verispec/arguments.py)
 raise a :class:`~verispec.reference.errors.VerispecError` (``CheckError``) before anything runs; a failing
 implementation is not an exception but a report with ``passed`` False.
@@ -16,139 +18,110 @@ implementation is not an exception but a report with ``passed`` False.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from verispec import arguments
 from verispec.decoder.api import check_decoder  # re-exported: cheap, it imports its work lazily
+from verispec.options import CheckDesign, CheckOptions, CheckReporting, Part, VerifierUnderTest, check_options
 
 if TYPE_CHECKING:
-    from verispec.spec.check import CheckReport, Implementation, PropertyOutcome
+    from verispec.spec.check import CheckReport, Implementation
     from verispec.spec.sequential import Budget
     from verispec.spec.vectors import VectorSet
     from verispec.spec.workers import ImplementationSpec
 
-__all__ = ["check", "check_decoder", "parse_shard"]
-
-Part = str | Callable[..., Any] | None  # "module:function" or the callable itself
+__all__ = ["check", "check_decoder", "check_options", "parse_shard", "run"]
 
 
 def check(
-    verifier: Part = None,
+    subject: VerifierUnderTest | Part = None,
     *,
-    batch_verifier: Part = None,
-    greedy_verifier: Part = None,
-    pipeline: Any = None,
-    verifier_cmd: str | None = None,
-    timeout: float | None = None,
-    law_only: bool = False,
     vectors: str | Path | None = None,
     seed: int | None = None,
     count: int | None = None,
-    scale: float = 1.0,
-    fail_fast: bool = False,
-    only: Sequence[str] | None = None,
-    sequential: bool = False,
-    budget: float | None = None,
-    budget_samples: int | None = None,
-    workers: int = 1,
-    shard: str | tuple[int, int] | None = None,
-    log: Callable[[PropertyOutcome], None] | None = None,
-    announce: Callable[[str], None] | None = None,
-    progress: Callable[[str], None] | None = None,
-    min_power: float | None = None,
-    keep_going: bool | None = None,
-    warn: Callable[[str], None] | None = None,
+    design: CheckDesign | None = None,
+    reporting: CheckReporting | None = None,
+    **keywords: Any,
 ) -> CheckReport:
     """Check a verifier against the spec (``verispec check``); returns the typed report.
 
-    The implementation: ``verifier`` (with ``batch_verifier``, ``greedy_verifier``, ``pipeline``),
-    each a ``"module:function"`` string or the callable itself, or ``verifier_cmd``, a program
-    speaking the JSON-lines wire protocol (``timeout`` seconds per answer; default
-    ``spec.external.DEFAULT_TIMEOUT``). ``law_only``: it draws its own randomness,
-    ``f(p, q, drafts)`` (spec/law_only.py). ``vectors``: replay these vector files, else generate
-    them (``seed``, ``count``; only the kinds the run replays). ``scale`` multiplies the statistical sample
-    sizes (the reported power follows). ``sequential`` / ``budget`` (seconds) / ``budget_samples``:
-    group-sequential statistics that stop early (inconclusive when a budget ends first).
-    ``workers``: draw in N processes (string parts only: they cross a process boundary).
-    ``shard``: ``"I/S"`` or ``(I, S)``, one shard of a run that ``verispec check --merge`` adds up.
-    ``log`` sees each property's outcome as it is decided; ``announce`` the implementation's
-    description once it is loaded; ``progress`` one line of progress at a time on long runs.
+    The run is three objects (verispec/options.py) and the vectors it replays: ``subject``, the
+    :class:`VerifierUnderTest` (``verifier``, with ``batch_verifier``, ``greedy_verifier``,
+    ``pipeline``, each a ``"module:function"`` string or the callable itself, or ``verifier_cmd``,
+    a program speaking the JSON-lines wire protocol, ``timeout`` seconds per answer, default
+    ``spec.external.DEFAULT_TIMEOUT``; ``law_only``: it draws its own randomness, ``f(p, q,
+    drafts)``, spec/law_only.py; ``workers``: draw in N processes, string parts only: they cross a
+    process boundary); ``design``, the :class:`CheckDesign`; ``reporting``, the
+    :class:`CheckReporting` callbacks. Each field is also a keyword of the same name, the flag's,
+    and ``subject`` may be the verifier itself. ``vectors``: replay these vector files, else
+    generate them (``seed``, ``count``; only the kinds the run replays).
 
-    ``min_power``: the power a statistical pass may have below the design's 0.99 (a pass short of
-    the power it needs, e.g. at ``scale`` < 1, is inconclusive, exit 3, unless this accepts it;
-    the claim prints the power reached). ``keep_going``: run the statistical tests after a
-    deterministic property (a vector replay, the contract, ...) has failed; default: yes, except
-    when the environment variable ``CI`` is ``true`` (a failed replay already decides the verdict).
-    ``warn`` gets one line when the run takes the slow path (default: :func:`warnings.warn`).
+    The design: ``scale`` multiplies the statistical sample sizes (the reported power follows).
+    ``sequential`` / ``budget`` (seconds) / ``budget_samples``: group-sequential statistics that
+    stop early (inconclusive when a budget ends first). ``shard``: ``"I/S"`` or ``(I, S)``, one
+    shard of a run that ``verispec check --merge`` adds up. ``min_power``: the power a statistical
+    pass may have below the design's 0.99 (a pass short of the power it needs, e.g. at ``scale`` <
+    1, is inconclusive, exit 3, unless this accepts it; the claim prints the power reached).
+    ``keep_going``: run the statistical tests after a deterministic property (a vector replay,
+    the contract, ...) has failed; default: yes, except when the environment variable ``CI`` is
+    ``true`` (a failed replay already decides the verdict).
+
+    The reporting: ``log`` sees each property's outcome as it is decided; ``announce`` the
+    implementation's description once it is loaded; ``progress`` one line of progress at a time
+    on long runs; ``warn`` gets one line when the run takes the slow path (default:
+    :func:`warnings.warn`).
 
     Example (a law-only sampler, quick local run)::
 
         report = verispec.check(verifier=verify, batch_verifier=verify_batch, law_only=True, scale=0.05)
+        report = verispec.check(
+            VerifierUnderTest(verify, batch_verifier=verify_batch, law_only=True), design=CheckDesign(scale=0.05)
+        )
         print(report.summary())          # the failing properties, the verdict, the claim
         report.exit_status               # 0 passed, 1 failed, 3 inconclusive
         json.dumps(report.as_json())     # what `verispec check --json` prints
     """
+    options = check_options(
+        subject, vectors=vectors, seed=seed, count=count, design=design, reporting=reporting, **keywords
+    )
+    return run(options)
+
+
+def run(options: CheckOptions) -> CheckReport:
+    """The run of ``options`` (built and checked by :func:`check_options`): the CLI's, the API's
+    and the pytest plugin's, one piece of code."""
     from verispec.spec.check import DEFAULT_STAT_SEED, run_check
-    from verispec.spec.external import DEFAULT_TIMEOUT
     from verispec.spec.workers import WorkerPool
 
-    for label, value in (
-        ("verifier", verifier),
-        ("batch_verifier", batch_verifier),
-        ("greedy_verifier", greedy_verifier),
-        ("pipeline", pipeline),
-        ("log", log),
-        ("announce", announce),
-        ("progress", progress),
-    ):
-        arguments.part(label, value)
-    arguments.optional_text("verifier_cmd", verifier_cmd)
-    for label, value in (("law_only", law_only), ("fail_fast", fail_fast), ("sequential", sequential)):
-        arguments.flag(label, value)
-    arguments.optional_path("vectors", vectors)
-    arguments.optional_integer("seed", seed, minimum=0)
-    arguments.optional_integer("count", count, minimum=0)
-    arguments.number("scale", scale, positive=True)
-    arguments.optional_texts("only", only)
-    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-    _check_arguments(timeout, budget, budget_samples, workers)
-    _check_min_power(min_power)
-    if vectors is not None and (seed is not None or count is not None):
-        raise _error("vectors replays files; seed/count generate vectors: give one or the other")
-    where = parse_shard(shard)
-    if where is not None and (budget is not None or budget_samples is not None):
-        raise _error("shard runs its whole slice: a budget would leave holes in the merge")
-    parts = (verifier, batch_verifier, greedy_verifier, pipeline)
-    if workers > 1 and any(part is not None and not isinstance(part, str) for part in parts):
-        raise _error("workers > 1 builds the verifier in other processes: give its parts as 'module:function'")
-    impl, spec = _implementation(*parts, verifier_cmd, timeout, law_only)  # cheap errors first, then the vectors
+    subject, design, reporting = options.subject, options.design, options.reporting
+    impl, spec = _implementation(subject)  # cheap errors first, then the vectors
     pool: WorkerPool | None = None
     try:
-        cases = _vectors(vectors, seed, count, _replayed_kinds(law_only, only))
-        if announce is not None:
-            announce(impl.description)
-        slow = slow_path_warning(verifier_cmd is None, batch_verifier is not None, only)
+        cases = _vectors(options.vectors, options.seed, options.count, _replayed_kinds(subject.law_only, design.only))
+        if reporting.announce is not None:
+            reporting.announce(impl.description)
+        slow = slow_path_warning(subject.verifier_cmd is None, subject.batch_verifier is not None, design.only)
         if slow is not None:
-            (warn or _warn)(slow)
-        if workers > 1 and spec is not None:
-            pool = WorkerPool(spec, DEFAULT_STAT_SEED, workers)
+            (reporting.warn or _warn)(slow)
+        if subject.workers > 1 and spec is not None:
+            pool = WorkerPool(spec, DEFAULT_STAT_SEED, subject.workers)
         return run_check(
             impl,
             cases,
-            scale=scale,
-            fail_fast=fail_fast,
-            only=only,
-            log=log,
-            sequential=sequential,
-            budget=_budget(budget, budget_samples),
-            shard=where,
+            scale=design.scale,
+            fail_fast=design.fail_fast,
+            only=design.only,
+            log=reporting.log,
+            sequential=design.sequential,
+            budget=_budget(design.budget, design.budget_samples),
+            shard=design.slice(),
             draw=pool.draw if pool else None,
-            parallel=workers,
-            progress=progress,
-            min_power=min_power,
-            keep_going=ci_keeps_going() if keep_going is None else keep_going,
+            parallel=subject.workers,
+            progress=reporting.progress,
+            min_power=design.min_power,
+            keep_going=ci_keeps_going() if design.keep_going is None else design.keep_going,
         )
     finally:
         impl.close()
@@ -184,23 +157,10 @@ def ci_keeps_going() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("true", "1", "yes")
 
 
-def _check_min_power(min_power: float | None) -> None:
-    if min_power is not None and not 0 <= min_power <= 1:
-        raise _error(f"min_power must be in [0, 1], got {min_power}")
-
-
 def _error(message: str) -> Exception:
     from verispec.spec.check import CheckError
 
     return CheckError(message)
-
-
-def _check_arguments(timeout: object, budget: object, budget_samples: object, workers: object) -> None:
-    arguments.number("timeout", timeout, positive=True)
-    if budget is not None and not (isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0):
-        raise _error(f"budget must be > 0 seconds, got {arguments.shown(budget)}")  # inf: no budget, as the CLI allows
-    arguments.optional_integer("budget_samples", budget_samples, minimum=0)
-    arguments.integer("workers", workers, minimum=1)
 
 
 def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -230,26 +190,18 @@ def _budget(seconds: float | None, samples: int | None) -> Budget | None:
     return None if seconds is None and samples is None else Budget(seconds=seconds, samples=samples)
 
 
-def _implementation(
-    verifier: Part,
-    batch: Part,
-    greedy: Part,
-    pipeline: Any,
-    command: str | None,
-    timeout: float,
-    law_only: bool,
-) -> tuple[Implementation, ImplementationSpec | None]:
+def _implementation(subject: VerifierUnderTest) -> tuple[Implementation, ImplementationSpec | None]:
     """The implementation, and how to rebuild it in a worker (None when a part is a callable)."""
     from verispec.spec.check import CommandImplementation, PythonImplementation
     from verispec.spec.workers import ImplementationSpec
 
+    law_only, command = subject.law_only, subject.verifier_cmd
     if command is not None:
-        if verifier is not None or batch is not None or greedy is not None or pipeline is not None:
-            raise _error("batch_verifier, greedy_verifier and pipeline go with verifier, not verifier_cmd")
+        timeout = subject.timeout
+        assert timeout is not None  # VerifierUnderTest fills in the default when built
         spec = ImplementationSpec(command=command, timeout=timeout, law_only=law_only)
         return CommandImplementation(command, timeout, law_only=law_only), spec
-    if verifier is None:
-        raise _error("give verifier (module:function or a callable) or verifier_cmd")
+    verifier, batch, greedy, pipeline = subject.parts()
     if isinstance(verifier, str) and all(part is None or isinstance(part, str) for part in (batch, greedy, pipeline)):
         spec = ImplementationSpec(verifier, _text(batch), _text(greedy), _text(pipeline), law_only=law_only)
         return PythonImplementation.from_specs(

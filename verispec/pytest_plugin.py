@@ -5,8 +5,9 @@
                                 law_only=True, budget=600)
         assert report.passed, report.summary()
 
-``verispec_check(**kwargs)`` is :func:`verispec.check` and ``verispec_check_decoder(**kwargs)`` is
-:func:`verispec.check_decoder`, with one difference: ``--verispec-scale X`` (or the ini option
+``verispec_check(...)`` is :func:`verispec.check` and ``verispec_check_decoder(...)`` is
+:func:`verispec.check_decoder` (the same arguments: the option objects or their fields as
+keywords, built into the same objects), with one difference: ``--verispec-scale X`` (or the ini option
 ``verispec_scale``) multiplies every ``scale`` the tests ask for, so ``pytest --verispec-scale
 0.05`` is a quick local look and plain ``pytest`` in CI runs at the power the tests state. The
 reported power follows the scale, and a scaled-down pass is not a pass: it is inconclusive
@@ -100,15 +101,18 @@ def verispec_check(request: pytest.FixtureRequest) -> Callable[..., CheckReport]
     accepted = min_power(request.config)
 
     def run(*args: Any, **kwargs: Any) -> CheckReport:
-        from verispec import arguments
-        from verispec.api import check
+        from dataclasses import replace
 
-        # the test's own scale checked as verispec.check would, before the product can overflow to inf
-        scale = arguments.number("scale", kwargs.get("scale", 1.0), positive=True) * factor
-        kwargs["scale"] = arguments.number("scale (the test's scale times --verispec-scale)", scale, positive=True)
-        if kwargs.get("min_power") is None:
-            kwargs["min_power"] = accepted
-        report = check(*args, **kwargs)
+        from verispec import api, arguments
+        from verispec.options import check_options
+
+        options = check_options(*args, **kwargs)  # the objects verispec.check builds, the same checks
+        design = options.design
+        scale = arguments.number(  # the product checked too: two finite factors can overflow to inf
+            "scale (the test's scale times --verispec-scale)", design.scale * factor, positive=True
+        )
+        min_power = accepted if design.min_power is None else design.min_power
+        report = api.run(replace(options, design=replace(design, scale=scale, min_power=min_power)))
         request.node.user_properties.append(("verispec_claim", report.claim()))
         return report
 
@@ -121,9 +125,10 @@ def verispec_check_decoder(request: pytest.FixtureRequest) -> Callable[..., Deco
     (its sample sizes come from ``tv`` and ``alpha``, which the session's scale does not change)."""
 
     def run(*args: Any, **kwargs: Any) -> DecoderReport:
-        from verispec.decoder.api import check_decoder
+        from verispec.decoder import api
+        from verispec.decoder.options import decoder_options
 
-        report = check_decoder(*args, **kwargs)
+        report = api.run(decoder_options(*args, **kwargs))  # the objects verispec.check_decoder builds
         request.node.user_properties.append(("verispec_verdict", report.verdict()))
         return report
 

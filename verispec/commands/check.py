@@ -21,7 +21,8 @@ and the merge refuses unsigned ones (spec/report_seal.py).
 It replays the portable vectors (exact agreement), then runs the spec's properties, including the
 powered statistical tests, through the implementation, and reports per property: status, N,
 alpha, power. The interfaces are documented in spec/check.py (Python) and spec/external.py (the
-JSON-lines wire protocol). The same run from Python: ``verispec.check(...)`` (verispec/api.py).
+JSON-lines wire protocol). The same run from Python: ``verispec.check(...)`` (verispec/api.py), the
+flags built into the same objects (verispec/options.py).
 """
 
 from __future__ import annotations
@@ -188,8 +189,9 @@ def _print(
 
 
 def run(args: argparse.Namespace) -> int:
-    from verispec.api import check
+    from verispec import api
     from verispec.commands import import_from_current_folder
+    from verispec.options import CHECK_KEYWORDS, check_options, flag_values
     from verispec.progress import progress_line
     from verispec.spec.check import CheckError, format_outcome
 
@@ -217,32 +219,14 @@ def run(args: argparse.Namespace) -> int:
         print(format_outcome(outcome), flush=True)
 
     try:
-        report = check(  # verispec/api.py: the flags' checks, defaults and the run, one copy for CLI and API
-            args.verifier,
-            batch_verifier=args.batch_verifier,
-            greedy_verifier=args.greedy_verifier,
-            pipeline=args.pipeline,
-            verifier_cmd=args.verifier_cmd,
-            timeout=args.timeout,
-            law_only=args.law_only,
-            vectors=args.vectors,
-            seed=args.seed,
-            count=args.count,
-            scale=args.scale,
-            fail_fast=args.fail_fast,
-            only=args.only,
-            sequential=args.sequential,
-            budget=args.budget,
-            budget_samples=args.budget_samples,
-            workers=args.workers,
-            shard=args.shard,
+        options = check_options(  # verispec/options.py: the flags' checks, one builder for CLI and API
+            **flag_values(args, CHECK_KEYWORDS),
             log=None if quiet else log,
             announce=None if quiet else (lambda description: print(f"checking {description}", flush=True)),
             progress=progress,
-            min_power=args.min_power,
-            keep_going=args.keep_going,
             warn=lambda message: print(f"verispec: warning: {message}", file=sys.stderr, flush=True),
         )
+        report = api.run(options)
     finally:
         if progress is not None:
             progress.close()

@@ -45,7 +45,8 @@ logits when it reports them, else from our forward (the report says which).
 Exit status 0: every prompt passed; 1: a prompt failed (a law off the target, or a greedy
 divergence beyond the batch-shape noise); 2: a usage error (a mode the engine does not offer);
 3: inconclusive (the depth test's budget ended before its power, nothing failed).
-The same run from Python: ``verispec.check_decoder(...)`` (verispec/decoder/api.py).
+The same run from Python: ``verispec.check_decoder(...)`` (verispec/decoder/api.py), the flags
+built into the same objects (verispec/decoder/options.py).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="--ours: the fast engine's own speculative decoder in this mode, judged against its own rows",
     )
     parser.add_argument("--model", default="smollm2-135m", help="registry name or .gguf path (default smollm2-135m)")
-    parser.add_argument("--prompt", nargs="+", default=["The cat sat on the"], metavar="TEXT")
+    parser.add_argument("--prompt", dest="prompts", nargs="+", default=["The cat sat on the"], metavar="TEXT")
     parser.add_argument(
         "--bench-prompts", action="store_true", help="the five prompts of `verispec bench` instead of --prompt"
     )
@@ -164,53 +165,21 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def run(args: argparse.Namespace) -> int:
     from verispec.commands import import_from_current_folder
-    from verispec.decoder.api import check_decoder
+    from verispec.decoder import api
+    from verispec.decoder.options import DECODER_KEYWORDS, decoder_options
     from verispec.junit import check_junit_target, write_decoder_junit, write_side_output
+    from verispec.options import flag_values
     from verispec.progress import to_stderr
 
     if args.junit_xml is not None:
         check_junit_target(args.junit_xml)
     import_from_current_folder()
-    report = check_decoder(  # verispec/decoder/api.py: the flags' checks and the run, one copy for CLI and API
-        args.engine,
-        engine_cmd=args.engine_cmd,
-        ours=args.ours,
-        mutant=args.mutant,
-        model=args.model,
-        prompts=args.prompt,
-        bench_prompts=args.bench_prompts,
-        depth=args.depth,
-        m=args.m,
-        law=args.law,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        repetition_penalty=args.repetition_penalty,
-        frequency_penalty=args.frequency_penalty,
-        presence_penalty=args.presence_penalty,
-        penalty_last_n=args.penalty_last_n,
-        min_tokens=args.min_tokens,
-        draft_temperature=args.draft_temperature,
-        draft_top_k=args.draft_top_k,
-        k=args.k,
-        target_law=args.target_law,
-        tv=args.tv,
-        fraction=args.fraction,
-        budget=args.budget,
-        alpha=args.alpha,
-        min_mass=args.min_mass,
-        greedy=args.greedy,
-        max_tokens=args.max_tokens,
-        timeout=args.timeout,
-        workers=args.workers,
-        weights=args.weights,
+    options = decoder_options(  # verispec/decoder/options.py: the flags' checks, one builder for CLI and API
+        **flag_values(args, DECODER_KEYWORDS),
         log=None if args.json else (lambda result: print(result.line(), flush=True)),  # each prompt as it is decided
         progress=to_stderr if args.progress_every > 0 else None,  # terminals and CI logs alike
-        progress_every=args.progress_every,
-        first_m=args.first_m,
     )
+    report = api.run(options)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
     else:

@@ -1,26 +1,52 @@
 """``verispec.check_decoder(...)``: the law test of a whole speculative decoder, as a function.
 
-``verispec check-decoder`` parses its flags and calls :func:`check_decoder` with them (one keyword
-per flag: ``--engine-cmd`` -> ``engine_cmd``, ``--prompt`` -> ``prompts``), so the checks of the
-arguments, the defaults and the run are one piece of code. The modes and the engine interface are
-those of :mod:`verispec.spec.decoder.check`.
+``verispec check-decoder`` builds its options from its flags with :func:`decoder_options` (one
+field per flag: ``--engine-cmd`` -> ``engine_cmd``, ``--prompt`` -> ``prompts``;
+verispec/decoder/options.py) and runs them with :func:`run`, as :func:`check_decoder` does, so the
+checks of the arguments, the defaults and the run are one piece of code. The modes and the engine
+interface are those of :mod:`verispec.spec.decoder.check`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+
+from verispec.decoder.options import (
+    DEFAULT_PROMPTS,
+    DecoderOptions,
+    DecoderReporting,
+    DecoderUnderTest,
+    DepthDesign,
+    Engine,
+    SamplingFlags,
+    TargetLaw,
+    decoder_options,
+    default_tv,
+)
 
 if TYPE_CHECKING:
     from verispec.decoder.report import DecoderReport, PromptOutcome
-    from verispec.reference.sampling import SamplingParams
     from verispec.spec.decoder.laws import Profile
 
-TargetLaw = Literal["reference", "engine-logits", "two-sample"]
-DEFAULT_PROMPTS: tuple[str, ...] = ("The cat sat on the",)
+__all__ = [
+    "DEFAULT_PROMPTS",
+    "DecoderOptions",
+    "DecoderReporting",
+    "DecoderUnderTest",
+    "DepthDesign",
+    "SamplingFlags",
+    "TargetLaw",
+    "build_engine",
+    "check_decoder",
+    "decoder_options",
+    "default_tv",
+    "run",
+]
+
 # Threads computing our engine's teacher-forced passes ahead of the scoring (spec/decoder/depth/forcing.py):
 # its passes are thread-safe and release the GIL in onnxruntime, and the checker's serial pass is
 # what the decoding workers wait on.
@@ -29,60 +55,41 @@ DEFAULT_ALPHA = 1e-3  # the run's false-alarm probability, split over the prompt
 
 
 def check_decoder(
-    engine: str | Callable[[Path], Any] | None = None,
+    subject: DecoderUnderTest | Engine = None,
     *,
-    engine_cmd: str | None = None,
-    ours: bool = False,
-    mutant: str | None = None,
-    model: str | Path = "smollm2-135m",
     prompts: Sequence[str] = DEFAULT_PROMPTS,
     bench_prompts: bool = False,
-    depth: int = 64,
-    m: int = 3,
-    law: str = "verispec",
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
-    repeat_penalty: float | None = None,
-    repetition_penalty: float | None = None,
-    frequency_penalty: float | None = None,
-    presence_penalty: float | None = None,
-    penalty_last_n: int | None = None,
-    min_tokens: int | None = None,
-    draft_temperature: float = 2.0,
-    draft_top_k: int = 4,
-    k: int = 2,
-    target_law: TargetLaw = "reference",
-    tv: float | None = None,
-    fraction: float = 0.1,
-    budget: float | None = None,
-    alpha: float | None = None,
-    min_mass: float = 0.01,
-    greedy: bool = False,
-    max_tokens: int = 16,
-    timeout: float = 600.0,
-    workers: int = 1,
-    weights: str | None = None,
-    log: Callable[[PromptOutcome], None] | None = None,
-    progress: Callable[[str], None] | None = None,
-    progress_every: float = 30.0,
-    first_m: bool = True,
+    sampling: SamplingFlags | None = None,
+    design: DepthDesign | None = None,
+    reporting: DecoderReporting | None = None,
+    **keywords: Any,
 ) -> DecoderReport:
-    """Test a decoder's law on ``model``: every token of whole generations of up to ``depth``
+    """Test a decoder's law on its model: every token of whole generations of up to ``depth``
     tokens (the default; spec/decoder/depth/law.py, power 0.99 against TV ``tv`` (0.05) on ``fraction``
     of positions, ``budget`` seconds per prompt, inconclusive when it ends short), or with
     ``depth=0`` the first ``m`` tokens (spec/decoder/first_tokens.py, default TV 0.2), or with ``greedy``
     its speculative output against its own plain greedy output.
 
-    The decoder, exactly one of: ``engine``, a factory ``FACTORY(model_path) -> engine`` or its
-    ``"module:FACTORY"``; ``engine_cmd``, a program speaking the JSON-lines ops; ``ours``, our own
-    decode loop; ``mutant``, a mutant decoder of spec/decoder/mutants.py. ``target_law``: where the
-    law comes from (``reference``: our forward; ``engine-logits``: the engine's reported logits;
-    ``two-sample``: the same engine with speculation off, at depth its ``generate_plain`` and
-    position-binned features, default TV 0.1). N is chosen for power 0.99 against a
-    total-variation deviation ``tv`` at false-alarm probability ``alpha`` (default 1e-3, split over
-    the prompts). ``log`` sees each prompt's outcome as it is decided.
+    The run is four objects (verispec/decoder/options.py): ``subject``, the
+    :class:`DecoderUnderTest` (exactly one of ``engine``, a factory ``FACTORY(model_path) -> engine``
+    or its ``"module:FACTORY"``; ``engine_cmd``, a program speaking the JSON-lines ops; ``ours``, our
+    own decode loop; ``mutant``, a mutant decoder of spec/decoder/mutants.py; and ``model``,
+    ``weights``, ``timeout``, ``workers``, the ``draft``); ``sampling``, the :class:`SamplingFlags`
+    of the target law; ``design``, the :class:`DepthDesign` of the test; ``reporting``, the
+    :class:`DecoderReporting` callbacks. Each field is also a keyword of the same name, the flag's
+    (``--draft-top-k`` -> ``draft_top_k``), and ``subject`` may be the engine itself::
+
+        report = verispec.check_decoder("mypkg.serving:engine_factory", model="model.gguf", depth=0, m=2)
+        report = verispec.check_decoder(
+            DecoderUnderTest("mypkg.serving:engine_factory", model="model.gguf"), design=DepthDesign(depth=0, m=2)
+        )
+        assert report.passed, report.summary()
+
+    ``target_law``: where the law comes from (``reference``: our forward; ``engine-logits``: the
+    engine's reported logits; ``two-sample``: the same engine with speculation off, at depth its
+    ``generate_plain`` and position-binned features, default TV 0.1). N is chosen for power 0.99
+    against a total-variation deviation ``tv`` at false-alarm probability ``alpha`` (default 1e-3,
+    split over the prompts). ``log`` sees each prompt's outcome as it is decided.
 
     Sized for CI (the depth test against a law): ``progress`` receives lines as the run goes (the
     pilot's cost per token and the design with its projected time up front, within one
@@ -113,122 +120,53 @@ def check_decoder(
     None; a keyword the chosen law does not have is a usage error naming its flag. The engine
     receives a non-default law as ``law=`` (a :class:`verispec.spec.decoder.laws.Profile`; on the wire the
     ``"law"`` field).
-
-    Example::
-
-        report = verispec.check_decoder("mypkg.serving:engine_factory", model="model.gguf", m=2)
-        assert report.passed, report.summary()
     """
+    options = decoder_options(
+        subject,
+        prompts=prompts,
+        bench_prompts=bench_prompts,
+        sampling=sampling,
+        design=design,
+        reporting=reporting,
+        **keywords,
+    )
+    return run(options)
+
+
+def run(options: DecoderOptions) -> DecoderReport:
+    """The run of ``options`` (built and checked by :func:`decoder_options`): the CLI's, the API's
+    and the pytest plugin's, one piece of code."""
     from verispec.decoder.report import DecoderReport
     from verispec.reference.model import Model
     from verispec.reference.tokenizer import Tokenizer
     from verispec.registry import resolve_model
     from verispec.spec.decoder.check import ReferenceLogits
-    from verispec.spec.decoder.laws import min_tokens_of
-    from verispec.spec.external import check_timeout
 
-    _check_types(
-        dict(
-            engine=engine,
-            engine_cmd=engine_cmd,
-            ours=ours,
-            mutant=mutant,
-            model=model,
-            prompts=prompts,
-            bench_prompts=bench_prompts,
-            depth=depth,
-            m=m,
-            law=law,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            repeat_penalty=repeat_penalty,
-            repetition_penalty=repetition_penalty,
-            frequency_penalty=frequency_penalty,
-            presence_penalty=presence_penalty,
-            penalty_last_n=penalty_last_n,
-            min_tokens=min_tokens,
-            draft_temperature=draft_temperature,
-            draft_top_k=draft_top_k,
-            k=k,
-            target_law=target_law,
-            tv=tv,
-            fraction=fraction,
-            budget=budget,
-            alpha=alpha,
-            min_mass=min_mass,
-            greedy=greedy,
-            max_tokens=max_tokens,
-            weights=weights,
-            log=log,
-        )
-    )
-    budget_led = tv is None and budget is not None and depth > 0 and target_law != "two-sample" and not greedy
-    tv = default_tv(depth, target_law) if tv is None else tv
-    _check_arguments(engine, engine_cmd, ours, mutant, m, tv, alpha, k, max_tokens, target_law)
-    flags = {
-        "temperature": temperature,
-        "top_k": top_k,
-        "top_p": top_p,
-        "min_p": min_p,
-        "repeat_penalty": repeat_penalty,
-        "repetition_penalty": repetition_penalty,
-        "frequency_penalty": frequency_penalty,
-        "presence_penalty": presence_penalty,
-        "penalty_last_n": penalty_last_n,
-        "min_tokens": min_tokens,
-    }
-    _check_depth_arguments(depth, min_tokens or 0, fraction, budget, ours)
-    _check_progress_every(progress_every)
-    _check_workers(workers, engine, depth, greedy)
-    _check_weights(weights, ours, depth, greedy, target_law)
-    _profile(law, flags, ())  # before the model loads: a flag the law lacks, a bad value
-    _check_law_mode(law, ours or mutant is not None, target_law, greedy)
-    check_timeout(timeout)  # before the model loads: inf, nan, 1e300, -1 are usage errors
-    texts = _prompts(prompts, bench_prompts)
-    path = resolve_model(str(model))
+    texts = options.texts()
+    subject, reporting = options.subject, options.reporting
+    path = resolve_model(str(subject.model))
     reference, tokenizer = Model.load(path), Tokenizer.from_file(path)
-    profile = _profile(law, flags, tokenizer.eog_ids)
-    params = profile.legacy
     logits = ReferenceLogits(reference)
-    decoder = build_engine(
-        engine, engine_cmd, ours, mutant, path, draft_temperature, draft_top_k, k, timeout, logits, tokenizer, weights
-    )
+    decoder = build_engine(subject, path, logits, tokenizer)
     report = DecoderReport(str(path))
     start = time.perf_counter()
-    per_prompt = (alpha if alpha is not None else DEFAULT_ALPHA) / len(texts)  # Bonferroni over the prompts
+    design = options.design
+    per_prompt = (design.alpha if design.alpha is not None else DEFAULT_ALPHA) / len(texts)  # Bonferroni
     pool = None
     try:
-        run = _Run(decoder, logits, tokenizer, params, m, per_prompt, tv, min_mass, greedy, max_tokens, target_law)
-        if workers > 1:
-            pool = _pool(
-                workers,
-                engine,
-                engine_cmd,
-                ours,
-                mutant,
-                path,
-                draft_temperature,
-                draft_top_k,
-                k,
-                timeout,
-                logits,
-                tokenizer,
-                weights,
-            )
-            run.generations = pool
-        run.law = None if profile.name == "verispec" else profile
-        run.depth = _Depth(depth, min_tokens_of(profile), fraction, budget, reference, budget_led, first_m)
-        if progress is not None:
+        checker = _Run(decoder, logits, tokenizer, options, per_prompt)
+        if subject.workers > 1:
+            pool = _pool(subject, path, logits, tokenizer)
+            checker.generations = pool
+        if reporting.progress is not None:
             from verispec.progress import PeriodicLines
 
-            run.progress = PeriodicLines(progress, progress_every)
-        run.check_modes()
+            checker.progress = PeriodicLines(reporting.progress, reporting.progress_every)
+        checker.check_modes()
         for text in texts:
-            report.results.append(run.prompt(text))
-            if log:
-                log(report.results[-1])
+            report.results.append(checker.prompt(text))
+            if reporting.log:
+                reporting.log(report.results[-1])
     finally:
         report.seconds = time.perf_counter() - start
         if pool is not None:
@@ -239,237 +177,49 @@ def check_decoder(
     return report
 
 
-def default_tv(depth: int, target_law: str) -> float:
-    """The deviation N is designed for: TV 0.05 on 10% of positions at depth against a law, TV 0.1
-    on one bin's feature law in two-sample mode at depth, TV 0.2 on the first-m cell law."""
-    if not depth:
-        return 0.2
-    return 0.1 if target_law == "two-sample" else 0.05
-
-
 def _error(message: str) -> Exception:
     from verispec.spec.check import CheckError
 
     return CheckError(message)
 
 
-# Each keyword's type (the ranges are checked after, by the checks below and the law profiles):
-# a Python caller can pass anything, the CLI passes what argparse parsed, and both get one message.
-_NUMBERS = (
-    "temperature",
-    "top_p",
-    "min_p",
-    "repeat_penalty",
-    "repetition_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-    "tv",
-    "budget",
-    "alpha",
-)
-_INTEGERS = ("top_k", "penalty_last_n", "min_tokens")
-_TEXTS = ("engine_cmd", "mutant", "law", "target_law", "weights")
-
-
-def _check_types(values: dict[str, object]) -> None:
-    """CheckError (verispec/arguments.py) for a keyword of the wrong type, before anything loads."""
-    from verispec import arguments
-
-    for name in ("engine", "log"):
-        arguments.part(name, values[name])
-    for name in ("ours", "bench_prompts", "greedy"):
-        arguments.flag(name, values[name])
-    for name in _TEXTS:
-        arguments.optional_text(name, values[name])
-    for name in _NUMBERS:
-        if name == "budget":  # inf: no budget
-            if values[name] is not None and (
-                isinstance(values[name], bool) or not isinstance(values[name], (int, float))
-            ):
-                raise _error(f"budget must be a number of seconds, got {arguments.shown(values[name])}")
-            continue
-        arguments.optional_number(name, values[name])
-    for name in _INTEGERS:
-        arguments.optional_integer(name, values[name])
-    for name in ("depth", "m", "draft_top_k", "k", "max_tokens"):
-        arguments.integer(name, values[name])
-    for name in ("draft_temperature", "fraction", "min_mass"):
-        arguments.number(name, values[name])
-    arguments.optional_path("model", values["model"])
-    if values["model"] is None:
-        raise _error("model must be a registry name or a .gguf path, got None")
-    arguments.texts("prompts", values["prompts"])
-
-
-def _check_arguments(
-    engine: object,
-    engine_cmd: str | None,
-    ours: bool,
-    mutant: str | None,
-    m: int,
-    tv: float,
-    alpha: float | None,
-    k: int,
-    max_tokens: int,
-    target_law: str,
-) -> None:
-    from verispec.spec.decoder.first_tokens import MAX_M
-
-    given = sum(1 for chosen in (engine is not None, engine_cmd is not None, ours, mutant is not None) if chosen)
-    if given != 1:
-        raise _error("give exactly one decoder: engine (module:FACTORY or a factory), engine_cmd, ours or mutant")
-    if not 1 <= m <= MAX_M:
-        raise _error(f"m must be in [1, {MAX_M}], got {m}")
-    if not 0 < tv <= 1:
-        raise _error(f"tv must be in (0, 1], got {tv}")
-    if alpha is not None and not 0 < alpha < 1:
-        raise _error(f"alpha must be in (0, 1), got {alpha}")
-    if k < 1 or max_tokens < 1:
-        raise _error("k and max_tokens must be >= 1")
-    if target_law not in ("reference", "engine-logits", "two-sample"):
-        raise _error(f"target_law must be reference, engine-logits or two-sample, got {target_law!r}")
-
-
-def _check_depth_arguments(depth: int, min_tokens: int, fraction: float, budget: float | None, ours: bool) -> None:
-    if depth < 0 or min_tokens < 0:
-        raise _error("depth and min_tokens must be >= 0")
-    if not 0 < fraction <= 1:
-        raise _error(f"fraction must be in (0, 1], got {fraction}")
-    if budget is not None and not budget > 0:
-        raise _error(f"budget must be > 0 seconds, got {budget}")
-    if ours and min_tokens:
-        raise _error("ours: our decode loop has no min_tokens")
-
-
-def _check_progress_every(seconds: float) -> None:
-    import math
-
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-        raise _error(f"progress_every must be a finite number of seconds >= 0, got {seconds!r}")
-
-
-def _check_workers(workers: int, engine: object, depth: int, greedy: bool) -> None:
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise _error(f"workers must be an integer >= 1, got {workers!r}")
-    if workers > 1 and (not depth or greedy):
-        raise _error("workers > 1 decodes the depth test's generations: it needs depth > 0 and no greedy mode")
-    if workers > 1 and engine is not None and not isinstance(engine, str):
-        raise _error("workers > 1 builds the engine in other processes: give it as 'module:FACTORY'")
-
-
-def _check_weights(weights: str | None, ours: bool, depth: int, greedy: bool, target_law: str) -> None:
-    from verispec.engine_load import WEIGHTS_CHOICES
-
-    if weights is None:
-        return
-    if weights not in WEIGHTS_CHOICES or weights == "quantized":
-        raise _error(f"weights must be auto, int8, exact or f32, got {weights!r}")
-    if not ours:
-        raise _error("weights picks the engine of our own decoder: it needs ours")
-    if not depth or greedy or target_law == "two-sample":
-        raise _error(
-            "ours with weights runs the depth test against the engine's own rows: depth > 0, no greedy, no two-sample"
-        )
-
-
-def _pool(
-    workers: int,
-    engine: str | Callable[[Path], Any] | None,
-    engine_cmd: str | None,
-    ours: bool,
-    mutant: str | None,
-    path: Path,
-    draft_temperature: float,
-    draft_top_k: int,
-    k: int,
-    timeout: float,
-    logits: Any,
-    tokenizer: Any,
-    weights: str | None = None,
-) -> Any:
-    """``workers`` engine processes (spec/decoder/depth/pool.py): ``engine_cmd`` that many times, or
-    verispec/decoder/worker.py building the Python engine in each."""
+def _pool(subject: DecoderUnderTest, path: Path, logits: Any, tokenizer: Any) -> Any:
+    """``subject.workers`` engine processes (spec/decoder/depth/pool.py): ``engine_cmd`` that many
+    times, or verispec/decoder/worker.py building the Python engine in each."""
     import os
 
     from verispec.decoder.recipe import WorkerRecipe
     from verispec.spec.decoder.check import CommandEngine
     from verispec.spec.decoder.depth.pool import GenerationPool
 
+    engine_cmd = subject.engine_cmd
     if engine_cmd is None:
-        recipe = WorkerRecipe(
-            str(path),
-            engine if isinstance(engine, str) else None,
-            ours,
-            mutant,
-            draft_temperature,
-            draft_top_k,
-            k,
-            os.getcwd(),
-            weights,
-        )
-        engine_cmd = recipe.command()
+        engine_cmd = WorkerRecipe.of(subject, path, os.getcwd()).command()
     vocab = logits.model.config.n_vocab
-    return GenerationPool([CommandEngine(engine_cmd, timeout, vocab, tokenizer.eog_ids) for _ in range(workers)])
+    engines = [CommandEngine(engine_cmd, subject.timeout, vocab, tokenizer.eog_ids) for _ in range(subject.workers)]
+    return GenerationPool(engines)
 
 
-def _profile(law: str, flags: dict[str, Any], eog: Collection[int]) -> Profile:
-    """The law profile of the sampling flags (spec/decoder/laws/); a usage error names a flag it lacks."""
-    from verispec.spec.decoder.laws import build
-
-    return build(law, flags, eog)
-
-
-def _check_law_mode(law: str, ours: bool, target_law: str, greedy: bool) -> None:
-    """Our decode loop and its mutants sample the verispec law (their bugs are written against its
-    penalty window and min_tokens); two-sample mode has no law at all."""
-    if law == "verispec" or greedy:
-        return
-    if ours:
-        raise _error(f"ours and the mutants sample the verispec law; law {law} needs another decoder")
-    if target_law == "two-sample":
-        raise _error(
-            f"target_law two-sample compares the engine with itself, no law; law {law} needs reference or engine-logits"
-        )
-
-
-def _prompts(prompts: Sequence[str], bench_prompts: bool) -> list[str]:
-    if bench_prompts:
-        from verispec.bench.options import PROMPTS
-
-        return [text for _, text in PROMPTS]
-    if isinstance(prompts, str) or not prompts:
-        raise _error("prompts must be a non-empty sequence of strings")
-    return list(prompts)
-
-
-def build_engine(
-    engine: str | Callable[[Path], Any] | None,
-    engine_cmd: str | None,
-    ours: bool,
-    mutant: str | None,
-    path: Path,
-    draft_temperature: float,
-    draft_top_k: int,
-    k: int,
-    timeout: float,
-    logits: Any = None,
-    tokenizer: Any = None,
-    weights: str | None = None,
-) -> Any:
-    """The decoder under test, as check-decoder builds it (here and in each worker process);
-    ``logits`` / ``tokenizer``: our reference forward and the tokenizer of ``path`` (loaded here
-    when None and the decoder is ours or a mutant); ``weights`` with ``ours``: the fast engine's
-    decoder in that mode (verispec/decoder/ours.py)."""
+def build_engine(subject: DecoderUnderTest, path: Path | None = None, logits: Any = None, tokenizer: Any = None) -> Any:
+    """The decoder under test, as check-decoder builds it (here and in each worker process) on
+    ``path`` (None: ``subject.model`` resolved); ``logits`` / ``tokenizer``: our reference forward
+    and the tokenizer of ``path`` (loaded here when None and the decoder is ours or a mutant);
+    ``weights`` with ``ours``: the fast engine's decoder in that mode (verispec/decoder/ours.py)."""
     from verispec.reference.sampling import SamplingParams
     from verispec.spec.check import load_callable
     from verispec.spec.decoder.check import CommandEngine, ReferenceDecoder
     from verispec.spec.decoder.mutants import DEPTH_MUTANTS, MUTANT_BUGS, LoopDecoder
 
-    draft = SamplingParams(temperature=draft_temperature, top_k=draft_top_k)
-    if ours and weights is not None:
+    if path is None:
+        from verispec.registry import resolve_model
+
+        path = resolve_model(str(subject.model))
+    engine, ours, mutant, k = subject.engine, subject.ours, subject.mutant, subject.draft.k
+    draft = SamplingParams(temperature=subject.draft.draft_temperature, top_k=subject.draft.draft_top_k)
+    if ours and subject.weights is not None:
         from verispec.decoder.ours import EngineDecoder
 
-        return EngineDecoder(path, weights, k)
+        return EngineDecoder(path, subject.weights, k)
     if (ours or mutant is not None) and (logits is None or tokenizer is None):
         from verispec.reference.model import Model
         from verispec.reference.tokenizer import Tokenizer
@@ -489,10 +239,10 @@ def build_engine(
 
         loop = LoopDecoder(logits, draft, k, known[mutant][1], eog=frozenset(tokenizer.eog_ids), positioned=positioned)
         return FreshMemos(loop)
-    if engine_cmd is not None:
-        return CommandEngine(engine_cmd, timeout, logits.model.config.n_vocab, tokenizer.eog_ids)
+    if subject.engine_cmd is not None:
+        return CommandEngine(subject.engine_cmd, subject.timeout, logits.model.config.n_vocab, tokenizer.eog_ids)
     factory = load_callable(engine) if isinstance(engine, str) else engine
-    assert factory is not None  # _check_arguments: exactly one decoder was given
+    assert factory is not None  # DecoderUnderTest: exactly one decoder was given
     return factory(path)
 
 
@@ -538,27 +288,27 @@ class _Depth:
 class _Run:
     """One decoder, one model, one mode: :meth:`prompt` judges a prompt."""
 
-    def __init__(
-        self,
-        engine: Any,
-        logits: Any,
-        tokenizer: Any,
-        params: SamplingParams,
-        m: int,
-        alpha: float,
-        tv: float,
-        min_mass: float,
-        greedy: bool,
-        max_tokens: int,
-        target_law: TargetLaw,
-    ) -> None:
-        self.engine, self.logits, self.tokenizer, self.params = engine, logits, tokenizer, params
-        self.m, self.alpha, self.tv, self.min_mass = m, alpha, tv, min_mass
-        self.greedy, self.max_tokens, self.target_law = greedy, max_tokens, target_law
+    def __init__(self, engine: Any, logits: Any, tokenizer: Any, options: DecoderOptions, alpha: float) -> None:
+        """``alpha``: each prompt's share of the run's false-alarm probability."""
+        from verispec.spec.decoder.laws import min_tokens_of
+
+        design = options.design
+        profile = options.sampling.profile(tokenizer.eog_ids)
+        self.engine, self.logits, self.tokenizer, self.params = engine, logits, tokenizer, profile.legacy
+        self.m, self.alpha, self.tv, self.min_mass = design.m, alpha, options.tv, design.min_mass
+        self.greedy, self.max_tokens, self.target_law = design.greedy, design.max_tokens, options.sampling.target_law
         self.eog = frozenset(tokenizer.eog_ids)
         self.target: Any = logits
-        self.depth = _Depth()
-        self.law: Profile | None = None  # another ecosystem's target law (None: verispec, of params)
+        self.depth = _Depth(
+            design.depth,
+            min_tokens_of(profile),
+            design.fraction,
+            design.budget,
+            logits.model,
+            options.budget_led,
+            design.first_m,
+        )
+        self.law: Profile | None = None if profile.name == "verispec" else profile  # another ecosystem's law
         self.generations: Any = engine  # who decodes the depth tests' blocks (a pool with workers > 1)
         self.progress: Callable[[str, bool], None] | None = None  # progress lines (verispec/progress.py)
 

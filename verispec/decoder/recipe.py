@@ -10,6 +10,11 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from verispec.decoder.options import DecoderUnderTest
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,30 @@ class WorkerRecipe:
     k: int = 2
     cwd: str = ""  # the checker's folder: ``module:FACTORY`` may name a module there
     weights: str | None = None  # with ``ours``: the fast engine's decoder in this weights mode
+
+    @staticmethod
+    def of(subject: DecoderUnderTest, path: Path, cwd: str) -> WorkerRecipe:
+        """The recipe of a Python decoder under test (an ``engine`` string, ``ours`` or a
+        ``mutant``) on the model file ``path``, its modules found from ``cwd``."""
+        engine = subject.engine if isinstance(subject.engine, str) else None
+        return WorkerRecipe(
+            str(path),
+            engine,
+            subject.ours,
+            subject.mutant,
+            cwd=cwd,
+            weights=subject.weights,
+            **asdict(subject.draft),  # draft_temperature, draft_top_k, k: the same names
+        )
+
+    def subject(self) -> DecoderUnderTest:
+        """The decoder under test this recipe builds (checked as the checker's was)."""
+        from verispec.decoder.options import DecoderUnderTest, DraftFlags
+
+        draft = DraftFlags(draft_temperature=self.draft_temperature, draft_top_k=self.draft_top_k, k=self.k)
+        return DecoderUnderTest(
+            self.engine, ours=self.ours, mutant=self.mutant, model=self.model, weights=self.weights, draft=draft
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -33,18 +33,7 @@ def build(recipe: WorkerRecipe) -> Any:
 
     if recipe.cwd and recipe.cwd not in sys.path:
         sys.path.append(recipe.cwd)
-    return build_engine(
-        recipe.engine,
-        None,
-        recipe.ours,
-        recipe.mutant,
-        Path(recipe.model),
-        recipe.draft_temperature,
-        recipe.draft_top_k,
-        recipe.k,
-        600.0,
-        weights=recipe.weights,
-    )
+    return build_engine(recipe.subject(), Path(recipe.model))
 
 
 def handler(engine: Any) -> Any:
