@@ -144,6 +144,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="--depth: skip the first-m test the default mode runs first (on 10%% of the alpha)",
     )
     parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="--depth: the batch form (generate_batch: requests of other params and seeds in one call, each "
+        "judged against its own law, plus cross-request independence)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -210,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
         progress=to_stderr if args.progress_every > 0 else None,  # terminals and CI logs alike
         progress_every=args.progress_every,
         first_m=args.first_m,
+        batch=args.batch,
     )
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
