@@ -345,10 +345,14 @@ def cb_request_kwargs(request: Any) -> dict[str, Any]:
 
     law = request.law
     if getattr(law, "name", None) != NAME:
-        raise CheckError("the continuous-batching adapter samples transformers' law: run the gate with --law transformers")
+        raise CheckError(
+            "the continuous-batching adapter samples transformers' law: run the gate with --law transformers"
+        )
     p = law.params
     if not p.do_sample:
-        raise CheckError("continuous batching sets do_sample once for all requests: no greedy request in a sampled batch")
+        raise CheckError(
+            "continuous batching sets do_sample once for all requests: no greedy request in a sampled batch"
+        )
     if p.min_p is not None or p.repetition_penalty != 1.0 or p.min_new_tokens or p.min_length:
         raise CheckError("continuous batching takes only temperature, top_k and top_p per request")
     return {"temperature": float(p.temperature), "top_k": int(p.top_k), "top_p": float(p.top_p)}
@@ -399,9 +403,12 @@ class ContinuousBatchingPeer:
             max_batch_tokens=max(CB_PAGE, longest) * self.batch_slots,
         )
         results: dict[str, Any] = {}
-        with torch.inference_mode(), self.model.continuous_batching_context_manager(
-            generation_config=config, continuous_batching_config=cb, warmup=False
-        ) as manager:
+        with (
+            torch.inference_mode(),
+            self.model.continuous_batching_context_manager(
+                generation_config=config, continuous_batching_config=cb, warmup=False
+            ) as manager,
+        ):
             for i, (request, extra) in enumerate(zip(requests, kwargs)):
                 manager.add_request(
                     list(request.prompt_ids), request_id=f"r{i}", max_new_tokens=request.max_tokens, **extra

@@ -655,7 +655,8 @@ def _lane_verdicts(states: Sequence[_LaneState], state: State) -> tuple[LaneVerd
 
 
 def _failed(states: Sequence[_LaneState], alpha: float, where: str, calls: int, size: int, joined: int) -> BatchVerdict:
-    return BatchVerdict("failed", _lane_verdicts(states, "failed"), alpha, 0.0, where, where, calls, size, joined)
+    detail = "failed in the pilot, before any test call (a structural break: no statistic spent)"
+    return BatchVerdict("failed", _lane_verdicts(states, "failed"), alpha, 0.0, where, detail, calls, size, joined)
 
 
 def _finish(
