@@ -155,6 +155,34 @@ def test_independent_pits_rarely_reject_and_coupled_ones_do() -> None:
         assert cross.rejects(1e-4) and cross.strongest() == 0  # the neighbours' form finds it
 
 
+def test_the_cross_sums_are_their_definition() -> None:
+    """The vectorized sums equal the definition request by request (module docstring: C_r the
+    previous alive request's w, or the sum of all earlier ones; NaN positions skipped); float sums
+    in another order: equal to 1e-12."""
+    rng = np.random.default_rng(1)
+    pits = [rng.random(int(rng.integers(1, 9))) for _ in range(7)]
+    pits[2][0] = math.nan
+    cross = CrossSums()
+    cross.add_call(pits)
+    terms, drift, variance, pairs = np.zeros((2, CROSS_LAMBDAS.shape[0])), np.zeros(2), np.zeros(2), np.zeros(2)
+    for t in range(max(len(p) for p in pits)):
+        running, previous, alive = 0.0, 0.0, 0
+        for p in pits:
+            if t >= len(p) or math.isnan(float(p[t])):
+                continue
+            w = float(p[t]) - 0.5
+            if alive:
+                for form, (c, n) in enumerate(((previous, 1), (running, alive))):
+                    terms[form] += CROSS_LAMBDAS * c * w - _log_sinhc(CROSS_LAMBDAS * c / 2.0)
+                    drift[form] += c * w
+                    variance[form] += c * c / 12.0
+                    pairs[form] += n
+            running, previous, alive = running + w, w, alive + 1
+    assert np.allclose(cross.log_terms, terms, rtol=1e-12, atol=1e-12)
+    assert np.allclose(cross.drift, drift, atol=1e-12) and np.allclose(cross.variance, variance, atol=1e-12)
+    assert (cross.pairs == pairs).all()
+
+
 def test_the_lambda_grid_has_both_signs() -> None:
     assert (CROSS_LAMBDAS > 0).any() and (CROSS_LAMBDAS < 0).any()
 

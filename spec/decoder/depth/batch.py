@@ -323,20 +323,18 @@ class CrossSums:
         """One call's PITs, one array per request in the call's order (NaN: a position not judged)."""
         longest = max((len(p) for p in pits), default=0)
         for t in range(longest):
-            running, previous, alive = 0.0, 0.0, 0
-            for p in pits:
-                if t >= len(p) or math.isnan(float(p[t])):
-                    continue
-                w = float(p[t]) - 0.5
-                if alive:
-                    for form, (c, n) in enumerate(((previous, 1), (running, alive))):
-                        self.log_terms[form] += CROSS_LAMBDAS * c * w - _log_sinhc(CROSS_LAMBDAS * c / 2.0)
-                        self.drift[form] += c * w
-                        self.variance[form] += c * c / 12.0
-                        self.pairs[form] += n
-                running += w
-                previous = w
-                alive += 1
+            alive = [float(p[t]) for p in pits if t < len(p) and not math.isnan(float(p[t]))]
+            if len(alive) < 2:
+                continue
+            w = np.asarray(alive) - 0.5
+            current = w[1:]  # each request after the first, against what came before it at t
+            n = current.shape[0]
+            for form, (c, pairs) in enumerate(((w[:-1], n), (np.cumsum(w)[:-1], n * (n + 1) // 2))):
+                x = np.outer(CROSS_LAMBDAS, c)  # [G, n]: lambda C_r
+                self.log_terms[form] += (x * current).sum(axis=1) - _log_sinhc(x / 2.0).sum(axis=1)
+                self.drift[form] += float(c @ current)
+                self.variance[form] += float(c @ c) / 12.0
+                self.pairs[form] += pairs
 
     def log_evidence(self) -> float:
         top = float(self.log_terms.max())
