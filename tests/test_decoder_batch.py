@@ -274,6 +274,29 @@ def test_the_json_lines_op_carries_each_request_and_is_read_by_the_one_reader(tm
         engine.close()
 
 
+UNSUPPORTED_PROGRAM = r"""
+import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    print(json.dumps({"id": request["id"], "unsupported": request["op"]}), flush=True)
+"""
+
+
+def test_a_program_without_the_op_is_a_usage_error(engine: EngineDecoder, tmp_path: Path) -> None:
+    """generate_batch is optional on the wire: a program answering ``unsupported`` stops the batch
+    test with a usage error (exit 2), never a verdict on the engine."""
+    from verispec.spec.decoder.check import CommandEngine
+
+    program = tmp_path / "unsupported.py"
+    program.write_text(UNSUPPORTED_PROGRAM)
+    command = CommandEngine(f"{sys.executable} {program}", timeout=30.0, vocab=int(engine.model.config.n_vocab))
+    try:
+        with pytest.raises(UsageError, match="generate_batch"):
+            check_batch(command, engine.forced_rows, lanes_of(engine), **DESIGN)  # type: ignore[arg-type]
+    finally:
+        command.close()
+
+
 def test_the_cli_runs_the_batch_form(engine: EngineDecoder, tmp_path: Path) -> None:
     """``check-decoder --batch`` on our lockstep engine: exit 0, the batch verdict in the JSON."""
     import subprocess

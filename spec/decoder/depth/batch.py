@@ -80,7 +80,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.errors import DeterministicLaw, UsageError, VerispecError
+from verispec.reference.errors import DeterministicLaw, Unsupported, UsageError, VerispecError
 from verispec.reference.sampling import SamplingParams
 from verispec.spec import answers
 from verispec.spec.answers import shown
@@ -503,6 +503,8 @@ def check_batch(
                     )
                 rows[lane].extend(scored.rows)
                 lengths[lane].append(len(gen.ids))
+    except Unsupported as exc:  # a program without the optional op: a usage error, as for every optional op
+        raise UsageError(f"the batch test needs the generate_batch op: {exc}") from None
     except VerispecError as exc:  # a decoder that breaks on a valid batch fails the case
         return _failed(states, alpha, f"the pilot failed: {type(exc).__name__}: {str(exc)[:200]}", 0, 0, 0)
 
