@@ -274,6 +274,25 @@ def test_the_json_lines_op_carries_each_request_and_is_read_by_the_one_reader(tm
         engine.close()
 
 
+def test_our_engine_served_on_the_wire_passes_through_the_op(engine: EngineDecoder, tmp_path: Path) -> None:
+    """The same engine as a program (``python -m verispec.decoder.worker``: the op's requests read by
+    ``request_from_json``, each generation sent as the wire carries it) through CommandEngine: the
+    batch test passes end to end over JSON lines."""
+    from verispec.decoder.recipe import WorkerRecipe
+    from verispec.spec.decoder.check import CommandEngine
+
+    model = tmp_path / "tinyllama-q.gguf"
+    write_synthetic(model, "tinyllama", quant_types=("Q8_0", "Q4_0"))
+    recipe = WorkerRecipe(str(model), ours=True, weights="int8")
+    command = CommandEngine(recipe.command(), timeout=120.0, vocab=int(engine.model.config.n_vocab))
+    command.batch_slots = 8  # type: ignore[attr-defined]  # the served engine's, declared on the checker's side
+    try:
+        verdict = check_batch(command, engine.forced_rows, lanes_of(engine), **DESIGN)  # type: ignore[arg-type]
+    finally:
+        command.close()
+    assert verdict.state == "passed", verdict.where
+
+
 UNSUPPORTED_PROGRAM = r"""
 import json, sys
 for line in sys.stdin:
