@@ -107,6 +107,20 @@ def test_each_batch_mutant_is_rejected(engine: EngineDecoder, name: str) -> None
     assert EXPECTED_WHERE[name] in verdict.where, verdict.where
 
 
+def test_a_lossless_draft_leak_passes(engine: EngineDecoder) -> None:
+    """The control: every request drafts from ANOTHER request's history (a draft leaking across
+    requests), each draft verified exactly, so the law is kept: no false alarm. Most cycles verify
+    a foreign draft (checked on one call: more than half of the cycles drafted)."""
+    control = batch_mutant("drafts_from_another_request", engine)
+    lanes = lanes_of(engine)
+    cycles = [
+        c for g in control.generate_batch([lane.request(i) for i, lane in enumerate(lanes * 3)]) for c in g["cycles"]
+    ]
+    assert sum(1 for drafted, _ in cycles if drafted) > len(cycles) / 2
+    verdict = check_batch(control, engine.forced_rows, lanes, **DESIGN)  # type: ignore[arg-type]
+    assert verdict.state == "passed", verdict.where
+
+
 def test_the_alpha_budget_is_one() -> None:
     """The lanes' shares and the cross-request shares add up to alpha (Bonferroni over the parts)."""
     lanes = 4

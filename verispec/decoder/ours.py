@@ -77,14 +77,17 @@ class EngineDecoder:
                 raise VerispecError(f"the engine samples the verispec law only, not {request.law.name!r}")
         options = SpeculativeOptions(k=self.k)
 
-        def loop(request: Any) -> Callable[[Any], SpeculativeResult]:
+        drafts = getattr(self, "batch_drafts", None)  # a test's draft source per request index (default n-gram)
+
+        def loop(index: int, request: Any) -> Callable[[Any], SpeculativeResult]:
             seed = request.seed if request.seed is not None else int(self.unseeded.integers(0, 2**63 - 1))
             one = GenerationRequest(tuple(request.prompt_ids), request.params, max_tokens=request.max_tokens, seed=seed)
+            draft = NgramDraft() if drafts is None else drafts(index, len(requests))
             return lambda model: speculative_generate(
-                model, self.tokenizer, one, NgramDraft(), options, law=self.law, draw=self.draw
+                model, self.tokenizer, one, draft, options, law=self.law, draw=self.draw
             )
 
-        loops = [loop(request) for request in requests]
+        loops = [loop(index, request) for index, request in enumerate(requests)]
         if self.batch_slots > 1 and len(loops) > 1 and getattr(self.model, "batches_spans", False):
             results = run_lockstep(self.model, loops, self.batch_slots)
         else:

@@ -24,7 +24,9 @@ was broken (docs/peers.md, /work/shared/research/peer_defects.md):
   the same length (a batch expansion that mis-assigns rows: vLLM PR #3951; one request's draft
   verified on another's rows), so a request's drafts and bonus are judged on another's law.
 
-Each is REJECTED by the batch test (tests/test_decoder_batch.py); the unmutated engine PASSES.
+Each is REJECTED by the batch test (tests/test_decoder_batch.py); the unmutated engine PASSES, and so
+does the lossless control ``drafts_from_another_request`` (each request drafts from ANOTHER request's
+history: a draft leaking across requests, verified exactly, keeps the law).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from verispec.reference.drafts import NgramDraft, Proposal
 from verispec.spec.decoder.depth.batch import BatchRequest
 
 
@@ -158,8 +161,51 @@ UPSTREAM: dict[str, str] = {
 }
 
 
+class _DraftsFromAnotherRequest(NgramDraft):
+    """A draft copied from ANOTHER request's latest history (request ``index - 1`` of the call's
+    ``size``, prompt included): the tokens that followed this request's last token there, else its
+    last k tokens, so nearly every cycle verifies a foreign draft. Drafts
+    leak across requests, but each is a proposal verified exactly (q one-hot),
+    so the law is kept: a control the batch test must pass."""
+
+    def __init__(self, histories: dict[int, tuple[int, ...]], index: int, size: int) -> None:
+        super().__init__()
+        self.histories, self.index, self.other = histories, index, (index - 1) % size
+
+    def propose(self, history: Sequence[int], k: int) -> Proposal:
+        self.histories[self.index] = tuple(history)
+        other = self.histories.get(self.other, ())
+        last = history[-1] if history else None
+        for start in range(len(other) - 2, -1, -1):  # what followed this request's last token over there
+            if other[start] == last:
+                return Proposal(tuple(other[start + 1 : start + 1 + k]))
+        return Proposal(tuple(other[-k:]))  # else its last k tokens: a foreign draft every cycle
+
+
+class DraftsFromAnotherRequest(_Wrapped):
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.decoding = copy.copy(inner)
+        self.histories: dict[int, tuple[int, ...]] = {}
+        self.decoding.batch_drafts = lambda index, size: _DraftsFromAnotherRequest(self.histories, index, size)
+
+    def generate_batch(self, requests: Sequence[BatchRequest]) -> Any:
+        self.histories.clear()
+        return self.decoding.generate_batch(requests)
+
+
+# Correct-but-different batch engines: the batch test must PASS them (no false alarm on a lossless leak).
+LOSSLESS_CONTROLS: dict[str, tuple[str, type[_Wrapped]]] = {
+    "drafts_from_another_request": (
+        "each request drafts from another request's history, verified exactly (lossless)",
+        DraftsFromAnotherRequest,
+    ),
+}
+
+
 def batch_mutant(name: str, inner: Any) -> Any:
     """The batch engine ``inner`` with the defect ``name`` (a key of :data:`BATCH_MUTANTS`)."""
-    if name not in BATCH_MUTANTS:
-        raise KeyError(f"unknown batch mutant {name!r}; known: {', '.join(BATCH_MUTANTS)}")
-    return BATCH_MUTANTS[name][1](inner)
+    known = {**BATCH_MUTANTS, **LOSSLESS_CONTROLS}
+    if name not in known:
+        raise KeyError(f"unknown batch mutant {name!r}; known: {', '.join(known)}")
+    return known[name][1](inner)
