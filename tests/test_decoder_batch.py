@@ -37,10 +37,10 @@ from verispec.spec.decoder.depth.batch import (
     CROSS_SHARE,
     BatchRequest,
     CrossSums,
-    _log_sinhc,
     check_batch,
     checked_batch,
     default_lanes,
+    log_sinhc,
     request_from_json,
     request_json,
 )
@@ -140,7 +140,7 @@ def test_the_martingale_uses_the_uniforms_exact_moment_generating_function() -> 
     cells = (np.arange(200_000) + 0.5) / 200_000 - 0.5
     for c in (1e-6, 0.3, 2.0, 12.0, 40.0):
         integral = float(np.mean(np.exp(c * cells)))
-        assert math.isclose(float(_log_sinhc(np.array([c / 2.0]))[0]), math.log(integral), rel_tol=1e-9, abs_tol=1e-12)
+        assert math.isclose(float(log_sinhc(np.array([c / 2.0]))[0]), math.log(integral), rel_tol=1e-9, abs_tol=1e-12)
 
 
 def test_independent_pits_rarely_reject_and_coupled_ones_do() -> None:
@@ -187,7 +187,7 @@ def test_the_cross_sums_are_their_definition() -> None:
             w = float(p[t]) - 0.5
             if alive:
                 for form, (c, n) in enumerate(((previous, 1), (running, alive))):
-                    terms[form] += CROSS_LAMBDAS * c * w - _log_sinhc(CROSS_LAMBDAS * c / 2.0)
+                    terms[form] += CROSS_LAMBDAS * c * w - log_sinhc(CROSS_LAMBDAS * c / 2.0)
                     drift[form] += c * w
                     variance[form] += c * c / 12.0
                     pairs[form] += n

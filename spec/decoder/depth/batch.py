@@ -95,7 +95,6 @@ from verispec.spec.decoder.depth.law import (
     Look,
     RepeatSums,
     Sums,
-    _verdict,
     cycles_error,
     design_of,
     events_of,
@@ -299,7 +298,7 @@ def call_requests(lanes: Sequence[Lane], per_lane: Sequence[int]) -> list[int]:
 # the cross-request martingale
 
 
-def _log_sinhc(x: F64) -> F64:
+def log_sinhc(x: F64) -> F64:
     """log(sinh(x) / x), 0 at 0, stable for large |x|."""
     ax = np.abs(x)
     small = ax < 1e-4
@@ -331,7 +330,7 @@ class CrossSums:
             n = current.shape[0]
             for form, (c, pairs) in enumerate(((w[:-1], n), (np.cumsum(w)[:-1], n * (n + 1) // 2))):
                 x = np.outer(CROSS_LAMBDAS, c)  # [G, n]: lambda C_r
-                self.log_terms[form] += (x * current).sum(axis=1) - _log_sinhc(x / 2.0).sum(axis=1)
+                self.log_terms[form] += (x * current).sum(axis=1) - log_sinhc(x / 2.0).sum(axis=1)
                 self.drift[form] += float(c @ current)
                 self.variance[form] += float(c @ c) / 12.0
                 self.pairs[form] += pairs
@@ -637,6 +636,24 @@ def check_batch(
     return _finish(states, "passed", alpha, "", call, size, joined, cross, cross_alpha)
 
 
+def _lane_depth_verdict(state: State, plan: PowerDesign, lane: _LaneState) -> DepthVerdict:
+    """A lane's depth verdict (spec/decoder/depth/law.py's), as the depth test states one."""
+    sums = lane.sums
+    detail = lane.looks[-1].detail if lane.looks else f"{sums.overall.tokens} tokens in {sums.generations} generations"
+    return DepthVerdict(
+        state,
+        plan,
+        sums.overall.tokens,
+        sums.generations,
+        lane.alpha,
+        plan.power_at(sums.overall.tokens),
+        "",
+        detail,
+        tuple(lane.looks),
+        tuple(sums.near_ties),
+    )
+
+
 def _lane_verdicts(states: Sequence[_LaneState], state: State) -> tuple[LaneVerdict, ...]:
     out = []
     for s in states:
@@ -647,7 +664,7 @@ def _lane_verdicts(states: Sequence[_LaneState], state: State) -> tuple[LaneVerd
                 s.lane.name,
                 s.lane.seeded,
                 s.plan is None,
-                _verdict(lane_state, plan, s.sums, s.alpha, s.looks, ""),
+                _lane_depth_verdict(lane_state, plan, s),
                 s.per_call,
             )
         )
