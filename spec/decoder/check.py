@@ -37,6 +37,13 @@ Wire ops (same envelope as :mod:`spec.external`)::
     {"op": "generate_plain", "input": (as generate)}    n whole generations, speculation off
       -> {"samples": [[t1, .., tT], ...]}                 (two-sample mode at depth,
                                                           spec/decoder/depth/two_sample.py)
+    {"op": "generate_batch", "input": {"requests": [{"prompt_ids": [..], "params": {..}, "max_tokens": 64,
+                                                    "min_tokens": 0, "seed": 7 | null, "law": {..}?}, ..]}}
+      -> {"generations": [[t1, .., tT] | {"ids": [..], "cycles": [..]}, ...]}
+                                                          one whole generation per request, in order,
+                                                          each request its own params and seed (null:
+                                                          unseeded), decoded together (the batch test,
+                                                          spec/decoder/depth/batch.py; optional)
     {"op": "greedy", "input": {"prompt_ids": [..], "max_tokens": 16, "speculative": true}}
       -> {"ids": [..]}
     {"op": "logits", "input": {"prefix_ids": [..], "split_at": null}}
@@ -45,7 +52,7 @@ Wire ops (same envelope as :mod:`spec.external`)::
                                                           prefix[:s] in one pass, then each later
                                                           token alone (batch-shape noise)
 
-Optional ops (``sample_plain``, ``generate_plain``, ``logits``) may be answered ``{"unsupported": op}``; a mode that
+Optional ops (``sample_plain``, ``generate_plain``, ``generate_batch``, ``logits``) may be answered ``{"unsupported": op}``; a mode that
 needs one then stops with a usage error.
 """
 
@@ -539,6 +546,18 @@ class CommandEngine:
         self, prompt_ids: Sequence[int], params: SamplingParams, m: int, n: int, seed: int, law: Profile | None = None
     ) -> list[list[int]]:
         return self._samples("sample_plain", prompt_ids, params, m, n, seed, law)
+
+    def generate_batch(self, requests: Sequence[Any]) -> Any:
+        """One whole generation per request (op ``generate_batch``; the batch test reads the answer
+        with spec/decoder/depth/batch.py ``checked_batch``: exactly one generation a request, each
+        through the one reader of generations)."""
+        from verispec.spec.decoder.depth.batch import request_json
+
+        out = self.wire.call("generate_batch", {"requests": [request_json(r) for r in requests]})
+        generations = out.get("generations")
+        if not isinstance(generations, list):
+            raise ExternalError(f"generate_batch output.generations must be a list of {len(requests)} generations")
+        return generations
 
     def logits(self, prefix_ids: Sequence[int], split_at: int | None = None) -> list[Any]:
         row = self.wire.call("logits", {"prefix_ids": list(prefix_ids), "split_at": split_at}).get("logits")

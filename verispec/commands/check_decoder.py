@@ -145,6 +145,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="--depth: skip the first-m test the default mode runs first (on 10%% of the alpha)",
     )
     parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="--depth: the batch form (generate_batch: requests of other params and seeds in one call, each "
+        "judged against its own law, plus cross-request independence)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=1,

@@ -120,6 +120,13 @@ def check_decoder(
     None; a keyword the chosen law does not have is a usage error naming its flag. The engine
     receives a non-default law as ``law=`` (a :class:`verispec.spec.decoder.laws.Profile`; on the wire the
     ``"law"`` field).
+
+    ``batch``: the batch form of the depth test (spec/decoder/depth/batch.py) on the engine's
+    ``generate_batch`` (op ``generate_batch``): requests of several lanes (the case's law seeded,
+    another temperature and top-p seeded, the case's law unseeded, greedy) in one call, each judged
+    against its own law, plus cross-request independence, on one alpha. ``mutant`` may then name a
+    batch mutant (spec/decoder/depth/batch_mutants.py) of the fast engine's lockstep decode.
+
     """
     options = decoder_options(
         subject,
@@ -216,6 +223,12 @@ def build_engine(subject: DecoderUnderTest, path: Path | None = None, logits: An
         path = resolve_model(str(subject.model))
     engine, ours, mutant, k = subject.engine, subject.ours, subject.mutant, subject.draft.k
     draft = SamplingParams(temperature=subject.draft.draft_temperature, top_k=subject.draft.draft_top_k)
+    from verispec.spec.decoder.depth.batch_mutants import BATCH_MUTANTS, batch_mutant
+
+    if mutant in BATCH_MUTANTS:  # a batch mutant of the fast engine's lockstep decode (the batch op's reference)
+        from verispec.decoder.ours import EngineDecoder
+
+        return batch_mutant(mutant, EngineDecoder(path, subject.weights or "auto", k))
     if ours and subject.weights is not None:
         from verispec.decoder.ours import EngineDecoder
 
@@ -231,7 +244,7 @@ def build_engine(subject: DecoderUnderTest, path: Path | None = None, logits: An
     if mutant is not None:
         known = {**MUTANT_BUGS, **DEPTH_MUTANTS}
         if mutant not in known:
-            raise _error(f"unknown mutant decoder {mutant!r}; known: {', '.join(known)}")
+            raise _error(f"unknown mutant decoder {mutant!r}; known: {', '.join([*known, *BATCH_MUTANTS])}")
 
         def positioned(ids: Any, positions: Any) -> Any:
             model = logits.model
@@ -311,6 +324,8 @@ class _Run:
         self.law: Profile | None = None if profile.name == "verispec" else profile  # another ecosystem's law
         self.generations: Any = engine  # who decodes the depth tests' blocks (a pool with workers > 1)
         self.progress: Callable[[str, bool], None] | None = None  # progress lines (verispec/progress.py)
+        self.batch = options.subject.batch  # the batch form of the depth test (spec/decoder/depth/batch.py)
+        self.profile: Profile = profile  # the target law's profile (the batch test's lanes derive from it)
 
     def check_modes(self) -> None:
         """A usage error for a mode the engine does not offer; picks whose logits are the target."""
@@ -354,6 +369,8 @@ class _Run:
             return PromptOutcome(text, "greedy", g.passed, g.detail(), time.perf_counter() - began, numbers)
         if self.depth.tokens and self.target_law == "two-sample":
             return self._two_sample_depth(text, ids, began)
+        if self.depth.tokens and self.batch:
+            return self._batch(text, ids, began)
         if self.depth.tokens:
             return self._depth(text, ids, began)
         if self.target_law == "two-sample":
@@ -433,6 +450,45 @@ class _Run:
             numbers["first_m"] = {"m": self.m, **law_json(first[0])}
             design = f"{design}; first-m test passed ({first_m_summary(first[0], self.m)})"
         return self._outcome(text, "depth", verdict, numbers, design, began, alpha)
+
+    def _forced_rows(self) -> Any:
+        """The depth tests' teacher-forced rows: the engine's own k-row pass, its plain-fed logits, or ours."""
+        from verispec.spec.decoder.check import EngineLogits
+        from verispec.spec.decoder.depth.forcing import ConcurrentRows
+        from verispec.spec.decoder.depth.law import reference_rows
+        from verispec.spec.decoder.depth.ties import PlainFedRows
+
+        if callable(getattr(self.engine, "forced_rows", None)):
+            return ConcurrentRows(self.engine.forced_rows, FORCING_THREADS)
+        if isinstance(self.target, EngineLogits):
+            return PlainFedRows(self.target)
+        return reference_rows(self.depth.model)
+
+    def _batch(self, text: str, ids: tuple[int, ...], began: float) -> PromptOutcome:
+        """The batch form of the depth test on one prompt (spec/decoder/depth/batch.py)."""
+        from verispec.spec.decoder.depth.batch import check_batch, default_lanes, verdict_json
+        from verispec.spec.decoder.depth.law import DepthCase
+
+        if not callable(getattr(self.engine, "generate_batch", None)):
+            raise _error("batch needs an engine with generate_batch (the generate_batch op)")
+        profile = self.profile
+        case = DepthCase(ids, self.params, self.depth.tokens, self.eog, self.depth.min_tokens, self.law, self.vocab())
+        lanes = default_lanes(case, profile, greedy=bool(getattr(self.engine, "batch_greedy", True)))
+        verdict = check_batch(
+            self.engine,
+            self._forced_rows(),
+            lanes,
+            alpha=self.alpha,
+            tv=self.tv,
+            fraction=self.depth.fraction,
+            budget_s=self.depth.budget,
+            progress=self._prompt_sink(text),
+        )
+        design = (
+            f"{len(lanes)} lanes designed for power 0.99 vs TV {self.tv} on {self.depth.fraction:.0%} of positions each "
+            f"({verdict.design_tokens:,} tokens)"
+        )
+        return self._outcome(text, "batch", verdict, verdict_json(verdict), design, began)
 
     def _prompt_sink(self, text: str) -> Callable[[str, bool], None] | None:
         """The depth test's progress lines, each naming its prompt (None: no progress wanted)."""

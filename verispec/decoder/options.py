@@ -5,7 +5,8 @@ Each is a frozen dataclass that checks its own fields when it is built (types an
 pytest plugin); the checks that relate two objects are :class:`DecoderOptions`'.
 
 DecoderUnderTest   the decoder: exactly one of ``engine``, ``engine_cmd``, ``ours``, ``mutant``;
-                   ``model``, ``weights``, ``timeout``, ``workers``, ``draft`` (:class:`DraftFlags`)
+                   ``model``, ``weights``, ``timeout``, ``workers``, ``draft`` (:class:`DraftFlags`),
+                   ``batch`` (a batched engine: its ``generate_batch`` op)
 DraftFlags         the draft of ``ours`` / a mutant: ``draft_temperature``, ``draft_top_k``, ``k``
 SamplingFlags      the target law: ``law`` (whose), ``target_law`` (where its rows come from), the
                    sampling flags and ``penalties`` (:class:`Penalties`)
@@ -83,7 +84,9 @@ class DecoderUnderTest:
     speculative decoder in that mode); ``mutant``, a mutant decoder of spec/decoder/mutants.py.
     ``model``: a registry name or a .gguf path. ``workers``: the depth test's generations decoded
     by that many processes, each building its own engine. ``draft``: the draft of ``ours`` and of
-    the mutants."""
+    the mutants. ``batch``: a batched engine, judged through its ``generate_batch`` op by the batch
+    form of the depth test (spec/decoder/depth/batch.py); ``mutant`` may then name a batch mutant
+    (spec/decoder/depth/batch_mutants.py) of the fast engine's lockstep decode."""
 
     engine: Engine = None
     _: KW_ONLY
@@ -95,12 +98,14 @@ class DecoderUnderTest:
     timeout: float = 600.0
     workers: int = 1
     draft: DraftFlags = field(default_factory=DraftFlags)
+    batch: bool = False
 
     def __post_init__(self) -> None:
         from verispec.spec.external import check_timeout
 
         arguments.part("engine", self.engine)
         arguments.flag("ours", self.ours)
+        arguments.flag("batch", self.batch)
         for name in ("engine_cmd", "mutant", "weights"):
             arguments.optional_text(name, getattr(self, name))
         arguments.optional_path("model", self.model)
@@ -302,6 +307,14 @@ class DecoderOptions:
         if subject.weights is not None and (not design.depth or design.greedy or sampling.target_law == "two-sample"):
             raise CheckError(
                 "ours with weights runs the depth test against the engine's own rows: depth > 0, no greedy, no two-sample"
+            )
+        if subject.batch and (
+            not design.depth or design.greedy or subject.workers > 1 or sampling.target_law == "two-sample"
+        ):
+            raise CheckError("batch runs the batch depth test: depth > 0, no greedy, no two-sample, one worker")
+        if subject.batch and subject.ours and subject.weights is None:
+            raise CheckError(
+                "batch with ours needs weights: the fast engine's lockstep decode is the batch op's reference"
             )
         self._check_law_mode()
 

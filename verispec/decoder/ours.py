@@ -39,12 +39,17 @@ from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 
 BATCH = 64  # at most this many generations in lockstep: a depth block has at most 50 (spec/decoder/depth/law.py)
+# requests of a batch call decoded at once (generate_batch): fewer than a batch test's call, so
+# requests join mid-decode as others end, the serving stacks' continuous batching
+BATCH_SLOTS = 8
 
 
 class EngineDecoder:
     """The engine's speculative decoder (module docstring): ``generate`` and ``forced_rows``."""
 
-    def __init__(self, path: Path, weights: str = "auto", k: int = 2, batch: int = BATCH) -> None:
+    def __init__(
+        self, path: Path, weights: str = "auto", k: int = 2, batch: int = BATCH, batch_slots: int = BATCH_SLOTS
+    ) -> None:
         from verispec.engine.generate import draw_for, law_for
         from verispec.engine_load import load_engine
 
@@ -53,6 +58,43 @@ class EngineDecoder:
         self.batch = batch  # generations decoded in lockstep (module docstring); 1: one at a time
         self.law, self.draw = law_for(loaded.model), draw_for(loaded.model)
         self.weights = str(getattr(loaded.model, "weights_mode", weights))
+        self.batch_slots = batch_slots  # generate_batch: requests decoded at once, the rest join mid-decode
+        self.unseeded = np.random.default_rng(0x5EED)  # the seeds of unseeded requests: reproducible per engine
+
+    def generate_batch(self, requests: Sequence[Any]) -> list[dict[str, Any]]:
+        """One whole generation per request (spec/decoder/depth/batch.py ``BatchRequest``: its own
+        prompt, params, law, max_tokens and seed), speculation on, with its cycles; in lockstep,
+        at most ``batch_slots`` at once (module docstring)."""
+        from verispec.engine.lockstep import run_lockstep
+        from verispec.reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
+        from verispec.reference.drafts import NgramDraft
+        from verispec.reference.session import GenerationRequest
+
+        for request in requests:
+            if request.min_tokens:
+                raise VerispecError("the engine's decode loop has no min_tokens")
+            if request.law is not None and request.law.name != "verispec":
+                raise VerispecError(f"the engine samples the verispec law only, not {request.law.name!r}")
+        options = SpeculativeOptions(k=self.k)
+
+        drafts = getattr(self, "batch_drafts", None)  # a test's draft source per request index (default n-gram)
+
+        def loop(index: int, request: Any) -> Callable[[Any], SpeculativeResult]:
+            seed = request.seed if request.seed is not None else int(self.unseeded.integers(0, 2**63 - 1))
+            one = GenerationRequest(tuple(request.prompt_ids), request.params, max_tokens=request.max_tokens, seed=seed)
+            draft = NgramDraft() if drafts is None else drafts(index, len(requests))
+            return lambda model: speculative_generate(
+                model, self.tokenizer, one, draft, options, law=self.law, draw=self.draw
+            )
+
+        loops = [loop(index, request) for index, request in enumerate(requests)]
+        if self.batch_slots > 1 and len(loops) > 1 and getattr(self.model, "batches_spans", False):
+            results = run_lockstep(self.model, loops, self.batch_slots)
+        else:
+            results = [run(self.model) for run in loops]
+        return [
+            {"ids": list(r.generation.ids), "cycles": [[len(c.drafted), c.accepted] for c in r.cycles]} for r in results
+        ]
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0

@@ -42,7 +42,13 @@ class PromptOutcome:
         """One line for humans: PASS/FAIL, the prompt, what was seen, N / alpha / power for a law."""
         word = "PASS" if self.passed else "INCONCLUSIVE" if self.inconclusive else "FAIL"
         head = f"{word}  {self.prompt!r}: {self.detail}"
-        if self.mode in ("greedy", "malformed", "depth", "two-sample depth"):  # depth: its numbers are in the detail
+        if self.mode in (
+            "greedy",
+            "malformed",
+            "depth",
+            "two-sample depth",
+            "batch",
+        ):  # depth: its numbers are in the detail
             return head
         per_arm = "/arm" if self.mode == "two-sample" else ""
         n = self.numbers

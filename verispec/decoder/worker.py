@@ -4,7 +4,8 @@
 
 The recipe (:class:`WorkerRecipe`, JSON) names the decoder as ``check-decoder`` does (``engine``
 ``"module:FACTORY"``, ``ours``, ``mutant``) and the model file; the worker builds that engine for
-itself, answers the depth tests' ops ``generate`` and ``generate_plain`` (spec/decoder/check.py's
+itself, answers the depth tests' ops ``generate``, ``generate_plain`` and ``generate_batch`` (its
+requests read by spec/decoder/depth/batch.py ``request_from_json``; spec/decoder/check.py's
 wire, one JSON line per request and per response, through :func:`spec.external.serve`) and the
 start probe ``ready`` until its stdin closes, and ends when the checker that started it dies
 (verispec/parent_death.py), even in the middle of a block. Whatever the engine prints goes to stderr: stdout
@@ -24,7 +25,7 @@ from verispec.decoder.recipe import WorkerRecipe
 
 __all__ = ["OPS", "WorkerRecipe", "build", "handler"]
 
-OPS = ("generate", "generate_plain", "ready")
+OPS = ("generate", "generate_plain", "generate_batch", "ready")
 
 
 def build(recipe: WorkerRecipe) -> Any:
@@ -38,6 +39,7 @@ def build(recipe: WorkerRecipe) -> Any:
 
 def handler(engine: Any) -> Any:
     """``handle(op, input) -> output`` for the worker's ops."""
+    from verispec.reference.errors import UsageError
     from verispec.spec.decoder.depth.blocks import as_mapping
     from verispec.spec.decoder.laws import from_json as law_from_json
     from verispec.spec.vectors.wire import params_from_json
@@ -45,6 +47,14 @@ def handler(engine: Any) -> Any:
     def handle(op: str, inp: Mapping[str, Any]) -> dict[str, Any]:
         if op == "ready":
             return {}
+        if op == "generate_batch":
+            from verispec.spec.decoder.depth.batch import request_from_json
+
+            listed = inp.get("requests")
+            if not isinstance(listed, list) or not listed:
+                raise UsageError("generate_batch input.requests must be a non-empty list of requests")
+            requests = [request_from_json(r, f"input.requests[{i}]") for i, r in enumerate(listed)]
+            return {"generations": [as_mapping(g) for g in engine.generate_batch(requests)]}
         keywords = {"law": law_from_json(inp["law"])} if inp.get("law") is not None else {}
         raw = getattr(engine, op)(
             [int(t) for t in inp["prompt_ids"]],

@@ -325,3 +325,105 @@ def early_exit(path: Path) -> TransformersPeer:
 def prompt_lookup_defaults(path: Path) -> TransformersPeer:
     """Prompt lookup with transformers' default sampling (``do_sample=True`` alone: top_k 50)."""
     return engine(path, "prompt-lookup", library_defaults=True)
+
+
+# -----------------------------------------------------------------------------------------------
+# continuous batching: the batch op (spec/decoder/depth/batch.py)
+
+
+CB_SLOTS = 4  # max_requests_per_batch: a call of more requests has the rest join mid-decode
+CB_PER_REQUEST = ("temperature", "top_k", "top_p")  # the per-request processors transformers' CB has
+CB_PAGE = 32  # tokens a cache page holds
+
+
+def cb_request_kwargs(request: Any) -> dict[str, Any]:
+    """A batch request's per-request processor keywords (``add_request(**logit_processor_kwargs)``):
+    its ``--law transformers`` profile's temperature, top_k and top_p; a :class:`CheckError` for
+    what continuous batching cannot take per request (greedy, min_p, a repetition penalty,
+    min_new_tokens) or another law."""
+    from verispec.spec.decoder.laws.transformers import NAME
+
+    law = request.law
+    if getattr(law, "name", None) != NAME:
+        raise CheckError(
+            "the continuous-batching adapter samples transformers' law: run the gate with --law transformers"
+        )
+    p = law.params
+    if not p.do_sample:
+        raise CheckError(
+            "continuous batching sets do_sample once for all requests: no greedy request in a sampled batch"
+        )
+    if p.min_p is not None or p.repetition_penalty != 1.0 or p.min_new_tokens or p.min_length:
+        raise CheckError("continuous batching takes only temperature, top_k and top_p per request")
+    return {"temperature": float(p.temperature), "top_k": int(p.top_k), "top_p": float(p.top_p)}
+
+
+class ContinuousBatchingPeer:
+    """transformers' continuous batching (``ContinuousBatchingManager``, what ``generate_batch`` runs)
+    as the batch op: each request added with its own temperature, top_k and top_p
+    (``per_request_processors=True``), at most :data:`CB_SLOTS` requests scheduled at once, so the
+    rest join mid-decode as others finish. Sampled (``do_sample`` is one setting for the manager:
+    no greedy lane, ``batch_greedy = False``). transformers has no per-request seed: the manager's
+    one generator is seeded (``ContinuousBatchingConfig.seed``) from the call's request seeds, so a
+    call is reproducible; an unseeded request draws from the same generator as the others, as every
+    request does. ``generate_batch`` is a thin wrapper of the same manager that takes one set of
+    processor keywords for all its inputs; the manager's ``add_request`` is the per-request path."""
+
+    batch_greedy = False
+
+    def __init__(self, model: Any, slots: int = CB_SLOTS) -> None:
+        self.model, self.batch_slots = model, slots
+
+    def generate_batch(self, requests: Sequence[Any]) -> list[list[int]]:
+        import numpy as np
+        import torch
+
+        transformers = _quiet_transformers()
+        kwargs = [cb_request_kwargs(r) for r in requests]
+        seeds = [r.seed for r in requests if r.seed is not None]
+        seed = int(np.random.SeedSequence(seeds or [0]).generate_state(1)[0])
+        eos = self.model.config.eos_token_id
+        config = transformers.GenerationConfig(  # processors exist only for non-default values: per request after
+            do_sample=True,
+            temperature=0.5,
+            top_k=50,
+            top_p=0.5,
+            max_new_tokens=max(r.max_tokens for r in requests),
+            eos_token_id=eos,
+            pad_token_id=eos,
+        )
+        longest = max(len(r.prompt_ids) + r.max_tokens for r in requests)
+        pages = -(-longest // CB_PAGE)  # a cache sized for the slots (the default sizes it from the machine's memory)
+        cb = transformers.ContinuousBatchingConfig(
+            per_request_processors=True,
+            max_requests_per_batch=self.batch_slots,
+            seed=seed,
+            page_size=CB_PAGE,
+            num_blocks=2 * self.batch_slots * pages + 2,
+            max_batch_tokens=max(CB_PAGE, longest) * self.batch_slots,
+        )
+        results: dict[str, Any] = {}
+        with (
+            torch.inference_mode(),
+            self.model.continuous_batching_context_manager(
+                generation_config=config, continuous_batching_config=cb, warmup=False
+            ) as manager,
+        ):
+            for i, (request, extra) in enumerate(zip(requests, kwargs)):
+                manager.add_request(
+                    list(request.prompt_ids), request_id=f"r{i}", max_new_tokens=request.max_tokens, **extra
+                )
+            while len(results) < len(requests):
+                result = manager.get_result(timeout=1)
+                if result is not None and result.is_finished():
+                    if result.error is not None:
+                        raise CheckError(f"continuous batching failed request {result.request_id}: {result.error}")
+                    results[result.request_id] = result
+                elif result is None and not manager.is_running():
+                    raise CheckError("the continuous batching manager stopped before every request finished")
+        return [[int(t) for t in results[f"r{i}"].generated_tokens] for i in range(len(requests))]
+
+
+def continuous_batching(path: Path) -> ContinuousBatchingPeer:
+    """The ``module:FACTORY`` factory of transformers' continuous batching on the GGUF at ``path``."""
+    return ContinuousBatchingPeer(load_causal_lm(path))

@@ -11,4 +11,7 @@
 - :mod:`.blocks`: the blocks of generations a test asks for, decoded ahead.
 - :mod:`.forcing`: the teacher-forced passes computed ahead on threads.
 - :mod:`.pool`: ``--workers N``: generations decoded by N engine processes.
+- :mod:`.batch`: ``--batch``: requests of other params and seeds in one ``generate_batch`` call, each
+  against its own law, plus cross-request independence.
+- :mod:`.batch_mutants`: batched engines with the catalogued batch-only defects, and a lossless control.
 """
