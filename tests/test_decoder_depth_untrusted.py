@@ -356,3 +356,17 @@ def test_a_scale_beyond_the_bound_is_a_usage_error(capsys: pytest.CaptureFixture
     assert status == 2 and f"scale must be at most {MAX_SCALE:g}" in err
     assert time.monotonic() - began < 60.0
     assert cli.main(["check", "--verifier", "verispec.reference.speculative:verify_sampled", "--scale", "1e300"]) == 2
+
+
+def test_a_depth_beyond_the_models_context_is_a_usage_error(
+    tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No decoder can generate past the context (256 here): our own decoder used to FAIL the case
+    ("the pilot failed: ContextOverflow", exit 1). Refused before any prompt runs, naming the largest
+    depth that fits."""
+    status = cli.main(
+        ["check-decoder", "--model", str(tiny_model), "--prompt", "the model", "--ours", "--depth", "1000000000"]
+    )
+    captured = capsys.readouterr()
+    assert status == 2 and captured.out == ""
+    assert "exceeds the model's context length 256: give a depth of at most 249" in captured.err
