@@ -200,7 +200,7 @@ def _check_arguments(timeout: object, budget: object, budget_samples: object, wo
     if budget is not None and not (isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0):
         raise _error(f"budget must be > 0 seconds, got {arguments.shown(budget)}")  # inf: no budget, as the CLI allows
     arguments.optional_integer("budget_samples", budget_samples, minimum=0)
-    arguments.integer("workers", workers, minimum=1)
+    arguments.workers(workers)
 
 
 def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:

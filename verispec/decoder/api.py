@@ -352,6 +352,9 @@ def _check_progress_every(seconds: float) -> None:
 def _check_workers(workers: int, engine: object, depth: int, greedy: bool) -> None:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise _error(f"workers must be an integer >= 1, got {workers!r}")
+    from verispec import arguments
+
+    arguments.workers(workers)  # at most MAX_WORKERS
     if workers > 1 and (not depth or greedy):
         raise _error("workers > 1 decodes the depth test's generations: it needs depth > 0 and no greedy mode")
     if workers > 1 and engine is not None and not isinstance(engine, str):
