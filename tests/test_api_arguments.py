@@ -72,6 +72,8 @@ def test_scale_inf_on_the_command_line_is_a_usage_error(capsys: pytest.CaptureFi
         ({"engine": 42}, r"engine must be 'module:function' or a callable, got 42 \(int\)"),
         ({"ours": True, "model": 3}, r"model must be a path"),
         ({"ours": True, "depth": 8, "workers": 100_000}, r"workers must be at most 256"),
+        ({"ours": True, "draft_top_k": -1}, r"draft_top_k must be >= 0, got -1"),  # our draft's law: usage
+        ({"ours": True, "draft_temperature": -0.5}, r"draft_temperature must be >= 0, got -0\.5"),
     ],
 )
 def test_check_decoder_types_are_check_errors_before_the_model_loads(kwargs: dict[str, Any], message: str) -> None:

@@ -292,10 +292,13 @@ def _check_types(values: dict[str, object]) -> None:
         arguments.optional_number(name, values[name])
     for name in _INTEGERS:
         arguments.optional_integer(name, values[name])
-    for name in ("depth", "m", "draft_top_k", "k", "max_tokens"):
+    for name in ("depth", "m", "k", "max_tokens"):
         arguments.integer(name, values[name])
-    for name in ("draft_temperature", "fraction", "min_mass"):
+    for name in ("fraction", "min_mass"):
         arguments.number(name, values[name])
+    # the draft's law is ours to build (--ours, --mutant): a bad one is a usage error, not the decoder failing
+    arguments.integer("draft_top_k", values["draft_top_k"], minimum=0)
+    arguments.number("draft_temperature", values["draft_temperature"], minimum=0)
     arguments.optional_path("model", values["model"])
     if values["model"] is None:
         raise _error("model must be a registry name or a .gguf path, got None")
