@@ -10,9 +10,18 @@ countable:
   mutation is out of range must be refused;
 - a misbehaving peer must end in ExternalError within its bound, its process group gone.
 
+- a depth-mode block of generations (as an engine answers it and as a worker sends it) is read
+  with every field of exactly its type: an id ``5.0``, ``"5"``, ``true`` or ``t + 0.5`` is refused;
+- repeated generations (four random streams, stale blocks, an ignored seed) fail by the end of the
+  block that holds the first repeat, and independent draws never do, even at a sharp law;
+- a bad ``check-decoder`` flag value is a usage error (exit 2, one line) before any run.
+
+Every family prints ``corpus FAMILY: N cases, W wrong verdicts, T tracebacks, H hangs, L leftovers``
+and the module ends with one ``corpus fast|long total: ...`` line (shown without ``-s``).
+
 The fast subset runs in the default test run (well under 30 s); ``VERISPEC_CORPUS_LONG=1`` runs
-the long corpus (10x the seeds per family, every peer behaviour on every op). Seeds are fixed:
-the same corpus every run.
+the long corpus (10x the seeds per family, every peer behaviour on every op, whole check runs of
+every kind). Seeds are fixed: the same corpus every run.
 """
 
 from __future__ import annotations
