@@ -104,6 +104,7 @@ from verispec.spec.sequential import BlockDraw, Budget, SequentialTest, run_inte
 from verispec.spec.shards import ShardTest
 from verispec.spec.statistics import POWER
 from verispec.spec.stream_probe import run_probe
+from verispec.spec.subject import until_expired
 from verispec.spec.vectors import KINDS, Json, VectorSet, compare
 from verispec.spec.vectors.gen_large import as_sampled_case
 from verispec.spec.vectors.wire import rows_request_from_json
@@ -471,8 +472,9 @@ def run_check(
 
 
 # The largest --scale: sample sizes grow as 1/TV^2, so 100 times them is the design's power against a
-# deviation 10 times smaller (TV 0.0005); beyond, a block of the sequential test (1/64 of its
-# design) is already more draws than a budget can wait for, as the budget is checked between blocks.
+# deviation 10 times smaller (TV 0.0005); beyond, one block of the sequential test (1/64 of its
+# design) is more draws than any run can make (a budget still ends it: it is checked before every
+# verifier call, inside a block too).
 MAX_SCALE = 100.0
 
 
@@ -487,7 +489,7 @@ def _validate(options: RunOptions) -> None:
         raise CheckError(
             f"scale must be at most {MAX_SCALE:g}, got {options.scale:g}: {MAX_SCALE:g} times the sample sizes already "
             f"has power {POWER} against a TV {math.sqrt(MAX_SCALE):g} times smaller, and one block of a larger design "
-            "would outlast any budget (it is checked between blocks)"
+            "is more draws than any run can make"
         )
     if options.shard is not None and not 1 <= options.shard[0] <= options.shard[1]:
         raise CheckError(f"shard must be I/S with 1 <= I <= S, got {options.shard[0]}/{options.shard[1]}")
@@ -521,9 +523,13 @@ def seal(report: CheckReport) -> None:
         report.signature = signature(body, key)
 
 
-def _batch_of(parts: Parts) -> BatchVerifier:
+def _batch_of(parts: Parts, expired: Callable[[], bool] | None = None) -> BatchVerifier:
+    """The batch form of the parts; with ``expired`` (a budget's), BudgetEnded before any verifier
+    call once it says so (per call of a one-by-one verifier, per batch call of a batch one)."""
     verifier, batch, _ = parts
-    return batch if batch is not None else as_batch(verifier)
+    if expired is None:
+        return batch if batch is not None else as_batch(verifier)
+    return until_expired(batch, expired) if batch is not None else as_batch(verifier, expired)
 
 
 def _run_properties(
@@ -620,16 +626,23 @@ def _run_one(name: str, parts: Parts, scale: float, seed: int, law_only: bool) -
 
 
 class _TimedDraw:
-    """A BlockDraw that keeps each test's own drawing time and reports progress."""
+    """A BlockDraw that keeps each test's own drawing time and reports progress. ``deadline``: for
+    a draw in other processes (a worker pool's), the budget's end in ``time.time()``, handed to
+    each draw so the workers stop calling the verifier there too."""
 
-    def __init__(self, draw: BlockDraw, progress: Progress | None) -> None:
-        self.draw, self.progress = draw, progress
+    def __init__(
+        self, draw: BlockDraw, progress: Progress | None, deadline: Callable[[], float | None] | None = None
+    ) -> None:
+        self.draw, self.progress, self.deadline = draw, progress, deadline
         self.seconds: dict[str, float] = defaultdict(float)
         self.blocks: dict[str, int] = defaultdict(int)
 
     def __call__(self, design: Any, blocks: Sequence[int], size: int) -> list[Any]:
         began = time.perf_counter()
-        counts = self.draw(design, blocks, size)
+        if self.deadline is not None:
+            counts = self.draw(design, blocks, size, deadline=self.deadline())  # type: ignore[call-arg]
+        else:
+            counts = self.draw(design, blocks, size)
         self.seconds[design.name] += time.perf_counter() - began
         self.blocks[design.name] += len(blocks)
         if self.progress is not None:
@@ -659,7 +672,13 @@ def _draw_sequential(
     report: CheckReport, names: Sequence[str], parts: Parts, options: RunOptions, record: _Recorder
 ) -> None:
     """The designed statistical tests, group-sequentially (or one shard's blocks of them)."""
-    draw = _TimedDraw(options.draw or serial_draw(_batch_of(parts), report.seed), options.progress)
+    budget = options.budget if options.budget is not None and options.budget.seconds is not None else None
+    if options.draw is None:  # here: the budget's seconds end a block's drawing at the next verifier call
+        draw = _TimedDraw(
+            serial_draw(_batch_of(parts, budget.expired if budget else None), report.seed), options.progress
+        )
+    else:  # elsewhere (worker processes): each draw is handed the budget's end
+        draw = _TimedDraw(options.draw, options.progress, budget.wall_deadline if budget else None)
     designs = [STAT_DESIGNS[n]() for n in names]
     if options.shard is not None:
         _run_shard(report, designs, draw, options, record)

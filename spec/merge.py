@@ -17,7 +17,9 @@ refuses, with a message naming the shard, anything that is not exactly the S sha
   mode; shards 2..S: exactly the designed statistical tests; a partial ``--only`` run only with
   ``allow_partial``), exactly each slice's blocks, every block's counts summing to the designed
   block size (N is recomputed from the design, never read: an edited ``scale`` changes the block
-  size and is refused), and a claimed shard rejection replayed from its counts.
+  size and is refused), and a claimed shard rejection replayed from its counts. A test a shard
+  failed before it counted a block (a malformed answer broke its drawing off) merges as failed
+  with that shard's reason: a failure without counts can only make the run fail.
 
 What an unsigned merge can still be fooled by is said in :mod:`spec.report_seal`: counts made up
 to fit the designs, or deterministic outcomes written "passed", with the digests recomputed.
@@ -218,8 +220,18 @@ def _property_set(report: CheckReport, deterministic: Sequence[str], designed: S
     missing = [n for n in list(deterministic) + list(designed) if n not in names]
     if missing and not report.failed:
         raise CheckError(f"{where} lacks {', '.join(missing)}: the merge requires the mode's full property set")
-    if sorted(report.blocks) != sorted(n for n in names if n in designed):
+    # every statistical test it reports comes with its blocks, except one that failed without
+    # drawing a block (a malformed answer broke the drawing off): that failure merges as failed
+    counted = [p.name for p in report.properties if p.name in designed and not _broken_off(report, p)]
+    if sorted(report.blocks) != sorted(counted):
         raise CheckError(f"{where}: its block counts are not exactly those of its statistical tests")
+
+
+def _broken_off(report: CheckReport, outcome: PropertyOutcome) -> bool:
+    """A statistical test the shard reports failed with no block counted: its drawing broke off
+    (a malformed answer, a crashed verifier), so the failure is not a rejection of counts. Taken
+    as it says: a merged test it fails can never read as a pass."""
+    return outcome.status == "failed" and not report.blocks.get(outcome.name)
 
 
 def _deterministic_outcomes(shard_one: CheckReport, names: Sequence[str]) -> list[PropertyOutcome]:
@@ -285,6 +297,9 @@ def _checked_slice(design: StatDesign, report: CheckReport, outcome: PropertyOut
         return shard_test
     if outcome.status != "failed":
         raise CheckError(f"{where}: status {outcome.status!r} is not a shard's (counted or failed)")
+    if _broken_off(report, outcome):  # no counts to replay: it can only make the merged test fail
+        shard_test.rejection = f"shard {index}/{shards}: {outcome.detail}"
+        return shard_test
     drawn = sorted(got)
     if drawn != owned[: len(drawn)] or not drawn:
         raise CheckError(f"{where}: a rejection must come with the first blocks of its slice, got {_span(drawn)}")

@@ -213,8 +213,15 @@ def draw_block(design: StatDesign, batch: BatchVerifier, seed: int, block: int, 
     return np.asarray(design.draw(batch, block_rng(seed, design.name, block), size), dtype=np.int64)
 
 
+class BudgetEnded(Exception):
+    """The budget's seconds ran out in the middle of a block: the block is dropped, never counted
+    in part (a block's counts are all of its draws or none), and the run stops as at a block's end."""
+
+
 class Budget:
     """When to stop drawing: after ``seconds`` of ``clock`` or ``samples`` draws, whichever first.
+    The seconds are honoured inside a block too: the verifier is not called once they are spent
+    (:class:`BudgetEnded`), so one block of a large design or a slow verifier cannot outlast them.
 
     Tests drive it with a sample count or an injected clock, never with wall time.
     """
@@ -236,6 +243,16 @@ class Budget:
         self.clock = clock or time.monotonic
         self.start = self.clock()
         self.used = 0
+
+    def expired(self) -> bool:
+        """Whether the seconds are spent (checked before every verifier call, inside a block too)."""
+        return self.seconds is not None and self.clock() - self.start >= self.seconds
+
+    def wall_deadline(self) -> float | None:
+        """When the seconds end, as ``time.time()`` (what another process can compare with), or None."""
+        import time
+
+        return None if self.seconds is None else time.time() + self.seconds - (self.clock() - self.start)
 
     def allows(self, size: int) -> bool:
         """Whether a block of ``size`` more draws may start."""
@@ -299,7 +316,10 @@ def run_interleaved(
                 if budget is not None and not budget.allows(size):
                     return
                 began = time.perf_counter()
-                drawn = draw(test.design, group, test.plan.block)
+                try:
+                    drawn = draw(test.design, group, test.plan.block)
+                except BudgetEnded:  # the seconds ran out inside the group: it is dropped whole
+                    return
                 per_draw[test.design.name] = (time.perf_counter() - began) / size
                 for block, counts in zip(group, drawn):
                     test.add(block, counts)
@@ -327,6 +347,7 @@ def shard_blocks(plan: Schedule, shard: int, shards: int) -> list[int]:
 __all__ = [
     "POWER",
     "Budget",
+    "BudgetEnded",
     "LookResult",
     "Schedule",
     "SequentialTest",

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from verispec.reference.speculative import BatchVerdict, BatchVerifier, Verdict, Verifier
 from verispec.spec.pipeline import Pipeline
+from verispec.spec.sequential import BudgetEnded
 from verispec.spec.statistics import PROPERTY_SEED, TV_BIAS
 
 
@@ -43,8 +44,10 @@ class PropertyResult:
 # adapters between the single and batch forms
 
 
-def as_batch(verifier: Verifier) -> BatchVerifier:
-    """Lift a single-verification verifier to the batch form (a loop; slow for big N)."""
+def as_batch(verifier: Verifier, expired: Callable[[], bool] | None = None) -> BatchVerifier:
+    """Lift a single-verification verifier to the batch form (a loop; slow for big N). With
+    ``expired`` (a budget's): BudgetEnded before any call made once it says so, so a budget is
+    honoured within a batch of one-by-one calls."""
 
     def batch(p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike) -> BatchVerdict:
         draft_arr, draws = np.asarray(drafts), np.asarray(uniforms, dtype=np.float64)
@@ -54,6 +57,8 @@ def as_batch(verifier: Verifier) -> BatchVerifier:
         token = np.zeros(n, dtype=np.int64)
         bonus = np.zeros(n, dtype=np.bool_)
         for item in range(n):
+            if expired is not None and expired():
+                raise BudgetEnded(f"the budget ended after {item} of {n} verifications of a batch")
             p_item = p_arr if p_arr.ndim == 2 else p_arr[item]
             q_item = q_arr if q_arr.ndim == 2 else q_arr[item]
             verdict = verifier(p_item, q_item, draft_arr[item].tolist(), draws[item].tolist())
@@ -61,6 +66,17 @@ def as_batch(verifier: Verifier) -> BatchVerifier:
         return BatchVerdict(accepted, token, bonus)
 
     return batch
+
+
+def until_expired(batch: BatchVerifier, expired: Callable[[], bool]) -> BatchVerifier:
+    """``batch``, with BudgetEnded instead of any call made once ``expired()`` says so."""
+
+    def checked(p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, uniforms: npt.ArrayLike) -> BatchVerdict:
+        if expired():
+            raise BudgetEnded("the budget ended before a batch call")
+        return batch(p, q, drafts, uniforms)
+
+    return checked
 
 
 def as_verifier(batch: BatchVerifier) -> Verifier:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ import numpy as np
 from verispec.reference.speculative import BatchVerifier
 from verispec.spec.sequential import Counts, StatDesign, draw_block
 from verispec.spec.stream_probe import run_probe, same_stream, same_stream_message
+from verispec.spec.subject import until_expired
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ _seed = 0
 _probe: str | None = None  # this worker's same-stream probe (its first verifier call)
 _designs: dict[str, StatDesign] = {}
 _barrier: Any = None  # all workers meet here once, so each answers one roll call
+_deadline: float | None = None  # the current draw's budget end (time.time()), None: no budget
 START_TIMEOUT = 300.0  # seconds for every worker to start and probe
 
 
@@ -68,8 +71,12 @@ def _start(spec: ImplementationSpec, seed: int, barrier: Any = None) -> None:
     _barrier = barrier
     impl = spec.build()
     verifier, batch, _ = impl.verifier_parts()  # type: ignore[attr-defined]
-    _batch, _seed = (batch if batch is not None else as_batch(verifier)), seed
+    _batch, _seed = (until_expired(batch, _expired) if batch is not None else as_batch(verifier, _expired)), seed
     _probe = run_probe(_batch, seed, os.getpid())
+
+
+def _expired() -> bool:
+    return _deadline is not None and time.time() >= _deadline
 
 
 def _roll_call(_: int) -> tuple[int, str | None]:
@@ -79,11 +86,14 @@ def _roll_call(_: int) -> tuple[int, str | None]:
     return os.getpid(), _probe
 
 
-def _draw(name: str, block: int, size: int) -> tuple[int, str | None, list[int]]:
-    """(this worker's pid, its probe, the counts of one block)."""
+def _draw(name: str, block: int, size: int, deadline: float | None = None) -> tuple[int, str | None, list[int]]:
+    """(this worker's pid, its probe, the counts of one block); BudgetEnded (raised in the checker
+    too) if the verifier would be called past ``deadline``."""
     from verispec.spec.properties import STAT_DESIGNS
 
+    global _deadline
     assert _batch is not None, "worker not started"
+    _deadline = deadline
     if name not in _designs:
         _designs[name] = STAT_DESIGNS[name]()
     return os.getpid(), _probe, [int(c) for c in draw_block(_designs[name], _batch, _seed, block, size)]
@@ -124,11 +134,13 @@ class WorkerPool:
         if pair is not None:
             raise CheckError(same_stream_message(pair, "worker processes", self.law_only))
 
-    def draw(self, design: StatDesign, blocks: Sequence[int], size: int) -> list[Counts]:
+    def draw(self, design: StatDesign, blocks: Sequence[int], size: int, deadline: float | None = None) -> list[Counts]:
+        """The counts of ``blocks``, one per worker; with ``deadline`` (a budget's end, ``time.time()``)
+        BudgetEnded when a worker reaches it inside a block (the blocks are dropped)."""
         from verispec.spec.report import CheckError
 
         names, sizes = [design.name] * len(blocks), [size] * len(blocks)
-        answers = list(self._executor.map(_draw, names, list(blocks), sizes))
+        answers = list(self._executor.map(_draw, names, list(blocks), sizes, [deadline] * len(blocks)))
         for pid, probe, _ in answers:
             self.probes[pid] = probe
         pair = same_stream(self.probes)

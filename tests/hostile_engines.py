@@ -9,6 +9,9 @@ factories so ``--workers N`` can build them in worker processes too (verispec/de
 - ``vocab_id_late`` / ``negative_id_late`` / ``huge_id_late``: each generation of the test (not of the
   pilot) has the id V (one past the vocabulary), -1 or 10**30 (beyond any machine integer) just before
   its last one (a teacher-forced pass would feed it to the model);
+- ``float_id_late`` / ``whole_float_id_late`` / ``string_id_late`` / ``bool_id_late``: the same
+  place of each generation of the test (not of the pilot) holds ``t + 0.5``, ``5.0``-like
+  ``float(t)``, ``"t"`` or ``True`` (the blocks a worker decodes in ``--workers N`` runs);
 - ``four_streams``: generation i of every block drawn from stream ``i % 4`` (generations 5.. repeat
   1..4 exactly);
 - ``stale_blocks``: every second call answers the previous call's block again (a stale cache);
@@ -70,24 +73,30 @@ def bool_ids(path: Path) -> Spoiled:
     return Spoiled(path, _first(lambda t: True))
 
 
-def _late(value: Callable[[int], int]) -> Callable[[Path], Spoiled]:
+def _late(value: Callable[[int, int], Any]) -> Callable[[Path], Spoiled]:
+    """Each generation of the test has ``value(vocab, id)`` in place of an id before its last."""
+
     def factory(path: Path) -> Spoiled:
         engine = Spoiled(path, lambda ids, seed: ids)
-        engine.spoil = lambda ids, seed: _middle(ids, value(engine.vocab)) if seed >= TEST_SEEDS_FROM else ids
+        engine.spoil = lambda ids, seed: _middle(ids, value, engine.vocab) if seed >= TEST_SEEDS_FROM else ids
         return engine
 
     return factory
 
 
-def _middle(ids: list[Any], bad: int) -> list[Any]:
-    """``bad`` in place of an id before the last (a teacher-forced pass would feed it to the model)."""
+def _middle(ids: list[Any], value: Callable[[int, int], Any], vocab: int) -> list[Any]:
+    """``value(vocab, id)`` in place of an id before the last (a teacher-forced pass would feed it to the model)."""
     at = max(0, len(ids) - 2)
-    return ids[:at] + [bad] + ids[at + 1 :]
+    return ids[:at] + [value(vocab, int(ids[at]))] + ids[at + 1 :]
 
 
-vocab_id_late = _late(lambda vocab: vocab)
-huge_id_late = _late(lambda vocab: 10**30)
-negative_id_late = _late(lambda vocab: -1)
+vocab_id_late = _late(lambda vocab, t: vocab)
+huge_id_late = _late(lambda vocab, t: 10**30)
+negative_id_late = _late(lambda vocab, t: -1)
+float_id_late = _late(lambda vocab, t: t + 0.5)
+whole_float_id_late = _late(lambda vocab, t: float(t))
+string_id_late = _late(lambda vocab, t: str(t))
+bool_id_late = _late(lambda vocab, t: True)
 
 
 class FourStreams:

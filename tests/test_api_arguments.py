@@ -28,6 +28,10 @@ VERIFIER = f"{REFERENCE}:verify_sampled"
         ({"budget": "60"}, r"budget must be > 0 seconds, got '60' \(str\)"),
         ({"workers": 2.0}, r"workers must be an integer, got 2\.0 \(float\)"),
         ({"workers": "2"}, r"workers must be an integer, got '2' \(str\)"),
+        (
+            {"workers": 100_000},
+            r"workers must be at most 256 \(one process each\), got 100000",
+        ),  # not 100,000 processes
         ({"seed": "1"}, r"seed must be an integer"),
         ({"count": 1.5}, r"count must be an integer"),
         ({"budget_samples": "9"}, r"budget_samples must be an integer"),
@@ -67,6 +71,9 @@ def test_scale_inf_on_the_command_line_is_a_usage_error(capsys: pytest.CaptureFi
         ({"ours": True, "prompts": "The cat"}, r"prompts must be a list of strings"),
         ({"engine": 42}, r"engine must be 'module:function' or a callable, got 42 \(int\)"),
         ({"ours": True, "model": 3}, r"model must be a path"),
+        ({"ours": True, "depth": 8, "workers": 100_000}, r"workers must be at most 256"),
+        ({"ours": True, "draft_top_k": -1}, r"draft_top_k must be >= 0, got -1"),  # our draft's law: usage
+        ({"ours": True, "draft_temperature": -0.5}, r"draft_temperature must be >= 0, got -0\.5"),
     ],
 )
 def test_check_decoder_types_are_check_errors_before_the_model_loads(kwargs: dict[str, Any], message: str) -> None:

@@ -55,6 +55,12 @@ def run(tiny_model: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tu
     return status, json.loads(capsys.readouterr().out)
 
 
+# A design fixed by --tv, the budget only a stop far past the failure: a budget-led design (--budget
+# alone) is sized from the pilot's timing, so on a loaded machine it can end inconclusive before the
+# blocks that hold the spoiled answers (and workers would change its numbers).
+FIXED_DESIGN = ("--tv", "0.1", "--budget", "300")
+
+
 # --- the reader, item by item ----------------------------------------------------------------------
 
 
@@ -131,7 +137,7 @@ def test_a_worker_sends_what_its_engine_answered_unconverted() -> None:
 # --- through the command: sequential and two workers -------------------------------------------------
 
 
-@pytest.mark.slow  # eight runs of the command, each a pilot or one block of the tiny model
+@pytest.mark.slow  # sixteen runs of the command, each a pilot or a few blocks of the tiny model
 @pytest.mark.parametrize(
     "engine, reason",
     [
@@ -139,15 +145,25 @@ def test_a_worker_sends_what_its_engine_answered_unconverted() -> None:
         ("near_int_ids", "must be an integer, got"),
         ("string_ids", "must be an integer, got '"),
         ("bool_ids", "must be an integer, got True"),
+        # the same in the test's blocks, after the pilot: with --workers 2 a worker decodes them
+        ("float_id_late", ".5"),
+        ("whole_float_id_late", ".0"),
+        ("string_id_late", "must be an integer, got '"),
+        ("bool_id_late", "must be an integer, got True"),
     ],
 )
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_wrongly_typed_id_fails_the_engine_in_every_mode(
     tiny_model: Path, capsys: pytest.CaptureFixture[str], engine: str, reason: str, workers: str
 ) -> None:
-    status, report = run(tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers)
+    status, report = run(
+        tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
+    )
     result = report["results"][0]
     assert status == 1 and result["state"] == "failed" and reason in result["where"]
+    assert "must be an integer, got" in result["where"]
+    if engine.endswith("_late"):  # in a block of the depth test itself, at the spoiled position
+        assert result["design_tokens"] > 0 and "position 6: a token id must be an integer" in result["where"]
 
 
 @pytest.mark.parametrize(
@@ -163,7 +179,9 @@ def test_an_id_outside_the_vocabulary_after_the_pilot_is_the_engines_failure(
     tiny_model: Path, capsys: pytest.CaptureFixture[str], engine: str, reason: str, workers: str
 ) -> None:
     """Exit 1 with the report (not a model/input error, exit 4, nor an OverflowError)."""
-    status, report = run(tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers)
+    status, report = run(
+        tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
+    )
     result = report["results"][0]
     assert status == 1 and result["state"] == "failed" and reason in result["where"]
     assert result["design_tokens"] > 0  # after the pilot: the id came in a block of the test itself
@@ -213,10 +231,35 @@ def test_reused_random_streams_fail_with_any_number_of_workers(
 ) -> None:
     """Four streams, a stale block answered again, a seed ignored: FAIL at the first block that
     repeats, named as repeated generations (exit 1), with one worker and with two."""
-    status, report = run(tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers)
+    status, report = run(
+        tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
+    )
     result = report["results"][0]
     assert status == 1 and result["state"] == "failed", result
     assert "repeated generations:" in result["where"] and result["generations"] <= 250
+    assert "bin" not in result["where"]  # named as repeats, not as a position bin's deviation
+
+
+@pytest.mark.slow  # four runs of the command
+@pytest.mark.parametrize("engine", ["four_streams", "seed_ignored"])
+def test_a_stream_reusing_engine_gets_the_same_verdict_for_any_number_of_workers(
+    tiny_model: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    """A design fixed by --tv (:data:`FIXED_DESIGN`): the same failure, at the same generation with the same evidence, with one worker and with two;
+    and at the first block after the first repeat (the seed ignored: block 2 repeats block 1; four
+    streams: generation 5 repeats generation 1)."""
+    verdicts = []
+    for workers in ("1", "2"):
+        status, report = run(
+            tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
+        )
+        result = report["results"][0]
+        verdicts.append((status, result["state"], result["where"], result["generations"], result["design_tokens"]))
+    assert verdicts[0] == verdicts[1] and verdicts[0][0] == 1, verdicts
+    where = verdicts[0][2]
+    first = int(where.split("(generation ")[1].split()[0])
+    assert where.startswith("repeated generations:")
+    assert first == 5 if engine == "four_streams" else first == verdicts[0][3] // 2 + 1, where
 
 
 def test_a_correct_decoder_at_a_sharp_law_repeats_legitimately(
@@ -224,8 +267,11 @@ def test_a_correct_decoder_at_a_sharp_law_repeats_legitimately(
 ) -> None:
     """Temperature 0.05: most generations repeat (the law's own collision probability); the run
     does not fail, and the report says the repeats are the law's (its budget ends it: exit 3). An
-    explicit --tv makes the budget a stop (without one the design would be budget-led)."""
-    status, report = run(tiny_model, capsys, "--ours", "--temperature", "0.05", "--tv", "0.05", "--budget", "5")
+    explicit --tv makes the budget a stop (without one the design would be budget-led); the first-m
+    test is skipped so that its share of a loaded machine's seconds cannot leave none for the depth."""
+    status, report = run(
+        tiny_model, capsys, "--ours", "--temperature", "0.05", "--tv", "0.05", "--budget", "10", "--no-first-m"
+    )
     result = report["results"][0]
     assert status == 3 and result["state"] == "inconclusive"
     assert "repeated generations" in result["detail"] and "repeats are its own" in result["detail"]
@@ -310,3 +356,17 @@ def test_a_scale_beyond_the_bound_is_a_usage_error(capsys: pytest.CaptureFixture
     assert status == 2 and f"scale must be at most {MAX_SCALE:g}" in err
     assert time.monotonic() - began < 60.0
     assert cli.main(["check", "--verifier", "verispec.reference.speculative:verify_sampled", "--scale", "1e300"]) == 2
+
+
+def test_a_depth_beyond_the_models_context_is_a_usage_error(
+    tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No decoder can generate past the context (256 here): our own decoder used to FAIL the case
+    ("the pilot failed: ContextOverflow", exit 1). Refused before any prompt runs, naming the largest
+    depth that fits."""
+    status = cli.main(
+        ["check-decoder", "--model", str(tiny_model), "--prompt", "the model", "--ours", "--depth", "1000000000"]
+    )
+    captured = capsys.readouterr()
+    assert status == 2 and captured.out == ""
+    assert "exceeds the model's context length 256: give a depth of at most 249" in captured.err

@@ -238,3 +238,36 @@ def test_generate_refuses_an_unwritable_draft_cache_before_printing(tmp_path: Pa
 
     with pytest.raises(DraftError, match="cannot be written"):
         draft_options(Args())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"not a cache", "not JSON"),
+        (b'{"version": 1, "fingerprint": "", "depth": 24, "max_tokens": 65536, "texts": [[1, 2, 3]]}', "no vocabulary"),
+        (MAGIC + b'{"version": 2}\n', "draft cache"),
+    ],
+    ids=["malformed", "empty fingerprint", "broken header"],
+)
+def test_generate_with_a_bad_draft_cache_is_an_input_error_exit_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, why: str
+) -> None:
+    """Through the command: a cache that cannot be used is a bad input file (exit 4, one line naming
+    it and why), not a usage error (exit 2); the file is left as it was, nothing is generated. A
+    cache without a vocabulary fingerprint cannot have its ids checked against the model: refused."""
+    from tests.synthetic import Variant, write_synthetic
+    from verispec import cli
+
+    model = tmp_path / "tiny.gguf"
+    write_synthetic(
+        model,
+        Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
+        quant_types=("F16",),
+    )
+    cache = tmp_path / "cache.bin"
+    cache.write_bytes(content)
+    argv = ["generate", "--model", str(model), "--prompt", "the model", "--max-tokens", "4"]
+    assert cli.main([*argv, "--draft", "suffix", "--draft-cache", str(cache)]) == 4
+    captured = capsys.readouterr()
+    assert captured.out == "" and why in captured.err and str(cache) in captured.err
+    assert cache.read_bytes() == content

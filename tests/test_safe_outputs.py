@@ -136,6 +136,47 @@ def test_a_junit_file_that_fails_at_the_end_keeps_the_report_and_the_verdict(
     assert _is_fifo(path)
 
 
+@pytest.mark.parametrize("failure", ["folder removed", "became a FIFO"])
+def test_a_decoder_junit_file_that_fails_at_the_end_keeps_the_report_and_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """check-decoder: the JUnit path passes the check before the run, then its folder is removed
+    (or the path becomes a FIFO) while the run decodes: the verdict and the whole JSON report are on
+    stdout, one stderr line says the XML was not written, and the exit status is the verdict's."""
+    import shutil
+
+    import verispec.decoder.api
+    from tests.synthetic import Variant, write_synthetic
+
+    model = tmp_path / "tiny.gguf"
+    write_synthetic(
+        model,
+        Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48),
+        quant_types=("F16",),
+    )
+    folder = tmp_path / "artifacts"
+    folder.mkdir()
+    path = folder / "gate.xml"
+    real_check = verispec.decoder.api.check_decoder
+
+    def check_then_break(*args: Any, **kwargs: Any) -> Any:
+        report = real_check(*args, **kwargs)
+        if failure == "folder removed":
+            shutil.rmtree(folder)
+        else:
+            os.mkfifo(path)
+        return report
+
+    monkeypatch.setattr(verispec.decoder.api, "check_decoder", check_then_break)
+    argv = ["check-decoder", "--model", str(model), "--prompt", "the model", "--ours", "--greedy"]
+    assert cli.main([*argv, "--max-tokens", "4", "--json", "--junit-xml", str(path)]) == 0  # the verdict's status
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # the whole JSON report is on stdout
+    assert report["passed"] and report["exit_status"] == 0
+    assert "the JUnit XML" in captured.err and "was not written (the verdict above stands)" in captured.err
+    assert not folder.exists() if failure == "folder removed" else _is_fifo(path)
+
+
 def test_vectors_refuses_the_current_folder_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

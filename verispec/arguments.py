@@ -50,6 +50,20 @@ def integer(name: str, value: object, *, minimum: int | None = None) -> int:
     return value
 
 
+# The most worker processes a run starts (--workers): each is a whole verifier or engine process
+# (a model loaded per worker); past this a typo such as --workers 100000 would start processes
+# until the machine gives out, and no machine runs that many blocks at once to any gain.
+MAX_WORKERS = 256
+
+
+def workers(value: object) -> int:
+    """A worker count: an int in [1, MAX_WORKERS]."""
+    count = integer("workers", value, minimum=1)
+    if count > MAX_WORKERS:
+        raise CheckError(f"workers must be at most {MAX_WORKERS} (one process each), got {count}")
+    return count
+
+
 def optional_integer(name: str, value: object, *, minimum: int | None = None) -> int | None:
     return None if value is None else integer(name, value, minimum=minimum)
 

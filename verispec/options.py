@@ -155,7 +155,7 @@ class VerifierUnderTest:
 
             normalize_field(self, "timeout", DEFAULT_TIMEOUT)
         arguments.number("timeout", self.timeout, positive=True)
-        arguments.integer("workers", self.workers, minimum=1)
+        arguments.workers(self.workers)  # at most MAX_WORKERS
         parts = (self.batch_verifier, self.greedy_verifier, self.pipeline)
         if self.verifier_cmd is not None:
             if self.verifier is not None or any(part is not None for part in parts):

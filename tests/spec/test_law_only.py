@@ -12,9 +12,12 @@ The budget is driven by a sample count or an injected clock, never by wall time.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -157,13 +160,46 @@ def test_tiny_sample_budget_is_inconclusive_with_the_power_reached(vectors: Vect
     assert report.claim().startswith("inconclusive")
 
 
+def _clocked_by_draws(block: int, batched: bool) -> tuple[PythonImplementation, Callable[[], float], list[int]]:
+    """The law-only reference whose every draw costs 1/``block`` of a "second" on the returned
+    clock (a block of stat_verdict_law_k1: one second), and the list of draws made; ``batched``:
+    with its batch form (one call per block), else one call per draw."""
+    drawn = [0]
+    batch = with_own_randomness(verify_sampled_batch, 12)
+    single = single_with_own_randomness(verify_sampled, 11)
+
+    def counted_batch(p: Any, q: Any, drafts: Any, seed: int | None = None) -> Any:
+        drawn[0] += len(drafts)
+        return batch(p, q, drafts, seed)
+
+    def counted_single(p: Any, q: Any, drafts: Any, seed: int | None = None) -> Any:
+        drawn[0] += 1
+        return single(p, q, drafts, seed)
+
+    impl = PythonImplementation(counted_single, batch=counted_batch if batched else None, law_only=True)
+    return impl, lambda: drawn[0] / block, drawn
+
+
 def test_clock_budget_stops_the_draws(vectors: VectorSet) -> None:
-    ticks = iter(range(10**6))
-    budget = Budget(seconds=3.0, clock=lambda: float(next(ticks)))  # each question costs a "second"
-    report = run_check(_own_rng(), vectors, only=["stat_lossless_ar_k1"], budget=budget)
+    plan = schedule(STAT_DESIGNS["stat_verdict_law_k1"]())
+    impl, clock, _ = _clocked_by_draws(plan.block, batched=True)
+    report = run_check(impl, vectors, only=["stat_verdict_law_k1"], budget=Budget(seconds=2.0, clock=clock))
     (outcome,) = report.statistical()
     assert outcome.status == "inconclusive"
-    assert outcome.n == schedule(STAT_DESIGNS["stat_lossless_ar_k1"]()).samples(1)  # two blocks: two looks
+    assert outcome.n == plan.samples(1)  # two blocks: two looks
+
+
+def test_clock_budget_ends_a_block_in_its_middle_and_drops_it(vectors: VectorSet) -> None:
+    """1.5 "seconds" of a verifier called once per draw: the second block is allowed (a little
+    over 1 second spent) but the budget ends half way through it; no verifier call is made after
+    that, and the half block is not counted (a block counted in part would break the design's
+    sizes): one block and its look."""
+    plan = schedule(STAT_DESIGNS["stat_verdict_law_k1"]())
+    impl, clock, drawn = _clocked_by_draws(plan.block, batched=False)
+    report = run_check(impl, vectors, only=["stat_verdict_law_k1"], budget=Budget(seconds=1.5, clock=clock))
+    (outcome,) = report.statistical()
+    assert outcome.status == "inconclusive" and outcome.n == plan.samples(0)
+    assert drawn[0] == math.ceil(1.5 * plan.block)  # the call that reached the budget was the last
 
 
 def test_cli_exit_status_3_and_json_claim(tmp_path: Path) -> None:
@@ -286,3 +322,22 @@ def test_law_only_through_the_wire(served: str, expected: int, vectors: VectorSe
         impl.close()
     assert report.exit_status == expected, report.as_json()["properties"]
     assert {p.name: p.status for p in report.properties}["contract"] == "passed"
+
+
+def test_worker_processes_stop_calling_the_verifier_at_the_budgets_end() -> None:
+    """--workers N: each draw is handed the budget's end (wall clock); a worker past it raises
+    BudgetEnded instead of drawing its block (the checker then stops as at a block's end)."""
+    import time
+
+    from verispec.spec.sequential import BudgetEnded
+    from verispec.spec.workers import ImplementationSpec, WorkerPool
+
+    design = STAT_DESIGNS["stat_verdict_law_k1"]()
+    pool = WorkerPool(ImplementationSpec(verifier="verispec.reference.speculative:verify_sampled"), 5, 2)
+    try:
+        with pytest.raises(BudgetEnded):
+            pool.draw(design, [0, 1], 1000, deadline=time.time() - 1.0)
+        (counts,) = pool.draw(design, [0], 1000, deadline=time.time() + 600.0)  # before its end: drawn whole
+        assert int(counts.sum()) == 1000
+    finally:
+        pool.close()

@@ -170,6 +170,7 @@ def run(options: DecoderOptions) -> DecoderReport:
 
             checker.progress = PeriodicLines(reporting.progress, reporting.progress_every)
         checker.check_modes()
+        checker.check_context(texts)
         for text in texts:
             report.results.append(checker.prompt(text))
             if reporting.log:
@@ -339,6 +340,20 @@ class _Run:
             raise _error(f"target_law two-sample needs an engine with {plain_op} (the {plain_op} op)")
         if own and (self.greedy or self.target_law == "engine-logits"):
             self.target = EngineLogits(self.engine)
+
+    def check_context(self, texts: Sequence[str]) -> None:
+        """A usage error, before any prompt runs, for a depth that does not fit the model's context
+        after a prompt: no decoder could generate it, so it must not fail the decoder."""
+        if not self.depth.tokens or self.greedy:
+            return
+        context = int(self.logits.model.config.context_length)
+        for text in texts:
+            length = len(self.tokenizer.encode(text, add_bos=self.tokenizer.add_bos, parse_special=True))
+            if length + self.depth.tokens > context:
+                raise _error(
+                    f"depth {self.depth.tokens} after the prompt {text[:40]!r} ({length} tokens) exceeds the model's "
+                    f"context length {context}: give a depth of at most {max(context - length, 0)}"
+                )
 
     def vocab(self) -> int:
         """The model's vocabulary: an answered id outside [0, V) is the engine's failure."""

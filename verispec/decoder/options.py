@@ -69,8 +69,9 @@ class DraftFlags:
     k: int = 2
 
     def __post_init__(self) -> None:
-        arguments.number("draft_temperature", self.draft_temperature)
-        arguments.integer("draft_top_k", self.draft_top_k)
+        # the draft's law is ours to build (ours, the mutants): a bad one is a usage error, not the decoder failing
+        arguments.number("draft_temperature", self.draft_temperature, minimum=0)
+        arguments.integer("draft_top_k", self.draft_top_k, minimum=0)
         arguments.integer("k", self.k)
         if self.k < 1:
             raise CheckError("k and max_tokens must be >= 1")
@@ -120,6 +121,7 @@ class DecoderUnderTest:
         workers = self.workers
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise CheckError(f"workers must be an integer >= 1, got {workers!r}")
+        arguments.workers(workers)  # at most MAX_WORKERS
         if workers > 1 and self.engine is not None and not isinstance(self.engine, str):
             raise CheckError("workers > 1 builds the engine in other processes: give it as 'module:FACTORY'")
         self._check_weights()
