@@ -121,14 +121,14 @@ def test_a_junit_file_that_fails_at_the_end_keeps_the_report_and_the_verdict(
     path = tmp_path / "gate.xml"
     import verispec.api
 
-    real_check = verispec.api.check
+    real_run = verispec.api.run  # what the command calls with its options
 
     def check_then_fifo(*args: Any, **kwargs: Any) -> Any:
-        report = real_check(*args, **kwargs)
+        report = real_run(*args, **kwargs)
         os.mkfifo(path)
         return report
 
-    monkeypatch.setattr(verispec.api, "check", check_then_fifo)
+    monkeypatch.setattr(verispec.api, "run", check_then_fifo)
     assert cli.main([*QUICK_CHECK, "--junit-xml", str(path)]) == 0  # the verdict's status
     captured = capsys.readouterr()
     assert json.loads(captured.out)["exit_status"] == 0  # the whole JSON report is on stdout
@@ -157,17 +157,17 @@ def test_a_decoder_junit_file_that_fails_at_the_end_keeps_the_report_and_the_ver
     folder = tmp_path / "artifacts"
     folder.mkdir()
     path = folder / "gate.xml"
-    real_check = verispec.decoder.api.check_decoder
+    real_run = verispec.decoder.api.run  # what the command calls with its options
 
     def check_then_break(*args: Any, **kwargs: Any) -> Any:
-        report = real_check(*args, **kwargs)
+        report = real_run(*args, **kwargs)
         if failure == "folder removed":
             shutil.rmtree(folder)
         else:
             os.mkfifo(path)
         return report
 
-    monkeypatch.setattr(verispec.decoder.api, "check_decoder", check_then_break)
+    monkeypatch.setattr(verispec.decoder.api, "run", check_then_break)
     argv = ["check-decoder", "--model", str(model), "--prompt", "the model", "--ours", "--greedy"]
     assert cli.main([*argv, "--max-tokens", "4", "--json", "--junit-xml", str(path)]) == 0  # the verdict's status
     captured = capsys.readouterr()

@@ -306,10 +306,6 @@ class DecoderOptions:
             raise CheckError("ours: our decode loop has no min_tokens")
         if subject.workers > 1 and (not design.depth or design.greedy):
             raise CheckError("workers > 1 decodes the depth test's generations: it needs depth > 0 and no greedy mode")
-        if subject.weights is not None and (not design.depth or design.greedy or sampling.target_law == "two-sample"):
-            raise CheckError(
-                "ours with weights runs the depth test against the engine's own rows: depth > 0, no greedy, no two-sample"
-            )
         if subject.batch and (
             not design.depth or design.greedy or subject.workers > 1 or sampling.target_law == "two-sample"
         ):
@@ -317,6 +313,10 @@ class DecoderOptions:
         if subject.batch and subject.ours and subject.weights is None:
             raise CheckError(
                 "batch with ours needs weights: the fast engine's lockstep decode is the batch op's reference"
+            )
+        if subject.weights is not None and (not design.depth or design.greedy or sampling.target_law == "two-sample"):
+            raise CheckError(
+                "ours with weights runs the depth test against the engine's own rows: depth > 0, no greedy, no two-sample"
             )
         self._check_law_mode()
 
