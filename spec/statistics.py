@@ -36,7 +36,7 @@ MIN_EXPECTED = 5.0  # cells expected below this are pooled
 # reproducible from the report alone (spec.properties.run_properties, verispec check --seed)
 PROPERTY_SEED = 20_240_531
 
-# The alpha budget: one line per statistical test of the suite (spec/properties.py uses these
+# The alpha budget: one line per statistical test of the suite (spec/properties/ uses these
 # names; tests/test_witness.py uses the witness line; the last two lines are the real-model
 # decode test and the conformal coverage tests).
 ALPHA_BUDGET: dict[str, float] = {

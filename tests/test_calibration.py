@@ -199,7 +199,7 @@ def test_a_nan_threshold_is_refused(tmp_path: Path) -> None:
 def test_the_pair_is_one_atomic_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed between the lens and the JSON, the old artifact (JSON + its lens) still loads; after
     a completed save only the new lens file is left."""
-    from verispec.reference import calibration as calibration_module
+    from verispec.reference.calibration import artifact as calibration_artifact
     from verispec.reference.early_exit import Lens
 
     rng = np.random.default_rng(2)
@@ -213,17 +213,17 @@ def test_the_pair_is_one_atomic_unit(tmp_path: Path, monkeypatch: pytest.MonkeyP
     new = build(synthetic_records(seed=3), q="0.9", model_sha256="b" * 64, model_name="m", n_layer=6, lens=lens())
     path = tmp_path / "cal.json"
     old.save(path)
-    real_write = calibration_module._atomic_write
+    real_write = calibration_artifact.atomic_write
 
     def die_on_json(target: Path, data: bytes) -> None:
         if target.suffix == ".json":
             raise KeyboardInterrupt  # killed after the lens, before the JSON
         real_write(target, data)
 
-    monkeypatch.setattr(calibration_module, "_atomic_write", die_on_json)
+    monkeypatch.setattr(calibration_artifact, "atomic_write", die_on_json)
     with pytest.raises(KeyboardInterrupt):
         new.save(path)
-    monkeypatch.setattr(calibration_module, "_atomic_write", real_write)
+    monkeypatch.setattr(calibration_artifact, "atomic_write", real_write)
     back = Calibration.load(path)
     assert back.depths == old.depths and back.lens is not None and old.lens is not None
     assert np.array_equal(back.lens.weight, old.lens.weight)
