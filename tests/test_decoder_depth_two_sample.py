@@ -10,7 +10,7 @@ each feature's law): a mutant passing there is a miss of the design, not bad luc
 
 Cost. The pass tests must run every look, so it uses a weaker stated design (TV 0.5 on each
 feature's law, 8 tokens); the mutants stop at their first rejecting look. The mode's full design
-on 64 tokens is tests/measure_decoder_depth_two_sample.py (minutes; not part of the suite).
+on 64 tokens is lab/measure/decoder_depth_two_sample.py (minutes; not part of the suite).
 """
 
 from __future__ import annotations

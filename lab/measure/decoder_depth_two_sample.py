@@ -1,8 +1,8 @@
 """A measured run of two-sample mode at depth at its full design (not collected by pytest: minutes).
 
-    OPENBLAS_NUM_THREADS=1 python tests/measure_decoder_depth_two_sample.py [max_tokens] [mutant]
+    OPENBLAS_NUM_THREADS=1 python -m lab.measure.decoder_depth_two_sample [max_tokens] [mutant]
 
-On the tiny synthetic GGUF of tests/measure_decoder_depth.py, the case of
+On the tiny synthetic GGUF of lab/measure/decoder_depth.py, the case of
 tests/test_decoder_depth_two_sample.py (processors on: top-k 12, min-p 0.02, a ban, a repeat
 penalty window, min_tokens 6) with ``max_tokens`` (default 64), alpha 1e-3, the mode's design:
 power 0.99 against TV 0.1 on each feature's law. Without ``mutant`` the bug-free loop must PASS
@@ -16,14 +16,11 @@ import os
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-
-from tests.measure_decoder_depth import tiny_model  # noqa: E402
-from tests.test_decoder_depth import WITH_PROCESSORS, Loop, case  # noqa: E402
-from verispec.spec.decoder.depth.two_sample import check_two_sample_depth, verdict_json  # noqa: E402
-from verispec.spec.decoder.mutants import DEPTH_MUTANTS, DecoderBugs  # noqa: E402
+from lab.measure.decoder_depth import tiny_model
+from tests.support.depth import WITH_PROCESSORS, Loop, case
+from verispec.spec.decoder.depth.two_sample import check_two_sample_depth, verdict_json
+from verispec.spec.decoder.mutants import DEPTH_MUTANTS, DecoderBugs
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Batched decoding's cost on a real model: CPU a token at several lockstep widths, same work (minutes; not collected by pytest).
 
-    OPENBLAS_NUM_THREADS=1 VERISPEC_THREADS=1 nice -n 10 python tests/measure_batched_decoding.py [MODEL] [GENERATIONS] [WIDTHS]
+    OPENBLAS_NUM_THREADS=1 VERISPEC_THREADS=1 nice -n 10 python -m lab.measure.batched_decoding [MODEL] [GENERATIONS] [WIDTHS]
 
 (defaults: smollm2-135m 32 1,8,16,32). One int8 engine decodes the same GENERATIONS generations of
 64 tokens (check-decoder's verispec defaults, the n-gram draft, k = 2, block seed 1) once per
@@ -19,16 +19,13 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-
-from verispec.decoder.ours import EngineDecoder  # noqa: E402
-from verispec.engine.matmul import OrtGraph  # noqa: E402
-from verispec.engine.model import FastModel  # noqa: E402
-from verispec.reference.sampling import SamplingParams  # noqa: E402
-from verispec.registry import resolve_model  # noqa: E402
+from verispec.decoder.ours import EngineDecoder
+from verispec.engine.matmul import OrtGraph
+from verispec.engine.model import FastModel
+from verispec.reference.sampling import SamplingParams
+from verispec.registry import resolve_model
 
 PROMPT = "The cat sat on the"
 PARAMS = SamplingParams(temperature=1.0, top_k=4, repeat_penalty=1.5)  # check-decoder's verispec defaults

@@ -1,6 +1,6 @@
 """A measured run of ``check-decoder --ours --weights MODE --depth 64`` on a real model (minutes; not collected by pytest).
 
-    OPENBLAS_NUM_THREADS=1 VERISPEC_THREADS=1 nice -n 10 python tests/measure_engine_depth.py [MODEL] [WEIGHTS] [BUDGET_S] [WORKERS]
+    OPENBLAS_NUM_THREADS=1 VERISPEC_THREADS=1 nice -n 10 python -m lab.measure.engine_depth [MODEL] [WEIGHTS] [BUDGET_S] [WORKERS]
 
 (defaults: smollm2-135m int8 480 2; BUDGET_S 0: the costs only). First the three costs of one judged token, measured in this
 process on the same generations (CPU seconds, so a loaded machine inflates them less than wall
@@ -14,28 +14,33 @@ Prints one JSON object; the load average beside every number.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from verispec.decoder.api import FORCING_THREADS, check_decoder  # noqa: E402
-from verispec.decoder.ours import EngineDecoder  # noqa: E402
-from verispec.reference.sampling import SamplingParams  # noqa: E402
-from verispec.registry import resolve_model  # noqa: E402
-from verispec.spec.decoder.depth.forcing import ConcurrentRows, rows_in_order  # noqa: E402
-from verispec.spec.decoder.depth.law import DepthCase, score  # noqa: E402
+from verispec.decoder.api import FORCING_THREADS, check_decoder
+from verispec.decoder.ours import EngineDecoder
+from verispec.reference.sampling import SamplingParams
+from verispec.registry import resolve_model
+from verispec.spec.decoder.depth.forcing import ConcurrentRows, rows_in_order
+from verispec.spec.decoder.depth.law import DepthCase, score
 
 PROMPT = "The cat sat on the"
 PARAMS = SamplingParams(temperature=1.0, top_k=4, repeat_penalty=1.5)  # check-decoder's verispec defaults
 COST_GENERATIONS = (
     32  # decoded in lockstep, as a depth block (up to 50 generations) is: 4 overstated the per-token cost
 )
+
+
+def given_rows(rows: Any, sequence: tuple[int, ...], length: int) -> Any:
+    """A teacher-forced pass already computed: the rows, whatever is asked (scoring alone is timed)."""
+    return rows
 
 
 def costs(path: Path, weights: str) -> dict[str, float]:
@@ -63,7 +68,7 @@ def costs(path: Path, weights: str) -> dict[str, float]:
     rng = np.random.default_rng(0)
     began = time.process_time()
     for g, r in zip(gens, rows):
-        score(lambda sequence, length, r=r: r, case, g["ids"], rng)
+        score(functools.partial(given_rows, r), case, g["ids"], rng)
     scoring = time.process_time() - began
     return {
         "tokens": tokens,

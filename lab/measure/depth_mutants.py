@@ -1,6 +1,6 @@
 """The mutant table of docs/checking-decoders.md, measured (not collected by pytest: minutes).
 
-    OPENBLAS_NUM_THREADS=1 python tests/measure_depth_mutants.py [law|two-sample|both] [NAME ...]
+    OPENBLAS_NUM_THREADS=1 python -m lab.measure.depth_mutants [law|two-sample|both] [NAME ...]
 
 Every mutant of spec.decoder.mutants.DEPTH_MUTANTS (and the first-m mutant ``rollback_off_by_one``)
 on the tiny synthetic GGUF of tests/test_decoder_depth.py, k = 2, through the law at depth (the
@@ -18,19 +18,17 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-
-from tests.measure_decoder_depth import tiny_model  # noqa: E402
-from tests.test_decoder_depth import WITH_PROCESSORS, Loop, case, run_mutant  # noqa: E402
-from verispec.spec.decoder.depth.two_sample import check_two_sample_depth  # noqa: E402
-from verispec.spec.decoder.mutants import DEPTH_MUTANTS, MUTANT_BUGS  # noqa: E402
+from lab.measure.decoder_depth import tiny_model
+from tests.support.depth import WITH_PROCESSORS, Loop, case, run_mutant
+from verispec.reference.model import Model
+from verispec.spec.decoder.depth.two_sample import TwoSampleDepthVerdict, check_two_sample_depth
+from verispec.spec.decoder.mutants import DEPTH_MUTANTS, MUTANT_BUGS
 
 BUDGET = 150.0  # seconds per two-sample run: a mutant it cannot see would run to the design's N
 
 
-def two_sample(model, name):  # type: ignore[no-untyped-def]
+def two_sample(model: Model, name: str) -> TwoSampleDepthVerdict:
     bugs = {**DEPTH_MUTANTS, **MUTANT_BUGS}[name][1]
     params = replace(WITH_PROCESSORS, top_p=0.8) if name == "top_k_top_p_in_the_other_order" else WITH_PROCESSORS
     the_case = replace(case(params), max_tokens=12)

@@ -1,9 +1,9 @@
 """A measured run of the depth test at its full design (not collected by pytest: minutes).
 
-    OPENBLAS_NUM_THREADS=1 python tests/measure_decoder_depth.py {deviation|correct} [max_tokens] [rows] [workers]
-    OPENBLAS_NUM_THREADS=1 python tests/measure_decoder_depth.py ratio [max_tokens] [generations]
+    OPENBLAS_NUM_THREADS=1 python -m lab.measure.decoder_depth {deviation|correct} [max_tokens] [rows] [workers]
+    OPENBLAS_NUM_THREADS=1 python -m lab.measure.decoder_depth ratio [max_tokens] [generations]
 
-On a tiny synthetic GGUF (tests/conftest.py's writer: vocab 64, one layer, 32 wide), the case
+On a tiny synthetic GGUF (tests/support/tiny_gguf.py: vocab 64, one layer, 32 wide), the case
 of tests/test_decoder_depth.py with full support (temperature 1, repeat penalty 1.5), alpha 1e-3
 (check-decoder's default), the design: power 0.99 against TV 0.05 on 10% of positions.
 ``deviation``: spec.decoder.mutants.DesignDeviation (exactly that deviation, flattened) must
@@ -27,25 +27,26 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
+from multiprocessing.pool import Pool
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from tests.conftest import write_tiny_gguf  # noqa: E402
-from verispec.reference.model import Model  # noqa: E402
-from verispec.reference.sampling import SamplingParams  # noqa: E402
-from verispec.spec.decoder.check import ReferenceLogits  # noqa: E402
-from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json  # noqa: E402
-from verispec.spec.decoder.first_tokens import CachedLaw  # noqa: E402
-from verispec.spec.decoder.mutants import DesignDeviation, LoopDecoder  # noqa: E402
-from verispec.spec.decoder.prefix_rows import PathRows  # noqa: E402
+from tests.support.depth import tiny_depth_model
+from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
+from verispec.spec.decoder.check import ReferenceLogits
+from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json
+from verispec.spec.decoder.first_tokens import CachedLaw
+from verispec.spec.decoder.mutants import DesignDeviation, LoopDecoder
+from verispec.spec.decoder.prefix_rows import PathRows
 
 EOG = 2
 PARAMS = SamplingParams(temperature=1.0, repeat_penalty=1.5, repeat_last_n=32)
 DRAFT = SamplingParams(temperature=1.5, top_k=12)
-ROWS = {"path": PathRows, "one-pass": ReferenceLogits}
+ROWS: dict[str, Callable[[Model], Any]] = {"path": PathRows, "one-pass": ReferenceLogits}  # model -> row provider
 
 
 class FreshLoop:
@@ -56,7 +57,7 @@ class FreshLoop:
     def __init__(self, model: Model, rows: str = "path", workers: int = 1) -> None:
         self.model = model
         self.rows = ROWS[rows]
-        self.pool = None
+        self.pool: Pool | None = None
         self.workers = workers
 
     def generate(self, prompt_ids, params, max_tokens, n, seed, min_tokens=0):  # type: ignore[no-untyped-def]
@@ -69,7 +70,7 @@ class FreshLoop:
         done = self.pool.map(
             decode_block, [(None, prompt_ids, params, max_tokens, n, seed, min_tokens, part) for part in parts]
         )
-        out = [None] * n
+        out: list[dict[str, Any] | None] = [None] * n
         for part, gens in zip(parts, done):
             for i, g in zip(part, gens):
                 out[i] = g
@@ -79,7 +80,7 @@ class FreshLoop:
 WORKER: dict[str, FreshLoop] = {}
 
 
-def decode_block(task):  # type: ignore[no-untyped-def]
+def decode_block(task: tuple[Any, ...]) -> list[dict[str, Any]]:
     """Generations ``indices`` of one block: generation i is the loop's decode on the i-th seed of
     ``seed`` (as LoopDecoder.generate draws them), so the split over workers changes no stream."""
     engine, prompt_ids, params, max_tokens, n, seed, min_tokens, indices = task
@@ -103,17 +104,8 @@ class FreshDeviation(FreshLoop):
 
 
 def tiny_model() -> Model:
-    path = write_tiny_gguf(
-        Path("/tmp") / "verispec-depth-tiny.gguf",
-        n_vocab=64,
-        n_embd=32,
-        n_layer=1,
-        n_head=4,
-        n_head_kv=2,
-        context_length=256,
-        weight_scale=1.0,
-    )
-    return Model.load(path)
+    """The depth test's tiny model (tests/support/depth.py), written to /tmp."""
+    return tiny_depth_model(Path("/tmp") / "verispec-depth-tiny.gguf")
 
 
 def ratio(model: Model, case: DepthCase, generations: int) -> None:
@@ -149,7 +141,7 @@ def main() -> None:
     started = time.perf_counter()
     verdict = check_depth(engine, reference_rows(model), case, alpha=1e-3)
     seconds = round(time.perf_counter() - started, 1)
-    if getattr(engine, "pool", None) is not None:
+    if engine.pool is not None:
         engine.pool.close()
         engine.pool.join()  # the workers' CPU time is counted once they are reaped
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -1,7 +1,7 @@
 """`--ours` at depth on SmolLM2: our decode loop's whole generations, timed in a given source tree
 (not collected by pytest: minutes).
 
-    OPENBLAS_NUM_THREADS=1 python tests/measure_ours_depth.py TREE [max_tokens] [n] [rounds]
+    OPENBLAS_NUM_THREADS=1 python -m lab.measure.ours_depth TREE [max_tokens] [n] [rounds]
 
 Imports verispec from TREE (this checkout, or an older one unpacked with
 ``git archive COMMIT | tar -x -C DIR``), loads SmolLM2 from the registry and times ``n``
