@@ -6,7 +6,7 @@ them, the k-th smallest calibration score Q satisfies P(score <= Q) >= k/(n+1) (
 score's rank is uniform on 1..n+1 up to ties), with equality when ties have probability zero;
 conditionally on the calibration draw the coverage is then Beta(k, n+1-k)-distributed (Vovk 2012,
 "Conditional validity of inductive conformal predictors"). That probability fact is cited, not
-proved here (z3 has no measure theory; tests/spec/test_conformal_coverage.py tests it statistically);
+proved here (z3 has no measure theory; tests/test_conformal_coverage.py tests it statistically);
 what is proved is the arithmetic that turns it into a level-q guarantee, over integers and
 rationals:
 

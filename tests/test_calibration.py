@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.tolerances import assert_within, forward_spread
+from tests.support.tolerances import assert_within, forward_spread
 from verispec.reference.calibration import (
     FORMAT,
     Calibration,
@@ -47,7 +47,7 @@ def test_trajectory_is_the_full_models_greedy_decode(tiny_gguf: Any) -> None:
     full = model.forward(seq, model.new_cache(len(seq)), return_hidden=True)
     assert full.hidden is not None
     # the trajectory decodes token by token, the check runs one batched pass: two float32
-    # evaluations of one forward, each element within its derived tolerance (tests/tolerances.py)
+    # evaluations of one forward, each element within its derived tolerance (tests/support/tolerances.py)
     spread = forward_spread(model, tuple(seq))
     assert spread.logits is not None
     assert_within(traj.full_logits, full.logits[2:], spread.logits.tolerance[2:], "trajectory logits")

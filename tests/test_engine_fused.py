@@ -2,7 +2,7 @@
 
 - Architecture: the tiny test models are float32, and the int8 mode keeps float matrices float32
   (never requantized), so on them the fused graphs compute the reference's function in float32:
-  logits within the derived float32 tolerance of tests/tolerances.py (forward_spread), llama
+  logits within the derived float32 tolerance of tests/support/tolerances.py (forward_spread), llama
   (RoPE NORM) and gemma3 (NEOX, q/k norms, post-norms, GELU-tanh, sliding window, softcap), as
   the unfused path. What this can detect: a wrong norm, residual, activation, RoPE pairing, split
   of q/k/v or gate/up (O(1) on these models); not an error below the tolerance (~1e-4 here).
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.tolerances import assert_within, forward_spread
 from tests.test_engine_backends import random_blocks
-from tests.tolerances import assert_within, forward_spread
 from verispec.engine import fused as fused_mod
 from verispec.engine import matmul as mm
 from verispec.engine.blocks import LOSSLESS_TYPES, repack

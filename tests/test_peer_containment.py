@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import group_gone, sigint_default
+from tests.support.processes import group_gone, sigint_default
 from verispec.spec.external import CommandTransport, ExternalError, TimeoutSetting, check_timeout, kill_all_peers
 
 REPO = Path(__file__).resolve().parent.parent

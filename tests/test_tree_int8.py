@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.synthetic import write_synthetic
+from tests.support.synthetic import write_synthetic
 from tests.test_decode import FakeTokenizer
 from tests.test_tree_attention import PARENTS, path_of
 from tests.test_tree_decode import PROMPTS as TREE_PROMPTS

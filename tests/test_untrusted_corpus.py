@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.processes import group_gone
+from tests.support.processes import group_gone
 from verispec.reference.calibration import Calibration
 from verispec.reference.errors import CalibrationError, DraftError, InputError
 from verispec.reference.json_input import loads

@@ -1,10 +1,10 @@
 """Verdicts of peers that live in their own venvs, through ``check-decoder --engine-cmd`` (docs/peers.md,
 "Other peers"), on tiny synthetic models written to ``DIR``.
 
-    python -m tests.peer_verdicts_cmd --peer mlx-lm|openvino-genai --out DIR [--path PATH ...]
+    python -m tests.support.peer_verdicts_cmd --peer mlx-lm|openvino-genai --out DIR [--path PATH ...]
         [--params NAME ...] [--tv 0.05] [--fraction 1.0] [--budget SECONDS]
 
-prints one JSON line per verdict. The param sets are tests/peer_verdicts.py's plus :data:`EXTRA`.
+prints one JSON line per verdict. The param sets are tests/support/peer_verdicts.py's plus :data:`EXTRA`.
 mlx-lm runs on the 3-layer TinyLlama-shaped target (the target is its own draft: sample-and-match
 then accepts often, so rollbacks and full acceptances both occur); openvino-genai on the same
 shape written with F16 matrices and a byte-level BPE vocabulary (what its GGUF reader loads), with
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.peer_verdicts import (
+from tests.support.peer_verdicts import (
     PARAM_SETS,
     PROMPT,
     ParamSet,
@@ -35,7 +35,7 @@ from tests.peer_verdicts import (
 )
 
 VENVS = Path(os.environ.get("VERISPEC_PEER_VENVS", "/work/venvs"))
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # peer: (venv folder, adapter, its paths, the distributions whose versions are reported)
 PEERS = {
     "mlx-lm": ("mlx", "examples/mlx_lm_decoder_cmd.py", ("speculative", "plain"), ("mlx-lm", "mlx")),
@@ -59,10 +59,10 @@ PENALTY_PROMPT = "en thor fasten is"
 
 
 def write_peer_models(folder: Path) -> dict[str, Path]:
-    """tests/peer_verdicts.py's models plus the F16 + BPE target and 1-layer draft of openvino-genai."""
+    """tests/support/peer_verdicts.py's models plus the F16 + BPE target and 1-layer draft of openvino-genai."""
     from dataclasses import replace
 
-    from tests.synthetic import VARIANTS, write_synthetic
+    from tests.support.synthetic import VARIANTS, write_synthetic
 
     files = write_models(folder)
     small = replace(VARIANTS["tinyllama"], name="tinyllama-1layer", n_layer=1)
@@ -159,7 +159,7 @@ def table_rows(lines: list[str]) -> list[str]:
     rows = []
     for r in verdict_records(lines):
         prompt = "" if r.get("prompt", PROMPT) == PROMPT else f" --prompt {r['prompt']!r}"
-        command = f"`python -m tests.peer_verdicts_cmd --peer {r['peer']} --out DIR --path {r['path']} --params {r['params']}{prompt}`"
+        command = f"`python -m tests.support.peer_verdicts_cmd --peer {r['peer']} --out DIR --path {r['path']} --params {r['params']}{prompt}`"
         rows.append(
             f"| {r['peer']} {r['version']} | {r['path']} | {law_cell(r, ALL_SETS[r['params']])} | "
             f"{r.get('prompt', PROMPT)!r} | {outcome_cells(r)} | {command} |"
@@ -168,7 +168,7 @@ def table_rows(lines: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.peer_verdicts_cmd")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.peer_verdicts_cmd")
     parser.add_argument("--peer", choices=list(PEERS), default="mlx-lm")
     parser.add_argument("--out", type=Path, required=True, help="folder of the tiny models")
     parser.add_argument("--path", nargs="+", default=None, help="the peer's paths (default: all of them)")

@@ -1,8 +1,8 @@
 """The gate's verdict on transformers' universal assisted generation with the scatter-order fix.
 
-    python -m tests.peer_verdicts_uag_patched --out DIR --path universal --params t1 --fraction 1.0 [--depth 16 --tv 0.1]
+    python -m tests.support.peer_verdicts_uag_patched --out DIR --path universal --params t1 --fraction 1.0 [--depth 16 --tv 0.1]
 
-The same command line as ``python -m tests.peer_verdicts`` (one engine process: the fix is a
+The same command line as ``python -m tests.support.peer_verdicts`` (one engine process: the fix is a
 monkeypatch of this process's transformers, so ``--workers`` must stay 1), with
 ``AssistantToTargetTranslator.get_target_logits`` replaced by the one-line fix of
 examples/repros/transformers_uag_scatter_order.py for the whole run. Run it beside the unpatched
@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from tests import peer_verdicts
+from tests.support import peer_verdicts
 
-REPRO = Path(__file__).resolve().parents[1] / "examples" / "repros" / "transformers_uag_scatter_order.py"
+REPRO = Path(__file__).resolve().parents[2] / "examples" / "repros" / "transformers_uag_scatter_order.py"
 
 
 def load_fix() -> ModuleType:

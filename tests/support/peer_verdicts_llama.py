@@ -1,8 +1,8 @@
 """llama-cpp-python's verdicts for docs/peers.md: ``check_decoder`` under ``--law llama.cpp`` with
 the engine's own logits as the target (verispec/peers/llama_cpp_peer.py), on the tiny target of
-``python -m tests.peer_verdicts --out DIR --write-only`` (or any GGUF given as ``--model``).
+``python -m tests.support.peer_verdicts --out DIR --write-only`` (or any GGUF given as ``--model``).
 
-    python -m tests.peer_verdicts_llama --out DIR --path lookup|plain --flags 'JSON'
+    python -m tests.support.peer_verdicts_llama --out DIR --path lookup|plain --flags 'JSON'
         [--tv 0.05] [--fraction 0.1] [--budget SECONDS] [--depth 64] [--model FILE.gguf] [--workers N]
 
 prints one JSON line (verdict, tokens, design, power, wall and CPU minutes, load); exit status 1
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tests.peer_verdicts import PROMPT, write_models
+from tests.support.peer_verdicts import PROMPT, write_models
 
 LOOKUP_TOKENS = 10  # num_pred_tokens: llama-cpp-python's default
 PATHS = ("lookup", "plain")
@@ -56,7 +56,9 @@ def verdict(
     from verispec.decoder.api import check_decoder
 
     start, load, cpu = time.perf_counter(), os.getloadavg()[0], time.process_time()
-    decoder = f"tests.peer_verdicts_llama:ENGINES.{path_name}" if workers > 1 else functools.partial(peer, path_name)
+    decoder = (
+        f"tests.support.peer_verdicts_llama:ENGINES.{path_name}" if workers > 1 else functools.partial(peer, path_name)
+    )
     report = check_decoder(
         decoder,
         model=model,
@@ -96,7 +98,7 @@ def verdict(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.peer_verdicts_llama")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.peer_verdicts_llama")
     parser.add_argument("--out", type=Path, required=True, help="folder of the tiny models")
     parser.add_argument("--model", type=Path, default=None, help="a GGUF other than the tiny target")
     parser.add_argument("--path", choices=PATHS, default="lookup")

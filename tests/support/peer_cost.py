@@ -1,8 +1,8 @@
 """Where a transformers peer run's CPU goes, per judged token, on the tiny synthetic models.
 
-    python -m tests.peer_cost --out DIR [--path PATH ...] [--params hf-all] [--generations 4] [--rounds 2]
+    python -m tests.support.peer_cost --out DIR [--path PATH ...] [--params hf-all] [--generations 4] [--rounds 2]
 
-For each path, the adapter's own engine (tests/peer_verdicts.py's ``tiny_engine``: the same
+For each path, the adapter's own engine (tests/support/peer_verdicts.py's ``tiny_engine``: the same
 models, assistants and keywords as a ``peer_verdicts`` run) decodes ``--rounds`` blocks of
 ``--generations`` generations twice per round, interleaved so both arms see the same load:
 ``generate()`` under ``torch.no_grad`` (the adapter before) and under ``torch.inference_mode``
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.peer_verdicts import PARAM_SETS, PROMPT, tiny_engine, write_models
+from tests.support.peer_verdicts import PARAM_SETS, PROMPT, tiny_engine, write_models
 
 
 def cpu_seconds() -> float:
@@ -151,9 +151,9 @@ def measure(path: str, params_name: str, files: dict[str, Path], generations: in
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from tests.peer_verdicts import PATHS
+    from tests.support.peer_verdicts import PATHS
 
-    parser = argparse.ArgumentParser(prog="python -m tests.peer_cost")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.peer_cost")
     parser.add_argument("--out", type=Path, required=True, help="folder of the tiny models")
     parser.add_argument("--path", nargs="+", default=["prompt-lookup", "assisted", "early-exit"], choices=PATHS)
     parser.add_argument("--params", default="hf-all", choices=list(PARAM_SETS))

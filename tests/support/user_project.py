@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLER_TEMPLATE = REPO / "examples" / "law_only_verifier.py"
 CORRECT_LINE = "    residual = np.maximum(p[..., :-1, :] - q, 0.0)  # [..., k, V]\n"
 BROKEN_LINE = "    residual = p[..., :-1, :].copy()  # BUG: redraws from p_i, not from the residual\n"
@@ -52,7 +52,7 @@ def test_broken_sampler_is_rejected(verispec_check):
 def broken_sampler(source: str) -> str:
     """The sampler template with its residual line replaced by the bug (ValueError if absent)."""
     if source.count(CORRECT_LINE) != 1:
-        raise ValueError("the sampler template no longer has its residual line: update tests/user_project.py")
+        raise ValueError("the sampler template no longer has its residual line: update tests/support/user_project.py")
     return source.replace(CORRECT_LINE, BROKEN_LINE)
 
 

@@ -1,7 +1,7 @@
 """A seeded corpus of mutated GGUF models, and the pipeline each one is pushed through.
 
 The GGUF parser is fuzzed on its own (tests/test_gguf_fuzz.py); this corpus aims past it: small
-*valid* llama, gemma3 and phi3 models (written field by field with tests/gguf_builder.py, so nothing here
+*valid* llama, gemma3 and phi3 models (written field by field with tests/support/gguf_builder.py, so nothing here
 trusts reference/gguf.py) are mutated where model building goes wrong -- hyperparameter values
 (zero, negative, 2^32 - 1, 2^63, 2^64 - 1, NaN, the wrong type, an array), missing or extra keys,
 tensor shapes and types, dropped and renamed tensors, tokenizer arrays and special ids -- plus a
@@ -14,7 +14,7 @@ forward) and the fast engine (load f32 and quantized, one forward) -- and return
 each stage: ``"ok"`` or the name of the typed :class:`VerispecError` subclass it raised. Anything
 else (an untyped exception, or running past the per-case time bound) escapes as is.
 
-    python -m tests.model_corpus --cases 20000      # the long run: totals by stage and error class
+    python -m tests.support.model_corpus --cases 20000      # the long run: totals by stage and error class
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.gguf_builder import F16, F32, Q8_0, VT, Array, Meta, Tensor, Value, build
+from tests.support.gguf_builder import F16, F32, Q8_0, VT, Array, Meta, Tensor, Value, build
 from verispec.reference.tokenizer_bpe import byte_to_unicode
 
 # -- the two seeds ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
-from tests.profiles import examples
+from tests.support.profiles import examples
 from verispec.reference import certificate as cert
 from verispec.reference.errors import CertificateError
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.profiles import examples
+from tests.support.profiles import examples
 from verispec.reference.conformal import min_prompts, prompt_losses, prompt_risk_threshold
 from verispec.reference.errors import CalibrationError
 

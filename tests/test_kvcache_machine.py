@@ -26,7 +26,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from tests.profiles import examples
+from tests.support.profiles import examples
 from verispec.reference.errors import ContextOverflow, ModelError
 from verispec.reference.kvcache import KVCache
 

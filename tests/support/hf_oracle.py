@@ -48,7 +48,7 @@ def memoized_gguf() -> Iterator[None]:
     """Within the block, gguf-py's name map and reader are built once per argument tuple."""
     import gguf
 
-    from tests.gguf_oracle import PlainArrayReader
+    from tests.support.gguf_oracle import PlainArrayReader
 
     original_map, original_reader = gguf.get_tensor_name_map, gguf.GGUFReader
     readers: dict[str, Any] = {}

@@ -1,10 +1,10 @@
 """Verdicts of transformers' speculative paths on tiny synthetic GGUF models (docs/peers.md).
 
-    python -m tests.peer_verdicts --out DIR [--path PATH ...] [--params NAME ...]
+    python -m tests.support.peer_verdicts --out DIR [--path PATH ...] [--params NAME ...]
         [--tv 0.05] [--fraction 0.1] [--budget SECONDS] [--workers N] [--depth T]
         [--model FILE.gguf [--assistant-layers L] [--universal-assistant FILE.gguf]]
 
-Writes the tiny models (tests/synthetic.py: a 3-layer TinyLlama-shaped target, a 1-layer
+Writes the tiny models (tests/support/synthetic.py: a 3-layer TinyLlama-shaped target, a 1-layer
 same-vocabulary assistant of another seed, and a Phi-3-shaped assistant whose tokenizer has four
 more tokens) to ``DIR``, then runs ``verispec.check_decoder`` (the depth test, its default sampled
 mode) on every chosen path x param set, transformers loading the files itself
@@ -26,7 +26,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tests.synthetic import VARIANTS, write_synthetic
+from tests.support.synthetic import VARIANTS, write_synthetic
 from verispec.reference.sampling import SamplingParams
 
 PROMPT = "The cat sat on the"  # 11 tokens with the synthetic vocabulary's BOS
@@ -149,7 +149,7 @@ def tiny_engine(path_name: str, library_defaults: bool, model_path: Path, assist
     return factory(path_name, model_files(Path(model_path).parent), library_defaults, assistant_layers)(model_path)
 
 
-TINY_LAYERS = 3  # the tiny target's depth (tests/synthetic.py's tinyllama): an assistant keeps fewer
+TINY_LAYERS = 3  # the tiny target's depth (tests/support/synthetic.py's tinyllama): an assistant keeps fewer
 
 
 def _engine_key(path_name: str, library_defaults: bool, assistant_layers: int | None = None) -> str:
@@ -158,7 +158,7 @@ def _engine_key(path_name: str, library_defaults: bool, assistant_layers: int | 
 
 
 # ``check_decoder(workers=N)`` builds the engine in each worker from a "module:FACTORY" name:
-# ``tests.peer_verdicts:ENGINES.prompt_lookup``, ``..ENGINES.assisted_defaults``,
+# ``tests.support.peer_verdicts:ENGINES.prompt_lookup``, ``..ENGINES.assisted_defaults``,
 # ``..ENGINES.assisted_first2`` (the target's first 2 layers as the assistant) and so on.
 ENGINES = SimpleNamespace(
     **{
@@ -178,7 +178,7 @@ ENGINES = SimpleNamespace(
 
 def engine_name(path_name: str, library_defaults: bool, assistant_layers: int | None = None) -> str:
     """The ``module:FACTORY`` name of a tiny-model engine in :data:`ENGINES`."""
-    return f"tests.peer_verdicts:ENGINES.{_engine_key(path_name, library_defaults, assistant_layers)}"
+    return f"tests.support.peer_verdicts:ENGINES.{_engine_key(path_name, library_defaults, assistant_layers)}"
 
 
 def assistant_text(path_name: str, files: dict[str, Path], assistant_layers: int | None) -> str | None:
@@ -291,7 +291,7 @@ def table_rows(lines: list[str]) -> list[str]:
     rows = []
     for r in verdict_records(lines):
         law = law_cell(r, PARAM_SETS[r["params"]], no_flags="none (library defaults)")
-        command = f"`python -m tests.peer_verdicts --out DIR --path {r['path']} --params {r['params']} --fraction {r['fraction']}`"
+        command = f"`python -m tests.support.peer_verdicts --out DIR --path {r['path']} --params {r['params']} --fraction {r['fraction']}`"
         rows.append(f"| {r['version']} | {r['path']} | {law} | {outcome_cells(r)} | {command} |")
     return rows
 
@@ -299,7 +299,7 @@ def table_rows(lines: list[str]) -> list[str]:
 def preload(files: dict[str, Path]) -> None:
     """transformers' models of ``files`` into the adapter's per-process cache, at the oracle's
     memoized loading cost (a real vocabulary's metadata is otherwise parsed many times)."""
-    from tests.hf_oracle import memoized_gguf
+    from tests.support.hf_oracle import memoized_gguf
     from verispec.peers.transformers_peer import load_causal_lm, load_tokenizer
 
     with memoized_gguf():
@@ -339,7 +339,7 @@ def summary_row(r: dict[str, Any], reproduce: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    parser = argparse.ArgumentParser(prog="python -m tests.peer_verdicts")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.peer_verdicts")
     parser.add_argument("--out", type=Path, required=True, help="folder of the tiny models")
     parser.add_argument("--path", nargs="+", default=list(PATHS), choices=PATHS)
     parser.add_argument("--params", nargs="+", default=list(PARAM_SETS), choices=list(PARAM_SETS))
@@ -385,7 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_only:
         return 0
     if args.model is not None and args.workers > 1:
-        raise SystemExit("--workers builds the tiny models' engines (tests.peer_verdicts:ENGINES): not with --model")
+        raise SystemExit(
+            "--workers builds the tiny models' engines (tests.support.peer_verdicts:ENGINES): not with --model"
+        )
     if args.model is not None:  # a real target: no same-vocabulary assistant file
         files = {"target": args.model} | (
             {} if args.universal_assistant is None else {"other-tokenizer": args.universal_assistant}

@@ -23,5 +23,5 @@ class StallingEngine:
 
 
 def engine(path: Path) -> StallingEngine:
-    """The ``module:FACTORY`` factory: ``tests.stalling_engine:engine``."""
+    """The ``module:FACTORY`` factory: ``tests.support.stalling_engine:engine``."""
     return StallingEngine()

@@ -10,7 +10,7 @@ Float tolerance (derived, not measured): the catch-up runs owed rows as one batc
 forward runs another shape, so BLAS may sum in another order and the float32 results differ in
 the last bits (on an AVX2 machine one K element by 4.3e-5). Both are float32 evaluations of one
 exact function, so each element may differ by at most the sum of the two rounding errors. The
-tolerance of each element is tests/tolerances.py's ``2 lambda sigma``: sigma is that element's
+tolerance of each element is tests/support/tolerances.py's ``2 lambda sigma``: sigma is that element's
 float32 rounding spread under the probabilistic rounding model (every operation off by a relative
 u = 2^-24, a dot product of length n by u sqrt(n) |a|.|b| in any summation order), propagated
 through the 5 layers by Monte Carlo in float64. For these models it stays below 1e-2 (asserted in
@@ -29,8 +29,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.profiles import examples
-from tests.tolerances import ForwardSpread, assert_within, forward_spread
+from tests.support.profiles import examples
+from tests.support.tolerances import ForwardSpread, assert_within, forward_spread
 from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, ROPE_NEOX, ROPE_NORM, Config
 from verispec.reference.early_exit import DeferredDecoder
 from verispec.reference.early_exit import Model as ModelLike
@@ -122,7 +122,7 @@ def run_pattern(
 ) -> None:
     """Decode ``tokens`` after ``prompt`` exiting token i at depth ``exits[i]``; check both claims
     against a full forward, elementwise within the derived float32 tolerances ``spread`` of that
-    forward (tests/tolerances.py; default: computed from ``model``, a tiny model of MODELS).
+    forward (tests/support/tolerances.py; default: computed from ``model``, a tiny model of MODELS).
     ``decoder_model`` (default ``model``) runs the decoder: another rounding of the same model."""
     full_cache = model.new_cache(len(prompt) + len(tokens))
     full = model.forward(prompt + tokens, full_cache, return_hidden=True)
