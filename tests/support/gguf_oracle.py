@@ -23,7 +23,7 @@ class PlainArrayReader(gguf.GGUFReader):
     only the per-slice cost of the ``np.memmap`` subclass is gone. The view keeps the map alive.
     """
 
-    @property  # type: ignore[override]
+    @property
     def data(self) -> Any:
         return self._plain
 

@@ -37,7 +37,7 @@ def require_oracle() -> tuple[Any, Any]:
     except ImportError as exc:  # pragma: no cover - exercised only on a broken setup
         raise AssertionError(f"the transformers oracle is not installed ({exc}); {INSTALL_HINT}") from exc
     try:
-        import accelerate  # noqa: F401  (transformers refuses GGUF loading without it)
+        import accelerate  # type: ignore[import-untyped]  # noqa: F401  (transformers refuses GGUF loading without it)
     except ImportError as exc:  # pragma: no cover
         raise AssertionError(f"accelerate is not installed ({exc}); {INSTALL_HINT}") from exc
     return torch, transformers
@@ -62,11 +62,11 @@ def memoized_gguf() -> Iterator[None]:
         return readers[key]
 
     gguf.get_tensor_name_map = functools.cache(original_map)
-    gguf.GGUFReader = reader
+    gguf.GGUFReader = reader  # type: ignore[misc,assignment]  # patched for the run, restored below
     try:
         yield
     finally:
-        gguf.get_tensor_name_map, gguf.GGUFReader = original_map, original_reader
+        gguf.get_tensor_name_map, gguf.GGUFReader = original_map, original_reader  # type: ignore[misc]
 
 
 def load_hf_model(path: Path) -> Any:

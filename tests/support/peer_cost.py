@@ -24,7 +24,7 @@ import json
 import os
 import resource
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ def no_grad_instead_of_inference_mode() -> Iterator[None]:
     import torch
 
     saved = torch.inference_mode
-    torch.inference_mode = torch.no_grad  # type: ignore[assignment]
+    torch.inference_mode = torch.no_grad  # type: ignore[assignment,misc]
     try:
         yield
     finally:
@@ -82,10 +82,10 @@ class CycleCounter:
                 counter.accepted += int(num_matches)
                 return update(input_ids, scores, num_matches, *a, **k)
 
-            generator.get_candidates, generator.update_candidate_strategy = get_candidates, update_candidate_strategy
+            generator.get_candidates, generator.update_candidate_strategy = get_candidates, update_candidate_strategy  # type: ignore[method-assign]
             return generator
 
-        GenerationMixin._get_candidate_generator = wrapped  # type: ignore[method-assign]
+        GenerationMixin._get_candidate_generator = wrapped  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:
@@ -108,7 +108,10 @@ def measure(path: str, params_name: str, files: dict[str, Path], generations: in
     keywords = {} if law.name == "verispec" else {"law": law}
     peer = tiny_engine(path, ps.library_defaults, files["target"])
     peer.generate(prompt, law.legacy, ps.depth, 1, 1, min_tokens, **keywords)  # warm: first-call setup out of the sums
-    arms = {"no_grad": no_grad_instead_of_inference_mode, "inference_mode": contextlib.nullcontext}
+    arms: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
+        "no_grad": no_grad_instead_of_inference_mode,
+        "inference_mode": contextlib.nullcontext,
+    }
     cpu = dict.fromkeys(arms, 0.0)
     decoded: dict[str, list[list[int]]] = {arm: [] for arm in arms}
     counters = {arm: CycleCounter() for arm in arms}

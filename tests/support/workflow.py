@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 _EXPRESSION = re.compile(r"\$\{\{\s*([\w.]+)\s*\}\}")
 
