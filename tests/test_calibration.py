@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.calibration_records import synthetic_records
 from tests.support.tolerances import assert_within, forward_spread
 from verispec.reference.calibration import (
     FORMAT,
     Calibration,
-    Records,
     build,
     calibrate,
     default_depths,
@@ -70,23 +70,6 @@ def test_scores_are_the_certificate_functions_row_by_row(tiny_gguf: Any) -> None
         assert rec.margins[0, i] == np.float32(top2(d)[1])
         assert rec.flips[0, i] == (top2(d)[0] != int(np.argmax(t)))
         assert rec.supnorm.dtype == np.float32 and rec.halfrange.dtype == np.float32
-
-
-def synthetic_records(
-    n_prompts: int = 40, tokens: int = 5, seed: int = 0, kinds: tuple[str, ...] = ("chat",)
-) -> Records:
-    """Random scores for ``n_prompts`` prompts of ``tokens`` steps each, kinds in turn."""
-    rng = np.random.default_rng(seed)
-    k, n = 2, n_prompts * tokens
-    return Records(
-        (3, 5),
-        rng.exponential(10, (k, n)).astype(np.float32),
-        rng.exponential(5, (k, n)).astype(np.float32),
-        rng.exponential(3, (k, n)).astype(np.float32),
-        rng.random((k, n)) < 0.3,
-        [kinds[p % len(kinds)] for p in range(n_prompts) for _ in range(tokens)],
-        np.repeat(np.arange(n_prompts, dtype=np.int64), tokens),
-    )
 
 
 def test_build_calibrates_each_kind_over_its_prompts() -> None:

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from tests.support.depth import (
+    CORRECT,
     EOG,
     FULL_SUPPORT,
     MAX_TOKENS,
@@ -36,8 +37,8 @@ from tests.support.depth import (
     WITH_PROCESSORS,
     Loop,
     case,
+    model,  # noqa: F401 - the tiny model fixture
     run_mutant,
-    tiny_depth_model,
 )
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams, target_distribution
@@ -55,12 +56,6 @@ from verispec.spec.decoder.depth.power import beta_at_tv, simulate_power, suppor
 from verispec.spec.decoder.mutants import DEPTH_MUTANTS, DesignDeviation
 from verispec.spec.decoder.prefix_rows import PathRows
 from verispec.spec.statistics import POWER
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
-    return tiny_depth_model(tmp_path_factory.mktemp("depth") / "tiny.gguf")
-
 
 # --- the per-token statistics, exactly -------------------------------------------------------------
 
@@ -145,12 +140,6 @@ def _pilot_rows(engine: Loop, model: Model) -> list[Any]:
 
 
 # --- correct decoders pass --------------------------------------------------------------------------
-
-CORRECT = {
-    "the loop without bugs": {},
-    "greedy draft, one-hot q": {"draft": SamplingParams(temperature=0.0)},
-    "sample-and-match verification": {"verify": "match"},
-}
 
 
 @pytest.mark.parametrize("name", sorted(CORRECT))

@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.depth import EOG, PROMPT, WITH_PROCESSORS, Loop, case
-from tests.test_decoder_depth import CORRECT, model  # noqa: F401 - the tiny model fixture, shared
+from tests.support.depth import CORRECT, EOG, PROMPT, WITH_PROCESSORS, Loop, case, model  # noqa: F401 - model: the tiny model fixture
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder.depth.law import DepthCase

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_calibration import synthetic_records
+from tests.support.calibration_records import synthetic_records
 from verispec import engine_load
 from verispec.commands import generate as generate_command
 from verispec.commands import logits as logits_command

@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tests.support.fake_tokenizer import FakeTokenizer
 from tests.support.tolerances import assert_within, forward_spread
-from tests.test_decode import FakeTokenizer
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DraftContext, DraftSource, LayerSkipDraft, ModelDraft, NgramDraft, Proposal
 from verispec.reference.generate import GenerationRequest

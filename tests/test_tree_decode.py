@@ -26,8 +26,8 @@ import numpy.typing as npt
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
+from tests.support.fake_tokenizer import FakeTokenizer
 from tests.support.tolerances import assert_within, forward_spread
-from tests.test_decode import FakeTokenizer
 from tests.test_spec_equivalence import (
     SAMPLED,
     MemoLaw,

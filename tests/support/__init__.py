@@ -17,7 +17,10 @@ Oracles and tolerances:
 
 Engines and verifiers under test:
 
-- :mod:`.depth`: the depth test's tiny case, its decode loop and mutant runner.
+- :mod:`.depth`: the depth test's tiny case, its decode loop and mutant runner, the tiny model
+  fixture and the correct decoders.
+- :mod:`.fake_tokenizer`: a tokenizer with just what a decode loop needs.
+- :mod:`.calibration_records`: synthetic calibration records (no model runs).
 - :mod:`.hostile_engines`, :mod:`.stalling_engine`, :mod:`.textbook_verifier`: hostile, hanging and
   textbook (the right law, not bit-exact) implementations.
 - :mod:`.processes`: subprocess helpers (timeouts, process groups).

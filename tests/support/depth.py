@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.tiny_gguf import write_tiny_gguf
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
@@ -104,3 +106,17 @@ def run_mutant(model: Model, name: str, params: SamplingParams, logprobs: bool =
         case(params) if name != "eos_in_span_at_max_tokens" else replace(case(params), max_tokens=8, min_tokens=0)
     )
     return check_depth(engine, reference_rows(model), the_case, alpha=PRODUCT_ALPHA, pilot=16, block=20)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
+    """The tiny depth model, written once per test module (a pytest fixture: import it by name)."""
+    return tiny_depth_model(tmp_path_factory.mktemp("depth") / "tiny.gguf")
+
+
+# the correct decoders the depth tests pass: Loop's fields for each
+CORRECT: dict[str, dict[str, Any]] = {
+    "the loop without bugs": {},
+    "greedy draft, one-hot q": {"draft": SamplingParams(temperature=0.0)},
+    "sample-and-match verification": {"verify": "match"},
+}
