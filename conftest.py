@@ -8,7 +8,7 @@ Profiles (choose with ``VERISPEC_HYPOTHESIS_PROFILE``; ``ci`` is selected automa
 - ``thorough``: many examples, for a nightly run.
 
 Tests that need more examples than the profile's default (the GGUF fuzz test asks for >= 2,000
-under ``ci``) scale with :func:`tests.profiles.examples`.
+under ``ci``) scale with :func:`tests.support.profiles.examples`.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def _shape(p: Projection) -> tuple[int, int]:
     return (int(p.shape[0]), int(p.shape[1]))
 
 
-class _Graph:
+class FusedGraph:
     """Nodes and initializers of one graph, with fresh names for intermediates."""
 
     def __init__(self) -> None:
@@ -205,7 +205,7 @@ def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], 
     """``x, cos, sin -> qk, v`` of one layer (module docstring)."""
     d, n_head, n_kv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
     q, kv = n_head * d, n_kv * d
-    g = _Graph()
+    g = FusedGraph()
     h = g.rms_norm("x", _required(vectors, "attn_norm", cfg.n_embd), cfg.norm_eps)
     qk_flat, v_flat = g.project_split(mats.qkv, h, [q + kv, kv])
     bq, bk, bv = (_vector(vectors, key, n, False) for key, n in (("bq", q), ("bk", kv), ("bv", kv)))
@@ -238,7 +238,7 @@ def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], 
 def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> OrtGraph:
     """``attn, x -> x'`` of one layer (module docstring)."""
     e, ff = cfg.n_embd, cfg.n_ff
-    g = _Graph()
+    g = FusedGraph()
     a = g.bias(g.project(mats.o, "attn"), _vector(vectors, "bo", e, False))
     post_attn = _vector(vectors, "post_attn_norm", e, cfg.post_norms)
     if post_attn is not None:

@@ -287,7 +287,7 @@ def _pack_zeros(blocks: KernelBlocks) -> npt.NDArray[np.uint8]:
     return np.ascontiguousarray(zeros[:, 0::2] | (zeros[:, 1::2] << np.uint8(4)))
 
 
-def _with_block_sums(blocks: KernelBlocks) -> KernelBlocks:
+def with_block_sums(blocks: KernelBlocks) -> KernelBlocks:
     """``blocks`` plus one row per input block ``b``: levels 1 on block b, scale 1 there and 0
     elsewhere, zero point 0. That row's output is the sum over block b of x as the kernel rounded
     it to int8, so ``min * that sum`` is the min term on the same rounded x (see ort_blocks)."""
@@ -324,13 +324,13 @@ def blocks_nodes(
     The min term: the kernel rounds x to int8 per block; ``min * sum(x)`` on the unrounded x would
     leave the level term's rounding error uncancelled (w = s q + m with q ~ 7.5 on average: 2-3x
     the error of the rounding itself, measured). So the block sums of the ROUNDED x come out of the
-    kernel itself (:func:`_with_block_sums`), and ``Y = Yq + sums @ mins.T`` is the dot product of
+    kernel itself (:func:`with_block_sums`), and ``Y = Yq + sums @ mins.T`` is the dot product of
     the rounded x with the true weights, as llama.cpp's Q8_1 sums give it.
     """
     from onnx import helper
 
     n, k = blocks.shape
-    kernel = blocks if blocks.mins is None else _with_block_sums(blocks)
+    kernel = blocks if blocks.mins is None else with_block_sums(blocks)
     n_kernel = kernel.shape[0]
     inits: dict[str, npt.NDArray[Any]] = {
         prefix + "B": _pack_levels(kernel),

@@ -1,5 +1,5 @@
 """The JSON-lines loop of a ``check-decoder --engine-cmd`` program (spec/decoder/check.py's ops,
-spec/external.py's envelope), standard library only, so that it runs in any peer's venv.
+spec/external/'s envelope), standard library only, so that it runs in any peer's venv.
 
 An engine is a function ``answer(op, input) -> output``: it raises :class:`LookupError` for an op
 it does not implement (answered ``unsupported``) and :class:`ValueError` for a request it refuses

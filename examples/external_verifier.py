@@ -2,7 +2,7 @@
 """A speculative-sampling verifier in plain Python, speaking the verispec wire protocol (v1).
 
 It does not import verispec or numpy: it is written from the protocol texts (the random-draw
-protocol, spec/protocol.md; the wire protocol, spec/external.py and README "Checking another
+protocol, spec/protocol.md; the wire protocol, spec/external/__init__.py and README "Checking another
 implementation") the way a Rust or TypeScript implementation would be, and it is checked the same
 way. Independent oracle by design: its draw and residual rule are its own plain-Python copies
 (never verispec's), so the gate checking it is checking a second reading of the protocol text:

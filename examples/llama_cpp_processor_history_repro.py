@@ -1,6 +1,6 @@
 """llama-cpp-python's prompt lookup decoding hands a ``logits_processor`` unverified drafts as history.
 
-    python -m tests.peer_verdicts --out /tmp/peers --write-only     # the tiny GGUF models
+    python -m tests.support.peer_verdicts --out /tmp/peers --write-only     # the tiny GGUF models
     python examples/llama_cpp_processor_history_repro.py /tmp/peers/tinyllama.gguf
     python examples/llama_cpp_processor_history_repro.py SmolLM2-135M-Instruct.Q4_1.gguf   # any GGUF
 

@@ -7,7 +7,7 @@ of a venv that has openvino-genai (never the project's own venv):
 
 openvino-genai reads the GGUF itself (``LLMPipeline(FILE.gguf, "CPU")``, its GGUF reader): a llama
 file whose matrices are F16 (``general.file_type`` MOSTLY_F16) and whose tokenizer is byte-level
-BPE ("gpt2": the only kind its reader converts), as tests/synthetic.py writes with
+BPE ("gpt2": the only kind its reader converts), as tests/support/synthetic.py writes with
 ``quant_types=("F16",), file_type="MOSTLY_F16", tokenizer="bpe"``. With
 ``INFERENCE_PRECISION_HINT=f32`` and ``KV_CACHE_PRECISION=f32`` it computes in float32 on the same
 F16 numbers as our dequantization: greedy tokens equal ours (tests/test_peer_engine_cmd.py) and
@@ -43,7 +43,7 @@ from typing import Any
 from engine_cmd_wire import serve  # examples/, on the path when this file runs
 
 PRECISION = {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32"}
-EOG = (0, 2)  # tests/synthetic.py's BPE vocabulary: <|endoftext|>, <|im_end|>
+EOG = (0, 2)  # tests/support/synthetic.py's BPE vocabulary: <|endoftext|>, <|im_end|>
 
 
 def generation_seed(seed: int, index: int) -> int:

@@ -5,7 +5,7 @@ reader loads (F16 matrices, byte-level BPE vocabulary) and a draft of the same v
 
     /work/venvs/openvino/bin/python examples/openvino_genai_draft_sampling_repro.py TARGET.gguf DRAFT.gguf
 
-(``python -m tests.peer_verdicts_cmd --peer openvino-genai --out DIR`` writes both as
+(``python -m tests.support.peer_verdicts_cmd --peer openvino-genai --out DIR`` writes both as
 ``DIR/tinyllama-bpe-f16.gguf`` and ``DIR/tinyllama-1layer-bpe-f16.gguf``.) The draft is given to
 ``draft_model`` as the IR that ``LLMPipeline(..., enable_save_ov_model=True)`` writes from its
 GGUF (``draft_model`` reads no GGUF). Greedy speculative decoding runs, and equals plain greedy;
@@ -30,7 +30,7 @@ import openvino as ov
 import openvino_genai as g
 
 PRECISION = {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32"}
-PROMPT = [87, 261, 275, 271, 269, 271, 35, 266, 259, 261]  # "The cat sat on the" in tests/synthetic.py's BPE vocabulary
+PROMPT = [87, 261, 275, 271, 269, 271, 35, 266, 259, 261]  # "The cat sat on the" (tests/support/synthetic.py BPE)
 SETTINGS = [  # (temperature, top_k, num_assistant_tokens, rng_seed), each on a fresh pipeline
     (1.0, 0, 3, 1),
     (1.0, 0, 3, 2),

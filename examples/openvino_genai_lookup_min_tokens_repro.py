@@ -5,7 +5,7 @@ reader loads (F16 matrices, byte-level BPE vocabulary):
 
     /work/venvs/openvino/bin/python examples/openvino_genai_lookup_min_tokens_repro.py TARGET.gguf
 
-(``python -m tests.peer_verdicts_cmd --peer openvino-genai --out DIR`` writes one as
+(``python -m tests.support.peer_verdicts_cmd --peer openvino-genai --out DIR`` writes one as
 ``DIR/tinyllama-bpe-f16.gguf``.) ``min_new_tokens = N`` bans the stop tokens while fewer than N
 tokens have been generated (``EOSPenaltyTransform``: ``generated_tokens_cnt < min_new_tokens``),
 so no output may hold a stop token at an index below N. The script samples the same requests
@@ -25,7 +25,7 @@ import openvino as ov
 import openvino_genai as g
 
 PRECISION = {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32"}
-PROMPT = [87, 261, 275, 271, 269, 271, 35, 266, 259, 261]  # "The cat sat on the" in tests/synthetic.py's BPE vocabulary
+PROMPT = [87, 261, 275, 271, 269, 271, 35, 266, 259, 261]  # "The cat sat on the" (tests/support/synthetic.py BPE)
 STOP = {0, 2}
 MIN_NEW, MAX_NEW, SEEDS = 8, 24, 150
 

@@ -1,6 +1,6 @@
 """transformers' universal assisted generation (sampled) does not sample the target's law.
 
-    python -m tests.peer_verdicts --out /tmp/peers --write-only     # the tiny GGUF models
+    python -m tests.support.peer_verdicts --out /tmp/peers --write-only     # the tiny GGUF models
     python examples/transformers_universal_repro.py /tmp/peers/tinyllama.gguf /tmp/peers/phi3.gguf
     python examples/transformers_universal_repro.py SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf
 

@@ -15,6 +15,10 @@ this folder stays in the repository and runs from its root, ``python -m lab.NAME
 ``measurements/`` holds the saved runs the docs' results pages are generated from. The lab
 imports verispec; nothing in verispec imports the lab (tests/test_lab_layout.py).
 
+- :mod:`.measure`: the decoder gate's measurements the docs quote (``python -m lab.measure.NAME``);
+  the one part of the lab that may import the tests' support package, :mod:`tests.support`
+  (tests/test_layering.py).
+
 
 Also here:
 

@@ -484,8 +484,8 @@ CONFIRMATIONS = "peer_confirmations_*.json"
 
 
 def confirmations_page(folder: Path) -> str:
-    """Each passing peer path once on a real model: the runners' JSON rows (tests/peer_verdicts.py,
-    tests/peer_verdicts_llama.py) with their design, verdict, tokens, power and cost."""
+    """Each passing peer path once on a real model: the runners' JSON rows (tests/support/peer_verdicts.py,
+    tests/support/peer_verdicts_llama.py) with their design, verdict, tokens, power and cost."""
     saved = [(path, _load(path)) for path in sorted(folder.glob(CONFIRMATIONS))]
     body = [
         "| peer | model | path | params | design | verdict | tokens / design | power | wall min | CPU min |",

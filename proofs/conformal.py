@@ -6,7 +6,7 @@ them, the k-th smallest calibration score Q satisfies P(score <= Q) >= k/(n+1) (
 score's rank is uniform on 1..n+1 up to ties), with equality when ties have probability zero;
 conditionally on the calibration draw the coverage is then Beta(k, n+1-k)-distributed (Vovk 2012,
 "Conditional validity of inductive conformal predictors"). That probability fact is cited, not
-proved here (z3 has no measure theory; tests/spec/test_conformal_coverage.py tests it statistically);
+proved here (z3 has no measure theory; tests/test_conformal_coverage.py tests it statistically);
 what is proved is the arithmetic that turns it into a level-q guarantee, over integers and
 rationals:
 
@@ -65,30 +65,30 @@ def _ceiling(n: z3.ArithRef, q: z3.ArithRef, k: z3.ArithRef) -> list[z3.BoolRef]
     return [n >= 1, q > 0, q < 1, z3.ToReal(k) - 1 < m, m <= z3.ToReal(k)]
 
 
-def _symbols() -> tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]:
+def conformal_symbols() -> tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]:
     n, k = z3.Ints("n k")
     q = z3.Real("q")
     return n, q, k
 
 
 def _index_covers() -> z3.BoolRef:
-    n, q, k = _symbols()
+    n, q, k = conformal_symbols()
     return implies(_ceiling(n, q, k), z3.ToReal(k) / (z3.ToReal(n) + 1) >= q)
 
 
 def _index_tight() -> z3.BoolRef:
-    n, q, k = _symbols()
+    n, q, k = conformal_symbols()
     nr = z3.ToReal(n) + 1
     return implies(_ceiling(n, q, k), z3.ToReal(k) / nr < q + 1 / nr)
 
 
 def _index_positive() -> z3.BoolRef:
-    n, q, k = _symbols()
+    n, q, k = conformal_symbols()
     return implies(_ceiling(n, q, k), k >= 1)
 
 
 def _never_admits_iff() -> z3.BoolRef:
-    n, q, k = _symbols()
+    n, q, k = conformal_symbols()
     nr = z3.ToReal(n)
     return implies(_ceiling(n, q, k), (k > n) == (q > nr / (nr + 1)))
 

@@ -60,20 +60,20 @@ def accept_mass(p: z3.ArithRef, q: z3.ArithRef) -> z3.ArithRef:
     return result
 
 
-def _rows(n: int) -> tuple[list[z3.ArithRef], list[z3.ArithRef], list[z3.BoolRef]]:
+def simplex_rows(n: int) -> tuple[list[z3.ArithRef], list[z3.ArithRef], list[z3.BoolRef]]:
     p, hp = _simplex("p", n)
     q, hq = _simplex("q", n)
     return p, q, hp + hq
 
 
-def _sums(p: list[z3.ArithRef], q: list[z3.ArithRef]) -> tuple[z3.ArithRef, z3.ArithRef]:
+def residual_sums(p: list[z3.ArithRef], q: list[z3.ArithRef]) -> tuple[z3.ArithRef, z3.ArithRef]:
     s_pos = z3.Sum([pos(a - b) for a, b in zip(p, q)])
     s_min = z3.Sum([rmin(a, b) for a, b in zip(p, q)])
     return s_pos, s_min
 
 
 def _emitted(i: int, p: list[z3.ArithRef], q: list[z3.ArithRef]) -> z3.ArithRef:
-    s_pos, s_min = _sums(p, q)
+    s_pos, s_min = residual_sums(p, q)
     residual = z3.If(s_pos == 0, 0, (1 - s_min) * pos(p[i] - q[i]) / s_pos)
     result: z3.ArithRef = accept_mass(p[i], q[i]) + residual
     return result
@@ -91,14 +91,14 @@ def _accept_mass() -> z3.BoolRef:
 
 
 def _residual_total(n: int) -> z3.BoolRef:
-    p, q, hyps = _rows(n)
-    s_pos, s_min = _sums(p, q)
+    p, q, hyps = simplex_rows(n)
+    s_pos, s_min = residual_sums(p, q)
     return implies(hyps, s_pos == 1 - s_min)
 
 
 def _residual_bounds(n: int) -> z3.BoolRef:
-    p, q, hyps = _rows(n)
-    s_pos, _ = _sums(p, q)
+    p, q, hyps = simplex_rows(n)
+    s_pos, _ = residual_sums(p, q)
     bounds = [z3.And(0 <= pos(a - b), pos(a - b) <= s_pos) for a, b in zip(p, q)]
     return implies(hyps, z3.And(*bounds))
 
@@ -110,16 +110,16 @@ def _compose() -> z3.BoolRef:
 
 
 def _equal_rows(n: int) -> z3.BoolRef:
-    p, q, hyps = _rows(n)
-    s_pos, s_min = _sums(p, q)
+    p, q, hyps = simplex_rows(n)
+    s_pos, s_min = residual_sums(p, q)
     same = z3.And(*[a == b for a, b in zip(p, q)])
     return implies(hyps, z3.And(s_pos == 0) == same)
 
 
 def _one_step(n: int) -> z3.BoolRef:
     """The theorem at size n from the lemma conclusions instantiated at its terms (no re-proof)."""
-    p, q, hyps = _rows(n)
-    s_pos, s_min = _sums(p, q)
+    p, q, hyps = simplex_rows(n)
+    s_pos, s_min = residual_sums(p, q)
     lemmas: list[z3.BoolRef] = [s_pos == 1 - s_min]  # residual_total[n]
     for a, b in zip(p, q):
         lemmas += [
@@ -131,8 +131,8 @@ def _one_step(n: int) -> z3.BoolRef:
     return implies(hyps + lemmas, z3.And(*[_emitted(i, p, q) == p[i] for i in range(n)]))
 
 
-def _one_step_direct(n: int) -> z3.BoolRef:
-    p, q, hyps = _rows(n)
+def one_step_direct(n: int) -> z3.BoolRef:
+    p, q, hyps = simplex_rows(n)
     return implies(hyps, z3.And(*[_emitted(i, p, q) == p[i] for i in range(n)]))
 
 
@@ -195,7 +195,7 @@ OBLIGATIONS: list[Obligation] = [
         Obligation(
             f"proofs.lossless.one_step_direct[n={n}]",
             f"p, q in simplex(n={n}) => A_i + R_i = p_i for all i   (monolithic, corroborates the lemmas)",
-            partial(_one_step_direct, n),
+            partial(one_step_direct, n),
             RELIED_ON_BY,
             rlimit=20_000_000,
         )

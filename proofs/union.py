@@ -35,7 +35,7 @@ MAX_ATOMS_K = 6
 MAX_LAYERS = 16
 
 
-def _atoms(k_events: int) -> tuple[dict[tuple[bool, ...], z3.ArithRef], list[z3.BoolRef]]:
+def event_atoms(k_events: int) -> tuple[dict[tuple[bool, ...], z3.ArithRef], list[z3.BoolRef]]:
     weights = {
         pattern: z3.Real("w_" + "".join("1" if b else "0" for b in pattern))
         for pattern in product((False, True), repeat=k_events)
@@ -44,19 +44,19 @@ def _atoms(k_events: int) -> tuple[dict[tuple[bool, ...], z3.ArithRef], list[z3.
     return weights, law
 
 
-def _prob_event(weights: dict[tuple[bool, ...], z3.ArithRef], k: int) -> z3.ArithRef:
+def prob_event(weights: dict[tuple[bool, ...], z3.ArithRef], k: int) -> z3.ArithRef:
     result: z3.ArithRef = z3.Sum([w for pattern, w in weights.items() if pattern[k]])
     return result
 
 
-def _prob_union(weights: dict[tuple[bool, ...], z3.ArithRef]) -> z3.ArithRef:
+def prob_union(weights: dict[tuple[bool, ...], z3.ArithRef]) -> z3.ArithRef:
     result: z3.ArithRef = z3.Sum([w for pattern, w in weights.items() if any(pattern)])
     return result
 
 
 def _two_events() -> z3.BoolRef:
-    weights, law = _atoms(2)
-    bound = _prob_union(weights) <= _prob_event(weights, 0) + _prob_event(weights, 1)
+    weights, law = event_atoms(2)
+    bound = prob_union(weights) <= prob_event(weights, 0) + prob_event(weights, 1)
     return implies(law, bound)
 
 
@@ -66,9 +66,9 @@ def _induction_step() -> z3.BoolRef:
 
 
 def _boole_atoms(k_events: int) -> z3.BoolRef:
-    weights, law = _atoms(k_events)
-    total = z3.Sum([_prob_event(weights, k) for k in range(k_events)])
-    return implies(law, _prob_union(weights) <= total)
+    weights, law = event_atoms(k_events)
+    total = z3.Sum([prob_event(weights, k) for k in range(k_events)])
+    return implies(law, prob_union(weights) <= total)
 
 
 def _bonferroni_level() -> z3.BoolRef:
@@ -80,11 +80,11 @@ def _bonferroni_level() -> z3.BoolRef:
 
 
 def _bonferroni_joint(k_events: int) -> z3.BoolRef:
-    weights, law = _atoms(k_events)
+    weights, law = event_atoms(k_events)
     q = z3.Real("q")
     q_layer = 1 - (1 - q) / k_events
-    per_layer = [_prob_event(weights, k) <= 1 - q_layer for k in range(k_events)]
-    return implies(law + per_layer + [q > 0, q < 1], _prob_union(weights) <= 1 - q)
+    per_layer = [prob_event(weights, k) <= 1 - q_layer for k in range(k_events)]
+    return implies(law + per_layer + [q > 0, q < 1], prob_union(weights) <= 1 - q)
 
 
 def _served_flip(admit: list[z3.BoolRef], flip: list[z3.BoolRef]) -> z3.BoolRef:

@@ -4,7 +4,8 @@
 The modules:
 
 - :mod:`.atomic`: All-or-nothing outputs, the project's one atomic writer: a file or a set of files is built beside the target, then renamed into place (reference/ holds it ...
-- :mod:`.calibration`: Early-exit calibration: records along the full model's greedy trajectories, and the artifact.
+- :mod:`.calibration`: Early-exit calibration: records along the full model's greedy trajectories, and the artifact (a package,
+  one concept a module).
 - :mod:`.calibration_records`: The calibration scores an artifact carries, so that its thresholds can be RECOMPUTED on load.
 - :mod:`.calibration_seal`: The seal of an early-exit calibration: one digest over the CONTENTS of the artifact and its lens.
 - :mod:`.certificate`: The early-exit certificate: top-2 margin, residual scores, and the gates that admit an exit.

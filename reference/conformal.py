@@ -16,7 +16,7 @@ assume that calibration tokens and serve tokens are exchangeable:
    Bates, "A Gentle Introduction to Conformal Prediction", 2023.)
    The index is computed in integer arithmetic. The common ``np.quantile(s, q, method="higher")``
    uses the 0-based index ceil((n-1) q), i.e. the order statistic ceil((n-1) q) + 1, which for
-   q > 1/2 can be one below k and then covers less than q (tests/spec/test_conformal.py shows a case).
+   q > 1/2 can be one below k and then covers less than q (tests/test_conformal.py shows a case).
 2. Margin threshold (conformal risk control, Angelopoulos, Bates, Fisch, Lei & Schuster,
    "Conformal Risk Control", ICLR 2024, Thm 1). Loss L_i(lambda) = 1{margin_i > lambda and token i
    flips}: bounded by B = 1, non-increasing and right-continuous in lambda, and 0 at lambda = +inf.

@@ -29,7 +29,7 @@ of slots, runs in slot order so that causality holds). Owed rows move on togethe
 token, as deep as it goes; rows that reach depth L leave the backlog.
 When the backlog holds ``backlog_bound`` rows they are all caught up to depth L at once. After
 :meth:`DeferredDecoder.settle` every cached K/V equals the full model's (up to float rounding of
-batched vs single-row matmuls; tests/spec/test_early_exit_kv.py checks it).
+batched vs single-row matmuls; tests/test_early_exit_kv.py checks it).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 - :mod:`spec.exact`: exact laws in Fraction arithmetic (one verification, first tokens of toys).
 - :mod:`spec.statistics`: chi-square tests, power analysis and the suite's alpha budget.
 - :mod:`spec.pipeline`: the rows request and the pipeline seam (logits -> p, q rows).
-- :mod:`spec.properties`: the properties, runnable against any verifier (``run_properties``).
+- :mod:`spec.properties`: the properties, runnable against any verifier (``run_properties``); a
+  package: cases, deterministic, processors, statistical, runner.
 - :mod:`spec.llm_rows`, :mod:`spec.real_rows`: LLM-shaped rows (V = 9 .. 262,144) and stored
   real-model row pairs (``data/real_rows.npz``).
 - :mod:`spec.full_vocab`: exact probes at full V, two verdicts (protocol, law);
@@ -13,7 +14,8 @@
   registers both as properties.
 - :mod:`spec.mutants`: broken verifiers and pipelines named after real bug classes.
 - :mod:`spec.vectors`: portable test vectors (format: ``VECTORS.md``).
-- :mod:`spec.external`: the JSON-lines wire protocol to a program under test, both ends.
+- :mod:`spec.external`: the JSON-lines wire protocol to a program under test, both ends (a package:
+  json_values, transport, implementation, server).
 - :mod:`spec.check`: ``verispec check``: vectors + properties against an implementation.
 - :mod:`spec.law_only`: ``check --law-only``: verifiers that draw their own randomness.
 - :mod:`spec.sequential`: group-sequential statistics (early rejection, ``--budget``, shards).

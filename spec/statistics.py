@@ -36,7 +36,7 @@ MIN_EXPECTED = 5.0  # cells expected below this are pooled
 # reproducible from the report alone (spec.properties.run_properties, verispec check --seed)
 PROPERTY_SEED = 20_240_531
 
-# The alpha budget: one line per statistical test of the suite (spec/properties.py uses these
+# The alpha budget: one line per statistical test of the suite (spec/properties/ uses these
 # names; tests/test_witness.py uses the witness line; the last two lines are the real-model
 # decode test and the conformal coverage tests).
 ALPHA_BUDGET: dict[str, float] = {
@@ -54,7 +54,7 @@ ALPHA_BUDGET: dict[str, float] = {
     "decode_first_two_tokens": 2e-5,
     # tests/test_tree_decode.py: the same law through the token-tree loop (half of the line above)
     "tree_decode_first_two_tokens": 2e-5,
-    # tests/spec/test_conformal_coverage.py: four tests at 1e-6 each (Beta law, mean coverage, ties, CRC)
+    # tests/test_conformal_coverage.py: four tests at 1e-6 each (Beta law, mean coverage, ties, CRC)
     "conformal_coverage": 4e-6,
     # tests/spec/test_tree_statistics.py: the token-tree rule (a fixed tree's verdict law; the
     # first two tokens of rounds over randomly drawn trees)
@@ -64,7 +64,7 @@ ALPHA_BUDGET: dict[str, float] = {
     "stat_strata_tail_v4099": 4e-7,
     "stat_strata_tail_v262144": 4e-7,  # half of tail_v4099's former 8e-7
     "stat_strata_deep_k8": 8e-7,
-    # tests/spec/test_heldout_early_exit.py: binomial test of held-out flips against the claimed alpha
+    # tests/test_heldout_early_exit.py: binomial test of held-out flips against the claimed alpha
     # (what the budget had left)
     "heldout_early_exit": 3e-7,
     # tests/test_check_decoder.py: the six check-decoder tests that must pass (our decoders against

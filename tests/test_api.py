@@ -2,15 +2,15 @@
 
 What is shown: the API takes the callables themselves or ``module:function`` strings and returns
 the typed reports; the correct own-RNG sampler (examples/law_only_verifier.py) passes and its
-one-line-broken variant (tests/user_project.py) fails; bad arguments are typed errors before
+one-line-broken variant (tests/support/user_project.py) fails; bad arguments are typed errors before
 anything runs; ``verispec check`` and ``verispec check-decoder`` build their flags into the same
 option objects and run them with the same functions (no second copy of the flag handling); ``import verispec`` stays cheap.
 
 Sample sizes: the law tests run at ``SCALE`` of their full N (the reported power follows, and is
 not what is asserted); the broken sampler emits tokens of zero residual mass, which the
 deterministic ``range_and_mass`` property catches at any scale and the chi-square tests see as
-"impossible" verdicts (see tests/user_project.py). check-decoder runs on a tiny synthetic GGUF
-(tests/synthetic.py, ~3 s): our own loop must pass at the command's default alpha (1e-3, fixed
+"impossible" verdicts (see tests/support/user_project.py). check-decoder runs on a tiny synthetic GGUF
+(tests/support/synthetic.py, ~3 s): our own loop must pass at the command's default alpha (1e-3, fixed
 seed), a mutant loop whose bonus token comes from the wrong row must fail.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 import verispec
-from tests.user_project import SAMPLER_TEMPLATE, broken_sampler
+from tests.support.user_project import SAMPLER_TEMPLATE, broken_sampler
 from verispec import cli
 from verispec.decoder.options import DecoderOptions, DecoderUnderTest, DepthDesign, SamplingFlags
 from verispec.decoder.report import DecoderReport
@@ -287,7 +287,7 @@ def test_check_decoder_argument_errors_come_before_the_model_loads(kwargs: dict[
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("gguf")
-    from tests.synthetic import write_synthetic
+    from tests.support.synthetic import write_synthetic
 
     path = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
     write_synthetic(path, "tinyllama")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import group_gone
+from tests.support.processes import group_gone
 from verispec.bench import llama, llama_child
 from verispec.bench.peer import PeerProcess
 from verispec.bench.text import format_llama
@@ -132,7 +132,7 @@ def test_bench_survives_a_crashing_llama_cpp_and_exits_0(
     """The whole command on a small synthetic llama file: llama.cpp "installed" but faulting at
     its first prompt pass; the bench prints its full report with llama.cpp's crash as llama.cpp's
     result, and exits 0."""
-    from tests.synthetic import write_synthetic
+    from tests.support.synthetic import write_synthetic
     from verispec import cli
     from verispec.bench.report import BenchReport
 

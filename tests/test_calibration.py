@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.tolerances import assert_within, forward_spread
+from tests.support.calibration_records import synthetic_records
+from tests.support.tolerances import assert_within, forward_spread
 from verispec.reference.calibration import (
     FORMAT,
     Calibration,
-    Records,
     build,
     calibrate,
     default_depths,
@@ -47,7 +47,7 @@ def test_trajectory_is_the_full_models_greedy_decode(tiny_gguf: Any) -> None:
     full = model.forward(seq, model.new_cache(len(seq)), return_hidden=True)
     assert full.hidden is not None
     # the trajectory decodes token by token, the check runs one batched pass: two float32
-    # evaluations of one forward, each element within its derived tolerance (tests/tolerances.py)
+    # evaluations of one forward, each element within its derived tolerance (tests/support/tolerances.py)
     spread = forward_spread(model, tuple(seq))
     assert spread.logits is not None
     assert_within(traj.full_logits, full.logits[2:], spread.logits.tolerance[2:], "trajectory logits")
@@ -70,23 +70,6 @@ def test_scores_are_the_certificate_functions_row_by_row(tiny_gguf: Any) -> None
         assert rec.margins[0, i] == np.float32(top2(d)[1])
         assert rec.flips[0, i] == (top2(d)[0] != int(np.argmax(t)))
         assert rec.supnorm.dtype == np.float32 and rec.halfrange.dtype == np.float32
-
-
-def synthetic_records(
-    n_prompts: int = 40, tokens: int = 5, seed: int = 0, kinds: tuple[str, ...] = ("chat",)
-) -> Records:
-    """Random scores for ``n_prompts`` prompts of ``tokens`` steps each, kinds in turn."""
-    rng = np.random.default_rng(seed)
-    k, n = 2, n_prompts * tokens
-    return Records(
-        (3, 5),
-        rng.exponential(10, (k, n)).astype(np.float32),
-        rng.exponential(5, (k, n)).astype(np.float32),
-        rng.exponential(3, (k, n)).astype(np.float32),
-        rng.random((k, n)) < 0.3,
-        [kinds[p % len(kinds)] for p in range(n_prompts) for _ in range(tokens)],
-        np.repeat(np.arange(n_prompts, dtype=np.int64), tokens),
-    )
 
 
 def test_build_calibrates_each_kind_over_its_prompts() -> None:
@@ -199,7 +182,7 @@ def test_a_nan_threshold_is_refused(tmp_path: Path) -> None:
 def test_the_pair_is_one_atomic_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed between the lens and the JSON, the old artifact (JSON + its lens) still loads; after
     a completed save only the new lens file is left."""
-    from verispec.reference import calibration as calibration_module
+    from verispec.reference.calibration import artifact as calibration_artifact
     from verispec.reference.early_exit import Lens
 
     rng = np.random.default_rng(2)
@@ -213,17 +196,17 @@ def test_the_pair_is_one_atomic_unit(tmp_path: Path, monkeypatch: pytest.MonkeyP
     new = build(synthetic_records(seed=3), q="0.9", model_sha256="b" * 64, model_name="m", n_layer=6, lens=lens())
     path = tmp_path / "cal.json"
     old.save(path)
-    real_write = calibration_module._atomic_write
+    real_write = calibration_artifact.atomic_write
 
     def die_on_json(target: Path, data: bytes) -> None:
         if target.suffix == ".json":
             raise KeyboardInterrupt  # killed after the lens, before the JSON
         real_write(target, data)
 
-    monkeypatch.setattr(calibration_module, "_atomic_write", die_on_json)
+    monkeypatch.setattr(calibration_artifact, "atomic_write", die_on_json)
     with pytest.raises(KeyboardInterrupt):
         new.save(path)
-    monkeypatch.setattr(calibration_module, "_atomic_write", real_write)
+    monkeypatch.setattr(calibration_artifact, "atomic_write", real_write)
     back = Calibration.load(path)
     assert back.depths == old.depths and back.lens is not None and old.lens is not None
     assert np.array_equal(back.lens.weight, old.lens.weight)

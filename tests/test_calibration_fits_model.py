@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.test_calibration import synthetic_records
+from tests.support.calibration_records import synthetic_records
 from verispec.reference.calibration import Calibration, build, file_sha256
 from verispec.reference.early_exit import Lens, generate_early_exit
 from verispec.reference.errors import CalibrationError

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.test_calibration import synthetic_records
+from tests.support.calibration_records import synthetic_records
 from verispec.reference.calibration import Calibration, build
 from verispec.reference.calibration_seal import KEY_ENV, SEAL_FIELD, seal
 from verispec.reference.early_exit import Lens

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.synthetic import Variant, write_synthetic
+from tests.support.synthetic import Variant, write_synthetic
 from verispec import cli
 from verispec.progress import PeriodicLines
 from verispec.spec.decoder.depth.first_m import FIRST_M_SHARE, split_alpha

@@ -1,6 +1,6 @@
 """`verispec check-decoder --depth`: the depth test wired into the command, on a synthetic GGUF.
 
-A tiny synthetic llama file with a real SentencePiece vocabulary (tests/synthetic.py: 322 ids, one
+A tiny synthetic llama file with a real SentencePiece vocabulary (tests/support/synthetic.py: 322 ids, one
 layer) so the command's tokenizer, EOG ids and reference forward all run. Exit statuses: 1 for a
 mutant caught outright (the stream-sharing one repeats a generation at once: no statistics
 needed, so the run is cheap), 3 when a one-second budget ends before the design's power, 2 for
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.synthetic import Variant, write_synthetic
+from tests.support.synthetic import Variant, write_synthetic
 from verispec import cli
 
 TINY = Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import verispec
-from tests import textbook_verifier
+from tests.support import textbook_verifier
 from verispec.api import ci_keeps_going, slow_path_warning
 from verispec.reference.speculative import verify_sampled, verify_sampled_batch
 from verispec.spec.check import GREEDY_SKIPPED, PythonImplementation, run_check

@@ -1,6 +1,6 @@
 """Metadata is bounded before it sizes anything: each hostile-metadata case a typed error.
 
-Built from the corpus seeds (tests/model_corpus.py) with one value changed, so each test names
+Built from the corpus seeds (tests/support/model_corpus.py) with one value changed, so each test names
 exactly one bad field; the CLI turns each into one line on stderr and exit status 2.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.gguf_builder import F32, VT, Meta, Tensor, Value
-from tests.model_corpus import SEEDS, ModelFile
+from tests.support.gguf_builder import F32, VT, Meta, Tensor, Value
+from tests.support.model_corpus import SEEDS, ModelFile
 from verispec.cli import main
 from verispec.reference.config import MAX_CONTEXT_LENGTH, Config
 from verispec.reference.errors import ModelError

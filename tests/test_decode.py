@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.fake_tokenizer import FakeTokenizer
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DraftSource, LayerSkipDraft, ModelDraft, NgramDraft, make_draft, parse_draft_spec
 from verispec.reference.errors import DraftError
@@ -18,25 +19,6 @@ from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
-
-
-class FakeDecoder:
-    def push(self, token: int) -> str:
-        return chr(ord("a") + token % 26)
-
-    def flush(self) -> str:
-        return ""
-
-
-class FakeTokenizer:
-    """Just what decoding needs: EOG ids, BOS, a stream decoder (id -> one letter)."""
-
-    def __init__(self, eog: frozenset[int] = frozenset()) -> None:
-        self.eog_ids = eog
-        self.bos_id = None
-
-    def stream_decoder(self) -> FakeDecoder:
-        return FakeDecoder()
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.synthetic import write_synthetic
+from tests.support.synthetic import write_synthetic
 from verispec.decoder.ours import EngineDecoder
 from verispec.reference.errors import ExternalError, UsageError
 from verispec.reference.sampling import SamplingParams

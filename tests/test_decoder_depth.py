@@ -11,7 +11,7 @@ on 10% of positions): a mutant passing there is a miss of the design, not bad lu
 
 Cost. A correct decoder must run to the final look, so the pass tests use a weaker stated design
 (TV 0.1 on EVERY position: N / 400 of the product's); the full design's pass and its rejection
-of exactly the design deviation are the measured run of tests/measure_decoder_depth.py. The
+of exactly the design deviation are the measured run of lab/measure/decoder_depth.py. The
 mutants stop at their first rejecting block or look (blocks of 20 generations).
 """
 
@@ -19,17 +19,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.conftest import write_tiny_gguf
+from tests.support.depth import (
+    CORRECT,
+    EOG,
+    FULL_SUPPORT,
+    MAX_TOKENS,
+    MIN_TOKENS,
+    PASS_ALPHA,
+    PRODUCT_ALPHA,
+    PROMPT,
+    WITH_PROCESSORS,
+    Loop,
+    case,
+    model,  # noqa: F401 - the tiny model fixture
+    run_mutant,
+)
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams, target_distribution
 from verispec.spec.decoder.depth.law import (
-    DepthCase,
     Generation,
     check_depth,
     events_of,
@@ -40,83 +53,9 @@ from verispec.spec.decoder.depth.law import (
     structure_error,
 )
 from verispec.spec.decoder.depth.power import beta_at_tv, simulate_power, support_sorted, tempered, tv_of
-from verispec.spec.decoder.first_tokens import CachedLaw
-from verispec.spec.decoder.mutants import DEPTH_MUTANTS, DecoderBugs, DesignDeviation, LoopDecoder
+from verispec.spec.decoder.mutants import DEPTH_MUTANTS, DesignDeviation
 from verispec.spec.decoder.prefix_rows import PathRows
-from verispec.spec.statistics import ALPHA_BUDGET, POWER
-
-EOG = 2
-BANNED = {t: -math.inf for t in range(40, 48)}
-# processors on: top-k, min-p, a ban and a penalty window (a pipeline bug then often emits a token
-# the target cannot: caught outright)
-WITH_PROCESSORS = SamplingParams(
-    temperature=1.0, top_k=12, min_p=0.02, repeat_penalty=1.5, repeat_last_n=32, logit_bias={EOG: 1.0, **BANNED}
-)
-# full support: every token possible, so only the statistics can catch a bug
-FULL_SUPPORT = SamplingParams(temperature=1.0, repeat_penalty=1.5, repeat_last_n=32, logit_bias={EOG: 1.0, 7: 2.0})
-DRAFT = SamplingParams(temperature=1.5, top_k=12)
-PROMPT = (1, 5, 9, 13)
-MAX_TOKENS = 24
-MIN_TOKENS = 6
-PASS_ALPHA = ALPHA_BUDGET["decoder_depth"] / 4  # a quarter each: three here, one in tests/test_decoder_depth_ties.py
-PRODUCT_ALPHA = 1e-3
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
-    path = write_tiny_gguf(
-        tmp_path_factory.mktemp("depth") / "tiny.gguf",
-        n_vocab=64,
-        n_embd=32,
-        n_layer=1,
-        n_head=4,
-        n_head_kv=2,
-        context_length=256,
-        weight_scale=1.0,
-    )
-    return Model.load(path)
-
-
-def case(params: SamplingParams) -> DepthCase:
-    return DepthCase(PROMPT, params, MAX_TOKENS, frozenset({EOG}), MIN_TOKENS)
-
-
-@dataclass
-class Loop:
-    """A LoopDecoder as a GenerationEngine, its memos fresh per call (bounded memory)."""
-
-    model: Model
-    bugs: DecoderBugs = DecoderBugs()
-    draft: SamplingParams = DRAFT
-    verify: str = "rejection"
-    logprobs: bool = False  # pass the loop's reported logprobs on (else the statistics alone judge)
-
-    def positioned(self, ids: tuple[int, ...], positions: Sequence[int]) -> Any:
-        return self.model.forward(list(ids), self.model.new_cache(len(ids)), positions=list(positions)).logits[-1]
-
-    def loop(self) -> LoopDecoder:
-        return LoopDecoder(
-            PathRows(self.model),
-            self.draft,
-            2,
-            self.bugs,
-            eog=frozenset({EOG}),
-            law=CachedLaw(),
-            verify=self.verify,
-            positioned=self.positioned,
-        )
-
-    def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
-    ) -> list[dict[str, Any]]:
-        out = self.loop().generate(prompt_ids, params, max_tokens, n, seed, min_tokens)
-        return out if self.logprobs else [{k: v for k, v in g.items() if k != "logprobs"} for g in out]
-
-    def generate_plain(
-        self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int, n: int, seed: int, min_tokens: int = 0
-    ) -> list[dict[str, Any]]:
-        return self.loop().generate_plain(prompt_ids, params, max_tokens, n, seed, min_tokens)
-
+from verispec.spec.statistics import POWER
 
 # --- the per-token statistics, exactly -------------------------------------------------------------
 
@@ -202,12 +141,6 @@ def _pilot_rows(engine: Loop, model: Model) -> list[Any]:
 
 # --- correct decoders pass --------------------------------------------------------------------------
 
-CORRECT = {
-    "the loop without bugs": {},
-    "greedy draft, one-hot q": {"draft": SamplingParams(temperature=0.0)},
-    "sample-and-match verification": {"verify": "match"},
-}
-
 
 @pytest.mark.parametrize("name", sorted(CORRECT))
 def test_correct_decoders_pass(name: str, model: Model) -> None:
@@ -223,19 +156,6 @@ def test_correct_decoders_pass(name: str, model: Model) -> None:
 
 
 # --- the bug classes are rejected -------------------------------------------------------------------
-
-
-def run_mutant(model: Model, name: str, params: SamplingParams, logprobs: bool = False) -> Any:
-    """The mutant against the product's design; the EOS-at-max_tokens one with a cap of 8 tokens
-    (its bug needs an EOG inside a span that crosses the cap: a short cap makes that common, and
-    the cap is where it shows, wherever it is); the top-k/top-p order one with top-p 0.8 on."""
-    engine = Loop(model, DEPTH_MUTANTS[name][1], logprobs=logprobs or name == "logprobs_zero_when_speculating")
-    if name == "top_k_top_p_in_the_other_order":  # its bug needs both filters on
-        params = replace(params, top_p=0.8)
-    the_case = (
-        case(params) if name != "eos_in_span_at_max_tokens" else replace(case(params), max_tokens=8, min_tokens=0)
-    )
-    return check_depth(engine, reference_rows(model), the_case, alpha=PRODUCT_ALPHA, pilot=16, block=20)
 
 
 @pytest.mark.parametrize("name", sorted(DEPTH_MUTANTS))

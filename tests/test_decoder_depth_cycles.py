@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_decoder_depth import FULL_SUPPORT, PRODUCT_ALPHA, Loop, case, model  # noqa: F401 (the fixture)
+from tests.support.depth import FULL_SUPPORT, PRODUCT_ALPHA, Loop, case, model  # noqa: F401 - model: the tiny model fixture
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder.depth.law import Generation, check_depth, cycles_error, reference_rows

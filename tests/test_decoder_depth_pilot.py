@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.conftest import write_tiny_gguf
+from tests.support.tiny_gguf import write_tiny_gguf
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows

@@ -10,7 +10,7 @@ each feature's law): a mutant passing there is a miss of the design, not bad luc
 
 Cost. The pass tests must run every look, so it uses a weaker stated design (TV 0.5 on each
 feature's law, 8 tokens); the mutants stop at their first rejecting look. The mode's full design
-on 64 tokens is tests/measure_decoder_depth_two_sample.py (minutes; not part of the suite).
+on 64 tokens is lab/measure/decoder_depth_two_sample.py (minutes; not part of the suite).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.test_decoder_depth import CORRECT, EOG, PROMPT, WITH_PROCESSORS, Loop, case, model  # noqa: F401 (a fixture)
+from tests.support.depth import CORRECT, EOG, PROMPT, WITH_PROCESSORS, Loop, case, model  # noqa: F401 - model: the tiny model fixture
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder.depth.law import DepthCase

@@ -1,4 +1,4 @@
-"""The depth mode's answers from a hostile or careless engine (tests/hostile_engines.py).
+"""The depth mode's answers from a hostile or careless engine (tests/support/hostile_engines.py).
 
 On the tiny synthetic llama of tests/test_check_decoder_depth_cli.py (322 ids, one layer, 8-token
 generations), through the command: an id of the wrong JSON type, one outside the vocabulary or
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.synthetic import Variant, write_synthetic
+from tests.support.synthetic import Variant, write_synthetic
 from verispec import cli
 from verispec.reference.errors import ExternalError
 from verispec.spec import answers
@@ -157,7 +157,7 @@ def test_a_wrongly_typed_id_fails_the_engine_in_every_mode(
     tiny_model: Path, capsys: pytest.CaptureFixture[str], engine: str, reason: str, workers: str
 ) -> None:
     status, report = run(
-        tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
+        tiny_model, capsys, "--engine", f"tests.support.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
     )
     result = report["results"][0]
     assert status == 1 and result["state"] == "failed" and reason in result["where"]
@@ -180,7 +180,7 @@ def test_an_id_outside_the_vocabulary_after_the_pilot_is_the_engines_failure(
 ) -> None:
     """Exit 1 with the report (not a model/input error, exit 4, nor an OverflowError)."""
     status, report = run(
-        tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
+        tiny_model, capsys, "--engine", f"tests.support.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
     )
     result = report["results"][0]
     assert status == 1 and result["state"] == "failed" and reason in result["where"]
@@ -232,7 +232,7 @@ def test_reused_random_streams_fail_with_any_number_of_workers(
     """Four streams, a stale block answered again, a seed ignored: FAIL at the first block that
     repeats, named as repeated generations (exit 1), with one worker and with two."""
     status, report = run(
-        tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
+        tiny_model, capsys, "--engine", f"tests.support.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
     )
     result = report["results"][0]
     assert status == 1 and result["state"] == "failed", result
@@ -251,7 +251,13 @@ def test_a_stream_reusing_engine_gets_the_same_verdict_for_any_number_of_workers
     verdicts = []
     for workers in ("1", "2"):
         status, report = run(
-            tiny_model, capsys, "--engine", f"tests.hostile_engines:{engine}", "--workers", workers, *FIXED_DESIGN
+            tiny_model,
+            capsys,
+            "--engine",
+            f"tests.support.hostile_engines:{engine}",
+            "--workers",
+            workers,
+            *FIXED_DESIGN,
         )
         result = report["results"][0]
         verdicts.append((status, result["state"], result["where"], result["generations"], result["design_tokens"]))
@@ -296,11 +302,11 @@ def test_a_deterministic_law_still_fails_an_impossible_token(
     """The depth test's own deterministic path (--no-first-m); by default the first-m test, run
     first, already rejects the impossible tokens."""
     status, report = run(
-        tiny_model, capsys, "--engine", "tests.hostile_engines:shifted_last", "--top-k", "1", "--no-first-m"
+        tiny_model, capsys, "--engine", "tests.support.hostile_engines:shifted_last", "--top-k", "1", "--no-first-m"
     )
     result = report["results"][0]
     assert status == 1 and "has target probability 0" in result["where"]
-    status, report = run(tiny_model, capsys, "--engine", "tests.hostile_engines:shifted_last", "--top-k", "1")
+    status, report = run(tiny_model, capsys, "--engine", "tests.support.hostile_engines:shifted_last", "--top-k", "1")
     assert status == 1 and "impossible=" in report["results"][0]["where"]
     assert "the target law is deterministic" in result["detail"]
 

@@ -14,16 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.test_decoder_depth import (
-    EOG,
-    MAX_TOKENS,
-    MIN_TOKENS,
-    PRODUCT_ALPHA,
-    PROMPT,
-    WITH_PROCESSORS,
-    Loop,
-    model,  # noqa: F401 - the tiny model fixture, shared
-)
+from tests.support.depth import EOG, MAX_TOKENS, MIN_TOKENS, PRODUCT_ALPHA, PROMPT, WITH_PROCESSORS, Loop, model  # noqa: F401 - model: the tiny model fixture
 from verispec.reference.model import Model
 from verispec.spec.decoder.depth.forcing import ConcurrentRows, rows_in_order
 from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows, verdict_json

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import group_gone
-from tests.synthetic import Variant, write_synthetic
+from tests.support.processes import group_gone
+from tests.support.synthetic import Variant, write_synthetic
 from verispec import cli
 from verispec.decoder.api import build_engine
 from verispec.decoder.options import DecoderUnderTest

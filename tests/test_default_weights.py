@@ -2,7 +2,7 @@
 ``auto`` is int8 where onnxruntime is importable, the exact float32 mode otherwise (said on
 stderr in one line, never silently); ``--exact`` / ``--weights exact`` are the float32 mode by
 name, and the old ``--weights f32`` still works. A calibration records the mode whose numerics it
-certifies, and early exit serves on that mode or refuses another (reference/calibration.py).
+certifies, and early exit serves on that mode or refuses another (reference/calibration/artifact.py).
 No model is loaded here.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_calibration import synthetic_records
+from tests.support.calibration_records import synthetic_records
 from verispec import engine_load
 from verispec.commands import generate as generate_command
 from verispec.commands import logits as logits_command

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.synthetic import write_synthetic
+from tests.support.synthetic import write_synthetic
 from tests.test_bench_peer_crash import SEGV_AT_FIRST_RUN
 from verispec import cli
 from verispec.bench import llama, llama_child

@@ -255,7 +255,7 @@ def test_generate_with_a_bad_draft_cache_is_an_input_error_exit_4(
     """Through the command: a cache that cannot be used is a bad input file (exit 4, one line naming
     it and why), not a usage error (exit 2); the file is left as it was, nothing is generated. A
     cache without a vocabulary fingerprint cannot have its ids checked against the model: refused."""
-    from tests.synthetic import Variant, write_synthetic
+    from tests.support.synthetic import Variant, write_synthetic
     from verispec import cli
 
     model = tmp_path / "tiny.gguf"

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.tolerances import assert_within, gamma
+from tests.support.tolerances import assert_within, gamma
 from verispec.reference.calibration import Calibration, DepthCalibration
 from verispec.reference.certificate import top2
 from verispec.reference.early_exit import ExitStats, exit_logits, fit_lens, gate_admits, generate_early_exit

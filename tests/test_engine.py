@@ -3,7 +3,7 @@
 Tolerance for logits and hidden states: derived per element, never hand-picked. The two forwards
 compute the same function of the same dequantized float32 weights and differ only in float32
 rounding order (fused matmuls, BLAS blocking, another span shape), so each element may differ by
-tests/tolerances.py's 2 lambda sigma: sigma is its float32 rounding spread under the probabilistic
+tests/support/tolerances.py's 2 lambda sigma: sigma is its float32 rounding spread under the probabilistic
 rounding model (each operation off by a relative u = 2^-24, a length-n dot product by
 u sqrt(n) |a|.|b| in any order), propagated through every layer by Monte Carlo in float64 (the real
 models with 16 samples: lambda = 31). What that detects: on the tiny models (tolerances ~1e-4) any
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
-from tests.tolerances import ForwardSpread, assert_within, forward_spread, truncated
+from tests.support.tolerances import ForwardSpread, assert_within, forward_spread, truncated
 from verispec.engine import load_model
 from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel
@@ -228,7 +228,7 @@ def test_sampled_tokens_identical_for_the_same_seed(pairs: dict[str, Any], golde
 
 @pytest.mark.parametrize("variant", ["tinyllama", "mistral"])
 def test_synthetic_quantized_llamas_match_reference(tmp_path: Path, variant: str) -> None:
-    from tests.synthetic import write_synthetic
+    from tests.support.synthetic import write_synthetic
 
     path = tmp_path / f"{variant}.gguf"
     write_synthetic(path, variant)
@@ -243,7 +243,7 @@ def test_synthetic_quantized_llamas_match_reference(tmp_path: Path, variant: str
 
 
 def test_architectures_the_fast_engine_lacks_run_on_the_reference(tmp_path: Path) -> None:
-    from tests.synthetic import write_synthetic
+    from tests.support.synthetic import write_synthetic
     from verispec.reference.errors import UnsupportedArchitecture
 
     path = tmp_path / "phi3.gguf"

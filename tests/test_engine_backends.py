@@ -3,7 +3,7 @@
 - Repack: for every GGUF block type, :meth:`KernelBlocks.dequantize` equals
   :func:`reference.quants.dequantize` exactly (bit for bit on finite values; NaN where it has NaN).
 - The exact backends (numpy, ort) run the differential tests' tiny models at the same derived
-  tolerance as tests/test_engine.py (tests/tolerances.py: float32 summation order only).
+  tolerance as tests/test_engine.py (tests/support/tolerances.py: float32 summation order only).
 - The int8 kernel (ort-q): its error against the exact product of the SAME weights is bounded by
   int8 rounding of the activations: per block b (the kernel's block, 16 or 32 wide) each x_i moves
   by at most step_b / 2, step_b = max |x over b| / 127, so |y_n - y*_n| <= sum_b step_b / 2 *
@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
-from tests.tolerances import assert_within, forward_spread
+from tests.support.tolerances import assert_within, forward_spread
 from verispec.engine import load_model
 from verispec.engine import matmul as mm
 from verispec.engine import sampling as fast_sampling
@@ -177,7 +177,7 @@ def test_backend_choice_is_checked(tiny_gguf: Any) -> None:
 
 
 def test_int8_mode_keeps_float_tensors_float(tmp_path: Path) -> None:
-    from tests.synthetic import write_synthetic
+    from tests.support.synthetic import write_synthetic
 
     path = tmp_path / "tinyllama.gguf"
     types = write_synthetic(path, "tinyllama")

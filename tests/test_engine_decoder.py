@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.synthetic import Variant, write_synthetic
+from tests.support.synthetic import Variant, write_synthetic
 from verispec import cli
 from verispec.decoder.ours import EngineDecoder
 from verispec.reference.sampling import SamplingParams

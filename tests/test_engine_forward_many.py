@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.synthetic import write_synthetic
+from tests.support.synthetic import write_synthetic
 from verispec.engine.model import FastModel
 from verispec.reference.errors import ContextOverflow, ModelError
 

@@ -2,7 +2,7 @@
 
 - Architecture: the tiny test models are float32, and the int8 mode keeps float matrices float32
   (never requantized), so on them the fused graphs compute the reference's function in float32:
-  logits within the derived float32 tolerance of tests/tolerances.py (forward_spread), llama
+  logits within the derived float32 tolerance of tests/support/tolerances.py (forward_spread), llama
   (RoPE NORM) and gemma3 (NEOX, q/k norms, post-norms, GELU-tanh, sliding window, softcap), as
   the unfused path. What this can detect: a wrong norm, residual, activation, RoPE pairing, split
   of q/k/v or gate/up (O(1) on these models); not an error below the tolerance (~1e-4 here).
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.tolerances import assert_within, forward_spread
 from tests.test_engine_backends import random_blocks
-from tests.tolerances import assert_within, forward_spread
 from verispec.engine import fused as fused_mod
 from verispec.engine import matmul as mm
 from verispec.engine.blocks import LOSSLESS_TYPES, repack
@@ -224,7 +224,7 @@ def test_split_projection_is_the_projection(ggml_type: int) -> None:
     shape = (48, 512)
     blocks = repack(random_blocks(ggml_type, shape, seed=7), ggml_type, shape)
     x = np.random.default_rng(8).standard_normal((5, shape[1])).astype(np.float32)
-    g = fused_mod._Graph()
+    g = fused_mod.FusedGraph()
     first, second = g.project_split(blocks, "x", [20, 28])
     g.op("Concat", [first, second], out=["y"], axis=1)
     split = OrtGraph(g.nodes, g.inits, {"x": ["T", shape[1]]}, {"y": ["T", shape[0]]}, threads=1)
@@ -233,7 +233,7 @@ def test_split_projection_is_the_projection(ggml_type: int) -> None:
     if blocks.mins is None:
         assert np.array_equal(got, want)
     else:
-        raw = mm.ort_blocks(dataclasses.replace(mm._with_block_sums(blocks), mins=None), threads=1)(x)
+        raw = mm.ort_blocks(dataclasses.replace(mm.with_block_sums(blocks), mins=None), threads=1)(x)
         yq, sums = raw[:, : shape[0]].astype(np.float64), raw[:, shape[0] :].astype(np.float64)
         terms = np.abs(yq) + np.abs(sums) @ np.abs(blocks.mins.T.astype(np.float64))  # [T, N]
         n = sums.shape[1] + 1

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.synthetic import write_synthetic
+from tests.support.synthetic import write_synthetic
 from verispec.decoder.ours import EngineDecoder
 from verispec.engine.lockstep import LockstepModel, run_lockstep
 from verispec.reference.errors import ModelError

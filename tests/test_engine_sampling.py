@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.profiles import examples
+from tests.support.profiles import examples
 from verispec.engine import sampling as fast
 from verispec.reference import sampling as ref
 from verispec.reference.errors import SamplingError

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.tolerances import assert_within, forward_spread
+from tests.support.tolerances import assert_within, forward_spread
 from verispec import cli
 from verispec.commands import generate as generate_command
 from verispec.reference.chat import chat_format

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests import gguf_oracle
-from tests.gguf_builder import F32, IQ2_XXS, Q4_0, Q8_0, VT, Array, Meta, Tensor, Value, build, small_model
-from tests.profiles import examples
+from tests.support import gguf_oracle
+from tests.support.gguf_builder import F32, IQ2_XXS, Q4_0, Q8_0, VT, Array, Meta, Tensor, Value, build, small_model
+from tests.support.profiles import examples
 from verispec import registry
 from verispec.reference.errors import UnsupportedQuantType
 from verispec.reference.gguf import (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gguf_builder import (
+from tests.support.gguf_builder import (
     F32,
     Q4_0,
     Q8_0,

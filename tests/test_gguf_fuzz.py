@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.gguf_builder import small_model
-from tests.profiles import examples
+from tests.support.gguf_builder import small_model
+from tests.support.profiles import examples
 from verispec.reference.errors import GGUFError
 from verispec.reference.gguf import GGUFFile
 

@@ -1,4 +1,4 @@
-"""tests/gguf_oracle.PlainArrayReader reads exactly what gguf.GGUFReader reads: every field
+"""tests/support/gguf_oracle.PlainArrayReader reads exactly what gguf.GGUFReader reads: every field
 (name, types, parts, data indices) and every tensor (name, type, shape, offsets, data bytes).
 On the real models, tests/test_gguf.py compares our own reader with it field by field."""
 
@@ -11,7 +11,7 @@ import gguf
 import numpy as np
 import pytest
 
-from tests.gguf_oracle import PlainArrayReader
+from tests.support.gguf_oracle import PlainArrayReader
 
 
 def assert_same_reading(path: Path) -> None:

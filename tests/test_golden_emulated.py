@@ -1,6 +1,6 @@
 """Why llama.cpp agreement stops at NMSE ~1e-3 after the first position (the golden tests' bar).
 
-llama.cpp rounds every quantized matmul's input to 8 bits (tests/llamacpp_numerics.py emulates
+llama.cpp rounds every quantized matmul's input to 8 bits (tests/support/llamacpp_numerics.py emulates
 that, with its F16 KV cache, F16 query and softmax weights, F16 GELU table). A rounding to 8 bits
 turns a one-ulp difference into a whole quantization step whenever a value sits near a rounding
 boundary, and 30 layers of that amplify: the 8-bit forward is chaotic. These tests measure it on
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
-from tests.llamacpp_numerics import EmulatedModel, Numerics, emulated_forward, new_cache
+from tests.support.llamacpp_numerics import EmulatedModel, Numerics, emulated_forward, new_cache
 from verispec.reference.model import Model
 
 pytestmark = [pytest.mark.model, pytest.mark.oracle, pytest.mark.usefixtures("blas_single_thread")]

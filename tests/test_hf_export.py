@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.synthetic import VARIANTS, write_synthetic
+from tests.support.synthetic import VARIANTS, write_synthetic
 from verispec.peers import hf_export
 from verispec.peers.hf_export import CONFIG, WEIGHTS, export, unpermute_rows, write_safetensors
 from verispec.reference.errors import UnsupportedArchitecture

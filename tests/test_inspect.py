@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests import gguf_oracle
-from tests.gguf_builder import small_model
+from tests.support import gguf_oracle
+from tests.support.gguf_builder import small_model
 from verispec import registry
 from verispec.cli import main
 

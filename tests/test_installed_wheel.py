@@ -1,5 +1,5 @@
 """The gate as a user meets it: the wheel built and installed into a fresh venv, run from a project
-that has its own top-level ``engine/`` and ``spec/`` packages (tests/user_project.py).
+that has its own top-level ``engine/`` and ``spec/`` packages (tests/support/user_project.py).
 
 What is shown, all through the INSTALLED wheel and its console script:
 
@@ -46,8 +46,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.user_project import REPO, SAMPLER_TEMPLATE, VERIFIER_FLAGS, write_project
-from tests.workflow import Workflow, expand
+from tests.support.user_project import REPO, SAMPLER_TEMPLATE, VERIFIER_FLAGS, write_project
+from tests.support.workflow import Workflow, expand
 
 pytestmark = pytest.mark.slow  # builds a wheel and runs ~20 processes (~60 s of CPU)
 

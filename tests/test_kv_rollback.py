@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.test_decode import FakeTokenizer
-from tests.tolerances import assert_within, forward_spread
+from tests.support.fake_tokenizer import FakeTokenizer
+from tests.support.tolerances import assert_within, forward_spread
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DraftContext, DraftSource, LayerSkipDraft, ModelDraft, NgramDraft, Proposal
 from verispec.reference.generate import GenerationRequest
@@ -78,7 +78,7 @@ def check_rollback(
         want = fresh[len(history) - 1 :]  # [len(drafts) + 1, V]
         assert logits.shape == want.shape
         # cached scoring vs a fresh pass: two float32 evaluations of one forward, each element within
-        # the derived tolerance of tests/tolerances.py (2 lambda sigma, its float32 rounding spread)
+        # the derived tolerance of tests/support/tolerances.py (2 lambda sigma, its float32 rounding spread)
         spread = forward_spread(model, (*history, *drafts), head_rows=len(want), samples=samples).logits
         assert spread is not None
         assert_within(logits, want, spread.tolerance, "cached scoring vs fresh logits")

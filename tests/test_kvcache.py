@@ -2,7 +2,7 @@
 
 Float tolerance: a span-by-span or truncated-and-reforwarded pass and one batched pass are two
 float32 evaluations of the same forward, rounded in different orders; each logit may differ by its
-derived tolerance (tests/tolerances.py: 2 lambda sigma, sigma its float32 rounding spread under the
+derived tolerance (tests/support/tolerances.py: 2 lambda sigma, sigma its float32 rounding spread under the
 probabilistic rounding model, propagated through the layers), never by a hand-picked atol.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.tolerances import assert_within, forward_spread
+from tests.support.tolerances import assert_within, forward_spread
 from verispec.reference.errors import ContextOverflow, ModelError
 from verispec.reference.model import Model
 

@@ -18,7 +18,11 @@ from setuptools import find_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("verispec", "reference", "engine", "spec", "proofs")  # the folders the wheel's verispec* holds
-LAB_MODULES = sorted(p.stem for p in (ROOT / "lab").glob("*.py") if p.stem != "__init__")
+LAB_MODULES = sorted(
+    ".".join(p.relative_to(ROOT / "lab").with_suffix("").parts)
+    for p in (ROOT / "lab").rglob("*.py")
+    if p.stem != "__init__"
+)  # top-level experiments and the measurements under lab/measure/ ("measure.NAME")
 # What moved to lab/ (experiments, microbenchmarks, table printers): none may be packaged again.
 MOVED = {
     "measure_early_exit",
@@ -69,4 +73,12 @@ def test_nothing_packaged_imports_the_lab() -> None:
 @pytest.mark.parametrize("name", LAB_MODULES)
 def test_each_lab_module_imports_from_the_repository_root(name: str) -> None:
     module = importlib.import_module(f"lab.{name}")
-    assert module.__doc__, f"lab/{name}.py says what it measures"
+    assert module.__doc__, f"lab/{name.replace('.', '/')}.py says what it measures"
+
+
+def test_the_measurement_scripts_live_in_the_lab() -> None:
+    """A script that measures (and prints numbers a docs page quotes) is not a test: it lives in
+    lab/measure/, never among the tests."""
+    assert sorted(p.name for p in (ROOT / "tests").rglob("measure_*.py")) == []
+    measures = [name for name in LAB_MODULES if name.startswith("measure.")]
+    assert len(measures) >= 6, measures

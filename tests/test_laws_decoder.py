@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import write_tiny_gguf
+from tests.support.tiny_gguf import write_tiny_gguf
 from verispec import cli
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
@@ -210,7 +210,7 @@ def test_check_decoder_api_hands_the_law_to_the_engine(tmp_path: Path) -> None:
     """Through ``verispec.check_decoder(law="transformers", ...)`` on a synthetic GGUF with a real
     tokenizer: the engine is built by a factory, receives the profile as ``law=`` and samples it
     (our loop following the law it is told): it passes the first-m test at the budget's alpha."""
-    from tests.synthetic import Variant, write_synthetic
+    from tests.support.synthetic import Variant, write_synthetic
     from verispec import check_decoder
 
     path = tmp_path / "tiny.gguf"

@@ -138,7 +138,7 @@ def test_generate_penalizes_the_output_not_the_prompt(tmp_path: Any) -> None:
     whose greedy continuation is a prompt token), else the check could not tell them apart.
     ``PROMPT_TOKENS``: the six second tokens (of all 319) where a search found the two laws differ on
     this synthetic model (seed 0), and 14 others."""
-    from tests.synthetic import Variant, write_synthetic
+    from tests.support.synthetic import Variant, write_synthetic
 
     path = tmp_path / "tiny.gguf"
     write_synthetic(

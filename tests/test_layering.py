@@ -8,6 +8,8 @@ The rule, folder by folder (an import of its own folder is always allowed):
     proofs/      nothing of ours (z3 alone; its link table names code by path strings, no import)
     verispec/    everything: the CLI and the API put the pieces together
     tests/, lab/, examples/   imported by none of the above (they are users of the product)
+    lab/measure/ also tests/support/ (and nothing else of tests/): it measures the tests' own
+                 cases at full scale; the rest of lab/ imports only the product
 
 and examples/external_verifier.py imports nothing of ours: it is the independent plain-Python
 oracle, written from the protocol text. Every import counts (top level, inside a function, under
@@ -32,6 +34,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "lab": frozenset({"reference", "engine", "spec", "proofs", "verispec"}),
     "examples": frozenset({"reference", "engine", "spec", "proofs", "verispec"}),
 }
+# the one part of the lab that may import the tests' support package (and no other test module)
+LAB_MEASURE, TESTS_SUPPORT = "lab.measure", "tests.support"
 # (importing module, imported module): why the rule bends there
 EXCEPTIONS: dict[tuple[str, str], str] = {}
 INDEPENDENT = ("examples.external_verifier",)  # imports nothing of ours at all
@@ -55,6 +59,10 @@ def edges() -> dict[str, set[str]]:
     return import_graph(FOLDERS)
 
 
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def violations(graph: dict[str, set[str]]) -> list[str]:
     out = []
     for module, targets in sorted(graph.items()):
@@ -62,6 +70,8 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
         for target in sorted(targets):
             there = folder_of(target)
             if there == here or there in MAY_IMPORT[here] or (module, target) in EXCEPTIONS:
+                continue
+            if within(module, LAB_MEASURE) and within(target, TESTS_SUPPORT):
                 continue
             out.append(f"{module} ({here}/) imports {target} ({there}/)")
         if module in INDEPENDENT and targets:
@@ -93,3 +103,18 @@ def test_the_walk_sees_every_folder() -> None:
         "verispec.spec.strata": {"tests.test_layering"},
     }
     assert len(violations(forbidden)) == 2
+
+
+def test_only_the_lab_measurements_import_the_tests_support_and_nothing_else_of_tests() -> None:
+    """lab/measure/ may import tests/support/; another lab module may not, nor may lab/measure/
+    import a test module (a measurement leaning on a test's internals breaks when the test moves)."""
+    graph = edges()
+    assert "tests.support.depth" in graph["lab.measure.depth_mutants"]  # the rule is exercised
+    allowed = {"lab.measure.depth_mutants": {"tests.support.depth"}}
+    assert violations(allowed) == []
+    forbidden = {
+        "lab.measure.depth_mutants": {"tests.test_decoder_depth", "tests.conftest"},
+        "lab.results": {"tests.support.depth"},
+        "verispec.spec.strata": {"tests.support.depth"},
+    }
+    assert len(violations(forbidden)) == 4

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import write_tiny_gguf
+from tests.support.tiny_gguf import write_tiny_gguf
 from verispec.reference import layers
 
 N_HEAD, N_HEAD_KV, N_EMBD, N_FF, N_LAYER, N_VOCAB = 4, 2, 32, 48, 3, 64

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.test_decode import FakeTokenizer
+from tests.support.fake_tokenizer import FakeTokenizer
 from verispec.reference import speculative
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import ModelDraft, NgramDraft

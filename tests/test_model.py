@@ -4,7 +4,7 @@ The forward is checked against a deliberately naive re-statement written here (o
 at a time, RoPE as complex multiplication, the sliding window as an explicit position test), so a
 shared mistake would have to be made twice, in two different styles.
 
-Float tolerances are derived, never hand-picked (tests/tolerances.py): a whole forward may differ
+Float tolerances are derived, never hand-picked (tests/support/tolerances.py): a whole forward may differ
 from another float32 evaluation of it (another batching, positions, split) or from the float64
 restatement by 2 lambda sigma per element, sigma its float32 rounding spread under the probabilistic
 rounding model propagated through the layers (the naive restatement's exact constants differ from
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.tolerances import (
+from tests.support.tolerances import (
     assert_within,
     forward_spread,
     gelu_tanh_rounding_bound,

@@ -1,9 +1,9 @@
 """Fuzz past the parser: mutated llama / gemma3 / phi3 models through inspect, config, tokenizer and both
-engines' load and forward (tests/model_corpus.py) end in a typed VerispecError or succeed.
+engines' load and forward (tests/support/model_corpus.py) end in a typed VerispecError or succeed.
 
 No other exception, and no case past its time bound (a CPU-time timer turns a hang into a failure
 instead of a stuck run). The corpus is a fixed seeded list: ``ci`` runs its first cases (a few
-seconds), ``thorough`` five times as many; ``python -m tests.model_corpus --cases N`` is the long
+seconds), ``thorough`` five times as many; ``python -m tests.support.model_corpus --cases N`` is the long
 run with totals by stage and error class.
 """
 
@@ -13,8 +13,8 @@ import warnings
 
 import numpy as np
 
-from tests.model_corpus import SEEDS, STAGES, case, exercise, run_cases
-from tests.profiles import examples
+from tests.support.model_corpus import SEEDS, STAGES, case, exercise, run_cases
+from tests.support.profiles import examples
 
 
 def test_the_seeds_pass_every_stage() -> None:

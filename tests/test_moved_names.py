@@ -37,7 +37,7 @@ def test_every_new_name_exists_and_no_old_file_is_left() -> None:
 
 def test_the_finder_looks_up_every_old_name() -> None:
     """``import verispec``'s finder reads the table only for names with these prefixes: each old name has one."""
-    assert all(old.startswith(verispec._MovedNames.PREFIXES) for old in MOVED)
+    assert all(old.startswith(verispec.MovedNames.PREFIXES) for old in MOVED)
 
 
 def test_the_version_is_the_packages() -> None:

@@ -283,7 +283,7 @@ def _timeless(value: Any) -> Any:
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("gguf")
-    from tests.synthetic import write_synthetic
+    from tests.support.synthetic import write_synthetic
 
     path = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
     write_synthetic(path, "tinyllama")

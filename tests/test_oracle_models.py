@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.hf_oracle import hf_logits, load_hf_model
+from tests.support.hf_oracle import hf_logits, load_hf_model
 from verispec.reference.model import Model
 from verispec.reference.tokenizer import Tokenizer
 
@@ -29,14 +29,14 @@ from verispec.reference.tokenizer import Tokenizer
 pytestmark = [pytest.mark.oracle, pytest.mark.model, pytest.mark.slow, pytest.mark.usefixtures("blas_single_thread")]
 
 LOGIT_TOL = 1e-3  # absolute, float32 vs float32 on identical dequantized weights
-# Not a per-element derived tolerance (tests/tolerances.py), and why: transformers is another float32
+# Not a per-element derived tolerance (tests/support/tolerances.py), and why: transformers is another float32
 # function, not another rounding order of ours: it computes RoPE angles in float32 (pos * inv_freq,
 # off by ~u * pos radians, beyond the per-op rounding the spread model charges) and its own op order
 # in norms and attention. Deriving it would need a model of transformers' kernels; a float64 spread of
 # the 262k-row gemma3 head over 70 positions also costs minutes. So 1e-3 is NOT derived: it is a
 # margin over measured differences (~6e-5), tighter than the derived spread of our own forward on
 # the real models (~0.02-0.07, tests/test_engine.py), and could fail where transformers' kernels
-# round differently (the derived tolerances of tests/tolerances.py).
+# round differently (the derived tolerances of tests/support/tolerances.py).
 N_GREEDY = 64
 
 PROMPTS = (

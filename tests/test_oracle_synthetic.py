@@ -1,6 +1,6 @@
 """Synthetic TinyLlama, Mistral and Phi-3 files: our reference forward against transformers.
 
-tests/synthetic.py writes each file the way llama.cpp's converter does (names, keys, the llama Q/K
+tests/support/synthetic.py writes each file the way llama.cpp's converter does (names, keys, the llama Q/K
 row permutation, phi3's fused QKV and gate/up), with weights quantized by gguf-py to Q4_0, Q4_1,
 Q5_0, Q5_1, Q8_0, F16 and BF16. transformers loads the same file independently (gguf-py
 dequantize, its own name map, un-permutation and un-fusing, its own PyTorch forward). Both see the
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.hf_oracle import build_hf_gemma4, hf_logits, load_hf_model
-from tests.synthetic import GEMMA4_HF_CONFIG, VARIANTS, write_synthetic
+from tests.support.hf_oracle import build_hf_gemma4, hf_logits, load_hf_model
+from tests.support.synthetic import GEMMA4_HF_CONFIG, VARIANTS, write_synthetic
 from verispec.cli import main as verispec_main
 from verispec.reference.config import ROPE_NEOX, ROPE_NORM
 from verispec.reference.gguf import GGUFFile
@@ -32,14 +32,14 @@ from verispec.reference.tokenizer import Tokenizer
 pytestmark = [pytest.mark.oracle, pytest.mark.usefixtures("blas_single_thread")]
 
 LOGIT_TOL = 1e-3
-# Not a per-element derived tolerance (tests/tolerances.py), and why: transformers is another float32
+# Not a per-element derived tolerance (tests/support/tolerances.py), and why: transformers is another float32
 # function, not another rounding order of ours: it computes RoPE angles in float32 (pos * inv_freq,
 # off by ~u * pos radians, beyond the per-op rounding the spread model charges) and its own op order
 # in norms and attention. Deriving it would need a model of transformers' kernels; a float64 spread of
 # the 262k-row gemma3 head over 70 positions also costs minutes. So 1e-3 is NOT derived: it is a
 # margin over measured differences (~6e-5), tighter than the derived spread of our own forward on
 # the real models (~0.02-0.07, tests/test_engine.py), and could fail where transformers' kernels
-# round differently (the derived tolerances of tests/tolerances.py).
+# round differently (the derived tolerances of tests/support/tolerances.py).
 N_GREEDY = 48
 PROMPTS = ("the model says the token is fast", "a fast model is a model that says it")
 
@@ -58,7 +58,7 @@ HF_CLASS = {
 
 def _oracle(name: str, path: Path) -> Any:
     """transformers' model of the file: its GGUF loader, or for gemma4 (whose GGUF config mapping
-    in transformers 5.24 is too thin for a small file, see tests/hf_oracle.py) its Gemma4 model
+    in transformers 5.24 is too thin for a small file, see tests/support/hf_oracle.py) its Gemma4 model
     built from the HF config the file was converted from, filled by gguf-py's dequantization."""
     if name == "gemma4":
         return build_hf_gemma4(path, GEMMA4_HF_CONFIG)

@@ -30,7 +30,7 @@ def packages() -> list[Path]:
             if "data" in rel.parts:
                 continue
             found.append(init.parent)
-    return found
+    return found + [ROOT / "tests" / "support"]  # the tests' one support package is a map too
 
 
 def children(package: Path) -> list[str]:

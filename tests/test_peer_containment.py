@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import group_gone, sigint_default
+from tests.support.processes import group_gone, sigint_default
 from verispec.spec.external import CommandTransport, ExternalError, TimeoutSetting, check_timeout, kill_all_peers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def test_close_does_not_deadlock_on_a_peer_that_never_reads_stdin() -> None:
 
 
 def test_an_endless_line_is_cut_and_not_echoed_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    import verispec.spec.external as external
+    import verispec.spec.external.transport as external
 
     monkeypatch.setattr(external, "MAX_LINE_BYTES", 1 << 20)
     transport = CommandTransport("head -c 50000000 /dev/zero | tr '\\0' 'x'; sleep 60", timeout=HANG_NET)
@@ -266,7 +266,7 @@ def test_a_signal_taken_by_a_helper_thread_still_stops_the_checker_at_once(
 def test_a_ctrl_c_while_a_peer_starts_is_acted_on_once_the_peer_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Ctrl-C that lands between the fork of a peer and its registration must not leave the
     peer unknown to kill_all_peers (the checker's exit path): it is raised after the registration."""
-    import verispec.spec.external as external
+    import verispec.spec.external.transport as external
 
     started: list[subprocess.Popen[bytes]] = []
     real_popen = subprocess.Popen

@@ -1,11 +1,11 @@
 """The ``--engine-cmd`` adapters of peers that live in their own venvs (examples/*_decoder_cmd.py).
 
 Without any peer: the JSON-lines loop (examples/engine_cmd_wire.py) and the byte-level BPE
-vocabulary that openvino-genai's GGUF reader needs (tests/synthetic.py). With a peer's venv
+vocabulary that openvino-genai's GGUF reader needs (tests/support/synthetic.py). With a peer's venv
 (``$VERISPEC_PEER_VENVS/NAME/bin/python``; skipped when the variable is unset or the venv absent,
 as in ``make test`` and on a fresh clone): the adapter computes our numerics (the premise of judging it against our reference
 forward) and its ops answer in shape. The verdicts themselves are long runs
-(``python -m tests.peer_verdicts_cmd``, docs/peers.md "Other peers").
+(``python -m tests.support.peer_verdicts_cmd``, docs/peers.md "Other peers").
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.synthetic import VARIANTS, bpe_vocabulary, write_synthetic
+from tests.support.synthetic import VARIANTS, bpe_vocabulary, write_synthetic
 from verispec.reference.model import Model
 
 REPO = Path(__file__).resolve().parents[1]

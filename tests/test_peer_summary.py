@@ -1,6 +1,6 @@
 """README.md's verdict table on other people's decoders is docs/peers.md's summary table, row for row.
 
-docs/peers.md holds every run; its summary table (the header :data:`tests.peer_verdicts.SUMMARY_HEADER`)
+docs/peers.md holds every run; its summary table (the header :data:`tests.support.peer_verdicts.SUMMARY_HEADER`)
 is what the README shows, less the columns a reader follows the link for (:data:`README_DROPS`: the
 design and the reproduction command), so the two are compared line by line and cannot drift. Each row must
 also be coherent in itself: a **passed** verdict reached its design's tokens at power >= 0.99, an
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.peer_verdicts import SUMMARY_HEADER
+from tests.support.peer_verdicts import SUMMARY_HEADER
 
 ROOT = Path(__file__).resolve().parent.parent
 POWER = 0.99  # the gate's design power (spec/decoder/depth/law.py)
@@ -94,10 +94,12 @@ def test_each_summary_row_is_coherent(row: str) -> None:
 def test_the_row_check_refuses_an_inconclusive_run_shown_as_passed() -> None:
     row = (
         "| transformers 5.24.0 | tinyllama.gguf | prompt-lookup | hf-all | TV 0.05 on 10% of positions, 64 tokens "
-        "| **passed** | 100,000 / 271,000 | 0.512 | 60 (load 12) | `python -m tests.peer_verdicts --out DIR` |"
+        "| **passed** | 100,000 / 271,000 | 0.512 | 60 (load 12) | `python -m tests.support.peer_verdicts --out DIR` |"
     )
     with pytest.raises(AssertionError):
         check_row(row)
     check_row(row.replace("**passed**", "**inconclusive**"))
     with pytest.raises(AssertionError, match="does not exist"):
-        check_row(row.replace("**passed**", "**inconclusive**").replace("tests.peer_verdicts", "tests.no_such_runner"))
+        check_row(
+            row.replace("**passed**", "**inconclusive**").replace("tests.support.peer_verdicts", "tests.no_such_runner")
+        )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.peer_verdicts import write_models
+from tests.support.peer_verdicts import write_models
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

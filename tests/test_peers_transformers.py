@@ -5,7 +5,7 @@ costs milliseconds. Each path gets a small-N smoke run of the depth test (8 toke
 against TV 0.5 on every position: a few hundred tokens) at a setting where transformers' law is
 verispec's default law, and the gate is shown to reject through the adapter: an adapter that
 samples at twice the temperature it is asked for fails. The full-power verdicts (TV 0.05) are
-``python -m tests.peer_verdicts`` (minutes each; docs/peers.md).
+``python -m tests.support.peer_verdicts`` (minutes each; docs/peers.md).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.hf_oracle import memoized_gguf
-from tests.peer_verdicts import PROMPT, write_models
+from tests.support.hf_oracle import memoized_gguf
+from tests.support.peer_verdicts import PROMPT, write_models
 from verispec.decoder.api import check_decoder
 from verispec.reference.errors import CheckError
 from verispec.reference.sampling import SamplingParams
@@ -277,8 +277,8 @@ def test_prompt_lookup_drafts_nothing_under_a_repetition_penalty_with_top_k(file
     all-ones logits; a repetition penalty lowers every context token there, below top-k's tie at
     the cut, and every prompt-lookup draft is a context token. So with both (the ``hf-all`` set)
     the path never speculates: its verdict is on plain sampling through the assisted loop. Without
-    them the same prompt and seed draft (tests/peer_cost.py counts the cycles)."""
-    from tests.peer_cost import CycleCounter
+    them the same prompt and seed draft (tests/support/peer_cost.py counts the cycles)."""
+    from tests.support.peer_cost import CycleCounter
 
     peer = _factory(files, "prompt-lookup")(files["target"])
     prompt = [1, 5, 7, 9, 11, 13, 15, 17]
@@ -296,12 +296,12 @@ def test_prompt_lookup_drafts_nothing_under_a_repetition_penalty_with_top_k(file
 
 
 def test_the_runners_own_layers_assistant_is_the_targets_first_layers(files: dict[str, Path]) -> None:
-    """``python -m tests.peer_verdicts --assistant-layers 2`` (and its workers'
+    """``python -m tests.support.peer_verdicts --assistant-layers 2`` (and its workers'
     ``ENGINES.assisted_first2``) drafts with the target's own first two layers, not the 1-layer file
     of another seed, and its JSON row says so; the default keeps the file."""
     import torch
 
-    from tests.peer_verdicts import ENGINES, assistant_text, engine_name, summary_row
+    from tests.support.peer_verdicts import ENGINES, assistant_text, engine_name, summary_row
 
     own = getattr(ENGINES, engine_name("assisted", False, 2).rsplit(".", 1)[1])(files["target"])
     assistant = own.speculation.assistant

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.peer_verdicts import PROMPT, write_models
+from tests.support.peer_verdicts import PROMPT, write_models
 from verispec.decoder.api import check_decoder
 from verispec.reference.errors import CheckError
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.profiles import examples
+from tests.support.profiles import examples
 from verispec.reference import quants
 from verispec.reference.errors import GGUFError, UnsupportedQuantType
 from verispec.reference.quants import GGMLType

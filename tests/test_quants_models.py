@@ -14,7 +14,7 @@ import gguf
 import numpy as np
 import pytest
 
-from tests import gguf_oracle
+from tests.support import gguf_oracle
 from verispec.reference import quants
 from verispec.reference.gguf import GGUFFile
 

@@ -2,7 +2,7 @@
 
 The README shows, per late-firing decoder mutant, where it first shows, what catches it in the
 law at depth, and the generations it took: columns 1, 3, 4 and 5 of the measured table in
-docs/checking-decoders.md (tests/measure_depth_mutants.py writes its rows). This checks the two
+docs/checking-decoders.md (lab/measure/depth_mutants.py writes its rows). This checks the two
 agree cell for cell and that both list exactly the mutants of spec.decoder.mutants.DEPTH_MUTANTS.
 """
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import write_tiny_gguf
+from tests.support.tiny_gguf import write_tiny_gguf
 from verispec.reference.model import Model
 from verispec.spec.decoder.check import MEMO_BYTES, ReferenceLogits
 

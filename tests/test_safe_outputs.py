@@ -146,7 +146,7 @@ def test_a_decoder_junit_file_that_fails_at_the_end_keeps_the_report_and_the_ver
     import shutil
 
     import verispec.decoder.api
-    from tests.synthetic import Variant, write_synthetic
+    from tests.support.synthetic import Variant, write_synthetic
 
     model = tmp_path / "tiny.gguf"
     write_synthetic(

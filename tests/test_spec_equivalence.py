@@ -4,7 +4,7 @@ Greedy: for every draft source, on the golden prompts of both models, the specul
 plain greedy's token for token. A difference is tolerated only at a near-tie, where batched and
 single-row matmuls may legitimately round the other way; it is printed and counted, and the
 comparison stops there. Any other difference fails. Near-tie is derived, not picked: two float32
-evaluations of a logit differ by at most its tolerance t (tests/tolerances.py, 2 lambda sigma), so
+evaluations of a logit differ by at most its tolerance t (tests/support/tolerances.py, 2 lambda sigma), so
 two runs can order the top two tokens differently only if their margin is < t1 + t2 in each run,
 and a third evaluation (the check's fresh pass) sees a margin < 2 (t1 + t2).
 
@@ -27,7 +27,7 @@ import numpy.typing as npt
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
-from tests.tolerances import forward_spread
+from tests.support.tolerances import forward_spread
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DraftSource, ModelDraft, make_draft, parse_draft_spec
 from verispec.reference.generate import GenerationRequest, generate

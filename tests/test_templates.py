@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.workflow import Workflow, expand
+from tests.support.workflow import Workflow, expand
 from verispec import cli
 from verispec.templates import TEMPLATE_DIR, TEMPLATES, TemplateError, template_text, workflow_text
 
@@ -205,7 +205,7 @@ def test_the_workflow_steps_run_in_a_fresh_repository(tmp_path: Path) -> None:
     install step, whose line is the workflow's own `pip install $INSTALL`)."""
     import subprocess
 
-    from tests.user_project import VERIFIER_FLAGS, write_project
+    from tests.support.user_project import VERIFIER_FLAGS, write_project
 
     project = write_project(tmp_path / "repo", template_text("law-only-verifier"))
     subprocess.run(["git", "init", "-q", str(project)], check=True)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.profiles import examples
+from tests.support.profiles import examples
 from verispec.reference import pretokenize as pre
 from verispec.reference import tokenizer_bpe as bpe
 from verispec.reference import tokenizer_spm as spm

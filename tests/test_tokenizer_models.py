@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.profiles import examples
+from tests.support.profiles import examples
 from verispec.reference.errors import TokenizerError
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.tokenizer import TokenAttr, Tokenizer

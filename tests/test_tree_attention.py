@@ -3,7 +3,7 @@
 Differential: for a random tree hanging off a cached prefix, the logits of every tree row from ONE
 forward with ``tree_parents`` equal those of a plain forward over prefix + that row's path (its
 last row), for the reference and the fast engine, on tiny models of every attention feature
-(GQA, sliding window across the tree, softcap). Tolerance: tests/tolerances.py's derived 2 lambda
+(GQA, sliding window across the tree, softcap). Tolerance: tests/support/tolerances.py's derived 2 lambda
 sigma of the plain forward over prefix + path (both sides are float32 evaluations of that one
 function: different matrix shapes, different roundings). Each test also checks the check can
 fail: without the mask (the rows attending to every earlier row of the span, as a chain would)
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.tolerances import assert_within, forward_spread
+from tests.support.tolerances import assert_within, forward_spread
 from verispec.engine.model import FastModel
 from verispec.reference.errors import ModelError
 from verispec.reference.model import Model

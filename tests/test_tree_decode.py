@@ -6,7 +6,7 @@ tree) and on the golden prompts of both real models (near-ties handled as
 tests/test_spec_equivalence.py does: :func:`compare`).
 
 KV, after every cycle (greedy and sampled, rejections included): the cache the next pass reads
-equals a fresh forward's K, V over the committed history (tests/tolerances.py's derived spread),
+equals a fresh forward's K, V over the committed history (tests/support/tolerances.py's derived spread),
 and the logits of the root and the last node of every tree equal a fresh
 forward over the history plus the node's path (every node of a fixed tree: test_tree_attention.py).
 
@@ -26,7 +26,8 @@ import numpy.typing as npt
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
-from tests.test_decode import FakeTokenizer
+from tests.support.fake_tokenizer import FakeTokenizer
+from tests.support.tolerances import assert_within, forward_spread
 from tests.test_spec_equivalence import (
     SAMPLED,
     MemoLaw,
@@ -34,7 +35,6 @@ from tests.test_spec_equivalence import (
     first_two_tokens_law,
     near_ties,
 )
-from tests.tolerances import assert_within, forward_spread
 from verispec.engine.model import FastModel
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import make_draft, parse_draft_spec

@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.synthetic import write_synthetic
-from tests.test_decode import FakeTokenizer
+from tests.support.fake_tokenizer import FakeTokenizer
+from tests.support.synthetic import write_synthetic
 from tests.test_tree_attention import PARENTS, path_of
 from tests.test_tree_decode import PROMPTS as TREE_PROMPTS
 from tests.test_tree_decode import wide_suffix

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.processes import group_gone
+from tests.support.processes import group_gone
 from verispec.reference.calibration import Calibration
 from verispec.reference.errors import CalibrationError, DraftError, InputError
 from verispec.reference.json_input import loads
@@ -808,7 +808,7 @@ def test_extreme_decoder_flags_are_usage_errors_before_any_run(tmp_path: Path) -
     import contextlib
     import io
 
-    from tests.synthetic import Variant, write_synthetic
+    from tests.support.synthetic import Variant, write_synthetic
     from verispec import cli
 
     model = tmp_path / "tiny.gguf"

@@ -11,7 +11,7 @@ import pytest
 import verispec.commands.generate_early_exit  # noqa: F401  (imported before any patch: see tripwire)
 import verispec.commands.speculative  # noqa: F401
 import verispec.engine.weights as engine_weights
-from tests.conftest import write_tiny_gguf
+from tests.support.tiny_gguf import write_tiny_gguf
 from verispec import engine_load
 from verispec.cli import main
 from verispec.commands.validate import MAX_K, MAX_TEMPERATURE

@@ -3,7 +3,7 @@
 A Python program calls ``verispec.check_decoder(..., workers=2)`` and gets SIGTERM: with no
 handler installed SIGTERM's default action ends it at once, so none of the checker's own exit
 paths (pool close, kill_all_peers, atexit) runs. Each worker is busy in the middle of a block (an
-engine that never answers, tests/stalling_engine.py), so it is not reading stdin and would not see
+engine that never answers, tests/support/stalling_engine.py), so it is not reading stdin and would not see
 its EOF; it must end anyway, because its parent died (verispec/parent_death.py). The bound on
 "ends" (5 s) is a safety net far above the kernel's immediate kill and the 0.2 s poll elsewhere.
 """
@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.processes import process_gone
-from tests.synthetic import Variant, write_synthetic
+from tests.support.processes import process_gone
+from tests.support.synthetic import Variant, write_synthetic
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = Variant("tiny", "llama", "tiny llama", n_embd=32, n_layer=1, n_head=4, n_head_kv=2, n_ff=48)
@@ -26,7 +26,7 @@ START_NET = 120.0  # seconds for the checker and two workers to start on a loade
 # first_m off: the first-m test decodes in the checker itself, and the stalling engine must stall in
 # the depth test's workers, the processes this test kills the checker under
 CHECKER = (
-    "import sys, verispec; verispec.check_decoder('tests.stalling_engine:engine', model=sys.argv[1], "
+    "import sys, verispec; verispec.check_decoder('tests.support.stalling_engine:engine', model=sys.argv[1], "
     "workers=2, timeout=600, first_m=False)"
 )
 

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from verispec.options import CheckDesign, CheckReporting, VerifierUnderTest
 
 
-class _MovedNames(importlib.abc.MetaPathFinder):
+class MovedNames(importlib.abc.MetaPathFinder):
     """Imports a module's old name as the module itself (:mod:`verispec.moved` has the table)."""
 
     PREFIXES = (
@@ -75,8 +75,8 @@ class _MovedNames(importlib.abc.MetaPathFinder):
         return spec_for(fullname)
 
 
-if not any(isinstance(f, _MovedNames) for f in sys.meta_path):
-    sys.meta_path.insert(0, _MovedNames())  # before the path finder: an old submodule must not load twice
+if not any(isinstance(f, MovedNames) for f in sys.meta_path):
+    sys.meta_path.insert(0, MovedNames())  # before the path finder: an old submodule must not load twice
 
 # the option objects of the two gates (verispec/options.py, verispec/decoder/options.py), by module
 _OPTIONS = {

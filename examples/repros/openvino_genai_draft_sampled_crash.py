@@ -9,7 +9,7 @@ because the defect is in the C++ sampler and block manager, which no Python stub
 faithfully and no Python monkeypatch reaches)::
 
     pip install "openvino-genai==2026.4.1.0"      # into any venv; about half a minute
-    python -c 'from pathlib import Path; from tests.peer_verdicts_cmd import write_peer_models; write_peer_models(Path("DIR"))'
+    python -c 'from pathlib import Path; from tests.support.peer_verdicts_cmd import write_peer_models; write_peer_models(Path("DIR"))'
     python examples/repros/openvino_genai_draft_sampled_crash.py DIR/tinyllama-bpe-f16.gguf DIR/tinyllama-1layer-bpe-f16.gguf
 
 Without openvino-genai it prints what it needs and exits 2. With it, it runs
@@ -54,7 +54,7 @@ from pathlib import Path
 NEEDS = (
     "NEEDS: openvino-genai (pip install 'openvino-genai==2026.4.1.0') and two llama GGUFs it reads "
     "(F16, byte-level BPE), e.g. DIR/tinyllama-bpe-f16.gguf DIR/tinyllama-1layer-bpe-f16.gguf from "
-    "tests.peer_verdicts_cmd.write_peer_models(Path(DIR)); "
+    "tests.support.peer_verdicts_cmd.write_peer_models(Path(DIR)); "
     "FIXED needs a source build of openvino.genai with PR #4490"
 )
 LIBRARY_REPRO = Path(__file__).resolve().parents[1] / "openvino_genai_draft_sampling_repro.py"

@@ -49,7 +49,7 @@ def test_witness_sat_is_witnessed_and_unsat_is_refuted() -> None:
 
 def test_monolithic_n6_exhausts_rlimit() -> None:
     """The claim in proofs/lossless.py's docstring: the one-shot query at n = 6 runs out."""
-    ob = Obligation("t.mono6", "one step, n = 6, monolithic", partial(lossless._one_step_direct, 6), rlimit=20_000_000)
+    ob = Obligation("t.mono6", "one step, n = 6, monolithic", partial(lossless.one_step_direct, 6), rlimit=20_000_000)
     result = check(ob)
     assert result.status == "unknown" and not result.ok
     assert "resource" in result.reason or "canceled" in result.reason

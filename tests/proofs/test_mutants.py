@@ -35,8 +35,8 @@ def _accept_q_over_p() -> z3.BoolRef:  # min(1, q/p) instead of min(1, p/q)
 
 
 def _residual_not_renormalized() -> z3.BoolRef:
-    p, q, hyps = lossless._rows(3)
-    s_pos, s_min = lossless._sums(p, q)
+    p, q, hyps = lossless.simplex_rows(3)
+    s_pos, s_min = lossless.residual_sums(p, q)
     emitted = [lossless.accept_mass(p[i], q[i]) + (1 - s_min) * pos(p[i] - q[i]) for i in range(3)]
     return implies(hyps, z3.And(*[emitted[i] == p[i] for i in range(3)]))
 
@@ -47,24 +47,24 @@ def _rho_cap_iff_closed_ball() -> z3.BoolRef:
 
 
 def _index_by_floor() -> z3.BoolRef:
-    n, q, k = conformal._symbols()
+    n, q, k = conformal.conformal_symbols()
     m = (z3.ToReal(n) + 1) * q
     hyps = [n >= 1, q > 0, q < 1, z3.ToReal(k) <= m, m < z3.ToReal(k) + 1]
     return implies(hyps, z3.ToReal(k) / (z3.ToReal(n) + 1) >= q)
 
 
 def _index_numpy_higher() -> z3.BoolRef:  # np.quantile(method="higher"): k = ceil((n-1) q) + 1
-    n, q, k = conformal._symbols()
+    n, q, k = conformal.conformal_symbols()
     m = (z3.ToReal(n) - 1) * q
     hyps = [n >= 1, q > 0, q < 1, z3.ToReal(k) - 2 < m, m <= z3.ToReal(k) - 1]
     return implies(hyps, z3.ToReal(k) / (z3.ToReal(n) + 1) >= q)
 
 
 def _no_bonferroni() -> z3.BoolRef:  # each layer at level q, hoping the union is still at q
-    weights, law = union._atoms(2)
+    weights, law = union.event_atoms(2)
     q = z3.Real("q")
-    per_layer = [union._prob_event(weights, k) <= 1 - q for k in range(2)]
-    return implies(law + per_layer + [q > 0, q < 1], union._prob_union(weights) <= 1 - q)
+    per_layer = [union.prob_event(weights, k) <= 1 - q for k in range(2)]
+    return implies(law + per_layer + [q > 0, q < 1], union.prob_union(weights) <= 1 - q)
 
 
 MUTANTS: dict[str, Callable[[], z3.BoolRef]] = {

@@ -1,1 +1,2 @@
-"""Tests of the shipped spec/ package (laws, statistics, mutants) and of the reference against it."""
+"""Tests of the shipped spec/ package's own machinery (laws, statistics, mutants, merge, the report);
+a test of a reference/ module is tests/test_<module>.py (tests/README.md)."""

@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.profiles import examples
+from tests.support.profiles import examples
 from verispec.reference.sampling import SamplingParams, target_distribution
 from verispec.reference.speculative import verify_sampled, verify_sampled_batch
 from verispec.spec import exact

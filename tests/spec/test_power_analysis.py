@@ -13,7 +13,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import chi2, ncx2
 
-import verispec.spec.properties as spec_properties
+import verispec.spec.properties.statistical as statistical_properties
 from verispec.spec.properties import STATISTICAL, reference_results
 from verispec.spec.statistics import POWER, TV_BIAS, chi2_isf, ncx2_sf, required_sample_size
 
@@ -71,7 +71,7 @@ def _sizes_the_properties_ask_for(monkeypatch: pytest.MonkeyPatch) -> set[tuple[
         asked.add((df, alpha, tv))
         raise Recorded
 
-    monkeypatch.setattr(spec_properties, "required_sample_size", record)
+    monkeypatch.setattr(statistical_properties, "required_sample_size", record)
     reference_results(only=sorted(STATISTICAL))
     return asked
 

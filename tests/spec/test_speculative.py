@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.profiles import examples
+from tests.support.profiles import examples
 from verispec.reference import speculative
 from verispec.reference.errors import VerificationError
 from verispec.reference.sampling import SamplingParams, target_distribution

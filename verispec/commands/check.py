@@ -20,7 +20,7 @@ and the merge refuses unsigned ones (spec/report_seal.py).
 
 It replays the portable vectors (exact agreement), then runs the spec's properties, including the
 powered statistical tests, through the implementation, and reports per property: status, N,
-alpha, power. The interfaces are documented in spec/check.py (Python) and spec/external.py (the
+alpha, power. The interfaces are documented in spec/check.py (Python) and spec/external/__init__.py (the
 JSON-lines wire protocol). The same run from Python: ``verispec.check(...)`` (verispec/api.py), the
 flags built into the same objects (verispec/options.py).
 """

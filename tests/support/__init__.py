@@ -1,0 +1,35 @@
+"""The tests' one support package: every helper more than one test shares (and lab/measure/, the
+one part of the lab allowed to import it). Nothing here is a test: pytest collects ``test_*.py``.
+
+Models and writers:
+
+- :mod:`.synthetic`, :mod:`.gguf_builder`: re-exports of the shipped :mod:`verispec.synth` (tiny
+  seeded GGUF models, the independent writer).
+- :mod:`.tiny_gguf`: tiny random GGUF models written with gguf-py (the oracle writer).
+- :mod:`.model_corpus`: the hostile GGUF corpus and the pipeline each model is pushed through.
+
+Oracles and tolerances:
+
+- :mod:`.gguf_oracle`, :mod:`.hf_oracle`, :mod:`.llamacpp_numerics`: the outside oracles: gguf-py,
+  transformers float32, llama.cpp's numerics.
+- :mod:`.tolerances`: every float tolerance, each derived from an error model.
+- :mod:`.profiles`: example counts that scale with the Hypothesis profile.
+
+Engines and verifiers under test:
+
+- :mod:`.depth`: the depth test's tiny case, its decode loop and mutant runner, the tiny model
+  fixture and the correct decoders.
+- :mod:`.fake_tokenizer`: a tokenizer with just what a decode loop needs.
+- :mod:`.calibration_records`: synthetic calibration records (no model runs).
+- :mod:`.hostile_engines`, :mod:`.stalling_engine`, :mod:`.textbook_verifier`: hostile, hanging and
+  textbook (the right law, not bit-exact) implementations.
+- :mod:`.processes`: subprocess helpers (timeouts, process groups).
+
+Peers, users, CI:
+
+- :mod:`.peer_verdicts`, :mod:`.peer_verdicts_llama`, :mod:`.peer_verdicts_cmd`,
+  :mod:`.peer_verdicts_uag_patched`, :mod:`.peer_cost`: the peer verdict runs of docs/peers.md
+  (``python -m tests.support.peer_verdicts ...``) and their cost.
+- :mod:`.user_project`, :mod:`.workflow`: a scratch user project and the shipped CI workflow's steps,
+  run as a user would.
+"""

@@ -1,0 +1,119 @@
+"""llama-cpp-python's verdicts for docs/peers.md: ``check_decoder`` under ``--law llama.cpp`` with
+the engine's own logits as the target (verispec/peers/llama_cpp_peer.py), on the tiny target of
+``python -m tests.support.peer_verdicts --out DIR --write-only`` (or any GGUF given as ``--model``).
+
+    python -m tests.support.peer_verdicts_llama --out DIR --path lookup|plain --flags 'JSON'
+        [--tv 0.05] [--fraction 0.1] [--budget SECONDS] [--depth 64] [--model FILE.gguf] [--workers N]
+
+prints one JSON line (verdict, tokens, design, power, wall and CPU minutes, load); exit status 1
+when the verdict is failed. ``--flags``: check_decoder's llama.cpp-law keywords, e.g.
+``{"temperature": 0.8, "repeat_penalty": 1.3}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from tests.support.peer_verdicts import PROMPT, write_models
+
+LOOKUP_TOKENS = 10  # num_pred_tokens: llama-cpp-python's default
+PATHS = ("lookup", "plain")
+
+
+def peer(path_name: str, model_path: Path) -> Any:
+    """llama-cpp-python on ``model_path``: prompt lookup (its default draft length) or plain."""
+    from verispec.peers.llama_cpp_peer import LlamaCppPeer
+
+    return LlamaCppPeer(Path(model_path), lookup_tokens=None if path_name == "plain" else LOOKUP_TOKENS)
+
+
+# ``check_decoder(workers=N)`` builds the engine in each worker from a "module:FACTORY" name.
+ENGINES = SimpleNamespace(**{path: functools.partial(peer, path) for path in PATHS})
+
+
+def verdict(
+    model: Path,
+    path_name: str,
+    flags: dict[str, Any],
+    fraction: float,
+    budget: float | None,
+    depth: int,
+    tv: float = 0.05,
+    prompt: str = PROMPT,
+    workers: int = 1,
+) -> dict[str, Any]:
+    """One check_decoder depth run of llama-cpp-python (prompt lookup or plain) and its costs."""
+    import llama_cpp
+
+    from verispec.decoder.api import check_decoder
+
+    start, load, cpu = time.perf_counter(), os.getloadavg()[0], time.process_time()
+    decoder = (
+        f"tests.support.peer_verdicts_llama:ENGINES.{path_name}" if workers > 1 else functools.partial(peer, path_name)
+    )
+    report = check_decoder(
+        decoder,
+        model=model,
+        prompts=(prompt,),
+        law="llama.cpp",
+        target_law="engine-logits",
+        tv=tv,
+        fraction=fraction,
+        depth=depth,
+        budget=budget,
+        workers=workers,
+        **flags,
+    )
+    o = report.results[0]
+    return {
+        "peer": "llama-cpp-python",
+        "version": llama_cpp.__version__,
+        "path": path_name,
+        "model": model.name,
+        "flags": flags,
+        "depth": depth,
+        "state": o.numbers.get("state"),
+        "tokens": o.numbers.get("tokens"),
+        "design_tokens": o.numbers.get("design_tokens"),
+        "power": o.numbers.get("power"),
+        "tv": tv,
+        "fraction": fraction,
+        "minutes": round((time.perf_counter() - start) / 60, 2),
+        "workers": workers,
+        # the workers' CPU is not this process's: counted at 1 worker only
+        "cpu_minutes": round((time.process_time() - cpu) / 60, 2) if workers == 1 else None,
+        "load_at_start": round(load, 1),
+        "load_at_end": round(os.getloadavg()[0], 1),
+        "budget": budget,
+        "detail": o.detail,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.support.peer_verdicts_llama")
+    parser.add_argument("--out", type=Path, required=True, help="folder of the tiny models")
+    parser.add_argument("--model", type=Path, default=None, help="a GGUF other than the tiny target")
+    parser.add_argument("--path", choices=PATHS, default="lookup")
+    parser.add_argument("--flags", type=json.loads, default={}, help="llama.cpp-law keywords as JSON")
+    parser.add_argument("--tv", type=float, default=0.05)
+    parser.add_argument("--fraction", type=float, default=0.1)
+    parser.add_argument("--budget", type=float, default=None, help="seconds (inconclusive when short)")
+    parser.add_argument("--depth", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=1, help="llama-cpp-python processes decoding the generations")
+    args = parser.parse_args(argv)
+    model = args.model if args.model is not None else write_models(args.out)["target"]
+    row = verdict(model, args.path, args.flags, args.fraction, args.budget, args.depth, args.tv, workers=args.workers)
+    print(json.dumps(row), flush=True)
+    return 1 if row["state"] == "failed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
