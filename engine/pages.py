@@ -14,6 +14,9 @@ the data, so such views are left alone.
 from __future__ import annotations
 
 import mmap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -64,12 +67,12 @@ def _madvise() -> Any:
     return fn
 
 
-def clean_mappings(folder: str, smaps: str) -> list[tuple[int, int]]:
+def clean_mappings(folders: str | tuple[str, ...], smaps: str) -> list[tuple[int, int]]:
     """``(start, end)`` of the mappings in ``smaps`` (the text of /proc/self/smaps) of files under
-    ``folder`` with no anonymous page (no page the process wrote: a write to a private file
+    one of ``folders`` with no anonymous page (no page the process wrote: a write to a private file
     mapping copies the page into anonymous memory), so every resident page is the file's own.
     (``Private_Dirty`` would not tell: a page of a file just written is dirty in the page cache.)"""
-    prefix = folder.rstrip("/") + "/"
+    prefix = tuple(folder.rstrip("/") + "/" for folder in ((folders,) if isinstance(folders, str) else folders))
     found: list[tuple[int, int]] = []
     current: tuple[int, int] | None = None
     written = 0
@@ -91,9 +94,37 @@ def clean_mappings(folder: str, smaps: str) -> list[tuple[int, int]]:
     return found
 
 
+# Folders whose drop waits for one pass over /proc/self/smaps (per thread: see batched_drops).
+_waiting = threading.local()
+# Folders one pass drops: reading smaps walks every mapping of the process (a model load makes
+# hundreds of graphs, each reading it again was most of an int8 load's time), while each folder
+# waiting keeps its few scale pages resident a little longer (a load's peak grows by at most this
+# many graphs' scales: tens of KiB each).
+BATCH_FOLDERS = 16
+
+
+@contextmanager
+def batched_drops() -> Iterator[None]:
+    """Within: :func:`drop_folder_pages` queues its folder, and every :data:`BATCH_FOLDERS` folders
+    (and at the end) one pass over /proc/self/smaps drops the queued folders' pages together. The
+    same pages are advised as one call per folder would advise (a mapping outlives its folder: a
+    deleted file's mapping keeps its path), with one read of smaps instead of one per folder."""
+    outer = getattr(_waiting, "folders", None)
+    if outer is not None:  # nested: the outer block drops them
+        yield
+        return
+    _waiting.folders = []
+    try:
+        yield
+    finally:
+        folders, _waiting.folders = _waiting.folders, None
+        _drop(tuple(folders))
+
+
 def drop_folder_pages(folder: str) -> int:
     """Release the resident pages of this process's mappings of files under ``folder``; returns
-    the bytes advised (0 where /proc or madvise is missing).
+    the bytes advised (0 where /proc or madvise is missing; 0 inside :func:`batched_drops`, which
+    drops them with its next pass).
 
     The case: onnxruntime maps an external-data file (engine.matmul.OrtGraph) and, on x86,
     keeps ``MatMulNBits``' scales and zero points referenced after packing them into its own
@@ -101,6 +132,21 @@ def drop_folder_pages(folder: str) -> int:
     Their pages stay resident, 4-5 bytes a block. Only mappings with no page the process wrote are advised:
     ``MADV_DONTNEED`` on a clean file page drops it, and a later read faults in the same bytes from
     the file (which lives while mapped), so nothing but the resident size changes."""
+    waiting: list[str] | None = getattr(_waiting, "folders", None)
+    if waiting is None:
+        return _drop((folder,))
+    waiting.append(folder)
+    if len(waiting) >= BATCH_FOLDERS:
+        folders = tuple(waiting)
+        waiting.clear()
+        _drop(folders)
+    return 0
+
+
+def _drop(folders: tuple[str, ...]) -> int:
+    """One pass over /proc/self/smaps: advise the clean mappings of files under ``folders``."""
+    if not folders:
+        return 0
     try:
         with open("/proc/self/smaps") as fh:
             smaps = fh.read()
@@ -110,7 +156,7 @@ def drop_folder_pages(folder: str) -> int:
     if advise is None:
         return 0
     advised = 0
-    for low, high in clean_mappings(folder, smaps):
+    for low, high in clean_mappings(folders, smaps):
         if advise(low, high - low, mmap.MADV_DONTNEED) == 0:
             advised += high - low
     return advised

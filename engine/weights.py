@@ -31,7 +31,7 @@ from verispec.engine import matmul
 from verispec.engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, repack
 from verispec.engine.fused import LayerGraphs, LayerMatrices, Projection, build_layer, fused_default
 from verispec.engine.matmul import Matmul, NumpyMatmul
-from verispec.engine.pages import drop_pages
+from verispec.engine.pages import batched_drops, drop_pages
 from verispec.reference import quants
 from verispec.reference.config import Config
 from verispec.reference.errors import InsufficientMemory as InsufficientMemory
@@ -400,11 +400,12 @@ def load_weights(
     """
     kernel, fused_layers = _check_loadable(f, cfg, mode, backend, fused)
     common = _read_common(f, cfg)
-    if mode == "f32":
-        return _load_f32(cfg, common, kernel)
-    if mode == "int8":
-        return _Int8Loader(cfg, common).load(kernel, fused_layers)
-    return _load_quantized(cfg, common, kernel)
+    with batched_drops():  # the graphs' mapped scales handed back a batch of folders at a time
+        if mode == "f32":
+            return _load_f32(cfg, common, kernel)
+        if mode == "int8":
+            return _Int8Loader(cfg, common).load(kernel, fused_layers)
+        return _load_quantized(cfg, common, kernel)
 
 
 def _check_loadable(f: "GGUFFile", cfg: Config, mode: str, backend: str, fused: bool | None) -> tuple[str, bool]:

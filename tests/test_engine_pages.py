@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verispec.engine.pages import clean_mappings, drop_folder_pages
+from verispec.engine import pages
+from verispec.engine.pages import batched_drops, clean_mappings, drop_folder_pages
 
 PAGES = 16
 
@@ -60,3 +61,59 @@ def test_clean_mappings_parses_headers_and_skips_other_folders() -> None:
         ]
     )
     assert clean_mappings("/tmp/x", smaps) == [(0x7F0000000000, 0x7F0000004000)]
+
+
+def test_clean_mappings_takes_several_folders() -> None:
+    smaps = "\n".join(
+        [
+            "7f0000000000-7f0000004000 r--p 00000000 fe:00 1   /tmp/a/weights.bin (deleted)",
+            "Anonymous:             0 kB",
+            "7f0000004000-7f0000008000 r--p 00000000 fe:00 2   /tmp/b/weights.bin",
+            "Anonymous:             0 kB",
+            "7f0000008000-7f000000c000 r--p 00000000 fe:00 3   /tmp/c/weights.bin",
+            "Anonymous:             0 kB",
+        ]
+    )
+    # a deleted file's mapping keeps its path (the batched pass runs after the folders are gone)
+    assert clean_mappings(("/tmp/a", "/tmp/b"), smaps) == [
+        (0x7F0000000000, 0x7F0000004000),
+        (0x7F0000004000, 0x7F0000008000),
+    ]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_batched_drops_advise_every_queued_folder_with_one_read_a_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside batched_drops the folders wait; every BATCH_FOLDERS of them, and at the end, one pass
+    advises them all: the same pages dropped as one call a folder, the written mapping still kept."""
+    data = np.random.default_rng(1).integers(0, 256, PAGES * mmap.PAGESIZE, dtype=np.uint8)
+    folders = [tmp_path / f"graph{i}" for i in range(5)]
+    maps = []
+    for folder in folders:
+        folder.mkdir()
+        data.tofile(folder / "weights.bin")
+        maps.append(np.memmap(folder / "weights.bin", dtype=np.uint8, mode="c"))
+        assert int(maps[-1].sum()) == int(data.sum())  # resident
+    maps[3][0] ^= 1  # written: never advised
+    passes: list[tuple[str, ...]] = []
+    real_drop = pages._drop
+
+    def counting_drop(batch: tuple[str, ...]) -> int:
+        passes.append(batch)
+        return real_drop(batch)
+
+    monkeypatch.setattr(pages, "_drop", counting_drop)
+    monkeypatch.setattr(pages, "BATCH_FOLDERS", 2)
+    with batched_drops():
+        with batched_drops():  # nested: the outer block drops
+            for folder in folders:
+                assert drop_folder_pages(str(folder)) == 0  # queued
+        assert _resident_kib(folders[4] / "weights.bin") > 0  # the last folder still waits
+    assert passes == [tuple(str(f) for f in folders[:2]), tuple(str(f) for f in folders[2:4]), (str(folders[4]),)]
+    assert [_resident_kib(folder / "weights.bin") > 0 for folder in folders] == [False, False, False, True, False]
+    for i in range(len(folders)):
+        assert np.array_equal(maps[i][1:], data[1:])  # faulted back in from the file
+    assert maps[3][0] == data[0] ^ 1
+    assert drop_folder_pages(str(folders[0])) == PAGES * mmap.PAGESIZE  # outside: advised at once
+    assert len(passes) == 4  # three batches, then one call outside
