@@ -156,3 +156,26 @@ def test_the_summary_states_the_design_power_and_reach(vectors: VectorSet) -> No
     assert "design: protocol (bit-exact replay and law), scale 0.05, 1 statistical test(s) at N = " in summary
     assert "power reached 0.0016 (needed 0)" in summary and "false alarms <= 0.0001" in summary
     assert "sees: the verdict law" in summary and "cannot see: rows or drafts the suite does not draw" in summary
+
+
+def test_workers_draw_the_default_runs_statistics(vectors: VectorSet) -> None:
+    """``--workers N`` without ``--sequential``: the statistics still go to the workers' draw (the
+    fixed-N path draws in this process only, so N workers used to leave N - 1 cores idle). The
+    run is then group-sequential: the same tests at their final look's N, or an earlier rejection."""
+    from collections.abc import Sequence
+
+    from verispec.spec.sequential import Counts, StatDesign, serial_draw
+
+    drawn: list[str] = []
+    serial = serial_draw(verify_sampled_batch, 7)
+
+    def draw(design: StatDesign, blocks: Sequence[int], size: int) -> list[Counts]:
+        drawn.append(design.name)
+        return serial(design, blocks, size)
+
+    impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
+    only = ["stat_verdict_law_k1"]
+    report = run_check(impl, vectors, only=only, scale=0.01, min_power=0, draw=draw, parallel=2, seed=7)
+    assert report.passed and report.sequential and set(drawn) == set(only), report.summary()
+    alone = run_check(impl, vectors, only=only, scale=0.01, min_power=0, sequential=True, seed=7)
+    assert [(p.n, p.detail) for p in report.properties] == [(p.n, p.detail) for p in alone.properties]
