@@ -218,13 +218,8 @@ def test_a_whole_decoder_passes_and_its_broken_copy_fails_on_a_tiny_model(projec
     assert "FAIL  " in _ok(broken, 1) and "first-m test" in broken.stdout
 
 
-USER_DECODER_TESTS = """
-
-def test_my_decoder(verispec_check_decoder):
-    report = verispec_check_decoder(engine="mypkg.{module}:factory", model="models/llama-seed0.gguf",
-                                    depth=8, tv=0.2, fraction=1, first_m=False)
-    assert report.passed, report.summary()
-"""
+# the confirmation's design, first-m test off (documented: --no-first-m), for the snippet's decoder
+SMALL_DECODER_DESIGN = ", depth=8, tv=0.2, fraction=1, first_m=False)"
 
 
 @pytest.mark.parametrize("subject", ["correct", "broken"])
@@ -237,9 +232,17 @@ def test_the_pytest_plugin_gates_the_sampler_and_the_decoder(project: Project, s
         _ok(project.run("verispec models synth --arch llama --out models/ --seed 0"), 0)
     suite = project.root / f"test_{subject}_gate.py"
     sampler, decoder = ("spec", "decoder") if subject == "correct" else ("broken", "broken_decoder")
-    suite.write_text(
-        quick.replace("mypkg.spec:", f"mypkg.{sampler}:") + USER_DECODER_TESTS.format(module=decoder), encoding="utf-8"
+    snippet = documented_python(DOCS / "ci.md", "def test_my_decoder(verispec_check_decoder)")
+    assert snippet.count('model="models/llama-seed0.gguf")') == 1
+    small = snippet.replace(
+        'model="models/llama-seed0.gguf")', 'model="models/llama-seed0.gguf"' + SMALL_DECODER_DESIGN
     )
+    user_suite = (
+        quick.replace("mypkg.spec:", f"mypkg.{sampler}:")
+        + "\n\n"
+        + small.replace("mypkg.decoder:", f"mypkg.{decoder}:")
+    )
+    suite.write_text(user_suite, encoding="utf-8")
     plugin = "-p no:verispec -p verispec.pytest_plugin -p no:cacheprovider -p no:randomly -p no:xdist"
     python = shlex.quote(sys.executable)
     result = project.run(
