@@ -256,31 +256,39 @@ def test_the_pytest_plugin_gates_the_sampler_and_the_decoder(project: Project, s
 
 
 @pytest.mark.parametrize("subject", ["correct", "broken"])
-def test_the_workflows_shard_and_merge_lines_gate_the_sampler(project: Project, subject: str, tmp_path: Path) -> None:
+def test_the_workflows_lines_gate_the_sampler_and_the_decoder(project: Project, subject: str, tmp_path: Path) -> None:
     made = documented(DOCS / "ci.md", "verispec template github-actions --shards 8")
     args = re.search(r'--check-args="([^"]+)"', made)
+    decoder = re.search(r'--decoder-args="([^"]+)"', made)
     assert args is not None and args.group(1).startswith("--verifier mypkg.sampler:verify")
+    assert decoder is not None and decoder.group(1).startswith("--engine mypkg.decoder:factory")
     check_args = args.group(1) + f" {QUICK_LOOK}"
+    decoder_args = decoder.group(1) + f" {DECODER_DESIGN_OF_THE_CONFIRMATION} --no-first-m"
     if subject == "broken":
         check_args = check_args.replace("mypkg.sampler:", "mypkg.broken_sampler:")
-    rendered = made.replace("--shards 8", "--shards 2").replace(
-        args.group(0), f"--check-args={shlex.quote(check_args)}"
+        decoder_args = decoder_args.replace("mypkg.decoder:", "mypkg.broken_decoder:")
+    rendered = (
+        made.replace("--shards 8", "--shards 2")
+        .replace(args.group(0), f"--check-args={shlex.quote(check_args)}")
+        .replace(decoder.group(0), f"--decoder-args={shlex.quote(decoder_args)}")
     )
     flow = Workflow.parse(_ok(project.run(rendered), 0))
     assert flow.matrix("shard", "shard") == [1, 2] and flow.env["CHECK_ARGS"] == check_args
     work = Project(tmp_path, {**project.env, **{k: expand(v, _values(project)) for k, v in flow.env.items()}})
-    for package in ("mypkg",):  # the repository's checkout: the user's package at its root
-        (tmp_path / package).symlink_to(project.root / package)
+    (tmp_path / "mypkg").symlink_to(project.root / "mypkg")  # the repository's checkout: the user's package
     shards = [work.run(expand(flow.run_line("shard", "gate one shard"), {"matrix.shard": str(i)})) for i in (1, 2)]
     merged = work.run(flow.run_line("merge", "merged verdict"))
+    gated = work.run(flow.run_line("decoder", "gate the decoder"))
     if subject == "correct":
         assert [s.returncode for s in shards] == [0, 0], [s.stderr for s in shards]
         out = _ok(merged, 0)
         assert "PASSED" in out and "accepted by --min-power 0" in out
+        assert "power 0.99 vs TV 0.2" in _ok(gated, 0)
     else:
         assert shards[0].returncode == 1  # shard 1 runs the deterministic properties: range_and_mass fails
         assert "FAILED" in _ok(merged, 1)
-    assert (tmp_path / "verispec.xml").is_file()
+        assert "FAILED" in _ok(gated, 1)
+    assert (tmp_path / "verispec.xml").is_file() and (tmp_path / "decoder.xml").is_file()
 
 
 def _values(project: Project) -> dict[str, str]:
