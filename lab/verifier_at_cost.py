@@ -43,18 +43,23 @@ def _spin_until(deadline: float) -> None:
         pass
 
 
-def _account() -> None:
-    """This process's CPU time so far, in ``$VERISPEC_LAB_CPU_DIR/<pid>`` (summed by :func:`main`)."""
+_VERIFIED = [0]  # verifications this process has made
+
+
+def _account(verified: int) -> None:
+    """This process's CPU time and verifications so far, in ``$VERISPEC_LAB_CPU_DIR/<pid>``."""
+    _VERIFIED[0] += verified
     folder = os.environ.get("VERISPEC_LAB_CPU_DIR")
     if folder:
         with open(os.path.join(folder, str(os.getpid())), "w", encoding="utf-8") as out:
-            out.write(f"{time.process_time()}\n")
+            out.write(f"{time.process_time()} {_VERIFIED[0]}\n")
 
 
 def verify(p: npt.ArrayLike, q: npt.ArrayLike, drafts: Sequence[int], uniforms: Sequence[float]) -> Verdict:
     began = time.process_time()
     verdict = verify_sampled(p, q, drafts, uniforms)
     _spin_until(began + MICROSECONDS * 1e-6)
+    _VERIFIED[0] += 1
     return verdict
 
 
@@ -62,7 +67,7 @@ def verify_batch(p: npt.ArrayLike, q: npt.ArrayLike, drafts: npt.ArrayLike, unif
     began = time.process_time()
     verdict = verify_sampled_batch(p, q, drafts, uniforms)
     _spin_until(began + MICROSECONDS * 1e-6 * int(np.shape(drafts)[0]))
-    _account()
+    _account(int(np.shape(drafts)[0]))
     return verdict
 
 
@@ -103,13 +108,18 @@ def main(argv: Sequence[str]) -> int:
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     wall = time.monotonic() - began
     used = resource.getrusage(resource.RUSAGE_CHILDREN)  # the check's own process (its workers are not reaped by us)
-    per_process = {name: float(open(os.path.join(cpu_dir, name)).read()) for name in os.listdir(cpu_dir)}
+    per_process = {}
+    for name in os.listdir(cpu_dir):
+        with open(os.path.join(cpu_dir, name), encoding="utf-8") as data:
+            cpu, verified = data.read().split()
+        per_process[name] = (float(cpu), int(verified))
     report = json.loads(done.stdout)
     drawn = sum(int(p.get("n") or 0) for p in report["properties"] if str(p["name"]).startswith("stat_"))
     print(" ".join(command))
     print(f"{MICROSECONDS:g} us a verification: exit {done.returncode} in {wall:.0f} s wall, ", end="")
     print(f"{used.ru_utime + used.ru_stime:.0f} s CPU in the check's process, load {os.getloadavg()[0]:.1f}")
-    print("CPU s of each process that verified: " + ", ".join(f"{v:.0f}" for v in sorted(per_process.values())))
+    shares = ", ".join(f"{cpu:.0f} s / {n:,}" for cpu, n in sorted(per_process.values()))
+    print(f"each process that verified, CPU / batch verifications: {shares}")
     print(f"{report['headline']}: {report['claim']}")
     print(f"statistical draws (the tests' N): {drawn:,}")
     for prop in report["properties"]:
