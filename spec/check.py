@@ -432,7 +432,9 @@ def run_check(
     (implies ``sequential``; the deterministic properties run in shard 1 only), takes its own
     looks on them (:mod:`spec.shards`: a rejection there fails the shard and the run) and passes
     nothing; :func:`spec.merge.merge_reports` decides. ``draw`` / ``parallel``: draw blocks
-    elsewhere, e.g. in worker processes (default: here, one at a time).
+    elsewhere, e.g. in worker processes (default: here, one at a time); either implies
+    ``sequential``, the path that draws in blocks (the fixed-N tests draw in this process alone,
+    so workers would sit idle).
 
     ``min_power``: the report's :attr:`CheckReport.min_power` (a pass below the power it needs is
     inconclusive). ``keep_going`` False: once a deterministic property has failed (the verdict is
@@ -447,7 +449,7 @@ def run_check(
         fail_fast,
         only,
         log,
-        sequential or shard is not None or budget is not None,
+        sequential or shard is not None or budget is not None or draw is not None or parallel > 1,
         budget,
         shard,
         draw,

@@ -170,3 +170,19 @@ def test_periodic_lines_pass_milestones_and_throttle_ticks() -> None:
     lines("tick 3", False)
     lines("verdict", True)
     assert shown == ["design", "tick 2", "verdict"]
+
+
+def test_a_passing_reports_summary_states_the_design_power_and_reach() -> None:
+    """The summary of a PASS carries the prompt's line (its design and power), what the mode sees
+    and cannot see, and the verdict last; failing prompts come first."""
+    from verispec.decoder.report import REACH, DecoderReport, PromptOutcome
+
+    detail = "[PASS] 280 tokens in 35 generations; design 276 tokens for power 0.99 vs TV 0.2 on 100% of positions"
+    report = DecoderReport("tiny.gguf", [PromptOutcome("the model", "depth", True, detail, 3.0)], 3.0)
+    lines = report.summary().splitlines()
+    assert lines[0] == f"PASS  'the model': {detail}" and "power 0.99 vs TV 0.2" in lines[0]
+    assert lines[1] == f"depth: {REACH['depth']}" and "cannot see" in lines[1]
+    assert lines[-1] == "PASSED  (1 prompts, 3.0s, tiny.gguf)"
+    failed = PromptOutcome("other", "greedy", False, "differ at step 1", 1.0)
+    report.results.append(failed)
+    assert report.summary().splitlines()[0] == failed.line() and f"greedy: {REACH['greedy']}" in report.summary()

@@ -21,6 +21,7 @@ from verispec.reference.speculative import verify_sampled, verify_sampled_batch
 from verispec.spec.check import GREEDY_SKIPPED, PythonImplementation, run_check
 from verispec.spec.law_only import single_with_own_randomness, with_own_randomness
 from verispec.spec.report import CheckReport, PropertyOutcome
+from verispec.spec.sequential import schedule
 from verispec.spec.vectors import VectorSet, build_vectors
 
 
@@ -156,3 +157,49 @@ def test_the_summary_states_the_design_power_and_reach(vectors: VectorSet) -> No
     assert "design: protocol (bit-exact replay and law), scale 0.05, 1 statistical test(s) at N = " in summary
     assert "power reached 0.0016 (needed 0)" in summary and "false alarms <= 0.0001" in summary
     assert "sees: the verdict law" in summary and "cannot see: rows or drafts the suite does not draw" in summary
+
+
+def test_workers_draw_the_default_runs_statistics(vectors: VectorSet) -> None:
+    """``--workers N`` without ``--sequential``: the statistics still go to the workers' draw (the
+    fixed-N path draws in this process only, so N workers used to leave N - 1 cores idle). The
+    run is then group-sequential: the same tests at their final look's N, or an earlier rejection."""
+    from collections.abc import Sequence
+
+    from verispec.spec.sequential import Counts, StatDesign, serial_draw
+
+    drawn: list[str] = []
+    serial = serial_draw(verify_sampled_batch, 7)
+
+    def draw(design: StatDesign, blocks: Sequence[int], size: int) -> list[Counts]:
+        drawn.append(design.name)
+        return serial(design, blocks, size)
+
+    impl = PythonImplementation(verify_sampled, batch=verify_sampled_batch)
+    only = ["stat_verdict_law_k1"]
+    report = run_check(impl, vectors, only=only, scale=0.01, min_power=0, draw=draw, parallel=2, seed=7)
+    assert report.passed and report.sequential and set(drawn) == set(only), report.summary()
+    alone = run_check(impl, vectors, only=only, scale=0.01, min_power=0, sequential=True, seed=7)
+    assert [(p.n, p.detail) for p in report.properties] == [(p.n, p.detail) for p in alone.properties]
+
+
+def test_a_test_passes_at_the_look_that_first_has_its_designs_power() -> None:
+    """Every designed test's schedule: no look before the last has power 0.99 against the design's
+    TV at that look's alpha, the last one has it, and the last look's N is the design's N (within
+    one block, or one hundred draws a block where blocks are whole hundreds); the alphas spent sum
+    to the test's line of the budget, so passing there (or stopping earlier) keeps the false-alarm
+    level."""
+    import math
+
+    from verispec.spec.properties import STAT_DESIGNS
+    from verispec.spec.sequential import LOOKS
+    from verispec.spec.statistics import POWER, power_of, required_sample_size
+
+    for name, make in sorted(STAT_DESIGNS.items()):
+        design = make()
+        plan = schedule(design)
+        powers = [power_of(plan.samples(j), design.df, plan.alphas[j], design.tv) for j in range(len(plan.looks))]
+        assert max(powers[:-1]) < POWER <= powers[-1], (name, powers)
+        needed = required_sample_size(design.df, plan.alphas[-1], design.tv)
+        rounding = plan.blocks * (100 if len(plan.looks) == LOOKS else 1)
+        assert needed <= plan.samples(len(plan.looks) - 1) < needed + rounding, name
+        assert math.fsum(plan.alphas) == pytest.approx(design.alpha, rel=1e-12), name

@@ -157,8 +157,12 @@ def test_the_library_templates_pass_the_depth_mode(
     name: str, engine: str, tiny_llama: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip(DECODER_TEMPLATES[name] or "")
-    # transformers penalizes the whole sequence, the law its last 64 tokens: no penalty at depth
-    extra = ["--repeat-penalty", "1"] + (["--target-law", "engine-logits"] if name == "llama-cpp-decoder" else [])
+    # transformers penalizes the whole sequence, the law its last 64 tokens: no penalty at depth.
+    # The depth test alone (--no-first-m): the first-m test's 1,000 generations are 1,000 calls of
+    # transformers' generate (~0.4 s each on a loaded 2-core machine: 7 minutes, past the engine
+    # timeout at heavier load), and they test no op of the template the depth test does not.
+    extra = ["--repeat-penalty", "1", "--no-first-m"]
+    extra += ["--target-law", "engine-logits"] if name == "llama-cpp-decoder" else []
     status, report = _check_decoder(engine, tiny_llama, capsys, *extra)
     assert status == 0, report
 
@@ -179,19 +183,28 @@ def test_the_workflow_options_write_the_env_and_the_matrix(capsys: pytest.Captur
                 "git+https://example.org/verispec.git",
                 "--check-args",
                 args,
+                "--decoder-args",
+                "--engine mypkg.decoder:factory --model models/llama-seed0.gguf",
             ]
         )
         == 0
     )
     flow = Workflow.parse(capsys.readouterr().out)
     assert flow.matrix("shard", "shard") == [1, 2, 3] and flow.env["SHARDS"] == "3"
+    assert flow.env["DECODER_ARGS"] == "--engine mypkg.decoder:factory --model models/llama-seed0.gguf"
+    gate = [s for s in flow.steps("decoder") if s.get("name") == "gate the decoder"]
+    assert gate and gate[0]["if"] == "env.DECODER_ARGS != ''" and "check-decoder $DECODER_ARGS" in gate[0]["run"]
+    assert Workflow.parse(template_text("github-actions")).env["DECODER_ARGS"] == ""  # shipped: the job does nothing
     assert flow.env["INSTALL"] == "git+https://example.org/verispec.git" and flow.env["CHECK_ARGS"] == args
     assert flow.env["VERISPEC_REPORT_KEY"] == "${{ secrets.VERISPEC_REPORT_KEY }}"  # both jobs sign and check
     assert "pip install verispec\n" not in template_text("github-actions")
     assert Workflow.parse(template_text("github-actions")).env["INSTALL"].endswith(".whl")  # no index has verispec
 
 
-@pytest.mark.parametrize("argv", [["--shards", "0"], ["--shards", "257"], ["--install", " "], ["--check-args", "a\nb"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--shards", "0"], ["--shards", "257"], ["--install", " "], ["--check-args", "a\nb"], ["--decoder-args", "a\nb"]],
+)
 def test_bad_workflow_options_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["template", "github-actions", *argv]) == 2
     assert capsys.readouterr().out == ""

@@ -69,10 +69,15 @@ def template_text(name: str) -> str:
 WORKFLOW_SHARDS_MAX = 256  # GitHub Actions runs at most 256 jobs from one matrix
 
 
-def workflow_text(shards: int | None = None, install: str | None = None, check_args: str | None = None) -> str:
-    """The CI workflow with its shard count (and the matrix 1..shards), its install line and its
-    check arguments set; None keeps the shipped value. TemplateError for a count out of range or a
-    value that would break the YAML line."""
+def workflow_text(
+    shards: int | None = None,
+    install: str | None = None,
+    check_args: str | None = None,
+    decoder_args: str | None = None,
+) -> str:
+    """The CI workflow with its shard count (and the matrix 1..shards), its install line, its
+    check arguments and its decoder's check-decoder arguments set; None keeps the shipped value (no
+    decoder). TemplateError for a count out of range or a value that would break the YAML line."""
     text = template_text("github-actions")
     if shards is not None:
         if isinstance(shards, bool) or not 1 <= shards <= WORKFLOW_SHARDS_MAX:
@@ -83,6 +88,8 @@ def workflow_text(shards: int | None = None, install: str | None = None, check_a
         text = _set_line(text, "  INSTALL: ", _yaml_scalar("--install", install))
     if check_args is not None:
         text = _set_line(text, "  CHECK_ARGS: ", _yaml_scalar("--check-args", check_args))
+    if decoder_args is not None:
+        text = _set_line(text, "  DECODER_ARGS: ", _yaml_scalar("--decoder-args", decoder_args))
     return text
 
 

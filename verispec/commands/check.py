@@ -125,7 +125,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--budget-samples", type=int, metavar="N", help="stop drawing after N verifications (implies --sequential)"
     )
     parser.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="draw the statistics in N verifier processes"
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="draw the statistics in N verifier processes (implies --sequential)",
     )
     parser.add_argument("--shard", metavar="I/S", help="run shard I of S (1-based; --json, then --merge the S reports)")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT", help="combine shard reports (--json output)")

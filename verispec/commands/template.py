@@ -26,6 +26,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="what pip installs: verispec's wheel, a checkout path or git+https:// URL (and more)",
     )
     workflow.add_argument("--check-args", metavar="ARGS", help="the arguments of `verispec check` (your verifier)")
+    workflow.add_argument(
+        "--decoder-args", metavar="ARGS", help="the arguments of `verispec check-decoder` (your decoder; default: none)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,7 +41,12 @@ def run(args: argparse.Namespace) -> int:
         for entry in TEMPLATES:
             print(f"{entry.name:<22} {entry.what}")
         return 0
-    options = {"shards": args.shards, "install": args.install, "check_args": args.check_args}
+    options = {
+        "shards": args.shards,
+        "install": args.install,
+        "check_args": args.check_args,
+        "decoder_args": args.decoder_args,
+    }
     given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
     if args.name == "github-actions":
         text = workflow_text(**options)

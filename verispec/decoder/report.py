@@ -55,6 +55,20 @@ class PromptOutcome:
         return f"{head}  N={n['n']}{per_arm} alpha={n['alpha']:.2g} power={n['power']:.4f} vs TV>={n['tv']}"
 
 
+# What each mode's verdict speaks for, and what it cannot see (docs/checking-decoders.md, Limits).
+REACH = {
+    "depth": "sees the law of every token emitted over whole generations (power against a tempering of the "
+    "stated TV on the stated fraction of positions); cannot see a deviation that keeps every per-context PIT "
+    "and log score, or prompts not tested",
+    "two-sample depth": "sees position-binned features of whole generations, speculation on against off; "
+    "cannot see the law given the prefix, or a bug that moves plain decoding the same way",
+    "two-sample": "sees the first m tokens' law, speculation on against off; cannot see later tokens, or a bug "
+    "that moves plain decoding the same way",
+    "greedy": "sees speculative greedy output equal to plain greedy on these prompts; cannot see the sampled law",
+    "law": "sees the first m tokens' law (deviations of at least the stated TV); cannot see later tokens",
+}
+
+
 @dataclass
 class DecoderReport:
     """Every prompt's outcome for one decoder on one model."""
@@ -89,11 +103,14 @@ class DecoderReport:
         return {EXIT_PASSED: "PASSED", EXIT_FAILED: "FAILED", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[self.exit_status]
 
     def summary(self) -> str:
-        """The failing and undecided prompts' lines, then the verdict (what an assertion message needs)."""
-        lines = [r.line() for r in self.results if not r.passed]
-        return "\n".join(
-            [*lines, f"{self.verdict()}  ({len(self.results)} prompts, {self.seconds:.1f}s, {self.model})"]
-        )
+        """Every prompt's line (failing and undecided ones first; each states its design and power),
+        what each mode run can and cannot see, then the verdict (what an assertion message needs)."""
+        ordered = [r for r in self.results if not r.passed] + [r for r in self.results if r.passed]
+        modes = dict.fromkeys(r.mode for r in self.results)
+        reach = [f"{mode}: {REACH[mode]}" for mode in modes if mode in REACH]
+        reach += [f"{mode}: {REACH['law']}" for mode in modes if mode.startswith("law")]
+        verdict = f"{self.verdict()}  ({len(self.results)} prompts, {self.seconds:.1f}s, {self.model})"
+        return "\n".join([*(r.line() for r in ordered), *reach, verdict])
 
     def as_json(self) -> Json:
         return {
