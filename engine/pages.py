@@ -118,7 +118,7 @@ def batched_drops() -> Iterator[None]:
         yield
     finally:
         folders, _waiting.folders = _waiting.folders, None
-        _drop(tuple(folders))
+        drop_folders(tuple(folders))
 
 
 def drop_folder_pages(folder: str) -> int:
@@ -134,17 +134,18 @@ def drop_folder_pages(folder: str) -> int:
     the file (which lives while mapped), so nothing but the resident size changes."""
     waiting: list[str] | None = getattr(_waiting, "folders", None)
     if waiting is None:
-        return _drop((folder,))
+        return drop_folders((folder,))
     waiting.append(folder)
     if len(waiting) >= BATCH_FOLDERS:
         folders = tuple(waiting)
         waiting.clear()
-        _drop(folders)
+        drop_folders(folders)
     return 0
 
 
-def _drop(folders: tuple[str, ...]) -> int:
-    """One pass over /proc/self/smaps: advise the clean mappings of files under ``folders``."""
+def drop_folders(folders: tuple[str, ...]) -> int:
+    """One pass over /proc/self/smaps: advise the clean mappings of files under ``folders``; returns
+    the bytes advised."""
     if not folders:
         return 0
     try:

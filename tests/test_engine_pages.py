@@ -97,13 +97,13 @@ def test_batched_drops_advise_every_queued_folder_with_one_read_a_batch(
         assert int(maps[-1].sum()) == int(data.sum())  # resident
     maps[3][0] ^= 1  # written: never advised
     passes: list[tuple[str, ...]] = []
-    real_drop = pages._drop
+    real_drop = pages.drop_folders
 
     def counting_drop(batch: tuple[str, ...]) -> int:
         passes.append(batch)
         return real_drop(batch)
 
-    monkeypatch.setattr(pages, "_drop", counting_drop)
+    monkeypatch.setattr(pages, "drop_folders", counting_drop)
     monkeypatch.setattr(pages, "BATCH_FOLDERS", 2)
     with batched_drops():
         with batched_drops():  # nested: the outer block drops
