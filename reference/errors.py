@@ -73,6 +73,14 @@ class DeterministicLaw(VerispecError, ValueError):
     deterministic law allows (spec/decoder/depth/law.py)."""
 
 
+class BudgetEnded(VerispecError):
+    """The budget's seconds ran out in the middle of a statistical block (spec/sequential.py): the
+    block is dropped, never counted in part (a block's counts are all of its draws or none), and
+    the run stops as at a block's end. Caught inside the spec: it never leaves a run."""
+
+    exit_category: ClassVar[ExitCategory] = "usage"
+
+
 class OutputError(VerispecError):
     """An output path cannot be written as asked: an existing file, a non-empty folder without
     --force, a missing parent folder, or an operating-system error while writing."""

@@ -41,6 +41,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from verispec.reference.errors import BudgetEnded as BudgetEnded  # its home; spec.sequential re-exports it
 from verispec.reference.speculative import BatchVerifier
 from verispec.spec.statistics import POWER, ChiSquare, chi_square, power_of, required_sample_size
 
@@ -211,11 +212,6 @@ class SequentialTest:
 def draw_block(design: StatDesign, batch: BatchVerifier, seed: int, block: int, size: int) -> Counts:
     """The counts of one block (its own generator: see :func:`block_rng`)."""
     return np.asarray(design.draw(batch, block_rng(seed, design.name, block), size), dtype=np.int64)
-
-
-class BudgetEnded(Exception):
-    """The budget's seconds ran out in the middle of a block: the block is dropped, never counted
-    in part (a block's counts are all of its draws or none), and the run stops as at a block's end."""
 
 
 class Budget:

@@ -43,6 +43,7 @@ OLD_HOMES = {
     "verispec.engine.blocks": ["NotBlockQuantized"],
     "verispec.spec.decoder.depth.law": ["DesignTooLarge"],
     "verispec.spec.decoder.depth.power": ["DeterministicLaw"],
+    "verispec.spec.sequential": ["BudgetEnded"],
     "verispec.synth.models": ["SynthError"],
     "verispec.synth.quants": ["QuantError"],
 }
