@@ -153,7 +153,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     (package / "decoder.py").write_text(decoder.stdout, encoding="utf-8")
     (package / "broken_decoder.py").write_text(decoder.stdout.replace(DECODER_LINE, DECODER_BUG), encoding="utf-8")
     # the README's mypkg.spec: a textbook protocol verifier (verify) and the sampler (draw); mypkg.broken: the bug
-    textbook = (REPO / "tests" / "textbook_verifier.py").read_text(encoding="utf-8")
+    textbook = (REPO / "tests" / "support" / "textbook_verifier.py").read_text(encoding="utf-8")
     draws = "from mypkg.{0} import verify as draw, verify_batch as draw_batch  # noqa: E402, F401\n"
     (package / "spec.py").write_text(textbook + draws.format("sampler"), encoding="utf-8")
     (package / "broken.py").write_text(draws.format("broken_sampler"), encoding="utf-8")
