@@ -33,6 +33,7 @@ with P the permutation of :func:`rotation_matrix`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -53,6 +54,30 @@ Projection = Union[KernelBlocks, F32]
 
 FUSED_BY_DEFAULT = True  # measured: docs/performance.md, fused vs unfused int8
 ENV = "VERISPEC_INT8_FUSED"
+
+
+SPLIT_ENV = "VERISPEC_INT8_SPLIT_AFTER"
+
+
+def chain_splits(n_layer: int) -> tuple[int, ...]:
+    """Layers to cut the :class:`LayerChain` after: ``VERISPEC_INT8_SPLIT_AFTER`` = ``none``
+    (the default: one graph between two attentions), ``all`` (two graphs a layer, the layout before
+    the chain: what the chain's bits are tested against) or comma-separated layers (where passes
+    start and stop: early exit's depths minus one, a layer-skip draft's exit layer minus one).
+    ModelError for another value or a layer outside ``0..n_layer - 2``."""
+    text = os.environ.get(SPLIT_ENV, "none").strip()
+    if text in ("", "none"):
+        return ()
+    if text == "all":
+        return tuple(range(n_layer - 1))
+    try:
+        layers = tuple(sorted({int(part) for part in text.split(",")}))
+    except ValueError:
+        raise ModelError(f"{SPLIT_ENV}={text!r} is not none, all or comma-separated layers") from None
+    bad = [layer for layer in layers if not 0 <= layer < n_layer - 1]
+    if bad:
+        raise ModelError(f"{SPLIT_ENV}={text!r}: layers {bad} are outside 0..{n_layer - 2}")
+    return layers
 
 
 def fused_default() -> bool:
@@ -201,12 +226,13 @@ def rotation_matrix(cfg: Config) -> F32:
     return p
 
 
-def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> OrtGraph:
-    """``x, cos, sin -> qk, v`` of one layer (module docstring)."""
+def add_pre(
+    g: FusedGraph, cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], names: dict[str, str]
+) -> None:
+    """The ``pre`` half of a layer into ``g``: ``names`` maps x, cos, sin, qk, v to the graph's names."""
     d, n_head, n_kv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
     q, kv = n_head * d, n_kv * d
-    g = FusedGraph()
-    h = g.rms_norm("x", _required(vectors, "attn_norm", cfg.n_embd), cfg.norm_eps)
+    h = g.rms_norm(names["x"], _required(vectors, "attn_norm", cfg.n_embd), cfg.norm_eps)
     qk_flat, v_flat = g.project_split(mats.qkv, h, [q + kv, kv])
     bq, bk, bv = (_vector(vectors, key, n, False) for key, n in (("bq", q), ("bk", kv), ("bv", kv)))
     if bq is not None or bk is not None:
@@ -218,28 +244,23 @@ def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], 
         )
     v_flat = g.bias(v_flat, bv)
     qk = g.reshape(qk_flat, [-1, n_head + n_kv, d])  # [T, H, d]: query heads, then key heads
-    g.op("Identity", [v_flat], out=["v"])  # [T, n_kv d]
+    g.op("Identity", [v_flat], out=[names["v"]])  # [T, n_kv d]
     q_norm, k_norm = _vector(vectors, "q_norm", d, cfg.qk_norm), _vector(vectors, "k_norm", d, cfg.qk_norm)
     if q_norm is not None and k_norm is not None:  # per head: one norm, then each head's weights
         unit = g.rms_norm(qk, np.ones(d, np.float32), cfg.norm_eps)
         weights = np.concatenate([np.tile(q_norm, (n_head, 1)), np.tile(k_norm, (n_kv, 1))])  # [H, d]
         qk = g.op("Mul", [unit, g.const("qk_norm", weights)])[0]
     rotated = g.op("MatMul", [qk, g.const("rot", rotation_matrix(cfg))])[0]  # [T, H, d]: x[..., index]
-    g.op("Add", [g.op("Mul", [qk, "cos"])[0], g.op("Mul", [rotated, "sin"])[0]], out=["qk"])  # [T, H, d]
-    return OrtGraph(
-        g.nodes,
-        g.inits,
-        {"x": ["T", cfg.n_embd], "cos": ["T", 1, d], "sin": ["T", 1, d]},
-        {"qk": ["T", n_head + n_kv, d], "v": ["T", kv]},
-        threads,
-    )
+    cos, sin = g.op("Mul", [qk, names["cos"]])[0], g.op("Mul", [rotated, names["sin"]])[0]
+    g.op("Add", [cos, sin], out=[names["qk"]])  # [T, H, d]
 
 
-def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> OrtGraph:
-    """``attn, x -> x'`` of one layer (module docstring)."""
+def add_post(
+    g: FusedGraph, cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], names: dict[str, str]
+) -> None:
+    """The ``post`` half of a layer into ``g``: ``names`` maps attn, x, y to the graph's names."""
     e, ff = cfg.n_embd, cfg.n_ff
-    g = FusedGraph()
-    a = g.bias(g.project(mats.o, "attn"), _vector(vectors, "bo", e, False))
+    a = g.bias(g.project(mats.o, names["attn"]), _vector(vectors, "bo", e, False))
     post_attn = _vector(vectors, "post_attn_norm", e, cfg.post_norms)
     if post_attn is not None:
         a = g.rms_norm(a, post_attn, cfg.norm_eps)
@@ -247,7 +268,7 @@ def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None],
     # h = RMSNorm(x + a), and the sum x + a itself (output 3): the residual
     h, _, _, x1 = g.op(
         "SkipSimplifiedLayerNormalization",
-        [a, "x", ffn_norm],
+        [a, names["x"], ffn_norm],
         out=[g.name("h"), "", "", g.name("x1")],
         domain="com.microsoft",
         epsilon=float(np.float32(cfg.norm_eps)),
@@ -261,7 +282,35 @@ def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None],
     post_ffn = _vector(vectors, "post_ffn_norm", e, cfg.post_norms)
     if post_ffn is not None:
         f = g.rms_norm(f, post_ffn, cfg.norm_eps)
-    g.op("Add", [x1, f], out=["y"])
+    g.op("Add", [x1, f], out=[names["y"]])
+
+
+PRE_NAMES = {"x": "x", "cos": "cos", "sin": "sin", "qk": "qk", "v": "v"}
+POST_NAMES = {"attn": "attn", "x": "x", "y": "y"}
+
+
+def _pre_io(cfg: Config, n: dict[str, str]) -> tuple[dict[str, list[int | str]], dict[str, list[int | str]]]:
+    d = cfg.head_dim
+    inputs: dict[str, list[int | str]] = {n["x"]: ["T", cfg.n_embd], n["cos"]: ["T", 1, d], n["sin"]: ["T", 1, d]}
+    outputs: dict[str, list[int | str]] = {
+        n["qk"]: ["T", cfg.n_head + cfg.n_head_kv, d],
+        n["v"]: ["T", cfg.n_head_kv * d],
+    }
+    return inputs, outputs
+
+
+def build_pre(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> OrtGraph:
+    """``x, cos, sin -> qk, v`` of one layer (module docstring)."""
+    g = FusedGraph()
+    add_pre(g, cfg, mats, vectors, PRE_NAMES)
+    return OrtGraph(g.nodes, g.inits, *_pre_io(cfg, PRE_NAMES), threads)
+
+
+def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> OrtGraph:
+    """``attn, x -> x'`` of one layer (module docstring)."""
+    g = FusedGraph()
+    add_post(g, cfg, mats, vectors, POST_NAMES)
+    e = cfg.n_embd
     return OrtGraph(
         g.nodes, g.inits, {"attn": ["T", cfg.n_head * cfg.head_dim], "x": ["T", e]}, {"y": ["T", e]}, threads
     )
@@ -277,3 +326,131 @@ def build_layer(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None]
     """Both graphs of one layer; ModelError for a matrix or vector of the wrong shape."""
     _check(cfg, mats)
     return LayerGraphs(pre=build_pre(cfg, mats, vectors, threads), post=build_post(cfg, mats, vectors, threads))
+
+
+# -- the chain: one graph between two attentions ---------------------------------------------------
+
+LayerSource = Callable[[int], tuple[LayerMatrices, dict[str, F32 | None]]]  # layer -> its matrices, vectors
+
+
+@dataclass(frozen=True)
+class LayerChain:
+    """A model's layers as a chain of graphs, ONE onnxruntime call between two attentions.
+
+    Layer l's ``pre`` half runs before its attention and its ``post`` half after; nothing but the
+    attention separates them from their neighbours' halves, so ``post(l)`` and ``pre(l + 1)`` are
+    one graph, a *link*: ``attn, x, cos, sin, enter -> y, qk, v`` (o-projection, residual, norm,
+    FFN, residual; then the next layer's norm, QKV, q/k norms, RoPE at ``cos, sin``). A full pass
+    is ``entry[0]``, ``link[0..L-2]``, ``exit[L-1]``: L + 1 calls instead of 2 L. Every weight is in
+    exactly one graph (no memory for the fusion). The link's nodes are the two halves' nodes, in
+    the same order, with the same inputs: tests/test_engine_fused.py checks that the bits are the
+    two-graph layout's, row by row, on both real models.
+
+    A pass over layers ``first..last`` (``forward_layers``: early exit and its catch-up, layer
+    skipping) starts and stops where the chain may not be cut:
+
+    - ``split_after`` (built in): after those layers the chain is cut, ``exit[l]`` and
+      ``entry[l + 1]`` instead of ``link[l]`` (2 calls there; a pass may start or stop on them free);
+    - a stop at a layer the chain is not cut after runs ``link[last]`` and drops ``qk, v``: the
+      next layer's ``pre`` half is computed and discarded (its QKV projection);
+    - a start at a layer the chain is not cut before runs ``link[first - 1]`` with ``enter`` set:
+      ``y = Where(enter, x, post(attn, x))``, so the ``pre`` half reads the given hidden state
+      bit for bit (a selection, no arithmetic); the ``post`` half before it is computed and
+      discarded. ``enter`` is a per-row bool ``[T, 1]`` (every input keeps the row axis first,
+      so the row-mode probe and padding of :class:`engine.matmul.OrtGraph` apply unchanged).
+    """
+
+    n_layer: int
+    entry: dict[int, OrtGraph]  # layer -> pre(layer) alone: x, cos, sin -> qk, v
+    exit: dict[int, OrtGraph]  # layer -> post(layer) alone: attn, x -> y
+    link: dict[int, OrtGraph]  # layer -> post(layer) + pre(layer + 1): attn, x, cos, sin, enter -> y, qk, v
+
+    def graphs(self) -> list[OrtGraph]:
+        """Every graph of the chain, in layer order."""
+        keyed = [(layer, 0, g) for layer, g in self.entry.items()]
+        keyed += [(layer, 1, g) for layer, g in [*self.exit.items(), *self.link.items()]]
+        return [g for _, _, g in sorted(keyed, key=lambda item: item[:2])]
+
+    def calls(self, first: int, last: int) -> int:
+        """onnxruntime calls of a pass over layers ``first..last`` (0 for the empty range)."""
+        if last < first:
+            return 0
+        return 1 + sum(1 if layer in self.link or layer == last else 2 for layer in range(first, last + 1))
+
+
+def link_names() -> tuple[dict[str, str], dict[str, str]]:
+    """The names a link's ``post`` and ``pre`` halves read and write (``y_post``: before ``Where``)."""
+    post = {"attn": "attn", "x": "x", "y": "y_post"}
+    pre = {"x": "y", "cos": "cos", "sin": "sin", "qk": "qk", "v": "v"}
+    return post, pre
+
+
+def build_link(
+    cfg: Config,
+    here: tuple[LayerMatrices, dict[str, F32 | None]],
+    after: tuple[LayerMatrices, dict[str, F32 | None]],
+    threads: int,
+) -> OrtGraph:
+    """``attn, x, cos, sin, enter -> y, qk, v``: ``post`` of the layer ``here``, ``pre`` of the
+    layer ``after`` it (:class:`LayerChain`)."""
+    _check(cfg, here[0])
+    _check(cfg, after[0])
+    post, pre = link_names()
+    g = FusedGraph()
+    add_post(g, cfg, here[0], here[1], post)
+    g.op("Where", ["enter", "x", post["y"]], out=["y"])  # [T, E]: the given x where a pass enters here
+    add_pre(g, cfg, after[0], after[1], pre)
+    pre_in, pre_out = _pre_io(cfg, pre)
+    inputs: dict[str, list[int | str]] = {
+        "attn": ["T", cfg.n_head * cfg.head_dim],
+        "x": ["T", cfg.n_embd],
+        "cos": pre_in["cos"],
+        "sin": pre_in["sin"],
+        "enter": ["T", 1],
+    }
+    return OrtGraph(g.nodes, g.inits, inputs, {"y": ["T", cfg.n_embd], **pre_out}, threads, bool_inputs=("enter",))
+
+
+def build_chain(
+    cfg: Config,
+    layer: LayerSource,
+    threads: int,
+    split_after: Iterable[int] = (),
+    built: Callable[[], None] | None = None,
+) -> LayerChain:
+    """The :class:`LayerChain` of ``cfg.n_layer`` layers, ``layer(i)`` read once per layer, in
+    order (at most two layers' matrices alive at a time); ``built()`` after each graph (the loader
+    hands freed memory back there). ``split_after``: layers ``0 <= l < L - 1`` to cut the chain
+    after (ModelError outside)."""
+    n = cfg.n_layer
+    cuts = frozenset(split_after)
+    bad = sorted(layer for layer in cuts if not 0 <= layer < n - 1)
+    if bad:
+        raise ModelError(f"layer chain: cannot split after layer(s) {bad} (0..{n - 2} for {n} layers)")
+    entry: dict[int, OrtGraph] = {}
+    exit_: dict[int, OrtGraph] = {}
+    link: dict[int, OrtGraph] = {}
+
+    def done() -> None:
+        if built is not None:
+            built()
+
+    here = layer(0)
+    _check(cfg, here[0])
+    entry[0] = build_pre(cfg, here[0], here[1], threads)
+    done()
+    for il in range(n):
+        after = layer(il + 1) if il + 1 < n else None
+        if after is None or il in cuts:
+            exit_[il] = build_post(cfg, here[0], here[1], threads)
+            done()
+            if after is not None:
+                _check(cfg, after[0])
+                entry[il + 1] = build_pre(cfg, after[0], after[1], threads)
+                done()
+        else:
+            link[il] = build_link(cfg, here, after, threads)
+            done()
+        if after is not None:
+            here = after
+    return LayerChain(n, entry, exit_, link)

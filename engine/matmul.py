@@ -114,7 +114,12 @@ class OrtGraph:
     ``inputs`` / ``outputs``: name -> shape (a str entry is a symbolic size, e.g. ``"T"``).
     ``initializers`` is emptied once its arrays are written to the file: where the caller holds
     no other reference, they are freed before onnxruntime makes its copies (a load's peak).
+    Inputs are float32 but for the names in ``bool_inputs`` (bool, e.g. a per-row switch).
+    :attr:`calls` counts the onnxruntime runs of every graph of the process (what a step makes:
+    ``verispec bench`` reports it).
     """
+
+    calls = 0  # onnxruntime runs of every OrtGraph in this process (a counter, never reset here)
 
     def __init__(
         self,
@@ -123,6 +128,7 @@ class OrtGraph:
         inputs: dict[str, list[int | str]],
         outputs: dict[str, list[int | str]],
         threads: int,
+        bool_inputs: tuple[str, ...] = (),
     ) -> None:
         import tempfile
 
@@ -136,7 +142,10 @@ class OrtGraph:
             graph = helper.make_graph(
                 nodes,
                 "verispec",
-                [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in inputs.items()],
+                [
+                    helper.make_tensor_value_info(n, TensorProto.BOOL if n in bool_inputs else TensorProto.FLOAT, shape)
+                    for n, shape in inputs.items()
+                ],
                 [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in outputs.items()],
                 tensors,
             )
@@ -151,6 +160,8 @@ class OrtGraph:
             drop_folder_pages(folder)  # the mapped scales / zero points it keeps but never reads
         self.input_names = tuple(inputs)
         self.output_names = tuple(outputs)
+        # each input's dtype: float32, or bool for the names in ``bool_inputs`` (a per-row switch)
+        self._dtypes = tuple(np.dtype(np.bool_) if n in bool_inputs else np.dtype(np.float32) for n in inputs)
         self._output_list = list(outputs)
         # The binding's own run (what InferenceSession.run calls after validating the feed names,
         # which ours are by construction): ~2 us less per call, 61 calls a SmolLM2 step (measured);
@@ -161,13 +172,13 @@ class OrtGraph:
         if any(node.op_type == "MatMulNBits" for node in nodes):
             self.row_mode = self._probe_row_mode({n: s for n, s in inputs.items()})
 
-    def run(self, *arrays: F32) -> list[F32]:
+    def run(self, *arrays: npt.NDArray[Any]) -> list[F32]:
         """The outputs, in the order of ``outputs``, for the inputs in the order of ``inputs``.
 
         Every input and output has the row axis first, and each row's outputs depend only on that
         row's inputs; :attr:`row_mode` makes the value of a row independent of how many rows the
         call carries (see :meth:`_probe_row_mode`)."""
-        feeds = [np.ascontiguousarray(a, dtype=np.float32) for a in arrays]
+        feeds = [np.ascontiguousarray(a, dtype=t) for a, t in zip(arrays, self._dtypes)]
         rows = int(feeds[0].shape[0]) if feeds else 0
         if self.row_mode == "pad-single-row" and rows == 1:
             doubled = self._raw([np.concatenate([a, a]) for a in feeds])
@@ -177,7 +188,8 @@ class OrtGraph:
             return [np.concatenate([part[j] for part in parts]) for j in range(len(self._output_list))]
         return self._raw(feeds)
 
-    def _raw(self, feeds: list[F32]) -> list[F32]:
+    def _raw(self, feeds: list[npt.NDArray[Any]]) -> list[F32]:
+        OrtGraph.calls += 1
         named = dict(zip(self.input_names, feeds))
         return self._run(self._output_list, named, None)  # type: ignore[no-any-return]
 
@@ -194,10 +206,8 @@ class OrtGraph:
         the 3-row call; else ``row-by-row`` (every call is made of 1-row calls).
         """
         rng = np.random.default_rng(0)
-        probe = [
-            rng.standard_normal([3 if isinstance(n, str) else n for n in shape]).astype(np.float32)
-            for shape in inputs.values()
-        ]
+        normal = [rng.standard_normal([3 if isinstance(n, str) else n for n in shape]) for shape in inputs.values()]
+        probe: list[npt.NDArray[Any]] = [a > 0 if t == np.bool_ else a.astype(t) for a, t in zip(normal, self._dtypes)]
         three = self._raw(probe)
         one = self._raw([a[:1] for a in probe])
         if all(np.array_equal(o, t[:1]) for o, t in zip(one, three)):

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from verispec.engine.fused import LayerGraphs
 from verispec.engine.rope import rotation
 from verispec.engine.weights import FusedLayer, WeightStore, load_weights
 from verispec.reference import layers
@@ -258,20 +257,14 @@ class FastModel:
         starts: Sequence[int],
         ends: npt.NDArray[np.int64],  # [n_spans]: the row after each span's last
     ) -> F32:
-        """Every layer of the fused int8 mode on stacked spans: :meth:`_layer_fused` with one
+        """Every layer of the fused int8 mode on stacked spans: :meth:`_run_chain` with one
         :class:`SpanRows` a span (its graph calls on all rows, the KV store and the attention span
         by span)."""
-        graphs = self.store.fused_layers
-        assert graphs is not None
         spans = [
             SpanRows(cache, span_pos, start, slice(int(end) - len(span_pos), int(end)))
             for cache, span_pos, start, end in zip(caches, positions, starts, ends)
         ]
-        stacked = np.concatenate(positions)  # [N]
-        tables: dict[tuple[float, float], tuple[F32, F32]] = {}
-        for layer in range(self.config.n_layer):
-            x = self._layer_fused(x, layer, graphs[layer], self._rope_for(layer, stacked, tables, fused=True), spans)
-        return x
+        return self._run_chain(x, 0, self.config.n_layer - 1, spans, np.concatenate(positions), None)
 
     def forward_layers(
         self,
@@ -323,15 +316,13 @@ class FastModel:
         collected: list[F32] | None,
         span_visible: Mask | None = None,  # [T, T] tree attention (reference/tree_attention.py)
     ) -> F32:
+        if self.store.fused_layers is not None:
+            span = (SpanRows(cache, positions, start, slice(0, x.shape[0]), span_visible),)
+            return self._run_chain(x, first_layer, last_layer, span, positions, collected)
         tables: dict[tuple[float, float], tuple[F32, F32]] = {}
-        graphs = self.store.fused_layers
-        span = (SpanRows(cache, positions, start, slice(0, x.shape[0]), span_visible),)
         for layer in range(first_layer, last_layer + 1):
-            rope = self._rope_for(layer, positions, tables, fused=graphs is not None)
-            if graphs is not None:
-                x = self._layer_fused(x, layer, graphs[layer], rope, span)
-            else:
-                x = self._layer(x, layer, self.store.layer(layer), cache, positions, start, rope, span_visible)
+            rope = self._rope_for(layer, positions, tables, fused=False)
+            x = self._layer(x, layer, self.store.layer(layer), cache, positions, start, rope, span_visible)
             if collected is not None:
                 collected.append(x)
         return x
@@ -402,30 +393,62 @@ class FastModel:
             f = layers.rms_norm(f, w.post_ffn_norm, cfg.norm_eps)
         return np.asarray(x + f, dtype=np.float32)
 
-    def _layer_fused(
+    def _run_chain(
         self,
-        x: F32,  # [N, n_embd]
-        layer: int,
-        graphs: LayerGraphs,
-        rope: tuple[F32, F32],  # cos, sign * sin: [N, 1, d]
+        x: F32,  # [N, n_embd]: the spans' rows, stacked
+        first: int,
+        last: int,
         spans: Sequence[SpanRows],  # the causal spans whose rows make up x
+        positions: npt.NDArray[np.int64],  # [N]: every row's position
+        collected: list[F32] | None,
     ) -> F32:
-        """:meth:`_layer` of the fused int8 mode: two onnxruntime calls (engine/fused.py) on all
-        rows, around each span's KV store and attention. Every graph op is per row and the
-        attention is one call a row, so a span's rows get the same bits whatever else is in x."""
-        qk, v_flat = graphs.pre.run(x, *rope)  # [N, n_head + n_kv, d], [N, n_kv d]
+        """Layers ``first..last`` of the fused int8 mode: the graphs of its
+        :class:`engine.fused.LayerChain` on all rows (one onnxruntime call between two attentions),
+        and between them each span's KV store and attention. Every graph op is per row and the
+        attention is one call a row, so a span's rows get the same bits whatever else is in x.
+        A pass that starts or stops inside a link computes and drops that link's other half (see
+        LayerChain); ``collected`` gets the hidden state after every layer."""
+        chain = self.store.fused_layers
+        assert chain is not None
+        if last < first:
+            return x
+        tables: dict[tuple[float, float], tuple[F32, F32]] = {}
+
+        def rope(layer: int) -> tuple[F32, F32]:  # cos, sign * sin: [N, 1, d]
+            return self._rope_for(layer, positions, tables, fused=True)
+
+        rows = x.shape[0]
+        if first in chain.entry:
+            qk, v_flat = chain.entry[first].run(x, *rope(first))
+        else:  # enter link[first - 1] past its post half: y = x, bit for bit (a Where)
+            attn = np.zeros((rows, self._q), dtype=np.float32)
+            _, qk, v_flat = chain.link[first - 1].run(attn, x, *rope(first), np.ones((rows, 1), dtype=np.bool_))
+        stay = np.zeros((rows, 1), dtype=np.bool_)
+        for layer in range(first, last + 1):
+            a = self._attend_spans(qk, v_flat, layer, spans)  # [N, n_head d]
+            if layer in chain.exit:
+                x = chain.exit[layer].run(a, x)[0]
+                if layer < last:
+                    qk, v_flat = chain.entry[layer + 1].run(x, *rope(layer + 1))
+            else:  # the link; at the pass's last layer its qk, v (the next layer's) are dropped
+                x, qk, v_flat = chain.link[layer].run(a, x, *rope(layer + 1), stay)
+            if collected is not None:
+                collected.append(x)
+        return x
+
+    def _attend_spans(self, qk: F32, v_flat: F32, layer: int, spans: Sequence[SpanRows]) -> F32:
+        """Each span's K, V of ``layer`` into its cache and its rows' batch-invariant attention
+        (this mode's law; a token tree row by row along its paths) -> ``[N, n_head d]``."""
         cfg = self.config
         q, k = qk[:, : cfg.n_head], qk[:, cfg.n_head :]  # views: [N, n_head, d], [N, n_kv, d]
-        v = v_flat.reshape(x.shape[0], cfg.n_head_kv, cfg.head_dim)
+        v = v_flat.reshape(qk.shape[0], cfg.n_head_kv, cfg.head_dim)
         parts = []
         for span in spans:
             rows = span.rows
             span.cache.store(layer, span.start, k[rows].transpose(1, 0, 2), v[rows].transpose(1, 0, 2), span.positions)
-            # the batch-invariant attention, this mode's law (a token tree row by row along its paths)
             end = span.start + len(span.positions)
             parts.append(self._attend_invariant(q[rows], layer, span.cache, span.positions, end, span.visible))
-        a = parts[0] if len(parts) == 1 else np.concatenate(parts)  # [N, n_head d]
-        return graphs.post.run(a, x)[0]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _attend(
         self,

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from verispec.engine import matmul
 from verispec.engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, repack
-from verispec.engine.fused import LayerGraphs, LayerMatrices, Projection, build_layer, fused_default
+from verispec.engine.fused import LayerChain, LayerMatrices, Projection, build_chain, chain_splits, fused_default
 from verispec.engine.matmul import Matmul, NumpyMatmul
 from verispec.engine.pages import batched_drops, drop_pages
 from verispec.reference import quants
@@ -148,7 +148,7 @@ class WeightStore:
         output_q: _QuantTensor | None = None,
         backend: str = "numpy",
         float_matrices: tuple[str, ...] = (),
-        fused_layers: list[LayerGraphs] | None = None,
+        fused_layers: LayerChain | None = None,
     ) -> None:
         self.mode = mode
         self.backend = backend  # numpy | ort | ort-q: the kernel every Matmul runs on
@@ -161,7 +161,7 @@ class WeightStore:
         self._quantized_layers = quantized_layers
         self._token_embd_q = token_embd_q
         self._output_q = output_q
-        self.fused_layers = fused_layers  # int8, fused: two graphs a layer (engine/fused.py)
+        self.fused_layers = fused_layers  # int8, fused: one graph between attentions (engine/fused.py)
 
     def layer(self, index: int) -> FusedLayer:
         """Layer ``index`` (in quantized mode dequantized now, on NumPy); ModelError for fused
@@ -534,13 +534,14 @@ class _Int8Loader:
     def load(self, kernel: str, fused: bool) -> WeightStore:
         cfg, c = self.cfg, self.c
         layers: list[FusedLayer] = []
-        graphs: list[LayerGraphs] = []
-        for il in range(cfg.n_layer):
-            if fused:
-                graphs.append(self.fused_layer(il))
-            else:
+        chain = None
+        if fused:  # the peak of a load is its freed copies otherwise: handed back after each graph
+            splits = chain_splits(cfg.n_layer)
+            chain = build_chain(cfg, self.layer_parts, matmul.default_threads(), splits, matmul.release_freed_memory)
+        else:
+            for il in range(cfg.n_layer):
                 layers.append(self.layer(il))
-            matmul.release_freed_memory()  # the peak of a load is its freed copies otherwise
+                matmul.release_freed_memory()
         output = self.head()
         matmul.release_freed_memory()
         return WeightStore(
@@ -549,7 +550,7 @@ class _Int8Loader:
             c.rope_freqs,
             layers=None if fused else layers,
             output=output,
-            fused_layers=graphs if fused else None,
+            fused_layers=chain,
             token_embd_q=self.t.rows_in_file("token_embd.weight", (cfg.n_vocab, cfg.n_embd)),
             backend=kernel,
             float_matrices=tuple(self.floats),
@@ -566,10 +567,9 @@ class _Int8Loader:
             down=self.projection([p + "ffn_down.weight"], [e], ff),
         )
 
-    def fused_layer(self, il: int) -> LayerGraphs:
-        """Two onnxruntime graphs for layer ``il`` (engine/fused.py)."""
-        mats = self.matrices(il)
-        return build_layer(self.cfg, mats, self.c.vectors(f"blk.{il}."), matmul.default_threads())
+    def layer_parts(self, il: int) -> tuple[LayerMatrices, dict[str, F32 | None]]:
+        """Layer ``il``'s projections and vectors, for the fused graphs (engine/fused.py)."""
+        return self.matrices(il), self.c.vectors(f"blk.{il}.")
 
     def layer(self, il: int) -> FusedLayer:
         """Layer ``il`` with one matmul per projection."""
