@@ -1,9 +1,9 @@
-"""The int8 mode's decoder layers as two onnxruntime graphs each, around the attention.
+"""The int8 mode's decoder layers as onnxruntime graphs: one graph between two attentions.
 
 The unfused int8 layer (:meth:`engine.model.FastModel._layer`) makes four onnxruntime calls (one
 per matrix, ~10 us each from Python) and ~25 NumPy calls for the norms, RoPE, residuals and the
-activation. Here everything of a layer except the KV store and the attention runs inside two
-graphs (:class:`LayerGraphs`), one call each:
+activation. Here everything of a layer except the KV store and the attention runs inside graphs:
+a layer has two halves, one before its attention and one after,
 
 - ``pre``:  ``x [T, E], cos [T, 1, d], sin [T, 1, d] -> qk [T, n_head + n_kv, d], v [T, n_kv d]``
   RMSNorm -> QKV (``MatMulNBits``, with the min term) (+ bias) -> per-head q/k norm (gemma3) -> RoPE;
@@ -12,6 +12,12 @@ graphs (:class:`LayerGraphs`), one call each:
 - ``post``: ``attn [T, n_head d], x [T, E] -> x' [T, E]``
   o (+ bias) (-> post-attention norm) -> ``+ x`` -> RMSNorm -> gate/up -> act(gate) * up -> down
   (-> post-FFN norm) -> ``+`` the residual
+
+and the model runs them as a :class:`LayerChain`: ``post`` of one layer and ``pre`` of the next
+are ONE graph (a link), so a pass over L layers makes L + 1 calls (``pre`` of the first layer,
+L - 1 links, ``post`` of the last), not 2 L; :class:`LayerGraphs` / :func:`build_layer` is the
+two-graph layout of one layer. Fusing the halves changes no bit (the link's nodes are the two
+halves' nodes, tested against the two-graph layout on both real models).
 
 The attention stays in Python (:meth:`engine.model.FastModel._attend_invariant`): it is what makes
 a k-row verify pass give each row bit for bit what a 1-row pass gives. The graphs keep that law:
@@ -27,7 +33,8 @@ table (``sign * sin``, see :func:`engine.rope.rotation`): RoPE is ``x * cos + (x
 with P the permutation of :func:`rotation_matrix`.
 
 ``VERISPEC_INT8_FUSED`` (``1`` / ``0``) or ``FastModel.load(..., fused=...)`` chooses the path;
-``verispec bench`` measures both in one run.
+``verispec bench`` measures both in one run. ``VERISPEC_INT8_SPLIT_AFTER`` cuts the chain
+(:func:`chain_splits`).
 """
 
 from __future__ import annotations

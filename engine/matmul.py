@@ -17,7 +17,7 @@ A :class:`Matmul` is built once per weight matrix at load time and called with a
   Blocks with a minimum add ``min * sum(int8-rounded x over the block)`` (a second small matmul
   in the same session, the sums computed by the kernel itself): ``MatMulNBits`` takes a float
   zero point only without int8 compute.
-  The int8 mode's layers use these nodes inside two graphs a layer (:mod:`engine.fused`,
+  The int8 mode's layers use these nodes inside one graph between two attentions (:mod:`engine.fused`,
   :class:`OrtGraph`); the head and the per-matrix path use one session per matrix.
 
 Threads: ``VERISPEC_THREADS`` (default 2, capped at the core count), one pool shared by every

@@ -10,8 +10,8 @@ What changes against the reference (and why it is still the same function):
   the seam :class:`engine.matmul.Matmul` (NumPy or onnxruntime, chosen at load).
 - ``weights="int8"`` is a different function: the file's blocks with int8 activations
   (:mod:`engine.matmul`, backend ``ort-q``), the target law of its own decoding. By default its
-  layers run fused (:mod:`engine.fused`: two onnxruntime graphs a layer around the KV store and the
-  attention, :meth:`FastModel._layer_fused`); ``fused=False`` / ``VERISPEC_INT8_FUSED=0`` runs the
+  layers run fused (:mod:`engine.fused`: one onnxruntime graph between two attentions, around the
+  KV store and the attention, :meth:`FastModel._run_chain`); ``fused=False`` / ``VERISPEC_INT8_FUSED=0`` runs the
   per-matrix path (:meth:`FastModel._layer`).
 - RoPE turns Q and K of a layer in one pass, as ``x * cos + rotate(x) * sin`` with precomputed
   per-dimension tables: each output element is the reference's ``x0 cos - x1 sin`` (negation and
@@ -107,7 +107,7 @@ class FastModel:
         # int8 rounding turns any float32 difference upstream into a different rounding, so that
         # mode's law must not depend on how many rows a pass has: batch-invariant attention
         self.batch_invariant = store.mode == "int8"
-        self.fused = store.fused_layers is not None  # int8: two onnxruntime graphs a layer (engine/fused.py)
+        self.fused = store.fused_layers is not None  # int8: one graph between attentions (engine/fused.py)
         cfg = config
         self._q = cfg.n_head * cfg.head_dim
         self._kv = cfg.n_head_kv * cfg.head_dim

@@ -392,7 +392,7 @@ def load_weights(
     f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "auto", fused: bool | None = None
 ) -> WeightStore:
     """Read the weights of ``f`` in ``mode`` (see :data:`WEIGHT_MODES`) on ``backend``
-    (see :func:`resolve_backend`). ``fused``: the int8 mode's layers as two onnxruntime graphs each
+    (see :func:`resolve_backend`). ``fused``: the int8 mode's layers as onnxruntime graphs, one between two attentions
     (:mod:`engine.fused`; None: ``VERISPEC_INT8_FUSED`` or the default), ModelError for another mode.
 
     Checks that the mode fits in memory first (:class:`InsufficientMemory`), then every tensor's

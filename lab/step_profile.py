@@ -1,7 +1,9 @@
 """Where one int8 decode step goes: wall time per component, accumulated over greedy 1-row steps.
 
 ``python -m lab.step_profile MODEL.gguf [--steps 64] [--repeats 3]`` prints JSON: milliseconds per
-step in the layer graphs (``pre`` / ``post``, onnxruntime calls including their Python wrapper),
+step in the layer graphs (engine/fused.py's chain: ``pre`` = a layer's first half alone, ``post`` =
+its second half alone, ``link`` = one layer's second half with the next's first; onnxruntime calls
+including their Python wrapper),
 the attention (the batch-invariant Python attention), the KV store, the RoPE tables, the head
 (final norm, the head's kernel calls, softcap), the embedding, and ``other`` (the rest of
 ``forward``: the loop, checks, the finite test); the number of onnxruntime calls a step makes;
@@ -55,12 +57,11 @@ class Clock:
 
 def instrument(model: FastModel, clock: Clock) -> None:
     """Wrap the model's components (instance attributes shadow the class's methods)."""
-    graphs = model.store.fused_layers
-    if graphs is None:
+    chain = model.store.fused_layers
+    if chain is None:
         raise SystemExit("step_profile measures the fused int8 mode (load with weights='int8', fused)")
-    for layer in graphs:
-        for name in ("pre", "post"):
-            graph: OrtGraph = getattr(layer, name)
+    for name, graphs in (("pre", chain.entry), ("post", chain.exit), ("link", chain.link)):
+        for graph in graphs.values():
             graph.run = clock.wrap(name, graph.run)  # type: ignore[method-assign]
     raw = OrtGraph._raw
 
@@ -115,7 +116,7 @@ def profile(path: Path, n_steps: int, repeats: int) -> dict[str, Any]:
     assert best is not None
     per_step = {k: 1e3 * v / n_steps for k, v in best.items() if not k.startswith("_")}
     # wrappers nest (kv_store and attention are inside forward, pre/post too): other is the step less the parts
-    parts = ("pre", "post", "attention", "kv_store", "rope_tables", "head", "embed")
+    parts = ("pre", "post", "link", "attention", "kv_store", "rope_tables", "head", "embed")
     per_step["other"] = per_step["step"] - sum(per_step.get(k, 0.0) for k in parts)
     return {
         "model": path.name,

@@ -76,6 +76,8 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     assert kernel["mode"] == "int8/ort-q" and kernel["providers"] == ["CPUExecutionProvider"]
     assert sum(kernel["row_modes"].values()) == kernel["graphs"] > 0
     assert set(kernel["row_modes"]) <= {"native", "pad-single-row", "row-by-row"}
+    # the graphs a 1-row step ran, counted: one between two attentions (L + 1), then the head's
+    assert kernel["calls_per_step"] > kernel["layer_calls_per_step"] == report["model"]["n_layer"] + 1
     assert any(b["internal_api"] for b in report["machine"]["blas"])
     assert _positive_finite(report["matmul_bound"]["tok_s"]) and _positive_finite(report["plain"]["tok_s"])
     assert _positive_finite(report["prefill"]["tok_s"]) and _positive_finite(report["reference"]["tok_s"])

@@ -102,8 +102,10 @@ def _version_2(report: dict[str, Any]) -> dict[str, Any]:
         "mode": "int8/ort-q",
         "onnxruntime": "1.32.0",
         "providers": ["CPUExecutionProvider"],
-        "graphs": 66,
-        "row_modes": {"native": 6, "pad-single-row": 60},
+        "graphs": 37,
+        "row_modes": {"native": 6, "pad-single-row": 31},
+        "calls_per_step": 37,
+        "layer_calls_per_step": 31,
     }
     report["llama_cpp"].update(
         status="crashed", crash={"signal": "SIGSEGV", "exit_code": -11, "during": "run", "stderr_tail": ["ggml_amx"]}
@@ -122,8 +124,8 @@ def test_a_version_2_report_round_trips_with_its_new_fields() -> None:
         "instruction sets: avx avx2; load average (1/5/15 min) at start 1.50 1.00 0.50, at end 2.00 1.20 0.60" in text
     )
     assert (
-        "headline mode int8/ort-q: onnxruntime 1.32.0 (CPUExecutionProvider); row modes native x6, pad-single-row x60"
-        in text
+        "headline mode int8/ort-q: onnxruntime 1.32.0 (CPUExecutionProvider); row modes native x6, pad-single-row x31; "
+        "37 onnxruntime calls a step (31 layer graphs, 6 head)" in text
     )
 
 

@@ -15,7 +15,14 @@
   with 1 and 2 onnxruntime threads (MLAS splits work across threads; every fused op is per row;
   the pool being a process setting, the test process's own count runs in it, any other count in
   a child process), on both layer paths (fused and per-matrix), logits and every layer's hidden state.
-- Typed errors for a bad switch value, a mode without fused layers, a matrix of the wrong shape.
+- The chain (one graph between two attentions, engine.fused.LayerChain): bit for bit the two
+  graphs a layer it fuses (``VERISPEC_INT8_SPLIT_AFTER=all``), logits and every hidden state, on
+  the tiny models and on both real models (a prompt, a 5-row span, 64 greedy tokens); passes that
+  start and stop inside links (``forward_layers``: the ``Where`` entry, the dropped next half) give
+  the full pass's hidden states bit for bit; a step makes L + 1 layer calls (counted), a cut
+  chain two at each cut.
+- Typed errors for a bad switch value, a mode without fused layers, a matrix of the wrong shape,
+  a bad split list.
 - A projection split inside a graph (the min term's block sums carried through the split) is the
   per-matrix projection, for every block type, within the float32 bound of one reordered sum.
 """
@@ -140,6 +147,129 @@ def test_build_layer_refuses_wrong_shapes(tiny_gguf: Any) -> None:
         fused_mod.build_layer(cfg, good, {**vectors, "ffn_norm": np.ones(e + 1, np.float32)}, threads=1)
     with pytest.raises(ModelError, match="vector attn_norm is missing"):
         fused_mod.build_layer(cfg, good, {"ffn_norm": vectors["ffn_norm"]}, threads=1)
+
+
+def _pass(model: FastModel, ids: list[int], span: list[int]) -> list[Any]:
+    """Logits and hidden states of a prompt pass and of a span pass after it."""
+    cache = model.new_cache(32)
+    first = model.forward(ids, cache, return_hidden=True)
+    second = model.forward(span, cache, return_hidden=True)
+    return [first.logits, first.hidden, second.logits, second.hidden]
+
+
+def _load_split(path: Path, split: str, monkeypatch: pytest.MonkeyPatch) -> FastModel:
+    monkeypatch.setenv(fused_mod.SPLIT_ENV, split)
+    try:
+        return FastModel.load(path, weights="int8", fused=True)
+    finally:
+        monkeypatch.delenv(fused_mod.SPLIT_ENV)
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_chain_is_the_two_graphs_a_layer_bit_for_bit(
+    tiny_gguf: Any, arch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tiny_gguf(arch, **TINY[arch])
+    chain = FastModel.load(path, weights="int8", fused=True)
+    n = chain.config.n_layer
+    links = chain.store.fused_layers
+    assert links is not None and sorted(links.link) == list(range(n - 1)) and links.calls(0, n - 1) == n + 1
+    two = _load_split(path, "all", monkeypatch)
+    assert two.store.fused_layers is not None and not two.store.fused_layers.link
+    assert two.store.fused_layers.calls(0, n - 1) == 2 * n
+    cut = _load_split(path, "1", monkeypatch)
+    assert cut.store.fused_layers is not None and cut.store.fused_layers.calls(0, n - 1) == n + 2
+    ids, span = [3, 17, 5, 9, 40], [2, 11, 63]
+    want = _pass(two, ids, span)
+    for model in (chain, cut):
+        assert all(np.array_equal(a, b) for a, b in zip(_pass(model, ids, span), want))
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_passes_start_and_stop_inside_links(tiny_gguf: Any, arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every (first, last) range through ``forward_layers``, continued to the last layer, gives the
+    full pass's hidden states bit for bit, on the chain and on a chain cut after layer 0; a range
+    that starts inside a link runs one call more than its layers' graphs (the entry)."""
+    path = tiny_gguf(arch, **TINY[arch])
+    ids, span = [3, 17, 5, 9, 40], [2, 11, 63]
+    for model in (FastModel.load(path, weights="int8", fused=True), _load_split(path, "0", monkeypatch)):
+        n = model.config.n_layer
+        full = _pass(model, ids, span)[3]  # [n + 1, T, E]
+        for first in range(n):
+            for last in range(first - 1, n):
+                cache = model.new_cache(32)
+                model.forward(ids, cache)
+                pos = list(range(len(ids), len(ids) + len(span)))
+                x = model.forward_layers(model.embed(span), cache, 0, first - 1, pos)
+                assert np.array_equal(x, full[first])
+                before = OrtGraph.calls
+                x = model.forward_layers(x, cache, first, last, pos)
+                chain = model.store.fused_layers
+                assert chain is not None and OrtGraph.calls - before == chain.calls(first, last)
+                assert np.array_equal(x, full[last + 1]), (first, last)
+                x = model.forward_layers(x, cache, last + 1, n - 1, pos)
+                assert np.array_equal(x, full[n])
+
+
+def test_a_decode_step_makes_one_layer_call_between_attentions(tiny_gguf: Any) -> None:
+    """Counted: L + 1 layer graphs and the head's, one graph per head chunk (tiny: one)."""
+    model = FastModel.load(tiny_gguf("llama"), weights="int8", fused=True)
+    cache = model.new_cache(8)
+    model.forward([3, 4], cache)
+    before = OrtGraph.calls
+    model.forward([5], cache, last_only=True)
+    assert OrtGraph.calls - before == model.config.n_layer + 1 + 1
+
+
+def test_split_list_is_checked(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tiny_gguf("llama")  # 3 layers: cuts after 0 or 1
+    for text in ("x", "0,x", "2", "-1"):
+        monkeypatch.setenv(fused_mod.SPLIT_ENV, text)
+        with pytest.raises(ModelError, match=fused_mod.SPLIT_ENV):
+            FastModel.load(path, weights="int8", fused=True)
+    monkeypatch.setenv(fused_mod.SPLIT_ENV, "all")
+    assert fused_mod.chain_splits(3) == (0, 1)
+    monkeypatch.setenv(fused_mod.SPLIT_ENV, "1,0,1")
+    assert fused_mod.chain_splits(3) == (0, 1)
+    monkeypatch.setenv(fused_mod.SPLIT_ENV, "none")
+    assert fused_mod.chain_splits(3) == ()
+    with GGUFFile.open(path) as f:
+        cfg = Config.from_gguf(f)
+
+    def unread(layer: int) -> tuple[fused_mod.LayerMatrices, dict[str, Any]]:
+        raise AssertionError("a bad split is refused before any layer is read")
+
+    with pytest.raises(ModelError, match="cannot split after"):
+        fused_mod.build_chain(cfg, unread, threads=1, split_after=[2])
+
+
+@pytest.mark.model
+def test_chain_is_the_two_graphs_a_layer_on_the_real_models(
+    smollm2_path: Path, gemma3_path: Path, int8_real_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chain against the two-graph layout it fuses, both real models: a prompt and a 5-row span
+    (logits, every hidden state) and 64 greedy tokens with their logits, bit for bit."""
+    prompt, span = [1, 504, 2365, 6354, 28], [1130, 314, 260, 3465, 30]
+
+    def greedy(model: FastModel) -> tuple[list[int], Any]:
+        cache = model.new_cache(80)
+        logits = model.forward(prompt, cache, last_only=True).logits
+        tokens, rows = [], [logits]
+        for _ in range(64):
+            tokens.append(int(np.argmax(logits[-1])))
+            logits = model.forward(tokens[-1:], cache, last_only=True).logits
+            rows.append(logits)
+        return tokens, np.concatenate(rows)
+
+    for name, path in (("smollm2-135m", smollm2_path), ("gemma3-270m", gemma3_path)):
+        chain = int8_real_model(name, True)
+        chain_graphs = chain.store.fused_layers
+        assert chain_graphs is not None and len(chain_graphs.link) == chain.config.n_layer - 1
+        two = _load_split(path, "all", monkeypatch)
+        assert all(np.array_equal(a, b) for a, b in zip(_pass(chain, prompt, span), _pass(two, prompt, span))), name
+        tokens, logits = greedy(chain)
+        want_tokens, want_logits = greedy(two)
+        assert tokens == want_tokens and np.array_equal(logits, want_logits), name
 
 
 # -- the law on the real models ------------------------------------------------------------------------

@@ -16,8 +16,9 @@ shared, so only ratios within this run mean anything):
 - ``int8_fused_over_unfused``: the int8 mode's other layer path (:mod:`engine.fused`) is measured
   beside it as one more mode (``int8/ort-q fused`` or ``int8/ort-q unfused``, whichever is not the
   default), interleaved the same way: plain decode steps per second, fused over unfused. For a
-  fused model ``bound`` streams its layer graphs (the matrices plus the norms, RoPE, residuals and
-  activation fused with them, without the attention) and the head.
+  fused model ``bound`` streams its layer graphs (the chain of :mod:`engine.fused`: the matrices
+  plus the norms, RoPE, residuals and activation fused with them, without the attention) and the
+  head.
 """
 
 from __future__ import annotations
@@ -80,16 +81,20 @@ def matmul_stream(model: FastModel, rows: int) -> Callable[[], None]:
     a = np.ones((rows, cfg.n_head * cfg.head_dim), dtype=np.float32)
     f = np.ones((rows, cfg.n_ff), dtype=np.float32)
 
-    graphs = store.fused_layers
-    cos = np.ones((rows, 1, cfg.head_dim), dtype=np.float32)
-    sin = np.zeros((rows, 1, cfg.head_dim), dtype=np.float32)
+    chain = store.fused_layers
+    feeds = {  # a fused graph's inputs by name (engine/fused.py)
+        "x": x,
+        "attn": a,
+        "cos": np.ones((rows, 1, cfg.head_dim), dtype=np.float32),
+        "sin": np.zeros((rows, 1, cfg.head_dim), dtype=np.float32),
+        "enter": np.zeros((rows, 1), dtype=np.bool_),
+    }
 
     def run() -> None:
-        for layer in range(cfg.n_layer):
-            if graphs is not None:  # fused int8: the layer's two graphs
-                graphs[layer].pre.run(x, cos, sin)
-                graphs[layer].post.run(a, x)
-                continue
+        if chain is not None:  # fused int8: the chain's graphs, one between two attentions
+            for graph in chain.graphs():
+                graph.run(*(feeds[name] for name in graph.input_names))
+        for layer in range(cfg.n_layer if chain is None else 0):
             w = store.layer(layer)
             w.qkv(x)
             w.o(a)

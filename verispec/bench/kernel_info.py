@@ -4,7 +4,11 @@ the row mode each of its onnxruntime graphs chose (:meth:`engine.matmul.OrtGraph
 call is kept bit-identical to a k-row call).
 
 Read from the model as loaded (every :class:`engine.matmul.OrtGraph` reachable from its weight
-store), never re-measured: what the bench reports is what the timed runs used.
+store), never re-measured: what the bench reports is what the timed runs used. How many graphs a
+step runs is counted (:attr:`engine.matmul.OrtGraph.calls`) over one 1-row decode step (a
+one-token prompt, then one token, on a cache of its own): ``calls_per_step``; of those the layers'
+(``layer_calls_per_step``: one graph between two attentions, :class:`engine.fused.LayerChain`)
+come from the model's structure, the rest is the head's.
 """
 
 from __future__ import annotations
@@ -21,16 +25,30 @@ MAX_OBJECTS = 100_000  # a bound on the walk (a store holds a few hundred object
 
 def engine_kernel(model: FastModel) -> dict[str, Any]:
     """``mode`` (weights/backend), ``onnxruntime`` (version or None), ``providers``, ``graphs``
-    (onnxruntime sessions) and ``row_modes`` (row mode -> graphs)."""
+    (onnxruntime sessions), ``row_modes`` (row mode -> graphs), ``calls_per_step`` (onnxruntime
+    runs of a 1-row decode step, counted) and ``layer_calls_per_step`` (of those, the layers'; None
+    without fused layers)."""
     graphs = list(_graphs(model.store))
     providers = sorted({p for g in graphs for p in g.session.get_providers()})
+    chain = model.store.fused_layers
     return {
         "mode": f"{model.weights_mode}/{model.backend}",
         "onnxruntime": _ort_version() if graphs else None,
         "providers": providers,
         "graphs": len(graphs),
         "row_modes": dict(sorted(Counter(g.row_mode for g in graphs).items())),
+        "calls_per_step": calls_per_step(model),
+        "layer_calls_per_step": None if chain is None else chain.calls(0, model.config.n_layer - 1),
     }
+
+
+def calls_per_step(model: FastModel) -> int:
+    """onnxruntime runs of one 1-row decode step (the head on its row), counted."""
+    cache = model.new_cache(2)
+    model.forward([0], cache, last_only=True)
+    before = OrtGraph.calls
+    model.forward([0], cache, last_only=True)
+    return OrtGraph.calls - before
 
 
 def _graphs(root: object) -> Iterator[OrtGraph]:

@@ -75,7 +75,11 @@ def _format_engine_kernel(kernel: dict[str, Any] | None) -> list[str]:
     ort = (
         f"onnxruntime {kernel['onnxruntime']} ({', '.join(kernel['providers'])})" if kernel["onnxruntime"] else "NumPy"
     )
-    return [f"headline mode {kernel['mode']}: {ort}; row modes {rows}"]
+    calls = kernel.get("calls_per_step")
+    step = "" if calls is None else f"; {calls} onnxruntime calls a step"
+    layers = kernel.get("layer_calls_per_step")
+    step += "" if layers is None or calls is None else f" ({layers} layer graphs, {calls - layers} head)"
+    return [f"headline mode {kernel['mode']}: {ort}; row modes {rows}{step}"]
 
 
 def _format_speculative(report: BenchReport) -> list[str]:
