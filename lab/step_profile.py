@@ -9,8 +9,10 @@ the attention (the batch-invariant Python attention), the KV store, the RoPE tab
 ``forward``: the loop, checks, the finite test); the number of onnxruntime calls a step makes;
 the best and median step. The components are timed by wrapping the model's own methods (a
 ``perf_counter`` pair each, ~0.1 us, against ~20-400 us a component), so their sum is the
-measured step. Set ``OPENBLAS_NUM_THREADS=1`` and ``VERISPEC_THREADS`` as the run you compare
-with; on a shared machine compare only components measured in the same run.
+measured step. ``--cpu`` times CPU seconds (``time.process_time``; at 1 thread the work of the
+step, less sensitive to a loaded machine than wall time). Set ``OPENBLAS_NUM_THREADS=1`` and
+``VERISPEC_THREADS`` as the run you compare with; on a shared machine compare only components
+measured in the same run.
 """
 
 from __future__ import annotations
@@ -33,19 +35,20 @@ PROMPT = [1, 504, 2365, 6354, 28, 1130, 314, 260]  # token ids valid in both voc
 
 
 class Clock:
-    """Seconds and calls accumulated per component name."""
+    """Seconds and calls accumulated per component name (``timer``: wall or CPU seconds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
+        self.timer = timer
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
+            t0 = self.timer()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+                self.seconds[name] = self.seconds.get(name, 0.0) + self.timer() - t0
                 self.calls[name] = self.calls.get(name, 0) + 1
 
         return timed
@@ -80,7 +83,7 @@ def instrument(model: FastModel, clock: Clock) -> None:
     model.forward = clock.wrap("step", model.forward)  # type: ignore[method-assign]
 
 
-def steps(model: FastModel, n: int, clock: Clock) -> list[float]:
+def steps(model: FastModel, n: int, clock: Clock) -> list[float]:  # seconds on the clock's timer
     """Greedy 1-row steps after the prompt; the seconds of each (the clock counts only these)."""
     cache = model.new_cache(len(PROMPT) + n + 8)
     cache_store = cache.store
@@ -90,15 +93,15 @@ def steps(model: FastModel, n: int, clock: Clock) -> list[float]:
     times = []
     for _ in range(n):
         token = int(np.argmax(logits))
-        t0 = time.perf_counter()
+        t0 = clock.timer()
         logits = model.forward([token], cache, last_only=True).logits[-1]
-        times.append(time.perf_counter() - t0)
+        times.append(clock.timer() - t0)
     return times
 
 
-def profile(path: Path, n_steps: int, repeats: int) -> dict[str, Any]:
+def profile(path: Path, n_steps: int, repeats: int, cpu: bool = False) -> dict[str, Any]:
     model = FastModel.load(path, weights="int8", fused=True)
-    clock = Clock()
+    clock = Clock(time.process_time if cpu else time.perf_counter)
     instrument(model, clock)
     steps(model, 2, clock)  # warm-up
     load = [os.getloadavg()[0]]
@@ -123,6 +126,7 @@ def profile(path: Path, n_steps: int, repeats: int) -> dict[str, Any]:
         "threads": os.environ.get("VERISPEC_THREADS", "default"),
         "steps": n_steps,
         "repeats": repeats,
+        "timer": "process_time" if cpu else "perf_counter",
         "load_average": load,
         "ms_per_step": {k: round(v, 3) for k, v in per_step.items()},
         "onnxruntime_calls_per_step": calls.get("onnxruntime_calls", 0) / n_steps,
@@ -136,10 +140,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("model", type=Path)
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cpu", action="store_true", help="CPU seconds (time.process_time), not wall")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.repeats < 1:
         parser.error("--steps and --repeats must be at least 1")
-    print(json.dumps(profile(args.model, args.steps, args.repeats), indent=1))
+    print(json.dumps(profile(args.model, args.steps, args.repeats, args.cpu), indent=1))
 
 
 if __name__ == "__main__":

@@ -402,3 +402,21 @@ def test_fused_bench_reports_both_paths(tiny_gguf: Any, capsys: pytest.CaptureFi
         fused_bench.main([str(path), "--steps", "0"])
     fused_bench.main([str(path), "--steps", "1", "--repeats", "1"])
     assert json.loads(capsys.readouterr().out)["model"] == path.name
+
+
+def test_chain_ab_reports_both_layouts(tiny_gguf: Any) -> None:
+    """lab/chain_ab.py on a tiny model: both layouts' counted calls (2 L and L + 1 layer graphs,
+    one head graph), the same tokens and logits, ratios positive. Never asserts a speed."""
+    import math
+
+    from lab import chain_ab
+
+    path = tiny_gguf("llama", n_vocab=6400)  # the prompt ids go up to 6354
+    report = chain_ab.compare(path, steps=2, passes=1)
+    n = 3  # tiny_gguf's layers
+    assert report["two"]["onnxruntime_calls_per_step"] == 2 * n + 1
+    assert report["chain"]["onnxruntime_calls_per_step"] == n + 1 + 1
+    assert report["same_tokens"] and report["same_logits"] and report["loaded_first"] == "two"
+    assert all(math.isfinite(r) and r > 0 for r in report["two_over_chain"].values())
+    with pytest.raises(SystemExit):
+        chain_ab.main([str(path), "--passes", "0"])
