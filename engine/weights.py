@@ -29,7 +29,15 @@ import numpy.typing as npt
 
 from verispec.engine import matmul
 from verispec.engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, repack
-from verispec.engine.fused import LayerChain, LayerMatrices, Projection, build_chain, chain_splits, fused_default
+from verispec.engine.fused import (
+    LayerChain,
+    LayerMatrices,
+    LayerSource,
+    Projection,
+    build_chain,
+    chain_splits,
+    fused_default,
+)
 from verispec.engine.matmul import Matmul, NumpyMatmul
 from verispec.engine.pages import batched_drops, drop_pages
 from verispec.reference import quants
@@ -621,6 +629,12 @@ class _Int8Loader:
                 self.floats.append(head_name)
             w = self.t.f32(head_name, (n_vocab, self.cfg.n_embd))[first : first + rows]
             return matmul.exact(np.ascontiguousarray(w), "ort")
+
+
+def int8_layer_source(f: "GGUFFile", cfg: Config) -> LayerSource:
+    """``layer(il) -> (projections, vectors)`` of the int8 mode, read from ``f`` on each call: what
+    the fused graphs are built from (engine/fused.py; lab/link_ab.py builds its own layouts)."""
+    return _Int8Loader(cfg, _read_common(f, cfg)).layer_parts
 
 
 def _as_matmul(p: Projection) -> Matmul:

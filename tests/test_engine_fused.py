@@ -420,3 +420,18 @@ def test_chain_ab_reports_both_layouts(tiny_gguf: Any) -> None:
     assert all(math.isfinite(r) and r > 0 for r in report["two_over_chain"].values())
     with pytest.raises(SystemExit):
         chain_ab.main([str(path), "--passes", "0"])
+
+
+def test_link_ab_reports_both_layouts_and_rows(tiny_gguf: Any) -> None:
+    """lab/link_ab.py on a tiny model: every boundary built both ways, CPU ratios positive and
+    finite, the cost by rows relative to one row (1 at one row). Never asserts a speed."""
+    import math
+
+    from lab import link_ab
+
+    path = tiny_gguf("llama")
+    pairs = link_ab.links_against_pairs(path, repeats=2)
+    assert pairs["boundaries"] == 2 and all(math.isfinite(r) and r > 0 for r in pairs["pairs_over_links"].values())
+    rows = link_ab.cost_by_rows(path, repeats=1)
+    assert rows["relative_to_one_row"]["1"] == {"layers": 1.0, "head": 1.0}
+    assert set(rows["relative_to_one_row"]) == {str(r) for r in link_ab.ROWS}
