@@ -120,7 +120,8 @@ def requantize(w: F64, bits: int) -> F64:
     blocks = w.reshape(w.shape[0], -1, BLOCK)
     step = np.abs(blocks).max(axis=2, keepdims=True) / top
     step[step == 0] = 1.0
-    return (np.round(blocks / step) * step).reshape(w.shape)
+    out: F64 = (np.round(blocks / step) * step).reshape(w.shape)
+    return out
 
 
 def sketch_bound(e: F64, x: F64) -> F64:

@@ -106,7 +106,9 @@ def _above(k: list[z3.ArithRef], j: int, i: int) -> z3.BoolRef:
     return result
 
 
-def _rank(k: list[z3.ArithRef], i: int, members: list[z3.BoolRef] | None = None) -> z3.ArithRef:
+def rank(k: list[z3.ArithRef], i: int, members: list[z3.BoolRef] | None = None) -> z3.ArithRef:
+    """Row i's position in the order (logit descending, id ascending): the rows before it (only
+    those of ``members`` when given); row i is in the top-k iff its rank is < k."""
     n = len(k)
     terms = [
         z3.If(z3.And(_above(k, j, i), members[j]) if members is not None else _above(k, j, i), 1, 0)
@@ -128,7 +130,7 @@ def _pruned_outside_top_k(n: int) -> z3.BoolRef:
                 if i in top:
                     continue
                 hyps = inside + [s[j] - b[j] >= tau for j in top] + [s[i] + b[i] < tau]
-                claims.append(implies(hyps, _rank(k, i) >= size))
+                claims.append(implies(hyps, rank(k, i) >= size))
     result: z3.BoolRef = z3.And(*claims)
     return result
 
@@ -138,8 +140,8 @@ def _superset_first_k(n: int) -> z3.BoolRef:
     member = [z3.Bool(f"E{i}") for i in range(n)]
     claims = []
     for size in range(1, n):
-        holds_top = [z3.Implies(_rank(k, i) < size, member[i]) for i in range(n)]
-        same = [z3.Implies(member[i], (_rank(k, i, member) < size) == (_rank(k, i) < size)) for i in range(n)]
+        holds_top = [z3.Implies(rank(k, i) < size, member[i]) for i in range(n)]
+        same = [z3.Implies(member[i], (rank(k, i, member) < size) == (rank(k, i) < size)) for i in range(n)]
         claims.append(implies(holds_top, z3.And(*same)))
     result: z3.BoolRef = z3.And(*claims)
     return result
@@ -150,7 +152,7 @@ def _nonstrict_prune_flips() -> z3.BoolRef:
     tau = z3.Real("tau")
     inside = [z3.And(s[i] - b[i] <= k[i], k[i] <= s[i] + b[i]) for i in range(2)]
     # k = 1, T = {1}; row 0 "pruned" by U_0 <= tau, yet it is the first row of the order
-    result: z3.BoolRef = z3.And(*inside, s[1] - b[1] >= tau, s[0] + b[0] <= tau, _rank(k, 0) < 1)
+    result: z3.BoolRef = z3.And(*inside, s[1] - b[1] >= tau, s[0] + b[0] <= tau, rank(k, 0) < 1)
     return result
 
 
