@@ -247,6 +247,15 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
     return result
 
 
+def _machine() -> str:
+    import onnxruntime
+
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
+    flags = [f for f in ("avx2", "avx512f", "avx512_vnni", "amx_int8") if f" {f}" in text]
+    return f"{name}, {os.cpu_count()} cores, {' '.join(flags)}; onnxruntime {onnxruntime.__version__}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -266,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
         "commit": commit,
         "loadavg_at_start": f"{load0[0]:.2f}",
         "loadavg_at_end": f"{os.getloadavg()[0]:.2f}",
-        "machine": f"{os.cpu_count()} cores",
+        "machine": _machine(),
         "note": "counts in float64 from the file's Q8_0 blocks; kernel logits from the int8 engine (1 thread)",
     }
     stem = Path(args.model).name.split(".")[0].lower()
