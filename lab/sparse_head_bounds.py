@@ -14,6 +14,9 @@ states for the sketch families a head could store:
   (it has 4- and 8-bit forms), the others need a kernel that does not exist here;
 - ``lowrank16`` / ``lowrank64``: the head projected onto the top r principal directions of hidden
   states from DIFFERENT prompts (``--fit-prompts``), ``S = (W Q)(Q^T x)``, a V x r float32 matrix;
+- ``int4pca8`` / ``16`` / ``32``: the int4 sketch plus its error's component along the top r
+  principal directions of the fit states, ``S = w4 . x + (Q^T e) . (Q^T x)`` (a V x r float32
+  matrix beside the int4 blocks), the bound on ``e . (x - Q Q^T x)`` only;
 - ``blocknorm``: no sketch at all (``S = 0``), the bound from per-block row norms.
 
 The bound is the per-block sketch error ``sum_b min(||e_b||_2 ||x_b||_2, ||e_b||_1 ||x_b||_inf)``
@@ -21,7 +24,8 @@ The bound is the per-block sketch error ``sum_b min(||e_b||_2 ||x_b||_2, ||e_b||
 ``w . x`` (:func:`verispec.engine.sparse_head.kernel_error_bound`: its int8 rounding of the
 activation and its float32 accumulation; checked here against every row of every test state:
 ``kernel_model_worst_ratio`` <= 1). ``ideal`` drops the kernel term: the best case, a sketch that
-saw the kernel's own rounded activation. Counts are computed in float64 from the file's Q8_0
+saw the kernel's own rounded activation. A 4-bit sketch would run on ``MatMulNBits`` as well: its
+certified radius adds that kernel's error too (the int5-7 widths have no kernel). Counts are computed in float64 from the file's Q8_0
 blocks (weights exact), the kernel's logits captured from the int8 engine.
 
 Also measured: whether ``MatMulNBits`` on a sub-matrix (a 1024-row slice, 64 gathered rows) gives
@@ -188,6 +192,9 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
     raw, n_rows, n_in, name = head_q8_0(model_path)
     _, _, vt = np.linalg.svd(xf, full_matrices=False)
     families: dict[str, Any] = {
+        "int4pca8": 8,
+        "int4pca16": 16,
+        "int4pca32": 32,
         "int4": 4,
         "int5": 5,
         "int6": 6,
@@ -200,6 +207,9 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
     scores = {f: np.empty((t, n_rows)) for f in families}
     bounds = {f: np.empty((t, n_rows)) for f in families}
     kterm = np.empty((t, n_rows))
+    # a 4-bit sketch runs through MatMulNBits too: its own kernel error joins the certified radius
+    on_kernel = [f for f in families if f.startswith("int4")]
+    sketch_kernel = {f: np.empty((t, n_rows)) for f in on_kernel}
     worst_ratio = 0.0
     for first in range(0, n_rows, CHUNK):
         rows = slice(first, min(first + CHUNK, n_rows))
@@ -210,6 +220,17 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
         for fam, param in families.items():
             if fam.startswith("int"):
                 sk = requantize(w, param)
+            elif fam.startswith("int4pca"):  # int4 plus the error's component along x's directions
+                q = vt[:param].T  # [K, r]
+                sk = requantize(w, 4)
+                x_par = x @ q  # [T, r]
+                x_perp = x - x_par @ q.T
+                # e.x = (Q^T e).(Q^T x) + e.(x - Q Q^T x) for any Q: the first term exact (a V x r
+                # matrix stored beside the int4 sketch), the second bounded per block
+                scores[fam][:, rows] = x @ sk.T + x_par @ ((w - sk) @ q).T
+                bounds[fam][:, rows] = sketch_bound(w - sk, x_perp)
+                sketch_kernel[fam][:, rows] = kernel_error_bound(sk, x32)
+                continue
             elif fam.startswith("lowrank"):
                 q = vt[:param].T
                 sk = (w @ q) @ q.T
@@ -217,6 +238,8 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
                 sk = np.zeros_like(w)
             scores[fam][:, rows] = x @ sk.T
             bounds[fam][:, rows] = sketch_bound(w - sk, x)
+            if fam in sketch_kernel:
+                sketch_kernel[fam][:, rows] = kernel_error_bound(sk, x32)
     result: dict[str, Any] = {
         "head_tensor": name,
         "rows": n_rows,
@@ -229,6 +252,9 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
         "families": {},
     }
     sketch_bits = {
+        "int4pca8": 4.5 + 8 * 32 / n_in,
+        "int4pca16": 4.5 + 16 * 32 / n_in,
+        "int4pca32": 4.5 + 32 * 32 / n_in,
         "int4": 4.5,
         "int5": 5.5,
         "int6": 6.5,
@@ -239,7 +265,8 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
     }
     for fam in families:
         entry: dict[str, Any] = {"sketch_bits_per_weight": sketch_bits[fam]}
-        for label, b in (("certified", bounds[fam] + kterm), ("ideal", bounds[fam])):
+        certified = bounds[fam] + kterm + (sketch_kernel[fam] if fam in sketch_kernel else 0.0)
+        for label, b in (("certified", certified), ("ideal", bounds[fam])):
             entry[label] = {f"k{k}": summarize(candidates(scores[fam], b, k), n_rows) for k in KS}
         result["families"][fam] = entry
     result["head_bits_per_weight"] = 34 * 8 / 32
