@@ -218,9 +218,7 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
         exact = x @ w.T
         worst_ratio = max(worst_ratio, float((np.abs(kernel[:, rows] - exact) / kterm[:, rows]).max()))
         for fam, param in families.items():
-            if fam.startswith("int"):
-                sk = requantize(w, param)
-            elif fam.startswith("int4pca"):  # int4 plus the error's component along x's directions
+            if fam.startswith("int4pca"):  # int4 plus the error's component along x's directions
                 q = vt[:param].T  # [K, r]
                 sk = requantize(w, 4)
                 x_par = x @ q  # [T, r]
@@ -231,6 +229,8 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
                 bounds[fam][:, rows] = sketch_bound(w - sk, x_perp)
                 sketch_kernel[fam][:, rows] = kernel_error_bound(sk, x32)
                 continue
+            if fam.startswith("int"):
+                sk = requantize(w, param)
             elif fam.startswith("lowrank"):
                 q = vt[:param].T
                 sk = (w @ q) @ q.T
