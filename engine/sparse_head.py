@@ -23,8 +23,11 @@ The radius is the sketch's own error plus the kernel's error against ``w . x``
 there; checked against the real kernel by tests/test_sparse_head.py and by
 ``lab/sparse_head_bounds.py`` on every row of real hidden states).
 
-Measured (``lab/measurements/sparse_head_bounds_*.json``): on SmolLM2's and Gemma 3's Q8_0 heads
-no sketch the engine can run cheaply prunes enough for this to pay -- see docs/int8-step.md.
+Measured (``lab/measurements/sparse_head_bounds_*.json``, docs/int8-step.md): on SmolLM2's and
+Gemma 3's Q8_0 heads no sketch cheaper than >= 6 bits a weight leaves few candidates (an int4
+sketch leaves most rows), so nothing in decoding calls this yet: it would add a sketch to the
+full head. :class:`Q8ExactSketch` (the tightest radius, as costly as the head) is what the tests
+run it with.
 """
 
 from __future__ import annotations
