@@ -152,6 +152,21 @@ def test_sparse_top_k_is_the_full_heads(k: int, extra: float) -> None:
     assert_same(got, head(x), k)
 
 
+@pytest.mark.parametrize("kind", ["huge", "tiny_normal", "denormal", "outlier", "zero_block", "mixed_scales"])
+def test_sparse_top_k_on_extreme_activations(kind: str) -> None:
+    """Huge, denormal, one-outlier and mixed-scale inputs: the same ids and bits as the full head
+    (where the radius covers every row the selection evaluates every chunk: still exact)."""
+    rng = np.random.default_rng(3)
+    levels, scales = random_head(rng, 4 * CHUNK)
+    raw = q8_0_bytes(levels, scales)
+    head = head_chunks(raw, N_IN)
+    x = activations(rng)[kind]
+    for k in (1, 8):
+        got = sparse_top_k(x, head, Q8ExactSketch(raw, 4 * CHUNK, N_IN), k, max_fraction=1.0)
+        assert got is not None
+        assert_same(got, head(x), k)
+
+
 def test_exact_ties_at_the_cut_keep_the_lowest_ids() -> None:
     """The best row copied to ids in three chunks: identical bytes give identical kernel bits, so
     the top-k has exact ties at the cut; the full path keeps the lowest ids, and so must this."""
@@ -256,8 +271,9 @@ def _head_sketch(path: Path) -> tuple[Q8ExactSketch, Any]:
 def test_real_heads_over_decode_steps(
     name: str, steps: int, int8_real_model: Any, smollm2_path: Path, gemma3_path: Path
 ) -> None:
-    """Greedy decoding of a real model: at every step (and on a 4-row pass) the sparse top-k of
-    the head's input equals the full head's top-k for k = 1, 8, 64, ids and bits."""
+    """Greedy decoding of a real model: at every step (and on a 4-row pass, and on an early-exit
+    head at the middle layer) the sparse top-k of the head's input equals the full head's top-k
+    for k = 1, 8, 64, ids and bits."""
     model = int8_real_model(name)
     exact_sketch, handle = _head_sketch(smollm2_path if name == "smollm2-135m" else gemma3_path)
     sketch = RememberedSketch(exact_sketch)
@@ -271,6 +287,11 @@ def test_real_heads_over_decode_steps(
             ids, values = full_first_k(result.logits[-4:], k)
             np.testing.assert_array_equal(top, ids)
             assert logits.tobytes() == values.tobytes() and sparse
+        exit_layer = model.config.n_layer // 2  # an early-exit head: model.head on a middle layer's state
+        top, logits, sparse = head_top_k(model, result.hidden[exit_layer][-1:], 8, sketch, max_fraction=1.0)
+        ids, values = full_first_k(model.head(result.hidden[exit_layer][-1:]), 8)
+        np.testing.assert_array_equal(top, ids)
+        assert logits.tobytes() == values.tobytes() and sparse
         token = int(np.argmax(result.logits[-1]))
         for _ in range(steps):
             result = model.forward([token], cache, return_hidden=True)
