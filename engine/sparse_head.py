@@ -261,3 +261,82 @@ def head_top_k(
     all_ids = np.arange(logits.shape[1], dtype=np.int64)
     top = np.stack([first_k(logits[t], all_ids, k) for t in range(logits.shape[0])])
     return top, np.take_along_axis(logits, top, axis=1), False
+
+
+# -- exact lazy sampling -------------------------------------------------------------------------
+
+UNIT_ROUNDOFF_F64 = 2.0**-53
+EXP_ULPS = 4  # numpy's float64 exp: within a few units in the last place (bounded by 4 here)
+FLOAT64_TINY = 2.0**-1022  # the smallest normal float64
+
+
+def lazy_draw(
+    exact_ids: Ids,
+    exact_logits: F32,
+    lower: F64,
+    upper: F64,
+    temperature: float,
+    u: float,
+) -> int | None:
+    """The token the protocol draws with uniform ``u`` from the full-vocabulary law at
+    ``temperature`` -- ``reference.sampling.inverse_cdf(softmax_over(l, all, T), u)`` on the full
+    head's logits ``l`` -- from the logits of ``exact_ids`` alone, or None when the draw lands
+    where the bounds cannot decide (the caller then runs the full head; the token is the same for
+    every ``u`` either way, so the law is the same).
+
+    Every other id's logit is known only by ``lower_i <= l_i <= upper_i`` (float64 bounds on its
+    float32 value; ``lower``/``upper`` are ``[V]``, read only outside ``exact_ids``).
+
+    Proof. (1) The maximum m is exact: a logit of ``exact_ids`` no other upper bound exceeds
+    (else None). (2) The reference computes ``a_i = fl(fl(l_i - m) / T)``; rounding is
+    monotone, so ``a_i`` lies between the same two operations applied to ``lower_i`` and
+    ``upper_i`` (computed here identically), and exactly at the value for an exact id. (3) Its
+    ``exp`` is within ``EXP_ULPS`` relative units of ``e^a_i``; the normalizer, a float64 sum of V
+    non-negative terms in any order, within ``gamma_V`` of the exact sum; each probability one
+    more rounding; each running sum ``c_t`` (sequential, of non-negative terms) within
+    ``gamma_V`` of the exact prefix sum; the threshold ``fl(u c_{V-1})`` one more rounding. The
+    intervals below widen every one of these outward (and for their own float64 evaluation), so
+    they contain the reference's values. (4) ``c`` never decreases, and the protocol picks the
+    first t with ``c_t > threshold``. If ``c_lo[t] > threshold_hi`` and ``c_hi[t-1] <=
+    threshold_lo`` then every s < t has ``c_s <= c_{t-1} <= threshold`` and ``c_t > threshold``:
+    the protocol picks t. Otherwise None. A total that is not a normal float64 gives None (the
+    protocol's subnormal fallback is not modelled). ``tests/test_sparse_head.py`` checks it
+    exhaustively on small vocabularies against the reference draw.
+    """
+    if not (temperature > 0 and 0.0 <= u < 1.0):
+        raise ValueError(f"lazy_draw needs temperature > 0 and 0 <= u < 1 (got {temperature}, {u})")
+    n = lower.shape[0]
+    known = np.zeros(n, dtype=bool)
+    known[exact_ids] = True
+    exact = np.asarray(exact_logits, dtype=np.float64)
+    m = float(exact.max())
+    if (~known).any() and float(upper[~known].max()) > m:
+        return None
+    lo = np.where(known, 0.0, lower)
+    hi = np.where(known, 0.0, upper)
+    lo[exact_ids] = exact
+    hi[exact_ids] = exact
+    # the reference's exp and ours each err by EXP_ULPS at a and at its bound; one more rounding for
+    # the product; below the normal range exp may err absolutely (subnormal results): lower
+    # bounds drop to 0 there and upper bounds gain the smallest normal number
+    spread = (2 * EXP_ULPS + 3) * UNIT_ROUNDOFF_F64
+    with np.errstate(over="ignore", under="ignore"):
+        e_lo = np.exp((lo - m) / temperature) * (1.0 - spread)
+        e_hi = np.exp((hi - m) / temperature) * (1.0 + spread) + FLOAT64_TINY
+    e_lo[e_lo < FLOAT64_TINY] = 0.0
+    widen = gamma(2 * n + 8, UNIT_ROUNDOFF_F64)  # the reference's sums and ours, with room
+    z_lo = float(e_lo.sum()) * (1.0 - widen)
+    z_hi = float(e_hi.sum()) * (1.0 + widen)
+    if not (z_lo >= FLOAT64_TINY and np.isfinite(z_hi)):
+        return None
+    # a probability below the normal range errs absolutely (by < FLOAT64_TINY each)
+    c_lo = np.cumsum(e_lo / z_hi) * (1.0 - widen) - n * FLOAT64_TINY
+    c_hi = np.cumsum(e_hi / z_lo) * (1.0 + widen) + n * FLOAT64_TINY
+    if not c_lo[-1] >= FLOAT64_TINY:
+        return None
+    t_lo = u * float(c_lo[-1]) * (1.0 - 4 * UNIT_ROUNDOFF_F64)
+    t_hi = u * float(c_hi[-1]) * (1.0 + 4 * UNIT_ROUNDOFF_F64)
+    t = int(np.searchsorted(c_lo, t_hi, side="right"))  # the first t with c_lo[t] > t_hi
+    if t >= n or (t > 0 and c_hi[t - 1] > t_lo):
+        return None
+    return t

@@ -26,6 +26,7 @@ from verispec.engine.sparse_head import (
     first_k,
     head_top_k,
     kernel_error_bound,
+    lazy_draw,
     sparse_top_k,
 )
 
@@ -303,3 +304,78 @@ def test_real_heads_over_decode_steps(
             token = int(top[0, 0])
     finally:
         handle.close()
+
+
+# -- exact lazy sampling: the protocol's token for the protocol's uniform -----------------------
+
+
+def protocol_draw(logits: F32, temperature: float, u: float) -> int:
+    from verispec.reference.sampling import inverse_cdf, softmax_over
+
+    row = logits.astype(np.float64)
+    return inverse_cdf(softmax_over(row, np.ones(row.shape[0], dtype=bool), temperature), u)
+
+
+def uniforms(logits: F32, temperature: float) -> list[float]:
+    """A grid, plus every running-sum boundary of the reference's draw and its neighbours."""
+    from verispec.reference.sampling import softmax_over
+
+    row = logits.astype(np.float64)
+    cumulative = np.cumsum(softmax_over(row, np.ones(row.shape[0], dtype=bool), temperature))
+    edges = cumulative / cumulative[-1]
+    near = np.concatenate([edges, np.nextafter(edges, 0.0), np.nextafter(edges, 1.0)])
+    grid = np.concatenate([np.linspace(0.0, 1.0, 1001, endpoint=False), near])
+    return [float(u) for u in grid if 0.0 <= u < 1.0]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_lazy_draw_is_the_protocols_token(seed: int) -> None:
+    """Small vocabularies, every kind of bound: whenever lazy_draw decides, it decides the token
+    the full law's draw gives for the same uniform (exhaustively over a grid and every boundary)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 9))
+    logits = (rng.standard_normal(n) * rng.choice([0.1, 1.0, 5.0, 30.0])).astype(np.float32)
+    if seed % 3 == 0:
+        logits[rng.integers(n)] = logits.max()  # an exact tie at the top
+    temperature = float(rng.choice([0.3, 0.8, 1.0, 2.0]))
+    radius = float(rng.choice([0.0, 1e-6, 0.01, 0.5, 3.0]))
+    row = logits.astype(np.float64)
+    lower = row - radius * rng.uniform(0.0, 1.0, n)
+    upper = row + radius * rng.uniform(0.0, 1.0, n)
+    best = int(np.argmax(logits))
+    exact_ids = np.unique(np.concatenate([[best], np.flatnonzero(rng.uniform(size=n) < 0.4)])).astype(np.int64)
+    decided = 0
+    grid = uniforms(logits, temperature)
+    for u in grid:
+        token = lazy_draw(exact_ids, logits[exact_ids], lower, upper, temperature, u)
+        if token is not None:
+            assert token == protocol_draw(logits, temperature, u), (u, token)
+            decided += 1
+    if radius == 0.0:  # exact bounds: only the uniforms next to a boundary stay undecided
+        assert decided >= 0.9 * len(grid)
+
+
+def test_lazy_draw_declines_when_the_maximum_is_not_exact() -> None:
+    logits = np.array([1.0, 3.0, 2.0], dtype=np.float32)
+    row = logits.astype(np.float64)
+    assert lazy_draw(np.array([0, 2]), logits[[0, 2]], row - 0.1, row + 0.1, 1.0, 0.5) is None
+
+
+def test_lazy_draw_all_exact_decides_almost_every_uniform() -> None:
+    rng = np.random.default_rng(5)
+    logits = rng.standard_normal(1000).astype(np.float32)
+    row = logits.astype(np.float64)
+    ids = np.arange(1000, dtype=np.int64)
+    us = rng.uniform(size=200)
+    tokens = [lazy_draw(ids, logits, row, row, 0.8, float(u)) for u in us]
+    assert sum(t is not None for t in tokens) >= 195
+    for u, t in zip(us, tokens):
+        if t is not None:
+            assert t == protocol_draw(logits, 0.8, float(u))
+
+
+def test_lazy_draw_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        lazy_draw(np.array([0]), np.zeros(1, dtype=np.float32), np.zeros(1), np.zeros(1), 0.0, 0.5)
+    with pytest.raises(ValueError):
+        lazy_draw(np.array([0]), np.zeros(1, dtype=np.float32), np.zeros(1), np.zeros(1), 1.0, 1.0)
