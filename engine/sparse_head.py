@@ -27,7 +27,8 @@ Measured (``lab/measurements/sparse_head_bounds_*.json``, docs/int8-step.md): on
 Gemma 3's Q8_0 heads no sketch cheaper than >= 6 bits a weight leaves few candidates (an int4
 sketch leaves most rows), so nothing in decoding calls this yet: it would add a sketch to the
 full head. :class:`Q8ExactSketch` (the tightest radius, as costly as the head) is what the tests
-run it with.
+run it with. :func:`lazy_draw` is full-vocabulary sampling on the same footing: the protocol's
+token from exact logits on some ids and intervals on the rest, or None when they cannot decide.
 """
 
 from __future__ import annotations

@@ -379,3 +379,31 @@ def test_lazy_draw_rejects_bad_arguments() -> None:
         lazy_draw(np.array([0]), np.zeros(1, dtype=np.float32), np.zeros(1), np.zeros(1), 0.0, 0.5)
     with pytest.raises(ValueError):
         lazy_draw(np.array([0]), np.zeros(1, dtype=np.float32), np.zeros(1), np.zeros(1), 1.0, 1.0)
+
+
+@pytest.mark.model
+def test_lazy_draw_on_a_real_head(int8_real_model: Any, smollm2_path: Path) -> None:
+    """SmolLM2's head at a prompt: exact logits on the chunks holding the greedy candidates, the
+    sketch's intervals elsewhere. Every decided draw is the full law's token for its uniform."""
+    from verispec.engine.sparse_head import ChunkEvaluator
+    from verispec.reference import layers
+
+    model = int8_real_model("smollm2-135m")
+    exact_sketch, handle = _head_sketch(smollm2_path)
+    try:
+        result = model.forward([1, 504, 2365, 6354, 28, 1130, 314, 260], model.new_cache(16), return_hidden=True)
+        x = layers.rms_norm(result.hidden[-1][-1:], model.store.output_norm, model.config.norm_eps)
+        scores, radius = exact_sketch.bounds(x)
+        mask = candidates(scores[0], radius[0], 1)
+        ids, values = ChunkEvaluator(model.store.head_output.parts)(x, mask)
+        widen = radius[0] * 1.001 + np.abs(scores[0]) * 1e-9
+        decided = 0
+        for u in np.random.default_rng(0).uniform(size=200):
+            token = lazy_draw(ids, values[0], scores[0] - widen, scores[0] + widen, 0.8, float(u))
+            if token is not None:
+                assert token == protocol_draw(result.logits[-1], 0.8, float(u))
+                decided += 1
+        assert ids.shape[0] < result.logits.shape[1]  # some rows were only bounded
+        assert decided > 0  # the lazy path ran (135 of 200 draws from one 8192-row chunk when written)
+    finally:
+        handle.close()
