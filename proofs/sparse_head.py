@@ -32,6 +32,13 @@ Lemmas:
    - ``nonstrict_prune_flips`` (witness, must be SAT): pruning rows with ``U_i <= tau`` (not
      ``<``) is wrong -- a row tied at the cut with the lower id belongs in the top-k.
 
+4. Lazy sampling.
+   - ``lazy_draw_crossing[n]`` (n = 2..6, every t): a non-decreasing running sum known within
+     ``[c_lo, c_hi]`` and a threshold within ``[t_lo, t_hi]``: ``c_lo[t] > t_hi`` and
+     ``c_hi[t-1] <= t_lo`` make the protocol's draw (the count of ``c_j <= threshold``) equal t.
+     That the intervals hold the reference's float64 values is the written argument of
+     ``engine.sparse_head.lazy_draw`` (rounding is monotone; relative error bounds per operation).
+
 Composition: (1) makes ``[L_i, U_i]`` hold ``K_i`` for every row as computed; (2) then says
 every pruned row has rank >= k in the full order, so the candidates hold the full top-k;
 (3) says the top-k of the evaluated rows (a superset of the candidates) is the full top-k,
@@ -147,6 +154,20 @@ def _superset_first_k(n: int) -> z3.BoolRef:
     return result
 
 
+def _lazy_draw_crossing(n: int) -> z3.BoolRef:
+    c, c_lo, c_hi = reals("c", n), reals("c_lo", n), reals("c_hi", n)
+    thr, t_lo, t_hi = z3.Reals("thr t_lo t_hi")
+    hyps = [c[j] <= c[j + 1] for j in range(n - 1)]  # a running sum of non-negative terms
+    hyps += [z3.And(c_lo[j] <= c[j], c[j] <= c_hi[j]) for j in range(n)] + [t_lo <= thr, thr <= t_hi]
+    chosen = z3.Sum([z3.If(c[j] <= thr, 1, 0) for j in range(n)])  # searchsorted(side="right")
+    claims = []
+    for t in range(n):
+        decided = [c_lo[t] > t_hi] + ([c_hi[t - 1] <= t_lo] if t > 0 else [])
+        claims.append(implies(hyps + decided, chosen == t))
+    result: z3.BoolRef = z3.And(*claims)
+    return result
+
+
 def _nonstrict_prune_flips() -> z3.BoolRef:
     k, s, b = reals("K", 2), reals("S", 2), reals("B", 2)
     tau = z3.Real("tau")
@@ -220,6 +241,16 @@ OBLIGATIONS: list[Obligation] = [
             rlimit=50_000_000,
         )
         for n in range(2, 6)
+    ],
+    *[
+        Obligation(
+            f"proofs.sparse_head.lazy_draw_crossing[n={n}]",
+            "c non-decreasing in [c_lo, c_hi], thr in [t_lo, t_hi], c_lo[t] > t_hi, c_hi[t-1] <= t_lo => draw = t",
+            partial(_lazy_draw_crossing, n),
+            ("verispec.engine.sparse_head.lazy_draw",),
+            rlimit=20_000_000,
+        )
+        for n in range(2, 7)
     ],
     Obligation(
         "proofs.sparse_head.nonstrict_prune_flips",

@@ -37,11 +37,21 @@ def _subset_missing_a_top_row() -> z3.BoolRef:  # first-k of rows that need not 
     return z3.And(*same)
 
 
+def _draw_without_the_previous_sum() -> z3.BoolRef:  # decide on c_lo[t] > t_hi alone
+    c, c_lo, c_hi = reals("c", 3), reals("c_lo", 3), reals("c_hi", 3)
+    thr, t_lo, t_hi = z3.Reals("thr t_lo t_hi")
+    hyps = [c[0] <= c[1], c[1] <= c[2], t_lo <= thr, thr <= t_hi]
+    hyps += [z3.And(c_lo[j] <= c[j], c[j] <= c_hi[j]) for j in range(3)]
+    chosen = z3.Sum([z3.If(c[j] <= thr, 1, 0) for j in range(3)])
+    return implies([*hyps, c_lo[2] > t_hi], chosen == 2)
+
+
 MUTANTS: dict[str, Callable[[], z3.BoolRef]] = {
     "radius without the kernel's own error": _radius_without_kernel_term,
     "float64 interval not widened": _interval_not_widened,
     "tau from the k-th largest upper bound": _tau_from_upper_bounds,
     "evaluated rows need not hold the top-k": _subset_missing_a_top_row,
+    "lazy draw without the previous running sum": _draw_without_the_previous_sum,
 }
 
 
