@@ -274,7 +274,7 @@ def study(model_path: str, fit_n: int, test_n: int, steps: int) -> dict[str, Any
     return result
 
 
-def _machine() -> str:
+def machine() -> str:
     import onnxruntime
 
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
         "commit": commit,
         "loadavg_at_start": f"{load0[0]:.2f}",
         "loadavg_at_end": f"{os.getloadavg()[0]:.2f}",
-        "machine": _machine(),
+        "machine": machine(),
         "note": "counts in float64 from the file's Q8_0 blocks; kernel logits from the int8 engine (1 thread)",
     }
     stem = Path(args.model).name.split(".")[0].lower()
