@@ -17,6 +17,7 @@ The modules:
 - :mod:`.ort_pool`: onnxruntime's threads for the engine: ONE pool per process, shared by every session.
 - :mod:`.pages`: Hand a mapped GGUF file's pages back after their bytes were repacked (peak RSS of a load).
 - :mod:`.rope`: RoPE's partner of each dimension, shared by the engine's forward (engine/model.py) and its fused int8 graphs (engine/fused.py): a leaf module, so neither ...
+- :mod:`.sparse_head`: An exact sparse head: the full head's top-k, computing the kernel only on candidate rows (a certified bound; proofs/sparse_head.py).
 - :mod:`.sampling`: The target law, vectorized: bit-identical to :func:`reference.sampling.target_distribution`.
 - :mod:`.verify_cost`: The measured verify-cost curve of a loaded model: what a pass over r rows costs, relative to 1.
 """

@@ -194,6 +194,12 @@ class WeightStore:
         assert self._token_embd_q is not None
         return self._token_embd_q.rows(ids)
 
+    @property
+    def head_output(self) -> Matmul | None:
+        """The head behind the seam (row chunks of the int8 kernel in that mode); None in the
+        quantized mode, whose head is dequantized a chunk at a time (engine/sparse_head.py)."""
+        return self._output
+
     def head_matmul(self, x: F32) -> F32:
         """``x @ output.T``: normed hidden ``[T, n_embd]`` -> logits ``[T, V]``."""
         if self._output is not None:

@@ -7,6 +7,7 @@
 - :mod:`proofs.conformal` the order-statistic index ceil((n+1) q) and its level
 - :mod:`proofs.union`     several exit layers: Boole's inequality and Bonferroni
 - :mod:`proofs.float32`   float rounding in the gates: a counterexample without slack, a slack proved
+- :mod:`proofs.sparse_head` an exact sparse head: a row pruned by the certified bound is in no top-k
 - :mod:`proofs.catalog`   every obligation, in print order
 
 

@@ -14,6 +14,7 @@ MODULES: tuple[str, ...] = (
     "verispec.proofs.conformal",
     "verispec.proofs.union",
     "verispec.proofs.float32",
+    "verispec.proofs.sparse_head",
 )
 
 
