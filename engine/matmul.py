@@ -133,6 +133,7 @@ class OrtGraph:
         with tempfile.TemporaryDirectory(prefix="verispec-ort-", ignore_cleanup_errors=True) as folder:
             tensors = _external_initializers(initializers, os.path.join(folder, "weights.bin"))
             initializers.clear()  # written: the arrays need not live while the session copies them
+            release_freed_memory()  # ... nor stay in the heap: it grows by the session's packed copy next
             graph = helper.make_graph(
                 nodes,
                 "verispec",
