@@ -121,7 +121,7 @@ class Recorder:
 
     @property
     def overall_peak_mib(self) -> float:
-        return max(r["peak_since_last_mib"] for r in self.rows)
+        return float(max(r["peak_since_last_mib"] for r in self.rows))
 
 
 def _wrap(owner: Any, name: str, after: Callable[[Any, tuple[Any, ...]], None]) -> None:
