@@ -87,7 +87,7 @@ def main() -> None:
     unknown = set(off) - set(HAND_BACKS)
     if unknown:
         parser.error(f"unknown hand-backs {sorted(unknown)}")
-    loads = {
+    loads: dict[str, Callable[[], Any]] = {
         "without": lambda: load_without_hand_backs(args.model, off),
         "with": lambda: FastModel.load(args.model, weights="int8"),
     }
@@ -95,7 +95,7 @@ def main() -> None:
     models = {name: loads[name]() for name in load_order}
     times: dict[str, list[float]] = {"with": [], "without": []}
     tokens: dict[str, list[int]] = {}
-    for name, model in models.items():
+    for model in models.values():
         decode(model, 4)  # warm-up
     for round_index in range(args.rounds):
         order = ["with", "without"] if round_index % 2 == 0 else ["without", "with"]
