@@ -211,8 +211,11 @@ def provenance() -> dict[str, Any]:
         except OSError:
             return ""
 
+    import verispec
+
     return {
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "verispec_tree": str(Path(verispec.__file__).resolve().parent.parent),
         "command": " ".join([os.path.basename(sys.executable), "-m", "lab.load_memory", *sys.argv[1:]]),
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(git("status", "--porcelain")),
