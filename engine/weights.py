@@ -630,9 +630,9 @@ class _Int8Loader:
         """The output head, built :data:`INT8_HEAD_CHUNK_ROWS` rows at a time (bounded load-time copies)."""
         n_vocab = self.cfg.n_vocab
         parts: list[Matmul] = []
+        # no trim between chunks: a chunk's graph hands the freed heap back before packing (OrtGraph)
         for first in range(0, n_vocab, INT8_HEAD_CHUNK_ROWS):
             parts.append(self.head_chunk(first, min(INT8_HEAD_CHUNK_ROWS, n_vocab - first)))
-            matmul.release_freed_memory()
         return parts[0] if len(parts) == 1 else matmul.RowChunks(parts)
 
     def head_chunk(self, first: int, rows: int) -> Matmul:
