@@ -186,6 +186,7 @@ _FORMS: dict[int, tuple[Callable[[U8], _Unpacked], int, int, int]] = {
     GGMLType.Q6_K: (_q6_k, 8, 16, 32),
 }
 LOSSLESS_TYPES: frozenset[int] = frozenset(int(t) for t in _FORMS)
+_MIN_TYPES = frozenset(int(t) for t in (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q2_K, GGMLType.Q4_K, GGMLType.Q5_K))
 
 
 def kernel_nbytes(ggml_type: int, n_elements: int) -> int:
@@ -195,8 +196,37 @@ def kernel_nbytes(ggml_type: int, n_elements: int) -> int:
     if form is None:
         return 4 * n_elements
     unpack, bits, block, _ = form
-    has_min = int(ggml_type) in (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q2_K, GGMLType.Q4_K, GGMLType.Q5_K)
+    has_min = int(ggml_type) in _MIN_TYPES
     return n_elements * bits // 8 + (n_elements // block) * (5 + (4 if has_min else 0))
+
+
+PREPACKED_BLOCK_EXTRA = 8  # bytes a block beyond its levels in MLAS's int8-compute packing (see prepacked_nbytes)
+
+
+def prepacked_nbytes(ggml_types: tuple[int, ...], n_out: int, n_in: int) -> int:
+    """Bytes onnxruntime holds for the matrix ``[n_out, n_in]`` stacked (:func:`concat`) from parts
+    of ``ggml_types``, as the int8 mode builds it (engine.matmul.blocks_nodes), steady state:
+
+    - ``MatMulNBits`` prepacked by MLAS for int8 compute: per block, the levels (``bits * block / 8``
+      bytes), a float32 scale and a float32 block sum (:data:`PREPACKED_BLOCK_EXTRA`; measured 24.2
+      bytes a 4-bit block of 32 and 40.6 an 8-bit one on onnxruntime 1.32, lab/load_memory.py);
+      the kernel's rows include the block-sum rows (one per input block) when a part has mins;
+    - the min term's float32 matrix, ``[n_in / block, n_out + n_in / block]`` (its wide form,
+      the larger), single copy (measured 4.2-4.4 bytes an element);
+    - a part without a block form makes the whole stack float32 (4 bytes an element, MatMul).
+
+    Not counted: onnxruntime's fixed cost per session and node (tens of KiB each)."""
+    forms = [_FORMS.get(int(t)) for t in ggml_types]
+    if not forms or any(form is None for form in forms):
+        return 4 * n_out * n_in
+    bits = max(form[1] for form in forms if form is not None)
+    block = min(form[2] for form in forms if form is not None)
+    has_min = any(int(t) in _MIN_TYPES for t in ggml_types)
+    n_blocks = n_in // block
+    rows = n_out + (n_blocks if has_min else 0)
+    levels = rows * n_in * bits // 8
+    mins = 4 * n_blocks * (n_out + n_blocks) if has_min else 0
+    return levels + rows * n_blocks * PREPACKED_BLOCK_EXTRA + mins
 
 
 def repack(raw: U8, ggml_type: int, shape: tuple[int, int], *, name: str = "") -> KernelBlocks:

@@ -49,6 +49,20 @@ def drop_pages(view: npt.NDArray[np.uint8]) -> bool:
     return True
 
 
+def drop_mapping(view: npt.NDArray[np.uint8]) -> bool:
+    """Release every resident page of the read-only file mapping under ``view`` (the whole file,
+    not only the view's range): after a load, the pages left are the partial pages at tensor
+    boundaries that :func:`drop_pages` keeps for their neighbours, and the metadata the config and
+    the tokenizer read, none needed again (a later read, such as an embedding row, faults its page
+    back in from the file). False where ``view`` is not a file mapping (anonymous memory would lose
+    its bytes) or madvise is missing."""
+    mapping = _mapping(view)
+    if mapping is None or not hasattr(mapping, "madvise") or len(mapping) == 0:
+        return False
+    mapping.madvise(mmap.MADV_DONTNEED)  # the whole mapping
+    return True
+
+
 def _madvise() -> Any:
     """libc's ``madvise`` through ctypes, or None where it cannot be had."""
     import ctypes

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.engine import matmul
-from verispec.engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, repack
+from verispec.engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, prepacked_nbytes, repack
 from verispec.engine.fused import (
     LayerChain,
     LayerMatrices,
@@ -39,7 +39,7 @@ from verispec.engine.fused import (
     fused_default,
 )
 from verispec.engine.matmul import Matmul, NumpyMatmul
-from verispec.engine.pages import batched_drops, drop_pages
+from verispec.engine.pages import batched_drops, drop_mapping, drop_pages
 from verispec.reference import quants
 from verispec.reference.config import Config
 from verispec.reference.errors import InsufficientMemory as InsufficientMemory
@@ -260,6 +260,31 @@ def estimate_bytes(f: "GGUFFile", mode: str) -> int:
     return sum(t.nbytes for t in infos) + largest + chunk
 
 
+def int8_prepacked_bytes(f: "GGUFFile", cfg: Config) -> int:
+    """The bytes the int8 mode's kernels hold for every matrix once loaded (no load-time copy, no
+    per-session cost): each layer's four projections as they are stacked (q, k, v; gate, up) and
+    the head in its chunks of :data:`INT8_HEAD_CHUNK_ROWS` rows, each sized by
+    :func:`engine.blocks.prepacked_nbytes`. The floor of the int8 mode's resident weights: the
+    file's pages are handed back after packing, so nothing else need hold a weight."""
+    e, d, ff = cfg.n_embd, cfg.head_dim, cfg.n_ff
+    q, kv = cfg.n_head * d, cfg.n_head_kv * d
+
+    def types(names: list[str]) -> tuple[int, ...]:
+        return tuple(int(f.tensors[name].ggml_type) for name in names)
+
+    total = 0
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        total += prepacked_nbytes(types([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]), q + 2 * kv, e)
+        total += prepacked_nbytes(types([p + "attn_output.weight"]), e, q)
+        total += prepacked_nbytes(types([p + "ffn_gate.weight", p + "ffn_up.weight"]), 2 * ff, e)
+        total += prepacked_nbytes(types([p + "ffn_down.weight"]), e, ff)
+    head = types(["output.weight" if "output.weight" in f.tensors else "token_embd.weight"])
+    for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):
+        total += prepacked_nbytes(head, min(INT8_HEAD_CHUNK_ROWS, cfg.n_vocab - first), e)
+    return total
+
+
 def available_bytes() -> int:
     """MemAvailable from /proc/meminfo (bytes); a large number where it cannot be read."""
     try:
@@ -416,10 +441,13 @@ def load_weights(
     common = _read_common(f, cfg)
     with batched_drops():  # the graphs' mapped scales handed back a batch of folders at a time
         if mode == "f32":
-            return _load_f32(cfg, common, kernel)
-        if mode == "int8":
-            return _Int8Loader(cfg, common).load(kernel, fused_layers)
-        return _load_quantized(cfg, common, kernel)
+            store = _load_f32(cfg, common, kernel)
+        elif mode == "int8":
+            store = _Int8Loader(cfg, common).load(kernel, fused_layers)
+        else:
+            store = _load_quantized(cfg, common, kernel)
+    drop_mapping(f.raw(common.head_name))  # every weight is read: no file page need stay resident
+    return store
 
 
 def _check_loadable(f: "GGUFFile", cfg: Config, mode: str, backend: str, fused: bool | None) -> tuple[str, bool]:
@@ -556,6 +584,7 @@ class _Int8Loader:
             for il in range(cfg.n_layer):
                 layers.append(self.layer(il))
                 matmul.release_freed_memory()
+        drop_mapping(self.t.f.raw(c.head_name))  # the layers' boundary pages, before the head's peak
         output = self.head()
         matmul.release_freed_memory()
         return WeightStore(
@@ -615,9 +644,9 @@ class _Int8Loader:
         """The output head, built :data:`INT8_HEAD_CHUNK_ROWS` rows at a time (bounded load-time copies)."""
         n_vocab = self.cfg.n_vocab
         parts: list[Matmul] = []
+        # no trim between chunks: a chunk's graph hands the freed heap back before packing (OrtGraph)
         for first in range(0, n_vocab, INT8_HEAD_CHUNK_ROWS):
             parts.append(self.head_chunk(first, min(INT8_HEAD_CHUNK_ROWS, n_vocab - first)))
-            matmul.release_freed_memory()
         return parts[0] if len(parts) == 1 else matmul.RowChunks(parts)
 
     def head_chunk(self, first: int, rows: int) -> Matmul:

@@ -27,6 +27,9 @@ Also here:
 - :mod:`.draft_cache_load`: How fast ``--draft-cache FILE`` loads: MB/s for caches of about 1, 6 and 60 MB.
 - :mod:`.link_ab`: CPU of the int8 layer graphs alone: a link against the two graphs it fuses, and the cost by rows.
 - :mod:`.layer_ab`: CPU of the int8 mode's layer pass, for an A/B of two checkouts (SmolLM2, fused layers).
+- :mod:`.load_memory`: Where an int8 load's resident memory is, stage by stage: a table from /proc/self/smaps.
+- :mod:`.load_time_ab`: Two source trees, the same int8 load, interleaved: the load's CPU time before / after in one run.
+- :mod:`.hand_back_step_ab`: Does handing a load's memory back change the decode step? Both loads in one process, interleaved.
 - :mod:`.llama_plain_ab`: The int8 engine's plain decode step against llama.cpp's, interleaved in one process, with the bytes-streamed bound beside them.
 - :mod:`.reference_logits_memory`: Peak RSS of a long run of ``ReferenceLogits`` (spec/decoder/check.py) on the prefixes of a depth run.
 - :mod:`.results`: The results pages, generated from the saved measurements: ``python -m lab.results``.

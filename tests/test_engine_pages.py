@@ -117,3 +117,23 @@ def test_batched_drops_advise_every_queued_folder_with_one_read_a_batch(
     assert maps[3][0] == data[0] ^ 1
     assert drop_folder_pages(str(folders[0])) == PAGES * mmap.PAGESIZE  # outside: advised at once
     assert len(passes) == 4  # three batches, then one call outside
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_drop_mapping_releases_the_whole_file_and_keeps_its_bytes(tmp_path: Path) -> None:
+    """A GGUF load's last step: every page of the read-only file mapping goes, not only the
+    view's; the bytes read back the same. Anonymous memory (a GGUF parsed from bytes) is refused."""
+    data = np.random.default_rng(2).integers(0, 256, PAGES * mmap.PAGESIZE, dtype=np.uint8)
+    path = tmp_path / "model.bin"
+    data.tofile(path)
+    whole = np.memmap(path, dtype=np.uint8, mode="r")  # as GGUFFile.open maps a model
+    assert int(whole.sum()) == int(data.sum())  # every page resident
+    view = np.asarray(whole[5 : 2 * mmap.PAGESIZE + 7]).view(np.ndarray)  # a tensor-like slice
+    assert _resident_kib(path) >= PAGES * mmap.PAGESIZE // 1024
+    assert pages.drop_mapping(view)
+    assert _resident_kib(path) == 0
+    assert np.array_equal(whole, data) and np.array_equal(view, data[5 : 2 * mmap.PAGESIZE + 7])
+    private = np.array(data)  # anonymous memory: advising it would zero it
+    assert not pages.drop_mapping(private[3:100])
+    assert np.array_equal(private, data)
+    assert not pages.drop_mapping(np.frombuffer(data.tobytes(), dtype=np.uint8))
