@@ -6,6 +6,11 @@ would need the plugin and its own file) from the repository root::
 
     CPUPROF_OUT=/tmp/cpu.jsonl PYTHONPATH=. python -m pytest -n 0 -q -p lab.measure.cpu_profile tests/...
     python -m lab.measure.cpu_profile /tmp/cpu.jsonl          # rank by test, by file, by setup
+    python -m lab.measure.cpu_profile /tmp/cpu.jsonl --costs tests/data/test_cpu.json
+
+``--costs`` writes the costs that order the gate's xdist work (tests/conftest.py
+``pytest_xdist_make_scheduler``: the longest units first): the CPU seconds of every file and of
+every test that costs at least ``MIN_COST_S``.
 
 Each line of ``$CPUPROF_OUT`` is one test: its node id, and the CPU seconds (``getrusage`` user +
 system, of this process and of its waited-for children) spent in its setup, call and teardown, with
@@ -104,11 +109,35 @@ def ranking(records: list[dict[str, Any]], top: int = 40) -> str:
     return "\n".join(lines)
 
 
+MIN_COST_S = 5.0  # a test listed by itself in the costs file: the rest only move within their file's cost
+
+
+def costs(records: list[dict[str, Any]], provenance: str) -> dict[str, Any]:
+    """The scheduler's cost table: CPU seconds per file, and per test of at least ``MIN_COST_S``."""
+    files: dict[str, float] = defaultdict(float)
+    for record in records:
+        files[record["nodeid"].split("::", 1)[0]] += total(record)
+    return {
+        "provenance": provenance,
+        "files": {path: round(cpu, 1) for path, cpu in sorted(files.items()) if cpu >= 0.5},
+        "tests": {
+            r["nodeid"]: round(total(r), 1)
+            for r in sorted(records, key=lambda r: r["nodeid"])
+            if total(r) >= MIN_COST_S
+        },
+    }
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m lab.measure.cpu_profile PROFILE.jsonl", file=sys.stderr)
+    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--costs"):
+        print("usage: python -m lab.measure.cpu_profile PROFILE.jsonl [--costs OUT.json]", file=sys.stderr)
         return 2
-    print(ranking(load(Path(argv[0]))))
+    records = load(Path(argv[0]))
+    if len(argv) == 3:
+        provenance = f"python -m lab.measure.cpu_profile {argv[0]} --costs: {len(records)} tests at -n 0"
+        Path(argv[2]).write_text(json.dumps(costs(records, provenance), indent=1) + "\n", encoding="utf-8")
+    else:
+        print(ranking(records))
     return 0
 
 
