@@ -24,6 +24,8 @@ Engines and verifiers under test:
 - :mod:`.hostile_engines`, :mod:`.stalling_engine`, :mod:`.textbook_verifier`: hostile, hanging and
   textbook (the right law, not bit-exact) implementations.
 - :mod:`.processes`: subprocess helpers (timeouts, process groups).
+- :mod:`.import_graph`: the static import walk (every import, lazy and by name) that the import-graph
+  and layering tests read.
 
 Peers, users, CI:
 
