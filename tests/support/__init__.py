@@ -21,6 +21,7 @@ Engines and verifiers under test:
   fixture and the correct decoders.
 - :mod:`.fake_tokenizer`: a tokenizer with just what a decode loop needs.
 - :mod:`.calibration_records`: synthetic calibration records (no model runs).
+- :mod:`.merge_shards`: small shard sets of check reports for the merge tests.
 - :mod:`.hostile_engines`, :mod:`.stalling_engine`, :mod:`.textbook_verifier`: hostile, hanging and
   textbook (the right law, not bit-exact) implementations.
 - :mod:`.processes`: subprocess helpers (timeouts, process groups).
