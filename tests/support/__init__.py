@@ -24,7 +24,7 @@ Engines and verifiers under test:
 - :mod:`.merge_shards`: small shard sets of check reports for the merge tests.
 - :mod:`.hostile_engines`, :mod:`.stalling_engine`, :mod:`.textbook_verifier`: hostile, hanging and
   textbook (the right law, not bit-exact) implementations.
-- :mod:`.processes`: subprocess helpers (timeouts, process groups).
+- :mod:`.processes`: subprocess helpers (timeouts, process groups), a crashing stand-in peer child.
 - :mod:`.import_graph`: the static import walk (every import, lazy and by name) that the import-graph
   and layering tests read.
 
