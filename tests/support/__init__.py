@@ -22,6 +22,9 @@ Engines and verifiers under test:
 - :mod:`.fake_tokenizer`: a tokenizer with just what a decode loop needs.
 - :mod:`.calibration_records`: synthetic calibration records (no model runs).
 - :mod:`.merge_shards`: small shard sets of check reports for the merge tests.
+- :mod:`.equivalence`: speculative-equals-plain comparisons (near-ties derived) and the exact law of
+  the first two sampled tokens.
+- :mod:`.tree`: the tree tests' fixed draft tree, repetitive prompts and wide suffix draft.
 - :mod:`.hostile_engines`, :mod:`.stalling_engine`, :mod:`.textbook_verifier`: hostile, hanging and
   textbook (the right law, not bit-exact) implementations.
 - :mod:`.processes`: subprocess helpers (timeouts, process groups), a crashing stand-in peer child.
