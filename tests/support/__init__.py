@@ -25,6 +25,7 @@ Engines and verifiers under test:
 - :mod:`.equivalence`: speculative-equals-plain comparisons (near-ties derived) and the exact law of
   the first two sampled tokens.
 - :mod:`.tree`: the tree tests' fixed draft tree, repetitive prompts and wide suffix draft.
+- :mod:`.quant_blocks`: random block-quantized GGUF bytes for the engine's kernel tests.
 - :mod:`.hostile_engines`, :mod:`.stalling_engine`, :mod:`.textbook_verifier`: hostile, hanging and
   textbook (the right law, not bit-exact) implementations.
 - :mod:`.processes`: subprocess helpers (timeouts, process groups), a crashing stand-in peer child.
