@@ -135,14 +135,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     ``--dist load``, except that each ``SHARED_LOAD_GROUPS`` entry, and each file that defines a
     module-scoped fixture, is one unit that a single worker runs whole: its shared loads (a model,
     a vector set, a built wheel) then happen once, not in every worker that got some of its tests.
-    The units go first, larger first (xdist's ``--loadscopereorder``); the single tests after them
-    keep the end of the run fine-grained, so no worker is left alone with a long file.
+    The units go out costliest first, by the CPU seconds tests/data/test_cpu.json measured
+    (lab/measure/cpu_profile.py; a unit it does not list costs 0), then by size (xdist's
+    ``--loadscopereorder``): a long file or test started last would leave the other worker idle
+    while it ends, and the cheap single tests at the end keep the run's end fine-grained.
     (xdist's own ``loadgroup`` reads ``xdist_group`` marks by renaming ``item._nodeid``, which
     pytest 9 no longer reads: it would silently run as ``load``.) Other ``--dist`` values keep
     xdist's schedulers."""
     if config.getvalue("dist") != "loadgroup":
         return None
     import re
+    from collections import OrderedDict
 
     from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
@@ -159,8 +162,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             has_module_fixture[path] = file.is_file() and bool(module_fixture.search(file.read_text(encoding="utf-8")))
         return path if has_module_fixture[path] else nodeid
 
+    measured = json.loads((DATA / "test_cpu.json").read_text(encoding="utf-8"))
+    file_cpu: dict[str, float] = measured["files"]
+    test_cpu: dict[str, float] = measured["tests"]
+
+    def cost(scope: str) -> float:
+        if scope in SHARED_LOAD_GROUPS:
+            return sum(file_cpu.get(path, 0.0) for path in SHARED_LOAD_GROUPS[scope])
+        return test_cpu.get(scope, 0.0) if "::" in scope else file_cpu.get(scope, 0.0)
+
     class SharedLoadScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return unit(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the first assignment: the queue is whole (xdist's schedule())
+                units = sorted(self.workqueue.items(), key=lambda item: -cost(item[0]))  # stable: then by size
+                self.workqueue = OrderedDict(units)
+                self.ordered = True
+            super()._assign_work_unit(node)
 
     return SharedLoadScheduling(config, log)

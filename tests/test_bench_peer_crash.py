@@ -19,25 +19,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.processes import group_gone
+from tests.support.processes import SEGV_AT_FIRST_RUN, group_gone
 from verispec.bench import llama, llama_child
 from verispec.bench.peer import PeerProcess
 from verispec.bench.text import format_llama
 from verispec.reference.errors import PeerFailed
 
-# Answers "open" like the real child, then faults on the first "run" (after a last word on stderr).
-SEGV_AT_FIRST_RUN = """
-import json, os, signal, sys
-for line in sys.stdin:
-    op = json.loads(line)["op"]
-    if op == "open":
-        info = {"available": True, "version": "stand-in", "system_info": "AMX_INT8 = 1", "threads": 1,
-                "num_pred_tokens": 4, "n_ctx": 64}
-        sys.stdout.write(json.dumps({"ok": True, "result": info}) + "\\n"); sys.stdout.flush()
-    else:
-        sys.stderr.write("ggml_backend_amx: prompt eval\\n"); sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGSEGV)
-"""
 SEGV_AT_OPEN = "import os, signal, sys; sys.stdin.readline(); os.kill(os.getpid(), signal.SIGSEGV)"
 NEVER_ANSWERS = "import sys, time; sys.stdin.readline(); time.sleep(60)"
 ANSWERS_AN_ERROR = (

@@ -28,51 +28,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.calibration_records import synthetic_records
+from tests.support.calibration_records import artifact, edit, synthetic_records
 from verispec.reference.calibration import Calibration, build
-from verispec.reference.calibration_seal import KEY_ENV, SEAL_FIELD, seal
+from verispec.reference.calibration_seal import KEY_ENV, SEAL_FIELD
 from verispec.reference.early_exit import Lens
 from verispec.reference.errors import CalibrationError
 
 KEY = "k" * 32
-
-
-def artifact(tmp_path: Path, n_prompts: int = 120) -> Path:
-    rng = np.random.default_rng(3)
-    lens = Lens(
-        (3, 5), rng.standard_normal((2, 4, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
-    )
-    cal = build(
-        synthetic_records(n_prompts=n_prompts, kinds=("chat", "code")),
-        q="0.9",
-        model_sha256="b" * 64,
-        model_name="m",
-        n_layer=6,
-        lens=lens,
-        n_lens=7,
-        ridge=0.5,
-    )
-    path = tmp_path / "cal.json"
-    cal.save(path)
-    return path
-
-
-def edit(path: Path, change: Callable[[dict[str, Any]], None], *, reseal: bool = True) -> None:
-    """Apply ``change`` to the JSON; with ``reseal`` recompute the (unkeyed) seal as an attacker
-    who knows the format would, so only the range checks stand in the way."""
-    raw = json.loads(path.read_text())
-    change(raw)
-    if reseal:
-        body = {k: v for k, v in raw.items() if k != SEAL_FIELD}
-        raw[SEAL_FIELD] = seal(body, _lens_of(path, raw), None)
-    path.write_text(json.dumps(raw))
-
-
-def _lens_of(path: Path, raw: dict[str, Any]) -> Lens | None:
-    if not raw.get("lens"):
-        return None
-    with np.load(path.parent / raw["lens"]["file"]) as data:
-        return Lens(tuple(int(d) for d in data["depths"]), data["weight"], data["bias"])
 
 
 def depth0(raw: dict[str, Any], kind: str | None = None) -> dict[str, Any]:

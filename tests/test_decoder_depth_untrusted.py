@@ -13,6 +13,7 @@ import json
 import math
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -269,12 +270,20 @@ def test_a_stream_reusing_engine_gets_the_same_verdict_for_any_number_of_workers
 
 
 def test_a_correct_decoder_at_a_sharp_law_repeats_legitimately(
-    tiny_model: Path, capsys: pytest.CaptureFixture[str]
+    tiny_model: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Temperature 0.05: most generations repeat (the law's own collision probability); the run
     does not fail, and the report says the repeats are the law's (its budget ends it: exit 3). An
     explicit --tv makes the budget a stop (without one the design would be budget-led); the first-m
-    test is skipped so that its share of a loaded machine's seconds cannot leave none for the depth."""
+    test is skipped so that its share of the seconds cannot leave none for the depth.
+
+    The depth test's clock is this process's CPU time here, not the wall clock: on a loaded machine
+    the pilot alone could outlast 10 wall seconds, leaving no generation to repeat (nothing for the
+    report to say). In 10 CPU seconds the pilot takes ~1 and the test ~450 generations of 8 tokens,
+    whatever the load; the budget still ends the run, through the same check of the clock."""
+    from verispec.spec.decoder.depth import law
+
+    monkeypatch.setattr(law, "time", SimpleNamespace(monotonic=time.process_time))
     status, report = run(
         tiny_model, capsys, "--ours", "--temperature", "0.05", "--tv", "0.05", "--budget", "10", "--no-first-m"
     )

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import SEGV_AT_FIRST_RUN
 from tests.support.synthetic import write_synthetic
-from tests.test_bench_peer_crash import SEGV_AT_FIRST_RUN
 from verispec import cli
 from verispec.bench import llama, llama_child
 from verispec.commands import demo as demo_command

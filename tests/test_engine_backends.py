@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
+from tests.support.quant_blocks import random_blocks
 from tests.support.tolerances import assert_within, forward_spread
 from verispec.engine import load_model
 from verispec.engine import matmul as mm
@@ -47,33 +48,6 @@ from verispec.reference.generate import GenerationRequest
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
-
-# byte offsets of the fp16 scale fields of each block type (set to finite values in random_blocks)
-_F16_FIELDS = {
-    quants.GGMLType.Q4_0: (0,),
-    quants.GGMLType.Q4_1: (0, 2),
-    quants.GGMLType.Q5_0: (0,),
-    quants.GGMLType.Q5_1: (0, 2),
-    quants.GGMLType.Q8_0: (0,),
-    quants.GGMLType.Q2_K: (80, 82),
-    quants.GGMLType.Q3_K: (108,),
-    quants.GGMLType.Q4_K: (0, 2),
-    quants.GGMLType.Q5_K: (0, 2),
-    quants.GGMLType.Q6_K: (208,),
-}
-
-
-def random_blocks(ggml_type: int, shape: tuple[int, int], seed: int, finite: bool = True) -> np.ndarray[Any, Any]:
-    """Random GGUF bytes for a matrix ``shape``; with ``finite`` every fp16 scale is in [0.005, 0.02]."""
-    rng = np.random.default_rng(seed)
-    elements, nbytes = quants.block_layout(ggml_type)
-    n_blocks = shape[0] * shape[1] // elements
-    raw = rng.integers(0, 256, size=(n_blocks, nbytes), dtype=np.uint8)
-    if finite:
-        for offset in _F16_FIELDS[quants.GGMLType(ggml_type)]:
-            scale = rng.uniform(0.005, 0.02, size=n_blocks).astype(np.float16)
-            raw[:, offset : offset + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
-    return raw.reshape(-1)
 
 
 @pytest.mark.parametrize("ggml_type", sorted(LOSSLESS_TYPES), ids=quants.type_name)

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.quant_blocks import random_blocks
 from tests.support.tolerances import assert_within, forward_spread
-from tests.test_engine_backends import random_blocks
 from verispec.engine import fused as fused_mod
 from verispec.engine import matmul as mm
 from verispec.engine.blocks import LOSSLESS_TYPES, repack

@@ -10,7 +10,7 @@ import inspect
 
 import pytest
 
-from tests.test_layering import all_modules
+from tests.support.import_graph import all_modules
 from verispec.reference import errors
 from verispec.reference.errors import EXIT_CATEGORIES, VerispecError, exit_category_of
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support.tiny_gguf import write_tiny_gguf
+from tests.support.tiny_gguf import one_layer_model
 from verispec import cli
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
@@ -44,17 +44,7 @@ PASS_ALPHA = ALPHA_BUDGET["decoder_laws"] / 3
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
-    path = write_tiny_gguf(
-        tmp_path_factory.mktemp("laws") / "tiny.gguf",
-        n_vocab=64,
-        n_embd=32,
-        n_layer=1,
-        n_head=4,
-        n_head_kv=2,
-        context_length=256,
-        weight_scale=1.0,
-    )
-    return Model.load(path)
+    return one_layer_model(tmp_path_factory.mktemp("laws") / "tiny.gguf", n_vocab=64)
 
 
 def _decoder(model: Model, target: laws.Profile) -> LoopDecoder:

@@ -1,4 +1,4 @@
-"""Which folder may import which: a static walk of every import (tests/test_import_graph.py's walker).
+"""Which folder may import which: a static walk of every import (tests/support/import_graph.py's walker).
 
 The rule, folder by folder (an import of its own folder is always allowed):
 
@@ -19,11 +19,9 @@ oracle, written from the protocol text. Every import counts (top level, inside a
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
-from tests.test_import_graph import import_graph, modules
+from tests.support.import_graph import FOLDERS, import_graph
 
-FOLDERS = ("reference", "engine", "spec", "proofs", "verispec", "tests", "lab", "examples")
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "reference": frozenset(),
     "engine": frozenset({"reference"}),
@@ -47,11 +45,6 @@ def folder_of(module: str) -> str:
     if parts[0] == "verispec" and len(parts) > 1 and parts[1] in MAY_IMPORT and parts[1] != "verispec":
         return parts[1]
     return parts[0]
-
-
-def all_modules() -> dict[str, Path]:
-    """Every Python file of every folder, by the name it is imported as (symlinks not followed)."""
-    return modules(FOLDERS)
 
 
 @functools.cache  # one walk for all the tests: the graph is read, never changed

@@ -11,12 +11,10 @@ bit. Peak RSS of a long run: lab/reference_logits_memory.py (a benchmark, not a 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from tests.support.tiny_gguf import write_tiny_gguf
+from tests.support.tiny_gguf import one_layer_model
 from verispec.reference.model import Model
 from verispec.spec.decoder.check import MEMO_BYTES, ReferenceLogits
 
@@ -26,17 +24,7 @@ ROW_BYTES = VOCAB * 4
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
-    path: Path = write_tiny_gguf(
-        tmp_path_factory.mktemp("memo") / "tiny.gguf",
-        n_vocab=VOCAB,
-        n_embd=32,
-        n_layer=1,
-        n_head=4,
-        n_head_kv=2,
-        context_length=256,
-        weight_scale=1.0,
-    )
-    return Model.load(path)
+    return one_layer_model(tmp_path_factory.mktemp("memo") / "tiny.gguf", n_vocab=VOCAB)
 
 
 def retained_bytes(memo: ReferenceLogits) -> int:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.support.tolerances import assert_within, forward_spread
+from tests.support.tree import PARENTS, path_of
 from verispec.engine.model import FastModel
 from verispec.reference.errors import ModelError
 from verispec.reference.model import Model
@@ -36,17 +37,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 PREFIX = (5, 9, 1, 30, 2)
-# rows: 0 root (pending token), 1-3 its children, 4-5 under 1, 6 under 4, 7 under 3, 8 under 6
-PARENTS = (-1, 0, 0, 0, 1, 1, 4, 3, 6)
 TOKENS = (7, 11, 12, 13, 20, 21, 22, 23, 24)
-
-
-def path_of(parents: Sequence[int], row: int) -> list[int]:
-    out = []
-    while row >= 0:
-        out.append(row)
-        row = parents[row]
-    return out[::-1]
 
 
 def test_ancestor_mask_brute_force() -> None:

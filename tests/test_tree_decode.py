@@ -26,15 +26,10 @@ import numpy.typing as npt
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
+from tests.support.equivalence import SAMPLED, MemoLaw, compare, first_two_tokens_law, near_ties
 from tests.support.fake_tokenizer import FakeTokenizer
 from tests.support.tolerances import assert_within, forward_spread
-from tests.test_spec_equivalence import (
-    SAMPLED,
-    MemoLaw,
-    compare,
-    first_two_tokens_law,
-    near_ties,
-)
+from tests.support.tree import PROMPTS, wide_suffix
 from verispec.engine.model import FastModel
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import make_draft, parse_draft_spec
@@ -52,11 +47,6 @@ from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, require
 F32 = npt.NDArray[np.float32]
 GREEDY = SamplingParams(temperature=0.0)
 SAMPLES = 16  # Monte Carlo samples per tolerance (lambda 31): one forward_spread per cycle
-
-
-def wide_suffix(width: int = 3) -> SuffixDraft:
-    """The whole grown tree every cycle (no cost model), so trees are wide even on a tiny model."""
-    return SuffixDraft(tree_width=width, control=False, tree_nodes=12, min_match=1)
 
 
 class TreeRecorder:
@@ -133,14 +123,6 @@ def check_tree_run(
     if params.greedy:
         assert result.generation.ids == generate(model, tok, GenerationRequest(prompt, params, max_tokens=n)).ids
     return wide, repairs, moved
-
-
-PROMPTS = (
-    (1, 2, 3, 1, 2, 4, 1, 2, 3, 1, 2),
-    (4, 5, 6, 4, 5, 7, 4, 5),
-    (9, 8, 9, 7, 9, 8, 9, 6, 9),
-    (3, 4, 3, 5, 3, 4, 3, 6, 3),
-)
 
 
 # the fast engine's variants are slow-marked (~15 s each on the 2-core machine): its tree mask is

@@ -26,9 +26,8 @@ import pytest
 
 from tests.support.fake_tokenizer import FakeTokenizer
 from tests.support.synthetic import write_synthetic
-from tests.test_tree_attention import PARENTS, path_of
-from tests.test_tree_decode import PROMPTS as TREE_PROMPTS
-from tests.test_tree_decode import wide_suffix
+from tests.support.tree import PARENTS, path_of, wide_suffix
+from tests.support.tree import PROMPTS as TREE_PROMPTS
 from verispec.engine import sampling as fast_sampling
 from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel

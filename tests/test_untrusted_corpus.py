@@ -287,7 +287,7 @@ def test_mutated_calibrations_are_refused(tmp_path: Path) -> None:
     """Out-of-range values (re-sealed or not) and IN-range forgeries re-sealed without a key (a
     threshold moved to 0, -inf or a plausible nearby value, a count edited): all refused, the
     in-range ones because every threshold is recomputed from the scores the artifact carries."""
-    from tests.test_calibration_untrusted import artifact, edit
+    from tests.support.calibration_records import artifact, edit
 
     rng = random.Random(19)
     path = artifact(tmp_path)
@@ -321,7 +321,7 @@ def test_mutated_calibration_records_are_refused_or_recomputed(tmp_path: Path) -
     scores give (the load recomputed it): never a threshold the scores do not support."""
     import base64
 
-    from tests.test_calibration_untrusted import artifact, edit
+    from tests.support.calibration_records import artifact, edit
     from verispec.reference.calibration import build
 
     rng = random.Random(23)

@@ -9,6 +9,8 @@ as ``python -m lab.measure.NAME`` (minutes; never collected by pytest):
 - :mod:`.batched_decoding`: batched decoding's CPU a token at several lockstep widths.
 - :mod:`.batch_mutants`: the batch test's reference engine and its mutants at a stated design.
 - :mod:`.ours_depth`: ``--ours`` at depth on SmolLM2, timed in a given source tree (before/after).
+- :mod:`.cpu_profile`: the test suite's CPU per test, file and fixture setup (a pytest plugin, and
+  its ranking): where the gate's time goes.
 
 The rule these scripts keep (tests/test_layering.py enforces it): they measure the tests' own
 cases at full scale, so besides the product they may import the tests' support package

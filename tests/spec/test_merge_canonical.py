@@ -3,7 +3,7 @@ form does not (a schema version, a block key "01", an extra field) is refused ev
 digest and HMAC verify; an empty ``VERISPEC_REPORT_KEY`` is refused, not read as "no key"; a
 partial selection merges only when asked, as a partial claim; shards whose drawing a malformed
 answer broke off merge as the failed run. The shard files come from
-tests/spec/test_merge_forgery.py's helpers (the reference, contract + one test at 2% of its N).
+tests/support/merge_shards.py (the reference, contract + one test at 2% of its N).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.spec.test_merge_forgery import ONLY, SCALE, Files, copy_shards, python_impl, shard_files
+from tests.support.merge_shards import ONLY, SCALE, Files, copy_shards, python_impl, shard_files
 from verispec import cli
 from verispec.exit_codes import EXIT_FAILED
 from verispec.reference.speculative import Verdict, verify_sampled

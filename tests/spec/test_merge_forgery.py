@@ -11,46 +11,20 @@ resealed are accepted without a key and refused with one.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from verispec.reference.speculative import verify_sampled, verify_sampled_batch
-from verispec.spec.check import CheckError, CheckReport, PythonImplementation, merge_reports, run_check
-from verispec.spec.mutants import catalogue
+from tests.support.merge_shards import Files, copy_shards, shard_files
+from verispec.spec.check import CheckError, CheckReport, merge_reports
 from verispec.spec.report import PropertyOutcome, ReportError, run_design
 from verispec.spec.report_seal import REPORT_KEY_ENV, content_digest, run_id, verifier_identity
 from verispec.spec.vectors import VectorSet, build_vectors
-
-ONLY = ["contract", "stat_verdict_law_k1"]
-SCALE = 0.02
-Files = list[dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
 def vectors() -> VectorSet:
     return build_vectors(2, 1)
-
-
-def python_impl(mutant: str | None = None) -> PythonImplementation:
-    if mutant is None:
-        return PythonImplementation(verify_sampled, batch=verify_sampled_batch, description="python: reference")
-    chosen = {m.name: m for m in catalogue()}[mutant]
-    return PythonImplementation(chosen.verifier, batch=chosen.batch, description=f"python: {mutant}")
-
-
-def shard_files(vectors: VectorSet, mutant: str | None = None, shards: int = 2) -> Files:
-    return [
-        json.loads(
-            json.dumps(
-                run_check(
-                    python_impl(mutant), vectors, only=ONLY, scale=SCALE, shard=(i, shards), min_power=0
-                ).as_json()
-            )
-        )
-        for i in range(1, shards + 1)
-    ]
 
 
 def _merge(files: Files) -> CheckReport:
@@ -77,10 +51,6 @@ def good(vectors: VectorSet) -> Files:
 @pytest.fixture(scope="module")
 def broken(vectors: VectorSet) -> Files:
     return shard_files(vectors, "resample_from_target")
-
-
-def copy_shards(files: Files) -> Files:
-    return json.loads(json.dumps(files))  # type: ignore[no-any-return]
 
 
 def test_the_untouched_shards_merge(good: Files, broken: Files) -> None:

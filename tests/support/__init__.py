@@ -5,7 +5,8 @@ Models and writers:
 
 - :mod:`.synthetic`, :mod:`.gguf_builder`: re-exports of the shipped :mod:`verispec.synth` (tiny
   seeded GGUF models, the independent writer).
-- :mod:`.tiny_gguf`: tiny random GGUF models written with gguf-py (the oracle writer).
+- :mod:`.tiny_gguf`: tiny random GGUF models written with gguf-py (the oracle writer), and the
+  decoder tests' one-layer model.
 - :mod:`.model_corpus`: the hostile GGUF corpus and the pipeline each model is pushed through.
 
 Oracles and tolerances:
@@ -20,10 +21,17 @@ Engines and verifiers under test:
 - :mod:`.depth`: the depth test's tiny case, its decode loop and mutant runner, the tiny model
   fixture and the correct decoders.
 - :mod:`.fake_tokenizer`: a tokenizer with just what a decode loop needs.
-- :mod:`.calibration_records`: synthetic calibration records (no model runs).
+- :mod:`.calibration_records`: synthetic calibration records (no model runs), a saved artifact, its edits.
+- :mod:`.merge_shards`: small shard sets of check reports for the merge tests.
+- :mod:`.equivalence`: speculative-equals-plain comparisons (near-ties derived) and the exact law of
+  the first two sampled tokens.
+- :mod:`.tree`: the tree tests' fixed draft tree, repetitive prompts and wide suffix draft.
+- :mod:`.quant_blocks`: random block-quantized GGUF bytes for the engine's kernel tests.
 - :mod:`.hostile_engines`, :mod:`.stalling_engine`, :mod:`.textbook_verifier`: hostile, hanging and
   textbook (the right law, not bit-exact) implementations.
-- :mod:`.processes`: subprocess helpers (timeouts, process groups).
+- :mod:`.processes`: subprocess helpers (timeouts, process groups), a crashing stand-in peer child.
+- :mod:`.import_graph`: the static import walk (every import, lazy and by name) that the import-graph
+  and layering tests read.
 
 Peers, users, CI:
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.tiny_gguf import write_tiny_gguf
+from tests.support.tiny_gguf import one_layer_model
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from verispec.spec.decoder.depth.law import DepthCase, check_depth, reference_rows
@@ -41,17 +41,7 @@ PRODUCT_ALPHA = 1e-3
 
 def tiny_depth_model(path: Path) -> Model:
     """The depth test's model: vocab 64, one layer, 32 wide (written to ``path``, then loaded)."""
-    write_tiny_gguf(
-        path,
-        n_vocab=64,
-        n_embd=32,
-        n_layer=1,
-        n_head=4,
-        n_head_kv=2,
-        context_length=256,
-        weight_scale=1.0,
-    )
-    return Model.load(path)
+    return one_layer_model(path, n_vocab=64)
 
 
 def case(params: SamplingParams) -> DepthCase:

@@ -1,4 +1,5 @@
-"""Helpers for tests of programs under test that must not outlive the checker."""
+"""Helpers for tests of programs under test that must not outlive the checker, and a stand-in for
+the llama.cpp peer child that crashes (:data:`SEGV_AT_FIRST_RUN`)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,19 @@ def sigint_default() -> None:
     ignored rightly keeps ignoring it (Python then raises no KeyboardInterrupt), so a SIGINT the
     test sends would do nothing. A terminal's Ctrl-C reaches a program whose SIGINT is default."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# A stand-in llama.cpp peer child (verispec/bench): answers "open" like the real child, then faults
+# on the first "run" (after a last word on stderr).
+SEGV_AT_FIRST_RUN = """
+import json, os, signal, sys
+for line in sys.stdin:
+    op = json.loads(line)["op"]
+    if op == "open":
+        info = {"available": True, "version": "stand-in", "system_info": "AMX_INT8 = 1", "threads": 1,
+                "num_pred_tokens": 4, "n_ctx": 64}
+        sys.stdout.write(json.dumps({"ok": True, "result": info}) + "\\n"); sys.stdout.flush()
+    else:
+        sys.stderr.write("ggml_backend_amx: prompt eval\\n"); sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSEGV)
+"""

@@ -1,10 +1,14 @@
 """Tiny random GGUF models written with gguf-py (the oracle writer), for tests and the lab's
-measurements of the tests' own cases: :func:`write_tiny_gguf`."""
+measurements of the tests' own cases: :func:`write_tiny_gguf`, and :func:`one_layer_model`, the
+loaded one-layer model that the decoder-law, depth and reference-logits tests share."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from verispec.reference.model import Model
 
 
 def write_tiny_gguf(
@@ -107,3 +111,22 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def one_layer_model(path: Path, n_vocab: int = 64) -> Model:
+    """The tiny one-layer model of the decoder tests: ``n_vocab`` ids, 32 wide, 4 heads (2 KV heads),
+    context 256, unit weight scale (so its rows are far from uniform); written to ``path``, then
+    loaded as the reference model."""
+    from verispec.reference.model import Model
+
+    write_tiny_gguf(
+        path,
+        n_vocab=n_vocab,
+        n_embd=32,
+        n_layer=1,
+        n_head=4,
+        n_head_kv=2,
+        context_length=256,
+        weight_scale=1.0,
+    )
+    return Model.load(path)
