@@ -443,7 +443,7 @@ def load_weights(
         if mode == "f32":
             store = _load_f32(cfg, common, kernel)
         elif mode == "int8":
-            store = _Int8Loader(cfg, common).load(kernel, fused_layers)
+            store = Int8Loader(cfg, common).load(kernel, fused_layers)
         else:
             store = _load_quantized(cfg, common, kernel)
     drop_mapping(f.raw(common.head_name))  # every weight is read: no file page need stay resident
@@ -565,7 +565,7 @@ def _load_quantized(cfg: Config, c: _Common, kernel: str) -> WeightStore:
     )
 
 
-class _Int8Loader:
+class Int8Loader:
     """The int8 mode: every matrix repacked losslessly into kernel blocks (float32 where its type
     has no block form, listed in :attr:`floats`), layer by layer, then the head in row chunks."""
 
@@ -669,7 +669,7 @@ class _Int8Loader:
 def int8_layer_source(f: "GGUFFile", cfg: Config) -> LayerSource:
     """``layer(il) -> (projections, vectors)`` of the int8 mode, read from ``f`` on each call: what
     the fused graphs are built from (engine/fused.py; lab/link_ab.py builds its own layouts)."""
-    return _Int8Loader(cfg, _read_common(f, cfg)).layer_parts
+    return Int8Loader(cfg, _read_common(f, cfg)).layer_parts
 
 
 def _as_matmul(p: Projection) -> Matmul:

@@ -155,8 +155,8 @@ def measure(model_path: Path, steps: int, layer_every: int) -> dict[str, Any]:
         if il % layer_every == layer_every - 1 or il == loader.cfg.n_layer - 1:
             rec.mark(f"layer {il}")
 
-    loader_cls = weights_module._Int8Loader
-    _wrap(loader_cls, "fused_layer", after_layer)
+    loader_cls = weights_module.Int8Loader
+    _wrap(loader_cls, "layer_parts", after_layer)  # the fused path: one layer's matrices, packed next
     _wrap(loader_cls, "layer", after_layer)
     _wrap(loader_cls, "head", lambda _s, _a: rec.mark("head"))
     t0 = time.perf_counter()
