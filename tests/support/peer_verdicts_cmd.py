@@ -161,6 +161,7 @@ def verdict(
         "peer": peer,
         "version": peer_version(peer, venv),
         "path": path,
+        "venv": venv,
         "patched": patched,
         "prefix_caching": prefix_caching,
         "params": ps.name,
@@ -185,6 +186,7 @@ def table_rows(lines: list[str]) -> list[str]:
     rows = []
     for r in verdict_records(lines):
         prompt = "" if r.get("prompt", PROMPT) == PROMPT else f" --prompt {r['prompt']!r}"
+        prompt += f" --venv {r['venv']}" if r.get("venv") else ""
         prompt += " --patched" if r.get("patched") else ""
         prompt += "" if r.get("prefix_caching", True) else " --no-prefix-caching"
         ps = ALL_SETS[r["params"]]
