@@ -43,6 +43,19 @@ from engine_cmd_wire import serve  # examples/, on the path when this file runs
 REPO = Path(__file__).resolve().parents[1]
 
 
+def install_fix() -> None:
+    """The fix of examples/repros/mlx_lm_speculative_prefill_history.py applied to this process's mlx-lm."""
+    import importlib.util
+
+    path = REPO / "examples" / "repros" / "mlx_lm_speculative_prefill_history.py"
+    spec = importlib.util.spec_from_file_location("mlx_lm_speculative_prefill_history", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    module.install_mlx_lm_fix()
+
+
 def hf_folder(gguf: Path, cache: Path) -> Path:
     """The Hugging Face folder of ``gguf`` (written once per file content, under ``cache``)."""
     digest = hashlib.sha256(gguf.read_bytes()).hexdigest()[:16]
@@ -206,7 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--plain", action="store_true", help="answer generate with generate_step too (the control)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "verispec-mlx-models")
+    parser.add_argument(
+        "--patched",
+        action="store_true",
+        help="speculative_generate_step with the prompt-history fix of examples/repros/mlx_lm_speculative_prefill_history.py",
+    )
     args = parser.parse_args(argv)
+    if args.patched:
+        install_fix()
     decoder = MlxDecoder(args.target, None if args.plain else args.draft, args.num_draft, args.cache)
     decoder.plain = args.plain
     serve(decoder.answer)

@@ -18,6 +18,9 @@ Modes (``--mode``): ``plain`` (no speculation; the control), ``prompt-lookup``
 (``LLMPipeline(..., prompt_lookup=True)``, ``num_assistant_tokens`` drafts from n-grams of up to
 ``max_ngram_size``), ``draft`` (``draft_model=`` the IR of ``--draft``, written next to a copy of
 it by the pipeline's ``enable_save_ov_model``: ``draft_model`` does not read GGUF).
+``--no-prefix-caching`` builds the speculative pipeline with a ``SchedulerConfig`` whose
+``enable_prefix_caching`` is False (``LLMPipeline`` turns it on by default: openvino.genai #4190's
+crash of sampled draft-model decoding lives there).
 
 The law (openvino-genai's LogitProcessor, src/cpp/src/sampling/logit_processor.hpp): repetition
 penalty over the prompt's and the output's distinct tokens (the whole sequence), then top-k, then
@@ -125,12 +128,23 @@ class OpenVinoDecoder:
     """One LLMPipeline (plain, prompt lookup or a draft model) and the ops of the wire."""
 
     def __init__(
-        self, target: Path, mode: str, draft: Path | None, num_assistant: int, ngram: int, cache: Path
+        self,
+        target: Path,
+        mode: str,
+        draft: Path | None,
+        num_assistant: int,
+        ngram: int,
+        cache: Path,
+        prefix_caching: bool = True,
     ) -> None:
         import openvino_genai as g
 
         cache.mkdir(parents=True, exist_ok=True)
         extra: dict[str, Any] = {}
+        if not prefix_caching:
+            scheduler = g.SchedulerConfig()
+            scheduler.enable_prefix_caching = False
+            extra["scheduler_config"] = scheduler
         if mode == "prompt-lookup":
             extra["prompt_lookup"] = True
         elif mode == "draft":
@@ -208,8 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-assistant", type=int, default=3, help="num_assistant_tokens")
     parser.add_argument("--ngram", type=int, default=3, help="--mode prompt-lookup: max_ngram_size")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "verispec-openvino-models")
+    parser.add_argument(
+        "--no-prefix-caching", action="store_true", help="SchedulerConfig.enable_prefix_caching=False (default: on)"
+    )
     args = parser.parse_args(argv)
-    decoder = OpenVinoDecoder(args.target, args.mode, args.draft, args.num_assistant, args.ngram, args.cache)
+    decoder = OpenVinoDecoder(
+        args.target, args.mode, args.draft, args.num_assistant, args.ngram, args.cache, not args.no_prefix_caching
+    )
     serve(decoder.answer)
     return 0
 

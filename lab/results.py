@@ -512,6 +512,42 @@ def confirmations_page(folder: Path) -> str:
     return _page("Results: the peers' passing paths on a real model", intro, body, provenance)
 
 
+PEER_RUNS = ("peer_fixes_*.json", "peer_reruns_*.json")
+
+
+def peer_runs_page(folder: Path) -> str:
+    """The peers' fixes through the gate (released and patched, same design and seeds) and the
+    reruns of docs/peers.md's rows: each runner's JSON row with its design, verdict and cost."""
+    saved = [(path, _load(path)) for pattern in PEER_RUNS for path in sorted(folder.glob(pattern))]
+    body = [
+        "| peer | path | fix | params | design | verdict | tokens / design | power | wall min | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in (r for _, s in saved for r in s["rows"]):
+        fix = "patched" if row.get("patched") else ("released" if "patched" in row else "-")
+        if row.get("prefix_caching") is False:
+            fix += ", prefix caching off"
+        path = row["path"] if row.get("assistant") is None else f"{row['path']} (assistant: {row['assistant']})"
+        params = row.get("params") or ", ".join(f"{k} {v}" for k, v in row["flags"].items())
+        prompt = "" if row.get("prompt") in (None, "The cat sat on the") else f", prompt {row['prompt']!r}"
+        design = f"TV {row['tv']} on {row['fraction']:.0%} of positions, {row.get('depth', 64)} tokens"
+        tokens = "first-m test" if row["tokens"] is None else f"{row['tokens']:,} / {row['design_tokens']:,}"
+        power = "-" if row["power"] is None else f"{row['power']:.3f}"
+        law = row.get("law", "llama.cpp")
+        body.append(
+            f"| {row['peer']} {row['version']} | {_cell(path)} | {fix} | {_cell(f'{params}, --law {law}{prompt}')} "
+            f"| {design} | **{row['state']}** | {tokens} | {power} | {_fmt(row['minutes'])} | {row['load_at_start']} |"
+        )
+    body += ["", *(f"- {r['peer']} {r['path']}: {_cell(r['detail'])}" for _, s in saved for r in s["rows"])]
+    intro = (
+        "Each minimal fix applied in-process to the installed library and the same gate command run without and "
+        "with it (same design, same seeds), and the reruns of the peers' rows that judged less than they said "
+        "([docs/peers.md](../peers.md)). A run short of its design is inconclusive, never passed."
+    )
+    provenance = [line for path, s in saved for line in _provenance_lines(path.name, _provenance(path, s))]
+    return _page("Results: the peers' fixes through the gate, and reruns", intro, body, provenance)
+
+
 # ---- the README's one performance table ---------------------------------------------------------
 
 
@@ -550,6 +586,7 @@ PAGES = (
     ("transformers-law-only.md", "transformers' speculative sampling at full power under --law-only"),
     ("decoder-depth.md", "the decoder gate at depth at its full design: our loop and the peers' speculative paths"),
     ("peer-confirmations.md", "the peers' passing speculative paths once on SmolLM2"),
+    ("peer-fixes.md", "the peers' fixes through the gate (released and patched) and the reruns of their rows"),
 )
 
 
@@ -585,6 +622,7 @@ def pages(folder: Path = MEASUREMENTS) -> dict[str, str]:
         "transformers-law-only.md": law_only_page(folder / "transformers_speculative_sampling_law_only.json"),
         "decoder-depth.md": depth_page(folder),
         "peer-confirmations.md": confirmations_page(folder),
+        "peer-fixes.md": peer_runs_page(folder),
     }
 
 

@@ -246,3 +246,20 @@ def test_openvino_genai_reproductions_fail_against_the_release(script: str, tmp_
         cwd=REPO,
     )
     assert done.returncode == 1 and "DEFECT" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def test_the_runner_builds_the_patched_and_no_prefix_caching_commands() -> None:
+    """``--patched`` reaches the mlx-lm adapter, ``--no-prefix-caching`` the openvino-genai one, ``--venv``
+    the python run; each refuses the peer it means nothing for (no venv needed: only the command line)."""
+    from tests.support.peer_verdicts_cmd import engine_command
+
+    files = {k: Path(f"/m/{k}.gguf") for k in ("target", "bpe-target", "bpe-draft")}
+    mlx = engine_command("mlx-lm", "speculative", files, venv="mlx-lm-0.31.3", patched=True)
+    assert mlx.endswith("--draft /m/target.gguf --patched") and "/mlx-lm-0.31.3/bin/python" in mlx
+    assert "--patched" not in engine_command("mlx-lm", "plain", files)
+    ov = engine_command("openvino-genai", "draft", files, prefix_caching=False)
+    assert ov.endswith("--no-prefix-caching")
+    with pytest.raises(SystemExit, match="C\\+\\+"):
+        engine_command("openvino-genai", "draft", files, patched=True)
+    with pytest.raises(SystemExit, match="openvino-genai pipeline setting"):
+        engine_command("mlx-lm", "speculative", files, prefix_caching=False)

@@ -102,3 +102,23 @@ def test_the_example_adapter_scores_with_the_shipped_adapters_logits(tmp_path: P
     prefix = [1, 259, 87, 286, 300, 296, 294, 296, 259]
     for split_at in (None, 4):
         assert example.logits(prefix, split_at) == shipped.logits(prefix, split_at)
+
+
+def test_the_fix_applied_to_the_installed_library_hands_the_processor_no_draft(tmp_path: Path) -> None:
+    """examples/repros/llama_cpp_processor_history.py's fix on the real ``Llama`` (the gate's
+    ``--patched``): under prompt lookup no processor call sees a draft and no banned repeat is
+    emitted; undone, the released behaviour is back (the same seeds)."""
+    import importlib.util
+
+    from examples.llama_cpp_processor_history_repro import run
+
+    repro = Path(__file__).resolve().parents[1] / "examples" / "repros" / "llama_cpp_processor_history.py"
+    spec = importlib.util.spec_from_file_location("llama_cpp_processor_history_fix", repro)
+    assert spec is not None and spec.loader is not None
+    fix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fix)
+    target = str(write_models(tmp_path)["target"])
+    with fix.patched_llama():
+        tokens, calls, ahead, repeats = run(target, lookup=True, generations=6)
+    assert calls == tokens and ahead == 0 and repeats == 0
+    assert run(target, lookup=True, generations=6)[2] > 0

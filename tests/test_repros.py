@@ -70,7 +70,7 @@ def test_mlx_lm_speculative_prefill_history_stub() -> None:
     outcome = load_repro("mlx_lm_speculative_prefill_history").measure()
     assert outcome["BROKEN speculative"] == (11, 12)
     assert outcome["FIXED speculative"] == (0, 12)
-    assert outcome["plain <= 0.32.0"] == (11, 12)
+    assert outcome["plain <= 0.31.3"] == (11, 12)
     assert outcome["plain after #1777"] == (0, 12)
 
 
@@ -103,3 +103,88 @@ def test_each_model_free_repro_exits_1_while_broken(name: str, capsys: pytest.Ca
     assert load_repro(name).main() == 1
     printed = capsys.readouterr().out
     assert "BROKEN" in printed and "FIXED" in printed
+
+
+# The installed libraries' fixes (the gate's --patched runs) recompile one function from the
+# installed source with one line changed. Shown here on stand-in packages that quote the released
+# lines (the real libraries are optional: tests/test_peers_llama_cpp.py and the peer venvs).
+FAKE_LLAMA = """
+class Llama:
+    def __init__(self, ids, n_tokens):
+        self.input_ids, self.n_tokens, self.seen = list(ids), n_tokens, []
+
+    @property
+    def _input_ids(self):
+        return self.input_ids[: self.n_tokens]
+
+    def _init_sampler(self, logits_processor=None):
+        class recarray:
+            logit = [0.0]
+
+        def apply_func():
+            for logit_processor in logits_processor:
+                recarray.logit[:] = logit_processor(self._input_ids, recarray.logit)
+
+        return apply_func
+
+    def sample(self, logits_processor=None, idx=None):
+        self._init_sampler(logits_processor)()
+"""
+FAKE_MLX_GENERATE = """
+def speculative_generate_step(prompt, logits_processors=None):
+    y = prompt
+    prev_tokens = None
+    return prev_tokens
+"""
+
+
+def fake_package(root: Path, package: str, module: str, source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    (root / package).mkdir()
+    (root / package / "__init__.py").write_text(f"def {module}():\n    pass\n")  # shadows the submodule, as mlx_lm's
+    (root / package / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(root))
+    for name in (package, f"{package}.{module}"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_the_llama_fix_hands_the_processor_the_history_up_to_the_sampled_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_package(tmp_path, "llama_cpp", "llama", FAKE_LLAMA, monkeypatch)
+    repro = load_repro("llama_cpp_processor_history")
+    import importlib
+
+    llama = importlib.import_module("llama_cpp.llama").Llama
+    llm = llama([1, 2, 3, 40, 41], n_tokens=5)  # row 2 sampled while drafts 40, 41 are evaluated
+
+    def record(ids: list[int], logit: list[float]) -> list[float]:
+        llm.seen.append(list(ids))
+        return logit
+
+    llm.sample([record], idx=2)
+    with repro.patched_llama():
+        llm.sample([record], idx=2)
+        llm.sample([record])  # no idx: the last evaluated row, as released
+    llm.sample([record], idx=2)
+    assert llm.seen == [[1, 2, 3, 40, 41], [1, 2, 3], [1, 2, 3, 40, 41], [1, 2, 3, 40, 41]]
+
+
+def test_the_mlx_fix_seeds_the_history_with_the_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_package(tmp_path, "mlx_lm", "generate", FAKE_MLX_GENERATE, monkeypatch)
+    repro = load_repro("mlx_lm_speculative_prefill_history")
+    import importlib
+
+    module = importlib.import_module("mlx_lm.generate")
+    undo = repro.install_mlx_lm_fix()
+    assert module.speculative_generate_step([5, 6, 7], [print]) == [5, 6]
+    assert module.speculative_generate_step([5, 6, 7]) is None  # no processors: no history kept
+    undo()
+    assert module.speculative_generate_step([5, 6, 7], [print]) is None
+
+
+def test_a_fix_whose_line_changed_upstream_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_package(
+        tmp_path, "mlx_lm", "generate", FAKE_MLX_GENERATE.replace("None\n    return", "[]\n    return"), monkeypatch
+    )
+    with pytest.raises(RuntimeError, match="the fix does not apply"):
+        load_repro("mlx_lm_speculative_prefill_history").install_mlx_lm_fix()

@@ -40,13 +40,21 @@ token) and a drafter that proposes wrong tokens, and a processor that records th
 handed. BROKEN counts processor calls whose history is longer than the position being sampled;
 the fix is applied as a monkeypatch of the stub's ``processor_history`` and the count is taken
 again. Exit 1 while the transcription of the installed-version code is broken.
+
+The same fix for the INSTALLED library: :func:`patched_llama` (a context manager) and
+:func:`install_llama_fix` apply it to ``llama_cpp.Llama`` in this process, as upstream would write
+it: ``sample`` stores ``idx`` on the instance, and ``_init_sampler``'s ``apply_func`` (recompiled from
+the installed source with that one call changed, so a changed upstream line is an error, not a
+silent no-op) hands the processor ``self.input_ids[: idx + 1]``. The gate runs it as
+``python -m tests.support.peer_verdicts_llama --path lookup-processor --patched``.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 VOCAB = 50
 PROMPT = [3, 4, 5, 6]
@@ -127,6 +135,60 @@ def patched_loop() -> Iterator[None]:
         yield
     finally:
         GenerateLoop.processor_history = ORIGINAL_PROCESSOR_HISTORY
+
+
+# The installed library's line in ``Llama._init_sampler.apply_func`` and its fix.
+BROKEN_CALL = "logit_processor(self._input_ids, recarray.logit)"
+FIXED_CALL = "logit_processor(_processor_history(self), recarray.logit)"
+
+
+def _processor_history(llm: Any) -> Any:
+    """The fix's history: prompt + output up to the row being sampled (``Llama.sample``'s ``idx``),
+    or the evaluated ids where ``sample`` was called without one (its last row)."""
+    idx = getattr(llm, "_sampled_row", None)
+    return llm._input_ids if idx is None else llm.input_ids[: idx + 1]
+
+
+def install_llama_fix() -> Callable[[], None]:
+    """Apply the fix to the installed ``llama_cpp.Llama`` in this process; returns the undo."""
+    import inspect
+    import textwrap
+
+    import llama_cpp.llama as module
+
+    llama = module.Llama
+    original_init_sampler, original_sample = llama._init_sampler, llama.sample
+    source = textwrap.dedent(inspect.getsource(original_init_sampler))
+    if source.count(BROKEN_CALL) != 1:
+        raise RuntimeError(f"llama_cpp.Llama._init_sampler no longer calls {BROKEN_CALL!r}: the fix does not apply")
+    namespace: dict[str, Any] = {}
+    scope = dict(vars(module), _processor_history=_processor_history)
+    exec(compile(source.replace(BROKEN_CALL, FIXED_CALL), module.__file__ or "llama.py", "exec"), scope, namespace)
+    signature = inspect.signature(original_sample)
+
+    def sample(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self._sampled_row = signature.bind(self, *args, **kwargs).arguments.get("idx")
+        try:
+            return original_sample(self, *args, **kwargs)
+        finally:
+            self._sampled_row = None
+
+    llama._init_sampler, llama.sample = namespace["_init_sampler"], sample
+
+    def undo() -> None:
+        llama._init_sampler, llama.sample = original_init_sampler, original_sample
+
+    return undo
+
+
+@contextmanager
+def patched_llama() -> Iterator[None]:
+    """The installed llama-cpp-python with the fix for the duration of the block, then as released."""
+    undo = install_llama_fix()
+    try:
+        yield
+    finally:
+        undo()
 
 
 def calls_seeing_drafts() -> tuple[int, int]:

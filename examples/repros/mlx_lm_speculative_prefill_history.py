@@ -4,7 +4,8 @@ Run (model-free, no mlx needed, well under a second):
 
     python examples/repros/mlx_lm_speculative_prefill_history.py
 
-Root cause (mlx-lm 0.32.0 source, ``mlx_lm/generate.py``; verispec observed it on 0.32.2):
+Root cause (a mlx-lm source snapshot near 0.32.0, ``mlx_lm/generate.py``; verispec observed it on
+0.32.2, where the lines are ``:532``, ``:587-595`` and ``:566-580``):
 
 - ``speculative_generate_step`` starts the processors' history at ``prev_tokens = None``
   (``:510``).
@@ -15,10 +16,11 @@ Root cause (mlx-lm 0.32.0 source, ``mlx_lm/generate.py``; verispec observed it o
   processor (``make_repetition_penalty`` and any custom one) so sees the last prompt token plus
   the output, never the rest of the prompt.
 
-The same omission in plain ``generate_step`` (its prefill loop at ``:421`` did not add the prompt
-to ``tokens``) is mlx-lm #1773 (closed 2026-08-22, reported on 0.31.3), fixed by PR #1777 (merged)
-for ``generate_step`` only. So on mlx-lm <= 0.32.0 the PLAIN path drops the prompt too (verispec's
-law would fail plain decoding as well); after #1777 (0.32.2 here) plain is right and only the
+The same omission in plain ``generate_step`` (its prefill loop did not add the prompt to
+``tokens``: ``:430`` of the 0.31.3 release) is mlx-lm #1773 (closed 2026-08-22, reported on 0.31.3),
+fixed by PR #1777 (merged) for ``generate_step`` only. The 0.32.0 release already has #1777 (its
+``generate_step`` is 0.32.2's, and the gate passes its plain path with the same tokens as 0.32.2's),
+so on mlx-lm <= 0.31.3 the PLAIN path drops the prompt too; from 0.32.0 plain is right and only the
 speculative copy is left.
 
 Minimal fix: seed the history with the prompt when processors are set, as #1777 did for plain
@@ -27,7 +29,7 @@ decoding: in ``speculative_generate_step``, ``prev_tokens = prompt[:-1]`` before
 
 Versions affected: speculative path, every release with processors in
 ``speculative_generate_step`` (mlx-examples #1255 added them) through 0.32.2; plain path through
-0.32.0. Related: mlx-lm #1773 / PR #1777 (plain path), #1175 (``mtp_generate_step``'s stale
+0.31.3. Related: mlx-lm #1773 / PR #1777 (plain path), #1175 (``mtp_generate_step``'s stale
 ``prev_tokens``, open), #1156 (lazy ``tokens`` in processors, open), mlx-examples #1255.
 
 What the user sees: ``--draft-model`` with ``--repetition-penalty`` (or any history-dependent
@@ -42,13 +44,21 @@ speculative path as released (and plain before #1777); the fix is applied as a m
 stub's speculative prefill. With mlx-lm installed, ``examples/mlx_lm_speculative_penalty_repro.py``
 shows the same on the real library (a tiny random mlx llama, seconds). Exit 1 while the
 transcription of the released speculative code is broken.
+
+The same fix for the INSTALLED library: :func:`install_mlx_lm_fix` recompiles
+``mlx_lm.generate.speculative_generate_step`` from the installed source with its one line
+``prev_tokens = None`` changed to ``prev_tokens = y[:-1] if logits_processors else None`` (``y`` is
+the prompt there; the first ``_step`` appends its last token), so a changed upstream line is an
+error, not a silent no-op. The gate runs it as ``python -m tests.support.peer_verdicts_cmd --peer
+mlx-lm --path speculative --patched`` (examples/mlx_lm_decoder_cmd.py ``--patched``).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 PROMPT = [5, 9, 14, 22, 31, 40, 47, 52, 58, 3, 17, 60]
 
@@ -92,10 +102,40 @@ def patched_speculative() -> Iterator[None]:
         StepFunctions.speculative_prefill_history = ORIGINAL_SPECULATIVE_PREFILL
 
 
+# The installed library's line in ``speculative_generate_step`` and its fix.
+BROKEN_LINE = "    prev_tokens = None\n"
+FIXED_LINE = "    prev_tokens = y[:-1] if logits_processors else None\n"
+
+
+def install_mlx_lm_fix() -> Callable[[], None]:
+    """Apply the fix to the installed ``mlx_lm.generate.speculative_generate_step`` in this process
+    (callers that import it from the module after this get the fixed one); returns the undo."""
+    import importlib
+    import inspect
+
+    module: Any = importlib.import_module("mlx_lm.generate")  # the package's ``generate`` attribute is a function
+    original = module.speculative_generate_step
+    source = inspect.getsource(original)
+    if source.count(BROKEN_LINE) != 1:
+        raise RuntimeError(f"speculative_generate_step no longer has {BROKEN_LINE.strip()!r}: the fix does not apply")
+    namespace: dict[str, Any] = {}
+    exec(
+        compile(source.replace(BROKEN_LINE, FIXED_LINE), module.__file__ or "generate.py", "exec"),
+        vars(module),
+        namespace,
+    )
+    module.speculative_generate_step = namespace["speculative_generate_step"]
+
+    def undo() -> None:
+        module.speculative_generate_step = original
+
+    return undo
+
+
 def first_call_history_lengths() -> dict[str, int]:
     steps = StepFunctions()
     lengths = {
-        "plain <= 0.32.0": len(steps.plain_history_before_1777(PROMPT)),
+        "plain <= 0.31.3": len(steps.plain_history_before_1777(PROMPT)),
         "plain after #1777": len(steps.plain_history_after_1777(PROMPT)),
         "BROKEN speculative": len(steps.speculative_history(PROMPT)),
     }

@@ -280,6 +280,8 @@ def law_cell(r: dict[str, Any], ps: ParamSet, no_flags: str = "") -> str:
 
 def outcome_cells(r: dict[str, Any]) -> str:
     """A verdict row's cells from the state to the run time: state, tokens, power, minutes (load)."""
+    if r["tokens"] is None:  # the first-m test failed: the depth test had no design
+        return f"**{r['state']}** | first-m test | - | {r['minutes']} (load {r['load_at_start']})"
     return (
         f"**{r['state']}** | {r['tokens']} / {r['design_tokens']} | {r['power']:.3f} | "
         f"{r['minutes']} (load {r['load_at_start']})"

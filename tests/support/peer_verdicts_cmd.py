@@ -2,14 +2,19 @@
 "Other peers"), on tiny synthetic models written to ``DIR``.
 
     python -m tests.support.peer_verdicts_cmd --peer mlx-lm|openvino-genai --out DIR [--path PATH ...]
-        [--params NAME ...] [--tv 0.05] [--fraction 1.0] [--budget SECONDS]
+        [--params NAME ...] [--tv 0.05] [--fraction 1.0] [--budget SECONDS] [--venv NAME]
+        [--patched] [--no-prefix-caching] [--depth T]
 
 prints one JSON line per verdict. The param sets are tests/support/peer_verdicts.py's plus :data:`EXTRA`.
 mlx-lm runs on the 3-layer TinyLlama-shaped target (the target is its own draft: sample-and-match
 then accepts often, so rollbacks and full acceptances both occur); openvino-genai on the same
 shape written with F16 matrices and a byte-level BPE vocabulary (what its GGUF reader loads), with
 a 1-layer draft of another seed. The peers' venvs live under ``$VERISPEC_PEER_VENVS``
-(default /work/venvs): ``mlx`` and ``openvino``.
+(default /work/venvs): ``mlx`` and ``openvino`` (``--venv NAME``: another one there, e.g. an older
+mlx-lm). ``--patched`` (mlx-lm): the adapter applies the fix of
+examples/repros/mlx_lm_speculative_prefill_history.py to its mlx-lm before serving; run it beside
+the unpatched command, same design and seeds. ``--no-prefix-caching`` (openvino-genai): its
+pipeline with ``SchedulerConfig.enable_prefix_caching=False``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,33 +81,47 @@ def write_peer_models(folder: Path) -> dict[str, Path]:
     return files
 
 
-def python_of(peer: str) -> Path:
-    return VENVS / PEERS[peer][0] / "bin" / "python"
+def python_of(peer: str, venv: str | None = None) -> Path:
+    return VENVS / (venv or PEERS[peer][0]) / "bin" / "python"
 
 
-def engine_command(peer: str, path: str, files: dict[str, Path]) -> str:
+def engine_command(
+    peer: str,
+    path: str,
+    files: dict[str, Path],
+    venv: str | None = None,
+    patched: bool = False,
+    prefix_caching: bool = True,
+) -> str:
     """The program the gate runs: the peer's venv python on its adapter, for one path."""
     _, script, paths, _ = PEERS[peer]
     if path not in paths:
         raise SystemExit(f"{peer} has the paths {', '.join(paths)}, not {path!r}")
+    if patched and peer != "mlx-lm":
+        raise SystemExit(f"--patched: {peer}'s fix is in C++, not a monkeypatch of its Python (docs/peers.md)")
+    if not prefix_caching and peer != "openvino-genai":
+        raise SystemExit("--no-prefix-caching is an openvino-genai pipeline setting")
     if peer == "mlx-lm":
         target = files["target"]
         args = ["--target", target, "--draft", target] + (["--plain"] if path == "plain" else [])
+        args += ["--patched"] if patched else []
     else:
         args = ["--target", files["bpe-target"], "--mode", path, "--draft", files["bpe-draft"]]
-    return " ".join(shlex.quote(str(a)) for a in (python_of(peer), REPO / script, *args))
+        args += [] if prefix_caching else ["--no-prefix-caching"]
+    return " ".join(shlex.quote(str(a)) for a in (python_of(peer, venv), REPO / script, *args))
 
 
 def target_of(peer: str, files: dict[str, Path]) -> Path:
     return files["target"] if peer == "mlx-lm" else files["bpe-target"]
 
 
-def peer_version(peer: str) -> str:
+def peer_version(peer: str, venv: str | None = None) -> str:
     import subprocess
 
     names = PEERS[peer][3]
     code = f"import importlib.metadata as m; print(' '.join(m.version(n) for n in {names!r}))"
-    return subprocess.run([str(python_of(peer)), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    python = str(python_of(peer, venv))
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def verdict(
@@ -113,13 +133,16 @@ def verdict(
     fraction: float,
     budget: float | None,
     prompt: str = PROMPT,
+    venv: str | None = None,
+    patched: bool = False,
+    prefix_caching: bool = True,
 ) -> dict[str, Any]:
     """One depth run of the gate on the peer's program; its numbers, minutes and load."""
     from verispec.decoder.api import check_decoder
 
     if ps.library_defaults:
         raise SystemExit(f"{ps.name}: the engine-cmd adapters send every parameter (no library defaults)")
-    command = engine_command(peer, path, files)
+    command = engine_command(peer, path, files, venv, patched, prefix_caching)
     start, load = time.perf_counter(), os.getloadavg()[0]
     report = check_decoder(
         engine_cmd=command,
@@ -136,12 +159,16 @@ def verdict(
     outcome = report.results[0]
     return {
         "peer": peer,
-        "version": peer_version(peer),
+        "version": peer_version(peer, venv),
         "path": path,
+        "venv": venv,
+        "patched": patched,
+        "prefix_caching": prefix_caching,
         "params": ps.name,
         "law": ps.law,
         "flags": ps.flags,
         "prompt": prompt,
+        "depth": ps.depth,
         "state": outcome.numbers.get("state"),
         "tokens": outcome.numbers.get("tokens"),
         "design_tokens": outcome.numbers.get("design_tokens"),
@@ -159,9 +186,15 @@ def table_rows(lines: list[str]) -> list[str]:
     rows = []
     for r in verdict_records(lines):
         prompt = "" if r.get("prompt", PROMPT) == PROMPT else f" --prompt {r['prompt']!r}"
+        prompt += f" --venv {r['venv']}" if r.get("venv") else ""
+        prompt += " --patched" if r.get("patched") else ""
+        prompt += "" if r.get("prefix_caching", True) else " --no-prefix-caching"
+        ps = ALL_SETS[r["params"]]
+        if r.get("depth", ps.depth) != ps.depth:
+            ps, prompt = replace(ps, depth=r["depth"]), prompt + f" --depth {r['depth']}"
         command = f"`python -m tests.support.peer_verdicts_cmd --peer {r['peer']} --out DIR --path {r['path']} --params {r['params']}{prompt}`"
         rows.append(
-            f"| {r['peer']} {r['version']} | {r['path']} | {law_cell(r, ALL_SETS[r['params']])} | "
+            f"| {r['peer']} {r['version']} | {r['path']} | {law_cell(r, ps)} | "
             f"{r.get('prompt', PROMPT)!r} | {outcome_cells(r)} | {command} |"
         )
     return rows
@@ -183,6 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         "one whose tokens the target likes, so a penalty on them moves mass)",
     )
     parser.add_argument("--table", type=Path, help="print docs/peers.md's rows of a saved JSON-lines file and stop")
+    parser.add_argument(
+        "--venv", default=None, help="the peer's venv folder under $VERISPEC_PEER_VENVS (default: its own)"
+    )
+    parser.add_argument("--depth", type=int, default=None, help="generation length (default: the param set's)")
+    parser.add_argument("--patched", action="store_true", help="mlx-lm: the speculative prompt-history fix applied")
+    parser.add_argument(
+        "--no-prefix-caching", action="store_true", help="openvino-genai: SchedulerConfig.enable_prefix_caching=False"
+    )
     args = parser.parse_args(argv)
     if args.table is not None:
         print("\n".join(table_rows(args.table.read_text().splitlines())))
@@ -191,7 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for path in args.path or PEERS[args.peer][2]:
         for name in args.params:
-            row = verdict(args.peer, path, ALL_SETS[name], files, args.tv, args.fraction, args.budget, args.prompt)
+            ps = ALL_SETS[name] if args.depth is None else replace(ALL_SETS[name], depth=args.depth)
+            row = verdict(
+                args.peer,
+                path,
+                ps,
+                files,
+                args.tv,
+                args.fraction,
+                args.budget,
+                args.prompt,
+                args.venv,
+                args.patched,
+                not args.no_prefix_caching,
+            )
             failed |= row["state"] == "failed"
             print(json.dumps(row), flush=True)
     return 1 if failed else 0

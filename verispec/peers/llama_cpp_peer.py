@@ -9,7 +9,11 @@ evaluation of the prefix) through ``--law llama.cpp`` (spec/decoder/laws/llamacp
 chain, its penalties over the output tokens only). ``generate`` samples with
 ``Llama(draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k))``: temp, top_k, top_p, min_p,
 typical_p, repeat/frequency/presence penalties and the penalty window as the profile states them,
-and an optional ``logits_processor`` list (the processor sees ``Llama._input_ids``). Each
+and an optional ``logits_processor`` list (the processor sees ``Llama._input_ids``). With
+``penalties_by_processor`` the three penalties are sent as 1, 0, 0 and applied instead by
+:class:`PenaltyProcessor`, a user ``logits_processor`` that computes llama.cpp's own penalty from
+the history it is handed: the same law when that history is prompt + output, as it is without
+drafts (the user's view of a custom penalty, a no-repeat rule or a grammar). Each
 generation is seeded from (gate seed, index) through NumPy's SeedSequence, so the generations of
 different calls never share a seed. Needs the optional ``llama`` extra (llama-cpp-python).
 """
@@ -74,14 +78,53 @@ def sampling_kwargs(params: SamplingParams, law: Any) -> tuple[dict[str, Any], i
     )
 
 
+class PenaltyProcessor:
+    """llama.cpp's repeat, frequency and presence penalties (``llama_sampler_penalties_apply``) as a
+    ``logits_processor``: over the last ``window`` OUTPUT tokens of the history it is handed (the
+    ids after the first ``prompt_length``), for each distinct token of count c,
+    ``l = l * repeat if l <= 0 else l / repeat``, then ``l -= c * frequency + presence``, in float32
+    as llama.cpp computes. It runs first in ``Llama``'s sampler chain, on the raw logits in id order,
+    where the native penalties would run, so with the right history its law is ``--law llama.cpp``'s
+    with those penalties."""
+
+    def __init__(self, repeat: float, frequency: float, presence: float, window: int) -> None:
+        import numpy as np
+
+        self.repeat, self.window = np.float32(repeat), window
+        self.frequency, self.presence = np.float32(frequency), np.float32(presence)
+        self.prompt_length = 0  # set by the adapter before each generation
+
+    def __call__(self, input_ids: Any, logits: Any) -> Any:
+        import numpy as np
+
+        output = np.asarray(input_ids[self.prompt_length :], dtype=np.int64)
+        if self.window <= 0 or output.size == 0:
+            return logits
+        ids, counts = np.unique(output[-self.window :], return_counts=True)
+        row = logits[ids]
+        row = np.where(row <= 0, row * self.repeat, row / self.repeat).astype(np.float32)
+        row -= counts.astype(np.float32) * self.frequency + self.presence
+        logits[ids] = row
+        return logits
+
+
 class LlamaCppPeer:
     """``generate`` (the depth test) and ``logits`` (its own target law) over ``Llama.generate``."""
 
-    def __init__(self, path: Path, lookup_tokens: int | None = LOOKUP_TOKENS, logits_processor: Any = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        lookup_tokens: int | None = LOOKUP_TOKENS,
+        logits_processor: Any = None,
+        penalties_by_processor: bool = False,
+    ) -> None:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+        if penalties_by_processor and logits_processor is not None:
+            raise CheckError("penalties_by_processor brings its own logits_processor: not both")
         self.path, self.lookup_tokens, self.logits_processor = path, lookup_tokens, logits_processor
+        self.penalties_by_processor = penalties_by_processor
         self.windows: dict[int, Any] = {}
         self.make: Any = lambda window: Llama(
             model_path=str(path),
@@ -123,12 +166,23 @@ class LlamaCppPeer:
             raise CheckError("Llama.generate has no min_tokens")
         sampling, window = sampling_kwargs(params, law)
         llm = self._llm(window)
+        processors = self.logits_processor
+        if self.penalties_by_processor:
+            penalty = PenaltyProcessor(
+                sampling.pop("repeat_penalty"),
+                sampling.pop("frequency_penalty", 0.0),
+                sampling.pop("presence_penalty", 0.0),
+                window,
+            )
+            penalty.prompt_length = len(prompt_ids)
+            sampling |= {"repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+            processors = [penalty]
         out = []
         for i in range(n):
             llm.set_seed(generation_seed(seed, i))
             llm.reset()
             ids: list[int] = []
-            for token in llm.generate(list(prompt_ids), reset=True, logits_processor=self.logits_processor, **sampling):
+            for token in llm.generate(list(prompt_ids), reset=True, logits_processor=processors, **sampling):
                 ids.append(int(token))
                 if len(ids) == max_tokens or int(token) == self.eos:
                     break
