@@ -40,6 +40,12 @@ are those of plain decoding whatever this module chooses. Only the speed depends
 Sampled decoding pays through the same machinery: below a node the tree offers the most frequent
 continuations as deterministic siblings, accepted with the SUM of their target probabilities, and
 the cost model builds a tree only when its expected tokens per unit of cost beat a plain step.
+Seeds. With ``online`` (the default) the cost curve is this draft's own timings of its passes, so
+which tree is verified, and with it how many uniforms a cycle reads, depends on the machine's
+speed: the same seed gives the same LAW, not the same tokens (timings are independent of the
+target's draws, so the argument above holds with them). ``online=False`` with a fixed ``cost``
+curve makes every choice a function of the history alone: the same seed, the same tokens.
+
 The prompt's pass is a plain step computing the head on its last row alone (on an engine whose
 ``forward`` takes ``last_only``): a draft pass would compute the head on every prompt row.
 """
@@ -135,6 +141,7 @@ class AutoDraft:
         width: int = WIDTH,
         nodes: int = NODES,
         cost: Mapping[int, float] | None = None,
+        online: bool = True,
         depth: int = DEPTH,
     ) -> None:
         if width < 1 or nodes < 1:
@@ -145,7 +152,8 @@ class AutoDraft:
         self.cache = cache
         self.cache_path = cache_path
         self.depth = depth
-        self.prior_curve = cost  # rows -> c(rows), e.g. the engine's verify_cost_curve (None: measured online)
+        self.prior_curve = cost  # rows -> c(rows), e.g. the engine's verify_cost_curve (None: the engine's, if any)
+        self.online = online  # time this draft's own passes and prefer them to the prior curve
         self.cost = VerifyCost()
         self.tracker = Tracker()
         self.draft_passes = 0
@@ -198,7 +206,9 @@ class AutoDraft:
         pending = len(history) - (self.ctx.cache.length if self.ctx is not None else len(history) - 1)
         nodes: list[_Node] = []
         # a plain step now and then keeps c(1) measured online (at once when no prior curve stands in)
-        probe = (1 not in self.cost.seconds and self.prior_curve is None) or self._since_plain >= PLAIN_PROBE
+        probe = self.online and (
+            (1 not in self.cost.seconds and self.prior_curve is None) or self._since_plain >= PLAIN_PROBE
+        )
         candidates = self.candidates(history, max_depth) if max_depth >= 1 else []
         accepts = self.calibrated(candidates)
         self._last = (len(history), candidates, accepts) if candidates else None  # learned from next cycle
@@ -292,7 +302,7 @@ class AutoDraft:
             logits: F32 = target.forward(list(pending), self.ctx.cache, last_only=True).logits
         else:
             logits = score_tree(self.ctx.target, self.ctx.cache, pending, tree)
-        if len(pending) == 1 and tree.size <= MAX_TIMED_ROWS:
+        if self.online and len(pending) == 1 and tree.size <= MAX_TIMED_ROWS:
             self.cost.observe(tree.size, time.perf_counter() - started)
         return logits
 
@@ -432,7 +442,10 @@ def ngram_lookup(
 
 def _takes_last_only(target: Any) -> bool:
     """Whether ``target.forward`` accepts ``last_only`` (the fast engine and its lockstep proxy)."""
+    forward = getattr(target, "forward", None)
+    if not callable(forward):
+        return False
     try:
-        return "last_only" in inspect.signature(target.forward).parameters
+        return "last_only" in inspect.signature(forward).parameters
     except (TypeError, ValueError):
         return False

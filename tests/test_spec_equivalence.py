@@ -49,7 +49,7 @@ near_ties: list[str] = []  # every tolerated difference, reported at the end of 
 
 
 def draft_specs(model_path: Path, exit_layer: int) -> list[str]:
-    return ["ngram", f"layerskip:{exit_layer}", "self", f"model:{model_path}"]
+    return ["auto", "ngram", f"layerskip:{exit_layer}", "self", f"model:{model_path}"]  # auto: the default
 
 
 def top1_margin(model: Model, prefix: Sequence[int]) -> tuple[float, float]:
