@@ -30,5 +30,6 @@ Also here:
 - :mod:`.results`: The results pages, generated from the saved measurements: ``python -m lab.results``.
 - :mod:`.source_ab`: Two source trees of verispec, the same int8 decode, interleaved: a before / after ratio in one run.
 - :mod:`.verifier_at_cost`: A batched verifier of a fixed CPU cost a verification: the gate's full-power default for a real implementation of that speed.
+- :mod:`.spec_bench_fresh`: Plain vs speculative decoding (``--draft auto``) on a Spec-Bench-style workload written apart from the bench's own (``lab/data/workload_fresh.jsonl``), greedy and T = 0.8, interleaved.
 - :mod:`.step_profile`: Where one int8 decode step goes: wall time per component, accumulated over greedy 1-row steps.
 """
