@@ -27,6 +27,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,22 @@ from verispec.reference.chat import chat_format
 from verispec.reference.draft_choice import PRIOR_ROWS
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.tokenizer import Tokenizer
-from verispec.workload import load_workload
+from verispec.workload import WorkloadItem, load_workload
 
 FRESH = Path(__file__).resolve().parent / "data" / "workload_fresh.jsonl"
 GROUNDED = ("summarisation", "rag", "code_edit")
+
+
+def choose_items(items: tuple[WorkloadItem, ...], per_category: int, max_tokens: int) -> tuple[WorkloadItem, ...]:
+    """The first ``per_category`` requests of each category (all: 0), ``max_tokens`` capped (0: not)."""
+    seen: dict[str, int] = {}
+    out = []
+    for item in items:
+        seen[item.category] = seen.get(item.category, 0) + 1
+        if per_category and seen[item.category] > per_category:
+            continue
+        out.append(replace(item, max_tokens=min(item.max_tokens, max_tokens)) if max_tokens else item)
+    return tuple(out)
 
 
 def per_category(runs: list[dict[str, Any]], temperature: float) -> dict[str, dict[str, float]]:
@@ -92,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", default="int8")
     parser.add_argument("--greedy-only", action="store_true")
     parser.add_argument("--workload", default=str(FRESH))
+    parser.add_argument("--per-category", type=int, default=0, help="the first N requests of each category (0: all)")
+    parser.add_argument("--max-tokens", type=int, default=0, help="cap every request's max_tokens (0: the file's)")
     args = parser.parse_args(argv)
     started, load_start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), load_average()
     path = Path(args.model)
@@ -104,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         drafts=tuple(args.drafts.split(",")),
         k=args.k,
         repeats=1,
-        workload=load_workload(Path(args.workload)),
+        workload=choose_items(load_workload(Path(args.workload)), args.per_category, args.max_tokens),
         workload_sampled=not args.greedy_only,
         workload_weights=args.weights,
     )
