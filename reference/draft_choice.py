@@ -52,7 +52,6 @@ The prompt's pass is a plain step computing the head on its last row alone (on a
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -165,7 +164,6 @@ class AutoDraft:
         self.prompt_len: int | None = None
         self._since_plain = 0
         self._last: tuple[int, list[Candidate], list[float]] | None = None  # (history length, candidates, accepts)
-        self._last_only = False
         self.chosen = {p: 0 for p in PROPOSERS}  # verified nodes per proposer (a node of two counts for both)
 
     # -- the draft seam ------------------------------------------------------------------------------
@@ -180,7 +178,6 @@ class AutoDraft:
         self.cost = VerifyCost()
         self.tracker = Tracker()
         self.chosen = {p: 0 for p in PROPOSERS}
-        self._last_only = _takes_last_only(context.target)
         if self.prior_curve is None:
             curve = getattr(context.target, "verify_cost_curve", None)
             self.prior_curve = curve(PRIOR_ROWS) if callable(curve) else None
@@ -297,11 +294,7 @@ class AutoDraft:
     def score_tree(self, pending: Sequence[int], tree: DraftTree) -> "F32":
         assert self.ctx is not None, "start() first"
         started = time.perf_counter()
-        if tree.size == 1 and len(pending) > 1 and self._last_only:  # the prompt: the head on its last row only
-            target: Any = self.ctx.target  # an engine whose forward takes last_only (checked in start())
-            logits: F32 = target.forward(list(pending), self.ctx.cache, last_only=True).logits
-        else:
-            logits = score_tree(self.ctx.target, self.ctx.cache, pending, tree)
+        logits = score_tree(self.ctx.target, self.ctx.cache, pending, tree)  # the prompt's: its last row
         if self.online and len(pending) == 1 and tree.size <= MAX_TIMED_ROWS:
             self.cost.observe(tree.size, time.perf_counter() - started)
         return logits
@@ -438,14 +431,3 @@ def ngram_lookup(
             if h[start : start + n] == suffix:
                 return n, h[start + n : start + n + k]
     return 0, []
-
-
-def _takes_last_only(target: Any) -> bool:
-    """Whether ``target.forward`` accepts ``last_only`` (the fast engine and its lockstep proxy)."""
-    forward = getattr(target, "forward", None)
-    if not callable(forward):
-        return False
-    try:
-        return "last_only" in inspect.signature(forward).parameters
-    except (TypeError, ValueError):
-        return False

@@ -61,6 +61,7 @@ from verispec.reference.seams import DraftSource as DraftSource
 from verispec.reference.seams import LawFn as LawFn
 from verispec.reference.seams import Proposal as Proposal
 from verispec.reference.speculative import draft_law_rows
+from verispec.reference.tree_decode import plain_pass
 
 if TYPE_CHECKING:
     from verispec.reference.tokenizer import Tokenizer
@@ -80,7 +81,12 @@ CACHED_KINDS = ("auto", "suffix")  # the kinds that take a cross-request cache (
 
 def target_score(target: TargetModel, cache: Cache, pending: Sequence[int], drafts: Sequence[int]) -> F32:
     """The plain verification pass: ONE batched forward of ``pending + drafts``; the last
-    ``len(drafts) + 1`` logits rows ``[k+1, V]``."""
+    ``len(drafts) + 1`` logits rows ``[k+1, V]`` (the prompt's pass without drafts: the head on the
+    last row alone where the engine allows, :func:`reference.tree_decode.plain_pass`)."""
+    if not drafts:
+        last = plain_pass(target, cache, pending)
+        if last is not None:
+            return last
     span = [*pending, *drafts]
     logits = target.forward(span, cache).logits  # [len(span), V]
     return logits[len(pending) - 1 :]
