@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=0, help="cap every request's max_tokens (0: the file's)")
     args = parser.parse_args(argv)
     started, load_start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), load_average()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     path = Path(args.model)
     with GGUFFile.open(path) as f:
         model = FastModel.load(f, weights=resolve_weights(args.weights, arch=str(f.get("general.architecture", ""))))
@@ -125,7 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     workload, beside = workload_section(model, tokenizer, chat, options, path)
     temperatures = (0.0,) if args.greedy_only else (0.0, options.sampled_temperature)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = {
         "provenance": {
             "command": " ".join(["python -m lab.spec_bench_fresh", *sys.argv[1:]]),
