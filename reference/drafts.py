@@ -495,7 +495,7 @@ def make_draft(
     file (checked before any decoding).
     """
     if cache_path is not None and spec.kind not in CACHED_KINDS:
-        raise DraftError(f"--draft-cache is for --draft auto, suffix or suffix:tree, not {spec}")
+        raise DraftError(f"--draft-cache is for --draft suffix, suffix:tree or auto, not {spec}")
     if spec.kind == "ngram":
         return NgramDraft()
     if spec.kind == "auto":

@@ -44,7 +44,7 @@ def draft_options(args: argparse.Namespace) -> tuple[DraftSpec, SpeculativeOptio
     spec = parse_draft_spec(args.draft)
     check_options(args.k, args.p_min)
     if getattr(args, "draft_cache", None) is not None and spec.kind not in CACHED_KINDS:
-        raise DraftError(f"--draft-cache is for --draft auto, suffix or suffix:tree, not {spec}")
+        raise DraftError(f"--draft-cache is for --draft suffix, suffix:tree or auto, not {spec}")
     if getattr(args, "draft_cache", None) is not None:
         from verispec.reference.suffix_draft import SuffixCache
 
