@@ -293,15 +293,15 @@ class AutoDraft:
 
     def score_tree(self, pending: Sequence[int], tree: DraftTree) -> "F32":
         assert self.ctx is not None, "start() first"
-        started = time.perf_counter()
-        logits = score_tree(self.ctx.target, self.ctx.cache, pending, tree)  # the prompt's: its last row
-        if self.online and len(pending) == 1 and tree.size <= MAX_TIMED_ROWS:
-            self.cost.observe(tree.size, time.perf_counter() - started)
-        return logits
+        return score_tree(self.ctx.target, self.ctx.cache, pending, tree)  # the prompt's: its last row only
 
     def observe_cycle(self, rows: int, seconds: float) -> None:
-        """The loop's timing of a whole cycle (score + verify + keep) is not used: :meth:`score_tree`
-        times the target pass alone, the quantity the cost curve is about."""
+        """The loop's time of a whole cycle after the prompt (the target pass, the law of every row
+        verification reads, the residuals, the cache): what a tree of ``rows`` rows costs against a
+        plain step, so the cost curve counts verification's own work too (a law evaluation over the
+        vocabulary per row read: sampled rows are not free)."""
+        if self.online and rows <= MAX_TIMED_ROWS:
+            self.cost.observe(rows, seconds)
 
     # -- learning ---------------------------------------------------------------------------------------
 
