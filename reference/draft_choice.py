@@ -29,9 +29,9 @@ with probability p(x), which is the probability that verification accepts it (on
 min(1, p(x)/1)); siblings x_1, x_2 below one node are accepted with p(x_1) + p(x_2) in total under
 the tree protocol, so the per-node match rates are the right reaches for both modes.
 
-Lossless. The tree is a deterministic function of the history (prompt + committed tokens) and of
-earlier committed text (the cache): the proposers, their calibrations and the cost measurements
-read nothing but the past, never the target's draws of this cycle. The tree protocol
+Lossless. The tree is a function of the past alone: the history (prompt + committed tokens),
+earlier requests' outputs (the cache) and the measured times of earlier passes; the proposers,
+their calibrations and the cost curve never read the target's draws of this cycle. The tree protocol
 (:mod:`reference.tree_speculative`) emits the target's law for ANY tree whose laws q are the
 laws its tokens were drawn from (here: deterministic, one-hot rows), and greedy verification emits
 the target's argmax path for any tree; so the output law (sampled) and the output tokens (greedy)
@@ -39,8 +39,11 @@ are those of plain decoding whatever this module chooses. Only the speed depends
 
 Sampled decoding pays through the same machinery: below a node the tree offers the most frequent
 continuations as deterministic siblings, accepted with the SUM of their target probabilities, and
-the cost model builds a tree only when its expected tokens per unit of cost beat a plain step.
-Seeds. With ``online`` (the default) the cost curve is this draft's own timings of its passes, so
+the cost model builds a tree only when its expected tokens per unit of cost beat a plain step,
+cost timed over whole cycles (:meth:`AutoDraft.observe_cycle`: a sampled row read costs a law
+evaluation over the vocabulary, which a forward-only curve would miss).
+
+Seeds. With ``online`` (the default) the cost curve is this draft's own timings of its cycles, so
 which tree is verified, and with it how many uniforms a cycle reads, depends on the machine's
 speed: the same seed gives the same LAW, not the same tokens (timings are independent of the
 target's draws, so the argument above holds with them). ``online=False`` with a fixed ``cost``
