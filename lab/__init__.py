@@ -26,6 +26,7 @@ Also here:
 - :mod:`.draft_cache_load`: How fast ``--draft-cache FILE`` loads: MB/s for caches of about 1, 6 and 60 MB.
 - :mod:`.layer_ab`: CPU of the int8 mode's layer pass, for an A/B of two checkouts (SmolLM2, fused layers).
 - :mod:`.llama_plain_ab`: The int8 engine's plain decode step against llama.cpp's, interleaved in one process, with the bytes-streamed bound beside them.
+- :mod:`.lookup_ceiling`: How far lookup drafts can go on a model's own text: the ceiling no draft controller can pass.
 - :mod:`.reference_logits_memory`: Peak RSS of a long run of ``ReferenceLogits`` (spec/decoder/check.py) on the prefixes of a depth run.
 - :mod:`.results`: The results pages, generated from the saved measurements: ``python -m lab.results``.
 - :mod:`.source_ab`: Two source trees of verispec, the same int8 decode, interleaved: a before / after ratio in one run.
