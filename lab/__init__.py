@@ -31,11 +31,13 @@ Also here:
 - :mod:`.load_time_ab`: Two source trees, the same int8 load, interleaved: the load's CPU time before / after in one run.
 - :mod:`.hand_back_step_ab`: Does handing a load's memory back change the decode step? Both loads in one process, interleaved.
 - :mod:`.llama_plain_ab`: The int8 engine's plain decode step against llama.cpp's, interleaved in one process, with the bytes-streamed bound beside them.
+- :mod:`.lookup_ceiling`: How far lookup drafts can go on a model's own text: the ceiling no draft controller can pass.
 - :mod:`.reference_logits_memory`: Peak RSS of a long run of ``ReferenceLogits`` (spec/decoder/check.py) on the prefixes of a depth run.
 - :mod:`.results`: The results pages, generated from the saved measurements: ``python -m lab.results``.
 - :mod:`.source_ab`: Two source trees of verispec, the same int8 decode, interleaved: a before / after ratio in one run.
 - :mod:`.verifier_at_cost`: A batched verifier of a fixed CPU cost a verification: the gate's full-power default for a real implementation of that speed.
 - :mod:`.sparse_head_cost`: What a sparse head's pieces cost against the full int8 head, interleaved in one process.
 - :mod:`.sparse_head_bounds`: How many head rows a certified per-row bound leaves to compute exactly (a lab study).
+- :mod:`.spec_bench_fresh`: Plain vs speculative decoding (``--draft auto``) on a Spec-Bench-style workload written apart from the bench's own (``lab/data/workload_fresh.jsonl``), greedy and T = 0.8, interleaved.
 - :mod:`.step_profile`: Where one int8 decode step goes: wall time per component, accumulated over greedy 1-row steps.
 """

@@ -573,10 +573,73 @@ def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
     ]
 
 
+# ---- the fresh Spec-Bench-style workload (python -m lab.spec_bench_fresh) ----------------------
+
+FRESH_RUNS = "spec_bench_fresh_*.json"
+
+
+def fresh_workload_page(folder: Path) -> str:
+    """Per model, draft and temperature: per category the speedup over the engine's own plain
+    decode (wall / CPU) and tokens per target pass; the targets' rows beside them."""
+    saved = [(path, _load(path)) for path in sorted(folder.glob(FRESH_RUNS))]
+    body: list[str] = []
+    for path, run in saved:
+        summary = run["summary"]
+        body += [f"## {path.stem.removeprefix('spec_bench_fresh_')}", "", f"From `lab/measurements/{path.name}`.", ""]
+        for draft, rows in summary.items():
+            if draft == "llama_cpp":
+                continue
+            temperatures = [t for t in rows if t != "all_greedy_same_tokens"]
+            body += [
+                f"| `{draft}`, per category | "
+                + " | ".join(f"T={t} wall / CPU, tokens a pass" for t in temperatures)
+                + " |",
+                "|---|" + "---|" * len(temperatures),
+            ]
+            categories = list(rows[temperatures[0]]["per_category"])
+            for c in categories:
+                cells = []
+                for t in temperatures:
+                    v = rows[t]["per_category"].get(c)
+                    cells.append(
+                        "-" if v is None else f"{v['speedup']:.2f} / {v['speedup_cpu']:.2f}, {v['tokens_per_pass']:.2f}"
+                    )
+                body.append(f"| {c} | " + " | ".join(cells) + " |")
+            body.append(
+                "| **geomean over categories** (targets: greedy >= 1.5x llama.cpp plain, T=0.8 >= 1.2x own plain) | "
+                + " | ".join(
+                    f"{rows[t]['geomean_speedup']:.2f} / {rows[t]['geomean_speedup_cpu']:.2f}" for t in temperatures
+                )
+                + " |"
+            )
+            body.append(
+                "| summarisation, RAG, code editing, CPU geomean (target: 2x llama.cpp plain) | "
+                + " | ".join(f"{rows[t]['grounded_geomean_speedup_cpu']:.2f}" for t in temperatures)
+                + " |"
+            )
+            body += [
+                "",
+                f"Greedy outputs identical to plain greedy on every request: {rows['all_greedy_same_tokens']}.",
+                "",
+            ]
+        llama = summary.get("llama_cpp", {})
+        body += [f"llama.cpp: {'measured beside it' if llama.get('available') else _cell(str(llama.get('note')))}.", ""]
+    intro = (
+        "Plain vs speculative decoding on `lab/data/workload_fresh.jsonl`: six Spec-Bench categories, three requests "
+        "each, written for this measurement apart from the bench's own workload. Per request the engine's plain and "
+        "speculative decodes run back to back on the same prompt ids and the same number of tokens (the engine's plain "
+        "greedy answer's length), greedy and at T = 0.8; ratios are speculative over the engine's own plain decode "
+        "(wall-clock / process CPU), geometric means per category, then over the categories."
+    )
+    provenance = [line for path, s in saved for line in _provenance_lines(path.name, s["provenance"])]
+    return _page("Results: a fresh Spec-Bench-style workload", intro, body, provenance)
+
+
 # ---- the index and the driver ------------------------------------------------------------------
 
 PAGES = (
     ("workload.md", "the chat workload, exact and int8 modes, llama.cpp beside it"),
+    ("spec-bench-fresh.md", "the default draft (auto) on a Spec-Bench-style workload written apart from the bench's"),
     (
         "bench-same-work.md",
         "the engine and llama.cpp on idle machines (AVX-512 VNNI, AVX2), the same tokens on both sides (bench schema 2)",
@@ -616,6 +679,7 @@ def pages(folder: Path = MEASUREMENTS) -> dict[str, str]:
     return {
         "index.md": index_page(),
         "workload.md": workload_page(workloads),
+        "spec-bench-fresh.md": fresh_workload_page(folder),
         "bench-same-work.md": same_work_page(folder),
         "bench-idle.md": bench_page(folder),
         "early-exit.md": early_exit_page(folder),

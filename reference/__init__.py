@@ -14,6 +14,7 @@ The modules:
 - :mod:`.conformal`: Conformal calibration for early exit: exact order-statistic quantiles and conformal risk control.
 - :mod:`.decode`: Speculative decoding: a draft proposes, the target verifies k+1 positions in ONE pass, we commit.
 - :mod:`.draft_cache_file`: The ``--draft-cache`` file: untrusted input, read in time linear in its size at NumPy speed.
+- :mod:`.draft_choice`: ``--draft auto``: every lookup proposer at once, kept by what the target accepts as it decodes.
 - :mod:`.draft_control`: Cost-model control: how many of the proposed tokens to verify this cycle, or none at all.
 - :mod:`.drafts`: Draft sources for speculative decoding: who proposes the tokens the target then verifies.
 - :mod:`.early_exit`: Certified layer early exit: exit heads, gates, and exact KV by deferred catch-up.

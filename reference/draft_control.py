@@ -141,15 +141,16 @@ def best_size(reach: Sequence[float], cost: CostCurve) -> int:
 class Calibration:
     """Per-bucket correction of acceptance estimates: (accepted + 1) / (predicted + 1) over the
     draft tokens verification reached, with a bucket per evidence level (for suffix drafts: the
-    length of the matched context, capped), clipped to CALIBRATION_BOUNDS."""
+    length of the matched context, capped), clipped to ``bounds`` (default CALIBRATION_BOUNDS)."""
 
-    def __init__(self) -> None:
+    def __init__(self, bounds: tuple[float, float] = CALIBRATION_BOUNDS) -> None:
+        self.bounds = bounds  # (least, largest) factor
         self.predicted: dict[int, float] = {}
         self.accepted: dict[int, float] = {}
 
     def factor(self, bucket: int) -> float:
         ratio = (self.accepted.get(bucket, 0.0) + 1.0) / (self.predicted.get(bucket, 0.0) + 1.0)
-        return min(max(ratio, CALIBRATION_BOUNDS[0]), CALIBRATION_BOUNDS[1])
+        return min(max(ratio, self.bounds[0]), self.bounds[1])
 
     def observe(self, estimates: Sequence[float], buckets: Sequence[int], accepted: int) -> None:
         """A verified proposal: tokens 0..accepted-1 were accepted, token ``accepted`` (if any) was

@@ -23,6 +23,9 @@ drawn from (:class:`Proposal`), then asks it to score the span ``pending + draft
                      bounded cross-request cache of earlier outputs (``--draft-cache PATH``).
                      Deterministic: q is one-hot.
     suffix:tree      the same, proposing token trees verified in one pass (:mod:`reference.tree_decode`).
+    auto             every lookup proposer at once (suffix trees and chains, prompt lookup), merged into
+                     one token tree and kept by measured acceptance and the verify-cost curve as it
+                     decodes (:mod:`reference.draft_choice`); the default draft. Deterministic.
 
 Laws. With a greedy target the draft proposes its own argmax (q one-hot). With a sampling target
 the draft samples from q_i = ``law(draft_logits_i, history + drafts[:i], draft_params)``, where
@@ -58,6 +61,7 @@ from verispec.reference.seams import DraftSource as DraftSource
 from verispec.reference.seams import LawFn as LawFn
 from verispec.reference.seams import Proposal as Proposal
 from verispec.reference.speculative import draft_law_rows
+from verispec.reference.tree_decode import plain_pass
 
 if TYPE_CHECKING:
     from verispec.reference.tokenizer import Tokenizer
@@ -71,11 +75,18 @@ NGRAM_MAX = 4  # longest suffix n-gram the prompt lookup tries
 # OpenBLAS): `verispec bench` on SmolLM2 measured ngram geomean 0.89x of plain with 1-grams and
 # 1.02x with n >= 2 (worst prompt 0.84x -> 0.97x); Gemma3 0.90x -> 0.95x (2026-11-29).
 NGRAM_MIN = 2
+DEFAULT_DRAFT = "auto"  # the draft speculative decoding uses when none is named
+CACHED_KINDS = ("auto", "suffix")  # the kinds that take a cross-request cache (--draft-cache)
 
 
 def target_score(target: TargetModel, cache: Cache, pending: Sequence[int], drafts: Sequence[int]) -> F32:
     """The plain verification pass: ONE batched forward of ``pending + drafts``; the last
-    ``len(drafts) + 1`` logits rows ``[k+1, V]``."""
+    ``len(drafts) + 1`` logits rows ``[k+1, V]`` (the prompt's pass without drafts: the head on the
+    last row alone where the engine allows, :func:`reference.tree_decode.plain_pass`)."""
+    if not drafts:
+        last = plain_pass(target, cache, pending)
+        if last is not None:
+            return last
     span = [*pending, *drafts]
     logits = target.forward(span, cache).logits  # [len(span), V]
     return logits[len(pending) - 1 :]
@@ -415,8 +426,8 @@ def best_k_for_cost(alpha: float, cost: Mapping[int, float], k_max: int) -> int:
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """A parsed ``--draft`` value: kind ``ngram``, ``suffix`` (``tree``: ``suffix:tree``, token
-    trees verified in one pass), ``layerskip`` (layer), ``model`` (path), ``self``."""
+    """A parsed ``--draft`` value: kind ``auto``, ``ngram``, ``suffix`` (``tree``: ``suffix:tree``,
+    token trees verified in one pass), ``layerskip`` (layer), ``model`` (path), ``self``."""
 
     kind: str
     layer: int = 0
@@ -430,9 +441,9 @@ class DraftSpec:
 
 
 def parse_draft_spec(text: str) -> DraftSpec:
-    """``ngram`` | ``suffix`` | ``suffix:tree`` | ``layerskip:M`` | ``model:PATH`` | ``self`` ->
-    DraftSpec; DraftError otherwise."""
-    if text in ("ngram", "suffix", "self"):
+    """``auto`` | ``ngram`` | ``suffix`` | ``suffix:tree`` | ``layerskip:M`` | ``model:PATH`` |
+    ``self`` -> DraftSpec; DraftError otherwise."""
+    if text in ("auto", "ngram", "suffix", "self"):
         return DraftSpec(text)
     if text == "suffix:tree":
         return DraftSpec("suffix", tree=True)
@@ -445,7 +456,7 @@ def parse_draft_spec(text: str) -> DraftSpec:
     if sep and kind == "model" and arg:
         return DraftSpec("model", path=arg)
     raise DraftError(
-        f"unknown draft spec {text!r} (expected ngram, suffix, suffix:tree, layerskip:M, model:PATH or self)"
+        f"unknown draft spec {text!r} (expected auto, ngram, suffix, suffix:tree, layerskip:M, model:PATH or self)"
     )
 
 
@@ -483,10 +494,19 @@ def make_draft(
     kinds refuse it). DraftError for a layer outside 1..L-1, a vocabulary mismatch or a bad cache
     file (checked before any decoding).
     """
-    if cache_path is not None and spec.kind != "suffix":
-        raise DraftError(f"--draft-cache is for --draft suffix, not {spec}")
+    if cache_path is not None and spec.kind not in CACHED_KINDS:
+        raise DraftError(f"--draft-cache is for --draft suffix, suffix:tree or auto, not {spec}")
     if spec.kind == "ngram":
         return NgramDraft()
+    if spec.kind == "auto":
+        from verispec.reference.draft_choice import AutoDraft
+        from verispec.reference.suffix_draft import SuffixCache, vocab_fingerprint
+
+        if cache_path is None:
+            return AutoDraft()
+        SuffixCache.check_writable(cache_path)  # refused now, not after the text was generated
+        fingerprint = vocab_fingerprint(target_tokenizer) if target_tokenizer is not None else ""
+        return AutoDraft(SuffixCache.load(cache_path, target.config.n_vocab, fingerprint), cache_path=cache_path)
     if spec.kind == "suffix":
         from verispec.reference.suffix_draft import TREE_WIDTH, SuffixCache, SuffixDraft, vocab_fingerprint
 

@@ -43,7 +43,7 @@ from verispec.reference.draft_control import MAX_ACCEPT, Calibration, VerifyCost
 from verispec.reference.errors import DraftError
 from verispec.reference.seams import DraftContext, Proposal
 from verispec.reference.suffix_index import SuffixIndex
-from verispec.reference.tree_decode import TreeProposal, score_tree
+from verispec.reference.tree_decode import TreeProposal, plain_pass, score_tree
 from verispec.reference.tree_speculative import DraftTree
 
 if TYPE_CHECKING:
@@ -571,6 +571,9 @@ class SuffixDraft:
         started = time.perf_counter()
         # the plain verification pass, as reference.drafts.target_score (not imported: reference.drafts
         # builds this source, and imports stay acyclic): one forward of pending + drafts
+        last = plain_pass(self.ctx.target, self.ctx.cache, pending) if not drafts else None
+        if last is not None:
+            return last  # the prompt's pass: not a verification pass, not timed
         span = [*pending, *drafts]
         logits: "F32" = self.ctx.target.forward(span, self.ctx.cache).logits[len(pending) - 1 :]
         rows = len(pending) + len(drafts)

@@ -25,6 +25,7 @@ width-1 tree costs what the single-path loop's pass costs.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,11 +88,37 @@ def span_parents(pending: int, tree: DraftTree) -> list[int]:
     return [*range(-1, pending - 1), *(pending - 1 + tree.parents[i] for i in range(1, tree.size))]
 
 
+def takes_last_only(target: Any) -> bool:
+    """Whether ``target.forward`` accepts ``last_only`` (the fast engine and its lockstep proxy)."""
+    forward = getattr(target, "forward", None)
+    if not callable(forward):
+        return False
+    try:
+        return "last_only" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def plain_pass(target: Any, cache: Any, pending: Sequence[int]) -> F32 | None:
+    """The prompt's pass (several ``pending`` tokens, no draft) with the head on the last row only,
+    ``[1, V]``, on an engine whose ``forward`` takes ``last_only`` (the row plain decoding computes);
+    None when that does not apply (one pending token, or a model without ``last_only``)."""
+    if len(pending) <= 1 or not takes_last_only(target):
+        return None
+    logits: F32 = target.forward(list(pending), cache, last_only=True).logits
+    return logits
+
+
 def score_tree(target: Any, cache: Any, pending: Sequence[int], tree: DraftTree) -> F32:
     """ONE forward over ``pending`` + the tree's nodes; logits ``[N, V]`` (row v after node v's
-    path). Afterwards the cache holds every row; :func:`keep_path` keeps the accepted ones."""
+    path). Afterwards the cache holds every row; :func:`keep_path` keeps the accepted ones. A
+    one-node tree after several pending tokens is :func:`plain_pass` where the engine allows."""
     if not pending:
         raise VerificationError("a tree pass needs the last committed token (pending) as its root")
+    if tree.size == 1:
+        last = plain_pass(target, cache, pending)
+        if last is not None:
+            return last
     span = [*pending, *tree.tokens[1:]]
     parents = span_parents(len(pending), tree)
     model = cast(TreeTarget, target)

@@ -46,7 +46,7 @@ K = 4
 
 
 def draft_specs(model_path: Path, exit_layer: int) -> list[str]:
-    return ["ngram", f"layerskip:{exit_layer}", "self", f"model:{model_path}"]
+    return ["auto", "ngram", f"layerskip:{exit_layer}", "self", f"model:{model_path}"]  # auto: the default
 
 
 def run_greedy(

@@ -152,3 +152,42 @@ def test_greedy_int8_trees_give_plain_int8_tokens_smollm2(smollm2_path: Path, in
     )
     assert spec.generation.ids == plain.ids
     assert any(c.width >= 2 for c in spec.cycles) and sum(c.accepted for c in spec.cycles) > 0
+
+
+# The default draft (--draft auto, reference/draft_choice.py) on the default engine mode: chat
+# requests of the kinds it is for (a passage to answer from, a function to edit), greedy.
+AUTO_PROMPTS = (
+    "Answer from the passage. Passage: The ferry to Arden leaves at 7:15 and 16:40 every day except "
+    "Sunday; the crossing takes fifty minutes and bicycles travel free. Question: When does the ferry "
+    "to Arden leave, and can I take my bicycle?",
+    "Rename the variable x to total in this function and return it whole:\n"
+    "def add_all(values):\n    x = 0\n    for v in values:\n        x = x + v\n    return x\n",
+)
+
+
+@pytest.mark.model
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_greedy_auto_gives_plain_int8_tokens(
+    name: str, smollm2_path: Path, gemma3_path: Path, int8_real_model: Any
+) -> None:
+    from verispec.reference.chat import chat_format
+    from verispec.reference.draft_choice import AutoDraft
+    from verispec.reference.gguf import GGUFFile
+    from verispec.reference.tokenizer import Tokenizer
+
+    model = int8_real_model(name, None)
+    path = smollm2_path if name == "smollm2-135m" else gemma3_path
+    with GGUFFile.open(path) as f:
+        tokenizer, chat = Tokenizer.from_gguf(f.metadata), chat_format(f.metadata)
+    drafted = 0
+    for text in AUTO_PROMPTS:
+        ids = tuple(tokenizer.encode(chat.wrap(text), add_bos=tokenizer.add_bos, parse_special=True))
+        request = GenerationRequest(ids, GREEDY, max_tokens=40, seed=0, ignore_eog=True)
+        plain = fast_generate(model, tokenizer, request)
+        spec = speculative_generate(
+            model, tokenizer, request, AutoDraft(), SpeculativeOptions(k=6), law=fast_sampling.target_distribution
+        )
+        assert spec.generation.ids == plain.ids, text
+        drafted += sum(c.accepted for c in spec.cycles)
+    assert drafted > 0  # verification accepted drafts: the comparison covers it

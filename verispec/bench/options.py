@@ -24,7 +24,8 @@ PROMPTS: tuple[tuple[str, str], ...] = (
         "one two three four five six seven eight nine ten. one two three four five six seven eight nine ten. one two three",
     ),
 )
-DRAFTS: tuple[str, ...] = ("ngram",)
+# auto: the default draft (reference/draft_choice.py); ngram: the one llama.cpp's prompt lookup is compared with
+DRAFTS: tuple[str, ...] = ("auto", "ngram")
 PROMPT_KINDS_FAST = {"structured", "repetitive"}
 
 

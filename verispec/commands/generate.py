@@ -21,6 +21,7 @@ from verispec.commands.speculative import run_speculative
 from verispec.commands.validate import check_generate
 from verispec.engine.generate import generate_any as generate
 from verispec.engine_load import load_engine
+from verispec.reference.drafts import DEFAULT_DRAFT
 from verispec.registry import DEFAULT_MODEL
 
 # llama.cpp's defaults (common/common.h), so a configuration moved from llama-cli means the same.
@@ -63,9 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # speculative decoding (reference/decode.py, reference/drafts.py, reference/evidence.py)
     parser.add_argument(
         "--draft",
+        nargs="?",
+        const=DEFAULT_DRAFT,
         default=None,
         metavar="SPEC",
-        help="speculative decoding with draft source ngram | suffix | suffix:tree (token trees, one pass each) | layerskip:M | model:PATH | self",
+        help=f"speculative decoding; --draft alone: {DEFAULT_DRAFT} (every lookup proposer, kept by measured acceptance)"
+        "; or auto | ngram | suffix | suffix:tree (token trees, one pass each) | layerskip:M | model:PATH | self",
     )
     parser.add_argument(
         "--draft-cache",

@@ -21,7 +21,9 @@ from verispec.engine.generate import draw_for, generate_any, law_for
 from verispec.engine_load import load_engine
 from verispec.reference.config import Config
 from verispec.reference.decode import SpeculativeOptions
+from verispec.reference.draft_choice import AutoDraft
 from verispec.reference.drafts import (
+    CACHED_KINDS,
     DraftSpec,
     check_exit_layer,
     check_options,
@@ -41,8 +43,8 @@ def draft_options(args: argparse.Namespace) -> tuple[DraftSpec, SpeculativeOptio
     """The draft flags parsed and checked (DraftError), before any file is opened."""
     spec = parse_draft_spec(args.draft)
     check_options(args.k, args.p_min)
-    if getattr(args, "draft_cache", None) is not None and spec.kind != "suffix":
-        raise DraftError(f"--draft-cache is for --draft suffix, not {spec}")
+    if getattr(args, "draft_cache", None) is not None and spec.kind not in CACHED_KINDS:
+        raise DraftError(f"--draft-cache is for --draft suffix, suffix:tree or auto, not {spec}")
     if getattr(args, "draft_cache", None) is not None:
         from verispec.reference.suffix_draft import SuffixCache
 
@@ -100,7 +102,7 @@ def evidence_lines(ev: Evidence) -> list[str]:
 
 def _finish(draft: object, output: "tuple[int, ...]") -> None:
     """A suffix draft remembers the output in its cross-request cache (and persists it)."""
-    if isinstance(draft, SuffixDraft):
+    if isinstance(draft, (SuffixDraft, AutoDraft)):
         draft.finish(output)
 
 
