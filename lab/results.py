@@ -294,6 +294,36 @@ def bench_page(folder: Path) -> str:
     return _page("Results: the engine on an idle machine, llama.cpp beside it", intro, body, provenance)
 
 
+LOADED_RUNS = "bench_loaded_*.json"
+LOADED_EXTRA_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+    (
+        "int8 auto ÷ int8 plain (geomean over the prompts)",
+        lambda r: r["ratios"].get("speculative_auto_geomean_over_plain"),
+    ),
+    ("onnxruntime calls a decode step", lambda r: str(r["engine_kernel"]["calls_per_step"])),
+)
+
+
+def loaded_bench_page(folder: Path) -> str:
+    """`verispec bench` runs saved on the shared machine under stated load: one column a file."""
+    saved = [(path, _load(path)) for path in sorted(folder.glob(LOADED_RUNS))]
+    names = [path.stem.removeprefix("bench_loaded_") for path, _ in saved]
+    body = [
+        "| bench, machine shared (load stated below) | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 1) + "|",
+    ]
+    for label, row in (*BENCH_ROWS, *LOADED_EXTRA_ROWS):
+        body.append(f"| {label} | " + " | ".join(_text_value(row, run["report"]) for _, run in saved) + " |")
+    provenance = [line for path, run in saved for line in _provenance_lines(path.name, _provenance(path, run))]
+    intro = (
+        "`verispec bench` after the layer chain, the load's memory hand-back and the `auto` draft, 1 thread, llama.cpp "
+        "beside the engine in the same run. The machine was shared, so these ratios are noisier than the idle pages' "
+        "(each file's load average is below). What each row measures: "
+        "[docs/performance.md](../performance.md#what-bench-measures)."
+    )
+    return _page("Results: the engine under load, after the layer chain", intro, body, provenance)
+
+
 SAME_WORK_EXTRA_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
     (
         "load average (1 min) at start → end",
@@ -623,7 +653,11 @@ def fresh_workload_page(folder: Path) -> str:
                 "",
             ]
         llama = summary.get("llama_cpp", {})
-        body += [f"llama.cpp: {'measured beside it' if llama.get('available') else _cell(str(llama.get('note')))}.", ""]
+        if llama.get("available"):
+            ratios = ", ".join(f"{name.replace('_', ' ')} {value:.2f}" for name, value in llama["geomean"].items())
+            body += [f"llama.cpp, measured beside it (geomean over categories): {ratios}.", ""]
+        else:
+            body += [f"llama.cpp: {_cell(str(llama.get('note')))}.", ""]
     intro = (
         "Plain vs speculative decoding on `lab/data/workload_fresh.jsonl`: six Spec-Bench categories, three requests "
         "each, written for this measurement apart from the bench's own workload. Per request the engine's plain and "
@@ -645,6 +679,7 @@ PAGES = (
         "the engine and llama.cpp on idle machines (AVX-512 VNNI, AVX2), the same tokens on both sides (bench schema 2)",
     ),
     ("bench-idle.md", "the engine on an idle machine, before and after the shared pool and fused layers"),
+    ("bench-loaded.md", "the engine after the layer chain, the memory hand-back and the auto draft, under stated load"),
     ("early-exit.md", "certified early exit, held out, and the generated-prompt diagnosis"),
     ("transformers-law-only.md", "transformers' speculative sampling at full power under --law-only"),
     ("decoder-depth.md", "the decoder gate at depth at its full design: our loop and the peers' speculative paths"),
@@ -682,6 +717,7 @@ def pages(folder: Path = MEASUREMENTS) -> dict[str, str]:
         "spec-bench-fresh.md": fresh_workload_page(folder),
         "bench-same-work.md": same_work_page(folder),
         "bench-idle.md": bench_page(folder),
+        "bench-loaded.md": loaded_bench_page(folder),
         "early-exit.md": early_exit_page(folder),
         "transformers-law-only.md": law_only_page(folder / "transformers_speculative_sampling_law_only.json"),
         "decoder-depth.md": depth_page(folder),
