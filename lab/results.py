@@ -669,6 +669,53 @@ def fresh_workload_page(folder: Path) -> str:
     return _page("Results: a fresh Spec-Bench-style workload", intro, body, provenance)
 
 
+# ---- the engine's studies (lab scripts whose write-ups live in docs/int8-step.md) -----------------
+
+ENGINE_STUDIES = ("int8_chain_*.json", "load_memory_*.json", "weights_once_*.json", "sparse_head_*.json")
+
+
+def _study_provenance(saved: dict[str, Any]) -> dict[str, str]:
+    """A study's provenance in the pages' fields, whatever spelling its script used."""
+    own: dict[str, Any] = dict(saved.get("provenance", {}))
+    text = {k: v if isinstance(v, str) else json.dumps(v) for k, v in own.items()}
+    text.setdefault("date", text.get("date_utc", ""))
+    if "command" not in text and isinstance(own.get("commands"), list):
+        text["command"] = " ; ".join(str(c) for c in own["commands"])
+    if "commit" not in text:
+        trees = ("before_commit", "after_commit", "before_tree", "after_tree")
+        parts = [f"{k.replace('_', ' ')} {own[k]}" for k in trees if k in own]
+        text["commit"] = "; ".join(parts) or "not recorded"
+    if "command" not in text:
+        text["command"] = "see docs/int8-step.md"
+    if "load_average" in own and "note" not in text:
+        text["note"] = f"load average {own['load_average']}"
+    return text
+
+
+def _headline(saved: dict[str, Any]) -> list[str]:
+    """The study's top-level numbers and words (nested results: in the file)."""
+    lines = []
+    for key, value in saved.items():
+        if key != "provenance" and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            lines.append(f"- {key.replace('_', ' ')}: {_fmt(value, 3) if isinstance(value, float) else value}")
+    return lines
+
+
+def engine_studies_page(folder: Path) -> str:
+    saved = [(path, _load(path)) for pattern in ENGINE_STUDIES for path in sorted(folder.glob(pattern))]
+    body: list[str] = []
+    for path, run in saved:
+        body += [f"## {path.stem}", "", f"From `lab/measurements/{path.name}`.", "", *_headline(run), ""]
+    intro = (
+        "The engine's lab studies of this round: the int8 layer chain (one onnxruntime graph between two "
+        "attentions), where a load's memory goes and what handing it back saves, and what a certified sparse head "
+        "would prune and cost. The write-ups, with the tables read off these files, are in "
+        "[docs/int8-step.md](../int8-step.md); each file holds its full results."
+    )
+    provenance = [line for path, run in saved for line in _provenance_lines(path.name, _study_provenance(run))]
+    return _page("Results: the engine's studies (layer chain, memory, sparse head)", intro, body, provenance)
+
+
 # ---- the index and the driver ------------------------------------------------------------------
 
 PAGES = (
@@ -679,6 +726,7 @@ PAGES = (
         "the engine and llama.cpp on idle machines (AVX-512 VNNI, AVX2), the same tokens on both sides (bench schema 2)",
     ),
     ("bench-idle.md", "the engine on an idle machine, before and after the shared pool and fused layers"),
+    ("engine-studies.md", "the int8 layer chain, the load's memory and the sparse head's bounds, from the lab"),
     ("bench-loaded.md", "the engine after the layer chain, the memory hand-back and the auto draft, under stated load"),
     ("early-exit.md", "certified early exit, held out, and the generated-prompt diagnosis"),
     ("transformers-law-only.md", "transformers' speculative sampling at full power under --law-only"),
@@ -718,6 +766,7 @@ def pages(folder: Path = MEASUREMENTS) -> dict[str, str]:
         "bench-same-work.md": same_work_page(folder),
         "bench-idle.md": bench_page(folder),
         "bench-loaded.md": loaded_bench_page(folder),
+        "engine-studies.md": engine_studies_page(folder),
         "early-exit.md": early_exit_page(folder),
         "transformers-law-only.md": law_only_page(folder / "transformers_speculative_sampling_law_only.json"),
         "decoder-depth.md": depth_page(folder),
