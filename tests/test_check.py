@@ -333,3 +333,23 @@ def test_the_example_verifiers_row_fast_path_accepts_only_what_its_entry_loop_ac
         elif every_entry:
             with pytest.raises(OverflowError):
                 math.fsum(row)
+
+
+def test_a_vector_sets_memoized_replay_lines_are_its_requests_encoding(vectors: VectorSet) -> None:
+    """VectorSet.wire_lines: the first replay of a kind fills the memo with exactly what
+    encode_line spells for each request, and a replay from the filled memo gets the same verdict."""
+    from verispec.spec.check import replay_kind
+    from verispec.spec.external import encode_line
+    from verispec.spec.vectors.gen_large import as_sampled_case
+
+    cases = vectors.cases["sampled"]
+    lines: list[bytes] = []
+    impl = CommandImplementation(REFERENCE_CMD, timeout=30.0)
+    try:
+        first = replay_kind(impl, "sampled", cases, lines)
+        again = replay_kind(impl, "sampled", cases, lines)
+    finally:
+        impl.close()
+    expanded = [as_sampled_case(case) for case in cases]
+    assert lines == [encode_line({"id": c["id"], "op": c["op"], "input": c["input"]}) for c in expanded]
+    assert first.status == again.status == "passed" and first.n == again.n == len(cases) > 0
