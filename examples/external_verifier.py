@@ -37,15 +37,32 @@ def is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def is_row_of_weights(row):
+    """True when every entry of a non-empty ``row`` is a number (int or float, not bool), finite
+    and >= 0: what :func:`check_rows` asks of each entry, decided per row by C loops (the set of
+    entry types, one ``math.fsum``, one ``min``) instead of a Python call per entry. A finite
+    fsum rules out nan and +-inf among the entries (either makes it nan or infinite, or raises),
+    so ``min`` then compares real numbers. False may also mean "look entry by entry" (a huge
+    int, an overflowing sum): the caller's per-entry loop decides those as before."""
+    if not set(map(type, row)) <= {int, float}:
+        return False
+    try:
+        total = math.fsum(row)
+    except (OverflowError, ValueError):
+        return False
+    return math.isfinite(total) and min(row) >= 0
+
+
 def check_rows(rows, count, vocab, name):
     if not isinstance(rows, list) or len(rows) != count:
         raise Rejected(f"{name} must have {count} rows")
     for row in rows:
         if not isinstance(row, list) or len(row) != vocab:
             raise Rejected(f"{name} rows must have {vocab} entries")
-        for value in row:
-            if not is_number(value) or value < 0:
-                raise Rejected(f"{name} has an entry that is not a finite number >= 0: {value!r}")
+        if not is_row_of_weights(row):  # the whole row at once; the loop runs only to name a bad entry
+            for value in row:
+                if not is_number(value) or value < 0:
+                    raise Rejected(f"{name} has an entry that is not a finite number >= 0: {value!r}")
         if abs(math.fsum(row) - 1.0) > TOLERANCE:
             raise Rejected(f"a row of {name} sums to {math.fsum(row)!r}")
 

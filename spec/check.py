@@ -321,8 +321,8 @@ class CommandImplementation:
         self.law_only = law_only
         self._pipeline: Pipeline | None | Literal["unknown"] = "unknown"
 
-    def replay(self, cases: Sequence[Mapping[str, Any]]) -> list[Json | None]:
-        return self.wire.replay(cases)
+    def replay(self, cases: Sequence[Mapping[str, Any]], lines: list[bytes] | None = None) -> list[Json | None]:
+        return self.wire.replay(cases, lines)
 
     def verifier_parts(self) -> tuple[Verifier, BatchVerifier | None, Pipeline | None]:
         if self.law_only:
@@ -348,8 +348,11 @@ class CommandImplementation:
 # the run
 
 
-def replay_kind(impl: Implementation, kind: str, cases: Sequence[Mapping[str, Any]]) -> PropertyOutcome:
-    """Replay one vector file; exact agreement (within each case's stated tolerance)."""
+def replay_kind(
+    impl: Implementation, kind: str, cases: Sequence[Mapping[str, Any]], wire_lines: list[bytes] | None = None
+) -> PropertyOutcome:
+    """Replay one vector file; exact agreement (within each case's stated tolerance). ``wire_lines``:
+    the memo of these cases' request lines a program is sent (VectorSet.wire_lines[kind])."""
     name = f"vectors_{kind}"
     start = time.perf_counter()
 
@@ -359,7 +362,11 @@ def replay_kind(impl: Implementation, kind: str, cases: Sequence[Mapping[str, An
     if not cases:
         return outcome("skipped", "no cases")
     try:
-        answers = impl.replay([as_sampled_case(case) for case in cases])  # large-V rows expanded
+        expanded = [as_sampled_case(case) for case in cases]  # large-V rows expanded
+        if isinstance(impl, CommandImplementation) and wire_lines is not None:
+            answers = impl.replay(expanded, wire_lines)
+        else:
+            answers = impl.replay(expanded)
     except VerispecError as exc:
         return outcome("failed", f"replay broke off: {exc}")
     unsupported = sum(1 for a in answers if a is None)
@@ -593,7 +600,7 @@ def _run_deterministic(
         if impl.law_only:
             outcome = PropertyOutcome(name, "not_applicable", 0, 0.0, 0.0, NOT_APPLICABLE_REASON, 0.0)
         else:
-            outcome = replay_kind(impl, kind, vectors.cases.get(kind, []))
+            outcome = replay_kind(impl, kind, vectors.cases.get(kind, []), vectors.wire_lines.setdefault(kind, []))
         if record(outcome):
             return False
     for name in PROPERTY_NAMES:

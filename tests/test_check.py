@@ -11,10 +11,14 @@ deterministic properties run in full. `verispec check` itself defaults to scale 
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
+import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -270,3 +274,82 @@ def test_python_verdict_forms() -> None:
         as_verdict((1, 2, "maybe"), "t")
     with pytest.raises(ExternalError):
         as_verdict(42, "t")
+
+
+# -----------------------------------------------------------------------------------------------
+# the per-row fast checks decide as the per-entry walks they stand in front of
+
+
+def _nested(rng: "random.Random", atoms: list[object], depth: int) -> object:
+    if depth == 0 or rng.random() < 0.4:
+        return rng.choice(atoms)
+    return [_nested(rng, atoms, depth - 1) for _ in range(rng.randint(0, 4))]
+
+
+def test_the_reference_servers_finite_check_matches_its_element_walk() -> None:
+    """spec/external/server.py decides a list of plain numbers from its type set: on random nests
+    of numbers, markers, other strings and subclasses it raises exactly where, and with exactly
+    the message, the element-by-element walk does."""
+    from verispec.reference.errors import VerificationError
+    from verispec.spec.external.server import _check_finite, _raise_first_marker
+
+    class Text(str):
+        pass
+
+    class Items(list):  # type: ignore[type-arg]
+        pass
+
+    def outcome(check: Any, value: object) -> str | None:
+        try:
+            check(value)
+        except VerificationError as exc:
+            return str(exc)
+        return None
+
+    atoms: list[object] = [0.5, 1, "NaN", "Infinity", "-Infinity", "x", None, True, {"a": "NaN"}]
+    atoms += [Text("NaN"), Items(["Infinity"]), float("nan"), 2**80]
+    rng = random.Random(0)
+    for _ in range(20_000):
+        value = _nested(rng, atoms, 4)
+        assert outcome(_check_finite, value) == outcome(_raise_first_marker, value), value
+
+
+def test_the_example_verifiers_row_fast_path_accepts_only_what_its_entry_loop_accepts() -> None:
+    """examples/external_verifier.py checks a row whole (type set, fsum, min) before its entry
+    loop: it accepts only rows whose every entry is a finite number >= 0 (not a bool), and turns
+    down such a row only when its fsum overflows (the entry loop then decides, as before)."""
+    example: Any = importlib.import_module("examples.external_verifier")  # plain Python, untyped
+    atoms: list[Any] = [0.0, -0.0, 0.5, 1, 0, -1, -1e-300, 5e-324, 1e308, 10**400, True, "x", None, [0.1]]
+    atoms += [float("nan"), float("inf"), -float("inf")]
+    rng = random.Random(1)
+    for _ in range(50_000):
+        row: list[Any] = [rng.choice(atoms) for _ in range(rng.randint(1, 5))]
+        try:
+            every_entry = all(example.is_number(v) and v >= 0 for v in row)
+        except OverflowError:  # math.isfinite of a huge int: the entry loop raises as before
+            every_entry = False
+        if example.is_row_of_weights(row):
+            assert every_entry, row
+        elif every_entry:
+            with pytest.raises(OverflowError):
+                math.fsum(row)
+
+
+def test_a_vector_sets_memoized_replay_lines_are_its_requests_encoding(vectors: VectorSet) -> None:
+    """VectorSet.wire_lines: the first replay of a kind fills the memo with exactly what
+    encode_line spells for each request, and a replay from the filled memo gets the same verdict."""
+    from verispec.spec.check import replay_kind
+    from verispec.spec.external import encode_line
+    from verispec.spec.vectors.gen_large import as_sampled_case
+
+    cases = vectors.cases["sampled"]
+    lines: list[bytes] = []
+    impl = CommandImplementation(REFERENCE_CMD, timeout=30.0)
+    try:
+        first = replay_kind(impl, "sampled", cases, lines)
+        again = replay_kind(impl, "sampled", cases, lines)
+    finally:
+        impl.close()
+    expanded = [as_sampled_case(case) for case in cases]
+    assert lines == [encode_line({"id": c["id"], "op": c["op"], "input": c["input"]}) for c in expanded]
+    assert first.status == again.status == "passed" and first.n == again.n == len(cases) > 0

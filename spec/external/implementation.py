@@ -15,7 +15,7 @@ from verispec.reference.sampling import SamplingParams
 from verispec.reference.speculative import BatchVerdict, Probs2D, Verdict
 from verispec.spec import answers
 from verispec.spec.answers import shown
-from verispec.spec.external.json_values import jsonable
+from verispec.spec.external.json_values import encode_line, jsonable
 from verispec.spec.external.transport import CommandTransport
 from verispec.spec.pipeline import RowsRequest
 from verispec.spec.vectors import Json
@@ -79,12 +79,19 @@ class WireImplementation:
             outputs.append(response["output"])
         return outputs
 
-    def replay(self, cases: Sequence[Mapping[str, Any]]) -> list[Json | None]:
+    def replay(self, cases: Sequence[Mapping[str, Any]], lines: list[bytes] | None = None) -> list[Json | None]:
         """Send vector cases as requests (their own ids); per case the output, ``{"error": msg}``,
-        or None if the op is unsupported. ExternalError on a protocol breach."""
+        or None if the op is unsupported. ExternalError on a protocol breach. ``lines``: a memo of
+        the requests' encoding (spec/vectors VectorSet.wire_lines): used when filled, filled when
+        empty, so replaying one vector set again encodes nothing."""
         requests = [{"id": case["id"], "op": case["op"], "input": case["input"]} for case in cases]
+        if lines is not None and len(lines) != len(requests):
+            try:
+                lines[:] = [encode_line(request) for request in requests]
+            except ValueError:  # not JSON (a bare NaN): sent as before, the writer gives up on it
+                lines = None
         results: list[Json | None] = []
-        for response in self.transport.exchange(requests):
+        for response in self.transport.exchange(requests, lines):
             if "unsupported" in response:
                 results.append(None)
             elif "error" in response:

@@ -57,13 +57,38 @@ def serve(handle: Handler, stdin: IO[bytes], stdout: IO[bytes], ops: Iterable[st
     return 0
 
 
+_NON_FINITE_MARKERS = ("NaN", "Infinity", "-Infinity")
+
+
 def _check_finite(value: Any) -> None:
     """Reject the wire's non-finite markers before any numpy conversion sees them."""
-    if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
+    if _has_marker(value):
+        _raise_first_marker(value)
+
+
+def _has_marker(value: Any) -> bool:
+    """Whether a marker string is ``value`` or sits at any depth of its lists. A list of numbers
+    only (a row of ``p``: what the wire carries by the megabyte) is recognised at C speed from the
+    set of its element types, not walked element by element in Python; any other list is walked."""
+    if isinstance(value, str):
+        return value in _NON_FINITE_MARKERS
+    if not isinstance(value, list):
+        return False
+    if set(map(type, value)) <= _NUMBER_TYPES:
+        return False
+    return any(_has_marker(v) for v in value)
+
+
+_NUMBER_TYPES = frozenset((float, int))  # exact types: a str or list subclass is walked
+
+
+def _raise_first_marker(value: Any) -> None:
+    """The element-by-element walk: the first marker in depth-first order names the error."""
+    if isinstance(value, str) and value in _NON_FINITE_MARKERS:
         raise VerificationError(f"non-finite value {value} in the input")
     if isinstance(value, list):
         for v in value:
-            _check_finite(v)
+            _raise_first_marker(v)
 
 
 def _batch_output(verdicts: BatchVerdict) -> Json:

@@ -118,13 +118,13 @@ class CommandTransport:
             pass
 
     @staticmethod
-    def _write(stdin: IO[bytes], requests: Sequence[Json]) -> None:
-        """Encode and write request by request (overlapping with the program's work)."""
+    def _write(stdin: IO[bytes], requests: Sequence[Json], lines: Sequence[bytes] | None = None) -> None:
+        """Encode and write request by request (overlapping with the program's work); ``lines``,
+        when given, are the requests already encoded (:func:`encode_line` of each)."""
         try:
             pending: list[bytes] = []
             size = 0
-            for request in requests:
-                line = encode_line(request)
+            for line in lines if lines is not None else map(encode_line, requests):
                 pending.append(line)
                 size += len(line)
                 if size >= 1 << 16:
@@ -203,13 +203,16 @@ class CommandTransport:
         self._counter += 1
         return f"{op}#{self._counter}"
 
-    def exchange(self, requests: Sequence[Json]) -> list[Json]:
-        """Send ``requests``; return their responses (validated envelopes), in order."""
+    def exchange(self, requests: Sequence[Json], lines: Sequence[bytes] | None = None) -> list[Json]:
+        """Send ``requests``; return their responses (validated envelopes), in order. ``lines``:
+        the requests as :func:`encode_line` spells them, when the caller has them already."""
         if not requests:
             return []
+        if lines is not None and len(lines) != len(requests):
+            raise ValueError(f"{len(lines)} encoded lines for {len(requests)} requests")
         proc = self._start()
         assert proc.stdin is not None
-        writer = threading.Thread(target=self._write, args=(proc.stdin, requests), daemon=True)
+        writer = threading.Thread(target=self._write, args=(proc.stdin, requests, lines), daemon=True)
         self._writer = writer
         writer.start()
         responses: list[Json] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -64,6 +64,10 @@ class VectorSet:
     seed: int
     count: int
     source: str  # "generated" or the directory they were read from
+    # per kind, the replay's request lines as the wire spells them (spec/external): filled by the
+    # first replay of this set through a program, reused by every later one (the cases are fixed
+    # once built, so their encoding is too); never copied by dataclasses.replace (init=False)
+    wire_lines: dict[str, list[bytes]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def all_cases(self) -> Iterable[Case]:
         for kind in KINDS:
