@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from verispec.decoder.options import DRAFT_KINDS
 from verispec.reference.draft_choice import NODES
 from verispec.reference.draft_control import PRIOR_ROW_COST
 from verispec.reference.errors import VerispecError
@@ -59,7 +60,7 @@ BATCH = 64  # at most this many generations in lockstep: a depth block has at mo
 # requests of a batch call decoded at once (generate_batch): fewer than a batch test's call, so
 # requests join mid-decode as others end, the serving stacks' continuous batching
 BATCH_SLOTS = 8
-DRAFT_KINDS = ("auto", "ngram")  # verispec/decoder/options.py DRAFT_KINDS: the same choices
+
 # the auto draft's fixed cost curve (module docstring): rows -> cost relative to one row, the draft's
 # own prior before any timing (reference/draft_control.py PRIOR_ROW_COST), for every size a tree
 # of at most NODES nodes under one pending row can take
