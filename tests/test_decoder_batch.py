@@ -19,6 +19,7 @@ full design runs only as a measurement (docs/checking-decoders.md).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import sys
@@ -56,7 +57,15 @@ DESIGN = dict(alpha=ALPHA, tv=0.3, fraction=1.0, cross_rho=0.35)
 def engine(tmp_path_factory: pytest.TempPathFactory) -> EngineDecoder:
     path = tmp_path_factory.mktemp("batch") / "tinyllama-q.gguf"
     write_synthetic(path, "tinyllama", quant_types=("Q8_0", "Q4_0"))
-    return EngineDecoder(path, "int8")
+    return EngineDecoder(path, "int8")  # the auto (token-tree) draft, check-decoder's default
+
+
+@pytest.fixture(scope="module")
+def chain_engine(engine: EngineDecoder) -> EngineDecoder:
+    """The same engine with the n-gram chain draft: what check-decoder builds the batch mutants on."""
+    chain = copy.copy(engine)
+    chain.draft_kind = "ngram"
+    return chain
 
 
 def lanes_of(engine: EngineDecoder, greedy: bool = True) -> list[Any]:
@@ -101,7 +110,8 @@ EXPECTED_WHERE = {
 
 
 @pytest.mark.parametrize("name", sorted(BATCH_MUTANTS))
-def test_each_batch_mutant_is_rejected(engine: EngineDecoder, name: str) -> None:
+def test_each_batch_mutant_is_rejected(chain_engine: EngineDecoder, name: str) -> None:
+    engine = chain_engine
     verdict = check_batch(batch_mutant(name, engine), engine.forced_rows, lanes_of(engine), **DESIGN)  # type: ignore[arg-type]
     assert verdict.state == "failed", verdict.detail
     assert EXPECTED_WHERE[name] in verdict.where, verdict.where

@@ -113,6 +113,10 @@ DECODER_ARGV = [
     "3",
     "--k",
     "3",
+    "--weights",
+    "int8",
+    "--draft-kind",
+    "ngram",
     "--budget",
     "30",
     "--no-first-m",
@@ -134,6 +138,8 @@ DECODER_KEYWORDS: dict[str, Any] = {
     "penalty_last_n": 16,
     "draft_top_k": 3,
     "k": 3,
+    "weights": "int8",
+    "draft_kind": "ngram",
     "budget": 30.0,
     "first_m": False,
     "workers": 2,
@@ -141,7 +147,9 @@ DECODER_KEYWORDS: dict[str, Any] = {
     "progress_every": 0.0,
 }
 DECODER_OBJECTS = DecoderOptions(
-    DecoderUnderTest(ours=True, model="x.gguf", workers=2, draft=DraftFlags(draft_top_k=3, k=3)),
+    DecoderUnderTest(
+        ours=True, model="x.gguf", workers=2, weights="int8", draft=DraftFlags(draft_top_k=3, k=3, draft_kind="ngram")
+    ),
     SamplingFlags(temperature=0.7, penalties=Penalties(repeat_penalty=1.2, penalty_last_n=16)),
     DepthDesign(depth=8, budget=30.0, first_m=False, alpha=0.01),
     DecoderReporting(progress_every=0.0),

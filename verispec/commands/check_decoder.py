@@ -5,7 +5,7 @@
         [--law verispec|llama.cpp|transformers|vllm]
         [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--min-tokens N]
         [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P] [--penalty-last-n N]
-        [--draft-temperature T] [--draft-top-k K] [--k 2]
+        [--draft-temperature T] [--draft-top-k K] [--k 2] [--weights MODE [--draft-kind auto|ngram]]
         [--target-law reference|engine-logits|two-sample] [--tv TV] [--fraction F] [--alpha A]
         [--budget SECONDS] [--workers N] [--greedy --max-tokens N] [--json] [--junit-xml PATH]
 
@@ -34,8 +34,9 @@ error naming it. The engine receives a non-default law (``law=`` / the wire's ``
 ``sample(prompt_ids, params, m, n, seed) -> [[t1..tm], ...]`` (and ``greedy(prompt_ids,
 max_tokens, speculative) -> ids`` for ``--greedy``); ``--engine-cmd``: the JSON-lines ops of
 spec/decoder/check.py. ``--ours``: our decode loop (reference.decode; with ``--weights MODE`` the fast
-engine's own speculative decoder, n-gram draft, judged against the same engine's teacher-forced
-rows: verispec/decoder/ours.py); ``--mutant NAME``: a mutant
+engine's own speculative decoder, judged against the same engine's teacher-forced rows:
+verispec/decoder/ours.py, its draft ``--draft-kind``: ``auto``, the default, the token-tree draft
+``generate --draft`` runs, or ``ngram``, the n-gram chain); ``--mutant NAME``: a mutant
 decoder of spec/decoder/mutants.py. ``--target-law``: ``reference`` (default) builds the target law
 from our reference forward on --model (an engine of our numerics); ``engine-logits`` from the
 engine's own reported logits (``logits(prefix_ids, split_at)`` / the ``logits`` op) through our
@@ -109,6 +110,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--draft-temperature", type=float, default=2.0, help="--ours/--mutant: the draft's law")
     parser.add_argument("--draft-top-k", type=int, default=4, help="--ours/--mutant: the draft's law")
     parser.add_argument("--k", type=int, default=2, help="--ours/--mutant: drafts per cycle")
+    parser.add_argument(
+        "--draft-kind",
+        choices=("auto", "ngram"),
+        default=None,
+        help="--ours --weights: the engine decoder's draft, auto (default: the token trees `generate --draft` runs) "
+        "or ngram (the n-gram chain)",
+    )
     parser.add_argument(
         "--target-law",
         choices=("reference", "engine-logits", "two-sample"),

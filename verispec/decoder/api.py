@@ -113,6 +113,8 @@ def check_decoder(
     reference loop, and the target law at each position is the SAME engine's plain rows, one
     teacher-forced k-row pass per generation (bit for bit its 1-row passes: the engine's
     contract), through the target law's processors (``engine-logits`` semantics). Depth test only.
+    ``draft_kind`` (with ``weights``): that decoder's draft, ``auto`` (the default: the token-tree
+    draft ``verispec generate --draft`` runs, with a fixed cost curve) or ``ngram`` (the chain).
 
     ``law``: whose target law the tokens must follow (spec/decoder/laws/): ``verispec`` (the default;
     temperature 1, top_k 4, repeat_penalty 1.5 unless given), ``llama.cpp``, ``transformers`` or
@@ -212,7 +214,8 @@ def build_engine(subject: DecoderUnderTest, path: Path | None = None, logits: An
     """The decoder under test, as check-decoder builds it (here and in each worker process) on
     ``path`` (None: ``subject.model`` resolved); ``logits`` / ``tokenizer``: our reference forward
     and the tokenizer of ``path`` (loaded here when None and the decoder is ours or a mutant);
-    ``weights`` with ``ours``: the fast engine's decoder in that mode (verispec/decoder/ours.py)."""
+    ``weights`` with ``ours``: the fast engine's decoder in that mode with the draft ``draft_kind``
+    (None: auto; verispec/decoder/ours.py)."""
     from verispec.reference.sampling import SamplingParams
     from verispec.spec.check import load_callable
     from verispec.spec.decoder.check import CommandEngine, ReferenceDecoder
@@ -229,11 +232,13 @@ def build_engine(subject: DecoderUnderTest, path: Path | None = None, logits: An
     if mutant in BATCH_MUTANTS:  # a batch mutant of the fast engine's lockstep decode (the batch op's reference)
         from verispec.decoder.ours import EngineDecoder
 
-        return batch_mutant(mutant, EngineDecoder(path, subject.weights or "auto", k))
+        return batch_mutant(
+            mutant, EngineDecoder(path, subject.weights or "auto", k, draft="ngram")
+        )  # its bugs: the chain
     if ours and subject.weights is not None:
         from verispec.decoder.ours import EngineDecoder
 
-        return EngineDecoder(path, subject.weights, k)
+        return EngineDecoder(path, subject.weights, k, draft=subject.draft.draft_kind or "auto")
     if (ours or mutant is not None) and (logits is None or tokenizer is None):
         from verispec.reference.model import Model
         from verispec.reference.tokenizer import Tokenizer

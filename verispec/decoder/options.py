@@ -7,7 +7,8 @@ pytest plugin); the checks that relate two objects are :class:`DecoderOptions`'.
 DecoderUnderTest   the decoder: exactly one of ``engine``, ``engine_cmd``, ``ours``, ``mutant``;
                    ``model``, ``weights``, ``timeout``, ``workers``, ``draft`` (:class:`DraftFlags`),
                    ``batch`` (a batched engine: its ``generate_batch`` op)
-DraftFlags         the draft of ``ours`` / a mutant: ``draft_temperature``, ``draft_top_k``, ``k``
+DraftFlags         the draft of ``ours`` / a mutant: ``draft_temperature``, ``draft_top_k``, ``k``,
+                   ``draft_kind`` (the fast engine's decoder: ``auto`` or ``ngram``)
 SamplingFlags      the target law: ``law`` (whose), ``target_law`` (where its rows come from), the
                    sampling flags and ``penalties`` (:class:`Penalties`)
 DepthDesign        the test: ``depth`` (0: the first-m test), ``m``, ``tv``, ``fraction``,
@@ -60,13 +61,25 @@ DEFAULT_MODEL = "smollm2-135m"
 Engine = str | Callable[[Path], Any] | None  # "module:FACTORY" or FACTORY(model_path) -> engine
 
 
+DRAFT_KINDS: tuple[str, ...] = ("auto", "ngram")  # the fast engine's decoder's drafts (verispec/decoder/ours.py)
+
+
 @dataclass(frozen=True, kw_only=True)
 class DraftFlags:
-    """The draft of our decode loop and of the mutants: its law and ``k`` drafts per cycle."""
+    """The draft of our decode loop and of the mutants: its law and ``k`` drafts per cycle (the
+    most tree depth with ``auto``).
+
+    ``draft_kind``: the draft of the fast engine's own decoder (``ours`` with ``weights``):
+    ``auto``, the token-tree draft ``verispec generate --draft`` runs by default
+    (reference/draft_choice.py, with a fixed cost curve so each generation is reproducible from its
+    seed), or ``ngram``, the n-gram chain draft. None (the default) is ``auto``: the gate judges
+    the decoder the product runs unless told otherwise. Given without ``ours`` and ``weights`` it is
+    a usage error (our reference loop and the mutants draft from the draft law above)."""
 
     draft_temperature: float = 2.0
     draft_top_k: int = 4
     k: int = 2
+    draft_kind: str | None = None
 
     def __post_init__(self) -> None:
         # the draft's law is ours to build (ours, the mutants): a bad one is a usage error, not the decoder failing
@@ -75,6 +88,9 @@ class DraftFlags:
         arguments.integer("k", self.k)
         if self.k < 1:
             raise CheckError("k and max_tokens must be >= 1")
+        arguments.optional_text("draft_kind", self.draft_kind)
+        if self.draft_kind is not None and self.draft_kind not in DRAFT_KINDS:
+            raise CheckError(f"draft_kind must be auto or ngram, got {self.draft_kind!r}")
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,7 @@ class DecoderUnderTest:
         if workers > 1 and self.engine is not None and not isinstance(self.engine, str):
             raise CheckError("workers > 1 builds the engine in other processes: give it as 'module:FACTORY'")
         self._check_weights()
+        self._check_draft_kind()
         check_timeout(self.timeout)  # before the model loads: inf, nan, 1e300, -1 are usage errors
 
     def _check_weights(self) -> None:
@@ -136,6 +153,10 @@ class DecoderUnderTest:
             raise CheckError(f"weights must be auto, int8, exact or f32, got {self.weights!r}")
         if not self.ours:
             raise CheckError("weights picks the engine of our own decoder: it needs ours")
+
+    def _check_draft_kind(self) -> None:
+        if self.draft.draft_kind is not None and not (self.ours and self.weights is not None):
+            raise CheckError("draft_kind picks the draft of the fast engine's own decoder: it needs ours and weights")
 
 
 @dataclass(frozen=True, kw_only=True)

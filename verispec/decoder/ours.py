@@ -1,11 +1,25 @@
 """``check-decoder --ours --weights MODE``: the fast engine's own speculative decoder under the depth test.
 
-The decoder is what ``verispec generate --draft ngram`` runs: :func:`reference.decode.speculative_generate`
+The decoder is what ``verispec generate --draft`` runs: :func:`reference.decode.speculative_generate`
 (the one speculative loop) on the fast engine's model (engine/, ``--weights`` int8, f32 or auto,
 as :func:`verispec.engine_load.load_engine` resolves it) with the engine's own law
-(:func:`verispec.engine.generate.law_for`) and the n-gram draft (q one-hot: drafts copied from the
-context, verified by speculative sampling). Each generation is seeded from (the block's seed, its
-index), so a block is the same wherever it is decoded.
+(:func:`verispec.engine.generate.law_for`) and one of two drafts (``--draft-kind``):
+
+- ``auto`` (the default, because it is the draft ``generate --draft`` runs by default: the gate
+  judges the decoder the product ships): :class:`reference.draft_choice.AutoDraft`, suffix and
+  prompt-lookup proposals merged into a one-hot token tree, scored in one tree-masked pass and
+  verified by the tree protocol (reference/tree_decode.py). Its cost curve is FIXED
+  (:data:`AUTO_COST`, ``online=False``): with the product's online timings the tree built each
+  cycle depends on the machine's speed, so the same seed would give the same law but not the same
+  tokens, and a block would differ between worker processes. With a fixed curve every choice is a
+  function of the history alone. The curve only decides which tree is verified, never how (it
+  is independent of the target's draws), so the verification judged is the product's; the tree
+  shapes it meets are those the fixed curve picks, not those a given machine's timings would.
+- ``ngram``: :class:`reference.drafts.NgramDraft` (q one-hot: a chain copied from the context,
+  verified by speculative sampling), ``generate --draft ngram``.
+
+Each generation is seeded from (the block's seed, its index) and gets a fresh draft, so a block is
+the same wherever it is decoded.
 
 The target law at every emitted position comes from the SAME engine's plain rows: ONE k-row
 teacher-forced pass over prompt + generation (:meth:`EngineDecoder.forced_rows`). In the int8 mode
@@ -20,11 +34,12 @@ batch-shape noise, a deviation some 1e-4 in logits, far below the design's.
 
 Batched decoding. In the fused int8 mode (``FastModel.batches_spans``) a ``generate`` call runs up
 to ``batch`` of its generations in lockstep (:mod:`engine.lockstep`): each generation is the same
-:func:`reference.decode.speculative_generate` call as alone, and each cycle's target passes of
-all live generations are ONE ``FastModel.forward_many`` pass, which gives every span bit for bit
-what its own ``forward`` gives it. So the tokens and cycles are those of decoding the generations
-one after another (tests/test_engine_lockstep.py), whatever ``batch``. Other modes decode one
-generation at a time.
+:func:`reference.decode.speculative_generate` call as alone, and each cycle's plain target passes
+of all live generations are ONE ``FastModel.forward_many`` pass, which gives every span bit for bit
+what its own ``forward`` gives it; a tree-masked pass (``auto``) runs alone, in turn
+(:mod:`engine.lockstep`). So the tokens and cycles are those of decoding the generations one after
+another (tests/test_engine_lockstep.py), whatever ``batch``. Other modes decode one generation at
+a time.
 """
 
 from __future__ import annotations
@@ -35,6 +50,9 @@ from typing import Any
 
 import numpy as np
 
+from verispec.decoder.options import DRAFT_KINDS
+from verispec.reference.draft_choice import NODES
+from verispec.reference.draft_control import PRIOR_ROW_COST
 from verispec.reference.errors import VerispecError
 from verispec.reference.sampling import SamplingParams
 
@@ -43,16 +61,31 @@ BATCH = 64  # at most this many generations in lockstep: a depth block has at mo
 # requests join mid-decode as others end, the serving stacks' continuous batching
 BATCH_SLOTS = 8
 
+# the auto draft's fixed cost curve (module docstring): rows -> cost relative to one row, the draft's
+# own prior before any timing (reference/draft_control.py PRIOR_ROW_COST), for every size a tree
+# of at most NODES nodes under one pending row can take
+AUTO_COST: dict[int, float] = {rows: 1.0 + PRIOR_ROW_COST * (rows - 1) for rows in range(1, NODES + 2)}
+
 
 class EngineDecoder:
     """The engine's speculative decoder (module docstring): ``generate`` and ``forced_rows``."""
 
     def __init__(
-        self, path: Path, weights: str = "auto", k: int = 2, batch: int = BATCH, batch_slots: int = BATCH_SLOTS
+        self,
+        path: Path,
+        weights: str = "auto",
+        k: int = 2,
+        batch: int = BATCH,
+        batch_slots: int = BATCH_SLOTS,
+        draft: str = "auto",
     ) -> None:
         from verispec.engine.generate import draw_for, law_for
         from verispec.engine_load import load_engine
 
+        if draft not in DRAFT_KINDS:
+            raise VerispecError(f"the engine decoder's draft is auto or ngram, not {draft!r}")
+        self.draft_kind = draft
+        self.auto_cost = AUTO_COST  # the auto draft's fixed cost curve (module docstring)
         loaded = load_engine(str(path), weights=weights)
         self.model, self.tokenizer, self.k = loaded.model, loaded.tokenizer, k
         self.batch = batch  # generations decoded in lockstep (module docstring); 1: one at a time
@@ -61,13 +94,19 @@ class EngineDecoder:
         self.batch_slots = batch_slots  # generate_batch: requests decoded at once, the rest join mid-decode
         self.unseeded = np.random.default_rng(0x5EED)  # the seeds of unseeded requests: reproducible per engine
 
+    def new_draft(self) -> Any:
+        """A fresh draft for one generation (module docstring): ``auto`` with the fixed cost curve, or n-gram."""
+        from verispec.reference.draft_choice import AutoDraft
+        from verispec.reference.drafts import NgramDraft
+
+        return AutoDraft(cost=self.auto_cost, online=False) if self.draft_kind == "auto" else NgramDraft()
+
     def generate_batch(self, requests: Sequence[Any]) -> list[dict[str, Any]]:
         """One whole generation per request (spec/decoder/depth/batch.py ``BatchRequest``: its own
         prompt, params, law, max_tokens and seed), speculation on, with its cycles; in lockstep,
         at most ``batch_slots`` at once (module docstring)."""
         from verispec.engine.lockstep import run_lockstep
         from verispec.reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
-        from verispec.reference.drafts import NgramDraft
         from verispec.reference.session import GenerationRequest
 
         for request in requests:
@@ -77,12 +116,12 @@ class EngineDecoder:
                 raise VerispecError(f"the engine samples the verispec law only, not {request.law.name!r}")
         options = SpeculativeOptions(k=self.k)
 
-        drafts = getattr(self, "batch_drafts", None)  # a test's draft source per request index (default n-gram)
+        drafts = getattr(self, "batch_drafts", None)  # a test's draft source per request index (default: new_draft)
 
         def loop(index: int, request: Any) -> Callable[[Any], SpeculativeResult]:
             seed = request.seed if request.seed is not None else int(self.unseeded.integers(0, 2**63 - 1))
             one = GenerationRequest(tuple(request.prompt_ids), request.params, max_tokens=request.max_tokens, seed=seed)
-            draft = NgramDraft() if drafts is None else drafts(index, len(requests))
+            draft = self.new_draft() if drafts is None else drafts(index, len(requests))
             return lambda model: speculative_generate(
                 model, self.tokenizer, one, draft, options, law=self.law, draw=self.draw
             )
@@ -102,7 +141,6 @@ class EngineDecoder:
         """n whole generations, speculation on, each with its cycles ``[drafted, accepted]``."""
         from verispec.engine.lockstep import run_lockstep
         from verispec.reference.decode import SpeculativeOptions, SpeculativeResult, speculative_generate
-        from verispec.reference.drafts import NgramDraft
         from verispec.reference.session import GenerationRequest
 
         if min_tokens:
@@ -115,7 +153,7 @@ class EngineDecoder:
 
         def loop(request: GenerationRequest) -> Callable[[Any], SpeculativeResult]:
             return lambda model: speculative_generate(
-                model, self.tokenizer, request, NgramDraft(), options, law=self.law, draw=self.draw
+                model, self.tokenizer, request, self.new_draft(), options, law=self.law, draw=self.draw
             )
 
         loops = [loop(request) for request in requests]

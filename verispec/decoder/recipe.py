@@ -30,6 +30,7 @@ class WorkerRecipe:
     k: int = 2
     cwd: str = ""  # the checker's folder: ``module:FACTORY`` may name a module there
     weights: str | None = None  # with ``ours``: the fast engine's decoder in this weights mode
+    draft_kind: str | None = None  # with ``ours`` and ``weights``: that decoder's draft (None: auto)
 
     @staticmethod
     def of(subject: DecoderUnderTest, path: Path, cwd: str) -> WorkerRecipe:
@@ -43,14 +44,16 @@ class WorkerRecipe:
             subject.mutant,
             cwd=cwd,
             weights=subject.weights,
-            **asdict(subject.draft),  # draft_temperature, draft_top_k, k: the same names
+            **asdict(subject.draft),  # draft_temperature, draft_top_k, k, draft_kind: the same names
         )
 
     def subject(self) -> DecoderUnderTest:
         """The decoder under test this recipe builds (checked as the checker's was)."""
         from verispec.decoder.options import DecoderUnderTest, DraftFlags
 
-        draft = DraftFlags(draft_temperature=self.draft_temperature, draft_top_k=self.draft_top_k, k=self.k)
+        draft = DraftFlags(
+            draft_temperature=self.draft_temperature, draft_top_k=self.draft_top_k, k=self.k, draft_kind=self.draft_kind
+        )
         return DecoderUnderTest(
             self.engine, ours=self.ours, mutant=self.mutant, model=self.model, weights=self.weights, draft=draft
         )
