@@ -291,7 +291,7 @@ def test_the_reference_servers_finite_check_matches_its_element_walk() -> None:
     of numbers, markers, other strings and subclasses it raises exactly where, and with exactly
     the message, the element-by-element walk does."""
     from verispec.reference.errors import VerificationError
-    from verispec.spec.external.server import _check_finite, _raise_first_marker
+    from verispec.spec.external.server import check_finite, raise_first_marker
 
     class Text(str):
         pass
@@ -311,7 +311,7 @@ def test_the_reference_servers_finite_check_matches_its_element_walk() -> None:
     rng = random.Random(0)
     for _ in range(20_000):
         value = _nested(rng, atoms, 4)
-        assert outcome(_check_finite, value) == outcome(_raise_first_marker, value), value
+        assert outcome(check_finite, value) == outcome(raise_first_marker, value), value
 
 
 def test_the_example_verifiers_row_fast_path_accepts_only_what_its_entry_loop_accepts() -> None:

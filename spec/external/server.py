@@ -60,10 +60,10 @@ def serve(handle: Handler, stdin: IO[bytes], stdout: IO[bytes], ops: Iterable[st
 _NON_FINITE_MARKERS = ("NaN", "Infinity", "-Infinity")
 
 
-def _check_finite(value: Any) -> None:
+def check_finite(value: Any) -> None:
     """Reject the wire's non-finite markers before any numpy conversion sees them."""
     if _has_marker(value):
-        _raise_first_marker(value)
+        raise_first_marker(value)
 
 
 def _has_marker(value: Any) -> bool:
@@ -82,13 +82,13 @@ def _has_marker(value: Any) -> bool:
 _NUMBER_TYPES = frozenset((float, int))  # exact types: a str or list subclass is walked
 
 
-def _raise_first_marker(value: Any) -> None:
+def raise_first_marker(value: Any) -> None:
     """The element-by-element walk: the first marker in depth-first order names the error."""
     if isinstance(value, str) and value in _NON_FINITE_MARKERS:
         raise VerificationError(f"non-finite value {value} in the input")
     if isinstance(value, list):
         for v in value:
-            _raise_first_marker(v)
+            raise_first_marker(v)
 
 
 def _batch_output(verdicts: BatchVerdict) -> Json:
@@ -102,7 +102,7 @@ def _batch_output(verdicts: BatchVerdict) -> Json:
 def reference_handler(op: str, inp: Mapping[str, Any]) -> Json:
     """The reference implementation of every op (what ``--reference`` serves)."""
     for key in ("p", "q", "uniforms", "logits", "target_logits", "draft_logits"):
-        _check_finite(inp.get(key))
+        check_finite(inp.get(key))
     if op == "sampled_batch":
         return _batch_output(verify_sampled_batch(inp["p"], inp["q"], np.asarray(inp["drafts"]), inp["uniforms"]))
     return ANSWERS[op](inp)
@@ -119,7 +119,7 @@ def mutant_handler(name: str) -> Handler:
 
     def handle(op: str, inp: Mapping[str, Any]) -> Json:
         for key in ("p", "q", "uniforms", "logits", "target_logits", "draft_logits"):
-            _check_finite(inp.get(key))
+            check_finite(inp.get(key))
         if op == "sampled":
             v = mutant.verifier(inp["p"], inp["q"], inp["drafts"], inp["uniforms"])
             return {"accepted": int(v.accepted), "token": int(v.token), "kind": v.kind}
