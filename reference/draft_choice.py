@@ -70,6 +70,7 @@ from verispec.reference.suffix_draft import (
     MAX_MATCH,
     MAX_TIMED_ROWS,
     PLAIN_PROBE,
+    RequestMemory,
     SuffixCache,
     SuffixTree,
     Trie,
@@ -132,7 +133,7 @@ class _Node:
     children: dict[int, int] | None = None
 
 
-class AutoDraft:
+class AutoDraft(RequestMemory):
     """``--draft auto`` (module docstring): a :class:`reference.tree_decode.TreeDraftSource`."""
 
     def __init__(
@@ -350,19 +351,6 @@ class AutoDraft:
             self.tree.append(int(t))
             self.ngrams.append(int(t))
         self.seen.extend(int(t) for t in history[n:])
-
-    def remember_request(self) -> None:
-        """Put the output seen so far into the cross-request cache (when there is one)."""
-        if self.cache is not None and self.prompt_len is not None:
-            self.cache.remember(self.seen[self.prompt_len :])
-            if self.cache_path is not None:
-                self.cache.save(self.cache_path)
-        self.prompt_len = None
-
-    def finish(self, output: Sequence[int]) -> None:
-        if self.prompt_len is not None:
-            self.seen = [*self.seen[: self.prompt_len], *output]
-        self.remember_request()
 
 
 class _PriorThenMeasured:

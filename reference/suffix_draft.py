@@ -419,7 +419,31 @@ def vocab_fingerprint(tokenizer: "Tokenizer") -> str:
 # -- the draft source -------------------------------------------------------------------------------
 
 
-class SuffixDraft:
+class RequestMemory:
+    """What a draft keeps of a request for the cross-request cache: the ids seen (prompt, then
+    output) and where the prompt ends. Shared by :class:`SuffixDraft` and ``--draft auto``."""
+
+    cache: SuffixCache | None
+    cache_path: Path | None
+    seen: list[int]
+    prompt_len: int | None
+
+    def remember_request(self) -> None:
+        """Put the output seen so far into the cache (and persist it); idempotent per request."""
+        if self.cache is not None and self.prompt_len is not None:
+            self.cache.remember(self.seen[self.prompt_len :])
+            if self.cache_path is not None:
+                self.cache.save(self.cache_path)
+        self.prompt_len = None
+
+    def finish(self, output: Sequence[int]) -> None:
+        """The request ended with ``output`` (all generated ids): remember it, persist the cache."""
+        if self.prompt_len is not None:
+            self.seen = [*self.seen[: self.prompt_len], *output]
+        self.remember_request()
+
+
+class SuffixDraft(RequestMemory):
     """``--draft suffix``: the request tree, then the cross-request cache (see the module docstring).
 
     With ``control`` (the default) each cycle verifies only the prefix of the walk that the cost
@@ -592,17 +616,3 @@ class SuffixDraft:
         for t in history[n:]:
             self.tree.append(int(t))
         self.seen.extend(int(t) for t in history[n:])
-
-    def remember_request(self) -> None:
-        """Put the output seen so far into the cache (and persist it); idempotent per request."""
-        if self.cache is not None and self.prompt_len is not None:
-            self.cache.remember(self.seen[self.prompt_len :])
-            if self.cache_path is not None:
-                self.cache.save(self.cache_path)
-        self.prompt_len = None
-
-    def finish(self, output: Sequence[int]) -> None:
-        """The request ended with ``output`` (all generated ids): remember it, persist the cache."""
-        if self.prompt_len is not None:
-            self.seen = [*self.seen[: self.prompt_len], *output]
-        self.remember_request()
