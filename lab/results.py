@@ -513,6 +513,11 @@ def depth_page(folder: Path) -> str:
 CONFIRMATIONS = "peer_confirmations_*.json"
 
 
+def _peer_path(row: dict[str, Any]) -> str:
+    """A peer run's path, with the assistant it drafted from where it had one."""
+    return row["path"] if row.get("assistant") is None else f"{row['path']} (assistant: {row['assistant']})"
+
+
 def confirmations_page(folder: Path) -> str:
     """Each passing peer path once on a real model: the runners' JSON rows (tests/support/peer_verdicts.py,
     tests/support/peer_verdicts_llama.py) with their design, verdict, tokens, power and cost."""
@@ -522,7 +527,7 @@ def confirmations_page(folder: Path) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in (r for _, s in saved for r in s["rows"]):
-        path = row["path"] if row.get("assistant") is None else f"{row['path']} (assistant: {row['assistant']})"
+        path = _peer_path(row)
         flags = ", ".join(f"{k} {v}" for k, v in row["flags"].items())
         law = row.get("law", "llama.cpp")
         design = f"TV {row['tv']} on {row['fraction']:.0%} of positions, {row['depth']} tokens"
@@ -557,7 +562,7 @@ def peer_runs_page(folder: Path) -> str:
         fix = "patched" if row.get("patched") else ("released" if "patched" in row else "-")
         if row.get("prefix_caching") is False:
             fix += ", prefix caching off"
-        path = row["path"] if row.get("assistant") is None else f"{row['path']} (assistant: {row['assistant']})"
+        path = _peer_path(row)
         params = row.get("params") or ", ".join(f"{k} {v}" for k, v in row["flags"].items())
         prompt = "" if row.get("prompt") in (None, "The cat sat on the") else f", prompt {row['prompt']!r}"
         design = f"TV {row['tv']} on {row['fraction']:.0%} of positions, {row.get('depth', 64)} tokens"
