@@ -18,10 +18,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# The test-only oracle (torch CPU + transformers): `make test` needs it, `make demo` does not.
-$(ORACLE): $(STAMP)
+# The test-only oracle (torch CPU + transformers): `make test` needs it, `make demo` does not. It installs
+# the dev extra in the same pip run and stamps both: a second run would resolve and rebuild everything again.
+$(ORACLE): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,oracle]'
-	touch $(ORACLE)
+	touch $(STAMP) $(ORACLE)
 
 models: $(MODELS)
 
@@ -47,9 +50,12 @@ demo: $(STAMP)
 # fixture (and each group of files sharing a session fixture's loads) whole to one worker, so a load happens once
 # (tests/conftest.py: pytest_xdist_make_scheduler). WORKERS=0 runs in-process. The 25 slowest tests are listed at the
 # end, so a run over the time target says where its time went.
+# Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: the tests start hundreds of
+# Python processes (CLI runs, worker pools, both xdist workers), and without a cache each one compiles every
+# module of verispec and of the tests (pytest's assertion rewriting) again.
 WORKERS ?= auto
 pytest: models $(ORACLE)
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 VERISPEC_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --maxprocesses=4 --dist loadgroup --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+	env -u PYTHONDONTWRITEBYTECODE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 VERISPEC_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --maxprocesses=4 --dist loadgroup --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
 typecheck: $(STAMP)
 	$(PY) -m mypy --strict
@@ -59,7 +65,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/ruff check --quiet .
 
-test: lint pytest typecheck
+test: $(ORACLE) lint pytest typecheck
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .hypothesis
