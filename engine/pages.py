@@ -13,6 +13,7 @@ the data, so such views are left alone.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import threading
 from collections.abc import Iterator
@@ -63,8 +64,10 @@ def drop_mapping(view: npt.NDArray[np.uint8]) -> bool:
     return True
 
 
+@functools.cache
 def _madvise() -> Any:
-    """libc's ``madvise`` through ctypes, or None where it cannot be had."""
+    """libc's ``madvise`` through ctypes, or None where it cannot be had (looked up once a process:
+    ``find_library`` runs ``ldconfig`` in a subprocess)."""
     import ctypes
     import ctypes.util
 
@@ -81,30 +84,66 @@ def _madvise() -> Any:
     return fn
 
 
+def _prefixes(folders: str | tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(folder.rstrip("/") + "/" for folder in ((folders,) if isinstance(folders, str) else folders))
+
+
+def _is_header(line: str) -> bool:
+    """A mapping's header line (range perms offset dev inode path), not a ``Key: value`` line."""
+    head = line.split(maxsplit=1)
+    return bool(head) and not head[0].endswith(":")
+
+
+def _blocks_naming(prefixes: tuple[str, ...], smaps: str) -> list[str]:
+    """The blocks of ``smaps`` (a header line and its key lines) whose header line holds one of
+    ``prefixes`` somewhere, each once, in file order. A process holds thousands of mappings (every
+    library, every onnxruntime arena, more in a long test run) and a folder's are a few: the text
+    is searched for the prefixes, and only the lines of those blocks are read one by one."""
+    starts: set[int] = set()
+    for prefix in prefixes:
+        at = smaps.find(prefix)
+        while at >= 0:
+            line_start = smaps.rfind("\n", 0, at) + 1
+            line_end = smaps.find("\n", at)
+            line_end = len(smaps) if line_end < 0 else line_end
+            if _is_header(smaps[line_start:line_end]):
+                starts.add(line_start)
+            at = smaps.find(prefix, line_end)
+    blocks: list[str] = []
+    for start in sorted(starts):
+        end = smaps.find("\n", start)
+        while end >= 0:  # the block runs up to the next header line
+            next_end = smaps.find("\n", end + 1)
+            if _is_header(smaps[end + 1 : len(smaps) if next_end < 0 else next_end]):
+                break
+            end = next_end
+        blocks.append(smaps[start : len(smaps) if end < 0 else end])
+    return blocks
+
+
 def clean_mappings(folders: str | tuple[str, ...], smaps: str) -> list[tuple[int, int]]:
     """``(start, end)`` of the mappings in ``smaps`` (the text of /proc/self/smaps) of files under
     one of ``folders`` with no anonymous page (no page the process wrote: a write to a private file
     mapping copies the page into anonymous memory), so every resident page is the file's own.
-    (``Private_Dirty`` would not tell: a page of a file just written is dirty in the page cache.)"""
-    prefix = tuple(folder.rstrip("/") + "/" for folder in ((folders,) if isinstance(folders, str) else folders))
+    (``Private_Dirty`` would not tell: a page of a file just written is dirty in the page cache.)
+    Only the blocks whose header line holds a folder are parsed (:func:`_blocks_naming`): a block's
+    header alone decides whether it is a candidate, so the result is what parsing every line gives."""
+    prefix = _prefixes(folders)
     found: list[tuple[int, int]] = []
-    current: tuple[int, int] | None = None
-    written = 0
-    for line in smaps.splitlines():
-        head = line.split(maxsplit=5)
-        if not head:
+    for block in _blocks_naming(prefix, smaps):
+        lines = block.splitlines()
+        head = lines[0].split(maxsplit=5)
+        path = head[5] if len(head) > 5 else ""
+        if not path.startswith(prefix):
             continue
-        if not head[0].endswith(":"):  # a mapping's header line: range perms offset dev inode path
-            if current is not None and written == 0:
-                found.append(current)
-            path = head[5] if len(head) > 5 else ""
-            low, _, high = head[0].partition("-")
-            current = (int(low, 16), int(high, 16)) if path.startswith(prefix) else None
-            written = 0
-        elif head[0] == "Anonymous:" and current is not None:
-            written += int(head[1])
-    if current is not None and written == 0:
-        found.append(current)
+        low, _, high = head[0].partition("-")
+        written = 0
+        for line in lines[1:]:
+            key = line.split(maxsplit=2)
+            if key and key[0] == "Anonymous:":
+                written += int(key[1])
+        if written == 0:
+            found.append((int(low, 16), int(high, 16)))
     return found
 
 
@@ -161,6 +200,13 @@ def drop_folders(folders: tuple[str, ...]) -> int:
     """One pass over /proc/self/smaps: advise the clean mappings of files under ``folders``; returns
     the bytes advised."""
     if not folders:
+        return 0
+    try:  # the cheap list first (no page counts): most passes find no mapping under these folders
+        with open("/proc/self/maps") as fh:
+            maps: str | None = fh.read()
+    except OSError:
+        maps = None
+    if maps is not None and not any(prefix in maps for prefix in _prefixes(folders)):
         return 0
     try:
         with open("/proc/self/smaps") as fh:

@@ -250,21 +250,51 @@ def verispec(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_calibrate_checks_arguments_and_the_output_folder_before_the_model(tmp_path: Path) -> None:
+def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``verispec ARGS`` run by cli.main in this process (the exit status, argparse's included, and
+    the two streams), for the commands' behaviour; the process boundary itself (``python -m
+    verispec``, its exit status and streams) is checked by one real child, the first call of
+    test_calibrate_checks_arguments_and_the_output_folder_before_the_model."""
+    from verispec import cli
+
+    capsys.readouterr()  # what earlier calls printed
+    try:
+        status = cli.main(list(args))
+    except SystemExit as exc:  # argparse refuses with exit status 2
+        status = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["verispec", *args], status, captured.out, captured.err)
+
+
+def test_calibrate_checks_arguments_and_the_output_folder_before_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A missing output folder (or a bad --q) is reported in one line before anything loads: the
-    model path given does not even exist, and it is not what the error is about."""
+    model path given does not even exist, and it is not what the error is about. The first call
+    is a real `python -m verispec` child (the process's exit status and streams), the rest run
+    cli.main in this process."""
     missing = verispec(
         "calibrate", "--model", str(tmp_path / "no-model.gguf"), "--out", str(tmp_path / "no" / "cal.json")
     )
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "folder" in missing.stderr and "does not exist" in missing.stderr
-    bad_q = verispec(
-        "calibrate", "--model", str(tmp_path / "no-model.gguf"), "--q", "1.5", "--out", str(tmp_path / "cal.json")
+    bad_q = in_process(
+        capsys,
+        "calibrate",
+        "--model",
+        str(tmp_path / "no-model.gguf"),
+        "--q",
+        "1.5",
+        "--out",
+        str(tmp_path / "cal.json"),
     )
     assert bad_q.returncode == 2 and "--q must be in (0, 1)" in bad_q.stderr
-    not_json = verispec("calibrate", "--model", str(tmp_path / "no-model.gguf"), "--out", str(tmp_path / "cal.txt"))
+    not_json = in_process(
+        capsys, "calibrate", "--model", str(tmp_path / "no-model.gguf"), "--out", str(tmp_path / "cal.txt")
+    )
     assert not_json.returncode == 2 and "must end in .json" in not_json.stderr
-    no_file = verispec(
+    no_file = in_process(
+        capsys,
         "calibrate",
         "--model",
         str(tmp_path / "no-model.gguf"),
@@ -278,11 +308,13 @@ def test_calibrate_checks_arguments_and_the_output_folder_before_the_model(tmp_p
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
+def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Real SmolLM2: a small calibration (the default hand-written pool's first 3 prompts per kind,
-    1 generated prompt per kind for the lens, 5 steps), then serve and audit with it; a calibration for another model is refused in one line."""
+    1 generated prompt per kind for the lens, 5 steps), then serve and audit with it; a calibration for another model is refused in one line.
+    The commands run by cli.main in this process (in_process: the same exit status and streams)."""
     out = tmp_path / "cal.json"
-    done = verispec(
+    done = in_process(
+        capsys,
         "calibrate",
         "--model",
         "smollm2-135m",
@@ -312,7 +344,8 @@ def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
     assert raw["min_prompts"] == 5 and not any(k["admits"] for k in raw["kinds"].values())
     assert "admits nothing" in done.stdout
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
-    gen = verispec(
+    gen = in_process(
+        capsys,
         "generate",
         "--model",
         "smollm2-135m",
@@ -333,7 +366,8 @@ def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
     ee = result["early_exit"]
     assert len(result["ids"]) == 6 and ee["audited"] == 5 and ee["flips"] == 0 and ee["kind"] == "prose"
     assert ee["exit_histogram"] == {"full": 6}  # the refusing kind admits nothing
-    plain = verispec(
+    plain = in_process(
+        capsys,
         "generate",
         "--model",
         "smollm2-135m",
@@ -346,7 +380,8 @@ def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
         "--json",
     )
     assert json.loads(plain.stdout)["ids"] == result["ids"]
-    other_numerics = verispec(
+    other_numerics = in_process(
+        capsys,
         "generate",
         "--model",
         "smollm2-135m",
@@ -360,8 +395,8 @@ def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path) -> None:
     )
     assert other_numerics.returncode == 2 and other_numerics.stderr.count("\n") == 1
     assert "calibration was made on the int8 weights mode" in other_numerics.stderr
-    wrong = verispec(
-        "generate", "--model", "gemma3-270m", "--prompt", "x", "--temperature", "0", "--early-exit", str(out)
+    wrong = in_process(
+        capsys, "generate", "--model", "gemma3-270m", "--prompt", "x", "--temperature", "0", "--early-exit", str(out)
     )
     assert wrong.returncode == 2
     assert wrong.stderr.count("\n") == 1 and "calibration is for model SmolLM2" in wrong.stderr

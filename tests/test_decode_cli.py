@@ -10,6 +10,7 @@ import pytest
 
 from verispec.cli import main
 from verispec.commands import speculative
+from verispec.engine_load import load_engine
 
 EVIDENCE_FIELDS = {
     "draft",
@@ -73,8 +74,29 @@ def test_bad_input_one_line_before_work(
     assert err.count("\n") == 1 and err.startswith("verispec: error: ") and message in err
 
 
+@pytest.fixture(scope="module")
+def target_loads() -> dict[tuple[Any, ...], Any]:
+    """The target models the commands below loaded, by file and engine flags."""
+    return {}
+
+
+@pytest.fixture
+def load_target_once(monkeypatch: pytest.MonkeyPatch, target_loads: dict[tuple[Any, ...], Any]) -> None:
+    """The speculative command loads its target through the real loader (engine_load.load_engine,
+    the default int8 mode), once for this file: the two commands ask for the same load, get the
+    object a fresh load builds, and each decodes on caches of its own (no test mutates a model)."""
+
+    def load_once(source: Any, *, need_chat: bool = False, **flags: Any) -> Any:
+        key = (str(getattr(source, "path", source)), need_chat, *sorted(flags.items()))
+        if key not in target_loads:
+            target_loads[key] = load_engine(source, need_chat=need_chat, **flags)
+        return target_loads[key]
+
+    monkeypatch.setattr(speculative, "load_engine", load_once)
+
+
 @pytest.mark.model
-def test_json_evidence(capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_evidence(capsys: pytest.CaptureFixture[str], load_target_once: None) -> None:
     argv = [
         "generate",
         "--prompt",
@@ -106,7 +128,7 @@ def test_json_evidence(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.model
-def test_text_mode_layerskip_adaptive(capsys: pytest.CaptureFixture[str]) -> None:
+def test_text_mode_layerskip_adaptive(capsys: pytest.CaptureFixture[str], load_target_once: None) -> None:
     argv = [
         "generate",
         "--prompt",

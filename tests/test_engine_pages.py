@@ -137,3 +137,69 @@ def test_drop_mapping_releases_the_whole_file_and_keeps_its_bytes(tmp_path: Path
     assert not pages.drop_mapping(private[3:100])
     assert np.array_equal(private, data)
     assert not pages.drop_mapping(np.frombuffer(data.tobytes(), dtype=np.uint8))
+
+
+def _clean_mappings_line_by_line(folders: tuple[str, ...], smaps: str) -> list[tuple[int, int]]:
+    """The specification clean_mappings meets: every line of smaps read in turn."""
+    prefix = tuple(folder.rstrip("/") + "/" for folder in folders)
+    found: list[tuple[int, int]] = []
+    current: tuple[int, int] | None = None
+    written = 0
+    for line in smaps.splitlines():
+        head = line.split(maxsplit=5)
+        if not head:
+            continue
+        if not head[0].endswith(":"):
+            if current is not None and written == 0:
+                found.append(current)
+            low, _, high = head[0].partition("-")
+            path = head[5] if len(head) > 5 else ""
+            current = (int(low, 16), int(high, 16)) if path.startswith(prefix) else None
+            written = 0
+        elif head[0] == "Anonymous:" and current is not None:
+            written += int(head[1])
+    if current is not None and written == 0:
+        found.append(current)
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_clean_mappings_reads_only_the_folders_blocks_and_finds_what_every_line_finds(tmp_path: Path) -> None:
+    """clean_mappings parses only the blocks whose header names a folder (a long-lived process has
+    thousands of mappings): on this process's own smaps, with clean, written and deleted mappings in
+    three folders, and on text where a folder shows up outside a path's start, in a key line and in
+    a last block with no newline, it finds what reading every line finds."""
+    data = np.arange(4 * mmap.PAGESIZE, dtype=np.int64).astype(np.uint8)
+    held = []
+    for i in range(12):
+        folder = tmp_path / f"graph{i % 3}"
+        folder.mkdir(exist_ok=True)
+        data.tofile(folder / f"{i}.bin")
+        held.append(np.memmap(folder / f"{i}.bin", dtype=np.uint8, mode="c"))
+        assert int(held[-1].sum()) == int(data.sum())
+        if i % 4 == 0:
+            held[-1][0] ^= 1  # a written mapping
+        if i % 5 == 0:
+            (folder / f"{i}.bin").unlink()  # a deleted file's mapping
+    smaps = Path("/proc/self/smaps").read_text()
+    crafted = "\n".join(
+        [
+            "7f0000000000-7f0000004000 r--p 00000000 fe:00 1   /elsewhere/tmp/x/weights.bin",
+            "Anonymous:             0 kB",
+            "VmFlags: rd mr /tmp/x/",
+            "7f0000004000-7f0000008000 r--p 00000000 fe:00 2   /tmp/x/a.bin",
+            "",
+            "Anonymous:             0 kB",
+            "7f0000008000-7f000000c000 r--p 00000000 fe:00 2   /tmp/x/b.bin",
+            "Anonymous:             4 kB",
+            "7f000000c000-7f0000010000 r--p 00000000 fe:00 3   /tmp/x/c.bin",
+            "Rss:                   4 kB",
+        ]
+    )
+    cases = [(str(tmp_path),), (str(tmp_path / "graph0"),), (str(tmp_path / "graph1"), str(tmp_path / "graph2"))]
+    for folders in [*cases, (str(tmp_path / "graph"),), ("/",), ("/nonexistent",)]:
+        assert clean_mappings(folders, smaps) == _clean_mappings_line_by_line(folders, smaps), folders
+    assert len(clean_mappings(cases[0], smaps)) == 12 - 3  # written: 0, 4, 8
+    for folders in [("/tmp/x",), ("/tmp/x", "/elsewhere"), ("/tmp",)]:
+        assert clean_mappings(folders, crafted) == _clean_mappings_line_by_line(folders, crafted), folders
+    assert clean_mappings(("/tmp/x",), crafted) == [(0x7F0000004000, 0x7F0000008000), (0x7F000000C000, 0x7F0000010000)]

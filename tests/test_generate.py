@@ -18,10 +18,10 @@ import pytest
 from tests.support.tolerances import assert_within, forward_spread
 from verispec import cli
 from verispec.commands import generate as generate_command
-from verispec.reference.chat import chat_format
+from verispec.commands import logits as logits_command
+from verispec.engine_load import load_engine
 from verispec.reference.errors import ContextOverflow, ModelError, SamplingError
 from verispec.reference.generate import GenerationRequest, encode_prompt, fit_context, generate, prompt_logits
-from verispec.reference.gguf import GGUFFile
 from verispec.reference.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -223,16 +223,59 @@ def test_greedy_generation_matches_llamacpp(smollm2_model: Any, smollm2_tokenize
     assert result.stats.target_passes == 5 and result.stats.generated_tokens == 5
 
 
+@pytest.fixture(scope="module")
+def engine_loads() -> dict[tuple[Any, ...], Any]:
+    """The models the commands loaded in this file, by what they asked for (see cli_with_smollm2)."""
+    return {}
+
+
+def _load_request(source: Any, flags: dict[str, Any]) -> tuple[Any, ...]:
+    """What a load is of: the model and the engine flags (``need_chat`` only checks the chat format)."""
+    return (source, *sorted(flags.items()))
+
+
 @pytest.fixture
-def cli_with_smollm2(
-    monkeypatch: pytest.MonkeyPatch, smollm2_model: Any, smollm2_tokenizer: Any, smollm2_path: Path
+def cli_with_smollm2(monkeypatch: pytest.MonkeyPatch, engine_loads: dict[tuple[Any, ...], Any]) -> None:
+    """The commands load through the real loader (engine_load.load_engine: the registry name, the
+    default ``auto`` weights, the engine), each distinct request once in this file: test_cli_generate_json
+    and test_cli_empty_prompt share the default (int8) load; the chat and logits tests share the exact
+    one, which test_cli_loads_a_model_for_real made. A kept load is the object a fresh one builds
+    (``need_chat`` only checks the chat format, which SmolLM2 has; a request that would be refused
+    goes to the loader again), and no test mutates a model: each command runs on a cache of its own."""
+
+    def load_once(source: Any, *, need_chat: bool = False, **flags: Any) -> Any:
+        key = _load_request(source, flags)
+        if key not in engine_loads or (need_chat and engine_loads[key].chat is None):
+            engine_loads[key] = load_engine(source, need_chat=need_chat, **flags)
+        return engine_loads[key]
+
+    monkeypatch.setattr(generate_command, "load_engine", load_once)
+    monkeypatch.setattr(logits_command, "load_engine", load_once)
+
+
+@pytest.mark.model
+def test_cli_loads_a_model_for_real(
+    monkeypatch: pytest.MonkeyPatch,
+    engine_loads: dict[tuple[Any, ...], Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The commands' loader returns the session's SmolLM2 (one load per test session)."""
-    with GGUFFile.open(smollm2_path) as f:
-        fmt = chat_format(f.metadata)
-    loaded = generate_command.LoadedModel(smollm2_model, smollm2_tokenizer, fmt)
-    monkeypatch.setattr(generate_command, "load", lambda name, need_chat=False: loaded)
-    monkeypatch.setattr("verispec.commands.logits.load", lambda name, need_chat=False: loaded)
+    """The command's own load (registry name, exact weights): always a fresh one, which the later
+    commands in this file then reuse (it runs first in the file; in any other order they load again)."""
+
+    loads: list[Any] = []
+
+    def load_and_keep(source: Any, *, need_chat: bool = False, **flags: Any) -> Any:
+        loads.append(load_engine(source, need_chat=need_chat, **flags))
+        engine_loads[_load_request(source, flags)] = loads[-1]
+        return loads[-1]
+
+    monkeypatch.setattr(logits_command, "load_engine", load_and_keep)
+    out = tmp_path / "l.npy"
+    assert cli.main(["logits", "--model", "smollm2-135m", "--prompt", "Hello world", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["prompt_ids"] == [19556, 905] and np.load(out).shape == (2, 49152)
+    assert len(loads) == 1  # the command loaded through the real loader
 
 
 @pytest.mark.model
@@ -322,14 +365,6 @@ def test_cli_logits(
     assert spread is not None
     assert_within(special, prompt_logits(smollm2_model, [1, 4093]), spread.tolerance, "CLI logits")
     assert "float32 [2, 49152]" in capsys.readouterr().out
-
-
-@pytest.mark.model
-def test_cli_loads_a_model_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "l.npy"
-    assert cli.main(["logits", "--model", "smollm2-135m", "--prompt", "Hello world", "--out", str(out), "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["prompt_ids"] == [19556, 905] and np.load(out).shape == (2, 49152)
 
 
 def test_prompt_logits_refuses_overlong(tiny_gguf: Any) -> None:

@@ -11,6 +11,8 @@ as ``python -m lab.measure.NAME`` (minutes; never collected by pytest):
 - :mod:`.ours_depth`: ``--ours`` at depth on SmolLM2, timed in a given source tree (before/after).
 - :mod:`.cpu_profile`: the test suite's CPU per test, file and fixture setup (a pytest plugin, and
   its ranking): where the gate's time goes.
+- :mod:`.fuzz_fat_process`: the model-fuzz corpus's CPU in a process holding many file mappings
+  (a late test worker), timed in a given source tree (before/after).
 
 The rule these scripts keep (tests/test_layering.py enforces it): they measure the tests' own
 cases at full scale, so besides the product they may import the tests' support package
