@@ -444,6 +444,7 @@ class HeadStats:
     chunks_evaluated: int = 0  # chunk calls of the sparse passes
     chunks_offered: int = 0  # chunks those passes had
     seconds: float = 0.0  # wall time in the head (sketch, chunks, and the full head's fallbacks)
+    sketch_seconds: float = 0.0  # of which in the sketch's bounds
 
     def fell_back(self, reason: str, rows: int) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + rows
@@ -454,7 +455,7 @@ class HeadStats:
 
     def reset(self) -> None:
         self.rows = self.sparse_rows = self.lazy_draws = self.chunks_evaluated = self.chunks_offered = 0
-        self.fallbacks, self.seconds = {}, 0.0
+        self.fallbacks, self.seconds, self.sketch_seconds = {}, 0.0, 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -467,6 +468,7 @@ class HeadStats:
             "chunks_evaluated": self.chunks_evaluated,
             "chunks_offered": self.chunks_offered,
             "seconds": self.seconds,
+            "sketch_seconds": self.sketch_seconds,
         }
 
 
@@ -576,7 +578,7 @@ class SparseHead:
         if not np.isfinite(x).all():
             self.stats.fell_back("non-finite", rows)
             return None
-        scores, radius = self.sketch.bounds(x)
+        scores, radius = self._bounds(x)
         union = np.zeros(self.n_vocab, dtype=bool)
         for t in range(rows):
             if not (np.isfinite(scores[t]).all() and np.isfinite(radius[t]).all()):
@@ -599,6 +601,15 @@ class SparseHead:
         out[:, ids] = values
         self.stats.sparse_rows += rows
         return out
+
+    def _bounds(self, x: F32) -> tuple[F64, F64]:
+        import time
+
+        started = time.perf_counter()
+        try:
+            return self.sketch.bounds(x)
+        finally:
+            self.stats.sketch_seconds += time.perf_counter() - started
 
     def _evaluate(self, x: F32, mask: npt.NDArray[np.bool_]) -> tuple[Ids, F32]:
         from verispec.engine.matmul import RowChunks
@@ -633,7 +644,7 @@ class SparseHead:
         if not np.isfinite(x).all():
             self.stats.fell_back("non-finite", 1)
             return None
-        scores, radius = self.sketch.bounds(x)
+        scores, radius = self._bounds(x)
         if not (np.isfinite(scores).all() and np.isfinite(radius).all()):
             self.stats.fell_back("non-finite", 1)
             return None
