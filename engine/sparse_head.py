@@ -399,14 +399,16 @@ def lazy_draw(
 # -- the head mode of the int8 engine: decisions from the candidate chunks ---------------------------
 
 HEAD_MODES: tuple[str, ...] = ("full", "sparse")
-# The sparse head's candidates under the kernel-runnable sketches leave most of the vocabulary
-# (int4: 186k of Gemma 3's 262k rows, lab/measurements/sparse_head_bounds_*.json), so it is not
-# the default; the exact sketch below is as costly as the head. Measured: docs/results/engine-studies.md.
+# Not the default: the sketch it runs (Q8BlockSketch) reads every head weight, and the sketches the
+# kernel could run cheaper leave most of the vocabulary (int4: 186k of Gemma 3's 262k rows,
+# lab/measurements/sparse_head_bounds_*.json). Measured: lab/measurements/sparse_head_decode_*.json.
 HEAD_HELP = (
     "full (default): the head computes every logit; sparse: greedy, top-k <= 64 and full-vocabulary "
-    "sampling decided from the head chunks holding candidates (a certified bound; the same tokens, bit "
-    "for bit; the full head where it cannot prune). Measured slower, not the default: "
-    "docs/results/engine-studies.md (int8 engine only)"
+    "sampling decided from the head chunks holding candidates of a certified bound (the same tokens, bit "
+    "for bit; the full head where it cannot prune; int8 engine only). Not the default because it is "
+    "measured slower: its sketch reads every head weight, so plain greedy decoding ran at 0.30x (SmolLM2) "
+    "and 0.13x (Gemma 3) the full head's tokens/s, 1 thread, load average ~15 on 2 cores "
+    "(docs/results/engine-studies.md)"
 )
 # the value a pruned logit reads as: below every finite float32 logit, so every processed (biased,
 # penalized: monotone) value of it is at most the same processing of the row's upper bound
