@@ -44,7 +44,6 @@ from verispec.reference import layers
 
 if TYPE_CHECKING:
     from verispec.engine.matmul import Matmul
-    from verispec.engine.model import FastModel
     from verispec.engine.weights import WeightStore
     from verispec.reference.config import Config
     from verispec.reference.gguf import GGUFFile
@@ -140,6 +139,19 @@ def first_k(values: F32 | F64, ids: Ids, k: int) -> Ids:
     order = np.lexsort((ids, -np.asarray(values, dtype=np.float64)))  # last key is the primary one
     picked: Ids = ids[order[:k]]
     return picked
+
+
+class HeadedModel(Protocol):
+    """What the head functions here read of a model (:class:`engine.model.FastModel` has it; named
+    structurally so that this module does not import the model, which imports it)."""
+
+    config: "Config"
+    store: "WeightStore"
+    sparse_head: "SparseHead | None"
+
+    def head(self, hidden: F32) -> F32: ...
+
+    def head_from_input(self, x: F32) -> F32: ...
 
 
 # -- sketches and the chunked exact evaluation ------------------------------------------------------
@@ -298,7 +310,7 @@ def sparse_top_k(x: F32, output: "Matmul", sketch: Sketch, k: int, *, max_fracti
 
 
 def head_top_k(
-    model: "FastModel", hidden: F32, k: int, sketch: Sketch, *, max_fraction: float = 0.5
+    model: "HeadedModel", hidden: F32, k: int, sketch: Sketch, *, max_fraction: float = 0.5
 ) -> tuple[Ids, F32, bool]:
     """:func:`sparse_top_k` on ``model``'s head (final norm first), else the full head: the first
     k ids of ``model.head(hidden)`` per row and their logits, plus whether the sparse path ran.
@@ -678,7 +690,7 @@ class SparseHead:
 
 
 def choose_token(
-    model: "FastModel", x: F32, history: Sequence[int], params: "SamplingParams", rng: np.random.Generator
+    model: "HeadedModel", x: F32, history: Sequence[int], params: "SamplingParams", rng: np.random.Generator
 ) -> int:
     """Plain decoding's step on a sparse-head model from the normed head input ``x`` ``[1, n_in]``:
     the token ``sample(target_distribution(full head row, history, params), rng)`` gives, consuming
