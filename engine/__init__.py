@@ -44,11 +44,15 @@ __all__ = ["ENGINES", "FAST_ARCHITECTURES", "load_model"]
 
 
 def load_model(
-    path_or_file: str | Path | "GGUFFile", engine: str = "fast", weights: str = "f32", backend: str = "auto"
+    path_or_file: str | Path | "GGUFFile",
+    engine: str = "fast",
+    weights: str = "f32",
+    backend: str = "auto",
+    head: str = "full",
 ) -> "FastModel" | "Model":
     """Load a GGUF model on ``engine``; ``weights`` ("f32", "quantized" or "int8") and ``backend``
     ("auto", "numpy", "ort": the f32 mode's matmul kernel, engine.weights.resolve_backend) apply to
-    the fast one.
+    the fast one; ``head`` ("full" or "sparse", engine.sparse_head) to its int8 mode.
 
     ModelError for an unknown engine, or for quantized weights on the reference engine (it always
     dequantizes everything); InsufficientMemory (a ModelError) before loading when the weights
@@ -62,8 +66,12 @@ def load_model(
         if _architecture(path_or_file) not in FAST_ARCHITECTURES and weights == "f32":
             engine = "reference"
         else:
-            return FastModel.load(path_or_file, weights=weights, backend=backend)
+            return FastModel.load(path_or_file, weights=weights, backend=backend, head=head)
     if engine == "reference":
+        if head != "full":
+            raise ModelError(
+                f"head mode {head!r} needs the fast engine's int8 mode (the reference computes every logit)"
+            )
         if weights != "f32":
             raise ModelError(f"weights mode {weights!r} needs the fast engine (the reference keeps float32 weights)")
         from verispec.reference.model import Model

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from verispec.commands.request import build_request, result_json, stats_line, stream
 from verispec.engine.generate import draw_for, generate_any, law_for
-from verispec.engine_load import load_engine
+from verispec.engine_load import head_stats_of, load_engine
 from verispec.reference.config import Config
 from verispec.reference.decode import SpeculativeOptions
 from verispec.reference.draft_choice import AutoDraft
@@ -111,7 +111,12 @@ def run_speculative(args: argparse.Namespace) -> int:
     with GGUFFile.open(resolve_model(args.model)) as target:  # opened once: checked, then loaded
         check_draft(spec, target)
         loaded = load_engine(
-            target, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend
+            target,
+            need_chat=args.chat,
+            engine=args.engine,
+            weights=args.weights,
+            backend=args.backend,
+            head=getattr(args, "head", "full"),
         )
     request = build_request(args, loaded)
     # model: the vocabulary was checked above, from metadata (None: make_draft does not redo it)
@@ -126,6 +131,9 @@ def run_speculative(args: argparse.Namespace) -> int:
         _finish(draft, result.generation.ids)
         out = result_json(result.generation)
         out["speculative"] = ev.as_dict()
+        head = head_stats_of(loaded.model)
+        if head is not None:
+            out["head"] = head
         print(json.dumps(out, ensure_ascii=False))
         return 0
     result, ev = measure(
