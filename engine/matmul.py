@@ -30,6 +30,7 @@ per-session pools measured 0.56x / 0.34x (1 / 5 rows) on f32/ort. `verispec benc
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -175,6 +176,10 @@ class OrtGraph:
         # the public run where a version lacks it.
         inner = getattr(self.session, "_sess", None)
         self._run: Any = inner.run if inner is not None and hasattr(inner, "run") else self.session.run
+        self._input_shapes = tuple(tuple(shape) for shape in inputs.values())
+        self._output_shapes = tuple(tuple(shape) for shape in outputs.values())
+        self._bindings: dict[int, _RowBinding] = {}  # row count -> its binding (:meth:`run_bound`)
+        self._stacked: dict[int, list[F32]] = {}  # row count -> row-by-row results (:meth:`run_bound`)
         self.row_mode: RowMode = "native"
         if any(node.op_type == "MatMulNBits" for node in nodes):
             self.row_mode = self._probe_row_mode({n: s for n, s in inputs.items()})
@@ -194,6 +199,69 @@ class OrtGraph:
             parts = [self._raw([a[i : i + 1] for a in feeds]) for i in range(rows)]
             return [np.concatenate([part[j] for part in parts]) for j in range(len(self._output_list))]
         return self._raw(feeds)
+
+    def run_bound(self, *arrays: npt.NDArray[Any]) -> list[F32]:
+        """:meth:`run` through onnxruntime's IO binding: the same values, bit for bit (the same
+        session, the same row mode), written into output buffers this graph owns, one set per row
+        count up to :data:`BIND_MAX_ROWS` (a decode step's and a verify pass's), allocated on the
+        first call with that count and reused by every later one: no output allocation a call.
+        Inputs are bound where they lie, by address (no copy), and bound again only when a call
+        passes a different array object: an input that is another graph's output buffer (the
+        layer chain's hidden state) stays bound across steps.
+
+        The returned arrays ARE those buffers: the next ``run_bound`` of this graph with the same
+        row count overwrites them. A caller that keeps a result past that (a KV cache write, logits
+        for the sampler, a hidden state kept for a later pass) copies it. More rows than
+        :data:`BIND_MAX_ROWS` (a prefill) run as :meth:`run` (fresh arrays: no buffer held for the
+        length of a prompt)."""
+        rows = int(arrays[0].shape[0]) if arrays else 0
+        if not 1 <= rows <= BIND_MAX_ROWS or not self._bindable:
+            return self.run(*arrays)
+        if self.row_mode == "pad-single-row" and rows == 1:
+            return self._padded_single_row(arrays)
+        if self.row_mode == "row-by-row" and rows > 1:
+            return self._row_by_row_bound(arrays, rows)
+        return self._binding(rows).run(arrays)
+
+    @property
+    def _bindable(self) -> bool:
+        """Every output's shape is the row axis and fixed sizes (so its buffer can be allocated)."""
+        return all(
+            len(shape) > 0 and all(isinstance(n, int) for n in shape[1:]) for shape in self._output_shapes
+        ) and all(len(shape) > 0 for shape in self._input_shapes)
+
+    def _binding(self, rows: int, padded_from_one: bool = False) -> _RowBinding:
+        key = -rows if padded_from_one else rows
+        binding = self._bindings.get(key)
+        if binding is None:
+            binding = self._bindings[key] = _RowBinding(self, rows, own_inputs=padded_from_one)
+        return binding
+
+    def _padded_single_row(self, arrays: tuple[npt.NDArray[Any], ...]) -> list[F32]:
+        """A 1-row call as 2 identical rows (the ``pad-single-row`` mode), in buffers of its own:
+        the row is copied into both rows of bound input buffers; the outputs' first rows return."""
+        binding = self._binding(2, padded_from_one=True)
+        for buffer, array in zip(binding.own_inputs, arrays):
+            row = np.asarray(array)
+            if row.shape != buffer.shape[1:] and row.shape != (1, *buffer.shape[1:]):
+                raise ModelError(f"input of shape {row.shape} where a row of {buffer.shape[1:]} is expected")
+            buffer[0] = row.reshape(buffer.shape[1:])
+            buffer[1] = buffer[0]
+        binding.run_own()
+        return binding.first_rows
+
+    def _row_by_row_bound(self, arrays: tuple[npt.NDArray[Any], ...], rows: int) -> list[F32]:
+        """A k-row call as k 1-row calls (the ``row-by-row`` mode), gathered into k-row buffers."""
+        stacked = self._stacked.get(rows)
+        if stacked is None:
+            stacked = self._stacked[rows] = [
+                np.empty([rows, *shape[1:]], dtype=np.float32)  # type: ignore[list-item]
+                for shape in self._output_shapes
+            ]
+        for i in range(rows):
+            for out, part in zip(stacked, self.run_bound(*(a[i : i + 1] for a in arrays))):
+                out[i] = part[0]
+        return stacked
 
     def _raw(self, feeds: list[npt.NDArray[Any]]) -> list[F32]:
         OrtGraph.calls += 1
@@ -223,6 +291,83 @@ class OrtGraph:
         if all(np.array_equal(p[:1], t[:1]) for p, t in zip(padded, three)):
             return "pad-single-row"
         return "row-by-row"
+
+
+BIND_MAX_ROWS = 16  # row counts up to this get bound buffers (:meth:`OrtGraph.run_bound`); more run unbound
+BIND_BY_DEFAULT = True  # measured: lab/measurements/int8_io_binding_1thread.json
+BIND_ENV = "VERISPEC_INT8_BIND"
+
+
+def io_binding_default() -> bool:
+    """Whether the int8 mode's fused graphs run through IO binding (:meth:`OrtGraph.run_bound`):
+    ``VERISPEC_INT8_BIND`` (1 / 0), else :data:`BIND_BY_DEFAULT`; ModelError for another value."""
+    text = os.environ.get(BIND_ENV)
+    if text is None or text == "":
+        return BIND_BY_DEFAULT
+    if text not in ("0", "1"):
+        raise ModelError(f"{BIND_ENV}={text!r} is not 0 or 1")
+    return text == "1"
+
+
+class _RowBinding:
+    """One graph's IO binding for one row count: every output bound once to a buffer it owns;
+    inputs bound by address to the arrays of the last call (held, so the address stays valid
+    until they are rebound), or -- ``own_inputs`` -- bound once to buffers it owns, which the
+    caller fills (the pad-single-row mode's doubled row)."""
+
+    def __init__(self, graph: OrtGraph, rows: int, *, own_inputs: bool) -> None:
+        session = graph.session
+        self.binding = session.io_binding()
+        inner = getattr(session, "_sess", None)
+        # the binding's own run, as for :meth:`OrtGraph._raw` (the public one where a version lacks it)
+        if inner is not None and hasattr(inner, "run_with_iobinding"):
+            self._run: Callable[[], Any] = lambda: inner.run_with_iobinding(self.binding._iobinding, None)
+        else:
+            self._run = lambda: session.run_with_iobinding(self.binding)
+        self.graph = graph
+        self.rows = rows
+        self.input_shapes = [tuple(rows if isinstance(n, str) else n for n in s) for s in graph._input_shapes]
+        self.outputs: list[F32] = [
+            np.empty([rows, *shape[1:]], dtype=np.float32)  # type: ignore[list-item]
+            for shape in graph._output_shapes
+        ]
+        for name, buffer in zip(graph.output_names, self.outputs):
+            self.binding.bind_output(name, "cpu", 0, np.float32, list(buffer.shape), buffer.ctypes.data)
+        self.first_rows = [buffer[:1] for buffer in self.outputs]
+        self.held: list[npt.NDArray[Any] | None] = [None] * len(graph.input_names)  # what each input is bound to
+        self.passed: list[npt.NDArray[Any] | None] = [None] * len(graph.input_names)  # ... as the caller passed it
+        self.own_inputs: list[npt.NDArray[Any]] = []
+        if own_inputs:
+            self.own_inputs = [np.zeros(shape, dtype=t) for shape, t in zip(self.input_shapes, graph._dtypes)]
+            for i, buffer in enumerate(self.own_inputs):
+                self._bind_input(i, buffer)
+
+    def _bind_input(self, i: int, array: npt.NDArray[Any]) -> None:
+        name = self.graph.input_names[i]
+        self.binding.bind_input(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+        self.held[i] = array
+
+    def run(self, arrays: tuple[npt.NDArray[Any], ...]) -> list[F32]:
+        """The outputs (this binding's buffers) for ``arrays`` (this row count, the graph's inputs)."""
+        if len(arrays) != len(self.held):
+            raise ModelError(f"{len(arrays)} inputs where the graph takes {len(self.held)}")
+        for i, array in enumerate(arrays):
+            if array is self.passed[i]:
+                continue  # the same object: same address, same shape, still bound there
+            fed = np.ascontiguousarray(array, dtype=self.graph._dtypes[i])
+            if fed.shape != self.input_shapes[i]:
+                raise ModelError(
+                    f"input {self.graph.input_names[i]!r} has shape {fed.shape}, the graph takes {self.input_shapes[i]}"
+                )
+            self._bind_input(i, fed)
+            # a converted copy is bound: the caller's object must not pass as bound next call
+            self.passed[i] = array if fed is array else None
+        return self.run_own()
+
+    def run_own(self) -> list[F32]:
+        OrtGraph.calls += 1
+        self._run()
+        return self.outputs
 
 
 class _OrtSession(OrtGraph):
