@@ -18,7 +18,9 @@ A :class:`Matmul` is built once per weight matrix at load time and called with a
   in the same session, the sums computed by the kernel itself): ``MatMulNBits`` takes a float
   zero point only without int8 compute.
   The int8 mode's layers use these nodes inside one graph between two attentions (:mod:`engine.fused`,
-  :class:`OrtGraph`); the head and the per-matrix path use one session per matrix.
+  :class:`OrtGraph`), run through onnxruntime's IO binding (:meth:`OrtGraph.run_bound`: outputs in
+  buffers each graph owns and reuses; ``VERISPEC_INT8_BIND``); the head and the per-matrix path use
+  one session per matrix.
 
 Threads: ``VERISPEC_THREADS`` (default 2, capped at the core count), one pool shared by every
 session of the process (engine/ort_pool.py: the first session fixes its size). Measured on the
@@ -184,7 +186,12 @@ class OrtGraph:
             len(shape) > 0 and all(isinstance(n, int) for n in shape[1:]) for shape in self._output_shapes
         ) and all(len(shape) > 0 for shape in self._input_shapes)
         self._bindings: dict[int, _RowBinding] = {}  # row count -> its binding (:meth:`run_bound`)
-        self._stacked: dict[int, list[F32]] = {}  # row count -> row-by-row results (:meth:`run_bound`)
+        # the bound buffers, shared by every row count's binding (each binds its leading rows):
+        # grown to the most rows a bound call has had, so memory is one call's worth, not one per count
+        self._capacity = 0
+        self._output_store: list[F32] = []
+        self._input_store: list[npt.NDArray[Any]] = []
+        self._stacked_store: list[F32] = []  # row-by-row mode: the gathered rows
         self.row_mode: RowMode = "native"
         if any(node.op_type == "MatMulNBits" for node in nodes):
             self.row_mode = self._probe_row_mode({n: s for n, s in inputs.items()})
@@ -207,16 +214,16 @@ class OrtGraph:
 
     def run_bound(self, *arrays: npt.NDArray[Any]) -> list[F32]:
         """:meth:`run` through onnxruntime's IO binding: the same values, bit for bit (the same
-        session, the same row mode), written into output buffers this graph owns, one set per row
-        count up to :data:`BIND_MAX_ROWS` (a decode step's and a verify pass's), allocated on the
-        first call with that count and reused by every later one: no output allocation a call.
-        Inputs are bound where they lie, by address (no copy), and bound again only when a call
-        passes a different array object: an input that is another graph's output buffer (the
-        layer chain's hidden state) stays bound across steps.
+        session, the same row mode), written into output buffers this graph owns, sized for the
+        most rows a call has had (up to :data:`BIND_MAX_ROWS`: a decode step's and a verify
+        pass's), each row count binding their leading rows, and reused by every later call: no
+        output allocation a call. An input is copied into a bound buffer of its own, except an
+        array passed again as the same object (another graph's output buffer: the layer chain's
+        hidden state), which is bound where it lies (:class:`_RowBinding`).
 
-        The returned arrays ARE those buffers: the next ``run_bound`` of this graph with the same
-        row count overwrites them. A caller that keeps a result past that (a KV cache write, logits
-        for the sampler, a hidden state kept for a later pass) copies it. More rows than
+        The returned arrays ARE those buffers: the next ``run_bound`` of this graph (any row count)
+        overwrites them. A caller that keeps a result past that (a KV cache write, logits for the
+        sampler, a hidden state kept for a later pass) copies it. More rows than
         :data:`BIND_MAX_ROWS` (a prefill) run as :meth:`run` (fresh arrays: no buffer held for the
         length of a prompt)."""
         rows = arrays[0].shape[0] if arrays else 0
@@ -237,8 +244,22 @@ class OrtGraph:
         key = -rows if padded_from_one else rows
         binding = self._bindings.get(key)
         if binding is None:
+            if rows > self._capacity:  # grow the buffers; every binding of the old ones is dropped
+                self._grow(rows)
             binding = self._bindings[key] = _RowBinding(self, rows)
         return binding
+
+    def _grow(self, rows: int) -> None:
+        self._bindings.clear()
+        self._capacity = rows
+        self._output_store = [
+            np.empty([rows, *shape[1:]], dtype=np.float32)  # type: ignore[list-item]
+            for shape in self._output_shapes
+        ]
+        self._input_store = [
+            np.zeros([rows, *shape[1:]], dtype=t)  # type: ignore[list-item]
+            for shape, t in zip(self._input_shapes, self._dtypes)
+        ]
 
     def _padded_single_row(self, arrays: tuple[npt.NDArray[Any], ...]) -> list[F32]:
         """A 1-row call as 2 identical rows (the ``pad-single-row`` mode), in buffers of its own:
@@ -255,12 +276,12 @@ class OrtGraph:
 
     def _row_by_row_bound(self, arrays: tuple[npt.NDArray[Any], ...], rows: int) -> list[F32]:
         """A k-row call as k 1-row calls (the ``row-by-row`` mode), gathered into k-row buffers."""
-        stacked = self._stacked.get(rows)
-        if stacked is None:
-            stacked = self._stacked[rows] = [
+        if not self._stacked_store or self._stacked_store[0].shape[0] < rows:
+            self._stacked_store = [
                 np.empty([rows, *shape[1:]], dtype=np.float32)  # type: ignore[list-item]
                 for shape in self._output_shapes
             ]
+        stacked = [store[:rows] for store in self._stacked_store]
         for i in range(rows):
             for out, part in zip(stacked, self.run_bound(*(a[i : i + 1] for a in arrays))):
                 out[i] = part[0]
@@ -313,9 +334,11 @@ def io_binding_default() -> bool:
 
 
 class _RowBinding:
-    """One graph's IO binding for one row count: every output bound once to a buffer it owns.
+    """One graph's IO binding for one row count: every output bound once to the leading ``rows``
+    rows of the graph's output buffers (shared by its row counts' bindings).
 
-    Each input has a buffer of its own too, bound at first. A call's array is copied into it
+    Each input has a buffer of its own too (the leading rows of the graph's input buffers), bound
+    at first. A call's array is copied into it
     (a few hundred floats: cheaper than binding onnxruntime to a new address, measured ~4 us a
     bind); an array passed again as the same object (another graph's output buffer: the layer
     chain's hidden state, or a constant) is bound where it lies instead, once, and stays bound
@@ -333,20 +356,16 @@ class _RowBinding:
         else:
             self._run = partial(session.run_with_iobinding, self.binding)
         self.names = graph.input_names
-        self.outputs: list[F32] = [
-            np.empty([rows, *shape[1:]], dtype=np.float32)  # type: ignore[list-item]
-            for shape in graph._output_shapes
-        ]
+        self.outputs: list[F32] = [store[:rows] for store in graph._output_store]
         for name, buffer in zip(graph.output_names, self.outputs):
             self.binding.bind_output(name, "cpu", 0, np.float32, list(buffer.shape), buffer.ctypes.data)
         self.first_rows = [buffer[:1] for buffer in self.outputs]
-        shapes = [tuple(rows if isinstance(n, str) else n for n in s) for s in graph._input_shapes]
-        self.own_inputs: list[npt.NDArray[Any]] = [np.zeros(shape, dtype=t) for shape, t in zip(shapes, graph._dtypes)]
+        self.own_inputs: list[npt.NDArray[Any]] = [store[:rows] for store in graph._input_store]
         self.bound: list[npt.NDArray[Any]] = []  # what each input is bound to: its own buffer or a caller's array
         for i, own in enumerate(self.own_inputs):
             self._bind_input(i, own)
             self.bound.append(own)
-        self.seen: list[npt.NDArray[Any] | None] = [None] * len(shapes)  # each input's array of the last call
+        self.seen: list[npt.NDArray[Any] | None] = [None] * len(self.own_inputs)  # each input's last array
 
     def _bind_input(self, i: int, array: npt.NDArray[Any]) -> None:
         self.binding.bind_input(self.names[i], "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)

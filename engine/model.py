@@ -412,7 +412,8 @@ class FastModel:
         and between them each span's KV store and attention. Every graph op is per row and the
         attention is one call a row, so a span's rows get the same bits whatever else is in x.
         A pass that starts or stops inside a link computes and drops that link's other half (see
-        LayerChain); ``collected`` gets the hidden state after every layer."""
+        LayerChain); ``collected`` gets the hidden state after every layer (with :attr:`io_binding`, the
+        graphs' buffers: valid until the next pass, so the caller stacks or copies them before it)."""
         chain = self.store.fused_layers
         assert chain is not None
         if last < first:
@@ -424,7 +425,7 @@ class FastModel:
 
         rows = x.shape[0]
         # bound: the graphs write into buffers they own and reuse (OrtGraph.run_bound); x, qk, v are
-        # then those buffers, overwritten by the next pass, so what outlives the pass is copied below
+        # then those buffers, overwritten by the next pass, so what outlives the pass is copied
         bound = self.io_binding
         if first in chain.entry:
             graph = chain.entry[first]
@@ -445,9 +446,9 @@ class FastModel:
             else:  # the link; at the pass's last layer its qk, v (the next layer's) are dropped
                 graph = chain.link[layer]
                 x, qk, v_flat = (graph.run_bound if bound else graph.run)(a, x, *rope(layer + 1), stay)
-            if collected is not None:
-                collected.append(x.copy() if bound else x)
-        return x.copy() if bound else x
+            if collected is not None:  # each graph runs once a pass, so no later call of this pass overwrites x
+                collected.append(x)  # (the caller stacks them before its next pass)
+        return x.copy() if bound else x  # bound: the next pass would overwrite it
 
     def _switch_rows(self, rows: int, enter: bool) -> tuple[F32, npt.NDArray[np.bool_]]:
         """A link's ``attn`` of zeros and its per-row ``enter`` switch for ``rows`` rows, made once

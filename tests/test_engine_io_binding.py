@@ -67,14 +67,17 @@ def test_bound_calls_give_the_plain_calls_bits_in_every_row_mode(tiny_gguf: Any,
 def test_outputs_are_reused_buffers_and_chained_inputs_stay_bound(tiny_gguf: Any) -> None:
     model = _tiny_int8(tiny_gguf)
     graph = _link(model)
+    three = graph.run_bound(*_feeds(graph, 3, seed=3))
+    addresses = [out.ctypes.data for out in three]
     first = graph.run_bound(*_feeds(graph, 1, seed=1))
-    addresses = [out.ctypes.data for out in first]
     kept = [out.copy() for out in first]
+    assert [out.ctypes.data for out in first] == addresses  # fewer rows: the leading rows of the same buffers
     second = graph.run_bound(*_feeds(graph, 1, seed=2))
     assert [out.ctypes.data for out in second] == addresses  # the same buffers: nothing allocated
     assert not all(np.array_equal(a, b) for a, b in zip(kept, second))  # ... and overwritten: callers copy
-    assert graph.run_bound(*_feeds(graph, 3, seed=3))[0].shape[0] == 3  # another row count, its own buffers
-    assert [out.ctypes.data for out in graph.run_bound(*_feeds(graph, 1, seed=4))] == addresses
+    assert [out.ctypes.data for out in graph.run_bound(*_feeds(graph, 3, seed=4))] == addresses
+    graph.run_bound(*_feeds(graph, 5, seed=5))
+    assert graph._capacity == 5 and set(graph._bindings) == {5}  # grown: the old bindings dropped
     # a decode step's chain: each link's hidden-state input is the previous graph's output buffer,
     # the same object every step, so it stays bound (no rebinding, no copy)
     chain = model.store.fused_layers
@@ -153,9 +156,13 @@ def _greedy(model: FastModel, bound: bool, steps: int) -> list[Any]:
             kept += [result.logits, result.hidden]
         x = model.embed(SPAN)
         middle = model.config.n_layer // 2
-        early = model.forward_layers(x, model.new_cache(8), 0, middle, list(range(5)))
+        early_cache = model.new_cache(8)
+        early = model.forward_layers(x, early_cache, 0, middle, list(range(5)))
         late = model.forward_layers(x[::-1], model.new_cache(8), 0, middle, list(range(5)))
-        kept += [early, late]  # a pass stopped inside the chain: its hidden state outlives the next one
+        # a pass stopped inside the chain: its hidden state outlives the next pass, and a pass that
+        # starts inside a link (early exit's catch-up) continues from it
+        rest = model.forward_layers(early, early_cache, middle + 1, model.config.n_layer - 1, list(range(5)))
+        kept += [early, late, rest]
         return kept
     finally:
         model.io_binding = saved
