@@ -18,7 +18,9 @@ A :class:`Matmul` is built once per weight matrix at load time and called with a
   in the same session, the sums computed by the kernel itself): ``MatMulNBits`` takes a float
   zero point only without int8 compute.
   The int8 mode's layers use these nodes inside one graph between two attentions (:mod:`engine.fused`,
-  :class:`OrtGraph`); the head and the per-matrix path use one session per matrix.
+  :class:`OrtGraph`), run through onnxruntime's IO binding (:meth:`OrtGraph.run_bound`: outputs in
+  buffers each graph owns and reuses; ``VERISPEC_INT8_BIND``); the head and the per-matrix path use
+  one session per matrix.
 
 Threads: ``VERISPEC_THREADS`` (default 2, capped at the core count), one pool shared by every
 session of the process (engine/ort_pool.py: the first session fixes its size). Measured on the
@@ -30,6 +32,8 @@ per-session pools measured 0.56x / 0.34x (1 / 5 rows) on f32/ort. `verispec benc
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -175,6 +179,19 @@ class OrtGraph:
         # the public run where a version lacks it.
         inner = getattr(self.session, "_sess", None)
         self._run: Any = inner.run if inner is not None and hasattr(inner, "run") else self.session.run
+        self._input_shapes = tuple(tuple(shape) for shape in inputs.values())
+        self._output_shapes = tuple(tuple(shape) for shape in outputs.values())
+        # bound runs need every shape to be the row axis and fixed sizes (buffers of known size)
+        self._bindable = all(
+            len(shape) > 0 and all(isinstance(n, int) for n in shape[1:]) for shape in self._output_shapes
+        ) and all(len(shape) > 0 for shape in self._input_shapes)
+        self._bindings: dict[int, _RowBinding] = {}  # row count -> its binding (:meth:`run_bound`)
+        # the bound buffers, shared by every row count's binding (each binds its leading rows):
+        # grown to the most rows a bound call has had, so memory is one call's worth, not one per count
+        self._capacity = 0
+        self._output_store: list[F32] = []
+        self._input_store: list[npt.NDArray[Any]] = []
+        self._stacked_store: list[F32] = []  # row-by-row mode: the gathered rows
         self.row_mode: RowMode = "native"
         if any(node.op_type == "MatMulNBits" for node in nodes):
             self.row_mode = self._probe_row_mode({n: s for n, s in inputs.items()})
@@ -194,6 +211,81 @@ class OrtGraph:
             parts = [self._raw([a[i : i + 1] for a in feeds]) for i in range(rows)]
             return [np.concatenate([part[j] for part in parts]) for j in range(len(self._output_list))]
         return self._raw(feeds)
+
+    def run_bound(self, *arrays: npt.NDArray[Any]) -> list[F32]:
+        """:meth:`run` through onnxruntime's IO binding: the same values, bit for bit (the same
+        session, the same row mode), written into output buffers this graph owns, sized for the
+        most rows a call has had (up to :data:`BIND_MAX_ROWS`: a decode step's and a verify
+        pass's), each row count binding their leading rows, and reused by every later call: no
+        output allocation a call. An input is copied into a bound buffer of its own, except an
+        array passed again as the same object (another graph's output buffer: the layer chain's
+        hidden state), which is bound where it lies (:class:`_RowBinding`).
+
+        The returned arrays ARE those buffers: the next ``run_bound`` of this graph (any row count)
+        overwrites them. A caller that keeps a result past that (a KV cache write, logits for the
+        sampler, a hidden state kept for a later pass) copies it. More rows than
+        :data:`BIND_MAX_ROWS` (a prefill) run as :meth:`run` (fresh arrays: no buffer held for the
+        length of a prompt)."""
+        rows = arrays[0].shape[0] if arrays else 0
+        mode = self.row_mode
+        if mode == "native" or (mode == "pad-single-row" and rows > 1) or (mode == "row-by-row" and rows == 1):
+            binding = self._bindings.get(rows)
+            if binding is not None:
+                return binding.run(arrays)
+        if not 1 <= rows <= BIND_MAX_ROWS or not self._bindable:
+            return self.run(*arrays)
+        if mode == "pad-single-row" and rows == 1:
+            return self._padded_single_row(arrays)
+        if mode == "row-by-row" and rows > 1:
+            return self._row_by_row_bound(arrays, rows)
+        return self._binding(rows).run(arrays)
+
+    def _binding(self, rows: int, padded_from_one: bool = False) -> _RowBinding:
+        key = -rows if padded_from_one else rows
+        binding = self._bindings.get(key)
+        if binding is None:
+            if rows > self._capacity:  # grow the buffers; every binding of the old ones is dropped
+                self._grow(rows)
+            binding = self._bindings[key] = _RowBinding(self, rows)
+        return binding
+
+    def _grow(self, rows: int) -> None:
+        self._bindings.clear()
+        self._capacity = rows
+        self._output_store = [
+            np.empty([rows, *shape[1:]], dtype=np.float32)  # type: ignore[list-item]
+            for shape in self._output_shapes
+        ]
+        self._input_store = [
+            np.zeros([rows, *shape[1:]], dtype=t)  # type: ignore[list-item]
+            for shape, t in zip(self._input_shapes, self._dtypes)
+        ]
+
+    def _padded_single_row(self, arrays: tuple[npt.NDArray[Any], ...]) -> list[F32]:
+        """A 1-row call as 2 identical rows (the ``pad-single-row`` mode), in buffers of its own:
+        the row is copied into both rows of bound input buffers; the outputs' first rows return."""
+        binding = self._binding(2, padded_from_one=True)
+        for buffer, array in zip(binding.own_inputs, arrays):
+            row = np.asarray(array)
+            if row.shape != buffer.shape[1:] and row.shape != (1, *buffer.shape[1:]):
+                raise ModelError(f"input of shape {row.shape} where a row of {buffer.shape[1:]} is expected")
+            buffer[0] = row.reshape(buffer.shape[1:])
+            buffer[1] = buffer[0]
+        binding.run_own()
+        return binding.first_rows
+
+    def _row_by_row_bound(self, arrays: tuple[npt.NDArray[Any], ...], rows: int) -> list[F32]:
+        """A k-row call as k 1-row calls (the ``row-by-row`` mode), gathered into k-row buffers."""
+        if not self._stacked_store or self._stacked_store[0].shape[0] < rows:
+            self._stacked_store = [
+                np.empty([rows, *shape[1:]], dtype=np.float32)  # type: ignore[list-item]
+                for shape in self._output_shapes
+            ]
+        stacked = [store[:rows] for store in self._stacked_store]
+        for i in range(rows):
+            for out, part in zip(stacked, self.run_bound(*(a[i : i + 1] for a in arrays))):
+                out[i] = part[0]
+        return stacked
 
     def _raw(self, feeds: list[npt.NDArray[Any]]) -> list[F32]:
         OrtGraph.calls += 1
@@ -223,6 +315,92 @@ class OrtGraph:
         if all(np.array_equal(p[:1], t[:1]) for p, t in zip(padded, three)):
             return "pad-single-row"
         return "row-by-row"
+
+
+BIND_MAX_ROWS = 16  # row counts up to this get bound buffers (:meth:`OrtGraph.run_bound`); more run unbound
+BIND_BY_DEFAULT = True  # measured: lab/measurements/int8_io_binding_1thread.json
+BIND_ENV = "VERISPEC_INT8_BIND"
+
+
+def io_binding_default() -> bool:
+    """Whether the int8 mode's fused graphs run through IO binding (:meth:`OrtGraph.run_bound`):
+    ``VERISPEC_INT8_BIND`` (1 / 0), else :data:`BIND_BY_DEFAULT`; ModelError for another value."""
+    text = os.environ.get(BIND_ENV)
+    if text is None or text == "":
+        return BIND_BY_DEFAULT
+    if text not in ("0", "1"):
+        raise ModelError(f"{BIND_ENV}={text!r} is not 0 or 1")
+    return text == "1"
+
+
+class _RowBinding:
+    """One graph's IO binding for one row count: every output bound once to the leading ``rows``
+    rows of the graph's output buffers (shared by its row counts' bindings).
+
+    Each input has a buffer of its own too (the leading rows of the graph's input buffers), bound
+    at first. A call's array is copied into it
+    (a few hundred floats: cheaper than binding onnxruntime to a new address, measured ~4 us a
+    bind); an array passed again as the same object (another graph's output buffer: the layer
+    chain's hidden state, or a constant) is bound where it lies instead, once, and stays bound
+    while the calls keep passing that object (held here, so its address stays valid): no copy.
+    ``own_inputs``: the caller fills the own buffers itself and calls :meth:`run_own` (the
+    pad-single-row mode's doubled row)."""
+
+    def __init__(self, graph: OrtGraph, rows: int) -> None:
+        session = graph.session
+        self.binding = session.io_binding()
+        inner = getattr(session, "_sess", None)
+        # the binding's own run, as for :meth:`OrtGraph._raw` (the public one where a version lacks it)
+        if inner is not None and hasattr(inner, "run_with_iobinding"):
+            self._run: Callable[[], Any] = partial(inner.run_with_iobinding, self.binding._iobinding, None)
+        else:
+            self._run = partial(session.run_with_iobinding, self.binding)
+        self.names = graph.input_names
+        self.outputs: list[F32] = [store[:rows] for store in graph._output_store]
+        for name, buffer in zip(graph.output_names, self.outputs):
+            self.binding.bind_output(name, "cpu", 0, np.float32, list(buffer.shape), buffer.ctypes.data)
+        self.first_rows = [buffer[:1] for buffer in self.outputs]
+        self.own_inputs: list[npt.NDArray[Any]] = [store[:rows] for store in graph._input_store]
+        self.bound: list[npt.NDArray[Any]] = []  # what each input is bound to: its own buffer or a caller's array
+        for i, own in enumerate(self.own_inputs):
+            self._bind_input(i, own)
+            self.bound.append(own)
+        self.seen: list[npt.NDArray[Any] | None] = [None] * len(self.own_inputs)  # each input's last array
+
+    def _bind_input(self, i: int, array: npt.NDArray[Any]) -> None:
+        self.binding.bind_input(self.names[i], "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+
+    def run(self, arrays: tuple[npt.NDArray[Any], ...]) -> list[F32]:
+        """The outputs (this binding's buffers) for ``arrays`` (this row count, the graph's inputs)."""
+        if len(arrays) != len(self.bound):
+            raise ModelError(f"{len(arrays)} inputs where the graph takes {len(self.bound)}")
+        for i, array in enumerate(arrays):
+            if array is self.bound[i]:
+                continue  # bound where it lies, and still the same object: nothing to do
+            own = self.own_inputs[i]
+            if array.shape != own.shape:
+                raise ModelError(f"input {self.names[i]!r} has shape {array.shape}, the graph takes {own.shape}")
+            if (
+                array is self.seen[i]
+                and array.dtype == own.dtype
+                and array.flags.c_contiguous
+                and not any(np.may_share_memory(array, out) for out in self.outputs)  # never read what it writes
+            ):
+                self._bind_input(i, array)  # passed twice: a buffer or a constant, bound in place from now on
+                self.bound[i] = array
+                continue
+            np.copyto(own, array)
+            if self.bound[i] is not own:
+                self._bind_input(i, own)
+                self.bound[i] = own
+            self.seen[i] = array
+        return self.run_own()
+
+    def run_own(self) -> list[F32]:
+        """Run on what is bound; the outputs (this binding's buffers)."""
+        OrtGraph.calls += 1
+        self._run()
+        return self.outputs
 
 
 class _OrtSession(OrtGraph):

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from verispec.engine.matmul import BIND_MAX_ROWS, io_binding_default
 from verispec.engine.rope import rotation
 from verispec.engine.weights import FusedLayer, WeightStore, load_weights
 from verispec.reference import layers
@@ -113,6 +114,10 @@ class FastModel:
         # mode's law must not depend on how many rows a pass has: batch-invariant attention
         self.batch_invariant = store.mode == "int8"
         self.fused = store.fused_layers is not None  # int8: one graph between attentions (engine/fused.py)
+        # the fused graphs run through IO binding (engine.matmul.OrtGraph.run_bound); a plain
+        # attribute, so one loaded model runs either way (the A/B and the bit-identity tests)
+        self.io_binding = self.fused and io_binding_default()
+        self._switches: dict[tuple[int, bool], tuple[F32, npt.NDArray[np.bool_]]] = {}
         cfg = config
         self._q = cfg.n_head * cfg.head_dim
         self._kv = cfg.n_head_kv * cfg.head_dim
@@ -512,7 +517,8 @@ class FastModel:
         and between them each span's KV store and attention. Every graph op is per row and the
         attention is one call a row, so a span's rows get the same bits whatever else is in x.
         A pass that starts or stops inside a link computes and drops that link's other half (see
-        LayerChain); ``collected`` gets the hidden state after every layer."""
+        LayerChain); ``collected`` gets the hidden state after every layer (with :attr:`io_binding`, the
+        graphs' buffers: valid until the next pass, so the caller stacks or copies them before it)."""
         chain = self.store.fused_layers
         assert chain is not None
         if last < first:
@@ -523,23 +529,46 @@ class FastModel:
             return self._rope_for(layer, positions, tables, fused=True)
 
         rows = x.shape[0]
+        # bound: the graphs write into buffers they own and reuse (OrtGraph.run_bound); x, qk, v are
+        # then those buffers, overwritten by the next pass, so what outlives the pass is copied
+        bound = self.io_binding
         if first in chain.entry:
-            qk, v_flat = chain.entry[first].run(x, *rope(first))
+            graph = chain.entry[first]
+            qk, v_flat = (graph.run_bound if bound else graph.run)(x, *rope(first))
         else:  # enter link[first - 1] past its post half: y = x, bit for bit (a Where)
-            attn = np.zeros((rows, self._q), dtype=np.float32)
-            _, qk, v_flat = chain.link[first - 1].run(attn, x, *rope(first), np.ones((rows, 1), dtype=np.bool_))
-        stay = np.zeros((rows, 1), dtype=np.bool_)
+            attn, enter = self._switch_rows(rows, True)
+            graph = chain.link[first - 1]
+            _, qk, v_flat = (graph.run_bound if bound else graph.run)(attn, x, *rope(first), enter)
+        _, stay = self._switch_rows(rows, False)
         for layer in range(first, last + 1):
             a = self._attend_spans(qk, v_flat, layer, spans)  # [N, n_head d]
             if layer in chain.exit:
-                x = chain.exit[layer].run(a, x)[0]
+                graph = chain.exit[layer]
+                x = (graph.run_bound if bound else graph.run)(a, x)[0]
                 if layer < last:
-                    qk, v_flat = chain.entry[layer + 1].run(x, *rope(layer + 1))
+                    graph = chain.entry[layer + 1]
+                    qk, v_flat = (graph.run_bound if bound else graph.run)(x, *rope(layer + 1))
             else:  # the link; at the pass's last layer its qk, v (the next layer's) are dropped
-                x, qk, v_flat = chain.link[layer].run(a, x, *rope(layer + 1), stay)
-            if collected is not None:
-                collected.append(x)
-        return x
+                graph = chain.link[layer]
+                x, qk, v_flat = (graph.run_bound if bound else graph.run)(a, x, *rope(layer + 1), stay)
+            if collected is not None:  # each graph runs once a pass, so no later call of this pass overwrites x
+                collected.append(x)  # (the caller stacks them before its next pass)
+        return x.copy() if bound else x  # bound: the next pass would overwrite it
+
+    def _switch_rows(self, rows: int, enter: bool) -> tuple[F32, npt.NDArray[np.bool_]]:
+        """A link's ``attn`` of zeros and its per-row ``enter`` switch for ``rows`` rows, made once
+        per (rows, enter) and never written (the same objects each pass: a bound graph keeps them
+        bound)."""
+        key = (rows, enter)
+        made = self._switches.get(key)
+        if made is None:
+            attn = np.zeros((rows, self._q), dtype=np.float32)
+            switch = np.full((rows, 1), enter, dtype=np.bool_)
+            attn.flags.writeable = switch.flags.writeable = False
+            made = (attn, switch)
+            if rows <= BIND_MAX_ROWS:
+                self._switches[key] = made
+        return made
 
     def _attend_spans(self, qk: F32, v_flat: F32, layer: int, spans: Sequence[SpanRows]) -> F32:
         """Each span's K, V of ``layer`` into its cache and its rows' batch-invariant attention

@@ -676,7 +676,13 @@ def fresh_workload_page(folder: Path) -> str:
 
 # ---- the engine's studies (lab scripts whose write-ups live in docs/int8-step.md) -----------------
 
-ENGINE_STUDIES = ("int8_chain_*.json", "load_memory_*.json", "weights_once_*.json", "sparse_head_*.json")
+ENGINE_STUDIES = (
+    "int8_chain_*.json",
+    "int8_io_binding_*.json",
+    "load_memory_*.json",
+    "weights_once_*.json",
+    "sparse_head_*.json",
+)
 
 
 def _study_provenance(saved: dict[str, Any]) -> dict[str, str]:
@@ -713,8 +719,9 @@ def engine_studies_page(folder: Path) -> str:
         body += [f"## {path.stem}", "", f"From `lab/measurements/{path.name}`.", "", *_headline(run), ""]
     intro = (
         "The engine's lab studies of this round: the int8 layer chain (one onnxruntime graph between two "
-        "attentions), where a load's memory goes and what handing it back saves, what a certified sparse head "
-        "would prune and cost, and the sparse head mode beside the full head in plain decoding. The write-ups, with the tables read off these files, are in "
+        "attentions) and its graphs run through IO binding, where a load's memory goes and what handing it back "
+        "saves, what a certified sparse head would prune and cost, and the sparse head mode beside the full head "
+        "in plain decoding. The write-ups, with the tables read off these files, are in "
         "[docs/int8-step.md](../int8-step.md); each file holds its full results."
     )
     provenance = [line for path, run in saved for line in _provenance_lines(path.name, _study_provenance(run))]

@@ -72,6 +72,7 @@ SHARED_LOAD_GROUPS = {
     "real-int8-models": (
         "tests/test_engine_backends.py",
         "tests/test_engine_fused.py",
+        "tests/test_engine_io_binding.py",
         "tests/test_tree_int8.py",
         "tests/test_engine_forward_many.py",
         "tests/test_sparse_head.py",
