@@ -22,6 +22,7 @@ imports verispec; nothing in verispec imports the lab (tests/test_lab_layout.py)
 
 Also here:
 
+- :mod:`.bind_ab`: The int8 chain's graphs through IO binding against plain runs, on ONE loaded model, step by step.
 - :mod:`.chain_ab`: The int8 layer chain against the two graphs a layer it fuses, in ONE process, step by step.
 - :mod:`.build_real_rows`: Rebuild ``spec/data/real_rows.npz``: real target/draft row pairs from the two real models.
 - :mod:`.draft_cache_load`: How fast ``--draft-cache FILE`` loads: MB/s for caches of about 1, 6 and 60 MB.

@@ -679,6 +679,7 @@ def fresh_workload_page(folder: Path) -> str:
 ENGINE_STUDIES = (
     "int8_chain_*.json",
     "int8_io_binding_*.json",
+    "fuzz_fat_process_*.json",
     "load_memory_*.json",
     "weights_once_*.json",
     "sparse_head_*.json",
