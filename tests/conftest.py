@@ -76,6 +76,12 @@ SHARED_LOAD_GROUPS = {
         "tests/test_engine_forward_many.py",
         "tests/test_sparse_head.py",
     ),
+    # the same plain greedy runs and first-two-tokens law on the session's reference models
+    # (tests/support/shared_decodes.py)
+    "reference-decode-runs": (
+        "tests/test_spec_equivalence.py",
+        "tests/test_tree_decode.py",
+    ),
 }
 
 
@@ -107,6 +113,13 @@ def smollm2_tokenizer(smollm2_path: Path) -> Any:
     from verispec.reference.tokenizer import Tokenizer
 
     return Tokenizer.from_file(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def gemma3_tokenizer(gemma3_path: Path) -> Any:
+    from verispec.reference.tokenizer import Tokenizer
+
+    return Tokenizer.from_file(gemma3_path)
 
 
 @pytest.fixture

@@ -26,8 +26,9 @@ import numpy.typing as npt
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
-from tests.support.equivalence import SAMPLED, MemoLaw, compare, first_two_tokens_law, near_ties
+from tests.support.equivalence import SAMPLED, compare, first_two_tokens_law, near_ties
 from tests.support.fake_tokenizer import FakeTokenizer
+from tests.support.shared_decodes import memo_target, plain_greedy
 from tests.support.tolerances import assert_within, forward_spread
 from tests.support.tree import PROMPTS, wide_suffix
 from verispec.engine.model import FastModel
@@ -41,7 +42,7 @@ from verispec.reference.suffix_draft import SuffixDraft
 from verispec.reference.tokenizer import Tokenizer
 from verispec.reference.tree_decode import TreeProposal, node_path, span_parents
 from verispec.reference.tree_speculative import DraftTree
-from verispec.spec.decoder.check import MemoTargetModel, ReferenceLogits
+from verispec.spec.decoder.check import MemoTargetModel
 from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
 
 F32 = npt.NDArray[np.float32]
@@ -168,7 +169,7 @@ def run_greedy_tree(model: Model, tokenizer: Tokenizer, prompts: list[dict[str, 
     for entry in prompts:
         prompt = tuple(int(t) for t in entry["prompt_ids"])
         request = GenerationRequest(prompt, GREEDY, max_tokens=n)
-        plain = generate(model, tokenizer, request).ids
+        plain = plain_greedy(model, tokenizer, prompt, n)  # shared with tests/test_spec_equivalence.py
         for draft in (make_draft(parse_draft_spec("suffix:tree"), model, tokenizer), wide_suffix()):
             result = speculative_generate(model, tokenizer, request, draft, SpeculativeOptions(k=4))
             compare(model, prompt, plain, result.generation.ids, f"{name} {draft.name} {entry['prompt']!r}")
@@ -185,12 +186,14 @@ def test_greedy_tree_equals_plain_smollm2(
 
 
 @pytest.mark.model
-def test_greedy_tree_equals_plain_gemma3(gemma3_model: Model, gemma3_path: Path, golden: dict[str, Any]) -> None:
+def test_greedy_tree_equals_plain_gemma3(
+    gemma3_model: Model, gemma3_tokenizer: Tokenizer, golden: dict[str, Any]
+) -> None:
     prompts = [
         e for e in golden["models"][GOLDEN_KEYS["gemma3-270m"]]["greedy"] if e["prompt"] == "The capital of France is"
     ]
     assert prompts, "golden prompt missing"
-    run_greedy_tree(gemma3_model, Tokenizer.from_file(gemma3_path), prompts, 8, "gemma3")
+    run_greedy_tree(gemma3_model, gemma3_tokenizer, prompts, 8, "gemma3")
 
 
 # -- the sampling law of the tree loop -----------------------------------------------------------
@@ -259,8 +262,7 @@ N = required_sample_size(N_CELLS, ALPHA, TV)
 def test_tree_first_two_tokens_law(smollm2_model: Model, smollm2_tokenizer: Tokenizer, golden: dict[str, Any]) -> None:
     entry = next(e for e in golden["models"][GOLDEN_KEYS["smollm2-135m"]]["greedy"] if e["prompt"] == PROMPT)
     prompt = tuple(int(t) for t in entry["prompt_ids"])
-    target = MemoTargetModel(ReferenceLogits(smollm2_model))
-    law = MemoLaw()
+    target, law = memo_target(smollm2_model)  # the memo tests/test_spec_equivalence.py's law test reads too
     exact, pairs, probs = first_two_tokens_law(target, law, prompt, N_CELLS)
     index = {pair: i for i, pair in enumerate(pairs)}
 
