@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -282,12 +282,11 @@ def smollm2_exit_spread(smollm2_model: Model) -> ForwardSpread:
 @pytest.mark.model
 @pytest.mark.parametrize("engine", ["reference", "fast"])
 def test_real_model_exit_pattern_gives_the_full_cache(
-    engine: str, smollm2_model: Model, smollm2_path: Path, smollm2_exit_spread: ForwardSpread
+    engine: str, smollm2_model: Model, f32_real_model: Any, smollm2_exit_spread: ForwardSpread
 ) -> None:
     """SmolLM2-135M on both engines: 10 tokens exiting at mixed depths (with a forced catch-up)
-    -> the full cache. The reference engine is the session's loaded model (tests/conftest.py)."""
-    from verispec.engine import load_model
-
-    model: ModelLike = smollm2_model if engine == "reference" else load_model(smollm2_path, engine=engine)
+    -> the full cache. Both are the session's loaded models (tests/conftest.py: the reference, and
+    the fast engine's default f32 mode, ``load_model(path, engine="fast")``)."""
+    model: ModelLike = smollm2_model if engine == "reference" else f32_real_model("smollm2-135m")
     exits = [8, 30, 24, 8, 16, 30, 8, 24, 8, 30]
     run_pattern(model, REAL_PROMPT, REAL_TOKENS, exits, (8, 16, 24), bound=4, spread=smollm2_exit_spread)
