@@ -185,6 +185,9 @@ class TensorInfo:
 # ---------------------------------------------------------------------------------------------
 
 
+_U64 = struct.Struct("<Q")
+
+
 class _Cursor:
     """Reads little-endian fields from ``buf`` at ``pos``; every read is bounds-checked first."""
 
@@ -236,6 +239,32 @@ class _Cursor:
         self.pos += length
         return text
 
+    def strings(self, field: str, count: int) -> list[str]:
+        """``count`` strings in a row, each read as :meth:`string` reads ``field[i]``, in one tight
+        loop (a tokenizer's vocabulary and merges are hundreds of thousands of strings). The loop
+        checks the same bounds; a string it would not read (a length past the end, bad UTF-8) is
+        read by :meth:`string` itself, so the error, its type, offset and message are the same."""
+        out: list[str] = []
+        view, size, unpack = self.view, self.size, _U64.unpack_from
+        pos = self.pos
+        for i in range(count):
+            start = pos + 8
+            if start <= size:
+                (length,) = unpack(view, pos)
+                stop = start + length
+                if stop <= size:
+                    try:
+                        out.append(str(view[start:stop], "utf-8"))
+                        pos = stop
+                        continue
+                    except UnicodeDecodeError:
+                        pass
+            self.pos = pos
+            out.append(self.string(f"{field}[{i}]"))  # raises the typed error
+            pos = self.pos
+        self.pos = pos
+        return out
+
     def value_type(self, field: str) -> GGUFValueType:
         start = self.pos
         tag = self.u32(f"{field} type")
@@ -280,7 +309,8 @@ class _Cursor:
             values: list[MetadataValue] = items.tolist()
             return values
         if item_kind == GGUFValueType.STRING:
-            return [self.string(f"{field}[{i}]") for i in range(count)]
+            strings: list[MetadataValue] = list(self.strings(field, count))
+            return strings
         return [self.array(f"{field}[{i}]", depth + 1) for i in range(count)]
 
 

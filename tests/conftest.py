@@ -78,6 +78,18 @@ SHARED_LOAD_GROUPS = {
         "tests/test_sparse_head.py",
         "tests/test_sparse_head_mode.py",
     ),
+    # the fast engine's f32 real models (f32_real_model)
+    "real-f32-models": (
+        "tests/test_engine.py",
+        "tests/test_early_exit_kv.py",
+        "tests/test_suffix_draft.py",
+    ),
+    # the same plain greedy runs and first-two-tokens law on the session's reference models
+    # (tests/support/shared_decodes.py)
+    "reference-decode-runs": (
+        "tests/test_spec_equivalence.py",
+        "tests/test_tree_decode.py",
+    ),
 }
 
 
@@ -105,10 +117,37 @@ def int8_real_model(smollm2_path: Path, gemma3_path: Path) -> Callable[[str, boo
 
 
 @pytest.fixture(scope="session")
+def f32_real_model(smollm2_path: Path, gemma3_path: Path) -> Callable[[str], Any]:
+    """Factory: ``f32_real_model(name) -> FastModel``, the fast engine's default mode (f32 weights,
+    ``load_model``'s defaults) of a real model, loaded once per test process. A load costs ~3-4 s of
+    CPU (the whole model dequantized, an onnxruntime session per matrix). Requires that no test
+    mutates a model: the tests only run forwards on caches of their own. The files that use it are
+    one of ``SHARED_LOAD_GROUPS``, so under the Makefile's ``--dist loadgroup`` they share its loads."""
+    from verispec.engine.model import FastModel
+
+    paths = {"smollm2-135m": smollm2_path, "gemma3-270m": gemma3_path}
+    loaded: dict[str, Any] = {}
+
+    def get(name: str) -> Any:
+        if name not in loaded:
+            loaded[name] = FastModel.load(paths[name])
+        return loaded[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_path: Path) -> Any:
     from verispec.reference.tokenizer import Tokenizer
 
     return Tokenizer.from_file(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def gemma3_tokenizer(gemma3_path: Path) -> Any:
+    from verispec.reference.tokenizer import Tokenizer
+
+    return Tokenizer.from_file(gemma3_path)
 
 
 @pytest.fixture

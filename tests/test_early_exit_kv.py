@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -267,22 +268,25 @@ def test_the_tolerance_is_far_below_a_missing_kv(arch: str) -> None:
         assert float(np.sqrt(np.mean(part.value**2))) > 0.3
 
 
+REAL_PROMPT, REAL_TOKENS = [1, 504, 3458], [504, 3458, 282, 4649, 314, 260, 1345, 28, 357, 469]
+
+
+@pytest.fixture(scope="module")
+def smollm2_exit_spread(smollm2_model: Model) -> ForwardSpread:
+    """The derived tolerances of the real-model test's forward, computed once for both engines:
+    both compute the same exact function from the same float32 weights, so one spread (16 samples,
+    ~10 s here; lambda = 31; without the 49k-row head) is the tolerance of either."""
+    return forward_spread(smollm2_model, tuple(REAL_PROMPT + REAL_TOKENS), head=False, samples=16)
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("engine", ["reference", "fast"])
-def test_real_model_exit_pattern_gives_the_full_cache(engine: str) -> None:
+def test_real_model_exit_pattern_gives_the_full_cache(
+    engine: str, smollm2_model: Model, f32_real_model: Any, smollm2_exit_spread: ForwardSpread
+) -> None:
     """SmolLM2-135M on both engines: 10 tokens exiting at mixed depths (with a forced catch-up)
-    -> the full cache."""
-    from verispec.engine import load_model
-    from verispec.reference.gguf import GGUFFile
-    from verispec.registry import resolve_model
-
-    with GGUFFile.open(resolve_model("smollm2-135m")) as f:
-        model = load_model(f, engine=engine)
-    prompt, tokens = [1, 504, 3458], [504, 3458, 282, 4649, 314, 260, 1345, 28, 357, 469]
+    -> the full cache. Both are the session's loaded models (tests/conftest.py: the reference, and
+    the fast engine's default f32 mode, ``load_model(path, engine="fast")``)."""
+    model: ModelLike = smollm2_model if engine == "reference" else f32_real_model("smollm2-135m")
     exits = [8, 30, 24, 8, 16, 30, 8, 24, 8, 30]
-    # The derived tolerances of this forward (both engines compute the same exact function from the
-    # same float32 weights): 16 samples (~10 s here; lambda = 31), without the 49k-row head.
-    exact = model if isinstance(model, Model) else Model.load(resolve_model("smollm2-135m"))
-    spread = forward_spread(exact, tuple(prompt + tokens), head=False, samples=16)
-    del exact
-    run_pattern(model, prompt, tokens, exits, (8, 16, 24), bound=4, spread=spread)
+    run_pattern(model, REAL_PROMPT, REAL_TOKENS, exits, (8, 16, 24), bound=4, spread=smollm2_exit_spread)

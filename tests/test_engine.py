@@ -158,11 +158,13 @@ def test_quantized_weights_mode_matches_f32(smollm2_path: Path, smollm2_model: M
 
 @pytest.fixture(scope="module")
 def pairs(
-    smollm2_path: Path, gemma3_path: Path, smollm2_model: Model, gemma3_model: Model
+    smollm2_path: Path, gemma3_path: Path, smollm2_model: Model, gemma3_model: Model, f32_real_model: Any
 ) -> dict[str, tuple[Model, FastModel, Tokenizer]]:
+    """(reference, fast engine's f32 mode, tokenizer) per real model; the fast models are the
+    session's (tests/conftest.py f32_real_model: ``FastModel.load(path)``, loaded once)."""
     return {
-        "smollm2-135m": (smollm2_model, FastModel.load(smollm2_path), Tokenizer.from_file(smollm2_path)),
-        "gemma3-270m": (gemma3_model, FastModel.load(gemma3_path), Tokenizer.from_file(gemma3_path)),
+        "smollm2-135m": (smollm2_model, f32_real_model("smollm2-135m"), Tokenizer.from_file(smollm2_path)),
+        "gemma3-270m": (gemma3_model, f32_real_model("gemma3-270m"), Tokenizer.from_file(gemma3_path)),
     }
 
 

@@ -26,14 +26,14 @@ import numpy.typing as npt
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
-from tests.support.equivalence import SAMPLED, MemoLaw, compare, first_two_tokens_law, near_ties
+from tests.support.equivalence import SAMPLED, compare, first_two_tokens_law, near_ties
+from tests.support.shared_decodes import memo_target, plain_greedy
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DraftSource, ModelDraft, make_draft, parse_draft_spec
-from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.generate import GenerationRequest
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.tokenizer import Tokenizer
-from verispec.spec.decoder.check import MemoTargetModel, ReferenceLogits
 from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
 
 F32 = npt.NDArray[np.float32]
@@ -57,7 +57,7 @@ def run_greedy(
     for entry in prompts:
         prompt = tuple(int(t) for t in entry["prompt_ids"])
         request = GenerationRequest(prompt, GREEDY, max_tokens=n)
-        plain = generate(model, tokenizer, request).ids
+        plain = plain_greedy(model, tokenizer, prompt, n)  # shared with tests/test_tree_decode.py
         for spec, draft in drafts.items():
             result = speculative_generate(model, tokenizer, request, draft, SpeculativeOptions(k=K))
             compare(model, prompt, plain, result.generation.ids, f"{name} {spec} {entry['prompt']!r}")
@@ -80,8 +80,10 @@ def test_greedy_equivalence_smollm2(
 
 
 @pytest.mark.model
-def test_greedy_equivalence_gemma3(gemma3_model: Model, gemma3_path: Path, golden: dict[str, Any]) -> None:
-    tokenizer = Tokenizer.from_file(gemma3_path)
+def test_greedy_equivalence_gemma3(
+    gemma3_model: Model, gemma3_tokenizer: Tokenizer, gemma3_path: Path, golden: dict[str, Any]
+) -> None:
+    tokenizer = gemma3_tokenizer
     prompts = golden["models"][GOLDEN_KEYS["gemma3-270m"]]["greedy"]
     short = [e for e in prompts if e["prompt"] == "The capital of France is"]
     assert short, "golden prompt missing"
@@ -108,8 +110,7 @@ N = required_sample_size(N_CELLS, ALPHA, TV)  # power >= 0.99 against any TV bia
 def test_first_two_tokens_law(smollm2_model: Model, smollm2_tokenizer: Tokenizer, golden: dict[str, Any]) -> None:
     entry = next(e for e in golden["models"][GOLDEN_KEYS["smollm2-135m"]]["greedy"] if e["prompt"] == PROMPT)
     prompt = tuple(int(t) for t in entry["prompt_ids"])
-    target = MemoTargetModel(ReferenceLogits(smollm2_model))
-    law = MemoLaw()
+    target, law = memo_target(smollm2_model)  # the memo tests/test_tree_decode.py's law test reads too
 
     exact, pairs, probs = first_two_tokens_law(target, law, prompt, N_CELLS)  # the exact law without speculation
     index = {pair: i for i, pair in enumerate(pairs)}

@@ -314,13 +314,13 @@ def test_greedy_suffix_equals_plain_on_a_tiny_model(tiny_gguf: Callable[..., Pat
 
 
 @pytest.mark.model
-def test_greedy_suffix_equals_plain_on_smollm2(smollm2_path: Path, tmp_path: Path) -> None:
-    """On the real model, with a persisted cache across two requests (the second repeats the first)."""
-    from verispec.engine import load_model
+def test_greedy_suffix_equals_plain_on_smollm2(smollm2_path: Path, tmp_path: Path, f32_real_model: Any) -> None:
+    """On the real model (the fast engine's default f32 mode, ``load_model(path)``: the session's,
+    tests/conftest.py), with a persisted cache across two requests (the second repeats the first)."""
     from verispec.engine.sampling import target_distribution
     from verispec.reference.tokenizer import Tokenizer
 
-    model: Any = load_model(smollm2_path)
+    model: Any = f32_real_model("smollm2-135m")
     tokenizer = Tokenizer.from_file(smollm2_path)
     prompt = "List the days of the week, one per line, then list them again in reverse order.\n"
     ids = tuple(tokenizer.encode(prompt, add_bos=tokenizer.add_bos))

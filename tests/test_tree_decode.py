@@ -17,6 +17,8 @@ deterministic draft proposing a wide two-level tree, have the exact law without 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,9 +28,10 @@ import numpy.typing as npt
 import pytest
 
 from tests.conftest import GOLDEN_KEYS
-from tests.support.equivalence import SAMPLED, MemoLaw, compare, first_two_tokens_law, near_ties
+from tests.support.equivalence import SAMPLED, compare, first_two_tokens_law, near_ties
 from tests.support.fake_tokenizer import FakeTokenizer
-from tests.support.tolerances import assert_within, forward_spread
+from tests.support.shared_decodes import memo_target, plain_greedy
+from tests.support.tolerances import ForwardSpread, assert_within, forward_spread
 from tests.support.tree import PROMPTS, wide_suffix
 from verispec.engine.model import FastModel
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
@@ -41,12 +44,39 @@ from verispec.reference.suffix_draft import SuffixDraft
 from verispec.reference.tokenizer import Tokenizer
 from verispec.reference.tree_decode import TreeProposal, node_path, span_parents
 from verispec.reference.tree_speculative import DraftTree
-from verispec.spec.decoder.check import MemoTargetModel, ReferenceLogits
+from verispec.spec.decoder.check import MemoTargetModel
 from verispec.spec.statistics import ALPHA_BUDGET, chi_square, power_of, required_sample_size
 
 F32 = npt.NDArray[np.float32]
 GREEDY = SamplingParams(temperature=0.0)
 SAMPLES = 16  # Monte Carlo samples per tolerance (lambda 31): one forward_spread per cycle
+
+_spreads: dict[tuple[str, tuple[int, ...], bool, int | None], ForwardSpread] = {}
+_weights_digest: dict[int, tuple[Model, str]] = {}
+
+
+def spread_of(
+    model: Model, tokens: tuple[int, ...], *, head: bool = True, head_rows: int | None = None
+) -> ForwardSpread:
+    """``forward_spread(model, tokens, head=head, head_rows=head_rows, samples=SAMPLES)``, memoized by
+    the model's config and weights (a digest of their bytes) and the arguments: the spread is a
+    deterministic function of them (fixed seed), and the tiny tests' four variants (two engines,
+    greedy and sampled) decode the same tiny model from the same prompts, so most of their
+    sequences repeat (measured: 408 calls, 170 distinct)."""
+    if id(model) not in _weights_digest:
+        digest = hashlib.sha256(repr(model.config).encode())
+        named = [
+            (f.name, getattr(model.weights, f.name)) for f in dataclasses.fields(model.weights) if f.name != "layers"
+        ]
+        for layer in model.weights.layers:
+            named += [(f.name, getattr(layer, f.name)) for f in dataclasses.fields(layer)]
+        for name, value in named:
+            digest.update(name.encode() + (b"-" if value is None else np.ascontiguousarray(value).tobytes()))
+        _weights_digest[id(model)] = (model, digest.hexdigest())  # the model kept: its id is never reused
+    key = (_weights_digest[id(model)][1], tokens, head, head_rows)
+    if key not in _spreads:
+        _spreads[key] = forward_spread(model, tokens, head=head, head_rows=head_rows, samples=SAMPLES)
+    return _spreads[key]
 
 
 class TreeRecorder:
@@ -84,7 +114,7 @@ class TreeRecorder:
         n = self.cache.length
         assert self.history[n:] == list(pending)
         if n:  # the committed slots are exactly a fresh forward's over history[:n]
-            fresh = forward_spread(self.model, tuple(self.history[:n]), head=False, samples=SAMPLES)
+            fresh = spread_of(self.model, tuple(self.history[:n]), head=False)
             assert self.cache.positions[:n].tolist() == list(range(n))
             assert_within(self.cache.k[:, :, :n], fresh.k.value, fresh.k.tolerance, "cached K")
             assert_within(self.cache.v[:, :, :n], fresh.v.value, fresh.v.tolerance, "cached V")
@@ -112,7 +142,7 @@ def check_tree_run(
         for v in sorted({0, tree.size - 1}):  # the root and the deepest-last node (every node: test_tree_attention.py)
             seq = (*history, *node_path(tree, v))
             want = model.forward(list(seq), model.new_cache(len(seq))).logits[-1]
-            spread = forward_spread(model, seq, head_rows=1, samples=SAMPLES).logits
+            spread = spread_of(model, seq, head_rows=1).logits
             assert spread is not None
             assert_within(logits[v], want, spread.tolerance[0], f"tree node {v} vs a fresh forward of its path")
         wide += cycle.width >= 2
@@ -168,7 +198,7 @@ def run_greedy_tree(model: Model, tokenizer: Tokenizer, prompts: list[dict[str, 
     for entry in prompts:
         prompt = tuple(int(t) for t in entry["prompt_ids"])
         request = GenerationRequest(prompt, GREEDY, max_tokens=n)
-        plain = generate(model, tokenizer, request).ids
+        plain = plain_greedy(model, tokenizer, prompt, n)  # shared with tests/test_spec_equivalence.py
         for draft in (make_draft(parse_draft_spec("suffix:tree"), model, tokenizer), wide_suffix()):
             result = speculative_generate(model, tokenizer, request, draft, SpeculativeOptions(k=4))
             compare(model, prompt, plain, result.generation.ids, f"{name} {draft.name} {entry['prompt']!r}")
@@ -185,12 +215,14 @@ def test_greedy_tree_equals_plain_smollm2(
 
 
 @pytest.mark.model
-def test_greedy_tree_equals_plain_gemma3(gemma3_model: Model, gemma3_path: Path, golden: dict[str, Any]) -> None:
+def test_greedy_tree_equals_plain_gemma3(
+    gemma3_model: Model, gemma3_tokenizer: Tokenizer, golden: dict[str, Any]
+) -> None:
     prompts = [
         e for e in golden["models"][GOLDEN_KEYS["gemma3-270m"]]["greedy"] if e["prompt"] == "The capital of France is"
     ]
     assert prompts, "golden prompt missing"
-    run_greedy_tree(gemma3_model, Tokenizer.from_file(gemma3_path), prompts, 8, "gemma3")
+    run_greedy_tree(gemma3_model, gemma3_tokenizer, prompts, 8, "gemma3")
 
 
 # -- the sampling law of the tree loop -----------------------------------------------------------
@@ -259,8 +291,7 @@ N = required_sample_size(N_CELLS, ALPHA, TV)
 def test_tree_first_two_tokens_law(smollm2_model: Model, smollm2_tokenizer: Tokenizer, golden: dict[str, Any]) -> None:
     entry = next(e for e in golden["models"][GOLDEN_KEYS["smollm2-135m"]]["greedy"] if e["prompt"] == PROMPT)
     prompt = tuple(int(t) for t in entry["prompt_ids"])
-    target = MemoTargetModel(ReferenceLogits(smollm2_model))
-    law = MemoLaw()
+    target, law = memo_target(smollm2_model)  # the memo tests/test_spec_equivalence.py's law test reads too
     exact, pairs, probs = first_two_tokens_law(target, law, prompt, N_CELLS)
     index = {pair: i for i, pair in enumerate(pairs)}
 

@@ -26,6 +26,8 @@ Engines and verifiers under test:
 - :mod:`.equivalence`: speculative-equals-plain comparisons (near-ties derived) and the exact law of
   the first two sampled tokens.
 - :mod:`.tree`: the tree tests' fixed draft tree, repetitive prompts and wide suffix draft.
+- :mod:`.shared_decodes`: reference-model runs two test files repeat (plain greedy on the golden
+  prompts, the first-two-tokens law's memo), computed once per test process.
 - :mod:`.quant_blocks`: random block-quantized GGUF bytes for the engine's kernel tests.
 - :mod:`.hostile_engines`, :mod:`.stalling_engine`, :mod:`.textbook_verifier`: hostile, hanging and
   textbook (the right law, not bit-exact) implementations.
