@@ -27,7 +27,7 @@ rollback stays :meth:`~reference.kvcache.KVCache.truncate` (O(1)) and nothing gr
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -123,10 +123,14 @@ class FastModel:
         weights: str = "f32",
         backend: str = "auto",
         fused: bool | None = None,
+        pass_boundaries: Iterable[int] = (),
     ) -> "FastModel":
         """Read config and weights of a GGUF model (``weights``: see engine.weights.WEIGHT_MODES;
         ``backend``: the f32 mode's kernel, see engine.weights.resolve_backend; ``fused``: the int8
-        mode's fused layers, see engine.fused -- None: ``VERISPEC_INT8_FUSED`` or the default).
+        mode's fused layers, see engine.fused -- None: ``VERISPEC_INT8_FUSED`` or the default;
+        ``pass_boundaries``: depths 1..L-1 where this model's passes will start and stop -- early
+        exit's candidate depths, a layer-skip draft's exit layer -- where the fused layers' chain is
+        cut, see engine.weights.load_weights: the same bits, no link half computed and dropped).
 
         Raises what :meth:`reference.model.Model.load` raises, and
         :class:`engine.weights.InsufficientMemory` before loading when the mode will not fit.
@@ -138,10 +142,10 @@ class FastModel:
             with GGUFFile.open(path_or_file) as f:
                 config = Config.from_gguf(f)
                 drop_large_metadata(f)  # our own handle: its vocabulary lists need not outlive the config
-                store = load_weights(f, config, weights, backend, fused)
+                store = load_weights(f, config, weights, backend, fused, pass_boundaries)
         else:
             config = Config.from_gguf(path_or_file)
-            store = load_weights(path_or_file, config, weights, backend, fused)
+            store = load_weights(path_or_file, config, weights, backend, fused, pass_boundaries)
         return cls(config, store, load_time_s=time.perf_counter() - started)
 
     def new_cache(self, capacity: int | None = None) -> EngineCache:

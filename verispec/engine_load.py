@@ -15,6 +15,7 @@ the exact mode, and when that is for want of the kernels one stderr line says so
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from verispec.engine import FAST_ARCHITECTURES, load_model
@@ -76,22 +77,28 @@ def load_engine(
     engine: str = "fast",
     weights: str = AUTO,
     backend: str = "auto",
+    pass_boundaries: Iterable[int] = (),
 ) -> EngineLoaded:
     """Resolve a registry name or path (or take an open file) and load it on ``engine`` with
-    ``weights`` (:func:`resolve_weights`) on ``backend``.
+    ``weights`` (:func:`resolve_weights`) on ``backend``. ``pass_boundaries``: the depths where the
+    caller's passes start and stop (early exit's candidate depths, a layer-skip draft's exit layer;
+    the fast engine cuts its fused layer chain there, :meth:`FastModel.load`).
 
     ModelError for an unknown engine / weights mode, InsufficientMemory before loading when the
     weights will not fit; with ``need_chat`` a model without a chat format is a ChatFormatError.
     """
+    boundaries = tuple(pass_boundaries)
     if isinstance(source, GGUFFile):
-        return _load(source, need_chat=need_chat, engine=engine, weights=weights, backend=backend)
+        return _load(source, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries)
     with GGUFFile.open(resolve_model(source)) as f:
-        return _load(f, need_chat=need_chat, engine=engine, weights=weights, backend=backend)
+        return _load(f, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries)
 
 
-def _load(f: GGUFFile, *, need_chat: bool, engine: str, weights: str, backend: str) -> EngineLoaded:
+def _load(
+    f: GGUFFile, *, need_chat: bool, engine: str, weights: str, backend: str, bounds: tuple[int, ...]
+) -> EngineLoaded:
     weights = resolve_weights(weights, engine=engine, arch=str(f.get("general.architecture", "")), backend=backend)
-    model = load_model(f, engine=engine, weights=weights, backend=backend)
+    model = load_model(f, engine=engine, weights=weights, backend=backend, pass_boundaries=bounds)
     if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
         print(
             f"verispec: note: the fast engine implements {', '.join(FAST_ARCHITECTURES)}; "
