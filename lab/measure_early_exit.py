@@ -42,6 +42,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -64,7 +67,8 @@ from verispec.commands.calibrate import (
     hand_written_pool,
     read_prompts,
 )
-from verispec.engine_load import load_engine
+from verispec.engine.model import FastModel
+from verispec.engine_load import load_engine, weights_mode_of
 from verispec.reference.calibration import (
     Calibration,
     Records,
@@ -314,6 +318,12 @@ def _parser() -> argparse.ArgumentParser:
         help="save the scored calibration and held-out steps (.npz) to recalibrate without the model",
     )
     parser.add_argument(
+        "--from-records",
+        type=Path,
+        default=None,
+        help="take the scored steps and the lens from a saved --records file (no trajectories; cost and speed run)",
+    )
+    parser.add_argument(
         "--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)"
     )
     return parser
@@ -418,11 +428,17 @@ def main(argv: list[str] | None = None) -> int:
     prompts = {name: encode_prompts(loaded.tokenizer, loaded.chat, text) for name, text in texts.items()}
 
     started = time.perf_counter()
-    scored = score_prompts(model, prompts, args.tokens_per_prompt, args.heldout_tokens, depths, stop_ids)
+    load_start = os.getloadavg()[0]
+    if args.from_records is not None:  # the saved scores and lens: no trajectories
+        scored = load_scored(args.from_records)
+    else:
+        scored = score_prompts(model, prompts, args.tokens_per_prompt, args.heldout_tokens, depths, stop_ids)
     if args.records is not None:
         save_records(
             args.records,
             {f"cal_{h}": r for h, r in scored.cal.items()} | {f"held_{h}": r for h, r in scored.held.items()},
+            scored.lens,
+            scored.n_lens,
         )
     print(f"[trajectories and scores: {time.perf_counter() - started:.0f} s]", file=sys.stderr)
 
@@ -432,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "model": path.name,
         "engine": args.engine,
+        "weights": weights_mode_of(model),
         "n_layer": n_layer,
         "depth_sets": [list(s) for s in sets],
         "claim": PROMPT_CLAIM,
@@ -449,27 +466,39 @@ def main(argv: list[str] | None = None) -> int:
         "agreement": agreement,
         "gates": gates,
     }
-    held_prompts = prompts["held"]
-    results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], scored.lens)
-    results["speed"] = speed(
-        model,
-        loaded.tokenizer,
-        held_prompts[: args.speed_prompts],
-        args.heldout_tokens,
-        stop_ids,
-        cals,
-        levels[0],
-        sets,
-    )
+    if args.speed_prompts > 0:
+        held_prompts = prompts["held"]
+        results["speed_prompts"] = len(held_prompts[: args.speed_prompts])
+        results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], scored.lens)
+        results["speed"] = speed(
+            model,
+            loaded.tokenizer,
+            held_prompts[: args.speed_prompts],
+            args.heldout_tokens,
+            stop_ids,
+            cals,
+            levels,
+            sets,
+            cut_models(path, model, sets),
+        )
+    results["provenance"] = provenance(argv, load_start)
     results["wall_s"] = time.perf_counter() - started
     write_json(out_json, results)  # before rendering: a rendering error must not lose the run
     print(markdown(results))
     return 0
 
 
-def save_records(path: Path, named: dict[str, Records]) -> None:
-    """Every field of each ``Records`` under ``NAME.field`` in one compressed .npz."""
+def save_records(path: Path, named: dict[str, Records], lens: Lens | None = None, n_lens: int = 0) -> None:
+    """Every field of each ``Records`` under ``NAME.field`` in one compressed .npz, and the tuned
+    lens they were scored with (``lens.depths``, ``lens.weight``, ``lens.bias``, ``lens.steps``)."""
     arrays: dict[str, Any] = {}  # (numpy's stub types **kwds like its bool allow_pickle)
+    if lens is not None:
+        arrays |= {
+            "lens.depths": np.asarray(lens.depths, dtype=np.int64),
+            "lens.weight": lens.weight,
+            "lens.bias": lens.bias,
+            "lens.steps": np.asarray(n_lens, dtype=np.int64),
+        }
     for name, r in named.items():
         arrays |= {
             f"{name}.depths": np.asarray(r.depths, dtype=np.int64),
@@ -496,6 +525,27 @@ def load_records(path: Path, name: str) -> Records:
             [str(k) for k in z[f"{name}.kinds"]],
             np.asarray(z[f"{name}.prompt"], dtype=np.int64),
         )
+
+
+def load_scored(path: Path) -> Scored:
+    """The scored steps and the lens saved by a ``--records`` run (no model work); ModelError-free
+    KeyError when the file predates the saved lens (re-run with ``--records``)."""
+    with np.load(path) as z:
+        if "lens.weight" not in z:
+            raise SystemExit(f"{path}: no saved lens (records saved before the lens was kept): run the model")
+        lens = Lens(
+            tuple(int(d) for d in z["lens.depths"]),
+            np.asarray(z["lens.weight"], dtype=np.float32),
+            np.asarray(z["lens.bias"], dtype=np.float32),
+        )
+        n_lens = int(z["lens.steps"])
+    heads = ("own", "lens")
+    return Scored(
+        lens,
+        n_lens,
+        {h: load_records(path, f"cal_{h}") for h in heads},
+        {h: load_records(path, f"held_{h}") for h in heads},
+    )
 
 
 def calibration_text(source: str, per_kind: int | None, seed: int, lens_per_kind: int) -> list[tuple[str, str]]:
@@ -529,6 +579,16 @@ def exit_head_cost(model: ExitModel, prompt: list[int], depth: int, lens: Lens) 
     }
 
 
+def cut_models(path: Path, model: ExitModel, sets: list[tuple[int, ...]]) -> dict[tuple[int, ...], ExitModel]:
+    """Depth set -> the model early exit is timed on: the fast engine's fused layers loaded again
+    with the chain cut at the set's depths (``FastModel.load(pass_boundaries=...)``, as the serve
+    loader loads it: the same bits, no link half computed and dropped at a candidate depth); any
+    other model is used as it is."""
+    if not isinstance(model, FastModel) or not model.fused:
+        return {subset: model for subset in sets}
+    return {subset: FastModel.load(path, weights=model.weights_mode, pass_boundaries=subset) for subset in sets}
+
+
 def speed(
     model: ExitModel,
     tokenizer: Any,
@@ -536,46 +596,89 @@ def speed(
     max_tokens: int,
     stop_ids: frozenset[int],
     cals: dict[tuple[str, Fraction, tuple[int, ...]], Calibration],
-    level: Fraction,
+    levels: list[Fraction],
     sets: list[tuple[int, ...]],
+    exit_models: dict[tuple[int, ...], ExitModel],
 ) -> list[dict[str, Any]]:
-    """Tokens/s of plain greedy decoding and of early exit (margin gate, each head and depth set),
-    same prompts, same run; each prompt served under its kind's thresholds."""
+    """Tokens/s of plain greedy decoding (on ``model``) and of early exit (margin gate, each head,
+    depth set and level, on ``exit_models[set]``), same prompts, same run, configurations
+    interleaved prompt by prompt; each prompt served under its kind's thresholds."""
     greedy = SamplingParams(temperature=0.0)
-    configs: list[tuple[str, str, tuple[int, ...]]] = [("plain", "", ())]
-    configs += [("early exit", head, subset) for subset in sets for head in ("own", "lens")]
-    rows: list[dict[str, Any]] = []
-    for label, head, subset in configs:
-        tokens, seconds, depth_sum = 0, 0.0, 0
-        for kind, ids in prompts:
-            request = GenerationRequest(tuple(ids), greedy, max_tokens=max_tokens, stop_ids=stop_ids, seed=0)
-            t = time.perf_counter()
-            if label == "plain":
+    configs: list[tuple[str, str, tuple[int, ...], Fraction | None]] = [("plain", "", (), None)]
+    configs += [("early exit", head, subset, level) for level in levels for subset in sets for head in ("own", "lens")]
+    totals = {c: [0.0, 0.0, 0.0, 0.0, 0.0] for c in configs}  # tokens, seconds, depth sum, head evals, CPU s
+    if prompts:  # a warm-up of every model (first calls allocate), untimed
+        warm = GenerationRequest(tuple(prompts[0][1]), greedy, max_tokens=2, stop_ids=stop_ids, seed=0)
+        generate(cast(Model, model), tokenizer, warm)
+        for subset in sets:
+            generate(cast(Model, exit_models[subset]), tokenizer, warm)
+    for kind, ids in prompts:
+        request = GenerationRequest(tuple(ids), greedy, max_tokens=max_tokens, stop_ids=stop_ids, seed=0)
+        for config in configs:
+            label, head, subset, level = config
+            t, cpu = time.perf_counter(), time.process_time()
+            if level is None:
                 out = generate(cast(Model, model), tokenizer, request)
-                depth_sum += len(out.ids) * model.config.n_layer
+                depth_sum, evaluations = len(out.ids) * model.config.n_layer, 0
             else:
                 out, stats = generate_early_exit(
-                    model, tokenizer, request, cals[(head, level, subset)], gate="margin", kind=kind
+                    exit_models[subset], tokenizer, request, cals[(head, level, subset)], gate="margin", kind=kind
                 )
-                depth_sum += sum(stats.depths)
-            seconds += time.perf_counter() - t
-            tokens += len(out.ids)
+                depth_sum, evaluations = sum(stats.depths), stats.head_evaluations
+            seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
+            total = totals[config]
+            total[4] += cpu
+            total[0] += len(out.ids)
+            total[1] += seconds
+            total[2] += depth_sum
+            total[3] += evaluations
+    rows: list[dict[str, Any]] = []
+    for (label, head, subset, level), (tokens, seconds, depths_total, evaluations_total, cpu_s) in totals.items():
         rows.append(
             {
                 "config": label,
                 "head": head,
                 "depths": list(subset),
-                "q": str(level),
-                "tokens": tokens,
+                "q": "" if level is None else str(level),
+                "tokens": int(tokens),
                 "seconds": seconds,
                 "tokens_per_s": tokens / seconds,
-                "mean_depth": depth_sum / max(1, tokens),
+                "cpu_seconds": cpu_s,
+                "tokens_per_cpu_s": tokens / cpu_s,
+                "mean_depth": depths_total / max(1, tokens),
+                "head_evaluations_per_token": evaluations_total / max(1, tokens),
             }
         )
-        print(f"[speed {label} {head} {list(subset)}: {tokens / seconds:.2f} tokens/s]", file=sys.stderr)
+        print(f"[speed {label} {head} {list(subset)} q={level}: {tokens / seconds:.2f} tokens/s]", file=sys.stderr)
     for row in rows:
         row["speedup"] = row["tokens_per_s"] / rows[0]["tokens_per_s"]
+        row["cpu_speedup"] = row["tokens_per_cpu_s"] / rows[0]["tokens_per_cpu_s"]
     return rows
+
+
+def provenance(argv: list[str] | None, load_start: float) -> dict[str, str]:
+    """Date, machine, command, commit and load average of this run (the results page shows them)."""
+
+    def git(*args: str) -> str:
+        try:
+            run = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=Path(__file__).parent)
+            return run.stdout.strip()
+        except OSError:
+            return ""
+
+    flags = sys.argv[1:] if argv is None else argv
+    threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "VERISPEC_THREADS")}
+    dirty = " (uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other work",
+        "command": " ".join(["python -m lab.measure_early_exit", *flags]),
+        "commit": git("rev-parse", "--short", "HEAD") + dirty,
+        "loadavg_at_start": f"{load_start:.2f}",
+        "loadavg_at_end": f"{os.getloadavg()[0]:.2f}",
+        "note": ", ".join(f"{k}={v}" for k, v in threads.items()),
+    }
 
 
 LEVEL = 0.05  # per-kind upper bounds at 1 - LEVEL; verdicts at LEVEL / (number of kinds)
@@ -648,21 +751,36 @@ def markdown(r: dict[str, Any]) -> str:
         f"{head}: " + ", ".join(f"{d}: {_pct(a)}%" for d, a in zip(v["depths"], v["heldout"]))
         for head, v in r["agreement"].items()
     )
+    lines += ["", f"Held-out agreement of the exit head's top-1 with the full argmax, per depth: {agree}."]
+    return "\n".join(lines + cost_lines(r))
+
+
+def cost_lines(r: dict[str, Any]) -> list[str]:
+    """The exit head's cost share of a token and the tokens/s table (none when not measured)."""
+    if "cost" not in r:
+        return ["", "Cost and tokens/s: not measured in this run."]
     c = r["cost"]
-    lines += [
+    lines = [
         "",
-        f"Held-out agreement of the exit head's top-1 with the full argmax, per depth: {agree}.",
         f"Cost: one exit-head evaluation is {c['head_relative']:.2f} of a full token ({1000 * c['head_s']:.1f} ms vs "
-        f"{1000 * c['token_s']:.1f} ms), lens + head {c['lens_head_relative']:.2f}. Tokens/s on "
-        f"{r['speed'][0]['tokens']} greedy tokens, same run: "
-        + "; ".join(
-            f"{s['config']}{'' if s['config'] == 'plain' else ' ' + s['head'] + ' ' + ','.join(map(str, s['depths']))} "
-            f"{s['tokens_per_s']:.2f} (x{s['speedup']:.2f}, mean depth {s['mean_depth']:.2f})"
-            for s in r["speed"]
-        )
-        + ".",
+        f"{1000 * c['token_s']:.1f} ms), lens + head {c['lens_head_relative']:.2f}.",
+        "",
+        f"Tokens/s over the first {r.get('speed_prompts', '?')} held-out prompts ({r['speed'][0]['tokens']} greedy "
+        "tokens of plain decoding), same run, configurations interleaved prompt by prompt, early exit on the model "
+        "loaded with its layer chain cut at the candidate depths (the serve loader's layout):",
+        "",
+        "| decoding | head | depths | q | tokens/s | × plain | tokens per CPU s | × plain | mean depth | "
+        "exit-head evaluations / token |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    return "\n".join(lines)
+    for s in r["speed"]:
+        lines.append(
+            f"| {s['config']} | {s['head'] or '-'} | {','.join(map(str, s['depths'])) or '-'} | {s['q'] or '-'} | "
+            f"{s['tokens_per_s']:.2f} | {s['speedup']:.2f} | {s['tokens_per_cpu_s']:.2f} | {s['cpu_speedup']:.2f} | "
+            f"{s['mean_depth']:.2f} | "
+            f"{s.get('head_evaluations_per_token', 0.0):.2f} |"
+        )
+    return lines
 
 
 if __name__ == "__main__":
