@@ -73,6 +73,7 @@ def run_early_exit(args: argparse.Namespace) -> int:
         engine=getattr(args, "engine", "fast"),
         weights=weights,
         backend=getattr(args, "backend", "auto"),
+        pass_boundaries=calibration.candidate_depths,  # every pass starts and stops at one of them
     )
     calibration.check_weights(weights_mode_of(loaded.model))  # e.g. --engine reference serves f32
     request = build_request(args, loaded)

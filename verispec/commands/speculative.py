@@ -68,6 +68,12 @@ def check_draft(spec: DraftSpec, target: GGUFFile) -> None:
         check_same_vocab(Tokenizer.from_gguf(target.metadata), draft_tokenizer, spec.path)
 
 
+def draft_boundaries(spec: DraftSpec) -> tuple[int, ...]:
+    """The depths where the draft's passes over the target start and stop (a layer-skip draft: its
+    exit layer; the target's loader cuts its layer chain there), none for the other drafts."""
+    return (spec.layer,) if spec.kind == "layerskip" else ()
+
+
 def evidence_lines(ev: Evidence) -> list[str]:
     """The evidence as short human-readable lines (stderr)."""
     pos = ", ".join(f"{a:.2f}" for a in ev.per_position_acceptance)
@@ -111,7 +117,12 @@ def run_speculative(args: argparse.Namespace) -> int:
     with GGUFFile.open(resolve_model(args.model)) as target:  # opened once: checked, then loaded
         check_draft(spec, target)
         loaded = load_engine(
-            target, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend
+            target,
+            need_chat=args.chat,
+            engine=args.engine,
+            weights=args.weights,
+            backend=args.backend,
+            pass_boundaries=draft_boundaries(spec),
         )
     request = build_request(args, loaded)
     # model: the vocabulary was checked above, from metadata (None: make_draft does not redo it)
