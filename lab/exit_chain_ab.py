@@ -21,7 +21,8 @@ robust to the machine's load) and wall time of a step, best and median; onnxrunt
 (counted); that both produced the same tokens and hidden states (they must: the cut changes no
 bit). Also a plain 1-row decode step on both (a pass that crosses the cuts without stopping: one
 call more a cut). Set ``OPENBLAS_NUM_THREADS=1`` and ``VERISPEC_THREADS=1``; on a shared machine
-read the CPU ratios.
+read the CPU ratios, of a run with each load order (``--cut-first``: a model loaded second can run
+faster, lab/chain_ab.py; the plain step, one call more a cut on ``cut``, shows the bias).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,11 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"best_ms": 1e3 * min(values), "median_ms": 1e3 * statistics.median(values)}
 
 
+def _exit_here(at: int, depth: int, hidden: Any) -> bool:
+    """The policy: exit at depth ``at`` (0: nowhere)."""
+    return depth == at
+
+
 def exit_decode(
     models: dict[str, FastModel], depths: tuple[int, ...], policy: str, steps: int, flip: bool
 ) -> dict[str, Any]:
@@ -74,7 +81,7 @@ def exit_decode(
         for name in order if step % 2 == 0 else order[::-1]:
             decoder = decoders[name]
             before, t0, c0 = OrtGraph.calls, time.perf_counter(), time.process_time()
-            depth, x = decoder.step(tokens[name], lambda d, h, now=exit_now: now and d == deepest)
+            depth, x = decoder.step(tokens[name], partial(_exit_here, exit_now and deepest))
             c1, t1 = time.process_time(), time.perf_counter()
             cpu[name].append(c1 - c0)
             wall[name].append(t1 - t0)
@@ -133,13 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depths", default="8,12,16,20,24", help="candidate exit depths (comma-separated)")
     parser.add_argument("--steps", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3, help="decodes per policy, the layouts' order alternating")
+    parser.add_argument("--cut-first", action="store_true", help="load the cut layout first (placement check)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.steps < 3 or args.rounds < 1:
         parser.error("--steps must be at least 3 and --rounds at least 1")
     depths = tuple(sorted({int(d) for d in args.depths.split(",")}))
     load_start = os.getloadavg()[0]
-    loaded = {name: load(args.model, name, depths) for name in LAYOUTS}
+    order = LAYOUTS[::-1] if args.cut_first else LAYOUTS  # the load order: a placement check
+    built = {name: load(args.model, name, depths) for name in order}
+    loaded = {name: built[name] for name in LAYOUTS}
     out: dict[str, Any] = {
         "what": "early-exit decoding on the int8 layer chain cut at the candidate depths (pass_boundaries, the "
         "early-exit loader's layout) against the uncut chain (a candidate depth inside a link), same process",
@@ -147,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         "depths": list(depths),
         "steps": args.steps,
         "rounds": args.rounds,
+        "loaded_first": order[0],
     }
     for policy in POLICIES:
         runs = [exit_decode(loaded, depths, policy, args.steps, flip=r % 2 == 1) for r in range(args.rounds)]
