@@ -2,7 +2,7 @@
 
     OPENBLAS_NUM_THREADS=1 python -m lab.measure_early_exit --model smollm2-135m \
         [--prompts hand|generated] [--prompts-per-kind N] [--lens-prompts-per-kind 8] [--tokens-per-prompt 16] \
-        [--heldout-tokens 32] [--q 0.9] [--depth-sets "8,12,16,20,24;24"] [--speed-prompts 4] \
+        [--heldout-tokens 32] [--q 0.9] [--depth-sets "8,12,16,20,24;24"] [--speed-prompts 2] \
         [--json OUT.json] [--records OUT.npz]
 
 Run from the repository root (lab/ is not installed with verispec).
@@ -29,7 +29,9 @@ Run from the repository root (lab/ is not installed with verispec).
    generated`` run; no model work).
 3. Cost: the exit head's time (own / lens + head, one row) relative to a full one-token forward;
    tokens/s of plain greedy decoding vs early-exit decoding (deferred KV catch-up included) on
-   the first ``--speed-prompts`` held-out prompts, in the same run.
+   the first ``--speed-prompts`` held-out prompts of each kind, in the same run, configurations
+   interleaved prompt by prompt; early exit on the model loaded as the serve loader loads it (the
+   int8 layer chain cut at the candidate depths), plain decoding on the uncut one.
 
 The run's JSON is the result: written (atomically, before anything is rendered) to ``--json``,
 by default ``lab/measurements/early_exit_MODEL.json`` (``..._generated.json`` for ``--prompts
@@ -303,7 +305,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help='candidate depth sets, e.g. "8,12,16,20,24;24" (default: the five default depths, and the deepest alone)',
     )
-    parser.add_argument("--speed-prompts", type=int, default=4)
+    parser.add_argument("--speed-prompts", type=int, default=2, help="per kind (0: no cost and speed)")
     parser.add_argument("--max-heldout", type=int, default=None)
     parser.add_argument(
         "--json",
@@ -468,12 +470,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.speed_prompts > 0:
         held_prompts = prompts["held"]
-        results["speed_prompts"] = len(held_prompts[: args.speed_prompts])
+        timed = [
+            p for kind in sorted({k for k, _ in held_prompts}) for p in per_kind(held_prompts, kind, args.speed_prompts)
+        ]
+        results["speed_prompts"] = len(timed)
         results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], scored.lens)
         results["speed"] = speed(
             model,
             loaded.tokenizer,
-            held_prompts[: args.speed_prompts],
+            timed,
             args.heldout_tokens,
             stop_ids,
             cals,
@@ -579,6 +584,11 @@ def exit_head_cost(model: ExitModel, prompt: list[int], depth: int, lens: Lens) 
     }
 
 
+def per_kind(prompts: list[tuple[str, list[int]]], kind: str, n: int) -> list[tuple[str, list[int]]]:
+    """The first ``n`` prompts of ``kind``, in order."""
+    return [p for p in prompts if p[0] == kind][:n]
+
+
 def cut_models(path: Path, model: ExitModel, sets: list[tuple[int, ...]]) -> dict[tuple[int, ...], ExitModel]:
     """Depth set -> the model early exit is timed on: the fast engine's fused layers loaded again
     with the chain cut at the set's depths (``FastModel.load(pass_boundaries=...)``, as the serve
@@ -607,6 +617,7 @@ def speed(
     configs: list[tuple[str, str, tuple[int, ...], Fraction | None]] = [("plain", "", (), None)]
     configs += [("early exit", head, subset, level) for level in levels for subset in sets for head in ("own", "lens")]
     totals = {c: [0.0, 0.0, 0.0, 0.0, 0.0] for c in configs}  # tokens, seconds, depth sum, head evals, CPU s
+    kinds: dict[tuple[Any, ...], dict[str, list[float]]] = {c: {} for c in configs}  # kind -> tokens, CPU s, depths
     if prompts:  # a warm-up of every model (first calls allocate), untimed
         warm = GenerationRequest(tuple(prompts[0][1]), greedy, max_tokens=2, stop_ids=stop_ids, seed=0)
         generate(cast(Model, model), tokenizer, warm)
@@ -628,12 +639,17 @@ def speed(
             seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
             total = totals[config]
             total[4] += cpu
+            part = kinds[config].setdefault(kind, [0.0, 0.0, 0.0])
+            part[0] += len(out.ids)
+            part[1] += cpu
+            part[2] += depth_sum
             total[0] += len(out.ids)
             total[1] += seconds
             total[2] += depth_sum
             total[3] += evaluations
     rows: list[dict[str, Any]] = []
-    for (label, head, subset, level), (tokens, seconds, depths_total, evaluations_total, cpu_s) in totals.items():
+    for config, (tokens, seconds, depths_total, evaluations_total, cpu_s) in totals.items():
+        label, head, subset, level = config
         rows.append(
             {
                 "config": label,
@@ -647,12 +663,18 @@ def speed(
                 "tokens_per_cpu_s": tokens / cpu_s,
                 "mean_depth": depths_total / max(1, tokens),
                 "head_evaluations_per_token": evaluations_total / max(1, tokens),
+                "per_kind": {
+                    kind: {"tokens": int(t), "cpu_seconds": c, "tokens_per_cpu_s": t / c, "mean_depth": d / max(1, t)}
+                    for kind, (t, c, d) in sorted(kinds[config].items())
+                },
             }
         )
         print(f"[speed {label} {head} {list(subset)} q={level}: {tokens / seconds:.2f} tokens/s]", file=sys.stderr)
     for row in rows:
         row["speedup"] = row["tokens_per_s"] / rows[0]["tokens_per_s"]
         row["cpu_speedup"] = row["tokens_per_cpu_s"] / rows[0]["tokens_per_cpu_s"]
+        for kind, part in row["per_kind"].items():
+            part["cpu_speedup"] = part["tokens_per_cpu_s"] / rows[0]["per_kind"][kind]["tokens_per_cpu_s"]
     return rows
 
 
@@ -699,9 +721,12 @@ def verdict(fractions: Sequence[float], alpha: float, n_kinds: int) -> tuple[flo
 
 def kind_cell(s: dict[str, Any], alpha: float, n_kinds: int) -> str:
     if s["refusal"]:
-        return f"refused ({s['calibration_prompts']} calibration prompts), adm. 0%"
+        return f"refused ({s['calibration_prompts']} calibration prompts), adm. 0%, depth {s['mean_depth']:.2f}"
     ucb, _, word = verdict(s["fractions"], alpha, n_kinds)
-    return f"{_pct(s['mean_flip_fraction'])}% ≤ {_pct(ucb)}%, {word}, adm. {_pct(s['admitted'])}%"
+    return (
+        f"{_pct(s['mean_flip_fraction'])}% ≤ {_pct(ucb)}%, {word}, adm. {_pct(s['admitted'])}%, "
+        f"depth {s['mean_depth']:.2f}"
+    )
 
 
 def _pct(x: float) -> str:
@@ -735,7 +760,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"Per kind (margin gate): mean flip fraction over the kind's held-out prompts, its one-sided "
         f"{1 - LEVEL:.0%} upper bound (betting), verdict at level {LEVEL:g}/{len(kinds)} = {LEVEL / len(kinds):.4g} "
-        f"per kind (Bonferroni over the {len(kinds)} kinds of a row), admitted fraction:",
+        f"per kind (Bonferroni over the {len(kinds)} kinds of a row), admitted fraction, mean depth served:",
         "",
         "| head | depths | α | " + " | ".join(kinds) + " |",
         "|---|---|---|" + "---|" * len(kinds),
@@ -765,9 +790,11 @@ def cost_lines(r: dict[str, Any]) -> list[str]:
         f"Cost: one exit-head evaluation is {c['head_relative']:.2f} of a full token ({1000 * c['head_s']:.1f} ms vs "
         f"{1000 * c['token_s']:.1f} ms), lens + head {c['lens_head_relative']:.2f}.",
         "",
-        f"Tokens/s over the first {r.get('speed_prompts', '?')} held-out prompts ({r['speed'][0]['tokens']} greedy "
-        "tokens of plain decoding), same run, configurations interleaved prompt by prompt, early exit on the model "
-        "loaded with its layer chain cut at the candidate depths (the serve loader's layout):",
+        f"Tokens/s over {r.get('speed_prompts', '?')} held-out prompts (the first of each kind; "
+        f"{r['speed'][0]['tokens']} greedy tokens of plain decoding), same run, configurations interleaved prompt by "
+        "prompt, early exit on the model loaded as the serve loader loads it (its layer chain cut at the candidate "
+        "depths), margin gate, each prompt under its kind's thresholds; wall time and process CPU time (on a shared "
+        "machine the CPU ratio is the one to read):",
         "",
         "| decoding | head | depths | q | tokens/s | × plain | tokens per CPU s | × plain | mean depth | "
         "exit-head evaluations / token |",
@@ -780,6 +807,22 @@ def cost_lines(r: dict[str, Any]) -> list[str]:
             f"{s['mean_depth']:.2f} | "
             f"{s.get('head_evaluations_per_token', 0.0):.2f} |"
         )
+    kinds = sorted(r["speed"][0].get("per_kind", {}))
+    if kinds:
+        lines += [
+            "",
+            "Per kind: tokens per CPU second × plain's, and the mean depth served:",
+            "",
+            "| decoding | head | depths | q | " + " | ".join(kinds) + " |",
+            "|---|---|---|---|" + "---|" * len(kinds),
+        ]
+        for s in r["speed"][1:]:
+            cells = [f"{s['per_kind'][k]['cpu_speedup']:.2f} ({s['per_kind'][k]['mean_depth']:.2f})" for k in kinds]
+            lines.append(
+                f"| {s['config']} | {s['head']} | {','.join(map(str, s['depths']))} | {s['q']} | "
+                + " | ".join(cells)
+                + " |"
+            )
     return lines
 
 
