@@ -326,6 +326,12 @@ def _parser() -> argparse.ArgumentParser:
         help="take the scored steps and the lens from a saved --records file (no trajectories; cost and speed run)",
     )
     parser.add_argument(
+        "--records-provenance",
+        type=Path,
+        default=None,
+        help="with --from-records: the JSON of the run that saved them, whose provenance becomes this run's source",
+    )
+    parser.add_argument(
         "--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)"
     )
     return parser
@@ -487,6 +493,13 @@ def main(argv: list[str] | None = None) -> int:
             cut_models(path, model, sets),
         )
     results["provenance"] = provenance(argv, load_start)
+    if args.records_provenance is not None:
+        saved = json.loads(args.records_provenance.read_text()).get("provenance", {})
+        results["provenance"]["source"] = (
+            f"scored steps and lens from {args.from_records.name}, saved by `{saved.get('command')}` at commit "
+            f"{saved.get('commit')}, finished {saved.get('finished_utc')}, load average {saved.get('loadavg_at_start')} "
+            f"at start, {saved.get('loadavg_at_end')} at end"
+        )
     results["wall_s"] = time.perf_counter() - started
     write_json(out_json, results)  # before rendering: a rendering error must not lose the run
     print(markdown(results))
