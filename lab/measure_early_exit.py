@@ -52,6 +52,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -263,12 +264,18 @@ def trajectories(
 
 
 def median_time(fn: Any, repeats: int) -> float:
-    times = []
+    return median_times(fn, repeats)[0]
+
+
+def median_times(fn: Any, repeats: int) -> tuple[float, float]:
+    """Median wall and process CPU seconds of ``fn()`` (at 1 thread the CPU is the call's own work)."""
+    wall, cpu = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+        cpu.append(time.process_time() - c)
+        wall.append(time.perf_counter() - t)
+    return float(np.median(wall)), float(np.median(cpu))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -324,6 +331,11 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="take the scored steps and the lens from a saved --records file (no trajectories; cost and speed run)",
+    )
+    parser.add_argument(
+        "--sparse-cost",
+        action="store_true",
+        help="also the exit head's cost with the exact sparse head (int8 mode), beside the full head's",
     )
     parser.add_argument(
         "--records-provenance",
@@ -481,6 +493,10 @@ def main(argv: list[str] | None = None) -> int:
         ]
         results["speed_prompts"] = len(timed)
         results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], scored.lens)
+        if args.sparse_cost:
+            results["cost"]["sparse"] = sparse_head_cost(
+                cast(FastModel, model), path, held_prompts[0][1], depths, results["cost"]["token_cpu_s"]
+            )
         results["speed"] = speed(
             model,
             loaded.tokenizer,
@@ -585,15 +601,55 @@ def exit_head_cost(model: ExitModel, prompt: list[int], depth: int, lens: Lens) 
         model.forward([prompt[0]], cache)
 
     h = np.zeros((1, model.config.n_embd), dtype=np.float32) + np.float32(0.1)
-    token_s = median_time(one_token, 15)
-    head_s = median_time(lambda: exit_logits(model, depth, h, None), 15)
-    lens_head_s = median_time(lambda: exit_logits(model, depth, h, lens), 15)
+    token_s, token_cpu = median_times(one_token, 15)
+    head_s, head_cpu = median_times(lambda: exit_logits(model, depth, h, None), 15)
+    lens_head_s, lens_head_cpu = median_times(lambda: exit_logits(model, depth, h, lens), 15)
     return {
         "token_s": token_s,
         "head_s": head_s,
         "lens_head_s": lens_head_s,
         "head_relative": head_s / token_s,
         "lens_head_relative": lens_head_s / token_s,
+        "token_cpu_s": token_cpu,
+        "head_cpu_relative": head_cpu / token_cpu,
+        "lens_head_cpu_relative": lens_head_cpu / token_cpu,
+    }
+
+
+def sparse_head_cost(
+    model: FastModel, path: Path, prompt: list[int], depths: Sequence[int], token_cpu_s: float, repeats: int = 5
+) -> dict[str, Any]:
+    """The exit head at each candidate depth with the full head and with the exact sparse head
+    (``FastModel.with_head("sparse")``, the early-exit loop's view: the exact top-2 of the full
+    head), on the prompt's last hidden state at that depth: median CPU seconds per evaluation and
+    their share of a full one-token forward (``token_cpu_s``, full head); whether both heads gave
+    the same top-2 (ids and values); how many of the head's chunks the sparse head evaluated."""
+    from verispec.engine.sparse_head import HeadOptions
+
+    sparse = model.with_head(HeadOptions("sparse"), path)
+    view = sparse.for_law(SamplingParams(temperature=0.0), exit_head=True)
+    assert sparse.sparse_head is not None
+    hidden = model.forward(prompt, model.new_cache(len(prompt) + 1), return_hidden=True).hidden
+    assert hidden is not None
+    full_cpu, sparse_cpu, same = [], [], True
+    sparse.sparse_head.stats.reset()
+    for depth in depths:
+        h = np.ascontiguousarray(hidden[depth][-1:], dtype=np.float32)
+        full_cpu.append(median_times(partial(model.head, h), repeats)[1])
+        sparse_cpu.append(median_times(partial(view.head, h), repeats)[1])
+        want, got = model.head(h)[-1], view.head(h)[-1]
+        top = np.argsort(-want, kind="stable")[:2]
+        same = same and bool(
+            np.array_equal(np.argsort(-got, kind="stable")[:2], top) and np.array_equal(got[top], want[top])
+        )
+    return {
+        "depths": list(depths),
+        "full_cpu_s": full_cpu,
+        "sparse_cpu_s": sparse_cpu,
+        "full_cpu_relative": [c / token_cpu_s for c in full_cpu],
+        "sparse_cpu_relative": [c / token_cpu_s for c in sparse_cpu],
+        "same_top2": same,
+        "sparse_stats": sparse.sparse_head.stats.as_dict(),
     }
 
 
@@ -793,6 +849,25 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines + cost_lines(r))
 
 
+def sparse_lines(sparse: dict[str, Any] | None) -> list[str]:
+    """The exit head's CPU share of a token with the full head and with the exact sparse head."""
+    if sparse is None:
+        return []
+    cells = ", ".join(
+        f"{d}: {f:.2f} → {s:.2f}"
+        for d, f, s in zip(sparse["depths"], sparse["full_cpu_relative"], sparse["sparse_cpu_relative"])
+    )
+    stats = sparse["sparse_stats"]
+    offered = stats.get("chunks_offered") or 0
+    share = f"{stats.get('chunks_evaluated', 0) / offered:.0%}" if offered else "n/a"
+    return [
+        "",
+        f"Exit head per evaluation, CPU share of a full token, head=full → head=sparse (the exact sparse head, "
+        f"engine/sparse_head.py; the same top-2: {sparse['same_top2']}), per candidate depth on a held-out prompt's "
+        f"hidden state: {cells}; the sparse head evaluated {share} of the head's row chunks.",
+    ]
+
+
 def cost_lines(r: dict[str, Any]) -> list[str]:
     """The exit head's cost share of a token and the tokens/s table (none when not measured)."""
     if "cost" not in r:
@@ -801,7 +876,14 @@ def cost_lines(r: dict[str, Any]) -> list[str]:
     lines = [
         "",
         f"Cost: one exit-head evaluation is {c['head_relative']:.2f} of a full token ({1000 * c['head_s']:.1f} ms vs "
-        f"{1000 * c['token_s']:.1f} ms), lens + head {c['lens_head_relative']:.2f}.",
+        f"{1000 * c['token_s']:.1f} ms), lens + head {c['lens_head_relative']:.2f}"
+        + (
+            f"; in CPU time {c['head_cpu_relative']:.2f} and {c['lens_head_cpu_relative']:.2f} of a token "
+            f"({1000 * c['token_cpu_s']:.1f} ms)."
+            if "token_cpu_s" in c
+            else "."
+        ),
+        *sparse_lines(c.get("sparse")),
         "",
         f"Tokens/s over {r.get('speed_prompts', '?')} held-out prompts (the first of each kind; "
         f"{r['speed'][0]['tokens']} greedy tokens of plain decoding), same run, configurations interleaved prompt by "
