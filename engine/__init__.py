@@ -50,11 +50,13 @@ def load_model(
     weights: str = "f32",
     backend: str = "auto",
     pass_boundaries: Iterable[int] = (),
+    head: str = "full",
 ) -> "FastModel" | "Model":
     """Load a GGUF model on ``engine``; ``weights`` ("f32", "quantized" or "int8"), ``backend``
     ("auto", "numpy", "ort": the f32 mode's matmul kernel, engine.weights.resolve_backend) and
     ``pass_boundaries`` (depths where passes start and stop: the fused layers' chain is cut there,
-    FastModel.load) apply to the fast one.
+    FastModel.load) apply to the fast one; ``head`` ("full" or "sparse", engine.sparse_head) to its
+    int8 mode.
 
     ModelError for an unknown engine, or for quantized weights on the reference engine (it always
     dequantizes everything); InsufficientMemory (a ModelError) before loading when the weights
@@ -68,8 +70,14 @@ def load_model(
         if _architecture(path_or_file) not in FAST_ARCHITECTURES and weights == "f32":
             engine = "reference"
         else:
-            return FastModel.load(path_or_file, weights=weights, backend=backend, pass_boundaries=pass_boundaries)
+            return FastModel.load(
+                path_or_file, weights=weights, backend=backend, pass_boundaries=pass_boundaries, head=head
+            )
     if engine == "reference":
+        if head != "full":
+            raise ModelError(
+                f"head mode {head!r} needs the fast engine's int8 mode (the reference computes every logit)"
+            )
         if weights != "f32":
             raise ModelError(f"weights mode {weights!r} needs the fast engine (the reference keeps float32 weights)")
         from verispec.reference.model import Model

@@ -19,6 +19,7 @@ from verispec.engine.sampling import sample, target_distribution
 from verispec.reference.errors import ContextOverflow
 from verispec.reference.generate import GenerationRequest, GenerationResult, decode_plain
 from verispec.reference.model import Model
+from verispec.reference.sampling import SamplingParams
 from verispec.reference.sampling import sample as reference_draw
 from verispec.reference.sampling import target_distribution as reference_law
 from verispec.reference.seams import DrawFn, LawFn
@@ -33,7 +34,19 @@ def generate(
     on_text: Callable[[str], None] | None = None,
 ) -> GenerationResult:
     """Decode ``request`` one token per pass; same contract as :func:`reference.generate.generate`
-    (the same loop and session: :func:`reference.generate.decode_plain`)."""
+    (the same loop and session: :func:`reference.generate.decode_plain`). On a sparse-head model
+    (``FastModel.load(..., head="sparse")``) each step decides from the head's input
+    (:func:`engine.sparse_head.choose_token`): the same tokens, bit for bit."""
+    if model.sparse_head is not None:
+        from verispec.engine.sparse_head import choose_token
+
+        def head_input(span: Sequence[int], cache: Any) -> npt.NDArray[np.float32]:
+            return model.last_head_input(span, cache)  # [1, n_embd]
+
+        def choose(x: npt.NDArray[np.float32], history: Sequence[int], params: SamplingParams, rng: Any) -> int:
+            return choose_token(model, x, history, params, rng)
+
+        return decode_plain(model, tokenizer, request, on_text=on_text, last_logits=head_input, choose=choose)
 
     def last_logits(span: Sequence[int], cache: Any) -> npt.NDArray[np.float32]:
         return np.asarray(

@@ -26,6 +26,7 @@ rollback stays :meth:`~reference.kvcache.KVCache.truncate` (O(1)) and nothing gr
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,9 @@ from verispec.reference.kvcache import KVCache
 from verispec.reference.model import ForwardResult, Mask, TokenIds, check_tokens, span_positions, tree_span
 
 if TYPE_CHECKING:
+    from verispec.engine.sparse_head import HeadOptions, SparseHead
     from verispec.reference.gguf import GGUFFile
+    from verispec.reference.sampling import SamplingParams
 
 F32 = npt.NDArray[np.float32]
 
@@ -91,7 +94,9 @@ def drop_large_metadata(f: "GGUFFile") -> None:
 class FastModel:
     """A loaded model with the reference :class:`~reference.model.Model` interface, fast."""
 
-    def __init__(self, config: Config, store: WeightStore, *, load_time_s: float = 0.0) -> None:
+    def __init__(
+        self, config: Config, store: WeightStore, *, load_time_s: float = 0.0, sparse_head: "SparseHead | None" = None
+    ) -> None:
         from verispec.engine.architectures import FAST_ARCHITECTURES
 
         if config.arch not in FAST_ARCHITECTURES:
@@ -114,6 +119,12 @@ class FastModel:
         self._rot_index, self._rot_sign = rotation(cfg.head_dim, cfg.rope_dim, cfg.rope_type)
         self._attn_scale = np.float32(cfg.attn_scale)
         self._windows = [cfg.sliding_window if cfg.is_sliding(il) else 0 for il in range(cfg.n_layer)]
+        # the head mode (engine/sparse_head.py): with a sparse head, a view made by for_law gives
+        # decision rows for its law from forward (and, for an exit head, from head)
+        self.sparse_head = sparse_head
+        self.head_mode = "full" if sparse_head is None else "sparse"
+        self._law: "SamplingParams | None" = None
+        self._exit_head_decides = False
 
     @classmethod
     def load(
@@ -124,18 +135,25 @@ class FastModel:
         backend: str = "auto",
         fused: bool | None = None,
         pass_boundaries: Iterable[int] = (),
+        head: "str | HeadOptions" = "full",
     ) -> "FastModel":
         """Read config and weights of a GGUF model (``weights``: see engine.weights.WEIGHT_MODES;
         ``backend``: the f32 mode's kernel, see engine.weights.resolve_backend; ``fused``: the int8
         mode's fused layers, see engine.fused -- None: ``VERISPEC_INT8_FUSED`` or the default;
         ``pass_boundaries``: depths 1..L-1 where this model's passes will start and stop -- early
         exit's candidate depths, a layer-skip draft's exit layer -- where the fused layers' chain is
-        cut, see engine.weights.load_weights: the same bits, no link half computed and dropped).
+        cut, see engine.weights.load_weights: the same bits, no link half computed and dropped;
+        ``head``: the int8 mode's head mode, ``full`` or ``sparse`` or an
+        :class:`engine.sparse_head.HeadOptions`, see :meth:`with_head`).
 
         Raises what :meth:`reference.model.Model.load` raises, and
         :class:`engine.weights.InsufficientMemory` before loading when the mode will not fit.
         """
+        from verispec.engine.sparse_head import HeadOptions, SparseHead
+
+        options = head if isinstance(head, HeadOptions) else HeadOptions(mode=head)
         started = time.perf_counter()
+        sparse: SparseHead | None = None
         if isinstance(path_or_file, (str, Path)):
             from verispec.reference.gguf import GGUFFile
 
@@ -143,10 +161,48 @@ class FastModel:
                 config = Config.from_gguf(f)
                 drop_large_metadata(f)  # our own handle: its vocabulary lists need not outlive the config
                 store = load_weights(f, config, weights, backend, fused, pass_boundaries)
+                if options.mode == "sparse":
+                    sparse = SparseHead.from_gguf(f, config, store, options)
         else:
             config = Config.from_gguf(path_or_file)
             store = load_weights(path_or_file, config, weights, backend, fused, pass_boundaries)
-        return cls(config, store, load_time_s=time.perf_counter() - started)
+            if options.mode == "sparse":
+                sparse = SparseHead.from_gguf(path_or_file, config, store, options)
+        return cls(config, store, load_time_s=time.perf_counter() - started, sparse_head=sparse)
+
+    def with_head(self, head: "str | HeadOptions", source: "str | Path | GGUFFile") -> "FastModel":
+        """This model, its weights shared, in head mode ``head``: ``full`` (the head computes every
+        logit) or ``sparse`` (:class:`engine.sparse_head.SparseHead`, whose sketch reads the head's
+        bytes from ``source``, the file this model was loaded from). A sparse head serves the
+        decode loops through :meth:`for_law` views and ``engine.generate``'s plain loop; the
+        tokens are the full head's, bit for bit. ModelError for a mode or file it cannot serve."""
+        from verispec.engine.sparse_head import HeadOptions, SparseHead
+        from verispec.reference.gguf import GGUFFile
+
+        options = head if isinstance(head, HeadOptions) else HeadOptions(mode=head)
+        sparse = None
+        if options.mode == "sparse":
+            if isinstance(source, GGUFFile):
+                sparse = SparseHead.from_gguf(source, self.config, self.store, options)
+            else:
+                with GGUFFile.open(source) as f:
+                    sparse = SparseHead.from_gguf(f, self.config, self.store, options)
+        return FastModel(self.config, self.store, load_time_s=self.load_time_s, sparse_head=sparse)
+
+    def for_law(self, params: "SamplingParams", *, exit_head: bool = False) -> "FastModel":
+        """A view of this model (everything shared) for a decode loop under the law ``params``:
+        with a sparse head, its :meth:`forward` and :meth:`forward_many` logits are decision rows
+        (:meth:`engine.sparse_head.SparseHead.decision_rows`, no history known: a repeat penalty
+        runs the full head) -- rows the law maps to the full head's probabilities bit for bit,
+        the argmax and the runner-up's value (an exit margin) included; with ``exit_head`` its
+        :meth:`head` too (the early-exit loop's exit and full heads). Only that law may read the
+        rows: a loop whose drafts read the target's head under another law keeps ``exit_head``
+        off. Without a sparse head: this model itself."""
+        if self.sparse_head is None:
+            return self
+        view = copy.copy(self)
+        view._law, view._exit_head_decides = params, exit_head
+        return view
 
     def new_cache(self, capacity: int | None = None) -> EngineCache:
         """An empty preallocated cache for ``capacity`` positions (default: the context length)."""
@@ -189,7 +245,7 @@ class FastModel:
         x = self.embed(ids)  # [T, n_embd]
         collected: list[F32] | None = [x] if return_hidden else None
         x = self._run_layers(x, cache, 0, self.config.n_layer - 1, pos, start, collected, visible)
-        logits = self.head(x[-1:] if last_only else x)
+        logits = self._pass_logits(x[-1:] if last_only else x)
         if not np.isfinite(logits).all():
             self._raise_non_finite(ids, pos)
         cache.advance(len(ids))
@@ -228,7 +284,7 @@ class FastModel:
         starts = [cache.reserve(len(i)) for i, cache in zip(ids, caches)]
         ends = np.cumsum([len(i) for i in ids])
         x = self._run_layers_many(self.embed(np.concatenate(ids)), caches, pos, starts, ends)
-        logits = self.head(x[ends - 1] if last_only else x)
+        logits = self._pass_logits(x[ends - 1] if last_only else x)
         bounds = np.arange(1, len(ids) + 1) if last_only else ends
         per_span = np.split(logits, bounds[:-1])
         for span_ids, span_pos, span_logits in zip(ids, pos, per_span):
@@ -299,13 +355,62 @@ class FastModel:
         return np.asarray(x, dtype=np.float32)
 
     def head(self, hidden: F32) -> F32:
-        """Final RMSNorm, lm_head, softcap -> logits ``[T, V]`` (any layer's exit head)."""
-        cfg = self.config
-        x = layers.rms_norm(np.asarray(hidden, dtype=np.float32), self.store.output_norm, cfg.norm_eps)
+        """Final RMSNorm, lm_head, softcap -> logits ``[T, V]`` (any layer's exit head); a
+        :meth:`for_law` view with ``exit_head``: its law's decision rows."""
+        if self._law is not None and self._exit_head_decides:
+            return self._decision_rows(hidden)
+        return self.full_head(hidden)
+
+    def full_head(self, hidden: F32) -> F32:
+        """Final RMSNorm, lm_head, softcap -> every logit ``[T, V]``, whatever the head mode."""
+        return self.head_from_input(self.head_input(hidden))
+
+    def head_input(self, hidden: F32) -> F32:
+        """The head's input: the final RMSNorm of ``hidden`` ``[T, n_embd]``."""
+        return layers.rms_norm(np.asarray(hidden, dtype=np.float32), self.store.output_norm, self.config.norm_eps)
+
+    def head_from_input(self, x: F32) -> F32:
+        """lm_head and softcap on the head's input ``x`` (:meth:`head_input`) -> logits ``[T, V]``."""
         logits = self.store.head_matmul(x)  # [T, V]
-        if cfg.final_softcap is not None:
-            logits = layers.softcap(logits, cfg.final_softcap)
+        if self.config.final_softcap is not None:
+            logits = layers.softcap(logits, self.config.final_softcap)
         return logits
+
+    def _pass_logits(self, hidden: F32) -> F32:
+        """A pass's logits: the full head's, or on a :meth:`for_law` view its decision rows."""
+        return self.full_head(hidden) if self._law is None else self._decision_rows(hidden)
+
+    def _decision_rows(self, hidden: F32) -> F32:
+        """The sparse head's decision rows for this view's law (the full head's rows where it
+        declines; a final softcap, which may merge distinct logits, always declines)."""
+        sparse, law = self.sparse_head, self._law
+        assert sparse is not None and law is not None
+        started = time.perf_counter()
+        x = self.head_input(hidden)
+        rows = None
+        if self.config.final_softcap is None:
+            rows = sparse.decision_rows(x, law, None)
+        else:
+            sparse.stats.rows += x.shape[0]
+            sparse.stats.fell_back("softcap", x.shape[0])
+        out = self.head_from_input(x) if rows is None else rows
+        sparse.stats.seconds += time.perf_counter() - started
+        return out
+
+    def last_head_input(self, tokens: TokenIds, cache: KVCache) -> F32:
+        """:meth:`forward` of ``tokens`` up to the head: the head's input of the last row
+        ``[1, n_embd]`` (the cache advances as forward's; non-finite activations raise ModelError
+        as forward's do). Plain decoding on a sparse head decides from it
+        (:func:`engine.sparse_head.choose_token`)."""
+        ids = check_tokens(tokens, self.config.n_vocab)
+        pos = span_positions(None, cache.length, len(ids), self.config.context_length)
+        start = cache.reserve(len(ids))
+        x = self._run_layers(self.embed(ids), cache, 0, self.config.n_layer - 1, pos, start, None)
+        out = self.head_input(x[-1:])
+        if not np.isfinite(out).all():
+            self._raise_non_finite(ids, pos)
+        cache.advance(len(ids))
+        return out
 
     # -- layers ----------------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ token from exact logits on some ids and intervals on the rest, or None when they
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -43,7 +44,10 @@ from verispec.reference import layers
 
 if TYPE_CHECKING:
     from verispec.engine.matmul import Matmul
-    from verispec.engine.model import FastModel
+    from verispec.engine.weights import WeightStore
+    from verispec.reference.config import Config
+    from verispec.reference.gguf import GGUFFile
+    from verispec.reference.sampling import SamplingParams
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -137,6 +141,19 @@ def first_k(values: F32 | F64, ids: Ids, k: int) -> Ids:
     return picked
 
 
+class HeadedModel(Protocol):
+    """What the head functions here read of a model (:class:`engine.model.FastModel` has it; named
+    structurally so that this module does not import the model, which imports it)."""
+
+    config: "Config"
+    store: "WeightStore"
+    sparse_head: "SparseHead | None"
+
+    def head(self, hidden: F32) -> F32: ...
+
+    def head_from_input(self, x: F32) -> F32: ...
+
+
 # -- sketches and the chunked exact evaluation ------------------------------------------------------
 
 
@@ -182,6 +199,54 @@ class Q8ExactSketch:
             scores[:, first:last] = xs @ w.T
             own = dot_rounding * (np.abs(xs) @ np.abs(w).T)
             radius[:, first:last] = kernel_error_bound(w, x) + own * (1.0 + BOUND_SLACK)
+        return scores, radius
+
+
+class Q8BlockSketch:
+    """The head's own Q8_0 weights, scored in float32 with radii from per-block norms kept at
+    construction: the head mode's sketch (:class:`SparseHead`). Scores ``S = fl32(w . x)`` (w is
+    exact in float32: a float16 scale times an int8 level); the radius is
+    :func:`kernel_error_bound` (from the same block norms) plus the float32 dot's own error,
+    ``gamma_n(2^-24) sum_b ||w_b||_1 max|x_b|`` (any summation order, fused or not) and an absolute
+    ``2^-126`` per term and per flushed input for a flush-to-zero BLAS. As tight as
+    :class:`Q8ExactSketch` up to that float32 term (far below the activation's rounding) and
+    several times cheaper -- but it still reads every weight: no cheaper than the head."""
+
+    def __init__(self, raw: npt.NDArray[np.uint8], n_rows: int, n_in: int, chunk_rows: int = 8192) -> None:
+        if n_in % BLOCK or raw.size != n_rows * n_in // BLOCK * Q8_0_BLOCK_BYTES:
+            raise ValueError(f"{raw.size} bytes are not a Q8_0 matrix of {n_rows} x {n_in}")
+        nb = n_in // BLOCK
+        blocks = raw.reshape(n_rows, nb, Q8_0_BLOCK_BYTES)
+        self.levels = blocks[:, :, 2:].view(np.int8)  # [rows, nb, 32] (a view of the copy held here)
+        self.scales = blocks[:, :, :2].copy().view(np.float16).astype(np.float32).reshape(n_rows, nb)  # exact
+        l1 = np.empty((n_rows, nb))
+        for first in range(0, n_rows, chunk_rows):
+            part = np.abs(self.levels[first : first + chunk_rows].astype(np.float64)).sum(axis=2)
+            l1[first : first + chunk_rows] = part * np.abs(self.scales[first : first + chunk_rows].astype(np.float64))
+        self.l1 = l1  # [rows, nb]: ||w_ib||_1, exact sums of exact products (< 2^53)
+        self.n_rows, self.n_in, self.chunk_rows = n_rows, n_in, chunk_rows
+
+    def bounds(self, x: F32) -> tuple[F64, F64]:
+        x32 = np.ascontiguousarray(x, dtype=np.float32)
+        rows, nb = x32.shape[0], self.n_in // BLOCK
+        if x32.ndim != 2 or x32.shape[1] != self.n_in:
+            raise ValueError(f"Q8BlockSketch takes [T, {self.n_in}] inputs, got {x32.shape}")
+        scores = np.empty((rows, self.n_rows))
+        for first in range(0, self.n_rows, self.chunk_rows):
+            last = min(first + self.chunk_rows, self.n_rows)
+            w = (self.levels[first:last].astype(np.float32) * self.scales[first:last, :, None]).reshape(-1, self.n_in)
+            scores[:, first:last] = x32 @ w.T
+        top = np.abs(x32.astype(np.float64).reshape(rows, nb, BLOCK)).max(axis=2)  # [T, nb]
+        step = ACTIVATION_STEP * top / ACTIVATION_LEVELS
+        kernel = (
+            step @ self.l1.T
+            + gamma(nb + ROUNDINGS_PER_TERM) * ((top + step) @ self.l1.T)
+            + np.minimum(top, ACTIVATION_LEVELS * FLOAT32_TINY) @ self.l1.T
+            + (nb + 1) * ROUNDINGS_PER_TERM * FLOAT32_TINY * 2.0**20
+        )
+        own = gamma(self.n_in) * (top @ self.l1.T) + np.minimum(top, FLOAT32_TINY) @ self.l1.T
+        own += 2 * (self.n_in + 1) * FLOAT32_TINY
+        radius: F64 = (kernel + own) * (1.0 + BOUND_SLACK)
         return scores, radius
 
 
@@ -245,7 +310,7 @@ def sparse_top_k(x: F32, output: "Matmul", sketch: Sketch, k: int, *, max_fracti
 
 
 def head_top_k(
-    model: "FastModel", hidden: F32, k: int, sketch: Sketch, *, max_fraction: float = 0.5
+    model: "HeadedModel", hidden: F32, k: int, sketch: Sketch, *, max_fraction: float = 0.5
 ) -> tuple[Ids, F32, bool]:
     """:func:`sparse_top_k` on ``model``'s head (final norm first), else the full head: the first
     k ids of ``model.head(hidden)`` per row and their logits, plus whether the sparse path ran.
@@ -273,7 +338,7 @@ FLOAT64_TINY = 2.0**-1022  # the smallest normal float64
 
 def lazy_draw(
     exact_ids: Ids,
-    exact_logits: F32,
+    exact_logits: F32 | F64,
     lower: F64,
     upper: F64,
     temperature: float,
@@ -341,3 +406,326 @@ def lazy_draw(
     if t >= n or (t > 0 and c_hi[t - 1] > t_lo):
         return None
     return t
+
+
+# -- the head mode of the int8 engine: decisions from the candidate chunks ---------------------------
+
+HEAD_MODES: tuple[str, ...] = ("full", "sparse")
+# Not the default: the sketch it runs (Q8BlockSketch) reads every head weight, and the sketches the
+# kernel could run cheaper leave most of the vocabulary (int4: 186k of Gemma 3's 262k rows,
+# lab/measurements/sparse_head_bounds_*.json). Measured: lab/measurements/sparse_head_decode_*.json.
+HEAD_HELP = (
+    "full (default): the head computes every logit; sparse: greedy, top-k <= 64 and full-vocabulary "
+    "sampling decided from the head chunks holding candidates of a certified bound (the same tokens, bit "
+    "for bit; the full head where it cannot prune; int8 engine only). Not the default because it is "
+    "measured slower: its sketch reads every head weight, so plain greedy decoding ran at 0.30x (SmolLM2) "
+    "and 0.13x (Gemma 3) the full head's tokens/s, 1 thread, load average ~15 on 2 cores "
+    "(docs/results/engine-studies.md)"
+)
+# the value a pruned logit reads as: below every finite float32 logit, so every processed (biased,
+# penalized: monotone) value of it is at most the same processing of the row's upper bound
+PRUNED_LOGIT = float(np.finfo(np.float32).min)
+FALLBACK_REASONS = ("law", "penalty", "few-alive", "fraction", "non-finite", "softcap", "undecided")
+
+
+@dataclass(frozen=True)
+class HeadOptions:
+    """The int8 engine's head mode: ``mode`` ``full`` (every logit) or ``sparse`` (decisions from
+    the chunks holding candidates, the full head where they exceed ``max_fraction`` of the rows)."""
+
+    mode: str = "full"
+    max_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        from verispec.reference.errors import ModelError
+
+        if self.mode not in HEAD_MODES:
+            raise ModelError(f"head mode {self.mode!r} is not one of {', '.join(HEAD_MODES)}")
+        if not 0.0 < self.max_fraction <= 1.0:
+            raise ModelError(f"max_fraction must be in (0, 1], got {self.max_fraction!r}")
+
+
+@dataclass
+class HeadStats:
+    """What the sparse head did since the last :meth:`reset`: head rows a decision asked for, how
+    many it decided from candidate chunks (``sparse_rows``) or by a lazy draw (``lazy_draws``),
+    and the rows the full head ran for, by reason (``fallbacks``)."""
+
+    rows: int = 0
+    sparse_rows: int = 0
+    lazy_draws: int = 0
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    chunks_evaluated: int = 0  # chunk calls of the sparse passes
+    chunks_offered: int = 0  # chunks those passes had
+    seconds: float = 0.0  # wall time in the head (sketch, chunks, and the full head's fallbacks)
+    sketch_seconds: float = 0.0  # of which in the sketch's bounds
+
+    def fell_back(self, reason: str, rows: int) -> None:
+        self.fallbacks[reason] = self.fallbacks.get(reason, 0) + rows
+
+    @property
+    def fallback_rows(self) -> int:
+        return sum(self.fallbacks.values())
+
+    def reset(self) -> None:
+        self.rows = self.sparse_rows = self.lazy_draws = self.chunks_evaluated = self.chunks_offered = 0
+        self.fallbacks, self.seconds, self.sketch_seconds = {}, 0.0, 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "rows": self.rows,
+            "sparse_rows": self.sparse_rows,
+            "lazy_draws": self.lazy_draws,
+            "fallback_rows": self.fallback_rows,
+            "fallbacks": dict(self.fallbacks),
+            "fallback_fraction": self.fallback_rows / self.rows if self.rows else 0.0,
+            "chunks_evaluated": self.chunks_evaluated,
+            "chunks_offered": self.chunks_offered,
+            "seconds": self.seconds,
+            "sketch_seconds": self.sketch_seconds,
+        }
+
+
+def local_k(params: "SamplingParams", n_vocab: int) -> int | None:
+    """How many of a row's first ids (processed logit descending, id ascending) the law reads, or
+    None when it reads every logit. Greedy: 2 (the argmax, and the runner-up that the early-exit
+    margin reads); top-k with ``k <= SPARSE_TOP_K`` (engine.sampling): k -- every processor after
+    top-k reads the survivors alone (engine.sampling._top_k_law)."""
+    from verispec.engine.sampling import SPARSE_TOP_K
+
+    if params.greedy:
+        return 2
+    if 0 < params.top_k <= SPARSE_TOP_K and params.top_k < n_vocab:
+        return int(params.top_k)
+    return None
+
+
+def processed_bounds(scores: F64, radius: F64, history: Sequence[int], params: "SamplingParams") -> tuple[F64, F64]:
+    """``[V]`` bounds on the law's working values (logit bias, then repeat penalty, in float64)
+    from ``|K_i - scores_i| <= radius_i``: the row's interval widened for its own rounding (as
+    :func:`candidates`), then the same processors applied to both ends. Each processor maps a
+    value through a monotone non-decreasing float64 operation (``fl(l + b)``; ``fl(l / r)`` for
+    ``l > 0`` and ``fl(l r)`` otherwise, ``r > 0``), so the processed ends bound the processed
+    logit. A -inf bias gives -inf at both ends (the id is banned in both heads)."""
+    from verispec.engine.sampling import apply_repeat_penalty
+    from verispec.reference.sampling import apply_logit_bias
+
+    widen = radius * (1.0 + BOUND_SLACK) + np.abs(scores) * BOUND_SLACK
+    lower, upper = scores - widen, scores + widen
+    for end in (lower, upper):
+        apply_logit_bias(end, params.logit_bias)
+        apply_repeat_penalty(end, history, params.repeat_penalty, params.repeat_last_n)
+    return lower, upper
+
+
+def candidates_between(lower: F64, upper: F64, k: int) -> npt.NDArray[np.bool_] | None:
+    """Rows whose value may be among the first k of any row with ``lower <= value <= upper``:
+    the live rows (finite upper end) reaching ``tau``, the k-th largest lower end. None when at
+    most k rows are live (the law's top-k then keeps every live row: the full head runs)."""
+    alive = np.isfinite(upper)
+    n_alive = int(alive.sum())
+    if n_alive <= k:
+        return None
+    keys = np.where(alive, lower, -np.inf)
+    tau = np.partition(keys, keys.shape[0] - k)[keys.shape[0] - k]
+    out: npt.NDArray[np.bool_] = alive & (upper >= tau)
+    return out
+
+
+class SparseHead:
+    """The int8 engine's sparse head: ``output``'s row chunks, a certified ``sketch`` of them, the
+    options and the running :class:`HeadStats` (shared by every view of the model).
+
+    :meth:`decision_rows` gives rows that a top-k-local law (:func:`local_k`) maps to the same
+    probabilities, bit for bit, as the full head's rows: the full head's logits on every chunk
+    holding a candidate, :data:`PRUNED_LOGIT` elsewhere. Why the law cannot tell them apart: the
+    k live rows with the largest processed lower ends each have a processed value ``>= tau``; a
+    pruned row's processed value -- of its logit in the full head, of PRUNED_LOGIT here (below
+    its logit, the processing monotone) -- is ``<= upper < tau``. So in both rows the same k ids
+    come first in the law's order (processed value descending, id ascending), with the same
+    values; the argmax, the runner-up's value, top-k's survivors and every later processor read
+    only those (engine.sampling._top_k_law) and the set of live ids, which the bias alone decides.
+    :meth:`choose` is plain decoding's step, full-vocabulary sampling included (:func:`lazy_draw`).
+    """
+
+    def __init__(self, output: "Matmul", sketch: Sketch, n_vocab: int, options: HeadOptions) -> None:
+        self.output, self.sketch, self.n_vocab, self.options = output, sketch, n_vocab, options
+        self.stats = HeadStats()
+
+    @classmethod
+    def from_gguf(cls, f: "GGUFFile", config: "Config", store: "WeightStore", options: HeadOptions) -> "SparseHead":
+        """The sparse head of an int8 store loaded from ``f``: its sketch reads a copy of the
+        head's Q8_0 bytes (the file's mapping does not outlive the load). ModelError unless the
+        store is the int8 mode's, its head in row chunks, Q8_0 (the error model's weights)."""
+        from verispec.engine.matmul import RowChunks
+        from verispec.reference.errors import ModelError
+
+        if store.mode != "int8":
+            raise ModelError(f"the sparse head is a head mode of the int8 engine (weights='int8', not {store.mode!r})")
+        output = store.head_output
+        if not isinstance(output, RowChunks):
+            raise ModelError("the sparse head needs the int8 head in row chunks (a vocabulary of more than one chunk)")
+        head_name = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
+        info = f.tensors[head_name]
+        if info.ggml_type != Q8_0_TYPE:
+            raise ModelError(
+                f"the sparse head's error model needs a Q8_0 head; {head_name} is ggml type {info.ggml_type}"
+            )
+        raw = np.array(f.raw(head_name), dtype=np.uint8).reshape(-1)  # a copy: the mapping closes after the load
+        return cls(output, Q8BlockSketch(raw, config.n_vocab, config.n_embd), config.n_vocab, options)
+
+    def decision_rows(self, x: F32, params: "SamplingParams", histories: Sequence[Sequence[int]] | None) -> F32 | None:
+        """Rows ``[T, V]`` the law ``params`` maps to the full head's probabilities (class doc) for
+        the normed head input ``x`` ``[T, n_in]``, row t's history ``histories[t]`` (None: no
+        history known, so a repeat penalty makes the full head run); None (recorded in
+        :attr:`stats` by reason) when the full head must run."""
+        rows = x.shape[0]
+        self.stats.rows += rows
+        k = local_k(params, self.n_vocab)
+        if k is None:
+            self.stats.fell_back("law", rows)
+            return None
+        penalized = params.repeat_penalty != 1.0 and params.repeat_last_n != 0
+        if penalized and histories is None:
+            self.stats.fell_back("penalty", rows)
+            return None
+        if not np.isfinite(x).all():
+            self.stats.fell_back("non-finite", rows)
+            return None
+        scores, radius = self._bounds(x)
+        union = np.zeros(self.n_vocab, dtype=bool)
+        for t in range(rows):
+            if not (np.isfinite(scores[t]).all() and np.isfinite(radius[t]).all()):
+                self.stats.fell_back("non-finite", rows)
+                return None
+            lower, upper = processed_bounds(scores[t], radius[t], histories[t] if histories else (), params)
+            chosen = candidates_between(lower, upper, k)
+            if chosen is None:
+                self.stats.fell_back("few-alive", rows)
+                return None
+            union |= chosen
+        if union.mean() > self.options.max_fraction:
+            self.stats.fell_back("fraction", rows)
+            return None
+        ids, values = self._evaluate(x, union)
+        if not np.isfinite(values).all():
+            self.stats.fell_back("non-finite", rows)
+            return None
+        out = np.full((rows, self.n_vocab), PRUNED_LOGIT, dtype=np.float32)
+        out[:, ids] = values
+        self.stats.sparse_rows += rows
+        return out
+
+    def _bounds(self, x: F32) -> tuple[F64, F64]:
+        import time
+
+        started = time.perf_counter()
+        try:
+            return self.sketch.bounds(x)
+        finally:
+            self.stats.sketch_seconds += time.perf_counter() - started
+
+    def _evaluate(self, x: F32, mask: npt.NDArray[np.bool_]) -> tuple[Ids, F32]:
+        from verispec.engine.matmul import RowChunks
+
+        assert isinstance(self.output, RowChunks)
+        evaluator = ChunkEvaluator(self.output.parts)
+        ids, values = evaluator(x, mask)
+        self.stats.chunks_evaluated += evaluator.chunks_called
+        self.stats.chunks_offered += len(self.output.parts)
+        return ids, values
+
+    def lazy_choice(self, x: F32, history: Sequence[int], params: "SamplingParams", u: float) -> int | None:
+        """The token a full-vocabulary law (top-k 0 or >= V, top-p 1, min-p 0, no banned id) draws
+        with uniform ``u`` from the normed head input ``x`` ``[1, n_in]``: :func:`lazy_draw` on
+        the exact logits of the chunks holding the candidates of the first
+        :data:`engine.sampling.SPARSE_TOP_K` ids and the processed bounds elsewhere. None (in
+        :attr:`stats` by reason) when the law is not such a law or the bounds cannot decide: the
+        caller runs the full head with the same ``u``, and the token is the same either way."""
+        from verispec.engine.sampling import SPARSE_TOP_K, apply_repeat_penalty
+        from verispec.reference.sampling import apply_logit_bias
+
+        self.stats.rows += 1
+        if (
+            params.greedy
+            or 0 < params.top_k < self.n_vocab
+            or params.top_p < 1.0
+            or params.min_p > 0.0
+            or any(b == -np.inf for b in (params.logit_bias or {}).values())
+        ):
+            self.stats.fell_back("law", 1)
+            return None
+        if not np.isfinite(x).all():
+            self.stats.fell_back("non-finite", 1)
+            return None
+        scores, radius = self._bounds(x)
+        if not (np.isfinite(scores).all() and np.isfinite(radius).all()):
+            self.stats.fell_back("non-finite", 1)
+            return None
+        lower, upper = processed_bounds(scores[0], radius[0], history, params)
+        if not (np.isfinite(lower).all() and np.isfinite(upper).all()):
+            self.stats.fell_back("non-finite", 1)
+            return None
+        chosen = candidates_between(lower, upper, min(SPARSE_TOP_K, self.n_vocab - 1))
+        if chosen is None:
+            self.stats.fell_back("few-alive", 1)
+            return None
+        if chosen.mean() > self.options.max_fraction:
+            self.stats.fell_back("fraction", 1)
+            return None
+        ids, values = self._evaluate(x, chosen)
+        working = np.zeros(self.n_vocab)  # the law's processing, read at ``ids`` only
+        working[ids] = values[0]
+        apply_logit_bias(working, params.logit_bias)
+        apply_repeat_penalty(working, history, params.repeat_penalty, params.repeat_last_n)
+        if not np.isfinite(working[ids]).all():
+            self.stats.fell_back("non-finite", 1)
+            return None
+        token = lazy_draw(ids, working[ids], lower, upper, params.temperature, u)
+        if token is None:
+            self.stats.fell_back("undecided", 1)
+            return None
+        self.stats.lazy_draws += 1
+        return token
+
+
+def choose_token(
+    model: "HeadedModel", x: F32, history: Sequence[int], params: "SamplingParams", rng: np.random.Generator
+) -> int:
+    """Plain decoding's step on a sparse-head model from the normed head input ``x`` ``[1, n_in]``:
+    the token ``sample(target_distribution(full head row, history, params), rng)`` gives, consuming
+    the same one uniform. A top-k-local law reads :meth:`SparseHead.decision_rows` (the full head
+    where it declines); any other law draws its uniform first and asks :meth:`SparseHead.lazy_choice`,
+    the full head's row with that uniform where it declines."""
+    import time
+
+    from verispec.engine.sampling import sample, sample_from, target_distribution
+
+    head = model.sparse_head
+    if head is None:
+        raise ValueError("choose_token needs a model loaded with the sparse head")
+    started = time.perf_counter()
+    capped = model.config.final_softcap is not None  # a softcap may merge logits: the full head
+    if local_k(params, head.n_vocab) is not None:
+        rows = None
+        if capped:
+            head.stats.rows += 1
+            head.stats.fell_back("softcap", 1)
+        else:
+            rows = head.decision_rows(x, params, [history])
+        row = (rows if rows is not None else model.head_from_input(x))[0]
+        head.stats.seconds += time.perf_counter() - started
+        return sample(target_distribution(row, history, params), rng)
+    u = float(rng.random())
+    if capped:
+        head.stats.rows += 1
+        head.stats.fell_back("softcap", 1)
+        token = None
+    else:
+        token = head.lazy_choice(x, history, params, u)
+    if token is not None:
+        head.stats.seconds += time.perf_counter() - started
+        return token
+    row = model.head_from_input(x)[0]
+    head.stats.seconds += time.perf_counter() - started
+    return sample_from(target_distribution(row, history, params), u)

@@ -37,6 +37,7 @@ Also here:
 - :mod:`.source_ab`: Two source trees of verispec, the same int8 decode, interleaved: a before / after ratio in one run.
 - :mod:`.verifier_at_cost`: A batched verifier of a fixed CPU cost a verification: the gate's full-power default for a real implementation of that speed.
 - :mod:`.sparse_head_cost`: What a sparse head's pieces cost against the full int8 head, interleaved in one process.
+- :mod:`.sparse_head_decode`: The int8 engine's sparse head against its full head in plain decoding, in one process.
 - :mod:`.sparse_head_bounds`: How many head rows a certified per-row bound leaves to compute exactly (a lab study).
 - :mod:`.spec_bench_fresh`: Plain vs speculative decoding (``--draft auto``) on a Spec-Bench-style workload written apart from the bench's own (``lab/data/workload_fresh.jsonl``), greedy and T = 0.8, interleaved.
 - :mod:`.step_profile`: Where one int8 decode step goes: wall time per component, accumulated over greedy 1-row steps.

@@ -50,7 +50,7 @@ from typing import Any, Literal
 from verispec.reference import speculative, tree_decode
 from verispec.reference.drafts import AdaptiveK, check_options
 from verispec.reference.sampling import sample, target_distribution
-from verispec.reference.seams import DraftContext, DraftSource, DrawFn, LawFn, TargetModel
+from verispec.reference.seams import DraftContext, DraftSource, DrawFn, LawFn, TargetModel, law_view
 from verispec.reference.session import DecodeSession, GenerationRequest, GenerationResult
 from verispec.reference.tokenizer import Tokenizer
 
@@ -143,6 +143,7 @@ def _measured_cost(model: TargetModel, max_rows: int) -> dict[int, float] | None
 
 # -- the loop ---------------------------------------------------------------------------------------
 
+
 TREE_NODE_BUDGET = 64  # cache rows reserved past the history for a draft tree (the draft caps its own)
 
 
@@ -167,6 +168,7 @@ def speculative_generate(
     model work.
     """
     options.validate()
+    model = law_view(model, request.params)
     session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
     params, rng, history = request.params, session.rng, session.history
     mode = speculative.verification_mode(params, params)

@@ -48,7 +48,7 @@ from verispec.reference.exit_head import GateKind as GateKind
 from verispec.reference.exit_head import Lens as Lens
 from verispec.reference.exit_head import exit_logits as exit_logits
 from verispec.reference.exit_head import fit_lens as fit_lens
-from verispec.reference.seams import Cache, TargetModel
+from verispec.reference.seams import Cache, TargetModel, law_view
 from verispec.reference.session import DecodeSession, GenerationRequest, GenerationResult
 from verispec.reference.tokenizer import Tokenizer
 
@@ -301,6 +301,7 @@ def generate_early_exit(
             f"early exit certifies greedy decoding only: temperature {params.temperature!r} must be 0, "
             f"repeat_penalty {params.repeat_penalty!r} 1 and no logit bias"
         )
+    model = law_view(model, params, exit_head=True)  # a sparse head's exit and full heads (engine.sparse_head)
     session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
     use_gate: GateKind = calibration.gate if gate is None else gate
     n_layer = model.config.n_layer

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from verispec.reference.chat import ChatFormat
 from verispec.reference.errors import ContextOverflow, ModelError
-from verispec.reference.sampling import sample, target_distribution
+from verispec.reference.sampling import SamplingParams, sample, target_distribution
 from verispec.reference.seams import DrawFn as DrawFn
 from verispec.reference.seams import LawFn, TargetModel
 from verispec.reference.session import DecodeSession
@@ -36,6 +36,9 @@ from verispec.reference.tokenizer import Tokenizer
 F32 = npt.NDArray[np.float32]
 LastLogitsFn = Callable[[Sequence[int], Any], F32]
 """``last_logits(span, cache) -> [V]``: run a span (appending it to the cache), its last logits row."""
+ChooseFn = Callable[[F32, Sequence[int], SamplingParams, np.random.Generator], int]
+"""``choose(row, history, params, rng) -> id``: the next token from what ``last_logits`` gave;
+``draw(law(row, history, params), rng)`` or a step that gives the same token for the same rng."""
 
 
 def encode_prompt(
@@ -85,23 +88,29 @@ def decode_plain(
     law: LawFn = target_distribution,
     draw: DrawFn = sample,
     last_logits: LastLogitsFn | None = None,
+    choose: ChooseFn | None = None,
 ) -> GenerationResult:
     """The plain loop on any engine: ``law`` and ``draw`` are THE target law and draw or
     bit-identical ones; ``last_logits(span, cache)`` runs a span and gives its last logits row
     ``[V]`` (default: ``model.forward(...).logits[-1]``; the fast engine computes the head on that
-    row alone)."""
+    row alone); ``choose`` (default ``draw(law(...))``) takes the next token from it (the fast
+    engine's sparse head: from the head's input, the same token)."""
     session = DecodeSession(model.config, tokenizer, request, on_text=on_text)
 
     def forward_last(span: Sequence[int], cache: Any) -> F32:
         return np.asarray(model.forward(span, cache).logits[-1], dtype=np.float32)
 
+    def law_then_draw(row: F32, history: Sequence[int], params: SamplingParams, rng: np.random.Generator) -> int:
+        return draw(law(row, history, params), rng)
+
     run = forward_last if last_logits is None else last_logits
+    step = law_then_draw if choose is None else choose
     session.begin()
     if not session.done:
         cache = model.new_cache(len(session.prompt) + request.max_tokens)
         logits = run(session.prompt, cache)  # [V]
         session.target_passes = 1
-        while not session.commit(draw(law(logits, session.history, request.params), session.rng)):
+        while not session.commit(step(logits, session.history, request.params, session.rng)):
             logits = run(session.generated[-1:], cache)
             session.target_passes += 1
     return session.finish()

@@ -117,6 +117,17 @@ class TargetModel(Protocol):
         ...
 
 
+def law_view(model: TargetModel, params: SamplingParams, *, exit_head: bool = False) -> TargetModel:
+    """The target a loop under the law ``params`` runs: ``model.for_law(params)`` where the model
+    has one (the fast engine's sparse head: passes whose logits are decision rows, the same
+    probabilities under that law bit for bit; engine.sparse_head), else ``model`` itself."""
+    for_law = getattr(model, "for_law", None)
+    if not callable(for_law):
+        return model
+    view: TargetModel = for_law(params, exit_head=exit_head)
+    return view
+
+
 # -- draft sources -------------------------------------------------------------------------------
 
 

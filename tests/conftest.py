@@ -75,6 +75,7 @@ SHARED_LOAD_GROUPS = {
         "tests/test_tree_int8.py",
         "tests/test_engine_forward_many.py",
         "tests/test_sparse_head.py",
+        "tests/test_sparse_head_mode.py",
     ),
 }
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from verispec.engine import FAST_ARCHITECTURES, load_model
 from verispec.engine.matmul import ort_available
 from verispec.engine.model import FastModel
+from verispec.engine.sparse_head import HEAD_HELP as HEAD_HELP  # re-exported: the commands' --head help
+from verispec.engine.sparse_head import HEAD_MODES as HEAD_MODES
 from verispec.reference.chat import ChatFormat, optional_chat_format
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.model import Model
@@ -78,27 +80,33 @@ def load_engine(
     weights: str = AUTO,
     backend: str = "auto",
     pass_boundaries: Iterable[int] = (),
+    head: str = "full",
 ) -> EngineLoaded:
     """Resolve a registry name or path (or take an open file) and load it on ``engine`` with
-    ``weights`` (:func:`resolve_weights`) on ``backend``. ``pass_boundaries``: the depths where the
-    caller's passes start and stop (early exit's candidate depths, a layer-skip draft's exit layer;
-    the fast engine cuts its fused layer chain there, :meth:`FastModel.load`).
+    ``weights`` (:func:`resolve_weights`) on ``backend``, the int8 mode's head in mode ``head``
+    (:data:`HEAD_HELP`). ``pass_boundaries``: the depths where the caller's passes start and stop
+    (early exit's candidate depths, a layer-skip draft's exit layer; the fast engine cuts its fused
+    layer chain there, :meth:`FastModel.load`).
 
     ModelError for an unknown engine / weights mode, InsufficientMemory before loading when the
     weights will not fit; with ``need_chat`` a model without a chat format is a ChatFormatError.
     """
     boundaries = tuple(pass_boundaries)
     if isinstance(source, GGUFFile):
-        return _load(source, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries)
+        return _load(
+            source, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries, head=head
+        )
     with GGUFFile.open(resolve_model(source)) as f:
-        return _load(f, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries)
+        return _load(
+            f, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries, head=head
+        )
 
 
 def _load(
-    f: GGUFFile, *, need_chat: bool, engine: str, weights: str, backend: str, bounds: tuple[int, ...]
+    f: GGUFFile, *, need_chat: bool, engine: str, weights: str, backend: str, bounds: tuple[int, ...], head: str
 ) -> EngineLoaded:
     weights = resolve_weights(weights, engine=engine, arch=str(f.get("general.architecture", "")), backend=backend)
-    model = load_model(f, engine=engine, weights=weights, backend=backend, pass_boundaries=bounds)
+    model = load_model(f, engine=engine, weights=weights, backend=backend, pass_boundaries=bounds, head=head)
     if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
         print(
             f"verispec: note: the fast engine implements {', '.join(FAST_ARCHITECTURES)}; "
@@ -108,6 +116,13 @@ def _load(
     tokenizer = Tokenizer.from_gguf(f.metadata)
     chat = optional_chat_format(f.metadata, required=need_chat)
     return EngineLoaded(model, tokenizer, chat)
+
+
+def head_stats_of(model: "Model | FastModel") -> dict[str, object] | None:
+    """What a sparse head did (engine.sparse_head.HeadStats.as_dict), None for the full head."""
+    if isinstance(model, FastModel) and model.sparse_head is not None:
+        return model.sparse_head.stats.as_dict()
+    return None
 
 
 def weights_mode_of(model: "Model | FastModel") -> str:

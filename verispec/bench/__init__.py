@@ -47,7 +47,8 @@ report and its JSON, ``schema_version``), :mod:`~verispec.bench.timing`,
 :mod:`~verispec.bench.backends`, :mod:`~verispec.bench.kernels`, :mod:`~verispec.bench.llama` and
 :mod:`~verispec.bench.llama_section`, :mod:`~verispec.bench.llama_child`,
 :mod:`~verispec.bench.peer`, :mod:`~verispec.bench.kernel_info`, :mod:`~verispec.bench.workload`,
-:mod:`~verispec.bench.early_exit`, :mod:`~verispec.bench.ratios`, :mod:`~verispec.bench.text`
+:mod:`~verispec.bench.early_exit`, :mod:`~verispec.bench.head` (``--head sparse``: the sparse head beside
+the full one), :mod:`~verispec.bench.ratios`, :mod:`~verispec.bench.text`
 (the printed lines), :mod:`~verispec.bench.plot`. Child processes run ``python -m
 verispec.bench.backends``, ``python -m verispec.bench.kernels`` and ``python -m
 verispec.bench.llama_child``, so this file imports nothing:

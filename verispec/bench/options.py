@@ -55,3 +55,4 @@ class BenchOptions:
     )
     workload_weights: str = "auto"  # the engine mode the workload runs on ("auto": the headline's; "f32", "int8")
     weights: str = "auto"  # the headline model's weights mode (verispec.engine_load.resolve_weights)
+    head: str = "full"  # "sparse": the head section, the sparse head beside the full one (verispec/bench/head.py)

@@ -402,6 +402,7 @@ class BenchReport:
     )
     workload_llama_cpp: JSONObject | None = None  # with --workload: llama.cpp beside it, or why not
     engine_kernel: JSONObject | None = None  # version 2: the headline model's kernels (verispec/bench/kernel_info.py)
+    head: JSONObject | None = None  # with --head sparse: sparse beside full head (verispec/bench/head.py)
     plot: str | None = None  # with --plot: the PNG written
     schema_version: int = SCHEMA_VERSION
 
@@ -459,6 +460,7 @@ class BenchReport:
             workload=_optional_section(report, "workload"),
             workload_llama_cpp=_optional_section(report, "workload_llama_cpp"),
             engine_kernel=_optional_section(report, "engine_kernel"),
+            head=_optional_section(report, "head"),
             plot=_optional_text(report, "plot", "report"),
             schema_version=version,
         )

@@ -43,6 +43,7 @@ from verispec.engine.generate import generate as fast_generate
 from verispec.engine.model import FastModel
 from verispec.engine_load import resolve_weights
 from verispec.reference.calibration import numerics
+from verispec.reference.errors import BenchError
 from verispec.reference.generate import GenerationRequest
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams
@@ -85,6 +86,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> BenchReport
     kernels = kernels_section(model, options)
     ids = prose_ids(tokenizer, options)
     plain = plain_decode(model, tokenizer, ids, options)
+    head = _head(path, model, ids, options)
     prefill = prefill_speed(model, ids, options.prefill_tokens)
     speculative = speculative_section(model, tokenizer, options)
     verify = {_label(model): verify_cost(model, options.k)}
@@ -127,6 +129,7 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> BenchReport
         workload=workload[1],
         workload_llama_cpp=workload[2],
         engine_kernel=engine_kernel(model),
+        head=head,
     )
     machine = replace(machine, load_average_end=load_average())
     return replace(report, machine=machine, ratios=ratios(report), peak_rss_mib=peak_rss_mib())
@@ -144,6 +147,20 @@ def _load(path: Path, options: BenchOptions) -> _Loaded:
         tokenizer = Tokenizer.from_gguf(f.metadata)
         chat = chat_format(f.metadata) if options.workload else None
     return _Loaded(model, tokenizer, chat, time.perf_counter() - t0)
+
+
+def _head(path: Path, model: FastModel, ids: tuple[int, ...], options: BenchOptions) -> dict[str, Any] | None:
+    """With ``--head sparse``: the sparse head beside the full head (verispec/bench/head.py); the
+    other sections run the full head. BenchError unless the headline model is the int8 mode."""
+    if options.head == "full":
+        return None
+    if model.weights_mode != "int8":
+        raise BenchError(
+            f"--head {options.head} is a head mode of the int8 engine (the headline runs {model.weights_mode})"
+        )
+    from verispec.bench.head import head_section
+
+    return head_section(path, model, list(ids), options.decode_tokens, max(2, options.repeats))
 
 
 def _label(model: FastModel) -> str:

@@ -13,6 +13,7 @@ from verispec.bench.options import DRAFTS, PROMPTS, BenchOptions
 from verispec.bench.plot import plot
 from verispec.bench.run import run_bench
 from verispec.bench.text import format_report
+from verispec.engine.sparse_head import HEAD_HELP, HEAD_MODES
 from verispec.reference.errors import BenchError as BenchError
 from verispec.registry import DEFAULT_MODEL, resolve_model
 from verispec.workload import WorkloadItem, load_workload, select
@@ -118,6 +119,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         const="exact",
         help="the exact float32 mode as the headline (= --weights exact)",
     )
+    parser.add_argument(
+        "--head",
+        choices=HEAD_MODES,
+        default="full",
+        help="sparse: add the head section, plain greedy decoding with the int8 engine's sparse head beside "
+        "its full head in alternating rounds (tokens/s ratio, the head's share of a step, fallbacks); "
+        "the other sections run the full head. " + HEAD_HELP,
+    )
     parser.set_defaults(func=run)
 
 
@@ -142,6 +151,8 @@ def _workload(args: argparse.Namespace) -> "tuple[WorkloadItem, ...]":
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.head != "full" and args.weights in ("exact", "f32"):  # refused before minutes of timing
+        raise BenchError(f"--head {args.head} is a head mode of the int8 engine, not of --weights {args.weights}")
     workload = _workload(args)  # checked before the model loads
     if args.plot:
         from verispec.atomic import output_file
@@ -166,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         workload_length=args.workload_length,
         workload_weights=args.workload_weights,
         weights=args.weights,
+        head=args.head,
     )
     report = run_bench(resolve_model(args.model), options)
     if args.plot:

@@ -20,7 +20,7 @@ from verispec.commands.request import load as load
 from verispec.commands.speculative import run_speculative
 from verispec.commands.validate import check_generate
 from verispec.engine.generate import generate_any as generate
-from verispec.engine_load import load_engine
+from verispec.engine_load import HEAD_HELP, HEAD_MODES, head_stats_of, load_engine
 from verispec.reference.drafts import DEFAULT_DRAFT
 from verispec.registry import DEFAULT_MODEL
 
@@ -109,9 +109,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_head_argument(parser: argparse.ArgumentParser) -> None:
+    """--head full|sparse: the int8 mode's head (engine/sparse_head.py)."""
+    parser.add_argument("--head", choices=HEAD_MODES, default="full", help=HEAD_HELP)
+
+
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("generate", help="generate text from a prompt")
     add_arguments(parser)
+    add_head_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -122,15 +128,38 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "draft", None) is not None:
         return run_speculative(args)
     loaded = load_engine(
-        args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend
+        args.model,
+        need_chat=args.chat,
+        engine=args.engine,
+        weights=args.weights,
+        backend=args.backend,
+        head=getattr(args, "head", "full"),
     )
     request = build_request(args, loaded)
     if args.json:
         result = generate(loaded.model, loaded.tokenizer, request)
-        print(json.dumps(result_json(result), ensure_ascii=False))
+        out = result_json(result)
+        head = head_stats_of(loaded.model)
+        if head is not None:
+            out["head"] = head
+        print(json.dumps(out, ensure_ascii=False))
         return 0
     result = generate(loaded.model, loaded.tokenizer, request, on_text=stream)
     sys.stdout.write("\n")
     sys.stdout.flush()
     print(stats_line(result), file=sys.stderr)
+    head_line(loaded.model)
     return 0
+
+
+def head_line(model: object) -> None:
+    """One stderr line on what a sparse head did (nothing for the full head)."""
+    from verispec.engine.model import FastModel
+
+    head = head_stats_of(model) if isinstance(model, FastModel) else None
+    if head is not None:
+        print(
+            f"[sparse head: {head['rows']} rows, {head['sparse_rows']} from candidate chunks, "
+            f"{head['lazy_draws']} lazy draws, {head['fallback_rows']} full-head fallbacks {head['fallbacks']}]",
+            file=sys.stderr,
+        )

@@ -18,7 +18,7 @@ import sys
 
 from verispec.commands.request import build_request, result_json, stats_line
 from verispec.commands.validate import model_config
-from verispec.engine_load import AUTO, load_engine, resolve_weights, weights_mode_of
+from verispec.engine_load import AUTO, head_stats_of, load_engine, resolve_weights, weights_mode_of
 from verispec.reference.calibration import Calibration, file_sha256
 from verispec.reference.early_exit import ExitStats, generate_early_exit
 from verispec.reference.generate import GenerationResult
@@ -74,6 +74,7 @@ def run_early_exit(args: argparse.Namespace) -> int:
         weights=weights,
         backend=getattr(args, "backend", "auto"),
         pass_boundaries=calibration.candidate_depths,  # every pass starts and stops at one of them
+        head=getattr(args, "head", "full"),
     )
     calibration.check_weights(weights_mode_of(loaded.model))  # e.g. --engine reference serves f32
     request = build_request(args, loaded)
@@ -99,6 +100,9 @@ def run_early_exit(args: argparse.Namespace) -> int:
         exit_stats["kind"] = calibration.kind
         exit_stats["claim"] = calibration.refusal or f"{calibration.claim} (α = {calibration.alpha})"
         out["early_exit"] = exit_stats
+        head = head_stats_of(loaded.model)
+        if head is not None:
+            out["head"] = head
         print(json.dumps(out, ensure_ascii=False))
         return 0
     result, stats = run(True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from verispec.commands.request import build_request, result_json, stats_line, stream
 from verispec.engine.generate import draw_for, generate_any, law_for
-from verispec.engine_load import load_engine
+from verispec.engine_load import head_stats_of, load_engine
 from verispec.reference.config import Config
 from verispec.reference.decode import SpeculativeOptions
 from verispec.reference.draft_choice import AutoDraft
@@ -123,6 +123,7 @@ def run_speculative(args: argparse.Namespace) -> int:
             weights=args.weights,
             backend=args.backend,
             pass_boundaries=draft_boundaries(spec),
+            head=getattr(args, "head", "full"),
         )
     request = build_request(args, loaded)
     # model: the vocabulary was checked above, from metadata (None: make_draft does not redo it)
@@ -137,6 +138,9 @@ def run_speculative(args: argparse.Namespace) -> int:
         _finish(draft, result.generation.ids)
         out = result_json(result.generation)
         out["speculative"] = ev.as_dict()
+        head = head_stats_of(loaded.model)
+        if head is not None:
+            out["head"] = head
         print(json.dumps(out, ensure_ascii=False))
         return 0
     result, ev = measure(
