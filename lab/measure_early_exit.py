@@ -85,7 +85,7 @@ from verispec.reference.calibration import (
 )
 from verispec.reference.certificate import residual_admits
 from verispec.reference.conformal import PROMPT_CLAIM
-from verispec.reference.early_exit import GateKind, Lens, exit_logits, generate_early_exit
+from verispec.reference.early_exit import GateKind, Lens, exit_depths, exit_logits, generate_early_exit
 from verispec.reference.early_exit import Model as ExitModel
 from verispec.reference.generate import GenerationRequest, generate
 from verispec.reference.model import Model
@@ -506,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             cals,
             levels,
             sets,
-            cut_models(path, model, sets),
+            cut_models(path, model, cuts_needed(cals, timed)),
         )
     results["provenance"] = provenance(argv, load_start)
     if args.records_provenance is not None:
@@ -658,14 +658,30 @@ def per_kind(prompts: list[tuple[str, list[int]]], kind: str, n: int) -> list[tu
     return [p for p in prompts if p[0] == kind][:n]
 
 
-def cut_models(path: Path, model: ExitModel, sets: list[tuple[int, ...]]) -> dict[tuple[int, ...], ExitModel]:
-    """Depth set -> the model early exit is timed on: the fast engine's fused layers loaded again
-    with the chain cut at the set's depths (``FastModel.load(pass_boundaries=...)``, as the serve
-    loader loads it: the same bits, no link half computed and dropped at a candidate depth); any
-    other model is used as it is."""
-    if not isinstance(model, FastModel) or not model.fused:
-        return {subset: model for subset in sets}
-    return {subset: FastModel.load(path, weights=model.weights_mode, pass_boundaries=subset) for subset in sets}
+def boundaries(cal: Calibration, kinds: Sequence[str]) -> tuple[int, ...]:
+    """The depths where early exit's passes start and stop under ``cal`` for prompts of ``kinds``
+    (each kind's depths that can admit under the margin gate, :func:`exit_depths`): where the
+    serve loader cuts the layer chain."""
+    return tuple(sorted({d for kind in kinds for d in exit_depths(cal.for_kind(kind), "margin")}))
+
+
+def cuts_needed(cals: Calibrations, prompts: list[tuple[str, list[int]]]) -> set[tuple[int, ...]]:
+    kinds = sorted({kind for kind, _ in prompts})
+    return {boundaries(cal, kinds) for cal in cals.values()}
+
+
+def cut_models(path: Path, model: ExitModel, cuts: set[tuple[int, ...]]) -> dict[tuple[int, ...], ExitModel]:
+    """Boundaries -> the model early exit is timed on: the fast engine's fused layers loaded again
+    with the chain cut there (``FastModel.load(pass_boundaries=...)``, as the serve loader loads
+    it: the same bits, no link half computed and dropped at a candidate depth); no boundaries (every
+    kind refused), or any other model: the model as it is."""
+    fused = isinstance(model, FastModel) and model.fused
+    return {
+        cut: FastModel.load(path, weights=model.weights_mode, pass_boundaries=cut)
+        if fused and cut and isinstance(model, FastModel)
+        else model
+        for cut in cuts
+    }
 
 
 def speed(
@@ -680,7 +696,7 @@ def speed(
     exit_models: dict[tuple[int, ...], ExitModel],
 ) -> list[dict[str, Any]]:
     """Tokens/s of plain greedy decoding (on ``model``) and of early exit (margin gate, each head,
-    depth set and level, on ``exit_models[set]``), same prompts, same run, configurations
+    depth set and level, on ``exit_models`` of its boundaries), same prompts, same run, configurations
     interleaved prompt by prompt; each prompt served under its kind's thresholds."""
     greedy = SamplingParams(temperature=0.0)
     configs: list[tuple[str, str, tuple[int, ...], Fraction | None]] = [("plain", "", (), None)]
@@ -690,8 +706,8 @@ def speed(
     if prompts:  # a warm-up of every model (first calls allocate), untimed
         warm = GenerationRequest(tuple(prompts[0][1]), greedy, max_tokens=2, stop_ids=stop_ids, seed=0)
         generate(cast(Model, model), tokenizer, warm)
-        for subset in sets:
-            generate(cast(Model, exit_models[subset]), tokenizer, warm)
+        for exit_model in exit_models.values():
+            generate(cast(Model, exit_model), tokenizer, warm)
     for kind, ids in prompts:
         request = GenerationRequest(tuple(ids), greedy, max_tokens=max_tokens, stop_ids=stop_ids, seed=0)
         for config in configs:
@@ -701,9 +717,9 @@ def speed(
                 out = generate(cast(Model, model), tokenizer, request)
                 depth_sum, evaluations = len(out.ids) * model.config.n_layer, 0
             else:
-                out, stats = generate_early_exit(
-                    exit_models[subset], tokenizer, request, cals[(head, level, subset)], gate="margin", kind=kind
-                )
+                cal = cals[(head, level, subset)]
+                cut = boundaries(cal, [kind for kind, _ in prompts])
+                out, stats = generate_early_exit(exit_models[cut], tokenizer, request, cal, gate="margin", kind=kind)
                 depth_sum, evaluations = sum(stats.depths), stats.head_evaluations
             seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
             total = totals[config]

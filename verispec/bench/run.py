@@ -288,7 +288,9 @@ def _early_exit_model(path: Path, model: FastModel, calibration: "Calibration | 
     )
     if weights == model.weights_mode and not model.fused:
         return model
-    return FastModel.load(path, weights=weights, pass_boundaries=calibration.candidate_depths)
+    from verispec.reference.early_exit import exit_depths
+
+    return FastModel.load(path, weights=weights, pass_boundaries=exit_depths(calibration, calibration.gate))
 
 
 def reference_speed(path: Path, ids: tuple[int, ...], options: BenchOptions) -> ReferenceSpeed:
