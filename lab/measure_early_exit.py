@@ -449,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
+    start_commit = provenance(argv, load_start)["commit"]  # the code this run runs
     if args.from_records is not None:  # the saved scores and lens: no trajectories
         scored = load_scored(args.from_records)
     else:
@@ -508,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
             sets,
             cut_models(path, model, cuts_needed(cals, timed)),
         )
-    results["provenance"] = provenance(argv, load_start)
+    results["provenance"] = provenance(argv, load_start, start_commit)
     if args.records_provenance is not None:
         saved = json.loads(args.records_provenance.read_text()).get("provenance", {})
         results["provenance"]["source"] = (
@@ -763,8 +764,9 @@ def speed(
     return rows
 
 
-def provenance(argv: list[str] | None, load_start: float) -> dict[str, str]:
-    """Date, machine, command, commit and load average of this run (the results page shows them)."""
+def provenance(argv: list[str] | None, load_start: float, commit: str | None = None) -> dict[str, str]:
+    """Date, machine, command, commit (``commit``: taken when the run started) and load average of
+    this run (the results page shows them)."""
 
     def git(*args: str) -> str:
         try:
@@ -781,7 +783,7 @@ def provenance(argv: list[str] | None, load_start: float) -> dict[str, str]:
         "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other work",
         "command": " ".join(["python -m lab.measure_early_exit", *flags]),
-        "commit": git("rev-parse", "--short", "HEAD") + dirty,
+        "commit": commit or git("rev-parse", "--short", "HEAD") + dirty,
         "loadavg_at_start": f"{load_start:.2f}",
         "loadavg_at_end": f"{os.getloadavg()[0]:.2f}",
         "note": ", ".join(f"{k}={v}" for k, v in threads.items()),
@@ -812,6 +814,10 @@ def kind_cell(s: dict[str, Any], alpha: float, n_kinds: int) -> str:
         f"{_pct(s['mean_flip_fraction'])}% ≤ {_pct(ucb)}%, {word}, adm. {_pct(s['admitted'])}%, "
         f"depth {s['mean_depth']:.2f}"
     )
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def _pct(x: float) -> str:
@@ -913,8 +919,10 @@ def cost_lines(r: dict[str, Any]) -> list[str]:
     ]
     for s in r["speed"]:
         lines.append(
-            f"| {s['config']} | {s['head'] or '-'} | {','.join(map(str, s['depths'])) or '-'} | {s['q'] or '-'} | "
-            f"{s['tokens_per_s']:.2f} | {s['speedup']:.2f} | {s['tokens_per_cpu_s']:.2f} | {s['cpu_speedup']:.2f} | "
+            f"| {s['config']} | {s['head'] or '-'} | {','.join(map(str, s['depths'])) or '-'} | "
+            f"{s['q'] if s['config'] != 'plain' else '-'} | "
+            f"{s['tokens_per_s']:.2f} | {s['speedup']:.2f} | {_num(s.get('tokens_per_cpu_s'))} | "
+            f"{_num(s.get('cpu_speedup'))} | "
             f"{s['mean_depth']:.2f} | "
             f"{s.get('head_evaluations_per_token', 0.0):.2f} |"
         )
