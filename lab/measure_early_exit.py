@@ -831,7 +831,8 @@ def markdown(r: dict[str, Any]) -> str:
     pool = " from verispec/data/prompts_calibration.jsonl" if hand else ""
     lens_source = "generated" if hand else "other generated"
     lines = [
-        f"**{r['model']}** ({r['n_layer']} layers; {r['engine']} engine). Calibration: {r['calibration_prompts']} {source} "
+        f"**{r['model']}** ({r['n_layer']} layers; {r['engine']} engine"
+        f"{', ' + r['weights'] + ' weights' if 'weights' in r else ''}). Calibration: {r['calibration_prompts']} {source} "
         f"prompts{pool} ({r['calibration_steps']} steps, {r['tokens_per_prompt']} per prompt; lens on {r['lens_prompts']} "
         f"{lens_source} prompts); held-out: {r['heldout_prompts']} hand-written prompts, {r['heldout_steps']} steps "
         f"({r['heldout_tokens']} per prompt). Claim per kind: *{r['claim']}*.",
