@@ -70,6 +70,7 @@ from verispec.commands.calibrate import (
     hand_written_pool,
     read_prompts,
 )
+from verispec.engine.generate import generate_any
 from verispec.engine.model import FastModel
 from verispec.engine_load import load_engine, weights_mode_of
 from verispec.reference.calibration import (
@@ -87,7 +88,7 @@ from verispec.reference.certificate import residual_admits
 from verispec.reference.conformal import PROMPT_CLAIM
 from verispec.reference.early_exit import GateKind, Lens, exit_depths, exit_logits, generate_early_exit
 from verispec.reference.early_exit import Model as ExitModel
-from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.generate import GenerationRequest
 from verispec.reference.model import Model
 from verispec.reference.prompt_kind import prompt_kind
 from verispec.reference.sampling import SamplingParams
@@ -696,7 +697,8 @@ def speed(
     sets: list[tuple[int, ...]],
     exit_models: dict[tuple[int, ...], ExitModel],
 ) -> list[dict[str, Any]]:
-    """Tokens/s of plain greedy decoding (on ``model``) and of early exit (margin gate, each head,
+    """Tokens/s of plain greedy decoding (on ``model``, the CLI's plain loop for its engine:
+    ``engine.generate.generate_any``) and of early exit (margin gate, each head,
     depth set and level, on ``exit_models`` of its boundaries), same prompts, same run, configurations
     interleaved prompt by prompt; each prompt served under its kind's thresholds."""
     greedy = SamplingParams(temperature=0.0)
@@ -706,16 +708,16 @@ def speed(
     kinds: dict[tuple[Any, ...], dict[str, list[float]]] = {c: {} for c in configs}  # kind -> tokens, CPU s, depths
     if prompts:  # a warm-up of every model (first calls allocate), untimed
         warm = GenerationRequest(tuple(prompts[0][1]), greedy, max_tokens=2, stop_ids=stop_ids, seed=0)
-        generate(cast(Model, model), tokenizer, warm)
+        generate_any(cast(Model, model), tokenizer, warm)
         for exit_model in exit_models.values():
-            generate(cast(Model, exit_model), tokenizer, warm)
+            generate_any(cast(Model, exit_model), tokenizer, warm)
     for kind, ids in prompts:
         request = GenerationRequest(tuple(ids), greedy, max_tokens=max_tokens, stop_ids=stop_ids, seed=0)
         for config in configs:
             label, head, subset, level = config
             t, cpu = time.perf_counter(), time.process_time()
             if level is None:
-                out = generate(cast(Model, model), tokenizer, request)
+                out = generate_any(cast(Model, model), tokenizer, request)  # the CLI's plain loop
                 depth_sum, evaluations = len(out.ids) * model.config.n_layer, 0
             else:
                 cal = cals[(head, level, subset)]
