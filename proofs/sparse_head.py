@@ -32,7 +32,20 @@ Lemmas:
    - ``nonstrict_prune_flips`` (witness, must be SAT): pruning rows with ``U_i <= tau`` (not
      ``<``) is wrong -- a row tied at the cut with the lower id belongs in the top-k.
 
-4. Lazy sampling.
+4. The head mode's decision rows.
+   - ``decision_rows_first_k[n]`` (n = 2..5, every k < n, every k-set T): the law's processed
+     values of the decision row (the full head's logit on the evaluated rows, float32's lowest
+     value elsewhere) and of the full head's row have the same first k rows with the same
+     values, given processed bounds that hold the processed logits, ``lo >= tau`` on T and
+     ``hi < tau`` off the evaluated rows, and a pruned row's processed fill at most its ``hi``.
+     That the processed bounds and fill satisfy these is the monotonicity of the processing
+     (``fl(l + b)``; ``fl(l / r)`` for l > 0, ``fl(l r)`` otherwise, r > 0): a correctly rounded
+     IEEE 754 operation is monotone in each argument (assumed, not proved here: z3's
+     floating-point theory does not settle it within the rlimit).
+   - ``fill_above_bound_flips`` (witness, must be SAT): without ``M_i <= hi_i`` off the evaluated
+     rows a pruned row can come first.
+
+5. Lazy sampling.
    - ``lazy_draw_crossing[n]`` (n = 2..6, every t): a non-decreasing running sum known within
      ``[c_lo, c_hi]`` and a threshold within ``[t_lo, t_hi]``: ``c_lo[t] > t_hi`` and
      ``c_hi[t-1] <= t_lo`` make the protocol's draw (the count of ``c_j <= threshold``) equal t.
@@ -55,7 +68,7 @@ import z3
 
 from verispec.proofs.core import Obligation, implies, rabs, reals, rounded
 
-RELIED_ON_BY = ("verispec.engine.sparse_head.head_top_k",)
+RELIED_ON_BY = ("verispec.engine.sparse_head.head_top_k", "verispec.engine.sparse_head.SparseHead.decision_rows")
 BOUND_CODE = ("verispec.engine.sparse_head.kernel_error_bound",)
 INTERVAL_CODE = ("verispec.engine.sparse_head.candidates",)
 U64 = z3.RealVal(2) ** -53
@@ -168,6 +181,46 @@ def _lazy_draw_crossing(n: int) -> z3.BoolRef:
     return result
 
 
+def _decision_rows_first_k(n: int) -> z3.BoolRef:
+    """The sparse head mode's decision rows (engine.sparse_head.SparseHead.decision_rows): row i's
+    processed value is P_i in the full head's row and M_i in the decision row; evaluated rows
+    (``E``) carry the full head's logit (M_i = P_i), pruned rows the fill value, whose processed
+    value is at most the row's processed upper end (M_i <= hi_i: the fill is below every logit
+    and the processing is monotone). With the processed bounds holding P, the k-set T reaching
+    tau and every pruned row's upper end below tau: the first k rows of both rows are the same
+    rows, with the same values."""
+    p, m, lo, hi = reals("P", n), reals("M", n), reals("lo", n), reals("hi", n)
+    member = [z3.Bool(f"E{i}") for i in range(n)]
+    tau = z3.Real("tau")
+    base = [z3.And(lo[i] <= p[i], p[i] <= hi[i]) for i in range(n)]
+    base += [z3.Implies(member[i], m[i] == p[i]) for i in range(n)]
+    base += [z3.Implies(z3.Not(member[i]), z3.And(m[i] <= hi[i], hi[i] < tau)) for i in range(n)]
+    claims = []
+    for size in range(1, n):
+        for top in combinations(range(n), size):
+            hyps = base + [lo[j] >= tau for j in top] + [member[j] for j in top]
+            same = [(rank(m, i) < size) == (rank(p, i) < size) for i in range(n)]
+            values = [z3.Implies(rank(p, i) < size, m[i] == p[i]) for i in range(n)]
+            claims.append(implies(hyps, z3.And(*same, *values)))
+    result: z3.BoolRef = z3.And(*claims)
+    return result
+
+
+def _fill_above_bound_flips() -> z3.BoolRef:
+    """Witness: a fill whose processed value may exceed the row's upper end (a positive bias
+    added to the fill but not to the bounds) can put a pruned row first."""
+    p, m, lo, hi = reals("P", 2), reals("M", 2), reals("lo", 2), reals("hi", 2)
+    tau = z3.Real("tau")
+    result: z3.BoolRef = z3.And(
+        *[z3.And(lo[i] <= p[i], p[i] <= hi[i]) for i in range(2)],
+        m[1] == p[1],
+        lo[1] >= tau,
+        hi[0] < tau,  # row 0 pruned, its fill unconstrained
+        rank(m, 0) < 1,
+    )
+    return result
+
+
 def _nonstrict_prune_flips() -> z3.BoolRef:
     k, s, b = reals("K", 2), reals("S", 2), reals("B", 2)
     tau = z3.Real("tau")
@@ -252,6 +305,24 @@ OBLIGATIONS: list[Obligation] = [
         )
         for n in range(2, 7)
     ],
+    *[
+        Obligation(
+            f"proofs.sparse_head.decision_rows_first_k[n={n}]",
+            "P in [lo, hi]; M = P on E; off E: M <= hi < tau; lo >= tau on a k-set T in E => "
+            "the first k of M are the first k of P, same values",
+            partial(_decision_rows_first_k, n),
+            ("verispec.engine.sparse_head.SparseHead.decision_rows",),
+            rlimit=50_000_000,
+        )
+        for n in range(2, 6)
+    ],
+    Obligation(
+        "proofs.sparse_head.fill_above_bound_flips",
+        "SAT: a pruned row's fill above its processed upper end can lead the decision row   (bound the fill too)",
+        _fill_above_bound_flips,
+        ("verispec.engine.sparse_head.SparseHead.decision_rows",),
+        kind="witness",
+    ),
     Obligation(
         "proofs.sparse_head.nonstrict_prune_flips",
         "SAT: K in its intervals, S_1-B_1 >= tau, S_0+B_0 <= tau, yet row 0 is the top-1   (prune only U < tau)",

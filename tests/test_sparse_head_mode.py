@@ -297,3 +297,54 @@ def test_the_sparse_head_is_an_int8_mode(tiny_gguf: Any) -> None:
     path = tiny_gguf("llama", n_layer=2, n_vocab=64)
     with pytest.raises(ModelError, match="int8"):
         FastModel.load(path, head="sparse")
+
+
+# -- the CLI and the bench section ---------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_cli_generate_head_sparse_threads_the_mode_and_reports_its_work(
+    monkeypatch: pytest.MonkeyPatch, int8_real_model: Any, smollm2_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from verispec import cli
+    from verispec.commands import generate as generate_command
+    from verispec.engine_load import EngineLoaded
+
+    full, sparse, tokenizer = models(int8_real_model, smollm2_path, MODELS[0])
+    asked: list[str] = []
+
+    def load_engine(source: Any, **kw: Any) -> EngineLoaded:
+        asked.append(kw["head"])
+        return EngineLoaded(sparse if kw["head"] == "sparse" else full, tokenizer, None)
+
+    monkeypatch.setattr(generate_command, "load_engine", load_engine)
+    runs = {}
+    for head in ("full", "sparse"):
+        flags = ["--prompt", "Hello", "--max-tokens", "3", "--temperature", "0", "--json", "--head", head]
+        assert cli.main(["generate", *flags]) == 0
+        runs[head] = json.loads(capsys.readouterr().out)
+    assert asked == ["full", "sparse"]
+    assert runs["sparse"]["ids"] == runs["full"]["ids"] and "head" not in runs["full"]
+    assert runs["sparse"]["head"]["rows"] == 3 and runs["sparse"]["head"]["sparse_rows"] == 3
+
+
+def test_bench_refuses_the_sparse_head_outside_the_int8_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    from verispec import cli
+
+    assert cli.main(["bench", "--head", "sparse", "--weights", "exact"]) == 2
+    err = capsys.readouterr().err
+    assert "int8" in err and err.count("\n") == 1
+
+
+@pytest.mark.model
+def test_bench_head_section_runs_both_heads_on_the_same_tokens(int8_real_model: Any, smollm2_path: Path) -> None:
+    from verispec.bench.head import head_section
+
+    full, _, tokenizer = models(int8_real_model, smollm2_path, MODELS[0])
+    section = head_section(smollm2_path, full, tokenizer.encode("Hello there", add_bos=tokenizer.add_bos), 2, 2)
+    assert section["same_tokens"] is True
+    assert section["full"]["steps"] == section["sparse"]["steps"] == 4
+    assert 0 < section["full"]["head_share"] < 1 and 0 < section["sparse"]["head_share"] < 1
+    assert section["sparse"]["work"]["rows"] == 6 and section["sparse_over_full_tok_s"] > 0
