@@ -29,6 +29,7 @@ if __name__ != "verispec.engine":  # pragma: no cover - a guard, not a feature
     # of every module (two registries, two exception classes) and shadow a user's own `engine`.
     raise ImportError(f"import verispec.engine, not {__name__}: verispec installs no top-level 'engine' package")
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,11 +49,14 @@ def load_model(
     engine: str = "fast",
     weights: str = "f32",
     backend: str = "auto",
+    pass_boundaries: Iterable[int] = (),
     head: str = "full",
 ) -> "FastModel" | "Model":
-    """Load a GGUF model on ``engine``; ``weights`` ("f32", "quantized" or "int8") and ``backend``
-    ("auto", "numpy", "ort": the f32 mode's matmul kernel, engine.weights.resolve_backend) apply to
-    the fast one; ``head`` ("full" or "sparse", engine.sparse_head) to its int8 mode.
+    """Load a GGUF model on ``engine``; ``weights`` ("f32", "quantized" or "int8"), ``backend``
+    ("auto", "numpy", "ort": the f32 mode's matmul kernel, engine.weights.resolve_backend) and
+    ``pass_boundaries`` (depths where passes start and stop: the fused layers' chain is cut there,
+    FastModel.load) apply to the fast one; ``head`` ("full" or "sparse", engine.sparse_head) to its
+    int8 mode.
 
     ModelError for an unknown engine, or for quantized weights on the reference engine (it always
     dequantizes everything); InsufficientMemory (a ModelError) before loading when the weights
@@ -66,7 +70,9 @@ def load_model(
         if _architecture(path_or_file) not in FAST_ARCHITECTURES and weights == "f32":
             engine = "reference"
         else:
-            return FastModel.load(path_or_file, weights=weights, backend=backend, head=head)
+            return FastModel.load(
+                path_or_file, weights=weights, backend=backend, pass_boundaries=pass_boundaries, head=head
+            )
     if engine == "reference":
         if head != "full":
             raise ModelError(

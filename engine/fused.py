@@ -33,8 +33,9 @@ table (``sign * sin``, see :func:`engine.rope.rotation`): RoPE is ``x * cos + (x
 with P the permutation of :func:`rotation_matrix`.
 
 ``VERISPEC_INT8_FUSED`` (``1`` / ``0``) or ``FastModel.load(..., fused=...)`` chooses the path;
-``verispec bench`` measures both in one run. ``VERISPEC_INT8_SPLIT_AFTER`` cuts the chain
-(:func:`chain_splits`).
+``verispec bench`` measures both in one run. ``FastModel.load(..., pass_boundaries=...)`` cuts the
+chain where passes start and stop (the early-exit and layer-skip loaders pass their depths), and
+``VERISPEC_INT8_SPLIT_AFTER`` cuts it for experiments (:func:`chain_splits`).
 """
 
 from __future__ import annotations
@@ -66,12 +67,23 @@ ENV = "VERISPEC_INT8_FUSED"
 SPLIT_ENV = "VERISPEC_INT8_SPLIT_AFTER"
 
 
-def chain_splits(n_layer: int) -> tuple[int, ...]:
-    """Layers to cut the :class:`LayerChain` after: ``VERISPEC_INT8_SPLIT_AFTER`` = ``none``
-    (the default: one graph between two attentions), ``all`` (two graphs a layer, the layout before
-    the chain: what the chain's bits are tested against) or comma-separated layers (where passes
-    start and stop: early exit's depths minus one, a layer-skip draft's exit layer minus one).
-    ModelError for another value or a layer outside ``0..n_layer - 2``."""
+def chain_splits(n_layer: int, pass_boundaries: Iterable[int] = ()) -> tuple[int, ...]:
+    """Layers to cut the :class:`LayerChain` after: one before each of ``pass_boundaries`` (depths
+    ``1..n_layer - 1`` where the loader knows passes start and stop: early exit's candidate
+    depths, a layer-skip draft's exit layer; a pass that stops at depth k ends after layer k - 1),
+    and those of ``VERISPEC_INT8_SPLIT_AFTER`` (for experiments): ``none`` (the default: one graph
+    between two attentions), ``all`` (two graphs a layer, the layout before the chain: what the
+    chain's bits are tested against) or comma-separated layers. The union, sorted. ModelError for
+    another value, a layer outside ``0..n_layer - 2`` or a boundary outside ``1..n_layer - 1``."""
+    depths = sorted({int(depth) for depth in pass_boundaries})
+    outside = [depth for depth in depths if not 0 < depth < n_layer]
+    if outside:
+        raise ModelError(f"pass boundaries {outside} are outside the depths 1..{n_layer - 1} of {n_layer} layers")
+    return tuple(sorted({depth - 1 for depth in depths} | set(_env_splits(n_layer))))
+
+
+def _env_splits(n_layer: int) -> tuple[int, ...]:
+    """The layers ``VERISPEC_INT8_SPLIT_AFTER`` names (:func:`chain_splits`)."""
     text = os.environ.get(SPLIT_ENV, "none").strip()
     if text in ("", "none"):
         return ()

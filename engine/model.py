@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -139,11 +139,15 @@ class FastModel:
         weights: str = "f32",
         backend: str = "auto",
         fused: bool | None = None,
+        pass_boundaries: Iterable[int] = (),
         head: "str | HeadOptions" = "full",
     ) -> "FastModel":
         """Read config and weights of a GGUF model (``weights``: see engine.weights.WEIGHT_MODES;
         ``backend``: the f32 mode's kernel, see engine.weights.resolve_backend; ``fused``: the int8
         mode's fused layers, see engine.fused -- None: ``VERISPEC_INT8_FUSED`` or the default;
+        ``pass_boundaries``: depths 1..L-1 where this model's passes will start and stop -- early
+        exit's candidate depths, a layer-skip draft's exit layer -- where the fused layers' chain is
+        cut, see engine.weights.load_weights: the same bits, no link half computed and dropped;
         ``head``: the int8 mode's head mode, ``full`` or ``sparse`` or an
         :class:`engine.sparse_head.HeadOptions`, see :meth:`with_head`).
 
@@ -161,12 +165,12 @@ class FastModel:
             with GGUFFile.open(path_or_file) as f:
                 config = Config.from_gguf(f)
                 drop_large_metadata(f)  # our own handle: its vocabulary lists need not outlive the config
-                store = load_weights(f, config, weights, backend, fused)
+                store = load_weights(f, config, weights, backend, fused, pass_boundaries)
                 if options.mode == "sparse":
                     sparse = SparseHead.from_gguf(f, config, store, options)
         else:
             config = Config.from_gguf(path_or_file)
-            store = load_weights(path_or_file, config, weights, backend, fused)
+            store = load_weights(path_or_file, config, weights, backend, fused, pass_boundaries)
             if options.mode == "sparse":
                 sparse = SparseHead.from_gguf(path_or_file, config, store, options)
         return cls(config, store, load_time_s=time.perf_counter() - started, sparse_head=sparse)

@@ -21,6 +21,7 @@ exceeds the available memory.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -428,22 +429,32 @@ def resolve_backend(mode: str, backend: str = "auto") -> str:
 
 
 def load_weights(
-    f: "GGUFFile", cfg: Config, mode: str = "f32", backend: str = "auto", fused: bool | None = None
+    f: "GGUFFile",
+    cfg: Config,
+    mode: str = "f32",
+    backend: str = "auto",
+    fused: bool | None = None,
+    pass_boundaries: Iterable[int] = (),
 ) -> WeightStore:
     """Read the weights of ``f`` in ``mode`` (see :data:`WEIGHT_MODES`) on ``backend``
     (see :func:`resolve_backend`). ``fused``: the int8 mode's layers as onnxruntime graphs, one between two attentions
     (:mod:`engine.fused`; None: ``VERISPEC_INT8_FUSED`` or the default), ModelError for another mode.
+    ``pass_boundaries``: depths ``1..L-1`` where passes will start and stop (early exit's candidate
+    depths, a layer-skip draft's exit layer); the fused layers' chain is cut there
+    (:func:`engine.fused.chain_splits`; the same bits, no link half computed and dropped). The
+    other layouts have nothing to cut; the depths are checked in every mode (ModelError outside).
 
     Checks that the mode fits in memory first (:class:`InsufficientMemory`), then every tensor's
     presence and shape (ModelError naming it), as :meth:`reference.model.Model.load` does.
     """
     kernel, fused_layers = _check_loadable(f, cfg, mode, backend, fused)
+    splits = chain_splits(cfg.n_layer, pass_boundaries)  # checked before a weight is read
     common = _read_common(f, cfg)
     with batched_drops():  # the graphs' mapped scales handed back a batch of folders at a time
         if mode == "f32":
             store = _load_f32(cfg, common, kernel)
         elif mode == "int8":
-            store = Int8Loader(cfg, common).load(kernel, fused_layers)
+            store = Int8Loader(cfg, common).load(kernel, fused_layers, splits)
         else:
             store = _load_quantized(cfg, common, kernel)
     drop_mapping(f.raw(common.head_name))  # every weight is read: no file page need stay resident
@@ -573,12 +584,12 @@ class Int8Loader:
         self.cfg, self.c, self.t = cfg, common, common.t
         self.floats: list[str] = []  # matrices kept float32, for the load report
 
-    def load(self, kernel: str, fused: bool) -> WeightStore:
+    def load(self, kernel: str, fused: bool, splits: Iterable[int] = ()) -> WeightStore:
+        """The store; ``splits``: the layers to cut the fused chain after (engine.fused.build_chain)."""
         cfg, c = self.cfg, self.c
         layers: list[FusedLayer] = []
         chain = None
         if fused:  # the peak of a load is its freed copies otherwise: handed back after each graph
-            splits = chain_splits(cfg.n_layer)
             chain = build_chain(cfg, self.layer_parts, matmul.default_threads(), splits, matmul.release_freed_memory)
         else:
             for il in range(cfg.n_layer):

@@ -2,7 +2,7 @@
 
     OPENBLAS_NUM_THREADS=1 python -m lab.measure_early_exit --model smollm2-135m \
         [--prompts hand|generated] [--prompts-per-kind N] [--lens-prompts-per-kind 8] [--tokens-per-prompt 16] \
-        [--heldout-tokens 32] [--q 0.9] [--depth-sets "8,12,16,20,24;24"] [--speed-prompts 4] \
+        [--heldout-tokens 32] [--q 0.9] [--depth-sets "8,12,16,20,24;24"] [--speed-prompts 2] \
         [--json OUT.json] [--records OUT.npz]
 
 Run from the repository root (lab/ is not installed with verispec).
@@ -29,7 +29,9 @@ Run from the repository root (lab/ is not installed with verispec).
    generated`` run; no model work).
 3. Cost: the exit head's time (own / lens + head, one row) relative to a full one-token forward;
    tokens/s of plain greedy decoding vs early-exit decoding (deferred KV catch-up included) on
-   the first ``--speed-prompts`` held-out prompts, in the same run.
+   the first ``--speed-prompts`` held-out prompts of each kind, in the same run, configurations
+   interleaved prompt by prompt; early exit on the model loaded as the serve loader loads it (the
+   int8 layer chain cut at the candidate depths), plain decoding on the uncut one.
 
 The run's JSON is the result: written (atomically, before anything is rendered) to ``--json``,
 by default ``lab/measurements/early_exit_MODEL.json`` (``..._generated.json`` for ``--prompts
@@ -42,11 +44,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -64,7 +70,9 @@ from verispec.commands.calibrate import (
     hand_written_pool,
     read_prompts,
 )
-from verispec.engine_load import load_engine
+from verispec.engine.generate import generate_any
+from verispec.engine.model import FastModel
+from verispec.engine_load import load_engine, weights_mode_of
 from verispec.reference.calibration import (
     Calibration,
     Records,
@@ -78,9 +86,9 @@ from verispec.reference.calibration import (
 )
 from verispec.reference.certificate import residual_admits
 from verispec.reference.conformal import PROMPT_CLAIM
-from verispec.reference.early_exit import GateKind, Lens, exit_logits, generate_early_exit
+from verispec.reference.early_exit import GateKind, Lens, exit_depths, exit_logits, generate_early_exit
 from verispec.reference.early_exit import Model as ExitModel
-from verispec.reference.generate import GenerationRequest, generate
+from verispec.reference.generate import GenerationRequest
 from verispec.reference.model import Model
 from verispec.reference.prompt_kind import prompt_kind
 from verispec.reference.sampling import SamplingParams
@@ -257,12 +265,18 @@ def trajectories(
 
 
 def median_time(fn: Any, repeats: int) -> float:
-    times = []
+    return median_times(fn, repeats)[0]
+
+
+def median_times(fn: Any, repeats: int) -> tuple[float, float]:
+    """Median wall and process CPU seconds of ``fn()`` (at 1 thread the CPU is the call's own work)."""
+    wall, cpu = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+        cpu.append(time.process_time() - c)
+        wall.append(time.perf_counter() - t)
+    return float(np.median(wall)), float(np.median(cpu))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -299,7 +313,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help='candidate depth sets, e.g. "8,12,16,20,24;24" (default: the five default depths, and the deepest alone)',
     )
-    parser.add_argument("--speed-prompts", type=int, default=4)
+    parser.add_argument("--speed-prompts", type=int, default=2, help="per kind (0: no cost and speed)")
     parser.add_argument("--max-heldout", type=int, default=None)
     parser.add_argument(
         "--json",
@@ -312,6 +326,23 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="save the scored calibration and held-out steps (.npz) to recalibrate without the model",
+    )
+    parser.add_argument(
+        "--from-records",
+        type=Path,
+        default=None,
+        help="take the scored steps and the lens from a saved --records file (no trajectories; cost and speed run)",
+    )
+    parser.add_argument(
+        "--sparse-cost",
+        action="store_true",
+        help="also the exit head's cost with the exact sparse head (int8 mode), beside the full head's",
+    )
+    parser.add_argument(
+        "--records-provenance",
+        type=Path,
+        default=None,
+        help="with --from-records: the JSON of the run that saved them, whose provenance becomes this run's source",
     )
     parser.add_argument(
         "--from-json", type=Path, default=None, help="render the tables of a saved --json run (no model work)"
@@ -418,11 +449,18 @@ def main(argv: list[str] | None = None) -> int:
     prompts = {name: encode_prompts(loaded.tokenizer, loaded.chat, text) for name, text in texts.items()}
 
     started = time.perf_counter()
-    scored = score_prompts(model, prompts, args.tokens_per_prompt, args.heldout_tokens, depths, stop_ids)
+    load_start = os.getloadavg()[0]
+    start_commit = provenance(argv, load_start)["commit"]  # the code this run runs
+    if args.from_records is not None:  # the saved scores and lens: no trajectories
+        scored = load_scored(args.from_records)
+    else:
+        scored = score_prompts(model, prompts, args.tokens_per_prompt, args.heldout_tokens, depths, stop_ids)
     if args.records is not None:
         save_records(
             args.records,
             {f"cal_{h}": r for h, r in scored.cal.items()} | {f"held_{h}": r for h, r in scored.held.items()},
+            scored.lens,
+            scored.n_lens,
         )
     print(f"[trajectories and scores: {time.perf_counter() - started:.0f} s]", file=sys.stderr)
 
@@ -432,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "model": path.name,
         "engine": args.engine,
+        "weights": weights_mode_of(model),
         "n_layer": n_layer,
         "depth_sets": [list(s) for s in sets],
         "claim": PROMPT_CLAIM,
@@ -449,27 +488,53 @@ def main(argv: list[str] | None = None) -> int:
         "agreement": agreement,
         "gates": gates,
     }
-    held_prompts = prompts["held"]
-    results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], scored.lens)
-    results["speed"] = speed(
-        model,
-        loaded.tokenizer,
-        held_prompts[: args.speed_prompts],
-        args.heldout_tokens,
-        stop_ids,
-        cals,
-        levels[0],
-        sets,
-    )
+    if args.speed_prompts > 0:
+        held_prompts = prompts["held"]
+        timed = [
+            p for kind in sorted({k for k, _ in held_prompts}) for p in per_kind(held_prompts, kind, args.speed_prompts)
+        ]
+        results["speed_prompts"] = len(timed)
+        results["cost"] = exit_head_cost(model, held_prompts[0][1], depths[0], scored.lens)
+        if args.sparse_cost:
+            results["cost"]["sparse"] = sparse_head_cost(
+                cast(FastModel, model), path, held_prompts[0][1], depths, results["cost"]["token_cpu_s"]
+            )
+        results["speed"] = speed(
+            model,
+            loaded.tokenizer,
+            timed,
+            args.heldout_tokens,
+            stop_ids,
+            cals,
+            levels,
+            sets,
+            cut_models(path, model, cuts_needed(cals, timed)),
+        )
+    results["provenance"] = provenance(argv, load_start, start_commit)
+    if args.records_provenance is not None:
+        saved = json.loads(args.records_provenance.read_text()).get("provenance", {})
+        results["provenance"]["source"] = (
+            f"scored steps and lens from {args.from_records.name}, saved by `{saved.get('command')}` at commit "
+            f"{saved.get('commit')}, finished {saved.get('finished_utc')}, load average {saved.get('loadavg_at_start')} "
+            f"at start, {saved.get('loadavg_at_end')} at end"
+        )
     results["wall_s"] = time.perf_counter() - started
     write_json(out_json, results)  # before rendering: a rendering error must not lose the run
     print(markdown(results))
     return 0
 
 
-def save_records(path: Path, named: dict[str, Records]) -> None:
-    """Every field of each ``Records`` under ``NAME.field`` in one compressed .npz."""
+def save_records(path: Path, named: dict[str, Records], lens: Lens | None = None, n_lens: int = 0) -> None:
+    """Every field of each ``Records`` under ``NAME.field`` in one compressed .npz, and the tuned
+    lens they were scored with (``lens.depths``, ``lens.weight``, ``lens.bias``, ``lens.steps``)."""
     arrays: dict[str, Any] = {}  # (numpy's stub types **kwds like its bool allow_pickle)
+    if lens is not None:
+        arrays |= {
+            "lens.depths": np.asarray(lens.depths, dtype=np.int64),
+            "lens.weight": lens.weight,
+            "lens.bias": lens.bias,
+            "lens.steps": np.asarray(n_lens, dtype=np.int64),
+        }
     for name, r in named.items():
         arrays |= {
             f"{name}.depths": np.asarray(r.depths, dtype=np.int64),
@@ -498,6 +563,27 @@ def load_records(path: Path, name: str) -> Records:
         )
 
 
+def load_scored(path: Path) -> Scored:
+    """The scored steps and the lens saved by a ``--records`` run (no model work); ModelError-free
+    KeyError when the file predates the saved lens (re-run with ``--records``)."""
+    with np.load(path) as z:
+        if "lens.weight" not in z:
+            raise SystemExit(f"{path}: no saved lens (records saved before the lens was kept): run the model")
+        lens = Lens(
+            tuple(int(d) for d in z["lens.depths"]),
+            np.asarray(z["lens.weight"], dtype=np.float32),
+            np.asarray(z["lens.bias"], dtype=np.float32),
+        )
+        n_lens = int(z["lens.steps"])
+    heads = ("own", "lens")
+    return Scored(
+        lens,
+        n_lens,
+        {h: load_records(path, f"cal_{h}") for h in heads},
+        {h: load_records(path, f"held_{h}") for h in heads},
+    )
+
+
 def calibration_text(source: str, per_kind: int | None, seed: int, lens_per_kind: int) -> list[tuple[str, str]]:
     """(kind by the rule, text) of the calibration prompts: the hand-written pool (its first
     ``per_kind`` of each kind, default all) or the generator's (after the lens prompts, default 60)."""
@@ -517,15 +603,86 @@ def exit_head_cost(model: ExitModel, prompt: list[int], depth: int, lens: Lens) 
         model.forward([prompt[0]], cache)
 
     h = np.zeros((1, model.config.n_embd), dtype=np.float32) + np.float32(0.1)
-    token_s = median_time(one_token, 15)
-    head_s = median_time(lambda: exit_logits(model, depth, h, None), 15)
-    lens_head_s = median_time(lambda: exit_logits(model, depth, h, lens), 15)
+    token_s, token_cpu = median_times(one_token, 15)
+    head_s, head_cpu = median_times(lambda: exit_logits(model, depth, h, None), 15)
+    lens_head_s, lens_head_cpu = median_times(lambda: exit_logits(model, depth, h, lens), 15)
     return {
         "token_s": token_s,
         "head_s": head_s,
         "lens_head_s": lens_head_s,
         "head_relative": head_s / token_s,
         "lens_head_relative": lens_head_s / token_s,
+        "token_cpu_s": token_cpu,
+        "head_cpu_relative": head_cpu / token_cpu,
+        "lens_head_cpu_relative": lens_head_cpu / token_cpu,
+    }
+
+
+def sparse_head_cost(
+    model: FastModel, path: Path, prompt: list[int], depths: Sequence[int], token_cpu_s: float, repeats: int = 5
+) -> dict[str, Any]:
+    """The exit head at each candidate depth with the full head and with the exact sparse head
+    (``FastModel.with_head("sparse")``, the early-exit loop's view: the exact top-2 of the full
+    head), on the prompt's last hidden state at that depth: median CPU seconds per evaluation and
+    their share of a full one-token forward (``token_cpu_s``, full head); whether both heads gave
+    the same top-2 (ids and values); how many of the head's chunks the sparse head evaluated."""
+    from verispec.engine.sparse_head import HeadOptions
+
+    sparse = model.with_head(HeadOptions("sparse"), path)
+    view = sparse.for_law(SamplingParams(temperature=0.0), exit_head=True)
+    assert sparse.sparse_head is not None
+    hidden = model.forward(prompt, model.new_cache(len(prompt) + 1), return_hidden=True).hidden
+    assert hidden is not None
+    full_cpu, sparse_cpu, same = [], [], True
+    sparse.sparse_head.stats.reset()
+    for depth in depths:
+        h = np.ascontiguousarray(hidden[depth][-1:], dtype=np.float32)
+        full_cpu.append(median_times(partial(model.head, h), repeats)[1])
+        sparse_cpu.append(median_times(partial(view.head, h), repeats)[1])
+        want, got = model.head(h)[-1], view.head(h)[-1]
+        top = np.argsort(-want, kind="stable")[:2]
+        same = same and bool(
+            np.array_equal(np.argsort(-got, kind="stable")[:2], top) and np.array_equal(got[top], want[top])
+        )
+    return {
+        "depths": list(depths),
+        "full_cpu_s": full_cpu,
+        "sparse_cpu_s": sparse_cpu,
+        "full_cpu_relative": [c / token_cpu_s for c in full_cpu],
+        "sparse_cpu_relative": [c / token_cpu_s for c in sparse_cpu],
+        "same_top2": same,
+        "sparse_stats": sparse.sparse_head.stats.as_dict(),
+    }
+
+
+def per_kind(prompts: list[tuple[str, list[int]]], kind: str, n: int) -> list[tuple[str, list[int]]]:
+    """The first ``n`` prompts of ``kind``, in order."""
+    return [p for p in prompts if p[0] == kind][:n]
+
+
+def boundaries(cal: Calibration, kinds: Sequence[str]) -> tuple[int, ...]:
+    """The depths where early exit's passes start and stop under ``cal`` for prompts of ``kinds``
+    (each kind's depths that can admit under the margin gate, :func:`exit_depths`): where the
+    serve loader cuts the layer chain."""
+    return tuple(sorted({d for kind in kinds for d in exit_depths(cal.for_kind(kind), "margin")}))
+
+
+def cuts_needed(cals: Calibrations, prompts: list[tuple[str, list[int]]]) -> set[tuple[int, ...]]:
+    kinds = sorted({kind for kind, _ in prompts})
+    return {boundaries(cal, kinds) for cal in cals.values()}
+
+
+def cut_models(path: Path, model: ExitModel, cuts: set[tuple[int, ...]]) -> dict[tuple[int, ...], ExitModel]:
+    """Boundaries -> the model early exit is timed on: the fast engine's fused layers loaded again
+    with the chain cut there (``FastModel.load(pass_boundaries=...)``, as the serve loader loads
+    it: the same bits, no link half computed and dropped at a candidate depth); no boundaries (every
+    kind refused), or any other model: the model as it is."""
+    fused = isinstance(model, FastModel) and model.fused
+    return {
+        cut: FastModel.load(path, weights=model.weights_mode, pass_boundaries=cut)
+        if fused and cut and isinstance(model, FastModel)
+        else model
+        for cut in cuts
     }
 
 
@@ -536,46 +693,103 @@ def speed(
     max_tokens: int,
     stop_ids: frozenset[int],
     cals: dict[tuple[str, Fraction, tuple[int, ...]], Calibration],
-    level: Fraction,
+    levels: list[Fraction],
     sets: list[tuple[int, ...]],
+    exit_models: dict[tuple[int, ...], ExitModel],
 ) -> list[dict[str, Any]]:
-    """Tokens/s of plain greedy decoding and of early exit (margin gate, each head and depth set),
-    same prompts, same run; each prompt served under its kind's thresholds."""
+    """Tokens/s of plain greedy decoding (on ``model``, the CLI's plain loop for its engine:
+    ``engine.generate.generate_any``) and of early exit (margin gate, each head,
+    depth set and level, on ``exit_models`` of its boundaries), same prompts, same run, configurations
+    interleaved prompt by prompt; each prompt served under its kind's thresholds."""
     greedy = SamplingParams(temperature=0.0)
-    configs: list[tuple[str, str, tuple[int, ...]]] = [("plain", "", ())]
-    configs += [("early exit", head, subset) for subset in sets for head in ("own", "lens")]
-    rows: list[dict[str, Any]] = []
-    for label, head, subset in configs:
-        tokens, seconds, depth_sum = 0, 0.0, 0
-        for kind, ids in prompts:
-            request = GenerationRequest(tuple(ids), greedy, max_tokens=max_tokens, stop_ids=stop_ids, seed=0)
-            t = time.perf_counter()
-            if label == "plain":
-                out = generate(cast(Model, model), tokenizer, request)
-                depth_sum += len(out.ids) * model.config.n_layer
+    configs: list[tuple[str, str, tuple[int, ...], Fraction | None]] = [("plain", "", (), None)]
+    configs += [("early exit", head, subset, level) for level in levels for subset in sets for head in ("own", "lens")]
+    totals = {c: [0.0, 0.0, 0.0, 0.0, 0.0] for c in configs}  # tokens, seconds, depth sum, head evals, CPU s
+    kinds: dict[tuple[Any, ...], dict[str, list[float]]] = {c: {} for c in configs}  # kind -> tokens, CPU s, depths
+    if prompts:  # a warm-up of every model (first calls allocate), untimed
+        warm = GenerationRequest(tuple(prompts[0][1]), greedy, max_tokens=2, stop_ids=stop_ids, seed=0)
+        generate_any(cast(Model, model), tokenizer, warm)
+        for exit_model in exit_models.values():
+            generate_any(cast(Model, exit_model), tokenizer, warm)
+    for kind, ids in prompts:
+        request = GenerationRequest(tuple(ids), greedy, max_tokens=max_tokens, stop_ids=stop_ids, seed=0)
+        for config in configs:
+            label, head, subset, level = config
+            t, cpu = time.perf_counter(), time.process_time()
+            if level is None:
+                out = generate_any(cast(Model, model), tokenizer, request)  # the CLI's plain loop
+                depth_sum, evaluations = len(out.ids) * model.config.n_layer, 0
             else:
-                out, stats = generate_early_exit(
-                    model, tokenizer, request, cals[(head, level, subset)], gate="margin", kind=kind
-                )
-                depth_sum += sum(stats.depths)
-            seconds += time.perf_counter() - t
-            tokens += len(out.ids)
+                cal = cals[(head, level, subset)]
+                cut = boundaries(cal, [kind for kind, _ in prompts])
+                out, stats = generate_early_exit(exit_models[cut], tokenizer, request, cal, gate="margin", kind=kind)
+                depth_sum, evaluations = sum(stats.depths), stats.head_evaluations
+            seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
+            total = totals[config]
+            total[4] += cpu
+            part = kinds[config].setdefault(kind, [0.0, 0.0, 0.0])
+            part[0] += len(out.ids)
+            part[1] += cpu
+            part[2] += depth_sum
+            total[0] += len(out.ids)
+            total[1] += seconds
+            total[2] += depth_sum
+            total[3] += evaluations
+    rows: list[dict[str, Any]] = []
+    for config, (tokens, seconds, depths_total, evaluations_total, cpu_s) in totals.items():
+        label, head, subset, level = config
         rows.append(
             {
                 "config": label,
                 "head": head,
                 "depths": list(subset),
-                "q": str(level),
-                "tokens": tokens,
+                "q": "" if level is None else str(level),
+                "tokens": int(tokens),
                 "seconds": seconds,
                 "tokens_per_s": tokens / seconds,
-                "mean_depth": depth_sum / max(1, tokens),
+                "cpu_seconds": cpu_s,
+                "tokens_per_cpu_s": tokens / cpu_s,
+                "mean_depth": depths_total / max(1, tokens),
+                "head_evaluations_per_token": evaluations_total / max(1, tokens),
+                "per_kind": {
+                    kind: {"tokens": int(t), "cpu_seconds": c, "tokens_per_cpu_s": t / c, "mean_depth": d / max(1, t)}
+                    for kind, (t, c, d) in sorted(kinds[config].items())
+                },
             }
         )
-        print(f"[speed {label} {head} {list(subset)}: {tokens / seconds:.2f} tokens/s]", file=sys.stderr)
+        print(f"[speed {label} {head} {list(subset)} q={level}: {tokens / seconds:.2f} tokens/s]", file=sys.stderr)
     for row in rows:
         row["speedup"] = row["tokens_per_s"] / rows[0]["tokens_per_s"]
+        row["cpu_speedup"] = row["tokens_per_cpu_s"] / rows[0]["tokens_per_cpu_s"]
+        for kind, part in row["per_kind"].items():
+            part["cpu_speedup"] = part["tokens_per_cpu_s"] / rows[0]["per_kind"][kind]["tokens_per_cpu_s"]
     return rows
+
+
+def provenance(argv: list[str] | None, load_start: float, commit: str | None = None) -> dict[str, str]:
+    """Date, machine, command, commit (``commit``: taken when the run started) and load average of
+    this run (the results page shows them)."""
+
+    def git(*args: str) -> str:
+        try:
+            run = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=Path(__file__).parent)
+            return run.stdout.strip()
+        except OSError:
+            return ""
+
+    flags = sys.argv[1:] if argv is None else argv
+    threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "VERISPEC_THREADS")}
+    dirty = " (uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other work",
+        "command": " ".join(["python -m lab.measure_early_exit", *flags]),
+        "commit": commit or git("rev-parse", "--short", "HEAD") + dirty,
+        "loadavg_at_start": f"{load_start:.2f}",
+        "loadavg_at_end": f"{os.getloadavg()[0]:.2f}",
+        "note": ", ".join(f"{k}={v}" for k, v in threads.items()),
+    }
 
 
 LEVEL = 0.05  # per-kind upper bounds at 1 - LEVEL; verdicts at LEVEL / (number of kinds)
@@ -596,9 +810,16 @@ def verdict(fractions: Sequence[float], alpha: float, n_kinds: int) -> tuple[flo
 
 def kind_cell(s: dict[str, Any], alpha: float, n_kinds: int) -> str:
     if s["refusal"]:
-        return f"refused ({s['calibration_prompts']} calibration prompts), adm. 0%"
+        return f"refused ({s['calibration_prompts']} calibration prompts), adm. 0%, depth {s['mean_depth']:.2f}"
     ucb, _, word = verdict(s["fractions"], alpha, n_kinds)
-    return f"{_pct(s['mean_flip_fraction'])}% ≤ {_pct(ucb)}%, {word}, adm. {_pct(s['admitted'])}%"
+    return (
+        f"{_pct(s['mean_flip_fraction'])}% ≤ {_pct(ucb)}%, {word}, adm. {_pct(s['admitted'])}%, "
+        f"depth {s['mean_depth']:.2f}"
+    )
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def _pct(x: float) -> str:
@@ -612,7 +833,8 @@ def markdown(r: dict[str, Any]) -> str:
     pool = " from verispec/data/prompts_calibration.jsonl" if hand else ""
     lens_source = "generated" if hand else "other generated"
     lines = [
-        f"**{r['model']}** ({r['n_layer']} layers; {r['engine']} engine). Calibration: {r['calibration_prompts']} {source} "
+        f"**{r['model']}** ({r['n_layer']} layers; {r['engine']} engine"
+        f"{', ' + r['weights'] + ' weights' if 'weights' in r else ''}). Calibration: {r['calibration_prompts']} {source} "
         f"prompts{pool} ({r['calibration_steps']} steps, {r['tokens_per_prompt']} per prompt; lens on {r['lens_prompts']} "
         f"{lens_source} prompts); held-out: {r['heldout_prompts']} hand-written prompts, {r['heldout_steps']} steps "
         f"({r['heldout_tokens']} per prompt). Claim per kind: *{r['claim']}*.",
@@ -632,7 +854,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"Per kind (margin gate): mean flip fraction over the kind's held-out prompts, its one-sided "
         f"{1 - LEVEL:.0%} upper bound (betting), verdict at level {LEVEL:g}/{len(kinds)} = {LEVEL / len(kinds):.4g} "
-        f"per kind (Bonferroni over the {len(kinds)} kinds of a row), admitted fraction:",
+        f"per kind (Bonferroni over the {len(kinds)} kinds of a row), admitted fraction, mean depth served:",
         "",
         "| head | depths | α | " + " | ".join(kinds) + " |",
         "|---|---|---|" + "---|" * len(kinds),
@@ -648,21 +870,82 @@ def markdown(r: dict[str, Any]) -> str:
         f"{head}: " + ", ".join(f"{d}: {_pct(a)}%" for d, a in zip(v["depths"], v["heldout"]))
         for head, v in r["agreement"].items()
     )
-    c = r["cost"]
-    lines += [
+    lines += ["", f"Held-out agreement of the exit head's top-1 with the full argmax, per depth: {agree}."]
+    return "\n".join(lines + cost_lines(r))
+
+
+def sparse_lines(sparse: dict[str, Any] | None) -> list[str]:
+    """The exit head's CPU share of a token with the full head and with the exact sparse head."""
+    if sparse is None:
+        return []
+    cells = ", ".join(
+        f"{d}: {f:.2f} → {s:.2f}"
+        for d, f, s in zip(sparse["depths"], sparse["full_cpu_relative"], sparse["sparse_cpu_relative"])
+    )
+    stats = sparse["sparse_stats"]
+    offered = stats.get("chunks_offered") or 0
+    share = f"{stats.get('chunks_evaluated', 0) / offered:.0%}" if offered else "n/a"
+    return [
         "",
-        f"Held-out agreement of the exit head's top-1 with the full argmax, per depth: {agree}.",
-        f"Cost: one exit-head evaluation is {c['head_relative']:.2f} of a full token ({1000 * c['head_s']:.1f} ms vs "
-        f"{1000 * c['token_s']:.1f} ms), lens + head {c['lens_head_relative']:.2f}. Tokens/s on "
-        f"{r['speed'][0]['tokens']} greedy tokens, same run: "
-        + "; ".join(
-            f"{s['config']}{'' if s['config'] == 'plain' else ' ' + s['head'] + ' ' + ','.join(map(str, s['depths']))} "
-            f"{s['tokens_per_s']:.2f} (x{s['speedup']:.2f}, mean depth {s['mean_depth']:.2f})"
-            for s in r["speed"]
-        )
-        + ".",
+        f"Exit head per evaluation, CPU share of a full token, head=full → head=sparse (the exact sparse head, "
+        f"engine/sparse_head.py; the same top-2: {sparse['same_top2']}), per candidate depth on a held-out prompt's "
+        f"hidden state: {cells}; the sparse head evaluated {share} of the head's row chunks.",
     ]
-    return "\n".join(lines)
+
+
+def cost_lines(r: dict[str, Any]) -> list[str]:
+    """The exit head's cost share of a token and the tokens/s table (none when not measured)."""
+    if "cost" not in r:
+        return ["", "Cost and tokens/s: not measured in this run."]
+    c = r["cost"]
+    lines = [
+        "",
+        f"Cost: one exit-head evaluation is {c['head_relative']:.2f} of a full token ({1000 * c['head_s']:.1f} ms vs "
+        f"{1000 * c['token_s']:.1f} ms), lens + head {c['lens_head_relative']:.2f}"
+        + (
+            f"; in CPU time {c['head_cpu_relative']:.2f} and {c['lens_head_cpu_relative']:.2f} of a token "
+            f"({1000 * c['token_cpu_s']:.1f} ms)."
+            if "token_cpu_s" in c
+            else "."
+        ),
+        *sparse_lines(c.get("sparse")),
+        "",
+        f"Tokens/s over {r.get('speed_prompts', '?')} held-out prompts (the first of each kind; "
+        f"{r['speed'][0]['tokens']} greedy tokens of plain decoding), same run, configurations interleaved prompt by "
+        "prompt, early exit on the model loaded as the serve loader loads it (its layer chain cut at the candidate "
+        "depths), margin gate, each prompt under its kind's thresholds; wall time and process CPU time (on a shared "
+        "machine the CPU ratio is the one to read):",
+        "",
+        "| decoding | head | depths | q | tokens/s | × plain | tokens per CPU s | × plain | mean depth | "
+        "exit-head evaluations / token |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in r["speed"]:
+        lines.append(
+            f"| {s['config']} | {s['head'] or '-'} | {','.join(map(str, s['depths'])) or '-'} | "
+            f"{s['q'] if s['config'] != 'plain' else '-'} | "
+            f"{s['tokens_per_s']:.2f} | {s['speedup']:.2f} | {_num(s.get('tokens_per_cpu_s'))} | "
+            f"{_num(s.get('cpu_speedup'))} | "
+            f"{s['mean_depth']:.2f} | "
+            f"{s.get('head_evaluations_per_token', 0.0):.2f} |"
+        )
+    kinds = sorted(r["speed"][0].get("per_kind", {}))
+    if kinds:
+        lines += [
+            "",
+            "Per kind: tokens per CPU second × plain's, and the mean depth served:",
+            "",
+            "| decoding | head | depths | q | " + " | ".join(kinds) + " |",
+            "|---|---|---|---|" + "---|" * len(kinds),
+        ]
+        for s in r["speed"][1:]:
+            cells = [f"{s['per_kind'][k]['cpu_speedup']:.2f} ({s['per_kind'][k]['mean_depth']:.2f})" for k in kinds]
+            lines.append(
+                f"| {s['config']} | {s['head']} | {','.join(map(str, s['depths']))} | {s['q']} | "
+                + " | ".join(cells)
+                + " |"
+            )
+    return lines
 
 
 if __name__ == "__main__":

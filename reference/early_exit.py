@@ -265,6 +265,19 @@ def gate_admits(calibration: Calibration, gate: GateKind, depth: int, logits: F3
     raise CalibrationError(f"unknown gate {gate!r}; expected one of {GATE_KINDS}")
 
 
+def exit_depths(calibration: Calibration, gate: GateKind) -> tuple[int, ...]:
+    """The candidate depths whose threshold in force can admit under ``gate``: a +inf (or NaN)
+    threshold never admits (``margin > +inf`` is false; ``fl(2 fl(+inf + slack)) < margin`` is
+    false), so the serve loop neither evaluates the exit head there nor stops its pass there (a
+    refused kind, :attr:`Calibration.refusal`, serves at plain speed). The tokens served are the
+    same as with every candidate depth asked. CalibrationError for an unknown gate."""
+    if gate not in GATE_KINDS:
+        raise CalibrationError(f"unknown gate {gate!r}; expected one of {GATE_KINDS}")
+    kind: ResidualKind = "supnorm" if gate == "supnorm" else "halfrange"
+    threshold = {d.depth: d.margin_threshold if gate == "margin" else d.quantile(kind) for d in calibration.depths}
+    return tuple(depth for depth, t in threshold.items() if t < float("inf"))
+
+
 # --- serve: greedy decoding with certified early exit ---------------------------------------------
 
 
@@ -287,7 +300,8 @@ def generate_early_exit(
     repeat_penalty 1 (SamplingError otherwise). ``gate`` defaults to the artifact's. With
     ``audit`` every token also runs every layer (so nothing is owed) and ``ExitStats.flips``
     counts served tokens that differ from the full model's argmax; the served tokens are the
-    same as without audit. ``kind``: the prompt's kind (:func:`reference.prompt_kind.prompt_kind`
+    same as without audit. Depths whose threshold never admits are not asked (:func:`exit_depths`).
+    ``kind``: the prompt's kind (:func:`reference.prompt_kind.prompt_kind`
     of the prompt text, or declared), whose thresholds and guarantee apply; None uses the pooled
     calibration (a guarantee for prompts exchangeable with the whole calibration mix).
     """
@@ -310,7 +324,7 @@ def generate_early_exit(
     session.begin()
     if not session.done:
         cache = model.new_cache(len(session.prompt) + request.max_tokens)
-        decoder = DeferredDecoder(model, cache, calibration.candidate_depths, backlog_bound)
+        decoder = DeferredDecoder(model, cache, exit_depths(calibration, use_gate), backlog_bound)
         token = int(np.argmax(decoder.prefill(session.prompt)[-1]))
         session.target_passes = 1
         stats.depths.append(n_layer)

@@ -12,7 +12,14 @@ import pytest
 from tests.support.tolerances import assert_within, gamma
 from verispec.reference.calibration import Calibration, DepthCalibration
 from verispec.reference.certificate import top2
-from verispec.reference.early_exit import ExitStats, exit_logits, fit_lens, gate_admits, generate_early_exit
+from verispec.reference.early_exit import (
+    ExitStats,
+    exit_depths,
+    exit_logits,
+    fit_lens,
+    gate_admits,
+    generate_early_exit,
+)
 from verispec.reference.errors import CalibrationError, SamplingError
 from verispec.reference.generate import GenerationRequest, generate
 from verispec.reference.model import Model
@@ -101,7 +108,16 @@ def test_never_admitting_gate_is_plain_greedy(tiny_gguf: Any) -> None:
     served, stats = generate_early_exit(model, tok, request, calibration(6, {2: np.inf, 4: np.inf}), audit=True)
     assert served.ids == plain.ids
     assert stats.depths == [6] * 12 and stats.flips == 0 and stats.audited == 11
-    assert stats.head_evaluations == 2 * 11  # every candidate depth, every token after the first
+    assert stats.head_evaluations == 0  # a depth that can never admit is not asked (exit_depths)
+    # one depth that can admit: only it is asked, every token after the first; the tokens are the same
+    # as when every candidate depth is asked (a refusing depth's gate answers no without changing state)
+    two = calibration(6, {2: np.inf, 4: 3.0})
+    served, stats = generate_early_exit(model, tok, request, two, audit=True)
+    assert stats.head_evaluations == 11 and exit_depths(two, "margin") == (4,)
+    assert exit_depths(calibration(6, {2: np.nan, 4: -np.inf}), "margin") == (4,)
+    assert exit_depths(calibration(6, {2: 1.0}, quantile=np.inf), "halfrange") == ()
+    asked_all, _ = generate_early_exit(model, tok, request, calibration(6, {2: 1e30, 4: 3.0}), audit=True)
+    assert served.ids == asked_all.ids
 
 
 @pytest.mark.parametrize("depth", [2, 4])

@@ -15,6 +15,7 @@ the exact mode, and when that is for want of the kernels one stderr line says so
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from verispec.engine import FAST_ARCHITECTURES, load_model
@@ -78,24 +79,34 @@ def load_engine(
     engine: str = "fast",
     weights: str = AUTO,
     backend: str = "auto",
+    pass_boundaries: Iterable[int] = (),
     head: str = "full",
 ) -> EngineLoaded:
     """Resolve a registry name or path (or take an open file) and load it on ``engine`` with
     ``weights`` (:func:`resolve_weights`) on ``backend``, the int8 mode's head in mode ``head``
-    (:data:`HEAD_HELP`).
+    (:data:`HEAD_HELP`). ``pass_boundaries``: the depths where the caller's passes start and stop
+    (early exit's candidate depths, a layer-skip draft's exit layer; the fast engine cuts its fused
+    layer chain there, :meth:`FastModel.load`).
 
     ModelError for an unknown engine / weights mode, InsufficientMemory before loading when the
     weights will not fit; with ``need_chat`` a model without a chat format is a ChatFormatError.
     """
+    boundaries = tuple(pass_boundaries)
     if isinstance(source, GGUFFile):
-        return _load(source, need_chat=need_chat, engine=engine, weights=weights, backend=backend, head=head)
+        return _load(
+            source, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries, head=head
+        )
     with GGUFFile.open(resolve_model(source)) as f:
-        return _load(f, need_chat=need_chat, engine=engine, weights=weights, backend=backend, head=head)
+        return _load(
+            f, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries, head=head
+        )
 
 
-def _load(f: GGUFFile, *, need_chat: bool, engine: str, weights: str, backend: str, head: str) -> EngineLoaded:
+def _load(
+    f: GGUFFile, *, need_chat: bool, engine: str, weights: str, backend: str, bounds: tuple[int, ...], head: str
+) -> EngineLoaded:
     weights = resolve_weights(weights, engine=engine, arch=str(f.get("general.architecture", "")), backend=backend)
-    model = load_model(f, engine=engine, weights=weights, backend=backend, head=head)
+    model = load_model(f, engine=engine, weights=weights, backend=backend, pass_boundaries=bounds, head=head)
     if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
         print(
             f"verispec: note: the fast engine implements {', '.join(FAST_ARCHITECTURES)}; "

@@ -40,8 +40,11 @@ def early_exit_section(
     tokenizer: Tokenizer,
     ids: tuple[int, ...],
     options: BenchOptions,
+    plain_model: FastModel | None = None,
 ) -> dict[str, Any]:
-    """Early exit vs plain greedy decode of the same request, alternating, best tok/s of each."""
+    """Early exit (on ``model``) vs plain greedy decode (on ``plain_model``, default ``model``: the
+    same numerics, bit for bit, its own layer layout) of the same request, alternating, best tok/s
+    of each."""
     if calibration is None:
         return {"available": False, "note": NOT_ASKED}
     from verispec.reference.early_exit import generate_early_exit
@@ -51,7 +54,7 @@ def early_exit_section(
     )
     plain_best = exit_best = 0.0
     for _ in range(max(1, options.repeats)):
-        plain = fast_generate(model, tokenizer, request)
+        plain = fast_generate(model if plain_model is None else plain_model, tokenizer, request)
         result, stats = generate_early_exit(model, tokenizer, request, calibration)
         plain_best = max(plain_best, plain.stats.tokens_per_s)
         exit_best = max(exit_best, result.stats.tokens_per_s)

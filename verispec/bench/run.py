@@ -95,7 +95,10 @@ def run_bench(path: Path, options: BenchOptions = BenchOptions()) -> BenchReport
         verify["int8/ort-q"] = backends.verify_cost_int8
     workload = _workload(path, loaded, options, int8)
     del int8  # released before the reference engine loads its own copy
-    early_exit = early_exit_section(calibration, _early_exit_model(path, model, calibration), tokenizer, ids, options)
+    exit_model = _early_exit_model(path, model, calibration)
+    plain_model = model if exit_model.weights_mode == model.weights_mode else exit_model
+    early_exit = early_exit_section(calibration, exit_model, tokenizer, ids, options, plain_model=plain_model)
+    del exit_model, plain_model
     reference = reference_speed(path, ids, options)
     llama_cpp = (
         backends.llama_cpp
@@ -273,12 +276,21 @@ def _workload(
 
 
 def _early_exit_model(path: Path, model: FastModel, calibration: "Calibration | None") -> FastModel:
-    """The model early exit is measured on: the headline one when the calibration was made on
-    its numerics, else the calibration's own mode (a certificate holds for the numerics it was
-    measured on)."""
-    if calibration is None or numerics(calibration.weights) == numerics(model.weights_mode):
+    """The model early exit is measured on: the headline one's mode when the calibration was made
+    on its numerics, else the calibration's own mode (a certificate holds for the numerics it was
+    measured on); with fused int8 layers loaded again with the chain cut at the candidate depths,
+    as the serve loader loads it (``pass_boundaries``: the same bits, no link half computed and
+    dropped where a pass stops), while plain decoding keeps the headline model's uncut chain."""
+    if calibration is None:
         return model
-    return FastModel.load(path, weights=calibration.weights)
+    weights = (
+        model.weights_mode if numerics(calibration.weights) == numerics(model.weights_mode) else calibration.weights
+    )
+    if weights == model.weights_mode and not model.fused:
+        return model
+    from verispec.reference.early_exit import exit_depths
+
+    return FastModel.load(path, weights=weights, pass_boundaries=exit_depths(calibration, calibration.gate))
 
 
 def reference_speed(path: Path, ids: tuple[int, ...], options: BenchOptions) -> ReferenceSpeed:

@@ -25,6 +25,7 @@ from typing import Any
 from verispec.bench import llama
 from verispec.bench.llama_section import engine_threads
 from verispec.commands.request import add_engine_arguments, build_request
+from verispec.commands.speculative import draft_boundaries
 from verispec.commands.validate import check_generate
 from verispec.engine.generate import draw_for, generate_any, law_for
 from verispec.engine_load import EngineLoaded, load_engine, weights_mode_of
@@ -85,7 +86,12 @@ def run(args: argparse.Namespace) -> int:
     spec = parse_draft_spec(args.draft)
     check_options(args.k, 0.0)
     loaded = load_engine(
-        args.model, need_chat=args.chat, engine=args.engine, weights=args.weights, backend=args.backend
+        args.model,
+        need_chat=args.chat,
+        engine=args.engine,
+        weights=args.weights,
+        backend=args.backend,
+        pass_boundaries=draft_boundaries(spec),
     )
     request = build_request(args, loaded)
     mode = weights_mode_of(loaded.model)

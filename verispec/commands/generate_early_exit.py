@@ -20,7 +20,7 @@ from verispec.commands.request import build_request, result_json, stats_line
 from verispec.commands.validate import model_config
 from verispec.engine_load import AUTO, head_stats_of, load_engine, resolve_weights, weights_mode_of
 from verispec.reference.calibration import Calibration, file_sha256
-from verispec.reference.early_exit import ExitStats, generate_early_exit
+from verispec.reference.early_exit import ExitStats, exit_depths, generate_early_exit
 from verispec.reference.generate import GenerationResult
 from verispec.reference.prompt_kind import prompt_kind
 from verispec.registry import resolve_model
@@ -73,6 +73,7 @@ def run_early_exit(args: argparse.Namespace) -> int:
         engine=getattr(args, "engine", "fast"),
         weights=weights,
         backend=getattr(args, "backend", "auto"),
+        pass_boundaries=exit_depths(calibration, calibration.gate),  # where every pass starts and stops
         head=getattr(args, "head", "full"),
     )
     calibration.check_weights(weights_mode_of(loaded.model))  # e.g. --engine reference serves f32

@@ -68,6 +68,12 @@ def check_draft(spec: DraftSpec, target: GGUFFile) -> None:
         check_same_vocab(Tokenizer.from_gguf(target.metadata), draft_tokenizer, spec.path)
 
 
+def draft_boundaries(spec: DraftSpec) -> tuple[int, ...]:
+    """The depths where the draft's passes over the target start and stop (a layer-skip draft: its
+    exit layer; the target's loader cuts its layer chain there), none for the other drafts."""
+    return (spec.layer,) if spec.kind == "layerskip" else ()
+
+
 def evidence_lines(ev: Evidence) -> list[str]:
     """The evidence as short human-readable lines (stderr)."""
     pos = ", ".join(f"{a:.2f}" for a in ev.per_position_acceptance)
@@ -116,6 +122,7 @@ def run_speculative(args: argparse.Namespace) -> int:
             engine=args.engine,
             weights=args.weights,
             backend=args.backend,
+            pass_boundaries=draft_boundaries(spec),
             head=getattr(args, "head", "full"),
         )
     request = build_request(args, loaded)
