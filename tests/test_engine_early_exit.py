@@ -56,25 +56,24 @@ def test_early_exit_decisions_identical(tiny_gguf: Any, smollm2_tokenizer: Any, 
 
 class _Passes:
     """Records ``(model, first, last)`` of every ``forward_layers`` pass, and counts the runs of
-    onnxruntime graphs (:meth:`OrtGraph.run`: a graph's run is one call, or one a row where its
-    row mode asks for that on this machine, the same for every layout), while installed."""
+    onnxruntime graphs (``OrtGraph.calls``, which every run path counts, plain or IO-bound: a
+    graph's run is one call, or one a row where its row mode asks for that on this machine, the
+    same for every layout), while installed."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.passes: list[tuple[int, int, int]] = []
-        self.graph_runs = 0
-        forward_layers, run = FastModel.forward_layers, OrtGraph.run
-
-        def counted(graph: OrtGraph, *arrays: Any) -> Any:
-            self.graph_runs += 1
-            return run(graph, *arrays)
-
-        monkeypatch.setattr(OrtGraph, "run", counted)
+        self._calls_at_start = OrtGraph.calls
+        forward_layers = FastModel.forward_layers
 
         def recorded(model: FastModel, x: Any, cache: Any, first: int, last: int, *args: Any, **kw: Any) -> Any:
             self.passes.append((id(model), first, last))
             return forward_layers(model, x, cache, first, last, *args, **kw)
 
         monkeypatch.setattr(FastModel, "forward_layers", recorded)
+
+    @property
+    def graph_runs(self) -> int:
+        return OrtGraph.calls - self._calls_at_start
 
     def inside_links(self, model: FastModel) -> int:
         """Pass ends of ``model`` that fall inside a link of its chain (a half computed and dropped)."""
