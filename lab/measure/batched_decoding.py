@@ -56,26 +56,32 @@ class Timers:
         self.seconds = {"graphs_pre_post": 0.0, "head": 0.0, "attention_per_row": 0.0}
         self.saved: list[tuple[type, str, Any]] = []
         self.in_head = False  # the head's own onnxruntime calls count as the head's
+        self.in_graph = False  # a graph run inside another graph run is timed once
 
     def wrap(self, owner: type, name: str, key: str) -> None:
         original = getattr(owner, name)
         self.saved.append((owner, name, original))
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if key == "graphs_pre_post" and self.in_head:
+            # a graph run inside the head, or inside another graph run (run_bound falls back to run
+            # for a prefill), is timed by the outer one only
+            if key == "graphs_pre_post" and (self.in_head or self.in_graph):
                 return original(*args, **kwargs)
             began = time.thread_time()
             self.in_head = self.in_head or key == "head"
+            self.in_graph = self.in_graph or key == "graphs_pre_post"
             try:
                 return original(*args, **kwargs)
             finally:
                 self.in_head = self.in_head and key != "head"
+                self.in_graph = self.in_graph and key != "graphs_pre_post"
                 self.seconds[key] += time.thread_time() - began
 
         setattr(owner, name, timed)
 
     def __enter__(self) -> "Timers":
         self.wrap(OrtGraph, "run", "graphs_pre_post")
+        self.wrap(OrtGraph, "run_bound", "graphs_pre_post")  # the layer chain's path (IO binding)
         self.wrap(FastModel, "head", "head")
         self.wrap(FastModel, "_attend_invariant", "attention_per_row")
         return self
