@@ -279,10 +279,14 @@ def test_greedy_mode(logits: ReferenceLogits, smollm2_tokenizer: Any) -> None:
 @pytest.fixture(scope="module")
 def hf_target(smollm2_path: Any) -> Any:
     """SmolLM2 loaded by transformers from the GGUF once for the transformers tests (the load is
-    most of their cost)."""
+    most of their cost). Loaded under :func:`tests.support.hf_oracle.memoized_gguf`: gguf-py's
+    name map and metadata parse built once per load instead of ~400 and 2 times (the same tensors
+    and config, so the same model; about three quarters of the load's CPU saved)."""
     from examples.transformers_decoder import load_target
+    from tests.support.hf_oracle import memoized_gguf
 
-    return load_target(smollm2_path)
+    with memoized_gguf():
+        return load_target(smollm2_path)
 
 
 @pytest.mark.slow
@@ -391,3 +395,52 @@ def test_command_engine_speaks_the_engine_ops(tmp_path: Any) -> None:
     finally:
         with_logits.close()
         without.close()
+
+
+# --- the law memo's shortcuts change no result (no model) ------------------------------------------
+
+
+def test_cached_law_draws_are_samples_bit_for_bit() -> None:
+    """CachedLaw.draw on a memo row keeps the row's running sum; each draw is the id
+    reference.sampling.sample gives for the same generator state, on dense rows, rows with zeros
+    (top-k), and a row whose total is subnormal (the largest-positive-id fallback); a row the memo
+    did not return goes to sample itself."""
+    from verispec.reference.sampling import sample
+    from verispec.spec.decoder.first_tokens import CachedLaw
+
+    law = CachedLaw()
+    rng = np.random.default_rng(7)
+    rows = [law(rng.normal(size=64).astype(np.float32), [1, 2], p) for p in (PARAMS, DRAFT, SamplingParams())]
+    tiny = np.zeros(8)
+    tiny[[2, 5]] = 5e-324  # a subnormal total: u * total can round up to the total
+    law._cumulative[id(tiny)] = (tiny, None)  # as if the memo had returned it
+    for row in [*rows, tiny, np.array([0.0, 0.25, 0.0, 0.75])]:
+        ours, theirs = np.random.default_rng(3), np.random.default_rng(3)
+        assert [law.draw(row, ours) for _ in range(500)] == [sample(row, theirs) for _ in range(500)]
+        assert ours.random() == theirs.random()  # one uniform a draw, as sample
+    with pytest.raises(Exception, match="finite"):
+        law.draw(np.array([0.5, np.nan]), np.random.default_rng(0))
+
+
+def test_cached_law_keys_a_row_by_its_content() -> None:
+    """A read-only row owning its bytes is hashed once (its identity then stands for its content);
+    a writeable row changed in place, a copy, and a new row at a dead row's address each get the
+    law of their own content."""
+    from verispec.reference.sampling import target_distribution
+    from verispec.spec.decoder.first_tokens import CachedLaw
+
+    law = CachedLaw()
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        fixed = rng.normal(size=32).astype(np.float32)
+        fixed.setflags(write=False)
+        first = law(fixed, [4], PARAMS)
+        assert law(fixed, [4], PARAMS) is first and law(fixed.copy(), [4], PARAMS) is first
+        np.testing.assert_array_equal(first, target_distribution(fixed, [4], PARAMS))
+        del fixed  # its address may be reused by the next row: its entry is gone with it
+        assert not law._digests
+    writeable = rng.normal(size=32).astype(np.float32)
+    before = law(writeable, [4], PARAMS)
+    writeable[:] = writeable[::-1]
+    np.testing.assert_array_equal(law(writeable, [4], PARAMS), target_distribution(writeable, [4], PARAMS))
+    assert not np.array_equal(law(writeable, [4], PARAMS), before)

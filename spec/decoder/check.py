@@ -136,7 +136,8 @@ MEMO_BYTES = 256 * 2**20
 
 class ReferenceLogits:
     """``logits_of(prefix)``: the last logits row of one forward of the whole prefix, memoized
-    (every prefix of a forwarded span is memoized at once). Each row is a COPY (a view of a
+    (every prefix of a forwarded span is memoized at once; a memo row is read-only: it is handed
+    out again to every later caller of its prefix). Each row is a COPY (a view of a
     float32 forward would keep the whole [T, V] forward alive: T times the row), and the memo
     keeps at most ``memo_bytes`` of rows, the least recently used evicted first, so a long run's
     memory is bounded whatever it asks."""
@@ -168,6 +169,7 @@ class ReferenceLogits:
         if prefix in self.memo:
             self.memo.move_to_end(prefix)
             return
+        row.setflags(write=False)  # handed out to every caller of the prefix: nobody may change it
         self.memo[prefix] = row
         self.retained += row.nbytes
         while self.retained > self.memo_bytes and len(self.memo) > 1:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,7 +42,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.sampling import SamplingParams, target_distribution
+from verispec.reference import sampling
+from verispec.reference.sampling import SamplingParams, largest_positive_id, target_distribution
 from verispec.spec.decoder.laws.common import Profile
 from verispec.spec.decoder.types import LogitsOf as LogitsOf
 from verispec.spec.decoder.types import Prefix as Prefix
@@ -113,21 +115,66 @@ class CachedLaw:
     """THE target law memoized by (logits row content, history, params): the decode loops call it
     on the same few rows thousands of times (rows are keyed by a 128-bit BLAKE2 digest of their
     bytes, so copies and views of a row hit the same entry). A few forwards then serve tens of
-    thousands of decodes."""
+    thousands of decodes.
+
+    Two costs of those calls are paid once per row instead of once per call, neither changing a
+    result: a row that is a read-only array owning its bytes (ReferenceLogits' memo rows) has
+    fixed content while it lives, so its digest is kept by identity (a weak reference: a dead
+    row's entry goes, so a new object at its address is hashed afresh); and :meth:`draw` keeps the
+    running sum of each law row this memo returned, so a draw from it is a search, not a V-long sum.
+    """
 
     def __init__(self) -> None:
         self.memo: dict[tuple[bytes, Prefix, Any], F64] = {}
+        self._digests: dict[int, tuple[weakref.ref[Any], bytes]] = {}  # id(fixed row) -> (row, digest)
+        self._cumulative: dict[int, tuple[F64, F64 | None]] = {}  # id(memo law row) -> (row, its running sum)
 
     def __call__(self, logits: Any, history: Sequence[int], params: SamplingParams) -> F64:
         row = np.ascontiguousarray(logits)
-        digest = hashlib.blake2b(row.tobytes(), digest_size=16).digest() + str(row.dtype).encode()
-        key = (digest, tuple(int(t) for t in history), params_key(params))
+        key = (self._digest(row), tuple(int(t) for t in history), params_key(params))
         hit = self.memo.get(key)
         if hit is None:
             hit = np.asarray(target_distribution(row, list(history), params), dtype=np.float64)
             hit.setflags(write=False)
             self.memo[key] = hit
+            self._cumulative[id(hit)] = (hit, None)  # the memo keeps hit alive: its id stays its own
         return hit
+
+    def _digest(self, row: Any) -> bytes:
+        fixed = row.flags.owndata and not row.flags.writeable  # its bytes cannot change while it lives
+        if fixed:
+            entry = self._digests.get(id(row))
+            if entry is not None and entry[0]() is row:
+                return entry[1]
+        digest = hashlib.blake2b(row.tobytes(), digest_size=16).digest() + str(row.dtype).encode()
+        if fixed:
+            address = id(row)
+
+            def forget(ref: weakref.ref[Any]) -> None:
+                if self._digests.get(address, (None, b""))[0] is ref:
+                    del self._digests[address]
+
+            self._digests[address] = (weakref.ref(row, forget), digest)
+        return digest
+
+    def draw(self, probs: F64, rng: np.random.Generator) -> int:
+        """:func:`reference.sampling.sample` (one ``rng.random()`` uniform, :func:`inverse_cdf`'s
+        search of the running sum), the same id bit for bit; for a law row this memo returned the
+        running sum is computed (and the row checked) once. Any other row: ``sample`` itself."""
+        entry = self._cumulative.get(id(probs))
+        if entry is None or entry[0] is not probs:
+            return sampling.sample(probs, rng)
+        cumulative = entry[1]
+        if cumulative is None:
+            if probs.ndim != 1 or probs.shape[0] == 0 or not np.all(np.isfinite(probs)) or np.any(probs < 0):
+                return sampling.sample(probs, rng)  # raises sample's own error
+            cumulative = np.cumsum(probs, dtype=np.float64)
+            if float(cumulative[-1]) <= 0.0:
+                return sampling.sample(probs, rng)  # raises: zero total mass
+            self._cumulative[id(probs)] = (probs, cumulative)
+        u = np.array([float(rng.random())], dtype=np.float64)
+        chosen = int(np.searchsorted(cumulative, u * float(cumulative[-1]), side="right")[0])
+        return chosen if chosen < cumulative.shape[0] else largest_positive_id(probs)  # subnormal total
 
 
 def params_key(params: SamplingParams) -> tuple[SamplingParams, tuple[tuple[int, float], ...]]:

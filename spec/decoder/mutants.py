@@ -141,7 +141,7 @@ class LoopDecoder:
                 context = history + drafts
                 logits = draft_of(tuple(context))
                 q = self.law(logits, context, self.draft_params)
-                drafts.append(sample(q, rng))
+                drafts.append(self.law.draw(q, rng))
                 q_rows.append(self._reported_q(q, logits, context, params))
             drafted_ever += drafts
             pending = history[covered:]
@@ -158,26 +158,24 @@ class LoopDecoder:
                 else history
             )
             if profile is not None:
-                p = np.stack([profile(rows[i], prompt, out + drafts[:i]) for i in range(len(drafts) + 1)])
+                p = [profile(rows[i], prompt, out + drafts[:i]) for i in range(len(drafts) + 1)]
             else:
-                p = np.stack(
-                    [
-                        self._target_law(
-                            rows[i],
-                            (seen + drafts[:i]) if not bugs.penalty_last_per_cycle else seen,
-                            self._row_params(
-                                params,
-                                len(out) + i,
-                                len(cycles),
-                                min_tokens,
-                                is_bonus=i == len(drafts),
-                                speculative=bool(drafts),
-                            ),
+                p = [
+                    self._target_law(
+                        rows[i],
+                        (seen + drafts[:i]) if not bugs.penalty_last_per_cycle else seen,
+                        self._row_params(
+                            params,
+                            len(out) + i,
+                            len(cycles),
+                            min_tokens,
+                            is_bonus=i == len(drafts),
                             speculative=bool(drafts),
-                        )
-                        for i in range(len(drafts) + 1)
-                    ]
-                )
+                        ),
+                        speculative=bool(drafts),
+                    )
+                    for i in range(len(drafts) + 1)
+                ]
             before = len(history)
             accepted, emitted = self._verify(p, q_rows, drafts, params, rng)
             keep = min(covered, before + accepted + bugs.rollback_extra)
@@ -254,11 +252,12 @@ class LoopDecoder:
         return replace(params, logit_bias={**dict(params.logit_bias or {}), **{int(e): -math.inf for e in self.eog}})
 
     def _verify(
-        self, p: F64, q_rows: list[F64], drafts: list[int], params: SamplingParams, rng: np.random.Generator
+        self, rows: list[F64], q_rows: list[F64], drafts: list[int], params: SamplingParams, rng: np.random.Generator
     ) -> tuple[int, list[int]]:
-        """(accepted drafts, emitted tokens) of one cycle."""
+        """(accepted drafts, emitted tokens) of one cycle; ``rows``: the target law of each span row."""
         if not drafts:
-            return 0, [sample(p[0], rng)]
+            return 0, [self.law.draw(rows[0], rng)]  # as sample(): the memo's law row keeps its running sum
+        p = np.stack(rows)
         if self.bugs.bonus_row:
             p = p.copy()
             p[-1] = p[-1 + self.bugs.bonus_row]

@@ -105,11 +105,18 @@ def beta_at_tv(probs: F64, tv: float, sharpen: bool) -> float:
     monotonically as beta leaves 1 either way); the range's end when ``tv`` is out of reach."""
     lo, hi = (0.0, math.log(BETA_RANGE[1])) if sharpen else (math.log(BETA_RANGE[0]), 0.0)
     end = hi if sharpen else lo
-    if tv_of(probs, tempered(probs, math.exp(end))) <= tv:
+    logs = np.log(probs)  # tempered's log, taken once for the 61 steps (the same numbers)
+
+    def tv_at(log_beta: float) -> float:
+        scaled = math.exp(log_beta) * logs  # as tempered(probs, beta), step for step
+        weights = np.exp(scaled - scaled.max())
+        return tv_of(probs, np.asarray(weights / weights.sum(), dtype=np.float64))
+
+    if tv_at(end) <= tv:
         return math.exp(end)
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        far = tv_of(probs, tempered(probs, math.exp(mid))) > tv
+        far = tv_at(mid) > tv
         if sharpen:
             lo, hi = (lo, mid) if far else (mid, hi)
         else:
@@ -134,9 +141,10 @@ def alternative_row(p: F64, tv: float, sharpen: bool) -> tuple[F64, F64]:
     return probs, q
 
 
-def row_effects(p: F64, tv: float, sharpen: bool) -> RowEffect:
-    """The PIT's shift when the row ``p`` is tempered to TV ``tv`` (module docstring)."""
-    probs, q = alternative_row(p, tv, sharpen)
+def row_effects(p: F64, tv: float, sharpen: bool, alternative: tuple[F64, F64] | None = None) -> RowEffect:
+    """The PIT's shift when the row ``p`` is tempered to TV ``tv`` (module docstring);
+    ``alternative``: :func:`alternative_row` of these arguments when the caller has it."""
+    probs, q = alternative_row(p, tv, sharpen) if alternative is None else alternative
     before = np.concatenate([[0.0], np.cumsum(probs)[:-1]])  # F(x - 1) in the PIT's order
     mean_u_given = before + probs / 2.0
     second_u_given = before**2 + before * probs + probs**2 / 3.0
@@ -181,11 +189,18 @@ class ScoreMoments:
     var: F64
 
 
-def score_effects(rows: Sequence[F64], tv: float, fraction: float, sharpen: bool) -> ScoreMoments:
+def score_effects(
+    rows: Sequence[F64],
+    tv: float,
+    fraction: float,
+    sharpen: bool,
+    alternatives: Sequence[tuple[F64, F64]] | None = None,
+) -> ScoreMoments:
+    """``alternatives``: :func:`alternative_row` of each row when the caller has them."""
     first = np.zeros(SCORE_LAMBDAS.shape[0])
     second = np.zeros(SCORE_LAMBDAS.shape[0])
-    for p in rows:
-        probs, q = alternative_row(p, tv, sharpen)
+    for i, p in enumerate(rows):
+        probs, q = alternative_row(p, tv, sharpen) if alternatives is None else alternatives[i]
         terms = score_terms(probs)
         mixture = (1.0 - fraction) * probs + fraction * q
         first += terms @ mixture
@@ -304,8 +319,15 @@ def design(
     if not rows:
         raise ValueError("the power design needs at least one pilot row")
     level = alpha if martingale_alpha is None else martingale_alpha
-    per_direction = tuple(tuple(row_effects(p, tv, sharpen) for p in rows) for sharpen in (True, False))
-    moments = (score_effects(rows, tv, fraction, True), score_effects(rows, tv, fraction, False))
+    # each row's tempered alternative (a 61-step bisection) once per direction, for both tests
+    alternatives = {sharpen: [alternative_row(p, tv, sharpen) for p in rows] for sharpen in (True, False)}
+    per_direction = tuple(
+        tuple(row_effects(p, tv, sharpen, a) for p, a in zip(rows, alternatives[sharpen])) for sharpen in (True, False)
+    )
+    moments = (
+        score_effects(rows, tv, fraction, True, alternatives[True]),
+        score_effects(rows, tv, fraction, False, alternatives[False]),
+    )
     log_weights = design_weights(moments, level, power)
     thresholds = -math.log(level) - log_weights
     needed = 0.0
