@@ -34,9 +34,9 @@ $(MODELS): $(STAMP) verispec/registry.py
 	touch $(MODELS)
 
 # The main job on the default model, in the default (fastest lossless) mode: plain decoding,
-# lossless speculative decoding (prompt-lookup drafts, adaptive k) and llama.cpp plain (when the
-# `llama` extra is installed) side by side, measured in one run on the same prompt and the same
-# number of tokens; then the toy "station" whose exact law check shows what verification and
+# lossless speculative decoding (the default draft, auto: every lookup proposer merged into token
+# trees, kept by measured acceptance) and llama.cpp plain (when the `llama` extra is installed) side
+# by side, measured in one run on the same prompt and the same number of tokens; then the toy "station" whose exact law check shows what verification and
 # repair buy. `verispec demo --exact` runs the float32 mode instead.
 demo: $(STAMP)
 	$(VENV)/bin/verispec models fetch smollm2-135m

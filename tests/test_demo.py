@@ -16,6 +16,8 @@ from tests.support.synthetic import write_synthetic
 from verispec import cli
 from verispec.bench import llama, llama_child
 from verispec.commands import demo as demo_command
+from verispec.commands import generate
+from verispec.reference.drafts import DEFAULT_DRAFT
 from verispec.workload import load_workload
 
 # A llama.cpp stand-in that opens and then decodes exactly max_tokens tokens of id 5 per run.
@@ -43,12 +45,19 @@ def tinyllama(tmp_path: Path) -> Path:
     return path
 
 
-def demo(model: Path, child: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> list[str]:
+def demo(
+    model: Path,
+    child: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    draft: tuple[str, ...] = (),
+) -> list[str]:
     monkeypatch.setattr(llama, "available", lambda: True)
     monkeypatch.setattr(llama_child, "child_argv", lambda: [sys.executable, "-c", child])
     status = cli.main(
         [
             "demo",
+            *draft,
             "--model",
             str(model),
             "--no-chat",
@@ -76,8 +85,27 @@ def test_the_three_sides_run_the_same_number_of_tokens(
     n = int(table[0].split()[0])
     assert 1 <= n <= 6
     assert table[1].split()[0] == "plain" and table[1].split()[3] == "1.00x"
-    assert table[2].startswith("  speculative ngram") and table[2].endswith("same tokens as plain: True")
+    assert table[2].startswith("  speculative auto ") and table[2].endswith("same tokens as plain: True")
     assert table[3].startswith("  llama.cpp plain") and "tok/s" in table[3] and "cut to our length" in table[3]
+
+
+def test_the_demo_runs_the_draft_generate_runs_by_default() -> None:
+    """`make demo` shows speculation as `generate --draft` runs it: the same default draft."""
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers()
+    demo_command.register(commands)
+    generate.register(commands)
+    assert parser.parse_args(["demo"]).draft == DEFAULT_DRAFT == "auto"
+    assert parser.parse_args(["generate", "--prompt", "x", "--draft"]).draft == DEFAULT_DRAFT
+
+
+def test_a_named_draft_still_runs_and_is_the_speculative_row(
+    tinyllama: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--draft ngram (the prompt-lookup chain, adaptive k): lossless, its row named after it."""
+    lines = demo(tinyllama, DECODES, monkeypatch, capsys, ("--draft", "ngram"))
+    row = next(line for line in lines if line.startswith("  speculative "))
+    assert row.startswith("  speculative ngram ") and row.endswith("same tokens as plain: True")
 
 
 def test_a_crashing_llama_cpp_is_its_row_and_the_demo_exits_0(
@@ -86,7 +114,7 @@ def test_a_crashing_llama_cpp_is_its_row_and_the_demo_exits_0(
     lines = demo(tinyllama, SEGV_AT_FIRST_RUN, monkeypatch, capsys)
     row = next(line for line in lines if line.startswith("  llama.cpp plain"))
     assert "crashed (killed by SIGSEGV, exit -11) during run" in row
-    assert any(line.startswith("  speculative ngram") for line in lines)
+    assert any(line.startswith("  speculative auto ") for line in lines)
 
 
 def test_the_default_prompt_is_the_workloads_first_summarisation_request() -> None:

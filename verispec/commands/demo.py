@@ -4,7 +4,10 @@ measured in ONE run on the same prompt ids and the SAME number of generated toke
 What ``make demo`` runs. The engine runs in the default weights mode (auto: the int8 mode where
 onnxruntime is installed, :mod:`verispec.engine_load`). Plain greedy decoding goes first and sets
 the length ``n`` (it ends at the chat's end of turn or ``--max-tokens``); speculative decoding of the
-same request is lossless, so it emits the same ``n`` tokens (checked, and printed); llama.cpp
+same request, with the default draft of ``generate --draft`` (:data:`DEFAULT_DRAFT`: auto, every
+lookup proposer merged into one token tree per cycle, kept by measured acceptance; a fresh draft
+each round, so no round learns from another's output), is lossless, so it emits the same ``n``
+tokens (checked, and printed); llama.cpp
 (when llama-cpp-python is installed; in a child process, so a crash of its native code is its
 row of the table, verispec/bench/peer.py) starts from the engine's prompt ids and decodes exactly
 ``n`` tokens greedily, its end of generation ignored (the length is cut to the engine's). The three
@@ -30,7 +33,7 @@ from verispec.commands.validate import check_generate
 from verispec.engine.generate import draw_for, generate_any, law_for
 from verispec.engine_load import EngineLoaded, load_engine, weights_mode_of
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
-from verispec.reference.drafts import check_options, make_draft, parse_draft_spec
+from verispec.reference.drafts import DEFAULT_DRAFT, check_options, make_draft, parse_draft_spec
 from verispec.reference.errors import DraftError, PeerFailed
 from verispec.reference.generate import GenerationRequest, GenerationResult
 from verispec.registry import DEFAULT_MODEL, resolve_model
@@ -53,8 +56,19 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         f"{DEMO_REQUEST} request: summarise a given report in one paragraph)",
     )
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens to generate at most (default 96)")
-    parser.add_argument("--draft", default="ngram", metavar="SPEC", help="the speculative draft source (default ngram)")
-    parser.add_argument("--k", type=int, default=8, help="draft tokens per cycle at most (adaptive; default 8)")
+    parser.add_argument(
+        "--draft",
+        default=DEFAULT_DRAFT,
+        metavar="SPEC",
+        help=f"the speculative draft source (default {DEFAULT_DRAFT}, generate --draft's: every lookup proposer, "
+        "kept by measured acceptance; or ngram | suffix | suffix:tree | layerskip:M | model:PATH | self)",
+    )
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=8,
+        help="draft tokens per cycle at most (a token tree's depth; a chain's k, adaptive; default 8)",
+    )
     parser.add_argument(
         "--repeats", type=int, default=2, help="interleaved rounds, best run of each side kept (default 2)"
     )
