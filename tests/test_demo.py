@@ -1,13 +1,16 @@
 """`verispec demo` (what `make demo` runs): plain, speculative and llama.cpp plain side by side in
 one run, the same prompt ids and the same number of tokens on every side; llama.cpp in a child
-process, so a crash of it is its row of the table and the demo still exits 0. On a small synthetic
+process, so a crash of it is its row of the table and the demo still exits 0; greedy speculation that
+changes a token in any round fails it (exit 1). On a small synthetic
 llama file with stand-in llama.cpp children (no llama_cpp needed); never asserts a speed."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +20,7 @@ from verispec import cli
 from verispec.bench import llama, llama_child
 from verispec.commands import demo as demo_command
 from verispec.commands import generate
+from verispec.exit_codes import EXIT_FAILED
 from verispec.reference.drafts import DEFAULT_DRAFT
 from verispec.workload import load_workload
 
@@ -129,3 +133,30 @@ def test_the_default_prompt_is_the_workloads_first_summarisation_request() -> No
     assert said.startswith("a summarisation request (verispec/data/workload.jsonl summarisation-1: ")
     own = argparse.Namespace(prompt="my text")
     assert demo_command.describe_prompt(own) == "the --prompt text" and own.prompt == "my text"
+
+
+def test_speculation_that_changes_a_token_in_any_round_fails_the_demo(
+    tinyllama: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Greedy speculation must give plain's tokens in every round, not only in the fastest one the
+    table keeps: a decoder that changes one token in its second round makes the row say False, an
+    error on stderr and exit status 1 (EXIT_FAILED)."""
+    real = demo_command.speculative_generate
+    rounds = iter(range(100))
+
+    def second_round_off_by_one(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        if next(rounds) == 1:
+            ids = (result.generation.ids[0] + 1, *result.generation.ids[1:])
+            return dataclasses.replace(result, generation=dataclasses.replace(result.generation, ids=ids))
+        return result
+
+    monkeypatch.setattr(demo_command, "speculative_generate", second_round_off_by_one)
+    monkeypatch.setattr(llama, "available", lambda: True)
+    monkeypatch.setattr(llama_child, "child_argv", lambda: [sys.executable, "-c", DECODES])
+    argv = ["demo", "--model", str(tinyllama), "--no-chat", "--prompt", "one two one two", "--max-tokens", "6"]
+    status = cli.main([*argv, "--repeats", "2", "--k", "3"])
+    captured = capsys.readouterr()
+    row = next(line for line in captured.out.splitlines() if line.startswith("  speculative auto "))
+    assert row.endswith("same tokens as plain: False")
+    assert "not lossless" in captured.err and status == EXIT_FAILED

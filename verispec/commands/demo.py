@@ -32,6 +32,7 @@ from verispec.commands.speculative import draft_boundaries
 from verispec.commands.validate import check_generate
 from verispec.engine.generate import draw_for, generate_any, law_for
 from verispec.engine_load import EngineLoaded, load_engine, weights_mode_of
+from verispec.exit_codes import EXIT_FAILED, EXIT_PASSED
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DEFAULT_DRAFT, check_options, make_draft, parse_draft_spec
 from verispec.reference.errors import DraftError, PeerFailed
@@ -114,10 +115,14 @@ def run(args: argparse.Namespace) -> int:
     first = generate_any(loaded.model, loaded.tokenizer, request)
     sys.stdout.write(first.text + "\n")
     n = first.stats.generated_tokens
-    rows = _measure(args, loaded, request, spec.kind, n, first)
+    rows = _measure(args, loaded, request, n, first)
     for line in table(rows, n, args.repeats):
         print(line)
-    return 0
+    if not all(row.get("same_tokens", True) for row in rows):
+        # greedy speculation that changes a token is a broken decoder, not a slow one: say so and fail
+        print("error: speculative decoding gave other tokens than plain decoding (not lossless)", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_PASSED
 
 
 def describe_prompt(args: argparse.Namespace) -> str:
@@ -140,13 +145,14 @@ def _measure(
     args: argparse.Namespace,
     loaded: EngineLoaded,
     request: GenerationRequest,
-    kind: str,
     n: int,
     first: GenerationResult,
 ) -> list[dict[str, Any]]:
-    """The three sides, interleaved ``args.repeats`` rounds, each side's best run."""
+    """The three sides, interleaved ``args.repeats`` rounds, each side's best run; the speculative
+    row's ``same_tokens`` holds for every round, not only the best one."""
     peer, peer_failure = _open_llama(args, request, n)
     best: dict[str, dict[str, Any]] = {}
+    every_round_same = True
     spec_options = SpeculativeOptions(k=args.k, adaptive=True)
     try:
         for _ in range(args.repeats):
@@ -163,15 +169,8 @@ def _measure(
                 draw=draw_for(loaded.model),
             )
             ids = spec.generation.ids
-            _keep(
-                best,
-                "speculative",
-                {
-                    "tok_s": spec.generation.stats.tokens_per_s,
-                    "tokens": len(ids),
-                    "same_tokens": list(ids) == list(first.ids),
-                },
-            )
+            every_round_same = every_round_same and list(ids) == list(first.ids)
+            _keep(best, "speculative", {"tok_s": spec.generation.stats.tokens_per_s, "tokens": len(ids)})
             if peer is not None:
                 try:
                     run = peer.run("plain", request.prompt_ids, n, frozenset())
@@ -189,7 +188,8 @@ def _measure(
     finally:
         if peer is not None:
             peer.close()
-    rows = [{"name": "plain", **best["plain"]}, {"name": f"speculative {args.draft}", **best["speculative"]}]
+    speculative = {"name": f"speculative {args.draft}", **best["speculative"], "same_tokens": every_round_same}
+    rows = [{"name": "plain", **best["plain"]}, speculative]
     if not args.no_llama:
         rows.append({"name": "llama.cpp plain", **best.get("llama", {}), "note": _llama_note(peer_failure, best)})
     return rows
