@@ -32,6 +32,7 @@ per-session pools measured 0.56x / 0.34x (1 / 5 rows) on f32/ort. `verispec benc
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal, Protocol
@@ -192,6 +193,10 @@ class OrtGraph:
         self._output_store: list[F32] = []
         self._input_store: list[npt.NDArray[Any]] = []
         self._stacked_store: list[F32] = []  # row-by-row mode: the gathered rows
+        # the one thread whose calls use the buffers (the first to make a bound call): a buffer is
+        # one call's output until the caller is done with it, so two threads calling at once (the
+        # lockstep scheduler's and a loop's own thread) must not share them; other threads run unbound
+        self._owner: int | None = None
         self.row_mode: RowMode = "native"
         if any(node.op_type == "MatMulNBits" for node in nodes):
             self.row_mode = self._probe_row_mode({n: s for n, s in inputs.items()})
@@ -226,6 +231,8 @@ class OrtGraph:
         sampler, a hidden state kept for a later pass) copies it. More rows than
         :data:`BIND_MAX_ROWS` (a prefill) run as :meth:`run` (fresh arrays: no buffer held for the
         length of a prompt)."""
+        if self._owner != threading.get_ident() and not self._claim():
+            return self.run(*arrays)  # another thread owns the buffers: fresh arrays, as run gives
         rows = arrays[0].shape[0] if arrays else 0
         mode = self.row_mode
         if mode == "native" or (mode == "pad-single-row" and rows > 1) or (mode == "row-by-row" and rows == 1):
@@ -239,6 +246,13 @@ class OrtGraph:
         if mode == "row-by-row" and rows > 1:
             return self._row_by_row_bound(arrays, rows)
         return self._binding(rows).run(arrays)
+
+    def _claim(self) -> bool:
+        """Whether the calling thread owns the bound buffers, claiming them if no thread has."""
+        with _OWNER_LOCK:
+            if self._owner is None:
+                self._owner = threading.get_ident()
+            return self._owner == threading.get_ident()
 
     def _binding(self, rows: int, padded_from_one: bool = False) -> _RowBinding:
         key = -rows if padded_from_one else rows
@@ -317,6 +331,7 @@ class OrtGraph:
         return "row-by-row"
 
 
+_OWNER_LOCK = threading.Lock()  # the first bound call of a graph claims its buffers under this lock
 BIND_MAX_ROWS = 16  # row counts up to this get bound buffers (:meth:`OrtGraph.run_bound`); more run unbound
 BIND_BY_DEFAULT = True  # measured: lab/measurements/int8_io_binding_1thread.json
 BIND_ENV = "VERISPEC_INT8_BIND"

@@ -11,6 +11,7 @@ same logits and hidden states with and without binding, bit for bit.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,34 @@ def test_outputs_are_reused_buffers_and_chained_inputs_stay_bound(tiny_gguf: Any
     for previous, binding in zip(bindings, bindings[1:]):
         assert binding.bound[x_input] is previous.outputs[0]
         assert binding.bound[attn_input] is binding.own_inputs[attn_input]  # a fresh array each call: copied
+
+
+def test_threads_calling_one_graph_at_once_get_their_own_results(tiny_gguf: Any) -> None:
+    """The lockstep scheduler and a loop's own thread can run one model's graphs at the same time:
+    the first thread to make a bound call owns the graph's buffers, every other thread runs
+    unbound, so no thread's result is overwritten by another's call (each result equals the plain
+    call's on its own inputs, checked while the threads interleave)."""
+    graph = _link(_tiny_int8(tiny_gguf))
+    graph.run_bound(*_feeds(graph, 1, seed=0))  # the test's thread owns the buffers
+    wrong: list[tuple[int, int]] = []
+    start = threading.Barrier(3)
+
+    def calls(worker: int) -> None:
+        start.wait()
+        for i in range(60):
+            feeds = _feeds(graph, 1 + (worker + i) % 4, seed=1000 * worker + i)
+            expected = graph.run(*feeds)
+            got = [out.copy() for out in graph.run_bound(*feeds)]
+            if not all(np.array_equal(g, e) for g, e in zip(got, expected)):
+                wrong.append((worker, i))
+
+    threads = [threading.Thread(target=calls, args=(worker,)) for worker in (1, 2)]
+    for thread in threads:
+        thread.start()
+    calls(0)
+    for thread in threads:
+        thread.join()
+    assert wrong == []
 
 
 def test_an_output_fed_back_is_copied_not_bound_in_place(tiny_gguf: Any) -> None:
