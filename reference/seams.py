@@ -120,11 +120,15 @@ class TargetModel(Protocol):
 def law_view(model: TargetModel, params: SamplingParams, *, exit_head: bool = False) -> TargetModel:
     """The target a loop under the law ``params`` runs: ``model.for_law(params)`` where the model
     has one (the fast engine's sparse head: passes whose logits are decision rows, the same
-    probabilities under that law bit for bit; engine.sparse_head), else ``model`` itself."""
-    for_law = getattr(model, "for_law", None)
+    probabilities under that law bit for bit; engine.sparse_head), else ``model`` itself.
+
+    Only a model whose own class defines ``for_law``: a wrapper that hands attribute reads to an
+    inner model (the lockstep scheduler's proxy, a test's or a mutant's rewiring of the batched
+    pass) must stay the model the loop calls, so it keeps the full head rather than losing itself."""
+    for_law: Any = getattr(type(model), "for_law", None)
     if not callable(for_law):
         return model
-    view: TargetModel = for_law(params, exit_head=exit_head)
+    view: TargetModel = for_law(model, params, exit_head=exit_head)
     return view
 
 

@@ -42,6 +42,7 @@ from verispec.reference.generate import GenerationRequest
 from verispec.reference.gguf import GGUFFile
 from verispec.reference.sampling import SamplingParams
 from verispec.reference.sampling import target_distribution as reference_law
+from verispec.reference.seams import law_view
 from verispec.reference.tokenizer import Tokenizer
 
 F32 = npt.NDArray[np.float32]
@@ -348,3 +349,26 @@ def test_bench_head_section_runs_both_heads_on_the_same_tokens(int8_real_model: 
     assert section["full"]["steps"] == section["sparse"]["steps"] == 4
     assert 0 < section["full"]["head_share"] < 1 and 0 < section["sparse"]["head_share"] < 1
     assert section["sparse"]["work"]["rows"] == 6 and section["sparse_over_full_tok_s"] > 0
+
+
+def test_law_view_keeps_a_wrapper_that_delegates_its_attributes() -> None:
+    """law_view gives a loop the model's own law view (the sparse head's decision rows) only when
+    the model's class defines ``for_law``; a wrapper that hands attribute reads to an inner model
+    (the lockstep proxy, a batch mutant rewiring forward_many) stays the model the loop calls: its
+    own passes are not bypassed by the inner model's view."""
+
+    class Inner:
+        def for_law(self, params: Any, *, exit_head: bool = False) -> Any:
+            return ("view of inner", params, exit_head)
+
+    class Wrapper:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    inner = Inner()
+    wrapper = Wrapper(inner)
+    assert law_view(wrapper, SamplingParams(), exit_head=True) is wrapper  # type: ignore[arg-type]
+    assert law_view(inner, "p", exit_head=True) == ("view of inner", "p", True)  # type: ignore[arg-type]
