@@ -194,8 +194,8 @@ class OrtGraph:
         self._input_store: list[npt.NDArray[Any]] = []
         self._stacked_store: list[F32] = []  # row-by-row mode: the gathered rows
         # the one thread whose calls use the buffers (the first to make a bound call): a buffer is
-        # one call's output until the caller is done with it, so two threads calling at once (the
-        # lockstep scheduler's and a loop's own thread) must not share them; other threads run unbound
+        # one call's output until the caller is done with it, so two threads calling at once (a model
+        # shared between threads) must not share them; other threads run unbound
         self._owner: int | None = None
         self.row_mode: RowMode = "native"
         if any(node.op_type == "MatMulNBits" for node in nodes):
