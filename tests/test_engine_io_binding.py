@@ -97,8 +97,8 @@ def test_outputs_are_reused_buffers_and_chained_inputs_stay_bound(tiny_gguf: Any
 
 
 def test_threads_calling_one_graph_at_once_get_their_own_results(tiny_gguf: Any) -> None:
-    """The lockstep scheduler and a loop's own thread can run one model's graphs at the same time:
-    the first thread to make a bound call owns the graph's buffers, every other thread runs
+    """Threads sharing one model can run its graphs at the same time (the lockstep scheduler keeps
+    model work on one thread, but a caller need not): the first thread to make a bound call owns the graph's buffers, every other thread runs
     unbound, so no thread's result is overwritten by another's call (each result equals the plain
     call's on its own inputs, checked while the threads interleave)."""
     graph = _link(_tiny_int8(tiny_gguf))
