@@ -1,10 +1,12 @@
 """Per-test CPU profile of the test suite: a pytest plugin, and a ranking of what it wrote.
 
 The gate (`make test`) is CPU-bound on its two xdist workers, so its wall time follows the CPU the
-tests spend; this says where that CPU goes. Load it in-process (``-n 0``: under xdist each worker
-would need the plugin and its own file) from the repository root::
+tests spend; this says where that CPU goes. Load it from the repository root, in-process or under
+the gate's xdist workers (``-p`` reaches each worker; every worker appends whole lines to the same
+file, each line one test)::
 
     CPUPROF_OUT=/tmp/cpu.jsonl PYTHONPATH=. python -m pytest -n 0 -q -p lab.measure.cpu_profile tests/...
+    CPUPROF_OUT=/tmp/cpu.jsonl PYTHONPATH=. python -m pytest -n auto --dist loadgroup -p lab.measure.cpu_profile
     python -m lab.measure.cpu_profile /tmp/cpu.jsonl          # rank by test, by file, by setup
     python -m lab.measure.cpu_profile /tmp/cpu.jsonl --costs tests/data/test_cpu.json
 
@@ -134,7 +136,7 @@ def main(argv: list[str]) -> int:
         return 2
     records = load(Path(argv[0]))
     if len(argv) == 3:
-        provenance = f"python -m lab.measure.cpu_profile {argv[0]} --costs: {len(records)} tests at -n 0"
+        provenance = f"python -m lab.measure.cpu_profile {argv[0]} --costs: {len(records)} tests"
         Path(argv[2]).write_text(json.dumps(costs(records, provenance), indent=1) + "\n", encoding="utf-8")
     else:
         print(ranking(records))
