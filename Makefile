@@ -20,10 +20,12 @@ $(STAMP): pyproject.toml
 
 # The test-only oracle (torch CPU + transformers): `make test` needs it, `make demo` does not. It installs
 # the dev extra in the same pip run and stamps both: a second run would resolve and rebuild everything again.
+# --no-compile: pip would compile all of torch and transformers (~30 s); the tests compile, once, the modules
+# they import (the pytest target caches bytecode).
 $(ORACLE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,oracle]'
+	$(PY) -m pip install -q --no-compile -e '.[dev,oracle]'
 	touch $(STAMP) $(ORACLE)
 
 models: $(MODELS)
@@ -44,16 +46,17 @@ demo: $(STAMP)
 	$(VENV)/bin/verispec demo --model smollm2-135m --max-tokens 96
 	$(VENV)/bin/verispec witness --steps 1000
 
-# pytest-xdist: one worker per physical core (-n auto), at most 4: every worker loads both models
-# (~2-3 GB), so a many-core runner must not start one per core. One BLAS / torch / onnxruntime thread per worker:
-# the workers already fill the cores. --dist loadgroup: tests one at a time, but a file with a module-scoped
+# pytest-xdist: one worker per core plus one, at most 4 and at most one per 3 GB of available memory (a worker
+# loads models, ~2-3 GB). The extra worker fills a core while another waits on a peer's timeout or a child process
+# (measured on 2 cores: 3 workers 9:01, 2 workers 9:16, the same CPU). One BLAS / torch / onnxruntime thread per
+# worker: the workers already fill the cores. --dist loadgroup: tests one at a time, but a file with a module-scoped
 # fixture (and each group of files sharing a session fixture's loads) whole to one worker, so a load happens once
 # (tests/conftest.py: pytest_xdist_make_scheduler). WORKERS=0 runs in-process. The 25 slowest tests are listed at the
 # end, so a run over the time target says where its time went.
 # Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: the tests start hundreds of
 # Python processes (CLI runs, worker pools, both xdist workers), and without a cache each one compiles every
 # module of verispec and of the tests (pytest's assertion rewriting) again.
-WORKERS ?= auto
+WORKERS ?= $(shell $(PYTHON) -c 'import os, re; cores = len(os.sched_getaffinity(0)); kib = re.search(r"MemAvailable:\s+(\d+)", open("/proc/meminfo").read()); gib = int(kib.group(1)) / 2**20 if kib else 3.0; print(max(1, min(cores + 1, 4, int(gib // 3))))')
 pytest: models $(ORACLE)
 	env -u PYTHONDONTWRITEBYTECODE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 VERISPEC_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --maxprocesses=4 --dist loadgroup --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
@@ -65,7 +68,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/ruff check --quiet .
 
-test: $(ORACLE) lint pytest typecheck
+# mypy runs beside pytest (its ~20 s of CPU fill the cores while the last tests finish); its output comes after
+# pytest's, and either failing fails the target.
+test: $(ORACLE) lint models
+	@$(MAKE) --no-print-directory typecheck > $(VENV)/typecheck.log 2>&1 & typecheck=$$!; \
+	$(MAKE) --no-print-directory pytest; tests=$$?; \
+	wait $$typecheck; typed=$$?; cat $(VENV)/typecheck.log; \
+	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .hypothesis
