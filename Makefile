@@ -46,17 +46,17 @@ demo: $(STAMP)
 	$(VENV)/bin/verispec demo --model smollm2-135m --max-tokens 96
 	$(VENV)/bin/verispec witness --steps 1000
 
-# pytest-xdist: one worker per core plus one, at most 4 and at most one per 3 GB of available memory (a worker
-# loads models, ~2-3 GB). The extra worker fills a core while another waits on a peer's timeout or a child process
-# (measured on 2 cores: 3 workers 9:01, 2 workers 9:16, the same CPU). One BLAS / torch / onnxruntime thread per
-# worker: the workers already fill the cores. --dist loadgroup: tests one at a time, but a file with a module-scoped
+# pytest-xdist: one worker per core, at most 4 and at most one per 3 GB of available memory (a worker loads
+# models, ~2-3 GB). A third worker on 2 cores was faster with warm bytecode (9:01 against 9:16) but slower from a
+# fresh clone (pytest 9:53 against 9:37: each worker compiles what it imports). One BLAS / torch / onnxruntime
+# thread per worker: the workers already fill the cores. --dist loadgroup: tests one at a time, but a file with a module-scoped
 # fixture (and each group of files sharing a session fixture's loads) whole to one worker, so a load happens once
 # (tests/conftest.py: pytest_xdist_make_scheduler). WORKERS=0 runs in-process. The 25 slowest tests are listed at the
 # end, so a run over the time target says where its time went.
 # Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: the tests start hundreds of
 # Python processes (CLI runs, worker pools, both xdist workers), and without a cache each one compiles every
 # module of verispec and of the tests (pytest's assertion rewriting) again.
-WORKERS ?= $(shell $(PYTHON) -c 'import os, re; cores = len(os.sched_getaffinity(0)); kib = re.search(r"MemAvailable:\s+(\d+)", open("/proc/meminfo").read()); gib = int(kib.group(1)) / 2**20 if kib else 3.0; print(max(1, min(cores + 1, 4, int(gib // 3))))')
+WORKERS ?= $(shell $(PYTHON) -c 'import os, re; cores = len(os.sched_getaffinity(0)); kib = re.search(r"MemAvailable:\s+(\d+)", open("/proc/meminfo").read()); gib = int(kib.group(1)) / 2**20 if kib else 3.0; print(max(1, min(cores, 4, int(gib // 3))))')
 pytest: models $(ORACLE)
 	env -u PYTHONDONTWRITEBYTECODE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 VERISPEC_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --maxprocesses=4 --dist loadgroup --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
