@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.engine.blocks import KernelBlocks
-from verispec.engine.matmul import OrtGraph, block_sum_columns, blocks_nodes, f32_nodes
+from verispec.engine.matmul import OrtGraph, block_sum_columns, blocks_nodes, env_switch, f32_nodes
 from verispec.engine.rope import rotation
 from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, Config
 from verispec.reference.errors import ModelError
@@ -101,12 +101,7 @@ def _env_splits(n_layer: int) -> tuple[int, ...]:
 
 def fused_default() -> bool:
     """Whether the int8 mode runs fused: ``VERISPEC_INT8_FUSED`` (1 / 0), else :data:`FUSED_BY_DEFAULT`."""
-    text = os.environ.get(ENV)
-    if text is None or text == "":
-        return FUSED_BY_DEFAULT
-    if text not in ("0", "1"):
-        raise ModelError(f"{ENV}={text!r} is not 0 or 1")
-    return text == "1"
+    return env_switch(ENV, FUSED_BY_DEFAULT)
 
 
 @dataclass(frozen=True)

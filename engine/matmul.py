@@ -340,11 +340,17 @@ BIND_ENV = "VERISPEC_INT8_BIND"
 def io_binding_default() -> bool:
     """Whether the int8 mode's fused graphs run through IO binding (:meth:`OrtGraph.run_bound`):
     ``VERISPEC_INT8_BIND`` (1 / 0), else :data:`BIND_BY_DEFAULT`; ModelError for another value."""
-    text = os.environ.get(BIND_ENV)
+    return env_switch(BIND_ENV, BIND_BY_DEFAULT)
+
+
+def env_switch(name: str, default: bool) -> bool:
+    """A 1 / 0 switch from the environment variable ``name``: unset or empty gives ``default``;
+    ModelError for any other value."""
+    text = os.environ.get(name)
     if text is None or text == "":
-        return BIND_BY_DEFAULT
+        return default
     if text not in ("0", "1"):
-        raise ModelError(f"{BIND_ENV}={text!r} is not 0 or 1")
+        raise ModelError(f"{name}={text!r} is not 0 or 1")
     return text == "1"
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tests.support.quant_blocks import q8_0_bytes
 from verispec.engine import matmul
 from verispec.engine.blocks import repack
 from verispec.engine.sparse_head import (
@@ -33,16 +34,6 @@ from verispec.engine.sparse_head import (
 F32 = npt.NDArray[np.float32]
 N_IN = 128
 CHUNK = 512
-
-
-def q8_0_bytes(levels: npt.NDArray[np.int8], scales: npt.NDArray[np.float16]) -> npt.NDArray[np.uint8]:
-    """Q8_0 rows: per block of 32, a float16 scale then 32 int8 levels."""
-    rows, n_in = levels.shape
-    nb = n_in // 32
-    out = np.empty((rows, nb, 34), dtype=np.uint8)
-    out[:, :, :2] = scales.reshape(rows, nb, 1).view(np.uint8).reshape(rows, nb, 2)
-    out[:, :, 2:] = levels.reshape(rows, nb, 32).view(np.uint8)
-    return out.reshape(rows, nb * 34)
 
 
 def head_chunks(raw: npt.NDArray[np.uint8], n_in: int, chunk: int = CHUNK) -> matmul.RowChunks:

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tests.support.quant_blocks import q8_0_bytes
 from verispec.engine import matmul
 from verispec.engine.blocks import repack
 from verispec.engine.generate import generate
@@ -51,16 +52,6 @@ CHUNK = 512
 MODELS = ("smollm2-135m", "gemma3-270m")
 
 # -- a synthetic Q8_0 head in the int8 head's row chunks ---------------------------------------------
-
-
-def q8_0_bytes(levels: npt.NDArray[np.int8], scales: npt.NDArray[np.float16]) -> npt.NDArray[np.uint8]:
-    """Q8_0 rows: per block of 32, a float16 scale then 32 int8 levels."""
-    rows, n_in = levels.shape
-    nb = n_in // 32
-    out = np.empty((rows, nb, 34), dtype=np.uint8)
-    out[:, :, :2] = scales.reshape(rows, nb, 1).view(np.uint8).reshape(rows, nb, 2)
-    out[:, :, 2:] = levels.reshape(rows, nb, 32).view(np.uint8)
-    return out.reshape(rows, nb * 34)
 
 
 def synthetic_head(rows: int, tied: int, seed: int, max_fraction: float = 0.5) -> tuple[SparseHead, matmul.RowChunks]:
