@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +49,7 @@ from verispec.reference.exit_head import GateKind as GateKind
 from verispec.reference.exit_head import Lens as Lens
 from verispec.reference.exit_head import exit_logits as exit_logits
 from verispec.reference.exit_head import fit_lens as fit_lens
-from verispec.reference.seams import Cache, TargetModel, law_view
+from verispec.reference.seams import Cache, TargetModel, law_view, takes_last_only
 from verispec.reference.session import DecodeSession, GenerationRequest, GenerationResult
 from verispec.reference.tokenizer import Tokenizer
 
@@ -109,9 +110,16 @@ class DeferredDecoder:
         self.counters = DecoderCounters()
 
     def prefill(self, tokens: Sequence[int]) -> F32:
-        """Run a span through every layer (no exits; settles any backlog first) -> logits ``[T, V]``."""
+        """Run a span through every layer (no exits; settles any backlog first) -> the last row's
+        logits ``[1, V]``, the only row decoding reads. On an engine whose ``forward`` takes
+        ``last_only`` the head runs on that row alone (a 262,144-row head on every prompt row
+        would cost the prompt's length in head passes), as plain decoding's prompt pass does."""
         self.settle()
-        return self.model.forward(tokens, self.cache).logits
+        if takes_last_only(self.model):
+            forward: Any = self.model.forward  # the engine's forward (TargetModel does not name last_only)
+            logits: F32 = forward(tokens, self.cache, last_only=True).logits
+            return logits
+        return self.model.forward(tokens, self.cache).logits[-1:]
 
     def step(self, token: int, policy: ExitPolicy) -> tuple[int, F32]:
         """Decode one token: (depth reached, hidden state ``[1, D]`` at that depth).

@@ -22,6 +22,7 @@ This module imports no loop, no model and no engine, so every one of them can im
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
@@ -130,6 +131,18 @@ def law_view(model: TargetModel, params: SamplingParams, *, exit_head: bool = Fa
         return model
     view: TargetModel = for_law(model, params, exit_head=exit_head)
     return view
+
+
+def takes_last_only(target: Any) -> bool:
+    """Whether ``target.forward`` accepts ``last_only`` (the head on the last row alone: the fast
+    engine and its lockstep proxy; the reference computes every row)."""
+    forward = getattr(target, "forward", None)
+    if not callable(forward):
+        return False
+    try:
+        return "last_only" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 # -- draft sources -------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ width-1 tree costs what the single-path loop's pass costs.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ import numpy.typing as npt
 from verispec.reference import speculative
 from verispec.reference.errors import VerificationError
 from verispec.reference.sampling import SamplingParams, sample
-from verispec.reference.seams import LawFn
+from verispec.reference.seams import LawFn, takes_last_only
 from verispec.reference.tree_attention import is_chain
 from verispec.reference.tree_speculative import DraftTree, TreeVerdict, verify_tree_greedy, verify_tree_sampled_lazy
 
@@ -86,17 +85,6 @@ def span_parents(pending: int, tree: DraftTree) -> list[int]:
     the cached prefix), then node i (i >= 1) under the row of its parent (node 0 = the last
     pending row)."""
     return [*range(-1, pending - 1), *(pending - 1 + tree.parents[i] for i in range(1, tree.size))]
-
-
-def takes_last_only(target: Any) -> bool:
-    """Whether ``target.forward`` accepts ``last_only`` (the fast engine and its lockstep proxy)."""
-    forward = getattr(target, "forward", None)
-    if not callable(forward):
-        return False
-    try:
-        return "last_only" in inspect.signature(forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def plain_pass(target: Any, cache: Any, pending: Sequence[int]) -> F32 | None:

@@ -51,6 +51,32 @@ def test_early_exit_decisions_identical(tiny_gguf: Any, smollm2_tokenizer: Any, 
     assert len(set(want_stats.depths)) >= 2  # some tokens exit early, some run every layer
 
 
+
+def test_the_prompt_pass_runs_the_head_on_its_last_row_only(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deferred decoder's prompt pass reads one row of logits: on the engine the head runs on
+    that row alone (Gemma 3's head is 262,144 rows; on every prompt row it would cost the prompt's
+    length in head passes), with the bits a full pass gives that row in the int8 mode (a k-row pass
+    gives each row what a 1-row pass gives); the reference returns its last row too."""
+    path = tiny_gguf("llama", n_layer=5, n_vocab=64, context_length=96, weight_scale=1.0)
+    prompt = [5, 9, 12, 7, 3]
+    fast = FastModel.load(path, weights="int8")
+    head_rows: list[int] = []
+    pass_logits = FastModel._pass_logits
+
+    def counted(model: FastModel, x: Any) -> Any:
+        head_rows.append(len(x))
+        return pass_logits(model, x)
+
+    monkeypatch.setattr(FastModel, "_pass_logits", counted)
+    got = DeferredDecoder(fast, fast.new_cache(16), (1, 2, 3)).prefill(prompt)
+    assert head_rows == [1] and got.shape == (1, 64)
+    monkeypatch.undo()
+    every_row = fast.forward(prompt, fast.new_cache(16)).logits
+    assert np.array_equal(got, every_row[-1:])
+    ref = Model.load(path)
+    want = ref.forward(prompt, ref.new_cache(16)).logits[-1:]
+    assert np.array_equal(DeferredDecoder(ref, ref.new_cache(16), (1, 2, 3)).prefill(prompt), want)
+
 # -- the int8 layer chain cut where early exit's and layer skip's passes start and stop ---------------
 
 
