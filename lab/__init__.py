@@ -26,6 +26,7 @@ Also here:
 - :mod:`.chain_ab`: The int8 layer chain against the two graphs a layer it fuses, in ONE process, step by step.
 - :mod:`.build_real_rows`: Rebuild ``spec/data/real_rows.npz``: real target/draft row pairs from the two real models.
 - :mod:`.exit_chain_ab`: Early-exit decoding on the int8 layer chain cut at its candidate depths against the uncut chain, in ONE process.
+- :mod:`.exit_prefill_ab`: Early exit's prompt pass with the head on its last row (what the deferred decoder runs) against the head on every row.
 - :mod:`.draft_cache_load`: How fast ``--draft-cache FILE`` loads: MB/s for caches of about 1, 6 and 60 MB.
 - :mod:`.link_ab`: CPU of the int8 layer graphs alone: a link against the two graphs it fuses, and the cost by rows.
 - :mod:`.layer_ab`: CPU of the int8 mode's layer pass, for an A/B of two checkouts (SmolLM2, fused layers).
