@@ -61,3 +61,39 @@ def test_what_continuous_batching_cannot_take_per_request_is_refused() -> None:
             cb_request_kwargs(BatchRequest((1,), law.legacy, 4, 1, 0, law))
     with pytest.raises(CheckError, match="transformers' law"):
         cb_request_kwargs(BatchRequest((1,), SamplingParams(), 4, 1))
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+
+
+def test_the_batch_call_hides_only_older_objects_from_the_collector_and_only_its_own_freeze() -> None:
+    """The manager's gc.collect() on stop skips the heap that existed before the call (a full
+    collection per stop cost more CPU than the batch's decoding), still collects the cycles made
+    inside the call, hands the older objects back on exit, and leaves someone else's freeze as it was."""
+    import gc
+    import weakref
+
+    from verispec.peers.transformers_peer import older_objects_left_out_of_gc
+
+    assert gc.get_freeze_count() == 0
+    node = _Node()
+    older = weakref.ref(node)
+    with older_objects_left_out_of_gc():
+        del node  # garbage from before the call: frozen, so left for later
+        assert gc.get_freeze_count() > 0
+        inner = weakref.ref(_Node())
+        gc.collect()
+        assert inner() is None and older() is not None
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert older() is None  # back in the collector's view
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with older_objects_left_out_of_gc():
+            pass
+        assert gc.get_freeze_count() == frozen  # another owner's freeze is not undone
+    finally:
+        gc.unfreeze()
