@@ -234,7 +234,10 @@ class Q8BlockSketch:
         scores = np.empty((rows, self.n_rows))
         for first in range(0, self.n_rows, self.chunk_rows):
             last = min(first + self.chunk_rows, self.n_rows)
-            w = (self.levels[first:last].astype(np.float32) * self.scales[first:last, :, None]).reshape(-1, self.n_in)
+            # one pass: the int8 levels cast to float32 inside the product (each product exact, as the
+            # cast-then-multiply it replaces: the same w, half the memory traffic)
+            w = np.multiply(self.levels[first:last], self.scales[first:last, :, None], dtype=np.float32)
+            w = w.reshape(-1, self.n_in)
             scores[:, first:last] = x32 @ w.T
         top = np.abs(x32.astype(np.float64).reshape(rows, nb, BLOCK)).max(axis=2)  # [T, nb]
         step = ACTIVATION_STEP * top / ACTIVATION_LEVELS
