@@ -627,13 +627,13 @@ def release_freed_memory() -> None:
 
     Building a session copies its weights three times (ONNX tensor, serialized model, session);
     glibc keeps the freed copies in its heap, measured ~170 MiB after loading SmolLM2 int8."""
-    trim = _malloc_trim()
+    trim = libc_malloc_trim()
     if trim is not None:
         trim(0)
 
 
 @cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def libc_malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None where the C library has none. Looked up once a process:
     ``ctypes.util.find_library`` runs ``ldconfig -p`` in a child process (~1.4 ms of CPU), and a
     load hands memory back after every session it builds (126 times for SmolLM2's f32 mode)."""
