@@ -184,8 +184,9 @@ class Q8ExactSketch:
         nb = self.n_in // BLOCK
         blocks = self.raw[first:last].reshape(-1, Q8_0_BLOCK_BYTES)
         scale = blocks[:, :2].copy().view(np.float16).astype(np.float64).reshape(-1, nb)
-        levels = blocks[:, 2:].view(np.int8).astype(np.float64).reshape(-1, nb, BLOCK)
-        out: F64 = (levels * scale[:, :, None]).reshape(-1, self.n_in)
+        levels = blocks[:, 2:].view(np.int8).reshape(-1, nb, BLOCK)
+        # the int8 levels cast to float64 inside the product (one pass; each product exact)
+        out: F64 = np.multiply(levels, scale[:, :, None], dtype=np.float64).reshape(-1, self.n_in)
         return out
 
     def bounds(self, x: F32) -> tuple[F64, F64]:
