@@ -77,6 +77,7 @@ SHARED_LOAD_GROUPS = {
         "tests/test_engine_forward_many.py",
         "tests/test_sparse_head.py",
         "tests/test_sparse_head_mode.py",
+        "tests/test_heldout_early_exit.py",
     ),
     # the fast engine's f32 real models (f32_real_model)
     "real-f32-models": (

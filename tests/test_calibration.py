@@ -308,10 +308,53 @@ def test_calibrate_checks_arguments_and_the_output_folder_before_the_model(
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_calibrate_cli_and_generate_with_early_exit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Real SmolLM2: a small calibration (the default hand-written pool's first 3 prompts per kind,
     1 generated prompt per kind for the lens, 5 steps), then serve and audit with it; a calibration for another model is refused in one line.
-    The commands run by cli.main in this process (in_process: the same exit status and streams)."""
+    The commands run by cli.main in this process (in_process: the same exit status and streams).
+    Their loads go through the real loader (engine_load.load_engine), each distinct request once:
+    a request is the resolved file, engine, weights mode (``auto`` resolved as the loader resolves
+    it), backend, pass boundaries and head mode, so a command asking for what an earlier one loaded
+    gets the object that load built (no command mutates a model: each runs on caches of its own).
+    Here calibrate, the early-exit serve (a calibration that admits nothing: no boundaries) and the
+    plain serve ask for one model, which is asserted."""
+    from verispec.commands import calibrate as calibrate_command
+    from verispec.commands import generate as generate_command
+    from verispec.commands import generate_early_exit as early_exit_command
+    from verispec.engine_load import AUTO, load_engine, resolve_weights
+    from verispec.registry import resolve_model
+
+    loads: dict[tuple[Any, ...], Any] = {}
+
+    def load_once(
+        source: str,
+        *,
+        need_chat: bool = False,
+        engine: str = "fast",
+        weights: str = AUTO,
+        backend: str = "auto",
+        pass_boundaries: Any = (),
+        head: str = "full",
+    ) -> Any:
+        boundaries = tuple(pass_boundaries)
+        mode = resolve_weights(weights, engine=engine, backend=backend)
+        key: tuple[Any, ...] = (resolve_model(source), engine, mode, backend, boundaries, head)
+        if key not in loads or (need_chat and loads[key].chat is None):
+            loads[key] = load_engine(
+                source,
+                need_chat=need_chat,
+                engine=engine,
+                weights=weights,
+                backend=backend,
+                pass_boundaries=boundaries,
+                head=head,
+            )
+        return loads[key]
+
+    for command in (calibrate_command, generate_command, early_exit_command):
+        monkeypatch.setattr(command, "load_engine", load_once)
     out = tmp_path / "cal.json"
     done = in_process(
         capsys,
@@ -380,6 +423,7 @@ def test_calibrate_cli_and_generate_with_early_exit(tmp_path: Path, capsys: pyte
         "--json",
     )
     assert json.loads(plain.stdout)["ids"] == result["ids"]
+    assert len(loads) == 1, list(loads)  # the three commands asked for one model
     other_numerics = in_process(
         capsys,
         "generate",

@@ -143,6 +143,33 @@ def test_memory_estimate_and_refusal(smollm2_path: Path) -> None:
         assert check_fits(f, "quantized", available=f32) == quantized
 
 
+def test_memory_release_looks_up_the_c_library_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load hands freed memory back after every session it builds; ``ctypes.util.find_library``
+    runs ``ldconfig`` in a child process, so the C library is looked up once a process, and every
+    release still calls ``malloc_trim`` (glibc) or nothing (where there is none)."""
+    import ctypes.util
+
+    from verispec.engine import matmul
+
+    looked_up: list[str] = []
+    find_library = ctypes.util.find_library
+
+    def counted(name: str) -> str | None:
+        looked_up.append(name)
+        return find_library(name)
+
+    monkeypatch.setattr(ctypes.util, "find_library", counted)
+    matmul.libc_malloc_trim.cache_clear()
+    try:
+        for _ in range(3):
+            matmul.release_freed_memory()
+        assert looked_up == ["c"]
+        trim = matmul.libc_malloc_trim()
+        assert trim is None or trim(0) in (0, 1)  # glibc: 1 if memory was released, else 0
+    finally:
+        matmul.libc_malloc_trim.cache_clear()  # the next lookup is the real function's
+
+
 @pytest.mark.model
 def test_quantized_weights_mode_matches_f32(smollm2_path: Path, smollm2_model: Model) -> None:
     quantized = FastModel.load(smollm2_path, weights="quantized")

@@ -34,9 +34,13 @@ import pytest
 
 from lab.measure_early_exit import held_out_report
 from verispec.commands.calibrate import HELDOUT_PROMPTS, chat_stop_ids, encode_prompts, hand_written_pool, read_prompts
-from verispec.engine_load import load_engine
+from verispec.engine.fused import fused_default
+from verispec.engine_load import AUTO, resolve_weights
 from verispec.reference.calibration import build, greedy_trajectory, score
+from verispec.reference.chat import optional_chat_format
+from verispec.reference.gguf import GGUFFile
 from verispec.reference.prompt_kind import PROMPT_KINDS, prompt_kind
+from verispec.reference.tokenizer import Tokenizer
 from verispec.spec.statistics import ALPHA_BUDGET
 
 Q = Fraction(4, 5)
@@ -81,12 +85,20 @@ def test_the_stated_power_is_the_power_of_this_test() -> None:
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_held_out_flip_fraction_is_within_the_claimed_bound(smollm2_path: Any) -> None:
-    loaded = load_engine(str(smollm2_path), engine="fast")
-    model, stop_ids = loaded.model, chat_stop_ids(loaded.tokenizer, loaded.chat)
-    calibration_prompts = encode_prompts(loaded.tokenizer, loaded.chat, hand_written_pool(PER_KIND))
+def test_held_out_flip_fraction_is_within_the_claimed_bound(smollm2_path: Any, int8_real_model: Any) -> None:
+    """The model is what ``verispec calibrate`` and the serve loop load by default (``load_engine``
+    on the fast engine: the int8 mode, the default layer path, the full head), taken from the
+    session's int8 models (tests/conftest.py ``int8_real_model``: the same ``FastModel.load``, one
+    load shared with the files of its group); the tokenizer and chat format from the file."""
+    with GGUFFile.open(smollm2_path) as f:
+        tokenizer, chat = Tokenizer.from_gguf(f.metadata), optional_chat_format(f.metadata)
+    assert resolve_weights(AUTO, engine="fast", arch="llama", backend="auto") == "int8"  # load_engine's default
+    model = int8_real_model("smollm2-135m", None)
+    assert model.weights_mode == "int8" and model.fused is fused_default() and model.sparse_head is None
+    stop_ids = chat_stop_ids(tokenizer, chat)
+    calibration_prompts = encode_prompts(tokenizer, chat, hand_written_pool(PER_KIND))
     held_text = first_per_kind([(prompt_kind(text), text) for _, text in read_prompts(HELDOUT_PROMPTS)], HELD_PER_KIND)
-    held_prompts = encode_prompts(loaded.tokenizer, loaded.chat, held_text)
+    held_prompts = encode_prompts(tokenizer, chat, held_text)
 
     def records(prompts: list[tuple[str, list[int]]]) -> Any:
         trajectories = [

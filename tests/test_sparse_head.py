@@ -133,6 +133,8 @@ def test_kernel_error_bound_holds_on_every_row(kind: str) -> None:
     x = activations(rng)[kind]
     logits = head_chunks(raw, N_IN)(x).astype(np.float64)
     w = Q8ExactSketch(raw, 1024, N_IN).rows(0, 1024)
+    # the exact weights: each a float16 scale times an int8 level, as the reference dequantizes them
+    assert np.array_equal(w, levels.astype(np.float64) * np.repeat(scales.astype(np.float64), 32, axis=1))
     exact = x.astype(np.float64) @ w.T
     bound = kernel_error_bound(w, x)
     assert np.isfinite(logits).all()

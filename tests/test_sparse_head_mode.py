@@ -171,6 +171,12 @@ def test_the_sketch_radius_holds_on_every_row() -> None:
     ):
         scores, radius = head.sketch.bounds(x)
         assert (np.abs(output(x).astype(np.float64) - scores) <= radius).all()
+        # S = fl32(w . x) chunk by chunk, w exact in float32 (a float16 scale times an int8 level)
+        sketch = head.sketch
+        assert isinstance(sketch, Q8BlockSketch)
+        w = (sketch.levels.astype(np.float32) * sketch.scales[:, :, None]).reshape(-1, N_IN)
+        for first in range(0, w.shape[0], CHUNK):
+            assert np.array_equal(scores[:, first : first + CHUNK], x @ w[first : first + CHUNK].T)
 
 
 # -- the real models ---------------------------------------------------------------------------------
