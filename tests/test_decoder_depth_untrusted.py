@@ -64,12 +64,15 @@ FIXED_DESIGN = ("--tv", "0.1", "--budget", "300")
 # The engines below that spoil only the depth test's own blocks (``*_late``, the stream reusers) are
 # caught there, after the first-m test has PASSED their clean first tokens: the first-m test (1,000
 # generations of 3 tokens, some 70% of such a run) decides nothing about them. So all but one engine
-# of each test run with ``--no-first-m``: the same blocks, read by the same reader, fail at the same
-# position with the same message (the depth test's alpha is then the prompt's whole alpha, which
-# moves no failure here: a spoiled id fails the block it is in, a repeat's evidence is e^10 or
-# more against a level of ~e^8). One engine of each (:data:`DEFAULT_MODE`) keeps the default mode,
-# the first-m test then the depth test, with one worker and with two; the engines that spoil every
-# generation (``float_ids`` ..) are caught by the first-m test's reader and all keep it.
+# of each test run with ``--no-first-m``: the same blocks (the first-m test draws on its own seed),
+# read by the same reader, fail at the same position with the same message. The depth test's alpha
+# is then the prompt's whole alpha, a lower level for the same evidence (1/alpha 2.0e4, not 2.2e4),
+# so a failure can only come as early: a spoiled id fails the block it is in, and the repeats were
+# measured to fail at the same generation (evidence e^10.1 .. e^13.2; the stale-blocks engine, whose
+# answers depend on its call count, keeps the default mode). One engine of each test
+# (:data:`DEFAULT_MODE`) keeps the default mode, the first-m test then the depth test, with one
+# worker and with two; the engines that spoil every generation (``float_ids`` ..) are caught by the
+# first-m test's reader and all keep it.
 DEFAULT_MODE = ("float_id_late", "vocab_id_late", "stale_blocks")
 
 
