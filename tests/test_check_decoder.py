@@ -63,8 +63,15 @@ def case(smollm2_tokenizer: Any) -> LawCase:
     return LawCase(tuple(smollm2_tokenizer.encode(PROMPT)), PARAMS, m=3)
 
 
-def test_our_decode_loop_passes(logits: ReferenceLogits, case: LawCase, smollm2_tokenizer: Any) -> None:
-    verdict = check_law(ReferenceDecoder(logits, smollm2_tokenizer, DRAFT, k=2), logits, case, alpha=ALPHA, tv=TV)
+@pytest.fixture(scope="module")
+def our_loop(logits: ReferenceLogits, smollm2_tokenizer: Any) -> Recorded:
+    """Our decode loop, its samples recorded: judged against our forward and against its own
+    reported logits on the same draws (one run; each verdict a test of its own at its alpha)."""
+    return Recorded(ReferenceDecoder(logits, smollm2_tokenizer, DRAFT, k=2))
+
+
+def test_our_decode_loop_passes(logits: ReferenceLogits, case: LawCase, our_loop: Recorded) -> None:
+    verdict = check_law(our_loop, logits, case, alpha=ALPHA, tv=TV)
     print(f"verispec.reference.decode: {verdict.detail} N={verdict.n} power={verdict.power:.4f}")
     assert verdict.power >= POWER
     assert verdict.passed, verdict.detail
@@ -96,9 +103,10 @@ class Recorded:
 # --- the engine's own logits ---------------------------------------------------------------------
 
 
-def test_engine_logits_mode_our_loop_passes(logits: ReferenceLogits, case: LawCase, smollm2_tokenizer: Any) -> None:
-    engine = ReferenceDecoder(logits, smollm2_tokenizer, DRAFT, k=2)
-    verdict = check_law(engine, EngineLogits(engine), case, alpha=ALPHA, tv=TV)
+def test_engine_logits_mode_our_loop_passes(case: LawCase, our_loop: Recorded) -> None:
+    """The draws of :func:`test_our_decode_loop_passes` (the same engine, case and seed: the
+    module's :func:`our_loop` records them), judged against the loop's own reported logits."""
+    verdict = check_law(our_loop, EngineLogits(our_loop), case, alpha=ALPHA, tv=TV)
     print(f"reference.decode, engine-logits: {verdict.detail} N={verdict.n} power={verdict.power:.4f}")
     assert verdict.power >= POWER
     assert verdict.passed, verdict.detail

@@ -340,18 +340,23 @@ def test_a_program_without_the_op_is_a_usage_error(engine: EngineDecoder, tmp_pa
         command.close()
 
 
-def test_the_cli_runs_the_batch_form(engine: EngineDecoder, tmp_path: Path) -> None:
-    """``check-decoder --batch`` on our lockstep engine: exit 0, the batch verdict in the JSON."""
-    import subprocess
+def test_the_cli_runs_the_batch_form(engine: EngineDecoder, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``check-decoder --batch`` on our lockstep engine: exit 0, the batch verdict in the JSON.
+    Through the command's ``main`` in this process (its flags, its engine build, its report): the
+    process boundary of ``verispec check-decoder`` (entry point, exit status) is
+    tests/test_installed_wheel.py's, and this command's ``--workers`` runs spawn real processes in
+    tests/test_decoder_depth_untrusted.py."""
+    from verispec import cli
 
     model = tmp_path / "tinyllama-q.gguf"
     write_synthetic(model, "tinyllama", quant_types=("Q8_0", "Q4_0"))
-    command = [sys.executable, "-m", "verispec", "check-decoder", "--ours", "--weights", "int8", "--batch"]
+    command = ["check-decoder", "--ours", "--weights", "int8", "--batch"]
     command += ["--model", str(model), "--prompt", "the model the model", "--depth", "12", "--tv", "0.3"]
     command += ["--fraction", "1", "--top-k", "12", "--repeat-penalty", "1", "--json", "--progress-every", "0"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)["results"][0]
+    status = cli.main(command)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err[-2000:]
+    result = json.loads(captured.out)["results"][0]
     assert result["mode"] == "batch" and result["state"] == "passed"
     assert len(result["lanes"]) == 4 and result["joined_mid_decode"] > 0
 
