@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from verispec.reference.speculative import verify_greedy, verify_sampled, verify_sampled_batch
@@ -353,3 +354,61 @@ def test_a_vector_sets_memoized_replay_lines_are_its_requests_encoding(vectors: 
     expanded = [as_sampled_case(case) for case in cases]
     assert lines == [encode_line({"id": c["id"], "op": c["op"], "input": c["input"]}) for c in expanded]
     assert first.status == again.status == "passed" and first.n == again.n == len(cases) > 0
+
+
+class _RecordingTransport:
+    """A transport that answers every batch item (accepted 0, token 0, repair) and keeps what it was sent."""
+
+    command = "recording"
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[list[dict[str, Any]], list[bytes] | None]] = []
+        self.counter = 0
+
+    def next_id(self, op: str) -> str:
+        self.counter += 1
+        return f"{op}#{self.counter}"
+
+    def exchange(self, requests: list[dict[str, Any]], lines: list[bytes] | None = None) -> list[dict[str, Any]]:
+        self.sent.append((list(requests), None if lines is None else list(lines)))
+        answers = []
+        for request in requests:
+            n = len(request["input"]["drafts"])
+            output = {"accepted": [0] * n, "token": [0] * n, "kind": ["repair"] * n}
+            answers.append({"id": request["id"], "output": output})
+        return answers
+
+
+def test_batch_requests_with_memoized_rows_are_their_requests_encoding() -> None:
+    """WireImplementation sends the JSON text of p and q memoized across calls (the same rows, V
+    up to 262,144, are sent many times): every line is exactly what encode_line spells for its
+    request, on a repeat of the same rows, on rows that differ only in the sign of a zero, with
+    non-finite entries, per-item rows in groups, and in requests split at batch_items."""
+    from verispec.spec.external import encode_line
+    from verispec.spec.external.implementation import WireImplementation
+
+    transport = _RecordingTransport()
+    wire = WireImplementation(transport, batch_items=3)  # type: ignore[arg-type]
+    rng = np.random.default_rng(7)
+    p, q = rng.random((3, 11)), rng.random((2, 11))
+    p[0, 4], q[1, 2] = -0.0, -0.0
+    drafts = rng.integers(0, 11, size=(7, 2))
+    uniforms = rng.random((7, 3))
+    positive = p.copy()
+    positive[0, 4] = 0.0  # equal to p as numbers, another spelling on the wire
+    broken = p.copy()
+    broken[1, 0], broken[2, 3] = np.nan, -np.inf
+    other = p.copy()
+    other[2, 5] += 0.25
+    per_item = np.stack([p, p, other, p, other, p, p])  # two groups
+    calls = [(p, q), (p, q), (positive, q), (broken, q), (per_item, q)]
+    for rows, q_rows in calls:
+        wire.verify_batch(rows, q_rows, drafts, uniforms)
+    wire.verify_law_batch(p, q, drafts, seed=5)
+    assert len(transport.sent) == len(calls) + 1
+    for requests, lines in transport.sent:
+        assert lines == [encode_line(request) for request in requests]
+    assert b"-0.0" in transport.sent[0][1][0] and b"-0.0" in transport.sent[1][1][0]  # type: ignore[index]
+    assert transport.sent[2][1][0].count(b"-0.0") == 1  # type: ignore[index]  # q's only
+    assert b'"NaN"' in transport.sent[3][1][0] and b'"-Infinity"' in transport.sent[3][1][0]  # type: ignore[index]
+    assert len(transport.sent[4][0]) == 3  # groups of 5 and 2 items, at most 3 a request: 3 + 2, 2
