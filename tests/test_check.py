@@ -228,18 +228,32 @@ def test_a_program_that_crashes_on_bad_input_fails_the_contract(tmp_path: Path, 
 # the CLI and small pieces
 
 
-def test_cli_exit_status_and_json(tmp_path: Path) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [PY, "-m", "verispec", "check", *args], cwd=REPO, capture_output=True, text=True, timeout=300
-        )
+def test_cli_exit_status_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`verispec check` as a process once (the failing run: its exit status, its report on stdout,
+    no progress line when stderr is not a terminal), the other runs through ``cli.main`` in this
+    process (the same argument parsing, report and exit status; no interpreter start each)."""
+    from verispec import cli
 
-    ok = run("--verifier-cmd", REFERENCE_CMD, "--only", "vectors_sampled", "vectors_greedy", "--count", "4", "--json")
-    assert ok.returncode == 0, ok.stderr
-    report = json.loads(ok.stdout)
+    def run(*args: str) -> tuple[int, str, str]:
+        status = cli.main(["check", *args])
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    status, out, err = run(
+        "--verifier-cmd", REFERENCE_CMD, "--only", "vectors_sampled", "vectors_greedy", "--count", "4", "--json"
+    )
+    assert status == 0, err
+    report = json.loads(out)
     assert report["passed"] and [p["name"] for p in report["properties"]] == ["vectors_sampled", "vectors_greedy"]
     assert {"status", "n", "alpha", "power", "detail"} <= set(report["properties"][0])
-    bad = run("--verifier-cmd", f"{PY} -m verispec.spec.external --mutant always_accept", "--fail-fast", "--count", "4")
+    bad = subprocess.run(
+        [PY, "-m", "verispec", "check", "--verifier-cmd", f"{PY} -m verispec.spec.external --mutant always_accept"]
+        + ["--fail-fast", "--count", "4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert (
         bad.returncode == 1
         and "FAIL  vectors_sampled" in bad.stdout
@@ -247,13 +261,9 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
     )
     assert "\r" not in bad.stderr  # no progress line when stderr is not a terminal
     assert bad.stdout.count("FAIL  ") == 1 and "vectors_greedy" not in bad.stdout  # --fail-fast stopped there
-    subprocess.run(
-        [PY, "-m", "verispec", "vectors", "--out", str(tmp_path), "--count", "3"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    )
-    py = run(
+    assert cli.main(["vectors", "--out", str(tmp_path), "--count", "3"]) == 0
+    capsys.readouterr()
+    status, out, err = run(
         "--verifier",
         "verispec.reference.speculative:verify_sampled",
         "--vectors",
@@ -262,9 +272,9 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
         "vectors_sampled",
         "contract",
     )
-    assert py.returncode == 0 and "PASSED" in py.stdout, py.stdout + py.stderr
-    missing = run("--verifier", "verispec.reference.speculative:no_such_function")
-    assert missing.returncode == 2 and "no_such_function" in missing.stderr
+    assert status == 0 and "PASSED" in out, out + err
+    status, out, err = run("--verifier", "verispec.reference.speculative:no_such_function")
+    assert status == 2 and "no_such_function" in err
 
 
 def test_python_verdict_forms() -> None:
