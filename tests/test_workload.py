@@ -121,9 +121,10 @@ def test_bench_workload_reports_each_category_and_the_geomean(
     What is asserted is the section's shape over two categories (ids, temperatures, per-category
     speedups and their geomean, the same tokens as plain), which any two categories show; the
     prompts' prefills are most of the cost, so the short qa request stands where rag-1 (214
-    tokens) stood: both draft nothing that is accepted in 4 tokens (alpha 0, one token a pass,
-    measured on both modes), and code_edit-1, kept, is the request whose pasted function the
-    ngram draft copies (accepted drafts, alpha 1/3), over a prompt longer than 128 tokens."""
+    tokens) stood: both have nothing accepted in their 4 tokens (alpha 0, one token a pass, on both
+    modes, measured), and code_edit-1, kept, is the request whose pasted function the ngram draft
+    copies (accepted drafts: alpha 1/3 on both modes), so the lossless check still sees drafts
+    accepted and a repair or bonus after them."""
     path = tmp_path / "w.jsonl"
     rows = [item for item in select(load_workload(), ["qa", "code_edit"], 1)]
     path.write_text(
