@@ -299,13 +299,18 @@ def inverse_cdf(weights: Probs, u: float) -> int:
     return int(inverse_cdf_draws(weights, np.array([u], dtype=np.float64))[0])
 
 
-def inverse_cdf_draws(weights: Probs, draws: Probs) -> npt.NDArray[np.int64]:
+def inverse_cdf_draws(
+    weights: Probs, draws: Probs, cumulative: npt.NDArray[np.float64] | None = None
+) -> npt.NDArray[np.int64]:
     """THE definition of the draw: :func:`inverse_cdf` of one weight row [V] for J uniforms [J].
 
     Every production and spec copy of the draw calls this (or :func:`inverse_cdf_rows`, tested
-    bit-identical to it); the running sum is computed once for all J uniforms.
+    bit-identical to it); the running sum is computed once for all J uniforms. ``cumulative``: that
+    running sum, ``np.cumsum(weights, dtype=np.float64)``, when the caller has already computed it
+    (:func:`sample_from` checks its total first): the same array, so the same draw.
     """
-    cumulative = np.cumsum(weights, dtype=np.float64)  # [V]
+    if cumulative is None:
+        cumulative = np.cumsum(weights, dtype=np.float64)  # [V]
     chosen = np.searchsorted(cumulative, draws * float(cumulative[-1]), side="right").astype(np.int64)  # [J]
     overflow = chosen == cumulative.shape[0]  # only for a subnormal total
     if np.any(overflow):
@@ -348,9 +353,10 @@ def sample_from(probs: Probs, u: float) -> int:
         raise SamplingError("probs must be finite and non-negative")
     if not (0.0 <= u < 1.0):
         raise SamplingError(f"uniform must be in [0, 1), got {u!r}")
-    if float(np.cumsum(row)[-1]) <= 0.0:
+    cumulative = np.cumsum(row, dtype=np.float64)  # [V]: the total checked here and the draw's running sum
+    if float(cumulative[-1]) <= 0.0:
         raise SamplingError("probs have zero total mass")
-    return inverse_cdf(row, u)
+    return int(inverse_cdf_draws(row, np.array([u], dtype=np.float64), cumulative)[0])
 
 
 def sample(probs: Probs, rng: np.random.Generator) -> int:

@@ -53,12 +53,20 @@ ArrayLike = npt.ArrayLike
 
 def check_rows(rows: npt.NDArray[Any], name: str) -> None:
     """Rows (any leading shape, last axis V) are finite, non-negative, and sum to 1."""
-    if not np.all(np.isfinite(rows)):
-        raise VerificationError(f"{name} contains a non-finite value")
-    if np.any(rows < 0):
-        bad = np.argwhere(rows < 0)[0]
-        raise VerificationError(f"{name} has a negative probability {rows[tuple(bad)]} at {tuple(int(i) for i in bad)}")
-    sums = np.asarray(rows.sum(axis=-1), dtype=np.float64)
+    sums = None
+    if rows.dtype.kind == "f" and rows.size and rows.min() >= 0:  # no NaN, no -inf, no negative entry
+        sums = np.asarray(rows.sum(axis=-1), dtype=np.float64)  # finite sums too: no +inf, both checks pass
+        if not np.all(np.isfinite(sums)):
+            sums = None  # the checks below, in their order, name what is off
+    if sums is None:
+        if not np.all(np.isfinite(rows)):
+            raise VerificationError(f"{name} contains a non-finite value")
+        if np.any(rows < 0):
+            bad = np.argwhere(rows < 0)[0]
+            raise VerificationError(
+                f"{name} has a negative probability {rows[tuple(bad)]} at {tuple(int(i) for i in bad)}"
+            )
+        sums = np.asarray(rows.sum(axis=-1), dtype=np.float64)
     off = np.abs(sums - 1.0) > PROB_TOLERANCE
     if np.any(off):
         where = np.argwhere(off)[0]

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from verispec.reference.speculative import verify_greedy, verify_sampled, verify_sampled_batch
@@ -227,18 +228,32 @@ def test_a_program_that_crashes_on_bad_input_fails_the_contract(tmp_path: Path, 
 # the CLI and small pieces
 
 
-def test_cli_exit_status_and_json(tmp_path: Path) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [PY, "-m", "verispec", "check", *args], cwd=REPO, capture_output=True, text=True, timeout=300
-        )
+def test_cli_exit_status_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`verispec check` as a process once (the failing run: its exit status, its report on stdout,
+    no progress line when stderr is not a terminal), the other runs through ``cli.main`` in this
+    process (the same argument parsing, report and exit status; no interpreter start each)."""
+    from verispec import cli
 
-    ok = run("--verifier-cmd", REFERENCE_CMD, "--only", "vectors_sampled", "vectors_greedy", "--count", "4", "--json")
-    assert ok.returncode == 0, ok.stderr
-    report = json.loads(ok.stdout)
+    def run(*args: str) -> tuple[int, str, str]:
+        status = cli.main(["check", *args])
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    status, out, err = run(
+        "--verifier-cmd", REFERENCE_CMD, "--only", "vectors_sampled", "vectors_greedy", "--count", "4", "--json"
+    )
+    assert status == 0, err
+    report = json.loads(out)
     assert report["passed"] and [p["name"] for p in report["properties"]] == ["vectors_sampled", "vectors_greedy"]
     assert {"status", "n", "alpha", "power", "detail"} <= set(report["properties"][0])
-    bad = run("--verifier-cmd", f"{PY} -m verispec.spec.external --mutant always_accept", "--fail-fast", "--count", "4")
+    bad = subprocess.run(
+        [PY, "-m", "verispec", "check", "--verifier-cmd", f"{PY} -m verispec.spec.external --mutant always_accept"]
+        + ["--fail-fast", "--count", "4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert (
         bad.returncode == 1
         and "FAIL  vectors_sampled" in bad.stdout
@@ -246,13 +261,9 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
     )
     assert "\r" not in bad.stderr  # no progress line when stderr is not a terminal
     assert bad.stdout.count("FAIL  ") == 1 and "vectors_greedy" not in bad.stdout  # --fail-fast stopped there
-    subprocess.run(
-        [PY, "-m", "verispec", "vectors", "--out", str(tmp_path), "--count", "3"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    )
-    py = run(
+    assert cli.main(["vectors", "--out", str(tmp_path), "--count", "3"]) == 0
+    capsys.readouterr()
+    status, out, err = run(
         "--verifier",
         "verispec.reference.speculative:verify_sampled",
         "--vectors",
@@ -261,9 +272,9 @@ def test_cli_exit_status_and_json(tmp_path: Path) -> None:
         "vectors_sampled",
         "contract",
     )
-    assert py.returncode == 0 and "PASSED" in py.stdout, py.stdout + py.stderr
-    missing = run("--verifier", "verispec.reference.speculative:no_such_function")
-    assert missing.returncode == 2 and "no_such_function" in missing.stderr
+    assert status == 0 and "PASSED" in out, out + err
+    status, out, err = run("--verifier", "verispec.reference.speculative:no_such_function")
+    assert status == 2 and "no_such_function" in err
 
 
 def test_python_verdict_forms() -> None:
@@ -353,3 +364,61 @@ def test_a_vector_sets_memoized_replay_lines_are_its_requests_encoding(vectors: 
     expanded = [as_sampled_case(case) for case in cases]
     assert lines == [encode_line({"id": c["id"], "op": c["op"], "input": c["input"]}) for c in expanded]
     assert first.status == again.status == "passed" and first.n == again.n == len(cases) > 0
+
+
+class _RecordingTransport:
+    """A transport that answers every batch item (accepted 0, token 0, repair) and keeps what it was sent."""
+
+    command = "recording"
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[list[dict[str, Any]], list[bytes] | None]] = []
+        self.counter = 0
+
+    def next_id(self, op: str) -> str:
+        self.counter += 1
+        return f"{op}#{self.counter}"
+
+    def exchange(self, requests: list[dict[str, Any]], lines: list[bytes] | None = None) -> list[dict[str, Any]]:
+        self.sent.append((list(requests), None if lines is None else list(lines)))
+        answers = []
+        for request in requests:
+            n = len(request["input"]["drafts"])
+            output = {"accepted": [0] * n, "token": [0] * n, "kind": ["repair"] * n}
+            answers.append({"id": request["id"], "output": output})
+        return answers
+
+
+def test_batch_requests_with_memoized_rows_are_their_requests_encoding() -> None:
+    """WireImplementation sends the JSON text of p and q memoized across calls (the same rows, V
+    up to 262,144, are sent many times): every line is exactly what encode_line spells for its
+    request, on a repeat of the same rows, on rows that differ only in the sign of a zero, with
+    non-finite entries, per-item rows in groups, and in requests split at batch_items."""
+    from verispec.spec.external import encode_line
+    from verispec.spec.external.implementation import WireImplementation
+
+    transport = _RecordingTransport()
+    wire = WireImplementation(transport, batch_items=3)  # type: ignore[arg-type]
+    rng = np.random.default_rng(7)
+    p, q = rng.random((3, 11)), rng.random((2, 11))
+    p[0, 4], q[1, 2] = -0.0, -0.0
+    drafts = rng.integers(0, 11, size=(7, 2))
+    uniforms = rng.random((7, 3))
+    positive = p.copy()
+    positive[0, 4] = 0.0  # equal to p as numbers, another spelling on the wire
+    broken = p.copy()
+    broken[1, 0], broken[2, 3] = np.nan, -np.inf
+    other = p.copy()
+    other[2, 5] += 0.25
+    per_item = np.stack([p, p, other, p, other, p, p])  # two groups
+    calls = [(p, q), (p, q), (positive, q), (broken, q), (per_item, q)]
+    for rows, q_rows in calls:
+        wire.verify_batch(rows, q_rows, drafts, uniforms)
+    wire.verify_law_batch(p, q, drafts, seed=5)
+    assert len(transport.sent) == len(calls) + 1
+    for requests, lines in transport.sent:
+        assert lines == [encode_line(request) for request in requests]
+    assert b"-0.0" in transport.sent[0][1][0] and b"-0.0" in transport.sent[1][1][0]  # type: ignore[index]
+    assert transport.sent[2][1][0].count(b"-0.0") == 1  # type: ignore[index]  # q's only
+    assert b'"NaN"' in transport.sent[3][1][0] and b'"-Infinity"' in transport.sent[3][1][0]  # type: ignore[index]
+    assert len(transport.sent[4][0]) == 3  # groups of 5 and 2 items, at most 3 a request: 3 + 2, 2
