@@ -15,7 +15,13 @@ import numpy.typing as npt
 import pytest
 
 from verispec.engine import sampling as engine_sampling
-from verispec.reference.sampling import inverse_cdf, inverse_cdf_draws, inverse_cdf_rows, largest_positive_id
+from verispec.reference.sampling import (
+    inverse_cdf,
+    inverse_cdf_draws,
+    inverse_cdf_rows,
+    largest_positive_id,
+    sample_from,
+)
 from verispec.reference.speculative import residual_law, verify_sampled, verify_sampled_batch
 from verispec.reference.tree_speculative import DraftTree, verify_tree_sampled, verify_tree_sampled_batch
 
@@ -57,6 +63,7 @@ def test_subnormal_total_draws_the_largest_positive_id_everywhere() -> None:
     assert inverse_cdf(SUBNORMAL_ROW, ROUNDS_UP) == 1
     assert inverse_cdf_draws(SUBNORMAL_ROW, np.array([ROUNDS_UP, 0.0])).tolist() == [1, 1]
     assert inverse_cdf_rows(SUBNORMAL_ROW[None], np.array([ROUNDS_UP])).tolist() == [1]
+    assert sample_from(SUBNORMAL_ROW, ROUNDS_UP) == 1  # the reference's draw, its running sum computed once
     assert engine_sampling.sample_from(SUBNORMAL_ROW, ROUNDS_UP) == 1
 
 
