@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from verispec.engine import huge_pages
 from verispec.engine.matmul import BIND_MAX_ROWS, io_binding_default
 from verispec.engine.rope import rotation
 from verispec.engine.weights import FusedLayer, WeightStore, load_weights
@@ -158,6 +159,7 @@ class FastModel:
 
         options = head if isinstance(head, HeadOptions) else HeadOptions(mode=head)
         started = time.perf_counter()
+        memory_before = huge_pages.snapshot()  # the host's own memory: never collapsed
         sparse: SparseHead | None = None
         if isinstance(path_or_file, (str, Path)):
             from verispec.reference.gguf import GGUFFile
@@ -173,6 +175,7 @@ class FastModel:
             store = load_weights(path_or_file, config, weights, backend, fused, pass_boundaries)
             if options.mode == "sparse":
                 sparse = SparseHead.from_gguf(path_or_file, config, store, options)
+        store.huge_page_bytes = huge_pages.collapse_new_memory(memory_before)  # the same bytes, fewer TLB misses
         return cls(config, store, load_time_s=time.perf_counter() - started, sparse_head=sparse)
 
     def with_head(self, head: "str | HeadOptions", source: "str | Path | GGUFFile") -> "FastModel":

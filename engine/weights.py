@@ -171,6 +171,7 @@ class WeightStore:
         self._token_embd_q = token_embd_q
         self._output_q = output_q
         self.fused_layers = fused_layers  # int8, fused: one graph between attentions (engine/fused.py)
+        self.huge_page_bytes = 0  # of the load's memory, on 2 MiB pages (engine/huge_pages.py; set by the loader)
 
     def layer(self, index: int) -> FusedLayer:
         """Layer ``index`` (in quantized mode dequantized now, on NumPy); ModelError for fused

@@ -1,0 +1,169 @@
+"""Put a load's weights on 2 MiB pages: the same bytes, a decode step 1.25-1.35x faster.
+
+A decode step streams every weight once, a few hundred MiB through 4 KiB pages: a TLB miss every
+4 KiB, and the hardware prefetchers stop at every page boundary. On the usual kernel setting
+(``/sys/kernel/mm/transparent_hugepage/enabled`` = ``madvise``) anonymous memory gets 2 MiB
+pages only where it is advised, and onnxruntime's and NumPy's allocations never are.
+
+After a load, :func:`collapse_new_memory` asks the kernel to copy each 2 MiB-aligned range of the
+anonymous memory that the load created into one 2 MiB page at once (``madvise(MADV_COLLAPSE)``,
+Linux >= 6.1; it does not depend on the sysfs setting short of ``never``). Only ranges whose
+512 small pages are all the process's own written pages are asked (/proc/self/pagemap: present
+and mapped once; a page never written, or read before it was written and so mapped to the
+kernel's shared zero page, would become real memory in a huge page), so the resident size does
+not grow; memory that existed before the load (the host program's own) is never touched, nor are
+file mappings. What a range holds is unchanged, bit for bit: the kernel copies the pages.
+
+Measured (lab/huge_pages_ab.py, one process, interleaved, idle 2-core AMD EPYC): the int8
+decode step 1.35x faster on Gemma 3 270M, 1.25x on SmolLM2 135M; the collapse costs 0.06-0.8
+CPU seconds once a load. ``VERISPEC_HUGE_PAGES=0`` turns it off. Where the call cannot be had
+(not Linux, an older kernel, THP ``never``, no /proc) nothing happens and the load is as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import mmap
+import os
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from verispec.engine.matmul import env_switch
+
+ENV = "VERISPEC_HUGE_PAGES"
+BY_DEFAULT = True
+HUGE_PAGE = 2 << 20  # bytes: the x86-64 and arm64 (4 KiB base pages) PMD size
+MADV_COLLAPSE = 25  # linux/mman.h (Linux >= 6.1)
+MAPS = "/proc/self/maps"
+PAGEMAP = "/proc/self/pagemap"
+MAX_SPAN = 16 << 30  # bytes: larger anonymous mappings are reservations, not a load's weights
+READ_BLOCK = 64 << 20  # bytes of address space a pagemap read covers (128 KiB of entries)
+
+
+class Span(NamedTuple):
+    """A mapping's address range ``[start, end)``."""
+
+    start: int
+    end: int
+
+
+def enabled() -> bool:
+    """``VERISPEC_HUGE_PAGES`` (1 / 0), else :data:`BY_DEFAULT`; ModelError for another value."""
+    return env_switch(ENV, BY_DEFAULT)
+
+
+def anonymous_spans(maps: str | None = None) -> list[Span]:
+    """The private writable anonymous mappings of this process (``maps``: the text of
+    /proc/self/maps; read here when None, [] where it cannot be read). The heap counts as one; the
+    stack, file mappings and the kernel's special mappings do not."""
+    if maps is None:
+        try:
+            with open(MAPS, encoding="ascii") as file:
+                maps = file.read()
+        except OSError:
+            return []
+    spans: list[Span] = []
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 5 or fields[1] != "rw-p":
+            continue
+        name = fields[5].strip() if len(fields) == 6 else ""
+        if name not in ("", "[heap]"):
+            continue
+        first, _, last = fields[0].partition("-")
+        spans.append(Span(int(first, 16), int(last, 16)))
+    return spans
+
+
+def written_ranges(pagemap: int, spans: Sequence[Span]) -> set[int]:
+    """The starts of the 2 MiB-aligned ranges of ``spans`` whose pages are all present and mapped
+    by this process alone (/proc/self/pagemap, open as ``pagemap``: bit 63 present, bit 56
+    exclusively mapped): memory written, a page at a time. The kernel's shared zero page, which an
+    anonymous page read before it is written maps, is present but not exclusive; a page never
+    touched is not present. A mapping larger than :data:`MAX_SPAN` (an address-space reservation)
+    is not read."""
+    own = np.uint64((1 << 63) | (1 << 56))
+    per_range = HUGE_PAGE // mmap.PAGESIZE
+    starts: set[int] = set()
+    for span in spans:
+        first = -(-span.start // HUGE_PAGE) * HUGE_PAGE
+        last = span.end // HUGE_PAGE * HUGE_PAGE
+        if last - first > MAX_SPAN:
+            continue
+        for block in range(first, last, READ_BLOCK):
+            end = min(block + READ_BLOCK, last)
+            count = (end - block) // mmap.PAGESIZE
+            try:
+                raw = os.pread(pagemap, 8 * count, 8 * (block // mmap.PAGESIZE))
+            except OSError:
+                continue
+            if len(raw) != 8 * count:
+                continue
+            entries = np.frombuffer(raw, dtype=np.uint64).reshape(-1, per_range)
+            full = np.all(entries & own == own, axis=1)
+            starts.update(block + HUGE_PAGE * int(i) for i in np.flatnonzero(full))
+    return starts
+
+
+def snapshot() -> frozenset[int]:
+    """The 2 MiB ranges of this process's anonymous memory that are written now (taken before a
+    load: the host's own memory, never collapsed); empty where /proc cannot be read or
+    :func:`enabled` is off."""
+    if not enabled():
+        return frozenset()
+    try:
+        pagemap = os.open(PAGEMAP, os.O_RDONLY)
+    except OSError:
+        return frozenset()
+    try:
+        return frozenset(written_ranges(pagemap, anonymous_spans()))
+    finally:
+        os.close(pagemap)
+
+
+def collapse_new_memory(before: AbstractSet[int]) -> int:
+    """Collapse into 2 MiB pages every 2 MiB-aligned range of the anonymous memory that is written
+    now and was not in ``before`` (:func:`snapshot` taken before the load). Returns the bytes now
+    on 2 MiB pages (0 where the kernel cannot, or :func:`enabled` is off)."""
+    madvise = _madvise()
+    if madvise is None or not enabled():
+        return 0
+    try:
+        pagemap = os.open(PAGEMAP, os.O_RDONLY)
+    except OSError:
+        return 0
+    try:
+        new = sorted(written_ranges(pagemap, anonymous_spans()) - before)
+    finally:
+        os.close(pagemap)
+    collapsed = 0
+    for start in new:
+        if madvise(start, HUGE_PAGE, MADV_COLLAPSE) == 0:
+            collapsed += HUGE_PAGE
+        elif ctypes.get_errno() == errno.EINVAL:  # no MADV_COLLAPSE in this kernel, or THP never
+            break
+    return collapsed
+
+
+@functools.cache
+def _madvise() -> Any:
+    """libc's ``madvise`` through ctypes, or None (not Linux, no libc): looked up once a process."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # the C library the interpreter runs on
+    except OSError:
+        return None
+    if not hasattr(libc, "madvise"):
+        return None
+    madvise = libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
