@@ -326,6 +326,14 @@ def loaded_bench_page(folder: Path) -> str:
 
 SAME_WORK_EXTRA_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
     (
+        "int8 auto ÷ int8 plain (geomean over the prompts)",
+        lambda r: r["ratios"].get("speculative_auto_geomean_over_plain"),
+    ),
+    (
+        "int8 (peak RSS − interpreter) ÷ (file + KV)",
+        lambda r: r["backends"]["rss"]["int8/ort-q"]["model_over_file_plus_kv"],
+    ),
+    (
         "load average (1 min) at start → end",
         lambda r: f"{r['machine']['load_average_start'][0]:.2f} → {r['machine']['load_average_end'][0]:.2f}",
     ),
@@ -350,6 +358,10 @@ def _text_value(row: Callable[[dict[str, Any]], Any], report: dict[str, Any]) ->
 # The same-work bench on each machine it ran on, newest first: (file stem, heading). The README's
 # table is the first set's.
 SAME_WORK_SETS: tuple[tuple[str, str], ...] = (
+    (
+        "bench_same_work_idle_dec05",
+        "AMD EPYC, AVX-512 with VNNI, no AMX: IO binding on, the chain cut where passes stop, the default draft auto",
+    ),
     ("bench_same_work_avx512", "AMD EPYC, AVX-512 with VNNI, no AMX"),
     ("bench_same_work", "AMD EPYC, AVX2, no AVX-512"),
 )
