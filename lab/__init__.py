@@ -32,6 +32,7 @@ Also here:
 - :mod:`.layer_ab`: CPU of the int8 mode's layer pass, for an A/B of two checkouts (SmolLM2, fused layers).
 - :mod:`.load_memory`: Where an int8 load's resident memory is, stage by stage: a table from /proc/self/smaps.
 - :mod:`.load_time_ab`: Two source trees, the same int8 load, interleaved: the load's CPU time before / after in one run.
+- :mod:`.huge_pages_ab`: A load's memory on 2 MiB pages or on 4 KiB pages: the int8 decode step, fresh processes taking turns.
 - :mod:`.hand_back_step_ab`: Does handing a load's memory back change the decode step? Both loads in one process, interleaved.
 - :mod:`.llama_plain_ab`: The int8 engine's plain decode step against llama.cpp's, interleaved in one process, with the bytes-streamed bound beside them.
 - :mod:`.lookup_ceiling`: How far lookup drafts can go on a model's own text: the ceiling no draft controller can pass.

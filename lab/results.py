@@ -359,6 +359,10 @@ def _text_value(row: Callable[[dict[str, Any]], Any], report: dict[str, Any]) ->
 # table is the first set's.
 SAME_WORK_SETS: tuple[tuple[str, str], ...] = (
     (
+        "bench_same_work_hugepages",
+        "AMD EPYC, AVX-512 with VNNI, no AMX: as the set below, the load's memory on 2 MiB pages",
+    ),
+    (
         "bench_same_work_idle_dec05",
         "AMD EPYC, AVX-512 with VNNI, no AMX: IO binding on, the chain cut where passes stop, the default draft auto",
     ),
@@ -698,6 +702,7 @@ ENGINE_STUDIES = (
     "load_memory_*.json",
     "weights_once_*.json",
     "sparse_head_*.json",
+    "huge_pages_*.json",
 )
 
 
