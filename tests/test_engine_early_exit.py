@@ -51,7 +51,6 @@ def test_early_exit_decisions_identical(tiny_gguf: Any, smollm2_tokenizer: Any, 
     assert len(set(want_stats.depths)) >= 2  # some tokens exit early, some run every layer
 
 
-
 def test_the_prompt_pass_runs_the_head_on_its_last_row_only(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The deferred decoder's prompt pass reads one row of logits: on the engine the head runs on
     that row alone (Gemma 3's head is 262,144 rows; on every prompt row it would cost the prompt's
@@ -76,6 +75,7 @@ def test_the_prompt_pass_runs_the_head_on_its_last_row_only(tiny_gguf: Any, monk
     ref = Model.load(path)
     want = ref.forward(prompt, ref.new_cache(16)).logits[-1:]
     assert np.array_equal(DeferredDecoder(ref, ref.new_cache(16), (1, 2, 3)).prefill(prompt), want)
+
 
 # -- the int8 layer chain cut where early exit's and layer skip's passes start and stop ---------------
 
