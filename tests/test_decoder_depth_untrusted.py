@@ -175,6 +175,22 @@ def test_a_worker_sends_what_its_engine_answered_unconverted() -> None:
 # --- through the command: sequential and two workers -------------------------------------------------
 
 
+def run_hostile(
+    tiny_model: Path, capsys: pytest.CaptureFixture[str], engine: str, workers: str
+) -> tuple[int, dict[str, Any]]:
+    """A fixed-design run of the hostile engine ``engine`` (tests/support/hostile_engines.py)."""
+    return run(
+        tiny_model,
+        capsys,
+        "--engine",
+        f"tests.support.hostile_engines:{engine}",
+        "--workers",
+        workers,
+        *FIXED_DESIGN,
+        *depth_only(engine),
+    )
+
+
 @pytest.mark.slow  # sixteen runs of the command, each a pilot or a few blocks of the tiny model
 @pytest.mark.parametrize(
     "engine, reason",
@@ -194,16 +210,7 @@ def test_a_worker_sends_what_its_engine_answered_unconverted() -> None:
 def test_a_wrongly_typed_id_fails_the_engine_in_every_mode(
     tiny_model: Path, capsys: pytest.CaptureFixture[str], engine: str, reason: str, workers: str
 ) -> None:
-    status, report = run(
-        tiny_model,
-        capsys,
-        "--engine",
-        f"tests.support.hostile_engines:{engine}",
-        "--workers",
-        workers,
-        *FIXED_DESIGN,
-        *depth_only(engine),
-    )
+    status, report = run_hostile(tiny_model, capsys, engine, workers)
     result = report["results"][0]
     assert status == 1 and result["state"] == "failed" and reason in result["where"]
     assert "must be an integer, got" in result["where"]
@@ -224,16 +231,7 @@ def test_an_id_outside_the_vocabulary_after_the_pilot_is_the_engines_failure(
     tiny_model: Path, capsys: pytest.CaptureFixture[str], engine: str, reason: str, workers: str
 ) -> None:
     """Exit 1 with the report (not a model/input error, exit 4, nor an OverflowError)."""
-    status, report = run(
-        tiny_model,
-        capsys,
-        "--engine",
-        f"tests.support.hostile_engines:{engine}",
-        "--workers",
-        workers,
-        *FIXED_DESIGN,
-        *depth_only(engine),
-    )
+    status, report = run_hostile(tiny_model, capsys, engine, workers)
     result = report["results"][0]
     assert status == 1 and result["state"] == "failed" and reason in result["where"]
     assert result["design_tokens"] > 0  # after the pilot: the id came in a block of the test itself
