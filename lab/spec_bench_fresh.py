@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from verispec.bench.machine import load_average
+from verispec.bench.machine import load_average, machine_info
 from verispec.bench.means import geomean
 from verispec.bench.options import BenchOptions
 from verispec.bench.workload import workload_section
@@ -96,6 +96,15 @@ def summary(workload: dict[str, Any], beside: dict[str, Any], temperatures: tupl
     return out
 
 
+def machine_text() -> str:
+    """The machine in a line: CPU, cores, instruction sets, versions (the results pages' machine)."""
+    m = machine_info()
+    return (
+        f"{m.cpu}, {m.cores} cores ({', '.join(m.isa or []) or 'ISA not read'}); Python {m.python}, "
+        f"NumPy {m.numpy}, onnxruntime {m.onnxruntime}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -135,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_at_start": load_start,
             "loadavg_at_end": load_average(),
             "threads": os.environ.get("VERISPEC_THREADS"),
+            "machine": machine_text(),
             "weights": model.weights_mode,
             "verify_cost_curve": curve,
             "note": "interleaved plain / speculative per request and draft, same prompt ids and token counts; "
