@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import mmap
 import os
+import sys
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from verispec.engine.matmul import env_switch
+from verispec.engine.pages import libc_madvise
 
 ENV = "VERISPEC_HUGE_PAGES"
 BY_DEFAULT = True
@@ -115,35 +116,18 @@ def snapshot() -> frozenset[int]:
     """The 2 MiB ranges of this process's anonymous memory that are written now (taken before a
     load: the host's own memory, never collapsed); empty where /proc cannot be read or
     :func:`enabled` is off."""
-    if not enabled():
-        return frozenset()
-    try:
-        pagemap = os.open(PAGEMAP, os.O_RDONLY)
-    except OSError:
-        return frozenset()
-    try:
-        return frozenset(written_ranges(pagemap, anonymous_spans()))
-    finally:
-        os.close(pagemap)
+    return frozenset(_written_now()) if enabled() else frozenset()
 
 
 def collapse_new_memory(before: AbstractSet[int]) -> int:
     """Collapse into 2 MiB pages every 2 MiB-aligned range of the anonymous memory that is written
     now and was not in ``before`` (:func:`snapshot` taken before the load). Returns the bytes now
     on 2 MiB pages (0 where the kernel cannot, or :func:`enabled` is off)."""
-    madvise = _madvise()
+    madvise = libc_madvise() if sys.platform.startswith("linux") else None
     if madvise is None or not enabled():
         return 0
-    try:
-        pagemap = os.open(PAGEMAP, os.O_RDONLY)
-    except OSError:
-        return 0
-    try:
-        new = sorted(written_ranges(pagemap, anonymous_spans()) - before)
-    finally:
-        os.close(pagemap)
     collapsed = 0
-    for start in new:
+    for start in sorted(_written_now() - before):
         if madvise(start, HUGE_PAGE, MADV_COLLAPSE) == 0:
             collapsed += HUGE_PAGE
         elif ctypes.get_errno() == errno.EINVAL:  # no MADV_COLLAPSE in this kernel, or THP never
@@ -151,20 +135,13 @@ def collapse_new_memory(before: AbstractSet[int]) -> int:
     return collapsed
 
 
-@functools.cache
-def _madvise() -> Any:
-    """libc's ``madvise`` through ctypes, or None (not Linux, no libc): looked up once a process."""
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return None
+def _written_now() -> set[int]:
+    """:func:`written_ranges` of this process's anonymous mappings now; empty where /proc cannot be read."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)  # the C library the interpreter runs on
+        pagemap = os.open(PAGEMAP, os.O_RDONLY)
     except OSError:
-        return None
-    if not hasattr(libc, "madvise"):
-        return None
-    madvise = libc.madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    return madvise
+        return set()
+    try:
+        return written_ranges(pagemap, anonymous_spans())
+    finally:
+        os.close(pagemap)

@@ -65,18 +65,17 @@ def drop_mapping(view: npt.NDArray[np.uint8]) -> bool:
 
 
 @functools.cache
-def _madvise() -> Any:
-    """libc's ``madvise`` through ctypes, or None where it cannot be had (looked up once a process:
-    ``find_library`` runs ``ldconfig`` in a subprocess)."""
+def libc_madvise() -> Any:
+    """libc's ``madvise`` through ctypes, or None where it cannot be had (looked up once a process,
+    in the C library the interpreter already runs on: no ``find_library``, which runs ``ldconfig``
+    in a child process). engine/huge_pages.py collapses through it too."""
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name, use_errno=True) if name else None
+        libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
-    if libc is None or not hasattr(libc, "madvise"):
+    if not hasattr(libc, "madvise"):
         return None
     fn = libc.madvise
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -213,7 +212,7 @@ def drop_folders(folders: tuple[str, ...]) -> int:
             smaps = fh.read()
     except OSError:
         return 0
-    advise = _madvise()
+    advise = libc_madvise()
     if advise is None:
         return 0
     advised = 0
