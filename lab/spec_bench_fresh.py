@@ -96,15 +96,6 @@ def summary(workload: dict[str, Any], beside: dict[str, Any], temperatures: tupl
     return out
 
 
-def machine_text() -> str:
-    """The machine in a line: CPU, cores, instruction sets, versions (the results pages' machine)."""
-    m = machine_info()
-    return (
-        f"{m.cpu}, {m.cores} cores ({', '.join(m.isa or []) or 'ISA not read'}); Python {m.python}, "
-        f"NumPy {m.numpy}, onnxruntime {m.onnxruntime}"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -144,14 +135,13 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_at_start": load_start,
             "loadavg_at_end": load_average(),
             "threads": os.environ.get("VERISPEC_THREADS"),
-            "machine": machine_text(),
             "weights": model.weights_mode,
             "verify_cost_curve": curve,
             "note": "interleaved plain / speculative per request and draft, same prompt ids and token counts; "
             "the machine is shared with other work (see load averages): the CPU-time ratios are the steadier",
         },
         "summary": summary(workload, beside, temperatures),
-        "report": {"workload": workload, "workload_llama_cpp": beside},
+        "report": {"workload": workload, "workload_llama_cpp": beside, "machine": machine_info().as_json()},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
