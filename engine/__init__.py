@@ -10,7 +10,7 @@ The modules:
 - :mod:`.architectures`: Which engines exist and which architectures the fast one implements (a leaf module: the package ``__init__`` and the modules it loads lazily both read it, ...
 - :mod:`.blocks`: GGUF weight blocks -> the block format of an int-dot kernel, losslessly.
 - :mod:`.fused`: The int8 mode's decoder layers as onnxruntime graphs: one graph between two attentions.
-- :mod:`.huge_pages`: Put a load's weights on 2 MiB pages: the same bytes, a decode step 1.16-1.29x faster.
+- :mod:`.huge_pages`: Put a load's weights on 2 MiB pages: the same bytes, fewer TLB misses a decode step.
 - :mod:`.generate`: Plain decoding on the fast engine: :func:`reference.generate.decode_plain` (the one plain loop, its decode session) with the engine's forward (head on the ...
 - :mod:`.lockstep`: Many decode loops in lockstep: each one's target passes batched with the others' into one pass.
 - :mod:`.matmul`: The engine's one matmul seam: every projection ``x @ W.T`` goes through a :class:`Matmul`.

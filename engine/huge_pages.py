@@ -1,4 +1,4 @@
-"""Put a load's weights on 2 MiB pages: the same bytes, a decode step 1.16-1.29x faster.
+"""Put a load's weights on 2 MiB pages: the same bytes, fewer TLB misses a decode step.
 
 A decode step streams every weight once, a few hundred MiB through 4 KiB pages: a TLB miss every
 4 KiB, and the hardware prefetchers stop at every page boundary. On the usual kernel setting
@@ -14,10 +14,8 @@ kernel's shared zero page, would become real memory in a huge page), so the resi
 not grow; memory that existed before the load (the host program's own) is never touched, nor are
 file mappings. What a range holds is unchanged, bit for bit: the kernel copies the pages.
 
-Measured (lab/huge_pages_ab.py: fresh processes taking turns, best step CPU, idle 2-core AMD
-EPYC, lab/measurements/huge_pages_int8_1thread_*.json): the int8 decode step 1.16x faster on
-SmolLM2 135M (115 MiB collapsed), 1.29x on Gemma 3 270M (303 MiB); the load costs 0.2-0.7 CPU
-seconds more; RSS within 0.5%. ``VERISPEC_HUGE_PAGES=0`` turns it off. Where the call cannot be had
+How much a step gains: ``python -m lab.huge_pages_ab MODEL`` (fresh processes taking turns),
+saved runs on docs/results/engine-studies.md. ``VERISPEC_HUGE_PAGES=0`` turns it off. Where the call cannot be had
 (not Linux, an older kernel, THP ``never``, no /proc) nothing happens and the load is as before.
 """
 
