@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from verispec.engine import huge_pages
 from verispec.engine.matmul import BIND_MAX_ROWS, io_binding_default
+from verispec.engine.pages import zeros_on_small_pages
 from verispec.engine.rope import rotation
 from verispec.engine.weights import FusedLayer, WeightStore, load_weights
 from verispec.reference import layers
@@ -70,15 +71,15 @@ class SpanRows:
 
 
 class EngineCache(KVCache):
-    """The reference KV cache, preallocated for ``min(capacity, PREALLOCATE_SLOTS)`` slots."""
+    """The reference KV cache, preallocated for ``min(capacity, PREALLOCATE_SLOTS)`` slots, its
+    K and V on 4 KiB pages: only the slots written become resident (pages.zeros_on_small_pages)."""
 
-    def __init__(self, config: Config, capacity: int) -> None:
-        super().__init__(config, capacity)
-        slots = min(capacity, PREALLOCATE_SLOTS)
-        shape = (config.n_layer, config.n_head_kv, slots, config.head_dim)
-        self.k = np.zeros(shape, dtype=np.float32)  # [L, n_kv, S, d]
-        self.v = np.zeros(shape, dtype=np.float32)  # [L, n_kv, S, d]
-        self.positions = np.zeros(slots, dtype=np.int64)  # [S]
+    def _initial_slots(self, capacity: int) -> int:
+        return min(capacity, PREALLOCATE_SLOTS)
+
+    def _zeros(self, slots: int) -> F32:
+        cfg = self.config
+        return zeros_on_small_pages((cfg.n_layer, cfg.n_head_kv, slots, cfg.head_dim), np.float32)
 
 
 LARGE_METADATA_ITEMS = 4096  # a metadata list this long is a tokenizer table, not a model setting

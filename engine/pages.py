@@ -64,6 +64,34 @@ def drop_mapping(view: npt.NDArray[np.uint8]) -> bool:
     return True
 
 
+# NumPy asks for 2 MiB pages on every allocation of 4 MiB or more (``madvise(MADV_HUGEPAGE)``)
+SMALL_PAGES_FROM_BYTES = 4 << 20
+
+
+def zeros_on_small_pages(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]:
+    """Zeros whose memory is taken 4 KiB at a time, where written: a KV cache's preallocation.
+
+    ``np.zeros`` of 4 MiB or more is advised onto 2 MiB pages by NumPy, so the first write into
+    any 2 MiB range makes all of it resident (the kernel zeroes a whole huge page, and where free
+    huge pages are short it compacts memory first: milliseconds a fault). A cache laid out
+    ``[L, n_kv, S, d]`` and preallocated for thousands of slots is written a few slots into every
+    (layer, head) block: on huge pages nearly the whole preallocation becomes resident for a short
+    request. Here the memory is an anonymous private mapping advised ``MADV_NOHUGEPAGE``: a page
+    is resident once written, and a read of an unwritten page maps the kernel's zero page.
+    Smaller arrays, or where the advice does not exist, are plain ``np.zeros``."""
+    dt = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if nbytes < SMALL_PAGES_FROM_BYTES or advice is None:
+        return np.zeros(shape, dtype=dt)
+    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        memory.madvise(advice)
+    except OSError:  # a kernel without transparent huge pages: its pages are small already
+        pass
+    return np.frombuffer(memory, dtype=dt).reshape(shape)
+
+
 @functools.cache
 def libc_madvise() -> Any:
     """libc's ``madvise`` through ctypes, or None where it cannot be had (looked up once a process,

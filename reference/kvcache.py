@@ -36,11 +36,19 @@ class KVCache:
         self.config = config
         self.capacity = capacity
         self.length = 0
-        slots = min(capacity, _INITIAL_SLOTS)
-        shape = (config.n_layer, config.n_head_kv, slots, config.head_dim)
-        self.k: npt.NDArray[np.float32] = np.zeros(shape, dtype=np.float32)  # [L, n_kv, S, d]
-        self.v: npt.NDArray[np.float32] = np.zeros(shape, dtype=np.float32)  # [L, n_kv, S, d]
+        slots = self._initial_slots(capacity)
+        self.k: npt.NDArray[np.float32] = self._zeros(slots)  # [L, n_kv, S, d]
+        self.v: npt.NDArray[np.float32] = self._zeros(slots)  # [L, n_kv, S, d]
         self.positions: npt.NDArray[np.int64] = np.zeros(slots, dtype=np.int64)  # [S]
+
+    def _initial_slots(self, capacity: int) -> int:
+        """Slots allocated up front (a few: the cache grows by doubling as a span needs)."""
+        return min(capacity, _INITIAL_SLOTS)
+
+    def _zeros(self, slots: int) -> npt.NDArray[np.float32]:
+        """One of K, V for ``slots`` slots, zeroed: ``[L, n_kv, slots, d]``."""
+        cfg = self.config
+        return np.zeros((cfg.n_layer, cfg.n_head_kv, slots, cfg.head_dim), dtype=np.float32)
 
     def truncate(self, length: int) -> None:
         """Forget every slot at or after ``length`` (0 <= length <= self.length). O(1)."""
@@ -87,8 +95,8 @@ class KVCache:
         slots = self.k.shape[2]
         if end > slots:
             grown = min(self.capacity, max(end, 2 * slots))
-            self.k = _grow(self.k, grown)
-            self.v = _grow(self.v, grown)
+            self.k = self._grown(self.k, grown)
+            self.v = self._grown(self.v, grown)
             positions = np.zeros(grown, dtype=np.int64)
             positions[:slots] = self.positions
             self.positions = positions
@@ -125,8 +133,8 @@ class KVCache:
             raise ModelError(f"cannot commit {n_tokens} slots past length {self.length}")
         self.length += n_tokens
 
-
-def _grow(a: npt.NDArray[np.float32], slots: int) -> npt.NDArray[np.float32]:
-    grown = np.zeros((a.shape[0], a.shape[1], slots, a.shape[3]), dtype=np.float32)
-    grown[:, :, : a.shape[2]] = a
-    return grown
+    def _grown(self, a: npt.NDArray[np.float32], slots: int) -> npt.NDArray[np.float32]:
+        """``a`` ``[L, n_kv, S, d]`` copied into the first S of ``slots`` slots."""
+        grown = self._zeros(slots)
+        grown[:, :, : a.shape[2]] = a
+        return grown
