@@ -42,7 +42,7 @@ import numpy.typing as npt
 
 from verispec.engine.blocks import KernelBlocks
 from verispec.engine.ort_pool import session_options
-from verispec.engine.pages import drop_folder_pages
+from verispec.engine.pages import drop_folder_pages, libc
 from verispec.reference.errors import BackendUnavailable as BackendUnavailable
 from verispec.reference.errors import ModelError
 
@@ -634,18 +634,10 @@ def release_freed_memory() -> None:
 
 @cache
 def libc_malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none. Looked up once a process:
-    ``ctypes.util.find_library`` runs ``ldconfig -p`` in a child process (~1.4 ms of CPU), and a
-    load hands memory back after every session it builds (126 times for SmolLM2's f32 mode)."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    trim: Callable[[int], int] | None = getattr(libc, "malloc_trim", None) if libc is not None else None
+    """glibc's ``malloc_trim``, or None where the C library has none (``pages.libc``: looked up
+    once a process; a load hands memory back after every session it builds, 126 times for
+    SmolLM2's f32 mode)."""
+    trim: Callable[[int], int] | None = getattr(libc(), "malloc_trim", None)
     return trim
 
 

@@ -191,11 +191,13 @@ class FastModel:
         options = head if isinstance(head, HeadOptions) else HeadOptions(mode=head)
         sparse = None
         if options.mode == "sparse":
+            memory_before = huge_pages.snapshot()
             if isinstance(source, GGUFFile):
                 sparse = SparseHead.from_gguf(source, self.config, self.store, options)
             else:
                 with GGUFFile.open(source) as f:
                     sparse = SparseHead.from_gguf(f, self.config, self.store, options)
+            huge_pages.collapse_new_memory(memory_before)  # the sketch's bytes too, as a load's
         return FastModel(self.config, self.store, load_time_s=self.load_time_s, sparse_head=sparse)
 
     def for_law(self, params: "SamplingParams", *, exit_head: bool = False) -> "FastModel":

@@ -93,19 +93,27 @@ def zeros_on_small_pages(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.ND
 
 
 @functools.cache
-def libc_madvise() -> Any:
-    """libc's ``madvise`` through ctypes, or None where it cannot be had (looked up once a process,
-    in the C library the interpreter already runs on: no ``find_library``, which runs ``ldconfig``
-    in a child process). engine/huge_pages.py collapses through it too."""
+def libc() -> Any:
+    """The C library the interpreter already runs on (``ctypes.CDLL(None)``, errno kept), or None
+    where it cannot be had. Looked up once a process, without ``ctypes.util.find_library``, which
+    runs ``ldconfig -p`` in a child process."""
     import ctypes
 
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
-    if not hasattr(libc, "madvise"):
+
+
+@functools.cache
+def libc_madvise() -> Any:
+    """libc's ``madvise`` through ctypes, or None where it cannot be had. engine/huge_pages.py
+    collapses through it too."""
+    import ctypes
+
+    fn = getattr(libc(), "madvise", None)
+    if fn is None:
         return None
-    fn = libc.madvise
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     fn.restype = ctypes.c_int
     return fn

@@ -144,30 +144,41 @@ def test_memory_estimate_and_refusal(smollm2_path: Path) -> None:
 
 
 def test_memory_release_looks_up_the_c_library_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A load hands freed memory back after every session it builds; ``ctypes.util.find_library``
-    runs ``ldconfig`` in a child process, so the C library is looked up once a process, and every
-    release still calls ``malloc_trim`` (glibc) or nothing (where there is none)."""
+    """A load hands freed memory back after every session it builds. The C library is the one the
+    interpreter runs on, looked up once a process and never through ``ctypes.util.find_library``
+    (which runs ``ldconfig`` in a child process); every release still calls ``malloc_trim``
+    (glibc) or nothing (where there is none)."""
+    import ctypes
     import ctypes.util
 
-    from verispec.engine import matmul
+    from verispec.engine import matmul, pages
 
-    looked_up: list[str] = []
-    find_library = ctypes.util.find_library
+    found: list[str] = []
+    opened: list[object] = []
+    real_cdll = ctypes.CDLL
 
-    def counted(name: str) -> str | None:
-        looked_up.append(name)
-        return find_library(name)
+    def counted_find(name: str) -> str | None:
+        found.append(name)
+        return None
 
-    monkeypatch.setattr(ctypes.util, "find_library", counted)
+    def counted_cdll(name: object, *args: object, **kwargs: object) -> object:
+        opened.append(name)
+        return real_cdll(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ctypes.util, "find_library", counted_find)
+    monkeypatch.setattr(ctypes, "CDLL", counted_cdll)
     matmul.libc_malloc_trim.cache_clear()
+    pages.libc.cache_clear()
     try:
         for _ in range(3):
             matmul.release_freed_memory()
-        assert looked_up == ["c"]
+        assert found == [] and opened == [None]
         trim = matmul.libc_malloc_trim()
         assert trim is None or trim(0) in (0, 1)  # glibc: 1 if memory was released, else 0
     finally:
-        matmul.libc_malloc_trim.cache_clear()  # the next lookup is the real function's
+        matmul.libc_malloc_trim.cache_clear()  # the next lookups are the real functions'
+        pages.libc.cache_clear()
+        pages.libc_madvise.cache_clear()
 
 
 @pytest.mark.model

@@ -176,3 +176,38 @@ def test_a_load_in_a_fresh_process_collapses_its_weights(tiny_gguf: Any) -> None
     out = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True, check=True)
     int8_bytes, f32_bytes = (int(v) for v in out.stdout.split())
     assert int8_bytes >= HUGE_PAGE and f32_bytes >= HUGE_PAGE  # the heads: 4 MiB of int8 blocks, 16 MiB of float32
+
+
+def test_a_sparse_head_built_after_the_load_is_collapsed_as_a_load_is(
+    tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``with_head("sparse")`` builds its sketch after the load's collapse: its new memory is
+    collapsed the same way, from a snapshot taken before the sketch was built. (The sketch needs a
+    Q8_0 head, which the tiny float32 model has not: its build is stood in for here; the real
+    sketch on both real models is tests/test_sparse_head_mode.py's.)"""
+    from verispec.engine.sparse_head import SparseHead
+
+    path = tiny_gguf("llama", n_layer=2, n_vocab=16384, n_embd=256, n_head=4, context_length=32)
+    model = FastModel.load(path, weights="int8")
+    calls: list[str] = []
+    real_snapshot, real_collapse = huge_pages.snapshot, huge_pages.collapse_new_memory
+
+    def spied_snapshot() -> frozenset[int]:
+        calls.append("snapshot")
+        return real_snapshot()
+
+    def spied_collapse(before: Any) -> int:
+        calls.append("collapse")
+        return real_collapse(before)
+
+    def built(*_: Any) -> Any:
+        calls.append("build")
+        return None
+
+    monkeypatch.setattr(huge_pages, "snapshot", spied_snapshot)
+    monkeypatch.setattr(huge_pages, "collapse_new_memory", spied_collapse)
+    monkeypatch.setattr(SparseHead, "from_gguf", built)
+    model.with_head("full", path)
+    assert calls == []  # nothing built, nothing to collapse
+    model.with_head("sparse", path)
+    assert calls == ["snapshot", "build", "collapse"]
