@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from functools import partial
@@ -41,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from lab.provenance import commit
 from verispec.engine.matmul import OrtGraph
 from verispec.engine.model import FastModel
 from verispec.reference.early_exit import DeferredDecoder
@@ -117,17 +117,12 @@ def plain_steps(models: dict[str, FastModel], steps: int) -> dict[str, Any]:
 
 
 def provenance(argv: list[str], load_start: float) -> dict[str, str]:
-    def git(*args: str) -> str:
-        run = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=Path(__file__).parent)
-        return run.stdout.strip()
-
-    dirty = " (uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
     return {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other work",
         "command": " ".join(["python -m lab.exit_chain_ab", *argv]),
-        "commit": git("rev-parse", "--short", "HEAD") + dirty,
+        "commit": commit(),
         "loadavg_at_start": f"{load_start:.2f}",
         "loadavg_at_end": f"{os.getloadavg()[0]:.2f}",
         "note": ", ".join(f"{k}={os.environ.get(k, 'unset')}" for k in ("OPENBLAS_NUM_THREADS", "VERISPEC_THREADS")),

@@ -16,13 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from lab.provenance import commit
+from verispec.bench.machine import machine_info
 
 
 def child(model: str, weights: str, steps: int) -> dict[str, float]:
@@ -79,10 +81,8 @@ def main() -> None:
         "provenance": {
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "command": " ".join(["python -m lab.huge_pages_ab", *sys.argv[1:]]),
-            "commit": subprocess.run(
-                ["git", "log", "-1", "--format=%h"], capture_output=True, text=True
-            ).stdout.strip(),
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
+            "commit": commit(),
+            "machine": machine_info().as_json(),
             "load_average": load,
         },
         "model": args.model,

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lab.provenance import commit
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -205,20 +206,13 @@ def measure(model_path: Path, steps: int, layer_every: int) -> dict[str, Any]:
 
 
 def provenance() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
-        except OSError:
-            return ""
-
     import verispec
 
     return {
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "verispec_tree": str(Path(verispec.__file__).resolve().parent.parent),
         "command": " ".join([os.path.basename(sys.executable), "-m", "lab.load_memory", *sys.argv[1:]]),
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain")),
+        "commit": commit(full=True),
         "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),

@@ -46,7 +46,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -60,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lab.bounded_mean import p_value_above, upper_bound
+from lab.provenance import commit as head_commit
 from verispec.atomic import replace_file
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.calibrate import (
@@ -770,22 +770,14 @@ def provenance(argv: list[str] | None, load_start: float, commit: str | None = N
     """Date, machine, command, commit (``commit``: taken when the run started) and load average of
     this run (the results page shows them)."""
 
-    def git(*args: str) -> str:
-        try:
-            run = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=Path(__file__).parent)
-            return run.stdout.strip()
-        except OSError:
-            return ""
-
     flags = sys.argv[1:] if argv is None else argv
     threads = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "VERISPEC_THREADS")}
-    dirty = " (uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
     return {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other work",
         "command": " ".join(["python -m lab.measure_early_exit", *flags]),
-        "commit": commit or git("rev-parse", "--short", "HEAD") + dirty,
+        "commit": commit or head_commit(),
         "loadavg_at_start": f"{load_start:.2f}",
         "loadavg_at_end": f"{os.getloadavg()[0]:.2f}",
         "note": ", ".join(f"{k}={v}" for k, v in threads.items()),

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,6 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lab.provenance import commit as head_commit
 from verispec.engine.sparse_head import kernel_error_bound
 
 F64 = npt.NDArray[np.float64]
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load0 = os.getloadavg()
     result = study(args.model, args.fit_prompts, args.test_prompts, args.steps)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    commit = head_commit(full=True)
     result["provenance"] = {
         "date": started,
         "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),

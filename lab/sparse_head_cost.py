@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lab.provenance import commit as head_commit
 from lab.sparse_head_bounds import CHUNK, dequantize, head_q8_0, machine
 
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load0 = os.getloadavg()
     result = measure(args.model, args.rounds)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    commit = head_commit(full=True)
     result["provenance"] = {
         "date": started,
         "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),

@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from lab.provenance import commit as head_commit
 from lab.sparse_head_bounds import machine
 
 PROMPT = "The history of the printing press begins in"
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load0 = os.getloadavg()
     result = measure(args.model, args.tokens, args.rounds)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    commit = head_commit(full=True)
     result["provenance"] = {
         "date": started,
         "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),

@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lab.provenance import commit as head_commit
 from verispec.bench.machine import load_average, machine_info
 from verispec.bench.means import geomean
 from verispec.bench.options import BenchOptions
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=0, help="cap every request's max_tokens (0: the file's)")
     args = parser.parse_args(argv)
     started, load_start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), load_average()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = head_commit()
     path = Path(args.model)
     with GGUFFile.open(path) as f:
         model = FastModel.load(f, weights=resolve_weights(args.weights, arch=str(f.get("general.architecture", ""))))
