@@ -26,6 +26,7 @@ Also here:
 - :mod:`.chain_ab`: The int8 layer chain against the two graphs a layer it fuses, in ONE process, step by step.
 - :mod:`.build_real_rows`: Rebuild ``spec/data/real_rows.npz``: real target/draft row pairs from the two real models.
 - :mod:`.exit_chain_ab`: Early-exit decoding on the int8 layer chain cut at its candidate depths against the uncut chain, in ONE process.
+- :mod:`.gguf_kernel_probe`: A kernel on the file's own Q4_1 blocks (compiled here, a probe) against MLAS's ``MatMulNBits``, 1 to 8 rows.
 - :mod:`.exit_prefill_ab`: Early exit's prompt pass with the head on its last row (what the deferred decoder runs) against the head on every row.
 - :mod:`.draft_cache_load`: How fast ``--draft-cache FILE`` loads: MB/s for caches of about 1, 6 and 60 MB.
 - :mod:`.link_ab`: CPU of the int8 layer graphs alone: a link against the two graphs it fuses, and the cost by rows.
@@ -37,6 +38,7 @@ Also here:
 - :mod:`.llama_plain_ab`: The int8 engine's plain decode step against llama.cpp's, interleaved in one process, with the bytes-streamed bound beside them.
 - :mod:`.lookup_ceiling`: How far lookup drafts can go on a model's own text: the ceiling no draft controller can pass.
 - :mod:`.reference_logits_memory`: Peak RSS of a long run of ``ReferenceLogits`` (spec/decoder/check.py) on the prefixes of a depth run.
+- :mod:`.provenance`: The commit a saved measurement ran at, read one way for every script.
 - :mod:`.results`: The results pages, generated from the saved measurements: ``python -m lab.results``.
 - :mod:`.source_ab`: Two source trees of verispec, the same int8 decode, interleaved: a before / after ratio in one run.
 - :mod:`.verifier_at_cost`: A batched verifier of a fixed CPU cost a verification: the gate's full-power default for a real implementation of that speed.

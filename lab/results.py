@@ -703,6 +703,7 @@ ENGINE_STUDIES = (
     "weights_once_*.json",
     "sparse_head_*.json",
     "huge_pages_*.json",
+    "gguf_kernel_probe_*.json",
 )
 
 

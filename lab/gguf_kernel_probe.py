@@ -1,0 +1,265 @@
+"""How fast a kernel on the GGUF file's own Q4_1 blocks could be, against MLAS's ``MatMulNBits``.
+
+    OPENBLAS_NUM_THREADS=1 python -m lab.gguf_kernel_probe [--rows 1,2,3,5,8] [--passes 12] [--json OUT]
+
+A probe, not an engine path: it measures what the int8 mode's next step (a kernel that consumes
+the file's blocks in place) would buy on this machine, before anyone builds it.
+
+The probe kernel (C, AVX-512 VNNI on 256-bit vectors, one thread, compiled here with the system
+``cc``): ``y[r, n] = sum_b (d_nb da_rb (q_nb . p_rb) + m_nb sa_rb)`` over Q4_1 blocks as the file
+stores them (20 bytes: float16 d, float16 m, 16 bytes of nibbles) and activation blocks rounded
+to int8 per 32 (``p``, scale ``da``, ``sa = da sum(p)``: llama.cpp's Q8_1). Each weight block is
+loaded and unpacked ONCE for all R activation rows of a pass, so a k-row pass streams the weights
+once; every row's arithmetic is the same whatever R is (each row's sum is its own, in one order),
+so a k-row pass gives each row what a 1-row pass gives, bit for bit (checked here).
+
+The comparison is onnxruntime's ``MatMulNBits`` (4-bit, uint8 zero points, ``accuracy_level=4``,
+one thread), one graph holding every matrix, WITHOUT the engine's Q4_1 min term (a Gemm and an
+Add a projection on its side): MLAS's side is measured cheaper than the engine pays.
+
+Matrices: SmolLM2-135M's 30 layers (QKV 960 x 576, o 576 x 576, gate/up 3072 x 576, down 576 x
+1536), random levels and scales: 63 MiB of Q4_1, streamed from memory each pass (far larger than
+the caches). Reported: best pass time of each side at each row count, and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lab.provenance import commit
+from verispec.bench.machine import machine_info
+
+BLOCK = 32
+MAX_ROWS = 8
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # SmolLM2-135M: qkv, o, gate/up, down
+LAYERS = 30
+
+Q4_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", (16,))])  # 20 bytes, as in the file
+Q8_1 = np.dtype([("d", "<f4"), ("s", "<f4"), ("qs", "i1", (32,))])  # 40 bytes
+
+SOURCE = r"""
+#include <immintrin.h>
+#include <stdint.h>
+typedef struct { uint16_t d, m; uint8_t qs[16]; } bq4;
+typedef struct { float d, s; int8_t qs[32]; } bq8;
+
+static inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+#define KERNEL(R)                                                                              \
+static void rows##R(const bq4 *W, int n0, int n1, int nb, const bq8 *A, float *y, int N) {     \
+    for (int n = n0; n < n1; n++) {                                                            \
+        const bq4 *w = W + (size_t)n * nb;                                                     \
+        __m256 acc[R]; float mins[R];                                                          \
+        for (int r = 0; r < R; r++) { acc[r] = _mm256_setzero_ps(); mins[r] = 0.0f; }          \
+        for (int b = 0; b < nb; b++) {                                                         \
+            __m128i raw = _mm_loadu_si128((const __m128i *)w[b].qs);                           \
+            __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),        \
+                                         _mm256_set1_epi8(0x0F));                              \
+            float dw = _cvtsh_ss(w[b].d), mw = _cvtsh_ss(w[b].m);                              \
+            for (int r = 0; r < R; r++) {                                                      \
+                const bq8 *a = A + (size_t)r * nb + b;                                         \
+                __m256i p = _mm256_loadu_si256((const __m256i *)a->qs);                        \
+                __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, p);                 \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a->d), _mm256_cvtepi32_ps(s), acc[r]); \
+                mins[r] += mw * a->s;                                                          \
+            }                                                                                  \
+        }                                                                                      \
+        for (int r = 0; r < R; r++) y[(size_t)r * N + n] = hsum(acc[r]) + mins[r];             \
+    }                                                                                          \
+}
+KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6) KERNEL(7) KERNEL(8)
+
+typedef void (*kernel_fn)(const bq4 *, int, int, int, const bq8 *, float *, int);
+static const kernel_fn KERNELS[9] = {0, rows1, rows2, rows3, rows4, rows5, rows6, rows7, rows8};
+
+/* y [R, N] = A [R, K] . W [N, K]^T on Q4_1 weight blocks and Q8_1 activation blocks, R <= 8 */
+void q4_1_matmul(const bq4 *W, int N, int K, const bq8 *A, int R, float *y) {
+    KERNELS[R](W, 0, N, K / 32, A, y, N);
+}
+"""
+
+
+def build_kernel(folder: Path) -> Any:
+    """Compile :data:`SOURCE` with the system C compiler; the loaded function."""
+    c_file, so_file = folder / "probe.c", folder / "probe.so"
+    c_file.write_text(SOURCE)
+    flags = ["-O3", "-mavx2", "-mfma", "-mf16c", "-mavx512vl", "-mavx512vnni", "-shared", "-fPIC"]
+    subprocess.run(["cc", *flags, "-o", str(so_file), str(c_file)], check=True)
+    fn = ctypes.CDLL(str(so_file)).q4_1_matmul
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    fn.restype = None
+    return fn
+
+
+def random_q4_1(n: int, k: int, rng: np.random.Generator) -> npt.NDArray[Any]:
+    """``[n, k / 32]`` Q4_1 blocks with random levels, scales ~1e-2 and mins ~-0.05."""
+    blocks = np.zeros((n, k // BLOCK), dtype=Q4_1)
+    blocks["d"] = (rng.random((n, k // BLOCK)) * 0.01 + 0.001).astype(np.float16)
+    blocks["m"] = (-rng.random((n, k // BLOCK)) * 0.05).astype(np.float16)
+    blocks["qs"] = rng.integers(0, 256, (n, k // BLOCK, 16), dtype=np.uint8)
+    return blocks
+
+
+def levels(blocks: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
+    """``[n, k]`` levels 0..15 in weight order (byte j: weight j low nibble, weight j + 16 high)."""
+    qs = blocks["qs"]
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(qs.shape[0], -1)
+
+
+def quantize_rows(x: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
+    """``[R, K]`` float32 -> ``[R, K / 32]`` Q8_1 blocks (symmetric int8 per block)."""
+    r, k = x.shape
+    xb = x.reshape(r, k // BLOCK, BLOCK)
+    d = np.abs(xb).max(axis=2) / 127.0
+    p = np.rint(xb / np.where(d == 0, 1, d)[..., None]).astype(np.int8)
+    out = np.zeros((r, k // BLOCK), dtype=Q8_1)
+    out["d"], out["qs"] = d.astype(np.float32), p
+    out["s"] = (d * p.astype(np.int32).sum(axis=2)).astype(np.float32)
+    return out
+
+
+def mlas_graph(mats: list[npt.NDArray[Any]]) -> Any:
+    """One onnxruntime session with a ``MatMulNBits`` per matrix (inputs x576 and x1536)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits, outs = [], [], []
+    for i, m in enumerate(mats):
+        n, nb = m.shape
+        k = nb * BLOCK
+        lv = levels(m).reshape(n, nb, BLOCK)
+        packed = (lv[..., 0::2] | (lv[..., 1::2] << 4)).astype(np.uint8)
+        inits += [
+            numpy_helper.from_array(packed, f"B{i}"),
+            numpy_helper.from_array(m["d"].astype(np.float32).reshape(-1), f"S{i}"),
+            numpy_helper.from_array(np.zeros(n * ((nb + 1) // 2), np.uint8), f"Z{i}"),
+        ]
+        nodes.append(
+            helper.make_node(
+                "MatMulNBits",
+                [f"x{k}", f"B{i}", f"S{i}", f"Z{i}"],
+                [f"y{i}"],
+                domain="com.microsoft",
+                K=k,
+                N=n,
+                bits=4,
+                block_size=BLOCK,
+                accuracy_level=4,
+            )
+        )
+        outs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, ["R", n]))
+    ins = [helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, ["R", k]) for k in (576, 1536)]
+    graph = helper.make_graph(nodes, "probe", ins, outs, inits)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(model.SerializeToString(), options)
+
+
+def run_probe(
+    kernel: Any, mats: list[npt.NDArray[Any]], qs: dict[int, npt.NDArray[Any]], rows: int, outs: dict[int, Any]
+) -> None:
+    """One pass of the probe kernel over every matrix, ``rows`` activation rows."""
+    for i, m in enumerate(mats):
+        n, nb = m.shape
+        out = outs[n * 100000 + i]
+        kernel(m.ctypes.data, n, nb * BLOCK, qs[nb * BLOCK].ctypes.data, rows, out.ctypes.data)
+
+
+def best(fn: Any, passes: int) -> float:
+    times = []
+    for _ in range(passes):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default="1,2,3,5,8")
+    parser.add_argument("--passes", type=int, default=12)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    rows = [int(r) for r in args.rows.split(",")]
+    if not all(1 <= r <= MAX_ROWS for r in rows):
+        parser.error(f"--rows: each between 1 and {MAX_ROWS}")
+    load_start = os.getloadavg()[0]
+    rng = np.random.default_rng(0)
+    mats = [random_q4_1(n, k, rng) for _ in range(LAYERS) for n, k in SHAPES]
+    file_bytes = sum(m.nbytes for m in mats)
+    with tempfile.TemporaryDirectory() as folder:
+        kernel = build_kernel(Path(folder))
+        session = mlas_graph(mats)
+        outs = {m.shape[0] * 100000 + i: np.zeros((MAX_ROWS, m.shape[0]), np.float32) for i, m in enumerate(mats)}
+        results: dict[str, Any] = {"file_mib": file_bytes / 2**20, "rows": {}}
+        x_all = {k: rng.standard_normal((MAX_ROWS, k)).astype(np.float32) for k in (576, 1536)}
+        q_all = {k: quantize_rows(x) for k, x in x_all.items()}
+        # the same rows in a k-row pass and in 1-row passes: bit for bit (the probe's law)
+        m0 = mats[2]
+        k0 = m0.shape[1] * BLOCK
+        y8 = np.zeros((MAX_ROWS, m0.shape[0]), np.float32)
+        kernel(m0.ctypes.data, m0.shape[0], k0, q_all[k0].ctypes.data, MAX_ROWS, y8.ctypes.data)
+        for r in range(MAX_ROWS):
+            y1 = np.zeros((1, m0.shape[0]), np.float32)
+            one = np.ascontiguousarray(q_all[k0][r : r + 1])
+            kernel(m0.ctypes.data, m0.shape[0], k0, one.ctypes.data, 1, y1.ctypes.data)
+            assert np.array_equal(y1[0], y8[r]), "a k-row pass changed a row's bits"
+        # and the kernel computes the dot product of the rounded rows with the file's weights
+        w = (levels(m0) * np.repeat(m0["d"].astype(np.float64), BLOCK, axis=1)) + np.repeat(
+            m0["m"].astype(np.float64), BLOCK, axis=1
+        )
+        p = q_all[k0]
+        xr = (p["qs"].astype(np.float64) * p["d"][..., None]).reshape(MAX_ROWS, -1)
+        want = xr @ w.T
+        results["max_rel_error_vs_float64"] = float(np.abs(y8 - want).max() / np.abs(want).max())
+        for r in rows:
+            qs = {k: np.ascontiguousarray(q[:r]) for k, q in q_all.items()}
+            feeds = {f"x{k}": np.ascontiguousarray(x[:r]) for k, x in x_all.items()}
+            probe_pass = partial(run_probe, kernel, mats, qs, r, outs)
+            mlas_pass = partial(session.run, None, feeds)
+            probe_pass(), mlas_pass()
+            cell = {"probe_ms": best(probe_pass, args.passes) * 1e3, "mlas_ms": best(mlas_pass, args.passes) * 1e3}
+            results["rows"][r] = cell
+        one = results["rows"][rows[0]]
+        for cell in results["rows"].values():
+            cell["probe_over_its_1_row"] = cell["probe_ms"] / one["probe_ms"]
+            cell["mlas_over_its_1_row"] = cell["mlas_ms"] / one["mlas_ms"]
+            cell["mlas_over_probe"] = cell["mlas_ms"] / cell["probe_ms"]
+    results["provenance"] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "command": " ".join(["python -m lab.gguf_kernel_probe", *sys.argv[1:]]),
+        "commit": commit(),
+        "machine": machine_info().as_json(),
+        "load_average": [load_start, os.getloadavg()[0]],
+    }
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
