@@ -13,6 +13,10 @@ loaded and unpacked ONCE for all R activation rows of a pass, so a k-row pass st
 once; every row's arithmetic is the same whatever R is (each row's sum is its own, in one order),
 so a k-row pass gives each row what a 1-row pass gives, bit for bit (checked here).
 
+A second design, ``wide``: two blocks a 512-bit vector, the activation's levels, scales and sums
+in separate arrays (the scales spread per block pair), the mins as a vector dot over the blocks;
+the same law (each row its own sums), bit for bit across row counts (checked).
+
 The comparison is onnxruntime's ``MatMulNBits`` (4-bit, uint8 zero points, ``accuracy_level=4``,
 one thread), one graph holding every matrix, WITHOUT the engine's Q4_1 min term (a Gemm and an
 Add a projection on its side): MLAS's side is measured cheaper than the engine pays.
@@ -95,19 +99,106 @@ static const kernel_fn KERNELS[9] = {0, rows1, rows2, rows3, rows4, rows5, rows6
 void q4_1_matmul(const bq4 *W, int N, int K, const bq8 *A, int R, float *y) {
     KERNELS[R](W, 0, N, K / 32, A, y, N);
 }
+
+/* The wide kernel: two blocks a 512-bit vector. Activations split: P [R, K] int8 levels,
+   DAX [R, nb / 2, 16] each pair's scales spread (8 x da_b, 8 x da_b+1), SA [R, nb] sums.
+   Per row and pair: a load, a dot, a convert, a multiply by the activation scales, a fused
+   multiply-add by the weight scales; the mins as a vector dot over the blocks. */
+#define WIDE(R)                                                                                \
+static void wide##R(const bq4 *W, int N, int nb, const int8_t *P, const float *DAX,            \
+                    const float *SA, float *y) {                                               \
+    float dw[64], mw[64];                                                                      \
+    const int K = nb * 32;                                                                     \
+    const __m256i low = _mm256_set1_epi8(0x0F);                                                \
+    for (int n = 0; n < N; n++) {                                                              \
+        const bq4 *w = W + (size_t)n * nb;                                                     \
+        for (int b = 0; b < nb; b++) { dw[b] = _cvtsh_ss(w[b].d); mw[b] = _cvtsh_ss(w[b].m); } \
+        __m512 acc[R];                                                                         \
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();                              \
+        for (int b = 0; b < nb; b += 2) {                                                      \
+            __m128i r0 = _mm_loadu_si128((const __m128i *)w[b].qs);                           \
+            __m128i r1 = _mm_loadu_si128((const __m128i *)w[b + 1].qs);                       \
+            __m256i x0 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), low);   \
+            __m256i x1 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(r1, 4), r1), low);   \
+            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);                 \
+            __m512 dwv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(dw[b])),     \
+                                            _mm256_set1_ps(dw[b + 1]), 1);                     \
+            for (int r = 0; r < R; r++) {                                                      \
+                __m512i p = _mm512_loadu_si512((const void *)(P + (size_t)r * K + b * 32));    \
+                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, p);                 \
+                __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(s),                                \
+                                         _mm512_loadu_ps(DAX + ((size_t)r * nb / 2 + b / 2) * 16)); \
+                acc[r] = _mm512_fmadd_ps(t, dwv, acc[r]);                                      \
+            }                                                                                  \
+        }                                                                                      \
+        for (int r = 0; r < R; r++) {                                                          \
+            __m512 m = _mm512_setzero_ps();                                                    \
+            for (int b = 0; b < nb; b += 16) {                                                 \
+                __mmask16 k = (__mmask16)(nb - b >= 16 ? 0xFFFF : (1u << (nb - b)) - 1);       \
+                m = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, mw + b),                          \
+                                    _mm512_maskz_loadu_ps(k, SA + (size_t)r * nb + b), m);     \
+            }                                                                                  \
+            y[(size_t)r * N + n] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(m);     \
+        }                                                                                      \
+    }                                                                                          \
+}
+WIDE(1) WIDE(2) WIDE(3) WIDE(4) WIDE(5) WIDE(6) WIDE(7) WIDE(8)
+
+typedef void (*wide_fn)(const bq4 *, int, int, const int8_t *, const float *, const float *, float *);
+static const wide_fn WIDES[9] = {0, wide1, wide2, wide3, wide4, wide5, wide6, wide7, wide8};
+
+void q4_1_matmul_wide(const bq4 *W, int N, int K, const int8_t *P, const float *DAX, const float *SA,
+                      int R, float *y) {
+    WIDES[R](W, N, K / 32, P, DAX, SA, y);
+}
 """
 
 
-def build_kernel(folder: Path) -> Any:
-    """Compile :data:`SOURCE` with the system C compiler; the loaded function."""
+def build_kernels(folder: Path) -> tuple[Any, Any]:
+    """Compile :data:`SOURCE` with the system C compiler: the simple and the wide kernel."""
     c_file, so_file = folder / "probe.c", folder / "probe.so"
     c_file.write_text(SOURCE)
-    flags = ["-O3", "-mavx2", "-mfma", "-mf16c", "-mavx512vl", "-mavx512vnni", "-shared", "-fPIC"]
-    subprocess.run(["cc", *flags, "-o", str(so_file), str(c_file)], check=True)
-    fn = ctypes.CDLL(str(so_file)).q4_1_matmul
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-    fn.restype = None
-    return fn
+    isa = ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512vnni"]
+    subprocess.run(["cc", "-O3", *isa, "-shared", "-fPIC", "-o", str(so_file), str(c_file)], check=True)
+    library = ctypes.CDLL(str(so_file))
+    simple, wide = library.q4_1_matmul, library.q4_1_matmul_wide
+    c_int, ptr = ctypes.c_int, ctypes.c_void_p
+    simple.argtypes = [ptr, c_int, c_int, ptr, c_int, ptr]
+    wide.argtypes = [ptr, c_int, c_int, ptr, ptr, ptr, c_int, ptr]
+    simple.restype = wide.restype = None
+    return simple, wide
+
+
+class WideRows:
+    """Activation rows in the wide kernel's split layout: levels ``[R, K]``, each block pair's
+    scales spread over 16 lanes ``[R, nb / 2, 16]``, the blocks' sums ``[R, nb]``."""
+
+    def __init__(self, q8: npt.NDArray[Any]) -> None:
+        r, nb = q8.shape
+        self.levels = np.ascontiguousarray(q8["qs"].reshape(r, nb * BLOCK))
+        self.scales = np.ascontiguousarray(np.repeat(q8["d"].reshape(r, nb // 2, 2), 8, axis=2))
+        self.sums = np.ascontiguousarray(q8["s"])
+        self.rows = r
+
+    def take(self, rows: int) -> WideRows:
+        out = WideRows.__new__(WideRows)
+        out.levels, out.scales = np.ascontiguousarray(self.levels[:rows]), np.ascontiguousarray(self.scales[:rows])
+        out.sums, out.rows = np.ascontiguousarray(self.sums[:rows]), rows
+        return out
+
+
+def call_wide(wide: Any, m: npt.NDArray[Any], a: WideRows, out: npt.NDArray[np.float32]) -> None:
+    n, nb = m.shape
+    wide(
+        m.ctypes.data,
+        n,
+        nb * BLOCK,
+        a.levels.ctypes.data,
+        a.scales.ctypes.data,
+        a.sums.ctypes.data,
+        a.rows,
+        out.ctypes.data,
+    )
 
 
 def random_q4_1(n: int, k: int, rng: np.random.Generator) -> npt.NDArray[Any]:
@@ -181,11 +272,17 @@ def mlas_graph(mats: list[npt.NDArray[Any]]) -> Any:
 def run_probe(
     kernel: Any, mats: list[npt.NDArray[Any]], qs: dict[int, npt.NDArray[Any]], rows: int, outs: dict[int, Any]
 ) -> None:
-    """One pass of the probe kernel over every matrix, ``rows`` activation rows."""
+    """One pass of the simple probe kernel over every matrix, ``rows`` activation rows."""
     for i, m in enumerate(mats):
         n, nb = m.shape
         out = outs[n * 100000 + i]
         kernel(m.ctypes.data, n, nb * BLOCK, qs[nb * BLOCK].ctypes.data, rows, out.ctypes.data)
+
+
+def run_wide(wide: Any, mats: list[npt.NDArray[Any]], rows: dict[int, WideRows], outs: dict[int, Any]) -> None:
+    """One pass of the wide kernel over every matrix."""
+    for i, m in enumerate(mats):
+        call_wide(wide, m, rows[m.shape[1] * BLOCK], outs[m.shape[0] * 100000 + i])
 
 
 def best(fn: Any, passes: int) -> float:
@@ -211,43 +308,55 @@ def main() -> None:
     mats = [random_q4_1(n, k, rng) for _ in range(LAYERS) for n, k in SHAPES]
     file_bytes = sum(m.nbytes for m in mats)
     with tempfile.TemporaryDirectory() as folder:
-        kernel = build_kernel(Path(folder))
+        kernel, wide = build_kernels(Path(folder))
         session = mlas_graph(mats)
         outs = {m.shape[0] * 100000 + i: np.zeros((MAX_ROWS, m.shape[0]), np.float32) for i, m in enumerate(mats)}
         results: dict[str, Any] = {"file_mib": file_bytes / 2**20, "rows": {}}
         x_all = {k: rng.standard_normal((MAX_ROWS, k)).astype(np.float32) for k in (576, 1536)}
         q_all = {k: quantize_rows(x) for k, x in x_all.items()}
-        # the same rows in a k-row pass and in 1-row passes: bit for bit (the probe's law)
+        # the same rows in a k-row pass and in 1-row passes: bit for bit (the probe's law), both kernels
         m0 = mats[2]
         k0 = m0.shape[1] * BLOCK
+        wide_all = {k: WideRows(q) for k, q in q_all.items()}
         y8 = np.zeros((MAX_ROWS, m0.shape[0]), np.float32)
+        w8 = np.zeros((MAX_ROWS, m0.shape[0]), np.float32)
         kernel(m0.ctypes.data, m0.shape[0], k0, q_all[k0].ctypes.data, MAX_ROWS, y8.ctypes.data)
+        call_wide(wide, m0, wide_all[k0], w8)
         for r in range(MAX_ROWS):
             y1 = np.zeros((1, m0.shape[0]), np.float32)
             one = np.ascontiguousarray(q_all[k0][r : r + 1])
             kernel(m0.ctypes.data, m0.shape[0], k0, one.ctypes.data, 1, y1.ctypes.data)
             assert np.array_equal(y1[0], y8[r]), "a k-row pass changed a row's bits"
-        # and the kernel computes the dot product of the rounded rows with the file's weights
-        w = (levels(m0) * np.repeat(m0["d"].astype(np.float64), BLOCK, axis=1)) + np.repeat(
-            m0["m"].astype(np.float64), BLOCK, axis=1
-        )
+            single = WideRows(one)
+            call_wide(wide, m0, single, y1)
+            assert np.array_equal(y1[0], w8[r]), "a k-row pass of the wide kernel changed a row's bits"
+        # and the kernels compute the dot product of the rounded rows with the file's weights
+        d64, m64 = (np.repeat(m0[f].astype(np.float64), BLOCK, axis=1) for f in ("d", "m"))
         p = q_all[k0]
         xr = (p["qs"].astype(np.float64) * p["d"][..., None]).reshape(MAX_ROWS, -1)
-        want = xr @ w.T
+        want = xr @ (levels(m0) * d64 + m64).T
         results["max_rel_error_vs_float64"] = float(np.abs(y8 - want).max() / np.abs(want).max())
+        results["wide_max_rel_error_vs_float64"] = float(np.abs(w8 - want).max() / np.abs(want).max())
         for r in rows:
             qs = {k: np.ascontiguousarray(q[:r]) for k, q in q_all.items()}
             feeds = {f"x{k}": np.ascontiguousarray(x[:r]) for k, x in x_all.items()}
             probe_pass = partial(run_probe, kernel, mats, qs, r, outs)
+            wide_pass = partial(run_wide, wide, mats, {k: a.take(r) for k, a in wide_all.items()}, outs)
             mlas_pass = partial(session.run, None, feeds)
-            probe_pass(), mlas_pass()
-            cell = {"probe_ms": best(probe_pass, args.passes) * 1e3, "mlas_ms": best(mlas_pass, args.passes) * 1e3}
+            probe_pass(), wide_pass(), mlas_pass()
+            cell = {
+                "probe_ms": best(probe_pass, args.passes) * 1e3,
+                "wide_ms": best(wide_pass, args.passes) * 1e3,
+                "mlas_ms": best(mlas_pass, args.passes) * 1e3,
+            }
             results["rows"][r] = cell
         one = results["rows"][rows[0]]
         for cell in results["rows"].values():
             cell["probe_over_its_1_row"] = cell["probe_ms"] / one["probe_ms"]
             cell["mlas_over_its_1_row"] = cell["mlas_ms"] / one["mlas_ms"]
+            cell["wide_over_its_1_row"] = cell["wide_ms"] / one["wide_ms"]
             cell["mlas_over_probe"] = cell["mlas_ms"] / cell["probe_ms"]
+            cell["mlas_over_wide"] = cell["mlas_ms"] / cell["wide_ms"]
     results["provenance"] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "command": " ".join(["python -m lab.gguf_kernel_probe", *sys.argv[1:]]),
