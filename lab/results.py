@@ -711,6 +711,8 @@ def _study_provenance(saved: dict[str, Any]) -> dict[str, str]:
     """A study's provenance in the pages' fields, whatever spelling its script used."""
     own: dict[str, Any] = dict(saved.get("provenance", {}))
     text = {k: v if isinstance(v, str) else json.dumps(v) for k, v in own.items()}
+    if isinstance(own.get("machine"), dict):  # the bench's machine record (verispec.bench.machine)
+        text["machine"] = _machine(own["machine"])
     text.setdefault("date", text.get("date_utc", ""))
     if "command" not in text and isinstance(own.get("commands"), list):
         text["command"] = " ; ".join(str(c) for c in own["commands"])
