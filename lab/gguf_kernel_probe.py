@@ -17,6 +17,14 @@ A second design, ``wide``: two blocks a 512-bit vector, the activation's levels,
 in separate arrays (the scales spread per block pair), the mins as a vector dot over the blocks;
 the same law (each row its own sums), bit for bit across row counts (checked).
 
+Two tiled designs, 16 weight rows a tile, one per 32-bit lane, so every weight block is loaded
+and unpacked once for all rows of a pass and each activation row costs 8 dot instructions a block
+tile: ``tiled`` gathers the 16 rows' blocks from the file's layout in place; ``packed`` reads them
+from a repack at the file's own size (per 16 rows and block: their 16 d, their 16 m, then their
+level bytes four at a time; 320 bytes, the 16 blocks' 320), with loads instead of gathers. Both
+sum each (weight row, activation row) pair in one order whatever R is, the same order: the same
+bits as each other and across row counts (checked).
+
 The comparison is onnxruntime's ``MatMulNBits`` (4-bit, uint8 zero points, ``accuracy_level=4``,
 one thread), one graph holding every matrix, WITHOUT the engine's Q4_1 min term (a Gemm and an
 Add a projection on its side): MLAS's side is measured cheaper than the engine pays.
@@ -151,22 +159,136 @@ void q4_1_matmul_wide(const bq4 *W, int N, int K, const int8_t *P, const float *
                       int R, float *y) {
     WIDES[R](W, N, K / 32, P, DAX, SA, y);
 }
+
+/* The tiled kernel: 16 weight rows a tile, one per 32-bit lane, their blocks gathered from the
+   file's layout in place (no repack); per block the integer dot of each lane's 32 levels with an
+   activation row is 8 dots of 4 bytes, the activation's 4 bytes broadcast; then, per lane and in
+   block order, acc = fma(dot, d_w * d_a, acc) and mins = fma(m_w, s_a, mins); y = acc + mins.
+   That order is each (weight row, activation row) pair's own, whatever R: the same bits. */
+#define TILE(R)                                                                                \
+static void tile##R(const bq4 *W, int N, int nb, const int8_t *P, const float *DA,             \
+                    const float *SA, float *y) {                                               \
+    const __m512i stride = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, \
+                                 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(nb * 20));         \
+    const __m512i low = _mm512_set1_epi8(0x0F);                                                \
+    const int K = nb * 32;                                                                     \
+    for (int n = 0; n < N; n += 16) {                                                          \
+        const char *base = (const char *)(W + (size_t)n * nb);                                 \
+        __m512 acc[R], mins[R];                                                                \
+        for (int r = 0; r < R; r++) { acc[r] = _mm512_setzero_ps(); mins[r] = _mm512_setzero_ps(); } \
+        for (int b = 0; b < nb; b++) {                                                         \
+            const char *blk = base + (size_t)b * 20;                                           \
+            __m512i dm = _mm512_i32gather_epi32(stride, blk, 1);                               \
+            __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));                            \
+            __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));     \
+            __m512i lo[4], hi[4];                                                              \
+            for (int j = 0; j < 4; j++) {                                                      \
+                __m512i g = _mm512_i32gather_epi32(stride, blk + 4 + 4 * j, 1);                \
+                lo[j] = _mm512_and_si512(g, low);                                              \
+                hi[j] = _mm512_and_si512(_mm512_srli_epi32(g, 4), low);                        \
+            }                                                                                  \
+            for (int r = 0; r < R; r++) {                                                      \
+                const int32_t *p = (const int32_t *)(P + (size_t)r * K + b * 32);              \
+                __m512i dot = _mm512_setzero_si512();                                          \
+                for (int j = 0; j < 4; j++) {                                                  \
+                    dot = _mm512_dpbusd_epi32(dot, lo[j], _mm512_set1_epi32(p[j]));            \
+                    dot = _mm512_dpbusd_epi32(dot, hi[j], _mm512_set1_epi32(p[4 + j]));        \
+                }                                                                              \
+                __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(DA[(size_t)r * nb + b]));      \
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);              \
+                mins[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(SA[(size_t)r * nb + b]), mins[r]); \
+            }                                                                                  \
+        }                                                                                      \
+        for (int r = 0; r < R; r++) _mm512_storeu_ps(y + (size_t)r * N + n, _mm512_add_ps(acc[r], mins[r])); \
+    }                                                                                          \
+}
+TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6) TILE(7) TILE(8)
+
+/* The same tile on weights repacked at the file's size: per 16 rows and block, their 16 float16 d,
+   their 16 float16 m, then the 16 bytes of levels of each row as 4 vectors (vector j: bytes 4j..4j+3
+   of every row): 320 bytes, the 16 blocks' 320. Loads where the tiled kernel gathers; the same sums
+   in the same order, so the same bits as the tiled kernel. */
+#define PACKED(R)                                                                              \
+static void packed##R(const uint8_t *T, int N, int nb, const int8_t *P, const float *DA,       \
+                      const float *SA, float *y) {                                             \
+    const __m512i low = _mm512_set1_epi8(0x0F);                                                \
+    const int K = nb * 32;                                                                     \
+    for (int n = 0; n < N; n += 16) {                                                          \
+        const uint8_t *tile = T + (size_t)n * nb * 20;                                         \
+        __m512 acc[R], mins[R];                                                                \
+        for (int r = 0; r < R; r++) { acc[r] = _mm512_setzero_ps(); mins[r] = _mm512_setzero_ps(); } \
+        for (int b = 0; b < nb; b++) {                                                         \
+            const uint8_t *blk = tile + (size_t)b * 320;                                       \
+            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));             \
+            __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));      \
+            __m512i lo[4], hi[4];                                                              \
+            for (int j = 0; j < 4; j++) {                                                      \
+                __m512i g = _mm512_loadu_si512((const void *)(blk + 64 + 64 * j));             \
+                lo[j] = _mm512_and_si512(g, low);                                              \
+                hi[j] = _mm512_and_si512(_mm512_srli_epi32(g, 4), low);                        \
+            }                                                                                  \
+            for (int r = 0; r < R; r++) {                                                      \
+                const int32_t *p = (const int32_t *)(P + (size_t)r * K + b * 32);              \
+                __m512i dot = _mm512_setzero_si512();                                          \
+                for (int j = 0; j < 4; j++) {                                                  \
+                    dot = _mm512_dpbusd_epi32(dot, lo[j], _mm512_set1_epi32(p[j]));            \
+                    dot = _mm512_dpbusd_epi32(dot, hi[j], _mm512_set1_epi32(p[4 + j]));        \
+                }                                                                              \
+                __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(DA[(size_t)r * nb + b]));      \
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);              \
+                mins[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(SA[(size_t)r * nb + b]), mins[r]); \
+            }                                                                                  \
+        }                                                                                      \
+        for (int r = 0; r < R; r++) _mm512_storeu_ps(y + (size_t)r * N + n, _mm512_add_ps(acc[r], mins[r])); \
+    }                                                                                          \
+}
+PACKED(1) PACKED(2) PACKED(3) PACKED(4) PACKED(5) PACKED(6) PACKED(7) PACKED(8)
+
+typedef void (*packed_fn)(const uint8_t *, int, int, const int8_t *, const float *, const float *, float *);
+static const packed_fn PACKEDS[9] = {0, packed1, packed2, packed3, packed4, packed5, packed6, packed7, packed8};
+
+void q4_1_matmul_packed(const uint8_t *T, int N, int K, const int8_t *P, const float *DA, const float *SA,
+                        int R, float *y) {
+    PACKEDS[R](T, N, K / 32, P, DA, SA, y);
+}
+
+typedef void (*tile_fn)(const bq4 *, int, int, const int8_t *, const float *, const float *, float *);
+static const tile_fn TILES[9] = {0, tile1, tile2, tile3, tile4, tile5, tile6, tile7, tile8};
+
+/* N a multiple of 16 */
+void q4_1_matmul_tiled(const bq4 *W, int N, int K, const int8_t *P, const float *DA, const float *SA,
+                       int R, float *y) {
+    TILES[R](W, N, K / 32, P, DA, SA, y);
+}
 """
 
 
-def build_kernels(folder: Path) -> tuple[Any, Any]:
-    """Compile :data:`SOURCE` with the system C compiler: the simple and the wide kernel."""
+def build_kernels(folder: Path) -> tuple[Any, Any, Any, Any]:
+    """Compile :data:`SOURCE` with the system C compiler: the simple, wide, tiled and packed kernels."""
     c_file, so_file = folder / "probe.c", folder / "probe.so"
     c_file.write_text(SOURCE)
     isa = ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512vnni"]
     subprocess.run(["cc", "-O3", *isa, "-shared", "-fPIC", "-o", str(so_file), str(c_file)], check=True)
     library = ctypes.CDLL(str(so_file))
-    simple, wide = library.q4_1_matmul, library.q4_1_matmul_wide
+    simple, wide, tiled = library.q4_1_matmul, library.q4_1_matmul_wide, library.q4_1_matmul_tiled
     c_int, ptr = ctypes.c_int, ctypes.c_void_p
     simple.argtypes = [ptr, c_int, c_int, ptr, c_int, ptr]
-    wide.argtypes = [ptr, c_int, c_int, ptr, ptr, ptr, c_int, ptr]
-    simple.restype = wide.restype = None
-    return simple, wide
+    wide.argtypes = tiled.argtypes = [ptr, c_int, c_int, ptr, ptr, ptr, c_int, ptr]
+    packed = library.q4_1_matmul_packed
+    packed.argtypes = tiled.argtypes
+    simple.restype = wide.restype = tiled.restype = packed.restype = None
+    return simple, wide, tiled, packed
+
+
+def pack16(m: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
+    """Q4_1 blocks ``[N, nb]`` repacked as the packed kernel reads them, the same bytes in all:
+    per 16 rows and block, 16 d, 16 m, then 4 vectors of every row's level bytes 4j..4j+3."""
+    n, nb = m.shape
+    raw = m.view(np.uint8).reshape(n // 16, 16, nb, 20).transpose(0, 2, 1, 3)  # [tiles, nb, 16 rows, 20]
+    d, mins, qs = raw[..., 0:2], raw[..., 2:4], raw[..., 4:20].reshape(n // 16, nb, 16, 4, 4)
+    groups = qs.transpose(0, 1, 3, 2, 4)  # [tiles, nb, j, 16 rows, 4 bytes]
+    parts = [d.reshape(n // 16, nb, 32), mins.reshape(n // 16, nb, 32), groups.reshape(n // 16, nb, 256)]
+    return np.ascontiguousarray(np.concatenate(parts, axis=2)).reshape(-1)
 
 
 class WideRows:
@@ -178,12 +300,14 @@ class WideRows:
         self.levels = np.ascontiguousarray(q8["qs"].reshape(r, nb * BLOCK))
         self.scales = np.ascontiguousarray(np.repeat(q8["d"].reshape(r, nb // 2, 2), 8, axis=2))
         self.sums = np.ascontiguousarray(q8["s"])
+        self.da = np.ascontiguousarray(q8["d"])
         self.rows = r
 
     def take(self, rows: int) -> WideRows:
         out = WideRows.__new__(WideRows)
         out.levels, out.scales = np.ascontiguousarray(self.levels[:rows]), np.ascontiguousarray(self.scales[:rows])
         out.sums, out.rows = np.ascontiguousarray(self.sums[:rows]), rows
+        out.da = np.ascontiguousarray(self.da[:rows])
         return out
 
 
@@ -269,6 +393,49 @@ def mlas_graph(mats: list[npt.NDArray[Any]]) -> Any:
     return ort.InferenceSession(model.SerializeToString(), options)
 
 
+def call_tiled(tiled: Any, m: npt.NDArray[Any], a: WideRows, out: npt.NDArray[np.float32]) -> None:
+    n, nb = m.shape
+    tiled(
+        m.ctypes.data,
+        n,
+        nb * BLOCK,
+        a.levels.ctypes.data,
+        a.da.ctypes.data,
+        a.sums.ctypes.data,
+        a.rows,
+        out.ctypes.data,
+    )
+
+
+def run_tiled(tiled: Any, mats: list[npt.NDArray[Any]], rows: dict[int, WideRows], outs: dict[int, Any]) -> None:
+    """One pass of the tiled kernel over every matrix."""
+    for i, m in enumerate(mats):
+        call_tiled(tiled, m, rows[m.shape[1] * BLOCK], outs[m.shape[0] * 100000 + i])
+
+
+def run_packed(
+    packed: Any,
+    tiles: list[npt.NDArray[np.uint8]],
+    mats: list[npt.NDArray[Any]],
+    rows: dict[int, WideRows],
+    outs: dict[int, Any],
+) -> None:
+    """One pass of the packed kernel over every matrix."""
+    for i, (t, m) in enumerate(zip(tiles, mats)):
+        n, nb = m.shape
+        a, out = rows[nb * BLOCK], outs[n * 100000 + i]
+        packed(
+            t.ctypes.data,
+            n,
+            nb * BLOCK,
+            a.levels.ctypes.data,
+            a.da.ctypes.data,
+            a.sums.ctypes.data,
+            a.rows,
+            out.ctypes.data,
+        )
+
+
 def run_probe(
     kernel: Any, mats: list[npt.NDArray[Any]], qs: dict[int, npt.NDArray[Any]], rows: int, outs: dict[int, Any]
 ) -> None:
@@ -308,7 +475,8 @@ def main() -> None:
     mats = [random_q4_1(n, k, rng) for _ in range(LAYERS) for n, k in SHAPES]
     file_bytes = sum(m.nbytes for m in mats)
     with tempfile.TemporaryDirectory() as folder:
-        kernel, wide = build_kernels(Path(folder))
+        kernel, wide, tiled, packed = build_kernels(Path(folder))
+        tiles = [pack16(m) for m in mats]
         session = mlas_graph(mats)
         outs = {m.shape[0] * 100000 + i: np.zeros((MAX_ROWS, m.shape[0]), np.float32) for i, m in enumerate(mats)}
         results: dict[str, Any] = {"file_mib": file_bytes / 2**20, "rows": {}}
@@ -320,6 +488,11 @@ def main() -> None:
         wide_all = {k: WideRows(q) for k, q in q_all.items()}
         y8 = np.zeros((MAX_ROWS, m0.shape[0]), np.float32)
         w8 = np.zeros((MAX_ROWS, m0.shape[0]), np.float32)
+        t8 = np.zeros((MAX_ROWS, m0.shape[0]), np.float32)
+        call_tiled(tiled, m0, wide_all[k0], t8)
+        p8 = np.zeros((MAX_ROWS, m0.shape[0]), np.float32)
+        run_packed(packed, [tiles[2]], [m0], wide_all, {m0.shape[0] * 100000: p8})
+        assert np.array_equal(p8, t8), "the packed kernel's sums differ from the tiled kernel's"
         kernel(m0.ctypes.data, m0.shape[0], k0, q_all[k0].ctypes.data, MAX_ROWS, y8.ctypes.data)
         call_wide(wide, m0, wide_all[k0], w8)
         for r in range(MAX_ROWS):
@@ -330,6 +503,8 @@ def main() -> None:
             single = WideRows(one)
             call_wide(wide, m0, single, y1)
             assert np.array_equal(y1[0], w8[r]), "a k-row pass of the wide kernel changed a row's bits"
+            call_tiled(tiled, m0, single, y1)
+            assert np.array_equal(y1[0], t8[r]), "a k-row pass of the tiled kernel changed a row's bits"
         # and the kernels compute the dot product of the rounded rows with the file's weights
         d64, m64 = (np.repeat(m0[f].astype(np.float64), BLOCK, axis=1) for f in ("d", "m"))
         p = q_all[k0]
@@ -337,16 +512,22 @@ def main() -> None:
         want = xr @ (levels(m0) * d64 + m64).T
         results["max_rel_error_vs_float64"] = float(np.abs(y8 - want).max() / np.abs(want).max())
         results["wide_max_rel_error_vs_float64"] = float(np.abs(w8 - want).max() / np.abs(want).max())
+        results["tiled_max_rel_error_vs_float64"] = float(np.abs(t8 - want).max() / np.abs(want).max())
         for r in rows:
             qs = {k: np.ascontiguousarray(q[:r]) for k, q in q_all.items()}
             feeds = {f"x{k}": np.ascontiguousarray(x[:r]) for k, x in x_all.items()}
             probe_pass = partial(run_probe, kernel, mats, qs, r, outs)
-            wide_pass = partial(run_wide, wide, mats, {k: a.take(r) for k, a in wide_all.items()}, outs)
+            taken = {k: a.take(r) for k, a in wide_all.items()}
+            wide_pass = partial(run_wide, wide, mats, taken, outs)
+            tiled_pass = partial(run_tiled, tiled, mats, taken, outs)
+            packed_pass = partial(run_packed, packed, tiles, mats, taken, outs)
             mlas_pass = partial(session.run, None, feeds)
-            probe_pass(), wide_pass(), mlas_pass()
+            probe_pass(), wide_pass(), tiled_pass(), packed_pass(), mlas_pass()
             cell = {
                 "probe_ms": best(probe_pass, args.passes) * 1e3,
                 "wide_ms": best(wide_pass, args.passes) * 1e3,
+                "tiled_ms": best(tiled_pass, args.passes) * 1e3,
+                "packed_ms": best(packed_pass, args.passes) * 1e3,
                 "mlas_ms": best(mlas_pass, args.passes) * 1e3,
             }
             results["rows"][r] = cell
@@ -357,15 +538,21 @@ def main() -> None:
             cell["wide_over_its_1_row"] = cell["wide_ms"] / one["wide_ms"]
             cell["mlas_over_probe"] = cell["mlas_ms"] / cell["probe_ms"]
             cell["mlas_over_wide"] = cell["mlas_ms"] / cell["wide_ms"]
+            cell["tiled_over_its_1_row"] = cell["tiled_ms"] / one["tiled_ms"]
+            cell["mlas_over_tiled"] = cell["mlas_ms"] / cell["tiled_ms"]
+            cell["packed_over_its_1_row"] = cell["packed_ms"] / one["packed_ms"]
+            cell["mlas_over_packed"] = cell["mlas_ms"] / cell["packed_ms"]
     for r in (1, 5):  # the headline: the engine's 1-row step and its 5-row verify pass
         if r in results["rows"]:
             cell = results["rows"][r]
             results[f"mlas_over_probe_{r}_row"] = cell["mlas_over_probe"]
             results[f"mlas_over_wide_{r}_row"] = cell["mlas_over_wide"]
+            results[f"mlas_over_tiled_{r}_row"] = cell["mlas_over_tiled"]
+            results[f"mlas_over_packed_{r}_row"] = cell["mlas_over_packed"]
             if r > 1:
-                for side in ("probe", "wide", "mlas"):
+                for side in ("probe", "wide", "tiled", "packed", "mlas"):
                     results[f"{side}_{r}_rows_over_1_row"] = cell[f"{side}_over_its_1_row"]
-    for key in ("max_rel_error_vs_float64", "wide_max_rel_error_vs_float64"):
+    for key in ("max_rel_error_vs_float64", "wide_max_rel_error_vs_float64", "tiled_max_rel_error_vs_float64"):
         results[key] = f"{results[key]:.1e}"  # float32 rounding: shown as it is, not as 0.000
     results["provenance"] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
