@@ -689,7 +689,7 @@ def fresh_workload_page(folder: Path) -> str:
         "greedy answer's length), greedy and at T = 0.8; ratios are speculative over the engine's own plain decode "
         "(wall-clock / process CPU), geometric means per category, then over the categories."
     )
-    provenance = [line for path, s in saved for line in _provenance_lines(path.name, s["provenance"])]
+    provenance = [line for path, s in saved for line in _provenance_lines(path.name, _provenance(path, s))]
     return _page("Results: a fresh Spec-Bench-style workload", intro, body, provenance)
 
 
