@@ -704,6 +704,7 @@ ENGINE_STUDIES = (
     "sparse_head_*.json",
     "huge_pages_*.json",
     "gguf_kernel_probe_*.json",
+    "gguf_head_probe_*.json",
 )
 
 
