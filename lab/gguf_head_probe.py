@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import subprocess
-import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,8 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lab.gguf_kernel_probe import BLOCK, best, quantize_rows
-from lab.provenance import commit
-from verispec.bench.machine import machine_info
+from lab.provenance import print_and_save, record
 
 MAX_ROWS = 8
 WIDTH = 640  # Gemma 3's hidden size
@@ -219,17 +215,8 @@ def main() -> None:
         if r > 1:
             results[f"packed_{r}_rows_over_1_row"] = cell["packed_over_its_1_row"]
             results[f"mlas_{r}_rows_over_1_row"] = cell["mlas_over_its_1_row"]
-    results["provenance"] = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "command": " ".join(["python -m lab.gguf_head_probe", *sys.argv[1:]]),
-        "commit": commit(),
-        "machine": machine_info().as_json(),
-        "load_average": [load_start, os.getloadavg()[0]],
-    }
-    text = json.dumps(results, indent=1)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    results["provenance"] = record("lab.gguf_head_probe", load_start)
+    print_and_save(results, args.json)
 
 
 if __name__ == "__main__":

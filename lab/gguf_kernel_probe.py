@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from functools import partial
@@ -51,8 +49,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lab.provenance import commit
-from verispec.bench.machine import machine_info
+from lab.provenance import print_and_save, record
 
 BLOCK = 32
 MAX_ROWS = 8
@@ -160,6 +157,22 @@ void q4_1_matmul_wide(const bq4 *W, int N, int K, const int8_t *P, const float *
     WIDES[R](W, N, K / 32, P, DAX, SA, y);
 }
 
+/* The tiled kernels' sums, one block of 16 weight rows (levels lo/hi, scales dw, mins mw) against
+   each of R activation rows: the integer dot, then acc = fma(dot, dw * da, acc) and
+   mins = fma(mw, sa, mins) in block order. Both tiled kernels run exactly this. */
+#define TILE_ROWS(R)                                                                           \
+    for (int r = 0; r < R; r++) {                                                              \
+        const int32_t *p = (const int32_t *)(P + (size_t)r * K + b * 32);                      \
+        __m512i dot = _mm512_setzero_si512();                                                  \
+        for (int j = 0; j < 4; j++) {                                                          \
+            dot = _mm512_dpbusd_epi32(dot, lo[j], _mm512_set1_epi32(p[j]));                    \
+            dot = _mm512_dpbusd_epi32(dot, hi[j], _mm512_set1_epi32(p[4 + j]));                \
+        }                                                                                      \
+        __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(DA[(size_t)r * nb + b]));              \
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);                      \
+        mins[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(SA[(size_t)r * nb + b]), mins[r]);        \
+    }
+
 /* The tiled kernel: 16 weight rows a tile, one per 32-bit lane, their blocks gathered from the
    file's layout in place (no repack); per block the integer dot of each lane's 32 levels with an
    activation row is 8 dots of 4 bytes, the activation's 4 bytes broadcast; then, per lane and in
@@ -187,17 +200,7 @@ static void tile##R(const bq4 *W, int N, int nb, const int8_t *P, const float *D
                 lo[j] = _mm512_and_si512(g, low);                                              \
                 hi[j] = _mm512_and_si512(_mm512_srli_epi32(g, 4), low);                        \
             }                                                                                  \
-            for (int r = 0; r < R; r++) {                                                      \
-                const int32_t *p = (const int32_t *)(P + (size_t)r * K + b * 32);              \
-                __m512i dot = _mm512_setzero_si512();                                          \
-                for (int j = 0; j < 4; j++) {                                                  \
-                    dot = _mm512_dpbusd_epi32(dot, lo[j], _mm512_set1_epi32(p[j]));            \
-                    dot = _mm512_dpbusd_epi32(dot, hi[j], _mm512_set1_epi32(p[4 + j]));        \
-                }                                                                              \
-                __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(DA[(size_t)r * nb + b]));      \
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);              \
-                mins[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(SA[(size_t)r * nb + b]), mins[r]); \
-            }                                                                                  \
+            TILE_ROWS(R)                                                                       \
         }                                                                                      \
         for (int r = 0; r < R; r++) _mm512_storeu_ps(y + (size_t)r * N + n, _mm512_add_ps(acc[r], mins[r])); \
     }                                                                                          \
@@ -227,17 +230,7 @@ static void packed##R(const uint8_t *T, int N, int nb, const int8_t *P, const fl
                 lo[j] = _mm512_and_si512(g, low);                                              \
                 hi[j] = _mm512_and_si512(_mm512_srli_epi32(g, 4), low);                        \
             }                                                                                  \
-            for (int r = 0; r < R; r++) {                                                      \
-                const int32_t *p = (const int32_t *)(P + (size_t)r * K + b * 32);              \
-                __m512i dot = _mm512_setzero_si512();                                          \
-                for (int j = 0; j < 4; j++) {                                                  \
-                    dot = _mm512_dpbusd_epi32(dot, lo[j], _mm512_set1_epi32(p[j]));            \
-                    dot = _mm512_dpbusd_epi32(dot, hi[j], _mm512_set1_epi32(p[4 + j]));        \
-                }                                                                              \
-                __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(DA[(size_t)r * nb + b]));      \
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);              \
-                mins[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(SA[(size_t)r * nb + b]), mins[r]); \
-            }                                                                                  \
+            TILE_ROWS(R)                                                                       \
         }                                                                                      \
         for (int r = 0; r < R; r++) _mm512_storeu_ps(y + (size_t)r * N + n, _mm512_add_ps(acc[r], mins[r])); \
     }                                                                                          \
@@ -311,18 +304,17 @@ class WideRows:
         return out
 
 
+def call_split(
+    fn: Any, weights: npt.NDArray[Any], shape: tuple[int, int], a: WideRows, scales: npt.NDArray[np.float32], out: Any
+) -> None:
+    """A kernel on split activation rows: ``fn(W, N, K, levels, scales, sums, R, y)``."""
+    n, nb = shape
+    ptrs = (a.levels.ctypes.data, scales.ctypes.data, a.sums.ctypes.data)
+    fn(weights.ctypes.data, n, nb * BLOCK, *ptrs, a.rows, out.ctypes.data)
+
+
 def call_wide(wide: Any, m: npt.NDArray[Any], a: WideRows, out: npt.NDArray[np.float32]) -> None:
-    n, nb = m.shape
-    wide(
-        m.ctypes.data,
-        n,
-        nb * BLOCK,
-        a.levels.ctypes.data,
-        a.scales.ctypes.data,
-        a.sums.ctypes.data,
-        a.rows,
-        out.ctypes.data,
-    )
+    call_split(wide, m, m.shape, a, a.scales, out)
 
 
 def random_q4_1(n: int, k: int, rng: np.random.Generator) -> npt.NDArray[Any]:
@@ -394,17 +386,7 @@ def mlas_graph(mats: list[npt.NDArray[Any]]) -> Any:
 
 
 def call_tiled(tiled: Any, m: npt.NDArray[Any], a: WideRows, out: npt.NDArray[np.float32]) -> None:
-    n, nb = m.shape
-    tiled(
-        m.ctypes.data,
-        n,
-        nb * BLOCK,
-        a.levels.ctypes.data,
-        a.da.ctypes.data,
-        a.sums.ctypes.data,
-        a.rows,
-        out.ctypes.data,
-    )
+    call_split(tiled, m, m.shape, a, a.da, out)
 
 
 def run_tiled(tiled: Any, mats: list[npt.NDArray[Any]], rows: dict[int, WideRows], outs: dict[int, Any]) -> None:
@@ -422,17 +404,8 @@ def run_packed(
 ) -> None:
     """One pass of the packed kernel over every matrix."""
     for i, (t, m) in enumerate(zip(tiles, mats)):
-        n, nb = m.shape
-        a, out = rows[nb * BLOCK], outs[n * 100000 + i]
-        packed(
-            t.ctypes.data,
-            n,
-            nb * BLOCK,
-            a.levels.ctypes.data,
-            a.da.ctypes.data,
-            a.sums.ctypes.data,
-            a.rows,
-            out.ctypes.data,
+        call_split(
+            packed, t, m.shape, rows[m.shape[1] * BLOCK], rows[m.shape[1] * BLOCK].da, outs[m.shape[0] * 100000 + i]
         )
 
 
@@ -554,17 +527,8 @@ def main() -> None:
                     results[f"{side}_{r}_rows_over_1_row"] = cell[f"{side}_over_its_1_row"]
     for key in ("max_rel_error_vs_float64", "wide_max_rel_error_vs_float64", "tiled_max_rel_error_vs_float64"):
         results[key] = f"{results[key]:.1e}"  # float32 rounding: shown as it is, not as 0.000
-    results["provenance"] = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "command": " ".join(["python -m lab.gguf_kernel_probe", *sys.argv[1:]]),
-        "commit": commit(),
-        "machine": machine_info().as_json(),
-        "load_average": [load_start, os.getloadavg()[0]],
-    }
-    text = json.dumps(results, indent=1)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    results["provenance"] = record("lab.gguf_kernel_probe", load_start)
+    print_and_save(results, args.json)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 UNCOMMITTED = " (uncommitted changes)"
 
@@ -24,3 +29,26 @@ def commit(full: bool = False) -> str:
     if not head:
         return "unknown"
     return head + (UNCOMMITTED if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def record(module: str, load_start: float) -> dict[str, Any]:
+    """A measurement's provenance: date, the command as run (``python -m MODULE`` and this
+    process's arguments), the commit, the machine (the bench's record) and the load average at the
+    start and now."""
+    from verispec.bench.machine import machine_info
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "command": " ".join(["python -m " + module, *sys.argv[1:]]),
+        "commit": commit(),
+        "machine": machine_info().as_json(),
+        "load_average": [load_start, os.getloadavg()[0]],
+    }
+
+
+def print_and_save(results: dict[str, Any], path: str | None) -> None:
+    """Print ``results`` as JSON, and write it to ``path`` when given."""
+    text = json.dumps(results, indent=1)
+    print(text)
+    if path:
+        Path(path).write_text(text + "\n")
