@@ -36,6 +36,7 @@ Also here:
 - :mod:`.load_time_ab`: Two source trees, the same int8 load, interleaved: the load's CPU time before / after in one run.
 - :mod:`.huge_pages_ab`: A load's memory on 2 MiB pages or on 4 KiB pages: the int8 decode step, fresh processes taking turns.
 - :mod:`.hand_back_step_ab`: Does handing a load's memory back change the decode step? Both loads in one process, interleaved.
+- :mod:`.kv_pages_ab`: The engine's KV cache on 4 KiB pages or on NumPy's 2 MiB pages: resident memory, first prompt pass, step; fresh processes taking turns.
 - :mod:`.llama_plain_ab`: The int8 engine's plain decode step against llama.cpp's, interleaved in one process, with the bytes-streamed bound beside them.
 - :mod:`.lookup_ceiling`: How far lookup drafts can go on a model's own text: the ceiling no draft controller can pass.
 - :mod:`.reference_logits_memory`: Peak RSS of a long run of ``ReferenceLogits`` (spec/decoder/check.py) on the prefixes of a depth run.

@@ -705,6 +705,7 @@ ENGINE_STUDIES = (
     "huge_pages_*.json",
     "gguf_kernel_probe_*.json",
     "gguf_head_probe_*.json",
+    "kv_pages_*.json",
 )
 
 
