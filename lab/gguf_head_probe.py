@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lab.gguf_kernel_probe import BLOCK, best, quantize_rows
+from lab.gguf_kernel_probe import BLOCK, best, quantize_rows, require_cpu
 from lab.provenance import print_and_save, record
 
 MAX_ROWS = 8
@@ -170,6 +170,7 @@ def main() -> None:
     rows = [int(r) for r in args.rows.split(",")]
     if not all(1 <= r <= MAX_ROWS for r in rows) or args.vocab % 16:
         parser.error(f"--rows: each between 1 and {MAX_ROWS}; --vocab: a multiple of 16")
+    require_cpu()
     load_start = os.getloadavg()[0]
     rng = np.random.default_rng(0)
     m = random_q8_0(args.vocab, WIDTH, rng)

@@ -256,6 +256,29 @@ void q4_1_matmul_tiled(const bq4 *W, int N, int K, const int8_t *P, const float 
 """
 
 
+NEEDS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma")  # /proc/cpuinfo's names
+
+
+def require_cpu() -> None:
+    """Exit with a message (not an illegal instruction) where this CPU lacks the probes' ISA."""
+    try:
+        flags = next(
+            (
+                line.split(":", 1)[1].split()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("flags")
+            ),
+            [],
+        )
+    except OSError:
+        flags = []
+    missing = [f for f in NEEDS if f not in flags]
+    if missing:
+        raise SystemExit(
+            f"the probe's kernels need {', '.join(NEEDS)}; this CPU (/proc/cpuinfo) lacks {', '.join(missing)}"
+        )
+
+
 def build_kernels(folder: Path) -> tuple[Any, Any, Any, Any]:
     """Compile :data:`SOURCE` with the system C compiler: the simple, wide, tiled and packed kernels."""
     c_file, so_file = folder / "probe.c", folder / "probe.so"
@@ -443,6 +466,7 @@ def main() -> None:
     rows = [int(r) for r in args.rows.split(",")]
     if not all(1 <= r <= MAX_ROWS for r in rows):
         parser.error(f"--rows: each between 1 and {MAX_ROWS}")
+    require_cpu()
     load_start = os.getloadavg()[0]
     rng = np.random.default_rng(0)
     mats = [random_q4_1(n, k, rng) for _ in range(LAYERS) for n, k in SHAPES]
