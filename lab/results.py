@@ -706,6 +706,7 @@ ENGINE_STUDIES = (
     "gguf_kernel_probe_*.json",
     "gguf_head_probe_*.json",
     "kv_pages_*.json",
+    "packed_head_*.json",
 )
 
 
