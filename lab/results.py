@@ -359,6 +359,10 @@ def _text_value(row: Callable[[dict[str, Any]], Any], report: dict[str, Any]) ->
 # table is the first set's.
 SAME_WORK_SETS: tuple[tuple[str, str], ...] = (
     (
+        "bench_same_work_kvpages",
+        "AMD EPYC, AVX-512 with VNNI, no AMX: as the set below, the KV cache on 4 KiB pages",
+    ),
+    (
         "bench_same_work_hugepages",
         "AMD EPYC, AVX-512 with VNNI, no AMX: as the set below, the load's memory on 2 MiB pages",
     ),
