@@ -46,7 +46,7 @@ SOURCE = r"""
 
 #define PACKED8(R)                                                                             \
 static void packed8_##R(const uint8_t *T, int N, int nb, const int8_t *P, const int32_t *PS,   \
-                        const float *DA, float *y) {                                           \
+                        const float *DA, float *y, int ldy) {                                  \
     const int K = nb * 32;                                                                     \
     for (int n = 0; n < N; n += 16) {                                                          \
         const uint8_t *tile = T + (size_t)n * nb * 34;                                         \
@@ -66,19 +66,20 @@ static void packed8_##R(const uint8_t *T, int N, int nb, const int8_t *P, const 
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);              \
             }                                                                                  \
         }                                                                                      \
-        for (int r = 0; r < R; r++) _mm512_storeu_ps(y + (size_t)r * N + n, acc[r]);           \
+        for (int r = 0; r < R; r++) _mm512_storeu_ps(y + (size_t)r * ldy + n, acc[r]);         \
     }                                                                                          \
 }
 PACKED8(1) PACKED8(2) PACKED8(3) PACKED8(4) PACKED8(5) PACKED8(6) PACKED8(7) PACKED8(8)
 
-typedef void (*packed8_fn)(const uint8_t *, int, int, const int8_t *, const int32_t *, const float *, float *);
+typedef void (*packed8_fn)(const uint8_t *, int, int, const int8_t *, const int32_t *, const float *, float *, int);
 static const packed8_fn PACKED8S[9] = {0, packed8_1, packed8_2, packed8_3, packed8_4, packed8_5,
                                        packed8_6, packed8_7, packed8_8};
 
-/* y [R, N] = A [R, K] . W [N, K]^T, N a multiple of 16, R <= 8 */
+/* y [R, N] (row stride ldy) = A [R, K] . W [N, K]^T, N a multiple of 16, R <= 8; T may start at
+   any tile, so threads can each take a range of tiles */
 void q8_0_matmul_packed(const uint8_t *T, int N, int K, const int8_t *P, const int32_t *PS,
-                        const float *DA, int R, float *y) {
-    PACKED8S[R](T, N, K / 32, P, PS, DA, y);
+                        const float *DA, int R, float *y, int ldy) {
+    PACKED8S[R](T, N, K / 32, P, PS, DA, y, ldy);
 }
 """
 
@@ -91,7 +92,7 @@ def build_kernel(folder: Path) -> Any:
     subprocess.run(["cc", "-O3", *isa, "-shared", "-fPIC", "-o", str(so_file), str(c_file)], check=True)
     fn = ctypes.CDLL(str(so_file)).q8_0_matmul_packed
     c_int, ptr = ctypes.c_int, ctypes.c_void_p
-    fn.argtypes = [ptr, c_int, c_int, ptr, ptr, ptr, c_int, ptr]
+    fn.argtypes = [ptr, c_int, c_int, ptr, ptr, ptr, c_int, ptr, c_int]
     fn.restype = None
     return fn
 
@@ -126,7 +127,15 @@ class Rows:
 def call(kernel: Any, tiles: npt.NDArray[np.uint8], n: int, a: Rows, out: npt.NDArray[np.float32]) -> None:
     k = a.levels.shape[1]
     kernel(
-        tiles.ctypes.data, n, k, a.levels.ctypes.data, a.sums.ctypes.data, a.scales.ctypes.data, a.rows, out.ctypes.data
+        tiles.ctypes.data,
+        n,
+        k,
+        a.levels.ctypes.data,
+        a.sums.ctypes.data,
+        a.scales.ctypes.data,
+        a.rows,
+        out.ctypes.data,
+        n,
     )
 
 

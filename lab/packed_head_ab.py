@@ -7,11 +7,13 @@ A lab experiment, not an engine mode: the child loads the int8 model as the engi
 the ``packed`` side replaces the head behind the weight store's seam with :class:`PackedHead`
 (the file's Q8_0 head repacked at its own size, 16 rows a tile; activations rounded to int8 per 32
 in NumPy; the compiled probe kernel, one thread). Everything else (the layers on MLAS, the norms,
-the softcap) is the engine's. The head's sums are not MLAS's, so the ``packed`` side is another
+the softcap) is the engine's. ``VERISPEC_THREADS`` threads run the packed head too, each on a
+range of tiles (checked bit for bit against one thread). The head's sums are not MLAS's, so the ``packed`` side is another
 int8 law: its greedy tokens may differ from the engine's, and its own speculation must still
 reproduce its own plain greedy decode token for token (checked: exit 1 otherwise).
 
-Per side and round: the best step CPU over 48 greedy steps after a prompt; the k-row pass (5 rows
+Per side and round: the best step over 48 greedy steps after a prompt, CPU and wall time (with
+more than one thread the wall time is the figure: CPU time adds the threads up); the k-row pass (5 rows
 over 1, the engine's own verify-cost curve); and on the first request of each category of
 lab/data/workload_fresh.jsonl (48 tokens, greedy, end of generation ignored), the ``auto`` draft's
 speculative decode against plain decode, CPU time.
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,33 +46,59 @@ FRESH = Path(__file__).resolve().parent / "data" / "workload_fresh.jsonl"
 
 
 class PackedHead:
-    """``x [T, K] -> logits [T, V]`` on the packed Q8_0 tile (the engine's ``Matmul`` seam)."""
+    """``x [T, K] -> logits [T, V]`` on the packed Q8_0 tile (the engine's ``Matmul`` seam),
+    ``threads`` threads each on a range of 16-row tiles (ctypes lets go of the GIL during a call;
+    each output element is one thread's, so any split gives the same bits)."""
 
-    def __init__(self, kernel: Any, blocks: npt.NDArray[Any]) -> None:
+    def __init__(self, kernel: Any, blocks: npt.NDArray[Any], threads: int = 1) -> None:
         self.kernel = kernel
         self.n_out, nb = blocks.shape
         self.n_in = nb * BLOCK
         if self.n_out % 16:
             raise ValueError(f"the tile needs a multiple of 16 rows, not {self.n_out}")
         self.tiles = pack16_q8(blocks)
+        tiles = self.n_out // 16
+        cuts = [16 * (tiles * i // threads) for i in range(threads + 1)]
+        self.ranges = [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]  # output rows of each thread
+        self.pool = ThreadPoolExecutor(len(self.ranges) - 1) if len(self.ranges) > 1 else None
+
+    def _run(self, first: int, last: int, a: Rows, part: npt.NDArray[np.float32]) -> None:
+        offset = first * (self.n_in // BLOCK) * 34  # bytes of the tiles before row ``first``
+        self.kernel(
+            self.tiles.ctypes.data + offset,
+            last - first,
+            self.n_in,
+            a.levels.ctypes.data,
+            a.sums.ctypes.data,
+            a.scales.ctypes.data,
+            a.rows,
+            part.ctypes.data + 4 * first,
+            self.n_out,
+        )
 
     def __call__(self, x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         rows = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, self.n_in)
         out = np.empty((rows.shape[0], self.n_out), dtype=np.float32)
-        for first in range(0, rows.shape[0], KERNEL_ROWS):  # rows are independent: any grouping, the same bits
-            a = Rows(quantize_rows(rows[first : first + KERNEL_ROWS]))
-            part = out[first : first + a.rows]
-            self.kernel(
-                self.tiles.ctypes.data,
-                self.n_out,
-                self.n_in,
-                a.levels.ctypes.data,
-                a.sums.ctypes.data,
-                a.scales.ctypes.data,
-                a.rows,
-                part.ctypes.data,
-            )
+        for start in range(0, rows.shape[0], KERNEL_ROWS):  # rows are independent: any grouping, the same bits
+            a = Rows(quantize_rows(rows[start : start + KERNEL_ROWS]))
+            part = out[start : start + a.rows]
+            others = [self.pool.submit(self._run, lo, hi, a, part) for lo, hi in self.ranges[1:]] if self.pool else []
+            self._run(*self.ranges[0], a, part)
+            for done in others:
+                done.result()
         return out
+
+
+def check_threads(head: PackedHead) -> None:
+    """The head's logits on its threads are those of one thread, bit for bit (1, 3 and 8 rows)."""
+    single = PackedHead.__new__(PackedHead)
+    single.__dict__.update(head.__dict__)
+    single.ranges, single.pool = [(0, head.n_out)], None
+    rng = np.random.default_rng(1)
+    for rows in (1, 3, 8):
+        x = rng.standard_normal((rows, head.n_in)).astype(np.float32)
+        if not np.array_equal(head(x), single(x)):
+            raise SystemExit(f"the packed head on {len(head.ranges)} threads differs from one thread ({rows} rows)")
 
 
 def head_blocks(path: str, n_vocab: int, n_embd: int) -> npt.NDArray[Any]:
@@ -90,18 +119,22 @@ def child(path: str, side: str, folder: str) -> dict[str, Any]:
     model = FastModel.load(path, weights="int8")
     if side == "packed":
         cfg = model.config
-        model.store._output = PackedHead(build_kernel(Path(folder)), head_blocks(path, cfg.n_vocab, cfg.n_embd))
+        threads = int(os.environ.get("VERISPEC_THREADS", "1"))
+        head = PackedHead(build_kernel(Path(folder)), head_blocks(path, cfg.n_vocab, cfg.n_embd), threads)
+        check_threads(head)
+        model.store._output = head
     prompt = np.arange(100, 132, dtype=np.int64) % model.config.n_vocab
     cache = model.new_cache(256)
     token = int(model.forward(prompt, cache, last_only=True).logits[-1].argmax())
-    cpu = []
+    cpu, wall = [], []
     for _ in range(48):
-        clock = time.process_time()
+        clock, started = time.process_time(), time.perf_counter()
         token = int(model.forward([token], cache, last_only=True).logits[-1].argmax())
         cpu.append(time.process_time() - clock)
+        wall.append(time.perf_counter() - started)
     curve = model.verify_cost_curve(5)
     return {"step_cpu_best_ms": min(cpu) * 1e3, "step_cpu_median_ms": statistics.median(cpu) * 1e3,
-            "rows_5_over_1": curve[5], **speculation(model, path)}  # fmt: skip
+            "step_wall_best_ms": min(wall) * 1e3, "rows_5_over_1": curve[5], **speculation(model, path)}  # fmt: skip
 
 
 def speculation(model: Any, path: str) -> dict[str, Any]:
@@ -175,7 +208,9 @@ def main() -> None:
     }
     results: dict[str, Any] = {
         "model": Path(path).name,
+        "threads": os.environ.get("VERISPEC_THREADS", "1"),
         "step_mlas_over_packed": median["mlas"]["step_cpu_best_ms"] / median["packed"]["step_cpu_best_ms"],
+        "step_wall_mlas_over_packed": median["mlas"]["step_wall_best_ms"] / median["packed"]["step_wall_best_ms"],
         "rows_5_over_1_mlas": median["mlas"]["rows_5_over_1"],
         "rows_5_over_1_packed": median["packed"]["rows_5_over_1"],
         "auto_over_plain_mlas": median["mlas"]["auto_over_plain_cpu"],
