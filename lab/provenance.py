@@ -23,12 +23,14 @@ def git(*args: str) -> str:
 
 
 def commit(full: bool = False) -> str:
-    """HEAD's hash (short unless ``full``), marked when tracked files differ from it (the run
-    measured code no commit holds); "unknown" outside a git checkout."""
+    """HEAD's hash (short unless ``full``), marked when tracked files other than the saved
+    measurements differ from it (the run measured code no commit holds; a measurement saved by an
+    earlier run of the same session is data, not code); "unknown" outside a git checkout."""
     head = git("rev-parse", "HEAD") if full else git("rev-parse", "--short", "HEAD")
     if not head:
         return "unknown"
-    return head + (UNCOMMITTED if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!lab/measurements")
+    return head + (UNCOMMITTED if changed else "")
 
 
 def record(module: str, load_start: float) -> dict[str, Any]:
