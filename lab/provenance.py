@@ -29,7 +29,7 @@ def commit(full: bool = False) -> str:
     head = git("rev-parse", "HEAD") if full else git("rev-parse", "--short", "HEAD")
     if not head:
         return "unknown"
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!lab/measurements")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)lab/measurements")
     return head + (UNCOMMITTED if changed else "")
 
 

@@ -16,7 +16,7 @@ def test_the_commit_is_head_and_marked_when_tracked_files_differ(monkeypatch: py
 
     def fake_git(*args: str) -> str:
         if args[0] == "status":
-            assert args[-1] == ":!lab/measurements"  # saved measurements are data, not code
+            assert args[-1] == ":(top,exclude)lab/measurements"  # saved measurements are data, not code
             return status["text"]
         return answers[args]
 
