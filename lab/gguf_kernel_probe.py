@@ -149,13 +149,19 @@ static void wide##R(const bq4 *W, int N, int nb, const int8_t *P, const float *D
 }
 WIDE(1) WIDE(2) WIDE(3) WIDE(4) WIDE(5) WIDE(6) WIDE(7) WIDE(8)
 
-typedef void (*wide_fn)(const bq4 *, int, int, const int8_t *, const float *, const float *, float *);
-static const wide_fn WIDES[9] = {0, wide1, wide2, wide3, wide4, wide5, wide6, wide7, wide8};
-
-void q4_1_matmul_wide(const bq4 *W, int N, int K, const int8_t *P, const float *DAX, const float *SA,
-                      int R, float *y) {
-    WIDES[R](W, N, K / 32, P, DAX, SA, y);
+/* The exported entry of a kernel family on split activation rows (levels P, per-block scales S,
+   sums SA): ``entry(W, N, K, P, S, SA, R, y)`` calls the family's instance for R rows, R <= 8. */
+#define SPLIT_ENTRY(entry, family, weight_t)                                                   \
+typedef void (*family##_fn)(const weight_t *, int, int, const int8_t *, const float *,          \
+                            const float *, float *);                                           \
+static const family##_fn family##_by_rows[9] = {0, family##1, family##2, family##3, family##4, \
+                                                family##5, family##6, family##7, family##8};   \
+void entry(const weight_t *W, int N, int K, const int8_t *P, const float *S, const float *SA,  \
+           int R, float *y) {                                                                  \
+    family##_by_rows[R](W, N, K / 32, P, S, SA, y);                                            \
 }
+
+SPLIT_ENTRY(q4_1_matmul_wide, wide, bq4)
 
 /* The tiled kernels' sums, one block of 16 weight rows (levels lo/hi, scales dw, mins mw) against
    each of R activation rows: the integer dot, then acc = fma(dot, dw * da, acc) and
@@ -237,22 +243,9 @@ static void packed##R(const uint8_t *T, int N, int nb, const int8_t *P, const fl
 }
 PACKED(1) PACKED(2) PACKED(3) PACKED(4) PACKED(5) PACKED(6) PACKED(7) PACKED(8)
 
-typedef void (*packed_fn)(const uint8_t *, int, int, const int8_t *, const float *, const float *, float *);
-static const packed_fn PACKEDS[9] = {0, packed1, packed2, packed3, packed4, packed5, packed6, packed7, packed8};
-
-void q4_1_matmul_packed(const uint8_t *T, int N, int K, const int8_t *P, const float *DA, const float *SA,
-                        int R, float *y) {
-    PACKEDS[R](T, N, K / 32, P, DA, SA, y);
-}
-
-typedef void (*tile_fn)(const bq4 *, int, int, const int8_t *, const float *, const float *, float *);
-static const tile_fn TILES[9] = {0, tile1, tile2, tile3, tile4, tile5, tile6, tile7, tile8};
-
-/* N a multiple of 16 */
-void q4_1_matmul_tiled(const bq4 *W, int N, int K, const int8_t *P, const float *DA, const float *SA,
-                       int R, float *y) {
-    TILES[R](W, N, K / 32, P, DA, SA, y);
-}
+/* N a multiple of 16 for both tiled kernels */
+SPLIT_ENTRY(q4_1_matmul_packed, packed, uint8_t)
+SPLIT_ENTRY(q4_1_matmul_tiled, tile, bq4)
 """
 
 
