@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab.provenance import commit
-from verispec.bench.machine import machine_info
+from lab.load_memory import status_bytes
+from lab.provenance import print_and_save, record
 
 
 def child(model: str, weights: str, steps: int) -> dict[str, float]:
@@ -42,13 +42,11 @@ def child(model: str, weights: str, steps: int) -> dict[str, float]:
         begin = time.process_time()
         decode_steps(loaded, steps)
         best = min(best, (time.process_time() - begin) / steps)
-    with open("/proc/self/status", encoding="ascii") as status:
-        rss_kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
     return {
         "step_cpu_ms": 1e3 * best,
         "load_cpu_s": load_cpu,
         "huge_page_mib": loaded.store.huge_page_bytes / 2**20,
-        "rss_mib": rss_kib / 1024,
+        "rss_mib": status_bytes()["VmRSS"] / 2**20,
     }
 
 
@@ -65,7 +63,7 @@ def main() -> None:
         print(json.dumps(child(args.model, args.weights, args.steps)))
         return
     runs: dict[str, list[dict[str, float]]] = {"huge": [], "small": []}
-    load = [os.getloadavg()[0]]
+    load_start = os.getloadavg()[0]
     for round_ in range(args.rounds):
         order = ("huge", "small") if round_ % 2 == 0 else ("small", "huge")
         for side in order:
@@ -75,16 +73,9 @@ def main() -> None:
                 [*command, "--steps", str(args.steps), "--child"], env=env, capture_output=True, text=True, check=True
             )
             runs[side].append(json.loads(out.stdout))
-    load.append(os.getloadavg()[0])
     median = {side: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for side, rs in runs.items()}
     result: dict[str, Any] = {
-        "provenance": {
-            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-            "command": " ".join(["python -m lab.huge_pages_ab", *sys.argv[1:]]),
-            "commit": commit(),
-            "machine": machine_info().as_json(),
-            "load_average": load,
-        },
+        "provenance": record("lab.huge_pages_ab", load_start),
         "model": args.model,
         "weights": args.weights,
         "step_small_over_huge": median["small"]["step_cpu_ms"] / median["huge"]["step_cpu_ms"],
@@ -93,9 +84,7 @@ def main() -> None:
         "rss_huge_over_small": median["huge"]["rss_mib"] / median["small"]["rss_mib"],
         "runs": runs,
     }
-    print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print_and_save(result, str(args.json) if args.json else None)
 
 
 if __name__ == "__main__":

@@ -25,17 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from lab.load_memory import status_bytes
 from lab.provenance import print_and_save, record
 
 PROMPT = 55
-
-
-def _rss_mib() -> float:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def child(model_path: str, huge: bool, steps: int) -> dict[str, Any]:
@@ -47,7 +40,7 @@ def child(model_path: str, huge: bool, steps: int) -> dict[str, Any]:
         vars(engine_model)["zeros_on_small_pages"] = lambda shape, dtype: np.zeros(shape, dtype=dtype)
     model = FastModel.load(model_path, weights="int8")
     ids = np.arange(100, 100 + PROMPT, dtype=np.int64) % model.config.n_vocab
-    before = _rss_mib()
+    before = status_bytes()["VmRSS"] / 2**20
     started = time.perf_counter()
     cache = model.new_cache()
     token = int(model.forward(ids, cache, last_only=True).logits[-1].argmax())
@@ -59,7 +52,7 @@ def child(model_path: str, huge: bool, steps: int) -> dict[str, Any]:
         cpu.append(time.process_time() - clock)
         tokens.append(token)
     return {
-        "rss_growth_mib": _rss_mib() - before,
+        "rss_growth_mib": status_bytes()["VmRSS"] / 2**20 - before,
         "first_prompt_pass_ms": first * 1e3,
         "step_cpu_best_ms": min(cpu) * 1e3,
         "step_cpu_median_ms": statistics.median(cpu) * 1e3,

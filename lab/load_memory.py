@@ -40,8 +40,8 @@ KIB = 1024
 MIB = 1024 * 1024
 
 
-def _status() -> dict[str, int]:
-    """VmRSS / VmHWM / RssAnon / RssFile in bytes."""
+def status_bytes() -> dict[str, int]:
+    """VmRSS / VmHWM / RssAnon / RssFile of this process, in bytes (/proc/self/status)."""
     out: dict[str, int] = {}
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -109,7 +109,7 @@ class Recorder:
         self.peak_resets = _reset_peak()
 
     def mark(self, stage: str) -> None:
-        status = _status()
+        status = status_bytes()
         row: dict[str, Any] = {
             "stage": stage,
             "t_s": round(time.perf_counter() - self.started, 3),

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lab.load_memory import status_bytes
 from lab.provenance import commit as head_commit
 from lab.sparse_head_bounds import CHUNK, dequantize, head_q8_0, machine
 
@@ -56,13 +57,6 @@ def int4_chunks(raw: npt.NDArray[np.uint8], n_in: int, threads: int) -> Any:
     return matmul.RowChunks(parts)
 
 
-def _rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def measure(model_path: str, rounds: int) -> dict[str, Any]:
     from verispec.engine.model import FastModel
     from verispec.reference import layers
@@ -70,9 +64,9 @@ def measure(model_path: str, rounds: int) -> dict[str, Any]:
     model = FastModel.load(model_path, weights="int8")
     full = model.store.head_output
     raw, _, n_in, _ = head_q8_0(model_path)
-    before = _rss()
+    before = status_bytes()["VmRSS"]
     sketch = int4_chunks(raw, n_in, 1 if os.environ.get("VERISPEC_THREADS") == "1" else 2)
-    added = _rss() - before
+    added = status_bytes()["VmRSS"] - before
     cache = model.new_cache(16)
     hidden = model.forward([1, 504, 2365, 6354, 28, 1130, 314, 260], cache, return_hidden=True).hidden
     assert hidden is not None and full is not None
