@@ -14,11 +14,13 @@ The modules:
 - :mod:`.generate`: Plain decoding on the fast engine: :func:`reference.generate.decode_plain` (the one plain loop, its decode session) with the engine's forward (head on the ...
 - :mod:`.lockstep`: Many decode loops in lockstep: each one's target passes batched with the others' into one pass.
 - :mod:`.matmul`: The engine's one matmul seam: every projection ``x @ W.T`` goes through a :class:`Matmul`.
+- :mod:`.native`: Native kernels: C sources shipped with the package, compiled here once, loaded with ctypes.
 - :mod:`.model`: The fast forward pass: the same function as :mod:`reference.model`, laid out for BLAS.
 - :mod:`.ort_pool`: onnxruntime's threads for the engine: ONE pool per process, shared by every session.
 - :mod:`.pages`: Hand a mapped GGUF file's pages back after their bytes were repacked (peak RSS of a load).
 - :mod:`.rope`: RoPE's partner of each dimension, shared by the engine's forward (engine/model.py) and its fused int8 graphs (engine/fused.py): a leaf module, so neither ...
 - :mod:`.sparse_head`: An exact sparse head: the full head's top-k, computing the kernel only on candidate rows (a certified bound; proofs/sparse_head.py).
+- :mod:`.tile_head`: The int8 mode's ``tile`` head kernel: the Q8 block-dot law on the file's Q8_0 head, repacked.
 - :mod:`.sampling`: The target law, vectorized: bit-identical to :func:`reference.sampling.target_distribution`.
 - :mod:`.verify_cost`: The measured verify-cost curve of a loaded model: what a pass over r rows costs, relative to 1.
 """

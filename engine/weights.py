@@ -21,6 +21,7 @@ exceeds the available memory.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -41,6 +42,7 @@ from verispec.engine.fused import (
 )
 from verispec.engine.matmul import Matmul, NumpyMatmul
 from verispec.engine.pages import batched_drops, drop_mapping, drop_pages
+from verispec.engine.tile_head import TileHead
 from verispec.reference import quants
 from verispec.reference.config import Config
 from verispec.reference.errors import InsufficientMemory as InsufficientMemory
@@ -56,6 +58,11 @@ WEIGHT_MODES: tuple[str, ...] = ("f32", "quantized", "int8")
 BACKEND_CHOICES: tuple[str, ...] = ("auto", *matmul.EXACT_BACKENDS)  # the f32 mode's kernel
 HEAD_CHUNK_ROWS = 8192  # quantized mode: head rows dequantized at a time (8192 x n_embd float32)
 INT8_HEAD_CHUNK_ROWS = 8192  # ort / int8: head rows per kernel session (bounds the load's transient copies)
+# The int8 mode's head kernels: ``mlas`` (onnxruntime's MatMulNBits, row chunks) or ``tile`` (the Q8
+# block-dot law on the file's Q8_0 head repacked, engine/tile_head.py). Two laws: the tokens may differ.
+HEAD_KERNELS: tuple[str, ...] = ("mlas", "tile")
+HEAD_KERNEL_BY_DEFAULT = "mlas"
+HEAD_KERNEL_ENV = "VERISPEC_INT8_HEAD_KERNEL"
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
 
 
@@ -172,6 +179,7 @@ class WeightStore:
         self._output_q = output_q
         self.fused_layers = fused_layers  # int8, fused: one graph between attentions (engine/fused.py)
         self.huge_page_bytes = 0  # of the load's memory, on 2 MiB pages (engine/huge_pages.py; set by the loader)
+        self.head_kernel = "mlas" if mode == "int8" else "none"  # int8: the head's kernel (set by the loader)
 
     def layer(self, index: int) -> FusedLayer:
         """Layer ``index`` (in quantized mode dequantized now, on NumPy); ModelError for fused
@@ -436,6 +444,7 @@ def load_weights(
     backend: str = "auto",
     fused: bool | None = None,
     pass_boundaries: Iterable[int] = (),
+    head_kernel: str | None = None,
 ) -> WeightStore:
     """Read the weights of ``f`` in ``mode`` (see :data:`WEIGHT_MODES`) on ``backend``
     (see :func:`resolve_backend`). ``fused``: the int8 mode's layers as onnxruntime graphs, one between two attentions
@@ -444,22 +453,37 @@ def load_weights(
     depths, a layer-skip draft's exit layer); the fused layers' chain is cut there
     (:func:`engine.fused.chain_splits`; the same bits, no link half computed and dropped). The
     other layouts have nothing to cut; the depths are checked in every mode (ModelError outside).
+    ``head_kernel``: the int8 mode's head kernel (:data:`HEAD_KERNELS`; None:
+    ``VERISPEC_INT8_HEAD_KERNEL`` or :data:`HEAD_KERNEL_BY_DEFAULT`), ModelError for another mode.
 
     Checks that the mode fits in memory first (:class:`InsufficientMemory`), then every tensor's
     presence and shape (ModelError naming it), as :meth:`reference.model.Model.load` does.
     """
     kernel, fused_layers = _check_loadable(f, cfg, mode, backend, fused)
+    head = resolve_head_kernel(mode, head_kernel)
     splits = chain_splits(cfg.n_layer, pass_boundaries)  # checked before a weight is read
     common = _read_common(f, cfg)
     with batched_drops():  # the graphs' mapped scales handed back a batch of folders at a time
         if mode == "f32":
             store = _load_f32(cfg, common, kernel)
         elif mode == "int8":
-            store = Int8Loader(cfg, common).load(kernel, fused_layers, splits)
+            store = Int8Loader(cfg, common).load(kernel, fused_layers, splits, head)
         else:
             store = _load_quantized(cfg, common, kernel)
     drop_mapping(f.raw(common.head_name))  # every weight is read: no file page need stay resident
     return store
+
+
+def resolve_head_kernel(mode: str, head_kernel: str | None) -> str:
+    """The int8 mode's head kernel: ``head_kernel``, else ``VERISPEC_INT8_HEAD_KERNEL``, else
+    :data:`HEAD_KERNEL_BY_DEFAULT`. ModelError for another name, or one named for another mode."""
+    if head_kernel is not None and mode != "int8":
+        raise ModelError(f"head kernels are the int8 mode's (weights mode {mode!r} has none)")
+    name = head_kernel or os.environ.get(HEAD_KERNEL_ENV) or HEAD_KERNEL_BY_DEFAULT
+    if name not in HEAD_KERNELS:
+        source = "head_kernel" if head_kernel else HEAD_KERNEL_ENV
+        raise ModelError(f"{source}={name!r} is not one of {', '.join(HEAD_KERNELS)}")
+    return name
 
 
 def _check_loadable(f: "GGUFFile", cfg: Config, mode: str, backend: str, fused: bool | None) -> tuple[str, bool]:
@@ -585,8 +609,9 @@ class Int8Loader:
         self.cfg, self.c, self.t = cfg, common, common.t
         self.floats: list[str] = []  # matrices kept float32, for the load report
 
-    def load(self, kernel: str, fused: bool, splits: Iterable[int] = ()) -> WeightStore:
-        """The store; ``splits``: the layers to cut the fused chain after (engine.fused.build_chain)."""
+    def load(self, kernel: str, fused: bool, splits: Iterable[int] = (), head_kernel: str = "mlas") -> WeightStore:
+        """The store; ``splits``: the layers to cut the fused chain after (engine.fused.build_chain);
+        ``head_kernel``: one of :data:`HEAD_KERNELS`."""
         cfg, c = self.cfg, self.c
         layers: list[FusedLayer] = []
         chain = None
@@ -597,9 +622,9 @@ class Int8Loader:
                 layers.append(self.layer(il))
                 matmul.release_freed_memory()
         drop_mapping(self.t.f.raw(c.head_name))  # the layers' boundary pages, before the head's peak
-        output = self.head()
+        output = self.tile_head() if head_kernel == "tile" else self.head()
         matmul.release_freed_memory()
-        return WeightStore(
+        store = WeightStore(
             "int8",
             c.output_norm,
             c.rope_freqs,
@@ -610,6 +635,8 @@ class Int8Loader:
             backend=kernel,
             float_matrices=tuple(self.floats),
         )
+        store.head_kernel = output.kernel_name if isinstance(output, TileHead) else "mlas"
+        return store
 
     def matrices(self, il: int) -> LayerMatrices:
         """Layer ``il``'s four projections (q, k, v stacked; gate, up stacked)."""
@@ -660,6 +687,20 @@ class Int8Loader:
         for first in range(0, n_vocab, INT8_HEAD_CHUNK_ROWS):
             parts.append(self.head_chunk(first, min(INT8_HEAD_CHUNK_ROWS, n_vocab - first)))
         return parts[0] if len(parts) == 1 else matmul.RowChunks(parts)
+
+    def tile_head(self) -> TileHead:
+        """The head on the ``tile`` kernel (engine/tile_head.py): the file's Q8_0 head repacked at
+        its own size, the file's pages handed back. ModelError for a head of another type."""
+        f, head_name, cfg = self.t.f, self.c.head_name, self.cfg
+        info = f.tensors[head_name]
+        if info.ggml_type != quants.GGMLType.Q8_0:
+            raise ModelError(
+                f"the tile head kernel computes Q8_0 heads; {head_name} is {quants.GGMLType(info.ggml_type).name}"
+                " (use the mlas head kernel)"
+            )
+        raw = np.asarray(f.raw(head_name))
+        # each run of the file's pages handed back once repacked: the head and its copy never both resident
+        return TileHead.from_q8_0(raw, cfg.n_vocab, cfg.n_embd, matmul.default_threads(), drop_pages)
 
     def head_chunk(self, first: int, rows: int) -> Matmul:
         f, head_name, n_vocab = self.t.f, self.c.head_name, self.cfg.n_vocab

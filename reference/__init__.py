@@ -29,6 +29,7 @@ The modules:
 - :mod:`.model`: The reference forward pass of a quantized GGUF decoder (llama, phi3, gemma3, gemma4), readable first.
 - :mod:`.pretokenize`: Pre-tokenization for byte-level BPE: cut text into words before any merge happens.
 - :mod:`.prompt_kind`: The prompt-kind rule: a deterministic function of a prompt's text, for per-kind calibration.
+- :mod:`.q8_block_dot`: The Q8 block-dot law: a Q8_0 matrix times float32 rows, every step an IEEE float32 operation.
 - :mod:`.quants`: ggml tensor types and their codecs: raw GGUF bytes <-> float32.
 - :mod:`.sampling`: The target law: ONE function turns a logits row and a history into the distribution we sample.
 - :mod:`.seams`: The seams: what a decode loop may ask of a model, its KV cache, a draft source and a verifier.

@@ -309,6 +309,11 @@ class BackendUnavailable(ModelError):
     exit_category: ClassVar[ExitCategory] = "usage"  # installing the extra fixes it
 
 
+class NativeKernelUnavailable(ModelError):
+    """A native kernel cannot run here: no C compiler, a failed compile, a library that does not
+    load, or an instruction set this CPU lacks (engine/native.py says which)."""
+
+
 class VerificationError(VerispecError):
     """Speculative verification inputs violate the contract (not probability rows, q(x)=0, ...)."""
 

@@ -27,7 +27,8 @@ def engine_kernel(model: FastModel) -> dict[str, Any]:
     """``mode`` (weights/backend), ``onnxruntime`` (version or None), ``providers``, ``graphs``
     (onnxruntime sessions), ``row_modes`` (row mode -> graphs), ``calls_per_step`` (onnxruntime
     runs of a 1-row decode step, counted), ``layer_calls_per_step`` (of those, the layers'; None
-    without fused layers) and ``huge_page_mib`` (the load's memory on 2 MiB pages,
+    without fused layers), ``head_kernel`` (the int8 head's kernel: ``mlas``, or ``tile (ISA)``,
+    engine/tile_head.py) and ``huge_page_mib`` (the load's memory on 2 MiB pages,
     engine/huge_pages.py)."""
     graphs = list(_graphs(model.store))
     providers = sorted({p for g in graphs for p in g.session.get_providers()})
@@ -40,6 +41,7 @@ def engine_kernel(model: FastModel) -> dict[str, Any]:
         "row_modes": dict(sorted(Counter(g.row_mode for g in graphs).items())),
         "calls_per_step": calls_per_step(model),
         "layer_calls_per_step": None if chain is None else chain.calls(0, model.config.n_layer - 1),
+        "head_kernel": model.store.head_kernel,
         "huge_page_mib": model.store.huge_page_bytes / 2**20,
     }
 
