@@ -42,7 +42,7 @@ from verispec.engine.fused import (
 )
 from verispec.engine.matmul import Matmul, NumpyMatmul
 from verispec.engine.pages import batched_drops, drop_mapping, drop_pages
-from verispec.engine.tile_head import TileHead
+from verispec.engine.tile_head import TileHead, default_kernel
 from verispec.reference import quants
 from verispec.reference.config import Config
 from verispec.reference.errors import InsufficientMemory as InsufficientMemory
@@ -60,7 +60,9 @@ HEAD_CHUNK_ROWS = 8192  # quantized mode: head rows dequantized at a time (8192 
 INT8_HEAD_CHUNK_ROWS = 8192  # ort / int8: head rows per kernel session (bounds the load's transient copies)
 # The int8 mode's head kernels: ``mlas`` (onnxruntime's MatMulNBits, row chunks) or ``tile`` (the Q8
 # block-dot law on the file's Q8_0 head repacked, engine/tile_head.py). Two laws: the tokens may differ.
-HEAD_KERNELS: tuple[str, ...] = ("mlas", "tile")
+# ``auto``: tile where the head is Q8_0 and the native kernel builds here, else mlas (never the tile
+# head's NumPy fallback, which only an explicit ``tile`` runs: the same bits, far slower).
+HEAD_KERNELS: tuple[str, ...] = ("auto", "mlas", "tile")
 HEAD_KERNEL_BY_DEFAULT = "mlas"
 HEAD_KERNEL_ENV = "VERISPEC_INT8_HEAD_KERNEL"
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
@@ -622,6 +624,8 @@ class Int8Loader:
                 layers.append(self.layer(il))
                 matmul.release_freed_memory()
         drop_mapping(self.t.f.raw(c.head_name))  # the layers' boundary pages, before the head's peak
+        if head_kernel == "auto":
+            head_kernel = "tile" if self.tile_head_runs_natively() else "mlas"
         output = self.tile_head() if head_kernel == "tile" else self.head()
         matmul.release_freed_memory()
         store = WeightStore(
@@ -687,6 +691,12 @@ class Int8Loader:
         for first in range(0, n_vocab, INT8_HEAD_CHUNK_ROWS):
             parts.append(self.head_chunk(first, min(INT8_HEAD_CHUNK_ROWS, n_vocab - first)))
         return parts[0] if len(parts) == 1 else matmul.RowChunks(parts)
+
+    def tile_head_runs_natively(self) -> bool:
+        """Whether the ``tile`` head would run its C kernel here: a Q8_0 head and a kernel that builds."""
+        if self.t.f.tensors[self.c.head_name].ggml_type != quants.GGMLType.Q8_0:
+            return False
+        return default_kernel()[0] is not None
 
     def tile_head(self) -> TileHead:
         """The head on the ``tile`` kernel (engine/tile_head.py): the file's Q8_0 head repacked at

@@ -228,13 +228,51 @@ def test_head_kernel_choice_is_checked(tiny_gguf: Any, monkeypatch: pytest.Monke
     from verispec.engine.model import FastModel
 
     path = tiny_gguf("llama")
-    with pytest.raises(ModelError, match="'mlas2' is not one of mlas, tile"):
+    with pytest.raises(ModelError, match="'mlas2' is not one of auto, mlas, tile"):
         FastModel.load(path, weights="int8", head_kernel="mlas2")
     with pytest.raises(ModelError, match="int8 mode's"):
         FastModel.load(path, weights="f32", head_kernel="tile")
     monkeypatch.setenv("VERISPEC_INT8_HEAD_KERNEL", "tile")
     with pytest.raises(ModelError, match="computes Q8_0 heads; token_embd.weight is F32"):
         FastModel.load(path, weights="int8")
+
+
+@pytest.fixture(scope="module")
+def synthetic_q8_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small llama whose every matrix is Q8_0, its head too: 322 rows, not a multiple of 16
+    (the tiles' padding is read by the engine's passes)."""
+    from verispec.synth.models import write_synthetic
+
+    path = tmp_path_factory.mktemp("q8") / "tinyllama_q8_0.gguf"
+    write_synthetic(path, "tinyllama", quant_types=("Q8_0",))
+    return path
+
+
+def test_auto_and_the_fallback_in_the_engine(
+    synthetic_q8_0: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``auto`` runs the tile kernel where it builds and the mlas head where it does not; an
+    explicit ``tile`` without a compiler runs the NumPy law, whose passes are the kernel's bits."""
+    from verispec.engine.model import FastModel
+
+    def logits(model: Any) -> Any:
+        cache = model.new_cache(16)
+        return model.forward([1, 5, 9, 200, 321, 7], cache).logits
+
+    auto = FastModel.load(synthetic_q8_0, weights="int8", head_kernel="auto")
+    assert auto.store.head_kernel == (f"tile ({ISAS_HERE[0]})" if ISAS_HERE else "mlas")
+    native_logits = logits(auto) if ISAS_HERE else None
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv(native.CACHE_ENV, str(tmp_path / "cache"))
+    native.load.cache_clear()
+    try:
+        assert FastModel.load(synthetic_q8_0, weights="int8", head_kernel="auto").store.head_kernel == "mlas"
+        fallback = FastModel.load(synthetic_q8_0, weights="int8", head_kernel="tile")
+        assert fallback.store.head_kernel.startswith("tile (numpy: no C compiler found")
+        if native_logits is not None:
+            assert np.array_equal(logits(fallback), native_logits)
+    finally:
+        native.load.cache_clear()
 
 
 @pytest.fixture(scope="module")

@@ -249,27 +249,39 @@ static void run_group(const group_t *g, int first, int last, int isa) {
     portable_range(g, first, last);
 }
 
-/* ---- the call: every activation row, tiles split over threads ---------------------------- */
+/* ---- the call: every activation row, tiles handed out to threads ---------------------------- */
+
+/* Tiles go out in chunks from a shared counter, so a thread that is slowed (another process on
+   its core) takes fewer: the pass ends when the work does, not when the slowest fixed share does.
+   Which thread computes a tile changes nothing in its bits (each output is one thread's, in the
+   law's order). */
+#define CHUNK_TILES 32
 
 typedef struct {
     const uint8_t *tiles;
-    int nb, R, ldy, isa, first, last;
+    int n_tiles, nb, R, ldy, isa;
     const int8_t *levels;
     const int32_t *sums;
     const float *scales;
     float *y;
-} range_t;
+    int next; /* the first tile not yet handed out (atomic) */
+} pass_t;
 
-static void *run_range(void *arg) {
-    const range_t *job = (const range_t *)arg;
-    const int K = job->nb * QK;
-    for (int r0 = 0; r0 < job->R; r0 += GROUP_ROWS) {
-        const int rows = job->R - r0 < GROUP_ROWS ? job->R - r0 : GROUP_ROWS;
-        const group_t g = {job->tiles, job->nb, job->levels + (size_t)r0 * K, job->sums + (size_t)r0 * job->nb,
-                           job->scales + (size_t)r0 * job->nb, rows, job->y + (size_t)r0 * job->ldy, job->ldy};
-        run_group(&g, job->first, job->last, job->isa);
+static void *run_chunks(void *arg) {
+    pass_t *pass = (pass_t *)arg;
+    const int K = pass->nb * QK;
+    for (;;) {
+        const int first = __atomic_fetch_add(&pass->next, CHUNK_TILES, __ATOMIC_RELAXED);
+        if (first >= pass->n_tiles) return NULL;
+        const int last = first + CHUNK_TILES < pass->n_tiles ? first + CHUNK_TILES : pass->n_tiles;
+        for (int r0 = 0; r0 < pass->R; r0 += GROUP_ROWS) {
+            const int rows = pass->R - r0 < GROUP_ROWS ? pass->R - r0 : GROUP_ROWS;
+            const group_t g = {pass->tiles, pass->nb, pass->levels + (size_t)r0 * K,
+                               pass->sums + (size_t)r0 * pass->nb, pass->scales + (size_t)r0 * pass->nb, rows,
+                               pass->y + (size_t)r0 * pass->ldy, pass->ldy};
+            run_group(&g, first, last, pass->isa);
+        }
     }
-    return NULL;
 }
 
 /* y [R, ldy] (ldy >= 16 n_tiles) = the law's logits of the activation rows against the tiles.
@@ -280,25 +292,17 @@ int q8_tile_matmul(const uint8_t *tiles, int n_tiles, int nb, const int8_t *leve
     if (n_tiles < 0 || nb <= 0 || R < 0 || ldy < n_tiles * TILE_ROWS || isa < 0 || isa > 2 ||
         !q8_tile_isa_supported(isa))
         return -1;
-    if (threads < 1) threads = 1;
+    const int chunks = (n_tiles + CHUNK_TILES - 1) / CHUNK_TILES;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads > n_tiles) threads = n_tiles > 0 ? n_tiles : 1;
-    range_t jobs[MAX_THREADS];
+    if (threads > chunks) threads = chunks;
+    if (threads < 1) threads = 1;
+    pass_t pass = {tiles, n_tiles, nb, R, ldy, isa, levels, sums, scales, y, 0};
     pthread_t ids[MAX_THREADS];
     int started[MAX_THREADS] = {0};
-    for (int i = 0; i < threads; i++) {
-        const range_t job = {tiles, nb, R, ldy, isa, (int)((int64_t)n_tiles * i / threads),
-                             (int)((int64_t)n_tiles * (i + 1) / threads), levels, sums, scales, y};
-        jobs[i] = job;
-    }
-    for (int i = 1; i < threads; i++) started[i] = pthread_create(&ids[i], NULL, run_range, &jobs[i]) == 0;
-    run_range(&jobs[0]);
-    for (int i = 1; i < threads; i++) {
-        if (started[i])
-            pthread_join(ids[i], NULL);
-        else
-            run_range(&jobs[i]); /* no thread to be had: this one does the range itself */
-    }
+    for (int i = 1; i < threads; i++) started[i] = pthread_create(&ids[i], NULL, run_chunks, &pass) == 0;
+    run_chunks(&pass); /* this thread too; a thread that could not start leaves its chunks to the rest */
+    for (int i = 1; i < threads; i++)
+        if (started[i]) pthread_join(ids[i], NULL);
     for (int r = 0; r < R; r++)
         if (!finite[r])
             for (int n = 0; n < n_tiles * TILE_ROWS; n++) y[(size_t)r * ldy + n] = NAN;
