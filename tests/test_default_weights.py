@@ -126,3 +126,62 @@ def test_early_exit_serves_on_the_calibrated_mode() -> None:
         serving_weights(_calibration("int8"), "exact")
     with pytest.raises(CalibrationError, match="calibrate again with --weights int8"):
         serving_weights(_calibration("f32"), "int8")
+
+
+def _int8_calibration(head_kernel: str) -> Calibration:
+    from dataclasses import replace
+
+    return replace(_calibration("int8"), head_kernel=head_kernel)
+
+
+def test_an_int8_calibration_records_its_head_kernel_and_refuses_the_other(tmp_path: Path) -> None:
+    """The int8 mode's two head kernels (engine/tile_head.py) compute two functions: an artifact
+    records which one it measured, under its seal, and is served only on that one."""
+    assert numerics("int8", "mlas") == numerics("int8") == "int8" and numerics("int8", "tile") == "int8/tile"
+    path = tmp_path / "tile.json"
+    _int8_calibration("tile").save(path)
+    assert json.loads(path.read_text())["head_kernel"] == "tile"
+    back = Calibration.load(path)
+    assert back.head_kernel == "tile"
+    back.check_weights("int8")  # before loading: the run will load the calibrated head
+    back.check_weights("int8", "tile")
+    with pytest.raises(CalibrationError, match="int8 mode's tile head .* VERISPEC_INT8_HEAD_KERNEL=tile"):
+        back.check_weights("int8", "mlas")
+    with pytest.raises(CalibrationError, match="VERISPEC_INT8_HEAD_KERNEL=mlas"):
+        _int8_calibration("mlas").check_weights("int8", "tile")
+    raw = json.loads(path.read_text())
+    raw["head_kernel"] = "mlas"  # the claim is sealed: an edit is refused
+    path.write_text(json.dumps(raw))
+    with pytest.raises(CalibrationError):
+        Calibration.load(path)
+
+
+def test_an_int8_artifact_without_a_head_kernel_reads_as_mlas(tmp_path: Path) -> None:
+    """Written before the tile head existed, an int8 artifact was measured on the mlas head."""
+    from verispec.reference.calibration_seal import SEAL_FIELD, seal
+
+    path = tmp_path / "old_int8.json"
+    _int8_calibration("mlas").save(path)
+    raw = json.loads(path.read_text())
+    del raw["head_kernel"], raw[SEAL_FIELD]
+    raw[SEAL_FIELD] = seal(raw, None, None)
+    path.write_text(json.dumps(raw))
+    back = Calibration.load(path)
+    assert back.head_kernel == "mlas"
+    with pytest.raises(CalibrationError, match="VERISPEC_INT8_HEAD_KERNEL=mlas"):
+        back.check_weights("int8", "tile")
+
+
+def test_a_head_kernel_the_mode_cannot_have_is_refused(tmp_path: Path) -> None:
+    from verispec.reference.calibration_seal import SEAL_FIELD, seal
+
+    for weights, head_kernel in (("int8", "sse"), ("f32", "tile")):
+        path = tmp_path / f"{weights}.json"
+        _calibration(weights).save(path)
+        raw = json.loads(path.read_text())
+        del raw[SEAL_FIELD]
+        raw["head_kernel"] = head_kernel
+        raw[SEAL_FIELD] = seal(raw, None, None)
+        path.write_text(json.dumps(raw))
+        with pytest.raises(CalibrationError, match="head_kernel"):
+            Calibration.load(path)

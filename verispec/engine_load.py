@@ -81,10 +81,11 @@ def load_engine(
     backend: str = "auto",
     pass_boundaries: Iterable[int] = (),
     head: str = "full",
+    head_kernel: str | None = None,
 ) -> EngineLoaded:
     """Resolve a registry name or path (or take an open file) and load it on ``engine`` with
     ``weights`` (:func:`resolve_weights`) on ``backend``, the int8 mode's head in mode ``head``
-    (:data:`HEAD_HELP`). ``pass_boundaries``: the depths where the caller's passes start and stop
+    (:data:`HEAD_HELP`) on ``head_kernel`` (None: the environment's or the default, engine.weights.HEAD_KERNELS). ``pass_boundaries``: the depths where the caller's passes start and stop
     (early exit's candidate depths, a layer-skip draft's exit layer; the fast engine cuts its fused
     layer chain there, :meth:`FastModel.load`).
 
@@ -94,19 +95,43 @@ def load_engine(
     boundaries = tuple(pass_boundaries)
     if isinstance(source, GGUFFile):
         return _load(
-            source, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries, head=head
+            source,
+            need_chat=need_chat,
+            engine=engine,
+            weights=weights,
+            backend=backend,
+            bounds=boundaries,
+            head=head,
+            head_kernel=head_kernel,
         )
     with GGUFFile.open(resolve_model(source)) as f:
         return _load(
-            f, need_chat=need_chat, engine=engine, weights=weights, backend=backend, bounds=boundaries, head=head
+            f,
+            need_chat=need_chat,
+            engine=engine,
+            weights=weights,
+            backend=backend,
+            bounds=boundaries,
+            head=head,
+            head_kernel=head_kernel,
         )
 
 
 def _load(
-    f: GGUFFile, *, need_chat: bool, engine: str, weights: str, backend: str, bounds: tuple[int, ...], head: str
+    f: GGUFFile,
+    *,
+    need_chat: bool,
+    engine: str,
+    weights: str,
+    backend: str,
+    bounds: tuple[int, ...],
+    head: str,
+    head_kernel: str | None,
 ) -> EngineLoaded:
     weights = resolve_weights(weights, engine=engine, arch=str(f.get("general.architecture", "")), backend=backend)
-    model = load_model(f, engine=engine, weights=weights, backend=backend, pass_boundaries=bounds, head=head)
+    model = load_model(
+        f, engine=engine, weights=weights, backend=backend, pass_boundaries=bounds, head=head, head_kernel=head_kernel
+    )
     if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
         print(
             f"verispec: note: the fast engine implements {', '.join(FAST_ARCHITECTURES)}; "
@@ -128,3 +153,12 @@ def head_stats_of(model: "Model | FastModel") -> dict[str, object] | None:
 def weights_mode_of(model: "Model | FastModel") -> str:
     """The weights mode a loaded model runs (the reference engine: ``f32``)."""
     return model.weights_mode if isinstance(model, FastModel) else "f32"
+
+
+def head_kernel_of(model: "Model | FastModel") -> str | None:
+    """The int8 mode's head kernel a loaded model runs (``mlas`` or ``tile``, engine/tile_head.py,
+    whatever instruction set), None for the other modes: with :func:`weights_mode_of`, the
+    numerics an early-exit calibration is measured on and served for."""
+    if not isinstance(model, FastModel) or model.weights_mode != "int8":
+        return None
+    return "tile" if model.store.head_kernel.startswith("tile") else "mlas"

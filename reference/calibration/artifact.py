@@ -37,11 +37,17 @@ LENS_BYTES = 4 * 1024 * 1024 * 1024  # the lens: K x D x D float32 (K = 5, D = 4
 POOLED = "*"  # the pseudo-kind of the pooled calibration (every prompt of the mix)
 
 CALIBRATED_WEIGHTS = ("f32", "quantized", "int8")  # the engine's weights modes (engine/weights.py)
+# The int8 mode's head kernels (engine/weights.py HEAD_KERNELS): two functions, two numerics.
+CALIBRATED_HEAD_KERNELS = ("mlas", "tile")
+HEAD_KERNEL_ENV = "VERISPEC_INT8_HEAD_KERNEL"
 
 
-def numerics(weights: str) -> str:
-    """The function a weights mode computes: ``exact`` (float32: f32, quantized) or ``int8``."""
-    return "int8" if weights == "int8" else "exact"
+def numerics(weights: str, head_kernel: str | None = None) -> str:
+    """The function a weights mode computes: ``exact`` (float32: f32, quantized), ``int8`` (the
+    int8 mode on its ``mlas`` head, also when ``head_kernel`` is None) or ``int8/tile``."""
+    if weights != "int8":
+        return "exact"
+    return "int8" if head_kernel in (None, "mlas") else f"int8/{head_kernel}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class Calibration:
         default=None, compare=False, repr=False
     )  # the scores every threshold is computed from
     weights: str = "f32"  # the weights mode whose numerics were calibrated (see check_weights)
+    head_kernel: str | None = None  # int8: the head kernel whose numerics were calibrated; None otherwise
 
     @property
     def q_layer(self) -> Fraction:
@@ -148,19 +155,30 @@ class Calibration:
                 "it was fit for another model"
             )
 
-    def check_weights(self, weights: str) -> None:
-        """CalibrationError unless this artifact was calibrated on the numerics of ``weights``.
+    def check_weights(self, weights: str, head_kernel: str | None = None) -> None:
+        """CalibrationError unless this artifact was calibrated on the numerics of ``weights`` with
+        the int8 head kernel ``head_kernel`` (None: the artifact's own, as a run that loads with it).
 
         The thresholds certify flips of the exit heads against the full model as computed by the
         mode they were measured on: the exact modes (``f32``, ``quantized``: the same float32
-        function) or the int8 mode (its own function). An artifact without the field was written
-        when calibration ran only on the float32 mode by default: it reads as ``f32``."""
-        if numerics(weights) != numerics(self.weights):
+        function) or the int8 mode on one head kernel (``mlas`` or ``tile``: two functions). An
+        artifact without the weights field was written when calibration ran only on the float32
+        mode by default: it reads as ``f32``; an int8 one without a head kernel, as ``mlas``."""
+        mine = numerics(self.weights, self.head_kernel)
+        theirs = numerics(weights, head_kernel if head_kernel is not None else self.head_kernel)
+        if mine == theirs:
+            return
+        if numerics(weights) == numerics(self.weights):  # both int8: the head kernels differ
             raise CalibrationError(
-                f"calibration was made on the {self.weights} weights mode ({numerics(self.weights)} numerics), "
-                f"this run uses {weights} ({numerics(weights)} numerics): its certificate holds for the numerics "
-                f"it was measured on; run with --weights {self.weights}, or calibrate again with --weights {weights}"
+                f"calibration was made on the int8 mode's {self.head_kernel} head ({mine} numerics), this run's "
+                f"head is {head_kernel} ({theirs} numerics): its certificate holds for the numerics it was "
+                f"measured on; run with {HEAD_KERNEL_ENV}={self.head_kernel}, or calibrate again"
             )
+        raise CalibrationError(
+            f"calibration was made on the {self.weights} weights mode ({mine} numerics), "
+            f"this run uses {weights} ({theirs} numerics): its certificate holds for the numerics "
+            f"it was measured on; run with --weights {self.weights}, or calibrate again with --weights {weights}"
+        )
 
     # -- JSON --
 
@@ -177,6 +195,7 @@ class Calibration:
             "unit": "prompt",
             "kind_rule": self.kind_rule,
             "weights": self.weights,
+            **({} if self.head_kernel is None else {"head_kernel": self.head_kernel}),
             "gate": self.gate,
             "residual": self.residual,
             "n": self.n,
@@ -296,6 +315,9 @@ class Calibration:
         weights = raw.get("weights", "f32")
         if weights not in CALIBRATED_WEIGHTS:
             raise ValueError(f"weights {weights!r}")
+        head_kernel = raw.get("head_kernel", "mlas" if weights == "int8" else None)
+        if not (head_kernel in CALIBRATED_HEAD_KERNELS if weights == "int8" else head_kernel is None):
+            raise ValueError(f"head_kernel {head_kernel!r} for weights {weights!r}")
         return cls(
             model_sha256=str(raw["model_sha256"]),
             model_name=str(raw["model_name"]),
@@ -314,6 +336,7 @@ class Calibration:
             kind_rule=str(kind),
             records=records,
             weights=str(weights),
+            head_kernel=head_kernel,
         )
 
 
@@ -442,7 +465,8 @@ def check_recomputed(cal: Calibration, where: str) -> None:
         )
     except CalibrationError as exc:  # e.g. prompt indices that skip a prompt
         raise CalibrationError(f"{where}: its calibration records are not a calibration ({str(exc)[:160]})") from None
-    rebuilt = replace(rebuilt, weights=cal.weights)  # which mode made the scores is a claim the seal binds, not a score
+    # which mode (and int8 head kernel) made the scores is a claim the seal binds, not a score
+    rebuilt = replace(rebuilt, weights=cal.weights, head_kernel=cal.head_kernel)
     want, have = rebuilt.to_json(None, None), cal.to_json(None, None)
     want.pop("records")
     have.pop("records")
