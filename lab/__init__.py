@@ -28,7 +28,7 @@ Also here:
 - :mod:`.exit_chain_ab`: Early-exit decoding on the int8 layer chain cut at its candidate depths against the uncut chain, in ONE process.
 - :mod:`.gguf_kernel_probe`: A kernel on the file's own Q4_1 blocks (compiled here, a probe) against MLAS's ``MatMulNBits``, 1 to 8 rows.
 - :mod:`.gguf_head_probe`: The same 16-row tile on Q8_0 blocks (the heads, Gemma 3's size) against MLAS's 8-bit ``MatMulNBits``.
-- :mod:`.packed_head_ab`: The int8 engine with its head swapped for the packed 16-row tile, against MLAS: steps, the k-row pass, greedy speculation; fresh processes taking turns.
+- :mod:`.head_kernel_ab`: The int8 engine's two head kernels, ``mlas`` and ``tile`` (engine/tile_head.py): whole decode steps, the k-row pass, greedy speculation and peak RSS, fresh processes taking turns.
 - :mod:`.exit_prefill_ab`: Early exit's prompt pass with the head on its last row (what the deferred decoder runs) against the head on every row.
 - :mod:`.draft_cache_load`: How fast ``--draft-cache FILE`` loads: MB/s for caches of about 1, 6 and 60 MB.
 - :mod:`.link_ab`: CPU of the int8 layer graphs alone: a link against the two graphs it fuses, and the cost by rows.

@@ -711,6 +711,7 @@ ENGINE_STUDIES = (
     "gguf_head_probe_*.json",
     "kv_pages_*.json",
     "packed_head_*.json",
+    "head_kernel_*.json",
 )
 
 
@@ -752,7 +753,7 @@ def engine_studies_page(folder: Path) -> str:
         "The engine's lab studies of this round: the int8 layer chain (one onnxruntime graph between two "
         "attentions) and its graphs run through IO binding, where a load's memory goes and what handing it back "
         "saves, what a certified sparse head would prune and cost, the sparse head mode beside the full head "
-        "in plain decoding, the load's memory on 2 MiB pages, and a probe of a kernel on the file's own blocks. The write-ups, with the tables read off these files, are in "
+        "in plain decoding, the load's memory on 2 MiB pages, a probe of a kernel on the file's own blocks, and the int8 head's two kernels (mlas, tile) in the engine. The write-ups, with the tables read off these files, are in "
         "[docs/int8-step.md](../int8-step.md); each file holds its full results."
     )
     provenance = [line for path, run in saved for line in _provenance_lines(path.name, _study_provenance(run))]
