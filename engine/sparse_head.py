@@ -1,7 +1,8 @@
 """An exact sparse head: the full head's top-k, computing the kernel only on candidate rows.
 
 The int8 head returns ``K = kernel(x)`` ``[V]`` (``MatMulNBits`` on the file's blocks, in row
-chunks: :class:`engine.matmul.RowChunks`). A decision that needs only the k best rows (greedy:
+chunks: :class:`engine.matmul.RowChunks`; or the ``tile`` head, engine/tile_head.py, whose parts
+are views of one repacked head). A decision that needs only the k best rows (greedy:
 k = 1; top-k sampling: k <= 64) can skip every row that provably cannot be among them:
 
 1. a cheap score ``S_i`` and a certified radius ``B_i`` with ``|K_i - S_i| <= B_i`` for every row;
@@ -20,7 +21,8 @@ superset under a total order are the first k of the whole (``superset_first_k``)
 
 The radius is the sketch's own error plus the kernel's error against ``w . x``
 (:func:`kernel_error_bound`, an error model of ``MatMulNBits`` with int8 activations stated
-there; checked against the real kernel by tests/test_sparse_head.py and by
+there, which the tile head's law, reference/q8_block_dot.py, meets too: the same activation
+blocks, two roundings and an add a term; checked against both kernels by tests/test_sparse_head.py and by
 ``lab/sparse_head_bounds.py`` on every row of real hidden states).
 
 Measured (``lab/measurements/sparse_head_bounds_*.json``, docs/int8-step.md): on SmolLM2's and

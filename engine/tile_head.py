@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.engine import native
+from verispec.engine.matmul import Matmul, RowChunks
 from verispec.reference.errors import ModelError, NativeKernelUnavailable
 from verispec.reference.q8_block_dot import BLOCK, Q8_0_BLOCK, block_dot_logits
 
@@ -47,6 +48,7 @@ ISA_ENV = "VERISPEC_TILE_ISA"
 ISAS = {"avx512-vnni": 2, "avx2": 1, "portable": 0}  # the C kernel's ids, best first
 PACK_ROWS = 4096  # head rows repacked at a time: bounds the load's transient copies
 FALLBACK_ROWS = 4096  # head rows the NumPy fallback evaluates at a time
+PART_ROWS = 8192  # head rows of each of :attr:`TileHead.parts` (the sparse head evaluates whole parts)
 
 
 def pack_tiles(blocks: U8, n_rows: int, n_in: int, consumed: Callable[[U8], object] | None = None) -> U8:
@@ -139,11 +141,22 @@ def default_kernel() -> tuple[Kernel | None, str]:
     return kernel, kernel.name
 
 
-class TileHead:
+class TileHead(RowChunks):
     """``x [T, n_in] -> logits [T, n_out]``: the Q8 block-dot law on tiles (module doc), behind
-    the engine's ``Matmul`` seam."""
+    the engine's ``Matmul`` seam. A call computes every row at once; :attr:`parts` are views of
+    :data:`PART_ROWS` rows each, for the sparse head (engine/sparse_head.py), which evaluates only
+    the parts holding a candidate: each output has the same bits whichever call computes it (the
+    law is per output)."""
 
-    def __init__(self, tiles: U8, n_out: int, n_in: int, threads: int = 1, kernel: Kernel | None = None) -> None:
+    def __init__(
+        self,
+        tiles: U8,
+        n_out: int,
+        n_in: int,
+        threads: int = 1,
+        kernel: Kernel | None = None,
+        part_rows: int | None = PART_ROWS,
+    ) -> None:
         if n_in % BLOCK:
             raise ModelError(f"the tile head needs a width that is a multiple of {BLOCK}, not {n_in}")
         self.tiles, self.n_out, self.n_in = tiles, n_out, n_in
@@ -154,6 +167,21 @@ class TileHead:
         self.threads = max(1, threads)
         self.kernel = kernel
         self.kernel_name = kernel.name if kernel is not None else "tile (numpy)"
+        if part_rows is not None and (part_rows <= 0 or part_rows % TILE_ROWS):
+            raise ValueError(f"part_rows {part_rows} is not a positive multiple of {TILE_ROWS}")
+        self.parts: list[Matmul] = [self] if part_rows is None else self._parts(part_rows)
+
+    def _parts(self, part_rows: int) -> list[Matmul]:
+        """Views of ``part_rows`` rows each (the tiles' bytes shared; a view has no parts of its own)."""
+        step = part_rows // TILE_ROWS
+        tile_bytes = self.nb * TILE_BLOCK_BYTES
+        parts: list[Matmul] = []
+        for first in range(0, self.n_tiles, step):
+            last = min(first + step, self.n_tiles)
+            rows = min(last * TILE_ROWS, self.n_out) - first * TILE_ROWS
+            view = self.tiles[first * tile_bytes : last * tile_bytes]
+            parts.append(TileHead(view, rows, self.n_in, self.threads, self.kernel, part_rows=None))
+        return parts
 
     @classmethod
     def from_q8_0(

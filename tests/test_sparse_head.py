@@ -18,7 +18,7 @@ import numpy.typing as npt
 import pytest
 
 from tests.support.quant_blocks import q8_0_bytes
-from verispec.engine import matmul
+from verispec.engine import matmul, tile_head
 from verispec.engine.blocks import repack
 from verispec.engine.sparse_head import (
     Q8_0_TYPE,
@@ -34,9 +34,17 @@ from verispec.engine.sparse_head import (
 F32 = npt.NDArray[np.float32]
 N_IN = 128
 CHUNK = 512
+HEAD_KERNELS = ("mlas", "tile")  # the int8 mode's head kernels (engine/weights.py)
 
 
-def head_chunks(raw: npt.NDArray[np.uint8], n_in: int, chunk: int = CHUNK) -> matmul.RowChunks:
+def head_chunks(raw: npt.NDArray[np.uint8], n_in: int, chunk: int = CHUNK, kernel: str = "mlas") -> matmul.RowChunks:
+    """The int8 head of ``raw`` Q8_0 rows in parts of ``chunk`` rows, on head kernel ``kernel``:
+    ``mlas`` (a MatMulNBits session a part) or ``tile`` (engine/tile_head.py, its C kernel where
+    it builds, else its NumPy law: the same bits)."""
+    if kernel == "tile":
+        kernels = tile_head.default_kernel()[0]
+        tiles = tile_head.pack_tiles(np.ascontiguousarray(raw).reshape(-1), raw.shape[0], n_in)
+        return tile_head.TileHead(tiles, raw.shape[0], n_in, 1, kernels, part_rows=chunk)
     parts: list[matmul.Matmul] = []
     for first in range(0, raw.shape[0], chunk):
         rows = raw[first : first + chunk]
@@ -123,15 +131,18 @@ def activations(rng: np.random.Generator) -> dict[str, F32]:
     }
 
 
+@pytest.mark.parametrize("head_kernel", HEAD_KERNELS)
 @pytest.mark.parametrize(
     "kind", ["gaussian", "huge", "tiny_normal", "denormal", "outlier", "zero_block", "mixed_scales"]
 )
-def test_kernel_error_bound_holds_on_every_row(kind: str) -> None:
+def test_kernel_error_bound_holds_on_every_row(kind: str, head_kernel: str) -> None:
+    """The error model holds for both int8 head kernels: MatMulNBits, and the tile kernel's law
+    (reference/q8_block_dot.py: the same per-block quantization, two roundings and an add a term)."""
     rng = np.random.default_rng(1)
     levels, scales = random_head(rng, 1024)
     raw = q8_0_bytes(levels, scales)
     x = activations(rng)[kind]
-    logits = head_chunks(raw, N_IN)(x).astype(np.float64)
+    logits = head_chunks(raw, N_IN, kernel=head_kernel)(x).astype(np.float64)
     w = Q8ExactSketch(raw, 1024, N_IN).rows(0, 1024)
     # the exact weights: each a float16 scale times an int8 level, as the reference dequantizes them
     assert np.array_equal(w, levels.astype(np.float64) * np.repeat(scales.astype(np.float64), 32, axis=1))
@@ -145,13 +156,14 @@ def test_kernel_error_bound_holds_on_every_row(kind: str) -> None:
 # -- the selection: pruning, ties, fallback --------------------------------------------------------
 
 
+@pytest.mark.parametrize("head_kernel", HEAD_KERNELS)
 @pytest.mark.parametrize("k", [1, 2, 8, 64])
 @pytest.mark.parametrize("extra", [0.0, 2.0])
-def test_sparse_top_k_is_the_full_heads(k: int, extra: float) -> None:
+def test_sparse_top_k_is_the_full_heads(k: int, extra: float, head_kernel: str) -> None:
     rng = np.random.default_rng(k)
     levels, scales = random_head(rng, 4 * CHUNK)
     raw = q8_0_bytes(levels, scales)
-    head = head_chunks(raw, N_IN)
+    head = head_chunks(raw, N_IN, kernel=head_kernel)
     x = rng.standard_normal((3, N_IN)).astype(np.float32)
     exact_sketch = Q8ExactSketch(raw, 4 * CHUNK, N_IN)
     sketch = WidenedSketch(exact_sketch, extra, k) if extra else exact_sketch
@@ -160,14 +172,15 @@ def test_sparse_top_k_is_the_full_heads(k: int, extra: float) -> None:
     assert_same(got, head(x), k)
 
 
+@pytest.mark.parametrize("head_kernel", HEAD_KERNELS)
 @pytest.mark.parametrize("kind", ["huge", "tiny_normal", "denormal", "outlier", "zero_block", "mixed_scales"])
-def test_sparse_top_k_on_extreme_activations(kind: str) -> None:
+def test_sparse_top_k_on_extreme_activations(kind: str, head_kernel: str) -> None:
     """Huge, denormal, one-outlier and mixed-scale inputs: the same ids and bits as the full head
     (where the radius covers every row the selection evaluates every chunk: still exact)."""
     rng = np.random.default_rng(3)
     levels, scales = random_head(rng, 4 * CHUNK)
     raw = q8_0_bytes(levels, scales)
-    head = head_chunks(raw, N_IN)
+    head = head_chunks(raw, N_IN, kernel=head_kernel)
     x = activations(rng)[kind]
     for k in (1, 8):
         got = sparse_top_k(x, head, Q8ExactSketch(raw, 4 * CHUNK, N_IN), k, max_fraction=1.0)

@@ -275,6 +275,21 @@ def test_auto_and_the_fallback_in_the_engine(
         native.load.cache_clear()
 
 
+def test_the_sparse_head_serves_the_tile_head(synthetic_q8_0: Path) -> None:
+    """The sparse head mode on the tile head (its parts are views of the tiles): greedy decision
+    rows give the full head's argmax and its value, bit for bit, and the sparse path ran."""
+    from verispec.engine.model import FastModel
+    from verispec.reference.sampling import SamplingParams
+
+    model = FastModel.load(synthetic_q8_0, weights="int8", head_kernel="tile", head="sparse")
+    x = np.random.default_rng(2).standard_normal((3, model.config.n_embd)).astype(np.float32)
+    full = model.store.head_matmul(x)
+    rows = model.sparse_head.decision_rows(x, SamplingParams(temperature=0.0), None)
+    assert rows is not None
+    assert np.array_equal(rows.argmax(axis=1), full.argmax(axis=1))
+    assert np.array_equal(rows.max(axis=1), full.max(axis=1))
+
+
 @pytest.fixture(scope="module")
 def smollm2_tile(smollm2_path: Path) -> Any:
     from verispec.engine.model import FastModel
