@@ -284,6 +284,7 @@ def test_the_sparse_head_serves_the_tile_head(synthetic_q8_0: Path) -> None:
     model = FastModel.load(synthetic_q8_0, weights="int8", head_kernel="tile", head="sparse")
     x = np.random.default_rng(2).standard_normal((3, model.config.n_embd)).astype(np.float32)
     full = model.store.head_matmul(x)
+    assert model.sparse_head is not None
     rows = model.sparse_head.decision_rows(x, SamplingParams(temperature=0.0), None)
     assert rows is not None
     assert np.array_equal(rows.argmax(axis=1), full.argmax(axis=1))
