@@ -129,6 +129,15 @@ def test_a_version_2_report_round_trips_with_its_new_fields() -> None:
     )
 
 
+def test_the_report_names_the_int8_head_kernel() -> None:
+    """A report from a run whose int8 head ran the tile kernel says so (engine/tile_head.py); the
+    head then makes no onnxruntime call."""
+    report = _broken(_version_2)
+    report["engine_kernel"].update(graphs=31, calls_per_step=31, head_kernel="tile (avx512-vnni)")
+    text = format_report(BenchReport.from_json(report))
+    assert "31 onnxruntime calls a step (31 layer graphs, 0 head); head kernel tile (avx512-vnni)" in text
+
+
 @pytest.mark.parametrize(
     ("change", "named"),
     [

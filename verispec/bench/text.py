@@ -79,6 +79,8 @@ def _format_engine_kernel(kernel: dict[str, Any] | None) -> list[str]:
     step = "" if calls is None else f"; {calls} onnxruntime calls a step"
     layers = kernel.get("layer_calls_per_step")
     step += "" if layers is None or calls is None else f" ({layers} layer graphs, {calls - layers} head)"
+    head = kernel.get("head_kernel")
+    step += "" if head in (None, "none") else f"; head kernel {head}"
     return [f"headline mode {kernel['mode']}: {ort}; row modes {rows}{step}"]
 
 
