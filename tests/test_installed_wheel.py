@@ -148,6 +148,20 @@ def test_the_wheel_claims_only_verispec(installed: Installed) -> None:
     assert decoy.returncode == 1 and "verispec imported the user project's spec.check" in decoy.stderr
 
 
+def test_the_wheel_ships_the_tile_kernel_and_it_builds_there(installed: Installed, tmp_path: Path) -> None:
+    """The int8 tile head's C source is package data (the wheel stays pure Python); the installed
+    package compiles it on first use where a C compiler is (engine/native.py), and names its
+    NumPy fallback where none is."""
+    assert "verispec/engine/kernels/q8_0_tile.c" in zipfile.ZipFile(installed.wheel).namelist()
+    script = "from verispec.engine import tile_head; print(tile_head.default_kernel()[1])"
+    built = installed.run(f"VERISPEC_KERNEL_CACHE={tmp_path} python -c '{script}'")
+    assert built.returncode == 0, built.stderr
+    has_compiler = any(shutil.which(cc) for cc in ("cc", "gcc", "clang"))
+    assert built.stdout.startswith("tile (") and ("numpy" not in built.stdout) == has_compiler, built.stdout
+    if has_compiler:  # built into the cache it was given
+        assert list(tmp_path.glob("q8_0_tile-*.so"))
+
+
 def _junit_failures(path: Path) -> int:
     suite = ET.parse(path).getroot().find("testsuite")
     assert suite is not None
