@@ -84,6 +84,7 @@ def test_the_three_sides_run_the_same_number_of_tokens(
 ) -> None:
     lines = demo(tinyllama, DECODES, monkeypatch, capsys)
     assert "int8 mode, lossless w.r.t. the int8 model's own law" in lines[0]
+    assert "; head kernel " in lines[0]  # mlas, or tile (ISA): the int8 law depends on it
     assert lines[1].startswith("prompt: the --prompt text, ") and lines[1].endswith(" prompt tokens")
     table = lines[lines.index(next(line for line in lines if "tokens on every side" in line)) :]
     n = int(table[0].split()[0])

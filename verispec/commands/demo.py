@@ -31,7 +31,8 @@ from verispec.commands.request import add_engine_arguments, build_request
 from verispec.commands.speculative import draft_boundaries
 from verispec.commands.validate import check_generate
 from verispec.engine.generate import draw_for, generate_any, law_for
-from verispec.engine_load import EngineLoaded, load_engine, weights_mode_of
+from verispec.engine.model import FastModel
+from verispec.engine_load import EngineLoaded, head_kernel_of, load_engine, weights_mode_of
 from verispec.exit_codes import EXIT_FAILED, EXIT_PASSED
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DEFAULT_DRAFT, check_options, make_draft, parse_draft_spec
@@ -110,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
     )
     request = build_request(args, loaded)
     mode = weights_mode_of(loaded.model)
-    print(f"{args.model} ({loaded.model.config.arch}) in the {LAWS.get(mode, mode)}")
+    head = ""  # the int8 law depends on its head's kernel (engine/tile_head.py): named
+    if isinstance(loaded.model, FastModel) and head_kernel_of(loaded.model) is not None:
+        head = f"; head kernel {loaded.model.store.head_kernel}"
+    print(f"{args.model} ({loaded.model.config.arch}) in the {LAWS.get(mode, mode)}{head}")
     print(f"prompt: {described}, {len(request.prompt_ids)} prompt tokens")
     first = generate_any(loaded.model, loaded.tokenizer, request)
     sys.stdout.write(first.text + "\n")
