@@ -11,7 +11,7 @@ and used one at a time through :func:`spec.properties.as_verifier`.
 
 Broken on purpose: the draw and residual below are copies of the protocol's that carry the bugs
 (a float32 running sum, a pairwise total, an off-by-one clamp, a flushed residual ...); where a
-mutant's draw is not the bug, :func:`_inverse_cdf_rows` calls the reference's one definition
+mutant's draw is not the bug, :func:`draw_rows` calls the reference's one definition
 (reference.sampling.inverse_cdf_rows).
 """
 
@@ -74,7 +74,7 @@ class Bugs:
     rows: str = "float64"  # float64 | float16 | q_tail_underflow
 
 
-def _inverse_cdf_rows(weights: Probs2D, u: npt.NDArray[np.float64], draw: str = "protocol") -> npt.NDArray[np.int64]:
+def draw_rows(weights: Probs2D, u: npt.NDArray[np.float64], draw: str = "protocol") -> npt.NDArray[np.int64]:
     """The protocol's draw, row by row: the first id with u * total < cumsum (or a broken draw)."""
     if weights.shape[0] > 1 and weights.strides[0] == 0:  # one row shared by every item (a broadcast view)
         return _inverse_cdf_shared(np.ascontiguousarray(weights[0]), u, draw)
@@ -82,7 +82,7 @@ def _inverse_cdf_rows(weights: Probs2D, u: npt.NDArray[np.float64], draw: str = 
         return inverse_cdf_rows(weights, u)
     vocab = weights.shape[1]
     if draw == "reversed_large_vocab" and vocab > 8:  # a kernel that scans from the top id down
-        flipped = _inverse_cdf_rows(weights[:, ::-1], u)
+        flipped = draw_rows(weights[:, ::-1], u)
         return np.asarray(vocab - 1 - flipped, dtype=np.int64)
     if draw == "float32_cumsum":
         cumulative = np.cumsum(weights.astype(np.float32), axis=1).astype(np.float64)
@@ -99,7 +99,7 @@ def _inverse_cdf_rows(weights: Probs2D, u: npt.NDArray[np.float64], draw: str = 
 
 
 def _inverse_cdf_shared(row: npt.NDArray[np.float64], u: npt.NDArray[np.float64], draw: str) -> npt.NDArray[np.int64]:
-    """:func:`_inverse_cdf_rows` of ``len(u)`` copies of one row [V], its running sum computed once
+    """:func:`draw_rows` of ``len(u)`` copies of one row [V], its running sum computed once
     (the statistical properties draw from shared rows: N copies of a V = 262,144 row were summed
     N times). The same tokens: a row's running sum is the same left-to-right sum whether the row
     stands alone or in a matrix, its total too (the last entry; numpy's pairwise sum of one
@@ -187,7 +187,7 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
             bonus_row = np.broadcast_to(p_all[0, bonus_index, :], (bonus_items.size, p_all.shape[-1]))
         else:
             bonus_row = p_all[bonus_items, bonus_index, :]
-        bonus_token[bonus_items] = _inverse_cdf_rows(bonus_row, u[bonus_items, k], bugs.draw)
+        bonus_token[bonus_items] = draw_rows(bonus_row, u[bonus_items, k], bugs.draw)
         if bugs.accept == "greedy":
             bonus_token = np.asarray(np.argmax(p_all[:, k, :], axis=1), dtype=np.int64)
         token = np.where(all_accepted, bonus_token, repair_token).astype(np.int64)
@@ -253,7 +253,7 @@ def _repair_rows(
     if target_row.shape[0] != m:  # one shared row: every item sees it
         target_row, residual, weights = (np.broadcast_to(a, (m, vocab)) for a in (target_row, residual, weights))
         has_residual = np.broadcast_to(has_residual, (m,))
-    repair_token = _inverse_cdf_rows(weights, final_u, bugs.draw)
+    repair_token = draw_rows(weights, final_u, bugs.draw)
     if bugs.repair == "unnormalized":  # u compared with the raw residual's running sum
         cumulative = np.cumsum(residual, axis=1)
         repair_token = np.asarray(np.minimum(np.sum(cumulative <= final_u[:, None], axis=1), vocab - 1), dtype=np.int64)

@@ -160,6 +160,6 @@ def test_a_shared_rows_draw_is_the_row_by_row_draw(draw: str) -> None:
             u = np.concatenate([rng.random(300), [0.0, np.nextafter(1.0, 0.0)]])
             shared = np.broadcast_to(row, (u.shape[0], vocab))
             assert np.array_equal(
-                mutants._inverse_cdf_rows(shared, u, draw),
-                mutants._inverse_cdf_rows(np.ascontiguousarray(shared), u, draw),
+                mutants.draw_rows(shared, u, draw),
+                mutants.draw_rows(np.ascontiguousarray(shared), u, draw),
             ), (draw, vocab)
