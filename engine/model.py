@@ -94,6 +94,17 @@ def drop_large_metadata(f: "GGUFFile") -> None:
         del f.metadata[key]
 
 
+def _file_bytes(path_or_file: "str | Path | GGUFFile") -> int | None:
+    """The size of the file a load reads (None where it cannot be read: the load's own open then
+    raises its typed error)."""
+    if isinstance(path_or_file, (str, Path)):
+        try:
+            return Path(path_or_file).stat().st_size
+        except OSError:
+            return None
+    return path_or_file.file_size
+
+
 class FastModel:
     """A loaded model with the reference :class:`~reference.model.Model` interface, fast."""
 
@@ -163,7 +174,8 @@ class FastModel:
 
         options = head if isinstance(head, HeadOptions) else HeadOptions(mode=head)
         started = time.perf_counter()
-        memory_before = huge_pages.snapshot()  # the host's own memory: never collapsed
+        collapse = huge_pages.worth_collapsing(_file_bytes(path_or_file))
+        memory_before = huge_pages.snapshot() if collapse else frozenset()  # the host's own memory: never collapsed
         sparse: SparseHead | None = None
         if isinstance(path_or_file, (str, Path)):
             from verispec.reference.gguf import GGUFFile
@@ -179,7 +191,8 @@ class FastModel:
             store = load_weights(path_or_file, config, weights, backend, fused, pass_boundaries, head_kernel)
             if options.mode == "sparse":
                 sparse = SparseHead.from_gguf(path_or_file, config, store, options)
-        store.huge_page_bytes = huge_pages.collapse_new_memory(memory_before)  # the same bytes, fewer TLB misses
+        if collapse:
+            store.huge_page_bytes = huge_pages.collapse_new_memory(memory_before)  # the same bytes, fewer TLB misses
         return cls(config, store, load_time_s=time.perf_counter() - started, sparse_head=sparse)
 
     def with_head(self, head: "str | HeadOptions", source: "str | Path | GGUFFile") -> "FastModel":

@@ -11,7 +11,7 @@ and used one at a time through :func:`spec.properties.as_verifier`.
 
 Broken on purpose: the draw and residual below are copies of the protocol's that carry the bugs
 (a float32 running sum, a pairwise total, an off-by-one clamp, a flushed residual ...); where a
-mutant's draw is not the bug, :func:`_inverse_cdf_rows` calls the reference's one definition
+mutant's draw is not the bug, :func:`draw_rows` calls the reference's one definition
 (reference.sampling.inverse_cdf_rows).
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from verispec.reference.sampling import SamplingParams, inverse_cdf_rows, target_distribution
+from verispec.reference.sampling import SamplingParams, inverse_cdf_draws, inverse_cdf_rows, target_distribution
 from verispec.reference.speculative import (
     BatchVerdict,
     BatchVerifier,
@@ -74,13 +74,15 @@ class Bugs:
     rows: str = "float64"  # float64 | float16 | q_tail_underflow
 
 
-def _inverse_cdf_rows(weights: Probs2D, u: npt.NDArray[np.float64], draw: str = "protocol") -> npt.NDArray[np.int64]:
+def draw_rows(weights: Probs2D, u: npt.NDArray[np.float64], draw: str = "protocol") -> npt.NDArray[np.int64]:
     """The protocol's draw, row by row: the first id with u * total < cumsum (or a broken draw)."""
+    if weights.shape[0] > 1 and weights.strides[0] == 0:  # one row shared by every item (a broadcast view)
+        return _inverse_cdf_shared(np.ascontiguousarray(weights[0]), u, draw)
     if draw == "protocol":
         return inverse_cdf_rows(weights, u)
     vocab = weights.shape[1]
     if draw == "reversed_large_vocab" and vocab > 8:  # a kernel that scans from the top id down
-        flipped = _inverse_cdf_rows(weights[:, ::-1], u)
+        flipped = draw_rows(weights[:, ::-1], u)
         return np.asarray(vocab - 1 - flipped, dtype=np.int64)
     if draw == "float32_cumsum":
         cumulative = np.cumsum(weights.astype(np.float32), axis=1).astype(np.float64)
@@ -93,6 +95,31 @@ def _inverse_cdf_rows(weights: Probs2D, u: npt.NDArray[np.float64], draw: str = 
     else:
         token = np.sum(cumulative <= threshold, axis=1)
     top = vocab - 2 if draw == "clamp_v_minus_2" and vocab >= 2 else vocab - 1  # off by one in the clamp
+    return np.asarray(np.minimum(token, top), dtype=np.int64)
+
+
+def _inverse_cdf_shared(row: npt.NDArray[np.float64], u: npt.NDArray[np.float64], draw: str) -> npt.NDArray[np.int64]:
+    """:func:`draw_rows` of ``len(u)`` copies of one row [V], its running sum computed once
+    (the statistical properties draw from shared rows: N copies of a V = 262,144 row were summed
+    N times). The same tokens: a row's running sum is the same left-to-right sum whether the row
+    stands alone or in a matrix, its total too (the last entry; numpy's pairwise sum of one
+    contiguous row either way), and the thresholds are the same products ``u * total``. The rows
+    are non-negative (the contract, max(., 0), float16 or float32 copies of them), so the running
+    sum never decreases and the count of its entries <= (<) a threshold is ``searchsorted`` on the
+    right (left); the protocol's draw is the reference's one-row form, tested bit-identical to its
+    rows form (tests/test_one_draw.py)."""
+    vocab = row.shape[0]
+    if draw == "protocol":
+        return inverse_cdf_draws(row, u)
+    if draw == "reversed_large_vocab" and vocab > 8:
+        return np.asarray(vocab - 1 - inverse_cdf_draws(row[::-1], u), dtype=np.int64)
+    if draw == "float32_cumsum":
+        cumulative = np.cumsum(row.astype(np.float32)).astype(np.float64)
+    else:
+        cumulative = np.cumsum(row)
+    total = row[None, :].sum(axis=1)[0] if draw == "pairwise_total" else cumulative[-1]
+    token = np.searchsorted(cumulative, u * total, side="left" if draw == "side_left" else "right")
+    top = vocab - 2 if draw == "clamp_v_minus_2" and vocab >= 2 else vocab - 1
     return np.asarray(np.minimum(token, top), dtype=np.int64)
 
 
@@ -155,8 +182,12 @@ def broken_batch(bugs: Bugs) -> BatchVerifier:
         repair_token = _repair_tokens(bugs, p_all, q_all, u, accepted, np.flatnonzero(~all_accepted))
         bonus_token = np.zeros(n, dtype=np.int64)
         bonus_items = np.flatnonzero(all_accepted)
-        bonus_row = p_all[bonus_items, k - 1 if bugs.bonus == "previous_row" else k, :]
-        bonus_token[bonus_items] = _inverse_cdf_rows(bonus_row, u[bonus_items, k], bugs.draw)
+        bonus_index = k - 1 if bugs.bonus == "previous_row" else k
+        if bonus_items.size > 1 and p_all.strides[0] == 0:  # shared rows: one row, handed on as a broadcast view
+            bonus_row = np.broadcast_to(p_all[0, bonus_index, :], (bonus_items.size, p_all.shape[-1]))
+        else:
+            bonus_row = p_all[bonus_items, bonus_index, :]
+        bonus_token[bonus_items] = draw_rows(bonus_row, u[bonus_items, k], bugs.draw)
         if bugs.accept == "greedy":
             bonus_token = np.asarray(np.argmax(p_all[:, k, :], axis=1), dtype=np.int64)
         token = np.where(all_accepted, bonus_token, repair_token).astype(np.int64)
@@ -178,17 +209,34 @@ def _repair_tokens(
     accepted: npt.NDArray[np.int64],
     items: npt.NDArray[np.intp],
 ) -> npt.NDArray[np.int64]:
-    """[N] the repair token of each of ``items`` (the rejected ones; 0 elsewhere), with the bugs."""
+    """[N] the repair token of each of ``items`` (the rejected ones; 0 elsewhere), with the bugs.
+    With shared rows (broadcast views) an item's repair rows depend on its row index alone: each
+    index's rows are worked out once for all its items (:func:`_repair_rows`)."""
     n, k = u.shape[0], u.shape[1] - 1
-    vocab = p_all.shape[-1]
     out = np.zeros(n, dtype=np.int64)
     row = np.minimum(accepted[items], k - 1)
     shift = 1 if bugs.accept == "off_by_one" else 0
-    target_row = p_all[items, np.minimum(row + shift, k)]  # [M, V] (repair rows)
-    draft_row = q_all[items, row]
+    # reuse_uniform: the rejecting uniform drives the repair draw too
+    final_u = u[items, row] if bugs.repair == "reuse_uniform" else u[items, k]
+    if items.size > 1 and p_all.strides[0] == 0 and q_all.strides[0] == 0:
+        for r in np.unique(row):
+            at = row == r
+            target_row = p_all[0, min(int(r) + shift, k)][None, :]
+            out[items[at]] = _repair_rows(bugs, target_row, q_all[0, int(r)][None, :], final_u[at])
+    else:
+        out[items] = _repair_rows(bugs, p_all[items, np.minimum(row + shift, k)], q_all[items, row], final_u)
+    return out
+
+
+def _repair_rows(
+    bugs: Bugs, target_row: Probs2D, draft_row: Probs2D, final_u: npt.NDArray[np.float64]
+) -> npt.NDArray[np.int64]:
+    """The repair tokens of ``len(final_u)`` items whose repair rows are ``target_row`` and
+    ``draft_row``: [M, V], an item's per row, or [1, V] shared by all M (every step below is row by
+    row, so a shared row's result is each item's; it is then handed on as a broadcast view)."""
+    m, vocab = final_u.shape[0], target_row.shape[-1]
     residual = np.maximum(target_row - draft_row, 0.0)
     has_residual = np.any(residual > 0, axis=1)
-    final_u = u[items, k]
     if bugs.repair == "from_p":
         weights = target_row
     elif bugs.repair == "from_q":
@@ -202,9 +250,10 @@ def _repair_tokens(
                 residual = np.where(residual >= cut, residual, 0.0)
         has_residual = np.any(residual > 0, axis=1)
         weights = np.where(has_residual[:, None], residual, target_row)
-    if bugs.repair == "reuse_uniform":  # the rejecting uniform drives the repair draw too
-        final_u = u[items, row]
-    repair_token = _inverse_cdf_rows(weights, final_u, bugs.draw)
+    if target_row.shape[0] != m:  # one shared row: every item sees it
+        target_row, residual, weights = (np.broadcast_to(a, (m, vocab)) for a in (target_row, residual, weights))
+        has_residual = np.broadcast_to(has_residual, (m,))
+    repair_token = draw_rows(weights, final_u, bugs.draw)
     if bugs.repair == "unnormalized":  # u compared with the raw residual's running sum
         cumulative = np.cumsum(residual, axis=1)
         repair_token = np.asarray(np.minimum(np.sum(cumulative <= final_u[:, None], axis=1), vocab - 1), dtype=np.int64)
@@ -213,8 +262,7 @@ def _repair_tokens(
     if bugs.repair == "padded_tie":  # a zero residual: the padded tail wins the tie
         padded_last = -(-vocab // 8) * 8 - 1
         repair_token = np.where(has_residual, repair_token, padded_last).astype(np.int64)
-    out[items] = repair_token
-    return out
+    return np.asarray(repair_token, dtype=np.int64)
 
 
 # -----------------------------------------------------------------------------------------------

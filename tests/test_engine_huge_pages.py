@@ -211,3 +211,45 @@ def test_a_sparse_head_built_after_the_load_is_collapsed_as_a_load_is(
     assert calls == []  # nothing built, nothing to collapse
     model.with_head("sparse", path)
     assert calls == ["snapshot", "build", "collapse"]
+
+
+def test_a_load_from_a_small_file_is_not_collapsed(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file under MIN_FILE_BYTES (the tiny llama, ~100 KB) loads without walking the host's
+    memory (no snapshot, no collapse: nothing it could gain), with the same logits; the switch is
+    still read, so a wrong value is refused by such a load too. A file of unknown size (None) or at
+    the bound is collapsed."""
+    assert huge_pages.worth_collapsing(None) and huge_pages.worth_collapsing(huge_pages.MIN_FILE_BYTES)
+    assert not huge_pages.worth_collapsing(huge_pages.MIN_FILE_BYTES - 1)
+    path = tiny_gguf("llama")
+    assert path.stat().st_size < huge_pages.MIN_FILE_BYTES
+    calls: list[str] = []
+    real_snapshot, real_collapse = huge_pages.snapshot, huge_pages.collapse_new_memory
+
+    def spied_snapshot() -> frozenset[int]:
+        calls.append("snapshot")
+        return real_snapshot()
+
+    def spied_collapse(before: Any) -> int:
+        calls.append("collapse")
+        return real_collapse(before)
+
+    monkeypatch.setattr(huge_pages, "snapshot", spied_snapshot)
+    monkeypatch.setattr(huge_pages, "collapse_new_memory", spied_collapse)
+    monkeypatch.setenv(huge_pages.ENV, "1")
+    prompt = [5, 9, 12, 7, 3]
+    for weights in ("int8", "f32"):
+        small = FastModel.load(path, weights=weights)
+        assert calls == [] and small.store.huge_page_bytes == 0
+        monkeypatch.setenv(huge_pages.ENV, "0")
+        off = FastModel.load(path, weights=weights)
+        assert np.array_equal(
+            small.forward(prompt, small.new_cache(8)).logits, off.forward(prompt, off.new_cache(8)).logits
+        )
+        monkeypatch.setenv(huge_pages.ENV, "yes")
+        with pytest.raises(ModelError, match="VERISPEC_HUGE_PAGES"):
+            FastModel.load(path, weights=weights)
+        monkeypatch.setenv(huge_pages.ENV, "1")
+    large = tiny_gguf("llama", n_layer=2, n_vocab=16384, n_embd=256, n_head=4, context_length=32)
+    assert large.stat().st_size >= huge_pages.MIN_FILE_BYTES
+    FastModel.load(large, weights="int8")
+    assert calls == ["snapshot", "collapse"]

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
+from verispec.reference.sampling import inverse_cdf_draws
 from verispec.spec import mutants
 from verispec.spec.properties import PROPERTY_NAMES, STATISTICAL, run_properties
 
@@ -110,3 +113,53 @@ def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_rejects_unknown_property(capsys: pytest.CaptureFixture[str]) -> None:
     assert mutants.main(["--only", "no_such_property"]) == 2
     assert "unknown properties" in capsys.readouterr().err
+
+
+def _rows(rng: np.random.Generator, count: int, vocab: int) -> npt.NDArray[np.float64]:
+    """Probability rows with zeros among their entries, the last one one-hot."""
+    rows = rng.dirichlet(np.full(vocab, 0.3), size=count)
+    rows[rows < 1e-3] = 0.0
+    rows[-1] = 0.0
+    rows[-1, vocab - 1] = 1.0
+    normalized: npt.NDArray[np.float64] = rows / rows.sum(axis=1, keepdims=True)
+    return normalized
+
+
+@pytest.mark.parametrize("vocab", [6, 300, 2048])
+def test_shared_rows_give_every_mutant_the_tokens_of_per_item_rows(vocab: int) -> None:
+    """The mutants work a shared row out once (spec/mutants.py ``_inverse_cdf_shared``,
+    ``_repair_rows``): on the same p, q, drafts and uniforms every batch verifier of the catalogue
+    returns, bit for bit, what it returns when each item carries its own copy of the rows (the
+    row-by-row path), for V <= 8, V > 8 (the reversed scan) and V > 1024 (the top-1,024 cut)."""
+    rng = np.random.default_rng(vocab)
+    k, n = 3, 400
+    p, q = _rows(rng, k + 1, vocab), _rows(rng, k, vocab)
+    q[1] = p[1]  # an all-zero residual row: the padded tie and the fallback to p
+    drafts = np.stack([inverse_cdf_draws(q[i], rng.random(n)) for i in range(k)], axis=1)  # drawn from q
+    uniforms = rng.random((n, k + 1))
+    per_item = (
+        np.ascontiguousarray(np.broadcast_to(p, (n, k + 1, vocab))),
+        np.ascontiguousarray(np.broadcast_to(q, (n, k, vocab))),
+    )
+    for mutant in [*mutants.catalogue()]:
+        shared = mutant.batch(p, q, drafts, uniforms)
+        own = mutant.batch(*per_item, drafts, uniforms)
+        for got, want in zip(shared, own):
+            assert np.array_equal(got, want), mutant.name
+
+
+@pytest.mark.parametrize(
+    "draw", ["protocol", "float32_cumsum", "reversed_large_vocab", "pairwise_total", "clamp_v_minus_2", "side_left"]
+)
+def test_a_shared_rows_draw_is_the_row_by_row_draw(draw: str) -> None:
+    rng = np.random.default_rng(7)
+    for vocab in (2, 9, 5000):
+        subnormal = np.zeros(vocab)
+        subnormal[vocab // 2] = 5e-324  # a subnormal total: the draws' overflow fallback
+        for row in [*_rows(rng, 4, vocab), subnormal]:
+            u = np.concatenate([rng.random(300), [0.0, np.nextafter(1.0, 0.0)]])
+            shared = np.broadcast_to(row, (u.shape[0], vocab))
+            assert np.array_equal(
+                mutants.draw_rows(shared, u, draw),
+                mutants.draw_rows(np.ascontiguousarray(shared), u, draw),
+            ), (draw, vocab)
