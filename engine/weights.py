@@ -63,7 +63,7 @@ INT8_HEAD_CHUNK_ROWS = 8192  # ort / int8: head rows per kernel session (bounds 
 # ``auto``: tile where the head is Q8_0 and the native kernel builds here, else mlas (never the tile
 # head's NumPy fallback, which only an explicit ``tile`` runs: the same bits, far slower).
 HEAD_KERNELS: tuple[str, ...] = ("auto", "mlas", "tile")
-HEAD_KERNEL_BY_DEFAULT = "mlas"
+HEAD_KERNEL_BY_DEFAULT = "auto"  # measured: docs/int8-step.md, the tile head kernel
 HEAD_KERNEL_ENV = "VERISPEC_INT8_HEAD_KERNEL"
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
 

@@ -359,6 +359,14 @@ def _text_value(row: Callable[[dict[str, Any]], Any], report: dict[str, Any]) ->
 # table is the first set's.
 SAME_WORK_SETS: tuple[tuple[str, str], ...] = (
     (
+        "bench_same_work_headtile",
+        "AMD EPYC, AVX-512 with VNNI, no AMX: the int8 head on the tile kernel (the default, auto)",
+    ),
+    (
+        "bench_same_work_headmlas",
+        "AMD EPYC, AVX-512 with VNNI, no AMX: the same day and machine, the int8 head on MLAS (VERISPEC_INT8_HEAD_KERNEL=mlas)",
+    ),
+    (
         "bench_same_work_kvpages",
         "AMD EPYC, AVX-512 with VNNI, no AMX: as the set below, the KV cache on 4 KiB pages",
     ),
