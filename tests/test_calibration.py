@@ -323,7 +323,7 @@ def test_calibrate_cli_and_generate_with_early_exit(
     from verispec.commands import calibrate as calibrate_command
     from verispec.commands import generate as generate_command
     from verispec.commands import generate_early_exit as early_exit_command
-    from verispec.engine_load import AUTO, load_engine, resolve_weights
+    from verispec.engine_load import AUTO, head_kernel_of, load_engine, resolve_weights
     from verispec.registry import resolve_model
 
     loads: dict[tuple[Any, ...], Any] = {}
@@ -337,6 +337,7 @@ def test_calibrate_cli_and_generate_with_early_exit(
         backend: str = "auto",
         pass_boundaries: Any = (),
         head: str = "full",
+        head_kernel: str | None = None,
     ) -> Any:
         boundaries = tuple(pass_boundaries)
         mode = resolve_weights(weights, engine=engine, backend=backend)
@@ -350,7 +351,13 @@ def test_calibrate_cli_and_generate_with_early_exit(
                 backend=backend,
                 pass_boundaries=boundaries,
                 head=head,
+                head_kernel=head_kernel,
             )
+        # the early-exit serve names the calibrated head kernel; the default load must have it
+        assert head_kernel in (None, head_kernel_of(loads[key].model)), (
+            head_kernel,
+            loads[key].model.store.head_kernel,
+        )
         return loads[key]
 
     for command in (calibrate_command, generate_command, early_exit_command):
