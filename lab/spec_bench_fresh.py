@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_at_end": load_average(),
             "threads": os.environ.get("VERISPEC_THREADS"),
             "weights": model.weights_mode,
+            "head_kernel": model.store.head_kernel,  # the int8 law depends on it (engine/tile_head.py)
             "verify_cost_curve": curve,
             "note": "interleaved plain / speculative per request and draft, same prompt ids and token counts; "
             "the machine is shared with other work (see load averages): the CPU-time ratios are the steadier",
