@@ -54,6 +54,24 @@ def test_written_ranges_are_whole_2mib_ranges_of_pages_written() -> None:
     assert got == set(range(aligned, dense_address + 4 * HUGE_PAGE - HUGE_PAGE + 1, HUGE_PAGE))
 
 
+def spy_on_collapse(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record, in order, each ``snapshot`` and ``collapse_new_memory`` call a load makes (both still run)."""
+    calls: list[str] = []
+    real_snapshot, real_collapse = huge_pages.snapshot, huge_pages.collapse_new_memory
+
+    def spied_snapshot() -> frozenset[int]:
+        calls.append("snapshot")
+        return real_snapshot()
+
+    def spied_collapse(before: Any) -> int:
+        calls.append("collapse")
+        return real_collapse(before)
+
+    monkeypatch.setattr(huge_pages, "snapshot", spied_snapshot)
+    monkeypatch.setattr(huge_pages, "collapse_new_memory", spied_collapse)
+    return calls
+
+
 def _supported() -> bool:
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="ascii") as file:
@@ -189,23 +207,12 @@ def test_a_sparse_head_built_after_the_load_is_collapsed_as_a_load_is(
 
     path = tiny_gguf("llama", n_layer=2, n_vocab=16384, n_embd=256, n_head=4, context_length=32)
     model = FastModel.load(path, weights="int8")
-    calls: list[str] = []
-    real_snapshot, real_collapse = huge_pages.snapshot, huge_pages.collapse_new_memory
-
-    def spied_snapshot() -> frozenset[int]:
-        calls.append("snapshot")
-        return real_snapshot()
-
-    def spied_collapse(before: Any) -> int:
-        calls.append("collapse")
-        return real_collapse(before)
+    calls = spy_on_collapse(monkeypatch)
 
     def built(*_: Any) -> Any:
         calls.append("build")
         return None
 
-    monkeypatch.setattr(huge_pages, "snapshot", spied_snapshot)
-    monkeypatch.setattr(huge_pages, "collapse_new_memory", spied_collapse)
     monkeypatch.setattr(SparseHead, "from_gguf", built)
     model.with_head("full", path)
     assert calls == []  # nothing built, nothing to collapse
@@ -222,19 +229,8 @@ def test_a_load_from_a_small_file_is_not_collapsed(tiny_gguf: Any, monkeypatch: 
     assert not huge_pages.worth_collapsing(huge_pages.MIN_FILE_BYTES - 1)
     path = tiny_gguf("llama")
     assert path.stat().st_size < huge_pages.MIN_FILE_BYTES
-    calls: list[str] = []
-    real_snapshot, real_collapse = huge_pages.snapshot, huge_pages.collapse_new_memory
+    calls = spy_on_collapse(monkeypatch)
 
-    def spied_snapshot() -> frozenset[int]:
-        calls.append("snapshot")
-        return real_snapshot()
-
-    def spied_collapse(before: Any) -> int:
-        calls.append("collapse")
-        return real_collapse(before)
-
-    monkeypatch.setattr(huge_pages, "snapshot", spied_snapshot)
-    monkeypatch.setattr(huge_pages, "collapse_new_memory", spied_collapse)
     monkeypatch.setenv(huge_pages.ENV, "1")
     prompt = [5, 9, 12, 7, 3]
     for weights in ("int8", "f32"):

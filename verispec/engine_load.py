@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from verispec.engine import FAST_ARCHITECTURES, load_model
@@ -93,18 +94,10 @@ def load_engine(
     weights will not fit; with ``need_chat`` a model without a chat format is a ChatFormatError.
     """
     boundaries = tuple(pass_boundaries)
-    if isinstance(source, GGUFFile):
-        return _load(
-            source,
-            need_chat=need_chat,
-            engine=engine,
-            weights=weights,
-            backend=backend,
-            bounds=boundaries,
-            head=head,
-            head_kernel=head_kernel,
-        )
-    with GGUFFile.open(resolve_model(source)) as f:
+    opened: AbstractContextManager[GGUFFile] = (
+        nullcontext(source) if isinstance(source, GGUFFile) else GGUFFile.open(resolve_model(source))
+    )
+    with opened as f:  # a file the caller opened stays open for it
         return _load(
             f,
             need_chat=need_chat,
