@@ -60,8 +60,8 @@ HEAD_CHUNK_ROWS = 8192  # quantized mode: head rows dequantized at a time (8192 
 INT8_HEAD_CHUNK_ROWS = 8192  # ort / int8: head rows per kernel session (bounds the load's transient copies)
 # The int8 mode's head kernels: ``mlas`` (onnxruntime's MatMulNBits, row chunks) or ``tile`` (the Q8
 # block-dot law on the file's Q8_0 head repacked, engine/tile_head.py). Two laws: the tokens may differ.
-# ``auto``: tile where the head is Q8_0 and the native kernel builds here, else mlas (never the tile
-# head's NumPy fallback, which only an explicit ``tile`` runs: the same bits, far slower).
+# ``auto``: tile where the head is Q8_0 and a vector kernel (AVX-512 VNNI, AVX2) builds here, else mlas
+# (never the plain C kernel or the NumPy fallback, which only an explicit ``tile`` runs: the same bits, slower).
 HEAD_KERNELS: tuple[str, ...] = ("auto", "mlas", "tile")
 HEAD_KERNEL_BY_DEFAULT = "auto"  # measured: docs/int8-step.md, the tile head kernel
 HEAD_KERNEL_ENV = "VERISPEC_INT8_HEAD_KERNEL"
@@ -693,10 +693,12 @@ class Int8Loader:
         return parts[0] if len(parts) == 1 else matmul.RowChunks(parts)
 
     def tile_head_runs_natively(self) -> bool:
-        """Whether the ``tile`` head would run its C kernel here: a Q8_0 head and a kernel that builds."""
+        """Whether ``auto`` picks the ``tile`` head: a Q8_0 head and a vector kernel that builds here
+        (AVX-512 VNNI or AVX2; the plain C kernel, all another CPU gets, is not measured against MLAS's)."""
         if self.t.f.tensors[self.c.head_name].ggml_type != quants.GGMLType.Q8_0:
             return False
-        return default_kernel()[0] is not None
+        kernel = default_kernel()[0]
+        return kernel is not None and kernel.isa != "portable"
 
     def tile_head(self) -> TileHead:
         """The head on the ``tile`` kernel (engine/tile_head.py): the file's Q8_0 head repacked at

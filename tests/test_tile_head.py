@@ -248,6 +248,19 @@ def synthetic_q8_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@needs_kernel
+def test_auto_keeps_mlas_where_only_the_plain_c_kernel_runs(
+    synthetic_q8_0: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU without AVX2 gets only the plain C kernel (measured nowhere against MLAS): ``auto``
+    keeps the mlas head there, while an explicit ``tile`` still runs it (the same bits)."""
+    from verispec.engine.model import FastModel
+
+    monkeypatch.setenv(tile_head.ISA_ENV, "portable")
+    assert FastModel.load(synthetic_q8_0, weights="int8", head_kernel="auto").store.head_kernel == "mlas"
+    assert FastModel.load(synthetic_q8_0, weights="int8", head_kernel="tile").store.head_kernel == "tile (portable)"
+
+
 def test_auto_and_the_fallback_in_the_engine(
     synthetic_q8_0: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
