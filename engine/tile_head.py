@@ -10,7 +10,7 @@ holds it in the layout a vector kernel reads (engine/kernels/q8_0_tile.c):
             zero rows (scale 0), never read back.
 
 and runs it on the best instruction set this CPU has (``avx512-vnni``, ``avx2``, ``portable`` C),
-on ``threads`` threads each owning a range of tiles. Every one of those gives the law's bits, and
+on ``threads`` threads that take chunks of tiles from a shared counter. Every one of those gives the law's bits, and
 so does the fallback where no kernel can be built (no C compiler): the reference's NumPy law a
 chunk of rows at a time, slow and exact. ``VERISPEC_TILE_ISA`` pins one instruction set (or
 ``numpy``), for tests and for measuring them against each other.
