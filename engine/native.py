@@ -30,7 +30,6 @@ from functools import cache
 from pathlib import Path
 
 from verispec.reference.errors import NativeKernelUnavailable
-from verispec.registry import cache_dir, sha256_file
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 # -ffp-contract=off: a kernel's law is written operation by operation (no fused multiply-adds).
@@ -40,10 +39,11 @@ CACHE_ENV = "VERISPEC_KERNEL_CACHE"
 
 
 def cache_folder() -> Path:
-    """Where built kernels live (module doc): ``$VERISPEC_KERNEL_CACHE``, else under the registry's cache."""
+    """Where built kernels live (module doc)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    return cache_dir() / "kernels"
+    root = os.environ.get("VERISPEC_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "verispec") / "kernels"
 
 
 def compiler() -> str:
@@ -74,11 +74,15 @@ def library_name(source: Path, cc: str) -> str:
     return f"{source.stem}-{key.hexdigest()[:16]}.so"
 
 
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _cached(library: Path) -> bool:
     """Whether ``library`` is whole: its bytes match the digest written beside it."""
     digest = library.with_name(library.name + ".sha256")
     try:
-        return library.is_file() and digest.read_text().strip() == sha256_file(library)
+        return library.is_file() and digest.read_text().strip() == sha256_of(library)
     except OSError:
         return False
 
@@ -98,7 +102,7 @@ def _compile(cc: str, source: Path, target: Path) -> None:
         if done.returncode != 0:
             tail = "\n".join(done.stderr.strip().splitlines()[-12:])
             raise NativeKernelUnavailable(f"compiling {source.name} with {cc} failed:\n{tail}")
-        digest = sha256_file(Path(partial))
+        digest = sha256_of(Path(partial))
         os.replace(partial, target)
         digest_partial = target.with_name(target.name + f".sha256.{os.getpid()}")
         digest_partial.write_text(digest + "\n")
