@@ -55,13 +55,14 @@ def load_model(
     pass_boundaries: Iterable[int] = (),
     head: str = "full",
     head_kernel: str | None = None,
+    layer_kernel: str | None = None,
 ) -> "FastModel" | "Model":
     """Load a GGUF model on ``engine``; ``weights`` ("f32", "quantized" or "int8"), ``backend``
     ("auto", "numpy", "ort": the f32 mode's matmul kernel, engine.weights.resolve_backend) and
     ``pass_boundaries`` (depths where passes start and stop: the fused layers' chain is cut there,
     FastModel.load) apply to the fast one; ``head`` ("full" or "sparse", engine.sparse_head) and
-    ``head_kernel`` (engine.weights.HEAD_KERNELS; None: the environment's or the default) to its
-    int8 mode.
+    ``head_kernel`` (engine.weights.HEAD_KERNELS; None: the environment's or the default) and
+    ``layer_kernel`` (engine.weights.LAYER_KERNELS, likewise) to its int8 mode.
 
     ModelError for an unknown engine, or for quantized weights on the reference engine (it always
     dequantizes everything); InsufficientMemory (a ModelError) before loading when the weights
@@ -82,10 +83,13 @@ def load_model(
                 pass_boundaries=pass_boundaries,
                 head=head,
                 head_kernel=head_kernel,
+                layer_kernel=layer_kernel,
             )
     if engine == "reference":
         if head_kernel is not None:
             raise ModelError(f"head kernel {head_kernel!r} needs the fast engine's int8 mode")
+        if layer_kernel is not None:
+            raise ModelError(f"layer kernel {layer_kernel!r} needs the fast engine's int8 mode")
         if head != "full":
             raise ModelError(
                 f"head mode {head!r} needs the fast engine's int8 mode (the reference computes every logit)"

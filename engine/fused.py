@@ -41,9 +41,9 @@ chain where passes start and stop (the early-exit and layer-skip loaders pass th
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -347,6 +347,19 @@ def build_layer(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None]
 LayerSource = Callable[[int], tuple[LayerMatrices, dict[str, F32 | None]]]  # layer -> its matrices, vectors
 
 
+class ChainGraph(Protocol):
+    """What the chain runs: an onnxruntime graph (:class:`engine.matmul.OrtGraph`), or a layer
+    half on the tile kernel (:class:`engine.tile_layers.TileGraph`): named inputs, row axis first;
+    ``run`` returns new arrays, ``run_bound`` buffers the graph owns and reuses."""
+
+    @property
+    def input_names(self) -> tuple[str, ...]: ...
+
+    def run(self, *arrays: npt.NDArray[Any]) -> list[F32]: ...
+
+    def run_bound(self, *arrays: npt.NDArray[Any]) -> list[F32]: ...
+
+
 @dataclass(frozen=True)
 class LayerChain:
     """A model's layers as a chain of graphs, ONE onnxruntime call between two attentions.
@@ -375,11 +388,11 @@ class LayerChain:
     """
 
     n_layer: int
-    entry: dict[int, OrtGraph]  # layer -> pre(layer) alone: x, cos, sin -> qk, v
-    exit: dict[int, OrtGraph]  # layer -> post(layer) alone: attn, x -> y
-    link: dict[int, OrtGraph]  # layer -> post(layer) + pre(layer + 1): attn, x, cos, sin, enter -> y, qk, v
+    entry: Mapping[int, ChainGraph]  # layer -> pre(layer) alone: x, cos, sin -> qk, v
+    exit: Mapping[int, ChainGraph]  # layer -> post(layer) alone: attn, x -> y
+    link: Mapping[int, ChainGraph]  # layer -> post(layer) + pre(layer + 1): attn, x, cos, sin, enter -> y, qk, v
 
-    def graphs(self) -> list[OrtGraph]:
+    def graphs(self) -> list[ChainGraph]:
         """Every graph of the chain, in layer order."""
         keyed = [(layer, 0, g) for layer, g in self.entry.items()]
         keyed += [(layer, 1, g) for layer, g in [*self.exit.items(), *self.link.items()]]

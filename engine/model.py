@@ -155,6 +155,7 @@ class FastModel:
         pass_boundaries: Iterable[int] = (),
         head: "str | HeadOptions" = "full",
         head_kernel: str | None = None,
+        layer_kernel: str | None = None,
     ) -> "FastModel":
         """Read config and weights of a GGUF model (``weights``: see engine.weights.WEIGHT_MODES;
         ``backend``: the f32 mode's kernel, see engine.weights.resolve_backend; ``fused``: the int8
@@ -165,7 +166,9 @@ class FastModel:
         ``head``: the int8 mode's head mode, ``full`` or ``sparse`` or an
         :class:`engine.sparse_head.HeadOptions`, see :meth:`with_head`; ``head_kernel``: the int8
         mode's head kernel, ``mlas`` or ``tile``, see engine.weights.HEAD_KERNELS -- None:
-        ``VERISPEC_INT8_HEAD_KERNEL`` or the default).
+        ``VERISPEC_INT8_HEAD_KERNEL`` or the default; ``layer_kernel``: the int8 mode's layer kernel,
+        ``mlas`` or ``tile``, see engine.weights.LAYER_KERNELS -- None: ``VERISPEC_INT8_LAYER_KERNEL``
+        or the default).
 
         Raises what :meth:`reference.model.Model.load` raises, and
         :class:`engine.weights.InsufficientMemory` before loading when the mode will not fit.
@@ -183,12 +186,14 @@ class FastModel:
             with GGUFFile.open(path_or_file) as f:
                 config = Config.from_gguf(f)
                 drop_large_metadata(f)  # our own handle: its vocabulary lists need not outlive the config
-                store = load_weights(f, config, weights, backend, fused, pass_boundaries, head_kernel)
+                store = load_weights(f, config, weights, backend, fused, pass_boundaries, head_kernel, layer_kernel)
                 if options.mode == "sparse":
                     sparse = SparseHead.from_gguf(f, config, store, options)
         else:
             config = Config.from_gguf(path_or_file)
-            store = load_weights(path_or_file, config, weights, backend, fused, pass_boundaries, head_kernel)
+            store = load_weights(
+                path_or_file, config, weights, backend, fused, pass_boundaries, head_kernel, layer_kernel
+            )
             if options.mode == "sparse":
                 sparse = SparseHead.from_gguf(path_or_file, config, store, options)
         if collapse:

@@ -30,7 +30,15 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.engine import matmul
-from verispec.engine.blocks import KernelBlocks, NotBlockQuantized, concat, kernel_nbytes, prepacked_nbytes, repack
+from verispec.engine.blocks import (
+    LOSSLESS_TYPES,
+    KernelBlocks,
+    NotBlockQuantized,
+    concat,
+    kernel_nbytes,
+    prepacked_nbytes,
+    repack,
+)
 from verispec.engine.fused import (
     LayerChain,
     LayerMatrices,
@@ -43,6 +51,8 @@ from verispec.engine.fused import (
 from verispec.engine.matmul import Matmul, NumpyMatmul
 from verispec.engine.pages import batched_drops, drop_mapping, drop_pages
 from verispec.engine.tile_head import TileHead, default_kernel
+from verispec.engine.tile_layers import build_tile_chain
+from verispec.engine.tile_layers import default_kernel as default_layer_kernel
 from verispec.reference import quants
 from verispec.reference.config import Config
 from verispec.reference.errors import InsufficientMemory as InsufficientMemory
@@ -65,6 +75,13 @@ INT8_HEAD_CHUNK_ROWS = 8192  # ort / int8: head rows per kernel session (bounds 
 HEAD_KERNELS: tuple[str, ...] = ("auto", "mlas", "tile")
 HEAD_KERNEL_BY_DEFAULT = "auto"  # measured: docs/int8-step.md, the tile head kernel
 HEAD_KERNEL_ENV = "VERISPEC_INT8_HEAD_KERNEL"
+# The int8 mode's layer kernels: ``mlas`` (the fused onnxruntime graphs, engine/fused.py) or ``tile`` (the
+# int8 layer law on tiles, one C call a layer half, engine/tile_layers.py). Two laws: the tokens may differ.
+# ``auto``: tile where every layer matrix has a block form and the AVX-512 VNNI kernel builds here, else mlas
+# (the plain C kernel and the NumPy fallback run only for an explicit ``tile``: the same bits, slower).
+LAYER_KERNELS: tuple[str, ...] = ("auto", "mlas", "tile")
+LAYER_KERNEL_BY_DEFAULT = "auto"  # measured: docs/int8-step.md, the tile layer kernel
+LAYER_KERNEL_ENV = "VERISPEC_INT8_LAYER_KERNEL"
 MEMORY_HEADROOM = 1.25  # activations, KV cache, Python: ask for 25% more than the weights
 
 
@@ -182,6 +199,7 @@ class WeightStore:
         self.fused_layers = fused_layers  # int8, fused: one graph between attentions (engine/fused.py)
         self.huge_page_bytes = 0  # of the load's memory, on 2 MiB pages (engine/huge_pages.py; set by the loader)
         self.head_kernel = "mlas" if mode == "int8" else "none"  # int8: the head's kernel (set by the loader)
+        self.layer_kernel = "mlas" if mode == "int8" else "none"  # int8: the layers' kernel (set by the loader)
 
     def layer(self, index: int) -> FusedLayer:
         """Layer ``index`` (in quantized mode dequantized now, on NumPy); ModelError for fused
@@ -447,6 +465,7 @@ def load_weights(
     fused: bool | None = None,
     pass_boundaries: Iterable[int] = (),
     head_kernel: str | None = None,
+    layer_kernel: str | None = None,
 ) -> WeightStore:
     """Read the weights of ``f`` in ``mode`` (see :data:`WEIGHT_MODES`) on ``backend``
     (see :func:`resolve_backend`). ``fused``: the int8 mode's layers as onnxruntime graphs, one between two attentions
@@ -456,20 +475,22 @@ def load_weights(
     (:func:`engine.fused.chain_splits`; the same bits, no link half computed and dropped). The
     other layouts have nothing to cut; the depths are checked in every mode (ModelError outside).
     ``head_kernel``: the int8 mode's head kernel (:data:`HEAD_KERNELS`; None:
-    ``VERISPEC_INT8_HEAD_KERNEL`` or :data:`HEAD_KERNEL_BY_DEFAULT`), ModelError for another mode.
+    ``VERISPEC_INT8_HEAD_KERNEL`` or :data:`HEAD_KERNEL_BY_DEFAULT`), ModelError for another mode;
+    ``layer_kernel`` likewise (:data:`LAYER_KERNELS`, ``VERISPEC_INT8_LAYER_KERNEL``).
 
     Checks that the mode fits in memory first (:class:`InsufficientMemory`), then every tensor's
     presence and shape (ModelError naming it), as :meth:`reference.model.Model.load` does.
     """
     kernel, fused_layers = _check_loadable(f, cfg, mode, backend, fused)
     head = resolve_head_kernel(mode, head_kernel)
+    layers = resolve_layer_kernel(mode, layer_kernel, fused_layers)
     splits = chain_splits(cfg.n_layer, pass_boundaries)  # checked before a weight is read
     common = _read_common(f, cfg)
     with batched_drops():  # the graphs' mapped scales handed back a batch of folders at a time
         if mode == "f32":
             store = _load_f32(cfg, common, kernel)
         elif mode == "int8":
-            store = Int8Loader(cfg, common).load(kernel, fused_layers, splits, head)
+            store = Int8Loader(cfg, common).load(kernel, fused_layers, splits, head, layers)
         else:
             store = _load_quantized(cfg, common, kernel)
     drop_mapping(f.raw(common.head_name))  # every weight is read: no file page need stay resident
@@ -485,6 +506,24 @@ def resolve_head_kernel(mode: str, head_kernel: str | None) -> str:
     if name not in HEAD_KERNELS:
         source = "head_kernel" if head_kernel else HEAD_KERNEL_ENV
         raise ModelError(f"{source}={name!r} is not one of {', '.join(HEAD_KERNELS)}")
+    return name
+
+
+def resolve_layer_kernel(mode: str, layer_kernel: str | None, fused: bool = True) -> str:
+    """The int8 mode's layer kernel: ``layer_kernel``, else ``VERISPEC_INT8_LAYER_KERNEL``, else
+    :data:`LAYER_KERNEL_BY_DEFAULT`. ModelError for another name, one named for another mode, or
+    ``tile`` for unfused layers (the tile kernel computes whole layer halves); ``auto`` is ``mlas``
+    there."""
+    if layer_kernel is not None and mode != "int8":
+        raise ModelError(f"layer kernels are the int8 mode's (weights mode {mode!r} has none)")
+    name = layer_kernel or os.environ.get(LAYER_KERNEL_ENV) or LAYER_KERNEL_BY_DEFAULT
+    source = "layer_kernel" if layer_kernel else LAYER_KERNEL_ENV
+    if name not in LAYER_KERNELS:
+        raise ModelError(f"{source}={name!r} is not one of {', '.join(LAYER_KERNELS)}")
+    if not fused and mode == "int8":
+        if name == "tile":
+            raise ModelError(f"{source}=tile computes fused layers; it cannot run with fused=False")
+        return "mlas"
     return name
 
 
@@ -611,13 +650,30 @@ class Int8Loader:
         self.cfg, self.c, self.t = cfg, common, common.t
         self.floats: list[str] = []  # matrices kept float32, for the load report
 
-    def load(self, kernel: str, fused: bool, splits: Iterable[int] = (), head_kernel: str = "mlas") -> WeightStore:
+    def load(
+        self,
+        kernel: str,
+        fused: bool,
+        splits: Iterable[int] = (),
+        head_kernel: str = "mlas",
+        layer_kernel: str = "mlas",
+    ) -> WeightStore:
         """The store; ``splits``: the layers to cut the fused chain after (engine.fused.build_chain);
-        ``head_kernel``: one of :data:`HEAD_KERNELS`."""
+        ``head_kernel``: one of :data:`HEAD_KERNELS`; ``layer_kernel``: one of :data:`LAYER_KERNELS`
+        (``tile`` and ``auto`` need ``fused``)."""
         cfg, c = self.cfg, self.c
         layers: list[FusedLayer] = []
         chain = None
-        if fused:  # the peak of a load is its freed copies otherwise: handed back after each graph
+        layer_name = "mlas"
+        if layer_kernel == "auto":
+            layer_kernel = "tile" if fused and self.tile_layers_run_natively() else "mlas"
+        if layer_kernel == "tile":
+            if not fused:
+                raise ModelError("the tile layer kernel computes fused layers (load with fused layers)")
+            tile_kernel, layer_name = default_layer_kernel()
+            threads = matmul.default_threads()
+            chain = build_tile_chain(cfg, self.layer_parts, threads, splits, matmul.release_freed_memory, tile_kernel)
+        elif fused:  # the peak of a load is its freed copies otherwise: handed back after each graph
             chain = build_chain(cfg, self.layer_parts, matmul.default_threads(), splits, matmul.release_freed_memory)
         else:
             for il in range(cfg.n_layer):
@@ -640,6 +696,7 @@ class Int8Loader:
             float_matrices=tuple(self.floats),
         )
         store.head_kernel = output.kernel_name if isinstance(output, TileHead) else "mlas"
+        store.layer_kernel = layer_name
         return store
 
     def matrices(self, il: int) -> LayerMatrices:
@@ -699,6 +756,16 @@ class Int8Loader:
             return False
         kernel = default_kernel()[0]
         return kernel is not None and kernel.isa != "portable"
+
+    def tile_layers_run_natively(self) -> bool:
+        """Whether ``auto`` picks the ``tile`` layers: every layer matrix has a block form and the
+        AVX-512 VNNI kernel builds here (the plain C kernel is not measured against MLAS's)."""
+        f = self.t.f
+        for name, info in f.tensors.items():
+            if name.startswith("blk.") and len(info.shape) == 2 and int(info.ggml_type) not in LOSSLESS_TYPES:
+                return False
+        kernel = default_layer_kernel()[0]
+        return kernel is not None and kernel.isa == "avx512-vnni"
 
     def tile_head(self) -> TileHead:
         """The head on the ``tile`` kernel (engine/tile_head.py): the file's Q8_0 head repacked at

@@ -44,7 +44,7 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 def compare(path: Path, steps: int, passes: int) -> dict[str, Any]:
-    model = FastModel.load(path, weights="int8", fused=True)
+    model = FastModel.load(path, weights="int8", fused=True, layer_kernel="mlas")
     load_average = [os.getloadavg()[0]]
     caches = {name: model.new_cache(len(PROMPT) + steps + 8) for name in PATHS}
     results = {name: _timed(model, bound, PROMPT, caches[name], True)[2] for name, bound in PATHS.items()}

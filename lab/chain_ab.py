@@ -39,7 +39,7 @@ def load(path: Path, split: str) -> FastModel:
     saved = os.environ.get(SPLIT_ENV)
     os.environ[SPLIT_ENV] = split
     try:
-        return FastModel.load(path, weights="int8", fused=True)
+        return FastModel.load(path, weights="int8", fused=True, layer_kernel="mlas")
     finally:
         if saved is None:
             del os.environ[SPLIT_ENV]

@@ -51,7 +51,9 @@ POLICIES = ("never", "every-third")
 
 
 def load(path: Path, layout: str, depths: tuple[int, ...]) -> FastModel:
-    return FastModel.load(path, weights="int8", fused=True, pass_boundaries=depths if layout == "cut" else ())
+    return FastModel.load(
+        path, weights="int8", fused=True, pass_boundaries=depths if layout == "cut" else (), layer_kernel="mlas"
+    )
 
 
 def _summary(values: list[float]) -> dict[str, float]:

@@ -52,7 +52,7 @@ def rows_pass(model: FastModel, rows: int) -> float:
 def compare(path: Path, steps: int, repeats: int) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     models = {
-        "fused": FastModel.load(path, weights="int8", fused=True),
+        "fused": FastModel.load(path, weights="int8", fused=True, layer_kernel="mlas"),
         "unfused": FastModel.load(path, weights="int8", fused=False),
     }
     for m in models.values():  # warm-up: first calls allocate

@@ -92,10 +92,10 @@ def links_against_pairs(path: Path, repeats: int) -> dict[str, Any]:
 
 def cost_by_rows(path: Path, repeats: int) -> dict[str, Any]:
     """CPU of the loaded model's layer graphs and head by rows, relative to one row."""
-    model = FastModel.load(path, weights="int8", fused=True)
+    model = FastModel.load(path, weights="int8", fused=True, layer_kernel="mlas")  # onnxruntime's graphs
     chain = model.store.fused_layers
     assert chain is not None
-    graphs = chain.graphs()
+    graphs = [g for g in chain.graphs() if isinstance(g, OrtGraph)]
     cpu: dict[int, dict[str, list[float]]] = {r: {"layers": [], "head": []} for r in ROWS}
     for _ in range(repeats):
         for rows in ROWS:

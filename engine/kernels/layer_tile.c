@@ -1,0 +1,611 @@
+/* The int8 layer law (reference/int8_layer_law.py): a decoder layer's two halves in C.
+
+   A half is one call: ``pre`` (RMSNorm -> QKV -> bias -> per-head q/k norm -> RoPE) and ``post``
+   (o -> bias -> post-attention norm -> residual -> RMSNorm -> gate/up -> activation -> down ->
+   post-FFN norm -> residual); a ``link`` is one layer's post and the next layer's pre. The
+   attention between two halves stays with the caller. Every operation is per activation row, so
+   a k-row call gives each row the bits a 1-row call gives it; every float32 operation is the
+   law's, in its order, never fused (compiled with -ffp-contract=off; the vector code multiplies and
+   adds with separate instructions), so the plain C and the AVX-512 VNNI kernels give the same bits.
+
+   Weights (engine/tile_layers.py packs them from the lossless kernel blocks of engine/blocks.py):
+   16 weight rows a tile; per tile and weight block of B = 16 or 32 inputs, ``tbb`` bytes:
+       16 x float32 scale                                             (64 bytes)
+       16 x float32 min            (only for a matrix with mins)      (64 bytes)
+       16 x uint8 zero                                                (16 bytes)
+       levels: 8-bit: B/4 vectors of 64 bytes, vector j lane i = row i's levels 4j..4j+3;
+               4-bit: B/8 vectors of 64 bytes, byte (p, i, u) = level (4p+u) low nibble,
+                      level (4(p + B/8) + u) high nibble
+   Lanes are weight rows, so the vector kernel computes each (weight row, activation row) pair in
+   the law's own order. */
+
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TILE_X86 1
+#endif
+
+#define QK 32
+#define TILE_ROWS 16
+#define GROUP_ROWS 8
+#define MAX_THREADS 64
+#define CHUNK_TILES 4 /* a layer matrix has tens of tiles: small chunks keep two threads even */
+
+enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVX512_VNNI = 2 };
+enum { ACT_SILU = 0, ACT_GELU_TANH = 1 };
+
+int lt_abi_version(void) { return 1; }
+
+int lt_isa_supported(int isa) {
+    if (isa == ISA_PORTABLE) return 1;
+#ifdef TILE_X86
+    __builtin_cpu_init();
+    if (isa == ISA_AVX512_VNNI)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vnni");
+#endif
+    return 0;
+}
+
+/* ---- the law's elementwise functions ------------------------------------------------------ */
+
+/* exp: Cephes' expf, operation by operation (reference/int8_layer_law.py exp_law) */
+static float exp_law(float x) {
+    if (x != x) return x;
+    if (x > 88.72283935546875f) return INFINITY;
+    if (x < -87.33654022216797f) return 0.0f;
+    const float n = floorf(x * 1.44269502162933349609375f + 0.5f);
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    const float z = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * z + r;
+    p = p + 1.0f;
+    return ldexpf(p, (int)n);
+}
+
+void lt_exp(const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = exp_law(x[i]);
+}
+
+static float silu_law(float g) { return g * (1.0f / (1.0f + exp_law(-g))); }
+
+static float gelu_tanh_law(float g) {
+    const float g3 = (g * g) * g;
+    const float inner = 0.7978845834732056f * (g + 0.044715f * g3);
+    const float th = 1.0f - 2.0f / (exp_law(2.0f * inner) + 1.0f);
+    return (0.5f * g) * (1.0f + th);
+}
+
+void lt_activation(const float *g, float *y, int n, int act) {
+    for (int i = 0; i < n; i++) y[i] = act == ACT_SILU ? silu_law(g[i]) : gelu_tanh_law(g[i]);
+}
+
+/* RMSNorm of one row: the sum of squares in index order, then y = (x / sqrt(ss / n + eps)) * w */
+static void rms_norm_law(const float *x, const float *w, float *y, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss = ss + x[i] * x[i];
+    const float s = sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] / s) * w[i];
+}
+
+/* ---- activations: int8 per block of 32 ----------------------------------------------------- */
+
+typedef struct {
+    int K, B;
+    int8_t *levels; /* [K] */
+    float *scales;  /* [K / 32] */
+    int32_t *sums;  /* [K / B]: each weight block's sum of levels */
+    int finite;
+} act_row_t;
+
+static void quantize_row(const float *x, act_row_t *a) {
+    const int K = a->K;
+    int ok = 1;
+    for (int k = 0; k < K; k++) ok &= isfinite(x[k]) != 0;
+    a->finite = ok;
+    for (int b = 0; b < K / QK; b++) {
+        const float *xb = x + b * QK;
+        float amax = 0.0f;
+        if (ok)
+            for (int j = 0; j < QK; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+        const float d = amax / 127.0f;
+        for (int j = 0; j < QK; j++) a->levels[b * QK + j] = d == 0.0f ? 0 : (int8_t)rintf(xb[j] / d);
+        a->scales[b] = d;
+    }
+    for (int b = 0; b < K / a->B; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < a->B; j++) s += a->levels[b * a->B + j];
+        a->sums[b] = s;
+    }
+}
+
+/* ---- weights -------------------------------------------------------------------------------- */
+
+typedef struct {
+    const uint8_t *tiles;
+    int n_out, K, bits, block, has_min, tbb;
+} lt_matrix_t;
+
+typedef struct {
+    const lt_matrix_t *m;
+    const act_row_t *rows; /* [R] */
+    int R;
+    float *y; /* [R, ldy] */
+    int ldy;
+    int isa;
+    int next; /* the first tile not yet handed out (atomic) */
+    int workers; /* pool workers that take part */
+} job_t;
+
+static inline int tile_rows(const lt_matrix_t *m, int t) {
+    const int left = m->n_out - t * TILE_ROWS;
+    return left < TILE_ROWS ? left : TILE_ROWS;
+}
+
+static void portable_tiles(const job_t *g, int r0, int R, int first, int last) {
+    const lt_matrix_t *m = g->m;
+    const int B = m->block, nbw = m->K / B, lev = m->has_min ? 128 : 64;
+    for (int t = first; t < last; t++) {
+        const uint8_t *tile = m->tiles + (size_t)t * nbw * m->tbb;
+        const int valid = tile_rows(m, t);
+        for (int r = r0; r < r0 + R; r++) {
+            const act_row_t *a = &g->rows[r];
+            float acc[TILE_ROWS] = {0};
+            for (int b = 0; b < nbw; b++) {
+                const uint8_t *blk = tile + (size_t)b * m->tbb;
+                const uint8_t *levels = blk + lev + 16;
+                const float da = a->scales[(b * B) / QK];
+                const int32_t asum = a->sums[b];
+                for (int i = 0; i < TILE_ROWS; i++) {
+                    int32_t dot = 0;
+                    for (int k = 0; k < B; k++) {
+                        const int j = k / 4, u = k % 4;
+                        int level;
+                        if (m->bits == 8) {
+                            level = levels[64 * j + 4 * i + u];
+                        } else {
+                            const int half = B / 8, p = j % half;
+                            const uint8_t byte = levels[64 * p + 4 * i + u];
+                            level = j < half ? byte & 0x0F : byte >> 4;
+                        }
+                        dot += level * a->levels[b * B + k];
+                    }
+                    float scale, mn = 0.0f;
+                    memcpy(&scale, blk + 4 * i, 4);
+                    if (m->has_min) memcpy(&mn, blk + 64 + 4 * i, 4);
+                    const int32_t idot = dot - (int32_t)blk[lev + i] * asum;
+                    const float sd = scale * da;
+                    const float t1 = (float)idot * sd;
+                    acc[i] = acc[i] + t1;
+                    if (m->has_min) {
+                        const float md = mn * da;
+                        const float t2 = (float)asum * md;
+                        acc[i] = acc[i] + t2;
+                    }
+                }
+            }
+            memcpy(g->y + (size_t)r * g->ldy + (size_t)t * TILE_ROWS, acc, sizeof(float) * valid);
+        }
+    }
+}
+
+#ifdef TILE_X86
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,f16c")))
+
+static inline AVX512 __attribute__((always_inline)) void avx512_tiles(const job_t *g, int r0, int first, int last,
+                                                                   const int NR, const int BITS, const int B,
+                                                                   const int MIN) {
+    const lt_matrix_t *m = g->m;
+    const int nbw = m->K / B, lev = MIN ? 128 : 64;
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int t = first; t < last; t++) {
+        const uint8_t *tile = m->tiles + (size_t)t * nbw * m->tbb;
+        __m512 acc[GROUP_ROWS];
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+        for (int b = 0; b < nbw; b++) {
+            const uint8_t *blk = tile + (size_t)b * m->tbb;
+            const __m512 scale = _mm512_loadu_ps((const float *)blk);
+            const __m512 mn = MIN ? _mm512_loadu_ps((const float *)(blk + 64)) : _mm512_setzero_ps();
+            const __m512i zero = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + lev)));
+            const uint8_t *levels = blk + lev + 16;
+            __m512i w[8];
+            if (BITS == 8) {
+                for (int j = 0; j < B / 4; j++) w[j] = _mm512_loadu_si512((const void *)(levels + 64 * j));
+            } else {
+                for (int p = 0; p < B / 8; p++) {
+                    const __m512i v = _mm512_loadu_si512((const void *)(levels + 64 * p));
+                    w[p] = _mm512_and_si512(v, low4);
+                    w[p + B / 8] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                }
+            }
+            for (int r = 0; r < NR; r++) {
+                const act_row_t *a = &g->rows[r0 + r];
+                const uint8_t *al = (const uint8_t *)(a->levels + b * B);
+                __m512i dot = _mm512_setzero_si512();
+                for (int j = 0; j < B / 4; j++) {
+                    int32_t a4;
+                    memcpy(&a4, al + 4 * j, 4);
+                    dot = _mm512_dpbusd_epi32(dot, w[j], _mm512_set1_epi32(a4));
+                }
+                const int32_t asum = a->sums[b];
+                const __m512i idot = _mm512_sub_epi32(dot, _mm512_mullo_epi32(zero, _mm512_set1_epi32(asum)));
+                const __m512 da = _mm512_set1_ps(a->scales[(b * B) / QK]);
+                const __m512 sd = _mm512_mul_ps(scale, da);
+                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(idot), sd));
+                if (MIN) {
+                    const __m512 md = _mm512_mul_ps(mn, da);
+                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_set1_ps((float)asum), md));
+                }
+            }
+        }
+        const __mmask16 keep = (__mmask16)((1u << tile_rows(m, t)) - 1u);
+        for (int r = 0; r < NR; r++)
+            _mm512_mask_storeu_ps(g->y + (size_t)(r0 + r) * g->ldy + (size_t)t * TILE_ROWS, keep, acc[r]);
+    }
+}
+
+#define AVX512_FORM(BITS, B, MIN)                                                                  \
+    static AVX512 void avx512_##BITS##_##B##_##MIN(const job_t *g, int r0, int R, int first, int last) { \
+        switch (R) {                                                                               \
+        case 1: avx512_tiles(g, r0, first, last, 1, BITS, B, MIN); break;                          \
+        case 2: avx512_tiles(g, r0, first, last, 2, BITS, B, MIN); break;                          \
+        case 3: avx512_tiles(g, r0, first, last, 3, BITS, B, MIN); break;                          \
+        case 4: avx512_tiles(g, r0, first, last, 4, BITS, B, MIN); break;                          \
+        case 5: avx512_tiles(g, r0, first, last, 5, BITS, B, MIN); break;                          \
+        case 6: avx512_tiles(g, r0, first, last, 6, BITS, B, MIN); break;                          \
+        case 7: avx512_tiles(g, r0, first, last, 7, BITS, B, MIN); break;                          \
+        default: avx512_tiles(g, r0, first, last, 8, BITS, B, MIN); break;                         \
+        }                                                                                          \
+    }
+AVX512_FORM(4, 16, 0)
+AVX512_FORM(4, 16, 1)
+AVX512_FORM(4, 32, 0)
+AVX512_FORM(4, 32, 1)
+AVX512_FORM(8, 16, 0)
+AVX512_FORM(8, 16, 1)
+AVX512_FORM(8, 32, 0)
+AVX512_FORM(8, 32, 1)
+
+typedef void (*form_fn)(const job_t *, int, int, int, int);
+static form_fn avx512_form(const lt_matrix_t *m) {
+    static const form_fn forms[2][2][2] = {
+        {{avx512_4_16_0, avx512_4_16_1}, {avx512_4_32_0, avx512_4_32_1}},
+        {{avx512_8_16_0, avx512_8_16_1}, {avx512_8_32_0, avx512_8_32_1}},
+    };
+    return forms[m->bits == 8][m->block == 32][m->has_min != 0];
+}
+#endif
+
+static void run_tiles(const job_t *g, int first, int last) {
+    for (int r0 = 0; r0 < g->R; r0 += GROUP_ROWS) {
+        const int R = g->R - r0 < GROUP_ROWS ? g->R - r0 : GROUP_ROWS;
+#ifdef TILE_X86
+        if (g->isa == ISA_AVX512_VNNI) {
+            avx512_form(g->m)(g, r0, R, first, last);
+            continue;
+        }
+#endif
+        portable_tiles(g, r0, R, first, last);
+    }
+}
+
+static void run_chunks(job_t *g) {
+    const int n_tiles = (g->m->n_out + TILE_ROWS - 1) / TILE_ROWS;
+    for (;;) {
+        const int first = __atomic_fetch_add(&g->next, CHUNK_TILES, __ATOMIC_RELAXED);
+        if (first >= n_tiles) return;
+        run_tiles(g, first, first + CHUNK_TILES < n_tiles ? first + CHUNK_TILES : n_tiles);
+    }
+}
+
+/* ---- threads: a pool that lives across calls ------------------------------------------------
+
+   Workers spin on a generation counter between jobs for a while (a decode step's matrices come
+   tens of microseconds apart), then sleep on a condition variable. Which thread computes a tile
+   changes nothing in its bits (each output is one thread's, in the law's order). A forked child
+   has none of its parent's threads: the pool is rebuilt when the process id changes. */
+
+#define SPIN_ROUNDS 20000
+
+static struct {
+    pid_t pid;
+    int workers;
+    pthread_t ids[MAX_THREADS];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned gen;  /* atomic: bumped once per job */
+    job_t *job;    /* the current job (written before gen) */
+    int done;      /* atomic: workers finished with the current job */
+} pool;
+
+static pthread_mutex_t pool_build = PTHREAD_MUTEX_INITIALIZER;
+
+static inline void cpu_relax(void) {
+#ifdef TILE_X86
+    _mm_pause();
+#endif
+}
+
+static void *worker(void *arg) {
+    const int index = (int)(intptr_t)arg;
+    unsigned seen = __atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE);
+    for (;;) {
+        unsigned gen;
+        int spins = 0;
+        while ((gen = __atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE)) == seen) {
+            if (++spins < SPIN_ROUNDS) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&pool.mu);
+            while (__atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&pool.cv, &pool.mu);
+            pthread_mutex_unlock(&pool.mu);
+            spins = 0;
+        }
+        seen = gen;
+        job_t *job = pool.job;
+        if (index < job->workers) run_chunks(job);
+        __atomic_fetch_add(&pool.done, 1, __ATOMIC_ACQ_REL);
+    }
+    return NULL;
+}
+
+/* the pool with at least ``want`` workers (fewer if threads cannot start); returns its size */
+static int pool_ready(int want) {
+    pthread_mutex_lock(&pool_build);
+    if (pool.pid != getpid()) { /* first use, or a forked child: no workers here */
+        memset(&pool, 0, sizeof pool);
+        pthread_mutex_init(&pool.mu, NULL);
+        pthread_cond_init(&pool.cv, NULL);
+        pool.pid = getpid();
+    }
+    while (pool.workers < want && pool.workers < MAX_THREADS - 1) {
+        pthread_t id;
+        /* a new worker starts at the current generation: it joins from the next job on */
+        if (pthread_create(&id, NULL, worker, (void *)(intptr_t)pool.workers) != 0) break;
+        pthread_detach(id);
+        pool.ids[pool.workers++] = id;
+    }
+    const int workers = pool.workers;
+    pthread_mutex_unlock(&pool_build);
+    return workers;
+}
+
+static void run_job(job_t *job, int threads) {
+    const int n_tiles = (job->m->n_out + TILE_ROWS - 1) / TILE_ROWS;
+    int want = threads - 1;
+    if (want > (n_tiles + CHUNK_TILES - 1) / CHUNK_TILES - 1) want = (n_tiles + CHUNK_TILES - 1) / CHUNK_TILES - 1;
+    if (want <= 0) {
+        run_chunks(job);
+        return;
+    }
+    const int workers = pool_ready(want);
+    job->workers = want < workers ? want : workers;
+    pool.job = job;
+    __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&pool.mu);
+    __atomic_fetch_add(&pool.gen, 1, __ATOMIC_ACQ_REL);
+    pthread_cond_broadcast(&pool.cv);
+    pthread_mutex_unlock(&pool.mu);
+    run_chunks(job);
+    while (__atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) < workers) cpu_relax();
+}
+
+/* ---- a matmul: y [R, n_out] = the law of the rows x [R, K] against m ------------------------ */
+
+typedef struct {
+    act_row_t *rows;
+    int8_t *levels;
+    float *scales;
+    int32_t *sums;
+} acts_t;
+
+static int acts_alloc(acts_t *a, int R, int K, int B) {
+    a->rows = malloc(sizeof(act_row_t) * (size_t)(R ? R : 1));
+    a->levels = malloc((size_t)R * K + 1);
+    a->scales = malloc(sizeof(float) * ((size_t)R * (K / QK) + 1));
+    a->sums = malloc(sizeof(int32_t) * ((size_t)R * (K / B) + 1));
+    if (!a->rows || !a->levels || !a->scales || !a->sums) return -1;
+    for (int r = 0; r < R; r++)
+        a->rows[r] = (act_row_t){K, B, a->levels + (size_t)r * K, a->scales + (size_t)r * (K / QK),
+                                 a->sums + (size_t)r * (K / B), 0};
+    return 0;
+}
+
+static void acts_free(acts_t *a) {
+    free(a->rows);
+    free(a->levels);
+    free(a->scales);
+    free(a->sums);
+}
+
+static int matmul(const lt_matrix_t *m, const float *x, int R, float *y, int threads, int isa) {
+    acts_t a;
+    if (acts_alloc(&a, R, m->K, m->block) != 0) {
+        acts_free(&a);
+        return -2;
+    }
+    for (int r = 0; r < R; r++) quantize_row(x + (size_t)r * m->K, &a.rows[r]);
+    job_t job = {m, a.rows, R, y, m->n_out, isa, 0, 0};
+    run_job(&job, threads);
+    for (int r = 0; r < R; r++)
+        if (!a.rows[r].finite)
+            for (int n = 0; n < m->n_out; n++) y[(size_t)r * m->n_out + n] = NAN;
+    acts_free(&a);
+    return 0;
+}
+
+static int matrix_ok(const lt_matrix_t *m) {
+    if (!m->tiles || m->n_out <= 0 || m->K <= 0 || m->K % QK || (m->bits != 4 && m->bits != 8) ||
+        (m->block != 16 && m->block != 32))
+        return 0;
+    const int lev = m->has_min ? 128 : 64;
+    return m->tbb == lev + 16 + m->block * TILE_ROWS * m->bits / 8;
+}
+
+static int isa_ok(int isa) { return (isa == ISA_PORTABLE || isa == ISA_AVX512_VNNI) && lt_isa_supported(isa); }
+
+/* y [R, n_out] = x [R, K] against m, by the law. 0, or -1 for bad arguments, -2 out of memory. */
+int lt_matmul(const lt_matrix_t *m, const float *x, int R, float *y, int threads, int isa) {
+    if (!matrix_ok(m) || R < 0 || !isa_ok(isa)) return -1;
+    return matmul(m, x, R, y, threads, isa);
+}
+
+/* ---- the layer's halves ---------------------------------------------------------------------- */
+
+typedef struct {
+    int E, n_head, n_kv, d, n_ff, act;
+    float eps;
+    const float *attn_norm;      /* [E] */
+    lt_matrix_t qkv;             /* [n_head d + 2 n_kv d, E] */
+    const float *bqkv;           /* [n_head d + 2 n_kv d] or NULL */
+    const float *q_norm, *k_norm; /* [d] or NULL */
+    const int32_t *rot;          /* [d]: RoPE's partner of each dim */
+    lt_matrix_t o;               /* [E, n_head d] */
+    const float *bo;             /* [E] or NULL */
+    const float *post_attn_norm; /* [E] or NULL */
+    const float *ffn_norm;       /* [E] */
+    lt_matrix_t gu;              /* [2 n_ff, E]: gate rows, then up rows */
+    lt_matrix_t down;            /* [E, n_ff] */
+    const float *post_ffn_norm;  /* [E] or NULL */
+} lt_layer_t;
+
+static int layer_ok(const lt_layer_t *L) {
+    const int q = L->n_head * L->d, kv = L->n_kv * L->d;
+    if (L->E <= 0 || L->n_head <= 0 || L->n_kv <= 0 || L->d <= 0 || L->n_ff <= 0 || !L->attn_norm ||
+        !L->ffn_norm || !L->rot || (L->act != ACT_SILU && L->act != ACT_GELU_TANH) || (!L->q_norm) != (!L->k_norm))
+        return 0;
+    if (!matrix_ok(&L->qkv) || !matrix_ok(&L->o) || !matrix_ok(&L->gu) || !matrix_ok(&L->down)) return 0;
+    if (L->qkv.n_out != q + 2 * kv || L->qkv.K != L->E || L->o.n_out != L->E || L->o.K != q ||
+        L->gu.n_out != 2 * L->n_ff || L->gu.K != L->E || L->down.n_out != L->E || L->down.K != L->n_ff)
+        return 0;
+    for (int i = 0; i < L->d; i++)
+        if (L->rot[i] < 0 || L->rot[i] >= L->d) return 0;
+    return 1;
+}
+
+/* pre: x [T, E], cos, sin [T, d] -> qk [T, n_head + n_kv, d], v [T, n_kv d] */
+static int pre(const lt_layer_t *L, int T, const float *x, const float *cos, const float *sin, float *qk, float *v,
+               int threads, int isa) {
+    const int E = L->E, d = L->d, H = L->n_head + L->n_kv, nqkv = L->qkv.n_out, kvd = L->n_kv * d;
+    float *h = malloc(sizeof(float) * ((size_t)T * E + 1));
+    float *qkv = malloc(sizeof(float) * ((size_t)T * nqkv + 1));
+    float *unit = malloc(sizeof(float) * ((size_t)d + 1));
+    int rc = -2;
+    if (!h || !qkv || !unit) goto out;
+    for (int t = 0; t < T; t++) rms_norm_law(x + (size_t)t * E, L->attn_norm, h + (size_t)t * E, E, L->eps);
+    if ((rc = matmul(&L->qkv, h, T, qkv, threads, isa)) != 0) goto out;
+    for (int t = 0; t < T; t++) {
+        float *row = qkv + (size_t)t * nqkv;
+        if (L->bqkv)
+            for (int n = 0; n < nqkv; n++) row[n] = row[n] + L->bqkv[n];
+        for (int head = 0; head < H; head++) {
+            float *src = row + (size_t)head * d;
+            if (L->q_norm) {
+                rms_norm_law(src, head < L->n_head ? L->q_norm : L->k_norm, unit, d, L->eps);
+                memcpy(src, unit, sizeof(float) * d);
+            }
+            float *dst = qk + ((size_t)t * H + head) * d;
+            const float *c = cos + (size_t)t * d, *s = sin + (size_t)t * d;
+            for (int i = 0; i < d; i++) {
+                const float a = src[i] * c[i];
+                const float b = src[L->rot[i]] * s[i];
+                dst[i] = a + b;
+            }
+        }
+        memcpy(v + (size_t)t * kvd, row + (size_t)H * d, sizeof(float) * kvd);
+    }
+out:
+    free(h);
+    free(qkv);
+    free(unit);
+    return rc;
+}
+
+/* post: attn [T, n_head d], x [T, E] -> y [T, E] (y may not overlap attn or x) */
+static int post(const lt_layer_t *L, int T, const float *attn, const float *x, float *y, int threads, int isa) {
+    const int E = L->E, ff = L->n_ff;
+    float *a = malloc(sizeof(float) * ((size_t)T * E + 1));
+    float *h = malloc(sizeof(float) * ((size_t)T * E + 1));
+    float *gu = malloc(sizeof(float) * ((size_t)T * 2 * ff + 1));
+    float *act = malloc(sizeof(float) * ((size_t)T * ff + 1));
+    float *f = malloc(sizeof(float) * ((size_t)T * E + 1));
+    int rc = -2;
+    if (!a || !h || !gu || !act || !f) goto out;
+    if ((rc = matmul(&L->o, attn, T, a, threads, isa)) != 0) goto out;
+    for (int t = 0; t < T; t++) {
+        float *ar = a + (size_t)t * E, *yr = y + (size_t)t * E;
+        const float *xr = x + (size_t)t * E;
+        if (L->bo)
+            for (int i = 0; i < E; i++) ar[i] = ar[i] + L->bo[i];
+        if (L->post_attn_norm) {
+            rms_norm_law(ar, L->post_attn_norm, h + (size_t)t * E, E, L->eps);
+            memcpy(ar, h + (size_t)t * E, sizeof(float) * E);
+        }
+        for (int i = 0; i < E; i++) yr[i] = xr[i] + ar[i]; /* the residual, held in y */
+        rms_norm_law(yr, L->ffn_norm, h + (size_t)t * E, E, L->eps);
+    }
+    if ((rc = matmul(&L->gu, h, T, gu, threads, isa)) != 0) goto out;
+    for (int t = 0; t < T; t++) {
+        const float *g = gu + (size_t)t * 2 * ff, *u = g + ff;
+        float *ar = act + (size_t)t * ff;
+        for (int i = 0; i < ff; i++) {
+            const float z = L->act == ACT_SILU ? silu_law(g[i]) : gelu_tanh_law(g[i]);
+            ar[i] = z * u[i];
+        }
+    }
+    if ((rc = matmul(&L->down, act, T, f, threads, isa)) != 0) goto out;
+    for (int t = 0; t < T; t++) {
+        float *fr = f + (size_t)t * E, *yr = y + (size_t)t * E;
+        if (L->post_ffn_norm) {
+            rms_norm_law(fr, L->post_ffn_norm, h + (size_t)t * E, E, L->eps);
+            fr = h + (size_t)t * E;
+        }
+        for (int i = 0; i < E; i++) yr[i] = yr[i] + fr[i];
+    }
+out:
+    free(a);
+    free(h);
+    free(gu);
+    free(act);
+    free(f);
+    return rc;
+}
+
+/* The calls: 0, or -1 for bad arguments (nothing written), -2 out of memory. */
+int lt_pre(const lt_layer_t *L, int T, const float *x, const float *cos, const float *sin, float *qk, float *v,
+           int threads, int isa) {
+    if (!layer_ok(L) || T < 0 || !isa_ok(isa)) return -1;
+    return pre(L, T, x, cos, sin, qk, v, threads, isa);
+}
+
+int lt_post(const lt_layer_t *L, int T, const float *attn, const float *x, float *y, int threads, int isa) {
+    if (!layer_ok(L) || T < 0 || !isa_ok(isa)) return -1;
+    return post(L, T, attn, x, y, threads, isa);
+}
+
+/* post of ``here``, then pre of ``after`` on y; a row with enter set skips post: y = x */
+int lt_link(const lt_layer_t *here, const lt_layer_t *after, int T, const float *attn, const float *x,
+            const float *cos, const float *sin, const uint8_t *enter, float *y, float *qk, float *v, int threads,
+            int isa) {
+    if (!layer_ok(here) || !layer_ok(after) || here->E != after->E || T < 0 || !isa_ok(isa)) return -1;
+    int rc = post(here, T, attn, x, y, threads, isa);
+    if (rc != 0) return rc;
+    for (int t = 0; t < T; t++)
+        if (enter[t]) memcpy(y + (size_t)t * here->E, x + (size_t)t * here->E, sizeof(float) * here->E);
+    return pre(after, T, y, cos, sin, qk, v, threads, isa);
+}

@@ -1,0 +1,425 @@
+"""The int8 mode's ``tile`` layer kernel: the int8 layer law on tiles, one C call a layer half.
+
+The law is reference/int8_layer_law.py's (its glossary defines every term used here). This module
+packs a layer's four matrices from their lossless block form (engine/blocks.py) into the tile
+layout its C kernel reads (engine/kernels/layer_tile.c: 16 weight rows a tile, per weight block
+the rows' float32 scales, their mins where the matrix has them, their zero points, then the levels
+in 4- or 8-bit vectors), and runs a layer's halves as :class:`engine.fused.LayerChain` graphs: the
+same inputs and outputs as the onnxruntime graphs (``pre``: x, cos, sin -> qk, v; ``post``: attn,
+x -> y; a ``link``: attn, x, cos, sin, enter -> y, qk, v), one C call each instead of one
+onnxruntime run, so the engine's attention, KV cache, early exit and verify passes run unchanged
+between them.
+
+Every instruction set the kernel has (``avx512-vnni``, ``portable`` C) gives the law's bits, and so
+does the fallback where no kernel can be built: the reference's NumPy law, slow and exact.
+``VERISPEC_TILE_ISA`` pins one (or ``numpy``); ``avx2``, which the head kernel has, runs the
+portable layer kernel here. Threads: the matrices' tiles are shared by a pool of workers that lives
+across calls (a decode step makes three matmuls a layer, tens of microseconds apart).
+
+Why: onnxruntime's ``MatMulNBits`` computes a k-row pass row by row and each run costs tens of
+microseconds beyond its nodes; here one tile read serves up to 8 activation rows and a layer half
+is one call. Its sums are not MLAS's: a model whose layers run here is another int8 law, with the
+mode's contract (a k-row pass gives every row the bits of a 1-row pass).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from verispec.engine import native
+from verispec.engine.blocks import KernelBlocks
+from verispec.engine.fused import LayerChain, LayerMatrices, LayerSource, rotation_matrix
+from verispec.engine.tile_head import ISA_ENV
+from verispec.reference import int8_layer_law as law
+from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, Config
+from verispec.reference.errors import ModelError, NativeKernelUnavailable
+
+F32 = npt.NDArray[np.float32]
+U8 = npt.NDArray[np.uint8]
+
+TILE_ROWS = 16
+KERNEL_SOURCE = "layer_tile"
+ABI_VERSION = 1
+ISAS = {"avx512-vnni": 2, "portable": 0}  # the C kernel's ids, best first
+ACTIVATIONS = {ACT_SILU: (0, law.ACT_SILU), ACT_GELU_TANH: (1, law.ACT_GELU_TANH)}  # config -> (C id, law name)
+
+
+def tile_block_bytes(bits: int, block: int, has_min: bool) -> int:
+    """Bytes a tile holds per weight block: scales, mins, zeros, levels (module doc)."""
+    return 64 + (64 if has_min else 0) + 16 + block * TILE_ROWS * bits // 8
+
+
+def pack_tiles(kb: KernelBlocks) -> U8:
+    """A matrix in block form -> its tiles, flat (engine/kernels/layer_tile.c draws the layout).
+    Rows past the last full tile are padding: scale, min, zero and levels 0, never stored back."""
+    n, k = kb.shape
+    size, bits = kb.block, kb.bits
+    nbw, n_tiles, padded = k // size, -(-n // TILE_ROWS), -(-n // TILE_ROWS) * TILE_ROWS
+    has_min = kb.mins is not None
+
+    def rows(a: npt.NDArray[Any]) -> npt.NDArray[Any]:  # [n, ...] -> [tiles, nbw, 16, ...] with padding
+        out = np.zeros((padded, *a.shape[1:]), dtype=a.dtype)
+        out[:n] = a
+        return np.ascontiguousarray(out.reshape(n_tiles, TILE_ROWS, nbw, *a.shape[2:]).swapaxes(1, 2))
+
+    levels = rows(kb.levels.reshape(n, nbw, size))  # [tiles, nbw, 16, B]
+    vectors = levels.reshape(n_tiles, nbw, TILE_ROWS, size // 4, 4).transpose(0, 1, 3, 2, 4)  # [.., B/4, 16, 4]
+    if bits == 4:
+        half = size // 8
+        vectors = vectors[:, :, :half] | (vectors[:, :, half:] << np.uint8(4))
+    parts = [rows(kb.scales[:, :, None].astype(np.float32)).view(np.uint8).reshape(n_tiles, nbw, 64)]
+    if kb.mins is not None:
+        parts.append(rows(kb.mins[:, :, None].astype(np.float32)).view(np.uint8).reshape(n_tiles, nbw, 64))
+    parts.append(rows(kb.zeros[:, :, None]).reshape(n_tiles, nbw, TILE_ROWS))
+    parts.append(np.ascontiguousarray(vectors, dtype=np.uint8).reshape(n_tiles, nbw, -1))
+    tiles = np.ascontiguousarray(np.concatenate(parts, axis=2)).reshape(-1)
+    assert tiles.size == n_tiles * nbw * tile_block_bytes(bits, size, has_min)
+    return tiles
+
+
+# -- the C side ------------------------------------------------------------------------------------
+
+
+class LtMatrix(ctypes.Structure):
+    _fields_ = [
+        ("tiles", ctypes.c_void_p),
+        ("n_out", ctypes.c_int),
+        ("K", ctypes.c_int),
+        ("bits", ctypes.c_int),
+        ("block", ctypes.c_int),
+        ("has_min", ctypes.c_int),
+        ("tbb", ctypes.c_int),
+    ]
+
+
+class LtLayer(ctypes.Structure):
+    _fields_ = [
+        ("E", ctypes.c_int),
+        ("n_head", ctypes.c_int),
+        ("n_kv", ctypes.c_int),
+        ("d", ctypes.c_int),
+        ("n_ff", ctypes.c_int),
+        ("act", ctypes.c_int),
+        ("eps", ctypes.c_float),
+        ("attn_norm", ctypes.c_void_p),
+        ("qkv", LtMatrix),
+        ("bqkv", ctypes.c_void_p),
+        ("q_norm", ctypes.c_void_p),
+        ("k_norm", ctypes.c_void_p),
+        ("rot", ctypes.c_void_p),
+        ("o", LtMatrix),
+        ("bo", ctypes.c_void_p),
+        ("post_attn_norm", ctypes.c_void_p),
+        ("ffn_norm", ctypes.c_void_p),
+        ("gu", LtMatrix),
+        ("down", LtMatrix),
+        ("post_ffn_norm", ctypes.c_void_p),
+    ]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """The loaded C kernel and the instruction set it runs."""
+
+    library: ctypes.CDLL
+    isa: str
+
+    @property
+    def name(self) -> str:
+        return f"tile ({self.isa})"
+
+
+def _bind(library: ctypes.CDLL) -> None:
+    ptr, c_int = ctypes.c_void_p, ctypes.c_int
+    library.lt_abi_version.restype = c_int
+    library.lt_isa_supported.argtypes, library.lt_isa_supported.restype = [c_int], c_int
+    library.lt_exp.argtypes, library.lt_exp.restype = [ptr, ptr, c_int], None
+    library.lt_activation.argtypes, library.lt_activation.restype = [ptr, ptr, c_int, c_int], None
+    library.lt_matmul.argtypes, library.lt_matmul.restype = [ptr, ptr, c_int, ptr, c_int, c_int], c_int
+    library.lt_pre.argtypes = [ptr, c_int, ptr, ptr, ptr, ptr, ptr, c_int, c_int]
+    library.lt_post.argtypes = [ptr, c_int, ptr, ptr, ptr, c_int, c_int]
+    library.lt_link.argtypes = [ptr, ptr, c_int, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, c_int, c_int]
+    library.lt_pre.restype = library.lt_post.restype = library.lt_link.restype = c_int
+
+
+def load_kernel(isa: str | None = None) -> Kernel:
+    """The C kernel on ``isa`` (None: ``VERISPEC_TILE_ISA``, else the best this CPU supports; the
+    head's ``avx2`` runs ``portable`` here). NativeKernelUnavailable when it cannot be built or
+    loaded, or the CPU lacks ``isa``."""
+    wanted = isa if isa is not None else os.environ.get(ISA_ENV) or None
+    if wanted == "avx2":
+        wanted = "portable"
+    if wanted is not None and wanted not in ISAS:
+        raise ModelError(f"{ISA_ENV}={wanted!r} is not one of {', '.join([*ISAS, 'avx2', 'numpy'])}")
+    library = native.load(KERNEL_SOURCE)
+    _bind(library)
+    if library.lt_abi_version() != ABI_VERSION:
+        raise NativeKernelUnavailable(f"{KERNEL_SOURCE}: ABI {library.lt_abi_version()}, expected {ABI_VERSION}")
+    if wanted is not None:
+        if not library.lt_isa_supported(ISAS[wanted]):
+            raise NativeKernelUnavailable(f"this CPU lacks {wanted} ({ISA_ENV})")
+        return Kernel(library, wanted)
+    return Kernel(library, next(name for name, code in ISAS.items() if library.lt_isa_supported(code)))
+
+
+def default_kernel() -> tuple[Kernel | None, str]:
+    """The kernel the layers use and its name; (None, "tile (numpy: REASON)") where no C kernel
+    can run, or ``VERISPEC_TILE_ISA=numpy``."""
+    if os.environ.get(ISA_ENV) == "numpy":
+        return None, f"tile (numpy: {ISA_ENV}=numpy)"
+    try:
+        kernel = load_kernel()
+    except NativeKernelUnavailable as error:
+        return None, f"tile (numpy: {str(error).splitlines()[0]})"
+    return kernel, kernel.name
+
+
+# -- one layer ---------------------------------------------------------------------------------------
+
+
+def _f32(value: F32 | None, size: int, key: str) -> F32 | None:
+    if value is None:
+        return None
+    out = np.ascontiguousarray(value, dtype=np.float32)
+    if out.shape != (size,):
+        raise ModelError(f"tile layer: vector {key} has shape {list(out.shape)}, expected [{size}]")
+    return out
+
+
+def _blocks(p: KernelBlocks | F32, key: str) -> KernelBlocks:
+    if not isinstance(p, KernelBlocks):
+        raise ModelError(f"tile layer: matrix {key} has no block form (the mlas layer kernel keeps it float32)")
+    return p
+
+
+def layer_law(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None]) -> law.LayerLaw:
+    """The reference's view of one layer (its weights, as the law reads them); ModelError for a
+    matrix without a block form, a vector of the wrong shape or a missing one."""
+    e, d, ff = cfg.n_embd, cfg.head_dim, cfg.n_ff
+    q, kv = cfg.n_head * d, cfg.n_head_kv * d
+    want = {"qkv": (q + 2 * kv, e), "o": (e, q), "gu": (2 * ff, e), "down": (e, ff)}
+    blocks = {key: _blocks(getattr(mats, key), key) for key in want}
+    for key, shape in want.items():
+        if blocks[key].shape != shape:
+            raise ModelError(f"tile layer: matrix {key} has shape {list(blocks[key].shape)}, expected {list(shape)}")
+    if cfg.ffn_activation not in ACTIVATIONS:
+        raise ModelError(f"unknown FFN activation {cfg.ffn_activation!r}")
+    bias = [_f32(vectors.get(key), n, key) for key, n in (("bq", q), ("bk", kv), ("bv", kv))]
+    bqkv = None
+    if any(b is not None for b in bias):
+        bqkv = np.concatenate([np.zeros(n, np.float32) if b is None else b for b, n in zip(bias, (q, kv, kv))])
+    q_norm, k_norm = _f32(vectors.get("q_norm"), d, "q_norm"), _f32(vectors.get("k_norm"), d, "k_norm")
+    if cfg.qk_norm and (q_norm is None or k_norm is None):
+        raise ModelError("tile layer: vectors q_norm, k_norm are missing")
+    required = {key: _f32(vectors.get(key), e, key) for key in ("attn_norm", "ffn_norm")}
+    for key, value in required.items():
+        if value is None:
+            raise ModelError(f"tile layer: vector {key} is missing")
+    index = np.argmax(rotation_matrix(cfg), axis=0).astype(np.int32)  # (x @ P)[j] = x[index[j]]
+    return law.LayerLaw(
+        n_head=cfg.n_head,
+        n_kv=cfg.n_head_kv,
+        head_dim=d,
+        eps=float(np.float32(cfg.norm_eps)),
+        activation=ACTIVATIONS[cfg.ffn_activation][1],
+        rot=index,
+        attn_norm=required["attn_norm"],  # type: ignore[arg-type]
+        qkv=blocks["qkv"],
+        bqkv=bqkv,
+        q_norm=q_norm if cfg.qk_norm else None,
+        k_norm=k_norm if cfg.qk_norm else None,
+        o=blocks["o"],
+        bo=_f32(vectors.get("bo"), e, "bo"),
+        post_attn_norm=_f32(vectors.get("post_attn_norm"), e, "post_attn_norm") if cfg.post_norms else None,
+        ffn_norm=required["ffn_norm"],  # type: ignore[arg-type]
+        gu=blocks["gu"],
+        down=blocks["down"],
+        post_ffn_norm=_f32(vectors.get("post_ffn_norm"), e, "post_ffn_norm") if cfg.post_norms else None,
+    )
+
+
+class TileLayer:
+    """One layer on the C kernel (its tiles and vectors, and the struct the kernel reads), or on
+    the reference's NumPy law where ``kernel`` is None."""
+
+    def __init__(self, cfg: Config, layer: law.LayerLaw, kernel: Kernel | None) -> None:
+        self.cfg, self.kernel = cfg, kernel
+        self.law: law.LayerLaw | None = layer if kernel is None else None
+        self.struct: LtLayer | None = None
+        self._keep: list[npt.NDArray[Any]] = []  # every array the struct points into
+        if kernel is not None:
+            self.struct = self._struct(layer)
+
+    def _ptr(self, a: npt.NDArray[Any] | None) -> int | None:
+        if a is None:
+            return None
+        self._keep.append(a)
+        return int(a.ctypes.data)
+
+    def _matrix(self, kb: law.BlockForm) -> LtMatrix:
+        assert isinstance(kb, KernelBlocks)
+        tiles = pack_tiles(kb)
+        n, k = kb.shape
+        return LtMatrix(self._ptr(tiles), n, k, kb.bits, kb.block, int(kb.mins is not None),
+                        tile_block_bytes(kb.bits, kb.block, kb.mins is not None))  # fmt: skip
+
+    def _struct(self, layer: law.LayerLaw) -> LtLayer:
+        cfg = self.cfg
+        return LtLayer(
+            cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff, ACTIVATIONS[cfg.ffn_activation][0],
+            layer.eps, self._ptr(layer.attn_norm), self._matrix(layer.qkv), self._ptr(layer.bqkv),
+            self._ptr(layer.q_norm), self._ptr(layer.k_norm), self._ptr(np.ascontiguousarray(layer.rot)),
+            self._matrix(layer.o), self._ptr(layer.bo), self._ptr(layer.post_attn_norm), self._ptr(layer.ffn_norm),
+            self._matrix(layer.gu), self._matrix(layer.down), self._ptr(layer.post_ffn_norm),
+        )  # fmt: skip
+
+    def nbytes(self) -> int:
+        """Bytes of the weights this layer holds."""
+        if self.law is not None:
+            return sum(int(getattr(self.law, key).levels.nbytes) for key in ("qkv", "o", "gu", "down"))
+        return sum(int(a.nbytes) for a in self._keep)
+
+
+# -- the chain's graphs -------------------------------------------------------------------------------
+
+INPUTS = {
+    "pre": ("x", "cos", "sin"),
+    "post": ("attn", "x"),
+    "link": ("attn", "x", "cos", "sin", "enter"),
+}
+
+
+def _rows(a: npt.NDArray[Any], dtype: Any = np.float32) -> npt.NDArray[Any]:
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+class TileGraph:
+    """A layer half (``pre`` / ``post``) or a ``link`` on tiles, with an onnxruntime graph's calls:
+    :meth:`run` returns new arrays, :meth:`run_bound` writes into buffers it owns and reuses (the
+    caller copies what must outlive the next call, as for a bound graph)."""
+
+    calls = 0  # every call, all graphs (the bench counts a step's)
+
+    def __init__(self, kind: str, here: TileLayer, after: TileLayer | None, threads: int) -> None:
+        self.kind, self.here, self.after = kind, here, after
+        self.threads = max(1, threads)
+        self.input_names: tuple[str, ...] = INPUTS[kind]
+        self._buffers: dict[int, list[F32]] = {}
+        cfg = here.cfg
+        self._heads = cfg.n_head + cfg.n_head_kv
+
+    def _outputs(self, rows: int) -> list[F32]:
+        cfg = self.here.cfg
+        y = np.empty((rows, cfg.n_embd), dtype=np.float32)
+        qk = np.empty((rows, self._heads, cfg.head_dim), dtype=np.float32)
+        v = np.empty((rows, cfg.n_head_kv * cfg.head_dim), dtype=np.float32)
+        if self.kind == "pre":
+            return [qk, v]
+        return [y] if self.kind == "post" else [y, qk, v]
+
+    def run(self, *arrays: npt.NDArray[Any]) -> list[F32]:
+        out = self._outputs(int(arrays[0].shape[0]))
+        self._compute(arrays, out)
+        return out
+
+    def run_bound(self, *arrays: npt.NDArray[Any]) -> list[F32]:
+        rows = int(arrays[0].shape[0])
+        out = self._buffers.get(rows)
+        if out is None:
+            out = self._buffers.setdefault(rows, self._outputs(rows)) if rows <= 64 else self._outputs(rows)
+        self._compute(arrays, out)
+        return out
+
+    def _compute(self, arrays: tuple[npt.NDArray[Any], ...], out: list[F32]) -> None:
+        TileGraph.calls += 1
+        feeds = dict(zip(self.input_names, arrays))
+        rows = int(arrays[0].shape[0])
+        kernel = self.here.kernel
+        if kernel is None:
+            self._numpy(feeds, out)
+            return
+        x = _rows(feeds["x"])
+        lib, isa, threads = kernel.library, ISAS[kernel.isa], self.threads
+        here = ctypes.byref(self.here.struct)  # type: ignore[arg-type]
+        if self.kind == "pre":
+            cos, sin = _rows(feeds["cos"]), _rows(feeds["sin"])
+            qk, v = out
+            status = lib.lt_pre(here, rows, x.ctypes.data, cos.ctypes.data, sin.ctypes.data, qk.ctypes.data,
+                                v.ctypes.data, threads, isa)  # fmt: skip
+        elif self.kind == "post":
+            attn = _rows(feeds["attn"])
+            status = lib.lt_post(here, rows, attn.ctypes.data, x.ctypes.data, out[0].ctypes.data, threads, isa)
+        else:
+            assert self.after is not None
+            attn, cos, sin = _rows(feeds["attn"]), _rows(feeds["cos"]), _rows(feeds["sin"])
+            enter = _rows(feeds["enter"], np.uint8)
+            y, qk, v = out
+            status = lib.lt_link(
+                here, ctypes.byref(self.after.struct), rows, attn.ctypes.data, x.ctypes.data,  # type: ignore[arg-type]
+                cos.ctypes.data, sin.ctypes.data, enter.ctypes.data, y.ctypes.data, qk.ctypes.data, v.ctypes.data,
+                threads, isa,
+            )  # fmt: skip
+        if status == -2:
+            raise MemoryError("the tile layer kernel could not allocate its scratch")
+        if status != 0:
+            raise NativeKernelUnavailable(f"the tile layer kernel refused its arguments ({kernel.name})")
+
+    def _numpy(self, feeds: dict[str, npt.NDArray[Any]], out: list[F32]) -> None:
+        """The reference's law: the kernel's bits, slowly."""
+        rows = feeds["x"].shape[0]
+        if self.kind in ("post", "link"):
+            assert self.here.law is not None
+            y = law.post_half(self.here.law, _rows(feeds["attn"]), _rows(feeds["x"]))
+            if self.kind == "link":
+                y = np.where(feeds["enter"].reshape(rows, 1), feeds["x"], y)
+            out[0][...] = y
+        if self.kind in ("pre", "link"):
+            layer = (self.here if self.kind == "pre" else self.after).law  # type: ignore[union-attr]
+            assert layer is not None
+            x = feeds["x"] if self.kind == "pre" else out[0]
+            cos = _rows(feeds["cos"]).reshape(rows, -1)
+            sin = _rows(feeds["sin"]).reshape(rows, -1)
+            qk, v = law.pre_half(layer, _rows(x), cos, sin)
+            out[-2][...] = qk
+            out[-1][...] = v
+
+
+def build_tile_chain(
+    cfg: Config,
+    layer: LayerSource,
+    threads: int,
+    split_after: Iterable[int] = (),
+    built: Callable[[], None] | None = None,
+    kernel: Kernel | None = None,
+) -> LayerChain:
+    """:func:`engine.fused.build_chain`'s chain on tiles: each layer read and packed once, in order
+    (its block form freed once packed; ``built()`` after each), on ``kernel`` (None: the
+    reference's NumPy law). ModelError where a matrix has no block form."""
+    n = cfg.n_layer
+    cuts = frozenset(split_after)
+    bad = sorted(il for il in cuts if not 0 <= il < n - 1)
+    if bad:
+        raise ModelError(f"layer chain: cannot split after layer(s) {bad} (0..{n - 2} for {n} layers)")
+    layers: list[TileLayer] = []
+    for il in range(n):
+        layers.append(TileLayer(cfg, layer_law(cfg, *layer(il)), kernel))
+        if built is not None:
+            built()
+    entry = {0: TileGraph("pre", layers[0], None, threads)}
+    exit_: dict[int, TileGraph] = {}
+    link: dict[int, TileGraph] = {}
+    for il in range(n):
+        if il == n - 1 or il in cuts:
+            exit_[il] = TileGraph("post", layers[il], None, threads)
+            if il + 1 < n:
+                entry[il + 1] = TileGraph("pre", layers[il + 1], None, threads)
+        else:
+            link[il] = TileGraph("link", layers[il], layers[il + 1], threads)
+    return LayerChain(n, entry, exit_, link)
