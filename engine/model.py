@@ -696,6 +696,10 @@ class FastModel:
             return self._attend_tree_invariant(q, layer, cache, positions, first_slot, span_visible)
         if n_tokens == 1:
             return self._attend_row(q, layer, cache, int(positions[0]), end)
+        tile = self.store.tile_attention
+        if tile is not None:  # the tile layer law's attention: one call, every row on its own
+            ends = np.arange(first_slot + 1, end + 1, dtype=np.int32)
+            return tile.rows(q, cache.k[layer], cache.v[layer], cache.positions, positions, ends, self._windows[layer])
         rows = [
             self._attend_row(q[t : t + 1], layer, cache, int(positions[t]), first_slot + t + 1) for t in range(n_tokens)
         ]
@@ -707,8 +711,14 @@ class FastModel:
         bits), without the block loop, the ``[T, ...]`` reshapes (identities at T = 1) and the
         mask where it hides nothing: it is built only when a key is newer than the query or
         outside a sliding window; otherwise ``where(visible, scores, -inf)`` would return
-        ``scores`` unchanged. The batch-invariant attention's one call per row."""
+        ``scores`` unchanged. The batch-invariant attention's one call per row. With tile layers, the
+        tile layer law's attention (engine.tile_layers.TileAttention) instead."""
         cfg = self.config
+        tile = self.store.tile_attention
+        if tile is not None:
+            pos, ends = np.array([position], dtype=np.int64), np.array([end], dtype=np.int32)
+            q3 = q.reshape(1, cfg.n_head, cfg.head_dim)
+            return tile.rows(q3, cache.k[layer], cache.v[layer], cache.positions, pos, ends, self._windows[layer])
         qg = q.reshape(cfg.n_head_kv, cfg.n_group, cfg.head_dim)  # [n_kv, g, d]
         scores = qg @ cache.k[layer, :, :end].transpose(0, 2, 1)  # [n_kv, g, S]
         scores *= self._attn_scale

@@ -96,6 +96,7 @@ class LtMatrix(ctypes.Structure):
         ("block", ctypes.c_int),
         ("has_min", ctypes.c_int),
         ("tbb", ctypes.c_int),
+        ("has_zero", ctypes.c_int),
     ]
 
 
@@ -124,6 +125,20 @@ class LtLayer(ctypes.Structure):
     ]
 
 
+class LtAttention(ctypes.Structure):
+    _fields_ = [
+        ("n_head", ctypes.c_int),
+        ("n_kv", ctypes.c_int),
+        ("d", ctypes.c_int),
+        ("window", ctypes.c_int),
+        ("scale", ctypes.c_float),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("head_stride", ctypes.c_long),
+        ("key_pos", ctypes.c_void_p),
+    ]
+
+
 @dataclass(frozen=True)
 class Kernel:
     """The loaded C kernel and the instruction set it runs."""
@@ -140,13 +155,14 @@ def _bind(library: ctypes.CDLL) -> None:
     ptr, c_int = ctypes.c_void_p, ctypes.c_int
     library.lt_abi_version.restype = c_int
     library.lt_isa_supported.argtypes, library.lt_isa_supported.restype = [c_int], c_int
-    library.lt_exp.argtypes, library.lt_exp.restype = [ptr, ptr, c_int], None
-    library.lt_activation.argtypes, library.lt_activation.restype = [ptr, ptr, c_int, c_int], None
+    library.lt_exp.argtypes, library.lt_exp.restype = [ptr, ptr, c_int, c_int], None
+    library.lt_activation.argtypes, library.lt_activation.restype = [ptr, ptr, c_int, c_int, c_int], None
     library.lt_matmul.argtypes, library.lt_matmul.restype = [ptr, ptr, c_int, ptr, c_int, c_int], c_int
     library.lt_pre.argtypes = [ptr, c_int, ptr, ptr, ptr, ptr, ptr, c_int, c_int]
     library.lt_post.argtypes = [ptr, c_int, ptr, ptr, ptr, c_int, c_int]
     library.lt_link.argtypes = [ptr, ptr, c_int, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, c_int, c_int]
     library.lt_pre.restype = library.lt_post.restype = library.lt_link.restype = c_int
+    library.lt_attend.argtypes, library.lt_attend.restype = [ptr, c_int, ptr, ptr, ptr, ptr, c_int], c_int
 
 
 def load_kernel(isa: str | None = None) -> Kernel:
@@ -268,7 +284,7 @@ class TileLayer:
         tiles = pack_tiles(kb)
         n, k = kb.shape
         return LtMatrix(self._ptr(tiles), n, k, kb.bits, kb.block, int(kb.mins is not None),
-                        tile_block_bytes(kb.bits, kb.block, kb.mins is not None))  # fmt: skip
+                        tile_block_bytes(kb.bits, kb.block, kb.mins is not None), int(kb.zeros.any()))  # fmt: skip
 
     def _struct(self, layer: law.LayerLaw) -> LtLayer:
         cfg = self.cfg
@@ -423,3 +439,55 @@ def build_tile_chain(
         else:
             link[il] = TileGraph("link", layers[il], layers[il + 1], threads)
     return LayerChain(n, entry, exit_, link)
+
+
+class TileAttention:
+    """The tile layer law's attention (reference/int8_layer_law.py glossary): query rows, each
+    over the cache slots ``[0, end)`` it may see, on the C kernel or the reference's NumPy law
+    (``kernel`` None). Each row is computed on its own: a k-row call gives every row the bits of
+    a 1-row call."""
+
+    def __init__(self, cfg: Config, kernel: Kernel | None) -> None:
+        if cfg.head_dim % 16:
+            raise ModelError(f"the tile layer law's attention needs a head dim that is a multiple of 16, not {cfg.head_dim}")
+        self.cfg, self.kernel = cfg, kernel
+        self.scale = np.float32(cfg.attn_scale)
+
+    def rows(
+        self,
+        q: F32,  # [T, n_head, d]
+        k: F32,  # [n_kv, slots, d]: one layer's keys
+        v: F32,  # [n_kv, slots, d]
+        key_positions: npt.NDArray[np.int64],  # [slots]
+        positions: npt.NDArray[np.int64],  # [T]
+        ends: npt.NDArray[np.int32],  # [T]: row t sees slots [0, ends[t])
+        window: int,
+    ) -> F32:
+        """``[T, n_head d]``."""
+        cfg, count = self.cfg, q.shape[0]
+        if self.kernel is None:
+            rows = [
+                law.attend_row(q[t], k[:, : ends[t]], v[:, : ends[t]], key_positions[: ends[t]], int(positions[t]),
+                               window, self.scale)
+                for t in range(count)
+            ]  # fmt: skip
+            return np.stack(rows)
+        if k.strides[1:] != (cfg.head_dim * 4, 4) or k.strides != v.strides or key_positions.dtype != np.int64:
+            raise ModelError("the tile attention reads a cache laid out [n_kv, slots, d], float32, slots contiguous")
+        if int(np.max(ends)) > k.shape[1] or int(np.max(ends)) > key_positions.shape[0]:
+            raise ModelError(f"attention ends {ends.tolist()} pass the cache's {k.shape[1]} slots")
+        qc = np.ascontiguousarray(q, dtype=np.float32)
+        pos = np.ascontiguousarray(positions, dtype=np.int64)
+        ends_c = np.ascontiguousarray(ends, dtype=np.int32)
+        keys = np.ascontiguousarray(key_positions)
+        spec = LtAttention(cfg.n_head, cfg.n_head_kv, cfg.head_dim, window, self.scale, k.ctypes.data, v.ctypes.data,
+                           k.strides[0] // 4, keys.ctypes.data)  # fmt: skip
+        out = np.empty((count, cfg.n_head * cfg.head_dim), dtype=np.float32)
+        status = self.kernel.library.lt_attend(ctypes.byref(spec), count, qc.ctypes.data, pos.ctypes.data,
+                                               ends_c.ctypes.data, out.ctypes.data, ISAS[self.kernel.isa])  # fmt: skip
+        if status == -2:
+            raise MemoryError("the tile attention could not allocate its scores")
+        if status != 0:
+            raise NativeKernelUnavailable(f"the tile attention refused its arguments ({self.kernel.name})")
+        return out
+

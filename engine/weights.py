@@ -51,7 +51,7 @@ from verispec.engine.fused import (
 from verispec.engine.matmul import Matmul, NumpyMatmul
 from verispec.engine.pages import batched_drops, drop_mapping, drop_pages
 from verispec.engine.tile_head import TileHead, default_kernel
-from verispec.engine.tile_layers import build_tile_chain
+from verispec.engine.tile_layers import TileAttention, build_tile_chain
 from verispec.engine.tile_layers import default_kernel as default_layer_kernel
 from verispec.reference import quants
 from verispec.reference.config import Config
@@ -200,6 +200,7 @@ class WeightStore:
         self.huge_page_bytes = 0  # of the load's memory, on 2 MiB pages (engine/huge_pages.py; set by the loader)
         self.head_kernel = "mlas" if mode == "int8" else "none"  # int8: the head's kernel (set by the loader)
         self.layer_kernel = "mlas" if mode == "int8" else "none"  # int8: the layers' kernel (set by the loader)
+        self.tile_attention: TileAttention | None = None  # the tile layer law's attention (with tile layers)
 
     def layer(self, index: int) -> FusedLayer:
         """Layer ``index`` (in quantized mode dequantized now, on NumPy); ModelError for fused
@@ -665,6 +666,7 @@ class Int8Loader:
         layers: list[FusedLayer] = []
         chain = None
         layer_name = "mlas"
+        attention = None
         if layer_kernel == "auto":
             layer_kernel = "tile" if fused and self.tile_layers_run_natively() else "mlas"
         if layer_kernel == "tile":
@@ -673,6 +675,7 @@ class Int8Loader:
             tile_kernel, layer_name = default_layer_kernel()
             threads = matmul.default_threads()
             chain = build_tile_chain(cfg, self.layer_parts, threads, splits, matmul.release_freed_memory, tile_kernel)
+            attention = TileAttention(cfg, tile_kernel)
         elif fused:  # the peak of a load is its freed copies otherwise: handed back after each graph
             chain = build_chain(cfg, self.layer_parts, matmul.default_threads(), splits, matmul.release_freed_memory)
         else:
@@ -697,6 +700,7 @@ class Int8Loader:
         )
         store.head_kernel = output.kernel_name if isinstance(output, TileHead) else "mlas"
         store.layer_kernel = layer_name
+        store.tile_attention = attention
         return store
 
     def matrices(self, il: int) -> LayerMatrices:

@@ -34,6 +34,12 @@ SiLU           ``g * (1 / (1 + exp(-g)))``.
 GELU (tanh)    ``(0.5 g) * (1 + t)``, ``t = 1 - 2 / (exp(2 u) + 1)``, ``u = c0 (g + c1 (g g) g)``.
 RoPE           ``x * cos + x[rot] * sin``: ``rot`` each dim's partner, ``sin`` signed
                (engine/rope.py).
+attention      one query row over the keys it may see (causal; within the window on a sliding
+               layer), per query head and its kv head: ``score = dot(q, k) * scale``, the dot in 16
+               lanes (lane j sums ``q[16c + j] k[16c + j]`` over c from its first product) then the
+               lanes in a fixed tree (j + j+8, + j+4, + j+2, + j+1); ``m = max score``; ``e =
+               exp(score - m)``; ``sum`` the e in slot order; ``p = e / sum``; ``out`` the ``p v`` in
+               slot order, from the first term. The head dim is a multiple of 16.
 
 A k-row pass gives every row the bits a 1-row pass gives: every operation is per row.
 """
@@ -210,3 +216,42 @@ def post_half(layer: LayerLaw, attn: F32, x: F32) -> F32:
     if layer.post_ffn_norm is not None:
         f = rms_norm_law(f, layer.post_ffn_norm, layer.eps)
     return np.asarray(x1 + f, dtype=np.float32)
+
+
+def lane_dot(q: F32, k: F32) -> F32:
+    """``q [..., d] . k [..., d]`` over the last axis by the law's 16 lanes and tree (glossary)."""
+    prods = (q * k).reshape(*np.broadcast_shapes(q.shape, k.shape)[:-1], -1, 16)  # [..., d / 16, 16]
+    lanes = np.cumsum(prods, axis=-2, dtype=np.float32)[..., -1, :]  # one addition at a time, per lane
+    t8 = lanes[..., :8] + lanes[..., 8:]
+    t4 = t8[..., :4] + t8[..., 4:]
+    t2 = t4[..., :2] + t4[..., 2:]
+    return np.asarray(t2[..., 0] + t2[..., 1], dtype=np.float32)
+
+
+def attend_row(
+    q: F32,  # [n_head, d]
+    k: F32,  # [n_kv, S, d]
+    v: F32,  # [n_kv, S, d]
+    key_positions: npt.NDArray[np.int64],  # [S]
+    position: int,
+    window: int,
+    scale: np.float32,
+) -> F32:
+    """One query row's attention by the law (glossary) -> ``[n_head d]``."""
+    n_head, d = q.shape
+    n_kv = k.shape[0]
+    if d % 16:
+        raise ValueError(f"the attention law needs a head dim that is a multiple of 16, not {d}")
+    distance = position - key_positions
+    visible = np.flatnonzero((distance >= 0) & ((window <= 0) | (distance < window)))
+    group = n_head // n_kv
+    out = np.empty((n_head, d), dtype=np.float32)
+    for head in range(n_head):
+        keys, values = k[head // group, visible], v[head // group, visible]  # [S', d]
+        scores = lane_dot(q[head][None, :], keys) * np.float32(scale)  # [S']
+        e = exp_law(scores - scores.max())
+        total = np.cumsum(e, dtype=np.float32)[-1]
+        p = e / total
+        out[head] = np.cumsum(p[:, None] * values, axis=0, dtype=np.float32)[-1]
+    return out.reshape(-1)
+

@@ -54,6 +54,10 @@ int lt_isa_supported(int isa) {
     return 0;
 }
 
+#ifdef TILE_X86
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,f16c")))
+#endif
+
 /* ---- the law's elementwise functions ------------------------------------------------------ */
 
 /* exp: Cephes' expf, operation by operation (reference/int8_layer_law.py exp_law) */
@@ -76,9 +80,6 @@ static float exp_law(float x) {
     return ldexpf(p, (int)n);
 }
 
-void lt_exp(const float *x, float *y, int n) {
-    for (int i = 0; i < n; i++) y[i] = exp_law(x[i]);
-}
 
 static float silu_law(float g) { return g * (1.0f / (1.0f + exp_law(-g))); }
 
@@ -89,9 +90,103 @@ static float gelu_tanh_law(float g) {
     return (0.5f * g) * (1.0f + th);
 }
 
-void lt_activation(const float *g, float *y, int n, int act) {
-    for (int i = 0; i < n; i++) y[i] = act == ACT_SILU ? silu_law(g[i]) : gelu_tanh_law(g[i]);
+#ifdef TILE_X86
+/* exp_law on 16 lanes, the same operations: floor by roundscale (exact), ldexp by scalef (one
+   rounding, as ldexpf: the exact product rounded once, also where it is subnormal or overflows) */
+static inline AVX512 __m512 exp16(__m512 x) {
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __mmask16 high = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ);
+    const __mmask16 low = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654022216797f), _CMP_LT_OQ);
+    const __m512 xi = _mm512_mask_blend_ps(nan | high | low, x, _mm512_setzero_ps());
+    const __m512 t = _mm512_add_ps(_mm512_mul_ps(xi, _mm512_set1_ps(1.44269502162933349609375f)), _mm512_set1_ps(0.5f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_sub_ps(xi, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
+    const __m512 z = _mm512_mul_ps(r, r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, z), r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    __m512 y = _mm512_scalef_ps(p, n);
+    y = _mm512_mask_blend_ps(high, y, _mm512_set1_ps(INFINITY));
+    y = _mm512_mask_blend_ps(low, y, _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(nan, y, x);
 }
+
+static inline AVX512 __m512 silu16(__m512 g) {
+    const __m512 e = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)0x80000000u))));
+    return _mm512_mul_ps(g, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+}
+
+static inline AVX512 __m512 gelu16(__m512 g) {
+    const __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
+    const __m512 inner = _mm512_mul_ps(_mm512_set1_ps(0.7978845834732056f),
+                                       _mm512_add_ps(g, _mm512_mul_ps(_mm512_set1_ps(0.044715f), g3)));
+    const __m512 e = exp16(_mm512_mul_ps(_mm512_set1_ps(2.0f), inner));
+    const __m512 th = _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                                    _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), g), _mm512_add_ps(_mm512_set1_ps(1.0f), th));
+}
+
+/* y = act(g) * u over n values (u NULL: act(g)) */
+static AVX512 void act_avx512(const float *g, const float *u, float *y, int n, int act) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 gi = _mm512_loadu_ps(g + i);
+        __m512 z = act == ACT_SILU ? silu16(gi) : gelu16(gi);
+        if (u) z = _mm512_mul_ps(z, _mm512_loadu_ps(u + i));
+        _mm512_storeu_ps(y + i, z);
+    }
+    for (; i < n; i++) {
+        const float z = act == ACT_SILU ? silu_law(g[i]) : gelu_tanh_law(g[i]);
+        y[i] = u ? z * u[i] : z;
+    }
+}
+
+static AVX512 void exp_avx512(const float *x, float *y, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp16(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = exp_law(x[i]);
+}
+#endif
+
+static void act_portable(const float *g, const float *u, float *y, int n, int act) {
+    for (int i = 0; i < n; i++) {
+        const float z = act == ACT_SILU ? silu_law(g[i]) : gelu_tanh_law(g[i]);
+        y[i] = u ? z * u[i] : z;
+    }
+}
+
+/* y = act(g) * u (u NULL: act(g)) on ``isa`` */
+static void activation(const float *g, const float *u, float *y, int n, int act, int isa) {
+#ifdef TILE_X86
+    if (isa == ISA_AVX512_VNNI) {
+        act_avx512(g, u, y, n, act);
+        return;
+    }
+#endif
+    (void)isa;
+    act_portable(g, u, y, n, act);
+}
+
+static void exp_many(const float *x, float *y, int n, int isa) {
+#ifdef TILE_X86
+    if (isa == ISA_AVX512_VNNI) {
+        exp_avx512(x, y, n);
+        return;
+    }
+#endif
+    (void)isa;
+    for (int i = 0; i < n; i++) y[i] = exp_law(x[i]);
+}
+
+void lt_activation(const float *g, float *y, int n, int act, int isa) { activation(g, NULL, y, n, act, isa); }
+
+void lt_exp(const float *x, float *y, int n, int isa) { exp_many(x, y, n, isa); }
 
 /* RMSNorm of one row: the sum of squares in index order, then y = (x / sqrt(ss / n + eps)) * w */
 static void rms_norm_law(const float *x, const float *w, float *y, int n, float eps) {
@@ -111,7 +206,51 @@ typedef struct {
     int finite;
 } act_row_t;
 
-static void quantize_row(const float *x, act_row_t *a) {
+#ifdef TILE_X86
+/* quantize_row on 16 lanes: the same max (exact in any order), divisions and ties-to-even rounding */
+static AVX512 void quantize_row_avx512(const float *x, act_row_t *a) {
+    const int K = a->K;
+    const __m512 inf = _mm512_set1_ps(INFINITY);
+    __mmask16 finite = 0xFFFF;
+    for (int k = 0; k < K; k += 16)
+        finite &= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + k)), inf, _CMP_LT_OQ);
+    a->finite = finite == 0xFFFF;
+    for (int b = 0; b < K / QK; b++) {
+        const float *xb = x + b * QK;
+        const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+        float amax = 0.0f;
+        if (a->finite)
+            amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float d = amax / 127.0f;
+        int8_t *q = a->levels + b * QK;
+        if (d == 0.0f) {
+            memset(q, 0, QK);
+        } else {
+            const __m512 dd = _mm512_set1_ps(d);
+            const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_div_ps(v0, dd), mode));
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_div_ps(v1, dd), mode));
+            _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(q1));
+        }
+        a->scales[b] = d;
+    }
+    for (int b = 0; b < K / a->B; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < a->B; j++) s += a->levels[b * a->B + j];
+        a->sums[b] = s;
+    }
+}
+#endif
+
+static void quantize_row(const float *x, act_row_t *a, int isa) {
+#ifdef TILE_X86
+    if (isa == ISA_AVX512_VNNI) {
+        quantize_row_avx512(x, a);
+        return;
+    }
+#endif
+    (void)isa;
     const int K = a->K;
     int ok = 1;
     for (int k = 0; k < K; k++) ok &= isfinite(x[k]) != 0;
@@ -137,6 +276,7 @@ static void quantize_row(const float *x, act_row_t *a) {
 typedef struct {
     const uint8_t *tiles;
     int n_out, K, bits, block, has_min, tbb;
+    int has_zero; /* some zero point is not 0 (the packer sets it) */
 } lt_matrix_t;
 
 typedef struct {
@@ -204,11 +344,9 @@ static void portable_tiles(const job_t *g, int r0, int R, int first, int last) {
 
 #ifdef TILE_X86
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,f16c")))
-
 static inline AVX512 __attribute__((always_inline)) void avx512_tiles(const job_t *g, int r0, int first, int last,
                                                                    const int NR, const int BITS, const int B,
-                                                                   const int MIN) {
+                                                                   const int MIN, const int ZERO) {
     const lt_matrix_t *m = g->m;
     const int nbw = m->K / B, lev = MIN ? 128 : 64;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -242,7 +380,9 @@ static inline AVX512 __attribute__((always_inline)) void avx512_tiles(const job_
                     dot = _mm512_dpbusd_epi32(dot, w[j], _mm512_set1_epi32(a4));
                 }
                 const int32_t asum = a->sums[b];
-                const __m512i idot = _mm512_sub_epi32(dot, _mm512_mullo_epi32(zero, _mm512_set1_epi32(asum)));
+                /* every zero point 0 (no ZERO): idot is dot, the same integer */
+                const __m512i idot =
+                    ZERO ? _mm512_sub_epi32(dot, _mm512_mullo_epi32(zero, _mm512_set1_epi32(asum))) : dot;
                 const __m512 da = _mm512_set1_ps(a->scales[(b * B) / QK]);
                 const __m512 sd = _mm512_mul_ps(scale, da);
                 acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(idot), sd));
@@ -258,35 +398,35 @@ static inline AVX512 __attribute__((always_inline)) void avx512_tiles(const job_
     }
 }
 
-#define AVX512_FORM(BITS, B, MIN)                                                                  \
-    static AVX512 void avx512_##BITS##_##B##_##MIN(const job_t *g, int r0, int R, int first, int last) { \
+#define AVX512_FORM(BITS, B, MIN, ZERO)                                                            \
+    static AVX512 void avx512_##BITS##_##B##_##MIN##ZERO(const job_t *g, int r0, int R, int first, int last) { \
         switch (R) {                                                                               \
-        case 1: avx512_tiles(g, r0, first, last, 1, BITS, B, MIN); break;                          \
-        case 2: avx512_tiles(g, r0, first, last, 2, BITS, B, MIN); break;                          \
-        case 3: avx512_tiles(g, r0, first, last, 3, BITS, B, MIN); break;                          \
-        case 4: avx512_tiles(g, r0, first, last, 4, BITS, B, MIN); break;                          \
-        case 5: avx512_tiles(g, r0, first, last, 5, BITS, B, MIN); break;                          \
-        case 6: avx512_tiles(g, r0, first, last, 6, BITS, B, MIN); break;                          \
-        case 7: avx512_tiles(g, r0, first, last, 7, BITS, B, MIN); break;                          \
-        default: avx512_tiles(g, r0, first, last, 8, BITS, B, MIN); break;                         \
+        case 1: avx512_tiles(g, r0, first, last, 1, BITS, B, MIN, ZERO); break;                    \
+        case 2: avx512_tiles(g, r0, first, last, 2, BITS, B, MIN, ZERO); break;                    \
+        case 3: avx512_tiles(g, r0, first, last, 3, BITS, B, MIN, ZERO); break;                    \
+        case 4: avx512_tiles(g, r0, first, last, 4, BITS, B, MIN, ZERO); break;                    \
+        case 5: avx512_tiles(g, r0, first, last, 5, BITS, B, MIN, ZERO); break;                    \
+        case 6: avx512_tiles(g, r0, first, last, 6, BITS, B, MIN, ZERO); break;                    \
+        case 7: avx512_tiles(g, r0, first, last, 7, BITS, B, MIN, ZERO); break;                    \
+        default: avx512_tiles(g, r0, first, last, 8, BITS, B, MIN, ZERO); break;                   \
         }                                                                                          \
     }
-AVX512_FORM(4, 16, 0)
-AVX512_FORM(4, 16, 1)
-AVX512_FORM(4, 32, 0)
-AVX512_FORM(4, 32, 1)
-AVX512_FORM(8, 16, 0)
-AVX512_FORM(8, 16, 1)
-AVX512_FORM(8, 32, 0)
-AVX512_FORM(8, 32, 1)
+#define AVX512_FORMS(BITS, B) AVX512_FORM(BITS, B, 0, 0) AVX512_FORM(BITS, B, 0, 1) AVX512_FORM(BITS, B, 1, 0) \
+    AVX512_FORM(BITS, B, 1, 1)
+AVX512_FORMS(4, 16)
+AVX512_FORMS(4, 32)
+AVX512_FORMS(8, 16)
+AVX512_FORMS(8, 32)
 
 typedef void (*form_fn)(const job_t *, int, int, int, int);
 static form_fn avx512_form(const lt_matrix_t *m) {
-    static const form_fn forms[2][2][2] = {
-        {{avx512_4_16_0, avx512_4_16_1}, {avx512_4_32_0, avx512_4_32_1}},
-        {{avx512_8_16_0, avx512_8_16_1}, {avx512_8_32_0, avx512_8_32_1}},
+    static const form_fn forms[2][2][2][2] = {
+        {{{avx512_4_16_00, avx512_4_16_01}, {avx512_4_16_10, avx512_4_16_11}},
+         {{avx512_4_32_00, avx512_4_32_01}, {avx512_4_32_10, avx512_4_32_11}}},
+        {{{avx512_8_16_00, avx512_8_16_01}, {avx512_8_16_10, avx512_8_16_11}},
+         {{avx512_8_32_00, avx512_8_32_01}, {avx512_8_32_10, avx512_8_32_11}}},
     };
-    return forms[m->bits == 8][m->block == 32][m->has_min != 0];
+    return forms[m->bits == 8][m->block == 32][m->has_min != 0][m->has_zero != 0];
 }
 #endif
 
@@ -340,9 +480,16 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+typedef struct {
+    int index;
+    unsigned seen; /* the generation when it was made: it takes every later job */
+} worker_start_t;
+
 static void *worker(void *arg) {
-    const int index = (int)(intptr_t)arg;
-    unsigned seen = __atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE);
+    const worker_start_t start = *(worker_start_t *)arg;
+    free(arg);
+    const int index = start.index;
+    unsigned seen = start.seen;
     for (;;) {
         unsigned gen;
         int spins = 0;
@@ -375,8 +522,16 @@ static int pool_ready(int want) {
     }
     while (pool.workers < want && pool.workers < MAX_THREADS - 1) {
         pthread_t id;
-        /* a new worker starts at the current generation: it joins from the next job on */
-        if (pthread_create(&id, NULL, worker, (void *)(intptr_t)pool.workers) != 0) break;
+        /* a new worker starts at the current generation, read here (not when the thread runs, which
+           may be after the next job is posted): it takes every job from the next one on */
+        worker_start_t *start = malloc(sizeof *start);
+        if (!start) break;
+        start->index = pool.workers;
+        start->seen = __atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE);
+        if (pthread_create(&id, NULL, worker, start) != 0) {
+            free(start);
+            break;
+        }
         pthread_detach(id);
         pool.ids[pool.workers++] = id;
     }
@@ -439,7 +594,7 @@ static int matmul(const lt_matrix_t *m, const float *x, int R, float *y, int thr
         acts_free(&a);
         return -2;
     }
-    for (int r = 0; r < R; r++) quantize_row(x + (size_t)r * m->K, &a.rows[r]);
+    for (int r = 0; r < R; r++) quantize_row(x + (size_t)r * m->K, &a.rows[r], isa);
     job_t job = {m, a.rows, R, y, m->n_out, isa, 0, 0};
     run_job(&job, threads);
     for (int r = 0; r < R; r++)
@@ -561,12 +716,8 @@ static int post(const lt_layer_t *L, int T, const float *attn, const float *x, f
     }
     if ((rc = matmul(&L->gu, h, T, gu, threads, isa)) != 0) goto out;
     for (int t = 0; t < T; t++) {
-        const float *g = gu + (size_t)t * 2 * ff, *u = g + ff;
-        float *ar = act + (size_t)t * ff;
-        for (int i = 0; i < ff; i++) {
-            const float z = L->act == ACT_SILU ? silu_law(g[i]) : gelu_tanh_law(g[i]);
-            ar[i] = z * u[i];
-        }
+        const float *g = gu + (size_t)t * 2 * ff;
+        activation(g, g + ff, act + (size_t)t * ff, ff, L->act, isa);
     }
     if ((rc = matmul(&L->down, act, T, f, threads, isa)) != 0) goto out;
     for (int t = 0; t < T; t++) {
@@ -609,3 +760,132 @@ int lt_link(const lt_layer_t *here, const lt_layer_t *after, int T, const float 
         if (enter[t]) memcpy(y + (size_t)t * here->E, x + (size_t)t * here->E, sizeof(float) * here->E);
     return pre(after, T, y, cos, sin, qk, v, threads, isa);
 }
+
+/* ---- attention: one query row over its visible keys, the law's order ------------------------
+
+   Per query head (kv head = head / group): score_s = dot(q, k_s) * scale for each visible slot s
+   (visible: 0 <= q_pos - key_pos, and < window when window > 0); the dot in 16 lanes, lane j
+   summing q[16c + j] k[16c + j] over c from its first product, then the lanes in a fixed tree
+   (j + j+8, then + j+4, + j+2, + j+1); m = max score; e_s = exp(score_s - m); sum = the e_s in slot
+   order; p_s = e_s / sum; out = the p_s v_s in slot order, from the first term. */
+
+typedef struct {
+    int n_head, n_kv, d, window;
+    float scale;
+    const float *k, *v;      /* this layer's K, V: [n_kv, slots, d] */
+    long head_stride;        /* floats between two kv heads' slot 0 (slot stride: d) */
+    const int64_t *key_pos;  /* [slots] */
+} lt_attention_t;
+
+static float lane_tree(const float *acc) {
+    float t8[8], t4[4], t2[2];
+    for (int j = 0; j < 8; j++) t8[j] = acc[j] + acc[j + 8];
+    for (int j = 0; j < 4; j++) t4[j] = t8[j] + t8[j + 4];
+    for (int j = 0; j < 2; j++) t2[j] = t4[j] + t4[j + 2];
+    return t2[0] + t2[1];
+}
+
+static float dot_portable(const float *q, const float *k, int d) {
+    float acc[16];
+    for (int j = 0; j < 16; j++) acc[j] = q[j] * k[j];
+    for (int c = 16; c < d; c += 16)
+        for (int j = 0; j < 16; j++) acc[j] = acc[j] + q[c + j] * k[c + j];
+    return lane_tree(acc);
+}
+
+#ifdef TILE_X86
+static AVX512 float dot_avx512(const float *q, const float *k, int d) {
+    __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+    for (int c = 16; c < d; c += 16)
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c)));
+    float lanes[16];
+    _mm512_storeu_ps(lanes, acc);
+    return lane_tree(lanes);
+}
+
+static AVX512 void axpy_avx512(float *acc, float p, const float *v, int d, int first) {
+    const __m512 pp = _mm512_set1_ps(p);
+    for (int c = 0; c < d; c += 16) {
+        const __m512 term = _mm512_mul_ps(pp, _mm512_loadu_ps(v + c));
+        _mm512_storeu_ps(acc + c, first ? term : _mm512_add_ps(_mm512_loadu_ps(acc + c), term));
+    }
+}
+#endif
+
+static void axpy_portable(float *acc, float p, const float *v, int d, int first) {
+    for (int i = 0; i < d; i++) acc[i] = first ? p * v[i] : acc[i] + p * v[i];
+}
+
+/* scratch: visible [end] slot indices, scores [end] */
+static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, int end, float *out, int32_t *visible,
+                       float *scores, int isa) {
+    const int d = A->d, group = A->n_head / A->n_kv;
+    int count = 0;
+    for (int s = 0; s < end; s++) {
+        const int64_t distance = q_pos - A->key_pos[s];
+        if (distance >= 0 && (A->window == 0 || distance < A->window)) visible[count++] = s;
+    }
+    for (int head = 0; head < A->n_head; head++) {
+        const float *qh = q + (size_t)head * d;
+        const float *kh = A->k + (size_t)(head / group) * A->head_stride;
+        const float *vh = A->v + (size_t)(head / group) * A->head_stride;
+        float *o = out + (size_t)head * d;
+        if (count == 0) { /* no visible key: nothing to attend to */
+            for (int i = 0; i < d; i++) o[i] = NAN;
+            continue;
+        }
+        float m = 0.0f;
+        for (int j = 0; j < count; j++) {
+            const float *k = kh + (size_t)visible[j] * d;
+#ifdef TILE_X86
+            const float dot = isa == ISA_AVX512_VNNI ? dot_avx512(qh, k, d) : dot_portable(qh, k, d);
+#else
+            const float dot = dot_portable(qh, k, d);
+#endif
+            scores[j] = dot * A->scale;
+            m = j == 0 || scores[j] > m || scores[j] != scores[j] ? scores[j] : m; /* NaN wins, as in max */
+        }
+        for (int j = 0; j < count; j++) scores[j] = scores[j] - m;
+        exp_many(scores, scores, count, isa);
+        float sum = scores[0];
+        for (int j = 1; j < count; j++) sum = sum + scores[j];
+        for (int j = 0; j < count; j++) {
+            const float p = scores[j] / sum;
+            const float *v = vh + (size_t)visible[j] * d;
+#ifdef TILE_X86
+            if (isa == ISA_AVX512_VNNI)
+                axpy_avx512(o, p, v, d, j == 0);
+            else
+#endif
+                axpy_portable(o, p, v, d, j == 0);
+        }
+    }
+}
+
+/* rows t = 0..T-1: q [T, n_head, d] at q_pos[t] over slots [0, ends[t]) -> out [T, n_head d].
+   0, or -1 for bad arguments (nothing written), -2 out of memory. */
+int lt_attend(const lt_attention_t *A, int T, const float *q, const int64_t *q_pos, const int32_t *ends, float *out,
+              int isa) {
+    if (A->n_head <= 0 || A->n_kv <= 0 || A->n_head % A->n_kv || A->d <= 0 || A->d % 16 || A->window < 0 || T < 0 ||
+        !isa_ok(isa))
+        return -1;
+    int most = 1;
+    for (int t = 0; t < T; t++) {
+        if (ends[t] <= 0) return -1;
+        most = ends[t] > most ? ends[t] : most;
+    }
+    float *scores = malloc(sizeof(float) * (size_t)most);
+    int32_t *visible = malloc(sizeof(int32_t) * (size_t)most);
+    if (!scores || !visible) {
+        free(scores);
+        free(visible);
+        return -2;
+    }
+    for (int t = 0; t < T; t++)
+        attend_row(A, q + (size_t)t * A->n_head * A->d, q_pos[t], ends[t], out + (size_t)t * A->n_head * A->d, visible,
+                   scores, isa);
+    free(scores);
+    free(visible);
+    return 0;
+}
+
