@@ -72,13 +72,15 @@ def _format_engine_kernel(kernel: dict[str, Any] | None) -> list[str]:
     if kernel is None:
         return []
     rows = ", ".join(f"{mode} x{n}" for mode, n in kernel["row_modes"].items()) or "no onnxruntime graphs"
-    ort = (
-        f"onnxruntime {kernel['onnxruntime']} ({', '.join(kernel['providers'])})" if kernel["onnxruntime"] else "NumPy"
-    )
     calls = kernel.get("calls_per_step")
+    native = kernel.get("native_calls_per_step") or 0  # the tile layer kernel's (absent in older reports)
+    ort = (
+        f"onnxruntime {kernel['onnxruntime']} ({', '.join(kernel['providers'])})"
+        if kernel["onnxruntime"]
+        else ("tile kernels only" if native else "NumPy")  # int8 on the tile head and the tile layers
+    )
     step = "" if calls is None else f"; {calls} onnxruntime calls a step"
     layers = kernel.get("layer_calls_per_step")
-    native = kernel.get("native_calls_per_step") or 0  # the tile layer kernel's (absent in older reports)
     if layers is not None and calls is not None:
         # the layers' graphs run on onnxruntime or, on the tile layer kernel, as native calls
         step += (
