@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": os.environ.get("VERISPEC_THREADS"),
             "weights": model.weights_mode,
             "head_kernel": model.store.head_kernel,  # the int8 law depends on it (engine/tile_head.py)
+            "layer_kernel": model.store.layer_kernel,  # and on this (engine/tile_layers.py)
             "verify_cost_curve": curve,
             "note": "interleaved plain / speculative per request and draft, same prompt ids and token counts; "
             "the machine is shared with other work (see load averages): the CPU-time ratios are the steadier",

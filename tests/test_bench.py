@@ -21,6 +21,49 @@ def _positive_finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
+def _check_kernel_counts(kernel: dict[str, Any], n_layer: int) -> None:
+    """The int8 headline's kernels as ``engine_kernel`` reports them: onnxruntime graphs unless the
+    head and the layers both run on their tile kernels (engine/tile_head.py, engine/tile_layers.py,
+    which the report names), and the calls a 1-row step made, counted: one layer graph between two
+    attentions (L + 1), onnxruntime runs on the mlas layers, native calls on the tile layers, then
+    the head's onnxruntime runs (none on the tile head)."""
+    tile_head, tile_layers = kernel["head_kernel"].startswith("tile ("), kernel["layer_kernel"].startswith("tile (")
+    assert kernel["mode"] == "int8/ort-q"
+    assert sum(kernel["row_modes"].values()) == kernel["graphs"]
+    assert (kernel["graphs"] == 0) == (tile_head and tile_layers), kernel
+    assert kernel["providers"] == ([] if kernel["graphs"] == 0 else ["CPUExecutionProvider"])
+    assert set(kernel["row_modes"]) <= {"native", "pad-single-row", "row-by-row"}
+    assert kernel["layer_calls_per_step"] == n_layer + 1
+    assert kernel["native_calls_per_step"] == (n_layer + 1 if tile_layers else 0), kernel
+    head_calls = kernel["calls_per_step"] + kernel["native_calls_per_step"] - kernel["layer_calls_per_step"]
+    assert head_calls == 0 if tile_head else head_calls > 0, kernel
+
+
+@pytest.mark.parametrize("layer_kernel", ["mlas", "tile"])
+@pytest.mark.parametrize("head_kernel", ["mlas", "tile"])
+def test_engine_kernel_names_both_int8_kernels_and_counts_their_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head_kernel: str, layer_kernel: str
+) -> None:
+    """A tiny all-Q8_0 llama loaded through the commands' loader on each pair of int8 kernels (the
+    layer kernel from VERISPEC_INT8_LAYER_KERNEL, as a user sets it): the report names the kernels
+    the model runs and counts each kind of call (the text report's line: tests/test_bench_report.py)."""
+    from verispec.bench.kernel_info import engine_kernel
+    from verispec.engine.model import FastModel
+    from verispec.engine_load import head_kernel_of, layer_kernel_of, load_engine
+    from verispec.synth.models import write_synthetic
+
+    path = tmp_path / "tinyllama_q8_0.gguf"
+    write_synthetic(path, "tinyllama", quant_types=("Q8_0",))
+    monkeypatch.setenv("VERISPEC_INT8_LAYER_KERNEL", layer_kernel)
+    model = load_engine(str(path), weights="int8", head_kernel=head_kernel).model
+    assert isinstance(model, FastModel)
+    assert (head_kernel_of(model), layer_kernel_of(model)) == (head_kernel, layer_kernel)
+    assert layer_kernel_of(load_engine(str(path), weights="f32").model) is None  # the int8 mode's only
+    kernel = engine_kernel(model)
+    assert (kernel["head_kernel"], kernel["layer_kernel"]) == (model.store.head_kernel, model.store.layer_kernel)
+    _check_kernel_counts(kernel, model.config.n_layer)
+
+
 @pytest.mark.model
 def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "bench.png"
@@ -73,14 +116,7 @@ def test_bench_json_shape_and_ratios(smollm2_path: Path, tmp_path: Path, capsys:
     assert isinstance(report["machine"]["isa"], list) and len(report["machine"]["load_average_end"]) == 3
     # the headline is the default mode: int8 where onnxruntime is installed (the dev extra has it)
     kernel = report["engine_kernel"]
-    assert kernel["mode"] == "int8/ort-q" and kernel["providers"] == ["CPUExecutionProvider"]
-    assert sum(kernel["row_modes"].values()) == kernel["graphs"] > 0
-    assert set(kernel["row_modes"]) <= {"native", "pad-single-row", "row-by-row"}
-    # the graphs a 1-row step ran, counted: one between two attentions (L + 1), then the head's
-    # (none when the head runs on the tile kernel, engine/tile_head.py, which the report names)
-    head_calls = kernel["calls_per_step"] - kernel["layer_calls_per_step"]
-    assert kernel["layer_calls_per_step"] == report["model"]["n_layer"] + 1
-    assert head_calls == 0 if kernel["head_kernel"].startswith("tile (") else head_calls > 0, kernel
+    _check_kernel_counts(kernel, report["model"]["n_layer"])
     assert kernel["huge_page_mib"] >= 0  # 0 where the kernel has no MADV_COLLAPSE (engine/huge_pages.py)
     assert any(b["internal_api"] for b in report["machine"]["blas"])
     assert _positive_finite(report["matmul_bound"]["tok_s"]) and _positive_finite(report["plain"]["tok_s"])

@@ -138,6 +138,33 @@ def test_the_report_names_the_int8_head_kernel() -> None:
     assert "31 onnxruntime calls a step (31 layer graphs, 0 head); head kernel tile (avx512-vnni)" in text
 
 
+def test_the_report_names_the_int8_layer_kernel_and_its_native_calls() -> None:
+    """A report from a run whose int8 layers ran the tile kernel (engine/tile_layers.py) says so:
+    the layers' graphs are then native calls, and the onnxruntime calls left are the head's."""
+    report = _broken(_version_2)
+    report["engine_kernel"].update(
+        graphs=6, calls_per_step=6, native_calls_per_step=31, head_kernel="mlas", layer_kernel="tile (avx512-vnni)"
+    )
+    text = format_report(BenchReport.from_json(report))
+    assert (
+        "6 onnxruntime calls a step (6 head), 31 native layer calls; head kernel mlas; layer kernel tile (avx512-vnni)"
+        in text
+    )
+    report["engine_kernel"].update(graphs=0, calls_per_step=0, head_kernel="tile (avx512-vnni)", onnxruntime=None)
+    report["engine_kernel"].update(providers=[], row_modes={})
+    text = format_report(BenchReport.from_json(report))
+    assert (
+        "headline mode int8/ort-q: tile kernels only; row modes no onnxruntime graphs; 0 onnxruntime calls a step "
+        "(0 head), 31 native layer calls; head kernel tile (avx512-vnni); layer kernel tile (avx512-vnni)" in text
+    )
+    report["engine_kernel"].update(native_calls_per_step=0, calls_per_step=37, layer_kernel="mlas")
+    text = format_report(BenchReport.from_json(report))
+    assert (
+        "37 onnxruntime calls a step (31 layer graphs, 6 head); head kernel tile (avx512-vnni); layer kernel mlas"
+        in text
+    )
+
+
 @pytest.mark.parametrize(
     ("change", "named"),
     [

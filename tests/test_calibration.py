@@ -323,7 +323,7 @@ def test_calibrate_cli_and_generate_with_early_exit(
     from verispec.commands import calibrate as calibrate_command
     from verispec.commands import generate as generate_command
     from verispec.commands import generate_early_exit as early_exit_command
-    from verispec.engine_load import AUTO, head_kernel_of, load_engine, resolve_weights
+    from verispec.engine_load import AUTO, head_kernel_of, layer_kernel_of, load_engine, resolve_weights
     from verispec.registry import resolve_model
 
     loads: dict[tuple[Any, ...], Any] = {}
@@ -338,6 +338,7 @@ def test_calibrate_cli_and_generate_with_early_exit(
         pass_boundaries: Any = (),
         head: str = "full",
         head_kernel: str | None = None,
+        layer_kernel: str | None = None,
     ) -> Any:
         boundaries = tuple(pass_boundaries)
         mode = resolve_weights(weights, engine=engine, backend=backend)
@@ -352,11 +353,16 @@ def test_calibrate_cli_and_generate_with_early_exit(
                 pass_boundaries=boundaries,
                 head=head,
                 head_kernel=head_kernel,
+                layer_kernel=layer_kernel,
             )
-        # the early-exit serve names the calibrated head kernel; the default load must have it
+        # the early-exit serve names the calibrated head and layer kernels; the default load must have them
         assert head_kernel in (None, head_kernel_of(loads[key].model)), (
             head_kernel,
             loads[key].model.store.head_kernel,
+        )
+        assert layer_kernel in (None, layer_kernel_of(loads[key].model)), (
+            layer_kernel,
+            loads[key].model.store.layer_kernel,
         )
         return loads[key]
 
@@ -431,6 +437,8 @@ def test_calibrate_cli_and_generate_with_early_exit(
     )
     assert json.loads(plain.stdout)["ids"] == result["ids"]
     assert len(loads) == 1, list(loads)  # the three commands asked for one model
+    (served,) = loads.values()  # the artifact names the int8 kernels the calibration ran on
+    assert (raw["head_kernel"], raw["layer_kernel"]) == (head_kernel_of(served.model), layer_kernel_of(served.model))
     other_numerics = in_process(
         capsys,
         "generate",

@@ -185,3 +185,93 @@ def test_a_head_kernel_the_mode_cannot_have_is_refused(tmp_path: Path) -> None:
         path.write_text(json.dumps(raw))
         with pytest.raises(CalibrationError, match="head_kernel"):
             Calibration.load(path)
+
+
+def _int8_layers_calibration(layer_kernel: str, head_kernel: str = "mlas") -> Calibration:
+    from dataclasses import replace
+
+    return replace(_calibration("int8"), head_kernel=head_kernel, layer_kernel=layer_kernel)
+
+
+def test_the_int8_numerics_name_both_kernels() -> None:
+    """Each int8 kernel choice is its own law; the names of the mlas-layer laws are the old ones."""
+    assert numerics("int8", "mlas", "mlas") == numerics("int8") == "int8"
+    assert numerics("int8", "tile", "mlas") == numerics("int8", "tile") == "int8/tile"
+    assert numerics("int8", "mlas", "tile") == numerics("int8", None, "tile") == "int8/tile-layers"
+    assert numerics("int8", "tile", "tile") == "int8/tile/tile-layers"
+    assert numerics("f32", None, None) == numerics("quantized") == "exact"
+
+
+def test_an_int8_calibration_records_its_layer_kernel_and_refuses_the_other(tmp_path: Path) -> None:
+    """The int8 mode's two layer kernels (engine/tile_layers.py) compute two functions: an artifact
+    records which one it measured, under its seal, and is served only on that one."""
+    path = tmp_path / "tile_layers.json"
+    _int8_layers_calibration("tile").save(path)
+    assert json.loads(path.read_text())["layer_kernel"] == "tile"
+    back = Calibration.load(path)
+    assert back.layer_kernel == "tile" and back.head_kernel == "mlas"
+    back.check_weights("int8")  # before loading: the run will load the calibrated kernels
+    back.check_weights("int8", "mlas", "tile")
+    with pytest.raises(CalibrationError, match="int8 mode's tile layers .* VERISPEC_INT8_LAYER_KERNEL=tile"):
+        back.check_weights("int8", "mlas", "mlas")
+    with pytest.raises(CalibrationError, match="VERISPEC_INT8_LAYER_KERNEL=mlas"):
+        _int8_layers_calibration("mlas").check_weights("int8", "mlas", "tile")
+    raw = json.loads(path.read_text())
+    raw["layer_kernel"] = "mlas"  # the claim is sealed: an edit is refused
+    path.write_text(json.dumps(raw))
+    with pytest.raises(CalibrationError):
+        Calibration.load(path)
+
+
+def test_a_run_on_both_other_kernels_is_told_both_settings() -> None:
+    cal = _int8_layers_calibration("tile", head_kernel="tile")
+    cal.check_weights("int8", "tile", "tile")
+    with pytest.raises(CalibrationError) as refused:
+        cal.check_weights("int8", "mlas", "mlas")
+    message = str(refused.value)
+    assert "int8 mode's tile head and tile layers (int8/tile/tile-layers numerics)" in message
+    assert "this run's head is mlas and layers are mlas (int8 numerics)" in message
+    assert "VERISPEC_INT8_HEAD_KERNEL=tile VERISPEC_INT8_LAYER_KERNEL=tile" in message
+    with pytest.raises(CalibrationError, match="VERISPEC_INT8_HEAD_KERNEL=tile, or calibrate again"):
+        cal.check_weights("int8", "mlas", "tile")  # only the head differs: only its setting is named
+
+
+def test_an_int8_artifact_without_a_layer_kernel_reads_as_mlas(tmp_path: Path) -> None:
+    """Written before the tile layer kernel existed, an int8 artifact was measured on the mlas layers."""
+    from verispec.reference.calibration_seal import SEAL_FIELD, seal
+
+    path = tmp_path / "old_int8_layers.json"
+    _int8_layers_calibration("mlas").save(path)
+    raw = json.loads(path.read_text())
+    del raw["layer_kernel"], raw[SEAL_FIELD]
+    raw[SEAL_FIELD] = seal(raw, None, None)
+    path.write_text(json.dumps(raw))
+    back = Calibration.load(path)
+    assert back.layer_kernel == "mlas"
+    with pytest.raises(CalibrationError, match="VERISPEC_INT8_LAYER_KERNEL=mlas"):
+        back.check_weights("int8", "mlas", "tile")
+
+
+def test_a_layer_kernel_the_mode_cannot_have_is_refused(tmp_path: Path) -> None:
+    from verispec.reference.calibration_seal import SEAL_FIELD, seal
+
+    for weights, layer_kernel in (("int8", "auto"), ("f32", "tile"), ("quantized", "mlas")):
+        path = tmp_path / f"{weights}.json"
+        _calibration(weights).save(path)
+        raw = json.loads(path.read_text())
+        del raw[SEAL_FIELD]
+        raw["layer_kernel"] = layer_kernel
+        raw[SEAL_FIELD] = seal(raw, None, None)
+        path.write_text(json.dumps(raw))
+        with pytest.raises(CalibrationError, match="layer_kernel"):
+            Calibration.load(path)
+
+
+def test_calibrate_refuses_a_layer_kernel_the_mode_cannot_have() -> None:
+    """reference.calibration.calibrate checks the kernels it is told before any trajectory."""
+    from verispec.reference.calibration import calibrate
+
+    with pytest.raises(CalibrationError, match="layer kernel 'sse' is not one of mlas, tile"):
+        calibrate(None, [], model_sha256="c" * 64, model_name="m", weights="int8", layer_kernel="sse")  # type: ignore[arg-type]
+    with pytest.raises(CalibrationError, match="layer kernels are the int8 mode's"):
+        calibrate(None, [], model_sha256="c" * 64, model_name="m", weights="f32", layer_kernel="tile")  # type: ignore[arg-type]

@@ -85,6 +85,7 @@ def test_the_three_sides_run_the_same_number_of_tokens(
     lines = demo(tinyllama, DECODES, monkeypatch, capsys)
     assert "int8 mode, lossless w.r.t. the int8 model's own law" in lines[0]
     assert "; head kernel " in lines[0]  # mlas, or tile (ISA): the int8 law depends on it
+    assert "; layer kernel " in lines[0]  # likewise its layers' kernel
     assert lines[1].startswith("prompt: the --prompt text, ") and lines[1].endswith(" prompt tokens")
     table = lines[lines.index(next(line for line in lines if "tokens on every side" in line)) :]
     n = int(table[0].split()[0])
@@ -92,6 +93,21 @@ def test_the_three_sides_run_the_same_number_of_tokens(
     assert table[1].split()[0] == "plain" and table[1].split()[3] == "1.00x"
     assert table[2].startswith("  speculative auto ") and table[2].endswith("same tokens as plain: True")
     assert table[3].startswith("  llama.cpp plain") and "tok/s" in table[3] and "cut to our length" in table[3]
+
+
+@pytest.mark.parametrize("layer_kernel", ["mlas", "tile"])
+def test_the_first_line_names_the_layer_kernel_the_demo_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], layer_kernel: str
+) -> None:
+    """An all-Q8_0 file (every layer matrix has a block form, so the tile layer kernel can run it)
+    on the layer kernel VERISPEC_INT8_LAYER_KERNEL names: the first line says which."""
+    path = tmp_path / "tinyllama_q8_0.gguf"
+    write_synthetic(path, "tinyllama", quant_types=("Q8_0",))
+    monkeypatch.setenv("VERISPEC_INT8_LAYER_KERNEL", layer_kernel)
+    lines = demo(path, DECODES, monkeypatch, capsys)
+    named = lines[0].split("; layer kernel ")[1]
+    assert named == "mlas" if layer_kernel == "mlas" else named.startswith("tile ("), lines[0]
+    assert any(line.startswith("  speculative auto ") and line.endswith("same tokens as plain: True") for line in lines)
 
 
 def test_the_demo_runs_the_draft_generate_runs_by_default() -> None:

@@ -83,12 +83,15 @@ def load_engine(
     pass_boundaries: Iterable[int] = (),
     head: str = "full",
     head_kernel: str | None = None,
+    layer_kernel: str | None = None,
 ) -> EngineLoaded:
     """Resolve a registry name or path (or take an open file) and load it on ``engine`` with
     ``weights`` (:func:`resolve_weights`) on ``backend``, the int8 mode's head in mode ``head``
-    (:data:`HEAD_HELP`) on ``head_kernel`` (None: the environment's or the default, engine.weights.HEAD_KERNELS). ``pass_boundaries``: the depths where the caller's passes start and stop
-    (early exit's candidate depths, a layer-skip draft's exit layer; the fast engine cuts its fused
-    layer chain there, :meth:`FastModel.load`).
+    (:data:`HEAD_HELP`) on ``head_kernel`` (None: the environment's or the default,
+    engine.weights.HEAD_KERNELS), its layers on ``layer_kernel`` (likewise, engine.weights.LAYER_KERNELS).
+    ``pass_boundaries``: the depths where the caller's passes start and stop (early exit's candidate
+    depths, a layer-skip draft's exit layer; the fast engine cuts its fused layer chain there,
+    :meth:`FastModel.load`).
 
     ModelError for an unknown engine / weights mode, InsufficientMemory before loading when the
     weights will not fit; with ``need_chat`` a model without a chat format is a ChatFormatError.
@@ -107,6 +110,7 @@ def load_engine(
             bounds=boundaries,
             head=head,
             head_kernel=head_kernel,
+            layer_kernel=layer_kernel,
         )
 
 
@@ -120,10 +124,18 @@ def _load(
     bounds: tuple[int, ...],
     head: str,
     head_kernel: str | None,
+    layer_kernel: str | None,
 ) -> EngineLoaded:
     weights = resolve_weights(weights, engine=engine, arch=str(f.get("general.architecture", "")), backend=backend)
     model = load_model(
-        f, engine=engine, weights=weights, backend=backend, pass_boundaries=bounds, head=head, head_kernel=head_kernel
+        f,
+        engine=engine,
+        weights=weights,
+        backend=backend,
+        pass_boundaries=bounds,
+        head=head,
+        head_kernel=head_kernel,
+        layer_kernel=layer_kernel,
     )
     if engine == "fast" and isinstance(model, Model):  # said once, on stderr: never a silent switch
         print(
@@ -155,3 +167,12 @@ def head_kernel_of(model: "Model | FastModel") -> str | None:
     if not isinstance(model, FastModel) or model.weights_mode != "int8":
         return None
     return "tile" if model.store.head_kernel.startswith("tile") else "mlas"
+
+
+def layer_kernel_of(model: "Model | FastModel") -> str | None:
+    """The int8 mode's layer kernel a loaded model runs (``mlas`` or ``tile``, engine/tile_layers.py,
+    whatever instruction set), None for the other modes: with :func:`weights_mode_of` and
+    :func:`head_kernel_of`, the numerics an early-exit calibration is measured on and served for."""
+    if not isinstance(model, FastModel) or model.weights_mode != "int8":
+        return None
+    return "tile" if model.store.layer_kernel.startswith("tile") else "mlas"

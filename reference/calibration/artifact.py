@@ -40,14 +40,21 @@ CALIBRATED_WEIGHTS = ("f32", "quantized", "int8")  # the engine's weights modes 
 # The int8 mode's head kernels (engine/weights.py HEAD_KERNELS): two functions, two numerics.
 CALIBRATED_HEAD_KERNELS = ("mlas", "tile")
 HEAD_KERNEL_ENV = "VERISPEC_INT8_HEAD_KERNEL"
+# The int8 mode's layer kernels (engine/weights.py LAYER_KERNELS): likewise two int8 laws.
+CALIBRATED_LAYER_KERNELS = ("mlas", "tile")
+LAYER_KERNEL_ENV = "VERISPEC_INT8_LAYER_KERNEL"
 
 
-def numerics(weights: str, head_kernel: str | None = None) -> str:
-    """The function a weights mode computes: ``exact`` (float32: f32, quantized), ``int8`` (the
-    int8 mode on its ``mlas`` head, also when ``head_kernel`` is None) or ``int8/tile``."""
+def numerics(weights: str, head_kernel: str | None = None, layer_kernel: str | None = None) -> str:
+    """The function a weights mode computes: ``exact`` (float32: f32, quantized) or, for the int8
+    mode, ``int8[/HEAD][/LAYERS-layers]``: ``int8`` on the ``mlas`` head and ``mlas`` layers (also
+    when a kernel is None), ``int8/tile`` on the tile head, ``int8/tile-layers`` on the tile layer
+    kernel, ``int8/tile/tile-layers`` on both (each kernel is its own int8 law)."""
     if weights != "int8":
         return "exact"
-    return "int8" if head_kernel in (None, "mlas") else f"int8/{head_kernel}"
+    head = "" if head_kernel in (None, "mlas") else f"/{head_kernel}"
+    layers = "" if layer_kernel in (None, "mlas") else f"/{layer_kernel}-layers"
+    return f"int8{head}{layers}"
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class Calibration:
     )  # the scores every threshold is computed from
     weights: str = "f32"  # the weights mode whose numerics were calibrated (see check_weights)
     head_kernel: str | None = None  # int8: the head kernel whose numerics were calibrated; None otherwise
+    layer_kernel: str | None = None  # int8: the layer kernel whose numerics were calibrated; None otherwise
 
     @property
     def q_layer(self) -> Fraction:
@@ -155,24 +163,39 @@ class Calibration:
                 "it was fit for another model"
             )
 
-    def check_weights(self, weights: str, head_kernel: str | None = None) -> None:
+    def check_weights(self, weights: str, head_kernel: str | None = None, layer_kernel: str | None = None) -> None:
         """CalibrationError unless this artifact was calibrated on the numerics of ``weights`` with
-        the int8 head kernel ``head_kernel`` (None: the artifact's own, as a run that loads with it).
+        the int8 head kernel ``head_kernel`` and layer kernel ``layer_kernel`` (None: the artifact's
+        own, as a run that loads with it).
 
         The thresholds certify flips of the exit heads against the full model as computed by the
         mode they were measured on: the exact modes (``f32``, ``quantized``: the same float32
-        function) or the int8 mode on one head kernel (``mlas`` or ``tile``: two functions). An
-        artifact without the weights field was written when calibration ran only on the float32
-        mode by default: it reads as ``f32``; an int8 one without a head kernel, as ``mlas``."""
-        mine = numerics(self.weights, self.head_kernel)
-        theirs = numerics(weights, head_kernel if head_kernel is not None else self.head_kernel)
+        function) or the int8 mode on one head kernel and one layer kernel (``mlas`` or ``tile``
+        each: four functions). An artifact without the weights field was written when calibration
+        ran only on the float32 mode by default: it reads as ``f32``; an int8 one without a head
+        kernel or a layer kernel, as ``mlas`` for it."""
+        run_head = head_kernel if head_kernel is not None else self.head_kernel
+        run_layers = layer_kernel if layer_kernel is not None else self.layer_kernel
+        mine = numerics(self.weights, self.head_kernel, self.layer_kernel)
+        theirs = numerics(weights, run_head, run_layers)
         if mine == theirs:
             return
-        if numerics(weights) == numerics(self.weights):  # both int8: the head kernels differ
+        if numerics(weights) == numerics(self.weights):  # both int8: a kernel differs
+            made: list[str] = []
+            runs: list[str] = []
+            fixes: list[str] = []
+            for calibrated, run, part, verb, env in (
+                (self.head_kernel, run_head, "head", "is", HEAD_KERNEL_ENV),
+                (self.layer_kernel, run_layers, "layers", "are", LAYER_KERNEL_ENV),
+            ):
+                if (calibrated or "mlas") != (run or "mlas"):
+                    made.append(f"{calibrated or 'mlas'} {part}")
+                    runs.append(f"{part} {verb} {run or 'mlas'}")
+                    fixes.append(f"{env}={calibrated or 'mlas'}")
             raise CalibrationError(
-                f"calibration was made on the int8 mode's {self.head_kernel} head ({mine} numerics), this run's "
-                f"head is {head_kernel} ({theirs} numerics): its certificate holds for the numerics it was "
-                f"measured on; run with {HEAD_KERNEL_ENV}={self.head_kernel}, or calibrate again"
+                f"calibration was made on the int8 mode's {' and '.join(made)} ({mine} numerics), this run's "
+                f"{' and '.join(runs)} ({theirs} numerics): its certificate holds for the numerics it was "
+                f"measured on; run with {' '.join(fixes)}, or calibrate again"
             )
         raise CalibrationError(
             f"calibration was made on the {self.weights} weights mode ({mine} numerics), "
@@ -196,6 +219,7 @@ class Calibration:
             "kind_rule": self.kind_rule,
             "weights": self.weights,
             **({} if self.head_kernel is None else {"head_kernel": self.head_kernel}),
+            **({} if self.layer_kernel is None else {"layer_kernel": self.layer_kernel}),
             "gate": self.gate,
             "residual": self.residual,
             "n": self.n,
@@ -318,6 +342,9 @@ class Calibration:
         head_kernel = raw.get("head_kernel", "mlas" if weights == "int8" else None)
         if not (head_kernel in CALIBRATED_HEAD_KERNELS if weights == "int8" else head_kernel is None):
             raise ValueError(f"head_kernel {head_kernel!r} for weights {weights!r}")
+        layer_kernel = raw.get("layer_kernel", "mlas" if weights == "int8" else None)
+        if not (layer_kernel in CALIBRATED_LAYER_KERNELS if weights == "int8" else layer_kernel is None):
+            raise ValueError(f"layer_kernel {layer_kernel!r} for weights {weights!r}")
         return cls(
             model_sha256=str(raw["model_sha256"]),
             model_name=str(raw["model_name"]),
@@ -337,6 +364,7 @@ class Calibration:
             records=records,
             weights=str(weights),
             head_kernel=head_kernel,
+            layer_kernel=layer_kernel,
         )
 
 
@@ -465,8 +493,8 @@ def check_recomputed(cal: Calibration, where: str) -> None:
         )
     except CalibrationError as exc:  # e.g. prompt indices that skip a prompt
         raise CalibrationError(f"{where}: its calibration records are not a calibration ({str(exc)[:160]})") from None
-    # which mode (and int8 head kernel) made the scores is a claim the seal binds, not a score
-    rebuilt = replace(rebuilt, weights=cal.weights, head_kernel=cal.head_kernel)
+    # which mode (and int8 head and layer kernels) made the scores is a claim the seal binds, not a score
+    rebuilt = replace(rebuilt, weights=cal.weights, head_kernel=cal.head_kernel, layer_kernel=cal.layer_kernel)
     want, have = rebuilt.to_json(None, None), cal.to_json(None, None)
     want.pop("records")
     have.pop("records")

@@ -7,7 +7,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from fractions import Fraction
 
-from verispec.reference.calibration.artifact import CALIBRATED_HEAD_KERNELS, CALIBRATED_WEIGHTS, Calibration, build
+from verispec.reference.calibration.artifact import (
+    CALIBRATED_HEAD_KERNELS,
+    CALIBRATED_LAYER_KERNELS,
+    CALIBRATED_WEIGHTS,
+    Calibration,
+    build,
+)
 from verispec.reference.calibration.trajectories import Records, Trajectory, greedy_trajectory, lens_from, score
 from verispec.reference.certificate import ResidualKind
 from verispec.reference.conformal import exact_level
@@ -62,21 +68,27 @@ def calibrate(
     on_step: Callable[[], None] | None = None,
     weights: str = "f32",
     head_kernel: str | None = None,
+    layer_kernel: str | None = None,
 ) -> tuple[Calibration, Records]:
     """Greedy trajectories of the full model on ``prompts``; the lens (if ``use_lens``) is fit on
     ``lens_prompts`` (or, if None, on every other prompt of each kind, the rest calibrating);
     scores and the artifact on the calibration prompts. ``kind_rule`` records how the prompts'
     kinds were assigned ("rule": :func:`reference.prompt_kind.prompt_kind`; "declared");
-    ``weights`` the weights mode ``model`` runs and, int8, ``head_kernel`` its head's kernel (None:
-    ``mlas``); both recorded: the artifact serves those numerics."""
+    ``weights`` the weights mode ``model`` runs and, int8, ``head_kernel`` its head's kernel and
+    ``layer_kernel`` its layers' (None: ``mlas``); all recorded: the artifact serves those numerics."""
     if weights not in CALIBRATED_WEIGHTS:
         raise CalibrationError(f"weights mode {weights!r} is not one of {', '.join(CALIBRATED_WEIGHTS)}")
     if weights == "int8":
         head_kernel = head_kernel or "mlas"
         if head_kernel not in CALIBRATED_HEAD_KERNELS:
             raise CalibrationError(f"head kernel {head_kernel!r} is not one of {', '.join(CALIBRATED_HEAD_KERNELS)}")
+        layer_kernel = layer_kernel or "mlas"
+        if layer_kernel not in CALIBRATED_LAYER_KERNELS:
+            raise CalibrationError(f"layer kernel {layer_kernel!r} is not one of {', '.join(CALIBRATED_LAYER_KERNELS)}")
     elif head_kernel is not None:
         raise CalibrationError(f"head kernels are the int8 mode's (weights mode {weights!r} has none)")
+    elif layer_kernel is not None:
+        raise CalibrationError(f"layer kernels are the int8 mode's (weights mode {weights!r} has none)")
     level = exact_level(q)
     ks = check_depths(default_depths(model.config.n_layer) if depths is None else depths, model.config.n_layer)
     if not use_lens:
@@ -117,4 +129,4 @@ def calibrate(
         ridge=ridge if use_lens else 0.0,
         kind_rule=kind_rule,
     )
-    return replace(cal, weights=weights, head_kernel=head_kernel), records
+    return replace(cal, weights=weights, head_kernel=head_kernel, layer_kernel=layer_kernel), records

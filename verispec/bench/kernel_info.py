@@ -6,9 +6,12 @@ call is kept bit-identical to a k-row call).
 Read from the model as loaded (every :class:`engine.matmul.OrtGraph` reachable from its weight
 store), never re-measured: what the bench reports is what the timed runs used. How many graphs a
 step runs is counted (:attr:`engine.matmul.OrtGraph.calls`) over one 1-row decode step (a
-one-token prompt, then one token, on a cache of its own): ``calls_per_step``; of those the layers'
-(``layer_calls_per_step``: one graph between two attentions, :class:`engine.fused.LayerChain`)
-come from the model's structure, the rest is the head's.
+one-token prompt, then one token, on a cache of its own): ``calls_per_step``; the tile layer
+kernel's calls (engine/tile_layers.py: one C call a layer half, no onnxruntime run) are counted
+the same way (:attr:`engine.tile_layers.TileGraph.calls`): ``native_calls_per_step``. The layers'
+graphs (``layer_calls_per_step``: one between two attentions, :class:`engine.fused.LayerChain`, on
+whichever layer kernel) come from the model's structure; the onnxruntime calls beyond the layers'
+(``calls_per_step + native_calls_per_step - layer_calls_per_step``) are the head's.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from verispec.engine.matmul import OrtGraph
 from verispec.engine.model import FastModel
+from verispec.engine.tile_layers import TileGraph
 
 MAX_OBJECTS = 100_000  # a bound on the walk (a store holds a few hundred objects)
 
@@ -26,33 +30,39 @@ MAX_OBJECTS = 100_000  # a bound on the walk (a store holds a few hundred object
 def engine_kernel(model: FastModel) -> dict[str, Any]:
     """``mode`` (weights/backend), ``onnxruntime`` (version or None), ``providers``, ``graphs``
     (onnxruntime sessions), ``row_modes`` (row mode -> graphs), ``calls_per_step`` (onnxruntime
-    runs of a 1-row decode step, counted), ``layer_calls_per_step`` (of those, the layers'; None
-    without fused layers), ``head_kernel`` (the int8 head's kernel: ``mlas``, or ``tile (ISA)``,
-    engine/tile_head.py) and ``huge_page_mib`` (the load's memory on 2 MiB pages,
-    engine/huge_pages.py)."""
+    runs of a 1-row decode step, counted), ``native_calls_per_step`` (the tile layer kernel's C
+    calls in that step, counted: 0 on the ``mlas`` layers), ``layer_calls_per_step`` (the layers'
+    graphs of a step, on either layer kernel; None without fused layers), ``head_kernel`` (the int8
+    head's kernel: ``mlas``, or ``tile (ISA)``, engine/tile_head.py), ``layer_kernel`` (the int8
+    layers' kernel: ``mlas``, or ``tile (ISA)``, engine/tile_layers.py) and ``huge_page_mib`` (the
+    load's memory on 2 MiB pages, engine/huge_pages.py)."""
     graphs = list(_graphs(model.store))
     providers = sorted({p for g in graphs for p in g.session.get_providers()})
     chain = model.store.fused_layers
+    ort_calls, native_calls = calls_per_step(model)
     return {
         "mode": f"{model.weights_mode}/{model.backend}",
         "onnxruntime": _ort_version() if graphs else None,
         "providers": providers,
         "graphs": len(graphs),
         "row_modes": dict(sorted(Counter(g.row_mode for g in graphs).items())),
-        "calls_per_step": calls_per_step(model),
+        "calls_per_step": ort_calls,
+        "native_calls_per_step": native_calls,
         "layer_calls_per_step": None if chain is None else chain.calls(0, model.config.n_layer - 1),
         "head_kernel": model.store.head_kernel,
+        "layer_kernel": model.store.layer_kernel,
         "huge_page_mib": model.store.huge_page_bytes / 2**20,
     }
 
 
-def calls_per_step(model: FastModel) -> int:
-    """onnxruntime runs of one 1-row decode step (the head on its row), counted."""
+def calls_per_step(model: FastModel) -> tuple[int, int]:
+    """onnxruntime runs and tile layer kernel calls of one 1-row decode step (the head on its
+    row), counted."""
     cache = model.new_cache(2)
     model.forward([0], cache, last_only=True)
-    before = OrtGraph.calls
+    ort_before, native_before = OrtGraph.calls, TileGraph.calls
     model.forward([0], cache, last_only=True)
-    return OrtGraph.calls - before
+    return OrtGraph.calls - ort_before, TileGraph.calls - native_before
 
 
 def _graphs(root: object) -> Iterator[OrtGraph]:

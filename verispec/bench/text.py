@@ -72,15 +72,25 @@ def _format_engine_kernel(kernel: dict[str, Any] | None) -> list[str]:
     if kernel is None:
         return []
     rows = ", ".join(f"{mode} x{n}" for mode, n in kernel["row_modes"].items()) or "no onnxruntime graphs"
-    ort = (
-        f"onnxruntime {kernel['onnxruntime']} ({', '.join(kernel['providers'])})" if kernel["onnxruntime"] else "NumPy"
-    )
     calls = kernel.get("calls_per_step")
+    native = kernel.get("native_calls_per_step") or 0  # the tile layer kernel's (absent in older reports)
+    ort = (
+        f"onnxruntime {kernel['onnxruntime']} ({', '.join(kernel['providers'])})"
+        if kernel["onnxruntime"]
+        else ("tile kernels only" if native else "NumPy")  # int8 on the tile head and the tile layers
+    )
     step = "" if calls is None else f"; {calls} onnxruntime calls a step"
     layers = kernel.get("layer_calls_per_step")
-    step += "" if layers is None or calls is None else f" ({layers} layer graphs, {calls - layers} head)"
+    if layers is not None and calls is not None:
+        # the layers' graphs run on onnxruntime or, on the tile layer kernel, as native calls
+        step += (
+            f" ({layers} layer graphs, {calls - layers} head)" if not native else f" ({calls + native - layers} head)"
+        )
+    step += f", {native} native layer calls" if native and calls is not None else ""
     head = kernel.get("head_kernel")
     step += "" if head in (None, "none") else f"; head kernel {head}"
+    layer_kernel = kernel.get("layer_kernel")
+    step += "" if layer_kernel in (None, "none") else f"; layer kernel {layer_kernel}"
     return [f"headline mode {kernel['mode']}: {ort}; row modes {rows}{step}"]
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from verispec.calibration_prompts import DEFAULT_SEED, generate_mix
 from verispec.commands.request import add_engine_arguments
-from verispec.engine_load import head_kernel_of, load_engine, weights_mode_of
+from verispec.engine_load import head_kernel_of, layer_kernel_of, load_engine, weights_mode_of
 from verispec.reference.calibration import Calibration, Prompt, Records, calibrate, check_output_path, file_sha256
 from verispec.reference.certificate import residual_admits
 from verispec.reference.chat import ChatFormat
@@ -279,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
         on_step=progress.step,
         weights=weights_mode_of(loaded.model),  # the artifact serves this mode's numerics only
         head_kernel=head_kernel_of(loaded.model),
+        layer_kernel=layer_kernel_of(loaded.model),
     )
     progress.close()
     cal.save(args.out)

@@ -32,7 +32,7 @@ from verispec.commands.speculative import draft_boundaries
 from verispec.commands.validate import check_generate
 from verispec.engine.generate import draw_for, generate_any, law_for
 from verispec.engine.model import FastModel
-from verispec.engine_load import EngineLoaded, head_kernel_of, load_engine, weights_mode_of
+from verispec.engine_load import EngineLoaded, head_kernel_of, layer_kernel_of, load_engine, weights_mode_of
 from verispec.exit_codes import EXIT_FAILED, EXIT_PASSED
 from verispec.reference.decode import SpeculativeOptions, speculative_generate
 from verispec.reference.drafts import DEFAULT_DRAFT, check_options, make_draft, parse_draft_spec
@@ -114,7 +114,10 @@ def run(args: argparse.Namespace) -> int:
     head = ""  # the int8 law depends on its head's kernel (engine/tile_head.py): named
     if isinstance(loaded.model, FastModel) and head_kernel_of(loaded.model) is not None:
         head = f"; head kernel {loaded.model.store.head_kernel}"
-    print(f"{args.model} ({loaded.model.config.arch}) in the {LAWS.get(mode, mode)}{head}")
+    layers = ""  # and on its layers' kernel (engine/tile_layers.py): named
+    if isinstance(loaded.model, FastModel) and layer_kernel_of(loaded.model) is not None:
+        layers = f"; layer kernel {loaded.model.store.layer_kernel}"
+    print(f"{args.model} ({loaded.model.config.arch}) in the {LAWS.get(mode, mode)}{head}{layers}")
     print(f"prompt: {described}, {len(request.prompt_ids)} prompt tokens")
     first = generate_any(loaded.model, loaded.tokenizer, request)
     sys.stdout.write(first.text + "\n")

@@ -18,7 +18,15 @@ import sys
 
 from verispec.commands.request import build_request, result_json, stats_line
 from verispec.commands.validate import model_config
-from verispec.engine_load import AUTO, head_kernel_of, head_stats_of, load_engine, resolve_weights, weights_mode_of
+from verispec.engine_load import (
+    AUTO,
+    head_kernel_of,
+    head_stats_of,
+    layer_kernel_of,
+    load_engine,
+    resolve_weights,
+    weights_mode_of,
+)
 from verispec.reference.calibration import Calibration, file_sha256
 from verispec.reference.early_exit import ExitStats, exit_depths, generate_early_exit
 from verispec.reference.generate import GenerationResult
@@ -75,11 +83,14 @@ def run_early_exit(args: argparse.Namespace) -> int:
         backend=getattr(args, "backend", "auto"),
         pass_boundaries=exit_depths(calibration, calibration.gate),  # where every pass starts and stops
         head=getattr(args, "head", "full"),
-        # under auto, the calibrated head kernel; an explicit mode, the environment's (checked next)
+        # under auto, the calibrated head and layer kernels; an explicit mode, the environment's (checked next)
         head_kernel=calibration.head_kernel if getattr(args, "weights", AUTO) == AUTO else None,
+        layer_kernel=calibration.layer_kernel if getattr(args, "weights", AUTO) == AUTO else None,
     )
-    # e.g. --engine reference serves f32; VERISPEC_INT8_HEAD_KERNEL another head's numerics
-    calibration.check_weights(weights_mode_of(loaded.model), head_kernel_of(loaded.model))
+    # e.g. --engine reference serves f32; VERISPEC_INT8_HEAD_KERNEL / _LAYER_KERNEL another kernel's numerics
+    calibration.check_weights(
+        weights_mode_of(loaded.model), head_kernel_of(loaded.model), layer_kernel_of(loaded.model)
+    )
     request = build_request(args, loaded)
 
     def stream(piece: str) -> None:
