@@ -200,6 +200,18 @@ def kernel_nbytes(ggml_type: int, n_elements: int) -> int:
     return n_elements * bits // 8 + (n_elements // block) * (5 + (4 if has_min else 0))
 
 
+def stacked_form(ggml_types: tuple[int, ...]) -> tuple[int, int, bool] | None:
+    """``(bits, block, has_min)`` of the matrices of ``ggml_types`` stacked by :func:`concat` (the
+    widest storage, the smallest block, mins where any part has them); None where a part has no
+    block form."""
+    forms = [_FORMS.get(int(t)) for t in ggml_types]
+    if not forms or any(form is None for form in forms):
+        return None
+    bits = max(form[1] for form in forms if form is not None)
+    block = min(form[2] for form in forms if form is not None)
+    return bits, block, any(int(t) in _MIN_TYPES for t in ggml_types)
+
+
 PREPACKED_BLOCK_EXTRA = 8  # bytes a block beyond its levels in MLAS's int8-compute packing (see prepacked_nbytes)
 
 

@@ -38,6 +38,7 @@ from verispec.engine.blocks import (
     kernel_nbytes,
     prepacked_nbytes,
     repack,
+    stacked_form,
 )
 from verispec.engine.fused import (
     LayerChain,
@@ -50,8 +51,9 @@ from verispec.engine.fused import (
 )
 from verispec.engine.matmul import Matmul, NumpyMatmul
 from verispec.engine.pages import batched_drops, drop_mapping, drop_pages
+from verispec.engine.tile_head import TILE_BLOCK_BYTES as TILE_HEAD_BLOCK_BYTES
 from verispec.engine.tile_head import TileHead, default_kernel
-from verispec.engine.tile_layers import TileAttention, build_tile_chain
+from verispec.engine.tile_layers import TILE_ROWS, TileAttention, build_tile_chain, tile_block_bytes
 from verispec.engine.tile_layers import default_kernel as default_layer_kernel
 from verispec.reference import quants
 from verispec.reference.config import Config
@@ -291,26 +293,36 @@ def estimate_bytes(f: "GGUFFile", mode: str) -> int:
     return sum(t.nbytes for t in infos) + largest + chunk
 
 
-def int8_prepacked_bytes(f: "GGUFFile", cfg: Config) -> int:
+def int8_prepacked_bytes(f: "GGUFFile", cfg: Config, layer_kernel: str = "mlas", head_kernel: str = "mlas") -> int:
     """The bytes the int8 mode's kernels hold for every matrix once loaded (no load-time copy, no
     per-session cost): each layer's four projections as they are stacked (q, k, v; gate, up) and
-    the head in its chunks of :data:`INT8_HEAD_CHUNK_ROWS` rows, each sized by
-    :func:`engine.blocks.prepacked_nbytes`. The floor of the int8 mode's resident weights: the
-    file's pages are handed back after packing, so nothing else need hold a weight."""
+    the head, on the kernels named (``mlas``: :func:`engine.blocks.prepacked_nbytes`, the head in
+    chunks of :data:`INT8_HEAD_CHUNK_ROWS` rows; ``tile``: the tiles' bytes,
+    engine/tile_layers.py and engine/tile_head.py). The floor of the int8 mode's resident weights:
+    the file's pages are handed back after packing, so nothing else need hold a weight."""
     e, d, ff = cfg.n_embd, cfg.head_dim, cfg.n_ff
     q, kv = cfg.n_head * d, cfg.n_head_kv * d
 
     def types(names: list[str]) -> tuple[int, ...]:
         return tuple(int(f.tensors[name].ggml_type) for name in names)
 
+    def layer_bytes(ggml_types: tuple[int, ...], n_out: int, n_in: int) -> int:
+        form = stacked_form(ggml_types)
+        if layer_kernel != "tile" or form is None:
+            return prepacked_nbytes(ggml_types, n_out, n_in)
+        bits, block, has_min = form
+        return -(-n_out // TILE_ROWS) * (n_in // block) * tile_block_bytes(bits, block, has_min)
+
     total = 0
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
-        total += prepacked_nbytes(types([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]), q + 2 * kv, e)
-        total += prepacked_nbytes(types([p + "attn_output.weight"]), e, q)
-        total += prepacked_nbytes(types([p + "ffn_gate.weight", p + "ffn_up.weight"]), 2 * ff, e)
-        total += prepacked_nbytes(types([p + "ffn_down.weight"]), e, ff)
+        total += layer_bytes(types([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]), q + 2 * kv, e)
+        total += layer_bytes(types([p + "attn_output.weight"]), e, q)
+        total += layer_bytes(types([p + "ffn_gate.weight", p + "ffn_up.weight"]), 2 * ff, e)
+        total += layer_bytes(types([p + "ffn_down.weight"]), e, ff)
     head = types(["output.weight" if "output.weight" in f.tensors else "token_embd.weight"])
+    if head_kernel == "tile" and head == (int(quants.GGMLType.Q8_0),):
+        return total + -(-cfg.n_vocab // TILE_ROWS) * (e // 32) * TILE_HEAD_BLOCK_BYTES
     for first in range(0, cfg.n_vocab, INT8_HEAD_CHUNK_ROWS):
         total += prepacked_nbytes(head, min(INT8_HEAD_CHUNK_ROWS, cfg.n_vocab - first), e)
     return total

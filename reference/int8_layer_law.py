@@ -37,9 +37,9 @@ RoPE           ``x * cos + x[rot] * sin``: ``rot`` each dim's partner, ``sin`` s
 attention      one query row over the keys it may see (causal; within the window on a sliding
                layer), per query head and its kv head: ``score = dot(q, k) * scale``, the dot in 16
                lanes (lane j sums ``q[16c + j] k[16c + j]`` over c from its first product) then the
-               lanes in a fixed tree (j + j+8, + j+4, + j+2, + j+1); ``m = max score``; ``e =
-               exp(score - m)``; ``sum`` the e in slot order; ``p = e / sum``; ``out`` the ``p v`` in
-               slot order, from the first term. The head dim is a multiple of 16.
+               lanes in a fixed tree (j + j+8, + j+4, + j+2, + j+1; a lane without a product is
+               +0); ``m = max score``; ``e = exp(score - m)``; ``sum`` the e in slot order; ``p = e /
+               sum``; ``out`` the ``p v`` in slot order, from the first term.
 
 A k-row pass gives every row the bits a 1-row pass gives: every operation is per row.
 """
@@ -220,8 +220,16 @@ def post_half(layer: LayerLaw, attn: F32, x: F32) -> F32:
 
 def lane_dot(q: F32, k: F32) -> F32:
     """``q [..., d] . k [..., d]`` over the last axis by the law's 16 lanes and tree (glossary)."""
-    prods = (q * k).reshape(*np.broadcast_shapes(q.shape, k.shape)[:-1], -1, 16)  # [..., d / 16, 16]
-    lanes = np.cumsum(prods, axis=-2, dtype=np.float32)[..., -1, :]  # one addition at a time, per lane
+    prods = np.asarray(q * k, dtype=np.float32)  # [..., d]
+    d = prods.shape[-1]
+    whole = d - d % 16
+    lanes = np.zeros((*prods.shape[:-1], 16), dtype=np.float32)  # a lane without a product: +0
+    if whole:
+        chunks = prods[..., :whole].reshape(*prods.shape[:-1], -1, 16)  # [..., d // 16, 16]
+        lanes = np.cumsum(chunks, axis=-2, dtype=np.float32)[..., -1, :]  # one addition at a time, per lane
+        lanes[..., : d % 16] = lanes[..., : d % 16] + prods[..., whole:]
+    else:
+        lanes[..., :d] = prods
     t8 = lanes[..., :8] + lanes[..., 8:]
     t4 = t8[..., :4] + t8[..., 4:]
     t2 = t4[..., :2] + t4[..., 2:]
@@ -240,8 +248,6 @@ def attend_row(
     """One query row's attention by the law (glossary) -> ``[n_head d]``."""
     n_head, d = q.shape
     n_kv = k.shape[0]
-    if d % 16:
-        raise ValueError(f"the attention law needs a head dim that is a multiple of 16, not {d}")
     distance = position - key_positions
     visible = np.flatnonzero((distance >= 0) & ((window <= 0) | (distance < window)))
     group = n_head // n_kv

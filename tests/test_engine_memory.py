@@ -93,15 +93,17 @@ def mapped(path):
                 total += int(head[1]) * 1024
     return total
 
+KERNEL = sys.argv[3]  # the layer and head kernel: mlas or tile
 def resident(path):
     # (anonymous bytes, file bytes) the loaded model adds, the model kept alive while measured
     gc.collect(); matmul.release_freed_memory()
     before = status()
-    model = FastModel.load(path, weights="int8")
+    model = FastModel.load(path, weights="int8", layer_kernel=KERNEL, head_kernel=KERNEL)
     gc.collect(); matmul.release_freed_memory()
     after = status()
+    assert model.store.layer_kernel.split()[0] == KERNEL, model.store.layer_kernel
     with GGUFFile.open(path) as f:
-        packed = int8_prepacked_bytes(f, model.config)
+        packed = int8_prepacked_bytes(f, model.config, KERNEL, model.store.head_kernel.split()[0])
     return model, {"anon": after["RssAnon"] - before["RssAnon"], "gguf": mapped(path), "packed": packed}
 
 warm, _ = resident(sys.argv[2])  # onnxruntime's one-off costs (environment, kernel registry, code pages)
@@ -114,17 +116,19 @@ print(json.dumps({"twin": twin, "large": large}))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 @pytest.mark.slow
-def test_int8_model_holds_only_the_packed_weights(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kernel", ["mlas", "tile"])
+def test_int8_model_holds_only_the_packed_weights(tmp_path: Path, kernel: str) -> None:
     """Anonymous memory a loaded int8 model adds lies between its packed size
-    (engine.weights.int8_prepacked_bytes) and that x (1 + PACKED_SLACK) + onnxruntime's fixed costs
-    measured on a twin with the same graphs and tiny matrices; none of the GGUF file's pages stays
-    resident. Ruled out (9 MiB packed here): a second copy of the levels (+5 MiB or more), the
-    decoded float copy (+38 MiB), the file's pages (5.6 MiB), the tensors kept in a graph proto."""
+    (engine.weights.int8_prepacked_bytes, on the kernels it runs: mlas, or tile layers and head)
+    and that x (1 + PACKED_SLACK) + onnxruntime's fixed costs measured on a twin with the same
+    graphs and tiny matrices; none of the GGUF file's pages stays resident. Ruled out (9 MiB packed
+    here): a second copy of the levels (+5 MiB or more), the decoded float copy (+38 MiB), the
+    file's pages (5.6 MiB), the tensors kept in a graph proto, a block form kept beside the tiles."""
     large_path, twin_path = tmp_path / "large.gguf", tmp_path / "twin.gguf"
     write_synthetic(large_path, LARGE, quant_types=MIXED_TYPES)
     write_synthetic(twin_path, TWIN, quant_types=MIXED_TYPES)
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(large_path.resolve()), str(twin_path.resolve())],
+        [sys.executable, "-c", _CHILD, str(large_path.resolve()), str(twin_path.resolve()), kernel],
         capture_output=True,
         text=True,
         timeout=300,

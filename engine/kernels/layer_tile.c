@@ -785,11 +785,11 @@ static float lane_tree(const float *acc) {
     return t2[0] + t2[1];
 }
 
+/* lane j: the products of dims i = j (mod 16) in increasing i, from the first; +0 without one */
 static float dot_portable(const float *q, const float *k, int d) {
     float acc[16];
-    for (int j = 0; j < 16; j++) acc[j] = q[j] * k[j];
-    for (int c = 16; c < d; c += 16)
-        for (int j = 0; j < 16; j++) acc[j] = acc[j] + q[c + j] * k[c + j];
+    for (int j = 0; j < 16; j++) acc[j] = j < d ? q[j] * k[j] : 0.0f;
+    for (int i = 16; i < d; i++) acc[i % 16] = acc[i % 16] + q[i] * k[i];
     return lane_tree(acc);
 }
 
@@ -820,6 +820,7 @@ static void axpy_portable(float *acc, float p, const float *v, int d, int first)
 static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, int end, float *out, int32_t *visible,
                        float *scores, int isa) {
     const int d = A->d, group = A->n_head / A->n_kv;
+    const int vector = isa == ISA_AVX512_VNNI && d % 16 == 0; /* whole 16-lane chunks: the same sums */
     int count = 0;
     for (int s = 0; s < end; s++) {
         const int64_t distance = q_pos - A->key_pos[s];
@@ -838,8 +839,9 @@ static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, i
         for (int j = 0; j < count; j++) {
             const float *k = kh + (size_t)visible[j] * d;
 #ifdef TILE_X86
-            const float dot = isa == ISA_AVX512_VNNI ? dot_avx512(qh, k, d) : dot_portable(qh, k, d);
+            const float dot = vector ? dot_avx512(qh, k, d) : dot_portable(qh, k, d);
 #else
+            (void)vector;
             const float dot = dot_portable(qh, k, d);
 #endif
             scores[j] = dot * A->scale;
@@ -853,7 +855,7 @@ static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, i
             const float p = scores[j] / sum;
             const float *v = vh + (size_t)visible[j] * d;
 #ifdef TILE_X86
-            if (isa == ISA_AVX512_VNNI)
+            if (vector)
                 axpy_avx512(o, p, v, d, j == 0);
             else
 #endif
@@ -866,7 +868,7 @@ static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, i
    0, or -1 for bad arguments (nothing written), -2 out of memory. */
 int lt_attend(const lt_attention_t *A, int T, const float *q, const int64_t *q_pos, const int32_t *ends, float *out,
               int isa) {
-    if (A->n_head <= 0 || A->n_kv <= 0 || A->n_head % A->n_kv || A->d <= 0 || A->d % 16 || A->window < 0 || T < 0 ||
+    if (A->n_head <= 0 || A->n_kv <= 0 || A->n_head % A->n_kv || A->d <= 0 || A->window < 0 || T < 0 ||
         !isa_ok(isa))
         return -1;
     int most = 1;

@@ -1,0 +1,413 @@
+"""The int8 mode's ``tile`` layer kernel (engine/tile_layers.py, engine/kernels/layer_tile.c) computes
+the int8 layer law (reference/int8_layer_law.py) bit for bit: its exp and activations, its block
+matmul on every block form, its attention, and whole layers inside the engine, on every instruction
+set this CPU has, on any thread count and any number of rows, and in the NumPy fallback (which IS
+the law: the reference's functions). On a real model a k-row pass gives every row its 1-row bits
+and speculation keeps the plain greedy tokens.
+
+Every comparison of two computations here is exact (``array_equal`` on the bits): the law fixes
+every float32 operation and its order. The one tolerance is the law's exp against the true exp
+(float64), bounded in ulps: Cephes' polynomial is within 1 ulp on its range, 2 is asserted."""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from verispec.engine import native, tile_layers
+from verispec.engine.blocks import KernelBlocks
+from verispec.reference import int8_layer_law as law
+from verispec.reference.errors import ModelError, NativeKernelUnavailable
+
+
+def native_isas() -> list[str]:
+    """The instruction sets the layer kernel can run here (none where it cannot be built)."""
+    try:
+        return [name for name in tile_layers.ISAS if _supported(name)]
+    except NativeKernelUnavailable:
+        return []
+
+
+def _supported(name: str) -> bool:
+    try:
+        tile_layers.load_kernel(name)
+    except NativeKernelUnavailable as error:
+        if "lacks" in str(error):
+            return False
+        raise
+    return True
+
+
+ISAS_HERE = native_isas()
+needs_kernel = pytest.mark.skipif(not ISAS_HERE, reason="no C compiler here: the native kernel cannot be built")
+
+
+def bits(a: Any) -> Any:
+    return np.asarray(a, dtype=np.float32).view(np.uint32)
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Equal bits, where a NaN equals any NaN (the law says NaN, not which one: its sign and payload
+    are the hardware's)."""
+    a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    if a.shape != b.shape:
+        return False
+    nan = np.isnan(a)
+    return bool(np.array_equal(nan, np.isnan(b)) and np.array_equal(bits(a)[~nan], bits(b)[~nan]))
+
+
+# -- exp and the activations --------------------------------------------------------------------------
+
+
+def exp_inputs() -> Any:
+    """A dense sweep of exp's range (results from subnormal to the largest float), its edges, the
+    specials, and values beyond the range on both sides."""
+    sweep = np.linspace(-88.0, 89.0, 200_001, dtype=np.float32)
+    edges = np.array([law.EXP_MIN, law.EXP_MAX], dtype=np.float32)
+    near = np.concatenate([np.nextafter(edges, np.float32(-np.inf)), edges, np.nextafter(edges, np.float32(np.inf))])
+    specials = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-45, np.inf, -np.inf, np.nan, -200.0, 200.0], dtype=np.float32)
+    return np.concatenate([sweep, near, specials]).astype(np.float32)
+
+
+def test_the_laws_exp_is_within_two_ulp_of_exp() -> None:
+    """Where its result is a normal float, the law's exp is within 2 ulp of the true exp (float64)."""
+    x = exp_inputs()
+    y = law.exp_law(x)
+    true = np.exp(x.astype(np.float64))
+    normal = np.isfinite(x) & (true >= np.finfo(np.float32).tiny) & (true <= np.finfo(np.float32).max)
+    ulp = np.spacing(true[normal].astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(y[normal] - true[normal]) / ulp) <= 2.0
+    assert np.isnan(law.exp_law(np.array([np.nan], np.float32)))[0]
+    assert law.exp_law(np.array([np.inf, -np.inf, 100.0, -100.0], np.float32)).tolist() == [np.inf, 0.0, np.inf, 0.0]
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ISAS_HERE)
+def test_exp_and_activations_are_the_laws_bits(isa: str) -> None:
+    """The C exp (vector and scalar) and SiLU / GELU give the law's bits everywhere, NaN and the
+    range's edges included."""
+    lib = tile_layers.load_kernel(isa).library
+    x = exp_inputs()
+    y = np.empty_like(x)
+    lib.lt_exp(x.ctypes.data, y.ctypes.data, x.size, tile_layers.ISAS[isa])
+    assert same_bits(y, law.exp_law(x))
+    g = np.concatenate([x / np.float32(8), x[:1000] * np.float32(-1)]).astype(np.float32)
+    out = np.empty_like(g)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for act_id, name in ((0, law.ACT_SILU), (1, law.ACT_GELU_TANH)):
+            lib.lt_activation(g.ctypes.data, out.ctypes.data, g.size, act_id, tile_layers.ISAS[isa])
+            assert same_bits(out, law.activation_law(g, name)), name
+
+
+# -- the block matmul ---------------------------------------------------------------------------------
+
+# (bits, block, mins, zero): Q4_1 / Q4_K; Q4_0; Q8_0; Q6_K; Q2_K; Q5_1 / Q5_K; a stack with mins; Q3_K
+FORMS = [(4, 32, True, 0), (4, 32, False, 8), (8, 32, False, 128), (8, 16, False, 32), (4, 16, True, 0),
+         (8, 32, True, 0), (8, 16, True, 3), (4, 16, False, 4)]  # fmt: skip
+
+
+def random_form(rng: np.random.Generator, n: int, k: int, form: tuple[int, int, bool, int]) -> KernelBlocks:
+    n_bits, block, mins, zero = form
+    nb = k // block
+    scales = (rng.standard_normal((n, nb)) * 0.02).astype(np.float32)
+    scales[0, 0] = np.float32(1e-40)  # subnormal
+    zeros = np.full((n, nb), zero, np.uint8)
+    if zero:
+        zeros[1 % n, :] = 0  # a stacked part without a zero point
+    return KernelBlocks(
+        bits=n_bits,
+        block=block,
+        levels=rng.integers(0, 2**n_bits, (n, k), dtype=np.uint8),
+        scales=scales,
+        zeros=zeros,
+        mins=(rng.standard_normal((n, nb)) * 0.02).astype(np.float32) if mins else None,
+        source_types=(0,),
+    )
+
+
+def activation_rows(rng: np.random.Generator, rows: int, k: int) -> Any:
+    """Random rows with a zero block, rounding ties, subnormals, and (past 5 rows) inf and NaN."""
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    x[0, :32] = 0
+    if rows > 1:
+        x[1, 0], x[1, 1:5] = 127, [0.5, 1.5, 2.5, -2.5]
+    if rows > 2:
+        x[2, :32] *= np.float32(1e-42)
+    if rows > 5:
+        x[4, 3], x[5, 9] = np.inf, np.nan
+    return x
+
+
+def c_matmul(isa: str, kb: KernelBlocks, x: Any, threads: int) -> Any:
+    lib = tile_layers.load_kernel(isa).library
+    tiles = tile_layers.pack_tiles(kb)
+    n, k = kb.shape
+    spec = tile_layers.LtMatrix(tiles.ctypes.data, n, k, kb.bits, kb.block, int(kb.mins is not None),
+                                tile_layers.tile_block_bytes(kb.bits, kb.block, kb.mins is not None),
+                                int(kb.zeros.any()))  # fmt: skip
+    y = np.full((x.shape[0], n), np.float32(7), dtype=np.float32)
+    assert lib.lt_matmul(ctypes.byref(spec), x.ctypes.data, x.shape[0], y.ctypes.data, threads, tile_layers.ISAS[isa]) == 0
+    return y
+
+
+@needs_kernel
+@pytest.mark.parametrize("form", FORMS)
+def test_every_block_form_isa_thread_and_row_count_gives_the_law(form: tuple[int, int, bool, int]) -> None:
+    """Every block form, 37 rows (the last tile padded), rows 1..9 (past a group of 8), threads 1-3:
+    the law's bits; a row holding inf or NaN is all NaN."""
+    rng = np.random.default_rng(sum(form))
+    kb = random_form(rng, 37, 128, form)
+    x = activation_rows(rng, 9, 128)
+    want = law.block_matmul_law(kb, x)
+    assert np.isnan(want[4]).all() and np.isnan(want[5]).all() and np.isfinite(want[6]).all()
+    for isa in ISAS_HERE:
+        for threads in (1, 2, 3):
+            assert same_bits(c_matmul(isa, kb, x, threads), want), (isa, threads)
+        for rows in (1, 3, 8):
+            assert same_bits(c_matmul(isa, kb, np.ascontiguousarray(x[:rows]), 1), want[:rows]), (isa, rows)
+
+
+def test_the_law_generalises_the_heads() -> None:
+    """On a Q8_0 matrix (zero 128, no mins) the layer law is the head's Q8 block-dot law."""
+    from verispec.reference.q8_block_dot import Q8_0_BLOCK, block_dot_logits
+
+    rng = np.random.default_rng(3)
+    blocks = np.zeros((20, 4), dtype=Q8_0_BLOCK)
+    blocks["d"] = (rng.random((20, 4)) * 0.02).astype(np.float16)
+    blocks["qs"] = rng.integers(-128, 128, (20, 4, 32), dtype=np.int8)
+    kb = KernelBlocks(
+        bits=8,
+        block=32,
+        levels=(blocks["qs"].view(np.uint8) ^ np.uint8(0x80)).reshape(20, 128),
+        scales=blocks["d"].astype(np.float32),
+        zeros=np.full((20, 4), 128, np.uint8),
+        mins=None,
+        source_types=(8,),
+    )
+    x = activation_rows(rng, 9, 128)
+    assert same_bits(law.block_matmul_law(kb, x), block_dot_logits(blocks, x))
+
+
+# -- attention ----------------------------------------------------------------------------------------
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "n_head, n_kv, d, window", [(9, 3, 64, 0), (4, 1, 256, 5), (8, 8, 32, 0), (2, 2, 16, 1), (8, 1, 8, 0), (3, 1, 24, 2)]
+)
+def test_attention_is_the_laws(n_head: int, n_kv: int, d: int, window: int) -> None:
+    """Rows over causal slots with out-of-order positions (a tree's slots), on a sliding window or
+    none, through the engine's TileAttention on every ISA: the law's bits; a 5-row call gives each
+    row its 1-row bits."""
+    rng = np.random.default_rng(d + window)
+    slots = 48
+    k = rng.standard_normal((n_kv, slots, d)).astype(np.float32)
+    v = rng.standard_normal((n_kv, slots, d)).astype(np.float32)
+    key_positions = np.arange(slots, dtype=np.int64)
+    key_positions[30:33] = [50, 51, 52]  # later positions in earlier slots: masked for the rows before them
+    q = rng.standard_normal((5, n_head, d)).astype(np.float32)
+    positions = np.array([33, 34, 35, 36, 52], dtype=np.int64)
+    ends = np.array([34, 35, 36, 37, 40], dtype=np.int32)
+    want = np.stack([
+        law.attend_row(q[t], k[:, : ends[t]], v[:, : ends[t]], key_positions[: ends[t]], int(positions[t]), window,
+                       np.float32(d**-0.5))
+        for t in range(5)
+    ])  # fmt: skip
+    cfg: Any = SimpleNamespace(n_head=n_head, n_head_kv=n_kv, head_dim=d, attn_scale=d**-0.5)  # what it reads
+    for isa in ISAS_HERE:
+        attention = tile_layers.TileAttention(cfg, tile_layers.load_kernel(isa))
+        together = attention.rows(q, k, v, key_positions, positions, ends, window)
+        assert same_bits(together, want), isa
+        alone = [attention.rows(q[t : t + 1], k, v, key_positions, positions[t : t + 1], ends[t : t + 1], window)
+                 for t in range(5)]  # fmt: skip
+        assert same_bits(np.concatenate(alone), together)
+    assert same_bits(tile_layers.TileAttention(cfg, None).rows(q, k, v, key_positions, positions, ends, window), want)
+
+
+# -- whole layers in the engine -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synthetic_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A llama (GQA 8:1) and a gemma3 (q/k norms, post norms, GELU, a 4-token sliding window), every
+    matrix in a block form: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1 in turn."""
+    from verispec.synth.models import write_synthetic
+
+    folder = tmp_path_factory.mktemp("tile_layers")
+    paths = {}
+    for variant in ("tinyllama", "gemma3"):
+        paths[variant] = folder / f"{variant}.gguf"
+        write_synthetic(paths[variant], variant, quant_types=("Q4_0", "Q8_0", "Q4_1", "Q5_0", "Q5_1"))
+    return paths
+
+
+def prompt_logits(model: Any) -> tuple[Any, Any]:
+    """A 9-token prompt's logits, then a 5-row pass's, and the same 5 tokens one at a time."""
+    prompt, span = [1, 5, 9, 200, 31, 7, 3, 11, 42], [17, 4, 99, 8, 250]
+    cache = model.new_cache(32)
+    first = model.forward(prompt, cache).logits
+    together = model.forward(span, cache).logits
+    cache = model.new_cache(32)
+    model.forward(prompt, cache)
+    alone = np.concatenate([model.forward([t], cache).logits for t in span])
+    assert same_bits(together, alone)  # the mode's contract: k rows, each its 1-row bits
+    return first, together
+
+
+@pytest.mark.parametrize("variant", ["tinyllama", "gemma3"])
+def test_the_engines_tile_layers_are_the_law(
+    variant: str, synthetic_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine on tile layers gives the same bits on every ISA, at 1 and 2 threads, as on the
+    NumPy fallback (the reference's law itself), with each row of a 5-row pass its 1-row bits."""
+    from verispec.engine.model import FastModel
+
+    path = synthetic_models[variant]
+    monkeypatch.setenv(tile_layers.ISA_ENV, "numpy")
+    reference = FastModel.load(path, weights="int8", layer_kernel="tile", head_kernel="mlas")
+    assert reference.store.layer_kernel == "tile (numpy: VERISPEC_TILE_ISA=numpy)"
+    want = prompt_logits(reference)
+    for isa in ISAS_HERE:
+        for threads in ("1", "2"):
+            monkeypatch.setenv(tile_layers.ISA_ENV, isa)
+            monkeypatch.setenv("VERISPEC_THREADS", threads)
+            model = FastModel.load(path, weights="int8", layer_kernel="tile", head_kernel="mlas")
+            assert model.store.layer_kernel == f"tile ({isa})"
+            got = prompt_logits(model)
+            assert same_bits(got[0], want[0]) and same_bits(got[1], want[1]), (isa, threads)
+
+
+def test_passes_that_start_and_stop_inside_the_chain(synthetic_models: dict[str, Path]) -> None:
+    """Early exit's passes (layers first..last, the chain cut at pass boundaries or not) give the
+    full pass's hidden states, bit for bit, on tile layers."""
+    from verispec.engine.model import FastModel
+
+    path = synthetic_models["tinyllama"]
+    whole = FastModel.load(path, weights="int8", layer_kernel="tile")
+    cut = FastModel.load(path, weights="int8", layer_kernel="tile", pass_boundaries=(1,))
+    n = whole.config.n_layer
+    x = whole.embed([1, 5, 9, 200])
+    full = whole.forward_layers(x, whole.new_cache(16), 0, n - 1, range(4), start=0)
+    for model in (whole, cut):
+        for depth in range(1, n):
+            cache = model.new_cache(16)
+            lower = model.forward_layers(x, cache, 0, depth - 1, range(4), start=0)
+            upper = model.forward_layers(lower, cache, depth, n - 1, range(4), start=0)
+            assert same_bits(upper, full), depth
+
+
+def test_layer_kernel_choice_is_checked(synthetic_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unknown layer kernel, one for a mode without one, and tile layers unfused are refused, by
+    name; ``auto`` keeps mlas where only the plain C kernel runs, and an explicit tile runs it."""
+    from verispec.engine.model import FastModel
+
+    path = synthetic_models["tinyllama"]
+    with pytest.raises(ModelError, match="'tiles' is not one of auto, mlas, tile"):
+        FastModel.load(path, weights="int8", layer_kernel="tiles")
+    with pytest.raises(ModelError, match="int8 mode's"):
+        FastModel.load(path, weights="f32", layer_kernel="tile")
+    with pytest.raises(ModelError, match="fused=False"):
+        FastModel.load(path, weights="int8", layer_kernel="tile", fused=False)
+    monkeypatch.setenv("VERISPEC_INT8_LAYER_KERNEL", "fast")
+    with pytest.raises(ModelError, match="VERISPEC_INT8_LAYER_KERNEL='fast'"):
+        FastModel.load(path, weights="int8")
+    monkeypatch.delenv("VERISPEC_INT8_LAYER_KERNEL")
+    auto = FastModel.load(path, weights="int8").store.layer_kernel
+    assert auto == ("tile (avx512-vnni)" if "avx512-vnni" in ISAS_HERE else "mlas")
+    monkeypatch.setenv(tile_layers.ISA_ENV, "portable")
+    if ISAS_HERE:
+        assert FastModel.load(path, weights="int8").store.layer_kernel == "mlas"
+        assert FastModel.load(path, weights="int8", layer_kernel="tile").store.layer_kernel == "tile (portable)"
+    monkeypatch.setenv(tile_layers.ISA_ENV, "avx3")
+    with pytest.raises(ModelError, match="'avx3' is not one of"):
+        tile_layers.load_kernel()
+
+
+def test_no_compiler_falls_back_to_the_law(
+    synthetic_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without a C compiler ``auto`` keeps mlas layers and an explicit ``tile`` runs the NumPy law,
+    named as such."""
+    from verispec.engine.model import FastModel
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv(native.CACHE_ENV, str(tmp_path / "cache"))
+    native.load.cache_clear()
+    try:
+        path = synthetic_models["tinyllama"]
+        assert FastModel.load(path, weights="int8").store.layer_kernel == "mlas"
+        fallback = FastModel.load(path, weights="int8", layer_kernel="tile").store.layer_kernel
+        assert fallback.startswith("tile (numpy: no C compiler found")
+    finally:
+        native.load.cache_clear()
+
+
+def _forked_matmul(queue: Any) -> None:
+    kb = random_form(np.random.default_rng(0), 300, 128, FORMS[0])
+    x = activation_rows(np.random.default_rng(1), 3, 128)
+    queue.put(same_bits(c_matmul(ISAS_HERE[0], kb, x, 2), law.block_matmul_law(kb, x)))
+
+
+@needs_kernel
+def test_a_forked_child_builds_its_own_thread_pool() -> None:
+    """The worker pool lives across calls; a child forked after the parent used it has none of its
+    threads and must not wait for them: it builds its own and gets the law's bits."""
+    kb = random_form(np.random.default_rng(0), 300, 128, FORMS[0])
+    x = activation_rows(np.random.default_rng(1), 3, 128)
+    assert same_bits(c_matmul(ISAS_HERE[0], kb, x, 2), law.block_matmul_law(kb, x))  # the parent's pool
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_forked_matmul, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive, "the forked child hung waiting for its parent's pool"
+    assert queue.get(timeout=5) is True
+
+
+# -- a real model ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2_tile_layers(smollm2_path: Path) -> Any:
+    from verispec.engine.model import FastModel
+
+    return FastModel.load(smollm2_path, weights="int8", layer_kernel="tile")
+
+
+@pytest.mark.model
+def test_real_model_rows_are_invariant_and_greedy_speculation_keeps_the_tokens(
+    smollm2_tile_layers: Any, smollm2_tokenizer: Any
+) -> None:
+    """SmolLM2 (every layer matrix Q4_1) on tile layers: a 5-row pass gives each row its 1-row bits,
+    and the default draft's greedy speculative decode gives the plain greedy tokens, with passes
+    saved."""
+    from verispec.engine import sampling as fast_sampling
+    from verispec.engine.generate import generate as fast_generate
+    from verispec.reference.decode import SpeculativeOptions, speculative_generate
+    from verispec.reference.drafts import make_draft, parse_draft_spec
+    from verispec.reference.generate import GenerationRequest
+    from verispec.reference.sampling import SamplingParams
+
+    model = smollm2_tile_layers
+    assert model.store.layer_kernel.startswith("tile (")
+    prompt_logits(model)
+    text = "The cat sat on the mat. " * 4
+    ids = tuple(smollm2_tokenizer.encode(text, add_bos=smollm2_tokenizer.add_bos))
+    request = GenerationRequest(ids, params=SamplingParams(temperature=0.0), max_tokens=32, seed=0, ignore_eog=True)
+    plain = fast_generate(model, smollm2_tokenizer, request)
+    draft = make_draft(parse_draft_spec("auto"), model, smollm2_tokenizer)
+    spec = speculative_generate(
+        model, smollm2_tokenizer, request, draft, SpeculativeOptions(k=6, adaptive=True),
+        law=fast_sampling.target_distribution, draw=fast_sampling.sample,
+    )  # fmt: skip
+    assert spec.generation.ids == plain.ids
+    assert spec.generation.stats.target_passes < len(plain.ids)
