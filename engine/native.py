@@ -36,6 +36,7 @@ KERNELS = Path(__file__).resolve().parent / "kernels"
 FLAGS = ("-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-pthread")
 COMPILE_TIMEOUT_S = 120
 CACHE_ENV = "VERISPEC_KERNEL_CACHE"
+DIGEST_READ_BYTES = 80  # of a digest file: bounded, whatever was written there
 
 
 def cache_folder() -> Path:
@@ -82,7 +83,9 @@ def _cached(library: Path) -> bool:
     """Whether ``library`` is whole: its bytes match the digest written beside it."""
     digest = library.with_name(library.name + ".sha256")
     try:
-        return library.is_file() and digest.read_text().strip() == sha256_of(library)
+        with digest.open("rb") as fh:
+            recorded = fh.read(DIGEST_READ_BYTES)  # 64 hex digits and a newline; a longer file is not ours
+        return library.is_file() and recorded.strip() == sha256_of(library).encode()
     except OSError:
         return False
 

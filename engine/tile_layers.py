@@ -488,4 +488,3 @@ class TileAttention:
         if status != 0:
             raise NativeKernelUnavailable(f"the tile attention refused its arguments ({self.kernel.name})")
         return out
-

@@ -1,13 +1,15 @@
-"""The int8 engine's two head kernels, ``mlas`` and ``tile`` (engine/tile_head.py): whole decode
-steps, the k-row pass, greedy speculation and peak RSS, fresh processes taking turns.
+"""The int8 engine's two head kernels, or its two layer kernels, ``mlas`` and ``tile``
+(engine/tile_head.py, engine/tile_layers.py): whole decode steps, the k-row pass, greedy
+speculation and peak RSS, fresh processes taking turns.
 
-    OPENBLAS_NUM_THREADS=1 VERISPEC_THREADS=1 python -m lab.head_kernel_ab MODEL [--rounds 3] [--json OUT]
+    OPENBLAS_NUM_THREADS=1 VERISPEC_THREADS=1 python -m lab.head_kernel_ab MODEL [--part head|layers] [--rounds 3] [--json OUT]
 
 Each child loads the int8 model as the engine does, ``FastModel.load(path, weights="int8",
-head_kernel=SIDE)``: everything but the head is the same (the layers on MLAS, the norms, the
-softcap), and the head runs on ``VERISPEC_THREADS`` threads either way. The two heads compute two
-int8 laws, so their greedy tokens may differ; each side's own speculation must reproduce its own
-plain greedy decode token for token (checked: exit 1 otherwise).
+head_kernel=SIDE, layer_kernel="mlas")`` (``--part head``, the default: everything but the head is
+the same, the layers on MLAS) or ``FastModel.load(path, weights="int8", layer_kernel=SIDE)``
+(``--part layers``: the head is the default's either way), on ``VERISPEC_THREADS`` threads. The two
+kernels compute two int8 laws, so their greedy tokens may differ; each side's own speculation must
+reproduce its own plain greedy decode token for token (checked: exit 1 otherwise).
 
 Per side and round: the best step over 48 greedy steps after a prompt, CPU and wall time (with
 more than one thread the wall time is the figure: CPU time adds the threads up); the k-row pass (5 rows
@@ -37,10 +39,13 @@ FRESH = Path(__file__).resolve().parent / "data" / "workload_fresh.jsonl"
 SIDES = ("mlas", "tile")
 
 
-def child(path: str, side: str) -> dict[str, Any]:
+def child(path: str, side: str, part: str = "head") -> dict[str, Any]:
     from verispec.engine.model import FastModel
 
-    model = FastModel.load(path, weights="int8", head_kernel=side)
+    if part == "head":
+        model = FastModel.load(path, weights="int8", head_kernel=side, layer_kernel="mlas")
+    else:
+        model = FastModel.load(path, weights="int8", layer_kernel=side)
     prompt = np.arange(100, 132, dtype=np.int64) % model.config.n_vocab
     cache = model.new_cache(256)
     token = int(model.forward(prompt, cache, last_only=True).logits[-1].argmax())
@@ -53,7 +58,7 @@ def child(path: str, side: str) -> dict[str, Any]:
     curve = model.verify_cost_curve(5)
     spec = speculation(model, path)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"head_kernel": model.store.head_kernel, "step_cpu_best_ms": min(cpu) * 1e3,
+    return {"head_kernel": model.store.head_kernel, "layer_kernel": model.store.layer_kernel, "step_cpu_best_ms": min(cpu) * 1e3,
             "step_cpu_median_ms": statistics.median(cpu) * 1e3, "step_wall_best_ms": min(wall) * 1e3,
             "rows_5_over_1": curve[5], **spec, "peak_rss_mib": peak / 2**20}  # fmt: skip
 
@@ -102,12 +107,13 @@ def speculation(model: Any, path: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model")
+    parser.add_argument("--part", choices=("head", "layers"), default="head")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.model, args.child)))
+        print(json.dumps(child(args.model, args.child, args.part)))
         return
     from verispec.registry import resolve_model
 
@@ -116,7 +122,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
     for _ in range(args.rounds):
         for side in SIDES:
-            command = [sys.executable, "-m", "lab.head_kernel_ab", path, "--child", side]
+            command = [sys.executable, "-m", "lab.head_kernel_ab", path, "--part", args.part, "--child", side]
             done = subprocess.run(command, capture_output=True, text=True, check=True)
             runs[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
     same = all(r["speculation_same_tokens"] for rs in runs.values() for r in rs)
@@ -125,7 +131,9 @@ def main() -> None:
     results: dict[str, Any] = {
         "model": Path(path).name,
         "threads": os.environ.get("VERISPEC_THREADS", "1"),
+        "part": args.part,
         "head_kernel": runs["tile"][0]["head_kernel"],
+        "layer_kernel": runs["tile"][0]["layer_kernel"],
         "step_mlas_over_tile": median["mlas"]["step_cpu_best_ms"] / median["tile"]["step_cpu_best_ms"],
         "step_wall_mlas_over_tile": median["mlas"]["step_wall_best_ms"] / median["tile"]["step_wall_best_ms"],
         "rows_5_over_1_mlas": median["mlas"]["rows_5_over_1"],

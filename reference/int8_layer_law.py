@@ -67,7 +67,8 @@ LOG2E = np.float32(1.44269502162933349609375)
 LN2_HI = np.float32(0.693359375)
 LN2_LO = np.float32(-2.12194440e-4)
 EXP_POLY = tuple(
-    np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+    np.float32(c)
+    for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 )
 GELU_C0 = np.float32(0.7978845834732056)  # sqrt(2 / pi)
 GELU_C1 = np.float32(0.044715)
@@ -260,4 +261,3 @@ def attend_row(
         p = e / total
         out[head] = np.cumsum(p[:, None] * values, axis=0, dtype=np.float32)[-1]
     return out.reshape(-1)
-

@@ -152,7 +152,9 @@ def c_matmul(isa: str, kb: KernelBlocks, x: Any, threads: int) -> Any:
                                 tile_layers.tile_block_bytes(kb.bits, kb.block, kb.mins is not None),
                                 int(kb.zeros.any()))  # fmt: skip
     y = np.full((x.shape[0], n), np.float32(7), dtype=np.float32)
-    assert lib.lt_matmul(ctypes.byref(spec), x.ctypes.data, x.shape[0], y.ctypes.data, threads, tile_layers.ISAS[isa]) == 0
+    assert (
+        lib.lt_matmul(ctypes.byref(spec), x.ctypes.data, x.shape[0], y.ctypes.data, threads, tile_layers.ISAS[isa]) == 0
+    )
     return y
 
 
@@ -199,7 +201,8 @@ def test_the_law_generalises_the_heads() -> None:
 
 @needs_kernel
 @pytest.mark.parametrize(
-    "n_head, n_kv, d, window", [(9, 3, 64, 0), (4, 1, 256, 5), (8, 8, 32, 0), (2, 2, 16, 1), (8, 1, 8, 0), (3, 1, 24, 2)]
+    "n_head, n_kv, d, window",
+    [(9, 3, 64, 0), (4, 1, 256, 5), (8, 8, 32, 0), (2, 2, 16, 1), (8, 1, 8, 0), (3, 1, 24, 2)],
 )
 def test_attention_is_the_laws(n_head: int, n_kv: int, d: int, window: int) -> None:
     """Rows over causal slots with out-of-order positions (a tree's slots), on a sliding window or
