@@ -359,8 +359,12 @@ def _text_value(row: Callable[[dict[str, Any]], Any], report: dict[str, Any]) ->
 # table is the first set's.
 SAME_WORK_SETS: tuple[tuple[str, str], ...] = (
     (
+        "bench_same_work_layertile",
+        "AMD EPYC, AVX-512 with VNNI, no AMX: the int8 layers and head on the tile kernels (the default, auto)",
+    ),
+    (
         "bench_same_work_headtile",
-        "AMD EPYC, AVX-512 with VNNI, no AMX: the int8 head on the tile kernel (the default, auto)",
+        "AMD EPYC, AVX-512 with VNNI, no AMX: the int8 head on the tile kernel, the layers on MLAS (the default then)",
     ),
     (
         "bench_same_work_headmlas",
@@ -720,6 +724,7 @@ ENGINE_STUDIES = (
     "kv_pages_*.json",
     "packed_head_*.json",
     "head_kernel_*.json",
+    "layer_kernel_*.json",
 )
 
 
@@ -761,7 +766,7 @@ def engine_studies_page(folder: Path) -> str:
         "The engine's lab studies of this round: the int8 layer chain (one onnxruntime graph between two "
         "attentions) and its graphs run through IO binding, where a load's memory goes and what handing it back "
         "saves, what a certified sparse head would prune and cost, the sparse head mode beside the full head "
-        "in plain decoding, the load's memory on 2 MiB pages, a probe of a kernel on the file's own blocks, and the int8 head's two kernels (mlas, tile) in the engine. The write-ups, with the tables read off these files, are in "
+        "in plain decoding, the load's memory on 2 MiB pages, a probe of a kernel on the file's own blocks, the int8 head's two kernels (mlas, tile) in the engine, and its two layer kernels (mlas, tile). The write-ups, with the tables read off these files, are in "
         "[docs/int8-step.md](../int8-step.md); each file holds its full results."
     )
     provenance = [line for path, run in saved for line in _provenance_lines(path.name, _study_provenance(run))]
