@@ -21,6 +21,7 @@ The modules:
 - :mod:`.rope`: RoPE's partner of each dimension, shared by the engine's forward (engine/model.py) and its fused int8 graphs (engine/fused.py): a leaf module, so neither ...
 - :mod:`.sparse_head`: An exact sparse head: the full head's top-k, computing the kernel only on candidate rows (a certified bound; proofs/sparse_head.py).
 - :mod:`.tile_head`: The int8 mode's ``tile`` head kernel: the Q8 block-dot law on the file's Q8_0 head, repacked.
+- :mod:`.tile_layers`: The int8 mode's ``tile`` layer kernel: the int8 layer law on tiles, one C call a layer half.
 - :mod:`.sampling`: The target law, vectorized: bit-identical to :func:`reference.sampling.target_distribution`.
 - :mod:`.verify_cost`: The measured verify-cost curve of a loaded model: what a pass over r rows costs, relative to 1.
 """

@@ -23,6 +23,7 @@ The modules:
 - :mod:`.exit_head`: The exit head at a depth: the model's own head, optionally after a tuned-lens affine map, and the names of the gates that decide whether a token may exit there.
 - :mod:`.generate`: Plain autoregressive decoding: prompt in, a stream of tokens out, with the stats to compare by.
 - :mod:`.gguf`: The GGUF container: header, metadata, tensor table and zero-copy tensor views.
+- :mod:`.int8_layer_law`: The int8 layer law: a decoder layer's two halves, every step an IEEE float32 operation.
 - :mod:`.json_input`: The one reader for every JSON document the gate takes: wire lines, shard reports, draft caches, calibrations, workloads, vector directories and manifests.
 - :mod:`.kvcache`: The key/value cache: what every layer has already computed for the committed positions.
 - :mod:`.layers`: The blocks a decoder layer is made of, one function each: norm, RoPE, attention, FFN, softcap.

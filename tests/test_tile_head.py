@@ -265,14 +265,15 @@ def test_auto_and_the_fallback_in_the_engine(
     synthetic_q8_0: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``auto`` runs the tile kernel where it builds and the mlas head where it does not; an
-    explicit ``tile`` without a compiler runs the NumPy law, whose passes are the kernel's bits."""
+    explicit ``tile`` without a compiler runs the NumPy law, whose passes are the kernel's bits (the
+    layers on MLAS throughout: without a compiler ``auto`` layers would change kernel too)."""
     from verispec.engine.model import FastModel
 
     def logits(model: Any) -> Any:
         cache = model.new_cache(16)
         return model.forward([1, 5, 9, 200, 321, 7], cache).logits
 
-    auto = FastModel.load(synthetic_q8_0, weights="int8", head_kernel="auto")
+    auto = FastModel.load(synthetic_q8_0, weights="int8", head_kernel="auto", layer_kernel="mlas")
     assert auto.store.head_kernel == (f"tile ({ISAS_HERE[0]})" if ISAS_HERE else "mlas")
     native_logits = logits(auto) if ISAS_HERE else None
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
@@ -280,7 +281,7 @@ def test_auto_and_the_fallback_in_the_engine(
     native.load.cache_clear()
     try:
         assert FastModel.load(synthetic_q8_0, weights="int8", head_kernel="auto").store.head_kernel == "mlas"
-        fallback = FastModel.load(synthetic_q8_0, weights="int8", head_kernel="tile")
+        fallback = FastModel.load(synthetic_q8_0, weights="int8", head_kernel="tile", layer_kernel="mlas")
         assert fallback.store.head_kernel.startswith("tile (numpy: no C compiler found")
         if native_logits is not None:
             assert np.array_equal(logits(fallback), native_logits)
