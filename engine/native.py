@@ -26,6 +26,8 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -120,6 +122,60 @@ def _open(library: Path) -> ctypes.CDLL:
         return ctypes.CDLL(str(library))
     except OSError as error:
         raise NativeKernelUnavailable(f"{library} does not load: {error}") from None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A loaded C kernel library and the instruction set it runs."""
+
+    library: ctypes.CDLL
+    isa: str
+
+    @property
+    def name(self) -> str:
+        return f"tile ({self.isa})"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """How to load one kernel source: its ABI version, its instruction sets (name -> the C id, best
+    first), the function binding its exports, and the names of its ABI and ISA query functions."""
+
+    source: str
+    abi: int
+    isas: dict[str, int]
+    bind: Callable[[ctypes.CDLL], None]
+    abi_function: str
+    supported_function: str
+
+
+def load_kernel(spec: KernelSpec, wanted: str | None) -> Kernel:
+    """``spec``'s library on ``wanted`` (a key of ``spec.isas``; None: the best this CPU supports).
+    NativeKernelUnavailable when it cannot be built or loaded, has another ABI, or the CPU lacks
+    ``wanted``."""
+    library = load(spec.source)
+    spec.bind(library)
+    abi = getattr(library, spec.abi_function)()
+    if abi != spec.abi:
+        raise NativeKernelUnavailable(f"{spec.source}: ABI {abi}, expected {spec.abi}")
+    supported = getattr(library, spec.supported_function)
+    if wanted is not None:
+        if not supported(spec.isas[wanted]):
+            raise NativeKernelUnavailable(f"this CPU lacks {wanted}")
+        return Kernel(library, wanted)
+    return Kernel(library, next(name for name, code in spec.isas.items() if supported(code)))
+
+
+def kernel_or_reason(load_one: Callable[[], Kernel], pinned_numpy: str | None) -> tuple[Kernel | None, str]:
+    """``(kernel, its name)``, or ``(None, "tile (numpy: REASON)")`` where ``pinned_numpy`` names
+    why NumPy was asked for or the kernel cannot run here (the callers then run their law in NumPy)."""
+    if pinned_numpy is not None:
+        return None, f"tile (numpy: {pinned_numpy})"
+    try:
+        kernel = load_one()
+    except NativeKernelUnavailable as error:
+        return None, f"tile (numpy: {str(error).splitlines()[0]})"
+    return kernel, kernel.name
 
 
 @cache

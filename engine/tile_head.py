@@ -27,7 +27,6 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -88,16 +87,7 @@ def unpack_tiles(tiles: U8, first_tile: int, last_tile: int, nb: int) -> npt.NDA
     )
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """The loaded C kernel and the instruction set it runs."""
-
-    library: ctypes.CDLL
-    isa: str
-
-    @property
-    def name(self) -> str:
-        return f"tile ({self.isa})"
+Kernel = native.Kernel
 
 
 def bind(library: ctypes.CDLL) -> None:
@@ -111,34 +101,23 @@ def bind(library: ctypes.CDLL) -> None:
     library.q8_tile_matmul.restype = c_int
 
 
+SPEC = native.KernelSpec(KERNEL_SOURCE, ABI_VERSION, ISAS, bind, "q8_tile_abi_version", "q8_tile_isa_supported")
+
+
 def load_kernel(isa: str | None = None) -> Kernel:
     """The C kernel on ``isa`` (None: ``VERISPEC_TILE_ISA``, else the best this CPU supports).
     NativeKernelUnavailable when it cannot be built or loaded, or the CPU lacks ``isa``."""
     wanted = isa if isa is not None else os.environ.get(ISA_ENV) or None
     if wanted is not None and wanted not in ISAS:
         raise ModelError(f"{ISA_ENV}={wanted!r} is not one of {', '.join([*ISAS, 'numpy'])}")
-    library = native.load(KERNEL_SOURCE)
-    bind(library)
-    if library.q8_tile_abi_version() != ABI_VERSION:
-        raise NativeKernelUnavailable(f"{KERNEL_SOURCE}: ABI {library.q8_tile_abi_version()}, expected {ABI_VERSION}")
-    if wanted is not None:
-        if not library.q8_tile_isa_supported(ISAS[wanted]):
-            raise NativeKernelUnavailable(f"this CPU lacks {wanted} ({ISA_ENV})")
-        return Kernel(library, wanted)
-    best = next(name for name, code in ISAS.items() if library.q8_tile_isa_supported(code))
-    return Kernel(library, best)
+    return native.load_kernel(SPEC, wanted)
 
 
 def default_kernel() -> tuple[Kernel | None, str]:
     """The kernel a head uses, and its name; (None, "tile (numpy: REASON)") where no C kernel
     can run, or ``VERISPEC_TILE_ISA=numpy``."""
-    if os.environ.get(ISA_ENV) == "numpy":
-        return None, f"tile (numpy: {ISA_ENV}=numpy)"
-    try:
-        kernel = load_kernel()
-    except NativeKernelUnavailable as error:
-        return None, f"tile (numpy: {str(error).splitlines()[0]})"
-    return kernel, kernel.name
+    pinned = f"{ISA_ENV}=numpy" if os.environ.get(ISA_ENV) == "numpy" else None
+    return native.kernel_or_reason(load_kernel, pinned)
 
 
 class TileHead(RowChunks):

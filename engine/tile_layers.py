@@ -27,7 +27,6 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -139,16 +138,7 @@ class LtAttention(ctypes.Structure):
     ]
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """The loaded C kernel and the instruction set it runs."""
-
-    library: ctypes.CDLL
-    isa: str
-
-    @property
-    def name(self) -> str:
-        return f"tile ({self.isa})"
+Kernel = native.Kernel
 
 
 def _bind(library: ctypes.CDLL) -> None:
@@ -165,6 +155,9 @@ def _bind(library: ctypes.CDLL) -> None:
     library.lt_attend.argtypes, library.lt_attend.restype = [ptr, c_int, ptr, ptr, ptr, ptr, c_int], c_int
 
 
+SPEC = native.KernelSpec(KERNEL_SOURCE, ABI_VERSION, ISAS, _bind, "lt_abi_version", "lt_isa_supported")
+
+
 def load_kernel(isa: str | None = None) -> Kernel:
     """The C kernel on ``isa`` (None: ``VERISPEC_TILE_ISA``, else the best this CPU supports; the
     head's ``avx2`` runs ``portable`` here). NativeKernelUnavailable when it cannot be built or
@@ -174,27 +167,14 @@ def load_kernel(isa: str | None = None) -> Kernel:
         wanted = "portable"
     if wanted is not None and wanted not in ISAS:
         raise ModelError(f"{ISA_ENV}={wanted!r} is not one of {', '.join([*ISAS, 'avx2', 'numpy'])}")
-    library = native.load(KERNEL_SOURCE)
-    _bind(library)
-    if library.lt_abi_version() != ABI_VERSION:
-        raise NativeKernelUnavailable(f"{KERNEL_SOURCE}: ABI {library.lt_abi_version()}, expected {ABI_VERSION}")
-    if wanted is not None:
-        if not library.lt_isa_supported(ISAS[wanted]):
-            raise NativeKernelUnavailable(f"this CPU lacks {wanted} ({ISA_ENV})")
-        return Kernel(library, wanted)
-    return Kernel(library, next(name for name, code in ISAS.items() if library.lt_isa_supported(code)))
+    return native.load_kernel(SPEC, wanted)
 
 
 def default_kernel() -> tuple[Kernel | None, str]:
     """The kernel the layers use and its name; (None, "tile (numpy: REASON)") where no C kernel
     can run, or ``VERISPEC_TILE_ISA=numpy``."""
-    if os.environ.get(ISA_ENV) == "numpy":
-        return None, f"tile (numpy: {ISA_ENV}=numpy)"
-    try:
-        kernel = load_kernel()
-    except NativeKernelUnavailable as error:
-        return None, f"tile (numpy: {str(error).splitlines()[0]})"
-    return kernel, kernel.name
+    pinned = f"{ISA_ENV}=numpy" if os.environ.get(ISA_ENV) == "numpy" else None
+    return native.kernel_or_reason(load_kernel, pinned)
 
 
 # -- one layer ---------------------------------------------------------------------------------------
