@@ -228,12 +228,10 @@ def prepacked_nbytes(ggml_types: tuple[int, ...], n_out: int, n_in: int) -> int:
     - a part without a block form makes the whole stack float32 (4 bytes an element, MatMul).
 
     Not counted: onnxruntime's fixed cost per session and node (tens of KiB each)."""
-    forms = [_FORMS.get(int(t)) for t in ggml_types]
-    if not forms or any(form is None for form in forms):
+    form = stacked_form(ggml_types)
+    if form is None:
         return 4 * n_out * n_in
-    bits = max(form[1] for form in forms if form is not None)
-    block = min(form[2] for form in forms if form is not None)
-    has_min = any(int(t) in _MIN_TYPES for t in ggml_types)
+    bits, block, has_min = form
     n_blocks = n_in // block
     rows = n_out + (n_blocks if has_min else 0)
     levels = rows * n_in * bits // 8

@@ -203,7 +203,7 @@ class FusedGraph:
         )[0]
 
 
-def _check(cfg: Config, mats: LayerMatrices) -> None:
+def check_matrices(cfg: Config, mats: LayerMatrices) -> None:
     """ModelError when a matrix does not have the shape the config gives it."""
     e, d, ff = cfg.n_embd, cfg.head_dim, cfg.n_ff
     q, kv = cfg.n_head * d, cfg.n_head_kv * d
@@ -216,7 +216,7 @@ def _check(cfg: Config, mats: LayerMatrices) -> None:
         raise ModelError(f"unknown FFN activation {cfg.ffn_activation!r}")
 
 
-def _vector(vectors: dict[str, F32 | None], key: str, size: int, required: bool) -> F32 | None:
+def layer_vector(vectors: dict[str, F32 | None], key: str, size: int, required: bool) -> F32 | None:
     value = vectors.get(key)
     if value is None:
         if required:
@@ -246,9 +246,9 @@ def add_pre(
     """The ``pre`` half of a layer into ``g``: ``names`` maps x, cos, sin, qk, v to the graph's names."""
     d, n_head, n_kv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
     q, kv = n_head * d, n_kv * d
-    h = g.rms_norm(names["x"], _required(vectors, "attn_norm", cfg.n_embd), cfg.norm_eps)
+    h = g.rms_norm(names["x"], required_vector(vectors, "attn_norm", cfg.n_embd), cfg.norm_eps)
     qk_flat, v_flat = g.project_split(mats.qkv, h, [q + kv, kv])
-    bq, bk, bv = (_vector(vectors, key, n, False) for key, n in (("bq", q), ("bk", kv), ("bv", kv)))
+    bq, bk, bv = (layer_vector(vectors, key, n, False) for key, n in (("bq", q), ("bk", kv), ("bv", kv)))
     if bq is not None or bk is not None:
         qk_flat = g.bias(
             qk_flat,
@@ -259,7 +259,7 @@ def add_pre(
     v_flat = g.bias(v_flat, bv)
     qk = g.reshape(qk_flat, [-1, n_head + n_kv, d])  # [T, H, d]: query heads, then key heads
     g.op("Identity", [v_flat], out=[names["v"]])  # [T, n_kv d]
-    q_norm, k_norm = _vector(vectors, "q_norm", d, cfg.qk_norm), _vector(vectors, "k_norm", d, cfg.qk_norm)
+    q_norm, k_norm = layer_vector(vectors, "q_norm", d, cfg.qk_norm), layer_vector(vectors, "k_norm", d, cfg.qk_norm)
     if q_norm is not None and k_norm is not None:  # per head: one norm, then each head's weights
         unit = g.rms_norm(qk, np.ones(d, np.float32), cfg.norm_eps)
         weights = np.concatenate([np.tile(q_norm, (n_head, 1)), np.tile(k_norm, (n_kv, 1))])  # [H, d]
@@ -274,11 +274,11 @@ def add_post(
 ) -> None:
     """The ``post`` half of a layer into ``g``: ``names`` maps attn, x, y to the graph's names."""
     e, ff = cfg.n_embd, cfg.n_ff
-    a = g.bias(g.project(mats.o, names["attn"]), _vector(vectors, "bo", e, False))
-    post_attn = _vector(vectors, "post_attn_norm", e, cfg.post_norms)
+    a = g.bias(g.project(mats.o, names["attn"]), layer_vector(vectors, "bo", e, False))
+    post_attn = layer_vector(vectors, "post_attn_norm", e, cfg.post_norms)
     if post_attn is not None:
         a = g.rms_norm(a, post_attn, cfg.norm_eps)
-    ffn_norm = g.const("norm", _required(vectors, "ffn_norm", e))
+    ffn_norm = g.const("norm", required_vector(vectors, "ffn_norm", e))
     # h = RMSNorm(x + a), and the sum x + a itself (output 3): the residual
     h, _, _, x1 = g.op(
         "SkipSimplifiedLayerNormalization",
@@ -293,7 +293,7 @@ def add_post(
     else:
         act = g.op("Gelu", [gate], approximate="tanh")[0]
     f = g.project(mats.down, g.op("Mul", [act, up])[0])
-    post_ffn = _vector(vectors, "post_ffn_norm", e, cfg.post_norms)
+    post_ffn = layer_vector(vectors, "post_ffn_norm", e, cfg.post_norms)
     if post_ffn is not None:
         f = g.rms_norm(f, post_ffn, cfg.norm_eps)
     g.op("Add", [x1, f], out=[names["y"]])
@@ -330,15 +330,15 @@ def build_post(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None],
     )
 
 
-def _required(vectors: dict[str, F32 | None], key: str, size: int) -> F32:
-    value = _vector(vectors, key, size, True)
+def required_vector(vectors: dict[str, F32 | None], key: str, size: int) -> F32:
+    value = layer_vector(vectors, key, size, True)
     assert value is not None
     return value
 
 
 def build_layer(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None], threads: int) -> LayerGraphs:
     """Both graphs of one layer; ModelError for a matrix or vector of the wrong shape."""
-    _check(cfg, mats)
+    check_matrices(cfg, mats)
     return LayerGraphs(pre=build_pre(cfg, mats, vectors, threads), post=build_post(cfg, mats, vectors, threads))
 
 
@@ -420,8 +420,8 @@ def build_link(
 ) -> OrtGraph:
     """``attn, x, cos, sin, enter -> y, qk, v``: ``post`` of the layer ``here``, ``pre`` of the
     layer ``after`` it (:class:`LayerChain`)."""
-    _check(cfg, here[0])
-    _check(cfg, after[0])
+    check_matrices(cfg, here[0])
+    check_matrices(cfg, after[0])
     post, pre = link_names()
     g = FusedGraph()
     add_post(g, cfg, here[0], here[1], post)
@@ -463,7 +463,7 @@ def build_chain(
             built()
 
     here = layer(0)
-    _check(cfg, here[0])
+    check_matrices(cfg, here[0])
     entry[0] = build_pre(cfg, here[0], here[1], threads)
     done()
     for il in range(n):
@@ -472,7 +472,7 @@ def build_chain(
             exit_[il] = build_post(cfg, here[0], here[1], threads)
             done()
             if after is not None:
-                _check(cfg, after[0])
+                check_matrices(cfg, after[0])
                 entry[il + 1] = build_pre(cfg, after[0], after[1], threads)
                 done()
         else:

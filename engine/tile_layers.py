@@ -34,7 +34,15 @@ import numpy.typing as npt
 
 from verispec.engine import native
 from verispec.engine.blocks import KernelBlocks
-from verispec.engine.fused import LayerChain, LayerMatrices, LayerSource, rotation_matrix
+from verispec.engine.fused import (
+    LayerChain,
+    LayerMatrices,
+    LayerSource,
+    check_matrices,
+    layer_vector,
+    required_vector,
+    rotation_matrix,
+)
 from verispec.engine.tile_head import ISA_ENV
 from verispec.reference import int8_layer_law as law
 from verispec.reference.config import ACT_GELU_TANH, ACT_SILU, Config
@@ -180,15 +188,6 @@ def default_kernel() -> tuple[Kernel | None, str]:
 # -- one layer ---------------------------------------------------------------------------------------
 
 
-def _f32(value: F32 | None, size: int, key: str) -> F32 | None:
-    if value is None:
-        return None
-    out = np.ascontiguousarray(value, dtype=np.float32)
-    if out.shape != (size,):
-        raise ModelError(f"tile layer: vector {key} has shape {list(out.shape)}, expected [{size}]")
-    return out
-
-
 def _blocks(p: KernelBlocks | F32, key: str) -> KernelBlocks:
     if not isinstance(p, KernelBlocks):
         raise ModelError(f"tile layer: matrix {key} has no block form (the mlas layer kernel keeps it float32)")
@@ -197,27 +196,17 @@ def _blocks(p: KernelBlocks | F32, key: str) -> KernelBlocks:
 
 def layer_law(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None]) -> law.LayerLaw:
     """The reference's view of one layer (its weights, as the law reads them); ModelError for a
-    matrix without a block form, a vector of the wrong shape or a missing one."""
-    e, d, ff = cfg.n_embd, cfg.head_dim, cfg.n_ff
+    matrix without a block form, and as the fused graphs' builder (engine.fused.check_matrices,
+    layer_vector) for a matrix or vector of the wrong shape or a missing one."""
+    check_matrices(cfg, mats)
+    e, d = cfg.n_embd, cfg.head_dim
     q, kv = cfg.n_head * d, cfg.n_head_kv * d
-    want = {"qkv": (q + 2 * kv, e), "o": (e, q), "gu": (2 * ff, e), "down": (e, ff)}
-    blocks = {key: _blocks(getattr(mats, key), key) for key in want}
-    for key, shape in want.items():
-        if blocks[key].shape != shape:
-            raise ModelError(f"tile layer: matrix {key} has shape {list(blocks[key].shape)}, expected {list(shape)}")
-    if cfg.ffn_activation not in ACTIVATIONS:
-        raise ModelError(f"unknown FFN activation {cfg.ffn_activation!r}")
-    bias = [_f32(vectors.get(key), n, key) for key, n in (("bq", q), ("bk", kv), ("bv", kv))]
+    blocks = {key: _blocks(getattr(mats, key), key) for key in ("qkv", "o", "gu", "down")}
+    bias = [layer_vector(vectors, key, n, False) for key, n in (("bq", q), ("bk", kv), ("bv", kv))]
     bqkv = None
     if any(b is not None for b in bias):
         bqkv = np.concatenate([np.zeros(n, np.float32) if b is None else b for b, n in zip(bias, (q, kv, kv))])
-    q_norm, k_norm = _f32(vectors.get("q_norm"), d, "q_norm"), _f32(vectors.get("k_norm"), d, "k_norm")
-    if cfg.qk_norm and (q_norm is None or k_norm is None):
-        raise ModelError("tile layer: vectors q_norm, k_norm are missing")
-    required = {key: _f32(vectors.get(key), e, key) for key in ("attn_norm", "ffn_norm")}
-    for key, value in required.items():
-        if value is None:
-            raise ModelError(f"tile layer: vector {key} is missing")
+    q_norm, k_norm = layer_vector(vectors, "q_norm", d, cfg.qk_norm), layer_vector(vectors, "k_norm", d, cfg.qk_norm)
     index = np.argmax(rotation_matrix(cfg), axis=0).astype(np.int32)  # (x @ P)[j] = x[index[j]]
     return law.LayerLaw(
         n_head=cfg.n_head,
@@ -226,18 +215,18 @@ def layer_law(cfg: Config, mats: LayerMatrices, vectors: dict[str, F32 | None]) 
         eps=float(np.float32(cfg.norm_eps)),
         activation=ACTIVATIONS[cfg.ffn_activation][1],
         rot=index,
-        attn_norm=required["attn_norm"],  # type: ignore[arg-type]
+        attn_norm=required_vector(vectors, "attn_norm", e),
         qkv=blocks["qkv"],
         bqkv=bqkv,
         q_norm=q_norm if cfg.qk_norm else None,
         k_norm=k_norm if cfg.qk_norm else None,
         o=blocks["o"],
-        bo=_f32(vectors.get("bo"), e, "bo"),
-        post_attn_norm=_f32(vectors.get("post_attn_norm"), e, "post_attn_norm") if cfg.post_norms else None,
-        ffn_norm=required["ffn_norm"],  # type: ignore[arg-type]
+        bo=layer_vector(vectors, "bo", e, False),
+        post_attn_norm=layer_vector(vectors, "post_attn_norm", e, cfg.post_norms) if cfg.post_norms else None,
+        ffn_norm=required_vector(vectors, "ffn_norm", e),
         gu=blocks["gu"],
         down=blocks["down"],
-        post_ffn_norm=_f32(vectors.get("post_ffn_norm"), e, "post_ffn_norm") if cfg.post_norms else None,
+        post_ffn_norm=layer_vector(vectors, "post_ffn_norm", e, cfg.post_norms) if cfg.post_norms else None,
     )
 
 
@@ -256,6 +245,7 @@ class TileLayer:
     def _ptr(self, a: npt.NDArray[Any] | None) -> int | None:
         if a is None:
             return None
+        a = np.ascontiguousarray(a)  # the kernel reads it as a flat C array
         self._keep.append(a)
         return int(a.ctypes.data)
 

@@ -510,16 +510,22 @@ def load_weights(
     return store
 
 
+def _kernel_choice(mode: str, given: str | None, what: str, env: str, default: str, choices: tuple[str, ...]) -> str:
+    """``given``, else ``$env``, else ``default``: ModelError for a name outside ``choices``, or one
+    given for a mode other than int8 (``what``: "head" or "layer")."""
+    if given is not None and mode != "int8":
+        raise ModelError(f"{what} kernels are the int8 mode's (weights mode {mode!r} has none)")
+    name = given or os.environ.get(env) or default
+    if name not in choices:
+        source = f"{what}_kernel" if given else env
+        raise ModelError(f"{source}={name!r} is not one of {', '.join(choices)}")
+    return name
+
+
 def resolve_head_kernel(mode: str, head_kernel: str | None) -> str:
     """The int8 mode's head kernel: ``head_kernel``, else ``VERISPEC_INT8_HEAD_KERNEL``, else
     :data:`HEAD_KERNEL_BY_DEFAULT`. ModelError for another name, or one named for another mode."""
-    if head_kernel is not None and mode != "int8":
-        raise ModelError(f"head kernels are the int8 mode's (weights mode {mode!r} has none)")
-    name = head_kernel or os.environ.get(HEAD_KERNEL_ENV) or HEAD_KERNEL_BY_DEFAULT
-    if name not in HEAD_KERNELS:
-        source = "head_kernel" if head_kernel else HEAD_KERNEL_ENV
-        raise ModelError(f"{source}={name!r} is not one of {', '.join(HEAD_KERNELS)}")
-    return name
+    return _kernel_choice(mode, head_kernel, "head", HEAD_KERNEL_ENV, HEAD_KERNEL_BY_DEFAULT, HEAD_KERNELS)
 
 
 def resolve_layer_kernel(mode: str, layer_kernel: str | None, fused: bool = True) -> str:
@@ -527,14 +533,10 @@ def resolve_layer_kernel(mode: str, layer_kernel: str | None, fused: bool = True
     :data:`LAYER_KERNEL_BY_DEFAULT`. ModelError for another name, one named for another mode, or
     ``tile`` for unfused layers (the tile kernel computes whole layer halves); ``auto`` is ``mlas``
     there."""
-    if layer_kernel is not None and mode != "int8":
-        raise ModelError(f"layer kernels are the int8 mode's (weights mode {mode!r} has none)")
-    name = layer_kernel or os.environ.get(LAYER_KERNEL_ENV) or LAYER_KERNEL_BY_DEFAULT
-    source = "layer_kernel" if layer_kernel else LAYER_KERNEL_ENV
-    if name not in LAYER_KERNELS:
-        raise ModelError(f"{source}={name!r} is not one of {', '.join(LAYER_KERNELS)}")
+    name = _kernel_choice(mode, layer_kernel, "layer", LAYER_KERNEL_ENV, LAYER_KERNEL_BY_DEFAULT, LAYER_KERNELS)
     if not fused and mode == "int8":
         if name == "tile":
+            source = "layer_kernel" if layer_kernel else LAYER_KERNEL_ENV
             raise ModelError(f"{source}=tile computes fused layers; it cannot run with fused=False")
         return "mlas"
     return name
