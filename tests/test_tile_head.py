@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.equivalence import greedy_auto_and_plain
 from verispec.engine import native, tile_head
 from verispec.engine.tile_head import TileHead, load_kernel, pack_tiles, unpack_tiles
 from verispec.reference.errors import ModelError, NativeKernelUnavailable
@@ -341,21 +342,7 @@ def test_the_engines_tile_head_is_the_law_on_a_real_model(smollm2_tile: Any, smo
 def test_speculation_keeps_the_tile_heads_greedy_tokens(smollm2_tile: Any, smollm2_tokenizer: Any) -> None:
     """Lossless on the new law: the default draft's greedy speculative decode gives the plain
     greedy decode's tokens, token for token."""
-    from verispec.engine import sampling as fast_sampling
-    from verispec.engine.generate import generate as fast_generate
-    from verispec.reference.decode import SpeculativeOptions, speculative_generate
-    from verispec.reference.drafts import make_draft, parse_draft_spec
-    from verispec.reference.generate import GenerationRequest
-    from verispec.reference.sampling import SamplingParams
-
-    text = "The cat sat on the mat. " * 4  # greedy continues the repetition: the lookup drafts are accepted
-    ids = tuple(smollm2_tokenizer.encode(text, add_bos=smollm2_tokenizer.add_bos))
-    request = GenerationRequest(ids, params=SamplingParams(temperature=0.0), max_tokens=32, seed=0, ignore_eog=True)
-    plain = fast_generate(smollm2_tile, smollm2_tokenizer, request)
-    draft = make_draft(parse_draft_spec("auto"), smollm2_tile, smollm2_tokenizer)
-    spec = speculative_generate(
-        smollm2_tile, smollm2_tokenizer, request, draft, SpeculativeOptions(k=6, adaptive=True),
-        law=fast_sampling.target_distribution, draw=fast_sampling.sample,
-    )  # fmt: skip
-    assert spec.generation.ids == plain.ids
-    assert spec.generation.stats.target_passes < len(plain.ids)  # the draft was accepted: passes were saved
+    # greedy continues the repetition: the lookup drafts are accepted
+    spec_ids, plain_ids, passes = greedy_auto_and_plain(smollm2_tile, smollm2_tokenizer, "The cat sat on the mat. " * 4)
+    assert spec_ids == plain_ids
+    assert passes < len(plain_ids)  # the draft was accepted: passes were saved

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.equivalence import greedy_auto_and_plain
 from verispec.engine import native, tile_layers
 from verispec.engine.blocks import KernelBlocks
 from verispec.reference import int8_layer_law as law
@@ -393,24 +394,9 @@ def test_real_model_rows_are_invariant_and_greedy_speculation_keeps_the_tokens(
     """SmolLM2 (every layer matrix Q4_1) on tile layers: a 5-row pass gives each row its 1-row bits,
     and the default draft's greedy speculative decode gives the plain greedy tokens, with passes
     saved."""
-    from verispec.engine import sampling as fast_sampling
-    from verispec.engine.generate import generate as fast_generate
-    from verispec.reference.decode import SpeculativeOptions, speculative_generate
-    from verispec.reference.drafts import make_draft, parse_draft_spec
-    from verispec.reference.generate import GenerationRequest
-    from verispec.reference.sampling import SamplingParams
-
     model = smollm2_tile_layers
     assert model.store.layer_kernel.startswith("tile (")
     prompt_logits(model)
-    text = "The cat sat on the mat. " * 4
-    ids = tuple(smollm2_tokenizer.encode(text, add_bos=smollm2_tokenizer.add_bos))
-    request = GenerationRequest(ids, params=SamplingParams(temperature=0.0), max_tokens=32, seed=0, ignore_eog=True)
-    plain = fast_generate(model, smollm2_tokenizer, request)
-    draft = make_draft(parse_draft_spec("auto"), model, smollm2_tokenizer)
-    spec = speculative_generate(
-        model, smollm2_tokenizer, request, draft, SpeculativeOptions(k=6, adaptive=True),
-        law=fast_sampling.target_distribution, draw=fast_sampling.sample,
-    )  # fmt: skip
-    assert spec.generation.ids == plain.ids
-    assert spec.generation.stats.target_passes < len(plain.ids)
+    spec_ids, plain_ids, passes = greedy_auto_and_plain(model, smollm2_tokenizer, "The cat sat on the mat. " * 4)
+    assert spec_ids == plain_ids
+    assert passes < len(plain_ids)  # the draft was accepted: passes were saved

@@ -1,11 +1,13 @@
 """What the speculative-equals-plain tests share (tests/test_spec_equivalence.py,
 tests/test_tree_decode.py): :func:`compare` (equal outputs, or a first difference at a derived
 near-tie, recorded in :data:`near_ties`), and the exact law of the first two sampled tokens
-(:class:`MemoLaw`, :func:`first_two_tokens_law` at :data:`SAMPLED`)."""
+(:class:`MemoLaw`, :func:`first_two_tokens_law` at :data:`SAMPLED`), and :func:`greedy_auto_and_plain` (the
+fast engine's default-draft greedy decode beside its plain one, for a new int8 law's kernel tests)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +16,10 @@ from tests.support.tolerances import forward_spread
 from verispec.reference.model import Model
 from verispec.reference.sampling import SamplingParams, target_distribution
 from verispec.spec.decoder.check import MemoTargetModel
+
+if TYPE_CHECKING:
+    from verispec.engine.model import FastModel
+    from verispec.reference.tokenizer import Tokenizer
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -77,3 +83,24 @@ def first_two_tokens_law(
     pairs = sorted(exact, key=lambda pair: -exact[pair])[:n_cells]
     tail = max(0.0, 1.0 - sum(exact[pair] for pair in pairs))
     return exact, pairs, np.array([exact[pair] for pair in pairs] + [tail], dtype=np.float64)
+
+
+def greedy_auto_and_plain(model: FastModel, tokenizer: Tokenizer, text: str) -> tuple[list[int], list[int], int]:
+    """``text`` decoded greedily for 32 tokens (end of generation ignored) by the fast engine's plain
+    loop and by speculation with the default ``auto`` draft (k = 6, adaptive): (speculative ids,
+    plain ids, speculative target passes)."""
+    from verispec.engine import sampling as fast_sampling
+    from verispec.engine.generate import generate as fast_generate
+    from verispec.reference.decode import SpeculativeOptions, speculative_generate
+    from verispec.reference.drafts import make_draft, parse_draft_spec
+    from verispec.reference.generate import GenerationRequest
+
+    ids = tuple(tokenizer.encode(text, add_bos=tokenizer.add_bos))
+    request = GenerationRequest(ids, params=SamplingParams(temperature=0.0), max_tokens=32, seed=0, ignore_eog=True)
+    plain = fast_generate(model, tokenizer, request)
+    draft = make_draft(parse_draft_spec("auto"), model, tokenizer)
+    spec = speculative_generate(
+        model, tokenizer, request, draft, SpeculativeOptions(k=6, adaptive=True),
+        law=fast_sampling.target_distribution, draw=fast_sampling.sample,
+    )  # fmt: skip
+    return list(spec.generation.ids), list(plain.ids), spec.generation.stats.target_passes
