@@ -208,6 +208,40 @@ def test_a_tampered_library_is_built_again(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 @needs_kernel
+def test_a_hostile_digest_file_is_read_bounded_and_replaced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A digest file far longer than a digest (here the right digest followed by 8 MiB) is read
+    only as far as a digest can reach, is not taken as a match, and the library is rebuilt with a
+    digest of the right size beside it."""
+    monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
+    native.load.cache_clear()
+    try:
+        native.load(tile_head.KERNEL_SOURCE)
+        (library,) = tmp_path.glob("*.so")
+        digest = library.with_name(library.name + ".sha256")
+        right = digest.read_bytes()
+        assert len(right) <= native.DIGEST_READ_BYTES
+        digest.write_bytes(right.strip() + b"0" * (8 << 20))
+        reads: list[int] = []
+        real_open = Path.open
+
+        def counting_open(self: Path, *args: Any, **kwargs: Any) -> Any:
+            handle = real_open(self, *args, **kwargs)
+            if self == digest:
+                real_read = handle.read
+                handle.read = lambda size=-1: reads.append(size) or real_read(size)  # type: ignore[method-assign]
+            return handle
+
+        monkeypatch.setattr(Path, "open", counting_open)
+        native.load.cache_clear()
+        tile_head.bind(native.load(tile_head.KERNEL_SOURCE))
+        assert reads == [native.DIGEST_READ_BYTES]  # one bounded read, not the 8 MiB
+        monkeypatch.setattr(Path, "open", real_open)
+        assert digest.read_bytes() == right  # rebuilt: its digest written again, the right size
+    finally:
+        native.load.cache_clear()
+
+
+@needs_kernel
 def test_a_cache_that_cannot_be_written_builds_privately(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The cache path is a file: the kernel is built in a temporary folder and still loads."""
     blocked = tmp_path / "not-a-folder"
