@@ -31,7 +31,9 @@ per-session pools measured 0.56x / 0.34x (1 / 5 rows) on f32/ort. `verispec benc
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Callable
 from functools import cache, partial
@@ -64,13 +66,21 @@ class Matmul(Protocol):
 
 
 def ort_available() -> bool:
-    """onnxruntime and onnx (to build the graphs) are importable."""
+    """onnxruntime and onnx (to build the graphs) are installed. Found, not imported: the two weigh
+    ~50 MiB resident once imported, and a load whose every kernel is native (the tile kernels)
+    imports neither; the sites that build or run a graph import them when they do."""
+    return all(_installed(name) for name in ("onnx", "onnxruntime"))
+
+
+def _installed(name: str) -> bool:
+    """``name`` can be imported: already imported, or its top-level spec found (a module set to None
+    in ``sys.modules`` is one an import refuses)."""
+    if name in sys.modules:
+        return sys.modules[name] is not None
     try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
         return False
-    return True
 
 
 DEFAULT_THREADS = 2  # measured (bench "threads_2_over_1"), see the module docstring
