@@ -186,6 +186,11 @@ _FORMS: dict[int, tuple[Callable[[U8], _Unpacked], int, int, int]] = {
     GGMLType.Q6_K: (_q6_k, 8, 16, 32),
 }
 LOSSLESS_TYPES: frozenset[int] = frozenset(int(t) for t in _FORMS)
+# Types whose blocks store the scale (and the min) as one float16, which the block form's float32
+# scale is exactly; the k-quants' scales are products of a float16 and a sub-block integer.
+HALF_SCALE_TYPES: frozenset[int] = frozenset(
+    int(t) for t in (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0)
+)
 _MIN_TYPES = frozenset(int(t) for t in (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q2_K, GGMLType.Q4_K, GGMLType.Q5_K))
 
 
@@ -210,6 +215,11 @@ def stacked_form(ggml_types: tuple[int, ...]) -> tuple[int, int, bool] | None:
     bits = max(form[1] for form in forms if form is not None)
     block = min(form[2] for form in forms if form is not None)
     return bits, block, any(int(t) in _MIN_TYPES for t in ggml_types)
+
+
+def stacked_has_zero(ggml_types: tuple[int, ...]) -> bool:
+    """Some part of the stack of ``ggml_types`` (:func:`concat`) has a zero point other than 0."""
+    return any(_FORMS[int(t)][3] != 0 for t in ggml_types)
 
 
 PREPACKED_BLOCK_EXTRA = 8  # bytes a block beyond its levels in MLAS's int8-compute packing (see prepacked_nbytes)

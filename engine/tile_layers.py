@@ -3,8 +3,8 @@
 The law is reference/int8_layer_law.py's (its glossary defines every term used here). This module
 packs a layer's four matrices from their lossless block form (engine/blocks.py) into the tile
 layout its C kernel reads (engine/kernels/layer_tile.c: 16 weight rows a tile, per weight block
-the rows' float32 scales, their mins where the matrix has them, their zero points, then the levels
-in 4- or 8-bit vectors), and runs a layer's halves as :class:`engine.fused.LayerChain` graphs: the
+the rows' scales, their mins where the matrix has them, their zero points where one is not 0, then
+the levels in 4- or 8-bit vectors), and runs a layer's halves as :class:`engine.fused.LayerChain` graphs: the
 same inputs and outputs as the onnxruntime graphs (``pre``: x, cos, sin -> qk, v; ``post``: attn,
 x -> y; a ``link``: attn, x, cos, sin, enter -> y, qk, v), one C call each instead of one
 onnxruntime run, so the engine's attention, KV cache, early exit and verify passes run unchanged
@@ -27,13 +27,14 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from verispec.engine import native
-from verispec.engine.blocks import KernelBlocks
+from verispec.engine.blocks import HALF_SCALE_TYPES, KernelBlocks, stacked_form, stacked_has_zero
 from verispec.engine.fused import (
     LayerChain,
     LayerMatrices,
@@ -53,23 +54,64 @@ U8 = npt.NDArray[np.uint8]
 
 TILE_ROWS = 16
 KERNEL_SOURCE = "layer_tile"
-ABI_VERSION = 1
+ABI_VERSION = 2
 ISAS = {"avx512-vnni": 2, "portable": 0}  # the C kernel's ids, best first
 ACTIVATIONS = {ACT_SILU: (0, law.ACT_SILU), ACT_GELU_TANH: (1, law.ACT_GELU_TANH)}  # config -> (C id, law name)
 
 
-def tile_block_bytes(bits: int, block: int, has_min: bool) -> int:
-    """Bytes a tile holds per weight block: scales, mins, zeros, levels (module doc)."""
-    return 64 + (64 if has_min else 0) + 16 + block * TILE_ROWS * bits // 8
+@dataclass(frozen=True)
+class TileForm:
+    """How a matrix's tiles hold a weight block (engine/kernels/layer_tile.c draws the layout)."""
+
+    bits: int  # 4 or 8: the levels' storage width
+    block: int  # weights a block: 16 or 32
+    has_min: bool  # the block has a min term
+    half: bool  # scales and mins stored as float16 (the file's own; exact)
+    has_zero: bool  # some zero point is not 0: the zeros are stored
+
+    def block_bytes(self) -> int:
+        """Bytes a tile holds per weight block: scales, mins, zeros, levels."""
+        scales = TILE_ROWS * (2 if self.half else 4)
+        zeros = TILE_ROWS if self.has_zero else 0
+        return scales * (2 if self.has_min else 1) + zeros + self.block * TILE_ROWS * self.bits // 8
+
+
+def tile_form(ggml_types: tuple[int, ...]) -> TileForm | None:
+    """The tile form of the matrices of ``ggml_types`` stacked (engine.blocks.concat), from the
+    types alone (the load's size formula); None where a part has no block form."""
+    form = stacked_form(ggml_types)
+    if form is None:
+        return None
+    bits, block, has_min = form
+    half = all(int(t) in HALF_SCALE_TYPES for t in ggml_types)
+    return TileForm(bits, block, has_min, half, stacked_has_zero(ggml_types))
+
+
+def _exactly_half(a: npt.NDArray[np.float32]) -> bool:
+    """Every element of ``a`` is a float16 value (the same bits back through float16)."""
+    with np.errstate(over="ignore"):
+        back = a.astype(np.float16).astype(np.float32)
+    return bool(np.array_equal(back.view(np.uint32), a.view(np.uint32)))
+
+
+def form_of(kb: KernelBlocks) -> TileForm:
+    """The tile form of ``kb``: float16 scales where every source type stores them so (and, checked,
+    every scale and min is one), zeros where one is not 0."""
+    half = bool(kb.source_types) and all(int(t) in HALF_SCALE_TYPES for t in kb.source_types)
+    if half and not (_exactly_half(kb.scales) and (kb.mins is None or _exactly_half(kb.mins))):
+        raise ModelError(f"block scales of types {kb.source_types} are not all float16 values")
+    return TileForm(kb.bits, kb.block, kb.mins is not None, half, bool(kb.zeros.any()))
 
 
 def pack_tiles(kb: KernelBlocks) -> U8:
-    """A matrix in block form -> its tiles, flat (engine/kernels/layer_tile.c draws the layout).
-    Rows past the last full tile are padding: scale, min, zero and levels 0, never stored back."""
+    """A matrix in block form -> its tiles, flat, in :func:`form_of` ``kb`` (the C kernel's module
+    doc draws the layout). Rows past the last full tile are padding: scale, min, zero and levels 0,
+    never stored back."""
     n, k = kb.shape
     size, bits = kb.block, kb.bits
     nbw, n_tiles, padded = k // size, -(-n // TILE_ROWS), -(-n // TILE_ROWS) * TILE_ROWS
-    has_min = kb.mins is not None
+    form = form_of(kb)
+    width, lanes = (np.float16, 32) if form.half else (np.float32, 64)
 
     def rows(a: npt.NDArray[Any]) -> npt.NDArray[Any]:  # [n, ...] -> [tiles, nbw, 16, ...] with padding
         out = np.zeros((padded, *a.shape[1:]), dtype=a.dtype)
@@ -81,13 +123,14 @@ def pack_tiles(kb: KernelBlocks) -> U8:
     if bits == 4:
         half = size // 8
         vectors = vectors[:, :, :half] | (vectors[:, :, half:] << np.uint8(4))
-    parts = [rows(kb.scales[:, :, None].astype(np.float32)).view(np.uint8).reshape(n_tiles, nbw, 64)]
+    parts = [rows(kb.scales[:, :, None].astype(width)).view(np.uint8).reshape(n_tiles, nbw, lanes)]
     if kb.mins is not None:
-        parts.append(rows(kb.mins[:, :, None].astype(np.float32)).view(np.uint8).reshape(n_tiles, nbw, 64))
-    parts.append(rows(kb.zeros[:, :, None]).reshape(n_tiles, nbw, TILE_ROWS))
+        parts.append(rows(kb.mins[:, :, None].astype(width)).view(np.uint8).reshape(n_tiles, nbw, lanes))
+    if form.has_zero:
+        parts.append(rows(kb.zeros[:, :, None]).reshape(n_tiles, nbw, TILE_ROWS))
     parts.append(np.ascontiguousarray(vectors, dtype=np.uint8).reshape(n_tiles, nbw, -1))
     tiles = np.ascontiguousarray(np.concatenate(parts, axis=2)).reshape(-1)
-    assert tiles.size == n_tiles * nbw * tile_block_bytes(bits, size, has_min)
+    assert tiles.size == n_tiles * nbw * form.block_bytes()
     return tiles
 
 
@@ -104,7 +147,16 @@ class LtMatrix(ctypes.Structure):
         ("has_min", ctypes.c_int),
         ("tbb", ctypes.c_int),
         ("has_zero", ctypes.c_int),
+        ("half", ctypes.c_int),
     ]
+
+
+def matrix_struct(kb: KernelBlocks, tiles_address: int) -> LtMatrix:
+    """The C kernel's view of ``kb`` packed by :func:`pack_tiles` at ``tiles_address``."""
+    n, k = kb.shape
+    form = form_of(kb)
+    return LtMatrix(tiles_address, n, k, kb.bits, kb.block, int(form.has_min), form.block_bytes(),
+                    int(form.has_zero), int(form.half))  # fmt: skip
 
 
 class LtLayer(ctypes.Structure):
@@ -252,9 +304,8 @@ class TileLayer:
     def _matrix(self, kb: law.BlockForm) -> LtMatrix:
         assert isinstance(kb, KernelBlocks)
         tiles = pack_tiles(kb)
-        n, k = kb.shape
-        return LtMatrix(self._ptr(tiles), n, k, kb.bits, kb.block, int(kb.mins is not None),
-                        tile_block_bytes(kb.bits, kb.block, kb.mins is not None), int(kb.zeros.any()))  # fmt: skip
+        self._keep.append(tiles)
+        return matrix_struct(kb, int(tiles.ctypes.data))
 
     def _struct(self, layer: law.LayerLaw) -> LtLayer:
         cfg = self.cfg

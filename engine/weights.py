@@ -38,7 +38,6 @@ from verispec.engine.blocks import (
     kernel_nbytes,
     prepacked_nbytes,
     repack,
-    stacked_form,
 )
 from verispec.engine.fused import (
     LayerChain,
@@ -53,7 +52,7 @@ from verispec.engine.matmul import Matmul, NumpyMatmul
 from verispec.engine.pages import batched_drops, drop_mapping, drop_pages
 from verispec.engine.tile_head import TILE_BLOCK_BYTES as TILE_HEAD_BLOCK_BYTES
 from verispec.engine.tile_head import TileHead, default_kernel
-from verispec.engine.tile_layers import TILE_ROWS, TileAttention, build_tile_chain, tile_block_bytes
+from verispec.engine.tile_layers import TILE_ROWS, TileAttention, build_tile_chain, tile_form
 from verispec.engine.tile_layers import default_kernel as default_layer_kernel
 from verispec.reference import quants
 from verispec.reference.config import Config
@@ -307,11 +306,10 @@ def int8_prepacked_bytes(f: "GGUFFile", cfg: Config, layer_kernel: str = "mlas",
         return tuple(int(f.tensors[name].ggml_type) for name in names)
 
     def layer_bytes(ggml_types: tuple[int, ...], n_out: int, n_in: int) -> int:
-        form = stacked_form(ggml_types)
+        form = tile_form(ggml_types)
         if layer_kernel != "tile" or form is None:
             return prepacked_nbytes(ggml_types, n_out, n_in)
-        bits, block, has_min = form
-        return -(-n_out // TILE_ROWS) * (n_in // block) * tile_block_bytes(bits, block, has_min)
+        return -(-n_out // TILE_ROWS) * (n_in // form.block) * form.block_bytes()
 
     total = 0
     for il in range(cfg.n_layer):

@@ -12,6 +12,7 @@ every float32 operation and its order. The one tolerance is the law's exp agains
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import multiprocessing
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +23,8 @@ import pytest
 
 from tests.support.equivalence import greedy_auto_and_plain
 from verispec.engine import native, tile_layers
-from verispec.engine.blocks import KernelBlocks
+from verispec.engine.blocks import HALF_SCALE_TYPES, KernelBlocks
+from verispec.reference.quants import GGMLType, block_layout
 from verispec.reference import int8_layer_law as law
 from verispec.reference.errors import ModelError, NativeKernelUnavailable
 
@@ -108,16 +110,31 @@ def test_exp_and_activations_are_the_laws_bits(isa: str) -> None:
 
 # -- the block matmul ---------------------------------------------------------------------------------
 
-# (bits, block, mins, zero): Q4_1 / Q4_K; Q4_0; Q8_0; Q6_K; Q2_K; Q5_1 / Q5_K; a stack with mins; Q3_K
-FORMS = [(4, 32, True, 0), (4, 32, False, 8), (8, 32, False, 128), (8, 16, False, 32), (4, 16, True, 0),
-         (8, 32, True, 0), (8, 16, True, 3), (4, 16, False, 4)]  # fmt: skip
+# (bits, block, mins, zero, source type): float32 scales and mins in the tiles (source type 0, F32: a
+# form no float16 type has) -- Q4_1 / Q4_K; Q4_0; Q8_0; Q6_K; Q2_K; Q5_1 / Q5_K; a stack with mins;
+# Q3_K -- and float16 ones, for the types whose blocks store them so: Q4_1, Q4_0, Q8_0, Q5_0, Q5_1
+FORMS = [(4, 32, True, 0, 0), (4, 32, False, 8, 0), (8, 32, False, 128, 0), (8, 16, False, 32, 0),
+         (4, 16, True, 0, 0), (8, 32, True, 0, 0), (8, 16, True, 3, 0), (4, 16, False, 4, 0),
+         (4, 32, True, 0, GGMLType.Q4_1), (4, 32, False, 8, GGMLType.Q4_0), (8, 32, False, 128, GGMLType.Q8_0),
+         (8, 32, False, 16, GGMLType.Q5_0), (8, 32, True, 0, GGMLType.Q5_1)]  # fmt: skip
+Form = tuple[int, int, bool, int, int]
 
 
-def random_form(rng: np.random.Generator, n: int, k: int, form: tuple[int, int, bool, int]) -> KernelBlocks:
-    n_bits, block, mins, zero = form
+def random_form(rng: np.random.Generator, n: int, k: int, form: Form) -> KernelBlocks:
+    """Random blocks of ``form``; float16 values (a subnormal and the largest among them) where its
+    source type stores its scales as float16, else float32 ones (a float32 subnormal among them)."""
+    n_bits, block, mins, zero, source = form
     nb = k // block
-    scales = (rng.standard_normal((n, nb)) * 0.02).astype(np.float32)
-    scales[0, 0] = np.float32(1e-40)  # subnormal
+    half = source in HALF_SCALE_TYPES
+    width = np.float16 if half else np.float32
+
+    def floats() -> Any:
+        return (rng.standard_normal((n, nb)) * 0.02).astype(width).astype(np.float32)
+
+    scales = floats()
+    scales[0, 0] = np.float32(2.0**-20) if half else np.float32(1e-40)  # subnormal
+    if half:
+        scales[1, 1] = np.float32(65504.0)  # float16's largest
     zeros = np.full((n, nb), zero, np.uint8)
     if zero:
         zeros[1 % n, :] = 0  # a stacked part without a zero point
@@ -127,8 +144,8 @@ def random_form(rng: np.random.Generator, n: int, k: int, form: tuple[int, int, 
         levels=rng.integers(0, 2**n_bits, (n, k), dtype=np.uint8),
         scales=scales,
         zeros=zeros,
-        mins=(rng.standard_normal((n, nb)) * 0.02).astype(np.float32) if mins else None,
-        source_types=(0,),
+        mins=floats() if mins else None,
+        source_types=(source,),
     )
 
 
@@ -149,9 +166,7 @@ def c_matmul(isa: str, kb: KernelBlocks, x: Any, threads: int) -> Any:
     lib = tile_layers.load_kernel(isa).library
     tiles = tile_layers.pack_tiles(kb)
     n, k = kb.shape
-    spec = tile_layers.LtMatrix(tiles.ctypes.data, n, k, kb.bits, kb.block, int(kb.mins is not None),
-                                tile_layers.tile_block_bytes(kb.bits, kb.block, kb.mins is not None),
-                                int(kb.zeros.any()))  # fmt: skip
+    spec = tile_layers.matrix_struct(kb, tiles.ctypes.data)
     y = np.full((x.shape[0], n), np.float32(7), dtype=np.float32)
     assert (
         lib.lt_matmul(ctypes.byref(spec), x.ctypes.data, x.shape[0], y.ctypes.data, threads, tile_layers.ISAS[isa]) == 0
@@ -161,11 +176,12 @@ def c_matmul(isa: str, kb: KernelBlocks, x: Any, threads: int) -> Any:
 
 @needs_kernel
 @pytest.mark.parametrize("form", FORMS)
-def test_every_block_form_isa_thread_and_row_count_gives_the_law(form: tuple[int, int, bool, int]) -> None:
-    """Every block form, 37 rows (the last tile padded), rows 1..9 (past a group of 8), threads 1-3:
-    the law's bits; a row holding inf or NaN is all NaN."""
+def test_every_block_form_isa_thread_and_row_count_gives_the_law(form: Form) -> None:
+    """Every block form, float32 and float16 scales, 37 rows (the last tile padded), rows 1..9 (past
+    a group of 8), threads 1-3: the law's bits; a row holding inf or NaN is all NaN."""
     rng = np.random.default_rng(sum(form))
     kb = random_form(rng, 37, 128, form)
+    assert tile_layers.form_of(kb).half == (form[4] != 0)
     x = activation_rows(rng, 9, 128)
     want = law.block_matmul_law(kb, x)
     assert np.isnan(want[4]).all() and np.isnan(want[5]).all() and np.isfinite(want[6]).all()
@@ -174,6 +190,37 @@ def test_every_block_form_isa_thread_and_row_count_gives_the_law(form: tuple[int
             assert same_bits(c_matmul(isa, kb, x, threads), want), (isa, threads)
         for rows in (1, 3, 8):
             assert same_bits(c_matmul(isa, kb, np.ascontiguousarray(x[:rows]), 1), want[:rows]), (isa, rows)
+
+
+# type -> bytes a tile block holds beyond the file's 16 blocks: the zero points, one byte a row,
+# where a type has one (Q4_0's 8, Q8_0's 128 as the levels are stored unsigned)
+BEYOND_THE_FILE = {GGMLType.Q4_1: 0, GGMLType.Q4_0: 16, GGMLType.Q8_0: 16}
+
+
+@pytest.mark.parametrize("ggml_type", list(BEYOND_THE_FILE))
+def test_a_float16_scale_type_costs_the_files_bytes(ggml_type: GGMLType) -> None:
+    """Weights once: a Q4_1 matrix's tiles hold the file's own bytes a block (its float16 scale and
+    min, no zeros: every zero point is 0), Q4_0's and Q8_0's one byte a row more (the zero points);
+    the packer's form is the size formula's."""
+    form = tile_layers.tile_form((int(ggml_type),))
+    assert form is not None and form.half
+    _, file_block_bytes = block_layout(int(ggml_type))
+    assert form.block_bytes() == tile_layers.TILE_ROWS * file_block_bytes + BEYOND_THE_FILE[ggml_type]
+    source = next(f for f in FORMS if f[4] == ggml_type)
+    kb = random_form(np.random.default_rng(1), 37, 128, source)
+    assert tile_layers.form_of(kb) == form
+    assert tile_layers.pack_tiles(kb).size == 3 * 4 * form.block_bytes()  # 3 tiles, 4 blocks
+
+
+def test_a_float16_type_whose_scales_are_not_float16_is_refused() -> None:
+    """The packer checks what the type promises: a scale or min that float16 would round is refused
+    by name (the float16 tiles would change the law's products)."""
+    kb = random_form(np.random.default_rng(2), 16, 64, next(f for f in FORMS if f[4] == GGMLType.Q4_1))
+    for name in ("scales", "mins"):
+        field = getattr(kb, name).copy()
+        field[3, 1] = np.float32(0.1)  # not a float16 value
+        with pytest.raises(ModelError, match="not all float16"):
+            tile_layers.form_of(dataclasses.replace(kb, **{name: field}))
 
 
 def test_the_law_generalises_the_heads() -> None:

@@ -10,14 +10,16 @@
 
    Weights (engine/tile_layers.py packs them from the lossless kernel blocks of engine/blocks.py):
    16 weight rows a tile; per tile and weight block of B = 16 or 32 inputs, ``tbb`` bytes:
-       16 x float32 scale                                             (64 bytes)
-       16 x float32 min            (only for a matrix with mins)      (64 bytes)
-       16 x uint8 zero                                                (16 bytes)
+       16 x scale: float32, or float16 where every scale is one      (64 or 32 bytes)
+       16 x min, as wide as the scales   (only for a matrix with mins) (64 or 32 bytes)
+       16 x uint8 zero                   (only where a zero point is not 0) (16 bytes)
        levels: 8-bit: B/4 vectors of 64 bytes, vector j lane i = row i's levels 4j..4j+3;
                4-bit: B/8 vectors of 64 bytes, byte (p, i, u) = level (4p+u) low nibble,
                       level (4(p + B/8) + u) high nibble
    Lanes are weight rows, so the vector kernel computes each (weight row, activation row) pair in
-   the law's own order. */
+   the law's own order. Float16 scales and mins (types whose blocks store them so: Q4_0, Q4_1,
+   Q5_0, Q5_1, Q8_0) widen to float32 exactly, so the law's products are the same; the tiles of
+   such a type then hold the file's own bytes a block (Q4_1: 20 a block of 32). */
 
 #include <math.h>
 #include <pthread.h>
@@ -41,7 +43,7 @@
 enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVX512_VNNI = 2 };
 enum { ACT_SILU = 0, ACT_GELU_TANH = 1 };
 
-int lt_abi_version(void) { return 1; }
+int lt_abi_version(void) { return 2; }
 
 int lt_isa_supported(int isa) {
     if (isa == ISA_PORTABLE) return 1;
@@ -276,8 +278,50 @@ static void quantize_row(const float *x, act_row_t *a, int isa) {
 typedef struct {
     const uint8_t *tiles;
     int n_out, K, bits, block, has_min, tbb;
-    int has_zero; /* some zero point is not 0 (the packer sets it) */
+    int has_zero; /* some zero point is not 0 (the packer sets it): the block holds the zeros */
+    int half;     /* scales and mins are float16 (every one exactly a float16) */
 } lt_matrix_t;
+
+/* Offsets in a block (module doc): the mins, the zeros, the levels. */
+static inline int mins_at(const lt_matrix_t *m) { return m->half ? 32 : 64; }
+static inline int zeros_at(const lt_matrix_t *m) { return mins_at(m) * (m->has_min ? 2 : 1); }
+static inline int levels_at(const lt_matrix_t *m) { return zeros_at(m) + (m->has_zero ? 16 : 0); }
+
+/* float16 -> float32, exact (subnormals normalised, inf and NaN kept); q8_0_tile.c's, each kernel
+   being one source file */
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0x1fu) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else {
+        exp = 113u;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            exp--;
+        }
+        bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* lane i of the scales (at = 0) or mins (at = mins_at) of a block */
+static inline float block_float(const lt_matrix_t *m, const uint8_t *blk, int at, int i) {
+    if (m->half) {
+        uint16_t h;
+        memcpy(&h, blk + at + 2 * i, 2);
+        return half_to_float(h);
+    }
+    float f;
+    memcpy(&f, blk + at + 4 * i, 4);
+    return f;
+}
 
 typedef struct {
     const lt_matrix_t *m;
@@ -297,7 +341,7 @@ static inline int tile_rows(const lt_matrix_t *m, int t) {
 
 static void portable_tiles(const job_t *g, int r0, int R, int first, int last) {
     const lt_matrix_t *m = g->m;
-    const int B = m->block, nbw = m->K / B, lev = m->has_min ? 128 : 64;
+    const int B = m->block, nbw = m->K / B, lev = levels_at(m), zat = zeros_at(m), mat = mins_at(m);
     for (int t = first; t < last; t++) {
         const uint8_t *tile = m->tiles + (size_t)t * nbw * m->tbb;
         const int valid = tile_rows(m, t);
@@ -306,7 +350,7 @@ static void portable_tiles(const job_t *g, int r0, int R, int first, int last) {
             float acc[TILE_ROWS] = {0};
             for (int b = 0; b < nbw; b++) {
                 const uint8_t *blk = tile + (size_t)b * m->tbb;
-                const uint8_t *levels = blk + lev + 16;
+                const uint8_t *levels = blk + lev;
                 const float da = a->scales[(b * B) / QK];
                 const int32_t asum = a->sums[b];
                 for (int i = 0; i < TILE_ROWS; i++) {
@@ -323,10 +367,9 @@ static void portable_tiles(const job_t *g, int r0, int R, int first, int last) {
                         }
                         dot += level * a->levels[b * B + k];
                     }
-                    float scale, mn = 0.0f;
-                    memcpy(&scale, blk + 4 * i, 4);
-                    if (m->has_min) memcpy(&mn, blk + 64 + 4 * i, 4);
-                    const int32_t idot = dot - (int32_t)blk[lev + i] * asum;
+                    const float scale = block_float(m, blk, 0, i);
+                    const float mn = m->has_min ? block_float(m, blk, mat, i) : 0.0f;
+                    const int32_t idot = m->has_zero ? dot - (int32_t)blk[zat + i] * asum : dot;
                     const float sd = scale * da;
                     const float t1 = (float)idot * sd;
                     acc[i] = acc[i] + t1;
@@ -348,7 +391,7 @@ static inline AVX512 __attribute__((always_inline)) void avx512_tiles(const job_
                                                                    const int NR, const int BITS, const int B,
                                                                    const int MIN, const int ZERO) {
     const lt_matrix_t *m = g->m;
-    const int nbw = m->K / B, lev = MIN ? 128 : 64;
+    const int nbw = m->K / B, half = m->half, mat = mins_at(m), zat = zeros_at(m), lev = levels_at(m);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int t = first; t < last; t++) {
         const uint8_t *tile = m->tiles + (size_t)t * nbw * m->tbb;
@@ -356,10 +399,15 @@ static inline AVX512 __attribute__((always_inline)) void avx512_tiles(const job_
         for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
         for (int b = 0; b < nbw; b++) {
             const uint8_t *blk = tile + (size_t)b * m->tbb;
-            const __m512 scale = _mm512_loadu_ps((const float *)blk);
-            const __m512 mn = MIN ? _mm512_loadu_ps((const float *)(blk + 64)) : _mm512_setzero_ps();
-            const __m512i zero = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + lev)));
-            const uint8_t *levels = blk + lev + 16;
+            /* float16 lanes widen exactly (vcvtph2ps): the same float32 scales */
+            const __m512 scale = half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk))
+                                      : _mm512_loadu_ps((const float *)blk);
+            const __m512 mn = !MIN    ? _mm512_setzero_ps()
+                              : half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + mat)))
+                                     : _mm512_loadu_ps((const float *)(blk + mat));
+            const __m512i zero =
+                ZERO ? _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + zat))) : _mm512_setzero_si512();
+            const uint8_t *levels = blk + lev;
             __m512i w[8];
             if (BITS == 8) {
                 for (int j = 0; j < B / 4; j++) w[j] = _mm512_loadu_si512((const void *)(levels + 64 * j));
@@ -608,8 +656,7 @@ static int matrix_ok(const lt_matrix_t *m) {
     if (!m->tiles || m->n_out <= 0 || m->K <= 0 || m->K % QK || (m->bits != 4 && m->bits != 8) ||
         (m->block != 16 && m->block != 32))
         return 0;
-    const int lev = m->has_min ? 128 : 64;
-    return m->tbb == lev + 16 + m->block * TILE_ROWS * m->bits / 8;
+    return m->tbb == levels_at(m) + m->block * TILE_ROWS * m->bits / 8;
 }
 
 static int isa_ok(int isa) { return (isa == ISA_PORTABLE || isa == ISA_AVX512_VNNI) && lt_isa_supported(isa); }
