@@ -262,9 +262,10 @@ def _child(path: Path, weights: str, backend: str, steps: int) -> dict[str, Any]
     cfg = model.config
     capacity = 16 + steps + 1
     cache = model.new_cache(capacity)
-    logits = model.forward(list(range(1, 17)), cache).logits[-1]
+    # as decoding runs (engine.generate): the prompt's pass computes the head on its last row only
+    logits = model.forward(list(range(1, 17)), cache, last_only=True).logits[-1]
     for _ in range(steps):
-        logits = model.forward([int(np.argmax(logits))], cache).logits[-1]
+        logits = model.forward([int(np.argmax(logits))], cache, last_only=True).logits[-1]
     peak = _high_water_bytes()
     kv = int(cache.k.nbytes + cache.v.nbytes)
     file_bytes = path.stat().st_size
