@@ -258,6 +258,7 @@ def _child(path: Path, weights: str, backend: str, steps: int) -> dict[str, Any]
     baseline = _high_water_bytes()
     with GGUFFile.open(path) as f:
         estimate = estimate_bytes(f, weights)
+    del f  # its parsed metadata (Gemma 3's 262,144-token vocabulary: ~36 MiB) is not the load's
     model = FastModel.load(path, weights=weights, backend=backend)
     cfg = model.config
     capacity = 16 + steps + 1
