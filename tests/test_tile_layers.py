@@ -250,12 +250,15 @@ def test_the_law_generalises_the_heads() -> None:
 @needs_kernel
 @pytest.mark.parametrize(
     "n_head, n_kv, d, window",
-    [(9, 3, 64, 0), (4, 1, 256, 5), (8, 8, 32, 0), (2, 2, 16, 1), (8, 1, 8, 0), (3, 1, 24, 2)],
+    [(9, 3, 64, 0), (4, 1, 256, 5), (8, 8, 32, 0), (2, 2, 16, 1), (8, 1, 8, 0), (3, 1, 24, 2), (12, 2, 48, 0)],
 )
-def test_attention_is_the_laws(n_head: int, n_kv: int, d: int, window: int) -> None:
+@pytest.mark.parametrize("queries", ["normal", "hostile"])
+def test_attention_is_the_laws(n_head: int, n_kv: int, d: int, window: int, queries: str) -> None:
     """Rows over causal slots with out-of-order positions (a tree's slots), on a sliding window or
     none, through the engine's TileAttention on every ISA: the law's bits; a 5-row call gives each
-    row its 1-row bits."""
+    row its 1-row bits. Query heads of a kv head go together (a group of 6 splits 4 + 2); a row sees
+    32 slots (whole blocks of 16 keys); hostile queries make a head's scores all +0 and
+    -0 (the largest is a signed zero), NaN, or infinite."""
     rng = np.random.default_rng(d + window)
     slots = 48
     k = rng.standard_normal((n_kv, slots, d)).astype(np.float32)
@@ -263,13 +266,21 @@ def test_attention_is_the_laws(n_head: int, n_kv: int, d: int, window: int) -> N
     key_positions = np.arange(slots, dtype=np.int64)
     key_positions[30:33] = [50, 51, 52]  # later positions in earlier slots: masked for the rows before them
     q = rng.standard_normal((5, n_head, d)).astype(np.float32)
-    positions = np.array([33, 34, 35, 36, 52], dtype=np.int64)
-    ends = np.array([34, 35, 36, 37, 40], dtype=np.int32)
+    if queries == "hostile":
+        q[0, 0] = 0.0  # every score +0
+        q[1, 0] = -0.0  # every score a signed zero
+        k[0, 3, :] = -k[0, 3, :]  # ... of both signs
+        q[2, n_head - 1, 0] = np.nan
+        q[3, 0] = np.float32(3e38)  # infinite scores: inf - inf in the softmax
+    positions = np.array([33, 51, 35, 36, 52], dtype=np.int64)
+    ends = np.array([34, 32, 36, 37, 40], dtype=np.int32)
     want = np.stack([
         law.attend_row(q[t], k[:, : ends[t]], v[:, : ends[t]], key_positions[: ends[t]], int(positions[t]), window,
                        np.float32(d**-0.5))
         for t in range(5)
     ])  # fmt: skip
+    if queries == "hostile":
+        assert np.isnan(want[2]).any()
     cfg: Any = SimpleNamespace(n_head=n_head, n_head_kv=n_kv, head_dim=d, attn_scale=d**-0.5)  # what it reads
     for isa in ISAS_HERE:
         attention = tile_layers.TileAttention(cfg, tile_layers.load_kernel(isa))

@@ -819,6 +819,10 @@ int lt_link(const lt_layer_t *here, const lt_layer_t *after, int T, const float 
     return pre(after, T, y, cos, sin, qk, v, threads, isa);
 }
 
+/* Query heads of one kv head attended together (at most this many at once): each key and value
+   row is read once for all of them, and their sums are independent chains. */
+#define HEADS_AT_ONCE 4
+
 /* ---- attention: one query row over its visible keys, the law's order ------------------------
 
    Per query head (kv head = head / group): score_s = dot(q, k_s) * scale for each visible slot s
@@ -874,6 +878,161 @@ static void axpy_portable(float *acc, float p, const float *v, int d, int first)
     for (int i = 0; i < d; i++) acc[i] = first ? p * v[i] : acc[i] + p * v[i];
 }
 
+#ifdef TILE_X86
+/* The lane trees of 16 keys at once: a[i] holds key i's 16 lanes; the result's lane i is key i's
+   dot. Each add pairs what lane_tree pairs (lanes j and j+8, then j and j+4, j and j+2, j and
+   j+1; an IEEE sum does not depend on the order of its two operands), the shuffles only move
+   lanes: the same 16 floats as 16 lane_tree calls. */
+static inline AVX512 __attribute__((always_inline)) __m512 lane_trees16(const __m512 a[16]) {
+    __m512 x[8], z[4], u[2];
+    UNROLL
+    for (int i = 0; i < 8; i++) /* keys 2i, 2i+1: lanes 0-7 and 8-15 hold their t8 */
+        x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    UNROLL
+    for (int i = 0; i < 4; i++) /* keys 4i..4i+3: 128-bit lane L holds key 4i+L's t4 */
+        z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0xDD));
+    UNROLL
+    for (int i = 0; i < 2; i++) /* 128-bit lane L: key 8i+L's t2, then key 8i+4+L's */
+        u[i] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* element e of 128-bit lane L: key L + 4e */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
+/* scores[h][j] = dot(q_h, k of visible[j]) * scale for H consecutive heads q [H, d], 16 keys at
+   a time (their rows stay in L1 across the heads), each key's lanes as dot_avx512's */
+static AVX512 void head_scores(const float *q, int H, const float *kh, const int32_t *visible, int count, int d,
+                               float scale, float *scores) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    int j = 0;
+    for (; j + 16 <= count; j += 16) {
+        for (int h = 0; h < H; h++) {
+            const float *qh = q + (size_t)h * d;
+            __m512 acc[16];
+            const __m512 q0 = _mm512_loadu_ps(qh);
+            UNROLL
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_mul_ps(q0, _mm512_loadu_ps(kh + (size_t)visible[j + i] * d));
+            for (int c = 16; c < d; c += 16) {
+                const __m512 qc = _mm512_loadu_ps(qh + c);
+                UNROLL
+                for (int i = 0; i < 16; i++)
+                    acc[i] =
+                        _mm512_add_ps(acc[i], _mm512_mul_ps(qc, _mm512_loadu_ps(kh + (size_t)visible[j + i] * d + c)));
+            }
+            _mm512_storeu_ps(scores + (size_t)h * count + j, _mm512_mul_ps(lane_trees16(acc), sc));
+        }
+    }
+    for (; j < count; j++)
+        for (int h = 0; h < H; h++)
+            scores[(size_t)h * count + j] = dot_avx512(q + (size_t)h * d, kh + (size_t)visible[j] * d, d) * scale;
+}
+
+/* The law's m = the first of the largest scores (a NaN wins), from a vector max where that is the
+   same float: no NaN among them, and a largest score that is not zero (+0 and -0 tie). */
+static AVX512 float first_max(const float *s, int count) {
+    __m512 most = _mm512_set1_ps(s[0]);
+    __mmask16 nan = 0;
+    int j = 0;
+    for (; j + 16 <= count; j += 16) {
+        const __m512 x = _mm512_loadu_ps(s + j);
+        nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        most = _mm512_max_ps(most, x);
+    }
+    float m = _mm512_reduce_max_ps(most);
+    for (; j < count; j++) {
+        nan |= s[j] != s[j];
+        m = s[j] > m ? s[j] : m;
+    }
+    if (nan || m == 0.0f) {
+        m = s[0];
+        for (j = 1; j < count; j++) m = s[j] > m || s[j] != s[j] ? s[j] : m;
+    }
+    return m;
+}
+
+/* s_j -> p_j = e_j / sum, e_j = exp(s_j - m), sum = the e_j in slot order: the law's softmax */
+static AVX512 void softmax_law(float *s, int count) {
+    const float m = first_max(s, count);
+    const __m512 mm = _mm512_set1_ps(m);
+    int j = 0;
+    for (; j + 16 <= count; j += 16) _mm512_storeu_ps(s + j, _mm512_sub_ps(_mm512_loadu_ps(s + j), mm));
+    for (; j < count; j++) s[j] = s[j] - m;
+    exp_many(s, s, count, ISA_AVX512_VNNI);
+    float sum = s[0];
+    for (j = 1; j < count; j++) sum = sum + s[j];
+    const __m512 ss = _mm512_set1_ps(sum); /* division is correctly rounded, vector or not */
+    for (j = 0; j + 16 <= count; j += 16) _mm512_storeu_ps(s + j, _mm512_div_ps(_mm512_loadu_ps(s + j), ss));
+    for (; j < count; j++) s[j] = s[j] / sum;
+}
+
+/* out[h][c0 .. c0 + 16 NV) = the p[h][j] v_j in slot order, from the first term, for H heads;
+   H * NV accumulators in registers, each value chunk loaded once for every head */
+static inline AVX512 __attribute__((always_inline)) void head_values(const float *vh, const int32_t *visible,
+                                                                    const float *p, int count, int d, int c0,
+                                                                    float *out, const int H, const int NV) {
+    __m512 acc[HEADS_AT_ONCE * 4];
+    const float *v0 = vh + (size_t)visible[0] * d + c0;
+    UNROLL
+    for (int h = 0; h < H; h++) {
+        const __m512 p0 = _mm512_set1_ps(p[(size_t)h * count]);
+        UNROLL
+        for (int i = 0; i < NV; i++) acc[4 * h + i] = _mm512_mul_ps(p0, _mm512_loadu_ps(v0 + 16 * i));
+    }
+    for (int j = 1; j < count; j++) {
+        const float *v = vh + (size_t)visible[j] * d + c0;
+        __m512 vj[4];
+        UNROLL
+        for (int i = 0; i < NV; i++) vj[i] = _mm512_loadu_ps(v + 16 * i);
+        UNROLL
+        for (int h = 0; h < H; h++) {
+            const __m512 pj = _mm512_set1_ps(p[(size_t)h * count + j]);
+            UNROLL
+            for (int i = 0; i < NV; i++) acc[4 * h + i] = _mm512_add_ps(acc[4 * h + i], _mm512_mul_ps(pj, vj[i]));
+        }
+    }
+    UNROLL
+    for (int h = 0; h < H; h++) {
+        UNROLL
+        for (int i = 0; i < NV; i++) _mm512_storeu_ps(out + (size_t)h * d + c0 + 16 * i, acc[4 * h + i]);
+    }
+}
+
+#define HEAD_VALUES_NV(H)                                                                          \
+    switch (nv) {                                                                                  \
+    case 1: head_values(vh, visible, p, count, d, c0, out, H, 1); break;                           \
+    case 2: head_values(vh, visible, p, count, d, c0, out, H, 2); break;                           \
+    case 3: head_values(vh, visible, p, count, d, c0, out, H, 3); break;                           \
+    default: head_values(vh, visible, p, count, d, c0, out, H, 4); break;                          \
+    }
+
+static AVX512 void head_values_any(const float *vh, const int32_t *visible, const float *p, int count, int d,
+                                   float *out, int H) {
+    for (int c0 = 0; c0 < d; c0 += 64) {
+        const int nv = (d - c0) / 16 < 4 ? (d - c0) / 16 : 4;
+        switch (H) {
+        case 1: HEAD_VALUES_NV(1) break;
+        case 2: HEAD_VALUES_NV(2) break;
+        case 3: HEAD_VALUES_NV(3) break;
+        default: HEAD_VALUES_NV(4) break;
+        }
+    }
+}
+
+/* H <= HEADS_AT_ONCE query heads q [H, d] of one kv head over count >= 1 visible slots, whole
+   16-lane chunks (d % 16 == 0): attend_row's operations, the same bits; scores [H, count] scratch */
+static AVX512 void attend_heads_avx512(const float *q, int H, const float *kh, const float *vh,
+                                       const int32_t *visible, int count, int d, float scale, float *scores,
+                                       float *out) {
+    head_scores(q, H, kh, visible, count, d, scale, scores);
+    for (int h = 0; h < H; h++) softmax_law(scores + (size_t)h * count, count);
+    head_values_any(vh, visible, scores, count, d, out, H);
+}
+#endif
+
 /* scratch: visible [end] slot indices, scores [end] */
 static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, int end, float *out, int32_t *visible,
                        float *scores, int isa) {
@@ -884,6 +1043,19 @@ static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, i
         const int64_t distance = q_pos - A->key_pos[s];
         if (distance >= 0 && (A->window == 0 || distance < A->window)) visible[count++] = s;
     }
+#ifdef TILE_X86
+    if (vector && count > 0) {
+        for (int head = 0; head < A->n_head;) {
+            const int left = group - head % group; /* this kv head's query heads from this one on */
+            const int heads = left < HEADS_AT_ONCE ? left : HEADS_AT_ONCE;
+            const size_t kv = (size_t)(head / group) * A->head_stride;
+            attend_heads_avx512(q + (size_t)head * d, heads, A->k + kv, A->v + kv, visible, count, d, A->scale, scores,
+                                out + (size_t)head * d);
+            head += heads;
+        }
+        return;
+    }
+#endif
     for (int head = 0; head < A->n_head; head++) {
         const float *qh = q + (size_t)head * d;
         const float *kh = A->k + (size_t)(head / group) * A->head_stride;
@@ -934,7 +1106,7 @@ int lt_attend(const lt_attention_t *A, int T, const float *q, const int64_t *q_p
         if (ends[t] <= 0) return -1;
         most = ends[t] > most ? ends[t] : most;
     }
-    float *scores = malloc(sizeof(float) * (size_t)most);
+    float *scores = malloc(sizeof(float) * (size_t)most * HEADS_AT_ONCE);
     int32_t *visible = malloc(sizeof(int32_t) * (size_t)most);
     if (!scores || !visible) {
         free(scores);
