@@ -24,9 +24,9 @@ import pytest
 from tests.support.equivalence import greedy_auto_and_plain
 from verispec.engine import native, tile_layers
 from verispec.engine.blocks import HALF_SCALE_TYPES, KernelBlocks
-from verispec.reference.quants import GGMLType, block_layout
 from verispec.reference import int8_layer_law as law
 from verispec.reference.errors import ModelError, NativeKernelUnavailable
+from verispec.reference.quants import GGMLType, block_layout
 
 
 def native_isas() -> list[str]:
