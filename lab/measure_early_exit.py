@@ -511,6 +511,9 @@ def main(argv: list[str] | None = None) -> int:
             cut_models(path, model, cuts_needed(cals, timed)),
         )
     results["provenance"] = provenance(argv, load_start, start_commit)
+    store = getattr(model, "store", None)  # the int8 law depends on its kernels (engine/tile_*.py)
+    if store is not None:
+        results["provenance"]["kernels"] = f"layers {store.layer_kernel}, head {store.head_kernel}"
     if args.records_provenance is not None:
         saved = json.loads(args.records_provenance.read_text()).get("provenance", {})
         results["provenance"]["source"] = (
