@@ -638,7 +638,6 @@ def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
         ("int8 plain ÷ llama.cpp plain (target ≥ 1.25)", ratio("int8_plain_over_llama_cpp_plain")),
         ("int8 n-gram speculation ÷ llama.cpp plain", ratio("int8_ngram_over_llama_cpp_plain")),
         ("int8 n-gram speculation ÷ llama.cpp prompt lookup", ratio("int8_ngram_over_llama_cpp_prompt_lookup")),
-        ("int8 peak RSS ÷ (file + KV)", ratio("int8_peak_rss_over_file_plus_kv")),
         (
             "int8 (peak RSS − interpreter) ÷ (file + KV) (target ≤ 1.3)",
             lambda report: report["backends"]["rss"]["int8/ort-q"]["model_over_file_plus_kv"],
