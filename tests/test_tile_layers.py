@@ -197,6 +197,21 @@ def test_every_block_form_isa_thread_and_row_count_gives_the_law(form: Form) -> 
 BEYOND_THE_FILE = {GGMLType.Q4_1: 0, GGMLType.Q4_0: 16, GGMLType.Q8_0: 16}
 
 
+@needs_kernel
+def test_a_matrix_shared_by_threads_gives_the_law() -> None:
+    """A matrix of 41 tiles (three chunks a thread takes, the last tile padded): 1-3 threads, 1, 5
+    and 9 rows, every ISA, the law's bits whoever computes a tile."""
+    rng = np.random.default_rng(7)
+    kb = random_form(rng, 16 * 40 + 5, 64, FORMS[8])  # Q4_1, float16 scales and mins
+    x = activation_rows(rng, 9, 64)
+    want = law.block_matmul_law(kb, x)
+    for isa in ISAS_HERE:
+        for threads in (1, 2, 3):
+            for rows in (1, 5, 9):
+                got = c_matmul(isa, kb, np.ascontiguousarray(x[:rows]), threads)
+                assert same_bits(got, want[:rows]), (isa, threads, rows)
+
+
 @pytest.mark.parametrize("ggml_type", list(BEYOND_THE_FILE))
 def test_a_float16_scale_type_costs_the_files_bytes(ggml_type: GGMLType) -> None:
     """Weights once: a Q4_1 matrix's tiles hold the file's own bytes a block (its float16 scale and
