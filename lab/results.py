@@ -631,6 +631,7 @@ def headline_table(folder: Path = MEASUREMENTS) -> list[str]:
     written by hand; tests/test_docs.py requires these lines in it, so its numbers stay the JSON's)."""
     runs = {key: saved["report"] for key, saved in _same_work_runs(folder, SAME_WORK_SETS[0][0]).items()}
     cols = [(m, t) for m, _ in BENCH_MODELS for t, _ in BENCH_THREADS]
+
     def ratio(key: str) -> Callable[[dict[str, Any]], Any]:
         return lambda report: report["ratios"][key]
 
