@@ -42,6 +42,7 @@ Also here:
 - :mod:`.lookup_ceiling`: How far lookup drafts can go on a model's own text: the ceiling no draft controller can pass.
 - :mod:`.reference_logits_memory`: Peak RSS of a long run of ``ReferenceLogits`` (spec/decoder/check.py) on the prefixes of a depth run.
 - :mod:`.provenance`: The commit a saved measurement ran at, read one way for every script.
+- :mod:`.read_bandwidth`: How fast this machine reads memory on 1 and on 2 threads: the ceiling of a decode step's stream.
 - :mod:`.results`: The results pages, generated from the saved measurements: ``python -m lab.results``.
 - :mod:`.source_ab`: Two source trees of verispec, the same int8 decode, interleaved: a before / after ratio in one run.
 - :mod:`.verifier_at_cost`: A batched verifier of a fixed CPU cost a verification: the gate's full-power default for a real implementation of that speed.
