@@ -217,6 +217,28 @@ def stacked_form(ggml_types: tuple[int, ...]) -> tuple[int, int, bool] | None:
     return bits, block, any(int(t) in _MIN_TYPES for t in ggml_types)
 
 
+# Bits a level of each type needs (levels are < 2**bits): what a storage narrower than the block
+# form's could hold (the block form keeps 5- and 6-bit levels in bytes).
+LEVEL_BITS: dict[int, int] = {
+    int(GGMLType.Q4_0): 4,
+    int(GGMLType.Q4_1): 4,
+    int(GGMLType.Q5_0): 5,
+    int(GGMLType.Q5_1): 5,
+    int(GGMLType.Q8_0): 8,
+    int(GGMLType.Q2_K): 2,
+    int(GGMLType.Q3_K): 3,
+    int(GGMLType.Q4_K): 4,
+    int(GGMLType.Q5_K): 5,
+    int(GGMLType.Q6_K): 6,
+}
+assert set(LEVEL_BITS) == LOSSLESS_TYPES
+
+
+def stacked_level_bits(ggml_types: tuple[int, ...]) -> int:
+    """Bits every level of the stack of ``ggml_types`` (:func:`concat`) fits in."""
+    return max(LEVEL_BITS[int(t)] for t in ggml_types)
+
+
 def stacked_has_zero(ggml_types: tuple[int, ...]) -> bool:
     """Some part of the stack of ``ggml_types`` (:func:`concat`) has a zero point other than 0."""
     return any(_FORMS[int(t)][3] != 0 for t in ggml_types)

@@ -34,7 +34,14 @@ import numpy as np
 import numpy.typing as npt
 
 from verispec.engine import native
-from verispec.engine.blocks import HALF_SCALE_TYPES, KernelBlocks, stacked_form, stacked_has_zero
+from verispec.engine.blocks import (
+    HALF_SCALE_TYPES,
+    LEVEL_BITS,
+    KernelBlocks,
+    stacked_form,
+    stacked_has_zero,
+    stacked_level_bits,
+)
 from verispec.engine.fused import (
     LayerChain,
     LayerMatrices,
@@ -63,7 +70,7 @@ ACTIVATIONS = {ACT_SILU: (0, law.ACT_SILU), ACT_GELU_TANH: (1, law.ACT_GELU_TANH
 class TileForm:
     """How a matrix's tiles hold a weight block (engine/kernels/layer_tile.c draws the layout)."""
 
-    bits: int  # 4 or 8: the levels' storage width
+    bits: int  # 4, 5 or 8: the levels' storage width (5: a 4-bit form and a plane of fifth bits)
     block: int  # weights a block: 16 or 32
     has_min: bool  # the block has a min term
     half: bool  # scales and mins stored as float16 (the file's own; exact)
@@ -76,6 +83,12 @@ class TileForm:
         return scales * (2 if self.has_min else 1) + zeros + self.block * TILE_ROWS * self.bits // 8
 
 
+def storage_bits(form_bits: int, level_bits: int) -> int:
+    """The tiles' level width for a block form of ``form_bits`` whose levels need ``level_bits``:
+    5-bit levels (Q5_0, Q5_1, Q5_K), which the block form keeps in bytes, in 5 bits."""
+    return 5 if form_bits == 8 and level_bits == 5 else form_bits
+
+
 def tile_form(ggml_types: tuple[int, ...]) -> TileForm | None:
     """The tile form of the matrices of ``ggml_types`` stacked (engine.blocks.concat), from the
     types alone (the load's size formula); None where a part has no block form."""
@@ -84,6 +97,7 @@ def tile_form(ggml_types: tuple[int, ...]) -> TileForm | None:
         return None
     bits, block, has_min = form
     half = all(int(t) in HALF_SCALE_TYPES for t in ggml_types)
+    bits = storage_bits(bits, stacked_level_bits(ggml_types))
     return TileForm(bits, block, has_min, half, stacked_has_zero(ggml_types))
 
 
@@ -96,11 +110,17 @@ def _exactly_half(a: npt.NDArray[np.float32]) -> bool:
 
 def form_of(kb: KernelBlocks) -> TileForm:
     """The tile form of ``kb``: float16 scales where every source type stores them so (and, checked,
-    every scale and min is one), zeros where one is not 0."""
-    half = bool(kb.source_types) and all(int(t) in HALF_SCALE_TYPES for t in kb.source_types)
+    every scale and min is one), zeros where one is not 0, 5-bit levels where every source type's
+    levels are 5-bit (checked: every level < 32)."""
+    types = tuple(int(t) for t in kb.source_types)
+    half = bool(types) and all(t in HALF_SCALE_TYPES for t in types)
     if half and not (_exactly_half(kb.scales) and (kb.mins is None or _exactly_half(kb.mins))):
         raise ModelError(f"block scales of types {kb.source_types} are not all float16 values")
-    return TileForm(kb.bits, kb.block, kb.mins is not None, half, bool(kb.zeros.any()))
+    known = bool(types) and all(t in LEVEL_BITS for t in types)
+    bits = storage_bits(kb.bits, stacked_level_bits(types)) if known else kb.bits
+    if bits == 5 and int(kb.levels.max(initial=0)) >= 32:
+        raise ModelError(f"levels of types {kb.source_types} pass 5 bits")
+    return TileForm(bits, kb.block, kb.mins is not None, half, bool(kb.zeros.any()))
 
 
 def pack_tiles(kb: KernelBlocks) -> U8:
@@ -108,7 +128,7 @@ def pack_tiles(kb: KernelBlocks) -> U8:
     doc draws the layout). Rows past the last full tile are padding: scale, min, zero and levels 0,
     never stored back."""
     n, k = kb.shape
-    size, bits = kb.block, kb.bits
+    size = kb.block
     nbw, n_tiles, padded = k // size, -(-n // TILE_ROWS), -(-n // TILE_ROWS) * TILE_ROWS
     form = form_of(kb)
     width, lanes = (np.float16, 32) if form.half else (np.float32, 64)
@@ -120,7 +140,11 @@ def pack_tiles(kb: KernelBlocks) -> U8:
 
     levels = rows(kb.levels.reshape(n, nbw, size))  # [tiles, nbw, 16, B]
     vectors = levels.reshape(n_tiles, nbw, TILE_ROWS, size // 4, 4).transpose(0, 1, 3, 2, 4)  # [.., B/4, 16, 4]
-    if bits == 4:
+    fifth = None  # 5-bit levels: bit (4 i + u) of mask j = bit 4 of row i's level 4 j + u
+    if form.bits == 5:
+        fifth = np.packbits((vectors >> np.uint8(4)).reshape(n_tiles, nbw, size // 4, 64), axis=-1, bitorder="little")
+        vectors = vectors & np.uint8(0x0F)
+    if form.bits in (4, 5):
         half = size // 8
         vectors = vectors[:, :, :half] | (vectors[:, :, half:] << np.uint8(4))
     parts = [rows(kb.scales[:, :, None].astype(width)).view(np.uint8).reshape(n_tiles, nbw, lanes)]
@@ -129,6 +153,8 @@ def pack_tiles(kb: KernelBlocks) -> U8:
     if form.has_zero:
         parts.append(rows(kb.zeros[:, :, None]).reshape(n_tiles, nbw, TILE_ROWS))
     parts.append(np.ascontiguousarray(vectors, dtype=np.uint8).reshape(n_tiles, nbw, -1))
+    if fifth is not None:
+        parts.append(fifth.reshape(n_tiles, nbw, -1))
     tiles = np.ascontiguousarray(np.concatenate(parts, axis=2)).reshape(-1)
     assert tiles.size == n_tiles * nbw * form.block_bytes()
     return tiles
@@ -155,7 +181,7 @@ def matrix_struct(kb: KernelBlocks, tiles_address: int) -> LtMatrix:
     """The C kernel's view of ``kb`` packed by :func:`pack_tiles` at ``tiles_address``."""
     n, k = kb.shape
     form = form_of(kb)
-    return LtMatrix(tiles_address, n, k, kb.bits, kb.block, int(form.has_min), form.block_bytes(),
+    return LtMatrix(tiles_address, n, k, form.bits, kb.block, int(form.has_min), form.block_bytes(),
                     int(form.has_zero), int(form.half))  # fmt: skip
 
 

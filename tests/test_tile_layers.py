@@ -23,7 +23,7 @@ import pytest
 
 from tests.support.equivalence import greedy_auto_and_plain
 from verispec.engine import native, tile_layers
-from verispec.engine.blocks import HALF_SCALE_TYPES, KernelBlocks
+from verispec.engine.blocks import HALF_SCALE_TYPES, LEVEL_BITS, KernelBlocks
 from verispec.reference import int8_layer_law as law
 from verispec.reference.errors import ModelError, NativeKernelUnavailable
 from verispec.reference.quants import GGMLType, block_layout
@@ -112,11 +112,13 @@ def test_exp_and_activations_are_the_laws_bits(isa: str) -> None:
 
 # (bits, block, mins, zero, source type): float32 scales and mins in the tiles (source type 0, F32: a
 # form no float16 type has) -- Q4_1 / Q4_K; Q4_0; Q8_0; Q6_K; Q2_K; Q5_1 / Q5_K; a stack with mins;
-# Q3_K -- and float16 ones, for the types whose blocks store them so: Q4_1, Q4_0, Q8_0, Q5_0, Q5_1
+# Q3_K -- and float16 ones, for the types whose blocks store them so: Q4_1, Q4_0, Q8_0, Q5_0, Q5_1;
+# 5-bit levels (Q5_0, Q5_1, and a Q5_K form in blocks of 16, as a stack with Q3_K makes) in 5 bits
 FORMS = [(4, 32, True, 0, 0), (4, 32, False, 8, 0), (8, 32, False, 128, 0), (8, 16, False, 32, 0),
          (4, 16, True, 0, 0), (8, 32, True, 0, 0), (8, 16, True, 3, 0), (4, 16, False, 4, 0),
          (4, 32, True, 0, GGMLType.Q4_1), (4, 32, False, 8, GGMLType.Q4_0), (8, 32, False, 128, GGMLType.Q8_0),
-         (8, 32, False, 16, GGMLType.Q5_0), (8, 32, True, 0, GGMLType.Q5_1)]  # fmt: skip
+         (8, 32, False, 16, GGMLType.Q5_0), (8, 32, True, 0, GGMLType.Q5_1),
+         (8, 16, True, 3, GGMLType.Q5_K)]  # fmt: skip
 Form = tuple[int, int, bool, int, int]
 
 
@@ -141,7 +143,7 @@ def random_form(rng: np.random.Generator, n: int, k: int, form: Form) -> KernelB
     return KernelBlocks(
         bits=n_bits,
         block=block,
-        levels=rng.integers(0, 2**n_bits, (n, k), dtype=np.uint8),
+        levels=rng.integers(0, 2 ** min(n_bits, LEVEL_BITS.get(source, 8)), (n, k), dtype=np.uint8),
         scales=scales,
         zeros=zeros,
         mins=floats() if mins else None,
@@ -181,7 +183,9 @@ def test_every_block_form_isa_thread_and_row_count_gives_the_law(form: Form) -> 
     a group of 8), threads 1-3: the law's bits; a row holding inf or NaN is all NaN."""
     rng = np.random.default_rng(sum(form))
     kb = random_form(rng, 37, 128, form)
-    assert tile_layers.form_of(kb).half == (form[4] != 0)
+    tiles = tile_layers.form_of(kb)
+    assert tiles.half == (form[4] in HALF_SCALE_TYPES)
+    assert tiles.bits == (5 if LEVEL_BITS.get(form[4]) == 5 else form[0])
     x = activation_rows(rng, 9, 128)
     want = law.block_matmul_law(kb, x)
     assert np.isnan(want[4]).all() and np.isnan(want[5]).all() and np.isfinite(want[6]).all()
@@ -194,7 +198,7 @@ def test_every_block_form_isa_thread_and_row_count_gives_the_law(form: Form) -> 
 
 # type -> bytes a tile block holds beyond the file's 16 blocks: the zero points, one byte a row,
 # where a type has one (Q4_0's 8, Q8_0's 128 as the levels are stored unsigned)
-BEYOND_THE_FILE = {GGMLType.Q4_1: 0, GGMLType.Q4_0: 16, GGMLType.Q8_0: 16}
+BEYOND_THE_FILE = {GGMLType.Q4_1: 0, GGMLType.Q4_0: 16, GGMLType.Q8_0: 16, GGMLType.Q5_1: 0, GGMLType.Q5_0: 16}
 
 
 @needs_kernel
@@ -214,9 +218,9 @@ def test_a_matrix_shared_by_threads_gives_the_law() -> None:
 
 @pytest.mark.parametrize("ggml_type", list(BEYOND_THE_FILE))
 def test_a_float16_scale_type_costs_the_files_bytes(ggml_type: GGMLType) -> None:
-    """Weights once: a Q4_1 matrix's tiles hold the file's own bytes a block (its float16 scale and
-    min, no zeros: every zero point is 0), Q4_0's and Q8_0's one byte a row more (the zero points);
-    the packer's form is the size formula's."""
+    """Weights once: a Q4_1 or Q5_1 matrix's tiles hold the file's own bytes a block (float16 scale
+    and min, no zeros: every zero point is 0; Q5_1's levels in 5 bits), Q4_0's, Q5_0's and Q8_0's one
+    byte a row more (the zero points); the packer's form is the size formula's."""
     form = tile_layers.tile_form((int(ggml_type),))
     assert form is not None and form.half
     _, file_block_bytes = block_layout(int(ggml_type))
@@ -225,6 +229,16 @@ def test_a_float16_scale_type_costs_the_files_bytes(ggml_type: GGMLType) -> None
     kb = random_form(np.random.default_rng(1), 37, 128, source)
     assert tile_layers.form_of(kb) == form
     assert tile_layers.pack_tiles(kb).size == 3 * 4 * form.block_bytes()  # 3 tiles, 4 blocks
+
+
+def test_a_five_bit_type_whose_levels_pass_five_bits_is_refused() -> None:
+    """The packer checks what the type promises: a Q5_0 level of 32 or more would lose its sixth bit
+    in the 5-bit tiles; refused by name."""
+    kb = random_form(np.random.default_rng(4), 16, 64, next(f for f in FORMS if f[4] == GGMLType.Q5_0))
+    levels = kb.levels.copy()
+    levels[5, 9] = 32
+    with pytest.raises(ModelError, match="pass 5 bits"):
+        tile_layers.form_of(dataclasses.replace(kb, levels=levels))
 
 
 def test_a_float16_type_whose_scales_are_not_float16_is_refused() -> None:

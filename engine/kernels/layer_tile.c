@@ -16,6 +16,8 @@
        levels: 8-bit: B/4 vectors of 64 bytes, vector j lane i = row i's levels 4j..4j+3;
                4-bit: B/8 vectors of 64 bytes, byte (p, i, u) = level (4p+u) low nibble,
                       level (4(p + B/8) + u) high nibble
+               5-bit: the 4-bit form of the levels' low 4 bits, then B/4 masks of 64 bits, mask j
+                      bit 4i + u = bit 4 of row i's level 4j + u (vector j's byte, as a mask register)
    Lanes are weight rows, so the vector kernel computes each (weight row, activation row) pair in
    the law's own order. Float16 scales and mins (types whose blocks store them so: Q4_0, Q4_1,
    Q5_0, Q5_1, Q8_0) widen to float32 exactly, so the law's products are the same; the tiles of
@@ -371,6 +373,11 @@ static void portable_tiles(const job_t *g, int r0, int R, int first, int last) {
                             const int half = B / 8, p = j % half;
                             const uint8_t byte = levels[64 * p + 4 * i + u];
                             level = j < half ? byte & 0x0F : byte >> 4;
+                            if (m->bits == 5) {
+                                const uint8_t *fifth = levels + 8 * B; /* after the B/8 nibble vectors */
+                                const int bit = 4 * i + u;
+                                level |= ((fifth[8 * j + bit / 8] >> (bit % 8)) & 1) << 4;
+                            }
                         }
                         dot += level * a->levels[b * B + k];
                     }
@@ -427,6 +434,15 @@ static inline AVX512 __attribute__((always_inline)) void avx512_tiles(const job_
                     w[p] = _mm512_and_si512(v, low4);
                     w[p + B / 8] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
                 }
+                if (BITS == 5) { /* each byte's fifth bit from its mask: + 16 where set */
+                    const uint8_t *fifth = levels + 8 * B;
+                    UNROLL
+                    for (int j = 0; j < B / 4; j++) {
+                        uint64_t bits;
+                        memcpy(&bits, fifth + 8 * j, 8);
+                        w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(bits), w[j], _mm512_set1_epi8(16));
+                    }
+                }
             }
             UNROLL
             for (int r = 0; r < NR; r++) {
@@ -476,18 +492,22 @@ static inline AVX512 __attribute__((always_inline)) void avx512_tiles(const job_
     AVX512_FORM(BITS, B, 1, 1)
 AVX512_FORMS(4, 16)
 AVX512_FORMS(4, 32)
+AVX512_FORMS(5, 16)
+AVX512_FORMS(5, 32)
 AVX512_FORMS(8, 16)
 AVX512_FORMS(8, 32)
 
 typedef void (*form_fn)(const job_t *, int, int, int, int);
 static form_fn avx512_form(const lt_matrix_t *m) {
-    static const form_fn forms[2][2][2][2] = {
+    static const form_fn forms[3][2][2][2] = {
         {{{avx512_4_16_00, avx512_4_16_01}, {avx512_4_16_10, avx512_4_16_11}},
          {{avx512_4_32_00, avx512_4_32_01}, {avx512_4_32_10, avx512_4_32_11}}},
+        {{{avx512_5_16_00, avx512_5_16_01}, {avx512_5_16_10, avx512_5_16_11}},
+         {{avx512_5_32_00, avx512_5_32_01}, {avx512_5_32_10, avx512_5_32_11}}},
         {{{avx512_8_16_00, avx512_8_16_01}, {avx512_8_16_10, avx512_8_16_11}},
          {{avx512_8_32_00, avx512_8_32_01}, {avx512_8_32_10, avx512_8_32_11}}},
     };
-    return forms[m->bits == 8][m->block == 32][m->has_min != 0][m->has_zero != 0];
+    return forms[m->bits == 4 ? 0 : m->bits == 5 ? 1 : 2][m->block == 32][m->has_min != 0][m->has_zero != 0];
 }
 #endif
 
@@ -666,7 +686,7 @@ static int matmul(const lt_matrix_t *m, const float *x, int R, float *y, int thr
 }
 
 static int matrix_ok(const lt_matrix_t *m) {
-    if (!m->tiles || m->n_out <= 0 || m->K <= 0 || m->K % QK || (m->bits != 4 && m->bits != 8) ||
+    if (!m->tiles || m->n_out <= 0 || m->K <= 0 || m->K % QK || (m->bits != 4 && m->bits != 5 && m->bits != 8) ||
         (m->block != 16 && m->block != 32))
         return 0;
     return m->tbb == levels_at(m) + m->block * TILE_ROWS * m->bits / 8;
