@@ -4,7 +4,7 @@ The law is reference/int8_layer_law.py's (its glossary defines every term used h
 packs a layer's four matrices from their lossless block form (engine/blocks.py) into the tile
 layout its C kernel reads (engine/kernels/layer_tile.c: 16 weight rows a tile, per weight block
 the rows' scales, their mins where the matrix has them, their zero points where one is not 0, then
-the levels in 4- or 8-bit vectors), and runs a layer's halves as :class:`engine.fused.LayerChain` graphs: the
+the levels in 4-, 5- or 8-bit vectors), and runs a layer's halves as :class:`engine.fused.LayerChain` graphs: the
 same inputs and outputs as the onnxruntime graphs (``pre``: x, cos, sin -> qk, v; ``post``: attn,
 x -> y; a ``link``: attn, x, cos, sin, enter -> y, qk, v), one C call each instead of one
 onnxruntime run, so the engine's attention, KV cache, early exit and verify passes run unchanged
