@@ -877,6 +877,10 @@ static float dot_portable(const float *q, const float *k, int d) {
     return lane_tree(acc);
 }
 
+static void axpy_portable(float *acc, float p, const float *v, int d, int first) {
+    for (int i = 0; i < d; i++) acc[i] = first ? p * v[i] : acc[i] + p * v[i];
+}
+
 #ifdef TILE_X86
 static AVX512 float dot_avx512(const float *q, const float *k, int d) {
     __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
@@ -887,20 +891,6 @@ static AVX512 float dot_avx512(const float *q, const float *k, int d) {
     return lane_tree(lanes);
 }
 
-static AVX512 void axpy_avx512(float *acc, float p, const float *v, int d, int first) {
-    const __m512 pp = _mm512_set1_ps(p);
-    for (int c = 0; c < d; c += 16) {
-        const __m512 term = _mm512_mul_ps(pp, _mm512_loadu_ps(v + c));
-        _mm512_storeu_ps(acc + c, first ? term : _mm512_add_ps(_mm512_loadu_ps(acc + c), term));
-    }
-}
-#endif
-
-static void axpy_portable(float *acc, float p, const float *v, int d, int first) {
-    for (int i = 0; i < d; i++) acc[i] = first ? p * v[i] : acc[i] + p * v[i];
-}
-
-#ifdef TILE_X86
 /* The lane trees of 16 keys at once: a[i] holds key i's 16 lanes; the result's lane i is key i's
    dot. Each add pairs what lane_tree pairs (lanes j and j+8, then j and j+4, j and j+2, j and
    j+1; an IEEE sum does not depend on the order of its two operands), the shuffles only move
@@ -1059,14 +1049,13 @@ static AVX512 void attend_heads_avx512(const float *q, int H, const float *kh, c
 static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, int end, float *out, int32_t *visible,
                        float *scores, int isa) {
     const int d = A->d, group = A->n_head / A->n_kv;
-    const int vector = isa == ISA_AVX512_VNNI && d % 16 == 0; /* whole 16-lane chunks: the same sums */
     int count = 0;
     for (int s = 0; s < end; s++) {
         const int64_t distance = q_pos - A->key_pos[s];
         if (distance >= 0 && (A->window == 0 || distance < A->window)) visible[count++] = s;
     }
 #ifdef TILE_X86
-    if (vector && count > 0) {
+    if (isa == ISA_AVX512_VNNI && d % 16 == 0 && count > 0) { /* whole 16-lane chunks: the same sums */
         for (int head = 0; head < A->n_head;) {
             const int left = group - head % group; /* this kv head's query heads from this one on */
             const int heads = left < HEADS_AT_ONCE ? left : HEADS_AT_ONCE;
@@ -1089,14 +1078,7 @@ static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, i
         }
         float m = 0.0f;
         for (int j = 0; j < count; j++) {
-            const float *k = kh + (size_t)visible[j] * d;
-#ifdef TILE_X86
-            const float dot = vector ? dot_avx512(qh, k, d) : dot_portable(qh, k, d);
-#else
-            (void)vector;
-            const float dot = dot_portable(qh, k, d);
-#endif
-            scores[j] = dot * A->scale;
+            scores[j] = dot_portable(qh, kh + (size_t)visible[j] * d, d) * A->scale;
             m = j == 0 || scores[j] > m || scores[j] != scores[j] ? scores[j] : m; /* NaN wins, as in max */
         }
         for (int j = 0; j < count; j++) scores[j] = scores[j] - m;
@@ -1105,13 +1087,7 @@ static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, i
         for (int j = 1; j < count; j++) sum = sum + scores[j];
         for (int j = 0; j < count; j++) {
             const float p = scores[j] / sum;
-            const float *v = vh + (size_t)visible[j] * d;
-#ifdef TILE_X86
-            if (vector)
-                axpy_avx512(o, p, v, d, j == 0);
-            else
-#endif
-                axpy_portable(o, p, v, d, j == 0);
+            axpy_portable(o, p, vh + (size_t)visible[j] * d, d, j == 0);
         }
     }
 }
