@@ -123,14 +123,13 @@ def form_of(kb: KernelBlocks) -> TileForm:
     return TileForm(bits, kb.block, kb.mins is not None, half, bool(kb.zeros.any()))
 
 
-def pack_tiles(kb: KernelBlocks) -> U8:
-    """A matrix in block form -> its tiles, flat, in :func:`form_of` ``kb`` (the C kernel's module
-    doc draws the layout). Rows past the last full tile are padding: scale, min, zero and levels 0,
-    never stored back."""
+def pack_tiles(kb: KernelBlocks, form: TileForm) -> U8:
+    """A matrix in block form -> its tiles, flat, in ``form`` (:func:`form_of` ``kb``; the C
+    kernel's module doc draws the layout). Rows past the last full tile are padding: scale, min,
+    zero and levels 0, never stored back."""
     n, k = kb.shape
     size = kb.block
     nbw, n_tiles, padded = k // size, -(-n // TILE_ROWS), -(-n // TILE_ROWS) * TILE_ROWS
-    form = form_of(kb)
     width, lanes = (np.float16, 32) if form.half else (np.float32, 64)
 
     def rows(a: npt.NDArray[Any]) -> npt.NDArray[Any]:  # [n, ...] -> [tiles, nbw, 16, ...] with padding
@@ -177,10 +176,9 @@ class LtMatrix(ctypes.Structure):
     ]
 
 
-def matrix_struct(kb: KernelBlocks, tiles_address: int) -> LtMatrix:
-    """The C kernel's view of ``kb`` packed by :func:`pack_tiles` at ``tiles_address``."""
+def matrix_struct(kb: KernelBlocks, form: TileForm, tiles_address: int) -> LtMatrix:
+    """The C kernel's view of ``kb`` packed in ``form`` by :func:`pack_tiles` at ``tiles_address``."""
     n, k = kb.shape
-    form = form_of(kb)
     return LtMatrix(tiles_address, n, k, form.bits, kb.block, int(form.has_min), form.block_bytes(),
                     int(form.has_zero), int(form.half))  # fmt: skip
 
@@ -329,9 +327,10 @@ class TileLayer:
 
     def _matrix(self, kb: law.BlockForm) -> LtMatrix:
         assert isinstance(kb, KernelBlocks)
-        tiles = pack_tiles(kb)
+        form = form_of(kb)  # checks every scale and level: once a matrix
+        tiles = pack_tiles(kb, form)
         self._keep.append(tiles)
-        return matrix_struct(kb, int(tiles.ctypes.data))
+        return matrix_struct(kb, form, int(tiles.ctypes.data))
 
     def _struct(self, layer: law.LayerLaw) -> LtLayer:
         cfg = self.cfg

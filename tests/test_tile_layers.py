@@ -166,9 +166,10 @@ def activation_rows(rng: np.random.Generator, rows: int, k: int) -> Any:
 
 def c_matmul(isa: str, kb: KernelBlocks, x: Any, threads: int) -> Any:
     lib = tile_layers.load_kernel(isa).library
-    tiles = tile_layers.pack_tiles(kb)
+    form = tile_layers.form_of(kb)
+    tiles = tile_layers.pack_tiles(kb, form)
     n, k = kb.shape
-    spec = tile_layers.matrix_struct(kb, tiles.ctypes.data)
+    spec = tile_layers.matrix_struct(kb, form, tiles.ctypes.data)
     y = np.full((x.shape[0], n), np.float32(7), dtype=np.float32)
     assert (
         lib.lt_matmul(ctypes.byref(spec), x.ctypes.data, x.shape[0], y.ctypes.data, threads, tile_layers.ISAS[isa]) == 0
@@ -228,7 +229,7 @@ def test_a_float16_scale_type_costs_the_files_bytes(ggml_type: GGMLType) -> None
     source = next(f for f in FORMS if f[4] == ggml_type)
     kb = random_form(np.random.default_rng(1), 37, 128, source)
     assert tile_layers.form_of(kb) == form
-    assert tile_layers.pack_tiles(kb).size == 3 * 4 * form.block_bytes()  # 3 tiles, 4 blocks
+    assert tile_layers.pack_tiles(kb, form).size == 3 * 4 * form.block_bytes()  # 3 tiles, 4 blocks
 
 
 def test_a_five_bit_type_whose_levels_pass_five_bits_is_refused() -> None:
