@@ -752,8 +752,14 @@ class FastModel:
         ``[0, first_slot + depth]``: the same call on the same layout, hence the same bits (nothing
         is left to a kernel's layout-dependent blocking). The span's own slots are put back after
         (the tree's K, V stay where :meth:`KVCache.keep` expects them). O(depth) slot copies a row,
-        not O(prefix)."""
+        not O(prefix). With tile layers, one call of the tile attention over the tree's flags instead
+        (each row's keys are that layout's, in the same order: the same bits, no copies)."""
         n_tokens = q.shape[0]
+        tile = self.store.tile_attention
+        if tile is not None:
+            ends = np.full(n_tokens, first_slot + n_tokens, dtype=np.int32)
+            return tile.rows(q, cache.k[layer], cache.v[layer], cache.positions, positions, ends, self._windows[layer],
+                             first_slot, span_visible)  # fmt: skip
         span = slice(first_slot, first_slot + n_tokens)
         saved_k = cache.k[layer, :, span].copy()  # [n_kv, T, d]
         saved_v = cache.v[layer, :, span].copy()  # [n_kv, T, d]

@@ -61,7 +61,7 @@ U8 = npt.NDArray[np.uint8]
 
 TILE_ROWS = 16
 KERNEL_SOURCE = "layer_tile"
-ABI_VERSION = 2
+ABI_VERSION = 3
 ISAS = {"avx512-vnni": 2, "portable": 0}  # the C kernel's ids, best first
 ACTIVATIONS = {ACT_SILU: (0, law.ACT_SILU), ACT_GELU_TANH: (1, law.ACT_GELU_TANH)}  # config -> (C id, law name)
 
@@ -236,7 +236,8 @@ def _bind(library: ctypes.CDLL) -> None:
     library.lt_post.argtypes = [ptr, c_int, ptr, ptr, ptr, c_int, c_int]
     library.lt_link.argtypes = [ptr, ptr, c_int, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, c_int, c_int]
     library.lt_pre.restype = library.lt_post.restype = library.lt_link.restype = c_int
-    library.lt_attend.argtypes, library.lt_attend.restype = [ptr, c_int, ptr, ptr, ptr, ptr, c_int], c_int
+    library.lt_attend.argtypes = [ptr, c_int, ptr, ptr, ptr, c_int, ptr, ptr, c_int]
+    library.lt_attend.restype = c_int
 
 
 SPEC = native.KernelSpec(KERNEL_SOURCE, ABI_VERSION, ISAS, _bind, "lt_abi_version", "lt_isa_supported")
@@ -498,7 +499,8 @@ class TileAttention:
     """The tile layer law's attention (reference/int8_layer_law.py glossary): query rows, each
     over the cache slots ``[0, end)`` it may see, on the C kernel or the reference's NumPy law
     (``kernel`` None). Each row is computed on its own: a k-row call gives every row the bits of
-    a 1-row call."""
+    a 1-row call. A token tree's rows (``span_seen``) each see the prefix and their own path only,
+    in slot order: the bits of the 1-row call with that path laid out after the prefix."""
 
     def __init__(self, cfg: Config, kernel: Kernel | None) -> None:
         self.cfg, self.kernel = cfg, kernel
@@ -515,16 +517,17 @@ class TileAttention:
         positions: npt.NDArray[np.int64],  # [T]
         ends: npt.NDArray[np.int32],  # [T]: row t sees slots [0, ends[t])
         window: int,
+        span_first: int = 0,
+        span_seen: npt.NDArray[np.bool_] | None = None,  # [T, T]: row t sees span slot span_first + j iff [t, j]
     ) -> F32:
-        """``[T, n_head d]``."""
+        """``[T, n_head d]``. ``span_seen``: a token tree in slots ``[span_first, span_first + T)``,
+        row t seeing the prefix ``[0, span_first)`` and the span slots its row of flags names (its
+        path); every ``ends[t]`` is then at most ``span_first + T``."""
         cfg, count = self.cfg, q.shape[0]
+        seen = self._checked_span(count, ends, span_first, span_seen)
         if self.kernel is None:
-            rows = [
-                law.attend_row(q[t], k[:, : ends[t]], v[:, : ends[t]], key_positions[: ends[t]], int(positions[t]),
-                               window, self.scale)
-                for t in range(count)
-            ]  # fmt: skip
-            return np.stack(rows)
+            return np.stack([self._law_row(q[t], k, v, key_positions, int(positions[t]), int(ends[t]), window,
+                                           span_first, None if seen is None else seen[t]) for t in range(count)])  # fmt: skip
         if k.strides[1:] != (cfg.head_dim * 4, 4) or k.strides != v.strides or key_positions.dtype != np.int64:
             raise ModelError("the tile attention reads a cache laid out [n_kv, slots, d], float32, slots contiguous")
         most = int(ends[0]) if count == 1 else int(ends.max())
@@ -544,9 +547,45 @@ class TileAttention:
         )
         out = np.empty((count, cfg.n_head * cfg.head_dim), dtype=np.float32)
         status = self.kernel.library.lt_attend(self._spec_ref, count, _address(qc), _address(pos), _address(ends_c),
-                                               _address(out), ISAS[self.kernel.isa])  # fmt: skip
+                                               span_first, None if seen is None else _address(seen), _address(out),
+                                               ISAS[self.kernel.isa])  # fmt: skip
         if status == -2:
             raise MemoryError("the tile attention could not allocate its scores")
         if status != 0:
             raise NativeKernelUnavailable(f"the tile attention refused its arguments ({self.kernel.name})")
         return out
+
+    @staticmethod
+    def _checked_span(
+        count: int, ends: npt.NDArray[np.int32], span_first: int, span_seen: npt.NDArray[np.bool_] | None
+    ) -> npt.NDArray[np.uint8] | None:
+        """``span_seen`` as the kernel reads it (``[T, T]`` bytes, C order), checked: ModelError for
+        another shape, a negative ``span_first`` or an end past the span."""
+        if span_seen is None:
+            return None
+        if span_seen.shape != (count, count) or span_first < 0:
+            raise ModelError(
+                f"a tree span's flags are [{count}, {count}] from a slot >= 0, got {span_seen.shape} at {span_first}"
+            )
+        if count and int(ends.max()) > span_first + count:
+            raise ModelError(f"attention ends {ends.tolist()} pass the tree span's last slot {span_first + count - 1}")
+        return np.ascontiguousarray(span_seen, dtype=np.uint8)
+
+    def _law_row(
+        self,
+        q: F32,  # [n_head, d]
+        k: F32,
+        v: F32,
+        key_positions: npt.NDArray[np.int64],
+        position: int,
+        end: int,
+        window: int,
+        span_first: int,
+        seen: npt.NDArray[np.uint8] | None,  # [T]: this row's flags of the span's slots
+    ) -> F32:
+        """One row on the reference's NumPy law: its keys gathered in slot order where it has a path."""
+        if seen is None:
+            return law.attend_row(q, k[:, :end], v[:, :end], key_positions[:end], position, window, self.scale)
+        path = span_first + np.flatnonzero(seen[: max(0, end - span_first)])
+        slots = np.concatenate([np.arange(min(end, span_first)), path])
+        return law.attend_row(q, k[:, slots], v[:, slots], key_positions[slots], position, window, self.scale)

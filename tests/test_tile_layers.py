@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from tests.support.equivalence import greedy_auto_and_plain
+from tests.support.tree import PARENTS, path_of
 from verispec.engine import native, tile_layers
 from verispec.engine.blocks import HALF_SCALE_TYPES, LEVEL_BITS, KernelBlocks
 from verispec.reference import int8_layer_law as law
@@ -322,6 +323,74 @@ def test_attention_is_the_laws(n_head: int, n_kv: int, d: int, window: int, quer
     assert same_bits(tile_layers.TileAttention(cfg, None).rows(q, k, v, key_positions, positions, ends, window), want)
 
 
+@needs_kernel
+@pytest.mark.parametrize("n_head, n_kv, d, window", [(9, 3, 64, 0), (4, 1, 32, 3), (8, 8, 16, 2), (6, 2, 64, 0)])
+def test_tree_rows_see_the_prefix_and_their_paths(n_head: int, n_kv: int, d: int, window: int) -> None:
+    """A token tree's rows in one call (``span_seen``: each row's flags of the span's slots) give each
+    row the bits of the 1-row call with its path laid out after the prefix, on every ISA and on the
+    NumPy law; a sliding window of 2-3 cuts into the longer paths, and the prefix is long enough (37
+    slots) for whole blocks of 16 keys. The same rows as a chain differ (the check can fail)."""
+    from verispec.reference.tree_attention import ancestor_mask, check_parents, depths
+
+    rng = np.random.default_rng(d + window + n_head)
+    prefix, n = 37, len(PARENTS)
+    slots = prefix + n + 3  # spare slots past the span: never read
+    k = rng.standard_normal((n_kv, slots, d)).astype(np.float32)
+    v = rng.standard_normal((n_kv, slots, d)).astype(np.float32)
+    parents = check_parents(PARENTS, n)
+    seen = ancestor_mask(parents)  # [n, n]
+    positions = (prefix + depths(parents)).astype(np.int64)
+    key_positions = np.concatenate([np.arange(prefix), positions, [999, 999, 999]]).astype(np.int64)
+    q = rng.standard_normal((n, n_head, d)).astype(np.float32)
+    q[2, 0] = 0.0  # a head whose scores are all +0
+    scale = np.float32(d**-0.5)
+    ends = np.full(n, prefix + n, dtype=np.int32)
+    cfg: Any = SimpleNamespace(n_head=n_head, n_head_kv=n_kv, head_dim=d, attn_scale=d**-0.5)
+
+    def laid_out(row: int) -> tuple[Any, Any, Any]:  # the 1-row pass's cache: prefix, then the path in order
+        order = [*range(prefix), *(prefix + r for r in path_of(PARENTS, row))]
+        return k[:, order].copy(), v[:, order].copy(), key_positions[order].copy()
+
+    want = np.stack([law.attend_row(q[t], *laid_out(t), int(positions[t]), window, scale) for t in range(n)])
+    numpy_rows = tile_layers.TileAttention(cfg, None).rows(
+        q, k, v, key_positions, positions, ends, window, prefix, seen
+    )
+    assert same_bits(numpy_rows, want)
+    for isa in ISAS_HERE:
+        attention = tile_layers.TileAttention(cfg, tile_layers.load_kernel(isa))
+        tree = attention.rows(q, k, v, key_positions, positions, ends, window, prefix, seen)
+        assert same_bits(tree, want), isa
+        for t in range(n):  # the kernel's own 1-row call on the laid-out cache
+            kt, vt, pt = laid_out(t)
+            end = np.array([kt.shape[1]], dtype=np.int32)
+            assert same_bits(
+                attention.rows(q[t : t + 1], kt, vt, pt, positions[t : t + 1], end, window), tree[t : t + 1]
+            )
+        chain = attention.rows(q, k, v, key_positions, positions, ends, window)
+        assert not same_bits(chain, tree)
+
+
+@needs_kernel
+def test_tree_flags_are_checked() -> None:
+    """Flags of another shape, a negative first slot, or a row ending past the span are refused by
+    name before the kernel reads a slot."""
+    cfg: Any = SimpleNamespace(n_head=2, n_head_kv=1, head_dim=16, attn_scale=0.25)
+    k = v = np.zeros((1, 12, 16), dtype=np.float32)
+    key_positions = np.arange(12, dtype=np.int64)
+    q = np.zeros((3, 2, 16), dtype=np.float32)
+    positions = np.array([8, 9, 9], dtype=np.int64)
+    seen = np.tril(np.ones((3, 3), dtype=np.bool_))
+    for kernel in (None, tile_layers.load_kernel(ISAS_HERE[0])):
+        attention = tile_layers.TileAttention(cfg, kernel)
+        ends = np.full(3, 11, dtype=np.int32)
+        with pytest.raises(ModelError, match=r"flags are \[3, 3\]"):
+            attention.rows(q, k, v, key_positions, positions, ends, 0, 8, seen[:2])
+        with pytest.raises(ModelError, match="from a slot >= 0"):
+            attention.rows(q, k, v, key_positions, positions, ends, 0, -1, seen)
+        with pytest.raises(ModelError, match="pass the tree span's last slot 10"):
+            attention.rows(q, k, v, key_positions, positions, ends + 1, 0, 8, seen)
+
+
 # -- whole layers in the engine -----------------------------------------------------------------------
 
 
@@ -373,6 +442,36 @@ def test_the_engines_tile_layers_are_the_law(
             assert model.store.layer_kernel == f"tile ({isa})"
             got = prompt_logits(model)
             assert same_bits(got[0], want[0]) and same_bits(got[1], want[1]), (isa, threads)
+
+
+@needs_kernel
+@pytest.mark.parametrize("variant", ["tinyllama", "gemma3"])
+def test_a_tree_pass_on_tile_layers_is_its_paths_one_row_at_a_time(
+    variant: str, synthetic_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token-tree pass (one tile attention call a layer over the tree's flags) gives every node
+    the bits of the 1-row passes along its root-to-node path, on every ISA and on the NumPy law;
+    the gemma3's 4-token sliding window cuts into the deepest path. Then keeping an accepted path
+    leaves the cache a plain decode would have."""
+    from verispec.engine.model import FastModel
+
+    prefix, tokens = [1, 5, 9, 200, 31, 7], [3, 11, 12, 13, 20, 21, 22, 23, 24]  # tokens[0]: the pending one
+    for isa in (*ISAS_HERE, "numpy"):
+        monkeypatch.setenv(tile_layers.ISA_ENV, isa)
+        model = FastModel.load(synthetic_models[variant], weights="int8", layer_kernel="tile", head_kernel="mlas")
+        assert model.store.tile_attention is not None
+        cache = model.new_cache(32)
+        model.forward(prefix, cache)
+        tree = model.forward(tokens, cache, tree_parents=PARENTS).logits
+        for row in range(len(PARENTS)):
+            alone = model.new_cache(32)
+            model.forward(prefix, alone)
+            path = [model.forward([tokens[r]], alone).logits for r in path_of(PARENTS, row)]
+            assert same_bits(tree[row : row + 1], path[-1]), (isa, row)
+        cache.keep(len(prefix) + 1, [len(prefix) + r for r in (1, 4, 6)])
+        alone = model.new_cache(32)
+        model.forward([*prefix, tokens[0], tokens[1], tokens[4], tokens[6]], alone)
+        assert same_bits(model.forward([40], cache).logits, model.forward([40], alone).logits), isa
 
 
 def test_passes_that_start_and_stop_inside_the_chain(synthetic_models: dict[str, Path]) -> None:

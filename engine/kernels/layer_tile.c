@@ -47,7 +47,7 @@
 enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVX512_VNNI = 2 };
 enum { ACT_SILU = 0, ACT_GELU_TANH = 1 };
 
-int lt_abi_version(void) { return 2; }
+int lt_abi_version(void) { return 3; }
 
 int lt_isa_supported(int isa) {
     if (isa == ISA_PORTABLE) return 1;
@@ -1045,12 +1045,16 @@ static AVX512 void attend_heads_avx512(const float *q, int H, const float *kh, c
 }
 #endif
 
-/* scratch: visible [end] slot indices, scores [end] */
-static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, int end, float *out, int32_t *visible,
-                       float *scores, int isa) {
+/* scratch: visible [end] slot indices, scores [end]. seen: NULL, or the row's [end - span_first] flags
+   of the span's slots (a token tree: its path); a slot from span_first on is a key only where flagged.
+   The keys stay in slot order, so a tree row gets the bits of the 1-row call on its path laid out
+   after the prefix: the same keys, values and positions in the same order. */
+static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, int end, int span_first,
+                       const uint8_t *seen, float *out, int32_t *visible, float *scores, int isa) {
     const int d = A->d, group = A->n_head / A->n_kv;
     int count = 0;
     for (int s = 0; s < end; s++) {
+        if (seen && s >= span_first && !seen[s - span_first]) continue;
         const int64_t distance = q_pos - A->key_pos[s];
         if (distance >= 0 && (A->window == 0 || distance < A->window)) visible[count++] = s;
     }
@@ -1093,15 +1097,17 @@ static void attend_row(const lt_attention_t *A, const float *q, int64_t q_pos, i
 }
 
 /* rows t = 0..T-1: q [T, n_head, d] at q_pos[t] over slots [0, ends[t]) -> out [T, n_head d].
+   span_seen: NULL, or [T, T] flags of a token tree in slots [span_first, span_first + T): row t sees
+   span slot span_first + j only where span_seen[t T + j] (its path); then ends[t] <= span_first + T.
    0, or -1 for bad arguments (nothing written), -2 out of memory. */
-int lt_attend(const lt_attention_t *A, int T, const float *q, const int64_t *q_pos, const int32_t *ends, float *out,
-              int isa) {
+int lt_attend(const lt_attention_t *A, int T, const float *q, const int64_t *q_pos, const int32_t *ends,
+              int span_first, const uint8_t *span_seen, float *out, int isa) {
     if (A->n_head <= 0 || A->n_kv <= 0 || A->n_head % A->n_kv || A->d <= 0 || A->window < 0 || T < 0 ||
-        !isa_ok(isa))
+        !isa_ok(isa) || (span_seen && span_first < 0))
         return -1;
     int most = 1;
     for (int t = 0; t < T; t++) {
-        if (ends[t] <= 0) return -1;
+        if (ends[t] <= 0 || (span_seen && ends[t] > span_first + T)) return -1;
         most = ends[t] > most ? ends[t] : most;
     }
     float *scores = malloc(sizeof(float) * (size_t)most * HEADS_AT_ONCE);
@@ -1112,8 +1118,9 @@ int lt_attend(const lt_attention_t *A, int T, const float *q, const int64_t *q_p
         return -2;
     }
     for (int t = 0; t < T; t++)
-        attend_row(A, q + (size_t)t * A->n_head * A->d, q_pos[t], ends[t], out + (size_t)t * A->n_head * A->d, visible,
-                   scores, isa);
+        attend_row(A, q + (size_t)t * A->n_head * A->d, q_pos[t], ends[t], span_first,
+                   span_seen ? span_seen + (size_t)t * T : NULL, out + (size_t)t * A->n_head * A->d, visible, scores,
+                   isa);
     free(scores);
     free(visible);
     return 0;
