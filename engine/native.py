@@ -3,9 +3,10 @@
 The wheel stays pure Python (``py3-none-any``): a kernel's C source is package data
 (engine/kernels/), compiled on first use with the system C compiler (``$CC``, else ``cc``,
 ``gcc`` or ``clang``) into a content-addressed cache, and reused by every later process. The cache
-key covers the source, the compiler's identity and the flags, so an edit or another compiler
-builds anew. Each function picks its instruction set at run time (GCC/Clang ``target``
-attributes and ``__builtin_cpu_supports``), so one library serves every x86-64 CPU.
+key covers the source, the headers beside it (engine/kernels/*.h, shared by the kernels), the
+compiler's identity and the flags, so an edit or another compiler builds anew. Each function picks
+its instruction set at run time (GCC/Clang ``target`` attributes and ``__builtin_cpu_supports``),
+so one library serves every x86-64 CPU.
 
 The cache is ``$VERISPEC_KERNEL_CACHE``, else ``kernels/`` under verispec's cache
 (``$VERISPEC_CACHE`` or ``~/.cache/verispec``). A library is written under a temporary name and
@@ -69,9 +70,13 @@ def compiler_identity(cc: str) -> str:
 
 
 def library_name(source: Path, cc: str) -> str:
-    """``<stem>-<16 hex digits>.so``: the key hashes the source, the compiler, the flags, the machine."""
+    """``<stem>-<16 hex digits>.so``: the key hashes the source, the headers beside it (which it may
+    include), the compiler, the flags, the machine."""
     key = hashlib.sha256()
-    for part in (source.read_bytes(), compiler_identity(cc).encode(), " ".join(FLAGS).encode()):
+    headers = [
+        part for header in sorted(source.parent.glob("*.h")) for part in (header.name.encode(), header.read_bytes())
+    ]
+    for part in (source.read_bytes(), *headers, compiler_identity(cc).encode(), " ".join(FLAGS).encode()):
         key.update(part + b"\0")
     key.update(platform.machine().encode())
     return f"{source.stem}-{key.hexdigest()[:16]}.so"

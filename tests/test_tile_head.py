@@ -241,6 +241,27 @@ def test_a_hostile_digest_file_is_read_bounded_and_replaced(monkeypatch: pytest.
         native.load.cache_clear()
 
 
+def test_the_cache_key_covers_the_headers_beside_a_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A kernel's cached library is keyed by its source and by every header beside it (the kernels
+    include engine/kernels/half_float.h): an edit to either, or a header added or renamed, builds anew."""
+    monkeypatch.setattr(native, "compiler_identity", lambda cc: "cc 1.0")
+    source, header = tmp_path / "kernel.c", tmp_path / "shared.h"
+    source.write_text('#include "shared.h"\n')
+    header.write_text("#define A 1\n")
+    names = [native.library_name(source, "cc")]
+    header.write_text("#define A 2\n")
+    names.append(native.library_name(source, "cc"))
+    header.rename(tmp_path / "other.h")
+    names.append(native.library_name(source, "cc"))
+    (tmp_path / "more.h").write_text("")
+    names.append(native.library_name(source, "cc"))
+    source.write_text('#include "other.h"\n/* edited */\n')
+    names.append(native.library_name(source, "cc"))
+    assert len(set(names)) == len(names) and all(name.startswith("kernel-") for name in names)
+    assert native.library_name(source, "cc") == names[-1]  # the same files: the same key
+    assert (native.KERNELS / "half_float.h").is_file()
+
+
 @needs_kernel
 def test_a_cache_that_cannot_be_written_builds_privately(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The cache path is a file: the kernel is built in a temporary folder and still loads."""

@@ -31,6 +31,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "half_float.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define TILE_X86 1
@@ -295,30 +297,6 @@ typedef struct {
 static inline int mins_at(const lt_matrix_t *m) { return m->half ? 32 : 64; }
 static inline int zeros_at(const lt_matrix_t *m) { return mins_at(m) * (m->has_min ? 2 : 1); }
 static inline int levels_at(const lt_matrix_t *m) { return zeros_at(m) + (m->has_zero ? 16 : 0); }
-
-/* float16 -> float32, exact (subnormals normalised, inf and NaN kept); q8_0_tile.c's, each kernel
-   being one source file */
-static float half_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0x1fu) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else {
-        exp = 113u;
-        while (!(man & 0x400u)) {
-            man <<= 1;
-            exp--;
-        }
-        bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 /* lane i of the scales (at = 0) or mins (at = mins_at) of a block */
 static inline float block_float(const lt_matrix_t *m, const uint8_t *blk, int at, int i) {

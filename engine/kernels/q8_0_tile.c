@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "half_float.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define TILE_X86 1
@@ -76,30 +78,6 @@ void q8_tile_quantize(const float *x, int R, int K, int8_t *levels, int32_t *sum
             scales[(size_t)r * nb + b] = d;
         }
     }
-}
-
-/* ---- float16 -> float32, exact (every half is a float) ---------------------------------- */
-
-static float half_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0x1fu) {
-        bits = sign | 0x7f800000u | (man << 13); /* inf, NaN */
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign; /* zero */
-    } else {         /* subnormal: normalise */
-        exp = 113u;
-        while (!(man & 0x400u)) {
-            man <<= 1;
-            exp--;
-        }
-        bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
 }
 
 /* ---- the kernels: tiles [first, last) x activation rows [0, R), R <= GROUP_ROWS ----------- */
